@@ -1,0 +1,350 @@
+"""The ledger's entries: the seed's schema as frozen dataclasses, and its wire form.
+
+The schema (seed ``000_7d0316fd5aa6f8e8``, SPEC R-A2) is a contract. Every entry carries ``ts``
+(unix seconds), ``block``, ``chainId`` and ``kind``; an ``acted`` entry adds ``action``,
+``permission``, ``outcome``, ``txHash``, ``gasUsed``, ``tokenIn``, ``tokenOut``, ``amountIn``,
+``amountOut`` and ``balancesAfter``; a ``skipped`` entry adds ``reason``. No other key, ever.
+
+What may be null follows the outcome (the seed: "carries what's knowable … and leaves the rest null"):
+
+=============  ========  =========  ===============================================
+field          confirmed reverted   unverified
+=============  ========  =========  ===============================================
+block          int       int        null (no receipt, so no block)
+gasUsed        string    string     null
+tokenIn/Out    address   address    address, or null when the calldata is unknown
+amountIn       amount    amount     amount, or null when the token could not be read
+amountOut      amount    null       null
+balancesAfter  map       null       null
+=============  ========  =========  ===============================================
+
+``permission`` is the protocol's permission id the dispatch ran under, or null when none was
+configured. A ``skipped`` entry's ``block`` is the chain head the tick saw, or null when the chain
+could not be read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Literal
+
+from memory.ledger._errors import LedgerInvalidEntry
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
+_TX_HASH = re.compile(r"0x[0-9a-fA-F]{64}\Z")
+_UINT = re.compile(r"(0|[1-9][0-9]*)\Z")
+_HUMAN = re.compile(r"(0|[1-9][0-9]*)\.[0-9]+ \S+\Z")
+
+ACTED_KEYS: Final = (
+    "ts", "block", "chainId", "kind", "action", "permission", "outcome", "txHash", "gasUsed",
+    "tokenIn", "tokenOut", "amountIn", "amountOut", "balancesAfter",
+)  # fmt: skip
+SKIPPED_KEYS: Final = ("ts", "block", "chainId", "kind", "reason")
+AMOUNT_KEYS: Final = ("baseUnits", "human")
+
+
+class Outcome(StrEnum):
+    """What became of a dispatch: the seed's three outcomes."""
+
+    CONFIRMED = "confirmed"  # mined with a successful receipt
+    REVERTED = "reverted"  # mined, and the transaction reverted
+    UNVERIFIED = "unverified"  # submitted (there is a hash) but the receipt could not be read
+
+
+def format_human(base_units: int, decimals: int, symbol: str) -> str:
+    """Render base units as ``"<amount> <SYMBOL>"`` with the token's decimals.
+
+    Exact (integer arithmetic, no float): trailing zeros are dropped but one fractional digit is
+    kept, so ``format_human(25_000_000, 6, "USDC") == "25.0 USDC"``.
+
+    Raises:
+        LedgerInvalidEntry: negative amount or decimals, or a symbol that is empty or has spaces.
+    """
+    if base_units < 0 or decimals < 0:
+        raise LedgerInvalidEntry("human", f"cannot render {base_units} with {decimals} decimals")
+    if not symbol or any(c.isspace() for c in symbol):
+        raise LedgerInvalidEntry("human", f"token symbol {symbol!r} is empty or has spaces")
+    whole, frac = divmod(base_units, 10**decimals)
+    digits = str(frac).rjust(decimals, "0").rstrip("0") if decimals else ""
+    return f"{whole}.{digits or '0'} {symbol}"
+
+
+@dataclass(frozen=True)
+class Amount:
+    """A token amount: exact base units and the human rendering (``{"baseUnits", "human"}``)."""
+
+    base_units: int
+    human: str
+
+    @classmethod
+    def of(cls, base_units: int, decimals: int, symbol: str) -> Amount:
+        """Build an amount from base units and the token's decimals and symbol."""
+        return cls(base_units, format_human(base_units, decimals, symbol))
+
+    def __post_init__(self) -> None:
+        if type(self.base_units) is not int or self.base_units < 0:
+            raise LedgerInvalidEntry("baseUnits", f"must be a non-negative int, got {self.base_units!r}")
+        if not isinstance(self.human, str) or not _HUMAN.match(self.human):
+            raise LedgerInvalidEntry("human", f'must read "<amount> <SYMBOL>", got {self.human!r}')
+
+    def to_wire(self) -> dict[str, str]:
+        """The JSON object the ledger stores."""
+        return {"baseUnits": str(self.base_units), "human": self.human}
+
+
+@dataclass(frozen=True)
+class Acted:
+    """A dispatch the agent submitted, as reconciled from the chain (``kind: "acted"``)."""
+
+    ts: int
+    block: int | None
+    chain_id: int
+    action: str
+    permission: str | None
+    outcome: Outcome
+    tx_hash: str
+    gas_used: int | None
+    token_in: str | None
+    token_out: str | None
+    amount_in: Amount | None
+    amount_out: Amount | None
+    balances_after: Mapping[str, int] | None
+
+    kind: ClassVar[Literal["acted"]] = "acted"
+
+    def __post_init__(self) -> None:
+        _check_common(self.ts, self.block, self.chain_id)
+        if not isinstance(self.outcome, Outcome):
+            raise LedgerInvalidEntry("outcome", f"must be an Outcome, got {self.outcome!r}")
+        if not isinstance(self.action, str) or not self.action:
+            raise LedgerInvalidEntry("action", "must be a non-empty string")
+        if self.permission is not None and (not isinstance(self.permission, str) or not self.permission):
+            raise LedgerInvalidEntry("permission", "must be a non-empty string or null")
+        if not isinstance(self.tx_hash, str) or not _TX_HASH.match(self.tx_hash):
+            raise LedgerInvalidEntry("txHash", f"must be 0x and 64 hex digits, got {self.tx_hash!r}")
+        for name, value in (("tokenIn", self.token_in), ("tokenOut", self.token_out)):
+            if value is not None and (not isinstance(value, str) or not _ADDRESS.match(value)):
+                raise LedgerInvalidEntry(name, f"must be an address or null, got {value!r}")
+        _check_optional_uint("gasUsed", self.gas_used)
+        for name, amount in (("amountIn", self.amount_in), ("amountOut", self.amount_out)):
+            if amount is not None and not isinstance(amount, Amount):
+                raise LedgerInvalidEntry(name, f"must be an Amount or null, got {amount!r}")
+        if self.balances_after is not None:
+            frozen = MappingProxyType(dict(self.balances_after))
+            for token, units in frozen.items():
+                if not isinstance(token, str) or not _ADDRESS.match(token):
+                    raise LedgerInvalidEntry("balancesAfter", f"key {token!r} is not an address")
+                if type(units) is not int or units < 0:
+                    raise LedgerInvalidEntry("balancesAfter", f"{token}: {units!r} is not a base-unit int")
+            object.__setattr__(self, "balances_after", frozen)
+        self._check_nulls()
+
+    def _check_nulls(self) -> None:
+        """Enforce what the outcome makes knowable: nulls only where the seed allows them."""
+        known = {
+            "block": self.block, "gasUsed": self.gas_used, "tokenIn": self.token_in,
+            "tokenOut": self.token_out, "amountIn": self.amount_in, "amountOut": self.amount_out,
+            "balancesAfter": self.balances_after,
+        }  # fmt: skip
+        required = {
+            Outcome.CONFIRMED: set(known),
+            Outcome.REVERTED: {"block", "gasUsed", "tokenIn", "tokenOut", "amountIn"},
+            Outcome.UNVERIFIED: set(),
+        }[self.outcome]
+        must_be_null = {
+            Outcome.CONFIRMED: set(),
+            Outcome.REVERTED: {"amountOut", "balancesAfter"},
+            Outcome.UNVERIFIED: {"block", "gasUsed", "amountOut", "balancesAfter"},
+        }[self.outcome]
+        for name in required:
+            if known[name] is None:
+                raise LedgerInvalidEntry(name, f"a {self.outcome} entry must carry it")
+        for name in must_be_null:
+            if known[name] is not None:
+                raise LedgerInvalidEntry(name, f"a {self.outcome} entry must leave it null, never made up")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the ledger stores, keys in the seed's order."""
+        return {
+            "ts": self.ts,
+            "block": self.block,
+            "chainId": self.chain_id,
+            "kind": "acted",
+            "action": self.action,
+            "permission": self.permission,
+            "outcome": str(self.outcome),
+            "txHash": self.tx_hash,
+            "gasUsed": None if self.gas_used is None else str(self.gas_used),
+            "tokenIn": self.token_in,
+            "tokenOut": self.token_out,
+            "amountIn": None if self.amount_in is None else self.amount_in.to_wire(),
+            "amountOut": None if self.amount_out is None else self.amount_out.to_wire(),
+            "balancesAfter": (
+                None
+                if self.balances_after is None
+                else {token: str(units) for token, units in self.balances_after.items()}
+            ),
+        }
+
+    @property
+    def is_final(self) -> bool:
+        """True when the outcome is settled (confirmed or reverted); unverified is revisited."""
+        return self.outcome is not Outcome.UNVERIFIED
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """The agent considered acting and chose not to, and why (``kind: "skipped"``)."""
+
+    ts: int
+    block: int | None
+    chain_id: int
+    reason: str
+
+    kind: ClassVar[Literal["skipped"]] = "skipped"
+
+    def __post_init__(self) -> None:
+        _check_common(self.ts, self.block, self.chain_id)
+        if not isinstance(self.reason, str) or not self.reason.strip() or "\n" in self.reason:
+            raise LedgerInvalidEntry("reason", "must be a non-empty, one-line string")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the ledger stores, keys in the seed's order."""
+        return {
+            "ts": self.ts,
+            "block": self.block,
+            "chainId": self.chain_id,
+            "kind": "skipped",
+            "reason": self.reason,
+        }
+
+
+Entry = Acted | Skipped
+
+
+def _check_common(ts: object, block: object, chain_id: object) -> None:
+    if type(ts) is not int or ts < 0:
+        raise LedgerInvalidEntry("ts", f"must be non-negative unix seconds (int), got {ts!r}")
+    if block is not None and (type(block) is not int or block < 0):
+        raise LedgerInvalidEntry("block", f"must be a non-negative int or null, got {block!r}")
+    if type(chain_id) is not int or chain_id <= 0:
+        raise LedgerInvalidEntry("chainId", f"must be a positive int, got {chain_id!r}")
+
+
+def _check_optional_uint(name: str, value: object) -> None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise LedgerInvalidEntry(name, f"must be a non-negative int or null, got {value!r}")
+
+
+# -- wire form -> entries ---------------------------------------------------------------------
+
+
+def entry_from_wire(obj: object) -> Entry:
+    """Validate a decoded JSON value against the schema and return the entry it holds.
+
+    Exactly the seed's keys, with exactly the seed's types: decimal strings for ``gasUsed``,
+    ``baseUnits`` and balances; ints for ``ts``, ``block``, ``chainId``.
+
+    Raises:
+        LedgerInvalidEntry: anything else (the field and what is wrong are named).
+    """
+    if not isinstance(obj, dict):
+        raise LedgerInvalidEntry("(entry)", "must be a JSON object")
+    kind = obj.get("kind")
+    expected = {"acted": ACTED_KEYS, "skipped": SKIPPED_KEYS}.get(kind) if isinstance(kind, str) else None
+    if expected is None:
+        raise LedgerInvalidEntry("kind", f'must be "acted" or "skipped", got {kind!r}')
+    _check_keys(obj, expected, "(entry)")
+    if kind == "skipped":
+        return Skipped(ts=obj["ts"], block=obj["block"], chain_id=obj["chainId"], reason=obj["reason"])
+    outcome = obj["outcome"]
+    if outcome not in {o.value for o in Outcome}:
+        raise LedgerInvalidEntry("outcome", f"must be confirmed, reverted or unverified, got {outcome!r}")
+    return Acted(
+        ts=obj["ts"],
+        block=obj["block"],
+        chain_id=obj["chainId"],
+        action=obj["action"],
+        permission=obj["permission"],
+        outcome=Outcome(outcome),
+        tx_hash=obj["txHash"],
+        gas_used=_uint_string_or_null("gasUsed", obj["gasUsed"]),
+        token_in=obj["tokenIn"],
+        token_out=obj["tokenOut"],
+        amount_in=_amount_or_null("amountIn", obj["amountIn"]),
+        amount_out=_amount_or_null("amountOut", obj["amountOut"]),
+        balances_after=_balances_or_null(obj["balancesAfter"]),
+    )
+
+
+def _check_keys(obj: dict[str, Any], expected: tuple[str, ...], where: str) -> None:
+    missing = [k for k in expected if k not in obj]
+    extra = sorted(k for k in obj if k not in expected)
+    if missing:
+        raise LedgerInvalidEntry(missing[0], f"missing from {where}")
+    if extra:
+        raise LedgerInvalidEntry(extra[0], f"is not in the schema of {where}")
+
+
+def _uint_string_or_null(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _UINT.match(value):
+        raise LedgerInvalidEntry(name, f"must be a decimal string or null, got {value!r}")
+    return int(value)
+
+
+def _amount_or_null(name: str, value: object) -> Amount | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise LedgerInvalidEntry(name, "must be {baseUnits, human} or null")
+    _check_keys(value, AMOUNT_KEYS, name)
+    units = _uint_string_or_null(f"{name}.baseUnits", value["baseUnits"])
+    if units is None:
+        raise LedgerInvalidEntry(f"{name}.baseUnits", "must be a decimal string")
+    return Amount(units, value["human"])
+
+
+def _balances_or_null(value: object) -> dict[str, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise LedgerInvalidEntry("balancesAfter", "must be an object of address -> decimal string")
+    out: dict[str, int] = {}
+    for token, units in value.items():
+        parsed = _uint_string_or_null(f"balancesAfter.{token}", units)
+        if parsed is None:
+            raise LedgerInvalidEntry(f"balancesAfter.{token}", "must be a decimal string")
+        out[token] = parsed
+    return out
+
+
+# -- the seed's skip reasons ---------------------------------------------------------------------
+
+
+def cadence_reason(last_acted_s_ago: int, interval_s: int) -> str:
+    """``cadence: last acted <n>s ago, interval <n>s``."""
+    return f"cadence: last acted {last_acted_s_ago}s ago, interval {interval_s}s"
+
+
+def balance_reason(balance: int, minimum: int) -> str:
+    """``balance <n> < min <n>`` (base units of the token spent)."""
+    return f"balance {balance} < min {minimum}"
+
+
+def allowance_reason(allowance: int, needed: int, router: str) -> str:
+    """``allowance <n> < <n> for <router> — owner top-up needed``."""
+    return f"allowance {allowance} < {needed} for {router} — owner top-up needed"
+
+
+def quote_unavailable_reason(message: str) -> str:
+    """``quote unavailable: <message>`` (the message is folded onto one line)."""
+    return "quote unavailable: " + " ".join(message.split())
+
+
+QUOTE_RETURNED_ZERO: Final = "quote returned 0"

@@ -1,0 +1,62 @@
+"""Errors of the agent ledger.
+
+Every error carries a stable ``code`` (listed in docs/SURFACE-sail.md) and its context. The tree::
+
+    LedgerError                   base: code, message, path, line
+    ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses
+    └── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
+                                  activity log's schema refuses
+
+A damaged line in the middle of ``ledger.jsonl`` or ``activity.jsonl`` is the line log's business:
+it raises ``journal.JournalCorrupt`` (code ``journal_corrupt``, with ``path`` and ``line``), which
+propagates unchanged, like every journal error (SPEC R-J6). A torn last line is not an error: the
+next locked open cuts it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LedgerError(Exception):
+    """Base of every ledger error; ``code`` is stable and documented."""
+
+    code = "ledger_error"
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else Path(path)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class LedgerInvalidEntry(LedgerError, ValueError):
+    """An entry does not fit the seed's schema; nothing was written.
+
+    ``field`` names the offending key (camelCase, as in the file) and ``reason`` says what is wrong.
+    """
+
+    code = "ledger_invalid_entry"
+
+    def __init__(self, field: str, reason: str, *, path: str | Path | None = None) -> None:
+        super().__init__(
+            f"ledger entry field {field!r}: {reason}; build entries with Acted/Skipped "
+            "(the schema is the seed's and admits nothing else)",
+            path=path,
+        )
+        self.field = field
+        self.reason = reason
+
+
+class ActivityInvalidRecord(LedgerError, ValueError):
+    """A runner record does not fit the activity log's schema; nothing was written."""
+
+    code = "activity_invalid_record"
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"activity record field {field!r}: {reason}")
+        self.field = field
+        self.reason = reason
