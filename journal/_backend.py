@@ -1,0 +1,81 @@
+"""The one interface every journal backend implements (file now, PostgreSQL next)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from journal._model import Lease, Record, RunInfo, RunState
+
+
+@runtime_checkable
+class JournalBackend(Protocol):
+    """Durable root runs, their leases, and append-only named streams.
+
+    Every method raises only ``JournalError`` subclasses for journal failures. Nothing above this
+    interface knows which backend it talks to.
+    """
+
+    @property
+    def location(self) -> str:
+        """Where the journal lives, for messages (a directory, or a DSN without its password)."""
+        ...
+
+    def begin(self, flow: str, scope: str, meta: Mapping[str, Any]) -> tuple[RunInfo, Lease]:
+        """Create a root run in state ``running`` and return it with its first lease (epoch 1)."""
+        ...
+
+    def acquire(self, run_id: str) -> Lease:
+        """Take the lease of a failed or interrupted run with a higher epoch; state becomes running.
+
+        Raises JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
+        """
+        ...
+
+    def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
+        """Record the run's end (``done`` or ``failed``, with the error) and release the lease.
+
+        Raises JournalLeaseLost when ``lease`` is stale.
+        """
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Let go of the lease without changing the state (the run then reads ``interrupted``)."""
+        ...
+
+    def append(
+        self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+    ) -> Record:
+        """Append under the run lock, durably; if ``key`` is already in the stream, return that record.
+
+        Raises JournalLeaseLost (stale epoch, or the run has ended), JournalNameInvalid, and the
+        storage errors.
+        """
+        ...
+
+    def read(self, run_id: str, stream: str) -> Sequence[Record]:
+        """Return the stream's records in order; a stream never written reads as empty.
+
+        A failed read raises and is never cached.
+        """
+        ...
+
+    def find(self, run_id: str, stream: str, key: str) -> Record | None:
+        """Return the record appended with ``key`` (the first and only one), or None."""
+        ...
+
+    def streams(self, run_id: str) -> list[str]:
+        """Return the names of the run's streams that hold at least one record, sorted."""
+        ...
+
+    def run(self, run_id: str) -> RunInfo:
+        """Return the run; ``interrupted`` when stored as running but no live holder has its lease."""
+        ...
+
+    def runs(self) -> list[RunInfo]:
+        """Return every run, newest first."""
+        ...
+
+    def close(self) -> None:
+        """Release held leases and resources; safe to call twice."""
+        ...

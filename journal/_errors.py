@@ -1,0 +1,130 @@
+"""Errors of the journal kernel.
+
+Every error carries a stable ``code`` and the context it happened in. The tree::
+
+    JournalError                      base: code, message, run_id, stream, path, line
+    ├── JournalUsageError             the caller's misuse
+    │   ├── JournalNameInvalid        journal_name_invalid: a run id or stream name unsafe in a path
+    │   ├── JournalRunNotFound        journal_run_not_found: no such root run
+    │   └── JournalNotResumable       journal_not_resumable: the run is done (or running)
+    ├── JournalContention             someone else holds or took the run
+    │   ├── JournalLeaseHeld          journal_lease_held: a live holder already drives the run
+    │   └── JournalLeaseLost          journal_lease_lost: an append carried a stale fencing epoch
+    └── JournalStorageError           the disk's or the server's failure
+        ├── JournalCorrupt            journal_corrupt: a damaged line that is not a torn tail
+        ├── JournalReadInterrupted    journal_read_interrupted: a read failed part-way (I/O error)
+        ├── JournalUnwritable         journal_unwritable: an append could not be made durable
+        └── JournalUnavailable        journal_unavailable: the backend cannot be reached
+
+Errors propagate through the memory layer unchanged (SPEC R-J6).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class JournalError(Exception):
+    """Base of every journal error; ``code`` is stable and documented in docs/SURFACE.md."""
+
+    code = "journal_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        stream: str | None = None,
+        path: str | Path | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.stream = stream
+        self.path = None if path is None else Path(path)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class JournalUsageError(JournalError):
+    """The caller asked for something the journal cannot do."""
+
+    code = "journal_usage"
+
+
+class JournalNameInvalid(JournalUsageError):
+    """A run id, stream name or key is not safe to use."""
+
+    code = "journal_name_invalid"
+
+
+class JournalRunNotFound(JournalUsageError):
+    """No root run with that id exists in this journal."""
+
+    code = "journal_run_not_found"
+
+
+class JournalNotResumable(JournalUsageError):
+    """The root run is done, so there is nothing to resume."""
+
+    code = "journal_not_resumable"
+
+
+class JournalContention(JournalError):
+    """Another holder has, or took over, the run."""
+
+    code = "journal_contention"
+
+
+class JournalLeaseHeld(JournalContention):
+    """A live holder already has the run's lease."""
+
+    code = "journal_lease_held"
+
+
+class JournalLeaseLost(JournalContention):
+    """The caller's fencing epoch is stale: the run was taken over since it was leased."""
+
+    code = "journal_lease_lost"
+
+    def __init__(self, message: str, *, expected: int, got: int, **context: object) -> None:
+        super().__init__(message, **context)  # type: ignore[arg-type]
+        self.expected = expected
+        self.got = got
+
+
+class JournalStorageError(JournalError):
+    """The storage under the journal failed."""
+
+    code = "journal_storage"
+
+
+class JournalCorrupt(JournalStorageError):
+    """A line that is not a torn tail fails its checks: the journal is damaged."""
+
+    code = "journal_corrupt"
+
+    def __init__(self, message: str, *, path: str | Path, line: int, reason: str, **context: object) -> None:
+        super().__init__(message, path=path, line=line, **context)  # type: ignore[arg-type]
+        self.reason = reason
+
+
+class JournalReadInterrupted(JournalStorageError):
+    """A read failed part-way; nothing is cached, the next read goes to storage again."""
+
+    code = "journal_read_interrupted"
+
+
+class JournalUnwritable(JournalStorageError):
+    """An append or a state change could not be made durable (space, permission, I/O)."""
+
+    code = "journal_unwritable"
+
+
+class JournalUnavailable(JournalStorageError):
+    """The journal's backend cannot be reached (connection refused, server restarting)."""
+
+    code = "journal_unavailable"

@@ -1,0 +1,395 @@
+"""The durable line log: append-only lines, one record each, with torn-tail recovery.
+
+One module serves every append-only file of the project: journal streams (whose codec adds a
+sequence number and a checksum to each line) and the agent ledger (whose lines are the seed's
+schema, bare). The log itself knows nothing of what a record means; its codec encodes a record as
+one line and decodes a line back, raising ``LineDamaged`` when the bytes are not a valid record.
+
+Durability: ``append`` writes the line and its newline with one ``os.write`` and fsyncs before it
+returns. A new log file is fsync'd, and so is its directory, when it is created.
+
+Recovery: an append that never returned can leave a *torn tail* — a part of its line, or, after a
+power loss, zeros or stale bytes. On a locked open (``recover``) that tail is cut, so the next
+append starts on its own line. Damage anywhere else fails closed with ``JournalCorrupt`` naming the
+file and the line; it is never skipped. The rule that tells one from the other:
+
+* the tail is everything from the first line that does not decode (or is out of sequence) to the
+  end of the file, provided no later line decodes;
+* except that a last line which is newline-terminated and whose codec says it is a *complete*
+  record that fails its check (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed
+  JSON) is damage, not a tear: a torn write cannot end with the newline it never wrote.
+
+Lock-free readers (``read``, ``iter_reverse``) apply the same rule but never cut: a tail that may be
+an append in flight is simply not a record yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+import portalocker
+
+from journal._errors import JournalCorrupt, JournalReadInterrupted, JournalUnwritable
+from staging import ensure_dir, failpoint, fsync_dir, write_all
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+_REVERSE_BLOCK = 64 * 1024
+
+
+class LineDamaged(Exception):
+    """Raised by a codec's ``decode`` when a line is not a valid record.
+
+    ``torn`` says whether these bytes could be what a torn append leaves (the default). A codec sets
+    it to False for a line that is a complete, well-formed record whose own check fails, such as a
+    checksum mismatch: that is damage even on the last line.
+    """
+
+    def __init__(self, reason: str, *, torn: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.torn = torn
+
+
+class LineCodec(Protocol[T]):
+    """How records become lines and back."""
+
+    def encode(self, record: T, /) -> bytes:
+        """Return the record as one line, without the newline; it must not contain ``b"\\n"``."""
+        ...
+
+    def decode(self, line: bytes, /) -> T:
+        """Return the record a line holds (given without its newline); raise ``LineDamaged``."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Scan(Generic[T]):
+    records: list[T]
+    good_end: int  # byte offset just past the last good line
+    tail: bytes  # what follows good_end: empty, or a torn tail
+
+
+class LineLog(Generic[T]):
+    """An append-only file of one-record lines.
+
+    Args:
+        path: the log file.
+        codec: encodes and decodes records.
+        mode: permission bits for a newly created file.
+        sequence: when given, returns a record's sequence number; records must then be numbered
+            1, 2, 3 … in file order, and a line out of sequence counts as damaged.
+
+    Appending requires the lock: use ``with log.locked(): log.recover(); log.append(r)``, or
+    ``held()`` when the caller already holds a lock that covers this file (the journal's run lock).
+    Several threads and processes may use one log; a lock is an open file of its own per holder.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        codec: LineCodec[T],
+        *,
+        mode: int = 0o600,
+        sequence: Callable[[T], int] | None = None,
+    ) -> None:
+        self._path = Path(path)
+        self._codec = codec
+        self._mode = mode
+        self._sequence = sequence
+        self._mutex = threading.RLock()
+        # Verified records and the file offset they end at; a cache only of verified bytes, which a
+        # recovery never removes, so it stays valid while the file's inode is the same.
+        self._cached: list[T] = []
+        self._cached_end = 0
+        self._cached_ino: int | None = None
+        self._fd: int | None = None
+        self._owner: int | None = None
+
+    @property
+    def path(self) -> Path:
+        """The log file's path."""
+        return self._path
+
+    # -- locking ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, timeout: float = 30.0) -> Iterator[LineLog[T]]:
+        """Hold an exclusive lock on ``<path>.lock`` and the log open for appending.
+
+        Creates the log (fsyncing it and its directory) when it does not exist.
+
+        Raises:
+            JournalUnwritable: the lock or the log could not be created or opened.
+            portalocker.exceptions.LockException: the lock was not had within ``timeout`` seconds.
+        """
+        lock_path = Path(f"{self._path}.lock")
+        try:
+            ensure_dir(self._path.parent)
+            lock = portalocker.Lock(
+                str(lock_path),
+                mode="a",
+                timeout=timeout,
+                check_interval=0.005,
+                flags=portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING,
+            )
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot create {self._path.parent}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
+            lock.acquire()
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot open the lock {lock_path}: {exc.strerror or exc}", path=lock_path
+            ) from exc
+        try:
+            with self.held():
+                yield self
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[LineLog[T]]:
+        """Open the log for appending, assuming the caller holds a lock that covers it."""
+        with self._mutex:
+            fd = self._open_for_append()
+            self._fd, self._owner = fd, threading.get_ident()
+            try:
+                yield self
+            finally:
+                self._fd = self._owner = None
+                os.close(fd)
+
+    def _open_for_append(self) -> int:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            return os.open(self._path, flags)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot open {self._path} for appending: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
+            ensure_dir(self._path.parent)
+            fd = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, self._mode)
+            os.fsync(fd)
+            fsync_dir(self._path.parent)
+        except FileExistsError:
+            return os.open(self._path, flags)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot create {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        return fd
+
+    def _require_held(self) -> int:
+        if self._fd is None or self._owner != threading.get_ident():
+            raise RuntimeError(f"{self._path}: recover() and append() need locked() or held()")
+        return self._fd
+
+    # -- recovery and append -----------------------------------------------------------------
+
+    def recover(self) -> list[T]:
+        """Cut a torn tail, if any, and return every record in order. Requires the lock.
+
+        Raises:
+            JournalCorrupt: a damaged line that is not a torn tail (path and 1-based line named).
+            JournalUnwritable: the cut could not be made durable.
+        """
+        fd = self._require_held()
+        scan = self._scan(fd)
+        if scan.tail:
+            try:
+                os.ftruncate(fd, scan.good_end)
+                os.fsync(fd)
+            except OSError as exc:
+                raise JournalUnwritable(
+                    f"cannot cut the torn tail of {self._path}: {exc.strerror or exc}", path=self._path
+                ) from exc
+        return list(scan.records)
+
+    def append(self, record: T) -> None:
+        """Write ``record`` as one line and fsync it. Requires the lock and a prior ``recover``.
+
+        On failure the file is cut back to where it was, so no part of the line remains.
+
+        Raises:
+            ValueError: the codec produced a line with a newline in it.
+            JournalUnwritable: the line could not be written or made durable.
+        """
+        fd = self._require_held()
+        line = self._codec.encode(record)
+        if b"\n" in line:
+            raise ValueError(f"{self._path}: an encoded record must be one line")
+        start = self._cached_end
+        try:
+            failpoint("linelog.before_append")
+            write_all(fd, line + b"\n")
+            failpoint("linelog.before_fsync")
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            raise JournalUnwritable(
+                f"cannot append to {self._path}: {exc.strerror or exc}; check free space and the disk",
+                path=self._path,
+            ) from exc
+        self._cached.append(record)
+        self._cached_end = start + len(line) + 1
+        failpoint("linelog.after_append")
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self) -> list[T]:
+        """Return every record in order, without a lock. A missing file reads as empty.
+
+        A tail that may be an append in flight is not returned. Failures are never cached.
+
+        Raises:
+            JournalCorrupt: a damaged line that is not a torn tail.
+            JournalReadInterrupted: the file could not be read.
+        """
+        with self._mutex:
+            try:
+                fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                return []
+            except OSError as exc:
+                raise JournalReadInterrupted(
+                    f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+                ) from exc
+            try:
+                return list(self._scan(fd).records)
+            finally:
+                os.close(fd)
+
+    def _scan(self, fd: int) -> _Scan[T]:
+        """Bring the cache up to date from ``fd`` and classify what follows the good lines."""
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != self._cached_ino or st.st_size < self._cached_end:
+                self._cached, self._cached_end, self._cached_ino = [], 0, st.st_ino
+            start = self._cached_end
+            data = os.pread(fd, st.st_size - start, start) if st.st_size > start else b""
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        records, consumed, tail = self._parse(data, start)
+        self._cached.extend(records)
+        self._cached_end = start + consumed
+        return _Scan(self._cached, self._cached_end, tail)
+
+    def _parse(self, data: bytes, start: int) -> tuple[list[T], int, bytes]:
+        """Decode complete lines of ``data``; return the records, bytes consumed and the tail."""
+        records: list[T] = []
+        pos = 0
+        expected = (self._sequence(self._cached[-1]) + 1) if (self._sequence and self._cached) else 1
+        while True:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                return records, pos, data[pos:]
+            line = data[pos:nl]
+            try:
+                record = self._codec.decode(line)
+                if self._sequence is not None and self._sequence(record) != expected:
+                    raise LineDamaged(f"sequence {self._sequence(record)}, expected {expected}")
+            except LineDamaged as damage:
+                self._judge_damage(data, nl, damage, len(self._cached) + len(records))
+                return records, pos, data[pos:]
+            records.append(record)
+            expected += 1
+            pos = nl + 1
+
+    def _judge_damage(self, data: bytes, nl: int, damage: LineDamaged, before: int) -> None:
+        """Raise ``JournalCorrupt`` unless the damaged line at ``pos`` begins a torn tail."""
+        rest = data[nl + 1 :]
+        last_complete = b"\n" not in rest and not rest
+        later_good = any(self._decodes(chunk) for chunk in rest.split(b"\n")[:-1])
+        if later_good or (last_complete and not damage.torn):
+            line_no = before + 1
+            raise JournalCorrupt(
+                f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails closed: "
+                "restore it from a backup or inspect it with `flows check`",
+                path=self._path,
+                line=line_no,
+                reason=damage.reason,
+            )
+
+    def _decodes(self, line: bytes) -> bool:
+        try:
+            self._codec.decode(line)
+        except LineDamaged:
+            return False
+        return True
+
+    def iter_reverse(self) -> Iterator[T]:
+        """Yield records newest first, reading the file backwards in blocks, without a lock.
+
+        Only the lines actually consumed are decoded, so finding a recent record costs the size of
+        the tail, not of the file. The newest segment is skipped when it does not decode (a torn or
+        in-flight append); any other damaged line raises ``JournalCorrupt``.
+        """
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
+            yield from self._reverse(fd)
+        finally:
+            os.close(fd)
+
+    def _reverse(self, fd: int) -> Iterator[T]:
+        end = os.fstat(fd).st_size
+        buf = b""
+        newest = True  # the first segment seen, from the end: no newline after it means torn
+        in_tail = True  # until a good line is found, undecodable lines may be a torn tail
+        while True:
+            if end > 0:
+                size = min(_REVERSE_BLOCK, end)
+                end -= size
+                buf = os.pread(fd, size, end) + buf
+            lines = buf.split(b"\n")
+            # lines[0] may have its start in an earlier block, unless the file's start was reached.
+            keep, complete = (lines[0], lines[1:]) if end > 0 else (b"", lines)
+            for raw in reversed(complete):
+                if newest:
+                    newest = False
+                    continue  # b"" when the file ends with a newline; else an unfinished append
+                try:
+                    record = self._codec.decode(raw)
+                except LineDamaged as damage:
+                    if in_tail and damage.torn:
+                        continue
+                    line_no = self._line_number(fd, raw)
+                    raise JournalCorrupt(
+                        f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails "
+                        "closed: restore it from a backup or inspect it with `flows check`",
+                        path=self._path,
+                        line=line_no,
+                        reason=damage.reason,
+                    ) from None
+                in_tail = False
+                yield record
+            buf = keep
+            if end == 0:
+                return
+
+    def _line_number(self, fd: int, raw: bytes) -> int:
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        idx = data.find(raw + b"\n")
+        return data.count(b"\n", 0, max(idx, 0)) + 1

@@ -1,0 +1,25 @@
+"""Choosing a backend from a location: a directory (file backend) or a PostgreSQL DSN."""
+
+from __future__ import annotations
+
+import os
+
+from journal._backend import JournalBackend
+from journal._file import FileJournal
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
+    """Open the journal at ``location``.
+
+    A ``postgresql://`` (or ``postgres://``) DSN opens the PostgreSQL backend, which needs the
+    ``postgres`` extra; anything else is a directory for the file backend.
+    """
+    text = os.fspath(location)
+    if text.startswith(POSTGRES_SCHEMES):
+        from journal._postgres import PostgresJournal  # type: ignore[import-not-found,unused-ignore]
+
+        backend: JournalBackend = PostgresJournal(text)
+        return backend
+    return FileJournal(text)

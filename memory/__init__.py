@@ -1,0 +1,3 @@
+"""Findings memory over the journal (SPEC R-L, R-R) and the agent ledger (SPEC R-A)."""
+
+__all__: list[str] = []

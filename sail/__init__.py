@@ -1,0 +1,3 @@
+"""The agent tick loop, dispatch runner and chain access (SPEC R-A)."""
+
+__all__: list[str] = []

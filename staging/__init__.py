@@ -1,0 +1,33 @@
+"""Staging: hidden temporary files, atomic publish, the fsync discipline, sweeping (SPEC R-S)."""
+
+from staging._errors import PublishFailed, StageFailed, StagingError
+from staging._failpoints import hit as failpoint
+from staging._stage import (
+    DEFAULT_SWEEP_AGE_S,
+    STAGE_PREFIX,
+    Staged,
+    ensure_dir,
+    fsync_dir,
+    is_stage_name,
+    stage,
+    stale_stages,
+    sweep,
+    write_all,
+)
+
+__all__ = [
+    "DEFAULT_SWEEP_AGE_S",
+    "STAGE_PREFIX",
+    "PublishFailed",
+    "StageFailed",
+    "Staged",
+    "StagingError",
+    "ensure_dir",
+    "failpoint",
+    "fsync_dir",
+    "is_stage_name",
+    "stage",
+    "stale_stages",
+    "sweep",
+    "write_all",
+]

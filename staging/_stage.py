@@ -1,0 +1,230 @@
+"""Stage bytes under a hidden name, publish by atomic rename, sweep what crashes leave.
+
+The discipline (SPEC R-S1..R-S3): the stage is created in the destination's own directory, so the
+rename never crosses file systems; exclusively (``O_EXCL``), never following a link (``O_NOFOLLOW``),
+with the asked mode; its bytes are fsync'd before ``stage`` returns. ``publish`` is ``os.replace``
+followed by an fsync of the directory, so the new name survives power loss. A stage's name starts
+with ``STAGE_PREFIX``; readers skip such names and ``sweep`` removes old ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from staging._errors import PublishFailed, StageFailed
+from staging._failpoints import hit
+
+STAGE_PREFIX = ".stage-"
+"""Every staged file's name begins with this; no reader lists such names."""
+
+DEFAULT_SWEEP_AGE_S = 3600.0
+"""A stage older than this is left by a crash (a live write takes milliseconds) and may be swept."""
+
+
+def is_stage_name(name: str) -> bool:
+    """Return True when ``name`` (a file name, not a path) is a staged file's name."""
+    return name.startswith(STAGE_PREFIX)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Fsync a directory so the names created, renamed or removed in it are durable.
+
+    Raises:
+        OSError: when the directory cannot be opened or fsync'd.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@dataclass(eq=False)
+class Staged:
+    """A staged file: durable bytes under a hidden name, not yet visible under its final name."""
+
+    path: Path
+    """Where the staged bytes are (a hidden name in the destination's directory)."""
+    size: int
+    _done: bool = field(default=False, repr=False)
+
+    def publish(self, final_path: str | os.PathLike[str]) -> Path:
+        """Rename the stage to ``final_path`` atomically (replacing any older file) and fsync the dir.
+
+        ``final_path`` must be in the stage's own directory. A reader sees the old bytes or the new,
+        never a part. Publishing twice, or after ``discard``, is a usage error.
+
+        Returns:
+            The final path.
+
+        Raises:
+            PublishFailed: the rename or the directory fsync failed (the stage is removed when the
+                rename failed; when only the fsync failed the new name is in place but not durable).
+            ValueError: ``final_path`` is in another directory, or the stage was already used.
+        """
+        final = Path(final_path)
+        if self._done:
+            raise ValueError(f"stage {self.path} was already published or discarded")
+        if final.parent != self.path.parent:
+            raise ValueError(f"{final} is not in the stage's directory {self.path.parent}")
+        self._done = True
+        try:
+            hit("staging.before_rename")
+            os.replace(self.path, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise PublishFailed(
+                f"could not publish {final}: {exc.strerror or exc}; "
+                "check the directory's space and permissions",
+                path=final,
+                errno=exc.errno,
+            ) from exc
+        try:
+            hit("staging.after_rename")
+            fsync_dir(final.parent)
+        except OSError as exc:
+            raise PublishFailed(
+                f"published {final} but could not fsync its directory: {exc.strerror or exc}",
+                path=final,
+                errno=exc.errno,
+            ) from exc
+        return final
+
+    def discard(self) -> None:
+        """Remove the stage (safe to call twice, and after a failed publish)."""
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+def stage(directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, hint: str = "") -> Staged:
+    """Write ``data`` to a new hidden file in ``directory`` and fsync it.
+
+    Args:
+        directory: the destination's directory (must exist; it is not created here).
+        data: the bytes to stage.
+        mode: the file's permission bits (the umask does not narrow them).
+        hint: a readable fragment for the stage's name (e.g. the final name), for debugging.
+
+    Returns:
+        The staged handle; call ``publish`` or ``discard`` on it.
+
+    Raises:
+        StageFailed: the directory is missing or not a directory, or the file could not be created,
+            written or fsync'd (no space, no permission, read-only, I/O). Nothing is left behind.
+    """
+    directory = Path(directory)
+    safe_hint = "".join(c for c in hint if c.isalnum() or c in "-_.")[:64]
+    path = directory / f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        raise StageFailed(
+            f"could not stage a file in {directory}: {exc.strerror or exc}; "
+            "check that it is a writable directory with free space",
+            path=directory,
+            errno=exc.errno,
+        ) from exc
+    try:
+        os.fchmod(fd, mode)
+        write_all(fd, data)
+        hit("staging.before_fsync")
+        os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise StageFailed(
+            f"could not write the stage {path}: {exc.strerror or exc}; check free space and the disk",
+            path=path,
+            errno=exc.errno,
+        ) from exc
+    os.close(fd)
+    hit("staging.after_stage")
+    return Staged(path=path, size=len(data))
+
+
+def sweep(
+    directory: str | os.PathLike[str], older_than_s: float = DEFAULT_SWEEP_AGE_S, *, now: float | None = None
+) -> list[Path]:
+    """Remove stages in ``directory`` whose mtime is older than ``older_than_s`` seconds.
+
+    A missing directory has nothing to sweep. Returns the removed paths.
+    """
+    directory = Path(directory)
+    cutoff = (time.time() if now is None else now) - older_than_s
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not is_stage_name(entry.name):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def stale_stages(
+    directory: str | os.PathLike[str], older_than_s: float = DEFAULT_SWEEP_AGE_S, *, now: float | None = None
+) -> list[Path]:
+    """List (without removing) the stages in ``directory`` older than ``older_than_s`` seconds."""
+    directory = Path(directory)
+    cutoff = (time.time() if now is None else now) - older_than_s
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    out = []
+    for entry in entries:
+        if is_stage_name(entry.name):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    out.append(Path(entry.path))
+    return out
+
+
+def ensure_dir(directory: str | os.PathLike[str], mode: int = 0o700) -> Path:
+    """Create ``directory`` and any missing parents, fsyncing each parent that gained an entry.
+
+    Returns the directory's path. Raises ``OSError`` as ``os.mkdir`` does (other than EEXIST).
+    """
+    directory = Path(directory)
+    missing: list[Path] = []
+    probe = directory
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new, mode)
+        except FileExistsError:
+            if not new.is_dir():
+                raise
+            continue
+        fsync_dir(new.parent)
+    return directory

@@ -1,0 +1,143 @@
+"""The journal conformance suite: every backend must pass it unchanged (SPEC R-J1..R-J4, R-J7)."""
+
+from __future__ import annotations
+
+import pytest
+
+import journal
+from journal import JournalBackend, RunState
+
+
+def test_begin_creates_a_running_run_with_its_metadata_and_first_lease(jr: JournalBackend) -> None:
+    info, lease = jr.begin("greet", "team", {"source": "/x/flow.py", "header": {"script": True}})
+    assert info.state == RunState.RUNNING
+    assert (info.flow, info.scope, info.epoch) == ("greet", "team", 1)
+    assert dict(info.meta) == {"source": "/x/flow.py", "header": {"script": True}}
+    assert lease == journal.Lease(info.run_id, 1)
+    assert jr.run(info.run_id).state == RunState.RUNNING
+    journal.check_name("run id", info.run_id)  # safe in a path
+
+
+def test_run_ids_are_unique(jr: JournalBackend) -> None:
+    ids = {jr.begin("f", "s", {})[0].run_id for _ in range(20)}
+    assert len(ids) == 20
+
+
+def test_append_numbers_records_per_stream_and_read_returns_them_in_order(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    a = [jr.append(lease, "a", {"n": i}) for i in range(5)]
+    b = jr.append(lease, "b", {"n": 99})
+    assert [r.seq for r in a] == [1, 2, 3, 4, 5]
+    assert b.seq == 1
+    assert [r.payload["n"] for r in jr.read(info.run_id, "a")] == [0, 1, 2, 3, 4]
+    assert list(jr.read(info.run_id, "a")) == a
+    assert len({r.id for r in [*a, b]}) == 6
+    assert jr.streams(info.run_id) == ["a", "b"]
+
+
+def test_a_stream_never_written_reads_as_empty(jr: JournalBackend) -> None:
+    info, _ = jr.begin("f", "s", {})
+    assert list(jr.read(info.run_id, "nothing-here")) == []
+    assert jr.find(info.run_id, "nothing-here", "k") is None
+
+
+def test_append_is_idempotent_by_key(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    first = jr.append(lease, "memory-learn", {"v": 1}, key="k")
+    again = jr.append(lease, "memory-learn", {"v": 2}, key="k")
+    other = jr.append(lease, "memory-learn", {"v": 3}, key="other")
+    assert again == first
+    assert [r.payload["v"] for r in jr.read(info.run_id, "memory-learn")] == [1, 3]
+    assert jr.find(info.run_id, "memory-learn", "k") == first
+    assert jr.find(info.run_id, "memory-learn", "other") == other
+
+
+def test_a_second_holder_is_refused_while_the_lease_is_live(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, _lease = jr.begin("f", "s", {})
+    other = journal.open_journal(journal_location)
+    try:
+        with pytest.raises(journal.JournalLeaseHeld) as err:
+            other.acquire(info.run_id)
+        assert err.value.code == "journal_lease_held"
+        assert err.value.run_id == info.run_id
+    finally:
+        other.close()
+
+
+def test_a_released_running_run_reads_interrupted_and_is_resumed_with_a_higher_epoch(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "a", {"n": 1})
+    jr.release(lease)
+    other = journal.open_journal(journal_location)
+    try:
+        assert other.run(info.run_id).state == RunState.INTERRUPTED
+        assert other.run(info.run_id).state.resumable
+        new = other.acquire(info.run_id)
+        assert new.epoch == lease.epoch + 1
+        assert other.run(info.run_id).state == RunState.RUNNING
+        with pytest.raises(journal.JournalLeaseLost) as err:
+            jr.append(lease, "a", {"n": 2})
+        assert (err.value.code, err.value.expected, err.value.got) == ("journal_lease_lost", 2, 1)
+        other.append(new, "a", {"n": 3})
+        assert [r.payload["n"] for r in other.read(info.run_id, "a")] == [1, 3]
+    finally:
+        other.close()
+
+
+def test_finish_records_done_and_failed_and_done_is_not_resumable(jr: JournalBackend) -> None:
+    done, lease = jr.begin("f", "s", {})
+    assert jr.finish(lease, RunState.DONE).state == RunState.DONE
+    with pytest.raises(journal.JournalNotResumable):
+        jr.acquire(done.run_id)
+    with pytest.raises(journal.JournalLeaseLost):
+        jr.append(lease, "a", {})  # the run has ended: the lease is gone
+
+    failed, lease2 = jr.begin("f", "s", {})
+    info = jr.finish(lease2, RunState.FAILED, {"code": "boom", "message": "it broke"})
+    assert info.state == RunState.FAILED
+    assert dict(jr.run(failed.run_id).error or {}) == {"code": "boom", "message": "it broke"}
+    assert jr.acquire(failed.run_id).epoch == 2
+    assert jr.run(failed.run_id).error is None
+
+
+def test_runs_lists_every_run_newest_first(jr: JournalBackend) -> None:
+    made = [jr.begin("f", "s", {})[0].run_id for _ in range(3)]
+    listed = [r.run_id for r in jr.runs()]
+    assert sorted(listed) == sorted(made)
+    created = [r.created_ms for r in jr.runs()]
+    assert created == sorted(created, reverse=True)
+
+
+def test_unknown_runs_and_unsafe_names_are_refused(jr: JournalBackend) -> None:
+    with pytest.raises(journal.JournalRunNotFound):
+        jr.run("20000101T000000-0000000000")
+    with pytest.raises(journal.JournalRunNotFound):
+        jr.acquire("20000101T000000-0000000000")
+    _, lease = jr.begin("f", "s", {})
+    for bad in ["../x", "a/b", "", ".hidden", "a\x00b", "x" * 200]:
+        with pytest.raises(journal.JournalNameInvalid):
+            jr.append(lease, bad, {})
+
+
+def test_a_finished_runs_state_survives_reopening(jr: JournalBackend, journal_location: str) -> None:
+    info, lease = jr.begin("f", "s", {"k": "v"})
+    jr.append(lease, "a", {"n": 1}, key="one")
+    jr.finish(lease, RunState.DONE)
+    again = journal.open_journal(journal_location)
+    try:
+        assert again.run(info.run_id).state == RunState.DONE
+        assert [r.key for r in again.read(info.run_id, "a")] == ["one"]
+    finally:
+        again.close()
+
+
+def test_close_is_safe_twice_and_use_after_close_raises(journal_location: str) -> None:
+    backend = journal.open_journal(journal_location)
+    backend.close()
+    backend.close()
+    with pytest.raises(RuntimeError):
+        backend.runs()

@@ -1,0 +1,195 @@
+"""The durable line log: torn tails are cut, damage fails closed (SPEC R-J5)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import journal
+from journal import JournalCorrupt, LineDamaged, LineLog, Record, RecordCodec
+
+
+def _log(path: Path) -> LineLog[Record]:
+    return LineLog(path, RecordCodec("run", "s"), sequence=lambda r: r.seq)
+
+
+def _rec(seq: int, text: str = "x") -> Record:
+    return Record(
+        run_id="run", stream="s", seq=seq, id=f"id{seq}", key=f"k{seq}", ts_ms=seq, payload={"t": text}
+    )
+
+
+def _write(log: LineLog[Record], n: int) -> None:
+    with log.locked():
+        log.recover()
+        for i in range(1, n + 1):
+            log.append(_rec(i))
+
+
+def test_record_codec_round_trips_and_checks_its_crc() -> None:
+    codec = RecordCodec("run", "s")
+    line = codec.encode(_rec(3, "héllo\nworld"))
+    assert b"\n" not in line
+    assert codec.decode(line) == _rec(3, "héllo\nworld")
+    flipped = line.replace(b"world", b"worle")
+    with pytest.raises(LineDamaged) as err:
+        codec.decode(flipped)
+    assert err.value.torn is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_decode_or_raise_only_line_damaged(data: bytes) -> None:
+    codec = RecordCodec("run", "s")
+    with contextlib.suppress(LineDamaged):
+        codec.decode(data.replace(b"\n", b""))
+
+
+def test_a_torn_tail_cut_at_every_offset_keeps_exactly_the_complete_prefix(tmp_path: Path) -> None:
+    k = 4
+    ref = tmp_path / "ref.jsonl"
+    _write(_log(ref), k)
+    full = ref.read_bytes()
+    last_start = full.rstrip(b"\n").rfind(b"\n") + 1
+    prefix = full[:last_start]
+    for cut in range(last_start, len(full)):  # every byte offset of the last record, short of whole
+        path = tmp_path / f"cut{cut}.jsonl"
+        path.write_bytes(full[:cut])
+        log = _log(path)
+        assert [r.seq for r in log.read()] == [1, 2, 3]  # a lock-free read ignores the tail
+        with log.locked():
+            assert [r.seq for r in log.recover()] == [1, 2, 3]
+            log.append(_rec(4, "again"))
+        data = path.read_bytes()
+        assert data.startswith(prefix)  # nothing before the cut changed
+        assert data[len(prefix) :] == RecordCodec("run", "s").encode(_rec(4, "again")) + b"\n"
+        assert [r.payload["t"] for r in _log(path).read()] == ["x", "x", "x", "again"]
+
+
+@pytest.mark.parametrize(
+    "tail", [b"\x00" * 57, b"\x00" * 10 + b"\n" + b"\x00" * 5, b"garbage{\n", b'{"seq":']
+)
+def test_zeros_and_garbage_after_the_last_record_are_a_torn_tail(tmp_path: Path, tail: bytes) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 2)
+    good = path.read_bytes()
+    path.write_bytes(good + tail)
+    log = _log(path)
+    with log.locked():
+        assert [r.seq for r in log.recover()] == [1, 2]
+    assert path.read_bytes() == good
+
+
+def test_a_stale_valid_looking_line_at_the_end_is_cut_as_torn(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 3)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines) + lines[0])  # an old record's bytes, out of sequence
+    with _log(path).locked() as log:
+        assert [r.seq for r in log.recover()] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("victim", [0, 1, 2])
+def test_a_flipped_byte_in_an_earlier_line_fails_closed_naming_file_and_line(
+    tmp_path: Path, victim: int
+) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 4)
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = bytearray(lines[victim])
+    damaged[damaged.index(b'"t":"x"') + 5] = ord("y")
+    lines[victim] = bytes(damaged)
+    path.write_bytes(b"".join(lines))
+    before = path.read_bytes()
+    for attempt in ("read", "recover", "reverse"):
+        log = _log(path)
+        with pytest.raises(JournalCorrupt) as err:
+            if attempt == "read":
+                log.read()
+            elif attempt == "reverse":
+                list(log.iter_reverse())
+            else:
+                with log.locked():
+                    log.recover()
+        assert err.value.code == "journal_corrupt"
+        assert err.value.path == path
+        assert err.value.line == victim + 1
+        assert str(path) in str(err.value)
+    assert path.read_bytes() == before  # failing closed never cuts
+
+
+def test_a_flipped_byte_in_the_complete_last_line_is_damage_not_a_tear(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 3)
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b'"t":"x"') + 5] = ord("z")
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt) as err, _log(path).locked() as log:
+        log.recover()
+    assert err.value.line == 3
+
+
+def test_appends_write_whole_lines_and_the_file_and_dir_are_created(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "log.jsonl"
+    log = _log(path)
+    _write(log, 3)
+    raw = path.read_bytes()
+    assert raw.count(b"\n") == 3 and raw.endswith(b"\n")
+    for line in raw.splitlines():
+        obj = orjson.loads(line)
+        crc = obj.pop("crc")
+        assert int(crc, 16) == zlib.crc32(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_append_without_the_lock_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError):
+        _log(tmp_path / "l.jsonl").append(_rec(1))
+
+
+def test_iter_reverse_reads_newest_first_across_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    log = _log(path)
+    with log.locked():
+        log.recover()
+        for i in range(1, 3001):
+            log.append(_rec(i, "y" * (i % 50)))
+    with open(path, "ab") as fh:
+        fh.write(b'{"partial')
+    seqs = [r.seq for r in _log(path).iter_reverse()]
+    assert seqs == list(range(3000, 0, -1))
+
+
+def test_a_failed_read_is_not_cached(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 2)
+    good = path.read_bytes()
+    log = _log(path)
+    path.write_bytes(b"junk\n" + good)
+    with pytest.raises(JournalCorrupt):
+        log.read()
+    path.write_bytes(good)
+    assert [r.seq for r in log.read()] == [1, 2]
+
+
+def test_a_failed_append_leaves_no_part_of_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 1)
+    good = path.read_bytes()
+    log = _log(path)
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=EIO")
+    journal._linelog.failpoint.__globals__["_plan"] = None  # re-read the variable
+    with pytest.raises(journal.JournalUnwritable), log.locked():
+        log.recover()
+        log.append(_rec(2))
+    monkeypatch.delenv("FLOWS_FAILPOINTS")
+    journal._linelog.failpoint.__globals__["_plan"] = None
+    assert path.read_bytes() == good
+    assert os.path.getsize(path) == len(good)

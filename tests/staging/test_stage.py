@@ -1,0 +1,113 @@
+"""Staging: hidden, exclusive, durable stages; atomic publish; sweeping (SPEC R-S1..R-S3)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import staging
+
+
+def _visible(directory: Path) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if not staging.is_stage_name(n))
+
+
+def test_a_staged_file_is_never_listed_and_holds_the_bytes_with_the_mode(tmp_path: Path) -> None:
+    staged = staging.stage(tmp_path, b"hello", 0o640, hint="f.json")
+    assert staged.path.parent == tmp_path
+    assert staging.is_stage_name(staged.path.name)
+    assert _visible(tmp_path) == []
+    assert staged.path.read_bytes() == b"hello"
+    assert staged.path.stat().st_mode & 0o777 == 0o640
+
+
+def test_publish_replaces_the_old_file_atomically(tmp_path: Path) -> None:
+    final = tmp_path / "f.json"
+    final.write_bytes(b"old")
+    seen: set[bytes] = set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.add(final.read_bytes())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(200):
+            staging.stage(tmp_path, b"new-%03d" % i * 100, hint="f").publish(final)
+    finally:
+        stop.set()
+        t.join()
+    assert final.read_bytes() == b"new-199" * 100
+    assert all(s == b"old" or (len(s) == 700 and s[:4] == b"new-" and s == s[:7] * 100) for s in seen)
+    assert _visible(tmp_path) == ["f.json"]
+    assert [n for n in os.listdir(tmp_path) if staging.is_stage_name(n)] == []
+
+
+def test_a_destination_that_is_not_a_directory_raises_and_leaves_nothing(tmp_path: Path) -> None:
+    not_dir = tmp_path / "file"
+    not_dir.write_bytes(b"x")
+    with pytest.raises(staging.StageFailed) as err:
+        staging.stage(not_dir, b"data")
+    assert err.value.code == "staging_stage_failed"
+    assert err.value.errno is not None
+    with pytest.raises(staging.StageFailed):
+        staging.stage(tmp_path / "missing", b"data")
+    assert os.listdir(tmp_path) == ["file"]
+
+
+def test_a_failing_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "staging.before_fsync=ENOSPC")
+    staging._failpoints.reset()
+    try:
+        with pytest.raises(staging.StageFailed) as err:
+            staging.stage(tmp_path, b"x" * 10000)
+        assert err.value.errno == 28
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert os.listdir(tmp_path) == []
+
+
+def test_publish_into_another_directory_or_twice_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    staged = staging.stage(tmp_path, b"x")
+    with pytest.raises(ValueError, match="not in the stage's directory"):
+        staged.publish(tmp_path / "other" / "f")
+    staged.publish(tmp_path / "f")
+    with pytest.raises(ValueError, match="already"):
+        staged.publish(tmp_path / "f")
+
+
+def test_publish_onto_a_directory_fails_and_removes_the_stage(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "keep").write_bytes(b"k")
+    staged = staging.stage(tmp_path, b"x")
+    with pytest.raises(staging.PublishFailed):
+        staged.publish(tmp_path / "d")
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_discard_removes_the_stage_and_is_safe_twice(tmp_path: Path) -> None:
+    staged = staging.stage(tmp_path, b"x")
+    staged.discard()
+    staged.discard()
+    assert os.listdir(tmp_path) == []
+
+
+def test_sweep_removes_only_stale_stages(tmp_path: Path) -> None:
+    old = staging.stage(tmp_path, b"old")
+    fresh = staging.stage(tmp_path, b"fresh")
+    (tmp_path / "data.json").write_bytes(b"{}")
+    past = time.time() - 7200
+    os.utime(old.path, (past, past))
+    os.utime(tmp_path / "data.json", (past, past))
+    assert staging.stale_stages(tmp_path) == [old.path]
+    assert staging.sweep(tmp_path) == [old.path]
+    assert sorted(os.listdir(tmp_path)) == sorted([fresh.path.name, "data.json"])
+    assert staging.sweep(tmp_path / "nope") == []
