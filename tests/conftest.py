@@ -15,6 +15,9 @@ import journal
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# PostgreSQL fixtures (``postgres_dsn``) live in their own module, owned with the backend.
+pytest_plugins = ["tests.pg_fixtures"]
+
 
 def run_python(
     code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60
