@@ -18,7 +18,7 @@ from journal._errors import (
 )
 from journal._file import FileJournal, RecordCodec
 from journal._linelog import LineCodec, LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_name
+from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
 from journal._open import open_journal
 
 __all__ = [
@@ -47,4 +47,5 @@ __all__ = [
     "RunState",
     "check_name",
     "open_journal",
+    "record_id",
 ]

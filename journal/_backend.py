@@ -48,6 +48,8 @@ class JournalBackend(Protocol):
     ) -> Record:
         """Append under the run lock, durably; if ``key`` is already in the stream, return that record.
 
+        A keyed record's id is ``record_id(run_id, stream, key)``; an unkeyed one gets a random id.
+
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalNameInvalid, and the
         storage errors.
         """

@@ -37,7 +37,7 @@ from journal._errors import (
     JournalUnwritable,
 )
 from journal._linelog import LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_name
+from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
 from staging import StagingError, ensure_dir, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
@@ -374,7 +374,7 @@ class FileJournal:
                     run_id=lease.run_id,
                     stream=stream,
                     seq=len(records) + 1,
-                    id=secrets.token_hex(8),
+                    id=secrets.token_hex(8) if key is None else record_id(lease.run_id, stream, key),
                     key=key,
                     ts_ms=self._clock(),
                     payload=dict(payload),

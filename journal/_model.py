@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,15 @@ def check_name(kind: str, value: str) -> str:
             "starting with a letter or digit"
         )
     return value
+
+
+def record_id(run_id: str, stream: str, key: str) -> str:
+    """The id of the record appended to ``stream`` of ``run_id`` with ``key`` (16 hex characters).
+
+    Every backend derives a keyed record's id this way, so a caller can render what a record will
+    look like before appending it, and the same record has the same id on every host.
+    """
+    return hashlib.blake2b(f"{run_id}\0{stream}\0{key}".encode(), digest_size=8).hexdigest()
 
 
 class RunState(enum.StrEnum):

@@ -50,6 +50,7 @@ def test_append_is_idempotent_by_key(jr: JournalBackend) -> None:
     assert [r.payload["v"] for r in jr.read(info.run_id, "memory-learn")] == [1, 3]
     assert jr.find(info.run_id, "memory-learn", "k") == first
     assert jr.find(info.run_id, "memory-learn", "other") == other
+    assert first.id == journal.record_id(info.run_id, "memory-learn", "k")
 
 
 def test_a_second_holder_is_refused_while_the_lease_is_live(
