@@ -1,4 +1,4 @@
-"""The agent ledger (SPEC R-A1–R-A8; seed ``000_7d0316fd5aa6f8e8``).
+"""The agent ledger (SPEC R-A1 to R-A8; seed ``000_7d0316fd5aa6f8e8``).
 
 ``.sail/memory/ledger.jsonl`` is the agent's own history: append-only, one line per tick's decision
 (``acted``, reconciled from the chain, or ``skipped``, with why). ``.sail/activity.jsonl`` is the
@@ -68,13 +68,14 @@ __all__ = [
     "DispatchUndecodable",
     "Entry",
     "LastAct",
+    "Ledger",
     "LedgerCodec",
     "LedgerError",
     "LedgerInvalidEntry",
     "LedgerWriter",
     "LogRecord",
-    "Outcome",
     "OtherActivity",
+    "Outcome",
     "Receipt",
     "Skipped",
     "SwapCall",

@@ -55,10 +55,16 @@ class DispatchSubmitted:
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
         return {
-            "ts": self.ts, "event": self.event, "chainId": self.chain_id, "txHash": self.tx_hash,
-            "from": self.sender, "to": self.to, "data": self.data, "action": self.action,
+            "ts": self.ts,
+            "event": self.event,
+            "chainId": self.chain_id,
+            "txHash": self.tx_hash,
+            "from": self.sender,
+            "to": self.to,
+            "data": self.data,
+            "action": self.action,
             "permission": self.permission,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -81,9 +87,12 @@ class DispatchSettled:
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores (``gasUsed`` as a decimal string, as in the ledger)."""
         return {
-            "ts": self.ts, "event": self.event, "txHash": self.tx_hash, "block": self.block,
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "block": self.block,
             "gasUsed": str(self.gas_used),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -120,9 +129,15 @@ def activity_from_wire(obj: object) -> ActivityRecord:
     try:
         if event == "dispatch_submitted":
             return DispatchSubmitted(
-                ts=obj["ts"], chain_id=obj["chainId"], tx_hash=obj["txHash"], sender=obj["from"],
-                to=obj["to"], data=obj["data"], action=obj["action"], permission=obj["permission"],
-            )  # fmt: skip
+                ts=obj["ts"],
+                chain_id=obj["chainId"],
+                tx_hash=obj["txHash"],
+                sender=obj["from"],
+                to=obj["to"],
+                data=obj["data"],
+                action=obj["action"],
+                permission=obj["permission"],
+            )
         if event in ("dispatch_executed", "dispatch_reverted"):
             gas = obj["gasUsed"]
             _need(isinstance(gas, str) and gas.isdigit(), "gasUsed", "must be a decimal string")
@@ -134,7 +149,9 @@ def activity_from_wire(obj: object) -> ActivityRecord:
     ts = obj.get("ts")
     _need(type(ts) is int, "ts", "must be unix seconds")
     assert isinstance(ts, int) and isinstance(event, str)
-    return OtherActivity(ts=ts, event=event, fields={k: v for k, v in obj.items() if k not in ("ts", "event")})
+    return OtherActivity(
+        ts=ts, event=event, fields={k: v for k, v in obj.items() if k not in ("ts", "event")}
+    )
 
 
 class ActivityCodec:

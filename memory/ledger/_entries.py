@@ -40,9 +40,21 @@ _UINT = re.compile(r"(0|[1-9][0-9]*)\Z")
 _HUMAN = re.compile(r"(0|[1-9][0-9]*)\.[0-9]+ \S+\Z")
 
 ACTED_KEYS: Final = (
-    "ts", "block", "chainId", "kind", "action", "permission", "outcome", "txHash", "gasUsed",
-    "tokenIn", "tokenOut", "amountIn", "amountOut", "balancesAfter",
-)  # fmt: skip
+    "ts",
+    "block",
+    "chainId",
+    "kind",
+    "action",
+    "permission",
+    "outcome",
+    "txHash",
+    "gasUsed",
+    "tokenIn",
+    "tokenOut",
+    "amountIn",
+    "amountOut",
+    "balancesAfter",
+)
 SKIPPED_KEYS: Final = ("ts", "block", "chainId", "kind", "reason")
 AMOUNT_KEYS: Final = ("baseUnits", "human")
 
@@ -146,19 +158,23 @@ class Acted:
     def _check_nulls(self) -> None:
         """Enforce what the outcome makes knowable: nulls only where the seed allows them."""
         known = {
-            "block": self.block, "gasUsed": self.gas_used, "tokenIn": self.token_in,
-            "tokenOut": self.token_out, "amountIn": self.amount_in, "amountOut": self.amount_out,
+            "block": self.block,
+            "gasUsed": self.gas_used,
+            "tokenIn": self.token_in,
+            "tokenOut": self.token_out,
+            "amountIn": self.amount_in,
+            "amountOut": self.amount_out,
             "balancesAfter": self.balances_after,
-        }  # fmt: skip
+        }
         required = {
-            Outcome.CONFIRMED: set(known),
-            Outcome.REVERTED: {"block", "gasUsed", "tokenIn", "tokenOut", "amountIn"},
-            Outcome.UNVERIFIED: set(),
+            Outcome.CONFIRMED: tuple(known),
+            Outcome.REVERTED: ("block", "gasUsed", "tokenIn", "tokenOut", "amountIn"),
+            Outcome.UNVERIFIED: (),
         }[self.outcome]
         must_be_null = {
-            Outcome.CONFIRMED: set(),
-            Outcome.REVERTED: {"amountOut", "balancesAfter"},
-            Outcome.UNVERIFIED: {"block", "gasUsed", "amountOut", "balancesAfter"},
+            Outcome.CONFIRMED: (),
+            Outcome.REVERTED: ("amountOut", "balancesAfter"),
+            Outcome.UNVERIFIED: ("block", "gasUsed", "amountOut", "balancesAfter"),
         }[self.outcome]
         for name in required:
             if known[name] is None:

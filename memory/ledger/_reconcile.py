@@ -163,10 +163,17 @@ def resolve(
     amount_in = Amount.of(call.amount_in, info_in.decimals, info_in.symbol)
     ts = reader.block_timestamp(receipt.block)
     common = {
-        "ts": ts, "block": receipt.block, "chain_id": dispatch.chain_id, "action": dispatch.action,
-        "permission": dispatch.permission, "tx_hash": dispatch.tx_hash, "gas_used": receipt.gas_used,
-        "token_in": call.token_in, "token_out": call.token_out, "amount_in": amount_in,
-    }  # fmt: skip
+        "ts": ts,
+        "block": receipt.block,
+        "chain_id": dispatch.chain_id,
+        "action": dispatch.action,
+        "permission": dispatch.permission,
+        "tx_hash": dispatch.tx_hash,
+        "gas_used": receipt.gas_used,
+        "token_in": call.token_in,
+        "token_out": call.token_out,
+        "amount_in": amount_in,
+    }
     if receipt.status != 1:
         return Acted(outcome=Outcome.REVERTED, amount_out=None, balances_after=None, **common)  # type: ignore[arg-type]
     info_out = reader.token_info(call.token_out)
@@ -190,11 +197,20 @@ def _unverified(dispatch: DispatchSubmitted, call: SwapCall, reader: ChainReader
     except ChainUnavailable:
         amount_in = None  # the token cannot be read either: say nothing rather than guess
     return Acted(
-        ts=now, block=None, chain_id=dispatch.chain_id, action=dispatch.action,
-        permission=dispatch.permission, outcome=Outcome.UNVERIFIED, tx_hash=dispatch.tx_hash,
-        gas_used=None, token_in=call.token_in, token_out=call.token_out, amount_in=amount_in,
-        amount_out=None, balances_after=None,
-    )  # fmt: skip
+        ts=now,
+        block=None,
+        chain_id=dispatch.chain_id,
+        action=dispatch.action,
+        permission=dispatch.permission,
+        outcome=Outcome.UNVERIFIED,
+        tx_hash=dispatch.tx_hash,
+        gas_used=None,
+        token_in=call.token_in,
+        token_out=call.token_out,
+        amount_in=amount_in,
+        amount_out=None,
+        balances_after=None,
+    )
 
 
 def transferred_to(logs: Sequence[LogRecord], *, token: str, recipient: str) -> int:

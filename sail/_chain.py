@@ -1,0 +1,226 @@
+"""Chain access through web3: the reads reconcile and the strategy need, and the router contract.
+
+``Chain`` implements ``memory.ledger.ChainReader`` (receipts, blocks, calldata, tokens, balances
+at a block) and ``ChainView`` for strategies (balance, allowance, quote at the head). Every web3,
+transport or EVM failure of a read is translated here, in ``_reading``, into
+``memory.ledger.ChainUnavailable``; a failing quote becomes ``QuoteUnavailable`` (a skip reason,
+not an error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import requests
+from eth_utils.exceptions import ValidationError as EthValidationError
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.exceptions import TimeExhausted, TransactionNotFound, Web3Exception
+
+from memory.ledger import ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
+from sail._contracts import abi
+
+try:  # the in-process EVM's own errors, when it is installed
+    from eth_tester.exceptions import (  # type: ignore[import-untyped]  # eth-tester ships no types
+        EthTesterException as _TesterError,
+    )
+except ImportError:  # pragma: no cover - eth-tester is part of the chain extra
+    _TesterError = Web3Exception
+
+#: what a read may fail with, short of a bug in sail: mapped to ChainUnavailable
+READ_ERRORS: tuple[type[BaseException], ...] = (
+    Web3Exception,
+    requests.RequestException,
+    OSError,
+    ValueError,  # web3 raises it for some malformed RPC answers
+    EthValidationError,
+    _TesterError,
+)
+
+SWAP_FUNCTION = "swapExactTokensForTokens"
+
+
+class QuoteUnavailable(Exception):
+    """The router would not quote (no route, reverted call, node error); the message says why."""
+
+
+class ChainView(Protocol):
+    """What a strategy may read from the chain, at the head."""
+
+    def balance_of(self, token: str, owner: str, block: int | None = None) -> int:
+        """``token.balanceOf(owner)``."""
+        ...
+
+    def allowance(self, token: str, owner: str, spender: str) -> int:
+        """``token.allowance(owner, spender)``."""
+        ...
+
+    def quote(self, router: str, amount_in: int, path: Sequence[str]) -> int:
+        """The router's ``getAmountsOut(amount_in, path)[-1]``; raises ``QuoteUnavailable``."""
+        ...
+
+
+@contextlib.contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """Translate a failed chain read into ``ChainUnavailable`` (the one place that does)."""
+    try:
+        yield
+    except READ_ERRORS as exc:
+        raise ChainUnavailable(
+            f"cannot read {what} from the chain: {exc}; check that the node at the configured "
+            "rpc_url is running and synced"
+        ) from exc
+
+
+class Chain:
+    """web3 access for one agent.
+
+    Args:
+        w3: a connected ``Web3`` (HTTP to a node, or the in-process ``EthereumTesterProvider``).
+    """
+
+    def __init__(self, w3: Web3) -> None:
+        self.w3 = w3
+        self._router_abi = w3.eth.contract(abi=abi("SwapRouter"))
+        self._tokens: dict[str, TokenInfo] = {}
+        self._chain_id: int | None = None
+
+    @classmethod
+    def connect(cls, rpc_url: str, *, timeout: float = 10.0) -> Chain:
+        """A ``Chain`` over HTTP JSON-RPC at ``rpc_url`` (no request is made yet)."""
+        provider = Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": timeout})
+        return cls(Web3(provider))
+
+    # -- plain reads ------------------------------------------------------------------------------
+
+    def chain_id(self) -> int:
+        """The chain id (read once).
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        if self._chain_id is None:
+            with _reading("the chain id"):
+                self._chain_id = int(self.w3.eth.chain_id)
+        return self._chain_id
+
+    def head(self) -> int:
+        """The latest block number.
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        with _reading("the latest block number"):
+            return int(self.w3.eth.block_number)
+
+    def block_timestamp(self, block: int) -> int:
+        """The timestamp of ``block`` (unix seconds).
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        with _reading(f"block {block}"):
+            return int(self.w3.eth.get_block(block)["timestamp"])
+
+    def receipt(self, tx_hash: str, timeout: float) -> Receipt | None:
+        """The receipt of ``tx_hash``, waiting up to ``timeout`` s; None if not readable by then.
+
+        Raises:
+            ChainUnavailable: the node cannot be read at all.
+        """
+        with _reading(f"the receipt of {tx_hash}"):
+            try:
+                if timeout <= 0:
+                    raw: Any = self.w3.eth.get_transaction_receipt(HexBytes(tx_hash))
+                else:
+                    raw = self.w3.eth.wait_for_transaction_receipt(
+                        HexBytes(tx_hash), timeout=timeout, poll_latency=0.05
+                    )
+            except (TimeExhausted, TransactionNotFound):
+                return None
+            logs = tuple(
+                LogRecord(
+                    address=str(log["address"]),
+                    topics=tuple(Web3.to_hex(t) for t in log["topics"]),
+                    data=bytes(log["data"]),
+                )
+                for log in raw["logs"]
+            )
+            return Receipt(
+                status=int(raw["status"]),
+                block=int(raw["blockNumber"]),
+                gas_used=int(raw["gasUsed"]),
+                logs=logs,
+            )
+
+    def decode_swap(self, to: str, data: str) -> SwapCall | None:
+        """Decode ``data`` as the router's ``swapExactTokensForTokens``; None when it is not."""
+        del to  # the calldata alone says what was asked; the router address may have changed since
+        try:
+            fn, args = self._router_abi.decode_function_input(data)
+        except (ValueError, Web3Exception):
+            return None
+        path = list(args.get("path", []))
+        if getattr(fn, "fn_name", None) != SWAP_FUNCTION or len(path) < 2:
+            return None
+        return SwapCall(token_in=str(path[0]), token_out=str(path[-1]), amount_in=int(args["amountIn"]))
+
+    def token_info(self, token: str) -> TokenInfo:
+        """The ERC-20's decimals and symbol (read once per token).
+
+        Raises:
+            ChainUnavailable: the token cannot be read (not a contract, node down).
+        """
+        key = token.lower()
+        if key not in self._tokens:
+            contract = self._token(token)
+            with _reading(f"decimals and symbol of {token}"):
+                self._tokens[key] = TokenInfo(
+                    decimals=int(contract.functions.decimals().call()),
+                    symbol=str(contract.functions.symbol().call()),
+                )
+        return self._tokens[key]
+
+    def balance_of(self, token: str, owner: str, block: int | None = None) -> int:
+        """``token.balanceOf(owner)`` at ``block`` (the head when None).
+
+        Raises:
+            ChainUnavailable: the balance cannot be read.
+        """
+        at: Any = "latest" if block is None else block
+        with _reading(f"balanceOf({owner}) of {token}"):
+            return int(self._token(token).functions.balanceOf(owner).call(block_identifier=at))
+
+    def allowance(self, token: str, owner: str, spender: str) -> int:
+        """``token.allowance(owner, spender)`` at the head.
+
+        Raises:
+            ChainUnavailable: the allowance cannot be read.
+        """
+        with _reading(f"allowance({owner}, {spender}) of {token}"):
+            return int(self._token(token).functions.allowance(owner, spender).call())
+
+    def quote(self, router: str, amount_in: int, path: Sequence[str]) -> int:
+        """The router's quote for ``amount_in`` along ``path``.
+
+        Raises:
+            QuoteUnavailable: the router reverted or the node failed; the message says which.
+        """
+        contract = self.router(router)
+        checksummed = [Web3.to_checksum_address(p) for p in path]
+        try:
+            amounts = contract.functions.getAmountsOut(amount_in, checksummed).call()
+        except READ_ERRORS as exc:
+            raise QuoteUnavailable(str(exc) or type(exc).__name__) from exc
+        return int(amounts[-1])
+
+    # -- contracts --------------------------------------------------------------------------------
+
+    def router(self, address: str) -> Any:
+        """The router contract at ``address`` (web3 ``Contract``)."""
+        return self.w3.eth.contract(address=Web3.to_checksum_address(address), abi=abi("SwapRouter"))
+
+    def _token(self, address: str) -> Any:
+        return self.w3.eth.contract(address=Web3.to_checksum_address(address), abi=abi("TestToken"))

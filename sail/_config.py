@@ -1,0 +1,123 @@
+"""The agent's config, ``<home>/.sail/config.toml``, written by ``sail init``.
+
+Amounts are decimal strings of base units (TOML integers stop at 2**63, an 18-decimal token
+passes that at 9.2 tokens). The signing key is never in the config: only the name of the env var
+that holds it, or the path of an encrypted keystore.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sail._errors import SailConfigInvalid, SailConfigMissing
+from staging import ensure_dir, stage
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
+_AMOUNT_KEYS = ("amount_in", "min_balance")
+_ADDRESS_KEYS = ("router", "token_in", "token_out")
+
+
+@dataclass(frozen=True)
+class SailConfig:
+    """Everything a tick needs to know that is not on the chain or in the ledger."""
+
+    rpc_url: str
+    router: str
+    token_in: str
+    token_out: str
+    amount_in: int
+    interval_s: int
+    min_balance: int
+    slippage_bps: int = 50
+    deadline_s: int = 300
+    permission: str | None = None
+    key_env: str = "SAIL_PRIVATE_KEY"
+    keystore: str | None = None
+    gas: int = 300_000
+    receipt_timeout_s: float = 30.0
+    reconcile_wait_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in _ADDRESS_KEYS:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _ADDRESS.match(value):
+                raise SailConfigInvalid(f"config key {name!r} must be a 0x address, got {value!r}")
+        for name in ("amount_in", "interval_s", "min_balance", "slippage_bps", "deadline_s", "gas"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise SailConfigInvalid(f"config key {name!r} must be a non-negative integer, got {value!r}")
+        if self.amount_in == 0 or not 0 <= self.slippage_bps < 10_000:
+            raise SailConfigInvalid("amount_in must be > 0 and slippage_bps in [0, 10000)")
+        if not isinstance(self.rpc_url, str) or not self.rpc_url.startswith(("http://", "https://")):
+            raise SailConfigInvalid(f"rpc_url must be an http(s) URL, got {self.rpc_url!r}")
+
+    def to_toml(self) -> str:
+        """The config as TOML text (None values are left out)."""
+        lines = ["# sail agent config, written by `sail init`; amounts are base units"]
+        for key, value in asdict(self).items():
+            if value is None:
+                continue
+            text = _toml_value(str(value) if key in _AMOUNT_KEYS else value)
+            lines.append(f"{key} = {text}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def sail_dir(home: str | os.PathLike[str]) -> Path:
+    """The ``.sail`` directory of an agent home."""
+    return Path(home) / ".sail"
+
+
+def config_path(home: str | os.PathLike[str]) -> Path:
+    """Where the config of an agent home lives."""
+    return sail_dir(home) / "config.toml"
+
+
+def load_config(home: str | os.PathLike[str]) -> SailConfig:
+    """Read ``<home>/.sail/config.toml``.
+
+    Raises:
+        SailConfigMissing: there is no config (run ``sail init``).
+        SailConfigInvalid: it is not TOML, or a key is unknown, missing or ill-typed.
+    """
+    path = config_path(home)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SailConfigMissing(f"no agent config at {path}; run `sail init` first", path=path) from None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SailConfigInvalid(f"cannot read {path}: {exc}", path=path) from exc
+    known = {f.name for f in fields(SailConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SailConfigInvalid(f"{path}: unknown key {unknown[0]!r}", path=path)
+    try:
+        for key in _AMOUNT_KEYS:
+            if key in raw:
+                raw[key] = int(str(raw[key]))
+        return SailConfig(**raw)
+    except (TypeError, ValueError) as exc:
+        raise SailConfigInvalid(f"{path}: {exc}", path=path) from exc
+    except SailConfigInvalid as exc:
+        raise SailConfigInvalid(f"{path}: {exc.message}", path=path) from None
+
+
+def save_config(home: str | os.PathLike[str], config: SailConfig) -> Path:
+    """Write the config atomically (stage, fsync, rename) and return its path."""
+    path = config_path(home)
+    ensure_dir(path.parent)
+    stage(path.parent, config.to_toml().encode(), mode=0o600, hint=path.name).publish(path)
+    return path

@@ -1,0 +1,63 @@
+"""Errors of the ``sail`` agent: config, keys, submission, the local node.
+
+Every error carries a stable ``code`` (docs/SURFACE-sail.md) and a message that says what to do.
+The tree::
+
+    SailError                     base: code, message, path
+    ├── SailConfigMissing         sail_config_missing: no .sail/config.toml (run `sail init`)
+    ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
+    ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
+    ├── SailSubmitFailed          sail_submit_failed: the node refused the signed transaction
+    └── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+
+Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
+journal errors propagate unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class SailError(Exception):
+    """Base of every sail error; ``code`` is stable."""
+
+    code = "sail_error"
+
+    def __init__(self, message: str, *, path: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = None if path is None else Path(path)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SailConfigMissing(SailError):
+    """The agent home has no ``.sail/config.toml``."""
+
+    code = "sail_config_missing"
+
+
+class SailConfigInvalid(SailError):
+    """The config is not valid TOML, or a key is missing or of the wrong type."""
+
+    code = "sail_config_invalid"
+
+
+class SailKeyUnavailable(SailError):
+    """No signing key: the env var is unset or the keystore cannot be read or decrypted."""
+
+    code = "sail_key_unavailable"
+
+
+class SailSubmitFailed(SailError):
+    """The node refused the signed transaction (nonce, funds, gas); nothing was dispatched."""
+
+    code = "sail_submit_failed"
+
+
+class SailNodeUnavailable(SailError):
+    """The local anvil node could not be installed, started or reached."""
+
+    code = "sail_node_unavailable"

@@ -1,0 +1,178 @@
+"""The dispatch runner: sign, send, log the submission at once, await the receipt, log the outcome.
+
+The runner's account of its dispatches lives in ``.sail/activity.jsonl`` (SPEC R-A7):
+``dispatch_submitted`` (tx hash, sender, router, calldata, action, permission) is appended as soon
+as the node has accepted the signed transaction, then ``dispatch_executed`` or ``dispatch_reverted``
+once the receipt is read within ``receipt_timeout``. If the receipt does not come in time, nothing
+more is written: the ledger's reconcile will find it (or call it ``unverified``) on a later tick.
+
+The signing key comes from an environment variable or an encrypted keystore file, is held only in
+memory by ``eth_account``, and is never written to any log, file or message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+
+from memory.ledger import ActivityLog, ChainUnavailable, DispatchSettled, DispatchSubmitted
+from sail._chain import READ_ERRORS, Chain
+from sail._errors import SailKeyUnavailable, SailSubmitFailed
+from sail._strategy import Swap
+
+DEFAULT_KEY_ENV = "SAIL_PRIVATE_KEY"
+DEFAULT_PASSWORD_ENV = "SAIL_KEYSTORE_PASSWORD"  # noqa: S105 - the name of an env var, not a secret
+
+
+def load_account(
+    *, key_env: str = DEFAULT_KEY_ENV, keystore: Path | None = None, password_env: str = DEFAULT_PASSWORD_ENV
+) -> LocalAccount:
+    """The agent's signing account, from ``keystore`` (decrypted with ``$password_env``) or ``$key_env``.
+
+    Raises:
+        SailKeyUnavailable: neither is set, the keystore cannot be read or decrypted, or the key
+            is malformed. The message never contains the key or the password.
+    """
+    if keystore is not None:
+        password = os.environ.get(password_env)
+        if password is None:
+            raise SailKeyUnavailable(f"keystore {keystore} needs its password in ${password_env}")
+        try:
+            key = Account.decrypt(keystore.read_text(encoding="utf-8"), password)
+        except (OSError, ValueError) as exc:
+            raise SailKeyUnavailable(
+                f"cannot decrypt keystore {keystore} ({type(exc).__name__}); check the file and "
+                f"${password_env}",
+                path=keystore,
+            ) from None
+        account: LocalAccount = Account.from_key(key)
+        return account
+    raw = os.environ.get(key_env)
+    if not raw:
+        raise SailKeyUnavailable(
+            f"no signing key: set ${key_env} to the agent's private key, or `keystore` in .sail/config.toml"
+        )
+    try:
+        account = Account.from_key(raw.strip())
+    except (ValueError, TypeError):
+        raise SailKeyUnavailable(f"${key_env} does not hold a valid private key") from None
+    return account
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What the runner did with one swap: the hash it sent, and the receipt's outcome if it came."""
+
+    tx_hash: str
+    settled: DispatchSettled | None
+
+
+class Runner:
+    """Signs and sends the agent's swaps and keeps ``activity.jsonl``.
+
+    Args:
+        chain: chain access.
+        account: the signing account (the agent).
+        activity: the activity log to append to.
+        clock: unix seconds, for the records' ``ts``.
+        gas: the gas limit of every swap; set explicitly, so a swap that will revert is still sent
+            and its revert is recorded from the chain, as it would be on a live network.
+        receipt_timeout: seconds to await the receipt after sending.
+    """
+
+    def __init__(
+        self,
+        chain: Chain,
+        account: LocalAccount,
+        activity: ActivityLog,
+        *,
+        clock: Callable[[], float],
+        gas: int = 300_000,
+        receipt_timeout: float = 30.0,
+    ) -> None:
+        self.chain = chain
+        self.account = account
+        self.activity = activity
+        self.clock = clock
+        self.gas = gas
+        self.receipt_timeout = receipt_timeout
+
+    @property
+    def agent(self) -> str:
+        """The agent's address."""
+        return str(self.account.address)
+
+    def submit(self, swap: Swap) -> Dispatched:
+        """Sign and send ``swap``; log ``dispatch_submitted`` at once, then the receipt's outcome.
+
+        Raises:
+            SailSubmitFailed: the node refused the transaction (nothing was dispatched or logged).
+            ChainUnavailable: the nonce, gas price or chain id could not be read.
+        """
+        tx = self._build(swap)
+        signed = self.account.sign_transaction(tx)
+        try:
+            sent = self.chain.w3.eth.send_raw_transaction(signed.raw_transaction)
+        except READ_ERRORS as exc:
+            raise SailSubmitFailed(f"the node refused the swap: {exc}; check the agent's gas funds") from exc
+        tx_hash = Web3.to_hex(sent)
+        self.activity.append(
+            DispatchSubmitted(
+                ts=int(self.clock()),
+                chain_id=int(tx["chainId"]),
+                tx_hash=tx_hash,
+                sender=self.agent,
+                to=str(tx["to"]),
+                data=str(tx["data"]),
+                action=swap.action,
+                permission=swap.permission,
+            )
+        )
+        settled = self._await(tx_hash)
+        if settled is not None:
+            self.activity.append(settled)
+        return Dispatched(tx_hash=tx_hash, settled=settled)
+
+    def _build(self, swap: Swap) -> dict[str, Any]:
+        w3 = self.chain.w3
+        fn = self.chain.router(swap.router).functions.swapExactTokensForTokens(
+            swap.amount_in,
+            swap.amount_out_min,
+            [Web3.to_checksum_address(swap.token_in), Web3.to_checksum_address(swap.token_out)],
+            self.agent,
+            swap.deadline,
+        )
+        try:
+            params: Any = {
+                "from": self.agent,
+                "nonce": w3.eth.get_transaction_count(self.account.address, "pending"),
+                "gas": self.gas,
+                "gasPrice": w3.eth.gas_price,
+                "chainId": self.chain.chain_id(),
+            }
+            built: dict[str, Any] = dict(fn.build_transaction(params))
+        except READ_ERRORS as exc:
+            raise ChainUnavailable(f"cannot prepare the swap: {exc}; check the node") from exc
+        return built
+
+    def _await(self, tx_hash: str) -> DispatchSettled | None:
+        try:
+            receipt = self.chain.receipt(tx_hash, self.receipt_timeout)
+        except ChainUnavailable:
+            return None  # the ledger's reconcile will look again
+        if receipt is None:
+            return None
+        return DispatchSettled(
+            ts=int(self.clock()),
+            event="dispatch_executed" if receipt.status == 1 else "dispatch_reverted",
+            tx_hash=tx_hash,
+            block=receipt.block,
+            gas_used=receipt.gas_used,
+        )
