@@ -1,3 +1,48 @@
-"""Findings memory over the journal (SPEC R-L, R-R) and the agent ledger (SPEC R-A)."""
+"""Findings memory over the journal (SPEC R-L, R-R); the agent ledger lives in ``memory.ledger``."""
 
-__all__: list[str] = []
+from memory._db import SCHEMA_VERSION, HistoryDB
+from memory._errors import (
+    FindingInvalid,
+    FlowsMemoryError,
+    Unjournaled,
+    Unreachable,
+    UnsupportedHeader,
+    Unwritable,
+)
+from memory._files import parse_learned, read_learned
+from memory._finding import STREAM, Finding, canonical, finding_id, render, scope_hash, validate
+from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
+from memory._results import Citation, Explained, Learned, Recalled, SyncReport
+from memory._store import MemoryStore, RootRun
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STREAM",
+    "Citation",
+    "Explained",
+    "Finding",
+    "FindingInvalid",
+    "FlowsMemoryError",
+    "HistoryDB",
+    "Learned",
+    "MemoryStore",
+    "Recalled",
+    "RootRun",
+    "SyncReport",
+    "Unjournaled",
+    "Unreachable",
+    "UnsupportedHeader",
+    "Unwritable",
+    "canonical",
+    "finding_id",
+    "learned_dir",
+    "learned_root",
+    "parse_learned",
+    "read_learned",
+    "render",
+    "resolve_db",
+    "resolve_journal",
+    "scope_dirs",
+    "scope_hash",
+    "validate",
+]

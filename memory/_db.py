@@ -1,0 +1,321 @@
+"""The history DB: SQLite, owned by this package, written only by ``sync``.
+
+WAL and a busy timeout let several processes read while ``sync`` writes. The schema is migrated by
+``PRAGMA user_version``. ``learn`` never opens the DB; it only stats it for its mode.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from memory._errors import Unreachable, Unwritable
+from memory._results import Citation, Recalled
+
+SCHEMA_VERSION = 1
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE findings (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        key         TEXT NOT NULL UNIQUE,
+        scope       TEXT NOT NULL,
+        flow        TEXT NOT NULL,
+        text        TEXT NOT NULL,
+        source      TEXT NOT NULL,
+        tags        TEXT NOT NULL,
+        learned_ms  INTEGER NOT NULL,
+        run_id      TEXT NOT NULL,
+        stream      TEXT NOT NULL,
+        record_id   TEXT NOT NULL,
+        synced_ms   INTEGER NOT NULL
+    );
+    CREATE INDEX findings_by_time ON findings (learned_ms DESC, id DESC);
+    CREATE INDEX findings_by_source ON findings (source, learned_ms DESC);
+    CREATE INDEX findings_by_scope ON findings (scope, learned_ms DESC);
+    CREATE TABLE finding_tags (
+        tag      TEXT NOT NULL,
+        learned_ms INTEGER NOT NULL,
+        finding  INTEGER NOT NULL REFERENCES findings (id) ON DELETE CASCADE,
+        PRIMARY KEY (tag, learned_ms, finding)
+    ) WITHOUT ROWID;
+    CREATE VIRTUAL TABLE findings_fts USING fts5 (
+        text, tags, source, content='findings', content_rowid='id', tokenize='unicode61'
+    );
+    CREATE TRIGGER findings_ai AFTER INSERT ON findings BEGIN
+        INSERT INTO findings_fts (rowid, text, tags, source) VALUES (new.id, new.text, new.tags, new.source);
+    END;
+    CREATE TRIGGER findings_ad AFTER DELETE ON findings BEGIN
+        INSERT INTO findings_fts (findings_fts, rowid, text, tags, source)
+        VALUES ('delete', old.id, old.text, old.tags, old.source);
+    END;
+    CREATE TRIGGER findings_au AFTER UPDATE ON findings BEGIN
+        INSERT INTO findings_fts (findings_fts, rowid, text, tags, source)
+        VALUES ('delete', old.id, old.text, old.tags, old.source);
+        INSERT INTO findings_fts (rowid, text, tags, source) VALUES (new.id, new.text, new.tags, new.source);
+    END;
+    """,
+}
+
+_COLUMNS = (
+    "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id"
+)
+
+
+def _row(row: Sequence[Any]) -> Recalled:
+    return Recalled(
+        id=row[0],
+        key=row[1],
+        text=row[2],
+        source=row[3],
+        tags=tuple(orjson.loads(row[4])),
+        scope=row[5],
+        flow=row[6],
+        learned_ms=row[7],
+        citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
+    )
+
+
+class HistoryDB:
+    """The SQLite history DB at ``path``; opened lazily, one connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+
+    def exists(self) -> bool:
+        """True when the DB file exists (reads of a missing DB see no rows, and create nothing)."""
+        return self.path.exists()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate(conn)
+        except sqlite3.Error as exc:
+            raise Unreachable(
+                f"cannot open the history DB {self.path}: {exc}; check the path, or move a damaged DB "
+                "aside and run `flows sync`",
+                path=self.path,
+            ) from exc
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot create {self.path.parent}: {exc.strerror or exc}", path=self.path
+            ) from exc
+        self._local.conn = conn
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise Unreachable(
+                f"the history DB {self.path} has schema {version}, newer than this flows-memory "
+                f"({SCHEMA_VERSION}); upgrade flows-memory",
+                path=self.path,
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if conn.execute("PRAGMA user_version").fetchone()[0] < target:
+                    for statement in _split(_MIGRATIONS[target]):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {target}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        """Close this thread's connection (safe twice)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
+        if not self.exists():
+            return []
+        try:
+            return [_row(r) for r in self._connect().execute(sql, params)]
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+
+    def recall(
+        self,
+        *,
+        scope: str | None,
+        source: str | None,
+        tag: str | None,
+        before_ms: int | None,
+        limit: int | None,
+    ) -> list[Recalled]:
+        """Rows matching every filter, newest first, at most ``limit``."""
+        where: list[str] = []
+        params: list[Any] = []
+        if tag is not None:
+            sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
+            where.append("t.tag = ?")
+            params.append(tag)
+            order = "t.learned_ms DESC, f.id DESC"
+            time_col = "t.learned_ms"
+        else:
+            sql = f"SELECT {_COLUMNS} FROM findings f"
+            order = "f.learned_ms DESC, f.id DESC"
+            time_col = "f.learned_ms"
+        for col, val in (("f.scope", scope), ("f.source", source)):
+            if val is not None:
+                where.append(f"{col} = ?")
+                params.append(val)
+        if before_ms is not None:
+            where.append(f"{time_col} < ?")
+            params.append(before_ms)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return self._query(sql, params)
+
+    def search(self, words: Sequence[str], *, scope: str | None, limit: int) -> list[Recalled]:
+        """Rows whose text, tags or source contain any of ``words`` (FTS5), best bm25 first."""
+        if not words:
+            return []
+        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        sql = (
+            f"SELECT {_COLUMNS} FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid"
+            " WHERE findings_fts MATCH ?"
+        )
+        params: list[Any] = [match]
+        if scope is not None:
+            sql += " AND f.scope = ?"
+            params.append(scope)
+        sql += " ORDER BY bm25(findings_fts) LIMIT ?"
+        params.append(limit)
+        return self._query(sql, params)
+
+    def held(self, keys: Iterable[str]) -> dict[str, Citation]:
+        """The citation the DB holds for each of ``keys`` that it has."""
+        keys = list(keys)
+        if not keys or not self.exists():
+            return {}
+        out: dict[str, Citation] = {}
+        conn = self._connect()
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for key, run_id, stream, rid in conn.execute(
+                    f"SELECT key, run_id, stream, record_id FROM findings WHERE key IN ({marks})", chunk
+                ):
+                    out[key] = Citation(run_id, stream, rid)
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        return out
+
+    def count(self) -> int:
+        """How many findings the DB holds."""
+        if not self.exists():
+            return 0
+        return int(self._connect().execute("SELECT count(*) FROM findings").fetchone()[0])
+
+    # -- writes (sync only) --------------------------------------------------------------------
+
+    def upsert(self, entries: Sequence[Recalled], now_ms: int) -> None:
+        """Insert or update ``entries`` (by key; a newer citation replaces an older) in one transaction."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for e in entries:
+                tags = orjson.dumps(list(e.tags)).decode()
+                cur = conn.execute(
+                    "SELECT id, learned_ms, run_id, record_id FROM findings WHERE key = ?", (e.key,)
+                ).fetchone()
+                if cur is not None and (cur[2], cur[3]) == (e.citation.run_id, e.citation.id):
+                    continue
+                if cur is not None and cur[1] > e.learned_ms:
+                    continue  # the DB holds a newer commit of this finding
+                if cur is not None:
+                    conn.execute("DELETE FROM finding_tags WHERE finding = ?", (cur[0],))
+                    conn.execute(
+                        "UPDATE findings SET scope=?, flow=?, text=?, source=?, tags=?, learned_ms=?,"
+                        " run_id=?,"
+                        " stream=?, record_id=?, synced_ms=? WHERE id=?",
+                        (
+                            e.scope,
+                            e.flow,
+                            e.text,
+                            e.source,
+                            tags,
+                            e.learned_ms,
+                            e.citation.run_id,
+                            e.citation.stream,
+                            e.citation.id,
+                            now_ms,
+                            cur[0],
+                        ),
+                    )
+                    row_id = cur[0]
+                else:
+                    row_id = conn.execute(
+                        "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id,"
+                        " stream,"
+                        " record_id, synced_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            e.key,
+                            e.scope,
+                            e.flow,
+                            e.text,
+                            e.source,
+                            tags,
+                            e.learned_ms,
+                            e.citation.run_id,
+                            e.citation.stream,
+                            e.citation.id,
+                            now_ms,
+                        ),
+                    ).lastrowid
+                conn.executemany(
+                    "INSERT OR IGNORE INTO finding_tags (tag, learned_ms, finding) VALUES (?,?,?)",
+                    [(t, e.learned_ms, row_id) for t in set(e.tags)],
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise Unwritable(f"cannot write the history DB {self.path}: {exc}", path=self.path) from exc
+
+
+def _split(script: str) -> list[str]:
+    """Split a migration into statements (triggers keep their inner semicolons)."""
+    out, buf = [], []
+    for line in script.strip().splitlines():
+        buf.append(line)
+        joined = "\n".join(buf).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            out.append(joined)
+            buf = []
+    return out
+
+
+def db_mode(path: Path) -> int:
+    """The mode learned files take: the DB's permission bits (by ``stat`` only), never
+    executable or world-writable; 0600 when there is no DB yet."""
+    try:
+        return os.stat(path).st_mode & 0o664
+    except FileNotFoundError:
+        return 0o600

@@ -1,0 +1,144 @@
+"""Reading unsynced learned files, with an index that a directory change invalidates."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from memory._errors import Unreachable
+from memory._finding import STREAM, Finding, finding_id, scope_hash
+from memory._results import Citation, Recalled
+from staging import is_stage_name
+
+_KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
+_RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
+
+
+def disk_id(key: str) -> int:
+    """The negative id of an entry read from disk: stable, derived from the finding's id."""
+    return -(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big") or 1)
+
+
+def _damaged(path: Path, what: str) -> Unreachable:
+    return Unreachable(
+        f"learned file {path} is damaged ({what}); run `flows check --repair` to republish it from "
+        "the journal, or move it aside",
+        path=path,
+    )
+
+
+def parse_learned(path: Path, data: bytes) -> Recalled:
+    """Return the finding a learned file holds, checking its shape and that it matches its name.
+
+    Raises:
+        Unreachable: the bytes are not JSON, the shape is wrong, or the id does not hash the scope
+            and finding, or the file is not named after its id or not in its scope's directory.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _damaged(path, "not JSON") from None
+    if not isinstance(obj, dict) or set(obj) != _KEYS:
+        raise _damaged(path, "not a learned finding's shape")
+    j = obj["journal"]
+    ok = (
+        isinstance(obj["text"], str)
+        and obj["text"]
+        and isinstance(obj["source"], str)
+        and isinstance(obj["scope"], str)
+        and isinstance(obj["flow"], str)
+        and isinstance(obj["id"], str)
+        and isinstance(obj["tags"], list)
+        and all(isinstance(t, str) for t in obj["tags"])
+        and isinstance(obj["learnedMs"], int)
+        and isinstance(j, dict)
+        and set(j) == {"runId", "stream", "id"}
+        and all(isinstance(v, str) for v in j.values())
+        and j["stream"] == STREAM
+    )
+    if not ok:
+        raise _damaged(path, "a field has the wrong type")
+    finding = Finding(text=obj["text"], source=obj["source"], tags=tuple(obj["tags"]))
+    if (
+        finding_id(obj["scope"], finding) != obj["id"]
+        or path.name != f"{obj['id']}.json"
+        or path.parent.parent.parent.name != scope_hash(obj["scope"])
+    ):
+        raise _damaged(path, "its citation does not match its name")
+    return Recalled(
+        id=disk_id(obj["id"]),
+        key=obj["id"],
+        text=finding.text,
+        source=finding.source,
+        tags=finding.tags,
+        scope=obj["scope"],
+        flow=obj["flow"],
+        learned_ms=obj["learnedMs"],
+        citation=Citation(run_id=j["runId"], stream=j["stream"], id=j["id"]),
+    )
+
+
+def read_learned(path: Path) -> Recalled:
+    """Read and parse one learned file (``Unreachable`` when it cannot be read or parsed)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Unreachable(f"cannot read learned file {path}: {exc.strerror or exc}", path=path) from exc
+    return parse_learned(path, data)
+
+
+def learned_names(directory: Path) -> list[str]:
+    """The learned files' names in ``directory`` (never stages); empty when it does not exist."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise Unreachable(f"cannot list {directory}: {exc.strerror or exc}", path=directory) from exc
+    return [n for n in names if n.endswith(".json") and not is_stage_name(n) and not n.startswith(".")]
+
+
+@dataclass(frozen=True)
+class _Listing:
+    mtime_ns: int
+    ino: int
+    entries: tuple[Recalled, ...]
+
+
+class DiskIndex:
+    """Parsed unsynced entries per scope directory, reused until the directory changes.
+
+    Every write of the engine reaches a learned file by rename, which changes the directory's
+    mtime, so a new, replaced or removed file invalidates the cached listing. A listing made within
+    ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse), and a fresh process
+    always parses every file, so damage fails closed there too.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[Path, _Listing] = {}
+        self._mutex = threading.Lock()
+
+    def entries(self, directory: Path) -> tuple[Recalled, ...]:
+        """Return every entry of ``directory`` (raising ``Unreachable`` on a damaged file)."""
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            return ()
+        except OSError as exc:
+            raise Unreachable(f"cannot read {directory}: {exc.strerror or exc}", path=directory) from exc
+        with self._mutex:
+            hit = self._cache.get(directory)
+        if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
+            return hit.entries
+        scanned_at = time.time_ns()
+        entries = tuple(read_learned(directory / n) for n in learned_names(directory))
+        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+            with self._mutex:
+                self._cache[directory] = _Listing(st.st_mtime_ns, st.st_ino, entries)
+        return entries

@@ -1,0 +1,86 @@
+"""What reads return: frozen, typed results that carry their citation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Citation:
+    """The journal record a finding came from."""
+
+    run_id: str
+    stream: str
+    id: str
+
+    def as_json(self) -> dict[str, str]:
+        """``{"runId", "stream", "id"}``, as in the learned files."""
+        return {"runId": self.run_id, "stream": self.stream, "id": self.id}
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What ``learn`` returns: the finding's id, its citation and the published file."""
+
+    id: str
+    citation: Citation
+    path: Path
+    learned_ms: int
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A finding as read back: from the history DB (``id`` > 0) or an unsynced file (``id`` < 0)."""
+
+    id: int
+    key: str
+    text: str
+    source: str
+    tags: tuple[str, ...]
+    scope: str
+    flow: str
+    learned_ms: int
+    citation: Citation
+
+    @property
+    def synced(self) -> bool:
+        """True when the finding was read from the history DB."""
+        return self.id > 0
+
+    def as_json(self) -> dict[str, Any]:
+        """The finding with camelCase keys, as the CLI prints it with ``--json``."""
+        return {
+            "id": self.id,
+            "key": self.key,
+            "text": self.text,
+            "source": self.source,
+            "tags": list(self.tags),
+            "scope": self.scope,
+            "flow": self.flow,
+            "learnedMs": self.learned_ms,
+            "journal": self.citation.as_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Explained:
+    """An answer of ``why``: a finding, how well it matched, and which words matched."""
+
+    finding: Recalled
+    score: float
+    matched: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """The finding's JSON with ``score`` and ``matched`` added."""
+        return {**self.finding.as_json(), "score": self.score, "matched": list(self.matched)}
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What ``sync`` did: files materialised from the journal, ingested, and dropped."""
+
+    materialized: int
+    ingested: int
+    dropped: int

@@ -1,0 +1,463 @@
+"""The findings memory: learn (journal-first), recall and why (DB + unsynced files), sync."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import journal
+from journal import JournalBackend, Lease, Record
+from memory._db import HistoryDB, db_mode
+from memory._errors import Unjournaled, UnsupportedHeader, Unwritable
+from memory._files import DiskIndex, learned_names, parse_learned
+from memory._finding import STREAM, finding_id, learn_payload, render, validate
+from memory._paths import learned_dir, resolve_db, resolve_journal, scope_dirs
+from memory._results import Citation, Explained, Learned, Recalled, SyncReport
+from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, stage
+
+T = TypeVar("T")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SYNC_BATCH = 500
+
+
+def _now_ms() -> int:
+    return journal._file.now_ms()
+
+
+@dataclass(frozen=True)
+class RootRun:
+    """The root run a learn journals into: the backend, the lease, and the flow's name and scope.
+
+    ``script`` is the flow header's ``memory.script``; when False every learn raises
+    ``UnsupportedHeader``.
+    """
+
+    journal: JournalBackend
+    lease: Lease
+    flow: str
+    scope: str
+    script: bool = True
+
+    @property
+    def run_id(self) -> str:
+        """The root run's id."""
+        return self.lease.run_id
+
+
+_STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "so",
+        "that",
+        "the",
+        "their",
+        "there",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    }
+)
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _subject_words(subject: str) -> list[str]:
+    """The words of a question worth matching: lower-cased, de-duplicated, without stop words."""
+    return [w for w in dict.fromkeys(_words(subject)) if w not in _STOPWORDS]
+
+
+class MemoryStore:
+    """Findings memory rooted at a history DB path.
+
+    Args:
+        db: the history DB (default: ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``).
+        journal: the journal location for reads and sync (default: ``$FLOWS_JOURNAL``, else
+            ``<db-dir>/flows-journal``).
+        clock: milliseconds since the epoch.
+        max_workers: threads of the one executor that async calls run on.
+
+    The store is a context manager; ``close()`` is safe twice.
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        journal: str | os.PathLike[str] | None = None,
+        clock: Callable[[], int] = _now_ms,
+        max_workers: int = 8,
+    ) -> None:
+        self.db_path = resolve_db(db)
+        self.journal_location = resolve_journal(self.db_path, journal)
+        self._clock = clock
+        self._db = HistoryDB(self.db_path)
+        self._disk = DiskIndex()
+        self._journal: JournalBackend | None = None
+        self._journal_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._max_workers = max_workers
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def open_journal(self) -> JournalBackend:
+        """The journal at ``journal_location``, opened once and shared."""
+        with self._journal_lock:
+            if self._journal is None:
+                self._journal = journal.open_journal(self.journal_location)
+            return self._journal
+
+    @property
+    def db(self) -> HistoryDB:
+        """The history DB."""
+        return self._db
+
+    def close(self) -> None:
+        """Close the DB connection, the journal and the executor (safe twice)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._db.close()
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="flows-memory")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    # -- learn ---------------------------------------------------------------------------------
+
+    def learn(self, finding: object, root: RootRun | None) -> Learned:
+        """Learn ``finding`` journal-first: validate, stage, append, then publish (SPEC R-L1..R-L6).
+
+        The published file is rendered from the first commit of this finding in the root's
+        ``memory-learn`` stream, so racing attempts and resumed runs publish the same bytes.
+
+        Raises:
+            Unjournaled: ``root`` is None; nothing is written.
+            UnsupportedHeader: the flow's header says ``memory.script: false``.
+            FindingInvalid: the finding is malformed; nothing is staged or journaled.
+            Unwritable: the file could not be staged (nothing journaled) or published.
+            JournalError: any journal failure, unchanged; nothing is published.
+        """
+        if root is None:
+            raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
+        if not root.script:
+            raise UnsupportedHeader(
+                f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
+            )
+        item = validate(finding, default_source=root.flow)
+        fid = finding_id(root.scope, item)
+        directory = learned_dir(self.db_path, root.scope)
+        final = directory / f"{fid}.json"
+        existing = root.journal.find(root.run_id, STREAM, fid)
+        if existing is None:
+            payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
+            expected = Record(
+                root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
+            )
+        else:
+            expected = existing
+        data = render(expected)
+        staged = self._stage(directory, data, root.run_id)
+        try:
+            record = existing or root.journal.append(root.lease, STREAM, expected.payload, key=fid)
+        except BaseException:
+            staged.discard()
+            raise
+        failpoint("memory.after_append")
+        if render(record) != data:  # another attempt committed first: publish its bytes
+            staged.discard()
+            staged = self._stage(directory, render(record), root.run_id)
+        self._publish(staged, final, root.run_id)
+        return Learned(
+            id=fid,
+            citation=Citation(record.run_id, record.stream, record.id),
+            path=final,
+            learned_ms=int(record.payload["learnedMs"]),
+        )
+
+    def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
+        try:
+            ensure_dir(directory)
+            return stage(directory, data, db_mode(self.db_path), hint="finding")
+        except (StagingError, OSError) as exc:
+            path = getattr(exc, "path", directory)
+            raise Unwritable(
+                f"cannot stage a learned file in {directory}: {exc}",
+                path=path,
+                run_id=run_id,
+                errno=getattr(exc, "errno", None),
+            ) from exc
+
+    def _publish(self, staged: Any, final: Path, run_id: str | None) -> None:
+        try:
+            staged.publish(final)
+        except StagingError as exc:
+            raise Unwritable(
+                f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
+            ) from exc
+
+    async def alearn(self, finding: object, root: RootRun | None) -> Learned:
+        """``learn`` off the event loop, on the store's one executor."""
+        return await self._off_loop(self.learn, finding, root)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _unsynced(self, scope: str | None) -> list[Recalled]:
+        dirs = [learned_dir(self.db_path, scope)] if scope is not None else scope_dirs(self.db_path)
+        out: list[Recalled] = []
+        for d in dirs:
+            out.extend(e for e in self._disk.entries(d) if scope is None or e.scope == scope)
+        return out
+
+    def _not_held(self, candidates: Sequence[Recalled], want: int | None) -> list[Recalled]:
+        """The candidates (newest first) whose key the DB does not hold, stopping at ``want``."""
+        kept: list[Recalled] = []
+        step = max(64, 2 * (want or 0))
+        for i in range(0, len(candidates), step):
+            chunk = candidates[i : i + step]
+            held = self._db.held(e.key for e in chunk)
+            kept.extend(e for e in chunk if e.key not in held)
+            if want is not None and len(kept) >= want:
+                break
+        return kept
+
+    def recall(
+        self,
+        *,
+        source: str | None = None,
+        tag: str | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        scope: str | None = None,
+    ) -> list[Recalled]:
+        """Findings matching every filter, from the DB and unsynced files, newest first (R-R1..R-R3).
+
+        ``before_ms`` keeps findings learned strictly before it; ``limit`` applies after the merge.
+
+        Raises:
+            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        disk = [
+            e
+            for e in self._unsynced(scope)
+            if (source is None or e.source == source)
+            and (tag is None or tag in e.tags)
+            and (before_ms is None or e.learned_ms < before_ms)
+        ]
+        disk.sort(key=lambda e: (e.learned_ms, e.key), reverse=True)
+        kept = self._not_held(disk, limit)
+        rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
+        return merged if limit is None else merged[:limit]
+
+    async def arecall(self, **filters: Any) -> list[Recalled]:
+        """``recall`` off the event loop."""
+        return await self._off_loop(partial(self.recall, **filters))
+
+    def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
+        """Findings whose text, tags or source share words with ``subject``, best match first (R-R5).
+
+        A word matching a tag or the source weighs more than one in the text; ties go to the newest.
+        Each answer carries the finding's citation, flow and commit time.
+        """
+        words = _subject_words(subject)
+        if not words:
+            return []
+        wanted = set(words)
+        scored: list[Explained] = []
+        disk = [e for e in self._unsynced(scope) if self._score(e, wanted)[0] > 0]
+        disk.sort(key=lambda e: (e.learned_ms, e.key), reverse=True)
+        candidates = [
+            *self._not_held(disk, None),
+            *self._db.search(words, scope=scope, limit=max(200, limit * 20)),
+        ]
+        for e in candidates:
+            score, matched = self._score(e, wanted)
+            if score > 0:
+                scored.append(Explained(finding=e, score=score, matched=matched))
+        scored.sort(key=lambda x: (x.score, x.finding.learned_ms, x.finding.id), reverse=True)
+        return scored[:limit]
+
+    @staticmethod
+    def _score(e: Recalled, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
+        text = set(_words(e.text))
+        tags = {w for t in e.tags for w in _words(t)}
+        source = set(_words(e.source))
+        score = 0.0
+        matched = []
+        for w in sorted(wanted):
+            s = (1.0 if w in text else 0.0) + (1.5 if w in tags else 0.0) + (1.0 if w in source else 0.0)
+            if s:
+                matched.append(w)
+                score += s
+        return score, tuple(matched)
+
+    async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
+        """``why`` off the event loop."""
+        return await self._off_loop(partial(self.why, subject, **kwargs))
+
+    # -- sync ----------------------------------------------------------------------------------
+
+    def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
+        """For each finding id in the journal, its newest ``memory-learn`` commit across runs."""
+        jr = self.open_journal()
+        latest: dict[str, Record] = {}
+        runs = jr.runs()
+        for n, run in enumerate(runs, 1):
+            for rec in jr.read(run.run_id, STREAM):
+                fid = rec.payload.get("id")
+                if not isinstance(fid, str):
+                    continue
+                prev = latest.get(fid)
+                if prev is None or (rec.payload["learnedMs"], rec.run_id) > (
+                    prev.payload["learnedMs"],
+                    prev.run_id,
+                ):
+                    latest[fid] = rec
+            if progress:
+                progress(n, len(runs))
+        return latest
+
+    def materialize(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Publish a learned file for each finding the journal holds but neither the DB nor the
+        disk does (a finding learned on another host sharing the journal, or a lost file).
+
+        Returns how many files were published. Never writes to the journal.
+        """
+        latest = self.latest_commits(progress)
+        held = self._db.held(latest)
+        published = 0
+        for fid, rec in latest.items():
+            if fid in held:
+                continue
+            final = learned_dir(self.db_path, rec.payload["scope"]) / f"{fid}.json"
+            data = render(rec)
+            with contextlib.suppress(FileNotFoundError):
+                current = final.read_bytes()
+                if current == data:
+                    continue
+                with contextlib.suppress(Exception):
+                    if parse_learned(final, current).learned_ms >= rec.payload["learnedMs"]:
+                        continue
+            self._publish(self._stage(final.parent, data, rec.run_id), final, rec.run_id)
+            published += 1
+        return published
+
+    def sync(
+        self, *, materialize: bool = True, progress: Callable[[int, int], None] | None = None
+    ) -> SyncReport:
+        """Ingest learned files into the history DB, then drop the disk copies it now holds (R-R6).
+
+        With ``materialize`` (the default) it first publishes files for findings the journal holds
+        that this host has neither as a file nor as a row. Idempotent; safe while flows learn: a
+        file replaced by a learn during the sync is kept, never dropped.
+
+        Raises:
+            Unreachable: a learned file is damaged (named); nothing after it is ingested.
+            Unwritable: the DB cannot be written.
+        """
+        made = self.materialize() if materialize else 0
+        files: list[tuple[Path, bytes, Recalled]] = []
+        for d in scope_dirs(self.db_path):
+            for name in learned_names(d):
+                path = d / name
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    continue
+                files.append((path, data, parse_learned(path, data)))
+        ingested = dropped = 0
+        for i in range(0, len(files), _SYNC_BATCH):
+            batch = files[i : i + _SYNC_BATCH]
+            self._db.upsert([e for _, _, e in batch], self._clock())
+            ingested += len(batch)
+            failpoint("memory.sync_after_upsert")
+            dirs = set()
+            for path, data, _ in batch:
+                if self._drop(path, data):
+                    dropped += 1
+                    dirs.add(path.parent)
+            for d in dirs:
+                fsync_dir(d)
+            if progress:
+                progress(min(i + _SYNC_BATCH, len(files)), len(files))
+        return SyncReport(materialized=made, ingested=ingested, dropped=dropped)
+
+    @staticmethod
+    def _drop(path: Path, ingested: bytes) -> bool:
+        """Remove ``path`` if it still holds ``ingested``; a newer file published meanwhile stays."""
+        claim = path.parent / f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{path.name}"
+        try:
+            os.rename(path, claim)
+        except FileNotFoundError:
+            return False
+        if claim.read_bytes() != ingested:  # a learn replaced it after we read it: put it back
+            with contextlib.suppress(FileExistsError):
+                os.link(claim, path)
+            os.unlink(claim)
+            return False
+        os.unlink(claim)
+        return True
+
+    async def async_sync(self) -> SyncReport:
+        """``sync`` off the event loop."""
+        return await self._off_loop(self.sync)
