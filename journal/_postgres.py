@@ -1,0 +1,648 @@
+"""The PostgreSQL backend: one journal shared by flows on several hosts (issue 6).
+
+Tables, in the schema the DSN's ``search_path`` selects (created and migrated by the backend)::
+
+    journal_schema   (version)                          one row: the schema version applied
+    journal_runs     (run_id PK, flow, scope, state, epoch, created_ms, updated_ms, meta, error,
+                      lease_key, lease_expires_ms)      a root run; its row lock is the run lock
+    journal_records  (run_id, stream, seq, id, key, ts_ms, payload)
+                     PK (run_id, stream, seq); UNIQUE (run_id, id); UNIQUE (run_id, stream, key)
+
+The lease. ``begin``/``acquire`` draw a random 63-bit ``lease_key``, take the session advisory lock
+on it from a connection that stays open while the lease is held, and store key and epoch in the run's
+row. A holder is *live* while its advisory lock is held (so it dies with its session: a crashed or
+SIGKILLed holder frees the run at once) and its ``lease_expires_ms`` lies in the future (a
+heartbeat thread renews it every ``lease_ttl_s / 3``; a holder stalled past it may be taken over).
+Fencing is the epoch: ``append`` locks the run row, checks epoch and state, and only then inserts.
+
+What the lease does *not* promise: that the holder is alive at the moment you look; that a stalled
+holder notices it lost the run before its next append (that append is refused); that two hosts'
+clocks agree (expiry compares ``clock()`` readings of different hosts, so their skew must stay well
+under ``lease_ttl_s``; a skew larger than that lets a resumer break a live lease early, and the
+fencing epoch still keeps every record consistent).
+
+Every driver failure is translated in one place, ``_translated``: a lost or refused connection is
+``journal_unavailable`` and the connection is dropped, so the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import orjson
+import psycopg
+import psycopg.conninfo
+
+from journal._errors import (
+    JournalError,
+    JournalLeaseHeld,
+    JournalLeaseLost,
+    JournalNotResumable,
+    JournalReadInterrupted,
+    JournalRunNotFound,
+    JournalUnavailable,
+    JournalUnwritable,
+)
+from journal._file import now_ms
+from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
+
+SCHEMA_VERSION = 1
+DEFAULT_LEASE_TTL_S = 30.0
+_CONNECT_TIMEOUT_S = 5
+_MAX_IDLE = 8  # pooled connections kept open between calls
+_MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
+
+# Each step brings the schema from version n-1 to n; applied in order, in one transaction.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            """create table journal_runs (
+                run_id text primary key,
+                flow text not null,
+                scope text not null,
+                state text not null check (state in ('running', 'done', 'failed')),
+                epoch integer not null,
+                created_ms bigint not null,
+                updated_ms bigint not null,
+                meta text not null,
+                error text,
+                lease_key bigint,
+                lease_expires_ms bigint
+            )""",
+            "create index journal_runs_newest on journal_runs (created_ms desc, run_id desc)",
+            """create table journal_records (
+                run_id text not null references journal_runs (run_id),
+                stream text not null,
+                seq bigint not null,
+                id text not null,
+                key text,
+                ts_ms bigint not null,
+                payload text not null,
+                primary key (run_id, stream, seq),
+                unique (run_id, id)
+            )""",
+            """create unique index journal_records_key on journal_records (run_id, stream, key)
+                where key is not null""",
+        ),
+    ),
+)
+
+# A run's holder is live while the advisory lock on its lease key is granted to some session and
+# its lease has not expired. ``pg_advisory_lock(bigint)`` shows in pg_locks as classid = high 32
+# bits, objid = low 32 bits, objsubid = 1.
+_LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s and exists (
+    select 1 from pg_locks l
+    where l.locktype = 'advisory' and l.granted and l.objsubid = 1
+      and l.database = (select oid from pg_database where datname = current_database())
+      and l.classid::bigint = (r.lease_key >> 32) and l.objid::bigint = (r.lease_key & 4294967295)))"""
+_RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.updated_ms, r.meta, r.error"
+_RECORD_COLUMNS = "seq, id, key, ts_ms, payload"
+
+
+def redact_dsn(dsn: str) -> str:
+    """Return ``dsn`` without its password (URL or ``key=value`` form), for messages."""
+    if dsn.startswith(("postgresql://", "postgres://")):
+        parts = urllib.parse.urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, hosts = netloc.rsplit("@", 1)
+            netloc = f"{userinfo.split(':', 1)[0]}@{hosts}"
+        query = urllib.parse.urlencode(
+            [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "password"]
+        )
+        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _Pool:
+    """A small, lock-protected pool of autocommit connections; a broken one is never reused."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._mutex = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._mutex:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            yield conn
+        except psycopg.Error:
+            conn.close()
+            self.clear()  # the server likely restarted: the idle ones are dead too
+            raise
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.close()  # a transaction is half-way: never hand it out again
+                raise
+            self._give_back(conn)
+            raise
+        self._give_back(conn)
+
+    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+        with self._mutex:
+            if len(self._idle) < _MAX_IDLE and not conn.closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def clear(self) -> None:
+        with self._mutex:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+class PostgresJournal:
+    """The journal in a PostgreSQL schema, shared by every host that opens the same DSN.
+
+    Args:
+        dsn: a ``postgresql://`` URL (or libpq ``key=value`` string); its ``search_path`` picks the
+            schema (e.g. ``?options=-csearch_path%3Dflows``), which must exist.
+        clock: returns milliseconds since the epoch; stamps runs and records and times leases.
+        lease_ttl_s: how long a lease outlives its holder's last renewal before a resumer may break it.
+
+    Thread-safe: calls may come from many threads; each takes a pooled connection.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        clock: Callable[[], int] = now_ms,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+    ) -> None:
+        if lease_ttl_s <= 0:
+            raise ValueError(f"lease_ttl_s must be positive, not {lease_ttl_s}")
+        self._dsn = dsn
+        self._location = redact_dsn(dsn)
+        self._clock = clock
+        self._ttl_ms = int(lease_ttl_s * 1000)
+        self._pool = _Pool(self._connect)
+        self._migrated = False
+        self._migrate_mutex = threading.Lock()
+        # The lease connection holds the session advisory locks of every lease this object holds.
+        self._lease_conn: psycopg.Connection[Any] | None = None
+        self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease_key)
+        self._lease_mutex = threading.RLock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._closed = False
+
+    # -- connections and errors --------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        """The DSN without its password."""
+        return self._location
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=_CONNECT_TIMEOUT_S)
+        try:
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextlib.contextmanager
+    def _translated(
+        self, doing: str, *, run_id: str | None = None, stream: str | None = None, reading: bool = False
+    ) -> Iterator[None]:
+        """Map every driver error raised inside to a journal error; the one place that does."""
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise JournalUnavailable(
+                f"the PostgreSQL journal at {self._location} is unavailable while {doing}: "
+                f"{_first_line(exc)}; check that the server is running and reachable "
+                "($FLOWS_JOURNAL), then retry or resume the run",
+                run_id=run_id,
+                stream=stream,
+            ) from exc
+        except psycopg.Error as exc:
+            kind = JournalReadInterrupted if reading else JournalUnwritable
+            raise kind(
+                f"the PostgreSQL journal at {self._location} failed while {doing}: {_first_line(exc)}",
+                run_id=run_id,
+                stream=stream,
+            ) from exc
+
+    @contextlib.contextmanager
+    def _transaction(
+        self, doing: str, *, run_id: str | None = None, stream: str | None = None, reading: bool = False
+    ) -> Iterator[psycopg.Cursor[Any]]:
+        """A pooled connection's transaction, with driver errors translated."""
+        self._check_open()
+        with (
+            self._translated(doing, run_id=run_id, stream=stream, reading=reading),
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            yield cur
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Create or upgrade the schema to ``SCHEMA_VERSION`` (once per object, serialised per schema)."""
+        if self._migrated:
+            return
+        with self._migrate_mutex, conn.transaction(), conn.cursor() as cur:
+            schema = cur.execute("select current_schema()").fetchone()
+            if schema is None or schema[0] is None:
+                raise JournalUnavailable(
+                    f"the PostgreSQL journal at {self._location} has no schema to live in: create the "
+                    "schema named by the DSN's search_path (or public), then retry"
+                )
+            cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
+            cur.execute("create table if not exists journal_schema (version integer not null)")
+            row = cur.execute("select max(version) from journal_schema").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise JournalUnavailable(
+                    f"the PostgreSQL journal at {self._location} has schema version {current}, newer "
+                    f"than this flows-memory understands ({SCHEMA_VERSION}): upgrade flows-memory"
+                )
+            for version, statements in MIGRATIONS:
+                if version > current:
+                    for statement in statements:
+                        cur.execute(statement)
+            if current < SCHEMA_VERSION:
+                cur.execute("delete from journal_schema")
+                cur.execute("insert into journal_schema (version) values (%s)", (SCHEMA_VERSION,))
+        self._migrated = True
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def _info(self, row: Sequence[Any]) -> RunInfo:
+        run_id, flow, scope, state, epoch, created, updated, meta, error, live = row
+        stored = RunState(state)
+        if stored is RunState.RUNNING and not live:
+            stored = RunState.INTERRUPTED
+        return RunInfo(
+            run_id=run_id,
+            flow=flow,
+            scope=scope,
+            state=stored,
+            epoch=int(epoch),
+            created_ms=int(created),
+            updated_ms=int(updated),
+            meta=orjson.loads(meta),
+            error=None if error is None else orjson.loads(error),
+        )
+
+    @staticmethod
+    def _record(run_id: str, stream: str, row: Sequence[Any]) -> Record:
+        seq, rid, key, ts_ms, payload = row
+        return Record(
+            run_id=run_id,
+            stream=stream,
+            seq=int(seq),
+            id=rid,
+            key=key,
+            ts_ms=int(ts_ms),
+            payload=orjson.loads(payload),
+        )
+
+    def _not_found(self, run_id: str) -> JournalRunNotFound:
+        return JournalRunNotFound(f"no root run {run_id} in {self._location}", run_id=run_id)
+
+    def _lock_run(self, cur: psycopg.Cursor[Any], run_id: str) -> tuple[int, str, int | None]:
+        """Take the run lock (the run's row lock) for this transaction; return epoch, state, lease key."""
+        row = cur.execute(
+            "select epoch, state, lease_key from journal_runs where run_id = %s for update", (run_id,)
+        ).fetchone()
+        if row is None:
+            raise self._not_found(run_id)
+        return int(row[0]), str(row[1]), row[2]
+
+    @staticmethod
+    def _fence(lease: Lease, epoch: int, state: str) -> None:
+        if epoch != lease.epoch or state != RunState.RUNNING.value:
+            raise JournalLeaseLost(
+                f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
+                f"{state} at epoch {epoch}; resume it to continue",
+                expected=epoch,
+                got=lease.epoch,
+                run_id=lease.run_id,
+            )
+
+    # -- the lease connection and its heartbeat ------------------------------------------------
+
+    def _lease_connection(self) -> psycopg.Connection[Any]:
+        """The open connection that holds this object's advisory locks (reconnecting if it died)."""
+        conn = self._lease_conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self._lease_conn = None
+        conn = self._connect()
+        self._lease_conn = conn
+        if self._held:
+            self._relock(conn)
+        return conn
+
+    def _relock(self, conn: psycopg.Connection[Any]) -> None:
+        """After a reconnect, take back the locks of leases still current; forget the others."""
+        for run_id, (epoch, key) in list(self._held.items()):
+            with conn.transaction(), conn.cursor() as cur:
+                row = cur.execute(
+                    "select epoch, state, lease_key from journal_runs where run_id = %s for update",
+                    (run_id,),
+                ).fetchone()
+                current = row is not None and (int(row[0]), row[1], row[2]) == (epoch, "running", key)
+                if current:
+                    locked = cur.execute("select pg_try_advisory_lock(%s)", (key,)).fetchone()
+                    current = bool(locked and locked[0])
+            if not current:
+                del self._held[run_id]
+
+    def _drop_lease_connection(self) -> None:
+        conn, self._lease_conn = self._lease_conn, None
+        if conn is not None:
+            conn.close()  # ends the session, so its advisory locks go with it
+
+    @contextlib.contextmanager
+    def _leasing(self, doing: str, run_id: str | None) -> Iterator[psycopg.Cursor[Any]]:
+        """A transaction on the lease connection, under the lease mutex, with errors translated."""
+        self._check_open()
+        with self._lease_mutex, self._translated(doing, run_id=run_id):
+            try:
+                conn = self._lease_connection()
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            except psycopg.Error:
+                self._drop_lease_connection()
+                raise
+
+    def _hold(self, run_id: str, epoch: int, key: int) -> None:
+        self._held[run_id] = (epoch, key)
+        if self._heartbeat is None:
+            self._heartbeat = threading.Thread(
+                target=self._beat, name=f"flows-journal-lease-heartbeat-{id(self):x}", daemon=True
+            )
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        interval = self._ttl_ms / 3000
+        while not self._stop.wait(interval):
+            with contextlib.suppress(JournalError, psycopg.Error, RuntimeError):
+                self.renew()
+
+    def renew(self) -> None:
+        """Push the expiry of every lease this object holds ``lease_ttl_s`` into the future.
+
+        The heartbeat thread calls this every third of the TTL. A lease found taken over or ended
+        is forgotten and its advisory lock let go. Raises JournalUnavailable when the server is down.
+        """
+        with self._lease_mutex:
+            if not self._held or self._closed:
+                return
+            with self._leasing("renewing leases", None) as cur:
+                expires = self._clock() + self._ttl_ms
+                for run_id, (epoch, key) in list(self._held.items()):
+                    cur.execute(
+                        "update journal_runs set lease_expires_ms = %s where run_id = %s and epoch = %s"
+                        " and lease_key = %s and state = 'running'",
+                        (expires, run_id, epoch, key),
+                    )
+                    if cur.rowcount == 0:
+                        del self._held[run_id]
+                        cur.execute("select pg_advisory_unlock(%s)", (key,))
+
+    # -- runs and leases -----------------------------------------------------------------------
+
+    def begin(self, flow: str, scope: str, meta: Mapping[str, Any]) -> tuple[RunInfo, Lease]:
+        """Create a running root run and return it with its first lease (see ``JournalBackend``)."""
+        now = self._clock()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
+        run_id = f"{stamp}-{secrets.token_hex(5)}"
+        key = secrets.randbits(63)
+        meta_text = orjson.dumps(dict(meta), option=orjson.OPT_SORT_KEYS).decode()
+        with self._lease_mutex:
+            with self._leasing("beginning a run", run_id) as cur:
+                cur.execute(
+                    "insert into journal_runs (run_id, flow, scope, state, epoch, created_ms, updated_ms,"
+                    " meta, error, lease_key, lease_expires_ms)"
+                    " values (%s, %s, %s, 'running', 1, %s, %s, %s, null, %s, %s)",
+                    (run_id, flow, scope, now, now, meta_text, key, now + self._ttl_ms),
+                )
+                # A fresh key, so this never waits. Should the commit fail, the lease connection is
+                # dropped, and the session lock with it.
+                cur.execute("select pg_advisory_lock(%s)", (key,))
+            self._hold(run_id, 1, key)
+        info = RunInfo(run_id, flow, scope, RunState.RUNNING, 1, now, now, orjson.loads(meta_text), None)
+        return info, Lease(run_id, 1)
+
+    def acquire(self, run_id: str) -> Lease:
+        """Take over a failed or interrupted run with a new epoch (see ``JournalBackend``)."""
+        check_name("run id", run_id)
+        key = secrets.randbits(63)
+        with self._lease_mutex:
+            with self._leasing("acquiring a run's lease", run_id) as cur:
+                now = self._clock()
+                row = cur.execute(
+                    f"select r.epoch, r.state, {_LIVE} from journal_runs r"
+                    " where r.run_id = %(run)s for update",
+                    {"run": run_id, "now": now},
+                ).fetchone()
+                if row is None:
+                    raise self._not_found(run_id)
+                epoch, state, live = int(row[0]), row[1], bool(row[2])
+                if state == RunState.DONE.value:
+                    raise JournalNotResumable(
+                        f"root run {run_id} is done; there is nothing to resume", run_id=run_id
+                    )
+                if live or run_id in self._held:
+                    raise JournalLeaseHeld(
+                        f"root run {run_id} is driven by a live holder; wait for it to finish or stop it",
+                        run_id=run_id,
+                    )
+                cur.execute(
+                    "update journal_runs set state = 'running', epoch = %s, updated_ms = %s, error = null,"
+                    " lease_key = %s, lease_expires_ms = %s where run_id = %s",
+                    (epoch + 1, now, key, now + self._ttl_ms, run_id),
+                )
+                cur.execute("select pg_advisory_lock(%s)", (key,))
+            self._hold(run_id, epoch + 1, key)
+        return Lease(run_id, epoch + 1)
+
+    def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
+        """Record ``done`` or ``failed`` and release the lease (see ``JournalBackend``)."""
+        if state not in (RunState.DONE, RunState.FAILED):
+            raise ValueError(f"a run finishes done or failed, not {state}")
+        check_name("run id", lease.run_id)
+        error_text = None if not error else orjson.dumps(dict(error), option=orjson.OPT_SORT_KEYS).decode()
+        with self._transaction("finishing a run", run_id=lease.run_id) as cur:
+            epoch, stored, _ = self._lock_run(cur, lease.run_id)
+            self._fence(lease, epoch, stored)
+            row = cur.execute(
+                f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
+                f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
+                {"state": state.value, "now": self._clock(), "error": error_text, "run": lease.run_id},
+            ).fetchone()
+        self.release(lease)
+        assert row is not None  # the row is locked: it cannot have gone
+        return self._info(row)
+
+    def release(self, lease: Lease) -> None:
+        """Let go of the lease's advisory lock (the run then reads interrupted if still running).
+
+        Never raises for an unreachable server: a dead session has already let go of its locks.
+        """
+        with self._lease_mutex:
+            held = self._held.get(lease.run_id)
+            if held is None or held[0] != lease.epoch:
+                return
+            del self._held[lease.run_id]
+            conn = self._lease_conn
+            if conn is None or conn.closed or conn.broken:
+                return
+            try:
+                conn.execute("select pg_advisory_unlock(%s)", (held[1],))
+            except psycopg.Error:
+                self._drop_lease_connection()
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def append(
+        self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+    ) -> Record:
+        """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``)."""
+        check_name("run id", lease.run_id)
+        check_name("stream name", stream)
+        body = orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS).decode()
+        run_id = lease.run_id
+        with self._transaction("appending", run_id=run_id, stream=stream) as cur:
+            epoch, state, _ = self._lock_run(cur, run_id)
+            self._fence(lease, epoch, state)
+            if key is not None:
+                found = cur.execute(
+                    f"select {_RECORD_COLUMNS} from journal_records"
+                    " where run_id = %s and stream = %s and key = %s",
+                    (run_id, stream, key),
+                ).fetchone()
+                if found is not None:
+                    return self._record(run_id, stream, found)
+            row = cur.execute(
+                "insert into journal_records (run_id, stream, seq, id, key, ts_ms, payload)"
+                " select %(run)s, %(stream)s, coalesce(max(seq), 0) + 1, %(id)s, %(key)s, %(ts)s, %(body)s"
+                " from journal_records where run_id = %(run)s and stream = %(stream)s"
+                f" returning {_RECORD_COLUMNS}",
+                {
+                    "run": run_id,
+                    "stream": stream,
+                    "id": secrets.token_hex(8) if key is None else record_id(run_id, stream, key),
+                    "key": key,
+                    "ts": self._clock(),
+                    "body": body,
+                },
+            ).fetchone()
+        assert row is not None  # insert ... returning always yields the row
+        return self._record(run_id, stream, row)
+
+    def _run_exists(self, cur: psycopg.Cursor[Any], run_id: str) -> None:
+        if cur.execute("select 1 from journal_runs where run_id = %s", (run_id,)).fetchone() is None:
+            raise self._not_found(run_id)
+
+    def read(self, run_id: str, stream: str) -> Sequence[Record]:
+        """Return the stream's records in order; a failed read raises and nothing is cached."""
+        check_name("run id", run_id)
+        check_name("stream name", stream)
+        with self._transaction("reading a stream", run_id=run_id, stream=stream, reading=True) as cur:
+            rows = cur.execute(
+                f"select {_RECORD_COLUMNS} from journal_records"
+                " where run_id = %s and stream = %s order by seq",
+                (run_id, stream),
+            ).fetchall()
+            if not rows:
+                self._run_exists(cur, run_id)
+        return [self._record(run_id, stream, row) for row in rows]
+
+    def find(self, run_id: str, stream: str, key: str) -> Record | None:
+        """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
+        check_name("run id", run_id)
+        check_name("stream name", stream)
+        with self._transaction("finding a record", run_id=run_id, stream=stream, reading=True) as cur:
+            row = cur.execute(
+                f"select {_RECORD_COLUMNS} from journal_records"
+                " where run_id = %s and stream = %s and key = %s",
+                (run_id, stream, key),
+            ).fetchone()
+            if row is None:
+                self._run_exists(cur, run_id)
+        return None if row is None else self._record(run_id, stream, row)
+
+    def streams(self, run_id: str) -> list[str]:
+        """Return the run's non-empty stream names, sorted."""
+        check_name("run id", run_id)
+        with self._transaction("listing streams", run_id=run_id, reading=True) as cur:
+            self._run_exists(cur, run_id)
+            rows = cur.execute(
+                "select distinct stream from journal_records where run_id = %s", (run_id,)
+            ).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def run(self, run_id: str) -> RunInfo:
+        """Return the run; ``interrupted`` when running with no live holder (see ``JournalBackend``)."""
+        check_name("run id", run_id)
+        with self._transaction("reading a run", run_id=run_id, reading=True) as cur:
+            row = cur.execute(
+                f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r where r.run_id = %(run)s",
+                {"run": run_id, "now": self._clock()},
+            ).fetchone()
+        if row is None:
+            raise self._not_found(run_id)
+        return self._info(row)
+
+    def runs(self) -> list[RunInfo]:
+        """Return every run, newest first."""
+        with self._transaction("listing runs", reading=True) as cur:
+            rows = cur.execute(
+                f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r"
+                " order by r.created_ms desc, r.run_id desc",
+                {"now": self._clock()},
+            ).fetchall()
+        return [self._info(row) for row in rows]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this journal is closed")
+
+    def close(self) -> None:
+        """Release every lease this object holds and close its connections; safe to call twice."""
+        self._closed = True
+        self._stop.set()
+        beat = self._heartbeat
+        if beat is not None and beat is not threading.current_thread():
+            beat.join(timeout=5)
+        with self._lease_mutex:
+            self._held.clear()
+            self._drop_lease_connection()
+        self._pool.clear()
+
+    def __enter__(self) -> PostgresJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
