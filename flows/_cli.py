@@ -1,22 +1,321 @@
-"""The ``flows`` command line."""
+"""The ``flows`` command line: run, resume, and ask what a flow remembers and why (SPEC R-F4, R-F5)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import orjson
+
+import journal
+from flows._runtime import RunResult, error_fields
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+_EPILOG = """\
+storage:
+  The history DB is --db, else $FLOWS_DB, else $XDG_DATA_HOME/flows/history.db. Learned files live
+  beside it in <db-dir>/flows-memory/, and the journal in <db-dir>/flows-journal/ unless --journal
+  (or $FLOWS_JOURNAL) names a postgresql:// DSN.
+
+exit status: 0 success, 1 the flow or the read failed, 2 usage error.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"flows: error[usage]: {message}\n")
+
+
+def _ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _progress(label: str) -> Callable[[int, int], None] | None:
+    """A progress printer for long work, on a TTY only."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\r{label}: {done}/{total}{end}")
+        sys.stderr.flush()
+
+    return show
+
+
+def _json_out(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from memory import MemoryStore
+
+    return MemoryStore(args.db, journal=args.journal)
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
+    if result.ok:
+        if args.json:
+            _json_out({"runId": result.run_id, "state": result.state.value})
+        else:
+            print(f"root run {result.run_id} {verb}: {result.state.value}")
+        return EXIT_OK
+    assert result.error is not None
+    raise result.error
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a flow file under a new root run."""
+    from flows._runtime import run
+
+    return _report_run(run(args.file, db=args.db, journal_location=args.journal), args, "ran")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Resume a failed or interrupted root run."""
+    from flows._runtime import resume
+
+    return _report_run(resume(args.run_id, db=args.db, journal_location=args.journal), args, "resumed")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List root runs, newest first."""
+    with _store(args) as store:
+        runs = store.open_journal().runs()
+    if args.json:
+        _json_out(
+            [
+                {
+                    "runId": r.run_id,
+                    "flow": r.flow,
+                    "scope": r.scope,
+                    "state": r.state.value,
+                    "epoch": r.epoch,
+                    "createdMs": r.created_ms,
+                    "updatedMs": r.updated_ms,
+                    "error": r.error,
+                }
+                for r in runs
+            ]
+        )
+    elif not runs:
+        print("no root runs yet: start one with `flows run FILE`")
+    else:
+        rows = [
+            [r.run_id, r.flow, r.scope, r.state.value, _ms(r.created_ms), (r.error or {}).get("code", "")]
+            for r in runs
+        ]
+        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
+    return EXIT_OK
+
+
+def cmd_journal(args: argparse.Namespace) -> int:
+    """Show a root run's journal records."""
+    with _store(args) as store:
+        backend = store.open_journal()
+        backend.run(args.run_id)
+        streams = [args.stream] if args.stream else backend.streams(args.run_id)
+        records = [r for s in streams for r in backend.read(args.run_id, s)]
+    if args.json:
+        _json_out(
+            [
+                {
+                    "runId": r.run_id,
+                    "stream": r.stream,
+                    "seq": r.seq,
+                    "id": r.id,
+                    "key": r.key,
+                    "ts": r.ts_ms,
+                    "payload": r.payload,
+                }
+                for r in records
+            ]
+        )
+    elif not records:
+        print(f"root run {args.run_id} has no records{' in ' + args.stream if args.stream else ''}")
+    else:
+        rows = [
+            [r.stream, str(r.seq), r.id, _ms(r.ts_ms), orjson.dumps(r.payload).decode()[:80]] for r in records
+        ]
+        print(_table(rows, ["STREAM", "SEQ", "RECORD", "COMMITTED", "PAYLOAD"]))
+    return EXIT_OK
+
+
+def _finding_rows(items: Sequence[Any]) -> str:
+    rows = [[str(e.id), _ms(e.learned_ms), e.source, ",".join(e.tags), e.text[:60]] for e in items]
+    return _table(rows, ["ID", "LEARNED", "SOURCE", "TAGS", "TEXT"])
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    """List findings, newest first, filtered."""
+    with _store(args) as store:
+        found = store.recall(
+            source=args.source, tag=args.tag, before_ms=args.before, limit=args.limit, scope=args.scope
+        )
+    if args.json:
+        _json_out([e.as_json() for e in found])
+    elif not found:
+        print("no findings match: flows learn with `await f.memory.learn({...})` in a flow body")
+    else:
+        print(_finding_rows(found))
+    return EXIT_OK
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """Answer why: the findings that match a subject, with where each came from."""
+    with _store(args) as store:
+        answers = store.why(args.subject, limit=args.limit, scope=args.scope)
+        flows_of: dict[str, str] = {}
+        for a in answers:
+            flows_of.setdefault(a.finding.citation.run_id, a.finding.flow)
+    if args.json:
+        _json_out([a.as_json() for a in answers])
+        return EXIT_OK
+    if not answers:
+        print(f"nothing learned yet answers {args.subject!r}")
+        return EXIT_OK
+    for n, a in enumerate(answers, 1):
+        e, c = a.finding, a.finding.citation
+        print(f"{n}. {e.text}")
+        print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {', '.join(a.matched)}")
+        print(
+            f"   from flow {e.flow!r}, root run {c.run_id}, stream {c.stream}, record {c.id}, "
+            f"committed {_ms(e.learned_ms)} ({'synced' if e.synced else 'not yet synced'})"
+        )
+    return EXIT_OK
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Ingest learned files into the history DB and drop the copies it now holds."""
+    with _store(args) as store:
+        report = store.sync(materialize=not args.no_materialize, progress=_progress("sync"))
+    if args.json:
+        _json_out(
+            {"materialized": report.materialized, "ingested": report.ingested, "dropped": report.dropped}
+        )
+    else:
+        print(
+            f"synced {report.ingested} learned file(s) into {store.db_path}; dropped {report.dropped} "
+            f"disk copies; materialised {report.materialized} from the journal"
+        )
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the embedded demo."""
+    from flows._demo import run_demo
+
+    return run_demo(args.home)
+
+
+# -- parser and diagnostics -------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``flows`` argument parser."""
+    common = _Parser(add_help=False)
+    common.add_argument("--db", metavar="PATH", help="history DB (default: $FLOWS_DB or the XDG data dir)")
+    common.add_argument(
+        "--journal",
+        metavar="LOCATION",
+        help="journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON (errors too, on stderr)")
+    parser = _Parser(
+        prog="flows",
+        description="Run flows whose memory is journal-first, and ask what they learned and why.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(fn=fn)
+        return p
+
+    add("run", cmd_run, "run a flow file under a new root run").add_argument(
+        "file", help="the flow's .py file"
+    )
+    add("resume", cmd_resume, "resume a failed or interrupted root run").add_argument(
+        "run_id", metavar="RUN_ID"
+    )
+    add("runs", cmd_runs, "list root runs, newest first")
+    p = add("journal", cmd_journal, "show a root run's journal records")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
+    for name, fn, help_ in (
+        ("recall", cmd_recall, "list findings, newest first"),
+        ("why", cmd_why, "which findings answer a subject, and where each came from"),
+    ):
+        p = add(name, fn, help_)
+        if name == "why":
+            p.add_argument("subject", help="words to match against findings' text, tags and source")
+        else:
+            p.add_argument("--source", metavar="S", help="only findings from this source")
+            p.add_argument("--tag", metavar="T", help="only findings with this tag")
+            p.add_argument(
+                "--before", metavar="MS", type=int, help="only findings learned before this epoch-ms"
+            )
+        p.add_argument("--limit", metavar="N", type=_positive, default=20 if name == "recall" else 10)
+        p.add_argument("--scope", metavar="SCOPE", help="only this scope (default: every scope)")
+    p = add("sync", cmd_sync, "ingest learned files into the history DB, then drop the disk copies")
+    p.add_argument(
+        "--no-materialize", action="store_true", help="do not write files for journal-only findings"
+    )
+    p = add("demo", cmd_demo, "run the embedded demo: learn, crash, resume, ask why")
+    p.add_argument(
+        "--home", metavar="DIR", help="keep the demo's store here (default: a temporary directory)"
+    )
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+    """Print one diagnostic line for ``exc`` on stderr; return its exit status."""
+    fields = error_fields(exc)
+    run_id = getattr(exc, "run_id", None) or run_id
+    if as_json:
+        sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
+    else:
+        where = f" (root run {run_id})" if run_id else ""
+        sys.stderr.write(f"flows: error[{fields['code']}]: {fields['message']}{where}\n")
+    return EXIT_USAGE if isinstance(exc, journal.JournalNameInvalid) else EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``flows`` CLI; returns the exit status (0 ok, 1 failure, 2 usage)."""
-    parser = argparse.ArgumentParser(prog="flows", description="Run flows with a journal-first memory.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="show the journal recovering from a crash mid-append")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from flows._demo import run_demo
-
-        return run_demo()
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except KeyboardInterrupt:
+        sys.stderr.write("flows: interrupted\n")
+        return 130
+    except Exception as exc:  # every failure becomes one classified line, never a traceback
+        return diagnose(exc, as_json=args.json, run_id=getattr(args, "run_id", None))
 
 
 if __name__ == "__main__":

@@ -1,56 +1,90 @@
-"""The embedded demo: a root run, a stream, a child process killed mid-append, the tail recovered."""
+"""The embedded demo: a flow learns, is killed mid-way, resumes, and is asked why."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-import journal
+_FLOW = '''\
+"""A demo flow: it learns what it observes about the weather, one finding at a time."""
+import asyncio
+import flows
 
-_CHILD = """
-import os, signal, sys, journal
-jr = journal.FileJournal(sys.argv[1])
-lease = journal.Lease(sys.argv[2], int(sys.argv[3]))
-log = jr._stream(lease.run_id, "notes").log
-line = journal.RecordCodec(lease.run_id, "notes").encode(
-    journal.Record(lease.run_id, "notes", 4, "torn", None, 0, {"text": "never acknowledged"}))
-fd = os.open(log.path, os.O_WRONLY | os.O_APPEND)
-os.write(fd, line[: len(line) // 2])   # half a line reaches the disk...
-os.kill(os.getpid(), signal.SIGKILL)    # ...and the writer dies before the append returns
-"""
+OBSERVATIONS = [
+    ("rain follows a falling barometer", ["weather", "pressure"]),
+    ("fog forms when the air cools to its dew point", ["weather", "fog"]),
+    ("a red sky at night often means fair weather next day", ["weather", "sky"]),
+    ("thunder follows lightning because sound is slower than light", ["storm", "physics"]),
+    ("snow needs the air near the ground below about 2 C", ["weather", "snow"]),
+    ("wind flows from high pressure toward low pressure", ["wind", "pressure"]),
+]
 
 
-def run_demo() -> int:
-    """Print a short walk through crash recovery in a temporary journal; returns 0."""
-    with tempfile.TemporaryDirectory(prefix="flows-demo-") as tmp:
-        root = Path(tmp) / "flows-journal"
-        jr = journal.FileJournal(root)
-        info, lease = jr.begin("demo", "demo", {})
-        print(f"began root run {info.run_id} in {root}")
-        for text in ("the sky is blue", "water is wet", "fire is hot"):
-            rec = jr.append(lease, "notes", {"text": text}, key=text)
-            print(f"  appended #{rec.seq} {text!r} (record {rec.id})")
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(root), info.run_id, str(lease.epoch)],
-            env={**os.environ},
-            check=False,
-        )
-        path = jr.stream_path(info.run_id, "notes")
-        torn = len(path.read_bytes().rsplit(b"\n", 1)[-1])
-        print(
-            f"a child process was killed mid-append (signal {-child.returncode}); "
-            f"the stream file now ends with {torn} torn bytes"
-        )
-        rec = jr.append(lease, "notes", {"text": "ice is cold"}, key="ice is cold")
-        print(f"the next append cut the torn tail and wrote #{rec.seq} on its own line:")
-        for r in jr.read(info.run_id, "notes"):
-            print(f"  #{r.seq} {r.payload['text']}")
-        jr.finish(lease, journal.RunState.DONE)
-        print(f"root run {info.run_id} is {jr.run(info.run_id).state}")
-        jr.close()
-        assert child.returncode == -signal.SIGKILL
-    return 0
+@flows.flow(name="weather-notes", scope="weather")
+async def body(f):
+    for text, tags in OBSERVATIONS:
+        await f.memory.learn({"text": text, "tags": tags, "source": "observation"})
+        await asyncio.sleep(0.3)  # time to crash in
+'''
+
+
+def _flows(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "flows", *args, "--db", str(home / "history.db")]
+    print(f"$ flows {shlex.join(args)}", flush=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    sys.stdout.write(result.stdout)
+    sys.stdout.write(result.stderr)
+    sys.stdout.flush()
+    return result
+
+
+def _learned(home: Path) -> int:
+    return sum(1 for _ in (home / "flows-memory").rglob("*.json")) if (home / "flows-memory").exists() else 0
+
+
+def run_demo(home: str | None = None) -> int:
+    """Run the demo in ``home`` (a temporary directory when None); return 0 when it all held."""
+    if home is None:
+        with tempfile.TemporaryDirectory(prefix="flows-demo-") as tmp:
+            return _demo(Path(tmp))
+    return _demo(Path(home))
+
+
+def _demo(home: Path) -> int:
+    home.mkdir(parents=True, exist_ok=True)
+    flow_file = home / "weather_notes.py"
+    flow_file.write_text(_FLOW)
+    print(f"flows demo in {home}\n")
+    print("1. run a flow that learns six findings, and kill it (SIGKILL) after the third")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "flows", "run", str(flow_file), "--db", str(home / "history.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while _learned(home) < 3 and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.02)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    print(f"   killed after {_learned(home)} findings were published\n")
+    print("2. the root run is interrupted: its lease died with its process")
+    runs = _flows(home, "runs")
+    run_id = runs.stdout.splitlines()[1].split()[0]
+    print("\n3. resume it: committed learns republish without journaling again; the rest are learned")
+    resumed = _flows(home, "resume", run_id)
+    print("\n4. the journal holds exactly one record per finding")
+    _flows(home, "journal", run_id, "--stream", "memory-learn")
+    print("\n5. ask why")
+    why = _flows(home, "why", "why does it rain when pressure falls?")
+    print("\n6. sync into the history DB; the answer now comes from the DB, with the same citation")
+    _flows(home, "sync")
+    _flows(home, "recall", "--tag", "pressure")
+    ok = resumed.returncode == 0 and why.returncode == 0 and "barometer" in why.stdout
+    print("\ndemo " + ("complete" if ok else "FAILED"))
+    return 0 if ok else 1

@@ -316,7 +316,8 @@ class MemoryStore:
     def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
         """Findings whose text, tags or source share words with ``subject``, best match first (R-R5).
 
-        A word matching a tag or the source weighs more than one in the text; ties go to the newest.
+        Findings matching more of the subject's words come first; among equals, a word matching a
+        tag or the source weighs more than one in the text; remaining ties go to the newest.
         Each answer carries the finding's citation, flow and commit time.
         """
         words = _subject_words(subject)
@@ -342,14 +343,15 @@ class MemoryStore:
         text = set(_words(e.text))
         tags = {w for t in e.tags for w in _words(t)}
         source = set(_words(e.source))
-        score = 0.0
+        weight = 0.0
         matched = []
         for w in sorted(wanted):
             s = (1.0 if w in text else 0.0) + (1.5 if w in tags else 0.0) + (1.0 if w in source else 0.0)
             if s:
                 matched.append(w)
-                score += s
-        return score, tuple(matched)
+                weight += s
+        # More of the question's words matched ranks first; where they match (tags, source) breaks ties.
+        return (len(matched) + weight / 10 if matched else 0.0), tuple(matched)
 
     async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
         """``why`` off the event loop."""

@@ -1,0 +1,123 @@
+"""Declaring a flow: ``@flows.flow(name=, scope=, memory={"script": True})`` on ``async def body(f)``."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+from flows._errors import FlowLoadFailed
+
+Body = Callable[[Any], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a flow declares; recorded in its root run so ``resume`` re-runs the same body."""
+
+    name: str
+    scope: str
+    script: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        """The header as stored in the root run's metadata."""
+        return {"name": self.name, "scope": self.scope, "memory": {"script": self.script}}
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A flow: its header, its body, and the file that defines it."""
+
+    header: Header
+    body: Body
+    source: Path | None
+
+    async def __call__(self, f: Any) -> None:
+        """Run the body with the flow context ``f``."""
+        await self.body(f)
+
+
+def _source_of(fn: Body) -> Path | None:
+    try:
+        src = inspect.getsourcefile(fn)
+    except TypeError:
+        return None
+    return Path(src).resolve() if src else None
+
+
+def _make(fn: Body, name: str | None, scope: str | None, memory: Mapping[str, Any] | None) -> Flow:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"a flow body must be `async def body(f)`, not {fn!r}")
+    source = _source_of(fn)
+    flow_name = name or (source.stem if source else fn.__name__)
+    script = (memory or {}).get("script", True)
+    if not isinstance(script, bool):
+        raise TypeError("memory={'script': ...} takes True or False")
+    return Flow(Header(name=flow_name, scope=scope or flow_name, script=script), fn, source)
+
+
+@overload
+def flow(fn: Body, /) -> Flow: ...
+@overload
+def flow(
+    *, name: str | None = None, scope: str | None = None, memory: Mapping[str, Any] | None = None
+) -> Callable[[Body], Flow]: ...
+
+
+def flow(
+    fn: Body | None = None,
+    /,
+    *,
+    name: str | None = None,
+    scope: str | None = None,
+    memory: Mapping[str, Any] | None = None,
+) -> Flow | Callable[[Body], Flow]:
+    """Declare ``async def body(f)`` a flow. Every argument is optional.
+
+    Args:
+        name: the flow's name (default: the stem of the file that defines it).
+        scope: the memory scope its findings live in (default: the name).
+        memory: ``{"script": False}`` makes every ``f.memory.learn`` fail with ``unsupported_header``.
+    """
+    if fn is not None:
+        return _make(fn, name, scope, memory)
+    return lambda body: _make(body, name, scope, memory)
+
+
+def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
+    """Import the file at ``path`` and return its flow (the one named ``name`` if it has several).
+
+    Raises:
+        FlowLoadFailed: the file is missing or fails to import, or does not hold exactly one flow
+            (or none named ``name``).
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FlowLoadFailed(f"no flow file at {path}", path=path)
+    module_name = f"_flows_user_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise FlowLoadFailed(f"{path} is not a Python file", path=path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise FlowLoadFailed(f"{path} failed to import: {type(exc).__name__}: {exc}", path=path) from exc
+    found = [v for v in vars(module).values() if isinstance(v, Flow)]
+    if name is not None:
+        found = [f for f in found if f.header.name == name]
+    if len(found) != 1:
+        what = "no flow" if not found else f"{len(found)} flows"
+        raise FlowLoadFailed(
+            f"{path} defines {what}{f' named {name!r}' if name else ''}; decorate exactly one "
+            "`async def body(f)` with @flows.flow",
+            path=path,
+        )
+    return found[0]
