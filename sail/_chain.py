@@ -22,12 +22,16 @@ from web3.exceptions import TimeExhausted, TransactionNotFound, Web3Exception
 from memory.ledger import ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
 from sail._contracts import abi
 
-try:  # the in-process EVM's own errors, when it is installed
+try:  # the in-process EVM's own errors (a revert there is not a web3 ContractLogicError)
     from eth_tester.exceptions import (  # type: ignore[import-untyped]  # eth-tester ships no types
-        EthTesterException as _TesterError,
+        BlockNotFound,
+        TransactionFailed,
+        ValidationError,
     )
+
+    _TESTER_ERRORS: tuple[type[BaseException], ...] = (BlockNotFound, TransactionFailed, ValidationError)
 except ImportError:  # pragma: no cover - eth-tester is part of the chain extra
-    _TesterError = Web3Exception
+    _TESTER_ERRORS = ()
 
 #: what a read may fail with, short of a bug in sail: mapped to ChainUnavailable
 READ_ERRORS: tuple[type[BaseException], ...] = (
@@ -36,7 +40,7 @@ READ_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     ValueError,  # web3 raises it for some malformed RPC answers
     EthValidationError,
-    _TesterError,
+    *_TESTER_ERRORS,
 )
 
 SWAP_FUNCTION = "swapExactTokensForTokens"

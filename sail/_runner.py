@@ -28,6 +28,7 @@ from sail._errors import SailKeyUnavailable, SailSubmitFailed
 from sail._strategy import Swap
 
 DEFAULT_KEY_ENV = "SAIL_PRIVATE_KEY"
+PRIORITY_FEE = 10**9  # 1 gwei
 DEFAULT_PASSWORD_ENV = "SAIL_KEYSTORE_PASSWORD"  # noqa: S105 - the name of an env var, not a secret
 
 
@@ -154,7 +155,9 @@ class Runner:
                 "from": self.agent,
                 "nonce": w3.eth.get_transaction_count(self.account.address, "pending"),
                 "gas": self.gas,
-                "gasPrice": w3.eth.gas_price,
+                # EIP-1559 fees: twice the base fee leaves room for it to rise while pending
+                "maxFeePerGas": 2 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + PRIORITY_FEE,
+                "maxPriorityFeePerGas": PRIORITY_FEE,
                 "chainId": self.chain.chain_id(),
             }
             built: dict[str, Any] = dict(fn.build_transaction(params))

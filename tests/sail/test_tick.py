@@ -1,0 +1,272 @@
+"""The tick and reconcile against a real in-process EVM (SPEC R-A2–R-A7, R-A9)."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+
+from memory.ledger import (
+    Acted,
+    ActivityLog,
+    DispatchSettled,
+    DispatchSubmitted,
+    Ledger,
+    Outcome,
+    Skipped,
+    reconcile,
+)
+from sail._chain import Chain
+from sail._deploy import DEFAULT_RATE
+from sail._runner import Runner
+from sail._strategy import Swap
+from tests.sail.conftest import AMOUNT_IN, INTERVAL, World
+
+EXPECTED_OUT = AMOUNT_IN * DEFAULT_RATE // 10**18  # 0.01 WETH
+
+
+def act_and_reconcile(world: World) -> Acted:
+    """Tick once (submits), move on past nothing, tick again (reconciles, then cadence-skips)."""
+    first = world.tick()
+    assert first.dispatched is not None
+    world.clock.now += 1
+    second = world.tick()
+    assert len(second.reconciled) == 1
+    return second.reconciled[0]
+
+
+def test_a_confirmed_swap_is_ledgered_with_exact_amounts_and_balances_that_match_balance_of(
+    world: World,
+) -> None:
+    usdc_before, weth_before = world.balance(world.market.usdc), world.balance(world.market.weth)
+    entry = act_and_reconcile(world)
+    receipt = world.w3.eth.get_transaction_receipt(entry.tx_hash)
+    block = world.w3.eth.get_block(receipt["blockNumber"])
+    line = orjson.loads(world.ledger().path.read_bytes().split(b"\n")[0])
+    assert line == {
+        "ts": block["timestamp"],
+        "block": receipt["blockNumber"],
+        "chainId": world.w3.eth.chain_id,
+        "kind": "acted",
+        "action": "swap",
+        "permission": "perm-dca-1",
+        "outcome": "confirmed",
+        "txHash": entry.tx_hash,
+        "gasUsed": str(receipt["gasUsed"]),
+        "tokenIn": world.market.usdc,
+        "tokenOut": world.market.weth,
+        "amountIn": {"baseUnits": "25000000", "human": "25.0 USDC"},
+        "amountOut": {"baseUnits": str(EXPECTED_OUT), "human": "0.01 WETH"},
+        "balancesAfter": {
+            world.market.usdc: str(world.balance(world.market.usdc)),
+            world.market.weth: str(world.balance(world.market.weth)),
+        },
+    }
+    assert world.balance(world.market.usdc) == usdc_before - AMOUNT_IN
+    assert world.balance(world.market.weth) == weth_before + EXPECTED_OUT
+
+
+def test_the_submitting_tick_writes_nothing_to_the_ledger(world: World) -> None:
+    result = world.tick()
+    assert result.dispatched is not None and result.skipped is None
+    assert world.ledger().entries() == []
+    records = ActivityLog(world.sail_dir).read()
+    assert [type(r) for r in records] == [DispatchSubmitted, DispatchSettled]
+    assert records[0].tx_hash == result.dispatched.tx_hash  # type: ignore[union-attr]
+    assert records[1].event == "dispatch_executed"  # type: ignore[union-attr]
+
+
+def test_a_reverted_swap_is_ledgered_with_nulls_where_the_seed_says(world: World) -> None:
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.withdraw(world.market.weth, 100 * 10**18))  # nothing left to pay out
+    usdc_before = world.balance(world.market.usdc)
+    first = world.tick()
+    assert first.dispatched is not None and first.dispatched.settled is not None
+    assert first.dispatched.settled.event == "dispatch_reverted"
+    world.clock.now += 1
+    entry = world.tick().reconciled[0]
+    receipt = world.w3.eth.get_transaction_receipt(entry.tx_hash)
+    assert receipt["status"] == 0
+    wire = entry.to_wire()
+    assert wire["outcome"] == "reverted"
+    assert (wire["amountOut"], wire["balancesAfter"]) == (None, None)
+    assert wire["amountIn"] == {"baseUnits": "25000000", "human": "25.0 USDC"}
+    assert (wire["gasUsed"], wire["block"]) == (str(receipt["gasUsed"]), receipt["blockNumber"])
+    assert world.balance(world.market.usdc) == usdc_before  # nothing moved: nothing is claimed
+
+
+def test_a_revert_on_amount_out_min_is_reverted_not_confirmed(world: World) -> None:
+    chain = Chain(world.w3)
+    runner = Runner(chain, world.agent, ActivityLog(world.sail_dir), clock=world.clock)
+    swap = Swap(
+        router=world.market.router,
+        token_in=world.market.usdc,
+        token_out=world.market.weth,
+        amount_in=AMOUNT_IN,
+        amount_out_min=EXPECTED_OUT + 1,
+        deadline=world.clock.now + 600,
+        permission=None,
+    )
+    sent = runner.submit(swap)
+    with world.ledger().writer() as w:
+        (entry,) = reconcile(
+            w, ActivityLog(world.sail_dir), chain, clock=lambda: world.clock.now, receipt_timeout=1
+        )
+    assert (entry.tx_hash, entry.outcome, entry.permission) == (sent.tx_hash, Outcome.REVERTED, None)
+
+
+def test_a_rising_balance_after_a_revert_cannot_be_claimed_by_a_later_confirmed_swap(world: World) -> None:
+    """A confirmed swap after a reverted one is ledgered with its own amounts only."""
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.withdraw(world.market.weth, 100 * 10**18))
+    world.tick()
+    weth = world.contract("TestToken", world.market.weth)
+    world.as_owner(weth.functions.mint(world.market.router, 10**18))
+    world.clock.now += 1
+    second = world.tick()  # reconciles the revert; no confirmed act yet, so it swaps again
+    assert [e.outcome for e in second.reconciled] == [Outcome.REVERTED]
+    assert second.dispatched is not None
+    world.clock.now += 1
+    (confirmed,) = world.tick().reconciled
+    assert confirmed.outcome is Outcome.CONFIRMED
+    assert confirmed.amount_out is not None and confirmed.amount_out.base_units == EXPECTED_OUT
+
+
+def test_an_unverified_dispatch_is_ledgered_once_and_later_resolved_as_a_new_entry(world: World) -> None:
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    tester.disable_auto_mine_transactions()
+    sent = world.tick(receipt_timeout=0.2).dispatched
+    assert sent is not None and sent.settled is None  # the runner saw no receipt in time
+    world.strategy_overrides["min_balance"] = 10**18  # later ticks skip: only reconcile matters
+    world.clock.now += 1
+    (unverified,) = world.tick(reconcile_wait_s=0.2).reconciled
+    assert unverified.to_wire() == {
+        "ts": world.clock.now,
+        "block": None,
+        "chainId": world.w3.eth.chain_id,
+        "kind": "acted",
+        "action": "swap",
+        "permission": "perm-dca-1",
+        "outcome": "unverified",
+        "txHash": sent.tx_hash,
+        "gasUsed": None,
+        "tokenIn": world.market.usdc,
+        "tokenOut": world.market.weth,
+        "amountIn": {"baseUnits": "25000000", "human": "25.0 USDC"},
+        "amountOut": None,
+        "balancesAfter": None,
+    }
+    world.clock.now += 1
+    assert world.tick(reconcile_wait_s=0.2).reconciled == ()  # still unreadable: no second line
+    tester.enable_auto_mine_transactions()
+    tester.mine_blocks(1)
+    world.clock.now += 1
+    (resolved,) = world.tick(reconcile_wait_s=2).reconciled
+    assert (resolved.tx_hash, resolved.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+    assert resolved.amount_out is not None and resolved.amount_out.base_units == EXPECTED_OUT
+    acted = [(e.tx_hash, e.outcome) for e in world.ledger().entries() if isinstance(e, Acted)]
+    assert acted == [(sent.tx_hash, Outcome.UNVERIFIED), (sent.tx_hash, Outcome.CONFIRMED)]
+    assert world.ledger().last_confirmed().tx_hash == sent.tx_hash  # type: ignore[union-attr]
+
+
+def test_reconciling_twice_ledgers_one_entry(world: World) -> None:
+    world.tick()
+    chain, activity = Chain(world.w3), ActivityLog(world.sail_dir)
+    for _ in range(2):
+        with Ledger(world.sail_dir).writer() as w:
+            reconcile(w, activity, chain, clock=lambda: world.clock.now, receipt_timeout=1)
+    assert len(world.ledger().entries()) == 1
+
+
+def test_concurrent_reconciles_ledger_one_entry(world: World) -> None:
+    world.tick()
+    barrier = threading.Barrier(4)
+    results: list[int] = []
+
+    def run() -> None:
+        chain, activity = Chain(world.w3), ActivityLog(world.sail_dir)
+        barrier.wait()
+        with Ledger(world.sail_dir).writer() as w:
+            results.append(
+                len(reconcile(w, activity, chain, clock=lambda: world.clock.now, receipt_timeout=1))
+            )
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 0, 0, 1]
+    assert len(world.ledger().entries()) == 1
+
+
+def test_a_transfer_from_a_look_alike_contract_is_not_counted(world: World) -> None:
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.setEcho(world.market.lookalike))
+    entry = act_and_reconcile(world)
+    receipt = world.w3.eth.get_transaction_receipt(entry.tx_hash)
+    emitters = {log["address"] for log in receipt["logs"]}
+    assert world.market.lookalike in emitters  # the look-alike did emit a Transfer to the agent
+    assert entry.amount_out is not None and entry.amount_out.base_units == EXPECTED_OUT
+    assert entry.balances_after is not None
+    assert entry.balances_after[world.market.weth] == world.balance(world.market.weth) == EXPECTED_OUT
+
+
+# -- cadence and skips (R-A4, R-A5) -----------------------------------------------------------
+
+
+def test_cadence_is_honoured_from_the_last_confirmed_act_in_the_ledger(world: World) -> None:
+    entry = act_and_reconcile(world)
+    skips = [e for e in world.ledger().entries() if isinstance(e, Skipped)]
+    assert [s.reason for s in skips] == [
+        f"cadence: last acted {world.clock.now - entry.ts}s ago, interval {INTERVAL}s"
+    ]
+    world.clock.now = entry.ts + INTERVAL - 1
+    assert world.tick().skipped is not None
+    world.clock.now = entry.ts + INTERVAL
+    assert world.tick().dispatched is not None
+
+
+def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.withdraw(world.market.weth, 100 * 10**18))
+    world.tick()
+    world.clock.now += 1
+    assert world.ledger().last_confirmed() is None
+    second = world.tick()
+    assert second.reconciled[0].outcome is Outcome.REVERTED
+    assert second.skipped is None and second.dispatched is not None  # no cadence skip
+
+
+@pytest.mark.parametrize(
+    ("setup", "overrides", "reason"),
+    [
+        ("none", {"min_balance": 10**12}, "balance 500000000 < min 1000000000000"),
+        ("none", {"amount_in": 600 * 10**6, "min_balance": 0}, "balance 500000000 < min 600000000"),
+        ("revoke", {}, "allowance 0 < 25000000 for {router} — owner top-up needed"),
+        ("none", {"token_out": "lookalike"}, "quote unavailable: execution reverted: NO_ROUTE"),
+        ("rate1", {}, "quote returned 0"),
+    ],
+)
+def test_every_skip_reason_is_ledgered_once_in_the_seeds_form(
+    world: World, setup: str, overrides: dict[str, object], reason: str
+) -> None:
+    if setup == "revoke":
+        usdc = world.contract("TestToken", world.market.usdc)
+        world.w3.eth.wait_for_transaction_receipt(
+            usdc.functions.approve(world.market.router, 0).transact({"from": world.agent.address})
+        )
+    if setup == "rate1":
+        router = world.contract("SwapRouter", world.market.router)
+        world.as_owner(router.functions.setRate(world.market.usdc, world.market.weth, 1))
+    if overrides.get("token_out") == "lookalike":
+        overrides = {"token_out": world.market.lookalike}
+    result = world.tick(**overrides)
+    expected = reason.format(router=world.market.router)
+    assert result.skipped is not None and result.dispatched is None
+    (entry,) = world.ledger().entries()
+    assert entry == Skipped(
+        ts=world.clock.now, block=world.w3.eth.block_number, chain_id=world.w3.eth.chain_id, reason=expected
+    )
+    assert ActivityLog(world.sail_dir).read() == []
