@@ -14,17 +14,17 @@ import pytest
 
 pytest.importorskip("web3", reason="the chain extra (web3[tester]) is not installed")
 
-from eth_account import Account  # noqa: E402
-from eth_account.signers.local import LocalAccount  # noqa: E402
-from web3 import EthereumTesterProvider, Web3  # noqa: E402
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from web3 import EthereumTesterProvider, Web3
 
-from memory.ledger import ActivityLog, Ledger  # noqa: E402
-from sail._chain import Chain  # noqa: E402
-from sail._deploy import Deployment, deploy_market, send  # noqa: E402
-from sail._runner import Runner  # noqa: E402
-from sail._strategy import DcaStrategy  # noqa: E402
-from sail._tick import TickResult, tick  # noqa: E402
-from tests.ledger.schema import assert_seed_schema  # noqa: E402
+from memory.ledger import ActivityLog, Ledger
+from sail._chain import Chain
+from sail._deploy import Deployment, deploy_market, send
+from sail._runner import Runner
+from sail._strategy import DcaStrategy
+from sail._tick import TickResult, tick
+from tests.ledger.schema import assert_seed_schema
 
 AGENT_KEY = "0x" + "00" * 31 + "02"  # eth-tester's second funded account
 AMOUNT_IN = 25 * 10**6

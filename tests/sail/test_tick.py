@@ -1,4 +1,4 @@
-"""The tick and reconcile against a real in-process EVM (SPEC R-A2–R-A7, R-A9)."""
+"""The tick and reconcile against a real in-process EVM (SPEC R-A2 to R-A7, R-A9)."""
 
 from __future__ import annotations
 
