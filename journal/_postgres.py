@@ -131,33 +131,71 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+@contextlib.contextmanager
+def _committed(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+    """Finish the transaction already begun on ``conn``: commit after the body, roll back on an exception.
+
+    Driver errors propagate; the caller then closes the connection.
+    """
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    except psycopg.Error:
+        raise
+    except BaseException:
+        conn.execute("rollback")
+        raise
+    conn.execute("commit")
+
+
 class _Pool:
-    """A small, lock-protected pool of autocommit connections; a broken one is never reused."""
+    """A small, lock-protected pool of autocommit connections; a broken one is never reused.
+
+    ``transaction`` sends ``BEGIN`` itself: when that fails on a connection taken from the pool, the
+    server never saw the transaction, so it is retried once on a fresh connection. That is how a
+    journal reconnects after a server restart without failing a call that started afterwards.
+    """
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self._connect = connect
         self._idle: list[psycopg.Connection[Any]] = []
         self._mutex = threading.Lock()
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _begin(self) -> psycopg.Connection[Any]:
         with self._mutex:
             conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._connect()
+        if conn is not None:
+            try:
+                conn.execute("begin")
+                return conn
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self._discard(conn)  # dead since it was last used: nothing was sent, start afresh
+        conn = self._connect()
         try:
-            yield conn
-        except psycopg.Error:
+            conn.execute("begin")
+        except BaseException:
             conn.close()
-            self.clear()  # the server likely restarted: the idle ones are dead too
+            raise
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        """Yield a cursor in a new transaction; commit on success, roll back on an exception."""
+        conn = self._begin()
+        try:
+            with _committed(conn) as cur:
+                yield cur
+        except psycopg.Error:
+            self._discard(conn)
             raise
         except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.close()  # a transaction is half-way: never hand it out again
-                raise
-            self._give_back(conn)
+            self._give_back(conn)  # rolled back cleanly
             raise
         self._give_back(conn)
+
+    def _discard(self, conn: psycopg.Connection[Any]) -> None:
+        conn.close()
+        self.clear()  # the server likely restarted or dropped us: the idle ones are dead too
 
     def _give_back(self, conn: psycopg.Connection[Any]) -> None:
         with self._mutex:
@@ -167,6 +205,7 @@ class _Pool:
         conn.close()
 
     def clear(self) -> None:
+        """Close every idle connection."""
         with self._mutex:
             idle, self._idle = self._idle, []
         for conn in idle:
@@ -256,9 +295,7 @@ class PostgresJournal:
         self._check_open()
         with (
             self._translated(doing, run_id=run_id, stream=stream, reading=reading),
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
+            self._pool.transaction() as cur,
         ):
             yield cur
 
@@ -382,12 +419,22 @@ class PostgresJournal:
 
     @contextlib.contextmanager
     def _leasing(self, doing: str, run_id: str | None) -> Iterator[psycopg.Cursor[Any]]:
-        """A transaction on the lease connection, under the lease mutex, with errors translated."""
+        """A transaction on the lease connection, under the lease mutex, with errors translated.
+
+        Like the pool, a ``BEGIN`` refused by a connection that died since its last use is retried
+        once on a fresh one (which first takes back the locks of the leases still held).
+        """
         self._check_open()
         with self._lease_mutex, self._translated(doing, run_id=run_id):
             try:
                 conn = self._lease_connection()
-                with conn.transaction(), conn.cursor() as cur:
+                try:
+                    conn.execute("begin")
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    self._drop_lease_connection()
+                    conn = self._lease_connection()
+                    conn.execute("begin")
+                with _committed(conn) as cur:
                     yield cur
             except psycopg.Error:
                 self._drop_lease_connection()
