@@ -236,6 +236,7 @@ class MemoryStore:
 
     def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
         try:
+            failpoint("memory.before_stage")
             ensure_dir(directory)
             return stage(directory, data, db_mode(self.db_path), hint="finding")
         except (StagingError, OSError) as exc:
@@ -393,13 +394,15 @@ class MemoryStore:
                 continue
             final = learned_dir(self.db_path, rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
-            with contextlib.suppress(FileNotFoundError):
-                current = final.read_bytes()
-                if current == data:
-                    continue
-                with contextlib.suppress(Exception):
-                    if parse_learned(final, current).learned_ms >= rec.payload["learnedMs"]:
-                        continue
+            try:
+                current: bytes | None = final.read_bytes()
+            except FileNotFoundError:
+                current = None
+            if current == data:
+                continue
+            # A damaged file is not overwritten here: it fails closed (memory_unreachable).
+            if current is not None and parse_learned(final, current).learned_ms >= rec.payload["learnedMs"]:
+                continue
             self._publish(self._stage(final.parent, data, rec.run_id), final, rec.run_id)
             published += 1
         return published

@@ -1,0 +1,173 @@
+"""The flows CLI end to end: run, recall, why, runs, journal, sync, diagnostics (SPEC R-F4, R-F5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from tests.flows.helpers import check_invariants, flows, json_of, write_flow
+
+LEARN_TWO = """
+await f.memory.learn({"text": "the kettle boils at 100 C at sea level", "tags": ["kitchen", "physics"]})
+await f.memory.learn({"text": "bread rises faster in a warm room", "tags": ["kitchen"], "source": "baker"})
+"""
+
+
+def test_a_flow_learns_and_a_second_run_recalls_it_through_the_installed_cli(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    flow = write_flow(tmp_path / "kitchen.py", LEARN_TWO, 'scope="home"')
+    first = flows(db, "run", str(flow), installed=True)
+    assert first.returncode == 0, first.stderr
+    run_id = json_of(flows(db, "runs", "--json"))[0]["runId"]
+    assert f"root run {run_id} ran: done" in first.stdout
+
+    records = json_of(flows(db, "journal", run_id, "--stream", "memory-learn", "--json"))
+    assert [r["payload"]["finding"]["text"] for r in records] == [
+        "the kettle boils at 100 C at sea level",
+        "bread rises faster in a warm room",
+    ]
+    files = check_invariants(db, run_id)
+    assert {e.citation.id for e in files.values()} == {r["id"] for r in records}
+
+    reader = write_flow(
+        tmp_path / "reader.py",
+        """
+found = await f.memory.recall(tag="kitchen")
+assert [e.text[:5] for e in found] == ["bread", "the k"]
+answers = await f.memory.why("when does the kettle boil?")
+assert answers[0].finding.text.startswith("the kettle")
+""",
+        'scope="home"',
+    )
+    second = flows(db, "run", str(reader), installed=True)
+    assert second.returncode == 0, second.stderr
+
+    recalled = json_of(flows(db, "recall", "--tag", "kitchen", "--json"))
+    assert [r["text"] for r in recalled] == [
+        "bread rises faster in a warm room",
+        "the kettle boils at 100 C at sea level",
+    ]
+    assert set(recalled[0]) >= {"id", "text", "source", "tags", "learnedMs", "journal"}
+    assert recalled[0]["journal"]["runId"] == run_id
+    assert recalled[0]["id"] < 0  # not yet synced
+    assert json_of(flows(db, "recall", "--source", "baker", "--json"))[0]["source"] == "baker"
+    assert json_of(flows(db, "recall", "--limit", "1", "--json"))[0]["text"].startswith("bread")
+
+    why = flows(db, "why", "kettle boil")
+    assert why.returncode == 0
+    assert "the kettle boils at 100 C at sea level" in why.stdout
+    assert f"root run {run_id}, stream memory-learn, record " in why.stdout
+    assert "from flow 'kitchen'" in why.stdout
+
+    synced = json_of(flows(db, "sync", "--json"))
+    assert (synced["ingested"], synced["dropped"]) == (2, 2)
+    after = json_of(flows(db, "recall", "--tag", "kitchen", "--json"))
+    assert [r["id"] > 0 for r in after] == [True, True]
+    assert [r["journal"] for r in after] == [r["journal"] for r in recalled]
+
+
+def test_runs_table_and_json_show_state_and_the_failing_code(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    bad = write_flow(tmp_path / "bad.py", 'await f.memory.learn({"text": ""})')
+    result = flows(db, "run", str(bad))
+    assert result.returncode == 1
+    runs = json_of(flows(db, "runs", "--json"))
+    assert runs[0]["state"] == "failed"
+    assert runs[0]["error"]["code"] == "memory_finding_invalid"
+    table = flows(db, "runs").stdout.splitlines()
+    assert table[0].split() == ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]
+    assert "failed" in table[1] and "memory_finding_invalid" in table[1]
+
+
+def test_why_and_recall_on_an_empty_store_are_friendly(tmp_path: Path) -> None:
+    db = tmp_path / "nothing" / "history.db"
+    why = flows(db, "why", "anything at all")
+    assert (why.returncode, why.stderr) == (0, "")
+    assert "nothing learned yet answers 'anything at all'" in why.stdout
+    assert json_of(flows(db, "why", "x", "--json")) == []
+    assert json_of(flows(db, "recall", "--json")) == []
+    assert json_of(flows(db, "runs", "--json")) == []
+    assert not db.exists()  # reads create nothing
+
+
+@pytest.mark.parametrize("command", ["run", "resume", "runs", "journal", "recall", "why", "sync", "demo"])
+def test_every_command_has_help(command: str, tmp_path: Path) -> None:
+    result = flows(tmp_path / "h.db", command, "--help")
+    assert result.returncode == 0
+    assert "--db" in result.stdout and "usage: flows" in result.stdout
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    result = flows(tmp_path / "h.db", "recall", "--limit", "zero")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("flows: error[usage]: ")
+    bad_id = flows(tmp_path / "h.db", "resume", "../../etc")
+    assert bad_id.returncode == 2
+    assert bad_id.stderr.startswith("flows: error[journal_name_invalid]: ")
+
+
+FAILING_BODIES = {
+    "memory_finding_invalid": 'await f.memory.learn({"text": "x", "colour": "red"})',
+    "unawaited_step": 'f.memory.learn({"text": "forgotten"})',
+    "flow_failed": 'raise ValueError("the body broke")',
+    "memory_unwritable": 'await f.memory.learn({"text": "no room"})',
+    "journal_unwritable": 'await f.memory.learn({"text": "no journal"})',
+}
+FAILPOINTS = {
+    "memory_unwritable": "memory.before_stage=ENOSPC",
+    "journal_unwritable": "linelog.before_fsync=EIO",
+}
+
+
+@pytest.mark.parametrize("code", sorted(FAILING_BODIES))
+def test_every_failure_prints_its_code_once_with_the_root_run(code: str, tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "f.py", FAILING_BODIES[code])
+    env = {"FLOWS_FAILPOINTS": FAILPOINTS[code]} if code in FAILPOINTS else None
+    result = flows(db, "run", str(flow), env=env)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    run_id = json_of(flows(db, "runs", "--json"))[0]["runId"]
+    assert lines[0].startswith(f"flows: error[{code}]: ")
+    assert lines[0].endswith(f"(root run {run_id})")
+    assert lines[0].count(code) == 1  # no doubled prefix
+
+    as_json = flows(db, "run", str(flow), "--json", env=env)
+    assert as_json.returncode == 1 and as_json.stdout == ""
+    obj = orjson.loads(as_json.stderr)
+    assert set(obj) == {"code", "message", "runId"}
+    assert obj["code"] == code and obj["runId"] != run_id
+
+
+def test_journal_and_resume_diagnose_unknown_and_done_runs(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "ok.py", 'await f.memory.learn({"text": "fine"})')
+    assert flows(db, "run", str(flow)).returncode == 0
+    run_id = json_of(flows(db, "runs", "--json"))[0]["runId"]
+    done = flows(db, "resume", run_id)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"flows: error[journal_not_resumable]: root run {run_id} is done; there is nothing to resume "
+        f"(root run {run_id})\n"
+    )
+    missing = flows(db, "journal", "20990101T000000-0000000000")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("flows: error[journal_run_not_found]: ")
+
+
+def test_a_damaged_learned_file_fails_the_read_naming_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "ok.py", 'await f.memory.learn({"text": "fine"})')
+    assert flows(db, "run", str(flow)).returncode == 0
+    (path,) = (p for d in memory.scope_dirs(db) for p in d.iterdir())
+    path.write_bytes(b"{not json")
+    for args in (("recall",), ("why", "fine"), ("sync",)):
+        result = flows(db, *args)
+        assert result.returncode == 1
+        assert result.stderr.startswith("flows: error[memory_unreachable]: ")
+        assert str(path) in result.stderr

@@ -1,0 +1,213 @@
+"""The flows runtime: steps, unawaited learns, failing bodies, crashes and resume (SPEC R-F1..R-F3, R-F6)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flows
+import journal
+import memory
+from journal import RunState
+from tests.conftest import ROOT
+from tests.flows.helpers import check_invariants, journal_of, json_of, write_flow
+from tests.flows.helpers import flows as flows_cli
+
+
+def _run(body: Any, db: Path, **header: Any) -> flows.RunResult:
+    return flows.run(flows.flow(**header)(body), db=db)
+
+
+def test_a_pending_unawaited_learn_fails_the_run_naming_the_step(tmp_path: Path) -> None:
+    async def body(f: flows.FlowContext) -> None:
+        await f.memory.learn({"text": "awaited"})
+        f.memory.learn({"text": "left pending"})
+
+    result = _run(body, tmp_path / "h.db", name="pending")
+    assert result.state == RunState.FAILED
+    assert isinstance(result.error, flows.UnawaitedStep)
+    assert result.error.steps == ("learn#2 'left pending'",)
+    assert journal_of(tmp_path / "h.db").run(result.run_id).error == {
+        "code": "unawaited_step",
+        "message": str(result.error),
+    }
+
+
+def test_an_already_settled_unawaited_learn_fails_the_run_even_when_it_failed(tmp_path: Path) -> None:
+    async def body(f: flows.FlowContext) -> None:
+        f.memory.learn({"text": ""})  # fails validation, and nobody looks
+        await asyncio.sleep(0.2)  # long settled by the time the body returns
+
+    result = _run(body, tmp_path / "h.db", name="settled")
+    assert isinstance(result.error, flows.UnawaitedStep)
+    assert result.error.code == "unawaited_step"
+
+
+def test_an_unawaited_learn_that_succeeded_still_fails_the_run(tmp_path: Path) -> None:
+    async def body(f: flows.FlowContext) -> None:
+        f.memory.learn({"text": "written but never checked"})
+        await asyncio.sleep(0.2)
+
+    result = _run(body, tmp_path / "h.db", name="unchecked")
+    assert isinstance(result.error, flows.UnawaitedStep)
+    assert len(memory.MemoryStore(tmp_path / "h.db").recall()) == 1  # the write itself happened
+
+
+def test_an_awaited_learn_whose_failure_the_body_handled_is_fine(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def body(f: flows.FlowContext) -> None:
+        try:
+            await f.memory.learn({"text": "ok", "tags": [""]})
+        except memory.FindingInvalid as exc:
+            seen.append(exc.code)
+        await asyncio.gather(f.memory.learn({"text": "a"}), f.memory.learn({"text": "b"}))
+
+    result = _run(body, tmp_path / "h.db", name="handled")
+    assert result.state == RunState.DONE, result.error
+    assert seen == ["memory_finding_invalid"]
+
+
+def test_a_failing_body_waits_for_its_in_flight_learn_before_the_root_is_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.after_append=sleep600")
+    import staging._failpoints
+
+    staging._failpoints.reset()
+
+    async def body(f: flows.FlowContext) -> None:
+        f.memory.learn({"text": "slow to publish"})
+        await asyncio.sleep(0.05)
+        raise RuntimeError("the body gave up")
+
+    try:
+        started = time.monotonic()
+        result = _run(body, tmp_path / "h.db", name="slow")
+        elapsed = time.monotonic() - started
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert result.state == RunState.FAILED
+    assert elapsed >= 0.6  # the run waited for the learn to settle
+    (found,) = memory.MemoryStore(tmp_path / "h.db").recall()
+    info = journal_of(tmp_path / "h.db").run(result.run_id)
+    assert info.error == {"code": "flow_failed", "message": "RuntimeError: the body gave up"}
+    assert Path(memory.learned_dir(tmp_path / "h.db", "slow") / f"{found.key}.json").exists()
+    assert info.updated_ms >= found.learned_ms + 600  # marked failed only after the publish
+
+
+def test_memory_script_false_makes_every_learn_unsupported(tmp_path: Path) -> None:
+    async def body(f: flows.FlowContext) -> None:
+        await f.memory.learn({"text": "not allowed"})
+
+    result = _run(body, tmp_path / "h.db", name="readonly", memory={"script": False})
+    assert isinstance(result.error, memory.UnsupportedHeader)
+    assert result.error.code == "unsupported_header"
+    assert memory.MemoryStore(tmp_path / "h.db").recall() == []
+
+
+def test_the_header_defaults_to_the_file_stem_and_is_recorded_for_resume(tmp_path: Path) -> None:
+    flow_file = write_flow(tmp_path / "my_flow.py", 'await f.memory.learn({"text": "x"})')
+    loaded = flows.load_flow(flow_file)
+    assert (loaded.header.name, loaded.header.scope, loaded.header.script) == ("my_flow", "my_flow", True)
+    result = flows.run(flow_file, db=tmp_path / "h.db")
+    info = journal_of(tmp_path / "h.db").run(result.run_id)
+    assert info.meta == {
+        "source": str(flow_file.resolve()),
+        "header": {"name": "my_flow", "scope": "my_flow", "memory": {"script": True}},
+    }
+
+
+THIRTY = """
+for i in range(30):
+    await f.memory.learn({"text": f"finding number {i}", "tags": ["n" + str(i % 3)]})
+    await asyncio.sleep(0.004)
+"""
+
+
+def _spawn_run(db: Path, flow_file: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows", "run", str(flow_file), "--db", str(db)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_instants_then_resume_keeps_every_invariant(tmp_path: Path) -> None:
+    rng = random.Random(1234)
+    flow_file = write_flow(tmp_path / "thirty.py", THIRTY, 'scope="crash"')
+    resumed_mid_way = 0
+    for trial in range(8):
+        db = tmp_path / f"t{trial}" / "history.db"
+        proc = _spawn_run(db, flow_file)
+        runs_dir = db.parent / "flows-journal" / "runs"
+        deadline = time.monotonic() + 30
+        while not (runs_dir.exists() and os.listdir(runs_dir)) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.3))  # a random instant of a flow that runs ~0.3 s
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        runs = json_of(flows_cli(db, "runs", "--json"))
+        if not runs:
+            continue  # killed before begin: nothing was acknowledged, nothing to resume
+        run_id = runs[0]["runId"]
+        if runs[0]["state"] == "done":
+            continue
+        assert runs[0]["state"] == "interrupted"
+        before = check_invariants(db, run_id)
+        if before:  # a file lost after its commit must come back byte-identical
+            victim = sorted(before)[0]
+            path = memory.learned_dir(db, "crash") / f"{victim}.json"
+            original = path.read_bytes()
+            path.unlink()
+        resumed = flows_cli(db, "resume", run_id)
+        assert resumed.returncode == 0, resumed.stderr
+        after = check_invariants(db, run_id)
+        assert len(after) == 30
+        assert len(list(journal_of(db).read(run_id, memory.STREAM))) == 30
+        if before:
+            assert path.read_bytes() == original
+            resumed_mid_way += 1
+        assert json_of(flows_cli(db, "runs", "--json"))[0]["state"] == "done"
+    print(f"resumed mid-way: {resumed_mid_way} of 8")
+    assert resumed_mid_way >= 3  # the kills really landed inside the flow
+
+
+def test_two_resumes_of_one_root_at_once_one_wins_and_the_other_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    flow_file = write_flow(tmp_path / "slow.py", THIRTY.replace("0.004", "0.02"), 'scope="race"')
+    proc = _spawn_run(db, flow_file)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        d = memory.learned_dir(db, "race")
+        if d.exists() and len(os.listdir(d)) >= 3:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run_id = json_of(flows_cli(db, "runs", "--json"))[0]["runId"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "flows", "resume", run_id, "--db", str(db)]
+    a = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=60) for p in (a, b)]
+    codes = sorted([a.returncode, b.returncode])
+    assert codes == [0, 1], outs
+    loser = outs[0][1] if a.returncode else outs[1][1]
+    assert loser.startswith("flows: error[journal_lease_held]: ")
+    assert f"(root run {run_id})" in loser
+    assert len(check_invariants(db, run_id)) == 30
+    assert len(list(journal.FileJournal(db.parent / "flows-journal").read(run_id, memory.STREAM))) == 30
