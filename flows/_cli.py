@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -218,6 +219,43 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Verify the store end to end; with --repair, mend what the journal can mend."""
+    from memory import check_store, repair_store
+
+    sail_dirs = args.sail or ([".sail"] if os.path.isdir(".sail") else [])
+    with _store(args) as store:
+        problems = check_store(store, sail_dirs=sail_dirs, sweep_age_s=args.sweep_age)
+        actions: list[str] = []
+        if args.repair and problems:
+            actions = repair_store(store, problems, sweep_age_s=args.sweep_age)
+            remaining = check_store(store, sail_dirs=sail_dirs, sweep_age_s=args.sweep_age)
+        else:
+            remaining = problems
+    if args.json:
+        _json_out(
+            {
+                "clean": not remaining,
+                "problems": [p.as_json() for p in problems],
+                "repaired": actions,
+                "remaining": [p.as_json() for p in remaining],
+            }
+        )
+    else:
+        for p in problems:
+            print(f"{p.kind}: {p.path}\n    {p.message}\n    --repair would: {p.repair}")
+        for line in actions:
+            print(f"repair: {line}")
+        if not remaining:
+            print(f"store {store.db_path.parent} is clean" + (" after repair" if actions else ""))
+        else:
+            print(
+                f"{len(remaining)} problem(s) remain"
+                + ("" if args.repair else "; run with --repair to mend them")
+            )
+    return EXIT_OK if not remaining else EXIT_FAILED
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the embedded demo."""
     from flows._demo import run_demo
@@ -279,6 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sync", cmd_sync, "ingest learned files into the history DB, then drop the disk copies")
     p.add_argument(
         "--no-materialize", action="store_true", help="do not write files for journal-only findings"
+    )
+    p = add("check", cmd_check, "verify the store: journal, learned files, DB rows, stages, agent ledgers")
+    p.add_argument(
+        "--repair", action="store_true", help="republish from the journal, quarantine, sweep stages"
+    )
+    p.add_argument(
+        "--sail", metavar="DIR", action="append", help="an agent's .sail dir to check (default: ./.sail)"
+    )
+    p.add_argument(
+        "--sweep-age", metavar="SECONDS", type=float, default=3600.0, help="stage age that counts as stale"
     )
     p = add("demo", cmd_demo, "run the embedded demo: learn, crash, resume, ask why")
     p.add_argument(

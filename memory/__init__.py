@@ -1,5 +1,6 @@
 """Findings memory over the journal (SPEC R-L, R-R); the agent ledger lives in ``memory.ledger``."""
 
+from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
 from memory._db import SCHEMA_VERSION, HistoryDB
 from memory._errors import (
     FindingInvalid,
@@ -16,6 +17,7 @@ from memory._results import Citation, Explained, Learned, Recalled, SyncReport
 from memory._store import MemoryStore, RootRun
 
 __all__ = [
+    "QUARANTINE_DIR",
     "SCHEMA_VERSION",
     "STREAM",
     "Citation",
@@ -26,6 +28,7 @@ __all__ = [
     "HistoryDB",
     "Learned",
     "MemoryStore",
+    "Problem",
     "Recalled",
     "RootRun",
     "SyncReport",
@@ -34,12 +37,14 @@ __all__ = [
     "UnsupportedHeader",
     "Unwritable",
     "canonical",
+    "check_store",
     "finding_id",
     "learned_dir",
     "learned_root",
     "parse_learned",
     "read_learned",
     "render",
+    "repair_store",
     "resolve_db",
     "resolve_journal",
     "scope_dirs",
