@@ -1,0 +1,96 @@
+"""The backend creates and migrates its own schema, and one object serves many threads."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import journal
+from journal._postgres import SCHEMA_VERSION, PostgresJournal
+from tests.pg_fixtures import admin_connection, with_schema
+
+
+def _tables(schema: str) -> list[str]:
+    with admin_connection() as conn:
+        rows = conn.execute(
+            "select table_name from information_schema.tables where table_schema = %s order by 1",
+            (schema,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _schema_of(dsn: str) -> str:
+    return dsn.rsplit("search_path%3D", 1)[1]
+
+
+def test_the_first_use_creates_the_versioned_schema_once_even_when_many_open_it_at_once(
+    postgres_dsn: str,
+) -> None:
+    schema = _schema_of(postgres_dsn)
+    assert _tables(schema) == []
+    journals = [PostgresJournal(postgres_dsn) for _ in range(8)]
+    barrier = threading.Barrier(8)
+
+    def first_use(jr: PostgresJournal) -> int:
+        barrier.wait()
+        return len(jr.runs())
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(first_use, journals)) == [0] * 8
+    assert _tables(schema) == ["journal_records", "journal_runs", "journal_schema"]
+    with admin_connection() as conn:
+        versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
+    assert versions == [(SCHEMA_VERSION,)]
+    for jr in journals:
+        jr.close()
+
+
+def test_a_schema_newer_than_the_code_is_refused_with_a_message_saying_to_upgrade(
+    postgres_dsn: str,
+) -> None:
+    schema = _schema_of(postgres_dsn)
+    with admin_connection() as conn:
+        conn.execute(f'create table "{schema}".journal_schema (version integer not null)')
+        conn.execute(f'insert into "{schema}".journal_schema values (%s)', (SCHEMA_VERSION + 1,))
+    jr = PostgresJournal(postgres_dsn)
+    with pytest.raises(journal.JournalUnavailable, match="upgrade flows-memory"):
+        jr.runs()
+    jr.close()
+
+
+def test_a_dsn_whose_search_path_names_no_existing_schema_is_refused_clearly(postgres_dsn: str) -> None:
+    jr = PostgresJournal(with_schema(postgres_dsn, "flows_no_such_schema"))
+    with pytest.raises(journal.JournalUnavailable, match="no schema"):
+        jr.runs()
+    jr.close()
+
+
+def test_threads_sharing_one_journal_append_without_gaps_and_one_record_per_key(
+    pg: PostgresJournal,
+) -> None:
+    info, lease = pg.begin("f", "s", {})
+
+    def work(worker: int) -> None:
+        for i in range(20):
+            pg.append(lease, "s", {"w": worker, "i": i}, key=f"{worker}-{i}")
+            pg.append(lease, "shared", {"w": worker}, key=f"shared-{i}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+    records = list(pg.read(info.run_id, "s"))
+    assert [r.seq for r in records] == list(range(1, 161))
+    shared = list(pg.read(info.run_id, "shared"))
+    assert sorted(r.key or "" for r in shared) == sorted(f"shared-{i}" for i in range(20))
+    assert [r.seq for r in shared] == list(range(1, 21))
+
+
+def test_payloads_read_back_as_the_file_backend_reads_them(pg: PostgresJournal) -> None:
+    info, lease = pg.begin("f", "s", {"nested": {"b": 1, "a": [1, 2.5, None]}})
+    payload = {"z": "\u0000 nul and ünïcödé", "a": {"y": True, "x": 1.0}, "n": 2**53}
+    appended = pg.append(lease, "s", payload, key="k")
+    assert appended.payload == payload
+    assert list(pg.read(info.run_id, "s")) == [appended]
+    assert list(appended.payload) == ["a", "n", "z"]  # canonical: keys sorted, as in the file log
+    assert dict(pg.run(info.run_id).meta) == {"nested": {"a": [1, 2.5, None], "b": 1}}
