@@ -1,0 +1,169 @@
+"""A local anvil node on loopback: found (or installed with npm), started, waited for, stopped.
+
+anvil comes from the npm registry as ``@foundry-rs/anvil`` (the package carries the binary), pinned
+in the repo's ``package.json``. Lookup order: ``$SAIL_ANVIL``, ``node_modules/.bin/anvil`` in the
+current directory or the repo this package sits in, then ``anvil`` on PATH. ``ensure_anvil`` runs
+``npm ci`` in the repo when none is found and npm is there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from sail._errors import SailNodeUnavailable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: anvil's default dev accounts 0 and 1 (public, well-known test keys; never use them on a live chain)
+ANVIL_KEYS = (
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+)
+
+
+def find_anvil() -> Path | None:
+    """The anvil binary to run, or None when none is installed."""
+    env = os.environ.get("SAIL_ANVIL")
+    if env:
+        return Path(env)
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / "node_modules" / ".bin" / "anvil"
+        if candidate.exists():
+            return candidate
+    found = shutil.which("anvil")
+    return None if found is None else Path(found)
+
+
+def ensure_anvil() -> Path:
+    """The anvil binary, installing the repo's pinned npm packages (``npm ci``) when it is missing.
+
+    Raises:
+        SailNodeUnavailable: npm is not on PATH, or ``npm ci`` failed.
+    """
+    found = find_anvil()
+    if found is not None:
+        return found
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SailNodeUnavailable("anvil is not installed and npm is not on PATH; install Node.js and npm")
+    if not (REPO_ROOT / "package-lock.json").exists():
+        raise SailNodeUnavailable(f"anvil is not installed and {REPO_ROOT} has no package-lock.json")
+    done = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    found = find_anvil()
+    if done.returncode != 0 or found is None:
+        raise SailNodeUnavailable(f"`npm ci` did not install anvil: {done.stderr.strip()[-400:]}")
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class AnvilNode:
+    """An anvil process serving JSON-RPC on ``127.0.0.1``; a context manager that always stops it.
+
+    Args:
+        binary: the anvil binary (default: ``ensure_anvil()``).
+        chain_id: the chain id to serve.
+        startup_timeout: seconds to wait for the node to answer.
+    """
+
+    def __init__(
+        self, binary: Path | None = None, *, chain_id: int = 31337, startup_timeout: float = 30.0
+    ) -> None:
+        self.binary = binary
+        self.chain_id = chain_id
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The node's JSON-RPC URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> AnvilNode:
+        """Start anvil on a free port and wait until it answers ``eth_chainId``.
+
+        Raises:
+            SailNodeUnavailable: it could not be installed, started, or did not answer in time.
+        """
+        binary = self.binary or ensure_anvil()
+        self.port = free_port()
+        argv = [
+            str(binary),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--chain-id",
+            str(self.chain_id),
+        ]
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
+        except OSError as exc:
+            raise SailNodeUnavailable(f"cannot run {binary}: {exc}") from exc
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                raise SailNodeUnavailable(f"anvil exited at start ({self._proc.returncode}): {err[-400:]}")
+            if self._answers():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise SailNodeUnavailable(f"anvil did not answer on {self.url} within {self.startup_timeout}s")
+
+    def _answers(self) -> bool:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}
+        try:
+            return requests.post(self.url, json=body, timeout=1).ok
+        except requests.RequestException:
+            return False
+
+    def rpc(self, method: str, *params: object) -> object:
+        """Call a JSON-RPC method (e.g. ``evm_increaseTime``) and return its result."""
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        answer = requests.post(self.url, json=body, timeout=10).json()
+        if "error" in answer:
+            raise SailNodeUnavailable(f"anvil {method} failed: {answer['error']}")
+        return answer.get("result")
+
+    def stop(self) -> None:
+        """Stop the node (SIGTERM, then SIGKILL after 5 s). Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+    def __enter__(self) -> AnvilNode:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

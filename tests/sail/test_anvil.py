@@ -1,0 +1,123 @@
+"""Across process boundaries, over JSON-RPC on loopback: a real anvil node (npm @foundry-rs/anvil).
+
+Every tick here is ``python -m sail tick`` in a fresh process: nothing survives in memory between
+ticks, so what they remember comes from the ledger on disk and the chain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from web3 import Web3
+
+from memory.ledger import Acted, Ledger, Outcome, Skipped
+from sail._deploy import Deployment, deploy_market
+from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def anvil() -> Iterator[AnvilNode]:
+    """A fresh anvil on a free loopback port, stopped at teardown; ``npm ci`` first if needed."""
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    with AnvilNode() as node:
+        yield node
+
+
+def sail(home: Path, *argv: str, now: int | None = None, key: str = ANVIL_KEYS[1]) -> subprocess.Popen[str]:
+    """Start ``python -m sail`` in a fresh process."""
+    extra = [] if now is None else ["--now", str(now)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": key}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sail", *argv, "--home", str(home), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> str:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return out
+
+
+@pytest.fixture
+def agent_home(anvil: AnvilNode, tmp_path: Path) -> tuple[Path, Deployment, Web3]:
+    """A market deployed on the anvil, and an agent home initialised with ``sail init``."""
+    w3 = Web3(Web3.HTTPProvider(anvil.url))
+    owner, agent = w3.eth.accounts[0], w3.eth.accounts[1]
+    market = deploy_market(w3, owner, agent)
+    args = [
+        "init", "--rpc", anvil.url, "--router", market.router, "--token-in", market.usdc,
+        "--token-out", market.weth, "--amount", "25000000", "--interval", "3600",
+        "--min-balance", "25000000", "--permission", "perm-1",
+    ]  # fmt: skip
+    finish(sail(tmp_path, *args))
+    return tmp_path, market, w3
+
+
+def test_fresh_processes_honour_cadence_and_concurrent_ticks_ledger_a_dispatch_once(
+    agent_home: tuple[Path, Deployment, Web3],
+) -> None:
+    home, market, w3 = agent_home
+    now = int(w3.eth.get_block("latest")["timestamp"])
+    submitted = json.loads(finish(sail(home, "tick", "--json", now=now)))["submitted"]
+    assert submitted is not None and Ledger(home / ".sail").entries() == []  # R-A6
+
+    # Two ticks at once, each a fresh process: the ledger's lock serialises them; the dispatch is
+    # ledgered once and both then skip on cadence, read from the ledger (no in-memory state).
+    racers = [sail(home, "tick", "--json", now=now + 60) for _ in range(2)]
+    outs = [json.loads(finish(p)) for p in racers]
+    assert sorted(len(o["reconciled"]) for o in outs) == [0, 1]
+    entries = Ledger(home / ".sail").entries()
+    acted = [e for e in entries if isinstance(e, Acted)]
+    assert [(e.tx_hash, e.outcome) for e in acted] == [(submitted, Outcome.CONFIRMED)]
+    skips = [e.reason for e in entries if isinstance(e, Skipped)]
+    assert len(skips) == 2 and all(r.startswith("cadence: last acted ") for r in skips)
+    assert all(o["submitted"] is None for o in outs)
+
+    agent = w3.eth.accounts[1]
+    token = w3.eth.contract(address=market.weth, abi=_balance_abi())
+    assert acted[0].balances_after is not None
+    assert acted[0].balances_after[market.weth] == token.functions.balanceOf(agent).call()
+
+    # One interval after the confirmed block, a fresh process acts again.
+    later = json.loads(finish(sail(home, "tick", "--json", now=acted[0].ts + 3600)))
+    assert later["submitted"] is not None and later["skipped"] is None
+
+
+def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    home = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "sail", "demo", "--home", str(home)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    entries = Ledger(home / ".sail").entries()
+    outcomes = [e.outcome.value if isinstance(e, Acted) else e.reason.split(" ")[0] for e in entries]
+    assert outcomes == ["confirmed", "cadence:", "reverted", "confirmed", "cadence:", "balance"]
+    assert entries[-1] == Skipped(entries[-1].ts, entries[-1].block, 31337, "balance 10000000 < min 25000000")
+
+
+def _balance_abi() -> list[dict[str, object]]:
+    from sail._contracts import abi
+
+    return abi("TestToken")
