@@ -33,7 +33,7 @@ from memory.ledger._entries import (
     format_human,
     quote_unavailable_reason,
 )
-from memory.ledger._errors import ActivityInvalidRecord, LedgerError, LedgerInvalidEntry
+from memory.ledger._errors import ActivityInvalidRecord, LedgerBusy, LedgerError, LedgerInvalidEntry
 from memory.ledger._ledger import Ledger, LedgerWriter
 from memory.ledger._reconcile import (
     TRANSFER_TOPIC,
@@ -69,6 +69,7 @@ __all__ = [
     "Entry",
     "LastAct",
     "Ledger",
+    "LedgerBusy",
     "LedgerCodec",
     "LedgerError",
     "LedgerInvalidEntry",

@@ -4,6 +4,7 @@ Every error carries a stable ``code`` (listed in docs/SURFACE-sail.md) and its c
 
     LedgerError                   base: code, message, path, line
     ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses
+    ├── LedgerBusy                ledger_busy: another tick held the ledger's lock past the timeout
     └── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
                                   activity log's schema refuses
 
@@ -60,3 +61,9 @@ class ActivityInvalidRecord(LedgerError, ValueError):
         super().__init__(f"activity record field {field!r}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class LedgerBusy(LedgerError):
+    """Another tick held the ledger's lock for longer than the timeout; nothing was written."""
+
+    code = "ledger_busy"

@@ -11,11 +11,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import portalocker
+
 from journal import LineDamaged, LineLog
 from memory.ledger import _snapshot
 from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped
-from memory.ledger._errors import LedgerInvalidEntry
+from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._snapshot import LastAct, Snapshot
 
 _BLOCK = 64 * 1024
@@ -127,9 +129,17 @@ class Ledger:
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail.
             journal.JournalUnwritable: the ledger or its lock could not be created or opened.
-            portalocker.exceptions.LockException: the lock was not had within ``timeout`` seconds.
+            LedgerBusy: the lock was not had within ``timeout`` seconds.
         """
-        with self._log.locked(timeout) as log:
+        with contextlib.ExitStack() as stack:
+            try:
+                log = stack.enter_context(self._log.locked(timeout))
+            except portalocker.exceptions.LockException as exc:
+                raise LedgerBusy(
+                    f"another tick has held {self.path}.lock for over {timeout:g}s; if no tick is "
+                    "running, check for a stuck `sail tick` process",
+                    path=self.path,
+                ) from exc
             yield LedgerWriter(self, log, log.recover())
 
 

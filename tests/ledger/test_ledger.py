@@ -267,3 +267,26 @@ def test_importing_the_ledger_does_not_import_web3() -> None:
 def test_the_public_names_are_exactly_all() -> None:
     public = {n for n in dir(ml) if not n.startswith("_")} - {"annotations"}
     assert public == set(ml.__all__)
+
+
+def test_a_writer_that_cannot_get_the_lock_in_time_is_busy_and_writes_nothing(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with Ledger(tmp_path).writer():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(ml.LedgerBusy) as info, ledger.writer(timeout=0.2) as w:
+            w.append(skipped(1))
+        assert info.value.code == "ledger_busy"
+    finally:
+        release.set()
+        holder.join()
+    assert ledger.entries() == []
