@@ -145,7 +145,16 @@ class FileJournal:
         return self._root
 
     def _run_dir(self, run_id: str) -> Path:
-        return self._root / "runs" / check_name("run id", run_id)
+        path = self._root / "runs" / check_name("run id", run_id)
+        if path.is_symlink():  # a link planted in the store is never followed
+            raise JournalCorrupt(
+                f"{path} is a symbolic link; the journal never follows links: remove it",
+                path=path,
+                line=0,
+                reason="symbolic link",
+                run_id=run_id,
+            )
+        return path
 
     def stream_path(self, run_id: str, stream: str) -> Path:
         """The file that holds ``stream`` of ``run_id``."""
@@ -163,7 +172,7 @@ class FileJournal:
     def _run_lock(self, run_id: str) -> Iterator[None]:
         path = self._run_dir(run_id) / "run.lock"
         try:
-            fh = open(path, "a")  # noqa: SIM115 - held across the yield
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except FileNotFoundError:
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
         except OSError as exc:
@@ -171,10 +180,10 @@ class FileJournal:
                 f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path
             ) from exc
         try:
-            portalocker.lock(fh, portalocker.LockFlags.EXCLUSIVE)
+            portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE)
             yield
         finally:
-            fh.close()  # closing the file releases the flock
+            os.close(fd)  # closing the file releases the flock
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_dir(run_id) / "run.json"
@@ -247,7 +256,7 @@ class FileJournal:
     def _take_lease_lock(self, run_id: str) -> int:
         path = self._run_dir(run_id) / "lease.lock"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path

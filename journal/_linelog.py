@@ -133,6 +133,7 @@ class LineLog(Generic[T]):
         lock_path = Path(f"{self._path}.lock")
         try:
             ensure_dir(self._path.parent)
+            os.close(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode))
             lock = portalocker.Lock(
                 str(lock_path),
                 mode="a",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -87,9 +89,12 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
 def read_learned(path: Path) -> Recalled:
     """Read and parse one learned file (``Unreachable`` when it cannot be read or parsed)."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise Unreachable(f"cannot read learned file {path}: {exc.strerror or exc}", path=path) from exc
+        what = "it is a symbolic link, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise Unreachable(f"cannot read learned file {path}: {what or exc}", path=path) from exc
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
     return parse_learned(path, data)
 
 
@@ -104,11 +109,81 @@ def learned_names(directory: Path) -> list[str]:
     return [n for n in names if n.endswith(".json") and not is_stage_name(n) and not n.startswith(".")]
 
 
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
 @dataclass(frozen=True)
-class _Listing:
-    mtime_ns: int
-    ino: int
-    entries: tuple[Recalled, ...]
+class Terms:
+    """The lower-cased words of a finding's text, of its tags, and of its source (what ``why`` matches)."""
+
+    text: frozenset[str]
+    tags: frozenset[str]
+    source: frozenset[str]
+
+    @property
+    def every(self) -> frozenset[str]:
+        """Every word of the finding."""
+        return self.text | self.tags | self.source
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased words of ``text``."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def terms_of(entry: Recalled) -> Terms:
+    """The words ``why`` matches in ``entry``."""
+    return Terms(
+        text=frozenset(words(entry.text)),
+        tags=frozenset(w for t in entry.tags for w in words(t)),
+        source=frozenset(words(entry.source)),
+    )
+
+
+def newest_first(entry: Recalled) -> tuple[int, str]:
+    """The sort key of unsynced entries, newest first when reversed."""
+    return (entry.learned_ms, entry.key)
+
+
+class Listing:
+    """One directory's parsed entries, newest first, with a tag index and a word index.
+
+    The indexes are built on first use and live as long as the listing, so a warm ``recall(tag=)``
+    reads only the entries with that tag, and ``why`` scores only the entries sharing a word.
+    """
+
+    def __init__(self, mtime_ns: int, ino: int, entries: tuple[Recalled, ...]) -> None:
+        self.mtime_ns = mtime_ns
+        self.ino = ino
+        self.entries = tuple(sorted(entries, key=newest_first, reverse=True))
+        self._by_tag: dict[str, tuple[Recalled, ...]] | None = None
+        self._postings: dict[str, list[int]] | None = None
+        self._terms: list[Terms] = []
+        self._mutex = threading.Lock()
+
+    def with_tag(self, tag: str) -> tuple[Recalled, ...]:
+        """The entries carrying ``tag``, newest first."""
+        with self._mutex:
+            if self._by_tag is None:
+                by_tag: dict[str, list[Recalled]] = {}
+                for e in self.entries:
+                    for t in dict.fromkeys(e.tags):
+                        by_tag.setdefault(t, []).append(e)
+                self._by_tag = {t: tuple(v) for t, v in by_tag.items()}
+            return self._by_tag.get(tag, ())
+
+    def sharing(self, wanted: set[str]) -> list[tuple[Recalled, Terms]]:
+        """The entries that share a word with ``wanted``, with their words, newest first."""
+        with self._mutex:
+            if self._postings is None:
+                postings: dict[str, list[int]] = {}
+                terms = [terms_of(e) for e in self.entries]
+                for i, t in enumerate(terms):
+                    for w in t.every:
+                        postings.setdefault(w, []).append(i)
+                self._terms, self._postings = terms, postings
+            hits = sorted({i for w in wanted for i in self._postings.get(w, ())})
+            return [(self.entries[i], self._terms[i]) for i in hits]
 
 
 class DiskIndex:
@@ -117,28 +192,36 @@ class DiskIndex:
     Every write of the engine reaches a learned file by rename, which changes the directory's
     mtime, so a new, replaced or removed file invalidates the cached listing. A listing made within
     ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse), and a fresh process
-    always parses every file, so damage fails closed there too.
+    always parses every file, so damage fails closed there too. A file rewritten in place (not by
+    the engine, which never does that) is seen by the next process, or after the next change to
+    its directory.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[Path, _Listing] = {}
+        self._cache: dict[Path, Listing] = {}
         self._mutex = threading.Lock()
 
-    def entries(self, directory: Path) -> tuple[Recalled, ...]:
-        """Return every entry of ``directory`` (raising ``Unreachable`` on a damaged file)."""
+    def listing(self, directory: Path) -> Listing:
+        """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file)."""
         try:
             st = os.stat(directory)
         except FileNotFoundError:
-            return ()
+            return Listing(0, 0, ())
         except OSError as exc:
             raise Unreachable(f"cannot read {directory}: {exc.strerror or exc}", path=directory) from exc
         with self._mutex:
             hit = self._cache.get(directory)
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
-            return hit.entries
+            return hit
         scanned_at = time.time_ns()
-        entries = tuple(read_learned(directory / n) for n in learned_names(directory))
+        listing = Listing(
+            st.st_mtime_ns, st.st_ino, tuple(read_learned(directory / n) for n in learned_names(directory))
+        )
         if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
-                self._cache[directory] = _Listing(st.st_mtime_ns, st.st_ino, entries)
-        return entries
+                self._cache[directory] = listing
+        return listing
+
+    def entries(self, directory: Path) -> tuple[Recalled, ...]:
+        """Return every entry of ``directory``, newest first (raising ``Unreachable`` on damage)."""
+        return self.listing(directory).entries

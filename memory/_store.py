@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import os
-import re
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -19,14 +20,23 @@ import journal
 from journal import JournalBackend, Lease, Record
 from memory._db import HistoryDB, db_mode
 from memory._errors import Unjournaled, UnsupportedHeader, Unwritable
-from memory._files import DiskIndex, learned_names, parse_learned
+from memory._files import (
+    DiskIndex,
+    Listing,
+    Terms,
+    learned_names,
+    newest_first,
+    parse_learned,
+    terms_of,
+    words,
+)
 from memory._finding import STREAM, finding_id, learn_payload, render, validate
 from memory._paths import learned_dir, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
 from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, stage
 
 T = TypeVar("T")
-_WORD = re.compile(r"\w+", re.UNICODE)
+E = TypeVar("E")
 _SYNC_BATCH = 500
 
 
@@ -106,8 +116,32 @@ _STOPWORDS = frozenset(
 )
 
 
+def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None:
+    """Raise ``Unwritable`` if any component of ``directory`` below ``base`` is a symbolic link.
+
+    A link planted in the store could send learned files anywhere; the store never follows one.
+    """
+    probe = directory
+    while probe != base and base in probe.parents:
+        if probe.is_symlink():
+            raise Unwritable(
+                f"{probe} is a symbolic link; the store never follows links: remove it",
+                path=probe,
+                run_id=run_id,
+            )
+        probe = probe.parent
+
+
 def _words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
+    return words(text)
+
+
+def _key(e: Recalled) -> str:
+    return e.key
+
+
+def _best_first(x: Explained) -> tuple[float, int, int]:
+    return (x.score, x.finding.learned_ms, x.finding.id)
 
 
 def _subject_words(subject: str) -> list[str]:
@@ -235,6 +269,7 @@ class MemoryStore:
         )
 
     def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
+        refuse_links(self.db_path.parent, directory, run_id)
         try:
             failpoint("memory.before_stage")
             ensure_dir(directory)
@@ -262,21 +297,24 @@ class MemoryStore:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def _unsynced(self, scope: str | None) -> list[Recalled]:
+    def _listings(self, scope: str | None) -> list[Listing]:
+        """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
         dirs = [learned_dir(self.db_path, scope)] if scope is not None else scope_dirs(self.db_path)
-        out: list[Recalled] = []
-        for d in dirs:
-            out.extend(e for e in self._disk.entries(d) if scope is None or e.scope == scope)
-        return out
+        return [self._disk.listing(d) for d in dirs]
 
-    def _not_held(self, candidates: Sequence[Recalled], want: int | None) -> list[Recalled]:
-        """The candidates (newest first) whose key the DB does not hold, stopping at ``want``."""
-        kept: list[Recalled] = []
-        step = max(64, 2 * (want or 0))
-        for i in range(0, len(candidates), step):
-            chunk = candidates[i : i + step]
-            held = self._db.held(e.key for e in chunk)
-            kept.extend(e for e in chunk if e.key not in held)
+    def _not_held(self, candidates: Iterable[E], want: int | None, key: Callable[[E], str]) -> list[E]:
+        """The candidates (in their order) whose key the DB does not hold, stopping at ``want``.
+
+        ``candidates`` is consumed lazily, a chunk per DB query, so a small ``want`` reads little.
+        """
+        kept: list[E] = []
+        if want is not None and want <= 0:
+            return kept
+        it = iter(candidates)
+        step = 500 if want is None else max(16, 2 * want)
+        while chunk := list(itertools.islice(it, step)):
+            held = self._db.held(key(e) for e in chunk)
+            kept.extend(e for e in chunk if key(e) not in held)
             if want is not None and len(kept) >= want:
                 break
         return kept
@@ -297,15 +335,18 @@ class MemoryStore:
         Raises:
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
-        disk = [
+        listings = self._listings(scope)
+        ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
+        newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
+        disk = (
             e
-            for e in self._unsynced(scope)
-            if (source is None or e.source == source)
+            for e in newest
+            if (scope is None or e.scope == scope)
+            and (source is None or e.source == source)
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
-        ]
-        disk.sort(key=lambda e: (e.learned_ms, e.key), reverse=True)
-        kept = self._not_held(disk, limit)
+        )
+        kept = self._not_held(disk, limit, key=_key)
         rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         return merged if limit is None else merged[:limit]
@@ -325,25 +366,28 @@ class MemoryStore:
         if not words:
             return []
         wanted = set(words)
-        scored: list[Explained] = []
-        disk = [e for e in self._unsynced(scope) if self._score(e, wanted)[0] > 0]
-        disk.sort(key=lambda e: (e.learned_ms, e.key), reverse=True)
-        candidates = [
-            *self._not_held(disk, None),
-            *self._db.search(words, scope=scope, limit=max(200, limit * 20)),
-        ]
-        for e in candidates:
+        disk: list[Explained] = []
+        for listing in self._listings(scope):
+            for e, terms in listing.sharing(wanted):
+                score, matched = self._score_terms(terms, wanted)
+                if score > 0 and (scope is None or e.scope == scope):
+                    disk.append(Explained(finding=e, score=score, matched=matched))
+        disk.sort(key=_best_first, reverse=True)
+        scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
+        for e in self._db.search(words, scope=scope, limit=max(200, limit * 20)):
             score, matched = self._score(e, wanted)
             if score > 0:
                 scored.append(Explained(finding=e, score=score, matched=matched))
-        scored.sort(key=lambda x: (x.score, x.finding.learned_ms, x.finding.id), reverse=True)
+        scored.sort(key=_best_first, reverse=True)
         return scored[:limit]
 
+    @classmethod
+    def _score(cls, e: Recalled, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
+        return cls._score_terms(terms_of(e), wanted)
+
     @staticmethod
-    def _score(e: Recalled, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
-        text = set(_words(e.text))
-        tags = {w for t in e.tags for w in _words(t)}
-        source = set(_words(e.source))
+    def _score_terms(terms: Terms, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
+        text, tags, source = terms.text, terms.tags, terms.source
         weight = 0.0
         matched = []
         for w in sorted(wanted):

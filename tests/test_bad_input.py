@@ -1,0 +1,125 @@
+"""Bad input: every finding, line and argument either works or fails with its documented code,
+never a traceback, and a failure leaves storage untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import journal
+import memory
+from flows._cli import main as flows_main
+from memory.ledger import ActivityCodec, LedgerCodec
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+FINDINGS = st.one_of(
+    JSON,
+    st.fixed_dictionaries(
+        {"text": JSON | st.text(max_size=30)},
+        optional={
+            "source": JSON | st.text(max_size=10),
+            "tags": st.lists(st.text(max_size=6), max_size=3) | JSON,
+        },
+    ),
+)
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@SETTINGS
+@given(finding=FINDINGS)
+def test_any_finding_is_learned_or_refused_as_invalid_with_storage_untouched(
+    tmp_path: Path, finding: Any
+) -> None:
+    db = tmp_path / f"s{abs(hash(repr(finding)))}" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("f", "s", {})
+        root = memory.RootRun(jr, lease, "f", "s")
+        before = _snapshot(db.parent)
+        try:
+            learned = store.learn(finding, root)
+        except memory.FindingInvalid as exc:
+            assert exc.code == "memory_finding_invalid"
+            assert _snapshot(db.parent) == before
+            assert list(jr.read(lease.run_id, memory.STREAM)) == []
+        else:
+            assert memory.read_learned(learned.path).key == learned.id
+            assert isinstance(finding, dict) and isinstance(finding["text"], str) and finding["text"].strip()
+
+
+@SETTINGS
+@given(line=st.binary(max_size=300) | JSON.map(lambda v: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS)))
+def test_any_bytes_as_a_ledger_activity_or_journal_line_decode_or_raise_line_damaged(line: bytes) -> None:
+    line = line.replace(b"\n", b" ")
+    for codec in (LedgerCodec(), ActivityCodec(), journal.RecordCodec("r", "s")):
+        with contextlib.suppress(journal.LineDamaged):
+            codec.decode(line)
+
+
+ARGS = st.lists(
+    st.sampled_from(
+        [
+            "run",
+            "resume",
+            "runs",
+            "journal",
+            "recall",
+            "why",
+            "sync",
+            "check",
+            "--json",
+            "--limit",
+            "--tag",
+            "--before",
+            "--source",
+            "--stream",
+            "--repair",
+            "--scope",
+            "0",
+            "-1",
+            "abc",
+            "../x",
+            "",
+            "--",
+            "-x",
+        ]
+    )
+    | st.text(max_size=8),
+    max_size=5,
+)
+
+
+@SETTINGS
+@given(argv=ARGS)
+def test_any_command_line_exits_0_1_or_2_with_at_most_one_diagnostic_line(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    db = tmp_path / "cli" / "history.db"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = flows_main([*argv, "--db", str(db)])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    assert code in (0, 1, 2), (argv, err.getvalue())
+    assert "Traceback" not in err.getvalue()
+    if code == 1:
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(("flows: error[", '{"code"')), err.getvalue()
+    assert not (db.parent / "flows-memory").exists()  # nothing here learns, so nothing is published

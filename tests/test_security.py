@@ -1,0 +1,103 @@
+"""Security basics: names cannot escape the store, links are not followed, modes are as intended."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import journal
+import memory
+
+
+def _root(store: memory.MemoryStore, flow: str = "f", scope: str = "s") -> memory.RootRun:
+    jr = store.open_journal()
+    _, lease = jr.begin(flow, scope, {})
+    return memory.RootRun(jr, lease, flow, scope)
+
+
+@pytest.mark.parametrize("scope", ["../../escape", "/etc", "a\x00b", "..", "x/../../y"])
+def test_a_scope_never_becomes_a_path_outside_the_store(tmp_path: Path, scope: str) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        learned = store.learn({"text": "contained"}, _root(store, scope=scope))
+    assert learned.path.resolve().is_relative_to((tmp_path / "store" / "flows-memory").resolve())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\x00b", ".hidden", "..", "/abs"])
+def test_run_ids_and_stream_names_cannot_name_a_path(tmp_path: Path, bad: str) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    _, lease = jr.begin("f", "s", {})
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.run(bad)
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.append(journal.Lease(bad, 1), "s", {})
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.append(lease, bad, {})
+
+
+def test_a_symlink_planted_as_a_learned_directory_is_not_followed(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = memory.learned_dir(db, "s")
+    target.parent.mkdir(parents=True)
+    target.symlink_to(outside, target_is_directory=True)
+    with memory.MemoryStore(db) as store:
+        root = _root(store)
+        with pytest.raises(memory.Unwritable, match="symbolic link"):
+            store.learn({"text": "x"}, root)
+        assert list(store.open_journal().read(root.run_id, memory.STREAM)) == []
+    assert list(outside.iterdir()) == []
+
+
+def test_a_symlink_planted_as_a_learned_file_is_never_read_through(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"text": "secret"}')
+    d = memory.learned_dir(db, "s")
+    d.mkdir(parents=True)
+    (d / ("a" * 32 + ".json")).symlink_to(secret)
+    with memory.MemoryStore(db) as store, pytest.raises(memory.Unreachable, match="symbolic link"):
+        store.recall()
+
+
+def test_a_symlink_planted_as_a_run_directory_fails_closed(tmp_path: Path) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, _ = jr.begin("f", "s", {})
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "j" / "runs" / info.run_id).rename(elsewhere)
+    (tmp_path / "j" / "runs" / info.run_id).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(journal.JournalCorrupt, match="symbolic link"):
+        journal.FileJournal(tmp_path / "j").run(info.run_id)
+
+
+def test_files_and_directories_are_created_private_and_never_world_writable(tmp_path: Path) -> None:
+    old = os.umask(0)  # even with no umask to narrow them
+    try:
+        db = tmp_path / "store" / "history.db"
+        with memory.MemoryStore(db) as store:
+            store.learn({"text": "private"}, _root(store))
+            store.sync()
+            store.learn({"text": "follows the DB"}, _root(store))
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "store").rglob("*"):
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert not mode & stat.S_IWOTH, f"{path} is world-writable ({oct(mode)})"
+        if path.is_dir():
+            assert mode == 0o700, f"{path} {oct(mode)}"
+    journal_files = [p for p in (tmp_path / "store" / "flows-journal").rglob("*") if p.is_file()]
+    assert journal_files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in journal_files)
+
+
+def test_learned_files_take_the_db_mode_without_exec_or_world_write(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    db.write_bytes(b"")
+    db.chmod(0o777)
+    with memory.MemoryStore(db) as store:
+        learned = store.learn({"text": "mode"}, _root(store))
+    assert stat.S_IMODE(learned.path.stat().st_mode) == 0o664
