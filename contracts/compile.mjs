@@ -13,7 +13,10 @@ import { createRequire } from "node:module";
 const require = createRequire(import.meta.url);
 const solc = require("solc");
 const here = dirname(fileURLToPath(import.meta.url));
-const outDirs = [join(here, "artifacts"), join(here, "..", "sail", "contracts")];
+// SOLC_OUT_DIR (used by the tests) writes the artifacts there instead, to compare with the committed ones.
+const outDirs = process.env.SOLC_OUT_DIR
+  ? [process.env.SOLC_OUT_DIR]
+  : [join(here, "artifacts"), join(here, "..", "sail", "contracts")];
 
 const sources = {};
 for (const file of readdirSync(here).filter((f) => f.endsWith(".sol")).sort()) {
