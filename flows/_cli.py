@@ -51,8 +51,7 @@ def _progress(label: str) -> Callable[[int, int], None] | None:
         return None
 
     def show(done: int, total: int) -> None:
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r{label}: {done}/{total}{end}")
+        sys.stderr.write(f"\r{label}: {done}/{total}")
         sys.stderr.flush()
 
     return show
@@ -93,7 +92,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """Resume a failed or interrupted root run."""
     from flows._runtime import resume
 
-    return _report_run(resume(args.run_id, db=args.db, journal_location=args.journal), args, "resumed")
+    progress = _progress("resume: learns settled")
+    try:
+        result = resume(args.run_id, db=args.db, journal_location=args.journal, progress=progress)
+    finally:
+        if progress is not None:
+            sys.stderr.write("\n")
+    return _report_run(result, args, "resumed")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -206,7 +211,10 @@ def cmd_why(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     """Ingest learned files into the history DB and drop the copies it now holds."""
     with _store(args) as store:
-        report = store.sync(materialize=not args.no_materialize, progress=_progress("sync"))
+        progress = _progress("sync: files ingested")
+        report = store.sync(materialize=not args.no_materialize, progress=progress)
+        if progress is not None:
+            sys.stderr.write("\n")
     if args.json:
         _json_out(
             {"materialized": report.materialized, "ingested": report.ingested, "dropped": report.dropped}
@@ -363,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("flows: interrupted\n")
         return 130
     except Exception as exc:  # every failure becomes one classified line, never a traceback
+        if os.environ.get("FLOWS_DEBUG"):
+            raise
         return diagnose(exc, as_json=args.json, run_id=getattr(args, "run_id", None))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from flows._errors import FlowFailed, FlowLoadFailed, UnawaitedStep
 from flows._flow import Flow, Header, load_flow
 from journal import JournalBackend, Lease, RunState
 from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+
+Progress = Callable[[int, int], None]
 
 
 class Step:
@@ -51,9 +53,11 @@ class Step:
 class FlowMemory:
     """``f.memory``: learn, recall and why for the running flow's scope."""
 
-    def __init__(self, store: MemoryStore, root: RootRun) -> None:
+    def __init__(self, store: MemoryStore, root: RootRun, progress: Progress | None = None) -> None:
         self._store = store
         self._root = root
+        self._progress = progress
+        self.settled = 0
         self.steps: list[Step] = []
 
     def learn(self, finding: Mapping[str, Any]) -> Step:
@@ -63,7 +67,13 @@ class FlowMemory:
         task = asyncio.get_running_loop().create_task(self._store.alearn(finding, self._root))
         step = Step(len(self.steps) + 1, label, task)
         self.steps.append(step)
+        task.add_done_callback(self._on_settled)
         return step
+
+    def _on_settled(self, _: object) -> None:
+        self.settled += 1
+        if self._progress is not None:
+            self._progress(self.settled, len(self.steps))
 
     async def recall(self, **filters: Any) -> list[Recalled]:
         """Findings of this flow's scope (``source=``, ``tag=``, ``before_ms=``, ``limit=``)."""
@@ -78,11 +88,11 @@ class FlowMemory:
 class FlowContext:
     """``f``, the argument of a flow body."""
 
-    def __init__(self, store: MemoryStore, root: RootRun) -> None:
+    def __init__(self, store: MemoryStore, root: RootRun, progress: Progress | None = None) -> None:
         self.run_id = root.run_id
         self.name = root.flow
         self.scope = root.scope
-        self.memory = FlowMemory(store, root)
+        self.memory = FlowMemory(store, root, progress)
 
 
 @dataclass(frozen=True)
@@ -112,8 +122,10 @@ async def _settle(steps: list[Step]) -> None:
     await asyncio.gather(*(s.task for s in steps), return_exceptions=True)
 
 
-async def _drive(flow: Flow, store: MemoryStore, root: RootRun) -> BaseException | None:
-    f = FlowContext(store, root)
+async def _drive(
+    flow: Flow, store: MemoryStore, root: RootRun, progress: Progress | None
+) -> BaseException | None:
+    f = FlowContext(store, root, progress)
     try:
         await flow.body(f)
     except Exception as exc:  # the body failed: settle in-flight learns first (R-F3)
@@ -144,10 +156,12 @@ def _finish(backend: JournalBackend, lease: Lease, error: BaseException | None) 
     return RunResult(lease.run_id, RunState.FAILED, error)
 
 
-def _drive_root(flow: Flow, store: MemoryStore, backend: JournalBackend, lease: Lease) -> RunResult:
+def _drive_root(
+    flow: Flow, store: MemoryStore, backend: JournalBackend, lease: Lease, progress: Progress | None = None
+) -> RunResult:
     root = RootRun(backend, lease, flow.header.name, flow.header.scope, script=flow.header.script)
     try:
-        error = asyncio.run(_drive(flow, store, root))
+        error = asyncio.run(_drive(flow, store, root, progress))
     except BaseException:
         backend.release(lease)  # KeyboardInterrupt and the like: the run reads interrupted
         raise
@@ -209,10 +223,12 @@ def resume(
     db: str | os.PathLike[str] | None = None,
     journal_location: str | os.PathLike[str] | None = None,
     store: MemoryStore | None = None,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Take a new lease on a failed or interrupted root run and re-run its body.
 
-    Learns already committed republish their files without journaling again.
+    Learns already committed republish their files without journaling again. ``progress``, if
+    given, is called with (learns settled, learns started) as each learn settles.
 
     Raises:
         JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
@@ -229,7 +245,7 @@ def resume(
             )
         flow = _flow_of(info.meta, run_id)
         lease = backend.acquire(run_id)
-        return _drive_root(flow, store, backend, lease)
+        return _drive_root(flow, store, backend, lease, progress)
     finally:
         if own:
             store.close()
