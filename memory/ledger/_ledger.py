@@ -140,7 +140,10 @@ class Ledger:
                     "running, check for a stuck `sail tick` process",
                     path=self.path,
                 ) from exc
-            yield LedgerWriter(self, log, log.recover())
+            writer = LedgerWriter(self, log, log.recover())
+            yield writer
+            if writer.appended:
+                self.last_confirmed()  # brings the snapshot up to date over the new lines, once
 
 
 class LedgerWriter:
@@ -150,9 +153,13 @@ class LedgerWriter:
         self._ledger = ledger
         self._log = log
         self.entries: list[Entry] = entries  # everything in the ledger, oldest first, kept current
+        self.appended = 0  # entries this writer appended
 
     def append(self, entry: Entry) -> None:
-        """Validate ``entry`` and append it as one fsync'd line; then bring the snapshot up to date.
+        """Validate ``entry`` and append it as one fsync'd line.
+
+        The snapshot is brought up to date when the ``writer()`` block ends (a crash before then
+        leaves it behind the ledger, and the next lookup catches it up).
 
         Raises:
             LedgerInvalidEntry: ``entry`` is not an ``Acted`` or ``Skipped``.
@@ -162,7 +169,7 @@ class LedgerWriter:
             raise LedgerInvalidEntry("(entry)", f"must be Acted or Skipped, got {type(entry).__name__}")
         self._log.append(entry)
         self.entries.append(entry)
-        self._ledger.last_confirmed()  # catches the snapshot up over the new line
+        self.appended += 1
 
     def final_tx_hashes(self) -> set[str]:
         """Hashes of dispatches the ledger holds with a final outcome (confirmed or reverted)."""

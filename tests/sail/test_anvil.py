@@ -34,10 +34,12 @@ def anvil() -> Iterator[AnvilNode]:
         yield node
 
 
-def sail(home: Path, *argv: str, now: int | None = None, key: str = ANVIL_KEYS[1]) -> subprocess.Popen[str]:
+def sail(
+    home: Path, *argv: str, now: int | None = None, key: str = ANVIL_KEYS[1], failpoints: str = ""
+) -> subprocess.Popen[str]:
     """Start ``python -m sail`` in a fresh process."""
     extra = [] if now is None else ["--now", str(now)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": key}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": key, "FLOWS_FAILPOINTS": failpoints}
     return subprocess.Popen(
         [sys.executable, "-m", "sail", *argv, "--home", str(home), *extra],
         env=env,
@@ -96,6 +98,24 @@ def test_fresh_processes_honour_cadence_and_concurrent_ticks_ledger_a_dispatch_o
     # One interval after the confirmed block, a fresh process acts again.
     later = json.loads(finish(sail(home, "tick", "--json", now=acted[0].ts + 3600)))
     assert later["submitted"] is not None and later["skipped"] is None
+
+
+def test_a_tick_killed_right_after_ledgering_a_dispatch_does_not_ledger_it_again(
+    agent_home: tuple[Path, Deployment, Web3],
+) -> None:
+    home, _, w3 = agent_home
+    now = int(w3.eth.get_block("latest")["timestamp"])
+    submitted = json.loads(finish(sail(home, "tick", "--json", now=now)))["submitted"]
+    # SIGKILL right after the acted line is fsync'd: before the snapshot is updated, before the skip.
+    killed = sail(home, "tick", now=now + 60, failpoints="linelog.after_append=kill")
+    killed.communicate(timeout=120)
+    assert killed.returncode == -9
+    assert [e.tx_hash for e in Ledger(home / ".sail").entries()] == [submitted]
+    rerun = json.loads(finish(sail(home, "tick", "--json", now=now + 120)))
+    assert rerun["reconciled"] == [] and rerun["skipped"].startswith("cadence: last acted ")
+    entries = Ledger(home / ".sail").entries()
+    assert [type(e).__name__ for e in entries] == ["Acted", "Skipped"]
+    assert Ledger(home / ".sail").last_confirmed().tx_hash == submitted  # type: ignore[union-attr]
 
 
 def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
