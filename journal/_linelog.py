@@ -14,7 +14,8 @@ append starts on its own line. Damage anywhere else fails closed with ``JournalC
 file and the line; it is never skipped. The rule that tells one from the other:
 
 * the tail is everything from the first line that does not decode (or is out of sequence) to the
-  end of the file, provided no later line decodes;
+  end of the file, provided no later line decodes (in a numbered log, as a record after it: a
+  copy of an earlier line is stale bytes a power loss left in an unsynced append);
 * except that a last line which is newline-terminated and whose codec says it is a *complete*
   record that fails its check (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed
   JSON) is damage, not a tear: a torn write cannot end with the newline it never wrote.
@@ -316,7 +317,7 @@ class LineLog(Generic[T]):
         """Raise ``JournalCorrupt`` unless the damaged line at ``pos`` begins a torn tail."""
         rest = data[nl + 1 :]
         last_complete = b"\n" not in rest and not rest
-        later_good = any(self._decodes(chunk) for chunk in rest.split(b"\n")[:-1])
+        later_good = any(self._continues(chunk, before + 1) for chunk in rest.split(b"\n")[:-1])
         if later_good or (last_complete and not damage.torn):
             line_no = before + 1
             raise JournalCorrupt(
@@ -327,12 +328,17 @@ class LineLog(Generic[T]):
                 reason=damage.reason,
             )
 
-    def _decodes(self, line: bytes) -> bool:
+    def _continues(self, line: bytes, damaged_seq: int) -> bool:
+        """Whether ``line`` is a record that could follow the damaged line numbered ``damaged_seq``.
+
+        In a numbered log a line at or before that number is not a later record but stale bytes a
+        power loss left in an unsynced append (a copy of an earlier line): part of the torn tail.
+        """
         try:
-            self._codec.decode(line)
+            record = self._codec.decode(line)
         except LineDamaged:
             return False
-        return True
+        return self._sequence is None or self._sequence(record) > damaged_seq
 
     def iter_reverse(self) -> Iterator[T]:
         """Yield records newest first, reading the file backwards in blocks, without a lock.

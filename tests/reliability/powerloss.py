@@ -1,0 +1,848 @@
+"""Power-loss simulation: record what a workload asked of the disk, then crash it every way allowed.
+
+In the style of SQLite's crash-test VFS, but at the ``os`` level and in-process. While a workload
+runs, ``Recorder`` wraps the ``os`` functions the durable writers call (``open``, ``write``,
+``ftruncate``, ``fsync``, ``replace``/``rename``, ``link``, ``unlink``, ``mkdir``, ``close``): each
+call is applied to a real directory as usual *and* logged. A crash after the first ``k`` logged
+operations is then any state the durability model below allows; each one is materialised into a
+fresh directory, recovered the normal way (resume the root run; a locked open of a ledger), and
+judged: ``check_store`` clean, and no acknowledged write lost, doubled or fabricated.
+
+The durability model (stricter than ext4 ``data=ordered``, on purpose):
+
+* A file's data operations (writes, truncates) are durable once an ``fsync`` of that file follows
+  them. Of the rest, any *prefix* survives, in order; the last surviving write may be *torn*: only
+  its first ``cut`` bytes land, and the part of it that extended the file holds nothing (the size
+  stops at the cut), zeros, garbage, stale bytes (what an earlier, cut version of the file held at
+  those offsets) or replayed lines (copies of the file's last complete line: stale data that looks
+  valid).
+* A directory's entry operations (create, mkdir, rename, link, unlink) are durable once an ``fsync``
+  of that directory follows them. Of the rest, any prefix survives, in order.
+* Files and directories are independent: any combination of their prefixes is a crash state (so
+  a rename may survive while the renamed file's unsynced data does not, and the other way round).
+  Nothing else is shared: an fsync of a file does not make its name durable, as POSIX allows.
+
+The history DB (SQLite, written only by ``sync``) is not modelled here; SQLite has its own crash
+tests, and the failpoint sweep kills ``sync`` at each of its steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import os
+import random
+import shutil
+import sys
+import tempfile
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import memory
+import staging._stage
+from journal import RunState
+from memory.ledger import Acted, Amount, Ledger, Outcome, Skipped
+from tests.reliability.tally import Tally
+
+FILLS = ("none", "zeros", "garbage", "stale", "replay")
+SEED_FORMAT_LOGS = ("ledger.jsonl", "activity.jsonl")
+"""Logs whose lines are the seed's schema, bare: no sequence number, no checksum. A replayed copy of
+an earlier line reads as a new entry there, so the main run does not replay lines into them (see
+``run_ledger_replay``, which measures what it would do)."""
+
+
+def default_fills(path: str) -> tuple[str, ...]:
+    """The tear fills the model uses for the file created at ``path``."""
+    if os.path.basename(path) in SEED_FORMAT_LOGS:
+        return tuple(f for f in FILLS if f != "replay")
+    return FILLS
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    """One logged operation: an ``entry`` change of a directory, or a ``write``/``truncate`` of a
+    file, or an ``fsync`` of either. ``target`` is a file's object id or a directory's path
+    relative to the recorded root ("" for the root itself)."""
+
+    kind: str
+    target: int | str
+    args: tuple[Any, ...] = ()
+
+
+class Recorder:
+    """Logs what the code under test does to files under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.ops: list[Op] = []
+        self._fds: dict[int, tuple[str, int | str, bool]] = {}  # fd -> (kind, target, append)
+        self._objects: dict[int, int] = {}  # real inode -> object id
+        self.names: dict[int, str] = {}  # object id -> the path it was created at
+        self._next = 0
+
+    def _rel(self, path: Any) -> str | None:
+        full = os.path.abspath(os.fspath(path))
+        if full == str(self.root):
+            return ""
+        prefix = str(self.root) + os.sep
+        return full[len(prefix) :] if full.startswith(prefix) else None
+
+    def _split(self, rel: str) -> tuple[str, str]:
+        parent, _, name = rel.rpartition(os.sep)
+        return parent, name
+
+    def _new_object(self, ino: int) -> int:
+        self._next += 1
+        self._objects[ino] = self._next
+        return self._next
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Recorder]:
+        """Wrap the ``os`` functions for the duration of the block."""
+        real = {name: getattr(os, name) for name in _WRAPPED}
+        wrappers = _wrappers(self, real)
+        for name, fn in wrappers.items():
+            setattr(os, name, fn)
+        try:
+            yield self
+        finally:
+            for name, fn in real.items():
+                setattr(os, name, fn)
+
+
+_WRAPPED = ("open", "write", "fsync", "ftruncate", "close", "replace", "rename", "link", "unlink", "mkdir")
+
+
+def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        rel = rec._rel(path) if dir_fd is None else None
+        existed = rel is not None and os.path.lexists(path)
+        fd: int = real["open"](path, flags, mode, dir_fd=dir_fd)
+        if rel is None:
+            return fd
+        st = os.fstat(fd)
+        if os.path.isdir(path):
+            rec._fds[fd] = ("dir", rel, False)
+            return fd
+        if existed:
+            obj = rec._objects.get(st.st_ino) or rec._new_object(st.st_ino)
+        else:
+            obj = rec._new_object(st.st_ino)
+            rec.names[obj] = rel
+            parent, name = rec._split(rel)
+            rec.ops.append(Op("entry", parent, ("create", name, obj)))
+        if flags & os.O_TRUNC:
+            rec.ops.append(Op("truncate", obj, (0,)))
+        rec._fds[fd] = ("file", obj, bool(flags & os.O_APPEND))
+        return fd
+
+    def write(fd: int, data: Any) -> int:
+        held = rec._fds.get(fd)
+        if held is None or held[0] != "file":
+            return int(real["write"](fd, data))
+        offset = os.fstat(fd).st_size if held[2] else os.lseek(fd, 0, os.SEEK_CUR)
+        n = int(real["write"](fd, data))
+        rec.ops.append(Op("write", held[1], (offset, bytes(data[:n]))))
+        return n
+
+    def fsync(fd: int) -> None:
+        real["fsync"](fd)
+        held = rec._fds.get(fd)
+        if held is not None:
+            rec.ops.append(Op("fsync", held[1]))
+
+    def ftruncate(fd: int, length: int) -> None:
+        real["ftruncate"](fd, length)
+        held = rec._fds.get(fd)
+        if held is not None and held[0] == "file":
+            rec.ops.append(Op("truncate", held[1], (length,)))
+
+    def close(fd: int) -> None:
+        rec._fds.pop(fd, None)
+        real["close"](fd)
+
+    def two_names(name: str) -> Callable[..., None]:
+        def move(src: Any, dst: Any, **kwargs: Any) -> None:
+            real[name](src, dst, **kwargs)
+            a, b = rec._rel(src), rec._rel(dst)
+            if a is None or b is None:
+                return
+            (pa, na), (pb, nb) = rec._split(a), rec._split(b)
+            if pa != pb:
+                raise AssertionError(f"the model has no cross-directory {name}: {a} -> {b}")
+            rec.ops.append(Op("entry", pa, ("link" if name == "link" else "rename", na, nb)))
+
+        return move
+
+    def unlink(path: Any, *, dir_fd: int | None = None) -> None:
+        real["unlink"](path, dir_fd=dir_fd)
+        rel = rec._rel(path)
+        if rel is not None:
+            parent, name = rec._split(rel)
+            rec.ops.append(Op("entry", parent, ("unlink", name)))
+
+    def mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        real["mkdir"](path, mode, dir_fd=dir_fd)
+        rel = rec._rel(path)
+        if rel is not None:
+            parent, name = rec._split(rel)
+            rec.ops.append(Op("entry", parent, ("mkdir", name)))
+
+    return {
+        "open": open_,
+        "write": write,
+        "fsync": fsync,
+        "ftruncate": ftruncate,
+        "close": close,
+        "replace": two_names("replace"),
+        "rename": two_names("rename"),
+        "link": two_names("link"),
+        "unlink": unlink,
+        "mkdir": mkdir,
+    }
+
+
+# -- crash states -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tear:
+    """A torn write: ``cut`` bytes of it land; the rest of what it added to the file is ``fill``."""
+
+    cut: int
+    fill: str
+
+
+FileChoice = tuple[int, Tear | None]  # how many volatile ops survive; the last one torn or not
+
+
+def _apply_write(
+    content: bytearray, shadow: bytearray, offset: int, data: bytes, *, tear: Tear | None, seed: int
+) -> bool:
+    """Apply one write to ``content`` (and ``shadow``, which keeps every byte ever written).
+
+    Returns False when ``tear`` cannot be built here (no stale bytes, no line to replay).
+    """
+    before = bytes(content)
+    if len(content) < offset:
+        content.extend(b"\0" * (offset - len(content)))
+    if tear is None:
+        content[offset : offset + len(data)] = data
+    else:
+        content[offset : offset + tear.cut] = data[: tear.cut]
+        start, end = max(len(before), offset + tear.cut), offset + len(data)
+        if tear.fill != "none" and end > start:
+            fill = _fill(tear.fill, before, shadow, start, size=end - start, seed=seed)
+            if fill is None:
+                return False
+            if len(content) < start:
+                content.extend(b"\0" * (start - len(content)))
+            content[start:end] = fill
+    if len(shadow) < offset + len(data):
+        shadow.extend(b"\0" * (offset + len(data) - len(shadow)))
+    shadow[offset : offset + len(data)] = data
+    return True
+
+
+def _fill(kind: str, before: bytes, shadow: bytes, start: int, *, size: int, seed: int) -> bytes | None:
+    if kind == "zeros":
+        return b"\0" * size
+    if kind == "garbage":
+        return random.Random(seed).randbytes(size)
+    if kind == "stale":
+        old = shadow[start : start + size]
+        return old + b"\0" * (size - len(old)) if old.strip(b"\0") else None
+    lines = before.split(b"\n")[:-1]
+    if not lines:
+        return None
+    line = lines[-1] + b"\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+class CrashPoint:
+    """What is durable and what is volatile after the first ``k`` operations of ``ops``."""
+
+    def __init__(
+        self,
+        ops: Sequence[Op],
+        k: int,
+        names: dict[int, str] | None = None,
+        fills: Callable[[str], tuple[str, ...]] = default_fills,
+    ) -> None:
+        self.ops = list(ops[:k])
+        self.k = k
+        self.names = names or {}
+        self.fills = fills
+        self.dir_ops: dict[str, list[Op]] = {"": []}
+        self.file_ops: dict[int, list[Op]] = {}
+        durable: dict[int | str, int] = {}
+        for op in self.ops:
+            if op.kind == "entry":
+                self.dir_ops.setdefault(str(op.target), []).append(op)
+                if op.args[0] == "mkdir":
+                    self.dir_ops.setdefault(_join(str(op.target), op.args[1]), [])
+            elif op.kind in ("write", "truncate"):
+                self.file_ops.setdefault(int(op.target), []).append(op)
+            else:
+                group = self.dir_ops if isinstance(op.target, str) else self.file_ops
+                durable[op.target] = len(group.get(op.target, []))  # type: ignore[call-overload]
+        self.durable = durable
+
+    def volatile_dirs(self) -> dict[str, int]:
+        """How many entry operations of each directory are not yet durable."""
+        out = {d: len(ops) - self.durable.get(d, 0) for d, ops in self.dir_ops.items()}
+        return {d: n for d, n in out.items() if n}
+
+    def volatile_files(self) -> dict[int, int]:
+        """How many data operations of each file are not yet durable."""
+        out = {o: len(ops) - self.durable.get(o, 0) for o, ops in self.file_ops.items()}
+        return {o: n for o, n in out.items() if n}
+
+    def file_choices(self, obj: int) -> list[FileChoice]:
+        """Every way the volatile operations of file ``obj`` can survive."""
+        ops = self.file_ops[obj]
+        base = self.durable.get(obj, 0)
+        out: list[FileChoice] = [(0, None)]
+        for n in range(1, len(ops) - base + 1):
+            out.append((n, None))
+            last = ops[base + n - 1]
+            if last.kind == "write":
+                size = len(last.args[1])
+                for cut in sorted({0, size // 2, size - 1}):
+                    for fill in self.fills(self.names.get(obj, "")):
+                        if not (cut == 0 and fill == "none") and cut < size:
+                            out.append((n, Tear(cut, fill)))
+        return out
+
+    def choices(self) -> tuple[list[str], list[list[int]], list[int], list[list[FileChoice]]]:
+        """The volatile directories and files, and the choices for each."""
+        dirs = sorted(self.volatile_dirs().items())
+        files = sorted(self.volatile_files())
+        return (
+            [d for d, _ in dirs],
+            [list(range(n + 1)) for _, n in dirs],
+            files,
+            [self.file_choices(o) for o in files],
+        )
+
+    def states(self) -> Iterator[tuple[dict[str, int], dict[int, FileChoice]]]:
+        """Every crash state at this point (the product of every object's choices)."""
+        dirs, dir_options, files, file_options = self.choices()
+        for combo in itertools.product(*dir_options, *file_options):
+            yield (
+                dict(zip(dirs, combo[: len(dirs)], strict=True)),
+                dict(zip(files, combo[len(dirs) :], strict=True)),
+            )
+
+    def random_state(self, rng: random.Random) -> tuple[dict[str, int], dict[int, FileChoice]]:
+        """One crash state at this point, drawn at random."""
+        dirs, dir_options, files, file_options = self.choices()
+        return (
+            {d: rng.choice(opts) for d, opts in zip(dirs, dir_options, strict=True)},
+            {o: rng.choice(opts) for o, opts in zip(files, file_options, strict=True)},
+        )
+
+    def tree(self, dirs: dict[str, int], files: dict[int, FileChoice]) -> dict[str, bytes | None] | None:
+        """The files (path -> bytes) and directories (path -> None) of one crash state.
+
+        Returns None when a chosen tear cannot be built (nothing stale or no line to replay).
+        """
+        contents: dict[int, bytes] = {}
+        for obj, ops in self.file_ops.items():
+            keep, tear = files.get(obj, (0, None))
+            upto = self.durable.get(obj, 0) + keep
+            content, shadow = bytearray(), bytearray()
+            for i, op in enumerate(ops[:upto]):
+                if op.kind == "truncate":
+                    del content[op.args[0] :]
+                    content.extend(b"\0" * (op.args[0] - len(content)))
+                    continue
+                torn = tear if i == upto - 1 else None
+                if not _apply_write(content, shadow, op.args[0], op.args[1], tear=torn, seed=obj * 1000 + i):
+                    return None
+            contents[obj] = bytes(content)
+        out: dict[str, bytes | None] = {}
+        self._walk("", dirs, contents, out)
+        return out
+
+    def _walk(self, d: str, dirs: dict[str, int], contents: dict[int, bytes], out: dict[str, Any]) -> None:
+        entries: dict[str, int | str] = {}
+        upto = self.durable.get(d, 0) + dirs.get(d, 0)
+        for op in self.dir_ops.get(d, [])[:upto]:
+            action, name, *rest = op.args
+            if action == "create":
+                entries[name] = rest[0]
+            elif action == "mkdir":
+                entries[name] = _join(d, name)
+            elif action == "unlink":
+                entries.pop(name, None)
+            elif name in entries:  # rename or link of a name this state has
+                entries[rest[0]] = entries[name]
+                if action == "rename":
+                    del entries[name]
+        for name, what in sorted(entries.items()):
+            path = _join(d, name)
+            if isinstance(what, str):
+                out[path] = None
+                self._walk(what, dirs, contents, out)
+            else:
+                out[path] = contents.get(what, b"")
+
+
+def _join(d: str, name: str) -> str:
+    return f"{d}{os.sep}{name}" if d else name
+
+
+def signature(tree: dict[str, bytes | None]) -> bytes:
+    """A digest of a crash state's files and directories (equal states, equal digests)."""
+    h = hashlib.blake2b(digest_size=16)
+    for path, data in sorted(tree.items()):
+        h.update(path.encode() + b"\0" + (b"D" if data is None else b"F" + data) + b"\0")
+    return h.digest()
+
+
+def materialize(tree: dict[str, bytes | None], dest: Path) -> None:
+    """Write a crash state into the (empty, existing) directory ``dest``."""
+    for path, data in sorted(tree.items()):
+        target = dest / path
+        if data is None:
+            target.mkdir()
+        else:
+            target.write_bytes(data)
+            target.chmod(0o600)
+
+
+# -- workloads ----------------------------------------------------------------------------------
+
+
+class Clock:
+    """Milliseconds that step forward on every reading, so learns never tie."""
+
+    def __init__(self, start: int = 1_700_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        self.now += 1_000
+        return self.now
+
+
+@dataclass(frozen=True)
+class Event:
+    """A workload step: what it was, and the operation count when it began and returned.
+
+    ``end`` is None when the step raised (it was never acknowledged).
+    """
+
+    step: str
+    start: int
+    end: int | None
+    detail: Any = None
+
+
+@dataclass
+class Trace:
+    """A recorded workload: its operations and steps."""
+
+    kind: str
+    steps: tuple[str, ...]
+    ops: list[Op] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+FLOW, SCOPE = "powerloss", "powerloss"
+
+
+def finding(step: str) -> dict[str, Any]:
+    """The finding a ``L<n>`` step learns (even ones are long, so a torn record can hold whole
+    copies of a shorter earlier one)."""
+    n = int(step[1:])
+    text = f"finding number {n}" + (" that runs on" * 30 if n % 2 == 0 else "")
+    return {"text": text, "tags": ["power"]}
+
+
+def fid_of(step: str) -> str:
+    """The id of the finding a ``L<n>`` step learns."""
+    return memory.finding_id(SCOPE, memory.validate(finding(step), FLOW))
+
+
+def ledger_entry(step: str, n: int) -> Acted | Skipped:
+    """The ledger entry of step number ``n``: ``S`` a skip, ``A`` a confirmed act (unique ts)."""
+    ts = 1_752_400_000 + n
+    if step == "S":
+        return Skipped(ts=ts, block=1000 + n, chain_id=8453, reason=f"balance {n} < min 100")
+    token_in, token_out = "0x" + "11" * 20, "0x" + "22" * 20
+    return Acted(
+        ts=ts,
+        block=1000 + n,
+        chain_id=8453,
+        action="swap",
+        permission=None,
+        outcome=Outcome.CONFIRMED,
+        tx_hash=f"0x{n:064x}",
+        gas_used=142_013,
+        token_in=token_in,
+        token_out=token_out,
+        amount_in=Amount.of(25_000_000, 6, "USDC"),
+        amount_out=Amount.of(9_821_340_000_000_000, 18, "WETH"),
+        balances_after={token_in: 475_000_000, token_out: 104_213_340_000_000_000},
+    )
+
+
+def _store_paths(base: Path) -> tuple[Path, Path]:
+    return base / "data" / "history.db", base / "sail"
+
+
+def record_findings(steps: Sequence[str], base: Path) -> Trace:
+    """Run a findings workload (``L<n>`` learn finding n, ``R`` give up the lease and resume)."""
+    trace = Trace("findings", tuple(steps))
+    db, _ = _store_paths(base)
+    rec = Recorder(base)
+    with memory.MemoryStore(db, clock=Clock()) as store, rec.recording():
+        jr = store.open_journal()
+        start = len(rec.ops)
+        info, lease = jr.begin(FLOW, SCOPE, {"source": None})
+        trace.events.append(Event("begin", start, len(rec.ops), info.run_id))
+        trace.info["run_id"] = info.run_id
+        for step in steps:
+            start = len(rec.ops)
+            try:
+                if step == "R":
+                    jr.release(lease)
+                    lease = jr.acquire(info.run_id)
+                    detail: Any = lease.epoch
+                else:
+                    store.learn(finding(step), memory.RootRun(jr, lease, FLOW, SCOPE))
+                    detail = fid_of(step)
+            except Exception as exc:  # a step that fails is simply not acknowledged
+                trace.events.append(Event(step, start, None, repr(exc)))
+                continue
+            trace.events.append(Event(step, start, len(rec.ops), detail))
+        jr.release(lease)
+    trace.ops = rec.ops
+    trace.info["names"] = rec.names
+    return trace
+
+
+def record_ledger(steps: Sequence[str], base: Path) -> Trace:
+    """Run a ledger workload: each step is one tick appending one entry (``S`` skip, ``A`` act)."""
+    trace = Trace("ledger", tuple(steps))
+    _, sail = _store_paths(base)
+    rec = Recorder(base)
+    with rec.recording():
+        for n, step in enumerate(steps, 1):
+            entry = ledger_entry(step, n)
+            start = len(rec.ops)
+            try:
+                with Ledger(sail).writer() as w:
+                    w.append(entry)
+            except Exception as exc:
+                trace.events.append(Event(step, start, None, repr(exc)))
+                continue
+            trace.events.append(Event(step, start, len(rec.ops), _wire(entry)))
+    trace.ops = rec.ops
+    trace.info["names"] = rec.names
+    return trace
+
+
+def _wire(entry: Acted | Skipped) -> bytes:
+    return orjson.dumps(entry.to_wire())
+
+
+# -- judging a crash state ----------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What one crash state showed."""
+
+    acknowledged: int = 0
+    lost: int = 0
+    doubled: int = 0
+    fabricated: int = 0
+    unexpected: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def judge(trace: Trace, k: int, state: Path) -> Verdict:
+    """Recover the crash state in ``state`` (after ``k`` operations) and judge it against ``trace``."""
+    verdict = Verdict()
+    acked = [e for e in trace.events if e.end is not None and e.end <= k]
+    attempted = [e for e in trace.events if e.start < k]
+    verdict.acknowledged = len(acked)
+    try:
+        if trace.kind == "findings":
+            _judge_findings(trace, acked, attempted, state, verdict)
+        else:
+            _judge_ledger(acked, attempted, state, verdict)
+    except Exception as exc:
+        verdict.unexpected += 1
+        tb = traceback.format_exception_only(exc)[-1].strip()
+        verdict.notes.append(f"recovery raised {tb}")
+    return verdict
+
+
+def _judge_findings(
+    trace: Trace, acked: list[Event], attempted: list[Event], state: Path, v: Verdict
+) -> None:
+    db, _ = _store_paths(state)
+    run_id = trace.info["run_id"]
+    learn_steps = [s for s in trace.steps if s != "R"]
+    tried = {fid_of(e.step) for e in attempted if e.step.startswith("L")}
+    with memory.MemoryStore(db, clock=Clock(1_800_000_000_000)) as store:
+        jr = store.open_journal()
+        runs = {r.run_id: r for r in jr.runs()}
+        # Before any resume: what was acknowledged must already be there.
+        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after the crash")
+        unacked = tried - {e.detail for e in acked if e.step.startswith("L")}
+        for p in memory.check_store(store):
+            if p.kind != "record_unpublished" or Path(p.path).stem not in unacked:
+                v.unexpected += 1
+                v.notes.append(f"after the crash: {p.kind} {p.message}")
+        epochs = [e.detail for e in acked if e.step == "R"]
+        if epochs and run_id in runs and runs[run_id].epoch < max(epochs):
+            v.lost += 1
+            v.notes.append(f"the run's epoch {runs[run_id].epoch} is older than acknowledged {max(epochs)}")
+        # The normal recovery: resume the root, whose body learns every finding again.
+        if run_id in runs and runs[run_id].state is not RunState.DONE:
+            lease = jr.acquire(run_id)
+            root = memory.RootRun(jr, lease, FLOW, SCOPE)
+            for step in learn_steps:
+                store.learn(finding(step), root)
+            jr.finish(lease, RunState.DONE)
+            tried |= {fid_of(s) for s in learn_steps}
+        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after resume")
+        problems = memory.check_store(store)
+        if problems:
+            v.unexpected += len(problems)
+            v.notes += [f"after resume: {p.kind} {p.message}" for p in problems]
+
+
+def _count(
+    store: memory.MemoryStore,
+    has_run: bool,
+    run_id: str,
+    acked: list[Event],
+    *,
+    tried: set[str],
+    v: Verdict,
+    when: str,
+) -> None:
+    if not has_run:
+        if acked:
+            v.lost += len(acked)
+            v.notes.append(f"{when}: root run {run_id} is gone")
+        return
+    keys = Counter(r.key for r in store.open_journal().read(run_id, memory.STREAM))
+    recalled = {e.key for e in store.recall(limit=None, scope=None)}
+    for e in acked:
+        if e.step.startswith("L") and (keys[e.detail] == 0 or e.detail not in recalled):
+            v.lost += 1
+            v.notes.append(
+                f"{when}: acknowledged {e.step} has {keys[e.detail]} records, recalled={e.detail in recalled}"
+            )
+    extra = sum(n - 1 for n in keys.values() if n > 1)
+    if extra:
+        v.doubled += extra
+        v.notes.append(f"{when}: {extra} doubled records")
+    made_up = (set(keys) | recalled) - tried
+    if made_up:
+        v.fabricated += len(made_up)
+        v.notes.append(f"{when}: {len(made_up)} findings nobody learned")
+
+
+def _judge_ledger(acked: list[Event], attempted: list[Event], state: Path, v: Verdict) -> None:
+    db, sail = _store_paths(state)
+    ledger = Ledger(sail)
+    with ledger.writer():
+        pass  # the next tick's locked open: cuts a torn tail
+    lines = Counter(_wire(e) for e in ledger.entries())
+    tried = {e.detail for e in attempted if e.detail is not None}
+    for e in acked:
+        if lines[e.detail] == 0:
+            v.lost += 1
+            v.notes.append(f"acknowledged entry {e.step} is missing")
+    extra = sum(n - 1 for n in lines.values() if n > 1)
+    if extra:
+        v.doubled += extra
+        v.notes.append(f"{extra} doubled ledger lines")
+    made_up = set(lines) - tried
+    if made_up:
+        v.fabricated += len(made_up)
+        v.notes.append(f"{len(made_up)} ledger lines nobody appended")
+    confirmed = [e for e in ledger.entries() if isinstance(e, Acted) and e.outcome is Outcome.CONFIRMED]
+    last = ledger.last_confirmed()
+    if (last.tx_hash if last else None) != (confirmed[-1].tx_hash if confirmed else None):
+        v.unexpected += 1
+        v.notes.append(f"the snapshot says the last act is {last}, the ledger {confirmed[-1:]}")
+    with memory.MemoryStore(db) as store:
+        problems = memory.check_store(store, sail_dirs=[sail])
+    if problems:
+        v.unexpected += len(problems)
+        v.notes += [f"{p.kind} {p.message}" for p in problems]
+
+
+# -- driving ------------------------------------------------------------------------------------
+
+
+def scratch_root() -> Path:
+    """A fresh scratch directory, in memory when the machine has ``/dev/shm``."""
+    shm = "/dev/shm"
+    return Path(tempfile.mkdtemp(prefix="flows-powerloss-", dir=shm if os.path.isdir(shm) else None))
+
+
+class Explorer:
+    """Builds crash states of recorded workloads, recovers each once, and tallies the verdicts."""
+
+    def __init__(
+        self, tally: Tally, scratch: Path, fills: Callable[[str], tuple[str, ...]] = default_fills
+    ) -> None:
+        self.tally = tally
+        self.scratch = scratch
+        self.fills = fills
+        self._n = 0
+
+    def point(self, trace: Trace, k: int) -> CrashPoint:
+        """The crash point after ``k`` operations of ``trace``."""
+        return CrashPoint(trace.ops, k, trace.info["names"], self.fills)
+
+    def record(self, kind: str, steps: Sequence[str]) -> Trace:
+        """Run and record one workload in a scratch directory of its own."""
+        self._n += 1
+        base = self.scratch / f"w{self._n}"
+        base.mkdir()
+        trace = (record_findings if kind == "findings" else record_ledger)(steps, base)
+        shutil.rmtree(base)
+        return trace
+
+    def judge_state(
+        self,
+        trace: Trace,
+        point: CrashPoint,
+        dirs: dict[str, int],
+        files: dict[int, FileChoice],
+        seen: set[bytes] | None,
+    ) -> None:
+        """Materialise, recover and judge one crash state (skipped when already seen)."""
+        tree = point.tree(dirs, files)
+        if tree is None:
+            return
+        acked = sum(1 for e in trace.events if e.end is not None and e.end <= point.k)
+        key = signature(tree) + bytes([min(acked, 255)])
+        if seen is not None:
+            if key in seen:
+                return
+            seen.add(key)
+        self._n += 1
+        state = self.scratch / f"s{self._n}"
+        state.mkdir()
+        try:
+            materialize(tree, state)
+            verdict = judge(trace, point.k, state)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+        self.tally.cases += 1
+        self.tally.acknowledged += verdict.acknowledged
+        self.tally.lost += verdict.lost
+        self.tally.doubled += verdict.doubled
+        self.tally.fabricated += verdict.fabricated
+        self.tally.unexpected += verdict.unexpected
+        for n in verdict.notes:
+            self.tally.note(f"{trace.kind} {''.join(trace.steps)} @op {point.k}: {n}")
+
+    def exhaust(self, trace: Trace) -> None:
+        """Judge every crash state of ``trace``, at every operation (equal states once)."""
+        seen: set[bytes] = set()
+        for k in range(len(trace.ops) + 1):
+            point = self.point(trace, k)
+            for dirs, files in point.states():
+                self.judge_state(trace, point, dirs, files, seen)
+
+    def sample(self, trace: Trace, rng: random.Random, n: int) -> None:
+        """Judge ``n`` crash states of ``trace`` drawn at random."""
+        for _ in range(n):
+            point = self.point(trace, rng.randrange(len(trace.ops) + 1))
+            self.judge_state(trace, point, *point.random_state(rng), None)
+
+
+def workloads(alphabet: Sequence[str], longest: int) -> list[tuple[str, ...]]:
+    """Every sequence of 1 to ``longest`` steps over ``alphabet``."""
+    return [w for n in range(1, longest + 1) for w in itertools.product(alphabet, repeat=n)]
+
+
+FINDING_STEPS = ("L1", "L2", "R")
+LEDGER_STEPS = ("S", "A")
+
+
+def run_exhaustive(longest: int = 3, kinds: Sequence[str] = ("findings", "ledger")) -> list[Tally]:
+    """Every crash state of every workload of up to ``longest`` steps, per kind."""
+    out = []
+    scratch = scratch_root()
+    try:
+        for kind in kinds:
+            tally = Tally(f"power loss, every state, {kind} workloads of <= {longest} steps")
+            explorer = Explorer(tally, scratch)
+            for steps in workloads(FINDING_STEPS if kind == "findings" else LEDGER_STEPS, longest):
+                explorer.exhaust(explorer.record(kind, steps))
+            out.append(tally)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def run_random(states: int = 1000, length: int = 8, seed: int = 7) -> Tally:
+    """``states`` random crash states of random longer workloads (findings and ledger alike)."""
+    rng = random.Random(seed)
+    tally = Tally(f"power loss, {states} random states, workloads of {length} steps")
+    scratch = scratch_root()
+    try:
+        explorer = Explorer(tally, scratch)
+        per_trace = 50
+        while tally.cases < states:
+            kind = rng.choice(("findings", "ledger"))
+            alphabet = ("L1", "L2", "L3", "L4", "R") if kind == "findings" else LEDGER_STEPS
+            trace = explorer.record(kind, [rng.choice(alphabet) for _ in range(length)])
+            explorer.sample(trace, rng, min(per_trace, states - tally.cases))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tally
+
+
+@contextlib.contextmanager
+def without_publish_dir_fsync(where: str = "") -> Iterator[None]:
+    """Remove one fsync on purpose: the directory fsync after ``publish``'s rename (only for
+    directories whose path contains ``where``, when given)."""
+    real = staging._stage.fsync_dir
+
+    def maybe(directory: Any) -> None:
+        if sys._getframe(1).f_code.co_name != "publish" or where not in os.fspath(directory):
+            real(directory)
+
+    staging._stage.fsync_dir = maybe
+    try:
+        yield
+    finally:
+        staging._stage.fsync_dir = real
+
+
+def run_ledger_replay(longest: int = 2) -> Tally:
+    """What replayed stale lines do to the seed-format ledger (outside the model; see ``FILLS``)."""
+    tally = Tally(f"ledger, replayed stale lines, workloads of <= {longest} steps (outside the model)")
+    scratch = scratch_root()
+    try:
+        explorer = Explorer(tally, scratch, fills=lambda _path: FILLS)
+        for steps in workloads(LEDGER_STEPS, longest):
+            explorer.exhaust(explorer.record("ledger", steps))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tally
