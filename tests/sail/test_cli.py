@@ -208,3 +208,24 @@ def test_the_public_names_are_exactly_all() -> None:
     assert {n for n in vars(sail) if not n.startswith("_")} - {"annotations", "importlib", "Any"} <= set(
         sail.__all__
     )
+
+
+def test_a_keystore_is_decrypted_with_its_password_env_and_a_wrong_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eth_account import Account
+
+    from sail._runner import load_account
+
+    key = "0x" + "00" * 31 + "02"
+    keystore = tmp_path / "agent.json"
+    keystore.write_text(json.dumps(Account.encrypt(key, "hunter2", kdf="pbkdf2", iterations=1000)))
+    monkeypatch.setenv("SAIL_KEYSTORE_PASSWORD", "hunter2")
+    assert load_account(keystore=keystore).address == Account.from_key(key).address
+    monkeypatch.setenv("SAIL_KEYSTORE_PASSWORD", "wrong")
+    with pytest.raises(sail.SailKeyUnavailable) as info:
+        load_account(keystore=keystore)
+    assert "wrong" not in str(info.value) and "hunter2" not in str(info.value)
+    monkeypatch.delenv("SAIL_KEYSTORE_PASSWORD")
+    with pytest.raises(sail.SailKeyUnavailable, match=r"needs its password in \$SAIL_KEYSTORE_PASSWORD"):
+        load_account(keystore=keystore)

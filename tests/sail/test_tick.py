@@ -270,3 +270,43 @@ def test_every_skip_reason_is_ledgered_once_in_the_seeds_form(
         ts=world.clock.now, block=world.w3.eth.block_number, chain_id=world.w3.eth.chain_id, reason=expected
     )
     assert ActivityLog(world.sail_dir).read() == []
+
+
+def test_a_dispatch_whose_node_is_unreachable_is_unverified_then_resolved(world: World) -> None:
+    sent = world.tick().dispatched
+    assert sent is not None
+    dead = Chain.connect("http://127.0.0.1:9", timeout=0.5)  # nothing listens on the discard port
+    activity = ActivityLog(world.sail_dir)
+    with world.ledger().writer() as w:
+        (entry,) = reconcile(w, activity, dead, clock=lambda: world.clock.now, receipt_timeout=0.2)
+    assert (entry.outcome, entry.block, entry.gas_used) == (Outcome.UNVERIFIED, None, None)
+    assert (entry.token_in, entry.token_out) == (world.market.usdc, world.market.weth)  # from the calldata
+    assert entry.amount_in is None  # the token's decimals could not be read: nothing is guessed
+    with world.ledger().writer() as w:
+        (resolved,) = reconcile(
+            w, activity, Chain(world.w3), clock=lambda: world.clock.now, receipt_timeout=1
+        )
+    assert (resolved.tx_hash, resolved.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+
+
+def test_chain_read_failures_map_to_chain_unavailable_and_quotes_to_a_skip_reason() -> None:
+    from memory.ledger import ChainUnavailable
+    from sail._chain import QuoteUnavailable
+
+    dead = Chain.connect("http://127.0.0.1:9", timeout=0.5)
+    token, owner = "0x" + "11" * 20, "0x" + "22" * 20
+    reads = [
+        dead.head,
+        dead.chain_id,
+        lambda: dead.block_timestamp(1),
+        lambda: dead.token_info(token),
+        lambda: dead.balance_of(token, owner),
+        lambda: dead.allowance(token, owner, owner),
+        lambda: dead.receipt("0x" + "ab" * 32, 0),
+    ]
+    for read in reads:
+        with pytest.raises(ChainUnavailable) as info:
+            read()
+        assert info.value.code == "chain_unavailable" and "rpc_url" in str(info.value)
+    with pytest.raises(QuoteUnavailable):
+        dead.quote(owner, 1, (token, owner))
