@@ -21,6 +21,10 @@ from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._snapshot import LastAct, Snapshot
 
 _BLOCK = 64 * 1024
+#: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
+CLOCK_SKEW_S = 3600
+#: a backward read stops this many lines past the newest confirmed act at the latest
+MAX_SCAN_PAST_CONFIRMED = 10_000
 
 
 class Ledger:
@@ -58,6 +62,13 @@ class Ledger:
 
     def last_confirmed(self) -> LastAct | None:
         """The agent's last ``acted`` entry with outcome ``confirmed`` (SPEC R-A4), or None.
+
+        "Last" is by ``ts`` (the block's time), not by line: an unverified dispatch resolved after a
+        newer one was confirmed is appended later but happened earlier, and must not make the agent
+        look idle for longer than it was. A backward read therefore goes on past the newest
+        confirmed line until a skip or unverified line (stamped by its tick's clock when written)
+        is older than the best ``ts`` by more than ``CLOCK_SKEW_S``, or ``MAX_SCAN_PAST_CONFIRMED``
+        lines.
 
         O(1) in the ledger's length with a valid snapshot; when the ledger has grown past it, only
         the new lines are decoded; when it is stale or missing, the ledger's tail is read backwards
@@ -100,7 +111,8 @@ class Ledger:
                 entry = self._codec.decode(raw)
             except LineDamaged:
                 return None  # let the backward read judge it (torn tail or damage)
-            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
+            if _is_confirmed(entry) and (last is None or entry.ts > last.ts):
+                assert isinstance(entry, Acted)
                 last = _last_act(entry)
         covered = snap.size + end
         head, tail = _snapshot.prefix_digests(fd, covered)
@@ -110,10 +122,18 @@ class Ledger:
         """A snapshot of the prefix up to the last newline, from a backward read of the ledger."""
         covered = _last_line_end(fd)
         last: LastAct | None = None
+        beyond = 0
         for entry in self._log.iter_reverse():
-            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
-                last = _last_act(entry)
-                break
+            if _is_confirmed(entry):
+                assert isinstance(entry, Acted)
+                if last is None or entry.ts > last.ts:
+                    last = _last_act(entry)
+            elif last is not None and _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < last.ts:
+                break  # everything written before this line has an older ts than ``last``
+            if last is not None:
+                beyond += 1
+                if beyond > MAX_SCAN_PAST_CONFIRMED:
+                    break
         head, tail = _snapshot.prefix_digests(fd, covered)
         return Snapshot(covered, head, tail, last)
 
@@ -182,6 +202,15 @@ class LedgerWriter:
             for e in self.entries
             if isinstance(e, Acted) and e.outcome is Outcome.UNVERIFIED
         }
+
+
+def _is_confirmed(entry: Entry) -> bool:
+    return isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED
+
+
+def _stamped_when_written(entry: Entry) -> bool:
+    """True for lines whose ``ts`` is the writing tick's clock (skips, unverified acts)."""
+    return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)
 
 
 def _last_act(entry: Acted) -> LastAct:

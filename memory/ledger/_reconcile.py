@@ -26,6 +26,7 @@ from memory.ledger._activity import ActivityLog, DispatchSubmitted
 from memory.ledger._entries import Acted, Amount, Outcome
 from memory.ledger._errors import LedgerError
 from memory.ledger._ledger import LedgerWriter
+from staging import failpoint
 
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 
@@ -137,6 +138,7 @@ def reconcile(
         entry = resolve(dispatch, reader, clock=clock, receipt_timeout=receipt_timeout)
         if entry.outcome is Outcome.UNVERIFIED and key in unverified:
             continue  # already said so once; the resolution will be a new line
+        failpoint("ledger.reconcile_before_append")
         writer.append(entry)
         appended.append(entry)
         (final if entry.is_final else unverified).add(key)

@@ -290,3 +290,16 @@ def test_a_writer_that_cannot_get_the_lock_in_time_is_busy_and_writes_nothing(tm
         release.set()
         holder.join()
     assert ledger.entries() == []
+
+
+def test_last_confirmed_is_the_latest_by_time_when_an_older_dispatch_resolves_later(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    older = acted(100, 1, Outcome.UNVERIFIED)
+    newer = acted(200, 2)
+    resolved_older = acted(150, 1)  # mined at 150, its receipt read only after ``newer`` was ledgered
+    write(ledger, older, skipped(160), newer, skipped(260))
+    write(ledger, resolved_older, skipped(300))  # the snapshot is caught up over these two lines
+    expected = LastAct(200, 102, f"0x{2:064x}")
+    assert ledger.last_confirmed() == expected
+    ledger.snapshot_path.unlink()
+    assert ledger.last_confirmed() == expected  # through a backward read
