@@ -1,0 +1,1 @@
+"""Compiled contract artifacts (ABI + bytecode JSON), shipped as package data; see contracts/."""
