@@ -784,15 +784,23 @@ FINDING_STEPS = ("L1", "L2", "R")
 LEDGER_STEPS = ("S", "A")
 
 
-def run_exhaustive(longest: int = 3, kinds: Sequence[str] = ("findings", "ledger")) -> list[Tally]:
-    """Every crash state of every workload of up to ``longest`` steps, per kind."""
+def run_exhaustive(
+    longest: int = 3,
+    kinds: Sequence[str] = ("findings", "ledger"),
+    alphabets: dict[str, Sequence[str]] | None = None,
+) -> list[Tally]:
+    """Every crash state of every workload of up to ``longest`` steps over each kind's alphabet."""
+    alphabets = {"findings": FINDING_STEPS, "ledger": LEDGER_STEPS, **(alphabets or {})}
     out = []
     scratch = scratch_root()
     try:
         for kind in kinds:
-            tally = Tally(f"power loss, every state, {kind} workloads of <= {longest} steps")
+            steps_of = ",".join(alphabets[kind])
+            tally = Tally(
+                f"power loss, every state, {kind} workloads of <= {longest} steps over {{{steps_of}}}"
+            )
             explorer = Explorer(tally, scratch)
-            for steps in workloads(FINDING_STEPS if kind == "findings" else LEDGER_STEPS, longest):
+            for steps in workloads(alphabets[kind], longest):
                 explorer.exhaust(explorer.record(kind, steps))
             out.append(tally)
     finally:
