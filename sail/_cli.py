@@ -20,11 +20,12 @@ import orjson
 
 from journal import JournalError
 from memory.ledger import Acted, ActivityLog, Entry, Ledger, LedgerError, Skipped
-from sail._config import SailConfig, load_config, sail_dir, save_config
+from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailError, SailKeyUnavailable
 from staging import StagingError
 
 _ERRORS = (SailError, LedgerError, JournalError, StagingError)
+_RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -52,7 +53,22 @@ def _describe(entry: Entry) -> str:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    """Write ``.sail/config.toml``."""
+    """Write ``.sail/config.toml`` (with ``--embedded``, deploy the demo market on the embedded chain)."""
+    home = _home(args)
+    if args.embedded:
+        from sail._demo import init_embedded
+        from sail._node import ANVIL_KEYS
+
+        init_embedded(
+            home,
+            amount_in=args.amount or 25 * 10**6,
+            interval_s=args.interval or 86_400,
+            min_balance=args.min_balance if args.min_balance is not None else 25 * 10**6,
+            permission=args.permission,
+        )
+        print(f"wrote {config_path(home)} (embedded chain in {sail_dir(home) / 'chain'})")
+        print(f"the agent is anvil's public dev account 1: export SAIL_PRIVATE_KEY={ANVIL_KEYS[1]}")
+        return 0
     config = SailConfig(
         rpc_url=args.rpc,
         router=args.router,
@@ -66,8 +82,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         key_env=args.key_env,
         keystore=args.keystore,
     )
-    path = save_config(_home(args), config)
-    print(f"wrote {path}")
+    print(f"wrote {save_config(home, config)}")
     return 0
 
 
@@ -201,13 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("init", "write .sail/config.toml")
-    p.add_argument("--rpc", required=True, help="the chain's JSON-RPC URL")
-    p.add_argument("--router", required=True, type=_address, help="the swap router's address")
-    p.add_argument("--token-in", required=True, type=_address, help="the stable token spent")
-    p.add_argument("--token-out", required=True, type=_address, help="the token bought (e.g. WETH)")
-    p.add_argument("--amount", required=True, type=int, help="base units of token-in per swap")
-    p.add_argument("--interval", required=True, type=int, help="seconds between confirmed swaps")
-    p.add_argument("--min-balance", required=True, type=int, help="skip below this token-in balance")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--rpc", help="the chain's JSON-RPC URL")
+    where.add_argument(
+        "--embedded",
+        action="store_true",
+        help="an anvil chain kept in .sail/chain/, with the repo's tokens and router deployed on it",
+    )
+    p.add_argument("--router", type=_address, help="the swap router's address (with --rpc)")
+    p.add_argument("--token-in", type=_address, help="the stable token spent (with --rpc)")
+    p.add_argument("--token-out", type=_address, help="the token bought, e.g. WETH (with --rpc)")
+    p.add_argument("--amount", type=int, help="base units of token-in per swap (embedded: 25 USDC)")
+    p.add_argument("--interval", type=int, help="seconds between confirmed swaps (embedded: 86400)")
+    p.add_argument("--min-balance", type=int, help="skip below this token-in balance (embedded: 25 USDC)")
     p.add_argument("--slippage-bps", type=int, default=50, help="quote tolerance (default 50)")
     p.add_argument("--permission", help="the protocol permission id dispatches carry")
     p.add_argument("--key-env", default="SAIL_PRIVATE_KEY", help="env var holding the signing key")
@@ -241,9 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sail`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "demo" and not args.home:
-        build_parser().error("demo needs --home DIR")
+        parser.error("demo needs --home DIR")
+    if args.command == "init" and args.rpc:
+        missing = [f"--{n.replace('_', '-')}" for n in _RPC_REQUIRED if getattr(args, n) is None]
+        if missing:
+            parser.error(f"init --rpc needs {', '.join(missing)}")
     try:
         status: int = args.run(args)
     except _ERRORS as exc:

@@ -17,6 +17,8 @@ from typing import Any
 from sail._errors import SailConfigInvalid, SailConfigMissing
 from staging import ensure_dir, stage
 
+#: ``rpc_url = "embedded"``: each sail process runs anvil on loopback over ``.sail/chain/`` (see _node)
+EMBEDDED = "embedded"
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _AMOUNT_KEYS = ("amount_in", "min_balance")
 _ADDRESS_KEYS = ("router", "token_in", "token_out")
@@ -53,8 +55,11 @@ class SailConfig:
                 raise SailConfigInvalid(f"config key {name!r} must be a non-negative integer, got {value!r}")
         if self.amount_in == 0 or not 0 <= self.slippage_bps < 10_000:
             raise SailConfigInvalid("amount_in must be > 0 and slippage_bps in [0, 10000)")
-        if not isinstance(self.rpc_url, str) or not self.rpc_url.startswith(("http://", "https://")):
-            raise SailConfigInvalid(f"rpc_url must be an http(s) URL, got {self.rpc_url!r}")
+        embedded = self.rpc_url == EMBEDDED
+        if not isinstance(self.rpc_url, str) or not (
+            embedded or self.rpc_url.startswith(("http://", "https://"))
+        ):
+            raise SailConfigInvalid(f'rpc_url must be an http(s) URL or "{EMBEDDED}", got {self.rpc_url!r}')
 
     def to_toml(self) -> str:
         """The config as TOML text (None values are left out)."""

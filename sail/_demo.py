@@ -22,13 +22,39 @@ from eth_account import Account
 from web3 import Web3
 
 from memory.ledger import Ledger
-from sail._config import SailConfig, sail_dir, save_config
+from sail._config import EMBEDDED, SailConfig, sail_dir, save_config
 from sail._contracts import abi
 from sail._deploy import deploy_market, send
-from sail._node import ANVIL_KEYS, AnvilNode
+from sail._node import ANVIL_KEYS, AnvilNode, embedded_chain
 
 HOUR = 3600
 AMOUNT = 25 * 10**6
+
+
+def init_embedded(
+    home: Path, *, amount_in: int, interval_s: int, min_balance: int, permission: str | None
+) -> SailConfig:
+    """``sail init --embedded``: deploy the demo market on the agent's embedded chain; write the config.
+
+    The agent is anvil's dev account 1 (funded with 500 USDC, the router approved); the tokens and
+    the router are the repo's contracts.
+    """
+    with embedded_chain(sail_dir(home)) as node:
+        w3 = Web3(Web3.HTTPProvider(node.url))
+        owner, agent = (Account.from_key(k).address for k in ANVIL_KEYS)
+        market = deploy_market(w3, owner, agent)
+    config = SailConfig(
+        rpc_url=EMBEDDED,
+        router=market.router,
+        token_in=market.usdc,
+        token_out=market.weth,
+        amount_in=amount_in,
+        interval_s=interval_s,
+        min_balance=min_balance,
+        permission=permission,
+    )
+    save_config(home, config)
+    return config
 
 
 def run_tick(home: Path, now: int, key: str) -> subprocess.CompletedProcess[str]:

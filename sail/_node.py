@@ -14,12 +14,15 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+import portalocker
 import requests
 
 from sail._errors import SailNodeUnavailable
+from staging import ensure_dir
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: anvil's default dev accounts 0 and 1 (public, well-known test keys; never use them on a live chain)
@@ -80,12 +83,19 @@ class AnvilNode:
         binary: the anvil binary (default: ``ensure_anvil()``).
         chain_id: the chain id to serve.
         startup_timeout: seconds to wait for the node to answer.
+        state: a file to load the chain from and dump it to when the node stops (SIGTERM).
     """
 
     def __init__(
-        self, binary: Path | None = None, *, chain_id: int = 31337, startup_timeout: float = 30.0
+        self,
+        binary: Path | None = None,
+        *,
+        chain_id: int = 31337,
+        startup_timeout: float = 30.0,
+        state: Path | None = None,
     ) -> None:
         self.binary = binary
+        self.state = state
         self.chain_id = chain_id
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -113,6 +123,10 @@ class AnvilNode:
             "--chain-id",
             str(self.chain_id),
         ]
+        if self.state is not None:
+            # load the chain from the file and dump it back on exit, with past blocks' states, so
+            # balanceOf at a receipt's block still answers after a restart
+            argv += ["--state", str(self.state), "--preserve-historical-states"]
         try:
             self._proc = subprocess.Popen(
                 argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -146,14 +160,14 @@ class AnvilNode:
         return answer.get("result")
 
     def stop(self) -> None:
-        """Stop the node (SIGTERM, then SIGKILL after 5 s). Safe to call twice."""
+        """Stop the node (SIGTERM, then SIGKILL after 5 s, or 60 s to dump a state). Safe twice."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=5 if self.state is None else 60)  # SIGTERM makes anvil dump its state
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -167,3 +181,28 @@ class AnvilNode:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def embedded_chain(sail_dir: Path) -> Iterator[AnvilNode]:
+    """The agent's embedded chain: anvil over ``<sail_dir>/chain/anvil-state.json``, for one process.
+
+    An in-process EVM dies with its process, and every tick is a fresh process; so the embedded
+    chain is anvil on loopback whose state is loaded at start and dumped at stop. One process at a
+    time holds it (``chain/anvil.lock``): two nodes over one state file would lose each other's
+    blocks.
+
+    Raises:
+        SailNodeUnavailable: anvil cannot be had, or the chain is held by another process for 120 s.
+    """
+    directory = ensure_dir(sail_dir / "chain")
+    try:
+        lock = portalocker.Lock(str(directory / "anvil.lock"), mode="a", timeout=120)
+        lock.acquire()
+    except (portalocker.exceptions.LockException, OSError) as exc:
+        raise SailNodeUnavailable(f"the embedded chain in {directory} is busy or unusable: {exc}") from exc
+    try:
+        with AnvilNode(state=directory / "anvil-state.json") as node:
+            yield node
+    finally:
+        lock.release()

@@ -15,6 +15,7 @@ reconciles what the first dispatched before it decides, and a dispatch is never 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from memory.ledger import (
     reconcile,
 )
 from sail._chain import Chain
-from sail._config import SailConfig, sail_dir
+from sail._config import EMBEDDED, SailConfig, sail_dir
+from sail._node import embedded_chain
 from sail._runner import Dispatched, Runner, load_account
 from sail._strategy import DcaStrategy, Skip, Strategy, TickState
 
@@ -103,30 +105,36 @@ def dca_strategy(config: SailConfig) -> DcaStrategy:
 
 
 def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], float] = time.time) -> TickResult:
-    """One tick as ``sail tick`` runs it: chain over the config's RPC URL, key from env/keystore.
+    """One tick as ``sail tick`` runs it: chain over the config's RPC URL (or the embedded chain),
+    key from the env var or keystore.
 
     Raises:
         SailKeyUnavailable: no signing key.
+        SailNodeUnavailable: the embedded chain cannot be started.
         (and whatever ``tick`` raises)
     """
     account = load_account(
         key_env=config.key_env, keystore=None if config.keystore is None else Path(config.keystore)
     )
-    chain = Chain.connect(config.rpc_url)
     directory = sail_dir(home)
-    runner = Runner(
-        chain,
-        account,
-        ActivityLog(directory),
-        clock=clock,
-        gas=config.gas,
-        receipt_timeout=config.receipt_timeout_s,
-    )
-    return tick(
-        directory,
-        strategy=dca_strategy(config),
-        chain=chain,
-        runner=runner,
-        clock=clock,
-        reconcile_wait_s=config.reconcile_wait_s,
-    )
+    with contextlib.ExitStack() as stack:
+        url = config.rpc_url
+        if url == EMBEDDED:
+            url = stack.enter_context(embedded_chain(directory)).url
+        chain = Chain.connect(url)
+        runner = Runner(
+            chain,
+            account,
+            ActivityLog(directory),
+            clock=clock,
+            gas=config.gas,
+            receipt_timeout=config.receipt_timeout_s,
+        )
+        return tick(
+            directory,
+            strategy=dca_strategy(config),
+            chain=chain,
+            runner=runner,
+            clock=clock,
+            reconcile_wait_s=config.reconcile_wait_s,
+        )

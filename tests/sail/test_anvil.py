@@ -118,6 +118,26 @@ def test_a_tick_killed_right_after_ledgering_a_dispatch_does_not_ledger_it_again
     assert Ledger(home / ".sail").last_confirmed().tx_hash == submitted  # type: ignore[union-attr]
 
 
+def test_an_embedded_agent_keeps_its_chain_and_its_memory_across_fresh_processes(tmp_path: Path) -> None:
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    finish(sail(tmp_path, "init", "--embedded", "--interval", "3600", "--permission", "perm-e"))
+    first = json.loads(finish(sail(tmp_path, "tick", "--json")))
+    second = json.loads(finish(sail(tmp_path, "tick", "--json")))
+    assert first["submitted"] is not None
+    (entry,) = second["reconciled"]
+    # the receipt, the block and balanceOf at that block were read from a chain restarted from disk
+    assert (entry["txHash"], entry["outcome"], entry["permission"]) == (
+        first["submitted"],
+        "confirmed",
+        "perm-e",
+    )
+    assert entry["amountOut"] == {"baseUnits": "10000000000000000", "human": "0.01 WETH"}
+    assert entry["balancesAfter"][entry["tokenIn"]] == str(475 * 10**6)
+    assert second["skipped"].startswith("cadence: last acted ")
+    assert (tmp_path / ".sail" / "chain" / "anvil-state.json").exists()
+
+
 def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
     if find_anvil() is None and shutil.which("npm") is None:
         pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")

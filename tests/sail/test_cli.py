@@ -177,6 +177,19 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
+def test_init_with_an_rpc_url_needs_the_market(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["init", "--home", str(tmp_path), "--rpc", "http://127.0.0.1:8545", "--router", ROUTER])
+    assert info.value.code == 2
+    assert (
+        "init --rpc needs --token-in, --token-out, --amount, --interval, --min-balance"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        main(["init", "--home", str(tmp_path), "--rpc", "http://x", "--embedded"])
+    assert not (tmp_path / ".sail").exists()
+
+
 def test_every_command_has_help() -> None:
     for command in ("init", "tick", "ledger", "why", "status", "demo"):
         with pytest.raises(SystemExit) as info:
