@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
@@ -52,9 +52,10 @@ from journal._errors import (
 from journal._file import now_ms
 from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
+T = TypeVar("T")
 _MAX_IDLE = 8  # pooled connections kept open between calls
 _MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
 
@@ -92,6 +93,50 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 where key is not null""",
         ),
     ),
+    (
+        2,
+        # One round trip per append: lock the run row (the run lock), fence, return the record that
+        # already has this key (or, unkeyed, this id: so a retried call never appends twice), else
+        # insert the next sequence number. Run as one statement, it is one transaction.
+        (
+            """create function journal_append(
+                p_run text, p_epoch integer, p_stream text, p_key text, p_id text, p_ts bigint,
+                p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text
+            ) language plpgsql as $$
+            declare
+                v_epoch integer;
+                v_state text;
+            begin
+                select r.epoch, r.state into v_epoch, v_state
+                    from journal_runs r where r.run_id = p_run for update;
+                if not found then
+                    return query select 'missing', null::integer, null::text, null::bigint,
+                        null::text, null::text, null::bigint, null::text;
+                    return;
+                end if;
+                if v_epoch <> p_epoch or v_state <> 'running' then
+                    return query select 'fenced', v_epoch, v_state, null::bigint,
+                        null::text, null::text, null::bigint, null::text;
+                    return;
+                end if;
+                return query select 'found', v_epoch, v_state, x.seq, x.id, x.key, x.ts_ms, x.payload
+                    from journal_records x
+                    where x.run_id = p_run and x.stream = p_stream
+                      and (x.key = p_key or (p_key is null and x.id = p_id));
+                if found then
+                    return;
+                end if;
+                return query insert into journal_records as x (run_id, stream, seq, id, key, ts_ms, payload)
+                    select p_run, p_stream, coalesce(max(y.seq), 0) + 1, p_id, p_key, p_ts, p_payload
+                    from journal_records y where y.run_id = p_run and y.stream = p_stream
+                    returning 'appended', v_epoch, v_state, x.seq, x.id, x.key, x.ts_ms, x.payload;
+            end
+            $$""",
+        ),
+    ),
 )
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
@@ -103,7 +148,6 @@ _LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s and exists (
       and l.database = (select oid from pg_database where datname = current_database())
       and l.classid::bigint = (r.lease_key >> 32) and l.objid::bigint = (r.lease_key & 4294967295)))"""
 _RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.updated_ms, r.meta, r.error"
-_RECORD_COLUMNS = "seq, id, key, ts_ms, payload"
 
 
 def redact_dsn(dsn: str) -> str:
@@ -192,6 +236,38 @@ class _Pool:
             self._give_back(conn)  # rolled back cleanly
             raise
         self._give_back(conn)
+
+    def call(self, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
+        """Run ``fn`` (single autocommit statements, each safe to repeat) on a pooled connection.
+
+        When a connection taken from the pool turns out dead, ``fn`` runs once more on a fresh one.
+        """
+        for fresh in (False, True):
+            with self._mutex:
+                conn = None if fresh or not self._idle else self._idle.pop()
+            reused = conn is not None
+            if conn is None:
+                conn = self._connect()
+            try:
+                with conn.cursor() as cur:
+                    result = fn(cur)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self._discard(conn)
+                if reused:
+                    continue  # it died while idle in the pool: start afresh
+                raise
+            except psycopg.Error:
+                self._discard(conn)
+                raise
+            except BaseException:
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    self._give_back(conn)
+                else:
+                    conn.close()
+                raise
+            self._give_back(conn)
+            return result
+        raise AssertionError("unreachable: the second attempt runs on a fresh connection")
 
     def _discard(self, conn: psycopg.Connection[Any]) -> None:
         conn.close()
@@ -298,6 +374,20 @@ class PostgresJournal:
             self._pool.transaction() as cur,
         ):
             yield cur
+
+    def _call(
+        self,
+        doing: str,
+        fn: Callable[[psycopg.Cursor[Any]], T],
+        *,
+        run_id: str | None = None,
+        stream: str | None = None,
+        reading: bool = False,
+    ) -> T:
+        """Run ``fn`` (statements each safe to repeat) on a pooled connection, errors translated."""
+        self._check_open()
+        with self._translated(doing, run_id=run_id, stream=stream, reading=reading):
+            return self._pool.call(fn)
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Create or upgrade the schema to ``SCHEMA_VERSION`` (once per object, serialised per schema)."""
@@ -412,10 +502,16 @@ class PostgresJournal:
             if not current:
                 del self._held[run_id]
 
-    def _drop_lease_connection(self) -> None:
+    def _drop_lease_connection(self, *, unlock: bool = False) -> None:
         conn, self._lease_conn = self._lease_conn, None
-        if conn is not None:
-            conn.close()  # ends the session, so its advisory locks go with it
+        if conn is None:
+            return
+        if unlock and not conn.broken:
+            # Closing ends the session, and its locks with it, but the server notices a moment
+            # later; unlocking first means a lease is free once close() returns.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("select pg_advisory_unlock_all()")
+        conn.close()
 
     @contextlib.contextmanager
     def _leasing(self, doing: str, run_id: str | None) -> Iterator[psycopg.Cursor[Any]]:
@@ -573,102 +669,109 @@ class PostgresJournal:
     def append(
         self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
     ) -> Record:
-        """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``)."""
-        check_name("run id", lease.run_id)
-        check_name("stream name", stream)
-        body = orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS).decode()
-        run_id = lease.run_id
-        with self._transaction("appending", run_id=run_id, stream=stream) as cur:
-            epoch, state, _ = self._lock_run(cur, run_id)
-            self._fence(lease, epoch, state)
-            if key is not None:
-                found = cur.execute(
-                    f"select {_RECORD_COLUMNS} from journal_records"
-                    " where run_id = %s and stream = %s and key = %s",
-                    (run_id, stream, key),
-                ).fetchone()
-                if found is not None:
-                    return self._record(run_id, stream, found)
-            row = cur.execute(
-                "insert into journal_records (run_id, stream, seq, id, key, ts_ms, payload)"
-                " select %(run)s, %(stream)s, coalesce(max(seq), 0) + 1, %(id)s, %(key)s, %(ts)s, %(body)s"
-                " from journal_records where run_id = %(run)s and stream = %(stream)s"
-                f" returning {_RECORD_COLUMNS}",
-                {
-                    "run": run_id,
-                    "stream": stream,
-                    "id": secrets.token_hex(8) if key is None else record_id(run_id, stream, key),
-                    "key": key,
-                    "ts": self._clock(),
-                    "body": body,
-                },
-            ).fetchone()
-        assert row is not None  # insert ... returning always yields the row
-        return self._record(run_id, stream, row)
+        """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
-    def _run_exists(self, cur: psycopg.Cursor[Any], run_id: str) -> None:
-        if cur.execute("select 1 from journal_runs where run_id = %s", (run_id,)).fetchone() is None:
+        One statement (``journal_append``) locks the run row, checks the epoch and state, returns
+        the record already holding ``key``, or inserts the next sequence number; it is committed
+        before this returns.
+        """
+        run_id = check_name("run id", lease.run_id)
+        check_name("stream name", stream)
+        args = (
+            run_id,
+            lease.epoch,
+            stream,
+            key,
+            secrets.token_hex(8) if key is None else record_id(run_id, stream, key),
+            self._clock(),
+            orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS).decode(),
+        )
+
+        def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
+            return cur.execute("select * from journal_append(%s, %s, %s, %s, %s, %s, %s)", args).fetchone()
+
+        row = self._call("appending", call, run_id=run_id, stream=stream)
+        assert row is not None  # the function always returns one row
+        status, epoch, state, *record = row
+        if status == "missing":
             raise self._not_found(run_id)
+        if status == "fenced":
+            self._fence(lease, int(epoch), str(state))
+        return self._record(run_id, stream, record)
+
+    def _records(
+        self, doing: str, run_id: str, stream: str, where: str, params: Sequence[Any]
+    ) -> list[Record]:
+        """The stream's records matching ``where``, in order; raise JournalRunNotFound for no run."""
+        check_name("run id", run_id)
+        check_name("stream name", stream)
+        # A left join from the run's row: no row means no run; one null record, an empty result.
+        query = (
+            "select x.seq, x.id, x.key, x.ts_ms, x.payload from journal_runs r"
+            " left join journal_records x on x.run_id = r.run_id and x.stream = %s" + where
+            + " where r.run_id = %s order by x.seq"
+        )
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(query, (stream, *params, run_id)).fetchall()
+
+        rows = self._call(doing, call, run_id=run_id, stream=stream, reading=True)
+        if not rows:
+            raise self._not_found(run_id)
+        return [self._record(run_id, stream, row) for row in rows if row[0] is not None]
 
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
         """Return the stream's records in order; a failed read raises and nothing is cached."""
-        check_name("run id", run_id)
-        check_name("stream name", stream)
-        with self._transaction("reading a stream", run_id=run_id, stream=stream, reading=True) as cur:
-            rows = cur.execute(
-                f"select {_RECORD_COLUMNS} from journal_records"
-                " where run_id = %s and stream = %s order by seq",
-                (run_id, stream),
-            ).fetchall()
-            if not rows:
-                self._run_exists(cur, run_id)
-        return [self._record(run_id, stream, row) for row in rows]
+        return self._records("reading a stream", run_id, stream, "", ())
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
-        check_name("run id", run_id)
-        check_name("stream name", stream)
-        with self._transaction("finding a record", run_id=run_id, stream=stream, reading=True) as cur:
-            row = cur.execute(
-                f"select {_RECORD_COLUMNS} from journal_records"
-                " where run_id = %s and stream = %s and key = %s",
-                (run_id, stream, key),
-            ).fetchone()
-            if row is None:
-                self._run_exists(cur, run_id)
-        return None if row is None else self._record(run_id, stream, row)
+        found = self._records("finding a record", run_id, stream, " and x.key = %s", (key,))
+        return found[0] if found else None
 
     def streams(self, run_id: str) -> list[str]:
         """Return the run's non-empty stream names, sorted."""
         check_name("run id", run_id)
-        with self._transaction("listing streams", run_id=run_id, reading=True) as cur:
-            self._run_exists(cur, run_id)
-            rows = cur.execute(
-                "select distinct stream from journal_records where run_id = %s", (run_id,)
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(
+                "select x.stream from journal_runs r left join lateral ("
+                " select distinct stream from journal_records where run_id = r.run_id) x on true"
+                " where r.run_id = %s",
+                (run_id,),
             ).fetchall()
-        return sorted(str(r[0]) for r in rows)
+
+        rows = self._call("listing streams", call, run_id=run_id, reading=True)
+        if not rows:
+            raise self._not_found(run_id)
+        return sorted(str(r[0]) for r in rows if r[0] is not None)
 
     def run(self, run_id: str) -> RunInfo:
         """Return the run; ``interrupted`` when running with no live holder (see ``JournalBackend``)."""
         check_name("run id", run_id)
-        with self._transaction("reading a run", run_id=run_id, reading=True) as cur:
-            row = cur.execute(
+
+        def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
+            return cur.execute(
                 f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r where r.run_id = %(run)s",
                 {"run": run_id, "now": self._clock()},
             ).fetchone()
+
+        row = self._call("reading a run", call, run_id=run_id, reading=True)
         if row is None:
             raise self._not_found(run_id)
         return self._info(row)
 
     def runs(self) -> list[RunInfo]:
         """Return every run, newest first."""
-        with self._transaction("listing runs", reading=True) as cur:
-            rows = cur.execute(
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(
                 f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r"
                 " order by r.created_ms desc, r.run_id desc",
                 {"now": self._clock()},
             ).fetchall()
-        return [self._info(row) for row in rows]
+
+        return [self._info(row) for row in self._call("listing runs", call, reading=True)]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -685,7 +788,7 @@ class PostgresJournal:
             beat.join(timeout=5)
         with self._lease_mutex:
             self._held.clear()
-            self._drop_lease_connection()
+            self._drop_lease_connection(unlock=True)
         self._pool.clear()
 
     def __enter__(self) -> PostgresJournal:

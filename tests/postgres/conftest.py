@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from journal._postgres import PostgresJournal
 
+OpenPg = Callable[..., PostgresJournal]
+
 
 @pytest.fixture
-def pg(postgres_dsn: str) -> Iterator[PostgresJournal]:
+def open_pg(postgres_dsn: str) -> Iterator[OpenPg]:
+    """Open PostgreSQL journals on the test's schema (or ``dsn=``); all are closed at teardown."""
+    opened: list[PostgresJournal] = []
+
+    def open_one(dsn: str | None = None, **options: Any) -> PostgresJournal:
+        jr = PostgresJournal(dsn or postgres_dsn, **options)
+        opened.append(jr)
+        return jr
+
+    yield open_one
+    for jr in opened:
+        jr.close()
+
+
+@pytest.fixture
+def pg(open_pg: OpenPg) -> PostgresJournal:
     """A PostgreSQL journal in a fresh private schema."""
-    backend = PostgresJournal(postgres_dsn)
-    yield backend
-    backend.close()
+    return open_pg()

@@ -12,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict
 import journal
 from journal._postgres import PostgresJournal, redact_dsn
 from tests.pg_fixtures import admin_connection
+from tests.postgres.conftest import OpenPg
 
 
 def _driver_errors() -> list[type[psycopg.Error]]:
@@ -91,11 +92,12 @@ def _terminate_sessions_in(application: str) -> int:
 
 
 def test_after_its_sessions_are_killed_the_journal_reconnects_and_reads_fresh_data(
+    open_pg: OpenPg,
     postgres_dsn: str,
 ) -> None:
     dsn = f"{postgres_dsn}&application_name=reconnect-test"
-    jr = PostgresJournal(dsn)
-    writer = PostgresJournal(postgres_dsn)
+    jr = open_pg(dsn)
+    writer = open_pg()
     info, lease = writer.begin("f", "s", {})
     writer.append(lease, "a", {"n": 1})
     assert [r.payload["n"] for r in jr.read(info.run_id, "a")] == [1]
@@ -108,13 +110,14 @@ def test_after_its_sessions_are_killed_the_journal_reconnects_and_reads_fresh_da
 
 
 def test_a_failed_read_raises_unavailable_and_the_next_read_goes_to_the_server_again(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+    open_pg: OpenPg, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    jr = PostgresJournal(f"{postgres_dsn}&application_name=failed-read-test")
+    jr = open_pg(f"{postgres_dsn}&application_name=failed-read-test")
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, "a", {"n": 1})
     assert len(jr.read(info.run_id, "a")) == 1
     _terminate_sessions_in("failed-read-test")
+
     def refused(*args: object, **kwargs: object) -> psycopg.Connection[object]:
         raise psycopg.OperationalError("connection refused (simulated outage)")
 
@@ -124,7 +127,7 @@ def test_a_failed_read_raises_unavailable_and_the_next_read_goes_to_the_server_a
     assert (caught.value.run_id, caught.value.stream) == (info.run_id, "a")
     assert "simulated outage" in str(caught.value)
     monkeypatch.undo()
-    other = PostgresJournal(postgres_dsn)
+    other = open_pg()
     other_lease = other.acquire(info.run_id)  # the holder's session was killed: the run is free
     other.append(other_lease, "a", {"n": 2})
     assert [r.payload["n"] for r in jr.read(info.run_id, "a")] == [1, 2]

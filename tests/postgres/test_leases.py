@@ -17,6 +17,7 @@ from journal._file import now_ms
 from journal._postgres import PostgresJournal
 from tests.conftest import ROOT
 from tests.pg_fixtures import admin_connection
+from tests.postgres.conftest import OpenPg
 
 # A holder that appends k0..k2, prints its run id, then appends one keyed record per stdin line,
 # answering each with "ok <seq>" or the journal error's code.
@@ -87,18 +88,18 @@ def test_a_sigkilled_holder_frees_the_lease_at_once(
 
 @pytest.mark.slow
 def test_a_stalled_holder_loses_its_expired_lease_and_its_next_append_is_refused(
-    holder: subprocess.Popen[str], postgres_dsn: str
+    open_pg: OpenPg, holder: subprocess.Popen[str], postgres_dsn: str
 ) -> None:
     run_id = _run_id(holder)
     assert _ask(holder, "k3") == "ok 4"
     holder.send_signal(signal.SIGSTOP)  # stalled: alive, session open, no heartbeat
     try:
-        now = PostgresJournal(postgres_dsn)
+        now = open_pg()
         with pytest.raises(journal.JournalLeaseHeld):
             now.acquire(run_id)  # within its lease the stalled holder still counts as live
         now.close()
         # A resumer whose clock reads past the 30 s lease (no sleeping in tests).
-        later = PostgresJournal(postgres_dsn, clock=lambda: now_ms() + 61_000)
+        later = open_pg(clock=lambda: now_ms() + 61_000)
         assert later.run(run_id).state == RunState.INTERRUPTED
         lease = later.acquire(run_id)
         assert lease.epoch == 2
@@ -117,9 +118,9 @@ def test_a_stalled_holder_loses_its_expired_lease_and_its_next_append_is_refused
     later.close()
 
 
-def test_the_heartbeat_keeps_a_live_holders_lease_past_its_ttl(postgres_dsn: str) -> None:
-    holder = PostgresJournal(postgres_dsn, lease_ttl_s=0.3)
-    other = PostgresJournal(postgres_dsn)
+def test_the_heartbeat_keeps_a_live_holders_lease_past_its_ttl(open_pg: OpenPg, postgres_dsn: str) -> None:
+    holder = open_pg(lease_ttl_s=0.3)
+    other = open_pg()
     info, lease = holder.begin("f", "s", {})
     time.sleep(1.0)  # three TTLs: only renewals keep it
     assert other.run(info.run_id).state == RunState.RUNNING
@@ -130,11 +131,13 @@ def test_the_heartbeat_keeps_a_live_holders_lease_past_its_ttl(postgres_dsn: str
     other.close()
 
 
-def test_an_expired_lease_is_broken_and_the_old_holders_renewal_forgets_it(postgres_dsn: str) -> None:
+def test_an_expired_lease_is_broken_and_the_old_holders_renewal_forgets_it(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
     offset = [0]
-    holder = PostgresJournal(postgres_dsn, clock=lambda: now_ms() + offset[0])
+    holder = open_pg(clock=lambda: now_ms() + offset[0])
     info, old = holder.begin("f", "s", {})
-    resumer = PostgresJournal(postgres_dsn, clock=lambda: now_ms() + 31_000)
+    resumer = open_pg(clock=lambda: now_ms() + 31_000)
     new = resumer.acquire(info.run_id)
     holder.renew()  # the old holder wakes up: its lease is gone, so it lets go of it
     with pytest.raises(journal.JournalLeaseLost) as caught:
@@ -156,10 +159,11 @@ def _kill_lease_session(jr: PostgresJournal) -> None:
 
 
 def test_a_holder_whose_session_drops_reads_interrupted_and_retakes_its_lease_on_reconnect(
+    open_pg: OpenPg,
     postgres_dsn: str,
 ) -> None:
-    holder = PostgresJournal(postgres_dsn)
-    other = PostgresJournal(postgres_dsn)
+    holder = open_pg()
+    other = open_pg()
     info, lease = holder.begin("f", "s", {})
     _kill_lease_session(holder)
     deadline = time.monotonic() + 2
@@ -177,10 +181,11 @@ def test_a_holder_whose_session_drops_reads_interrupted_and_retakes_its_lease_on
 
 
 def test_a_holder_whose_session_dropped_does_not_take_back_a_run_resumed_meanwhile(
+    open_pg: OpenPg,
     postgres_dsn: str,
 ) -> None:
-    holder = PostgresJournal(postgres_dsn)
-    other = PostgresJournal(postgres_dsn)
+    holder = open_pg()
+    other = open_pg()
     info, lease = holder.begin("f", "s", {})
     _kill_lease_session(holder)
     deadline = time.monotonic() + 2

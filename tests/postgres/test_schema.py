@@ -10,6 +10,7 @@ import pytest
 import journal
 from journal._postgres import SCHEMA_VERSION, PostgresJournal
 from tests.pg_fixtures import admin_connection, with_schema
+from tests.postgres.conftest import OpenPg
 
 
 def _tables(schema: str) -> list[str]:
@@ -26,11 +27,12 @@ def _schema_of(dsn: str) -> str:
 
 
 def test_the_first_use_creates_the_versioned_schema_once_even_when_many_open_it_at_once(
+    open_pg: OpenPg,
     postgres_dsn: str,
 ) -> None:
     schema = _schema_of(postgres_dsn)
     assert _tables(schema) == []
-    journals = [PostgresJournal(postgres_dsn) for _ in range(8)]
+    journals = [open_pg() for _ in range(8)]
     barrier = threading.Barrier(8)
 
     def first_use(jr: PostgresJournal) -> int:
@@ -48,20 +50,23 @@ def test_the_first_use_creates_the_versioned_schema_once_even_when_many_open_it_
 
 
 def test_a_schema_newer_than_the_code_is_refused_with_a_message_saying_to_upgrade(
+    open_pg: OpenPg,
     postgres_dsn: str,
 ) -> None:
     schema = _schema_of(postgres_dsn)
     with admin_connection() as conn:
         conn.execute(f'create table "{schema}".journal_schema (version integer not null)')
         conn.execute(f'insert into "{schema}".journal_schema values (%s)', (SCHEMA_VERSION + 1,))
-    jr = PostgresJournal(postgres_dsn)
+    jr = open_pg()
     with pytest.raises(journal.JournalUnavailable, match="upgrade flows-memory"):
         jr.runs()
     jr.close()
 
 
-def test_a_dsn_whose_search_path_names_no_existing_schema_is_refused_clearly(postgres_dsn: str) -> None:
-    jr = PostgresJournal(with_schema(postgres_dsn, "flows_no_such_schema"))
+def test_a_dsn_whose_search_path_names_no_existing_schema_is_refused_clearly(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    jr = open_pg(with_schema(postgres_dsn, "flows_no_such_schema"))
     with pytest.raises(journal.JournalUnavailable, match="no schema"):
         jr.runs()
     jr.close()
