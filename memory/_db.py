@@ -170,7 +170,7 @@ class HistoryDB:
             sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
             where.append("t.tag = ?")
             params.append(tag)
-            order = "t.learned_ms DESC, f.id DESC"
+            order = "t.learned_ms DESC, t.finding DESC"  # t.finding is f.id; this way the index orders
             time_col = "t.learned_ms"
         else:
             sql = f"SELECT {_COLUMNS} FROM findings f"

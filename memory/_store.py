@@ -338,7 +338,7 @@ class MemoryStore:
         listings = self._listings(scope)
         ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
-        disk = (
+        disk: Iterable[Recalled] = (
             e
             for e in newest
             if (scope is None or e.scope == scope)
@@ -346,8 +346,11 @@ class MemoryStore:
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
         )
-        kept = self._not_held(disk, limit, key=_key)
         rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
+            last = rows[-1].learned_ms
+            disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
+        kept = self._not_held(disk, limit, key=_key)
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         return merged if limit is None else merged[:limit]
 
