@@ -141,12 +141,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
 # its lease has not expired. ``pg_advisory_lock(bigint)`` shows in pg_locks as classid = high 32
-# bits, objid = low 32 bits, objsubid = 1.
-_LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s and exists (
-    select 1 from pg_locks l
+# bits, objid = low 32 bits, objsubid = 1. The lock table is read once per query (``held``).
+_HELD = """with held as materialized (
+    select l.classid::bigint << 32 | l.objid::bigint as lease_key from pg_locks l
     where l.locktype = 'advisory' and l.granted and l.objsubid = 1
-      and l.database = (select oid from pg_database where datname = current_database())
-      and l.classid::bigint = (r.lease_key >> 32) and l.objid::bigint = (r.lease_key & 4294967295)))"""
+      and l.database = (select oid from pg_database where datname = current_database()))
+"""
+_LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s
+    and exists (select 1 from held where held.lease_key = r.lease_key))"""
 _RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.updated_ms, r.meta, r.error"
 
 
@@ -603,7 +605,7 @@ class PostgresJournal:
             with self._leasing("acquiring a run's lease", run_id) as cur:
                 now = self._clock()
                 row = cur.execute(
-                    f"select r.epoch, r.state, {_LIVE} from journal_runs r"
+                    f"{_HELD} select r.epoch, r.state, {_LIVE} from journal_runs r"
                     " where r.run_id = %(run)s for update",
                     {"run": run_id, "now": now},
                 ).fetchone()
@@ -752,7 +754,7 @@ class PostgresJournal:
 
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
             return cur.execute(
-                f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r where r.run_id = %(run)s",
+                f"{_HELD} select {_RUN_COLUMNS}, {_LIVE} from journal_runs r where r.run_id = %(run)s",
                 {"run": run_id, "now": self._clock()},
             ).fetchone()
 
@@ -766,7 +768,7 @@ class PostgresJournal:
 
         def call(cur: psycopg.Cursor[Any]) -> list[Any]:
             return cur.execute(
-                f"select {_RUN_COLUMNS}, {_LIVE} from journal_runs r"
+                f"{_HELD} select {_RUN_COLUMNS}, {_LIVE} from journal_runs r"
                 " order by r.created_ms desc, r.run_id desc",
                 {"now": self._clock()},
             ).fetchall()

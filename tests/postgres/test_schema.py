@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import journal
-from journal._postgres import SCHEMA_VERSION, PostgresJournal
+from journal._postgres import MIGRATIONS, SCHEMA_VERSION, PostgresJournal
 from tests.pg_fixtures import admin_connection, with_schema
 from tests.postgres.conftest import OpenPg
 
@@ -99,3 +99,30 @@ def test_payloads_read_back_as_the_file_backend_reads_them(pg: PostgresJournal) 
     assert list(pg.read(info.run_id, "s")) == [appended]
     assert list(appended.payload) == ["a", "n", "z"]  # canonical: keys sorted, as in the file log
     assert dict(pg.run(info.run_id).meta) == {"nested": {"a": [1, 2.5, None], "b": 1}}
+
+
+def test_a_schema_at_an_older_version_is_migrated_in_place_keeping_its_records(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    schema = _schema_of(postgres_dsn)
+    with admin_connection() as conn:  # a journal written by version 1 of the schema
+        conn.execute(f'set search_path to "{schema}"')
+        conn.execute("create table journal_schema (version integer not null)")
+        conn.execute("insert into journal_schema values (1)")
+        for statement in MIGRATIONS[0][1]:
+            conn.execute(statement)
+        conn.execute(
+            "insert into journal_runs values ('20260101T000000-00000000aa', 'f', 's', 'failed', 1,"
+            " 1, 1, '{}', null, null, null)"
+        )
+        conn.execute(
+            "insert into journal_records values"
+            " ('20260101T000000-00000000aa', 's', 1, 'abcd', 'k', 5, '{\"old\":true}')"
+        )
+    jr = open_pg()
+    lease = jr.acquire("20260101T000000-00000000aa")
+    assert jr.append(lease, "s", {"new": True}, key="k2").seq == 2
+    assert [dict(r.payload) for r in jr.read(lease.run_id, "s")] == [{"old": True}, {"new": True}]
+    with admin_connection() as conn:
+        versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
+    assert versions == [(SCHEMA_VERSION,)]
