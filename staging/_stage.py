@@ -3,7 +3,7 @@
 The discipline (SPEC R-S1..R-S3): the stage is created in the destination's own directory, so the
 rename never crosses file systems; exclusively (``O_EXCL``), never following a link (``O_NOFOLLOW``),
 with the asked mode; its bytes are fsync'd before ``stage`` returns. ``publish`` is ``os.replace``
-followed by an fsync of the directory, so the new name survives power loss. A stage's name starts
+followed by an fsync of the directory (shared by threads that publish into it at once), so the new name survives power loss. A stage's name starts
 with ``STAGE_PREFIX``; readers skip such names and ``sweep`` removes old ones.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,45 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class _DirSync:
+    """Shared fsyncs of one directory for the threads of this process (group commit).
+
+    A caller takes a ticket after its rename; an fsync of the directory that begins after the ticket
+    was taken covers it, so of many threads that published at once, one fsync serves them all.
+    """
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.fsyncing = threading.Lock()
+        self.requested = 0
+        self.done = 0
+
+
+_dir_syncs: dict[str, _DirSync] = {}
+_dir_syncs_mutex = threading.Lock()
+
+
+def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
+    """Make the names changed in ``directory`` so far durable, sharing the fsync with other threads.
+
+    Returns once an fsync of the directory that began after this call completed. Raises ``OSError``
+    as ``fsync_dir`` does (the failed fsync covers nobody; each waiter then tries its own).
+    """
+    key = os.fspath(directory)
+    with _dir_syncs_mutex:
+        state = _dir_syncs.setdefault(key, _DirSync())
+    with state.mutex:
+        state.requested += 1
+        ticket = state.requested
+    with state.fsyncing:
+        if state.done >= ticket:
+            return
+        with state.mutex:
+            covering = state.requested
+        fsync_dir(directory)
+        state.done = covering
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -95,7 +135,7 @@ class Staged:
             ) from exc
         try:
             hit("staging.after_rename")
-            fsync_dir(final.parent)
+            sync_dir_shared(final.parent)
         except OSError as exc:
             raise PublishFailed(
                 f"published {final} but could not fsync its directory: {exc.strerror or exc}",

@@ -833,7 +833,8 @@ def without_publish_dir_fsync(where: str = "") -> Iterator[None]:
     real = staging._stage.fsync_dir
 
     def maybe(directory: Any) -> None:
-        if sys._getframe(1).f_code.co_name != "publish" or where not in os.fspath(directory):
+        caller = sys._getframe(1).f_code.co_name
+        if caller not in ("publish", "sync_dir_shared") or where not in os.fspath(directory):
             real(directory)
 
     staging._stage.fsync_dir = maybe
