@@ -70,8 +70,8 @@ def agent_home(anvil: AnvilNode, tmp_path: Path) -> tuple[Path, Deployment, Web3
     return tmp_path, market, w3
 
 
-def test_fresh_processes_honour_cadence_and_concurrent_ticks_ledger_a_dispatch_once(
-    agent_home: tuple[Path, Deployment, Web3],
+def test_fresh_processes_honour_cadence_and_ledger_each_dispatch_once_under_races_and_kills(
+    anvil: AnvilNode, agent_home: tuple[Path, Deployment, Web3]
 ) -> None:
     home, market, w3 = agent_home
     now = int(w3.eth.get_block("latest")["timestamp"])
@@ -95,27 +95,24 @@ def test_fresh_processes_honour_cadence_and_concurrent_ticks_ledger_a_dispatch_o
     assert acted[0].balances_after is not None
     assert acted[0].balances_after[market.weth] == token.functions.balanceOf(agent).call()
 
-    # One interval after the confirmed block, a fresh process acts again.
+    # One interval after the confirmed block, a fresh process acts again (its block at that time).
+    anvil.rpc("evm_setNextBlockTimestamp", acted[0].ts + 3600)
     later = json.loads(finish(sail(home, "tick", "--json", now=acted[0].ts + 3600)))
     assert later["submitted"] is not None and later["skipped"] is None
 
-
-def test_a_tick_killed_right_after_ledgering_a_dispatch_does_not_ledger_it_again(
-    agent_home: tuple[Path, Deployment, Web3],
-) -> None:
-    home, _, w3 = agent_home
-    now = int(w3.eth.get_block("latest")["timestamp"])
-    submitted = json.loads(finish(sail(home, "tick", "--json", now=now)))["submitted"]
-    # SIGKILL right after the acted line is fsync'd: before the snapshot is updated, before the skip.
-    killed = sail(home, "tick", now=now + 60, failpoints="linelog.after_append=kill")
+    # A tick SIGKILLed right after the acted line is fsync'd (before the snapshot is updated, before
+    # its skip is written): the rerun does not ledger that dispatch again.
+    killed = sail(home, "tick", now=acted[0].ts + 3660, failpoints="linelog.after_append=kill")
     killed.communicate(timeout=120)
     assert killed.returncode == -9
-    assert [e.tx_hash for e in Ledger(home / ".sail").entries()] == [submitted]
-    rerun = json.loads(finish(sail(home, "tick", "--json", now=now + 120)))
+    last = Ledger(home / ".sail").entries()[-1]
+    assert isinstance(last, Acted)
+    assert (last.tx_hash, last.outcome) == (later["submitted"], Outcome.CONFIRMED)
+    rerun = json.loads(finish(sail(home, "tick", "--json", now=acted[0].ts + 3720)))
     assert rerun["reconciled"] == [] and rerun["skipped"].startswith("cadence: last acted ")
-    entries = Ledger(home / ".sail").entries()
-    assert [type(e).__name__ for e in entries] == ["Acted", "Skipped"]
-    assert Ledger(home / ".sail").last_confirmed().tx_hash == submitted  # type: ignore[union-attr]
+    hashes = [e.tx_hash for e in Ledger(home / ".sail").entries() if isinstance(e, Acted)]
+    assert hashes == [submitted, later["submitted"]]
+    assert Ledger(home / ".sail").last_confirmed().tx_hash == later["submitted"]  # type: ignore[union-attr]
 
 
 def test_an_embedded_agent_keeps_its_chain_and_its_memory_across_fresh_processes(tmp_path: Path) -> None:
