@@ -207,3 +207,12 @@ def test_the_seeds_reason_forms() -> None:
         == "quote unavailable: execution reverted: NO_ROUTE"
     )
     assert ml.QUOTE_RETURNED_ZERO == "quote returned 0"
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_decode_to_an_entry_or_raise_only_line_damaged(data: bytes) -> None:
+    try:
+        entry = LedgerCodec().decode(data)
+    except LineDamaged:
+        return
+    assert isinstance(entry, Acted | Skipped)
