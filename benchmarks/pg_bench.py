@@ -11,7 +11,7 @@ Writers import and connect first, then start together; the figure is all operati
 time from the first start to the last finish. Latency percentiles are per operation.
 
     python benchmarks/pg_bench.py                      # both workloads, 1 and 8 writers, 200 ops each
-    python benchmarks/pg_bench.py --ops 500 --workload append --writers 1 2 4 8
+    python benchmarks/pg_bench.py --ops 500 --workload append --writers 1 2 4 8 --repeat 3
 
 The PostgreSQL server is ``--pg``, else ``$FLOWS_TEST_PG``, else postgresql://postgres@127.0.0.1:5432/test;
 each measurement uses a fresh schema, dropped afterwards.
@@ -148,6 +148,7 @@ def main() -> None:
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--workload", choices=["append", "learn"], nargs="+", default=["append", "learn"])
     parser.add_argument("--backend", choices=["file", "postgres"], nargs="+", default=["file", "postgres"])
+    parser.add_argument("--repeat", type=int, default=1, help="measure N times, report the median run")
     args = parser.parse_args()
     dsn = args.pg or server_dsn()
     print(f"# journal throughput ({args.ops} ops per writer, {os.cpu_count()} CPUs)\n")
@@ -156,7 +157,11 @@ def main() -> None:
     for workload in args.workload:
         for writers in args.writers:
             for backend in args.backend:
-                m = measure(backend, workload, writers, args.ops, dsn)
+                runs = sorted(
+                    (measure(backend, workload, writers, args.ops, dsn) for _ in range(args.repeat)),
+                    key=lambda m: m["ops_per_s"],
+                )
+                m = runs[len(runs) // 2]
                 print(
                     f"| {workload} | {writers} | {backend} | {m['ops_per_s']:.0f} | "
                     f"{m['p50_ms']:.2f} | {m['p99_ms']:.2f} |",
