@@ -120,7 +120,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
 
 
 def _selected(args: argparse.Namespace) -> list[Entry]:
-    entries = Ledger(sail_dir(_home(args))).entries()
+    entries = list(Ledger(sail_dir(_home(args))).entries())
     if args.kind:
         entries = [e for e in entries if e.kind == args.kind]
     if args.since is not None:

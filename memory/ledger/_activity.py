@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -191,8 +191,8 @@ class ActivityLog:
             log.recover()
             log.append(record)
 
-    def read(self) -> list[ActivityRecord]:
-        """Every record, oldest first (a missing log reads as empty).
+    def read(self) -> Sequence[ActivityRecord]:
+        """Every record, oldest first (read-only: the line log's cache; a missing log reads as empty).
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail.

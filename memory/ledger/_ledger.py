@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import portalocker
@@ -44,8 +44,8 @@ class Ledger:
 
     # -- reads (no lock) -------------------------------------------------------------------------
 
-    def entries(self) -> list[Entry]:
-        """Every entry, oldest first. A missing ledger reads as empty.
+    def entries(self) -> Sequence[Entry]:
+        """Every entry, oldest first (read-only: the line log's own cache). Missing reads as empty.
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail (path and line named).
@@ -160,7 +160,7 @@ class Ledger:
                     "running, check for a stuck `sail tick` process",
                     path=self.path,
                 ) from exc
-            writer = LedgerWriter(self, log, log.recover())
+            writer = LedgerWriter(self, log, list(log.recover()))
             yield writer
             if writer.appended:
                 self.last_confirmed()  # brings the snapshot up to date over the new lines, once
@@ -172,7 +172,7 @@ class LedgerWriter:
     def __init__(self, ledger: Ledger, log: LineLog[Entry], entries: list[Entry]) -> None:
         self._ledger = ledger
         self._log = log
-        self.entries: list[Entry] = entries  # everything in the ledger, oldest first, kept current
+        self.entries: list[Entry] = entries  # a copy of the ledger, oldest first, kept current
         self.appended = 0  # entries this writer appended
 
     def append(self, entry: Entry) -> None:
