@@ -710,7 +710,8 @@ class PostgresJournal:
         # A left join from the run's row: no row means no run; one null record, an empty result.
         query = (
             "select x.seq, x.id, x.key, x.ts_ms, x.payload from journal_runs r"
-            " left join journal_records x on x.run_id = r.run_id and x.stream = %s" + where
+            " left join journal_records x on x.run_id = r.run_id and x.stream = %s"
+            + where
             + " where r.run_id = %s order by x.seq"
         )
 
