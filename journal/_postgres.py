@@ -576,7 +576,10 @@ class PostgresJournal:
     # -- runs and leases -----------------------------------------------------------------------
 
     def begin(self, flow: str, scope: str, meta: Mapping[str, Any]) -> tuple[RunInfo, Lease]:
-        """Create a running root run and return it with its first lease (see ``JournalBackend``)."""
+        """Create a running root run and return it with its first lease (epoch 1), held by this object.
+
+        Raises JournalUnavailable (the server), JournalUnwritable (it refused the write).
+        """
         now = self._clock()
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
         run_id = f"{stamp}-{secrets.token_hex(5)}"
@@ -598,7 +601,11 @@ class PostgresJournal:
         return info, Lease(run_id, 1)
 
     def acquire(self, run_id: str) -> Lease:
-        """Take over a failed or interrupted run with a new epoch (see ``JournalBackend``)."""
+        """Take over a failed or interrupted run: return a lease with the next epoch; state running.
+
+        Raises JournalNameInvalid, JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld
+        (a live holder: its session holds the lock and its lease has not expired), JournalUnavailable.
+        """
         check_name("run id", run_id)
         key = secrets.randbits(63)
         with self._lease_mutex:
@@ -631,7 +638,11 @@ class PostgresJournal:
         return Lease(run_id, epoch + 1)
 
     def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
-        """Record ``done`` or ``failed`` and release the lease (see ``JournalBackend``)."""
+        """Record ``done`` or ``failed`` (with ``error``), release the lease, and return the run.
+
+        Raises ValueError for another state, JournalLeaseLost (stale epoch, or already ended),
+        JournalRunNotFound, JournalUnavailable.
+        """
         if state not in (RunState.DONE, RunState.FAILED):
             raise ValueError(f"a run finishes done or failed, not {state}")
         check_name("run id", lease.run_id)
@@ -676,6 +687,10 @@ class PostgresJournal:
         One statement (``journal_append``) locks the run row, checks the epoch and state, returns
         the record already holding ``key``, or inserts the next sequence number; it is committed
         before this returns.
+
+        Raises JournalLeaseLost (stale epoch, or the run has ended), JournalRunNotFound,
+        JournalNameInvalid, JournalUnavailable, JournalUnwritable; TypeError for a payload that is
+        not JSON.
         """
         run_id = check_name("run id", lease.run_id)
         check_name("stream name", stream)
@@ -724,7 +739,11 @@ class PostgresJournal:
         return [self._record(run_id, stream, row) for row in rows if row[0] is not None]
 
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
-        """Return the stream's records in order; a failed read raises and nothing is cached."""
+        """Return the stream's records in order (empty for a stream never written).
+
+        Raises JournalRunNotFound, JournalNameInvalid, JournalUnavailable; nothing is cached, so
+        the next read asks the server again.
+        """
         return self._records("reading a stream", run_id, stream, "", ())
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
@@ -733,7 +752,7 @@ class PostgresJournal:
         return found[0] if found else None
 
     def streams(self, run_id: str) -> list[str]:
-        """Return the run's non-empty stream names, sorted."""
+        """Return the run's non-empty stream names, sorted; raise JournalRunNotFound for no run."""
         check_name("run id", run_id)
 
         def call(cur: psycopg.Cursor[Any]) -> list[Any]:
@@ -765,7 +784,7 @@ class PostgresJournal:
         return self._info(row)
 
     def runs(self) -> list[RunInfo]:
-        """Return every run, newest first."""
+        """Return every run, newest first (``interrupted`` derived as in ``run``)."""
 
         def call(cur: psycopg.Cursor[Any]) -> list[Any]:
             return cur.execute(
