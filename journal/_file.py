@@ -369,34 +369,57 @@ class FileJournal:
     def append(
         self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
     ) -> Record:
-        """Append durably under the run lock, idempotent by ``key`` (see ``JournalBackend``)."""
+        """Append durably under the run lock, idempotent by ``key`` (see ``JournalBackend``).
+
+        Group commit: the line is written under the run lock, but fsync'd after the lock is let go,
+        so appenders in other threads and processes overlap their fsyncs and one fsync can cover
+        several lines. The call still returns only once its record (or, for a key already in the
+        stream, the existing record) is durable.
+        """
         self._check_open()
         handle = self._stream(lease.run_id, stream)
-        with handle.mutex, self._run_lock(lease.run_id):
-            self._fence(self._load(lease.run_id), lease)
-            with handle.log.held():
-                records = handle.log.recover()
-                handle.index(records)
-                if key is not None and key in handle.keys:
-                    return handle.keys[key]
-                record = Record(
-                    run_id=lease.run_id,
-                    stream=stream,
-                    seq=len(records) + 1,
-                    id=secrets.token_hex(8) if key is None else record_id(lease.run_id, stream, key),
-                    key=key,
-                    ts_ms=self._clock(),
-                    payload=dict(payload),
-                )
-                try:
-                    handle.log.append(record)
-                except JournalError as exc:
-                    exc.run_id, exc.stream = lease.run_id, stream
-                    raise
-                if key is not None:
-                    handle.keys[key] = record
-                handle.indexed += 1
-                return record
+        try:
+            with handle.mutex, self._run_lock(lease.run_id):
+                self._fence(self._load(lease.run_id), lease)
+                with handle.log.held():
+                    records = handle.log.recover()
+                    handle.index(records)
+                    written = False
+                    if key is not None and key in handle.keys:
+                        record = handle.keys[key]
+                        end = handle.log.end()  # it may be another appender's, not yet fsync'd
+                    else:
+                        record = Record(
+                            run_id=lease.run_id,
+                            stream=stream,
+                            seq=len(records) + 1,
+                            id=secrets.token_hex(8) if key is None else record_id(lease.run_id, stream, key),
+                            key=key,
+                            ts_ms=self._clock(),
+                            payload=dict(payload),
+                        )
+                        end = handle.log.write([record])
+                        written = True
+                        if key is not None:
+                            handle.keys[key] = record
+                        handle.indexed += 1
+            try:
+                handle.log.sync_to(end)
+            except JournalError:
+                if written:
+                    self._unwrite(lease.run_id, handle, end)
+                raise
+        except JournalError as exc:
+            exc.run_id, exc.stream = lease.run_id, stream
+            raise
+        return record
+
+    def _unwrite(self, run_id: str, handle: _Stream, end: int) -> None:
+        """After a failed fsync, take the record back out if it still ends the stream."""
+        with contextlib.suppress(JournalError), handle.mutex, self._run_lock(run_id), handle.log.held():
+            if handle.log.unwrite(1, end):
+                handle.keys.clear()  # rebuilt from the log on the next append
+                handle.indexed = 0
 
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
         """Return the stream's records in order (see ``JournalBackend``)."""

@@ -16,9 +16,15 @@ file and the line; it is never skipped. The rule that tells one from the other:
 * the tail is everything from the first line that does not decode (or is out of sequence) to the
   end of the file, provided no later line decodes (in a numbered log, as a record after it: a
   copy of an earlier line is stale bytes a power loss left in an unsynced append);
-* except that a last line which is newline-terminated and whose codec says it is a *complete*
-  record that fails its check (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed
-  JSON) is damage, not a tear: a torn write cannot end with the newline it never wrote.
+* except that a line whose codec says it is a *complete* record that fails its check
+  (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed JSON) is damage, not a
+  tear, wherever it is: no crash writes a well-formed record with a wrong checksum.
+
+The *watermark* sharpens the rule. Whoever fsyncs the log records, in ``<path>.lock`` and with a
+checksum, how many bytes that fsync covered (written after the fsync returned, itself not fsync'd, so
+after a crash it can only be lower than the truth). Every acknowledged append lies below it; so
+damage below it is damage, and anything at or past it is a torn tail however it looks (several
+lines, when appenders shared an fsync). A log without a readable watermark uses the rule above.
 
 Lock-free readers (``read``, ``iter_reverse``) apply the same rule but never cut: a tail that may be
 an append in flight is simply not a record yet.
@@ -29,7 +35,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
@@ -43,6 +50,18 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
+
+
+def _pack_mark(value: int) -> bytes:
+    raw = value.to_bytes(8, "little")
+    return raw + zlib.crc32(raw).to_bytes(4, "little")
+
+
+def _unpack_mark(raw: bytes) -> int | None:
+    """The watermark in ``raw``, or None when it is missing or torn (its checksum fails)."""
+    if len(raw) != 12 or zlib.crc32(raw[:8]).to_bytes(4, "little") != raw[8:]:
+        return None
+    return int.from_bytes(raw[:8], "little")
 
 
 class LineDamaged(Exception):
@@ -200,15 +219,17 @@ class LineLog(Generic[T]):
 
     # -- recovery and append -----------------------------------------------------------------
 
-    def recover(self) -> list[T]:
+    def recover(self) -> Sequence[T]:
         """Cut a torn tail, if any, and return every record in order. Requires the lock.
 
         Raises:
             JournalCorrupt: a damaged line that is not a torn tail (path and 1-based line named).
             JournalUnwritable: the cut could not be made durable.
+
+        The returned sequence is the log's own cache: read it, never change it.
         """
         fd = self._require_held()
-        scan = self._scan(fd)
+        scan = self._scan(fd, self.watermark())
         if scan.tail:
             try:
                 os.ftruncate(fd, scan.good_end)
@@ -217,7 +238,8 @@ class LineLog(Generic[T]):
                 raise JournalUnwritable(
                     f"cannot cut the torn tail of {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
-        return list(scan.records)
+            self._set_watermark(scan.good_end)
+        return scan.records
 
     def append(self, record: T) -> None:
         """Write ``record`` as one line and fsync it. Requires the lock and a prior ``recover``.
@@ -248,12 +270,141 @@ class LineLog(Generic[T]):
             ) from exc
         self._cached.append(record)
         self._cached_end = start + len(line) + 1
+        self._set_watermark(self._cached_end)
         failpoint("linelog.after_append")
+
+    def write(self, records: Sequence[T]) -> int:
+        """Write ``records`` as lines with one ``write``, without fsync; return the end offset.
+
+        Requires the lock and a prior ``recover``. The records are not durable until ``sync_to``
+        of the returned offset returns; call it after letting go of the lock, so that appenders in
+        other threads and processes overlap their fsyncs (group commit). On a failed write the file
+        is cut back to where it was.
+
+        Raises:
+            ValueError: the codec produced a line with a newline in it.
+            JournalUnwritable: the lines could not be written.
+        """
+        fd = self._require_held()
+        lines = [self._codec.encode(r) for r in records]
+        if any(b"\n" in line for line in lines):
+            raise ValueError(f"{self._path}: an encoded record must be one line")
+        data = b"".join(line + b"\n" for line in lines)
+        start = self._cached_end
+        try:
+            failpoint("linelog.before_append")
+            write_all(fd, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise JournalUnwritable(
+                f"cannot append to {self._path}: {exc.strerror or exc}; check free space and the disk",
+                path=self._path,
+            ) from exc
+        self._cached.extend(records)
+        self._cached_end = start + len(data)
+        return self._cached_end
+
+    def unwrite(self, count: int, end: int) -> bool:
+        """Cut the last ``count`` records back off, if they still end the file at ``end``.
+
+        For a writer whose ``sync_to`` failed: when nobody appended after it, its lines go, so no
+        unacknowledged record stays behind. Requires the lock. Returns whether it cut.
+        """
+        fd = self._require_held()
+        self._scan(fd, self.watermark())
+        if self._cached_end != end or os.fstat(fd).st_size != end or count > len(self._cached):
+            return False
+        kept = self._cached[: len(self._cached) - count]
+        start = end - sum(len(self._codec.encode(r)) + 1 for r in self._cached[len(kept) :])
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError:
+            return False
+        self._cached, self._cached_end = kept, start
+        return True
+
+    def end(self) -> int:
+        """The offset just past the last verified record (as of the last scan or write)."""
+        return self._cached_end
+
+    def sync_to(self, end: int) -> None:
+        """Return once the log's first ``end`` bytes are durable; no lock is needed.
+
+        Skips the fsync when the watermark (the durable length recorded by whoever fsync'd last, in
+        this process or another) already covers ``end``; otherwise fsyncs and raises the watermark,
+        so concurrent appenders share fsyncs.
+
+        Raises:
+            JournalUnwritable: the fsync failed; whether those bytes survive is then unknown, and
+                the caller must treat its records as not written (a resumed caller finds them if
+                they did survive).
+        """
+        if (self.watermark() or 0) >= end:
+            return
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot open {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
+            covered = os.fstat(fd).st_size  # every byte written before the fsync begins is covered
+            failpoint("linelog.before_fsync")
+            os.fsync(fd)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot make {self._path} durable: {exc.strerror or exc}; check the disk", path=self._path
+            ) from exc
+        finally:
+            os.close(fd)
+        self._set_watermark(covered)
+        failpoint("linelog.after_append")
+
+    # -- the watermark: how much of the log is known durable -----------------------------------
+
+    def _mark_path(self) -> str:
+        return f"{self._path}.lock"
+
+    def watermark(self) -> int | None:
+        """The durable length last recorded, or None when no appender has recorded one.
+
+        It is written (without fsync) only after an fsync returned, so after a crash it can only
+        be lower than the truth: bytes past it are not known durable and were never acknowledged.
+        """
+        try:
+            fd = os.open(self._mark_path(), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            raw = os.pread(fd, 12, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return _unpack_mark(raw)
+
+    def _set_watermark(self, value: int) -> None:
+        try:
+            fd = os.open(self._mark_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
+        except OSError:
+            return  # only a hint: without it, recovery falls back to the single-tail rule
+        try:
+            current = _unpack_mark(os.pread(fd, 12, 0))
+            if current is None or current < value:
+                os.pwrite(fd, _pack_mark(value), 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     # -- reading -----------------------------------------------------------------------------
 
-    def read(self) -> list[T]:
+    def read(self) -> Sequence[T]:
         """Return every record in order, without a lock. A missing file reads as empty.
+
+        The returned sequence is the log's own cache: read it, never change it.
 
         A tail that may be an append in flight is not returned. Failures are never cached.
 
@@ -271,11 +422,11 @@ class LineLog(Generic[T]):
                     f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
             try:
-                return list(self._scan(fd).records)
+                return self._scan(fd, self.watermark()).records
             finally:
                 os.close(fd)
 
-    def _scan(self, fd: int) -> _Scan[T]:
+    def _scan(self, fd: int, watermark: int | None) -> _Scan[T]:
         """Bring the cache up to date from ``fd`` and classify what follows the good lines."""
         try:
             st = os.fstat(fd)
@@ -287,12 +438,12 @@ class LineLog(Generic[T]):
             raise JournalReadInterrupted(
                 f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
-        records, consumed, tail = self._parse(data, start)
+        records, consumed, tail = self._parse(data, start, watermark)
         self._cached.extend(records)
         self._cached_end = start + consumed
         return _Scan(self._cached, self._cached_end, tail)
 
-    def _parse(self, data: bytes, start: int) -> tuple[list[T], int, bytes]:
+    def _parse(self, data: bytes, start: int, watermark: int | None) -> tuple[list[T], int, bytes]:
         """Decode complete lines of ``data``; return the records, bytes consumed and the tail."""
         records: list[T] = []
         pos = 0
@@ -307,18 +458,26 @@ class LineLog(Generic[T]):
                 if self._sequence is not None and self._sequence(record) != expected:
                     raise LineDamaged(f"sequence {self._sequence(record)}, expected {expected}")
             except LineDamaged as damage:
-                self._judge_damage(data, nl, damage, len(self._cached) + len(records))
+                if not damage.torn or watermark is None or start + pos < watermark:
+                    self._judge_damage(data, nl, damage, len(self._cached) + len(records), watermark)
+                # at or past the watermark: never acknowledged, so a torn tail however it looks
                 return records, pos, data[pos:]
             records.append(record)
             expected += 1
             pos = nl + 1
 
-    def _judge_damage(self, data: bytes, nl: int, damage: LineDamaged, before: int) -> None:
-        """Raise ``JournalCorrupt`` unless the damaged line at ``pos`` begins a torn tail."""
+    def _judge_damage(
+        self, data: bytes, nl: int, damage: LineDamaged, before: int, watermark: int | None
+    ) -> None:
+        """Raise ``JournalCorrupt`` unless the damaged line ending at ``nl`` begins a torn tail.
+
+        A complete record that fails its own check (``torn=False``) is never what a crash leaves.
+        Below the watermark every byte was made durable and acknowledged: damage there is damage.
+        Without a watermark, the single-tail rule of the module docstring decides.
+        """
         rest = data[nl + 1 :]
-        last_complete = b"\n" not in rest and not rest
         later_good = any(self._continues(chunk, before + 1) for chunk in rest.split(b"\n")[:-1])
-        if later_good or (last_complete and not damage.torn):
+        if watermark is not None or not damage.torn or later_good:
             line_no = before + 1
             raise JournalCorrupt(
                 f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails closed: "

@@ -120,7 +120,9 @@ class Recorder:
                 setattr(os, name, fn)
 
 
-_WRAPPED = ("open", "write", "fsync", "ftruncate", "close", "replace", "rename", "link", "unlink", "mkdir")
+_WRAPPED = (
+    "open", "write", "pwrite", "fsync", "ftruncate", "close", "replace", "rename", "link", "unlink", "mkdir"
+)
 
 
 def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
@@ -153,6 +155,13 @@ def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, C
         offset = os.fstat(fd).st_size if held[2] else os.lseek(fd, 0, os.SEEK_CUR)
         n = int(real["write"](fd, data))
         rec.ops.append(Op("write", held[1], (offset, bytes(data[:n]))))
+        return n
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        held = rec._fds.get(fd)
+        n = int(real["pwrite"](fd, data, offset))
+        if held is not None and held[0] == "file":
+            rec.ops.append(Op("write", held[1], (offset, bytes(data[:n]))))
         return n
 
     def fsync(fd: int) -> None:
@@ -201,6 +210,7 @@ def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, C
     return {
         "open": open_,
         "write": write,
+        "pwrite": pwrite,
         "fsync": fsync,
         "ftruncate": ftruncate,
         "close": close,
