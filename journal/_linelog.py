@@ -125,6 +125,7 @@ class LineLog(Generic[T]):
         self._mode = mode
         self._sequence = sequence
         self._mutex = threading.RLock()
+        self._syncing = threading.Lock()
         # Verified records and the file offset they end at; a cache only of verified bytes, which a
         # recovery never removes, so it stays valid while the file's inode is the same.
         self._cached: list[T] = []
@@ -343,6 +344,12 @@ class LineLog(Generic[T]):
         """
         if (self.watermark() or 0) >= end:
             return
+        with self._syncing:  # threads queue here; the fsync ahead of them may already cover them
+            if (self.watermark() or 0) >= end:
+                return
+            self._fsync_covering()
+
+    def _fsync_covering(self) -> None:
         try:
             fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError as exc:

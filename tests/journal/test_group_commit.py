@@ -1,0 +1,131 @@
+"""Group commit: appenders share fsyncs, and still return only once their record is durable."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import journal
+import staging
+import staging._failpoints
+from journal import LineLog, Record, RecordCodec
+
+
+@pytest.fixture
+def slow_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Make every journal fsync wait 30 ms first (so appenders pile up), and count the fsyncs."""
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=sleep30")
+    staging._failpoints.reset()
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    yield calls
+    monkeypatch.delenv("FLOWS_FAILPOINTS")
+    staging._failpoints.reset()
+
+
+def test_threads_appending_at_once_share_fsyncs_and_every_record_is_durable(
+    tmp_path: Path, slow_fsync: list[int]
+) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    before = len(slow_fsync)
+    returned: list[Record] = []
+    mutex = threading.Lock()
+
+    def writer(w: int) -> None:
+        for i in range(10):
+            rec = jr.append(lease, "s", {"w": w, "i": i}, key=f"{w}-{i}")
+            path = jr.stream_path(info.run_id, "s")
+            data = path.read_bytes()
+            line_end = data.index(b"\n", data.index(b'"key":"%b"' % f"{w}-{i}".encode())) + 1
+            # returned => durable: the watermark (written only after an fsync returned) covers it
+            assert (LineLog(path, RecordCodec(info.run_id, "s")).watermark() or 0) >= line_end
+            with mutex:
+                returned.append(rec)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fsyncs = len(slow_fsync) - before
+    assert len(returned) == 80
+    assert [r.seq for r in jr.read(info.run_id, "s")] == list(range(1, 81))
+    assert fsyncs < 60, f"{fsyncs} fsyncs for 80 appends: none were shared"
+    log = LineLog(jr.stream_path(info.run_id, "s"), RecordCodec(info.run_id, "s"))
+    assert log.watermark() == jr.stream_path(info.run_id, "s").stat().st_size
+
+
+def _log_with(tmp_path: Path, n: int) -> tuple[LineLog[Record], Path]:
+    path = tmp_path / "s.jsonl"
+    log = LineLog(path, RecordCodec("r", "s"), sequence=lambda r: r.seq)
+    with log.locked():
+        log.recover()
+        for i in range(1, n + 1):
+            log.append(Record("r", "s", i, f"id{i}", f"k{i}", i, {"t": "x" * i}))
+    return log, path
+
+
+def test_damage_past_the_watermark_spanning_several_lines_is_a_torn_tail(tmp_path: Path) -> None:
+    log, path = _log_with(tmp_path, 3)
+    durable = path.read_bytes()
+    codec = RecordCodec("r", "s")
+    unsynced = [
+        codec.encode(Record("r", "s", i, f"id{i}", f"k{i}", i, {"t": "y"})) + b"\n" for i in (4, 5, 6)
+    ]
+    # a shared fsync never happened: the first unsynced line is a hole, the later ones landed
+    path.write_bytes(durable + b"\x00" * len(unsynced[0]) + unsynced[1] + unsynced[2])
+    with log.locked():
+        assert [r.seq for r in log.recover()] == [1, 2, 3]
+    assert path.read_bytes() == durable
+
+
+def test_damage_below_the_watermark_fails_closed_even_without_later_lines(tmp_path: Path) -> None:
+    _, path = _log_with(tmp_path, 3)
+    data = path.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    path.write_bytes(data[:last_start] + b"\x00" * (len(data) - last_start - 1) + b"\n")
+    fresh = LineLog(path, RecordCodec("r", "s"), sequence=lambda r: r.seq)
+    with pytest.raises(journal.JournalCorrupt) as err, fresh.locked():
+        fresh.recover()
+    assert err.value.line == 3
+
+
+def test_a_torn_watermark_is_ignored_not_trusted(tmp_path: Path) -> None:
+    log, path = _log_with(tmp_path, 2)
+    mark = Path(f"{path}.lock")
+    mark.write_bytes(b"\xff" * 12)  # a torn write of the watermark: its checksum fails
+    assert log.watermark() is None
+    with open(path, "ab") as fh:
+        fh.write(b"\x00" * 40)
+    with log.locked():
+        assert [r.seq for r in log.recover()] == [1, 2]  # the single-tail rule still cuts it
+
+
+def test_a_failed_shared_fsync_takes_its_own_line_back_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"n": 1})
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=EIO:once")
+    staging._failpoints.reset()
+    try:
+        with pytest.raises(journal.JournalUnwritable):
+            jr.append(lease, "s", {"n": 2}, key="two")
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert [r.payload["n"] for r in jr.read(info.run_id, "s")] == [1]
+    again = jr.append(lease, "s", {"n": 3}, key="two")
+    assert (again.seq, again.payload["n"]) == (2, 3)
