@@ -7,9 +7,11 @@ agent ticking every 5 minutes, with the last confirmed act 100 entries from the 
 * with a valid snapshot (``.sail/memory/state.json``): O(1), two 4 KiB reads and a hash;
 * after the snapshot is deleted: the ledger's tail read backwards to the newest confirmed act,
   plus writing the rebuilt snapshot (stage, fsync, rename, fsync the directory);
-* a full rescan (``Ledger.entries()``: every line decoded and validated), for comparison.
+* a full rescan (``Ledger.entries()``: every line decoded and validated), for comparison;
+* one append as a fresh tick process makes it (lock, ``LineLog.recover``, append, snapshot).
 
-Run: ``python benchmarks/ledger_bench.py [--entries N]``. Figures are medians of several runs.
+Run: ``python -m benchmarks.ledger_bench [--entries N]`` (or as part of ``python -m benchmarks``).
+Figures are medians of several runs.
 """
 
 from __future__ import annotations
@@ -68,6 +70,29 @@ def timed(fn: Callable[[], object], runs: int, before: Callable[[], object] = la
     return statistics.median(samples)
 
 
+def measure(base: Path, entries: int, runs: int) -> dict[str, float]:
+    """Build an ``entries``-entry ledger under ``base`` and return the figures (ms, MiB, s)."""
+    sail_dir = base / ".sail"
+    start = time.perf_counter()
+    path = build(sail_dir, entries)
+    built_s = time.perf_counter() - start
+    expected = Ledger(sail_dir).last_confirmed()  # also writes the snapshot
+    newest = max(entries - 100, (entries - 1) // 288 * 288)
+    assert expected is not None and expected.block == newest
+    snapshot = Ledger(sail_dir).snapshot_path
+
+    def lookup() -> None:
+        assert Ledger(sail_dir).last_confirmed() == expected  # a fresh Ledger, as a fresh process
+
+    return {
+        "built_s": built_s,
+        "size_mib": path.stat().st_size / 2**20,
+        "with_snapshot_ms": timed(lookup, runs),
+        "without_snapshot_ms": timed(lookup, runs, before=lambda: snapshot.unlink(missing_ok=True)),
+        "rescan_ms": timed(lambda: Ledger(sail_dir).entries(), 1),
+    }
+
+
 def main() -> None:
     """Build the ledger and print the three figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -75,25 +100,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=21)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        sail_dir = Path(tmp) / ".sail"
-        start = time.perf_counter()
-        path = build(sail_dir, args.entries)
-        size_mib = path.stat().st_size / 2**20
-        print(f"built {args.entries:,} entries ({size_mib:.0f} MiB) in {time.perf_counter() - start:.1f} s")
-        expected = Ledger(sail_dir).last_confirmed()  # also writes the snapshot
-        newest = max(args.entries - 100, (args.entries - 1) // 288 * 288)
-        assert expected is not None and expected.block == newest
-        snapshot = Ledger(sail_dir).snapshot_path
-
-        def lookup() -> None:
-            assert Ledger(sail_dir).last_confirmed() == expected  # a fresh Ledger, as a fresh process
-
-        with_snapshot = timed(lookup, args.runs)
-        without = timed(lookup, args.runs, before=lambda: snapshot.unlink(missing_ok=True))
-        rescan = timed(lambda: Ledger(sail_dir).entries(), 1)
-        print(f"cadence lookup, valid snapshot:            {with_snapshot:8.3f} ms (median of {args.runs})")
-        print(f"cadence lookup, snapshot deleted (tail):   {without:8.3f} ms (median; includes rewriting it)")
-        print(f"full rescan (decode + validate every line): {rescan:8.0f} ms")
+        m = measure(Path(tmp), args.entries, args.runs)
+        print(f"built {args.entries:,} entries ({m['size_mib']:.0f} MiB) in {m['built_s']:.1f} s")
+        print(
+            f"cadence lookup, valid snapshot:            {m['with_snapshot_ms']:8.3f} ms"
+            f" (median of {args.runs})"
+        )
+        print(
+            f"cadence lookup, snapshot deleted (tail):   {m['without_snapshot_ms']:8.3f} ms"
+            " (median; includes rewriting it)"
+        )
+        print(f"full rescan (decode + validate every line): {m['rescan_ms']:8.0f} ms")
 
 
 if __name__ == "__main__":

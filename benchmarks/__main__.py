@@ -1,0 +1,225 @@
+"""``python -m benchmarks [--quick | --smoke] [--json]``: every performance figure of issue 8 in one run.
+
+Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 8 writers on the file
+and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),
+``reads`` (recall / why over 100,000 findings against SQLite, the peers' reads, resident memory),
+``resume`` (republishing 10,000 committed findings), ``ledger`` (cadence lookup over 1,000,000
+entries). The peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it
+they are reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
+figure, ratio and goal under the stable names below (progress goes to stderr). Work happens in a
+temporary directory on ``--dir``'s file system (default: the system temp dir), removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
+
+from benchmarks._common import FULL, QUICK, SMOKE, Sheet, say
+from benchmarks.writes import WRITE_NAMES
+
+SECTIONS = ("writes", "reads", "resume", "ledger")
+
+FIGURES: dict[str, tuple[str, ...]] = {
+    "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
+    "reads": (
+        "read.recall_ms",
+        "read.recall_cold_ms",
+        "read.sqlite_tag_ms",
+        "read.why_ms",
+        "read.sqlite_fts_ms",
+        "read.eventsourcing_tag_ms",
+        "read.langgraph_tag_ms",
+        "read.dbos_tag_ms",
+        "read.recall_rss_mb",
+        "read.import_rss_mb",
+    ),
+    "resume": ("resume.first_run_learn_per_s", "resume.materialize_per_s", "resume.flow_resume_per_s"),
+    "ledger": ("ledger.lookup_snapshot_ms", "ledger.lookup_no_snapshot_ms", "ledger.full_rescan_ms"),
+}
+"""Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
+
+RATIOS: dict[str, tuple[str, str]] = {
+    "ratio.learn_1w_vs_floor": ("write.learn_file_1w_per_s", "write.floor_journal_first_1w_per_s"),
+    "ratio.learn_1w_vs_sqlite3": ("write.learn_file_1w_per_s", "write.sqlite3_full_1w_per_s"),
+    "ratio.learn_1w_vs_eventsourcing": ("write.learn_file_1w_per_s", "write.eventsourcing_1w_per_s"),
+    "ratio.learn_1w_vs_langgraph": ("write.learn_file_1w_per_s", "write.langgraph_put_1w_per_s"),
+    "ratio.learn_1w_vs_dbos": ("write.learn_file_1w_per_s", "write.dbos_step_1w_per_s"),
+    "ratio.learn_pg_1w_vs_learn_1w": ("write.learn_pg_1w_per_s", "write.learn_file_1w_per_s"),
+    "ratio.learn_8p_vs_floor_8p": ("write.learn_file_8p_per_s", "write.floor_journal_first_8p_per_s"),
+    "ratio.learn_8p_vs_sqlite3_8p": ("write.learn_file_8p_per_s", "write.sqlite3_full_8p_per_s"),
+    "ratio.learn_8t_vs_sqlite3_8p": ("write.learn_file_8t_per_s", "write.sqlite3_full_8p_per_s"),
+    "ratio.learn_flow_8t_vs_sqlite3_8p": ("write.learn_flow_8t_per_s", "write.sqlite3_full_8p_per_s"),
+    "ratio.learn_8p_vs_eventsourcing_8p": ("write.learn_file_8p_per_s", "write.eventsourcing_8p_per_s"),
+    "ratio.learn_8t_vs_eventsourcing_8p": ("write.learn_file_8t_per_s", "write.eventsourcing_8p_per_s"),
+    "ratio.learn_8p_vs_learn_1w": ("write.learn_file_8p_per_s", "write.learn_file_1w_per_s"),
+    "ratio.learn_pg_8p_vs_sqlite3_8p": ("write.learn_pg_8p_per_s", "write.sqlite3_full_8p_per_s"),
+    "ratio.recall_vs_sqlite": ("read.recall_ms", "read.sqlite_tag_ms"),
+    "ratio.why_vs_sqlite_fts": ("read.why_ms", "read.sqlite_fts_ms"),
+}
+"""Stable ratio names: numerator / denominator figures."""
+
+GOALS: dict[str, tuple[str, str, float]] = {
+    "goal.learn_1w_vs_floor": ("ratio.learn_1w_vs_floor", ">=", 0.85),
+    "goal.learn_1w_ahead_of_langgraph": ("ratio.learn_1w_vs_langgraph", ">", 1.0),
+    "goal.learn_1w_ahead_of_dbos": ("ratio.learn_1w_vs_dbos", ">", 1.0),
+    "goal.learn_8p_vs_sqlite3_8p": ("ratio.learn_8p_vs_sqlite3_8p", ">=", 1.0),
+    "goal.learn_8t_vs_sqlite3_8p": ("ratio.learn_8t_vs_sqlite3_8p", ">=", 1.0),
+    "goal.learn_8p_ahead_of_eventsourcing": ("ratio.learn_8p_vs_eventsourcing_8p", ">", 1.0),
+    "goal.learn_8t_ahead_of_eventsourcing": ("ratio.learn_8t_vs_eventsourcing_8p", ">", 1.0),
+    "goal.recall_within_3x_sqlite": ("ratio.recall_vs_sqlite", "<=", 3.0),
+    "goal.why_within_10x_sqlite_fts": ("ratio.why_vs_sqlite_fts", "<=", 10.0),
+    "goal.materialize_2000_per_s": ("resume.materialize_per_s", ">=", 2000.0),
+    "goal.flow_resume_2000_per_s": ("resume.flow_resume_per_s", ">=", 2000.0),
+    "goal.recall_rss_under_200_mb": ("read.recall_rss_mb", "<", 200.0),
+}
+"""Stable goal names: the issue's targets, each a figure or ratio, a comparison and a bound."""
+
+
+def _derive(sheet: Sheet, sections: tuple[str, ...]) -> None:
+    asked = {name for s in sections for name in FIGURES[s]}
+    for name, (num, den) in RATIOS.items():
+        if num not in asked or den not in asked:
+            continue
+        if num in sheet.figures and den in sheet.figures and sheet.figures[den] > 0:
+            sheet.ratios[name] = sheet.figures[num] / sheet.figures[den]
+        else:
+            missing = [x for x in (num, den) if x not in sheet.figures]
+            sheet.skip(
+                name, "needs " + ", ".join(f"{x} ({sheet.skipped.get(x, 'not measured')})" for x in missing)
+            )
+    for name, (of, op, bound) in GOALS.items():
+        value = sheet.ratios.get(of, sheet.figures.get(of))
+        if value is None:
+            if of in sheet.skipped:
+                sheet.goals[name] = {"of": of, "target": f"{op} {bound:g}", "value": None, "met": None}
+                sheet.skip(name, f"{of} skipped")
+            continue
+        met = {">=": value >= bound, ">": value > bound, "<=": value <= bound, "<": value < bound}[op]
+        sheet.goals[name] = {"of": of, "target": f"{op} {bound:g}", "value": value, "met": met}
+
+
+def _fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def table(sheet: Sheet, sections: tuple[str, ...], out: TextIO) -> None:
+    """Print the figures, ratios and goals as aligned text."""
+    for section in sections:
+        say(out, f"\n{section}")
+        for name in FIGURES[section]:
+            if name in sheet.figures:
+                say(out, f"  {name:<40} {_fmt(sheet.figures[name]):>12}   {sheet.notes.get(name, '')}")
+            else:
+                say(out, f"  {name:<40} {'skipped':>12}   {sheet.skipped.get(name, '')}")
+    if sheet.ratios:
+        say(out, "\nratios")
+        for name, value in sheet.ratios.items():
+            say(out, f"  {name:<40} {value:>12.3f}")
+    if sheet.goals:
+        say(out, "\ngoals")
+        for name, g in sheet.goals.items():
+            verdict = "skipped" if g["met"] is None else ("met" if g["met"] else "MISSED")
+            value = "-" if g["value"] is None else _fmt(g["value"])
+            say(out, f"  {name:<40} {value:>12} {g['target']:<9} {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the asked sections; print the table, or the JSON document with ``--json``."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer rounds and smaller N (about 2 minutes)")
+    size.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, to check it runs (seconds); figures meaningless"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print every figure as one JSON document on stdout"
+    )
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections of {','.join(SECTIONS)}"
+    )
+    parser.add_argument("--no-peers", action="store_true", help="skip the peers even if their venv exists")
+    parser.add_argument(
+        "--dir", default=None, help="where to make the temporary directory (the disk to measure)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    sections = tuple(s for s in SECTIONS if s in args.only.split(","))
+    unknown = set(args.only.split(",")) - set(SECTIONS)
+    if unknown or not sections:
+        parser.error(f"--only takes sections of {', '.join(SECTIONS)}")
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    out = sys.stderr if args.json else sys.stdout
+
+    sheet = Sheet()
+    sheet.meta.update(
+        command="python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),
+        sizes=sizes.name,
+        sections=list(sections),
+        python=platform.python_version(),
+        machine=f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    base = Path(tempfile.mkdtemp(prefix="flows-bench-", dir=args.dir))
+    sheet.meta["dir"] = str(base)
+    t0 = time.perf_counter()
+    try:
+        if "writes" in sections:
+            from benchmarks.writes import bench_writes
+
+            bench_writes(base / "writes", sizes, sheet, out, peers=not args.no_peers)
+        if "reads" in sections:
+            from benchmarks.reads import bench_reads
+
+            bench_reads(base, sizes, sheet, out, peers=not args.no_peers)
+        if "resume" in sections:
+            from benchmarks.resume import bench_resume
+
+            bench_resume(base, sizes, sheet, out)
+        if "ledger" in sections:
+            from benchmarks.ledger_bench import measure
+
+            m = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
+            say(
+                out,
+                f"ledger: {sizes.ledger_entries:,} entries ({m['size_mib']:.0f} MiB)"
+                f" built in {m['built_s']:.1f} s",
+            )
+            sheet.put(
+                "ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot"
+            )
+            sheet.put(
+                "ledger.lookup_no_snapshot_ms",
+                m["without_snapshot_ms"],
+                "snapshot deleted: tail scan + rewrite",
+            )
+            sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
+            sheet.meta["ledger_entries"] = sizes.ledger_entries
+    finally:
+        if args.keep:
+            say(out, f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    sheet.meta["seconds"] = round(time.perf_counter() - t0, 1)
+    _derive(sheet, sections)
+    table(sheet, sections, out)
+    if args.json:
+        json.dump(sheet.as_json(), sys.stdout, indent=1, sort_keys=False)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

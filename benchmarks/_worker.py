@@ -1,0 +1,165 @@
+"""Write contenders run in their own processes, on the project's interpreter (see ``_common.Worker``).
+
+Kinds (``python -m benchmarks._worker KIND PARAMS``):
+
+* ``append``: the floor's first half: append one line to a shared file under an exclusive
+  portalocker lock and fsync it;
+* ``file``: the floor's second half: a new file (exclusive create, write, fsync), ``os.replace``,
+  fsync of the directory;
+* ``floor``: the raw journal-first sequence, both halves (three fsyncs), no library code;
+* ``learn``: ``MemoryStore.learn`` of distinct findings on the root run ``run_id``/``epoch`` (given the
+  lease token, as another process on the same root); ``threads`` > 1 learns on that many threads;
+* ``flow``: a flow run per round (``flows.run``) whose body starts every learn before awaiting any,
+  so the store's executor (8 threads) learns concurrently;
+* ``sqlite``: plain ``sqlite3``, one insert per transaction, WAL, ``synchronous=FULL``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import portalocker
+
+from benchmarks._common import serve
+
+Run = Callable[[int, int], None]
+
+
+def _append_line(journal_fd: int, data: bytes) -> None:
+    portalocker.lock(journal_fd, portalocker.LockFlags.EXCLUSIVE)
+    try:
+        os.write(journal_fd, data)
+        os.fsync(journal_fd)
+    finally:
+        portalocker.unlock(journal_fd)
+
+
+def _new_file(directory: Path, name: str, data: bytes) -> None:
+    stage_path = directory / f".stage-{name}"
+    fd = os.open(stage_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.write(fd, data)
+    os.fsync(fd)
+    os.close(fd)
+    os.replace(stage_path, directory / name)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    os.fsync(dfd)
+    os.close(dfd)
+
+
+def _raw(params: dict[str, Any], kind: str) -> Run:
+    directory = Path(params["dir"])
+    directory.mkdir(parents=True, exist_ok=True)
+    journal_fd = os.open(params["journal"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    who = params["who"]
+
+    def run(n: int, start: int) -> None:
+        for i in range(start, start + n):
+            data = orjson.dumps({"id": f"{who}-{i}", "text": f"raw finding {i}", "tags": ["bench"]}) + b"\n"
+            if kind != "file":  # the journal-first order: stage, append, publish
+                if kind == "floor":
+                    stage_path = directory / f".stage-{who}-{i}.json"
+                    fd = os.open(stage_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                    os.write(fd, data)
+                    os.fsync(fd)
+                    os.close(fd)
+                _append_line(journal_fd, data)
+                if kind == "floor":
+                    os.replace(stage_path, directory / f"{who}-{i}.json")
+                    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+                    os.fsync(dfd)
+                    os.close(dfd)
+            else:
+                _new_file(directory, f"{who}-{i}.json", data)
+
+    return run
+
+
+def _learn(params: dict[str, Any]) -> Run:
+    import journal
+    import memory
+
+    store = memory.MemoryStore(params["db"], journal=params["journal"])
+    jr = store.open_journal()
+    root = memory.RootRun(jr, journal.Lease(params["run_id"], params["epoch"]), "bench", params["scope"])
+    jr.read(root.run_id, memory.STREAM)  # connect and warm before the clock starts
+    who, threads = params["who"], params.get("threads", 1)
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+
+    def one(i: int) -> None:
+        store.learn({"text": f"engine finding {who}-{i}", "tags": ["bench"]}, root)
+
+    def run(n: int, start: int) -> None:
+        if pool is None:
+            for i in range(start, start + n):
+                one(i)
+        else:
+            list(pool.map(one, range(start, start + n)))
+
+    return run
+
+
+def _flow(params: dict[str, Any]) -> Run:
+    import flows
+    import memory
+
+    store = memory.MemoryStore(params["db"], journal=params["journal"])
+
+    def run(n: int, start: int) -> None:
+        @flows.flow(name="bench-flow", scope=params["scope"])
+        async def body(f: Any) -> None:
+            steps = [
+                f.memory.learn({"text": f"flow finding {i}", "tags": ["bench"]})
+                for i in range(start, start + n)
+            ]
+            for step in steps:
+                await step
+
+        result = flows.run(body, store=store)
+        if not result.ok:
+            raise RuntimeError(f"the flow failed: {result.error}")
+
+    run(1, -1)  # warm: begin a root, start the executor
+    return run
+
+
+def _sqlite(params: dict[str, Any]) -> Run:
+    conn = sqlite3.connect(params["path"], isolation_level=None, timeout=60)
+    conn.execute("PRAGMA busy_timeout = 60000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS f (id INTEGER PRIMARY KEY, k TEXT UNIQUE, body TEXT)")
+    who = params["who"]
+    lock = threading.Lock()
+
+    def run(n: int, start: int) -> None:
+        with lock:
+            for i in range(start, start + n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT INTO f (k, body) VALUES (?, ?)", (f"{who}-{i}", f"sqlite finding {i}"))
+                conn.execute("COMMIT")
+
+    return run
+
+
+def setup(kind: str, params: dict[str, Any]) -> tuple[dict[str, Any], Run]:
+    """Build the contender ``kind``; return what it reports when ready and its round function."""
+    if kind in ("append", "file", "floor"):
+        return {}, _raw(params, kind)
+    if kind == "learn":
+        return {}, _learn(params)
+    if kind == "flow":
+        return {}, _flow(params)
+    if kind == "sqlite":
+        return {"sqlite": sqlite3.sqlite_version}, _sqlite(params)
+    raise ValueError(f"unknown worker kind {kind!r}")
+
+
+if __name__ == "__main__":
+    serve(setup)

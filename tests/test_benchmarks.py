@@ -1,0 +1,99 @@
+"""The benchmark's one entry point runs, on tiny sizes, and reports every stable name (issue 8)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import FIGURES, GOALS, RATIOS, SECTIONS
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".bench-venv" / "bin" / "python"
+
+
+def _smoke(tmp_path: Path, *extra: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--json", "--dir", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)  # stdout is the JSON document alone; progress went to stderr
+    assert list(tmp_path.iterdir()) == [], "the temporary directory was left behind"
+    return doc
+
+
+def _check_names(doc: dict) -> None:
+    for section in SECTIONS:
+        for name in FIGURES[section]:
+            if name in doc["skipped"]:
+                assert doc["skipped"][name].strip(), f"{name} skipped without a reason"
+            else:
+                assert isinstance(doc["figures"].get(name), float), f"{name} neither measured nor skipped"
+                assert doc["figures"][name] > 0, name
+    for name in RATIOS:
+        assert name in doc["ratios"] or doc["skipped"].get(name), f"{name} neither computed nor skipped"
+    for name in GOALS:
+        assert name in doc["goals"], name
+        goal = doc["goals"][name]
+        assert goal["met"] in (True, False, None) and goal["target"], goal
+    assert doc["meta"]["sizes"] == "smoke" and doc["meta"]["sections"] == list(SECTIONS)
+
+
+def test_smoke_run_reports_every_stable_name_and_peers_as_skipped(tmp_path: Path) -> None:
+    doc = _smoke(tmp_path, "--no-peers")
+    _check_names(doc)
+    for name in ("write.eventsourcing_1w_per_s", "write.langgraph_put_1w_per_s", "write.dbos_step_1w_per_s"):
+        assert "--no-peers" in doc["skipped"][name]
+    assert "needs write.langgraph_put_1w_per_s" in doc["skipped"]["ratio.learn_1w_vs_langgraph"]
+    assert doc["goals"]["goal.learn_1w_ahead_of_langgraph"]["met"] is None
+    for name in (
+        "write.learn_file_1w_per_s",
+        "write.learn_file_8p_per_s",
+        "read.recall_ms",
+        "resume.flow_resume_per_s",
+    ):
+        assert name in doc["figures"], doc["skipped"].get(name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VENV.exists(), reason="the peers' venv is absent: bash benchmarks/setup_peers.sh")
+def test_smoke_run_with_the_peers_installed(tmp_path: Path) -> None:
+    doc = _smoke(tmp_path, "--only", "writes")
+    for name in ("write.eventsourcing_1w_per_s", "write.langgraph_put_1w_per_s", "write.dbos_step_1w_per_s"):
+        assert name in doc["figures"], doc["skipped"].get(name)
+
+
+def test_the_peers_venv_absent_is_a_skip_with_the_setup_command(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "BENCH_VENV": str(tmp_path / "no-venv")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--json",
+            "--only",
+            "ledger,reads",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    doc = json.loads(proc.stdout)
+    assert "benchmarks/setup_peers.sh" in doc["skipped"]["read.langgraph_tag_ms"]
+    assert "ledger.lookup_snapshot_ms" in doc["figures"]
