@@ -1,4 +1,4 @@
-"""Every error code of the ledger and of sail is documented in docs/SURFACE-sail.md (SPEC §6)."""
+"""Every error code of the ledger and of sail has its row in the docs/SURFACE tables (SPEC §6)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def _codes() -> set[str]:
 
 
 def test_every_code_has_a_row_with_exit_status_1() -> None:
-    table = (ROOT / "docs" / "SURFACE-sail.md").read_text()
+    # the rows live in docs/SURFACE-sail.md until they are merged into docs/SURFACE.md
+    table = "".join(p.read_text() for p in (ROOT / "docs").glob("SURFACE*.md"))
     rows = dict(re.findall(r"^\| `([a-z_]+)` \|.*\| (\d) \|$", table, re.M))
     assert {code: rows.get(code) for code in _codes()} == dict.fromkeys(_codes(), "1")
 
