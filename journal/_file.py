@@ -129,6 +129,7 @@ class FileJournal:
         self._clock = clock
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease lock fd)
+        self._checked_dirs: set[str] = set()  # run dirs seen to be real directories, not links
         self._mutex = threading.Lock()
         self._closed = False
 
@@ -146,7 +147,11 @@ class FileJournal:
 
     def _run_dir(self, run_id: str) -> Path:
         path = self._root / "runs" / check_name("run id", run_id)
-        if path.is_symlink():  # a link planted in the store is never followed
+        if run_id in self._checked_dirs:
+            return path
+        if path.is_dir() and not path.is_symlink():
+            self._checked_dirs.add(run_id)
+        elif path.is_symlink():  # a link planted in the store is never followed
             raise JournalCorrupt(
                 f"{path} is a symbolic link; the journal never follows links: remove it",
                 path=path,
@@ -187,6 +192,8 @@ class FileJournal:
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_dir(run_id) / "run.json"
+        # Read afresh every time: the fence must see the epoch another process just wrote, and a
+        # stat-keyed cache can be fooled by inode reuse within a coarse mtime tick.
         try:
             data = path.read_bytes()
         except FileNotFoundError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import heapq
 import itertools
 import os
@@ -176,6 +177,7 @@ class MemoryStore:
         self._db = HistoryDB(self.db_path)
         self._disk = DiskIndex()
         self._journal: JournalBackend | None = None
+        self._ready_dirs: set[Path] = set()
         self._journal_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
@@ -269,12 +271,19 @@ class MemoryStore:
         )
 
     def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
-        refuse_links(self.db_path.parent, directory, run_id)
+        ready = directory in self._ready_dirs  # checked for links and created once per store
+        if not ready:
+            refuse_links(self.db_path.parent, directory, run_id)
         try:
             failpoint("memory.before_stage")
-            ensure_dir(directory)
+            if not ready:
+                ensure_dir(directory)
+                self._ready_dirs.add(directory)
             return stage(directory, data, db_mode(self.db_path), hint="finding")
         except (StagingError, OSError) as exc:
+            if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
+                self._ready_dirs.discard(directory)
+                return self._stage(directory, data, run_id)
             path = getattr(exc, "path", directory)
             raise Unwritable(
                 f"cannot stage a learned file in {directory}: {exc}",
