@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from journal._backend import JournalBackend
+from journal._errors import JournalUnavailable
 from journal._file import FileJournal
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -18,7 +19,12 @@ def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
     """
     text = os.fspath(location)
     if text.startswith(POSTGRES_SCHEMES):
-        from journal._postgres import PostgresJournal  # type: ignore[import-not-found,unused-ignore]
+        try:
+            from journal._postgres import PostgresJournal
+        except ImportError as exc:
+            raise JournalUnavailable(
+                "the PostgreSQL journal needs psycopg: pip install 'flows-memory[postgres]'"
+            ) from exc
 
         backend: JournalBackend = PostgresJournal(text)
         return backend

@@ -1,6 +1,6 @@
 """Errors of the ``sail`` agent: config, keys, submission, the local node.
 
-Every error carries a stable ``code`` (docs/SURFACE-sail.md) and a message that says what to do.
+Every error carries a stable ``code`` (docs/SURFACE.md) and a message that says what to do.
 The tree::
 
     SailError                     base: code, message, path

@@ -1,6 +1,6 @@
 """Errors of the agent ledger.
 
-Every error carries a stable ``code`` (listed in docs/SURFACE-sail.md) and its context. The tree::
+Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its context. The tree::
 
     LedgerError                   base: code, message, path, line
     ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses

@@ -17,7 +17,6 @@ def _codes() -> set[str]:
 
 
 def test_every_code_has_a_row_with_exit_status_1() -> None:
-    # the rows live in docs/SURFACE-sail.md until they are merged into docs/SURFACE.md
     table = "".join(p.read_text() for p in (ROOT / "docs").glob("SURFACE*.md"))
     rows = dict(re.findall(r"^\| `([a-z_]+)` \|.*\| (\d) \|$", table, re.M))
     assert {code: rows.get(code) for code in _codes()} == dict.fromkeys(_codes(), "1")
