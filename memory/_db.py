@@ -87,6 +87,7 @@ class HistoryDB:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
+        self._writes = 0
 
     def exists(self) -> bool:
         """True when the DB file exists (reads of a missing DB see no rows, and create nothing)."""
@@ -192,21 +193,50 @@ class HistoryDB:
         return self._query(sql, params)
 
     def search(self, words: Sequence[str], *, scope: str | None, limit: int) -> list[Recalled]:
-        """Rows whose text, tags or source contain any of ``words`` (FTS5), best bm25 first."""
-        if not words:
+        """Candidate rows for ``why``: the newest ``limit`` rows holding all of ``words`` and the
+        newest ``limit`` holding each word, by FTS5 over text, tags and source.
+
+        The caller ranks them. Walking each posting list newest first with a limit keeps the cost
+        bounded however common a word is (bm25 over every match is not).
+        """
+        if not words or not self.exists():
             return []
-        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-        sql = (
-            f"SELECT {_COLUMNS} FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid"
-            " WHERE findings_fts MATCH ?"
-        )
-        params: list[Any] = [match]
+        quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+        queries = [" AND ".join(quoted)] if len(quoted) > 1 else []
+        queries += quoted
+        ids: set[int] = set()
+        conn = self._connect()
+        try:
+            for match in queries:
+                ids.update(
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT rowid FROM findings_fts WHERE findings_fts MATCH ?"
+                        " ORDER BY rowid DESC LIMIT ?",
+                        (match, limit),
+                    )
+                )
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        sql = f"SELECT {_COLUMNS} FROM findings f WHERE f.id IN ({marks})"
+        params: list[Any] = list(ids)
         if scope is not None:
             sql += " AND f.scope = ?"
             params.append(scope)
-        sql += " ORDER BY bm25(findings_fts) LIMIT ?"
-        params.append(limit)
         return self._query(sql, params)
+
+    def version(self) -> tuple[int, int]:
+        """Changes when the DB's content may have changed: another connection's commit moves
+        SQLite's ``data_version``; this object's own writes move the second number."""
+        if not self.exists():
+            return (-1, self._writes)
+        try:
+            return (int(self._connect().execute("PRAGMA data_version").fetchone()[0]), self._writes)
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
 
     def held(self, keys: Iterable[str]) -> dict[str, Citation]:
         """The citation the DB holds for each of ``keys`` that it has."""
@@ -294,6 +324,7 @@ class HistoryDB:
                     [(t, e.learned_ms, row_id) for t in set(e.tags)],
                 )
             conn.execute("COMMIT")
+            self._writes += 1
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

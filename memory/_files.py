@@ -172,8 +172,12 @@ class Listing:
                 self._by_tag = {t: tuple(v) for t, v in by_tag.items()}
             return self._by_tag.get(tag, ())
 
-    def sharing(self, wanted: set[str]) -> list[tuple[Recalled, Terms]]:
-        """The entries that share a word with ``wanted``, with their words, newest first."""
+    def sharing(self, wanted: set[str], best: int | None = None) -> list[tuple[Recalled, Terms]]:
+        """The entries that share a word with ``wanted``, with their words, newest first.
+
+        With ``best``, only the ``best`` entries that share the most words (newest first among
+        equals), plus every entry tied with the last of them: what ``why`` can rank in its top.
+        """
         with self._mutex:
             if self._postings is None:
                 postings: dict[str, list[int]] = {}
@@ -182,7 +186,15 @@ class Listing:
                     for w in t.every:
                         postings.setdefault(w, []).append(i)
                 self._terms, self._postings = terms, postings
-            hits = sorted({i for w in wanted for i in self._postings.get(w, ())})
+            counts: dict[int, int] = {}
+            for w in wanted:
+                for i in self._postings.get(w, ()):
+                    counts[i] = counts.get(i, 0) + 1
+            hits = sorted(counts)  # entries are newest first, so index order is
+            if best is not None and len(hits) > best:
+                ranked = sorted(hits, key=lambda i: -counts[i])  # stable: newest first among equals
+                floor = counts[ranked[best - 1]]
+                hits = sorted(i for i in ranked if counts[i] >= floor)
             return [(self.entries[i], self._terms[i]) for i in hits]
 
 

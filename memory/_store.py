@@ -178,6 +178,9 @@ class MemoryStore:
         self._disk = DiskIndex()
         self._journal: JournalBackend | None = None
         self._ready_dirs: set[Path] = set()
+        self._held_cache: dict[str, bool] = {}
+        self._held_version: tuple[int, int] | None = None
+        self._held_mutex = threading.Lock()
         self._journal_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
@@ -311,6 +314,20 @@ class MemoryStore:
         dirs = [learned_dir(self.db_path, scope)] if scope is not None else scope_dirs(self.db_path)
         return [self._disk.listing(d) for d in dirs]
 
+    def _held_keys(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
+        with self._held_mutex:
+            version = self._db.version()
+            if version != self._held_version:
+                self._held_cache.clear()
+                self._held_version = version
+            unknown = [k for k in keys if k not in self._held_cache]
+            if unknown:
+                found = self._db.held(unknown)
+                for k in unknown:
+                    self._held_cache[k] = k in found
+            return {k for k in keys if self._held_cache[k]}
+
     def _not_held(self, candidates: Iterable[E], want: int | None, key: Callable[[E], str]) -> list[E]:
         """The candidates (in their order) whose key the DB does not hold, stopping at ``want``.
 
@@ -322,7 +339,7 @@ class MemoryStore:
         it = iter(candidates)
         step = 500 if want is None else max(16, 2 * want)
         while chunk := list(itertools.islice(it, step)):
-            held = self._db.held(key(e) for e in chunk)
+            held = self._held_keys([key(e) for e in chunk])
             kept.extend(e for e in chunk if key(e) not in held)
             if want is not None and len(kept) >= want:
                 break
@@ -380,13 +397,13 @@ class MemoryStore:
         wanted = set(words)
         disk: list[Explained] = []
         for listing in self._listings(scope):
-            for e, terms in listing.sharing(wanted):
+            for e, terms in listing.sharing(wanted, best=max(50, 4 * limit)):
                 score, matched = self._score_terms(terms, wanted)
                 if score > 0 and (scope is None or e.scope == scope):
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-        for e in self._db.search(words, scope=scope, limit=max(200, limit * 20)):
+        for e in self._db.search(words, scope=scope, limit=max(50, limit * 5)):
             score, matched = self._score(e, wanted)
             if score > 0:
                 scored.append(Explained(finding=e, score=score, matched=matched))
