@@ -119,13 +119,20 @@ class LineLog(Generic[T]):
         *,
         mode: int = 0o600,
         sequence: Callable[[T], int] | None = None,
+        keep_open: bool = False,
     ) -> None:
         self._path = Path(path)
+        self._keep_open = keep_open
+        self._kept: int | None = None  # with keep_open: one O_APPEND descriptor for the log's life
+        self._kept_mark: int | None = None
         self._codec = codec
         self._mode = mode
         self._sequence = sequence
         self._mutex = threading.RLock()
         self._syncing = threading.Lock()
+        self._durable = 0  # bytes this object knows durable (its own fsyncs), per inode below
+        self._durable_ino: int | None = None
+        self._mark = f"{self._path}.lock"
         # Verified records and the file offset they end at; a cache only of verified bytes, which a
         # recovery never removes, so it stays valid while the file's inode is the same.
         self._cached: list[T] = []
@@ -182,13 +189,38 @@ class LineLog(Generic[T]):
     def held(self) -> Iterator[LineLog[T]]:
         """Open the log for appending, assuming the caller holds a lock that covers it."""
         with self._mutex:
-            fd = self._open_for_append()
+            fd = self._kept if self._kept is not None and self._still_here(self._kept) else None
+            if fd is None:
+                fd = self._open_for_append()
+                if self._keep_open:
+                    self._forget_kept()
+                    self._kept = fd
             self._fd, self._owner = fd, threading.get_ident()
             try:
                 yield self
             finally:
                 self._fd = self._owner = None
-                os.close(fd)
+                if fd != self._kept:
+                    os.close(fd)
+
+    def _still_here(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at the log's path (it was not replaced or removed)."""
+        try:
+            return os.stat(self._path).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            return False
+
+    def _forget_kept(self) -> None:
+        for fd in (self._kept, self._kept_mark):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._kept = self._kept_mark = None
+
+    def close(self) -> None:
+        """Close descriptors kept open (``keep_open``); safe twice, and the log stays usable."""
+        with self._mutex:
+            self._forget_kept()
 
     def _open_for_append(self) -> int:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -230,7 +262,7 @@ class LineLog(Generic[T]):
         The returned sequence is the log's own cache: read it, never change it.
         """
         fd = self._require_held()
-        scan = self._scan(fd, self.watermark())
+        scan = self._scan(fd)
         if scan.tail:
             try:
                 os.ftruncate(fd, scan.good_end)
@@ -239,6 +271,7 @@ class LineLog(Generic[T]):
                 raise JournalUnwritable(
                     f"cannot cut the torn tail of {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
+            self._durable = min(self._durable, scan.good_end)
             self._set_watermark(scan.good_end)
         return scan.records
 
@@ -313,7 +346,7 @@ class LineLog(Generic[T]):
         unacknowledged record stays behind. Requires the lock. Returns whether it cut.
         """
         fd = self._require_held()
-        self._scan(fd, self.watermark())
+        self._scan(fd)
         if self._cached_end != end or os.fstat(fd).st_size != end or count > len(self._cached):
             return False
         kept = self._cached[: len(self._cached) - count]
@@ -324,6 +357,10 @@ class LineLog(Generic[T]):
         except OSError:
             return False
         self._cached, self._cached_end = kept, start
+        # Another appender's fsync may have raised the mark past the cut: bring it back, or bytes
+        # written here later would be taken for durable before they are.
+        self._durable = min(self._durable, start)
+        self._set_watermark(start)
         return True
 
     def end(self) -> int:
@@ -342,22 +379,26 @@ class LineLog(Generic[T]):
                 the caller must treat its records as not written (a resumed caller finds them if
                 they did survive).
         """
-        if (self.watermark() or 0) >= end:
+        if self._durable >= end and self._durable_ino == self._cached_ino:
+            return
+        if (self.watermark() or 0) >= end:  # another process's fsync may cover it
             return
         with self._syncing:  # threads queue here; the fsync ahead of them may already cover them
-            if (self.watermark() or 0) >= end:
+            if self._durable >= end and self._durable_ino == self._cached_ino:
                 return
             self._fsync_covering()
 
     def _fsync_covering(self) -> None:
+        kept = self._kept
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = kept if kept is not None else os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot open {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         try:
-            covered = os.fstat(fd).st_size  # every byte written before the fsync begins is covered
+            st = os.fstat(fd)
+            covered, ino = st.st_size, st.st_ino  # every byte written before the fsync is covered
             failpoint("linelog.before_fsync")
             os.fsync(fd)
         except OSError as exc:
@@ -365,14 +406,14 @@ class LineLog(Generic[T]):
                 f"cannot make {self._path} durable: {exc.strerror or exc}; check the disk", path=self._path
             ) from exc
         finally:
-            os.close(fd)
+            if fd != kept:
+                os.close(fd)
+        if ino == self._cached_ino:
+            self._durable, self._durable_ino = max(self._durable, covered), ino
         self._set_watermark(covered)
         failpoint("linelog.after_append")
 
     # -- the watermark: how much of the log is known durable -----------------------------------
-
-    def _mark_path(self) -> str:
-        return f"{self._path}.lock"
 
     def watermark(self) -> int | None:
         """The durable length last recorded, or None when no appender has recorded one.
@@ -380,8 +421,13 @@ class LineLog(Generic[T]):
         It is written (without fsync) only after an fsync returned, so after a crash it can only
         be lower than the truth: bytes past it are not known durable and were never acknowledged.
         """
+        if self._kept_mark is not None:
+            try:
+                return _unpack_mark(os.pread(self._kept_mark, 12, 0))
+            except OSError:
+                return None
         try:
-            fd = os.open(self._mark_path(), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(self._mark, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             return None
         try:
@@ -393,18 +439,23 @@ class LineLog(Generic[T]):
         return _unpack_mark(raw)
 
     def _set_watermark(self, value: int) -> None:
+        # Written without reading first: if another appender's higher mark is overwritten with a
+        # lower one, the mark only under-claims, which costs an fsync, never a guarantee.
+        fd = self._kept_mark
+        if fd is None:
+            try:
+                fd = os.open(self._mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
+            except OSError:
+                return  # only a hint: without it, recovery falls back to the single-tail rule
+            if self._keep_open and self._kept is not None:
+                self._kept_mark = fd
         try:
-            fd = os.open(self._mark_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
-        except OSError:
-            return  # only a hint: without it, recovery falls back to the single-tail rule
-        try:
-            current = _unpack_mark(os.pread(fd, 12, 0))
-            if current is None or current < value:
-                os.pwrite(fd, _pack_mark(value), 0)
+            os.pwrite(fd, _pack_mark(value), 0)
         except OSError:
             pass
         finally:
-            os.close(fd)
+            if fd != self._kept_mark:
+                os.close(fd)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -420,6 +471,8 @@ class LineLog(Generic[T]):
             JournalReadInterrupted: the file could not be read.
         """
         with self._mutex:
+            if self._kept is not None and self._still_here(self._kept):
+                return self._scan(self._kept).records
             try:
                 fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError:
@@ -429,28 +482,29 @@ class LineLog(Generic[T]):
                     f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
             try:
-                return self._scan(fd, self.watermark()).records
+                return self._scan(fd).records
             finally:
                 os.close(fd)
 
-    def _scan(self, fd: int, watermark: int | None) -> _Scan[T]:
+    def _scan(self, fd: int) -> _Scan[T]:
         """Bring the cache up to date from ``fd`` and classify what follows the good lines."""
         try:
             st = os.fstat(fd)
             if st.st_ino != self._cached_ino or st.st_size < self._cached_end:
                 self._cached, self._cached_end, self._cached_ino = [], 0, st.st_ino
+                self._durable = 0
             start = self._cached_end
             data = os.pread(fd, st.st_size - start, start) if st.st_size > start else b""
         except OSError as exc:
             raise JournalReadInterrupted(
                 f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
-        records, consumed, tail = self._parse(data, start, watermark)
+        records, consumed, tail = self._parse(data, start)
         self._cached.extend(records)
         self._cached_end = start + consumed
         return _Scan(self._cached, self._cached_end, tail)
 
-    def _parse(self, data: bytes, start: int, watermark: int | None) -> tuple[list[T], int, bytes]:
+    def _parse(self, data: bytes, start: int) -> tuple[list[T], int, bytes]:
         """Decode complete lines of ``data``; return the records, bytes consumed and the tail."""
         records: list[T] = []
         pos = 0
@@ -465,6 +519,7 @@ class LineLog(Generic[T]):
                 if self._sequence is not None and self._sequence(record) != expected:
                     raise LineDamaged(f"sequence {self._sequence(record)}, expected {expected}")
             except LineDamaged as damage:
+                watermark = self.watermark()  # read only when there is damage to judge
                 if not damage.torn or watermark is None or start + pos < watermark:
                     self._judge_damage(data, nl, damage, len(self._cached) + len(records), watermark)
                 # at or past the watermark: never acknowledged, so a torn tail however it looks

@@ -178,6 +178,7 @@ class MemoryStore:
         self._disk = DiskIndex()
         self._journal: JournalBackend | None = None
         self._ready_dirs: set[Path] = set()
+        self._scope_dirs: dict[str, Path] = {}
         self._held_cache: dict[str, bool] = {}
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
@@ -244,7 +245,9 @@ class MemoryStore:
             )
         item = validate(finding, default_source=root.flow)
         fid = finding_id(root.scope, item)
-        directory = learned_dir(self.db_path, root.scope)
+        directory = self._scope_dirs.get(root.scope)
+        if directory is None:
+            directory = self._scope_dirs[root.scope] = learned_dir(self.db_path, root.scope)
         final = directory / f"{fid}.json"
         existing = root.journal.find(root.run_id, STREAM, fid)
         if existing is None:
