@@ -52,6 +52,7 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_1w_vs_sqlite3": ("write.learn_file_1w_per_s", "write.sqlite3_full_1w_per_s"),
     "ratio.learn_1w_vs_eventsourcing": ("write.learn_file_1w_per_s", "write.eventsourcing_1w_per_s"),
     "ratio.learn_1w_vs_langgraph": ("write.learn_file_1w_per_s", "write.langgraph_put_1w_per_s"),
+    "ratio.learn_1w_vs_langgraph_wal": ("write.learn_file_1w_per_s", "write.langgraph_put_wal_1w_per_s"),
     "ratio.learn_1w_vs_dbos": ("write.learn_file_1w_per_s", "write.dbos_step_1w_per_s"),
     "ratio.learn_pg_1w_vs_learn_1w": ("write.learn_pg_1w_per_s", "write.learn_file_1w_per_s"),
     "ratio.learn_8p_vs_floor_8p": ("write.learn_file_8p_per_s", "write.floor_journal_first_8p_per_s"),
@@ -136,6 +137,25 @@ def table(sheet: Sheet, sections: tuple[str, ...], out: TextIO) -> None:
             say(out, f"  {name:<40} {value:>12} {g['target']:<9} {verdict}")
 
 
+def _commit() -> str | None:
+    """The work tree's commit (with ``+dirty`` when it has changes), so figures name what they measured."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the asked sections; print the table, or the JSON document with ``--json``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
@@ -171,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         python=platform.python_version(),
         machine=f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        commit=_commit(),
     )
     base = Path(tempfile.mkdtemp(prefix="flows-bench-", dir=args.dir))
     sheet.meta["dir"] = str(base)

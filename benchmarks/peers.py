@@ -7,7 +7,8 @@ Run by ``python -m benchmarks`` as ``.bench-venv/bin/python benchmarks/peers.py 
   every pooled connection); one finding = one new aggregate's first event, one ``insert_events`` call
   (one transaction).
 * ``langgraph``: ``langgraph.store.sqlite.SqliteStore.put`` (its own transaction per call) on a
-  connection in WAL with ``synchronous=FULL``.
+  connection as ``SqliteStore.from_conn_string`` makes it (rollback journal), or with ``wal`` in WAL;
+  ``synchronous=FULL`` either way.
 * ``dbos``: DBOS Transact with its SQLite system database (``system_database_url=sqlite:///...``;
   SQLite's default rollback journal, ``synchronous=FULL``): one workflow with one step per finding,
   each checkpointed before the call returns.
@@ -71,11 +72,14 @@ def _eventsourcing(params: dict[str, Any]) -> Run:
     return run
 
 
-def _lg_store(path: str) -> Any:
+def _lg_store(path: str, wal: bool = True) -> Any:
+    """A ``SqliteStore`` on a connection made as ``SqliteStore.from_conn_string`` makes it (SQLite's
+    rollback journal), or in WAL; ``synchronous=FULL`` either way."""
     from langgraph.store.sqlite import SqliteStore
 
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=60)
-    conn.execute("PRAGMA journal_mode = WAL")
+    if wal:
+        conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     store = SqliteStore(conn)
     store.setup()
@@ -83,7 +87,7 @@ def _lg_store(path: str) -> Any:
 
 
 def _langgraph(params: dict[str, Any]) -> Run:
-    store = _lg_store(params["path"])
+    store = _lg_store(params["path"], wal=params.get("wal", False))
     who = params["who"]
 
     def run(n: int, start: int) -> None:

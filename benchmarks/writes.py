@@ -44,7 +44,8 @@ WRITE_NAMES = {
     "sqlite3_full_8p": "sqlite3 FULL, 8 processes",
     "eventsourcing_1w": "eventsourcing SQLite recorder, 1 writer",
     "eventsourcing_8p": "eventsourcing SQLite recorder, 8 processes",
-    "langgraph_put_1w": "LangGraph SqliteStore.put, 1 writer",
+    "langgraph_put_1w": "LangGraph SqliteStore.put, its default rollback journal, FULL, 1 writer",
+    "langgraph_put_wal_1w": "LangGraph SqliteStore.put, connection switched to WAL, FULL, 1 writer",
     "dbos_step_1w": "DBOS workflow + 1 step on SQLite, 1 writer",
 }
 """Stable contender names; each figure is ``write.<name>_per_s``."""
@@ -174,6 +175,7 @@ def _peers(base: Path, sizes: Sizes, sheet: Sheet, peers: bool) -> list[Contende
         ("eventsourcing_1w", "eventsourcing", 1, n1),
         ("eventsourcing_8p", "eventsourcing", w, nw),
         ("langgraph_put_1w", "langgraph", 1, n1),
+        ("langgraph_put_wal_1w", "langgraph", 1, n1),
         ("dbos_step_1w", "dbos", 1, max(3, n1 // 5)),  # ~130/s: a fifth of the count keeps rounds short
     )
     reason = None if peers else "peers not asked for (--no-peers)"
@@ -184,7 +186,7 @@ def _peers(base: Path, sizes: Sizes, sheet: Sheet, peers: bool) -> list[Contende
             continue
         path = base / name / "peer.db"
         path.parent.mkdir(parents=True)
-        params = lambda i, p=path: {"path": str(p), "who": f"w{i}"}  # noqa: E731
+        params = lambda i, p=path, wal="_wal_" in name: {"path": str(p), "who": f"w{i}", "wal": wal}  # noqa: E731
         out.append(Contender(name, n, _group(kind, procs, params, peer=True)))
     return out
 
