@@ -111,3 +111,45 @@ def test_sweep_removes_only_stale_stages(tmp_path: Path) -> None:
     assert staging.sweep(tmp_path) == [old.path]
     assert sorted(os.listdir(tmp_path)) == sorted([fresh.path.name, "data.json"])
     assert staging.sweep(tmp_path / "nope") == []
+
+
+def test_threads_staging_at_once_share_their_data_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_fsync, real_syncfs = os.fsync, staging._stage._syncfs
+    assert real_syncfs is not None  # Linux
+
+    def fsync(fd: int) -> None:
+        calls.append("fsync")
+        real_fsync(fd)
+
+    def syncfs(fd: int) -> int:
+        calls.append("syncfs")
+        time.sleep(0.02)  # a slow disk: let the others queue up behind
+        return real_syncfs(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(staging._stage, "_syncfs", syncfs)
+    barrier = threading.Barrier(8)
+    staged: list[staging.Staged] = []
+    mutex = threading.Lock()
+
+    def worker(w: int) -> None:
+        for i in range(5):
+            barrier.wait()
+            s = staging.stage(tmp_path, b"%d-%d" % (w, i))
+            with mutex:
+                staged.append(s)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(staged) == 40
+    assert sorted(s.path.read_bytes() for s in staged) == sorted(
+        b"%d-%d" % (w, i) for w in range(8) for i in range(5)
+    )
+    assert "syncfs" in calls
+    assert len(calls) < 40, calls
