@@ -34,7 +34,7 @@ from memory._files import (
 from memory._finding import STREAM, finding_id, learn_payload, render, validate
 from memory._paths import learned_dir, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
-from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, stage
+from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, publish_many, stage
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -464,7 +464,7 @@ class MemoryStore:
         """
         latest = self.latest_commits(progress)
         held = self._db.held(latest)
-        published = 0
+        wanted: list[tuple[Path, bytes]] = []
         for fid, rec in latest.items():
             if fid in held:
                 continue
@@ -479,9 +479,26 @@ class MemoryStore:
             # A damaged file is not overwritten here: it fails closed (memory_unreachable).
             if current is not None and parse_learned(final, current).learned_ms >= rec.payload["learnedMs"]:
                 continue
-            self._publish(self._stage(final.parent, data, rec.run_id), final, rec.run_id)
-            published += 1
-        return published
+            wanted.append((final, data))
+        # Many files at once (a lost store, another host's findings): stage them all, one data
+        # sync, the renames, one directory fsync per scope.
+        for i in range(0, len(wanted), _SYNC_BATCH):
+            batch = wanted[i : i + _SYNC_BATCH]
+            for directory in dict.fromkeys(final.parent for final, _ in batch):
+                refuse_links(self.db_path.parent, directory)
+                try:
+                    ensure_dir(directory)
+                except OSError as exc:
+                    raise Unwritable(
+                        f"cannot create {directory}: {exc.strerror or exc}", path=directory
+                    ) from exc
+            try:
+                publish_many(batch, db_mode(self.db_path))
+            except StagingError as exc:
+                raise Unwritable(
+                    f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
+                ) from exc
+        return len(wanted)
 
     def sync(
         self, *, materialize: bool = True, progress: Callable[[int, int], None] | None = None

@@ -17,7 +17,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,11 +160,12 @@ class Staged:
     size: int
     _done: bool = field(default=False, repr=False)
 
-    def publish(self, final_path: str | os.PathLike[str]) -> Path:
+    def publish(self, final_path: str | os.PathLike[str], *, sync_dir: bool = True) -> Path:
         """Rename the stage to ``final_path`` atomically (replacing any older file) and fsync the dir.
 
         ``final_path`` must be in the stage's own directory. A reader sees the old bytes or the new,
-        never a part. Publishing twice, or after ``discard``, is a usage error.
+        never a part. Publishing twice, or after ``discard``, is a usage error. With ``sync_dir``
+        False the caller fsyncs the directory itself (``publish_many`` does, once for many).
 
         Returns:
             The final path.
@@ -194,7 +195,8 @@ class Staged:
             ) from exc
         try:
             hit("staging.after_rename")
-            sync_dir_shared(final.parent)
+            if sync_dir:
+                sync_dir_shared(final.parent)
         except OSError as exc:
             raise PublishFailed(
                 f"published {final} but could not fsync its directory: {exc.strerror or exc}",
@@ -212,7 +214,9 @@ class Staged:
             os.unlink(self.path)
 
 
-def stage(directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, hint: str = "") -> Staged:
+def stage(
+    directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, hint: str = "", sync: bool = True
+) -> Staged:
     """Write ``data`` to a new hidden file in ``directory`` and fsync it.
 
     Args:
@@ -220,6 +224,7 @@ def stage(directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, 
         data: the bytes to stage.
         mode: the file's permission bits (the umask does not narrow them).
         hint: a readable fragment for the stage's name (e.g. the final name), for debugging.
+        sync: False leaves the data unsynced; only ``publish_many`` should ask for that.
 
     Returns:
         The staged handle; call ``publish`` or ``discard`` on it.
@@ -245,7 +250,8 @@ def stage(directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, 
         os.fchmod(fd, mode)
         write_all(fd, data)
         hit("staging.before_fsync")
-        sync_file_shared(fd)
+        if sync:
+            sync_file_shared(fd)
     except OSError as exc:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -258,6 +264,69 @@ def stage(directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, 
     os.close(fd)
     hit("staging.after_stage")
     return Staged(path=path, size=len(data))
+
+
+def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None:
+    """Stage and publish many files with few syncs: write every stage, make all their data durable
+    at once (``syncfs``; an fsync each where it is missing), rename each into place, then fsync
+    each directory once. Same guarantees as ``stage`` + ``publish`` per file: no name becomes
+    durable before its data, and a reader sees old bytes or new.
+
+    Args:
+        items: (final path, bytes) pairs; each final path's directory must exist.
+        mode: the files' permission bits.
+
+    Raises:
+        StageFailed, PublishFailed: as ``stage`` and ``publish``; stages not yet published are
+            removed, files already published stay.
+    """
+    staged: list[tuple[Staged, Path]] = []
+    try:
+        for final, data in items:
+            staged.append((stage(final.parent, data, mode, hint=final.name, sync=False), final))
+        _sync_all([s.path for s, _ in staged])
+        for s, final in staged:
+            s.publish(final, sync_dir=False)
+        for directory in dict.fromkeys(final.parent for _, final in staged):
+            try:
+                fsync_dir(directory)
+            except OSError as exc:
+                raise PublishFailed(
+                    f"published into {directory} but could not fsync it: {exc.strerror or exc}",
+                    path=directory,
+                    errno=exc.errno,
+                ) from exc
+    finally:
+        for s, _ in staged:
+            s.discard()
+
+
+def _sync_all(paths: Sequence[Path]) -> None:
+    if not paths:
+        return
+    try:
+        fd = os.open(paths[0], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            hit("staging.before_fsync")
+            if _syncfs is None or len(paths) == 1:
+                os.fsync(fd)
+                for p in paths[1:]:
+                    other = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                    try:
+                        os.fsync(other)
+                    finally:
+                        os.close(other)
+            elif _syncfs(fd) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, os.strerror(code))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StageFailed(
+            f"could not make staged files durable: {exc.strerror or exc}; check free space and the disk",
+            path=paths[0].parent,
+            errno=exc.errno,
+        ) from exc
 
 
 def sweep(
