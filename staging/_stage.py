@@ -49,21 +49,20 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-class _DirSync:
-    """Shared fsyncs of one directory for the threads of this process (group commit).
-
-    A caller takes a ticket after its rename; an fsync of the directory that begins after the ticket
-    was taken covers it, so of many threads that published at once, one fsync serves them all.
+class _SharedSync:
+    """Syncs shared by the threads of this process (group commit), for one directory or one file
+    system. A caller takes a ticket after its change; a sync that begins after the ticket was taken
+    covers it, so of many threads that changed things at once, one sync serves them all.
     """
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
-        self.fsyncing = threading.Lock()
+        self.syncing = threading.Lock()
         self.requested = 0
         self.done = 0
 
 
-_dir_syncs: dict[str, _DirSync] = {}
+_dir_syncs: dict[str, _SharedSync] = {}
 _dir_syncs_mutex = threading.Lock()
 
 
@@ -75,11 +74,11 @@ def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
     """
     key = os.fspath(directory)
     with _dir_syncs_mutex:
-        state = _dir_syncs.setdefault(key, _DirSync())
+        state = _dir_syncs.setdefault(key, _SharedSync())
     with state.mutex:
         state.requested += 1
         ticket = state.requested
-    with state.fsyncing:
+    with state.syncing:
         if state.done >= ticket:
             return
         with state.mutex:
@@ -88,17 +87,7 @@ def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
         state.done = covering
 
 
-class _FsSync:
-    """Shared data syncs of one file system for the threads of this process (group commit)."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.syncing = threading.Lock()
-        self.requested = 0
-        self.done = 0
-
-
-_fs_syncs: dict[int, _FsSync] = {}
+_fs_syncs: dict[int, _SharedSync] = {}
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -125,7 +114,7 @@ def sync_file_shared(fd: int) -> None:
     """
     dev = os.fstat(fd).st_dev
     with _dir_syncs_mutex:
-        state = _fs_syncs.setdefault(dev, _FsSync())
+        state = _fs_syncs.setdefault(dev, _SharedSync())
     with state.mutex:
         state.requested += 1
         ticket = state.requested
