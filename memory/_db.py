@@ -88,10 +88,16 @@ class HistoryDB:
         self.path = path
         self._local = threading.local()
         self._writes = 0
+        self._seen = False
+        # Rows already turned into results, by row id. A row's finding never changes (its key is
+        # the finding's hash); a newer commit changes its citation and time, which are compared.
+        self._rows: dict[int, Recalled] = {}
 
     def exists(self) -> bool:
         """True when the DB file exists (reads of a missing DB see no rows, and create nothing)."""
-        return self.path.exists()
+        if not self._seen:  # once there, a DB stays (an open connection keeps reading it anyway)
+            self._seen = self.path.exists()
+        return self._seen
 
     def _connect(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -151,9 +157,24 @@ class HistoryDB:
         if not self.exists():
             return []
         try:
-            return [_row(r) for r in self._connect().execute(sql, params)]
+            raw = self._connect().execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        out = []
+        rows = self._rows
+        for r in raw:
+            hit = rows.get(r[0])
+            if (
+                hit is None
+                or hit.learned_ms != r[7]
+                or hit.citation.id != r[10]
+                or hit.citation.run_id != r[8]
+            ):
+                if len(rows) > 100_000:
+                    rows.clear()
+                hit = rows[r[0]] = _row(r)
+            out.append(hit)
+        return out
 
     def recall(
         self,

@@ -10,6 +10,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from memory._files import (
     words,
 )
 from memory._finding import STREAM, finding_id, learn_payload, render, validate
-from memory._paths import learned_dir, resolve_db, resolve_journal, scope_dirs
+from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
 from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, publish_many, stage
 
@@ -179,6 +180,8 @@ class MemoryStore:
         self._journal: JournalBackend | None = None
         self._ready_dirs: set[Path] = set()
         self._scope_dirs: dict[str, Path] = {}
+        self._learned_root = learned_root(self.db_path)
+        self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
@@ -314,8 +317,35 @@ class MemoryStore:
 
     def _listings(self, scope: str | None) -> list[Listing]:
         """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
-        dirs = [learned_dir(self.db_path, scope)] if scope is not None else scope_dirs(self.db_path)
+        if scope is not None:
+            directory = self._scope_dirs.get(scope)
+            if directory is None:
+                directory = self._scope_dirs[scope] = learned_dir(self.db_path, scope)
+            dirs = [directory]
+        else:
+            dirs = self._every_scope_dir()
         return [self._disk.listing(d) for d in dirs]
+
+    def _every_scope_dir(self) -> list[Path]:
+        """``scope_dirs``, remembered until ``<db-dir>/flows-memory`` changes (a scope comes or goes).
+
+        A listing taken while the folder is fresh (mtimes are coarse) is not remembered, and a
+        scope whose folders exist but not yet its learned-file folder is looked for again each time.
+        """
+        root = self._learned_root
+        try:
+            st = os.stat(root)
+        except FileNotFoundError:
+            return []
+        stamp = (st.st_mtime_ns, st.st_ino)
+        cached = self._scope_listing
+        if cached is not None and cached[0] == stamp and cached[2] == len(cached[1]):
+            return cached[1]
+        found = scope_dirs(self.db_path)
+        names = len(os.listdir(root))
+        if time.time_ns() - st.st_mtime_ns > 50_000_000:
+            self._scope_listing = (stamp, found, names)
+        return found
 
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
