@@ -245,6 +245,11 @@ def resume(
             )
         flow = _flow_of(info.meta, run_id)
         lease = backend.acquire(run_id)
+        try:  # committed learns' files in batches, so the body's re-learns find them in place
+            store.republish_run(backend, run_id)
+        except BaseException:
+            backend.release(lease)
+            raise
         return _drive_root(flow, store, backend, lease, progress)
     finally:
         if own:

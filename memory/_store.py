@@ -35,7 +35,16 @@ from memory._files import (
 from memory._finding import STREAM, finding_id, learn_payload, render, validate
 from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
-from staging import STAGE_PREFIX, StagingError, ensure_dir, failpoint, fsync_dir, publish_many, stage
+from staging import (
+    STAGE_PREFIX,
+    StagingError,
+    ensure_dir,
+    failpoint,
+    fsync_dir,
+    publish_many,
+    stage,
+    sync_dir_shared,
+)
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -261,6 +270,16 @@ class MemoryStore:
         else:
             expected = existing
         data = render(expected)
+        if existing is not None and self._holds(final, data):
+            # Committed and published already (a resumed body): make sure the name is durable, in
+            # case the publish that made it died before its directory fsync, and say so.
+            self._sync_dir(directory, root.run_id)
+            return Learned(
+                fid,
+                Citation(existing.run_id, existing.stream, existing.id),
+                final,
+                int(existing.payload["learnedMs"]),
+            )
         staged = self._stage(directory, data, root.run_id)
         try:
             record = existing or root.journal.append(root.lease, STREAM, expected.payload, key=fid)
@@ -278,6 +297,69 @@ class MemoryStore:
             path=final,
             learned_ms=int(record.payload["learnedMs"]),
         )
+
+    @staticmethod
+    def _holds(path: Path, data: bytes) -> bool:
+        """Whether ``path`` (never through a link) holds exactly ``data``."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return os.read(fd, len(data) + 1) == data
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _sync_dir(self, directory: Path, run_id: str | None) -> None:
+        try:
+            sync_dir_shared(directory)
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot fsync {directory}: {exc.strerror or exc}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc
+
+    def republish_run(self, backend: JournalBackend, run_id: str) -> int:
+        """Publish, in batches, the learned file of every finding ``run_id`` committed whose file
+        does not already hold exactly its record's bytes; returns how many were published.
+
+        ``resume`` calls it before re-running the body, so the body's re-learns find their files
+        in place. Never writes to the journal.
+        """
+        wanted: list[tuple[Path, bytes]] = []
+        for rec in backend.read(run_id, STREAM):
+            scope = rec.payload.get("scope")
+            fid = rec.payload.get("id")
+            if not isinstance(scope, str) or not isinstance(fid, str):
+                continue
+            final = learned_dir(self.db_path, scope) / f"{fid}.json"
+            data = render(rec)
+            if not self._holds(final, data):
+                wanted.append((final, data))
+        self._publish_batches(wanted)
+        return len(wanted)
+
+    def _publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
+        for i in range(0, len(wanted), _SYNC_BATCH):
+            batch = wanted[i : i + _SYNC_BATCH]
+            for directory in dict.fromkeys(final.parent for final, _ in batch):
+                refuse_links(self.db_path.parent, directory)
+                try:
+                    ensure_dir(directory)
+                except OSError as exc:
+                    raise Unwritable(
+                        f"cannot create {directory}: {exc.strerror or exc}", path=directory
+                    ) from exc
+            try:
+                publish_many(batch, db_mode(self.db_path))
+            except StagingError as exc:
+                raise Unwritable(
+                    f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
+                ) from exc
 
     def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
         ready = directory in self._ready_dirs  # checked for links and created once per store
@@ -512,22 +594,7 @@ class MemoryStore:
             wanted.append((final, data))
         # Many files at once (a lost store, another host's findings): stage them all, one data
         # sync, the renames, one directory fsync per scope.
-        for i in range(0, len(wanted), _SYNC_BATCH):
-            batch = wanted[i : i + _SYNC_BATCH]
-            for directory in dict.fromkeys(final.parent for final, _ in batch):
-                refuse_links(self.db_path.parent, directory)
-                try:
-                    ensure_dir(directory)
-                except OSError as exc:
-                    raise Unwritable(
-                        f"cannot create {directory}: {exc.strerror or exc}", path=directory
-                    ) from exc
-            try:
-                publish_many(batch, db_mode(self.db_path))
-            except StagingError as exc:
-                raise Unwritable(
-                    f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
-                ) from exc
+        self._publish_batches(wanted)
         return len(wanted)
 
     def sync(

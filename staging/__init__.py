@@ -13,6 +13,7 @@ from staging._stage import (
     stage,
     stale_stages,
     sweep,
+    sync_dir_shared,
     write_all,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "stage",
     "stale_stages",
     "sweep",
+    "sync_dir_shared",
     "write_all",
 ]

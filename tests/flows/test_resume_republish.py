@@ -1,0 +1,53 @@
+"""Resume republishes a root's committed findings in batches before re-running its body."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import flows
+import memory
+import staging._stage
+from journal import RunState
+from tests.flows.helpers import check_invariants, journal_of, write_flow
+
+TWENTY = """
+for i in range(20):
+    await f.memory.learn({"text": f"finding {i}"})
+if __import__("os").environ.get("FAIL_AT_END"):
+    raise RuntimeError("fail after learning")
+"""
+
+
+def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
+    monkeypatch.setenv("FAIL_AT_END", "1")
+    first = flows.run(flow, db=db)
+    assert first.state == RunState.FAILED
+    monkeypatch.delenv("FAIL_AT_END")
+    directory = memory.learned_dir(db, "batch")
+    originals = {p.name: p.read_bytes() for p in directory.iterdir()}
+    assert len(originals) == 20
+    lost = sorted(originals)[:12]
+    for name in lost:
+        (directory / name).unlink()
+
+    single_publishes: list[Path] = []
+    real_publish = staging._stage.Staged.publish
+
+    def counting(self: staging._stage.Staged, final_path: object, *, sync_dir: bool = True) -> Path:
+        if sync_dir and Path(str(final_path)).parent == directory:  # a learn's one-file path
+            single_publishes.append(Path(str(final_path)))
+        return real_publish(self, final_path, sync_dir=sync_dir)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(staging._stage.Staged, "publish", counting)
+    resumed = flows.resume(first.run_id, db=db)
+    assert resumed.state == RunState.DONE, resumed.error
+    assert single_publishes == []  # every re-learn found its file in place
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == originals
+    assert len(check_invariants(db, first.run_id)) == 20
+    assert len(list(journal_of(db).read(first.run_id, memory.STREAM))) == 20
