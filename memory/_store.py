@@ -189,6 +189,7 @@ class MemoryStore:
         self._journal: JournalBackend | None = None
         self._ready_dirs: set[Path] = set()
         self._scope_dirs: dict[str, Path] = {}
+        self._durable_names: set[Path] = set()  # learned files this store published durably
         self._learned_root = learned_root(self.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
@@ -273,7 +274,8 @@ class MemoryStore:
         if existing is not None and self._holds(final, data):
             # Committed and published already (a resumed body): make sure the name is durable, in
             # case the publish that made it died before its directory fsync, and say so.
-            self._sync_dir(directory, root.run_id)
+            if final not in self._durable_names:
+                self._sync_dir(directory, root.run_id)
             return Learned(
                 fid,
                 Citation(existing.run_id, existing.stream, existing.id),
@@ -356,6 +358,7 @@ class MemoryStore:
                     ) from exc
             try:
                 publish_many(batch, db_mode(self.db_path))
+                self._durable_names.update(final for final, _ in batch)
             except StagingError as exc:
                 raise Unwritable(
                     f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
