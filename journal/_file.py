@@ -210,8 +210,14 @@ class FileJournal:
         # Read afresh every time: the fence must see the epoch another process just wrote, and a
         # stat-keyed cache can be fooled by inode reuse within a coarse mtime tick.
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks = [os.read(fd, 65536)]
+                while len(chunks[-1]) == 65536:  # a large meta: read on to the end
+                    chunks.append(os.read(fd, 65536))
+                data = b"".join(chunks)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
         except OSError as exc:

@@ -122,6 +122,7 @@ class LineLog(Generic[T]):
         keep_open: bool = False,
     ) -> None:
         self._path = Path(path)
+        self._path_str = str(self._path)
         self._keep_open = keep_open
         self._kept: int | None = None  # with keep_open: one O_APPEND descriptor for the log's life
         self._kept_mark: int | None = None
@@ -206,7 +207,7 @@ class LineLog(Generic[T]):
     def _still_here(self, fd: int) -> bool:
         """Whether ``fd`` is still the file at the log's path (it was not replaced or removed)."""
         try:
-            return os.stat(self._path).st_ino == os.fstat(fd).st_ino
+            return os.stat(self._path_str).st_ino == os.fstat(fd).st_ino
         except OSError:
             return False
 

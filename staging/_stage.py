@@ -167,7 +167,7 @@ class Staged:
         final = Path(final_path)
         if self._done:
             raise ValueError(f"stage {self.path} was already published or discarded")
-        if final.parent != self.path.parent:
+        if os.path.dirname(final_path) != os.path.dirname(self.path):
             raise ValueError(f"{final} is not in the stage's directory {self.path.parent}")
         self._done = True
         try:
@@ -222,9 +222,9 @@ def stage(
         StageFailed: the directory is missing or not a directory, or the file could not be created,
             written or fsync'd (no space, no permission, read-only, I/O). Nothing is left behind.
     """
-    directory = Path(directory)
-    safe_hint = "".join(c for c in hint if c.isalnum() or c in "-_.")[:64]
-    path = directory / f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint}"
+    directory = os.fspath(directory)
+    safe_hint = hint if hint.isalnum() else "".join(c for c in hint if c.isalnum() or c in "-_.")
+    path = os.path.join(directory, f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint[:64]}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, mode)
@@ -252,7 +252,7 @@ def stage(
         ) from exc
     os.close(fd)
     hit("staging.after_stage")
-    return Staged(path=path, size=len(data))
+    return Staged(path=Path(path), size=len(data))
 
 
 def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None:
