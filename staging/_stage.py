@@ -61,6 +61,17 @@ class _SharedSync:
         self.requested = 0
         self.done = 0
 
+    def ticket(self) -> int:
+        """Take the next ticket (call it after the change that needs syncing)."""
+        with self.mutex:
+            self.requested += 1
+            return self.requested
+
+    def covering(self) -> int:
+        """The newest ticket taken so far: what a sync that begins now covers."""
+        with self.mutex:
+            return self.requested
+
 
 _dir_syncs: dict[str, _SharedSync] = {}
 _dir_syncs_mutex = threading.Lock()
@@ -75,14 +86,11 @@ def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
     key = os.fspath(directory)
     with _dir_syncs_mutex:
         state = _dir_syncs.setdefault(key, _SharedSync())
-    with state.mutex:
-        state.requested += 1
-        ticket = state.requested
+    ticket = state.ticket()
     with state.syncing:
         if state.done >= ticket:
             return
-        with state.mutex:
-            covering = state.requested
+        covering = state.covering()
         fsync_dir(directory)
         state.done = covering
 
@@ -115,14 +123,11 @@ def sync_file_shared(fd: int) -> None:
     dev = os.fstat(fd).st_dev
     with _dir_syncs_mutex:
         state = _fs_syncs.setdefault(dev, _SharedSync())
-    with state.mutex:
-        state.requested += 1
-        ticket = state.requested
+    ticket = state.ticket()
     with state.syncing:
         if state.done >= ticket:
             return
-        with state.mutex:
-            covering = state.requested
+        covering = state.covering()
         if covering == ticket or _syncfs is None:  # nobody queued behind: a plain fsync
             os.fsync(fd)
             return
