@@ -302,44 +302,29 @@ class HistoryDB:
                     continue  # the DB holds a newer commit of this finding
                 if cur is not None:
                     conn.execute("DELETE FROM finding_tags WHERE finding = ?", (cur[0],))
-                    conn.execute(
-                        "UPDATE findings SET scope=?, flow=?, text=?, source=?, tags=?, learned_ms=?,"
-                        " run_id=?,"
-                        " stream=?, record_id=?, synced_ms=? WHERE id=?",
-                        (
-                            e.scope,
-                            e.flow,
-                            e.text,
-                            e.source,
-                            tags,
-                            e.learned_ms,
-                            e.citation.run_id,
-                            e.citation.stream,
-                            e.citation.id,
-                            now_ms,
-                            cur[0],
-                        ),
-                    )
-                    row_id = cur[0]
-                else:
-                    row_id = conn.execute(
-                        "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id,"
-                        " stream,"
-                        " record_id, synced_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            e.key,
-                            e.scope,
-                            e.flow,
-                            e.text,
-                            e.source,
-                            tags,
-                            e.learned_ms,
-                            e.citation.run_id,
-                            e.citation.stream,
-                            e.citation.id,
-                            now_ms,
-                        ),
-                    ).lastrowid
+                # One statement for a new finding and a newer commit of a known one.
+                row_id = conn.execute(
+                    "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
+                    " record_id, synced_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT (key) DO UPDATE SET scope=excluded.scope, flow=excluded.flow,"
+                    " text=excluded.text, source=excluded.source, tags=excluded.tags,"
+                    " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
+                    " record_id=excluded.record_id, synced_ms=excluded.synced_ms"
+                    " RETURNING id",
+                    (
+                        e.key,
+                        e.scope,
+                        e.flow,
+                        e.text,
+                        e.source,
+                        tags,
+                        e.learned_ms,
+                        e.citation.run_id,
+                        e.citation.stream,
+                        e.citation.id,
+                        now_ms,
+                    ),
+                ).fetchone()[0]
                 conn.executemany(
                     "INSERT OR IGNORE INTO finding_tags (tag, learned_ms, finding) VALUES (?,?,?)",
                     [(t, e.learned_ms, row_id) for t in set(e.tags)],
