@@ -44,15 +44,30 @@ class JournalBackend(Protocol):
         ...
 
     def append(
-        self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+        self,
+        lease: Lease,
+        stream: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        sync_filesystem: bool = False,
     ) -> Record:
         """Append under the run lock, durably; if ``key`` is already in the stream, return that record.
 
         A keyed record's id is ``record_id(run_id, stream, key)``; an unkeyed one gets a random id.
 
+        ``sync_filesystem`` (only where ``shares_filesystem`` said True): when this returns, every
+        write made before the call to files on the journal's file system is durable too, by the
+        same sync that makes the record durable (a caller's unsynced staged file, say).
+
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalNameInvalid, and the
-        storage errors.
+        storage errors; ValueError for ``sync_filesystem`` on a backend that cannot.
         """
+        ...
+
+    def shares_filesystem(self, path: str) -> bool:
+        """Whether ``append(..., sync_filesystem=True)`` makes writes to files under ``path``
+        durable: the journal is on ``path``'s file system and can sync all of it at once."""
         ...
 
     def read(self, run_id: str, stream: str) -> Sequence[Record]:

@@ -39,7 +39,7 @@ from journal._errors import (
 )
 from journal._linelog import LineDamaged, LineLog
 from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
-from staging import StagingError, ensure_dir, stage
+from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
 _LOCK_TIMEOUT_S = 30.0
@@ -136,6 +136,7 @@ class FileJournal:
         self._run_strs: dict[str, str] = {}
         self._mutex = threading.Lock()
         self._closed = False
+        self._dev: int | None = None  # the root's file system, once seen
 
     # -- paths and files -----------------------------------------------------------------------
 
@@ -395,17 +396,39 @@ class FileJournal:
 
     # -- streams -----------------------------------------------------------------------------
 
+    def shares_filesystem(self, path: str) -> bool:
+        """True where ``syncfs`` exists and ``path`` is on the journal's file system (see
+        ``JournalBackend``); False when either cannot be told (a missing path, say)."""
+        if not HAVE_SYNCFS:
+            return False
+        try:
+            if self._dev is None:
+                self._dev = os.stat(self._root).st_dev
+            return os.stat(path).st_dev == self._dev
+        except OSError:
+            return False
+
     def append(
-        self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+        self,
+        lease: Lease,
+        stream: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        sync_filesystem: bool = False,
     ) -> Record:
         """Append durably under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
         Group commit: the line is written under the run lock, but fsync'd after the lock is let go,
         so appenders in other threads and processes overlap their fsyncs and one fsync can cover
         several lines. The call still returns only once its record (or, for a key already in the
-        stream, the existing record) is durable.
+        stream, the existing record) is durable. With ``sync_filesystem`` the sync is a ``syncfs``
+        of the journal's file system (shared the same way), which also covers the files the caller
+        wrote before the call.
         """
         self._check_open()
+        if sync_filesystem and not HAVE_SYNCFS:
+            raise ValueError("sync_filesystem needs syncfs, which this platform lacks")
         handle = self._stream(lease.run_id, stream)
         try:
             with handle.mutex, self._run_lock(lease.run_id):
@@ -433,7 +456,11 @@ class FileJournal:
                             handle.keys[key] = record
                         handle.indexed += 1
             try:
-                handle.log.sync_to(end)
+                if written or not sync_filesystem:
+                    handle.log.sync_to(end, filesystem=sync_filesystem)
+                else:  # nothing of ours in the log: a sync that begins now covers the caller's files
+                    handle.log.sync_to(end)
+                    handle.log.sync_now(filesystem=True)
             except JournalError:
                 if written:
                     self._unwrite(lease.run_id, handle, end)

@@ -26,6 +26,11 @@ after a crash it can only be lower than the truth). Every acknowledged append li
 damage below it is damage, and anything at or past it is a torn tail however it looks (several
 lines, when appenders shared an fsync). A log without a readable watermark uses the rule above.
 
+A second mark, after the first, records how far *file-system* syncs reached (``sync_to(end,
+filesystem=True)``, Linux's ``syncfs``): a sync that also made durable every write made on the log's
+file system before it began. A caller that wrote another file without fsync before appending (a
+staged finding) needs that kind; a plain fsync of the log never raises the second mark.
+
 Lock-free readers (``read``, ``iter_reverse``) apply the same rule but never cut: a tail that may be
 an append in flight is simply not a record yet.
 """
@@ -44,7 +49,7 @@ from typing import Generic, Protocol, TypeVar
 import portalocker
 
 from journal._errors import JournalCorrupt, JournalReadInterrupted, JournalUnwritable
-from staging import ensure_dir, failpoint, fsync_dir, write_all
+from staging import HAVE_SYNCFS, ensure_dir, failpoint, fsync_dir, syncfs, write_all
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -132,6 +137,7 @@ class LineLog(Generic[T]):
         self._mutex = threading.RLock()
         self._syncing = threading.Lock()
         self._durable = 0  # bytes this object knows durable (its own fsyncs), per inode below
+        self._durable_fs = 0  # of those, covered by a file-system sync (never more than _durable)
         self._durable_ino: int | None = None
         self._mark = f"{self._path}.lock"
         # Verified records and the file offset they end at; a cache only of verified bytes, which a
@@ -273,7 +279,8 @@ class LineLog(Generic[T]):
                     f"cannot cut the torn tail of {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
             self._durable = min(self._durable, scan.good_end)
-            self._set_watermark(scan.good_end)
+            self._durable_fs = min(self._durable_fs, scan.good_end)
+            self._lower_watermarks(scan.good_end)
         return scan.records
 
     def append(self, record: T) -> None:
@@ -361,35 +368,56 @@ class LineLog(Generic[T]):
         # Another appender's fsync may have raised the mark past the cut: bring it back, or bytes
         # written here later would be taken for durable before they are.
         self._durable = min(self._durable, start)
-        self._set_watermark(start)
+        self._durable_fs = min(self._durable_fs, start)
+        self._lower_watermarks(start)
         return True
 
     def end(self) -> int:
         """The offset just past the last verified record (as of the last scan or write)."""
         return self._cached_end
 
-    def sync_to(self, end: int) -> None:
+    def sync_to(self, end: int, *, filesystem: bool = False) -> None:
         """Return once the log's first ``end`` bytes are durable; no lock is needed.
 
         Skips the fsync when the watermark (the durable length recorded by whoever fsync'd last, in
         this process or another) already covers ``end``; otherwise fsyncs and raises the watermark,
         so concurrent appenders share fsyncs.
 
+        With ``filesystem`` (where ``HAVE_SYNCFS``), the sync is a ``syncfs`` of the log's file
+        system, and only such a sync counts: when this returns, every write made to any file on that
+        file system before the log reached ``end`` is durable too. A caller that wrote a file
+        without fsync, then appended, has both made durable by one device flush.
+
         Raises:
             JournalUnwritable: the fsync failed; whether those bytes survive is then unknown, and
                 the caller must treat its records as not written (a resumed caller finds them if
                 they did survive).
+            ValueError: ``filesystem`` where syncfs is missing.
         """
-        if self._durable >= end and self._durable_ino == self._cached_ino:
+        if filesystem and not HAVE_SYNCFS:
+            raise ValueError("a file-system sync needs syncfs, which this platform lacks")
+        if (self._durable_fs if filesystem else self._durable) >= end and self._durable_ino == self._cached_ino:
             return
-        if (self.watermark() or 0) >= end:  # another process's fsync may cover it
+        if (self._marks()[1 if filesystem else 0] or 0) >= end:  # another process's sync covers it
             return
-        with self._syncing:  # threads queue here; the fsync ahead of them may already cover them
-            if self._durable >= end and self._durable_ino == self._cached_ino:
+        with self._syncing:  # threads queue here; the sync ahead of them may already cover them
+            if (self._durable_fs if filesystem else self._durable) >= end and self._durable_ino == self._cached_ino:
                 return
-            self._fsync_covering()
+            self._fsync_covering(filesystem)
 
-    def _fsync_covering(self) -> None:
+    def sync_now(self, *, filesystem: bool = False) -> None:
+        """Sync the log (with ``filesystem``, its whole file system) now, whatever the marks say:
+        for a caller whose own writes elsewhere must be covered by a sync that begins after them.
+
+        Raises:
+            JournalUnwritable: the sync failed.
+        """
+        if filesystem and not HAVE_SYNCFS:
+            raise ValueError("a file-system sync needs syncfs, which this platform lacks")
+        with self._syncing:
+            self._fsync_covering(filesystem)
+
+    def _fsync_covering(self, filesystem: bool) -> None:
         kept = self._kept
         try:
             fd = kept if kept is not None else os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -401,7 +429,10 @@ class LineLog(Generic[T]):
             st = os.fstat(fd)
             covered, ino = st.st_size, st.st_ino  # every byte written before the fsync is covered
             failpoint("linelog.before_fsync")
-            os.fsync(fd)
+            if filesystem:
+                syncfs(fd)
+            else:
+                os.fsync(fd)
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot make {self._path} durable: {exc.strerror or exc}; check the disk", path=self._path
@@ -411,7 +442,9 @@ class LineLog(Generic[T]):
                 os.close(fd)
         if ino == self._cached_ino:
             self._durable, self._durable_ino = max(self._durable, covered), ino
-        self._set_watermark(covered)
+            if filesystem:
+                self._durable_fs = max(self._durable_fs, covered)
+        self._set_watermark(covered, filesystem=filesystem)
         failpoint("linelog.after_append")
 
     # -- the watermark: how much of the log is known durable -----------------------------------
@@ -422,26 +455,45 @@ class LineLog(Generic[T]):
         It is written (without fsync) only after an fsync returned, so after a crash it can only
         be lower than the truth: bytes past it are not known durable and were never acknowledged.
         """
+        plain, filesystem = self._marks()
+        if plain is None or filesystem is None:
+            return filesystem if plain is None else plain
+        return max(plain, filesystem)
+
+    def filesystem_watermark(self) -> int | None:
+        """How far file-system syncs (``sync_to(end, filesystem=True)``) reached, or None."""
+        return self._marks()[1]
+
+    def _marks(self) -> tuple[int | None, int | None]:
         if self._kept_mark is not None:
             try:
-                return _unpack_mark(os.pread(self._kept_mark, 12, 0))
+                raw = os.pread(self._kept_mark, 24, 0)
             except OSError:
-                return None
-        try:
-            fd = os.open(self._mark, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:
-            return None
-        try:
-            raw = os.pread(fd, 12, 0)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        return _unpack_mark(raw)
+                return None, None
+        else:
+            try:
+                fd = os.open(self._mark, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                return None, None
+            try:
+                raw = os.pread(fd, 24, 0)
+            except OSError:
+                return None, None
+            finally:
+                os.close(fd)
+        return _unpack_mark(raw[:12]), _unpack_mark(raw[12:24])
 
-    def _set_watermark(self, value: int) -> None:
+    def _set_watermark(self, value: int, *, filesystem: bool = False) -> None:
         # Written without reading first: if another appender's higher mark is overwritten with a
-        # lower one, the mark only under-claims, which costs an fsync, never a guarantee.
+        # lower one, the mark only under-claims, which costs a sync, never a guarantee.
+        self._write_marks(_pack_mark(value) * 2 if filesystem else _pack_mark(value))
+
+    def _lower_watermarks(self, value: int) -> None:
+        """After a cut at ``value``: neither mark may claim bytes past it (the second never rises)."""
+        second = self._marks()[1]
+        self._write_marks(_pack_mark(value) + (b"" if second is None else _pack_mark(min(second, value))))
+
+    def _write_marks(self, raw: bytes) -> None:
         fd = self._kept_mark
         if fd is None:
             try:
@@ -451,7 +503,7 @@ class LineLog(Generic[T]):
             if self._keep_open and self._kept is not None:
                 self._kept_mark = fd
         try:
-            os.pwrite(fd, _pack_mark(value), 0)
+            os.pwrite(fd, raw, 0)
         except OSError:
             pass
         finally:
@@ -493,7 +545,7 @@ class LineLog(Generic[T]):
             st = os.fstat(fd)
             if st.st_ino != self._cached_ino or st.st_size < self._cached_end:
                 self._cached, self._cached_end, self._cached_ino = [], 0, st.st_ino
-                self._durable = 0
+                self._durable = self._durable_fs = 0
             start = self._cached_end
             data = os.pread(fd, st.st_size - start, start) if st.st_size > start else b""
         except OSError as exc:

@@ -679,8 +679,18 @@ class PostgresJournal:
 
     # -- streams -------------------------------------------------------------------------------
 
+    def shares_filesystem(self, path: str) -> bool:
+        """Always False: a commit here makes nothing on the local disk durable."""
+        return False
+
     def append(
-        self, lease: Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+        self,
+        lease: Lease,
+        stream: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        sync_filesystem: bool = False,
     ) -> Record:
         """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
@@ -692,6 +702,8 @@ class PostgresJournal:
         JournalNameInvalid, JournalUnavailable, JournalUnwritable; TypeError for a payload that is
         not JSON.
         """
+        if sync_filesystem:
+            raise ValueError("the PostgreSQL journal cannot sync a local file system; fsync the files")
         run_id = check_name("run id", lease.run_id)
         check_name("stream name", stream)
         args = (

@@ -190,6 +190,7 @@ class MemoryStore:
         self._ready_dirs: set[Path] = set()
         self._scope_dirs: dict[str, Path] = {}
         self._durable_names: set[Path] = set()  # learned files this store published durably
+        self._shared_fs: dict[tuple[int, Path], tuple[JournalBackend, bool]] = {}
         self._learned_root = learned_root(self.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
@@ -282,9 +283,17 @@ class MemoryStore:
                 final,
                 int(existing.payload["learnedMs"]),
             )
-        staged = self._stage(directory, data, root.run_id)
+        # Journal and file on one file system: the stage is written without fsync and the append's
+        # own sync (a syncfs) makes both durable with one device flush.
+        shared = existing is None and self._shares_filesystem(root.journal, directory)
+        staged = self._stage(directory, data, root.run_id, sync=not shared)
         try:
-            record = existing or root.journal.append(root.lease, STREAM, expected.payload, key=fid)
+            if existing is not None:
+                record = existing
+            elif shared:
+                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid, sync_filesystem=True)
+            else:
+                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid)
         except BaseException:
             staged.discard()
             raise
@@ -364,7 +373,18 @@ class MemoryStore:
                     f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
                 ) from exc
 
-    def _stage(self, directory: Path, data: bytes, run_id: str | None) -> Any:
+    def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
+        """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
+        per backend and directory, after the directory exists)."""
+        if directory not in self._ready_dirs:
+            return False
+        key = (id(backend), directory)
+        found = self._shared_fs.get(key)
+        if found is None or found[0] is not backend:
+            found = self._shared_fs[key] = (backend, backend.shares_filesystem(str(directory)))
+        return found[1]
+
+    def _stage(self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
         ready = directory in self._ready_dirs  # checked for links and created once per store
         if not ready:
             refuse_links(self.db_path.parent, directory, run_id)
@@ -373,11 +393,11 @@ class MemoryStore:
             if not ready:
                 ensure_dir(directory)
                 self._ready_dirs.add(directory)
-            return stage(directory, data, db_mode(self.db_path), hint="finding")
+            return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync)
         except (StagingError, OSError) as exc:
             if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
                 self._ready_dirs.discard(directory)
-                return self._stage(directory, data, run_id)
+                return self._stage(directory, data, run_id)  # synced: the folder is new
             path = getattr(exc, "path", directory)
             raise Unwritable(
                 f"cannot stage a learned file in {directory}: {exc}",

@@ -4,6 +4,7 @@ from staging._errors import PublishFailed, StageFailed, StagingError
 from staging._failpoints import hit as failpoint
 from staging._stage import (
     DEFAULT_SWEEP_AGE_S,
+    HAVE_SYNCFS,
     STAGE_PREFIX,
     Staged,
     ensure_dir,
@@ -14,11 +15,13 @@ from staging._stage import (
     stale_stages,
     sweep,
     sync_dir_shared,
+    syncfs,
     write_all,
 )
 
 __all__ = [
     "DEFAULT_SWEEP_AGE_S",
+    "HAVE_SYNCFS",
     "STAGE_PREFIX",
     "PublishFailed",
     "StageFailed",
@@ -33,5 +36,6 @@ __all__ = [
     "stale_stages",
     "sweep",
     "sync_dir_shared",
+    "syncfs",
     "write_all",
 ]

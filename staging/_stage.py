@@ -109,6 +109,25 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 _syncfs = _load_syncfs() if sys.platform.startswith("linux") else None
 
+HAVE_SYNCFS = _syncfs is not None
+"""Whether ``syncfs`` is available (Linux): one call makes every write on a file system durable."""
+
+
+def syncfs(fd: int) -> None:
+    """Make every write made so far to the file system holding ``fd`` durable, by any process.
+
+    Linux's ``syncfs(2)`` (it reports write-back errors since 5.8). Where it is missing this is
+    ``fsync(fd)``, which covers ``fd``'s file only: check ``HAVE_SYNCFS`` before relying on more.
+
+    Raises:
+        OSError: the sync failed.
+    """
+    if _syncfs is None:
+        os.fsync(fd)
+    elif _syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
 
 def sync_file_shared(fd: int) -> None:
     """Make the data written to ``fd`` durable, sharing one sync with threads that wrote meanwhile.
@@ -131,9 +150,7 @@ def sync_file_shared(fd: int) -> None:
         if covering == ticket or _syncfs is None:  # nobody queued behind: a plain fsync
             os.fsync(fd)
             return
-        if _syncfs(fd) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
+        syncfs(fd)
         state.done = covering
 
 
@@ -310,9 +327,8 @@ def _sync_all(paths: Sequence[Path]) -> None:
                         os.fsync(other)
                     finally:
                         os.close(other)
-            elif _syncfs(fd) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, os.strerror(code))
+            else:
+                syncfs(fd)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -131,7 +131,7 @@ def test_the_header_defaults_to_the_file_stem_and_is_recorded_for_resume(tmp_pat
 THIRTY = """
 for i in range(30):
     await f.memory.learn({"text": f"finding number {i}", "tags": ["n" + str(i % 3)]})
-    await asyncio.sleep(0.004)
+    await asyncio.sleep(0.01)
 """
 
 

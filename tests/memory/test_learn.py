@@ -39,10 +39,10 @@ class ObservedJournal:
         return getattr(self._inner, name)
 
     def append(
-        self, lease: journal.Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None
+        self, lease: journal.Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None, **how: Any
     ) -> journal.Record:
         self._before_append(stream, key)
-        return self._inner.append(lease, stream, payload, key=key)
+        return self._inner.append(lease, stream, payload, key=key, **how)
 
 
 def _records(root: memory.RootRun) -> list[journal.Record]:

@@ -21,6 +21,8 @@ The durability model (stricter than ext4 ``data=ordered``, on purpose):
 * Files and directories are independent: any combination of their prefixes is a crash state (so
   a rename may survive while the renamed file's unsynced data does not, and the other way round).
   Nothing else is shared: an fsync of a file does not make its name durable, as POSIX allows.
+* A ``syncfs`` (``staging.syncfs``: Linux's sync of a whole file system) makes every operation
+  logged before it durable, files and directories alike.
 
 The history DB (SQLite, written only by ``sync``) is not modelled here; SQLite has its own crash
 tests, and the failpoint sweep kills ``sync`` at each of its steps.
@@ -113,11 +115,22 @@ class Recorder:
         wrappers = _wrappers(self, real)
         for name, fn in wrappers.items():
             setattr(os, name, fn)
+        real_syncfs = staging._stage._syncfs
+        if real_syncfs is not None:
+
+            def syncfs(fd: int) -> int:
+                status = real_syncfs(fd)
+                if status == 0:
+                    self.ops.append(Op("syncfs", ""))
+                return status
+
+            staging._stage._syncfs = syncfs
         try:
             yield self
         finally:
             for name, fn in real.items():
                 setattr(os, name, fn)
+            staging._stage._syncfs = real_syncfs
 
 
 _WRAPPED = (
@@ -303,6 +316,9 @@ class CrashPoint:
                     self.dir_ops.setdefault(_join(str(op.target), op.args[1]), [])
             elif op.kind in ("write", "truncate"):
                 self.file_ops.setdefault(int(op.target), []).append(op)
+            elif op.kind == "syncfs":
+                durable.update({d: len(ops) for d, ops in self.dir_ops.items()})
+                durable.update({o: len(ops) for o, ops in self.file_ops.items()})
             else:
                 group = self.dir_ops if isinstance(op.target, str) else self.file_ops
                 durable[op.target] = len(group.get(op.target, []))  # type: ignore[call-overload]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import staging
 from journal import LineLog, Record, RecordCodec
 from tests.reliability import powerloss
 from tests.reliability.powerloss import CrashPoint, Op
@@ -46,18 +47,47 @@ def test_the_same_workload_with_every_fsync_in_place_loses_nothing() -> None:
     assert tally.clean, _summary(tally)
 
 
-def test_the_recorder_logs_a_learn_as_stage_fsync_append_fsync_rename_dir_fsync(tmp_path: Path) -> None:
-    trace = powerloss.record_findings(["L1"], tmp_path)
-    learn = next(e for e in trace.events if e.step == "L1")
+def _kinds_of(trace: powerloss.Trace, step: str) -> list[str]:
+    learn = next(e for e in trace.events if e.step == step)
     assert learn.end is not None
-    kinds = [op.args[0] if op.kind == "entry" else op.kind for op in trace.ops[learn.start : learn.end]]
-    wanted = iter(["create", "write", "fsync", "write", "fsync", "rename", "fsync"])
-    step = next(wanted)
-    for kind in kinds:  # the discipline, in this order (other operations may come between)
-        if kind == step:
-            step = next(wanted, "")
-    assert step == "", kinds
-    assert kinds[-2:] == ["rename", "fsync"]  # publish ends the learn: rename, then the directory
+    return [op.args[0] if op.kind == "entry" else op.kind for op in trace.ops[learn.start : learn.end]]
+
+
+def _in_order(kinds: list[str], wanted: list[str]) -> bool:
+    """Whether ``wanted`` occurs in ``kinds`` in this order (other operations may come between)."""
+    it = iter(kinds)
+    return all(any(kind == w for kind in it) for w in wanted)
+
+
+def test_the_recorder_logs_a_learn_as_stage_fsync_append_fsync_rename_dir_fsync(tmp_path: Path) -> None:
+    trace = powerloss.record_findings(["L1", "L2"], tmp_path)
+    first = _kinds_of(trace, "L1")  # a new folder: the stage is fsync'd on its own
+    assert _in_order(first, ["create", "write", "fsync", "write", "fsync", "rename", "fsync"]), first
+    assert first[-2:] == ["rename", "fsync"]  # publish ends the learn: rename, then the directory
+    second = _kinds_of(trace, "L2")
+    if staging.HAVE_SYNCFS:  # stage and journal on one file system: one syncfs covers both
+        assert _in_order(second, ["create", "write", "write", "syncfs", "rename", "fsync"]), second
+        assert "syncfs" in second and second.count("fsync") == 1, second
+    else:
+        assert _in_order(second, ["create", "write", "fsync", "write", "fsync", "rename", "fsync"]), second
+    assert second[-2:] == ["rename", "fsync"]
+
+
+def test_a_syncfs_makes_every_file_and_name_before_it_durable() -> None:
+    ops = [
+        Op("entry", "", ("create", ".stage-1", 1)),
+        Op("write", 1, (0, b"data\n")),
+        Op("entry", "", ("create", "log", 2)),
+        Op("write", 2, (0, b"rec\n")),
+        Op("syncfs", ""),
+        Op("entry", "", ("rename", ".stage-1", "final")),
+    ]
+    point = CrashPoint(ops, 6)
+    trees = [point.tree(d, f) for d, f in point.states()]
+    assert trees and all(t is not None and t["log"] == b"rec\n" for t in trees)
+    assert {"final": b"data\n", "log": b"rec\n"} in trees
+    assert {".stage-1": b"data\n", "log": b"rec\n"} in trees  # the rename after it is not durable
+    assert all(t is not None and b"" not in t.values() for t in trees)
 
 
 def test_a_name_renamed_into_place_without_a_directory_fsync_may_vanish() -> None:
