@@ -396,14 +396,19 @@ class LineLog(Generic[T]):
         """
         if filesystem and not HAVE_SYNCFS:
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
-        if (self._durable_fs if filesystem else self._durable) >= end and self._durable_ino == self._cached_ino:
+        if self._known_durable(end, filesystem):
             return
         if (self._marks()[1 if filesystem else 0] or 0) >= end:  # another process's sync covers it
             return
         with self._syncing:  # threads queue here; the sync ahead of them may already cover them
-            if (self._durable_fs if filesystem else self._durable) >= end and self._durable_ino == self._cached_ino:
+            if self._known_durable(end, filesystem):
                 return
             self._fsync_covering(filesystem)
+
+    def _known_durable(self, end: int, filesystem: bool) -> bool:
+        """Whether this object's own syncs (of the kind asked) cover the first ``end`` bytes."""
+        durable = self._durable_fs if filesystem else self._durable
+        return durable >= end and self._durable_ino == self._cached_ino
 
     def sync_now(self, *, filesystem: bool = False) -> None:
         """Sync the log (with ``filesystem``, its whole file system) now, whatever the marks say:

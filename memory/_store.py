@@ -290,10 +290,10 @@ class MemoryStore:
         try:
             if existing is not None:
                 record = existing
-            elif shared:
-                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid, sync_filesystem=True)
             else:
-                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid)
+                record = root.journal.append(
+                    root.lease, STREAM, expected.payload, key=fid, sync_filesystem=shared
+                )
         except BaseException:
             staged.discard()
             raise

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import portalocker
 import requests
@@ -153,7 +154,7 @@ class AnvilNode:
 
     def rpc(self, method: str, *params: object) -> object:
         """Call a JSON-RPC method (e.g. ``evm_increaseTime``) and return its result."""
-        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
         answer = requests.post(self.url, json=body, timeout=10).json()
         if "error" in answer:
             raise SailNodeUnavailable(f"anvil {method} failed: {answer['error']}")

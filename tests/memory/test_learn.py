@@ -39,7 +39,13 @@ class ObservedJournal:
         return getattr(self._inner, name)
 
     def append(
-        self, lease: journal.Lease, stream: str, payload: Mapping[str, Any], *, key: str | None = None, **how: Any
+        self,
+        lease: journal.Lease,
+        stream: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        **how: Any,
     ) -> journal.Record:
         self._before_append(stream, key)
         return self._inner.append(lease, stream, payload, key=key, **how)

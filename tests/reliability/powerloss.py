@@ -134,7 +134,17 @@ class Recorder:
 
 
 _WRAPPED = (
-    "open", "write", "pwrite", "fsync", "ftruncate", "close", "replace", "rename", "link", "unlink", "mkdir"
+    "open",
+    "write",
+    "pwrite",
+    "fsync",
+    "ftruncate",
+    "close",
+    "replace",
+    "rename",
+    "link",
+    "unlink",
+    "mkdir",
 )
 
 
