@@ -146,7 +146,7 @@ class AnvilNode:
         raise SailNodeUnavailable(f"anvil did not answer on {self.url} within {self.startup_timeout}s")
 
     def _answers(self) -> bool:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}
         try:
             return requests.post(self.url, json=body, timeout=1).ok
         except requests.RequestException:
