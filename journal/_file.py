@@ -107,7 +107,9 @@ class _Stream:
         )
         self.keys: dict[str, Record] = {}
         self.indexed = 0
-        self.mutex = threading.Lock()
+        self.mutex = threading.Lock()  # held by the thread writing a batch
+        self.queue_mutex = threading.Lock()
+        self.queue: list[_Pending] = []  # appends waiting for the next batch
 
     def index(self, records: Sequence[Record]) -> None:
         if len(records) < self.indexed:  # the file was replaced: rebuild
@@ -117,6 +119,19 @@ class _Stream:
             if rec.key is not None:
                 self.keys.setdefault(rec.key, rec)
         self.indexed = len(records)
+
+
+class _Pending:
+    """One append waiting in a stream's queue, and what became of it."""
+
+    __slots__ = ("done", "end", "error", "key", "lease", "payload", "record", "written")
+
+    def __init__(self, lease: Lease, payload: Mapping[str, Any], key: str | None) -> None:
+        self.lease, self.payload, self.key = lease, payload, key
+        self.done = self.written = False
+        self.record: Record | None = None
+        self.end = 0
+        self.error: BaseException | None = None
 
 
 class FileJournal:
@@ -430,45 +445,88 @@ class FileJournal:
         if sync_filesystem and not HAVE_SYNCFS:
             raise ValueError("sync_filesystem needs syncfs, which this platform lacks")
         handle = self._stream(lease.run_id, stream)
+        mine = _Pending(lease, payload, key)
         try:
-            with handle.mutex, self._run_lock(lease.run_id):
-                self._fence(self._load(lease.run_id), lease)
-                with handle.log.held():
-                    records = handle.log.recover()
-                    handle.index(records)
-                    written = False
-                    if key is not None and key in handle.keys:
-                        record = handle.keys[key]
-                        end = handle.log.end()  # it may be another appender's, not yet fsync'd
-                    else:
-                        record = Record(
-                            run_id=lease.run_id,
-                            stream=stream,
-                            seq=len(records) + 1,
-                            id=secrets.token_hex(8) if key is None else record_id(lease.run_id, stream, key),
-                            key=key,
-                            ts_ms=self._clock(),
-                            payload=dict(payload),
-                        )
-                        end = handle.log.write([record])
-                        written = True
-                        if key is not None:
-                            handle.keys[key] = record
-                        handle.indexed += 1
+            with handle.queue_mutex:
+                handle.queue.append(mine)
+            with handle.mutex:
+                if not mine.done:  # leader: write every waiting append, in order, under one lock
+                    with handle.queue_mutex:
+                        batch, handle.queue = handle.queue, []
+                    self._write_batch(handle, lease.run_id, stream, batch)
+            if mine.error is not None:
+                raise mine.error
+            record, end = mine.record, mine.end
+            assert record is not None
             try:
-                if written or not sync_filesystem:
+                if mine.written or not sync_filesystem:
                     handle.log.sync_to(end, filesystem=sync_filesystem)
                 else:  # nothing of ours in the log: a sync that begins now covers the caller's files
                     handle.log.sync_to(end)
                     handle.log.sync_now(filesystem=True)
             except JournalError:
-                if written:
+                if mine.written:
                     self._unwrite(lease.run_id, handle, end)
                 raise
         except JournalError as exc:
             exc.run_id, exc.stream = lease.run_id, stream
             raise
         return record
+
+    def _resolve(self, handle: _Stream, obj: Mapping[str, Any], p: _Pending, stream: str, seq: int) -> None:
+        """Fence ``p`` and give it its record: the one its key already has, or a new one at ``seq``."""
+        try:
+            self._fence(obj, p.lease)
+        except JournalError as exc:
+            p.error = exc
+            return
+        run_id = p.lease.run_id
+        if p.key is not None and p.key in handle.keys:
+            p.record = handle.keys[p.key]  # maybe another appender's, not yet durable
+            return
+        p.record = Record(
+            run_id=run_id,
+            stream=stream,
+            seq=seq,
+            id=secrets.token_hex(8) if p.key is None else record_id(run_id, stream, p.key),
+            key=p.key,
+            ts_ms=self._clock(),
+            payload=dict(p.payload),
+        )
+        p.written = True
+        if p.key is not None:
+            handle.keys[p.key] = p.record
+
+    def _write_batch(self, handle: _Stream, run_id: str, stream: str, batch: list[_Pending]) -> None:
+        """Under the run lock once: fence each pending append, resolve keys already present, and
+        write the new records with one ``write`` (group commit's other half: threads of this
+        process that queued while another wrote share its lock and its write)."""
+        try:
+            with self._run_lock(run_id):
+                obj = self._load(run_id)
+                with handle.log.held():
+                    records = handle.log.recover()
+                    handle.index(records)
+                    new: list[Record] = []
+                    for p in batch:
+                        self._resolve(handle, obj, p, stream, len(records) + len(new) + 1)
+                        if p.written and p.record is not None:
+                            new.append(p.record)
+                    end = handle.log.write(new) if new else handle.log.end()
+                    handle.indexed += len(new)
+                    for p in batch:
+                        p.end = end
+        except BaseException as exc:  # a journal error, or a payload that is not JSON: each caller's
+            handle.keys.clear()  # keys may have been given to records never written: rebuild
+            handle.indexed = 0
+            for p in batch:
+                if p.error is None:
+                    p.error, p.written = exc, False
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for p in batch:
+                p.done = True
 
     def _unwrite(self, run_id: str, handle: _Stream, end: int) -> None:
         """After a failed fsync, take the record back out if it still ends the stream."""

@@ -263,7 +263,10 @@ class MemoryStore:
         if directory is None:
             directory = self._scope_dirs[root.scope] = learned_dir(self.db_path, root.scope)
         final = directory / f"{fid}.json"
-        existing = root.journal.find(root.run_id, STREAM, fid)
+        # Only a finding whose file is already there can have been committed and published (a
+        # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
+        # commit that raced ahead of this one, and its bytes are what get published.
+        existing = root.journal.find(root.run_id, STREAM, fid) if os.path.lexists(final) else None
         if existing is None:
             payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
             expected = Record(

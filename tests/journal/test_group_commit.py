@@ -129,3 +129,73 @@ def test_a_failed_shared_fsync_takes_its_own_line_back_out(
     assert [r.payload["n"] for r in jr.read(info.run_id, "s")] == [1]
     again = jr.append(lease, "s", {"n": 3}, key="two")
     assert (again.seq, again.payload["n"]) == (2, 3)
+
+
+def test_a_failed_write_leaves_no_key_behind_for_a_record_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_append=ENOSPC:once")
+    staging._failpoints.reset()
+    try:
+        with pytest.raises(journal.JournalUnwritable):
+            jr.append(lease, "s", {"n": 1}, key="k")
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert list(jr.read(info.run_id, "s")) == []
+    assert jr.find(info.run_id, "s", "k") is None
+    again = jr.append(lease, "s", {"n": 2}, key="k")  # written now, not answered from a stale index
+    assert [r.payload["n"] for r in jr.read(info.run_id, "s")] == [2]
+    assert again.payload["n"] == 2
+
+
+def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    writes: list[int] = []
+    real_write = LineLog.write
+
+    def counted(self: LineLog[Record], records: list[Record]) -> int:
+        writes.append(len(records))
+        return real_write(self, records)
+
+    monkeypatch.setattr(LineLog, "write", counted)
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_append=sleep5")  # a slow writer: others queue
+    staging._failpoints.reset()
+    try:
+        threads = [
+            threading.Thread(target=lambda w=w: [jr.append(lease, "s", {"w": w, "i": i}) for i in range(5)])
+            for w in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert sum(writes) == 40
+    assert max(writes) > 1, writes  # some writes carried several threads' records
+    assert len(writes) < 40
+    assert [r.seq for r in jr.read(info.run_id, "s")] == list(range(1, 41))
+
+
+@pytest.mark.skipif(not staging.HAVE_SYNCFS, reason="syncfs is Linux's")
+def test_a_filesystem_sync_raises_its_own_mark_and_a_plain_fsync_does_not(tmp_path: Path) -> None:
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    path = jr.stream_path(info.run_id, "s")
+    jr.append(lease, "s", {"n": 1})
+    log = LineLog(path, RecordCodec(info.run_id, "s"))
+    assert log.watermark() == path.stat().st_size
+    assert log.filesystem_watermark() is None  # a plain fsync covers the log only
+    assert jr.shares_filesystem(str(tmp_path))
+    jr.append(lease, "s", {"n": 2}, sync_filesystem=True)
+    assert log.filesystem_watermark() == path.stat().st_size == log.watermark()
+    jr.append(lease, "s", {"n": 3})
+    fs_mark = log.filesystem_watermark()
+    assert fs_mark is not None and fs_mark < path.stat().st_size == log.watermark()
