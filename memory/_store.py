@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import journal
 from journal import JournalBackend, Lease, Record
 from memory._db import HistoryDB, db_mode
-from memory._errors import Unjournaled, UnsupportedHeader, Unwritable
+from memory._errors import FindingInvalid, Unjournaled, UnsupportedHeader, Unwritable
 from memory._files import (
     DiskIndex,
     Listing,
@@ -191,6 +191,8 @@ class MemoryStore:
         self._scope_dirs: dict[str, Path] = {}
         self._durable_names: set[Path] = set()  # learned files this store published durably
         self._shared_fs: dict[tuple[int, Path], tuple[JournalBackend, bool]] = {}
+        # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
+        self._committed: dict[str, dict[tuple[str, str], Record]] = {}
         self._learned_root = learned_root(self.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
@@ -345,6 +347,7 @@ class MemoryStore:
         in place. Never writes to the journal.
         """
         wanted: list[tuple[Path, bytes]] = []
+        committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
             scope = rec.payload.get("scope")
             fid = rec.payload.get("id")
@@ -352,10 +355,32 @@ class MemoryStore:
                 continue
             final = learned_dir(self.db_path, scope) / f"{fid}.json"
             data = render(rec)
-            if not self._holds(final, data):
-                wanted.append((final, data))
+            committed[(scope, fid)] = rec
+            if self._holds(final, data):
+                continue
+            wanted.append((final, data))
         self._publish_batches(wanted)
+        self._committed[run_id] = committed
         return len(wanted)
+
+    def _republished(self, finding: object, root: RootRun | None) -> Learned | None:
+        """A resumed body's re-learn of a finding ``republish_run`` found committed and whose file
+        this store published durably and still holds its bytes: answered without a journal read,
+        an executor hop or a write. None in every other case (``learn`` then decides)."""
+        known = self._committed.get(root.run_id) if root is not None and root.script else None
+        if not known or root is None:
+            return None
+        try:
+            fid = finding_id(root.scope, validate(finding, default_source=root.flow))
+        except FindingInvalid:
+            return None
+        rec = known.get((root.scope, fid))
+        if rec is None:
+            return None
+        final = learned_dir(self.db_path, root.scope) / f"{fid}.json"
+        if final not in self._durable_names or not self._holds(final, render(rec)):
+            return None
+        return Learned(fid, Citation(rec.run_id, rec.stream, rec.id), final, int(rec.payload["learnedMs"]))
 
     def _publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
         for i in range(0, len(wanted), _SYNC_BATCH):
@@ -418,7 +443,11 @@ class MemoryStore:
             ) from exc
 
     async def alearn(self, finding: object, root: RootRun | None) -> Learned:
-        """``learn`` off the event loop, on the store's one executor."""
+        """``learn`` off the event loop, on the store's one executor; a resumed body's re-learn of a
+        finding already republished (a file read, no write) is answered on the loop."""
+        done = self._republished(finding, root)
+        if done is not None:
+            return done
         return await self._off_loop(self.learn, finding, root)
 
     # -- reads ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import flows
+import journal
 import memory
 import staging._stage
 from journal import RunState
@@ -45,9 +46,18 @@ def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
         return real_publish(self, final_path, sync_dir=sync_dir)  # type: ignore[arg-type]
 
     monkeypatch.setattr(staging._stage.Staged, "publish", counting)
+    finds: list[str] = []
+    real_find = journal.FileJournal.find
+
+    def counting_find(self: journal.FileJournal, run_id: str, stream: str, key: str) -> object:
+        finds.append(key)
+        return real_find(self, run_id, stream, key)
+
+    monkeypatch.setattr(journal.FileJournal, "find", counting_find)
     resumed = flows.resume(first.run_id, db=db)
     assert resumed.state == RunState.DONE, resumed.error
     assert single_publishes == []  # every re-learn found its file in place
+    assert finds == []  # and was answered from the commits republish read: no journal lookups
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == originals
     assert len(check_invariants(db, first.run_id)) == 20
     assert len(list(journal_of(db).read(first.run_id, memory.STREAM))) == 20
