@@ -344,9 +344,11 @@ class MemoryStore:
         does not already hold exactly its record's bytes; returns how many were published.
 
         ``resume`` calls it before re-running the body, so the body's re-learns find their files
-        in place. Never writes to the journal.
+        in place (and, through ``alearn``, are answered from the commits read here). The folders
+        of files already in place are fsync'd once each. Never writes to the journal.
         """
         wanted: list[tuple[Path, bytes]] = []
+        intact: list[Path] = []
         committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
             scope = rec.payload.get("scope")
@@ -357,9 +359,15 @@ class MemoryStore:
             data = render(rec)
             committed[(scope, fid)] = rec
             if self._holds(final, data):
-                continue
-            wanted.append((final, data))
+                intact.append(final)
+            else:
+                wanted.append((final, data))
         self._publish_batches(wanted)
+        # Files already in place may be names a crashed publish never made durable: one fsync of
+        # each of their folders settles them all.
+        for directory in dict.fromkeys(final.parent for final in intact):
+            self._sync_dir(directory, run_id)
+        self._durable_names.update(intact)
         self._committed[run_id] = committed
         return len(wanted)
 
