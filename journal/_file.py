@@ -43,6 +43,7 @@ from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
 _LOCK_TIMEOUT_S = 30.0
+_PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
 
 
@@ -152,6 +153,7 @@ class FileJournal:
         self._mutex = threading.Lock()
         self._closed = False
         self._dev: int | None = None  # the root's file system, once seen
+        self._pinned: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # run -> (fd, ino, run.json)
 
     # -- paths and files -----------------------------------------------------------------------
 
@@ -223,15 +225,12 @@ class FileJournal:
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_file(run_id, "run.json")
-        # Read afresh every time: the fence must see the epoch another process just wrote, and a
-        # stat-keyed cache can be fooled by inode reuse within a coarse mtime tick.
+        # Read afresh: the fence must see the epoch another process just wrote (``_load_pinned``
+        # skips the read only while the path names the very file it holds open).
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                chunks = [os.read(fd, 65536)]
-                while len(chunks[-1]) == 65536:  # a large meta: read on to the end
-                    chunks.append(os.read(fd, 65536))
-                data = b"".join(chunks)
+                data = self._read_all(fd)
             finally:
                 os.close(fd)
         except FileNotFoundError:
@@ -240,6 +239,17 @@ class FileJournal:
             raise JournalReadInterrupted(
                 f"cannot read {path}: {exc.strerror or exc}", run_id=run_id, path=path
             ) from exc
+        return self._parse_run(run_id, path, data)
+
+    @staticmethod
+    def _read_all(fd: int) -> bytes:
+        chunks = [os.read(fd, 65536)]
+        while len(chunks[-1]) == 65536:  # a large meta: read on to the end
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks)
+
+    @staticmethod
+    def _parse_run(run_id: str, path: str, data: bytes) -> dict[str, Any]:
         try:
             obj = orjson.loads(data)
             if not isinstance(obj, dict) or obj.get("runId") != run_id:
@@ -253,6 +263,50 @@ class FileJournal:
                 reason=str(exc),
                 run_id=run_id,
             ) from None
+
+    def _load_pinned(self, run_id: str) -> Mapping[str, Any]:
+        """``run.json`` for the append fence: the record read last time while the path still names
+        the very file read then, else read afresh. Call under the run lock.
+
+        The file is only ever replaced, never rewritten in place, and the descriptor kept open pins
+        its inode, so its number cannot be reused by a newer ``run.json``: one ``stat`` tells
+        whether the record is still current.
+        """
+        path = self._run_file(run_id, "run.json")
+        pinned = self._pinned.get(run_id)
+        if pinned is not None:
+            try:
+                if os.stat(path).st_ino == pinned[1]:
+                    return pinned[2]
+            except OSError:
+                pass  # gone or unreadable: _load below says which
+            self._unpin(run_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return self._load(run_id)  # raises the right error, or reads a file just replaced
+        try:
+            ino = os.fstat(fd).st_ino
+            obj = self._parse_run(run_id, path, self._read_all(fd))
+        except OSError as exc:
+            os.close(fd)
+            raise JournalReadInterrupted(
+                f"cannot read {path}: {exc.strerror or exc}", run_id=run_id, path=path
+            ) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        if len(self._pinned) >= _PINNED_RUNS:  # bounded: a long-lived process appends to many runs
+            for other in list(self._pinned):
+                self._unpin(other)
+        self._pinned[run_id] = (fd, ino, obj)
+        return obj
+
+    def _unpin(self, run_id: str) -> None:
+        pinned = self._pinned.pop(run_id, None)
+        if pinned is not None:
+            with contextlib.suppress(OSError):
+                os.close(pinned[0])
 
     def _store(self, run_id: str, obj: Mapping[str, Any]) -> None:
         directory = self._run_dir(run_id)
@@ -503,7 +557,7 @@ class FileJournal:
         process that queued while another wrote share its lock and its write)."""
         try:
             with self._run_lock(run_id):
-                obj = self._load(run_id)
+                obj = self._load_pinned(run_id)
                 with handle.log.held():
                     records = handle.log.recover()
                     handle.index(records)
@@ -603,6 +657,8 @@ class FileJournal:
         with self._mutex:
             for handle in self._streams.values():
                 handle.log.close()
+        for run_id in list(self._pinned):
+            self._unpin(run_id)
 
     def __enter__(self) -> FileJournal:
         return self
