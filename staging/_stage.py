@@ -166,10 +166,15 @@ def write_all(fd: int, data: bytes) -> None:
 class Staged:
     """A staged file: durable bytes under a hidden name, not yet visible under its final name."""
 
-    path: Path
-    """Where the staged bytes are (a hidden name in the destination's directory)."""
+    where: str
+    """Where the staged bytes are (a hidden name in the destination's directory), as a string."""
     size: int
     _done: bool = field(default=False, repr=False)
+
+    @property
+    def path(self) -> Path:
+        """``where`` as a path."""
+        return Path(self.where)
 
     def publish(self, final_path: str | os.PathLike[str], *, sync_dir: bool = True) -> Path:
         """Rename the stage to ``final_path`` atomically (replacing any older file) and fsync the dir.
@@ -186,18 +191,19 @@ class Staged:
                 rename failed; when only the fsync failed the new name is in place but not durable).
             ValueError: ``final_path`` is in another directory, or the stage was already used.
         """
-        final = Path(final_path)
+        final = final_path if isinstance(final_path, Path) else Path(final_path)
         if self._done:
-            raise ValueError(f"stage {self.path} was already published or discarded")
-        if os.path.dirname(final_path) != os.path.dirname(self.path):
-            raise ValueError(f"{final} is not in the stage's directory {self.path.parent}")
+            raise ValueError(f"stage {self.where} was already published or discarded")
+        directory = os.path.dirname(final_path)
+        if directory != os.path.dirname(self.where):
+            raise ValueError(f"{final} is not in the stage's directory {os.path.dirname(self.where)}")
         self._done = True
         try:
             hit("staging.before_rename")
-            os.replace(self.path, final)
+            os.replace(self.where, final_path)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                os.unlink(self.where)
             raise PublishFailed(
                 f"could not publish {final}: {exc.strerror or exc}; "
                 "check the directory's space and permissions",
@@ -207,7 +213,7 @@ class Staged:
         try:
             hit("staging.after_rename")
             if sync_dir:
-                sync_dir_shared(final.parent)
+                sync_dir_shared(directory)
         except OSError as exc:
             raise PublishFailed(
                 f"published {final} but could not fsync its directory: {exc.strerror or exc}",
@@ -222,7 +228,7 @@ class Staged:
             return
         self._done = True
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            os.unlink(self.where)
 
 
 def stage(
@@ -274,7 +280,7 @@ def stage(
         ) from exc
     os.close(fd)
     hit("staging.after_stage")
-    return Staged(path=Path(path), size=len(data))
+    return Staged(where=path, size=len(data))
 
 
 def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None:
@@ -295,7 +301,7 @@ def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None
     try:
         for final, data in items:
             staged.append((stage(final.parent, data, mode, hint=final.name, sync=False), final))
-        _sync_all([s.path for s, _ in staged])
+        _sync_all([s.where for s, _ in staged])
         for s, final in staged:
             s.publish(final, sync_dir=False)
         for directory in dict.fromkeys(final.parent for _, final in staged):
@@ -312,7 +318,7 @@ def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None
             s.discard()
 
 
-def _sync_all(paths: Sequence[Path]) -> None:
+def _sync_all(paths: Sequence[str]) -> None:
     if not paths:
         return
     try:
@@ -334,7 +340,7 @@ def _sync_all(paths: Sequence[Path]) -> None:
     except OSError as exc:
         raise StageFailed(
             f"could not make staged files durable: {exc.strerror or exc}; check free space and the disk",
-            path=paths[0].parent,
+            path=os.path.dirname(paths[0]),
             errno=exc.errno,
         ) from exc
 
