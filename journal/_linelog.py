@@ -38,6 +38,7 @@ an append in flight is simply not a record yet.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
 import zlib
@@ -403,7 +404,7 @@ class LineLog(Generic[T]):
         with self._syncing:  # threads queue here; the sync ahead of them may already cover them
             if self._known_durable(end, filesystem):
                 return
-            self._fsync_covering(filesystem)
+            self._fsync_covering(filesystem, end)
 
     def _known_durable(self, end: int, filesystem: bool) -> bool:
         """Whether this object's own syncs (of the kind asked) cover the first ``end`` bytes."""
@@ -420,9 +421,15 @@ class LineLog(Generic[T]):
         if filesystem and not HAVE_SYNCFS:
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
         with self._syncing:
-            self._fsync_covering(filesystem)
+            self._fsync_covering(filesystem, None)
 
-    def _fsync_covering(self, filesystem: bool) -> None:
+    def _fsync_covering(self, filesystem: bool, end: int | None) -> None:
+        """Sync, unless (with ``end``) a sync that finished while this one queued covered ``end``.
+
+        One syncer of the log at a time, across processes: an exclusive ``flock`` on the log file
+        itself (no other lock uses it) is held from the check of the marks to the new mark, so
+        processes that queue behind a sync find the mark it left and need not sync again.
+        """
         kept = self._kept
         try:
             fd = kept if kept is not None else os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -431,13 +438,24 @@ class LineLog(Generic[T]):
                 f"cannot open {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         try:
-            st = os.fstat(fd)
-            covered, ino = st.st_size, st.st_ino  # every byte written before the fsync is covered
-            failpoint("linelog.before_fsync")
-            if filesystem:
-                syncfs(fd)
-            else:
-                os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if end is not None and (self._marks()[1 if filesystem else 0] or 0) >= end:
+                    return  # the sync this one queued behind covered it
+                st = os.fstat(fd)
+                covered, ino = st.st_size, st.st_ino  # every byte written before the sync is covered
+                failpoint("linelog.before_fsync")
+                if filesystem:
+                    syncfs(fd)
+                else:
+                    os.fsync(fd)
+                if ino == self._cached_ino:
+                    self._durable, self._durable_ino = max(self._durable, covered), ino
+                    if filesystem:
+                        self._durable_fs = max(self._durable_fs, covered)
+                self._set_watermark(covered, filesystem=filesystem)  # before waiters look
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot make {self._path} durable: {exc.strerror or exc}; check the disk", path=self._path
@@ -445,11 +463,6 @@ class LineLog(Generic[T]):
         finally:
             if fd != kept:
                 os.close(fd)
-        if ino == self._cached_ino:
-            self._durable, self._durable_ino = max(self._durable, covered), ino
-            if filesystem:
-                self._durable_fs = max(self._durable_fs, covered)
-        self._set_watermark(covered, filesystem=filesystem)
         failpoint("linelog.after_append")
 
     # -- the watermark: how much of the log is known durable -----------------------------------

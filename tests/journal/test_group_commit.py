@@ -199,3 +199,38 @@ def test_a_filesystem_sync_raises_its_own_mark_and_a_plain_fsync_does_not(tmp_pa
     jr.append(lease, "s", {"n": 3})
     fs_mark = log.filesystem_watermark()
     assert fs_mark is not None and fs_mark < path.stat().st_size == log.watermark()
+
+
+def test_a_syncer_queued_behind_another_process_s_sync_finds_its_mark_and_does_not_sync_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    path = tmp_path / "s.jsonl"
+    writer = LineLog(path, RecordCodec("r", "s"), sequence=lambda r: r.seq)
+    with writer.locked():
+        writer.recover()
+        end = writer.write([Record("r", "s", 1, "id1", "k1", 1, {"t": "x"})])
+    other = LineLog(path, RecordCodec("r", "s"), sequence=lambda r: r.seq)  # another process's view
+    syncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        syncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # "another process" is mid-sync
+    waiter = threading.Thread(target=writer.sync_to, args=(end,))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # queued behind the sync in progress, not syncing beside it
+    real_fsync(fd)
+    other._set_watermark(end)  # that sync covered the waiter's line, and left its mark
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert syncs == []  # the waiter found the mark and did not sync again
+    assert writer.watermark() == end == path.stat().st_size
