@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -85,12 +86,27 @@ GOALS: dict[str, tuple[str, str, float]] = {
 """Stable goal names: the issue's targets, each a figure or ratio, a comparison and a bound."""
 
 
+def _paired(num: list[float] | None, den: list[float] | None) -> float | None:
+    """The median of per-round ratios, when both figures were measured in the same rounds.
+
+    Each round runs every write contender back to back, so a round's ratio compares them under the
+    same machine weather; the median over rounds then drops the rounds a burst of load distorted.
+    (A ratio of the two medians can pair one contender's calm round with the other's busy one.)
+    """
+    if not num or not den or len(num) != len(den) or any(d <= 0 for d in den):
+        return None
+    return statistics.median(n / d for n, d in zip(num, den, strict=True))
+
+
 def _derive(sheet: Sheet, sections: tuple[str, ...]) -> None:
     asked = {name for s in sections for name in FIGURES[s]}
     for name, (num, den) in RATIOS.items():
         if num not in asked or den not in asked:
             continue
-        if num in sheet.figures and den in sheet.figures and sheet.figures[den] > 0:
+        paired = _paired(sheet.rounds.get(num), sheet.rounds.get(den))
+        if paired is not None:
+            sheet.ratios[name] = paired
+        elif num in sheet.figures and den in sheet.figures and sheet.figures[den] > 0:
             sheet.ratios[name] = sheet.figures[num] / sheet.figures[den]
         else:
             missing = [x for x in (num, den) if x not in sheet.figures]
