@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,18 @@ import journal
 import staging
 import staging._failpoints
 from journal import LineLog, Record, RecordCodec
+
+
+@contextlib.contextmanager
+def failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
+    """``$FLOWS_FAILPOINTS`` = ``spec`` for the block, re-read before and after."""
+    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
+    staging._failpoints.reset()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
 
 
 @pytest.fixture
@@ -118,14 +131,8 @@ def test_a_failed_shared_fsync_takes_its_own_line_back_out(
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, "s", {"n": 1})
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=EIO:once")
-    staging._failpoints.reset()
-    try:
-        with pytest.raises(journal.JournalUnwritable):
-            jr.append(lease, "s", {"n": 2}, key="two")
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
+    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(journal.JournalUnwritable):
+        jr.append(lease, "s", {"n": 2}, key="two")
     assert [r.payload["n"] for r in jr.read(info.run_id, "s")] == [1]
     again = jr.append(lease, "s", {"n": 3}, key="two")
     assert (again.seq, again.payload["n"]) == (2, 3)
@@ -136,14 +143,9 @@ def test_a_failed_write_leaves_no_key_behind_for_a_record_never_written(
 ) -> None:
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_append=ENOSPC:once")
-    staging._failpoints.reset()
-    try:
-        with pytest.raises(journal.JournalUnwritable):
-            jr.append(lease, "s", {"n": 1}, key="k")
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
+    no_space = failpoints(monkeypatch, "linelog.before_append=ENOSPC:once")
+    with no_space, pytest.raises(journal.JournalUnwritable):
+        jr.append(lease, "s", {"n": 1}, key="k")
     assert list(jr.read(info.run_id, "s")) == []
     assert jr.find(info.run_id, "s", "k") is None
     again = jr.append(lease, "s", {"n": 2}, key="k")  # written now, not answered from a stale index
@@ -164,9 +166,7 @@ def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_eac
         return real_write(self, records)
 
     monkeypatch.setattr(LineLog, "write", counted)
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_append=sleep5")  # a slow writer: others queue
-    staging._failpoints.reset()
-    try:
+    with failpoints(monkeypatch, "linelog.before_append=sleep5"):  # a slow writer: others queue
         threads = [
             threading.Thread(target=lambda w=w: [jr.append(lease, "s", {"w": w, "i": i}) for i in range(5)])
             for w in range(8)
@@ -175,9 +175,6 @@ def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_eac
             t.start()
         for t in threads:
             t.join()
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
     assert sum(writes) == 40
     assert max(writes) > 1, writes  # some writes carried several threads' records
     assert len(writes) < 40
