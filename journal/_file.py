@@ -515,9 +515,8 @@ class FileJournal:
             try:
                 if mine.written or not sync_filesystem:
                     handle.log.sync_to(end, filesystem=sync_filesystem)
-                else:  # nothing of ours in the log: a sync that begins now covers the caller's files
-                    handle.log.sync_to(end)
-                    handle.log.sync_now(filesystem=True)
+                else:  # nothing of ours in the log: a syncfs that begins now covers the caller's
+                    handle.log.sync_now(filesystem=True)  # files and the record (written before)
             except JournalError:
                 if mine.written:
                     self._unwrite(lease.run_id, handle, end)

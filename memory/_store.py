@@ -190,7 +190,7 @@ class MemoryStore:
         self._ready_dirs: set[Path] = set()
         self._scope_dirs: dict[str, Path] = {}
         self._durable_names: set[Path] = set()  # learned files this store published durably
-        self._shared_fs: dict[tuple[int, Path], tuple[JournalBackend, bool]] = {}
+        self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
         self._learned_root = learned_root(self.db_path)
@@ -261,9 +261,7 @@ class MemoryStore:
             )
         item = validate(finding, default_source=root.flow)
         fid = finding_id(root.scope, item)
-        directory = self._scope_dirs.get(root.scope)
-        if directory is None:
-            directory = self._scope_dirs[root.scope] = learned_dir(self.db_path, root.scope)
+        directory = self._scope_dir(root.scope)
         final = directory / f"{fid}.json"
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -355,7 +353,7 @@ class MemoryStore:
             fid = rec.payload.get("id")
             if not isinstance(scope, str) or not isinstance(fid, str):
                 continue
-            final = learned_dir(self.db_path, scope) / f"{fid}.json"
+            final = self._scope_dir(scope) / f"{fid}.json"
             data = render(rec)
             committed[(scope, fid)] = rec
             if self._holds(final, data):
@@ -375,8 +373,10 @@ class MemoryStore:
         """A resumed body's re-learn of a finding ``republish_run`` found committed and whose file
         this store published durably and still holds its bytes: answered without a journal read,
         an executor hop or a write. None in every other case (``learn`` then decides)."""
-        known = self._committed.get(root.run_id) if root is not None and root.script else None
-        if not known or root is None:
+        if root is None or not root.script:
+            return None
+        known = self._committed.get(root.run_id)
+        if not known:
             return None
         try:
             fid = finding_id(root.scope, validate(finding, default_source=root.flow))
@@ -385,7 +385,7 @@ class MemoryStore:
         rec = known.get((root.scope, fid))
         if rec is None:
             return None
-        final = learned_dir(self.db_path, root.scope) / f"{fid}.json"
+        final = self._scope_dir(root.scope) / f"{fid}.json"
         if final not in self._durable_names or not self._holds(final, render(rec)):
             return None
         return Learned(fid, Citation(rec.run_id, rec.stream, rec.id), final, int(rec.payload["learnedMs"]))
@@ -409,16 +409,22 @@ class MemoryStore:
                     f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
                 ) from exc
 
+    def _scope_dir(self, scope: str) -> Path:
+        """The scope's folder of learned files (its path computed once per store)."""
+        directory = self._scope_dirs.get(scope)
+        if directory is None:
+            directory = self._scope_dirs[scope] = learned_dir(self.db_path, scope)
+        return directory
+
     def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
         """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
         per backend and directory, after the directory exists)."""
         if directory not in self._ready_dirs:
             return False
-        key = (id(backend), directory)
-        found = self._shared_fs.get(key)
-        if found is None or found[0] is not backend:
-            found = self._shared_fs[key] = (backend, backend.shares_filesystem(str(directory)))
-        return found[1]
+        found = self._shared_fs.get((backend, directory))
+        if found is None:
+            found = self._shared_fs[(backend, directory)] = backend.shares_filesystem(str(directory))
+        return found
 
     def _stage(self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
         ready = directory in self._ready_dirs  # checked for links and created once per store
@@ -462,13 +468,7 @@ class MemoryStore:
 
     def _listings(self, scope: str | None) -> list[Listing]:
         """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
-        if scope is not None:
-            directory = self._scope_dirs.get(scope)
-            if directory is None:
-                directory = self._scope_dirs[scope] = learned_dir(self.db_path, scope)
-            dirs = [directory]
-        else:
-            dirs = self._every_scope_dir()
+        dirs = [self._scope_dir(scope)] if scope is not None else self._every_scope_dir()
         return [self._disk.listing(d) for d in dirs]
 
     def _every_scope_dir(self) -> list[Path]:
@@ -643,7 +643,7 @@ class MemoryStore:
         for fid, rec in latest.items():
             if fid in held:
                 continue
-            final = learned_dir(self.db_path, rec.payload["scope"]) / f"{fid}.json"
+            final = self._scope_dir(rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
             try:
                 current: bytes | None = final.read_bytes()
