@@ -278,7 +278,7 @@ def repair_store(
         rec = ctx.latest.get(path.name[: -len(".json")])
         fits = rec is not None and learned_dir(store.db_path, rec.payload["scope"]) == path.parent
         if fits and rec is not None:
-            store._publish(store._stage(path.parent, render(rec), rec.run_id), path, rec.run_id)
+            store.republish(rec)
             actions.append(f"republished {path} from record {rec.id} of root run {rec.run_id}")
         elif path.exists():
             target = quarantine / path.relative_to(store.db_path.parent)

@@ -456,6 +456,24 @@ class MemoryStore:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
+    def republish(self, record: Record) -> Path:
+        """Publish the learned file of ``record`` (a ``memory-learn`` commit) in its scope's folder,
+        rendered from the record alone and replacing whatever is at that name; returns its path.
+
+        ``flows check --repair`` restores a missing, damaged or wrong file with it. Never writes to
+        the journal.
+
+        Raises:
+            ValueError: ``record`` is not a ``memory-learn`` record of the expected shape.
+            Unwritable: the file could not be staged or published.
+        """
+        if record.stream != STREAM:
+            raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
+        data = render(record)
+        final = self._scope_dir(record.payload["scope"]) / f"{record.payload['id']}.json"
+        self._publish(self._stage(final.parent, data, record.run_id), final, record.run_id)
+        return final
+
     async def alearn(self, finding: object, root: RootRun | None) -> Learned:
         """``learn`` off the event loop, on the store's one executor; a resumed body's re-learn of a
         finding already republished (a file read, no write) is answered on the loop."""
