@@ -32,7 +32,7 @@ from memory._files import (
     terms_of,
     words,
 )
-from memory._finding import STREAM, finding_id, learn_payload, render, validate
+from memory._finding import STREAM, commit_to_publish, finding_id, learn_payload, render, validate
 from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
 from staging import (
@@ -345,17 +345,17 @@ class MemoryStore:
         in place (and, through ``alearn``, are answered from the commits read here). The folders
         of files already in place are fsync'd once each. Never writes to the journal.
         """
-        wanted: list[tuple[Path, bytes]] = []
-        intact: list[Path] = []
         committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
             scope = rec.payload.get("scope")
             fid = rec.payload.get("id")
-            if not isinstance(scope, str) or not isinstance(fid, str):
-                continue
+            if isinstance(scope, str) and isinstance(fid, str):
+                committed[(scope, fid)] = commit_to_publish(committed.get((scope, fid)), rec)
+        wanted: list[tuple[Path, bytes]] = []
+        intact: list[Path] = []
+        for (scope, fid), rec in committed.items():
             final = self._scope_dir(scope) / f"{fid}.json"
             data = render(rec)
-            committed[(scope, fid)] = rec
             if self._holds(final, data):
                 intact.append(final)
             else:
@@ -630,21 +630,15 @@ class MemoryStore:
     # -- sync ----------------------------------------------------------------------------------
 
     def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
-        """For each finding id in the journal, its newest ``memory-learn`` commit across runs."""
+        """For each finding id in the journal, the ``memory-learn`` commit to publish (newest across runs)."""
         jr = self.open_journal()
         latest: dict[str, Record] = {}
         runs = jr.runs()
         for n, run in enumerate(runs, 1):
             for rec in jr.read(run.run_id, STREAM):
                 fid = rec.payload.get("id")
-                if not isinstance(fid, str):
-                    continue
-                prev = latest.get(fid)
-                if prev is None or (rec.payload["learnedMs"], rec.run_id) > (
-                    prev.payload["learnedMs"],
-                    prev.run_id,
-                ):
-                    latest[fid] = rec
+                if isinstance(fid, str):
+                    latest[fid] = commit_to_publish(latest.get(fid), rec)
             if progress:
                 progress(n, len(runs))
         return latest
