@@ -45,21 +45,29 @@ def _synthetic(rng: random.Random, i: int) -> tuple[memory.Finding, int]:
 
 def build_dataset(db: Path, synced: int, unsynced: int, scope: str = "bench") -> None:
     """``synced`` rows in the history DB (bulk upserts) and ``unsynced`` learned files (rendered),
-    every tenth finding in time unsynced, so files and rows interleave."""
+    every tenth finding in time unsynced, so files and rows interleave. Every finding is committed
+    in the file journal beside the DB (runs of ``_RUN_SIZE``), as learn would have, so reads can
+    check each file's citation; the stream files are written whole, not appended one by one."""
     rng = random.Random(7)
-    run_id = "20260101T000000-bench00000"
     entries: list[memory.Recalled] = []
     directory = memory.learned_dir(db, scope)
     directory.mkdir(parents=True)
     hdb = memory.HistoryDB(db)
+    jr = journal.FileJournal(db.parent / "flows-journal")
+    lines: list[bytes] = []
+    run_id = ""
     every = max(1, (synced + unsynced) // max(1, unsynced))
     for i in range(synced + unsynced):
+        if i % _RUN_SIZE == 0:
+            _write_stream(jr, run_id, lines)
+            run_id, lines = jr.begin("bench", scope, {})[0].run_id, []
         finding, ms = _synthetic(rng, i)
         fid = memory.finding_id(scope, finding)
         payload = {"id": fid, "scope": scope, "flow": "bench", "finding": finding.as_json(), "learnedMs": ms}
         record = journal.Record(
-            run_id, memory.STREAM, i + 1, journal.record_id(run_id, memory.STREAM, fid), fid, ms, payload
+            run_id, memory.STREAM, len(lines) + 1, journal.record_id(run_id, memory.STREAM, fid), fid, ms, payload
         )
+        lines.append(journal.RecordCodec(run_id, memory.STREAM).encode(record) + b"\n")
         data = memory.render(record)
         if i % every == every - 1 and unsynced:
             (directory / f"{fid}.json").write_bytes(data)
@@ -69,9 +77,21 @@ def build_dataset(db: Path, synced: int, unsynced: int, scope: str = "bench") ->
         if len(entries) == 5_000:
             hdb.upsert(entries, ms)
             entries = []
+    _write_stream(jr, run_id, lines)
+    jr.close()
     if entries:
         hdb.upsert(entries, 0)
     hdb.close()
+
+
+_RUN_SIZE = 1_000  # findings per root run of the read dataset
+
+
+def _write_stream(jr: journal.FileJournal, run_id: str, lines: list[bytes]) -> None:
+    if run_id:
+        path = jr.stream_path(run_id, memory.STREAM)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(lines))
 
 
 def _baseline(every: list[memory.Recalled], path: Path) -> Any:

@@ -9,9 +9,19 @@ from memory._errors import (
     Unreachable,
     UnsupportedHeader,
     Unwritable,
+    WrongJournal,
 )
 from memory._files import parse_learned, read_learned
-from memory._finding import STREAM, Finding, canonical, finding_id, render, scope_hash, validate
+from memory._finding import (
+    STREAM,
+    Finding,
+    canonical,
+    checked_commit,
+    finding_id,
+    render,
+    scope_hash,
+    validate,
+)
 from memory._learn import RootRun
 from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
@@ -37,8 +47,10 @@ __all__ = [
     "Unreachable",
     "UnsupportedHeader",
     "Unwritable",
+    "WrongJournal",
     "canonical",
     "check_store",
+    "checked_commit",
     "finding_id",
     "learned_dir",
     "learned_root",

@@ -2,33 +2,44 @@
 
 What is checked:
 
-* every journal run and stream passes its line checks;
-* every learned file parses, cites a record that exists, and is exactly that record's rendering;
+* every journal run and stream passes its line checks, and every ``memory-learn`` record is a
+  finding's commit of the exact shape (``checked_commit``);
+* the store's folders are folders, never links (``flows-memory``, each scope's, ``.trajectories``,
+  ``compacted``);
+* every learned file is a regular file (not a link, FIFO or folder), parses, cites a record that
+  exists, and is exactly that record's rendering;
 * every finding the journal records has its learned file or its history-DB row;
 * every history-DB row cites a record that exists;
+* the journal holds at least one of the root runs the store cites (else it is another store's);
 * no stage file is older than the sweep age;
 * each agent ledger and activity log given passes its line checks.
 
 What ``repair`` does: republish missing or wrong learned files from their journal record; move a
-learned file that cites no record into ``<db-dir>/flows-quarantine/`` (never delete it); sweep stale
-stages. It never adds, changes or removes a journal record, and reports what it cannot repair.
+learned file that cites no record, and anything that is not what the store expects at its place (a
+link, a FIFO, a folder), into ``<db-dir>/flows-quarantine/`` (never delete it, never follow it);
+sweep stale stages. It never adds, changes or removes a journal record, and reports what it cannot
+repair. It refuses to change anything (``WrongJournal``) when the journal holds none of the runs the
+store cites: a wrong ``--journal`` or a forgotten ``$FLOWS_JOURNAL`` would otherwise quarantine
+every file.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import journal
-from memory._errors import Unreachable
-from memory._files import learned_names, read_learned
-from memory._finding import STREAM, commit_to_publish, render
-from memory._paths import learned_dir, scope_dirs
+from memory._errors import Unreachable, WrongJournal
+from memory._files import is_learned_name, parse_learned
+from memory._finding import STREAM, checked_commit, commit_to_publish, render
+from memory._paths import learned_dir, scan_scopes
+from memory._safe import Folder, describe
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
 
@@ -62,12 +73,15 @@ class _Context:
     records: dict[tuple[str, str], journal.Record]  # (run id, record id) -> memory-learn record
     latest: dict[str, journal.Record]  # finding id -> the commit to publish
     problems: list[Problem]
+    runs: set[str] = field(default_factory=set)  # the journal's root runs
+    cited: set[str] = field(default_factory=set)  # the runs learned files and rows cite
+    location: str = ""  # the journal, as its backend names it
 
 
 def _journal_problems(ctx: _Context) -> None:
     """Read every run and stream afresh (no cache), collecting memory-learn records."""
-    location = ctx.store.journal_location
-    backend = journal.open_journal(location)
+    backend = journal.open_journal(ctx.store.journal_location)
+    ctx.location = backend.location
     try:
         try:
             runs = backend.runs()
@@ -75,21 +89,30 @@ def _journal_problems(ctx: _Context) -> None:
             ctx.problems.append(_unrepairable("run_corrupt", exc.path, str(exc)))
             return
         for run in runs:
+            ctx.runs.add(run.run_id)
             for stream in backend.streams(run.run_id):
                 try:
                     records = backend.read(run.run_id, stream)
                 except journal.JournalCorrupt as exc:
                     ctx.problems.append(_unrepairable("stream_corrupt", exc.path, str(exc)))
                     continue
-                if stream != STREAM:
-                    continue
-                for rec in records:
-                    ctx.records[(rec.run_id, rec.id)] = rec
-                    fid = rec.payload.get("id")
-                    if isinstance(fid, str):
-                        ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
+                if stream == STREAM:
+                    _learn_records(ctx, records)
     finally:
         backend.close()
+
+
+def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
+    """Keep the finding commits among ``records``; report any record that is not one."""
+    for rec in records:
+        try:
+            checked_commit(rec, ctx.location)
+        except journal.JournalCorrupt as exc:
+            ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
+            continue
+        ctx.records[(rec.run_id, rec.id)] = rec
+        fid = rec.payload["id"]
+        ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
 
 
 def _unrepairable(kind: str, path: object, message: str) -> Problem:
@@ -97,65 +120,96 @@ def _unrepairable(kind: str, path: object, message: str) -> Problem:
         kind,
         str(path),
         message,
-        "nothing: --repair never changes the journal or the ledger; restore the file from a backup",
+        "nothing: --repair never changes the journal or the ledger; restore the file from a backup"
+        if kind != "journal_mismatch"
+        else "nothing: point the check at the store's own journal",
         False,
     )
 
 
 def _file_problems(ctx: _Context) -> set[str]:
-    """Check every learned file; return the finding ids that have a good file."""
+    """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
-    for directory in scope_dirs(ctx.store.db_path):
-        for name in learned_names(directory):
-            path = directory / name
-            key = name[: -len(".json")]
-            rec = ctx.latest.get(key)
-            try:
-                entry = read_learned(path)
-            except Unreachable as exc:
-                if rec is not None and learned_dir(ctx.store.db_path, rec.payload["scope"]) == directory:
-                    ctx.problems.append(
-                        Problem(
-                            "learned_damaged",
-                            str(path),
-                            str(exc),
-                            "republish it from its journal record",
-                            True,
-                        )
-                    )
-                else:
-                    ctx.problems.append(
-                        Problem("learned_damaged", str(path), str(exc), f"move it to {QUARANTINE_DIR}/", True)
-                    )
-                continue
-            cited = ctx.records.get((entry.citation.run_id, entry.citation.id))
-            if cited is None:
-                ctx.problems.append(
-                    Problem(
-                        "learned_unjournaled",
-                        str(path),
-                        f"{path} cites record {entry.citation.id} of root run {entry.citation.run_id}, which "
-                        "the journal does not hold",
-                        f"move it to {QUARANTINE_DIR}/"
-                        if rec is None
-                        else "republish it from its journal record",
-                        True,
-                    )
-                )
-                continue
-            if path.read_bytes() != render(cited):
-                ctx.problems.append(
-                    Problem(
-                        "learned_mismatch",
-                        str(path),
-                        f"{path} differs from the rendering of the record it cites",
-                        "republish it from its journal record",
-                        True,
-                    )
-                )
-                continue
-            good.add(key)
+    folders, wrong = scan_scopes(ctx.store.db_path)
+    for path, what in wrong:
+        ctx.problems.append(
+            Problem(
+                "folder_wrong",
+                str(path),
+                f"{path} is {what}; the store never reads through it",
+                f"move it to {QUARANTINE_DIR}/ (the link itself, never what it points to)",
+                True,
+            )
+        )
+    for directory in folders:
+        try:
+            folder = Folder.open(ctx.store.db_path.parent, directory)
+        except OSError as exc:
+            ctx.problems.append(_misplaced(Path(exc.filename or directory), describe(exc), None))
+            continue
+        if folder is None:
+            continue
+        with folder:
+            for name in sorted(n for n in folder.names() if is_learned_name(n)):
+                _check_file(ctx, folder, name, good)
     return good
+
+
+def _fits(ctx: _Context, path: Path) -> journal.Record | None:
+    """The commit whose learned file belongs at ``path``, if the journal has one."""
+    rec = ctx.latest.get(path.name[: -len(".json")])
+    if rec is not None and learned_dir(ctx.store.db_path, rec.payload["scope"]) == path.parent:
+        return rec
+    return None
+
+
+def _misplaced(path: Path, what: str, rec: journal.Record | None) -> Problem:
+    repair = f"move it to {QUARANTINE_DIR}/" + (", then republish it from its journal record" if rec else "")
+    return Problem("learned_damaged", str(path), f"learned file {path} cannot be read: {what}", repair, True)
+
+
+def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> None:
+    path = folder.path / name
+    rec = _fits(ctx, path)
+    try:
+        data = folder.read(name)
+    except OSError as exc:
+        ctx.problems.append(_misplaced(path, describe(exc), rec))
+        return
+    if data is None:
+        return  # removed since the folder was listed
+    try:
+        entry = parse_learned(path, data)
+    except Unreachable as exc:
+        repair = "republish it from its journal record" if rec else f"move it to {QUARANTINE_DIR}/"
+        ctx.problems.append(Problem("learned_damaged", str(path), str(exc), repair, True))
+        return
+    ctx.cited.add(entry.citation.run_id)
+    cited = ctx.records.get((entry.citation.run_id, entry.citation.id))
+    if cited is None:
+        ctx.problems.append(
+            Problem(
+                "learned_unjournaled",
+                str(path),
+                f"{path} cites record {entry.citation.id} of root run {entry.citation.run_id}, which "
+                f"the journal {ctx.location} does not hold",
+                f"move it to {QUARANTINE_DIR}/" if rec is None else "republish it from its journal record",
+                True,
+            )
+        )
+        return
+    if data != render(cited):
+        ctx.problems.append(
+            Problem(
+                "learned_mismatch",
+                str(path),
+                f"{path} differs from the rendering of the record it cites",
+                "republish it from its journal record",
+                True,
+            )
+        )
+        return
+    good.add(entry.key)
 
 
 def _record_problems(ctx: _Context, good: set[str]) -> None:
@@ -181,6 +235,7 @@ def _db_problems(ctx: _Context) -> None:
     if not ctx.store.db.exists():
         return
     for row in ctx.store.db.recall(scope=None, source=None, tag=None, before_ms=None, limit=None):
+        ctx.cited.add(row.citation.run_id)
         if (row.citation.run_id, row.citation.id) not in ctx.records:
             ctx.problems.append(
                 _unrepairable(
@@ -192,12 +247,46 @@ def _db_problems(ctx: _Context) -> None:
             )
 
 
+def _foreign_journal(ctx: _Context) -> str | None:
+    """Why the journal cannot be this store's (it holds none of the runs the store cites), or None."""
+    if not ctx.cited or ctx.cited & ctx.runs:
+        return None
+    return (
+        f"the journal {ctx.location} holds none of the {len(ctx.cited)} root run(s) that the store's "
+        f"learned files and history-DB rows cite (e.g. {min(ctx.cited)}), so it is not this store's "
+        "journal: pass the right one with --journal (or $FLOWS_JOURNAL). --repair changes nothing "
+        "until then"
+    )
+
+
+def _survey(store: MemoryStore) -> _Context:
+    """Read the journal, the learned files and the DB rows, collecting their problems."""
+    ctx = _Context(store, {}, {}, [])
+    _journal_problems(ctx)
+    good = _file_problems(ctx)
+    _record_problems(ctx, good)
+    _db_problems(ctx)
+    foreign = _foreign_journal(ctx)
+    if foreign is not None:
+        ctx.problems.insert(0, _unrepairable("journal_mismatch", ctx.location, foreign))
+    return ctx
+
+
 def _stage_dirs(store: MemoryStore) -> list[Path]:
-    dirs = list(scope_dirs(store.db_path))
+    """The folders stages are made in: each scope's learned-file folder and each run's folder of a
+    file journal, none of them a link (a linked folder's stages are not the store's to sweep)."""
+    dirs, _ = scan_scopes(store.db_path)
     root = Path(store.journal_location) / "runs"
-    if root.is_dir():
-        dirs += [root / n for n in sorted(os.listdir(root))]
+    if _is_folder(root):
+        dirs += [root / n for n in sorted(os.listdir(root)) if _is_folder(root / n)]
     return dirs
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _stage_problems(ctx: _Context, sweep_age_s: float, now: float) -> None:
@@ -236,12 +325,14 @@ def check_store(
     sweep_age_s: float = DEFAULT_SWEEP_AGE_S,
     now: float | None = None,
 ) -> list[Problem]:
-    """Return every problem of the store (empty when clean). Reads only; writes nothing."""
-    ctx = _Context(store, {}, {}, [])
-    _journal_problems(ctx)
-    good = _file_problems(ctx)
-    _record_problems(ctx, good)
-    _db_problems(ctx)
+    """Return every problem of the store (empty when clean). Reads only; writes nothing.
+
+    Raises:
+        JournalError: the journal cannot be reached or listed (damage in it is a problem, not an
+            error).
+        Unreachable: a folder of the store cannot be listed, or the history DB cannot be read.
+    """
+    ctx = _survey(store)
     _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
     _sail_problems(ctx, [Path(d) for d in sail_dirs])
     return ctx.problems
@@ -256,13 +347,28 @@ def repair_store(
 ) -> list[str]:
     """Repair what ``check_store`` found; return one line per action taken.
 
-    Republishes from the journal, quarantines files that cite no record, sweeps stale stages. Never
-    touches the journal, the DB's rows or a ledger.
+    Republishes from the journal, quarantines files that cite no record and whatever is not what
+    the store expects at its place (a link is moved itself, never followed), sweeps stale stages.
+    Never touches the journal, the DB's rows or a ledger.
+
+    Raises:
+        WrongJournal: the journal holds none of the root runs the store cites (a wrong
+            ``--journal``); nothing is changed.
+        Unwritable: a file could not be republished.
     """
-    ctx = _Context(store, {}, {}, [])
-    _journal_problems(ctx)
+    ctx = _survey(store)
+    foreign = _foreign_journal(ctx)
+    if foreign is not None:
+        raise WrongJournal(f"refusing to repair: {foreign}", path=ctx.location)
     actions: list[str] = []
     quarantine = store.db_path.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
+
+    def move_aside(path: Path) -> None:
+        target = quarantine / path.relative_to(store.db_path.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(path, target)  # a rename: a link moves as a link, a folder as a whole
+        actions.append(f"quarantined {path} to {target}")
+
     for problem in problems:
         if not problem.repairable:
             continue
@@ -271,14 +377,16 @@ def repair_store(
             for swept in sweep(path.parent, sweep_age_s, now=now):
                 actions.append(f"swept {swept}")
             continue
-        rec = ctx.latest.get(path.name[: -len(".json")])
-        fits = rec is not None and learned_dir(store.db_path, rec.payload["scope"]) == path.parent
-        if fits and rec is not None:
+        if problem.kind == "folder_wrong":
+            if os.path.lexists(path):
+                move_aside(path)
+            continue
+        rec = _fits(ctx, path)
+        if rec is not None:
+            if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+                move_aside(path)  # a FIFO, a folder or a link: the rename could not replace it
             store.republish(rec)
             actions.append(f"republished {path} from record {rec.id} of root run {rec.run_id}")
-        elif path.exists():
-            target = quarantine / path.relative_to(store.db_path.parent)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(path, target)
-            actions.append(f"quarantined {path} to {target}")
+        elif os.path.lexists(path):
+            move_aside(path)
     return actions

@@ -6,17 +6,22 @@ WAL and a busy timeout let several processes read while ``sync`` writes. The sch
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sqlite3
+import stat
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
-from memory._errors import Unreachable, Unwritable
+from memory._errors import FlowsMemoryError, Unreachable, Unwritable
 from memory._results import Citation, Recalled
+from memory._safe import describe, kind_of
 
 SCHEMA_VERSION = 1
 _MIGRATIONS: dict[int, str] = {
@@ -82,7 +87,14 @@ def _row(row: Sequence[Any]) -> Recalled:
 
 
 class HistoryDB:
-    """The SQLite history DB at ``path``; opened lazily, one connection per thread."""
+    """The SQLite history DB at ``path``; opened lazily, one connection per thread.
+
+    Reads go through a read-only connection (``mode=ro``), so a store on a read-only disk, or a DB
+    this user may not write, still answers; only ``upsert`` (``sync``) opens the DB for writing and
+    migrates it. A DB on a read-only file system whose write-ahead log is empty is opened
+    ``immutable`` (nobody can write it there). The DB and its ``-wal``/``-shm`` must be regular
+    files: a link, FIFO or folder in their place is refused, never followed or opened.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -94,44 +106,153 @@ class HistoryDB:
         self._rows: dict[int, Recalled] = {}
 
     def exists(self) -> bool:
-        """True when the DB file exists (reads of a missing DB see no rows, and create nothing)."""
+        """True when something is at the DB's path (reads of a missing DB see no rows, and create
+        nothing); never follows a link."""
         if not self._seen:  # once there, a DB stays (an open connection keeps reading it anyway)
-            self._seen = self.path.exists()
+            try:
+                os.lstat(self.path)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise Unreachable(
+                    f"cannot read the history DB {self.path}: {describe(exc)}", path=self.path
+                ) from exc
+            self._seen = True
         return self._seen
 
+    def _check_files(self) -> None:
+        """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file."""
+        for path in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise Unreachable(f"cannot read the history DB {path}: {describe(exc)}", path=path) from exc
+            if not stat.S_ISREG(mode):
+                raise Unreachable(
+                    f"{path} is {kind_of(mode)}, not the history DB's file; the store never follows "
+                    "links or opens anything else: move it aside",
+                    path=path,
+                )
+
+    def _error(self, exc: sqlite3.Error, doing: str, kind: type[FlowsMemoryError]) -> FlowsMemoryError:
+        """The coded error for SQLite's ``exc``, carrying SQLite's own cause; only a DB that SQLite
+        says is damaged is the user told to move aside."""
+        name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+        if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT_"):
+            return Unreachable(
+                f"the history DB {self.path} is damaged ({exc}, {name}): move it aside and run "
+                "`flows sync`, which rebuilds it from the learned files and the journal",
+                path=self.path,
+            )
+        code = errno.ENOSPC if name == "SQLITE_FULL" else None
+        return kind(f"cannot {doing} the history DB {self.path}: {exc} ({name})", path=self.path, errno=code)
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's connection for reading: the writer if it has one, else a read-only one;
+        None when the DB holds no schema yet (it reads as empty)."""
+        snap = getattr(self._local, "snapshot", None)
+        if snap is not None:
+            return snap if isinstance(snap, sqlite3.Connection) else None
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        conn = conn or getattr(self._local, "ro", None)
+        if conn is not None:
+            return conn
+        self._check_files()
+        conn = self._open_read_only()
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._error(exc, "read", Unreachable) from exc
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise self._newer(version)
+        if version == 0:  # created but never migrated: no rows yet
+            conn.close()
+            return None
+        if version < SCHEMA_VERSION:  # an older schema: reading needs the migration
+            conn.close()
+            return self._connect()
+        self._local.ro = conn
+        return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        uri = "file:" + quote(str(self.path), safe="/")
+        try:
+            conn = sqlite3.connect(
+                uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA schema_version").fetchone()  # opens the file (and the WAL's index)
+            return conn
+        except sqlite3.Error as exc:
+            if not self._nobody_writes():
+                raise self._error(exc, "open", Unreachable) from exc
+        try:  # a read-only file system with no log to replay: read the file as it is
+            conn = sqlite3.connect(
+                uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "open", Unreachable) from exc
+        return conn
+
+    def _nobody_writes(self) -> bool:
+        """Whether the DB is on a read-only file system and its write-ahead log holds nothing, so
+        reading the file alone (``immutable``) misses nothing."""
+        try:
+            if not os.statvfs(self.path.parent).f_flag & os.ST_RDONLY:
+                return False
+            return os.lstat(f"{self.path}-wal").st_size == 0
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def _newer(self, version: int) -> Unreachable:
+        return Unreachable(
+            f"the history DB {self.path} has schema {version}, newer than this flows-memory "
+            f"({SCHEMA_VERSION}); upgrade flows-memory",
+            path=self.path,
+        )
+
     def _connect(self) -> sqlite3.Connection:
+        """This thread's connection for writing, creating and migrating the DB as needed."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot create {self.path.parent}: {exc.strerror or exc}", path=self.path, errno=exc.errno
+            ) from exc
+        self._check_files()
+        try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "open", Unwritable) from exc
+        try:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             self._migrate(conn)
         except sqlite3.Error as exc:
-            raise Unreachable(
-                f"cannot open the history DB {self.path}: {exc}; check the path, or move a damaged DB "
-                "aside and run `flows sync`",
-                path=self.path,
-            ) from exc
-        except OSError as exc:
-            raise Unwritable(
-                f"cannot create {self.path.parent}: {exc.strerror or exc}", path=self.path
-            ) from exc
+            conn.close()
+            raise self._error(exc, "write", Unwritable) from exc
+        except BaseException:
+            conn.close()
+            raise
         self._local.conn = conn
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise Unreachable(
-                f"the history DB {self.path} has schema {version}, newer than this flows-memory "
-                f"({SCHEMA_VERSION}); upgrade flows-memory",
-                path=self.path,
-            )
+            raise self._newer(version)
         for target in range(version + 1, SCHEMA_VERSION + 1):
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -141,25 +262,54 @@ class HistoryDB:
                     conn.execute(f"PRAGMA user_version = {target}")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)  # a failed rollback must not hide why the migration failed
                 raise
 
     def close(self) -> None:
-        """Close this thread's connection (safe twice)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Close this thread's connections (safe twice)."""
+        for name in ("conn", "ro"):
+            conn = getattr(self._local, name, None)
+            if conn is not None:
+                conn.close()
+                setattr(self._local, name, None)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of this thread inside the block sees one state of the DB (one read
+        transaction); a DB missing when the block starts reads as empty throughout it."""
+        if getattr(self._local, "snapshot", None) is not None:
+            yield
+            return
+        conn = self._reader() if self.exists() else None
+        if conn is None:
+            self._local.snapshot = _ABSENT
+        else:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise self._error(exc, "read", Unreachable) from exc
+            self._local.snapshot = conn
+        try:
+            yield
+        finally:
+            self._local.snapshot = None
+            if conn is not None:
+                _rollback(conn)
 
     # -- reads -------------------------------------------------------------------------------
 
+    def _read_conn(self) -> sqlite3.Connection | None:
+        """The connection reads use, or None when there is no DB (or no schema) to read."""
+        return self._reader() if self.exists() else None
+
     def _query(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
-        if not self.exists():
+        conn = self._read_conn()
+        if conn is None:
             return []
         try:
-            raw = self._connect().execute(sql, params).fetchall()
+            raw = conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+            raise self._error(exc, "read", Unreachable) from exc
         out = []
         rows = self._rows
         for r in raw:
@@ -220,13 +370,13 @@ class HistoryDB:
         The caller ranks them. Walking each posting list newest first with a limit keeps the cost
         bounded however common a word is (bm25 over every match is not).
         """
-        if not words or not self.exists():
+        conn = self._read_conn()
+        if not words or conn is None:
             return []
         quoted = ['"' + w.replace('"', '""') + '"' for w in words]
         queries = [" AND ".join(quoted)] if len(quoted) > 1 else []
         queries += quoted
         ids: set[int] = set()
-        conn = self._connect()
         try:
             for match in queries:
                 ids.update(
@@ -238,7 +388,7 @@ class HistoryDB:
                     )
                 )
         except sqlite3.Error as exc:
-            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+            raise self._error(exc, "read", Unreachable) from exc
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
@@ -252,20 +402,21 @@ class HistoryDB:
     def version(self) -> tuple[int, int]:
         """Changes when the DB's content may have changed: another connection's commit moves
         SQLite's ``data_version``; this object's own writes move the second number."""
-        if not self.exists():
+        conn = self._read_conn()
+        if conn is None:
             return (-1, self._writes)
         try:
-            return (int(self._connect().execute("PRAGMA data_version").fetchone()[0]), self._writes)
+            return (int(conn.execute("PRAGMA data_version").fetchone()[0]), self._writes)
         except sqlite3.Error as exc:
-            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+            raise self._error(exc, "read", Unreachable) from exc
 
     def held(self, keys: Iterable[str]) -> dict[str, Citation]:
         """The citation the DB holds for each of ``keys`` that it has."""
         keys = list(keys)
-        if not keys or not self.exists():
+        conn = self._read_conn() if keys else None
+        if conn is None:
             return {}
         out: dict[str, Citation] = {}
-        conn = self._connect()
         try:
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
@@ -275,14 +426,18 @@ class HistoryDB:
                 ):
                     out[key] = Citation(run_id, stream, rid)
         except sqlite3.Error as exc:
-            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+            raise self._error(exc, "read", Unreachable) from exc
         return out
 
     def count(self) -> int:
         """How many findings the DB holds."""
-        if not self.exists():
+        conn = self._read_conn()
+        if conn is None:
             return 0
-        return int(self._connect().execute("SELECT count(*) FROM findings").fetchone()[0])
+        try:
+            return int(conn.execute("SELECT count(*) FROM findings").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
 
     # -- writes (sync only) --------------------------------------------------------------------
 
@@ -332,9 +487,19 @@ class HistoryDB:
             conn.execute("COMMIT")
             self._writes += 1
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise Unwritable(f"cannot write the history DB {self.path}: {exc}", path=self.path) from exc
+            _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
+            raise self._error(exc, "write", Unwritable) from exc
+
+
+_ABSENT = object()  # a snapshot of a DB that was not there when it began
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End ``conn``'s transaction, if any, without letting a failure to do so replace the error
+    being handled (after a full disk or an I/O error SQLite may already have rolled back)."""
+    with contextlib.suppress(sqlite3.Error):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 def _split(script: str) -> list[str]:

@@ -8,7 +8,9 @@ unchanged (SPEC R-J6). The tree::
     ├── Unjournaled               memory_unjournaled: learn was called with no root run
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
     ├── Unwritable                memory_unwritable: staging or publishing the learned file failed
-    └── Unreachable               memory_unreachable: a learned file or the history DB cannot be read
+    ├── Unreachable               memory_unreachable: a learned file or the history DB cannot be read
+    └── WrongJournal              memory_wrong_journal: repair refused: the journal holds none of the
+                                  runs the store cites
 """
 
 from __future__ import annotations
@@ -67,3 +69,10 @@ class Unreachable(FlowsMemoryError):
     """A learned file (or the history DB) could not be read or has the wrong shape."""
 
     code = "memory_unreachable"
+
+
+class WrongJournal(FlowsMemoryError):
+    """``flows check --repair`` refused: the journal it was pointed at holds none of the root runs the
+    store's files and rows cite, so it is not this store's journal; nothing was changed."""
+
+    code = "memory_wrong_journal"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -16,7 +15,7 @@ import orjson
 from memory._errors import Unreachable
 from memory._finding import STREAM, Finding, finding_id, scope_hash
 from memory._results import Citation, Recalled
-from staging import is_stage_name
+from memory._safe import Folder, describe, is_damage, read_file
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
 _RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
@@ -86,16 +85,38 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
     )
 
 
+def unreadable(path: Path | str, exc: OSError) -> Unreachable:
+    """The ``Unreachable`` for a learned file (or a folder of them) that could not be opened or read:
+    a link, a FIFO, a folder where a file belongs (damage, named with what repair does), or a
+    storage failure."""
+    if is_damage(exc):
+        return Unreachable(
+            f"learned file {path} cannot be read: {describe(exc)}; `flows check --repair` moves it to "
+            "flows-quarantine/ beside the store (and republishes the finding if the journal records it)",
+            path=path,
+            errno=exc.errno,
+        )
+    return Unreachable(f"cannot read {path}: {describe(exc)}", path=path, errno=exc.errno)
+
+
 def read_learned(path: Path) -> Recalled:
-    """Read and parse one learned file (``Unreachable`` when it cannot be read or parsed)."""
+    """Read and parse one learned file, never through a link and never blocking.
+
+    Raises:
+        Unreachable: the file is missing, is not a regular file, cannot be read, or does not parse.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        data = read_file(path)
     except OSError as exc:
-        what = "it is a symbolic link, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
-        raise Unreachable(f"cannot read learned file {path}: {what or exc}", path=path) from exc
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read()
+        raise unreadable(path, exc) from exc
+    if data is None:
+        raise Unreachable(f"cannot read learned file {path}: it does not exist", path=path)
     return parse_learned(path, data)
+
+
+def is_learned_name(name: str) -> bool:
+    """Whether ``name`` is a learned file's name (never a stage or another hidden name)."""
+    return name.endswith(".json") and not name.startswith(".")
 
 
 def learned_names(directory: Path) -> list[str]:
@@ -106,7 +127,46 @@ def learned_names(directory: Path) -> list[str]:
         return []
     except OSError as exc:
         raise Unreachable(f"cannot list {directory}: {exc.strerror or exc}", path=directory) from exc
-    return [n for n in names if n.endswith(".json") and not is_stage_name(n) and not n.startswith(".")]
+    return [n for n in names if is_learned_name(n)]
+
+
+FileRead = tuple[Path, bytes, Recalled]
+"""A learned file as read: its path, its bytes, and the entry they parse to."""
+
+
+def read_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, list[FileRead]]:
+    """Every learned file of ``directory`` (a folder below ``base``, opened without following a link):
+    the folder's own ``stat`` (None when it does not exist) and each file's path, bytes and entry.
+
+    A file listed but gone when it is opened was removed meanwhile (``sync`` drops a file only once
+    the history DB holds it) and is left out.
+
+    Raises:
+        Unreachable: a folder on the way or a learned file is a link or not what it should be, a
+            file does not parse (each named), or the folder cannot be listed.
+    """
+    try:
+        folder = Folder.open(base, directory)
+    except OSError as exc:
+        raise unreadable(exc.filename or directory, exc) from exc
+    if folder is None:
+        return None, []
+    with folder:
+        try:
+            st = folder.stat()
+            names = [n for n in folder.names() if is_learned_name(n)]
+        except OSError as exc:
+            raise unreadable(directory, exc) from exc
+        out = []
+        for name in names:
+            path = directory / name
+            try:
+                data = folder.read(name, str(path))
+            except OSError as exc:
+                raise unreadable(path, exc) from exc
+            if data is not None:
+                out.append((path, data, parse_learned(path, data)))
+    return st, out
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -206,30 +266,33 @@ class DiskIndex:
     ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse), and a fresh process
     always parses every file, so damage fails closed there too. A file rewritten in place (not by
     the engine, which never does that) is seen by the next process, or after the next change to
-    its directory.
+    its directory. Folders are opened without following links (``read_folder``); the cheap check
+    of a cached listing is an ``lstat``, so a link put in the folder's place is never mistaken for it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, base: Path) -> None:
+        self._base = base
         self._cache: dict[Path, Listing] = {}
         self._mutex = threading.Lock()
 
     def listing(self, directory: Path) -> Listing:
         """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file)."""
         try:
-            st = os.stat(directory)
+            st = os.stat(directory, follow_symlinks=False)
         except FileNotFoundError:
             return Listing(0, 0, ())
         except OSError as exc:
-            raise Unreachable(f"cannot read {directory}: {exc.strerror or exc}", path=directory) from exc
+            raise unreadable(directory, exc) from exc
         with self._mutex:
             hit = self._cache.get(directory)
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        listing = Listing(
-            st.st_mtime_ns, st.st_ino, tuple(read_learned(directory / n) for n in learned_names(directory))
-        )
-        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+        seen, files = read_folder(self._base, directory)
+        if seen is None:
+            return Listing(0, 0, ())
+        listing = Listing(seen.st_mtime_ns, seen.st_ino, tuple(entry for _, _, entry in files))
+        if scanned_at - seen.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing
         return listing

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from journal import Record
+from journal import JournalCorrupt, Record, record_id
 from memory._errors import FindingInvalid
 
 STREAM = "memory-learn"
 """The root run's stream that every learn commits to."""
 
 _FIELDS = {"text", "source", "tags"}
+_PAYLOAD = frozenset({"id", "scope", "flow", "finding", "learnedMs"})
+_FINDING_ID = re.compile(r"[0-9a-f]{32}")
+_MAX_MS = 2**63 - 1  # what the history DB can hold
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ def validate(obj: object, default_source: str) -> Finding:
 
     Raises:
         FindingInvalid: ``obj`` is not a mapping; ``text`` is missing or not a non-empty string;
-            ``source`` is not a non-empty string; ``tags`` is not a list of non-empty strings; or
-            there is any other key. The message says which.
+            ``source`` is not a non-empty string; ``tags`` is not a list of non-empty strings; a
+            string holds a lone surrogate (it could not be journaled or stored); or there is any
+            other key. The message says which.
     """
     if isinstance(obj, Finding):
         obj = obj.as_json()
@@ -55,7 +60,24 @@ def validate(obj: object, default_source: str) -> Finding:
     tags = obj.get("tags", [])
     if not isinstance(tags, list | tuple) or not all(isinstance(t, str) and t.strip() for t in tags):
         raise FindingInvalid("a finding's `tags` must be a list of non-empty strings")
+    for name, value in (("text", text), ("source", source), *(("tags", t) for t in tags)):
+        if not _is_unicode(value):
+            raise FindingInvalid(
+                f"a finding's `{name}` holds a lone surrogate (U+D800-U+DFFF), which is not text: "
+                "decode it properly, or replace the character"
+            )
     return Finding(text=text, source=source, tags=tuple(tags))
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates), so it can be journaled and stored."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def canonical(finding: Finding) -> bytes:
@@ -76,6 +98,56 @@ def scope_hash(scope: str) -> str:
 def learn_payload(fid: str, scope: str, flow: str, finding: Finding, learned_ms: int) -> dict[str, Any]:
     """The payload a learn commits to the ``memory-learn`` stream."""
     return {"id": fid, "scope": scope, "flow": flow, "finding": finding.as_json(), "learnedMs": learned_ms}
+
+
+def checked_commit(record: Record, location: str) -> Record:
+    """Return ``record`` when it is a ``memory-learn`` commit of exactly the shape ``learn`` writes.
+
+    Every record read back from a journal is untrusted input: before a path or a file is built from
+    one, its payload must be ``{id, scope, flow, finding, learnedMs}`` with a valid finding, its id
+    32 lowercase hex digits equal to ``finding_id(scope, finding)``, its key that id and its record
+    id the one the journal derives from the key. ``location`` names the journal, for the message.
+
+    Raises:
+        JournalCorrupt: the record is anything else; names the run, the stream and the line.
+    """
+    why = _commit_problem(record)
+    if why is None:
+        return record
+    raise JournalCorrupt(
+        f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run {record.run_id} "
+        f"in the journal {location} is not a finding's commit: {why}; nothing is built from it. Restore "
+        "the journal from a backup; `flows check` lists every such record",
+        path=location,
+        line=record.seq,
+        reason=why,
+        run_id=record.run_id,
+        stream=record.stream,
+    )
+
+
+def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
+    p = record.payload
+    if not isinstance(p, Mapping) or set(p) != _PAYLOAD:
+        return "its payload is not exactly {id, scope, flow, finding, learnedMs}"
+    fid, scope, flow, ms, finding = p["id"], p["scope"], p["flow"], p["learnedMs"], p["finding"]
+    if not isinstance(fid, str) or not _FINDING_ID.fullmatch(fid):
+        return "its id is not 32 lowercase hex digits"
+    if not isinstance(scope, str) or not isinstance(flow, str):
+        return "its scope or flow is not a string"
+    if type(ms) is not int or not 0 <= ms <= _MAX_MS:
+        return "its learnedMs is not a time in milliseconds"
+    if not isinstance(finding, Mapping) or set(finding) != _FIELDS or not isinstance(finding["tags"], list):
+        return "its finding is not exactly {text, source, tags}"
+    try:
+        item = validate(finding, default_source="")
+    except FindingInvalid as exc:
+        return f"its finding is invalid ({exc})"
+    if finding_id(scope, item) != fid:
+        return "its id is not the hash of its scope and finding"
+    if record.key != fid or record.id != record_id(record.run_id, record.stream, fid):
+        return "its key or record id is not the one the finding's id gives"
+    return None
 
 
 def render(record: Record) -> bytes:

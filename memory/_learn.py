@@ -10,7 +10,15 @@ from pathlib import Path
 import journal
 from journal import JournalBackend, Lease, Record
 from memory._errors import FindingInvalid, Unjournaled, UnsupportedHeader
-from memory._finding import STREAM, commit_to_publish, finding_id, learn_payload, render, validate
+from memory._finding import (
+    STREAM,
+    checked_commit,
+    commit_to_publish,
+    finding_id,
+    learn_payload,
+    render,
+    validate,
+)
 from memory._publisher import Publisher, holds
 from memory._results import Citation, Learned
 from staging import failpoint
@@ -76,6 +84,8 @@ class Learner:
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
         # commit that raced ahead of this one, and its bytes are what get published.
         existing = root.journal.find(root.run_id, STREAM, fid) if os.path.lexists(final) else None
+        if existing is not None:
+            self._check(root, existing, fid)
         if existing is None:
             payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
             expected = Record(
@@ -107,9 +117,27 @@ class Learner:
         failpoint("memory.after_append")
         if render(record) != data:  # another attempt committed first: publish its bytes
             staged.discard()
+            self._check(root, record, fid)
             staged = pub.stage(directory, render(record), root.run_id)
         pub.publish(staged, final, root.run_id)
         return _learned(fid, record, final)
+
+    @staticmethod
+    def _check(root: RootRun, record: Record, fid: str) -> None:
+        """A commit the journal handed back for ``fid`` is this finding's, of the exact shape, in
+        this root's scope: only then are its bytes published (``JournalCorrupt`` otherwise)."""
+        checked_commit(record, root.journal.location)
+        if record.payload["id"] != fid or record.payload["scope"] != root.scope:
+            raise journal.JournalCorrupt(
+                f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run "
+                f"{record.run_id} in the journal {root.journal.location} is keyed by finding {fid} but "
+                "commits another finding; nothing is published from it. Restore the journal from a backup",
+                path=root.journal.location,
+                line=record.seq,
+                reason="the record is not the finding its key names",
+                run_id=record.run_id,
+                stream=record.stream,
+            )
 
     def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
         """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
@@ -125,10 +153,9 @@ class Learner:
         """See ``MemoryStore.republish_run``."""
         committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
-            scope = rec.payload.get("scope")
-            fid = rec.payload.get("id")
-            if isinstance(scope, str) and isinstance(fid, str):
-                committed[(scope, fid)] = commit_to_publish(committed.get((scope, fid)), rec)
+            checked_commit(rec, backend.location)  # before any path is built from it
+            key = (rec.payload["scope"], rec.payload["id"])
+            committed[key] = commit_to_publish(committed.get(key), rec)
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
         intact: list[Path] = []

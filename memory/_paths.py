@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
+from memory._errors import Unreachable
 from memory._finding import scope_hash
+from memory._safe import describe, kind_of
 
 LEARNED_ROOT = "flows-memory"
 JOURNAL_DIR = "flows-journal"
@@ -44,16 +47,83 @@ def learned_dir(db_path: Path, scope: str) -> Path:
     return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "compacted"
 
 
-def scope_dirs(db_path: Path) -> list[Path]:
-    """Every scope's learned-file directory that exists under ``<db-dir>/flows-memory``."""
+def scan_scopes(db_path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every scope's learned-file folder under ``<db-dir>/flows-memory``, looked at without following
+    links: ``(folders, wrong)``, where ``wrong`` lists each path that is a link or not a folder where
+    a folder belongs (``flows-memory`` itself, a scope folder, its ``.trajectories`` or
+    ``compacted``), with what it is. Hidden names are skipped; a scope whose learned-file folder is
+    not there yet is no folder.
+
+    Raises:
+        OSError: a folder could not be listed (permission, I/O); ``filename`` names it.
+    """
     root = learned_root(db_path)
+    wrong: list[tuple[Path, str]] = []
+    what = _wrong_folder(root)
+    if what == "missing":
+        return [], []
+    if what:
+        return [], [(root, what)]
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
-        return []
-    dirs = []
+        return [], []
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(root)) from None
+    folders = []
     for name in names:
-        d = root / name / ".trajectories" / "compacted"
-        if not name.startswith(".") and d.is_dir():
-            dirs.append(d)
-    return dirs
+        if name.startswith("."):
+            continue
+        probe = root / name
+        for part in ("", ".trajectories", "compacted"):
+            probe = probe / part if part else probe
+            what = _wrong_folder(probe)
+            if what:
+                break
+        if what == "missing":
+            continue
+        if what:
+            wrong.append((probe, what))
+        else:
+            folders.append(probe)
+    return folders, wrong
+
+
+def _wrong_folder(path: Path) -> str:
+    """``""`` for a real folder, ``"missing"``, or what else is at ``path`` (never following a link)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if stat.S_ISDIR(mode):
+        return ""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link, which the store never follows"
+    return f"{kind_of(mode)} where a folder belongs"
+
+
+def scope_dirs(db_path: Path) -> list[Path]:
+    """Every scope's learned-file directory that exists under ``<db-dir>/flows-memory``.
+
+    Raises:
+        Unreachable: a folder on the way is a symbolic link or not a folder (named), or cannot be
+            listed.
+    """
+    try:
+        folders, wrong = scan_scopes(db_path)
+    except OSError as exc:
+        raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
+    if wrong:
+        path, what = wrong[0]
+        raise Unreachable(wrong_folder_message(path, what), path=path)
+    return folders
+
+
+def wrong_folder_message(path: Path, what: str) -> str:
+    """The message for a link, or a file, where the store expects one of its folders."""
+    return (
+        f"{path} is {what}; the store reads only its own folders: `flows check --repair` moves it to "
+        "flows-quarantine/ beside the store"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,14 @@ def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None
 
 
 def holds(path: Path, data: bytes) -> bool:
-    """Whether ``path`` (never through a link) holds exactly ``data``."""
+    """Whether ``path`` is a regular file holding exactly ``data`` (never through a link, never
+    blocking on a FIFO)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        return os.read(fd, len(data) + 1) == data
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(data) + 1) == data
     except OSError:
         return False
     finally:

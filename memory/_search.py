@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from memory._citations import Citations
 from memory._db import HistoryDB
+from memory._errors import Unreachable
 from memory._files import DiskIndex, Listing, Terms, newest_first, terms_of, words
 from memory._paths import learned_root, scope_dirs
 from memory._publisher import Publisher
@@ -81,6 +83,17 @@ def subject_words(subject: str) -> list[str]:
     return [w for w in dict.fromkeys(words(subject)) if w not in _STOPWORDS]
 
 
+def _storable(*values: str | None) -> bool:
+    """Whether each of ``values`` could be stored (no lone surrogate); one that could not matches nothing."""
+    for v in values:
+        if v is not None and not v.isascii():
+            try:
+                v.encode()
+            except UnicodeEncodeError:
+                return False
+    return True
+
+
 def _key(e: Recalled) -> str:
     return e.key
 
@@ -109,10 +122,11 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher) -> None:
+    def __init__(self, db: HistoryDB, publisher: Publisher, citations: Citations) -> None:
         self._db = db
         self._publisher = publisher
-        self._disk = DiskIndex()
+        self._disk = DiskIndex(publisher.db_path.parent)
+        self._citations = citations
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
@@ -132,15 +146,20 @@ class Search:
         """
         root = self._learned_root
         try:
-            st = os.stat(root)
+            st = os.stat(root, follow_symlinks=False)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise Unreachable(f"cannot read {root}: {exc.strerror or exc}", path=root) from exc
         stamp = (st.st_mtime_ns, st.st_ino)
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[2] == len(cached[1]):
             return cached[1]
         found = scope_dirs(self._publisher.db_path)
-        names = len(os.listdir(root))
+        try:
+            names = sum(1 for n in os.listdir(root) if not n.startswith("."))
+        except OSError:
+            return found  # changed since scope_dirs listed it: not remembered
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, names)
         return found
@@ -186,6 +205,11 @@ class Search:
         scope: str | None = None,
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
+        if not _storable(source, tag, scope):
+            return []  # a filter no stored finding can equal
+        # Files first, then the DB in one snapshot: sync commits rows before it drops their files,
+        # so a file gone from the listing is a row in the snapshot, and a file still listed whose
+        # row the snapshot also holds is read once, from the row.
         listings = self._listings(scope)
         ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
@@ -197,18 +221,21 @@ class Search:
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
         )
-        rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
-        if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
-            last = rows[-1].learned_ms
-            disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
-        kept = self._not_held(disk, limit, key=_key)
+        with self._db.snapshot():
+            rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+            if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
+                last = rows[-1].learned_ms
+                disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
+            kept = self._not_held(disk, limit, key=_key)
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
-        return merged if limit is None else merged[:limit]
+        found = merged if limit is None else merged[:limit]
+        self._served(e for e in found if e.id < 0)
+        return found
 
     def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
         """See ``MemoryStore.why``."""
         asked = subject_words(subject)
-        if not asked:
+        if not asked or not _storable(scope):
             return []
         wanted = set(asked)
         disk: list[Explained] = []
@@ -218,10 +245,22 @@ class Search:
                 if score > 0 and (scope is None or e.scope == scope):
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
-        scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-        for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5)):
+        with self._db.snapshot():  # files first, then one DB snapshot (see recall)
+            scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
+            rows = self._db.search(asked, scope=scope, limit=max(50, limit * 5))
+        for e in rows:
             score, matched = _score_terms(terms_of(e), wanted)
             if score > 0:
                 scored.append(Explained(finding=e, score=score, matched=matched))
         scored.sort(key=_best_first, reverse=True)
+        self._served(x.finding for x in scored[:limit] if x.finding.id < 0)
         return scored[:limit]
+
+    def _served(self, unsynced: Iterable[Recalled]) -> None:
+        """Check each unsynced entry about to be returned against the journal record it cites: a
+        file nobody journaled is never served (``Unreachable`` naming it)."""
+        for e in unsynced:
+            self._citations.check(e, self._path_of)
+
+    def _path_of(self, e: Recalled) -> Path:
+        return self._publisher.scope_dir(e.scope) / f"{e.key}.json"

@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 
 import journal
 from journal import JournalBackend, Record
+from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._finding import STREAM, render
+from memory._finding import STREAM, checked_commit, render
 from memory._learn import Learner, RootRun
 from memory._paths import resolve_db, resolve_journal
 from memory._publisher import Publisher
@@ -67,9 +68,10 @@ class MemoryStore:
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
+        self._citations = Citations(self.open_journal)
         self._learner = Learner(self._publisher, clock)
-        self._search = Search(self._db, self._publisher)
-        self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock)
+        self._search = Search(self._db, self._publisher, self._citations)
+        self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock, self._citations)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -155,11 +157,14 @@ class MemoryStore:
         the journal.
 
         Raises:
-            ValueError: ``record`` is not a ``memory-learn`` record of the expected shape.
+            ValueError: ``record`` is not from the ``memory-learn`` stream.
+            JournalCorrupt: ``record`` is not a finding's commit of the exact shape
+                (``checked_commit``); nothing is written.
             Unwritable: the file could not be staged or published.
         """
         if record.stream != STREAM:
             raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
+        checked_commit(record, self.open_journal().location)
         data = render(record)
         final = self._publisher.scope_dir(record.payload["scope"]) / f"{record.payload['id']}.json"
         staged = self._publisher.stage(final.parent, data, record.run_id)

@@ -10,46 +10,64 @@ from collections.abc import Callable
 from pathlib import Path
 
 from journal import JournalBackend, Record
+from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._files import learned_names, parse_learned
-from memory._finding import STREAM, commit_to_publish, render
-from memory._paths import scope_dirs
+from memory._errors import Unreachable, Unwritable
+from memory._files import parse_learned, read_folder, unreadable
+from memory._finding import STREAM, checked_commit, commit_to_publish, render
+from memory._paths import scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
 from memory._results import Recalled, SyncReport
-from staging import STAGE_PREFIX, failpoint, fsync_dir
+from memory._safe import Folder, describe, is_damage
+from staging import STAGE_PREFIX, failpoint
 
 
 def latest_commits(
     backend: JournalBackend, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, Record]:
     """For each finding id in ``backend``, the commit to publish (``commit_to_publish``) across
-    runs; ``progress(done, runs)`` is called after each run is read."""
+    runs; ``progress(done, runs)`` is called after each run is read.
+
+    Raises:
+        JournalCorrupt: a ``memory-learn`` record is not a finding's commit (``checked_commit``).
+        JournalError: a run could not be read, unchanged.
+    """
     latest: dict[str, Record] = {}
     runs = backend.runs()
     for n, run in enumerate(runs, 1):
         for rec in backend.read(run.run_id, STREAM):
-            fid = rec.payload.get("id")
-            if isinstance(fid, str):
-                latest[fid] = commit_to_publish(latest.get(fid), rec)
+            fid = checked_commit(rec, backend.location).payload["id"]
+            latest[fid] = commit_to_publish(latest.get(fid), rec)
         if progress:
             progress(n, len(runs))
     return latest
 
 
-def _drop(path: Path, ingested: bytes) -> bool:
-    """Remove ``path`` if it still holds ``ingested``; a newer file published meanwhile stays."""
-    claim = path.parent / f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{path.name}"
+def _drop(folder: Folder, name: str, ingested: bytes) -> bool:
+    """Remove ``name`` from ``folder`` if it still holds ``ingested``; a newer file published
+    meanwhile stays. Everything goes through the folder's descriptor, never a path."""
+    fd = folder.fd
+    claim = f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{name}"
     try:
-        os.rename(path, claim)
+        os.rename(name, claim, src_dir_fd=fd, dst_dir_fd=fd)
     except FileNotFoundError:
         return False
-    if claim.read_bytes() != ingested:  # a learn replaced it after we read it: put it back
+    try:
+        same = folder.read(claim) == ingested
+    except OSError:
+        same = False
+    if not same:  # a learn replaced it after we read it: put it back
         with contextlib.suppress(FileExistsError):
-            os.link(claim, path)
-        os.unlink(claim)
+            os.link(claim, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+        os.unlink(claim, dir_fd=fd)
         return False
-    os.unlink(claim)
+    os.unlink(claim, dir_fd=fd)
     return True
+
+
+def _unwritable(exc: OSError, doing: str) -> Unwritable:
+    where = exc.filename or ""
+    return Unwritable(f"cannot {doing} {where}: {describe(exc)}", path=where or None, errno=exc.errno)
 
 
 class Syncer:
@@ -61,11 +79,27 @@ class Syncer:
         publisher: Publisher,
         open_journal: Callable[[], JournalBackend],
         clock: Callable[[], int],
+        citations: Citations,
     ) -> None:
         self._db = db
         self._publisher = publisher
         self._open_journal = open_journal
         self._clock = clock
+        self._citations = citations
+        self._base = publisher.db_path.parent
+
+    def _current(self, final: Path) -> bytes | None:
+        """What is at ``final`` now (None when nothing), read without following a link."""
+        try:
+            folder = Folder.open(self._base, final.parent)
+            if folder is None:
+                return None
+            with folder:
+                return folder.read(final.name)
+        except OSError as exc:
+            if is_damage(exc):
+                raise unreadable(exc.filename or final, exc) from exc
+            raise _unwritable(exc, "read") from exc
 
     def materialize(self, progress: Callable[[int, int], None] | None = None) -> int:
         """See ``MemoryStore.materialize``."""
@@ -77,10 +111,7 @@ class Syncer:
                 continue
             final = self._publisher.scope_dir(rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
-            try:
-                current: bytes | None = final.read_bytes()
-            except FileNotFoundError:
-                current = None
+            current = self._current(final)
             if current == data:
                 continue
             # A damaged file is not overwritten here: it fails closed (memory_unreachable).
@@ -92,31 +123,58 @@ class Syncer:
         self._publisher.publish_batches(wanted)
         return len(wanted)
 
+    def _files(self) -> list[tuple[Path, bytes, Recalled]]:
+        """Every learned file of every scope, parsed and checked against its journal record."""
+        try:
+            folders, wrong = scan_scopes(self._publisher.db_path)
+        except OSError as exc:
+            raise _unwritable(exc, "list") from exc
+        if wrong:
+            raise Unreachable(wrong_folder_message(*wrong[0]), path=wrong[0][0])
+        files: list[tuple[Path, bytes, Recalled]] = []
+        for d in folders:
+            try:
+                files += read_folder(self._base, d)[1]
+            except Unreachable as exc:
+                cause = exc.__cause__
+                if isinstance(cause, OSError) and not is_damage(cause):  # permission, I/O
+                    raise Unwritable(exc.message, path=exc.path, errno=exc.errno) from cause
+                raise
+        self._citations.verify(files)  # a file citing nothing is damage: never ingested
+        return files
+
     def sync(self, *, materialize: bool, progress: Callable[[int, int], None] | None) -> SyncReport:
         """See ``MemoryStore.sync``."""
         made = self.materialize() if materialize else 0
-        files: list[tuple[Path, bytes, Recalled]] = []
-        for d in scope_dirs(self._publisher.db_path):
-            for name in learned_names(d):
-                path = d / name
-                try:
-                    data = path.read_bytes()
-                except FileNotFoundError:
-                    continue
-                files.append((path, data, parse_learned(path, data)))
+        files = self._files()
         ingested = dropped = 0
         for i in range(0, len(files), SYNC_BATCH):
             batch = files[i : i + SYNC_BATCH]
             self._db.upsert([e for _, _, e in batch], self._clock())
             ingested += len(batch)
             failpoint("memory.sync_after_upsert")
-            dirs = set()
-            for path, data, _ in batch:
-                if _drop(path, data):
-                    dropped += 1
-                    dirs.add(path.parent)
-            for d in dirs:
-                fsync_dir(d)
+            dropped += self._drop_batch(batch)
             if progress:
                 progress(min(i + SYNC_BATCH, len(files)), len(files))
         return SyncReport(materialized=made, ingested=ingested, dropped=dropped)
+
+    def _drop_batch(self, batch: list[tuple[Path, bytes, Recalled]]) -> int:
+        """Drop the disk copies of ``batch`` (the DB now holds them), one fsync per folder."""
+        by_folder: dict[Path, list[tuple[str, bytes]]] = {}
+        for path, data, _ in batch:
+            by_folder.setdefault(path.parent, []).append((path.name, data))
+        dropped = 0
+        for directory, names in by_folder.items():
+            try:
+                folder = Folder.open(self._base, directory)
+                if folder is None:
+                    continue
+                with folder:
+                    gone = sum(_drop(folder, name, data) for name, data in names)
+                    if gone:
+                        folder.fsync()
+            except OSError as exc:
+                where = OSError(exc.errno, exc.strerror, str(directory))
+                raise _unwritable(where, "drop synced files in") from exc
+            dropped += gone
+        return dropped

@@ -1,0 +1,187 @@
+"""Opening what the store holds without following a link and without blocking.
+
+Everything under ``<db-dir>/flows-memory`` is untrusted: a symbolic link planted there could send a
+read (or ``sync``'s drops) into another store, and a FIFO named like a learned file would block a
+plain ``open`` forever. So every file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked to be a
+regular file, and every folder below ``<db-dir>`` is opened one component at a time with
+``O_NOFOLLOW | O_DIRECTORY`` relative to its parent's descriptor (``Folder``), so a link anywhere
+on the way is refused rather than resolved. ``<db-dir>`` itself is the user's choice and may be
+reached through links.
+
+The functions here raise ``OSError``; ``OSError.filename`` names the path that failed, and
+``describe`` turns one into words. The callers map them to their own coded errors.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotRegular(OSError):
+    """What was opened as a file is not a regular file (a FIFO, a folder, a device, a socket)."""
+
+
+def kind_of(mode: int) -> str:
+    """Words for the type of a file whose ``st_mode`` is ``mode``."""
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),
+    ):
+        if test(mode):
+            return name
+    return "of an unknown type"
+
+
+def describe(exc: OSError) -> str:
+    """Why ``exc`` happened, in words a user can act on."""
+    if isinstance(exc, NotRegular):
+        return exc.strerror or "not a regular file"
+    if exc.errno == errno.ELOOP:
+        return "it is a symbolic link, which the store never follows"
+    if exc.errno == errno.ENXIO:
+        return "it is a socket or a device, not a regular file"
+    if exc.errno == errno.EISDIR:
+        return "it is a folder, not a regular file"
+    if exc.errno == errno.ENOTDIR:
+        return "it is not a folder"
+    return exc.strerror or str(exc)
+
+
+def is_damage(exc: OSError) -> bool:
+    """Whether ``exc`` says the store holds the wrong kind of thing (a link, a FIFO, a folder where
+    a file belongs...), as opposed to the storage failing (permission, I/O)."""
+    return isinstance(exc, NotRegular) or exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR)
+
+
+def read_fd(fd: int, path: str | os.PathLike[str]) -> bytes:
+    """Read the whole regular file open at ``fd`` (raising ``NotRegular`` for anything else)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(errno.EINVAL, f"it is {kind_of(st.st_mode)}, not a regular file", os.fspath(path))
+    chunks: list[bytes] = []
+    want = st.st_size + 1  # one more than the size: a file that grew since is read to its end
+    while True:
+        chunk = os.read(fd, max(want, 65536))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def read_file(
+    path: str | os.PathLike[str], *, dir_fd: int | None = None, shown: str | None = None
+) -> bytes | None:
+    """The bytes of the regular file at ``path`` (relative to ``dir_fd`` when given), never through a
+    link and never blocking; None when there is nothing at that name.
+
+    Raises:
+        NotRegular: it is a FIFO, a folder, a device.
+        OSError: a link (``ELOOP``), a socket (``ENXIO``), permission or I/O; ``filename`` is
+            ``shown`` (or ``path``).
+    """
+    where = shown if shown is not None else os.fspath(path)
+    try:
+        fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+    try:
+        return read_fd(fd, where)
+    except NotRegular:
+        raise
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+    finally:
+        os.close(fd)
+
+
+class Folder:
+    """A folder below ``base`` opened one component at a time, none of them a link.
+
+    Reads, renames and fsyncs go through the folder's descriptor, so a link swapped in after the
+    open cannot redirect them. A context manager; ``close()`` is safe twice.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def open(cls, base: Path, path: Path) -> Folder | None:
+        """Open ``path`` (a folder below ``base``); None when it, or a folder on the way, is missing.
+
+        Raises:
+            OSError: a component is a link (``ELOOP``) or not a folder (``ENOTDIR``), or cannot be
+                opened (permission, I/O); ``filename`` names that component.
+        """
+        parts: Sequence[str] = path.relative_to(base).parts
+        try:
+            fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(base)) from None
+        here = base
+        for part in parts:
+            here = here / part
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.close(fd)
+                return None
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno == errno.ENOTDIR:  # Linux says ENOTDIR, not ELOOP, for a link here
+                    try:
+                        if stat.S_ISLNK(os.lstat(here).st_mode):
+                            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(here)) from None
+                    except FileNotFoundError:
+                        return None
+                raise OSError(exc.errno, exc.strerror, str(here)) from None
+            os.close(fd)
+            fd = child
+        return cls(path, fd)
+
+    def names(self) -> list[str]:
+        """The names in the folder (as ``os.listdir``)."""
+        try:
+            return os.listdir(self.fd)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
+
+    def read(self, name: str, shown: str | None = None) -> bytes | None:
+        """The bytes of the regular file ``name`` in the folder, or None when it is missing
+        (see ``read_file``; ``shown`` is its path for messages, by default built from ``name``)."""
+        return read_file(name, dir_fd=self.fd, shown=shown if shown is not None else str(self.path / name))
+
+    def stat(self) -> os.stat_result:
+        """The folder's own ``stat``."""
+        return os.fstat(self.fd)
+
+    def fsync(self) -> None:
+        """Make the names changed in the folder durable."""
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        """Close the folder's descriptor (safe twice)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

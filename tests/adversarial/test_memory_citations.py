@@ -1,0 +1,116 @@
+"""Files nobody journaled: a well-formed learned file whose cited record the journal does not hold
+(forged, its run deleted, or the wrong journal) is damage. A read that would serve it fails with
+``memory_unreachable`` naming the file, the journal and what repair will do; ``sync`` never makes it
+a row. ``flows check --repair`` pointed at a journal that holds none of the store's runs refuses,
+naming that journal, and changes nothing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from tests.adversarial.memory_support import Store, error_code, flows, populate, snapshot
+
+
+def _forge(s: Store, text: str, *, learned_ms: int | None = None) -> Path:
+    """A learned file of a finding nobody learned, copying a real file's citation shape."""
+    real = orjson.loads(next(s.folder.iterdir()).read_bytes())
+    finding = memory.validate({"text": text, "source": real["source"], "tags": real["tags"]}, "x")
+    real.update(text=text, id=memory.finding_id(s.scope, finding))
+    real["journal"]["id"] = "0123456789abcdef"
+    if learned_ms is not None:
+        real["learnedMs"] = learned_ms
+    path = s.folder / f"{real['id']}.json"
+    path.write_bytes(orjson.dumps(real, option=orjson.OPT_SORT_KEYS) + b"\n")
+    return path
+
+
+def test_a_forged_file_is_never_recalled_and_the_read_says_what_repair_will_do(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["a real finding"])
+    forged = _forge(s, "a finding nobody learned", learned_ms=2**50)  # newest: first in every answer
+    with memory.MemoryStore(s.db) as store:
+        for read in (store.recall, lambda: store.why("nobody learned")):
+            with pytest.raises(memory.Unreachable) as caught:
+                read()
+            message = str(caught.value)
+            assert caught.value.path == forged
+            assert str(forged) in message and str(s.journal_dir) in message
+            assert "flows check --repair" in message and "quarantine" in message
+    result = flows(s.db, "recall", "--json")
+    assert result.returncode == 1 and error_code(result) == "memory_unreachable"
+    assert "nobody learned" not in result.stdout
+
+
+def test_sync_never_makes_a_forged_file_a_row(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["a real finding"])
+    forged = _forge(s, "a finding nobody learned")
+    result = flows(s.db, "sync")
+    assert result.returncode == 1 and error_code(result) == "memory_unreachable"
+    assert str(forged) in result.stderr
+    with memory.MemoryStore(s.db) as store:
+        assert store.db.held([forged.stem]) == {}
+    assert forged.exists()  # left for `flows check --repair` to quarantine, never deleted
+
+
+def test_a_file_whose_run_was_deleted_is_not_served(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["from a run that is gone"])
+    shutil.rmtree(s.journal_dir / "runs" / s.run_id)
+    with memory.MemoryStore(s.db) as store, pytest.raises(memory.Unreachable, match=s.run_id):
+        store.recall()
+    assert flows(s.db, "sync").returncode == 1
+
+
+def test_a_file_that_says_other_than_its_record_is_not_served(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["a real finding"])
+    (path,) = s.folder.iterdir()
+    entry = orjson.loads(path.read_bytes())
+    entry["learnedMs"] += 1  # moves it in time; the record says otherwise
+    path.write_bytes(orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) + b"\n")
+    with memory.MemoryStore(s.db) as store, pytest.raises(memory.Unreachable, match="not the rendering"):
+        store.recall()
+    repaired = flows(s.db, "check", "--repair")
+    assert repaired.returncode == 0, repaired.stdout
+    with memory.MemoryStore(s.db) as store:
+        assert [e.text for e in store.recall()] == ["a real finding"]
+
+
+def test_repair_quarantines_the_forged_file_and_reads_answer_again(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["a real finding"])
+    forged = _forge(s, "a finding nobody learned")
+    assert flows(s.db, "check", "--repair").returncode == 0
+    assert not forged.exists()
+    with memory.MemoryStore(s.db) as store:
+        assert [e.text for e in store.recall()] == ["a real finding"]
+
+
+@pytest.mark.parametrize("how", ["--journal", "$FLOWS_JOURNAL", "another store's journal"])
+def test_repair_against_the_wrong_journal_refuses_naming_it_and_changes_nothing(
+    tmp_path: Path, how: str
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["one", "two", "three"])
+    assert flows(s.db, "sync").returncode == 0
+    populate(tmp_path / "store" / "history.db", ["four"])  # rows and files both cite the store's runs
+    if how == "another store's journal":
+        other = populate(tmp_path / "other" / "history.db", ["theirs"]).journal_dir
+    else:
+        other = tmp_path / "empty-journal"
+    by_flag = how == "--journal"
+    args, env = (("--journal", str(other)), None) if by_flag else ((), {"FLOWS_JOURNAL": str(other)})
+    before = snapshot(tmp_path)
+    checked = flows(s.db, "check", "--json", *args, env=env)
+    assert checked.returncode == 1
+    report = orjson.loads(checked.stdout)
+    assert report["problems"][0]["kind"] == "journal_mismatch"
+    assert str(other) in report["problems"][0]["message"]
+    repaired = flows(s.db, "check", "--repair", *args, env=env)
+    assert repaired.returncode == 1
+    assert error_code(repaired) == "memory_wrong_journal"
+    assert str(other) in repaired.stderr and "--journal" in repaired.stderr
+    # not one file quarantined, nothing created (a SQLite reader may leave the DB's -wal and -shm)
+    after = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(("db-wal", "db-shm"))}
+    assert after == {k: v for k, v in before.items() if not k.endswith(("db-wal", "db-shm"))}
+    assert flows(s.db, "check").returncode == 0  # with its own journal the store is clean

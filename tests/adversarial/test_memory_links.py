@@ -1,0 +1,131 @@
+"""Links inside the store: no read, sync, check or repair follows one. A scope folder (or
+``flows-memory``, ``.trajectories``, ``compacted``, a learned file, a journal run folder) that is a
+symbolic link is refused with a coded error naming it, reported by ``flows check``, moved aside
+(as a link) by ``--repair``, and never read through: another store's findings are never shown,
+ingested or deleted."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from tests.adversarial.memory_support import Store, error_code, flows, populate, snapshot
+
+
+def _two_stores(tmp_path: Path) -> tuple[Store, Store]:
+    mine = populate(tmp_path / "mine" / "history.db", ["my own finding"], scope="adv")
+    theirs = populate(tmp_path / "theirs" / "history.db", ["their private finding"], scope="adv")
+    return mine, theirs
+
+
+def _link_scope_folder(mine: Store, theirs: Store) -> Path:
+    """Replace my scope's folder by a link to theirs (same scope name, so the same hash)."""
+    scope_folder = mine.folder.parent.parent
+    for f in mine.folder.iterdir():
+        f.unlink()
+    mine.folder.rmdir()
+    mine.folder.parent.rmdir()
+    scope_folder.rmdir()
+    scope_folder.symlink_to(theirs.folder.parent.parent, target_is_directory=True)
+    return scope_folder
+
+
+def _relink(mine: Store, theirs: Store, level: str) -> Path:
+    """Make the folder at ``level`` of my store a link into their store; returns the link."""
+    if level == "scope folder":
+        return _link_scope_folder(mine, theirs)
+    if level == "flows-memory":
+        root = mine.db.parent / "flows-memory"
+        os.rename(root, mine.db.parent / "flows-memory.moved")
+        root.symlink_to(theirs.db.parent / "flows-memory", target_is_directory=True)
+        return root
+    target = {".trajectories": mine.folder.parent, "compacted": mine.folder}[level]
+    os.rename(target, target.with_name(target.name + ".moved"))
+    source = {".trajectories": theirs.folder.parent, "compacted": theirs.folder}[level]
+    target.symlink_to(source, target_is_directory=True)
+    return target
+
+
+LEVELS = ["flows-memory", "scope folder", ".trajectories", "compacted"]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_reads_refuse_a_linked_folder_and_never_show_another_stores_findings(
+    tmp_path: Path, level: str
+) -> None:
+    mine, theirs = _two_stores(tmp_path)
+    link = _relink(mine, theirs, level)
+    with memory.MemoryStore(mine.db) as store:
+        reads = (store.recall, lambda: store.why("private finding"), lambda: store.recall(scope="adv"))
+        for read in reads:
+            with pytest.raises(memory.Unreachable) as caught:
+                read()
+            assert str(link) in str(caught.value) and "link" in str(caught.value)
+    result = flows(mine.db, "recall")
+    assert result.returncode == 1 and error_code(result) == "memory_unreachable"
+    assert "their private finding" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_sync_refuses_a_linked_folder_and_never_ingests_or_deletes_another_stores_files(
+    tmp_path: Path, level: str
+) -> None:
+    mine, theirs = _two_stores(tmp_path)
+    link = _relink(mine, theirs, level)
+    theirs_before = snapshot(theirs.db.parent)
+    result = flows(mine.db, "sync", "--no-materialize")
+    assert result.returncode == 1, result.stdout
+    assert error_code(result) == "memory_unreachable"
+    assert str(link) in result.stderr
+    assert snapshot(theirs.db.parent) == theirs_before  # not one of their files dropped
+    with memory.MemoryStore(mine.db) as store:
+        assert store.db.count() == 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_check_reports_a_linked_folder_and_repair_moves_the_link_itself_aside(
+    tmp_path: Path, level: str
+) -> None:
+    mine, theirs = _two_stores(tmp_path)
+    link = _relink(mine, theirs, level)
+    theirs_before = snapshot(theirs.db.parent)
+    checked = flows(mine.db, "check", "--json")
+    assert checked.returncode == 1, checked.stderr
+    problems = orjson.loads(checked.stdout)["problems"]
+    assert any(p["kind"] == "folder_wrong" and p["path"] == str(link) for p in problems), problems
+    repaired = flows(mine.db, "check", "--repair", "--json")
+    assert not link.is_symlink()  # gone, or a real folder the journal's findings were republished into
+    moved = list((mine.db.parent / memory.QUARANTINE_DIR).rglob(link.name))
+    assert len(moved) == 1 and moved[0].is_symlink()  # the link itself, never what it points to
+    assert snapshot(theirs.db.parent) == theirs_before
+    assert "Traceback" not in repaired.stderr
+
+
+def test_a_learned_file_that_is_a_link_is_never_ingested_and_its_target_is_kept(tmp_path: Path) -> None:
+    mine, theirs = _two_stores(tmp_path)
+    (name,) = os.listdir(theirs.folder)
+    (mine.folder / name).symlink_to(theirs.folder / name)
+    theirs_before = snapshot(theirs.db.parent)
+    result = flows(mine.db, "sync")
+    assert result.returncode == 1 and error_code(result) == "memory_unreachable"
+    assert "symbolic link" in result.stderr
+    assert snapshot(theirs.db.parent) == theirs_before
+
+
+def test_repair_never_sweeps_stages_through_a_linked_run_folder(tmp_path: Path) -> None:
+    mine = populate(tmp_path / "mine" / "history.db", ["a finding"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    old_stage = outside / ".stage-0123456789abcdef.finding"
+    old_stage.write_bytes(b"someone else's stage")
+    past = time.time() - 7200
+    os.utime(old_stage, (past, past))
+    (mine.journal_dir / "runs" / "20990101T000000-linked").symlink_to(outside, target_is_directory=True)
+    repaired = flows(mine.db, "check", "--repair")
+    assert "Traceback" not in repaired.stderr
+    assert old_stage.read_bytes() == b"someone else's stage"

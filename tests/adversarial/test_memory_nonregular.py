@@ -1,0 +1,116 @@
+"""Non-regular files where the store expects a file: a FIFO, a socket or a folder named like a
+learned file, and a FIFO, folder or link in the history DB's place. Every open is non-blocking and
+checks what it got: recall, why, sync and check answer within a bound, with ``memory_unreachable``
+naming the path (never a hang, never ``flow_failed``); ``flows check`` reports the path and
+``--repair`` moves it aside and republishes the finding from the journal."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from tests.adversarial.memory_support import error_code, flows, populate
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _folder(path: Path) -> None:
+    path.mkdir()
+    (path / "inside.json").write_bytes(b"{}")
+
+
+def _socket(path: Path) -> None:
+    short = Path(tempfile.mkdtemp(dir="/tmp", prefix="s"))  # AF_UNIX paths are short: bind, then move
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(short / "s"))
+    sock.close()  # the socket file stays
+    os.rename(short / "s", path)
+    short.rmdir()
+
+
+MAKERS: dict[str, Callable[[Path], None]] = {"FIFO": _fifo, "folder": _folder, "socket": _socket}
+
+
+def _replace(path: Path, kind: str) -> None:
+    path.unlink()
+    MAKERS[kind](path)
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_learned_file_that_is_not_a_regular_file_fails_every_read_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["one", "two"])
+    victim = s.folder / f"{sorted(s.keys)[0]}.json"
+    _replace(victim, kind)
+    for args in (("recall",), ("why", "one"), ("sync",), ("recall", "--scope", "adv")):
+        result = flows(s.db, *args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert error_code(result) == "memory_unreachable", args
+        assert str(victim) in result.stderr, args
+    with memory.MemoryStore(s.db) as store, pytest.raises(memory.Unreachable) as caught:
+        store.recall()
+    assert caught.value.path == victim
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_check_reports_a_non_regular_learned_file_and_repair_republishes_it(
+    tmp_path: Path, kind: str
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["one", "two"])
+    key = sorted(s.keys)[0]
+    victim = s.folder / f"{key}.json"
+    original = victim.read_bytes()
+    _replace(victim, kind)
+    checked = flows(s.db, "check", "--json")
+    assert checked.returncode == 1, checked.stderr
+    (problem,) = orjson.loads(checked.stdout)["problems"]
+    assert (problem["kind"], problem["path"]) == ("learned_damaged", str(victim))
+    assert "republish" in problem["repair"]
+    repaired = flows(s.db, "check", "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert victim.read_bytes() == original  # byte-identical, from the journal
+    assert len(list((s.db.parent / memory.QUARANTINE_DIR).rglob(victim.name))) == 1
+
+
+def test_a_non_regular_file_nobody_journaled_is_quarantined(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["one"])
+    stray = s.folder / ("e" * 32 + ".json")
+    os.mkfifo(stray)
+    checked = flows(s.db, "check", "--json")
+    (problem,) = orjson.loads(checked.stdout)["problems"]
+    assert problem["path"] == str(stray) and "republish" not in problem["repair"]
+    assert flows(s.db, "check", "--repair").returncode == 0
+    assert not os.path.lexists(stray)
+
+
+@pytest.mark.parametrize("part", ["", "-wal", "-shm"])
+@pytest.mark.parametrize("kind", ["FIFO", "folder", "link"])
+def test_a_history_db_that_is_not_a_regular_file_is_refused_naming_it(
+    tmp_path: Path, kind: str, part: str
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["one"])
+    assert flows(s.db, "sync").returncode == 0
+    victim = Path(f"{s.db}{part}")
+    if victim.exists():
+        victim.unlink()
+    if kind == "link":
+        elsewhere = tmp_path / "elsewhere.db"
+        elsewhere.write_bytes(b"")
+        victim.symlink_to(elsewhere)
+    else:
+        MAKERS[kind](victim)
+    for args in (("recall",), ("why", "one"), ("sync",), ("check",)):
+        result = flows(s.db, *args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert error_code(result) == "memory_unreachable", (args, result.stderr)
+        assert str(victim) in result.stderr

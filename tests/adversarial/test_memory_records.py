@@ -1,0 +1,157 @@
+"""Crafted journal records: every ``memory-learn`` record read back is untrusted input. Before a path
+or a file is built from one (sync, materialize, resume's republish, repair, learn's convergence), it
+must be a finding's commit of the exact shape, or the read fails as ``journal_corrupt`` naming the
+run, the stream and the line; ``flows check`` reports it. Nothing is ever written outside the
+scope's folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import journal
+import memory
+from tests.adversarial.memory_support import error_code, flows, populate, snapshot
+
+FINDING = {"text": "the crafted one", "source": "adv", "tags": ["x"]}
+FID = memory.finding_id("adv", memory.validate(FINDING, "adv"))
+
+
+def _payload(**changes: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {"id": FID, "scope": "adv", "flow": "adv", "finding": dict(FINDING), "learnedMs": 1}
+    p.update(changes)
+    return {k: v for k, v in p.items() if v is not _DROP}
+
+
+_DROP = object()
+
+CRAFTED: dict[str, dict[str, Any]] = {
+    "id climbs out of the folder": _payload(id="../../../../escaped"),
+    "id is an absolute path": _payload(id="/tmp/flows-adv-escaped"),
+    "id is not the finding's hash": _payload(id="0" * 32),
+    "id in upper case": _payload(id=FID.upper()),
+    "id is not a string": _payload(id=7),
+    "scope is not a string": _payload(scope=["adv"]),
+    "scope does not hash to the id": _payload(scope="other"),
+    "an extra key": {**_payload(), "path": "/etc/passwd"},
+    "a missing key": _payload(flow=_DROP),
+    "finding with an extra key": _payload(finding={**FINDING, "x": 1}),
+    "finding without source": _payload(finding={"text": "the crafted one", "tags": ["x"]}),
+    "tags are not a list": _payload(finding={**FINDING, "tags": "x"}),
+    "text is empty": _payload(finding={**FINDING, "text": ""}),
+    "learnedMs is a bool": _payload(learnedMs=True),
+    "learnedMs past what SQLite holds": _payload(learnedMs=2**63),
+    "learnedMs before the epoch": _payload(learnedMs=-1),
+    "learnedMs is text": _payload(learnedMs="1"),
+    "payload is a list": {"not": "a finding"},
+}
+
+
+def _crafted_run(tmp_path: Path, payload: dict[str, Any], *, key: str | None = None) -> tuple[Path, str, int]:
+    """A store with one good learned finding (run 1) and a run holding one crafted record; returns
+    the DB, the crafted run's id and the crafted record's line."""
+    db = tmp_path / "store" / "history.db"
+    populate(db, ["a good finding"])
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        store.learn({"text": "an ordinary commit on line 1"}, memory.RootRun(jr, lease, "adv", "adv"))
+        rec = jr.append(lease, memory.STREAM, payload, key=key or "a" * 32)
+        jr.finish(lease, journal.RunState.FAILED, {"code": "x", "message": "x"})
+    return db, lease.run_id, rec.seq
+
+
+def _assert_corrupt(exc: journal.JournalCorrupt, run_id: str, line: int) -> None:
+    assert exc.code == "journal_corrupt"
+    assert (exc.run_id, exc.stream, exc.line) == (run_id, memory.STREAM, line)
+    assert run_id in str(exc) and memory.STREAM in str(exc) and f"line {line}" in str(exc)
+
+
+OPERATIONS: dict[str, Callable[[memory.MemoryStore, str], object]] = {
+    "sync": lambda store, run: store.sync(),
+    "materialize": lambda store, run: store.materialize(),
+    "resume's republish": lambda store, run: store.republish_run(store.open_journal(), run),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_a_crafted_learn_record_fails_as_journal_corrupt_before_any_path_is_built(
+    tmp_path: Path, case: str, operation: str
+) -> None:
+    db, run_id, line = _crafted_run(tmp_path, CRAFTED[case])
+    before = snapshot(tmp_path)
+    with memory.MemoryStore(db) as store, pytest.raises(journal.JournalCorrupt) as caught:
+        OPERATIONS[operation](store, run_id)
+    _assert_corrupt(caught.value, run_id, line)
+    assert snapshot(tmp_path) == before  # nothing written anywhere, inside the store or out
+    assert not Path("/tmp/flows-adv-escaped.json").exists()
+
+
+def test_repair_never_republishes_a_crafted_record(tmp_path: Path) -> None:
+    db, run_id, line = _crafted_run(tmp_path, CRAFTED["id climbs out of the folder"])
+    with memory.MemoryStore(db) as store:
+        (record,) = [r for r in store.open_journal().read(run_id, memory.STREAM) if r.seq == line]
+        with pytest.raises(journal.JournalCorrupt):
+            store.republish(record)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+
+
+def test_flows_sync_names_the_run_stream_and_line_and_check_reports_the_record(tmp_path: Path) -> None:
+    db, run_id, line = _crafted_run(tmp_path, CRAFTED["id climbs out of the folder"])
+    before = snapshot(tmp_path)
+    synced = flows(db, "sync")
+    assert synced.returncode == 1
+    assert error_code(synced) == "journal_corrupt"
+    assert run_id in synced.stderr and f"line {line}" in synced.stderr and memory.STREAM in synced.stderr
+    checked = flows(db, "check", "--json")
+    assert checked.returncode == 1, checked.stderr
+    report = orjson.loads(checked.stdout)
+    corrupt = [p for p in report["problems"] if p["kind"] == "record_corrupt"]
+    assert len(corrupt) == 1 and corrupt[0]["repairable"] is False and run_id in corrupt[0]["message"]
+    repaired = flows(db, "check", "--repair", "--json")
+    assert repaired.returncode == 1
+    assert snapshot(tmp_path, skip=db.parent / memory.QUARANTINE_DIR) == before
+
+
+def test_a_commit_that_raced_ahead_with_a_crafted_payload_is_never_published(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        root = memory.RootRun(jr, lease, "adv", "adv")
+        # Another writer (or a damaged journal) committed this finding's key with other content.
+        jr.append(lease, memory.STREAM, _payload(finding={**FINDING, "text": "what nobody learned"}), key=FID)
+        with pytest.raises(journal.JournalCorrupt) as caught:
+            store.learn(FINDING, root)
+        assert caught.value.run_id == lease.run_id
+        assert not (memory.learned_dir(db, "adv") / f"{FID}.json").exists()
+        assert store.recall() == []
+
+
+def test_a_resumed_learn_never_republishes_a_crafted_commit_of_its_key(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        root = memory.RootRun(jr, lease, "adv", "adv")
+        jr.append(lease, memory.STREAM, _payload(learnedMs="soon"), key=FID)
+        final = memory.learned_dir(db, "adv") / f"{FID}.json"
+        final.parent.mkdir(parents=True)
+        final.write_bytes(b"left by an earlier attempt")  # so learn looks the commit up
+        with pytest.raises(journal.JournalCorrupt):
+            store.learn(FINDING, root)
+        assert final.read_bytes() == b"left by an earlier attempt"
+
+
+def test_every_finding_learn_writes_passes_the_record_check(tmp_path: Path) -> None:
+    store_ = populate(tmp_path / "store" / "history.db", [f"finding {i}" for i in range(5)])
+    jr = journal.FileJournal(store_.journal_dir)
+    for rec in jr.read(store_.run_id, memory.STREAM):
+        assert memory.checked_commit(rec, jr.location) is rec
+    line = jr.stream_path(store_.run_id, memory.STREAM).read_bytes().splitlines()[0]
+    assert orjson.loads(line[: line.rindex(b',"crc"')] + b"}")["payload"]["id"] in store_.keys
