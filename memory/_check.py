@@ -130,7 +130,10 @@ def _unrepairable(kind: str, path: object, message: str) -> Problem:
 def _file_problems(ctx: _Context) -> set[str]:
     """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
-    folders, wrong = scan_scopes(ctx.store.db_path)
+    try:
+        folders, wrong = scan_scopes(ctx.store.db_path)
+    except OSError as exc:
+        raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
     for path, what in wrong:
         ctx.problems.append(
             Problem(
@@ -150,7 +153,11 @@ def _file_problems(ctx: _Context) -> set[str]:
         if folder is None:
             continue
         with folder:
-            for name in sorted(n for n in folder.names() if is_learned_name(n)):
+            try:
+                names = sorted(n for n in folder.names() if is_learned_name(n))
+            except OSError as exc:
+                raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
+            for name in names:
                 _check_file(ctx, folder, name, good)
     return good
 
@@ -275,10 +282,14 @@ def _survey(store: MemoryStore) -> _Context:
 def _stage_dirs(store: MemoryStore) -> list[Path]:
     """The folders stages are made in: each scope's learned-file folder and each run's folder of a
     file journal, none of them a link (a linked folder's stages are not the store's to sweep)."""
-    dirs, _ = scan_scopes(store.db_path)
-    root = Path(store.journal_location) / "runs"
-    if _is_folder(root):
-        dirs += [root / n for n in sorted(os.listdir(root)) if _is_folder(root / n)]
+    try:
+        dirs, _ = scan_scopes(store.db_path)
+        root = Path(store.journal_location) / "runs"
+        if _is_folder(root):
+            dirs += [root / n for n in sorted(os.listdir(root)) if _is_folder(root / n)]
+    except OSError as exc:
+        where = exc.filename or store.db_path.parent
+        raise Unreachable(f"cannot list {where}: {describe(exc)}", path=where) from exc
     return dirs
 
 
@@ -291,7 +302,11 @@ def _is_folder(path: Path) -> bool:
 
 def _stage_problems(ctx: _Context, sweep_age_s: float, now: float) -> None:
     for directory in _stage_dirs(ctx.store):
-        for path in stale_stages(directory, sweep_age_s, now=now):
+        try:
+            stale = stale_stages(directory, sweep_age_s, now=now)
+        except OSError as exc:
+            raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
+        for path in stale:
             ctx.problems.append(
                 Problem(
                     "stage_stale",

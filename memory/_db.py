@@ -166,14 +166,14 @@ class HistoryDB:
         except sqlite3.Error as exc:
             conn.close()
             raise self._error(exc, "read", Unreachable) from exc
-        if version > SCHEMA_VERSION:
+        if version != SCHEMA_VERSION:
             conn.close()
+            self._local.guard = None
+        if version > SCHEMA_VERSION:
             raise self._newer(version)
         if version == 0:  # created but never migrated: no rows yet
-            conn.close()
             return None
         if version < SCHEMA_VERSION:  # an older schema: reading needs the migration
-            conn.close()
             return self._connect()
         self._local.ro = conn
         return conn
@@ -188,28 +188,60 @@ class HistoryDB:
             conn.execute("PRAGMA schema_version").fetchone()  # opens the file (and the WAL's index)
             return conn
         except sqlite3.Error as exc:
-            if not self._nobody_writes():
+            # SQLite reads a WAL database through its -shm, which it must be able to create: on a
+            # read-only or full disk, or in a folder this user cannot write, it cannot.
+            guard = self._unlocked_read()
+            if guard is None:
                 raise self._error(exc, "open", Unreachable) from exc
-        try:  # a read-only file system with no log to replay: read the file as it is
+        try:  # no log to replay: read the file as it is, without SQLite's shared lock
             conn = sqlite3.connect(
                 uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA schema_version").fetchone()
         except sqlite3.Error as exc:
             raise self._error(exc, "open", Unreachable) from exc
+        self._local.guard = guard
         return conn
 
-    def _nobody_writes(self) -> bool:
-        """Whether the DB is on a read-only file system and its write-ahead log holds nothing, so
-        reading the file alone (``immutable``) misses nothing."""
+    def _unlocked_read(self) -> tuple[int, int, int] | None:
+        """Whether the DB file alone (``immutable``) holds everything, and what to watch while it is
+        read so. None when its write-ahead log holds something (SQLite's failure then stands). On a
+        read-only file system nobody can write the DB, and nothing is watched (``(0, 0, 0)``);
+        otherwise (a folder this user cannot write, a full disk) the DB's stamp (inode, size,
+        mtime) is checked after each read, and a log appearing or the file changing fails the read."""
         try:
-            if not os.statvfs(self.path.parent).f_flag & os.ST_RDONLY:
-                return False
-            return os.lstat(f"{self.path}-wal").st_size == 0
-        except FileNotFoundError:
-            return True
+            if _size(f"{self.path}-wal") > 0:
+                return None
+            if os.statvfs(self.path.parent).f_flag & os.ST_RDONLY:
+                return (0, 0, 0)
+            return self._stamp()
         except OSError:
-            return False
+            return None
+
+    def _stamp(self) -> tuple[int, int, int]:
+        st = os.stat(self.path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _unchanged(self) -> None:
+        """After a read without SQLite's lock: fail it if the DB was written meanwhile."""
+        guard = getattr(self._local, "guard", None)
+        if guard is None or guard == (0, 0, 0):
+            return
+        try:
+            changed = self._stamp() != guard or _size(f"{self.path}-wal") > 0
+        except OSError:
+            changed = True
+        if changed:
+            conn = getattr(self._local, "ro", None)
+            if conn is not None:
+                conn.close()
+            self._local.ro = self._local.guard = None
+            raise Unreachable(
+                f"the history DB {self.path} was written while it was read without SQLite's lock (which "
+                "needs a -shm file that could not be made here: a read-only folder or a full disk): run "
+                "the command again",
+                path=self.path,
+            )
 
     def _newer(self, version: int) -> Unreachable:
         return Unreachable(
@@ -272,6 +304,7 @@ class HistoryDB:
             if conn is not None:
                 conn.close()
                 setattr(self._local, name, None)
+        self._local.guard = None
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -295,6 +328,7 @@ class HistoryDB:
             self._local.snapshot = None
             if conn is not None:
                 _rollback(conn)
+        self._unchanged()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -310,6 +344,8 @@ class HistoryDB:
             raw = conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
+        if getattr(self._local, "snapshot", None) is None:
+            self._unchanged()
         out = []
         rows = self._rows
         for r in raw:
@@ -427,6 +463,8 @@ class HistoryDB:
                     out[key] = Citation(run_id, stream, rid)
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
+        if getattr(self._local, "snapshot", None) is None:
+            self._unchanged()
         return out
 
     def count(self) -> int:
@@ -492,6 +530,14 @@ class HistoryDB:
 
 
 _ABSENT = object()  # a snapshot of a DB that was not there when it began
+
+
+def _size(path: str) -> int:
+    """The size of the file at ``path`` (0 when there is none)."""
+    try:
+        return os.lstat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,119 @@
+"""Bad input and a foreign store: lone surrogates in a finding are ``memory_finding_invalid`` (nothing
+staged or journaled); filters no stored finding can equal (invalid UTF-8 on the command line) match
+nothing; a store this user may not list answers with ``memory_unreachable`` (reads) or
+``memory_unwritable`` (sync), never ``flow_failed`` with a ``PermissionError``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from tests.adversarial.memory_support import error_code, flows, populate, snapshot, without_dac_override
+from tests.conftest import ROOT
+
+LONE = "\ud800"
+
+
+@pytest.mark.parametrize(
+    "finding",
+    [
+        {"text": f"half a pair {LONE}"},
+        {"text": "ok", "source": f"src{LONE}"},
+        {"text": "ok", "tags": ["fine", f"t{LONE}"]},
+        {"text": "\udcff"},  # what surrogateescape makes of an undecodable byte
+    ],
+)
+def test_a_lone_surrogate_in_a_finding_is_invalid_and_nothing_is_written(
+    tmp_path: Path, finding: dict[str, object]
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        before = snapshot(tmp_path)
+        with pytest.raises(memory.FindingInvalid, match="surrogate"):
+            store.learn(finding, memory.RootRun(jr, lease, "adv", "adv"))
+        assert snapshot(tmp_path) == before
+        assert list(jr.read(lease.run_id, memory.STREAM)) == []
+
+
+def test_a_flow_learning_a_lone_surrogate_fails_with_the_invalid_finding_code(tmp_path: Path) -> None:
+    flow = tmp_path / "surrogate.py"
+    flow.write_text(
+        "import flows\n\n\n@flows.flow()\nasync def body(f):\n"
+        '    await f.memory.learn({"text": "bad \\ud800 text"})\n'
+    )
+    result = flows(tmp_path / "store" / "history.db", "run", str(flow))
+    assert result.returncode == 1
+    assert error_code(result) == "memory_finding_invalid"
+
+
+def _flows_bytes(db: Path, *args: bytes) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FLOWS_JOURNAL", None)
+    return subprocess.run(
+        [sys.executable.encode(), b"-m", b"flows", *args, b"--db", bytes(db)],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (b"recall", b"--tag", b"\xff"),
+        (b"recall", b"--source", b"bad\xfe"),
+        (b"recall", b"--scope", b"\xed\xa0\x80"),
+        (b"why", b"why \xff adv", b"--scope", b"\xff"),
+    ],
+)
+def test_a_filter_no_stored_finding_can_equal_matches_nothing(
+    tmp_path: Path, args: tuple[bytes, ...]
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["adv one"])
+    assert flows(s.db, "sync").returncode == 0
+    populate(s.db, ["adv two"])  # rows and files both
+    result = _flows_bytes(s.db, *args, b"--json")
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout) == []
+
+
+def test_a_why_whose_words_are_partly_undecodable_still_answers_on_the_rest(tmp_path: Path) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["adv one"])
+    result = _flows_bytes(s.db, b"why", b"adv \xff", b"--json")
+    assert result.returncode == 0, result.stderr
+    assert [a["text"] for a in orjson.loads(result.stdout)] == ["adv one"]
+
+
+@pytest.mark.parametrize("where", ["flows-memory", "scope folder", "compacted"])
+def test_a_store_this_user_may_not_list_is_unreachable_to_reads_and_unwritable_to_sync(
+    tmp_path: Path, where: str
+) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["adv one"])
+    folder = {
+        "flows-memory": s.db.parent / "flows-memory",
+        "scope folder": s.folder.parent.parent,
+        "compacted": s.folder,
+    }[where]
+    os.chmod(folder, 0)
+    try:
+        for args, code in (
+            (("recall",), "memory_unreachable"),
+            (("why", "adv"), "memory_unreachable"),
+            (("check",), "memory_unreachable"),
+            (("sync", "--no-materialize"), "memory_unwritable"),
+        ):
+            result = flows(s.db, *args, preexec=without_dac_override)
+            assert result.returncode == 1, (args, result.stdout)
+            assert error_code(result) == code, (args, result.stderr)
+            assert "Permission denied" in result.stderr
+    finally:
+        os.chmod(folder, 0o700)

@@ -1,0 +1,118 @@
+"""Reads racing ``sync`` in other processes see one consistent state: every acknowledged finding
+exactly once, nothing omitted, no spurious ``memory_unreachable`` for a file sync just dropped, and
+``why`` never shows a finding twice. A learner, a syncer looping, and readers run as separate
+processes for a bounded number of learns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import ROOT
+
+LEARNS = 120
+READERS = 2
+
+WORKER = r"""
+import os, sys, time, orjson, memory, journal
+role, db, acks, done = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+learns = int(sys.argv[5])
+texts = [f"racing finding {i} common" for i in range(learns)]
+possible = {memory.finding_id("race", memory.validate({"text": t}, "race")): t for t in texts}
+
+def finished():
+    return os.path.exists(done)
+
+if role == "learner":
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("race", "race", {})
+        root = memory.RootRun(jr, lease, "race", "race")
+        with open(acks, "ab") as out:
+            for t in texts:
+                key = store.learn({"text": t}, root).id
+                out.write(key.encode() + b"\n")  # acknowledged: every read from now on must see it
+                out.flush()
+        jr.finish(lease, journal.RunState.DONE)
+    open(done, "w").close()
+    print(orjson.dumps({"role": role, "learned": learns}).decode())
+elif role == "syncer":
+    syncs = 0
+    store = memory.MemoryStore(db)
+    while syncs < 5000:
+        last = finished()
+        store.sync(materialize=False)
+        syncs += 1
+        if last:
+            break
+    store.close()
+    print(orjson.dumps({"role": role, "syncs": syncs}).decode())
+else:
+    reads, problems = 0, []
+    store = memory.MemoryStore(db)
+    while reads < 20000 and not problems:
+        last = finished()
+        if reads % 7 == 6:  # now and then a fresh process's view: nothing cached
+            store.close()
+            store = memory.MemoryStore(db)
+        with open(acks, "rb") as f:
+            acked = {k for k in f.read().split(b"\n")[:-1]}
+        acked = {k.decode() for k in acked}
+        try:
+            every = [e.key for e in store.recall(limit=None)]
+            newest = [e.key for e in store.recall(limit=10)]
+            why = [a.finding.key for a in store.why("common", limit=2 * learns)]
+        except Exception as exc:
+            problems.append(f"{type(exc).__name__}: {getattr(exc, 'code', '')}: {exc}")
+            break
+        for name, keys in (("recall", every), ("why", why)):
+            if len(keys) != len(set(keys)):
+                problems.append(f"{name} returned a finding twice")
+            if not acked <= set(keys):
+                problems.append(f"{name} omitted {len(acked - set(keys))} acknowledged finding(s)")
+            if not set(keys) <= set(possible):
+                problems.append(f"{name} returned a finding nobody learned")
+        if not min(10, len(acked)) <= len(set(newest)) == len(newest) <= 10:
+            problems.append(f"recall(limit=10) returned {newest} with {len(acked)} acknowledged")
+        reads += 1
+        if last:
+            break
+    store.close()
+    print(orjson.dumps({"role": role, "reads": reads, "problems": problems}).decode())
+"""
+
+
+def test_readers_racing_sync_in_other_processes_see_every_finding_exactly_once(tmp_path: Path) -> None:
+    db, acks, done = tmp_path / "store" / "history.db", tmp_path / "acks", tmp_path / "done"
+    acks.write_bytes(b"")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+
+    def start(role: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", WORKER, role, str(db), str(acks), str(done), str(LEARNS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    procs = [start("learner"), start("syncer"), *(start("reader") for _ in range(READERS))]
+    reports = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            reports.append(orjson.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    readers = [r for r in reports if r["role"] == "reader"]
+    assert [r["problems"] for r in readers] == [[]] * READERS
+    assert all(r["reads"] > 0 for r in readers)
+    syncs = next(r["syncs"] for r in reports if r["role"] == "syncer")
+    assert syncs > 1, "the syncer never raced the readers"
