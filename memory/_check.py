@@ -76,6 +76,9 @@ class _Context:
     runs: set[str] = field(default_factory=set)  # the journal's root runs
     cited: set[str] = field(default_factory=set)  # the runs learned files and rows cite
     location: str = ""  # the journal, as its backend names it
+    unlisted: journal.JournalError | None = None  # why the journal's runs could not be listed
+    unread: set[str] = field(default_factory=set)  # runs whose memory-learn stream is damaged
+    folders: list[Path] = field(default_factory=list)  # the scopes' learned-file folders, no links
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -87,6 +90,7 @@ def _journal_problems(ctx: _Context) -> None:
             runs = backend.runs()
         except journal.JournalCorrupt as exc:
             ctx.problems.append(_unrepairable("run_corrupt", exc.path, str(exc)))
+            ctx.unlisted = exc
             return
         for run in runs:
             ctx.runs.add(run.run_id)
@@ -95,6 +99,8 @@ def _journal_problems(ctx: _Context) -> None:
                     records = backend.read(run.run_id, stream)
                 except journal.JournalCorrupt as exc:
                     ctx.problems.append(_unrepairable("stream_corrupt", exc.path, str(exc)))
+                    if stream == STREAM:
+                        ctx.unread.add(run.run_id)
                     continue
                 if stream == STREAM:
                     _learn_records(ctx, records)
@@ -134,6 +140,7 @@ def _file_problems(ctx: _Context) -> set[str]:
         folders, wrong = scan_scopes(ctx.store.db_path)
     except OSError as exc:
         raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
+    ctx.folders = folders
     for path, what in wrong:
         ctx.problems.append(
             Problem(
@@ -193,6 +200,18 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
         return
     ctx.cited.add(entry.citation.run_id)
     cited = ctx.records.get((entry.citation.run_id, entry.citation.id))
+    if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
+        ctx.problems.append(
+            Problem(
+                "learned_unverified",
+                str(path),
+                f"{path} cites root run {entry.citation.run_id}, whose records cannot be read (see the "
+                "journal's problem above)",
+                "nothing until the journal is restored: a file is never moved for want of its record",
+                False,
+            )
+        )
+        return
     if cited is None:
         ctx.problems.append(
             Problem(
@@ -220,7 +239,11 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
 
 
 def _record_problems(ctx: _Context, good: set[str]) -> None:
-    held = ctx.store.db.held(ctx.latest)
+    try:
+        held = ctx.store.db.held(ctx.latest)
+    except Unreachable as exc:  # which findings the DB holds is unknown: reported once, below
+        ctx.problems.append(_db_unreadable(ctx, exc))
+        return
     for fid, rec in ctx.latest.items():
         if fid in held or fid in good:
             continue
@@ -238,10 +261,26 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
         )
 
 
+def _db_unreadable(ctx: _Context, exc: Unreachable) -> Problem:
+    return Problem(
+        "db_unreadable",
+        str(exc.path or ctx.store.db_path),
+        str(exc),
+        "nothing: --repair never changes the history DB; follow the message (a DB moved aside is "
+        "rebuilt by `flows sync` from the learned files and the journal)",
+        False,
+    )
+
+
 def _db_problems(ctx: _Context) -> None:
-    if not ctx.store.db.exists():
+    if any(p.kind == "db_unreadable" for p in ctx.problems):
         return
-    for row in ctx.store.db.recall(scope=None, source=None, tag=None, before_ms=None, limit=None):
+    try:
+        rows = ctx.store.db.recall(scope=None, source=None, tag=None, before_ms=None, limit=None)
+    except Unreachable as exc:
+        ctx.problems.append(_db_unreadable(ctx, exc))
+        return
+    for row in rows:
         ctx.cited.add(row.citation.run_id)
         if (row.citation.run_id, row.citation.id) not in ctx.records:
             ctx.problems.append(
@@ -256,7 +295,7 @@ def _db_problems(ctx: _Context) -> None:
 
 def _foreign_journal(ctx: _Context) -> str | None:
     """Why the journal cannot be this store's (it holds none of the runs the store cites), or None."""
-    if not ctx.cited or ctx.cited & ctx.runs:
+    if ctx.unlisted is not None or not ctx.cited or ctx.cited & ctx.runs:
         return None
     return (
         f"the journal {ctx.location} holds none of the {len(ctx.cited)} root run(s) that the store's "
@@ -279,11 +318,12 @@ def _survey(store: MemoryStore) -> _Context:
     return ctx
 
 
-def _stage_dirs(store: MemoryStore) -> list[Path]:
+def _stage_dirs(ctx: _Context) -> list[Path]:
     """The folders stages are made in: each scope's learned-file folder and each run's folder of a
     file journal, none of them a link (a linked folder's stages are not the store's to sweep)."""
+    store = ctx.store
+    dirs = list(ctx.folders)
     try:
-        dirs, _ = scan_scopes(store.db_path)
         root = Path(store.journal_location) / "runs"
         if _is_folder(root):
             dirs += [root / n for n in sorted(os.listdir(root)) if _is_folder(root / n)]
@@ -301,7 +341,7 @@ def _is_folder(path: Path) -> bool:
 
 
 def _stage_problems(ctx: _Context, sweep_age_s: float, now: float) -> None:
-    for directory in _stage_dirs(ctx.store):
+    for directory in _stage_dirs(ctx):
         try:
             stale = stale_stages(directory, sweep_age_s, now=now)
         except OSError as exc:
@@ -369,9 +409,13 @@ def repair_store(
     Raises:
         WrongJournal: the journal holds none of the root runs the store cites (a wrong
             ``--journal``); nothing is changed.
+        JournalCorrupt: the journal's runs cannot be listed (a damaged run record); nothing is
+            changed.
         Unwritable: a file could not be republished.
     """
     ctx = _survey(store)
+    if ctx.unlisted is not None:  # what the journal holds is unknown: nothing can be judged unjournaled
+        raise ctx.unlisted
     foreign = _foreign_journal(ctx)
     if foreign is not None:
         raise WrongJournal(f"refusing to repair: {foreign}", path=ctx.location)

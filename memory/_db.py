@@ -20,6 +20,7 @@ from urllib.parse import quote
 import orjson
 
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable
+from memory._finding import Finding, finding_id
 from memory._results import Citation, Recalled
 from memory._safe import describe, kind_of
 
@@ -72,18 +73,39 @@ _COLUMNS = (
 )
 
 
-def _row(row: Sequence[Any]) -> Recalled:
-    return Recalled(
-        id=row[0],
-        key=row[1],
-        text=row[2],
-        source=row[3],
-        tags=tuple(orjson.loads(row[4])),
-        scope=row[5],
-        flow=row[6],
-        learned_ms=row[7],
-        citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
-    )
+def _row(row: Sequence[Any], path: Path) -> Recalled:
+    """The finding a row holds, checked: SQLite keeps no checksum of its pages, so a damaged page
+    can still read back well-formed; the row's key must be the hash of its scope and finding."""
+    try:
+        tags = orjson.loads(row[4])
+        entry = Recalled(
+            id=row[0],
+            key=row[1],
+            text=row[2],
+            source=row[3],
+            tags=tuple(tags),
+            scope=row[5],
+            flow=row[6],
+            learned_ms=row[7],
+            citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
+        )
+        ok = (
+            all(isinstance(v, str) for v in (entry.key, entry.text, entry.source, entry.scope, entry.flow))
+            and all(isinstance(v, int) for v in (entry.id, entry.learned_ms))
+            and isinstance(tags, list)
+            and all(isinstance(t, str) for t in tags)
+            and all(isinstance(v, str) for v in (row[8], row[9], row[10]))
+            and finding_id(entry.scope, Finding(entry.text, entry.source, entry.tags)) == entry.key
+        )
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise Unreachable(
+            f"the history DB {path} is damaged (row {row[0]} does not hold the finding its key names): "
+            "move it aside and run `flows sync`, which rebuilds it from the learned files and the journal",
+            path=path,
+        )
+    return entry
 
 
 class HistoryDB:
@@ -358,7 +380,7 @@ class HistoryDB:
             ):
                 if len(rows) > 100_000:
                     rows.clear()
-                hit = rows[r[0]] = _row(r)
+                hit = rows[r[0]] = _row(r, self.path)
             out.append(hit)
         return out
 

@@ -71,32 +71,33 @@ def scan_scopes(db_path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(root)) from None
     folders = []
+    root_str = str(root)
     for name in names:
         if name.startswith("."):
             continue
-        probe = root / name
+        probe = os.path.join(root_str, name)
         for part in ("", ".trajectories", "compacted"):
-            probe = probe / part if part else probe
+            probe = os.path.join(probe, part) if part else probe
             what = _wrong_folder(probe)
             if what:
                 break
         if what == "missing":
             continue
         if what:
-            wrong.append((probe, what))
+            wrong.append((Path(probe), what))
         else:
-            folders.append(probe)
+            folders.append(Path(probe))
     return folders, wrong
 
 
-def _wrong_folder(path: Path) -> str:
+def _wrong_folder(path: Path | str) -> str:
     """``""`` for a real folder, ``"missing"``, or what else is at ``path`` (never following a link)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
     if stat.S_ISDIR(mode):
         return ""
     if stat.S_ISLNK(mode):

@@ -126,16 +126,17 @@ class Folder:
             OSError: a component is a link (``ELOOP``) or not a folder (``ENOTDIR``), or cannot be
                 opened (permission, I/O); ``filename`` names that component.
         """
-        parts: Sequence[str] = path.relative_to(base).parts
+        base_str, path_str = os.fspath(base), os.fspath(path)
+        if not path_str.startswith(base_str + os.sep):
+            raise ValueError(f"{path} is not below {base}")
+        parts: Sequence[str] = path_str[len(base_str) + 1 :].split(os.sep)
         try:
-            fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(base_str, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, str(base)) from None
-        here = base
-        for part in parts:
-            here = here / part
+            raise OSError(exc.errno, exc.strerror, base_str) from None
+        for n, part in enumerate(parts):
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
@@ -143,13 +144,14 @@ class Folder:
                 return None
             except OSError as exc:
                 os.close(fd)
+                here = os.path.join(base_str, *parts[: n + 1])
                 if exc.errno == errno.ENOTDIR:  # Linux says ENOTDIR, not ELOOP, for a link here
                     try:
                         if stat.S_ISLNK(os.lstat(here).st_mode):
-                            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(here)) from None
+                            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), here) from None
                     except FileNotFoundError:
                         return None
-                raise OSError(exc.errno, exc.strerror, str(here)) from None
+                raise OSError(exc.errno, exc.strerror, here) from None
             os.close(fd)
             fd = child
         return cls(path, fd)

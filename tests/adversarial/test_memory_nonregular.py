@@ -109,8 +109,12 @@ def test_a_history_db_that_is_not_a_regular_file_is_refused_naming_it(
         victim.symlink_to(elsewhere)
     else:
         MAKERS[kind](victim)
-    for args in (("recall",), ("why", "one"), ("sync",), ("check",)):
+    for args in (("recall",), ("why", "one"), ("sync",)):
         result = flows(s.db, *args)
         assert result.returncode == 1, (args, result.stdout)
         assert error_code(result) == "memory_unreachable", (args, result.stderr)
         assert str(victim) in result.stderr
+    checked = flows(s.db, "check", "--json")
+    assert checked.returncode == 1 and checked.stderr == ""
+    (problem,) = orjson.loads(checked.stdout)["problems"]
+    assert problem["kind"] == "db_unreadable" and str(victim) in problem["message"]

@@ -5,6 +5,7 @@ processes for a bounded number of learns."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,9 @@ def test_readers_racing_sync_in_other_processes_see_every_finding_exactly_once(t
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    if os.environ.get("FLOWS_ADV_TALLY"):  # figures for docs/RELIABILITY.md
+        with open(os.environ["FLOWS_ADV_TALLY"], "ab") as tally:
+            tally.write(orjson.dumps({"races": reports}) + b"\n")
     readers = [r for r in reports if r["role"] == "reader"]
     assert [r["problems"] for r in readers] == [[]] * READERS
     assert all(r["reads"] > 0 for r in readers)

@@ -6,6 +6,7 @@ scope's folder."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import memory
 from tests.adversarial.memory_support import error_code, flows, populate, snapshot
 
 FINDING = {"text": "the crafted one", "source": "adv", "tags": ["x"]}
+ESCAPED = f"/tmp/flows-adv-escaped-{uuid.uuid4().hex}"  # where an absolute id would land
 FID = memory.finding_id("adv", memory.validate(FINDING, "adv"))
 
 
@@ -31,7 +33,7 @@ _DROP = object()
 
 CRAFTED: dict[str, dict[str, Any]] = {
     "id climbs out of the folder": _payload(id="../../../../escaped"),
-    "id is an absolute path": _payload(id="/tmp/flows-adv-escaped"),
+    "id is an absolute path": _payload(id=ESCAPED),
     "id is not the finding's hash": _payload(id="0" * 32),
     "id in upper case": _payload(id=FID.upper()),
     "id is not a string": _payload(id=7),
@@ -89,7 +91,7 @@ def test_a_crafted_learn_record_fails_as_journal_corrupt_before_any_path_is_buil
         OPERATIONS[operation](store, run_id)
     _assert_corrupt(caught.value, run_id, line)
     assert snapshot(tmp_path) == before  # nothing written anywhere, inside the store or out
-    assert not Path("/tmp/flows-adv-escaped.json").exists()
+    assert not Path(f"{ESCAPED}.json").exists()
 
 
 def test_repair_never_republishes_a_crafted_record(tmp_path: Path) -> None:
