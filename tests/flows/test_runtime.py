@@ -125,6 +125,8 @@ def test_the_header_defaults_to_the_file_stem_and_is_recorded_for_resume(tmp_pat
     assert info.meta == {
         "source": str(flow_file.resolve()),
         "header": {"name": "my_flow", "scope": "my_flow", "memory": {"script": True}},
+        "sourceSha256": flows.source_digest(flow_file.read_bytes()),
+        "input": None,
     }
 
 
