@@ -13,6 +13,8 @@ import pytest
 import flows
 import journal
 from journal import RunState
+from tests.flows.helpers import flows as flows_cli
+from tests.flows.helpers import json_of
 
 STEPS_FLOW = """\
 import asyncio
@@ -99,6 +101,19 @@ def test_recorded_steps_return_their_results_on_resume_without_calling_the_funct
         "type": "builtins.ValueError",
     }
     assert {r.payload["epoch"] for r in records} == {1}
+
+    shown = json_of(flows_cli(where["db"], "show", first.run_id, "--journal", journal_location, "--json"))
+    assert (shown["state"], shown["output"], shown["input"]) == ("done", second.output, data)
+    assert [(e["kind"], e.get("step")) for e in shown["timeline"]] == [
+        ("step", "bump#1"),
+        ("step", "bump#2"),
+        ("step", "bump#3"),
+        ("step", "broken#1"),
+        ("failed", None),
+        ("resumed", None),
+        ("output", None),
+    ]
+    assert shown["timeline"][3]["error"]["message"] == "ValueError: no luck with 7"
 
 
 def test_the_first_run_sees_what_a_replay_will_json_round_tripped_with_keys_sorted(tmp_path: Path) -> None:
