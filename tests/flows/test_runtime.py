@@ -190,7 +190,7 @@ def test_sigkill_at_random_instants_then_resume_keeps_every_invariant(tmp_path: 
 
 def test_two_resumes_of_one_root_at_once_one_wins_and_the_other_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
-    flow_file = write_flow(tmp_path / "slow.py", THIRTY.replace("0.004", "0.02"), 'scope="race"')
+    flow_file = write_flow(tmp_path / "slow.py", THIRTY.replace("0.01)", "0.05)"), 'scope="race"')
     proc = _spawn_run(db, flow_file)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
