@@ -274,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--home", metavar="DIR", help="keep the demo's store here (default: a temporary directory)"
     )
+    from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
+
+    add_serve_command(add)
     return parser
 
 
