@@ -220,6 +220,8 @@ class Guard:
             response.status_code = 405
             response.headers["allow"] = "GET, HEAD"
             return response
+        if request.url.path.startswith("/static/"):
+            return None  # the stylesheet holds nothing of the store; the refusal page needs it
         if self.token is None:
             host = request.url.hostname or ""
             if is_loopback(host):
@@ -277,6 +279,7 @@ class Dashboard:
             "path": request.url.path,
             "link": link,
             "bare": False,
+            "section": "",
         }
         html = self.env.get_template(name).render({**common, **context})
         return HTMLResponse(html, status_code=status)

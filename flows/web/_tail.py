@@ -10,7 +10,9 @@ the file and its 1-based line.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -59,19 +61,32 @@ class TailReader(Generic[T]):
             journal.JournalReadInterrupted: the file could not be read.
         """
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             if before:
                 raise ValueError(f"offset {before} is past the end of the missing {self.path}") from None
             return
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._not_a_file("a symbolic link") from None
             raise JournalReadInterrupted(
                 f"cannot read {self.path}: {exc.strerror or exc}", path=self.path
             ) from exc
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise self._not_a_file("not a regular file")
             yield from self._backwards(fd, before, keep)
         finally:
             os.close(fd)
+
+    def _not_a_file(self, what: str) -> JournalCorrupt:
+        return JournalCorrupt(
+            f"{self.path} is {what}; a log is never read through a link or from a device: put the "
+            "real file back",
+            path=self.path,
+            line=0,
+            reason=what,
+        )
 
     def _backwards(
         self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None

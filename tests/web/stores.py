@@ -31,7 +31,7 @@ from memory.ledger import (
 
 SCRIPT_TEXT = '<script>alert("owned")</script> storms & <b>gales</b>'
 
-_WEATHER = '''\
+_WEATHER = """\
 import flows
 
 OBSERVATIONS = [
@@ -54,9 +54,9 @@ async def body(f):
     for text, tags in OBSERVATIONS:
         await f.memory.learn({"text": text, "tags": tags, "source": "observation"})
     return {"learned": len(OBSERVATIONS), "hPa": reading["hPa"]}
-'''
+"""
 
-_LATER = f'''\
+_LATER = f"""\
 import flows
 
 
@@ -64,7 +64,7 @@ import flows
 async def body(f):
     await f.memory.learn({{"text": {SCRIPT_TEXT!r}, "tags": ["storm"], "source": "observation"}})
     await f.memory.learn({{"text": "pressure drops fast before a storm", "tags": ["storm", "pressure"]}})
-'''
+"""
 
 _FAILING = """\
 import flows
@@ -152,7 +152,9 @@ def agent_entries() -> list[Acted | Skipped]:
         _swap(T0 + 60 + hour + 12, 9, 2, Outcome.REVERTED, 0, 0),
         _swap(T0 + 120 + hour + 12, 11, 3, Outcome.CONFIRMED, 10_000_000, 19_642_680_000_000_000),
         Skipped(ts=T0 + 180 + hour, block=12, chain_id=CHAIN, reason=cadence_reason(48, hour)),
-        Skipped(ts=T0 + 180 + 2 * hour, block=14, chain_id=CHAIN, reason=balance_reason(10_000_000, 25_000_000)),
+        Skipped(
+            ts=T0 + 180 + 2 * hour, block=14, chain_id=CHAIN, reason=balance_reason(10_000_000, 25_000_000)
+        ),
     ]
 
 
@@ -171,7 +173,9 @@ def agent_home(home: Path) -> Path:
     for e in entries:
         if isinstance(e, Acted):
             activity.append(
-                DispatchSubmitted(e.ts - 10, CHAIN, e.tx_hash, AGENT, ROUTER, "0x38ed1739", "swap", e.permission)
+                DispatchSubmitted(
+                    e.ts - 10, CHAIN, e.tx_hash, AGENT, ROUTER, "0x38ed1739", "swap", e.permission
+                )
             )
             event = "dispatch_executed" if e.outcome is Outcome.CONFIRMED else "dispatch_reverted"
             activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013))
