@@ -124,7 +124,7 @@ def _tx(n: int) -> str:
     return f"0x{n:064x}"
 
 
-def _swap(ts: int, block: int, n: int, outcome: Outcome, usdc_after: int, weth_after: int) -> Acted:
+def _swap(ts: int, block: int, n: int, outcome: Outcome, *balances: int) -> Acted:
     confirmed = outcome is Outcome.CONFIRMED
     return Acted(
         ts=ts,
@@ -139,7 +139,7 @@ def _swap(ts: int, block: int, n: int, outcome: Outcome, usdc_after: int, weth_a
         token_out=WETH,
         amount_in=Amount.of(25_000_000, 6, "USDC"),
         amount_out=Amount.of(9_821_340_000_000_000, 18, "WETH") if confirmed else None,
-        balances_after={USDC: usdc_after, WETH: weth_after} if confirmed else None,
+        balances_after=dict(zip((USDC, WETH), balances, strict=True)) if confirmed else None,
     )
 
 

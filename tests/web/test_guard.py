@@ -33,7 +33,7 @@ def test_without_the_token_every_route_is_a_coded_401_that_names_nothing_of_the_
         "/api/agents/0/status",
         "/runs",
         "/agents/0",
-        "/static/style.css",
+        "/findings?q=rain",
     ):
         response = guarded.get(url)
         assert response.status_code == 401, url
