@@ -249,6 +249,21 @@ class HistoryDB:
             params.append(scope)
         return self._query(sql, params)
 
+    def get(self, key: str) -> Recalled | None:
+        """The row of the finding ``key``, or None."""
+        found = self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.key = ?", (key,))
+        return found[0] if found else None
+
+    def scopes(self) -> list[str]:
+        """The scopes the DB holds findings of, sorted."""
+        if not self.exists():
+            return []
+        try:
+            rows = self._connect().execute("SELECT DISTINCT scope FROM findings ORDER BY scope").fetchall()
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        return [r[0] for r in rows]
+
     def version(self) -> tuple[int, int]:
         """Changes when the DB's content may have changed: another connection's commit moves
         SQLite's ``data_version``; this object's own writes move the second number."""

@@ -157,6 +157,7 @@ class Listing:
         self.ino = ino
         self.entries = tuple(sorted(entries, key=newest_first, reverse=True))
         self._by_tag: dict[str, tuple[Recalled, ...]] | None = None
+        self._by_key: dict[str, Recalled] | None = None
         self._postings: dict[str, list[int]] | None = None
         self._terms: list[Terms] = []
         self._mutex = threading.Lock()
@@ -171,6 +172,13 @@ class Listing:
                         by_tag.setdefault(t, []).append(e)
                 self._by_tag = {t: tuple(v) for t, v in by_tag.items()}
             return self._by_tag.get(tag, ())
+
+    def by_key(self, key: str) -> Recalled | None:
+        """The entry of the finding ``key``, or None."""
+        with self._mutex:
+            if self._by_key is None:
+                self._by_key = {e.key: e for e in self.entries}
+            return self._by_key.get(key)
 
     def sharing(self, wanted: set[str], best: int | None = None) -> list[tuple[Recalled, Terms]]:
         """The entries that share a word with ``wanted``, with their words, newest first.

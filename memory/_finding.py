@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -10,12 +11,13 @@ from typing import Any
 import orjson
 
 from journal import Record
-from memory._errors import FindingInvalid
+from memory._errors import ArgumentInvalid, FindingInvalid
 
 STREAM = "memory-learn"
 """The root run's stream that every learn commits to."""
 
 _FIELDS = {"text", "source", "tags"}
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,17 @@ def canonical(finding: Finding) -> bytes:
 def finding_id(scope: str, finding: Finding) -> str:
     """The finding's id in ``scope``: a hash of the scope and the canonical finding (32 hex)."""
     return hashlib.sha256(scope.encode() + b"\0" + canonical(finding)).hexdigest()[:32]
+
+
+def check_key(key: object, what: str = "key") -> str:
+    """Return ``key`` if it is a finding's key (32 lowercase hex digits); raise ``ArgumentInvalid``
+    naming ``what`` otherwise."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ArgumentInvalid(
+            f"{what} must be a finding's key, 32 lowercase hex digits (as `flows recall` shows), "
+            f"not {key!r:.80}"
+        )
+    return key
 
 
 def scope_hash(scope: str) -> str:

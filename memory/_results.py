@@ -29,6 +29,11 @@ class Learned:
     path: Path
     learned_ms: int
 
+    @property
+    def key(self) -> str:
+        """The finding's key: its content id (32 lowercase hex), the name of its learned file."""
+        return self.id
+
 
 @dataclass(frozen=True)
 class Recalled:

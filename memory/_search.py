@@ -205,6 +205,24 @@ class Search:
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         return merged if limit is None else merged[:limit]
 
+    def get(self, key: str) -> Recalled | None:
+        """See ``MemoryStore.get``."""
+        row = self._db.get(key)
+        if row is not None:
+            return row
+        for listing in self._listings(None):
+            found = listing.by_key(key)
+            if found is not None:
+                return found
+        return None
+
+    def scopes(self) -> list[str]:
+        """See ``MemoryStore.scopes``."""
+        found = set(self._db.scopes())
+        for listing in self._listings(None):
+            found.update(e.scope for e in listing.entries)
+        return sorted(found)
+
     def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
         """See ``MemoryStore.why``."""
         asked = subject_words(subject)
