@@ -45,9 +45,11 @@ class FlowsMemoryError(Exception):
 
 
 class FindingInvalid(FlowsMemoryError):
-    """The finding is not a JSON object of ``text`` (required), ``source`` and ``tags``."""
+    """The finding is not a JSON object of ``text`` (required), ``source``, ``tags``, ``metadata``
+    and ``expiresMs``; ``field`` names the path of the bad part (``metadata.price``) when known."""
 
     code = "memory_finding_invalid"
+    field: str | None = None
 
 
 class ArgumentInvalid(FlowsMemoryError):

@@ -69,7 +69,7 @@ class MemoryStore:
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
         self._learner = Learner(self._publisher, clock)
-        self._search = Search(self._db, self._publisher)
+        self._search = Search(self._db, self._publisher, clock)
         self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock)
 
     # -- lifecycle -----------------------------------------------------------------------------
