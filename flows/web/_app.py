@@ -7,6 +7,7 @@ Routes (all ``GET``; anything else is 405):
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
 ``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag``, ``scope``,
                                        ``source``, ``cursor``, ``limit``
+``/findings/{key}``, ``/api/…/{key}``  one live finding (``MemoryStore.get``)
 ``/agents``, ``/api/agents``           the agent homes
 ``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
 ``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
@@ -54,6 +55,7 @@ from flows.web._findings import MAX_WHY, Filters, FindingsPage, findings_page, h
 from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback
 from flows.web._reader import Reader, ServeConfig
+from memory import Recalled
 
 log = logging.getLogger("flows.serve")
 
@@ -80,6 +82,8 @@ def error_status(exc: BaseException) -> int:
         return exc.status
     if isinstance(exc, journal.JournalRunNotFound | journal.JournalNameInvalid):
         return 404
+    if isinstance(exc, memory.ArgumentInvalid):
+        return 400
     if isinstance(exc, journal.JournalUnavailable):
         return 503
     return 500
@@ -419,12 +423,27 @@ class Dashboard:
             "matched": matched,
             "scores": scores,
             "next_url": self._findings_next(request, "/findings", page),
+            "scopes": self.reader.memory().scopes(),
             "elapsed_ms": (time.perf_counter() - started) * 1000,
         }
 
     def findings_api(self, request: Request) -> tuple[object, str | None]:
         _, page = self._findings(request)
         return page.as_json(), self._findings_next(request, "/api/findings", page)
+
+    def _finding(self, request: Request) -> Recalled:
+        key = request.path_params["key"]
+        found = self.reader.memory().get(key)
+        if found is None:
+            raise ServeNotFound(f"no live finding has key {key} (it may never have been learned, or expired)")
+        return found
+
+    def finding_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        found = self._finding(request)
+        return "finding.html", {"title": f"Finding {found.key}", "section": "findings", "f": found}
+
+    def finding_api(self, request: Request) -> tuple[object, str | None]:
+        return self._finding(request).as_json(), None
 
     # -- agents ----------------------------------------------------------------------------------
 
@@ -522,11 +541,13 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/runs", d.page(d.runs_page)),
         Route("/runs/{run_id}", d.page(d.run_page)),
         Route("/findings", d.page(d.findings_page)),
+        Route("/findings/{key}", d.page(d.finding_page)),
         Route("/agents", d.page(d.agents_page)),
         Route("/agents/{number:int}", d.page(d.agent_page)),
         Route("/api/runs", d.api(d.runs_api)),
         Route("/api/runs/{run_id}", d.api(d.run_api)),
         Route("/api/findings", d.api(d.findings_api)),
+        Route("/api/findings/{key}", d.api(d.finding_api)),
         Route("/api/agents", d.api(d.agents_api)),
         Route("/api/agents/{number:int}/ledger", d.api(d.ledger_api)),
         Route("/api/agents/{number:int}/status", d.api(d.status_api)),

@@ -63,7 +63,8 @@ import flows
 @flows.flow(name="storm-watch", scope="weather")
 async def body(f):
     await f.memory.learn({{"text": {SCRIPT_TEXT!r}, "tags": ["storm"], "source": "observation"}})
-    await f.memory.learn({{"text": "pressure drops fast before a storm", "tags": ["storm", "pressure"]}})
+    await f.memory.learn({{"text": "pressure drops fast before a storm", "tags": ["storm", "pressure"],
+                           "metadata": {{"station": "EGLL", "hPa": 990}}}})
 """
 
 _FAILING = """\

@@ -139,6 +139,8 @@ def test_a_question_is_answered_by_why_ranked_as_flows_why_json(
     expected = cli_json(capsys, flows_main, "why", question, "--db", str(demo.db), "--json", "--limit", "25")
     assert client.get("/api/findings", params={"q": question}).json() == expected
     assert "pressure drops fast before a storm" in [a["text"] for a in expected]
+    html = client.get("/findings", params={"q": question}).text
+    assert 'station=<code>&#34;EGLL&#34;</code>' in html and "hPa=<code>990</code>" in html
 
 
 def test_matched_words_are_highlighted_and_each_finding_cites_its_record(client: TestClient) -> None:
@@ -276,3 +278,17 @@ def test_pages_load_nothing_from_elsewhere_and_run_no_script(client: TestClient,
         html = client.get(url).text
         assert "<script" not in html
         assert not re.search(r'(src|href)="(https?:)?//', html), url
+
+
+def test_a_finding_has_its_own_page_and_json_from_its_key(client: TestClient) -> None:
+    every = client.get("/api/findings").json()
+    first = every[0]
+    assert client.get(f"/api/findings/{first['key']}").json() == first
+    html = client.get(f"/findings/{first['key']}").text
+    cite = first["citation"]
+    assert f'href="/runs/{cite["runId"]}?record={cite["id"]}#rec-{cite["id"]}"' in html
+    assert f'href="/findings/{first["key"]}"' in client.get("/findings").text
+    missing = client.get("/api/findings/" + "0" * 32)
+    assert missing.status_code == 404 and missing.json()["code"] == "serve_not_found"
+    bad = client.get("/api/findings/not-a-key")
+    assert bad.status_code == 400 and bad.json()["code"] == "memory_argument_invalid"
