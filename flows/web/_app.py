@@ -141,7 +141,14 @@ def iso_ms(ms: object) -> str:
 
 def as_json_text(value: object) -> str:
     """A JSON value as indented text (escaped by the template like any other text)."""
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+def _plain(value: object) -> object:
+    """Read-only mappings (a finding's metadata) as dicts for orjson."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _environment() -> Environment:
