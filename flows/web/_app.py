@@ -333,7 +333,7 @@ class Dashboard:
                     body, next_url = fn(request)
             except Exception as exc:
                 return self.error_page(request, _coded(exc))
-            response = Response(orjson.dumps(body), media_type="application/json")
+            response = Response(orjson.dumps(body, default=_plain), media_type="application/json")
             if next_url is not None:
                 response.headers["link"] = f'<{next_url}>; rel="next"'
             return response

@@ -18,6 +18,7 @@ Every row shown is what the journal itself says (``JournalBackend.run``). Other 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +52,12 @@ class RunIndex:
         self._backend = backend
         self._root = backend.root / "runs" if isinstance(backend, journal.FileJournal) else None
         self._known: dict[str, _Known] = {}
-        self._order: list[str] = []  # run ids, newest first
+        self._done: set[str] = set()  # runs read as done: never read again
         self._members: frozenset[str] = frozenset()  # the ids ``_order`` was sorted from
+        self._order: list[str] = []  # run ids, newest first
+        self._listing: list[RunInfo] = []
+        self._names: frozenset[str] = frozenset()
+        self._names_stamp: tuple[int, int] | None = None
 
     def runs(self) -> list[RunInfo]:
         """Every root run, newest first, as the journal says now.
@@ -62,28 +67,47 @@ class RunIndex:
         """
         if self._root is None:
             return self._backend.runs()
-        try:
-            names = frozenset(n for n in os.listdir(self._root) if not n.startswith("."))
-        except FileNotFoundError:
-            names = frozenset()
-        except OSError as exc:
-            raise journal.JournalReadInterrupted(
-                f"cannot list {self._root}: {exc.strerror or exc}", path=self._root
-            ) from exc
-        for gone in set(self._known) - names:
-            del self._known[gone]
-        for name in names:
+        names = self._folder_names()
+        changed = False
+        for gone in self._members - names:
+            self._known.pop(gone, None)
+            self._done.discard(gone)
+        for name in names - self._done:  # the new ones, and those that can still change
+            before = self._known.get(name)
             self._refresh(name)
+            after = self._known.get(name)
+            changed = changed or before is None or after is None or before.info != after.info
         members = frozenset(self._known)
         if members != self._members:  # a run came or went: a run's start time never changes
             self._members = members
             self._order = sorted(members, key=lambda n: (self._known[n].info.created_ms, n), reverse=True)
-        return [self._known[n].info for n in self._order]
+            changed = True
+        if changed:
+            self._listing = [self._known[n].info for n in self._order]
+        return self._listing
+
+    def _folder_names(self) -> frozenset[str]:
+        """The run folders' names, listed again only when the ``runs`` folder changed (a run folder
+        is made or removed there; a listing within 50 ms of a change is not kept: mtimes are coarse)."""
+        assert self._root is not None
+        try:
+            st = os.stat(self._root)
+            stamp = (st.st_mtime_ns, st.st_ino)
+            if stamp == self._names_stamp:
+                return self._names
+            names = frozenset(n for n in os.listdir(self._root) if not n.startswith("."))
+        except FileNotFoundError:
+            return frozenset()
+        except OSError as exc:
+            raise journal.JournalReadInterrupted(
+                f"cannot list {self._root}: {exc.strerror or exc}", path=self._root
+            ) from exc
+        self._names = names
+        self._names_stamp = stamp if time.time_ns() - st.st_mtime_ns > 50_000_000 else None
+        return names
 
     def _refresh(self, name: str) -> None:
         known = self._known.get(name)
-        if known is not None and known.info.state is RunState.DONE:
-            return
         stamp = self._stamp(name)
         if stamp is None:  # no run.json: a begin that never finished is not a run
             self._known.pop(name, None)
@@ -96,6 +120,8 @@ class RunIndex:
             self._known.pop(name, None)
             return
         self._known[name] = _Known(info, stamp)
+        if info.state is RunState.DONE:
+            self._done.add(name)
 
     def _stamp(self, name: str) -> _Stamp | None:
         assert self._root is not None
