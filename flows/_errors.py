@@ -2,7 +2,7 @@
 
 The tree::
 
-    FlowsError              base: code, message, run_id, path
+    FlowsError              base (a staging.CodedError): run_id, path
     ├── FlowLoadFailed      flow_load_failed: the flow file cannot be imported, or holds no single flow
     ├── UnawaitedStep       unawaited_step: the body returned with a learn it never awaited
     └── FlowFailed          flow_failed: the body raised an exception that has no code of its own
@@ -14,20 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class FlowsError(Exception):
+
+class FlowsError(CodedError):
     """Base of the runtime's errors; ``code`` is stable and listed in docs/SURFACE.md."""
 
     code = "flows_error"
 
     def __init__(self, message: str, *, run_id: str | None = None, path: str | Path | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.run_id = run_id
         self.path = None if path is None else Path(path)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class FlowLoadFailed(FlowsError):

@@ -15,6 +15,7 @@ from flows._errors import FlowFailed, FlowLoadFailed, UnawaitedStep
 from flows._flow import Flow, Header, load_flow
 from journal import JournalBackend, Lease, RunState
 from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+from staging import CodedError
 
 Progress = Callable[[int, int], None]
 
@@ -111,9 +112,8 @@ class RunResult:
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The code and message that describe ``exc`` (``flow_failed`` when it has no code)."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, str):
-        return {"code": code, "message": str(exc)}
+    if isinstance(exc, CodedError):
+        return {"code": exc.code, "message": exc.message}
     return {"code": FlowFailed.code, "message": f"{type(exc).__name__}: {exc}"}
 
 

@@ -3,7 +3,7 @@
 Every error has a stable ``code``. Journal errors are never wrapped: they pass through this layer
 unchanged (SPEC R-J6). The tree::
 
-    FlowsMemoryError              base: code, message, path, run_id
+    FlowsMemoryError              base (a staging.CodedError): path, run_id, errno
     ├── FindingInvalid            memory_finding_invalid: the caller's finding is malformed
     ├── Unjournaled               memory_unjournaled: learn was called with no root run
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class FlowsMemoryError(Exception):
+
+class FlowsMemoryError(CodedError):
     """Base of the memory layer's errors; ``code`` is stable and listed in docs/SURFACE.md."""
 
     code = "memory_error"
@@ -30,13 +32,9 @@ class FlowsMemoryError(Exception):
         errno: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
         self.run_id = run_id
         self.errno = errno
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class FindingInvalid(FlowsMemoryError):

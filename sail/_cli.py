@@ -18,13 +18,11 @@ from typing import Any
 
 import orjson
 
-from journal import JournalError
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, LedgerError, Skipped
+from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
-from sail._errors import SailError, SailKeyUnavailable
-from staging import StagingError
+from sail._errors import SailKeyUnavailable
+from staging import CodedError
 
-_ERRORS = (SailError, LedgerError, JournalError, StagingError)
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
 
 
@@ -272,8 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"init --rpc needs {', '.join(missing)}")
     try:
         status: int = args.run(args)
-    except _ERRORS as exc:
-        code = getattr(exc, "code", "error")
-        print(f"sail: error[{code}]: {exc}", file=sys.stderr)
+    except CodedError as exc:
+        print(f"sail: error[{exc.code}]: {exc}", file=sys.stderr)
         return 1
     return status

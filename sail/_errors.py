@@ -3,7 +3,7 @@
 Every error carries a stable ``code`` (docs/SURFACE.md) and a message that says what to do.
 The tree::
 
-    SailError                     base: code, message, path
+    SailError                     base (a staging.CodedError): path
     ├── SailConfigMissing         sail_config_missing: no .sail/config.toml (run `sail init`)
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
@@ -18,19 +18,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class SailError(Exception):
+
+class SailError(CodedError):
     """Base of every sail error; ``code`` is stable."""
 
     code = "sail_error"
 
     def __init__(self, message: str, *, path: str | Path | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class SailConfigMissing(SailError):

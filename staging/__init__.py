@@ -1,6 +1,6 @@
 """Staging: hidden temporary files, atomic publish, the fsync discipline, sweeping (SPEC R-S)."""
 
-from staging._errors import PublishFailed, StageFailed, StagingError
+from staging._errors import CodedError, PublishFailed, StageFailed, StagingError
 from staging._failpoints import hit as failpoint
 from staging._stage import (
     DEFAULT_SWEEP_AGE_S,
@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_SWEEP_AGE_S",
     "HAVE_SYNCFS",
     "STAGE_PREFIX",
+    "CodedError",
     "PublishFailed",
     "StageFailed",
     "Staged",
