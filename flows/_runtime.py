@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from memory import Explained, Learned, MemoryStore, Recalled, RootRun
 from staging import CodedError
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 
 class Step:
@@ -160,12 +162,16 @@ def _drive_root(
     flow: Flow, store: MemoryStore, backend: JournalBackend, lease: Lease, progress: Progress | None = None
 ) -> RunResult:
     root = RootRun(backend, lease, flow.header.name, flow.header.scope, script=flow.header.script)
+    log.info("root run %s: driving flow %r (scope %r)", lease.run_id, flow.header.name, flow.header.scope)
     try:
         error = asyncio.run(_drive(flow, store, root, progress))
     except BaseException:
         backend.release(lease)  # KeyboardInterrupt and the like: the run reads interrupted
+        log.info("root run %s: stopped before the body ended; it reads interrupted", lease.run_id)
         raise
-    return _finish(backend, lease, error)
+    result = _finish(backend, lease, error)
+    log.info("root run %s: %s", lease.run_id, result.state.value)
+    return result
 
 
 def run(

@@ -11,11 +11,11 @@ commands) stay light.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from sail._config import SailConfig, load_config, save_config
 from sail._errors import (
+    SailChainMissing,
     SailConfigInvalid,
     SailConfigMissing,
     SailError,
@@ -50,6 +50,7 @@ __all__ = [
     "Dispatched",
     "QuoteUnavailable",
     "Runner",
+    "SailChainMissing",
     "SailConfig",
     "SailConfigInvalid",
     "SailConfigMissing",
@@ -75,6 +76,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sail' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from sail._extra import import_chain_module
+
+    value = getattr(import_chain_module(module), name)
     globals()[name] = value
     return value

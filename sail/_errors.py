@@ -8,7 +8,8 @@ The tree::
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
     ├── SailSubmitFailed          sail_submit_failed: the node refused the signed transaction
-    └── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    └── SailChainMissing          sail_chain_missing: the `chain` extra (web3) is not installed
 
 Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
 journal errors propagate unchanged.
@@ -59,3 +60,9 @@ class SailNodeUnavailable(SailError):
     """The local anvil node could not be installed, started or reached."""
 
     code = "sail_node_unavailable"
+
+
+class SailChainMissing(SailError):
+    """A command that reads or writes the chain, without the ``chain`` extra (web3) installed."""
+
+    code = "sail_chain_missing"

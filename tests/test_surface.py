@@ -30,7 +30,7 @@ def test_importing_the_core_never_imports_web3_or_psycopg() -> None:
 
 
 #: every package that may define coded errors; importing them registers their subclasses
-_PACKAGES = ("staging", "journal", "memory", "memory.ledger", "flows", "sail")
+_PACKAGES = ("staging", "journal", "memory", "memory.ledger", "memory.cli", "flows", "sail")
 
 
 def _coded_classes() -> list[type]:
