@@ -16,7 +16,7 @@ from journal._errors import (
     JournalUnwritable,
     JournalUsageError,
 )
-from journal._file import FileJournal, RecordCodec
+from journal._file import FileJournal, RecordCodec, now_ms
 from journal._linelog import LineCodec, LineDamaged, LineLog
 from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
 from journal._open import open_journal
@@ -46,6 +46,7 @@ __all__ = [
     "RunInfo",
     "RunState",
     "check_name",
+    "now_ms",
     "open_journal",
     "record_id",
 ]

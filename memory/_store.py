@@ -52,7 +52,7 @@ _SYNC_BATCH = 500
 
 
 def _now_ms() -> int:
-    return journal._file.now_ms()
+    return journal.now_ms()
 
 
 @dataclass(frozen=True)
