@@ -78,10 +78,30 @@ class FlowMemory:
         if self._progress is not None:
             self._progress(self.settled, len(self.steps))
 
-    async def recall(self, **filters: Any) -> list[Recalled]:
-        """Findings of this flow's scope (``source=``, ``tag=``, ``before_ms=``, ``limit=``)."""
-        filters.setdefault("scope", self._root.scope)
-        return await self._store.arecall(**filters)
+    async def recall(
+        self,
+        *,
+        source: str | None = None,
+        tag: str | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        scope: str | None = None,
+    ) -> list[Recalled]:
+        """Findings matching every filter, newest first; ``scope`` defaults to this flow's scope.
+
+        ``before_ms`` keeps findings learned strictly before it (epoch ms); ``limit`` caps the list
+        (None: no cap).
+
+        Raises:
+            memory.Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        return await self._store.arecall(
+            source=source,
+            tag=tag,
+            before_ms=before_ms,
+            limit=limit,
+            scope=self._root.scope if scope is None else scope,
+        )
 
     async def why(self, subject: str, *, limit: int = 10) -> list[Explained]:
         """Findings of this flow's scope that answer ``subject``, best match first."""

@@ -1,5 +1,7 @@
 """The journal kernel: durable root runs, leases with fencing, append-only streams (SPEC R-J)."""
 
+import importlib.metadata as _metadata
+
 from journal._backend import JournalBackend
 from journal._errors import (
     JournalContention,
@@ -50,3 +52,8 @@ __all__ = [
     "open_journal",
     "record_id",
 ]
+
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

@@ -11,6 +11,7 @@ commands) stay light.
 
 from __future__ import annotations
 
+import importlib.metadata as _metadata
 from typing import Any
 
 from sail._config import SailConfig, load_config, save_config
@@ -69,6 +70,11 @@ __all__ = [
     "tick",
     "tick_from_config",
 ]
+
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,7 @@
 """Staging: hidden temporary files, atomic publish, the fsync discipline, sweeping (SPEC R-S)."""
 
+import importlib.metadata as _metadata
+
 from staging._errors import CodedError, PublishFailed, StageFailed, StagingError
 from staging._failpoints import hit as failpoint
 from staging._stage import (
@@ -40,3 +42,8 @@ __all__ = [
     "syncfs",
     "write_all",
 ]
+
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

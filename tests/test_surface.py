@@ -118,3 +118,10 @@ def test_sail_and_its_errors_import_without_web3() -> None:
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("package", ["staging", "journal", "memory", "flows", "sail"])
+def test_every_package_reports_the_installed_version(package: str) -> None:
+    from importlib import metadata
+
+    assert importlib.import_module(package).__version__ == metadata.version("flows-memory")
