@@ -14,9 +14,10 @@ from memory._errors import (
 )
 from memory._files import parse_learned, read_learned
 from memory._finding import STREAM, Finding, canonical, finding_id, render, scope_hash, validate
+from memory._learn import RootRun
 from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
-from memory._store import MemoryStore, RootRun
+from memory._store import MemoryStore
 
 __all__ = [
     "QUARANTINE_DIR",

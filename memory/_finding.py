@@ -102,3 +102,21 @@ def render(record: Record) -> bytes:
             f"record {record.id} of {record.run_id} is not a memory-learn record: {exc}"
         ) from None
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def commit_to_publish(chosen: Record | None, candidate: Record) -> Record:
+    """Of two ``memory-learn`` commits of one finding, the one whose rendering is published.
+
+    Within one root run the first commit wins: a keyed append of a finding already committed
+    returns that first commit, so racing and resumed attempts publish the same bytes. Across runs
+    the newest commit wins (the later ``learnedMs``, equal times going to the larger run id), so a
+    finding learned again elsewhere cites its latest commit. ``chosen`` is the commit kept so far
+    (None when there is none yet); ``candidate`` one read after it.
+    """
+    if chosen is None:
+        return candidate
+    if candidate.run_id == chosen.run_id:
+        return chosen
+    if (candidate.payload["learnedMs"], candidate.run_id) > (chosen.payload["learnedMs"], chosen.run_id):
+        return candidate
+    return chosen
