@@ -10,8 +10,6 @@ from typing import Any
 
 import orjson
 
-from flows._errors import FlowFailed
-from flows._runtime import RunResult, error_fields
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -23,9 +21,7 @@ from memory.cli import (
     json_out,
     limit,
     progress,
-    stdout_to_stderr,
 )
-from staging import CodedError
 
 _EPILOG = """\
 storage:
@@ -55,74 +51,6 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 # -- commands ---------------------------------------------------------------------------------
-
-
-def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
-    if result.ok:
-        if args.json:
-            _json_out({"runId": result.run_id, "state": result.state.value})
-        else:
-            print(f"root run {result.run_id} {verb}: {result.state.value}")
-        return EXIT_OK
-    assert result.error is not None
-    if isinstance(result.error, CodedError):
-        raise result.error
-    raise FlowFailed(error_fields(result.error)["message"], run_id=result.run_id) from result.error
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a flow file under a new root run."""
-    from flows._runtime import run
-
-    if not args.json:
-        return _report_run(run(args.file, db=args.db, journal_location=args.journal), args, "ran")
-    with stdout_to_stderr() as out:  # the flow's own prints go to stderr; stdout stays pure JSON
-        result = run(args.file, db=args.db, journal_location=args.journal)
-        sys.stdout, shown = out, sys.stdout
-        try:
-            return _report_run(result, args, "ran")
-        finally:
-            sys.stdout = shown
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    """Resume a failed or interrupted root run."""
-    from flows._runtime import resume
-
-    with progress("resume: learns settled", enabled=not args.json) as show:
-        result = resume(args.run_id, db=args.db, journal_location=args.journal, progress=show)
-    return _report_run(result, args, "resumed")
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    """List root runs, newest first."""
-    with _store(args) as store:
-        runs = store.open_journal().runs()
-    if args.json:
-        _json_out(
-            [
-                {
-                    "runId": r.run_id,
-                    "flow": r.flow,
-                    "scope": r.scope,
-                    "state": r.state.value,
-                    "epoch": r.epoch,
-                    "createdMs": r.created_ms,
-                    "updatedMs": r.updated_ms,
-                    "error": r.error,
-                }
-                for r in runs
-            ]
-        )
-    elif not runs:
-        print("no root runs yet: start one with `flows run FILE`")
-    else:
-        rows = [
-            [r.run_id, r.flow, r.scope, r.state.value, _ms(r.created_ms), (r.error or {}).get("code", "")]
-            for r in runs
-        ]
-        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
-    return EXIT_OK
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -284,13 +212,9 @@ def build_cli() -> CommandLine:
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         return cli.command(name, fn, help_)
 
-    add("run", cmd_run, "run a flow file under a new root run").add_argument(
-        "file", help="the flow's .py file"
-    )
-    add("resume", cmd_resume, "resume a failed or interrupted root run").add_argument(
-        "run_id", metavar="RUN_ID"
-    )
-    add("runs", cmd_runs, "list root runs, newest first")
+    from flows._cli_runs import add_run_commands  # run, resume, runs, show
+
+    add_run_commands(add)
     p = add("journal", cmd_journal, "show a root run's journal records")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
@@ -342,6 +266,11 @@ def build_cli() -> CommandLine:
         help="keep the demo's store in DIR and print commands to try on it (default: a temporary directory)",
     )
     return cli
+
+
+def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+    """Print the one diagnostic line for ``exc`` on stderr; return its exit status."""
+    return build_cli().diagnose(exc, as_json=as_json, run_id=run_id)
 
 
 def build_parser() -> argparse.ArgumentParser:

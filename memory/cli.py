@@ -46,7 +46,7 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from journal import JournalNameInvalid
-from staging import CodedError
+from staging import CodedError, CodedInterrupt
 
 __all__ = [
     "EXIT_FAILED",
@@ -72,7 +72,7 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: the largest ``--limit`` either CLI accepts
-LIMIT_MAX = 1_000_000
+LIMIT_MAX = 100_000
 #: the largest epoch-milliseconds value accepted (a signed 64-bit integer)
 INT64_MAX = 2**63 - 1
 _DIST = "flows-memory"
@@ -95,8 +95,8 @@ class UsageError(CodedError):
         self._usage = usage
 
 
-class Interrupted(CodedError):
-    """The user interrupted the command (Ctrl-C); a flow run reads as interrupted and can be resumed."""
+class Interrupted(CodedInterrupt):
+    """The user interrupted a command (Ctrl-C) that has no more to say about what it stopped."""
 
     code = "interrupted"
 
@@ -155,11 +155,13 @@ def instant_ms(text: str) -> int:
     return value
 
 
-def format_ms(ms: int | None) -> str:
-    """A time for people: local time with its UTC offset (``2026-01-31 08:00:00+00:00``); ``-`` for None."""
+def format_ms(ms: int | None, *, precise: bool = False) -> str:
+    """A time for people: local time with its UTC offset (``2026-01-31 08:00:00+00:00``; with
+    ``precise``, milliseconds too: ``08:00:00.250+00:00``); ``-`` for None."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(sep=" ", timespec="seconds")
+    moment = datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
+    return moment.isoformat(sep=" ", timespec="milliseconds" if precise else "seconds")
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -354,29 +356,31 @@ class CommandLine:
             except SystemExit as exc:  # --help, --version
                 sys.stdout.flush()
                 return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+            except CodedInterrupt as exc:  # a Ctrl-C that says what it stopped (a flow run)
+                return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
             except KeyboardInterrupt:
-                return self.diagnose(
-                    Interrupted("interrupted; a flow run stopped here reads as interrupted (resume it)"),
-                    as_json=wants_json,
-                    args=args,
-                )
+                stopped = Interrupted("interrupted (Ctrl-C); nothing was left half-written")
+                return self.diagnose(stopped, as_json=wants_json, run_id=_run_id_of(args))
             except Exception as exc:  # every failure becomes one classified line, never a traceback
                 if os.environ.get("FLOWS_DEBUG"):
                     raise
-                return self.diagnose(exc, as_json=wants_json, args=args)
+                return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
         finally:
             sys.stdout = real_stdout
 
-    def diagnose(self, exc: BaseException, *, as_json: bool, args: argparse.Namespace | None = None) -> int:
-        """Print the one diagnostic for ``exc`` on stderr; return its exit status."""
-        if not isinstance(exc, CodedError):
+    def diagnose(self, exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+        """Print the one diagnostic for ``exc`` on stderr; return its exit status.
+
+        ``run_id`` names the root run the command concerns, when the error does not say.
+        """
+        if not isinstance(exc, CodedError | CodedInterrupt):
             log.debug("uncoded failure", exc_info=exc)
             exc = InternalError(
                 f"{type(exc).__name__}: {exc} (a bug: rerun with FLOWS_DEBUG=1 for the traceback; "
                 "please report it)"
             )
         fields = exc.as_json()
-        run_id = fields.get("runId") or getattr(args, "run_id", None)
+        run_id = fields.get("runId") or run_id
         if as_json:
             sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
         else:
@@ -393,8 +397,13 @@ exit status: 0 done, 1 failed (one line on stderr: <prog>: error[<code>]: <what 
 """
 
 
-def _exit_status(exc: CodedError) -> int:
-    if isinstance(exc, Interrupted):
+def _run_id_of(args: argparse.Namespace | None) -> str | None:
+    value = vars(args).get("run_id") if args is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _exit_status(exc: CodedError | CodedInterrupt) -> int:
+    if isinstance(exc, CodedInterrupt):
         return EXIT_INTERRUPTED
     if isinstance(exc, UsageError | JournalNameInvalid):  # an unsafe run id is a bad argument
         return EXIT_USAGE

@@ -17,7 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memory.cli import CommandLine, Option, UsageError, format_ms, instant_ms, json_out, limit, progress
+from memory.cli import (
+    LIMIT_MAX,
+    CommandLine,
+    Option,
+    UsageError,
+    format_ms,
+    instant_ms,
+    json_out,
+    limit,
+    progress,
+)
 from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
@@ -257,7 +267,9 @@ def build_cli() -> CommandLine:
     )
 
     p = command("why", "why did it skip: recent skips with their reasons", cmd_why)
-    p.add_argument("--limit", type=limit, metavar="N", default=10, help="how many (1 to 1000000; default 10)")
+    p.add_argument(
+        "--limit", type=limit, metavar="N", default=10, help=f"how many (1 to {LIMIT_MAX}; default 10)"
+    )
 
     command("status", "does it remember its last trade", cmd_status)
     command("demo", "deploy the contracts on a local chain and run ticks as fresh processes", cmd_demo)

@@ -2,7 +2,7 @@
 
 import importlib.metadata as _metadata
 
-from staging._errors import CodedError, PublishFailed, StageFailed, StagingError
+from staging._errors import CodedError, CodedInterrupt, PublishFailed, StageFailed, StagingError
 from staging._failpoints import hit as failpoint
 from staging._stage import (
     DEFAULT_SWEEP_AGE_S,
@@ -26,6 +26,7 @@ __all__ = [
     "HAVE_SYNCFS",
     "STAGE_PREFIX",
     "CodedError",
+    "CodedInterrupt",
     "PublishFailed",
     "StageFailed",
     "Staged",

@@ -11,7 +11,11 @@ package by package (each package's module docstring draws its own branch)::
     ├── memory.ledger.LedgerError     the agent ledger
     ├── flows.FlowsError              the flows runtime
     ├── sail.SailError                the agent's config, keys, node and submission
-    └── memory.cli.UsageError         a command line the CLIs refuse
+    └── memory.cli.UsageError …       a command line the CLIs refuse, an escaped bug
+
+    CodedInterrupt                    the same face on a KeyboardInterrupt (never caught as Exception)
+    ├── flows.RunInterrupted          Ctrl-C stopped a flow run; the root is left interrupted
+    └── memory.cli.Interrupted        Ctrl-C stopped any other command
 
 Staging's branch::
 
@@ -29,22 +33,11 @@ from pathlib import Path, PurePath
 from typing import Any, ClassVar
 
 
-class CodedError(Exception):
-    """Base of every error the project raises for a user.
+class _Coded:
+    """What every coded exception has: ``code``, ``message``, context fields and ``as_json()``."""
 
-    ``code`` is a stable string, one per class, listed in docs/SURFACE.md; ``message`` says what
-    happened and what to do. Every public attribute an error sets besides ``message`` is context
-    (``path``, ``run_id``, ``stream``, ``line``, ``expected``/``got`` …), and ``as_json()`` reports it.
-
-    Args:
-        message: the text ``str(error)`` returns.
-    """
-
-    code: ClassVar[str] = "coded_error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    code: ClassVar[str]
+    message: str
 
     def __str__(self) -> str:
         return self.message
@@ -63,6 +56,41 @@ class CodedError(Exception):
         for name, value in self.context().items():
             out[_camel(name)] = _plain(value)
         return out
+
+
+class CodedError(_Coded, Exception):
+    """Base of every error the project raises for a user.
+
+    ``code`` is a stable string, one per class, listed in docs/SURFACE.md; ``message`` says what
+    happened and what to do. Every public attribute an error sets besides ``message`` is context
+    (``path``, ``run_id``, ``stream``, ``line``, ``expected``/``got`` …), and ``as_json()`` reports it.
+
+    Args:
+        message: the text ``str(error)`` returns.
+    """
+
+    code: ClassVar[str] = "coded_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CodedInterrupt(_Coded, KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` that says what it stopped, with a code like any coded error.
+
+    It is a ``KeyboardInterrupt`` on purpose: ``except Exception`` must not swallow a Ctrl-C. The
+    CLIs catch it beside ``CodedError`` and exit 130.
+
+    Args:
+        message: the text ``str(error)`` returns.
+    """
+
+    code: ClassVar[str] = "coded_interrupt"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _camel(name: str) -> str:

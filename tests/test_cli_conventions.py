@@ -134,14 +134,14 @@ def test_version_comes_from_the_installed_distribution(prog: str) -> None:
 
 
 @BOTH
-@pytest.mark.parametrize("bad", ["0", "-3", "ten", str(2**64), "1000001"])
+@pytest.mark.parametrize("bad", ["0", "-3", "ten", str(2**64), "100001"])
 def test_a_bad_limit_is_a_usage_error_in_text_and_in_json(prog: str, bad: str, tmp_path: Path) -> None:
     where = _where(prog, tmp_path / "h.db", tmp_path)
     result = cli(prog, *LIMITED[prog], "--limit", bad, *where)
     assert (result.returncode, result.stdout) == (2, "")
     last = result.stderr.splitlines()[-1]
     assert last == (
-        f"{prog}: error[usage]: argument --limit: must be a whole number from 1 to 1000000, got {bad!r}; "
+        f"{prog}: error[usage]: argument --limit: must be a whole number from 1 to 100000, got {bad!r}; "
         f"see `{prog} {LIMITED[prog][0]} --help`"
     )
     as_json = cli(prog, *LIMITED[prog], "--limit", bad, "--json", *where)
@@ -214,7 +214,7 @@ def test_flows_run_json_keeps_stdout_pure_json(tmp_path: Path) -> None:
     chatty.write_text("import os\n" + chatty.read_text())
     result = cli("flows", "run", str(chatty), "--json", "--db", str(tmp_path / "h.db"))
     assert result.returncode == 0, result.stderr
-    assert set(orjson.loads(result.stdout)) == {"runId", "state"}
+    assert set(orjson.loads(result.stdout)) == {"runId", "state", "output"}
     assert "hello from the body" in result.stderr and "and from its fd" in result.stderr
 
 
@@ -245,7 +245,7 @@ def test_ctrl_c_stops_flows_run_with_130_and_the_run_reads_interrupted(tmp_path:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
         err = proc.stderr.read().decode()
-    assert err.startswith("flows: error[interrupted]: interrupted;"), err
+    assert err.startswith("flows: error[flow_interrupted]: the run was interrupted (Ctrl-C)"), err
     assert len(err.splitlines()) == 1
     runs = orjson.loads(cli("flows", "runs", "--json", "--db", str(db)).stdout)
     assert [r["state"] for r in runs] == ["interrupted"]

@@ -34,13 +34,13 @@ _PACKAGES = ("staging", "journal", "memory", "memory.ledger", "memory.cli", "flo
 
 
 def _coded_classes() -> list[type]:
-    """Every subclass of the one base, walked from it (no hand-kept list)."""
-    from staging import CodedError
+    """Every subclass of the two bases (errors, and Ctrl-Cs with a code), walked from them."""
+    from staging import CodedError, CodedInterrupt
 
     for name in _PACKAGES:
         importlib.import_module(name)
     found: list[type] = []
-    todo: list[type] = [CodedError]
+    todo: list[type] = [CodedError, CodedInterrupt]
     while todo:
         cls = todo.pop()
         if cls.__module__.split(".")[0] in {p.split(".")[0] for p in _PACKAGES}:
@@ -74,7 +74,7 @@ def test_every_coded_error_has_its_own_code_and_its_row_in_the_surface_table() -
     rows = {_public_name(cls): cls.__dict__["code"] for cls in classes}
     assert {name: code for name, code in rows.items() if documented.get(name) != code} == {}
     for code in rows.values():
-        if not code.endswith(("_error", "_usage", "_contention", "_storage")):
+        if not code.endswith(("_error", "_usage", "_contention", "_storage", "_interrupt")):
             assert f"| `{code}` |" in table, f"{code} has no row saying when it is raised"
 
 
