@@ -229,7 +229,7 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
         if stream == RUN_STREAM:
             events = records
         for rec in records:
-            entry = {**make(rec), "ts": rec.ts_ms, "citation": _citation(rec)}
+            entry = {**make(rec), "tsMs": rec.ts_ms, "citation": _citation(rec)}
             entries.append(((rec.ts_ms, rank, rec.seq), entry))
     entries.sort(key=lambda e: e[0])
     return {
@@ -262,7 +262,7 @@ def _short(value: Any, width: int = 60) -> str:
 
 def _timeline_row(e: Mapping[str, Any]) -> list[str]:
     kind, record = str(e["kind"]), str(e["citation"]["id"])
-    when = _when(e["ts"], precise=True)
+    when = _when(e["tsMs"], precise=True)
     if kind == "step":
         duration = f"{e['durationMs']} ms" if isinstance(e.get("durationMs"), int) else "-"
         if "result" in e:
@@ -288,7 +288,7 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
         "-",
         "-",
         "-",
-        _short({k: v for k, v in e.items() if k not in ("kind", "ts")}),
+        _short({k: v for k, v in e.items() if k not in ("kind", "tsMs")}),
         record,
     ]
 
