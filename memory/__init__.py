@@ -7,6 +7,8 @@ from memory._db import SCHEMA_VERSION, HistoryDB
 from memory._errors import (
     ArgumentInvalid,
     FindingInvalid,
+    FindingRetired,
+    FindingUnknown,
     FlowsMemoryError,
     SessionClosed,
     Unjournaled,
@@ -40,6 +42,8 @@ __all__ = [
     "Explained",
     "Finding",
     "FindingInvalid",
+    "FindingRetired",
+    "FindingUnknown",
     "FlowsMemoryError",
     "HistoryDB",
     "Learned",
