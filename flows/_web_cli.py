@@ -14,9 +14,10 @@ from pathlib import Path
 
 import orjson
 
-from flows._cli import EXIT_OK, EXIT_USAGE, diagnose
+from flows._cli import diagnose
 from flows.web._errors import ServeExtraMissing, ServeTokenRequired
 from flows.web._net import bind, is_loopback
+from memory.cli import EXIT_OK, EXIT_USAGE
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 

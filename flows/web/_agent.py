@@ -201,12 +201,12 @@ class Agent:
         """What holds the next trade other than the clock: a dispatch not yet reconciled, or the
         newest entry being a skip that waits on the owner (balance, allowance, quote)."""
         if open_dispatches:
-            return {"kind": "dispatch", "reason": f"unresolved dispatch {open_dispatches[0]}", "since": None}
+            return {"kind": "dispatch", "reason": f"unresolved dispatch {open_dispatches[0]}", "sinceMs": None}
         newest = next((e for _, e in self._ledger.backwards()), None)
         if isinstance(newest, Skipped):
             kind = newest.reason.split(" ", 1)[0]
             if kind in _OWNER_REASONS:
-                return {"kind": kind, "reason": newest.reason, "since": newest.ts}
+                return {"kind": kind, "reason": newest.reason, "sinceMs": newest.ts * 1000}
         return None
 
     def status(self) -> dict[str, Any]:
@@ -224,11 +224,11 @@ class Agent:
         return {
             "lastConfirmed": None
             if last is None
-            else {"ts": last.ts, "block": last.block, "txHash": last.tx_hash},
+            else {"tsMs": last.ts * 1000, "block": last.block, "txHash": last.tx_hash},
             "intervalS": interval.seconds,
-            "nextEligibleTs": None
+            "nextEligibleMs": None
             if last is None or interval.seconds is None or blocked is not None
-            else last.ts + interval.seconds,
+            else (last.ts + interval.seconds) * 1000,
             "blockedBy": blocked,
             "openDispatches": open_dispatches,
             "ledger": str(self.ledger_path),

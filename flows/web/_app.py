@@ -56,6 +56,8 @@ from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback
 from flows.web._reader import Reader, ServeConfig
 from memory import Recalled
+from memory.cli import format_ms
+from staging import CodedError
 
 log = logging.getLogger("flows.serve")
 
@@ -90,20 +92,17 @@ def error_status(exc: BaseException) -> int:
 
 
 def error_json(exc: BaseException) -> dict[str, Any]:
-    """The CLI's JSON error object (``code``, ``message``, ``runId``), with ``path`` and ``line``
-    when the error names them."""
-    out: dict[str, Any] = {**error_fields(exc), "runId": getattr(exc, "run_id", None)}
-    for name, key in (("path", "path"), ("line", "line"), ("stream", "stream")):
-        value = getattr(exc, name, None)
-        if value is not None:
-            out[key] = str(value) if name == "path" else value
-    return out
+    """The CLI's JSON error object: ``code``, ``message``, ``runId`` and the error's context
+    (``path``, ``line``, ``stream`` … in camelCase)."""
+    if isinstance(exc, CodedError):
+        fields = exc.as_json()
+        return {**fields, "runId": fields.get("runId")}
+    return {**error_fields(exc), "runId": None}
 
 
 def _coded(exc: Exception) -> Exception:
     """``exc`` when it is one the user can act on; else a ``serve_internal`` (the cause is logged)."""
-    coded = ServeError | journal.JournalError | memory.FlowsMemoryError | memory.ledger.LedgerError
-    if isinstance(exc, coded):
+    if isinstance(exc, CodedError):
         return exc
     log.error("unexpected error serving a request", exc_info=exc)
     return ServeInternal(
@@ -115,11 +114,11 @@ def _coded(exc: Exception) -> Exception:
 
 
 def when_ms(ms: object) -> str:
-    """Epoch milliseconds as local time with its offset (``2026-12-02 20:24:37 +0100``)."""
+    """Epoch milliseconds as local time with its UTC offset (the CLIs' one rule, ``format_ms``)."""
     if not isinstance(ms, int) or isinstance(ms, bool):
         return "-"
     try:
-        return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+        return format_ms(ms)
     except (OverflowError, OSError, ValueError):
         return f"{ms} ms"
 

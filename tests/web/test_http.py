@@ -215,7 +215,7 @@ def test_status_agrees_with_sail_status_and_says_what_blocks(
         assert status[key] == expected[key], key
     assert status["lastConfirmed"]["txHash"] == f"0x{3:064x}"
     assert status["blockedBy"]["kind"] == "balance"
-    assert status["nextEligibleTs"] is None
+    assert status["nextEligibleMs"] is None
 
 
 def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_entry(
