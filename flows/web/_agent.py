@@ -201,7 +201,8 @@ class Agent:
         """What holds the next trade other than the clock: a dispatch not yet reconciled, or the
         newest entry being a skip that waits on the owner (balance, allowance, quote)."""
         if open_dispatches:
-            return {"kind": "dispatch", "reason": f"unresolved dispatch {open_dispatches[0]}", "sinceMs": None}
+            reason = f"unresolved dispatch {open_dispatches[0]}"
+            return {"kind": "dispatch", "reason": reason, "sinceMs": None}
         newest = next((e for _, e in self._ledger.backwards()), None)
         if isinstance(newest, Skipped):
             kind = newest.reason.split(" ", 1)[0]
