@@ -140,7 +140,7 @@ def test_a_question_is_answered_by_why_ranked_as_flows_why_json(
     assert client.get("/api/findings", params={"q": question}).json() == expected
     assert "pressure drops fast before a storm" in [a["text"] for a in expected]
     html = client.get("/findings", params={"q": question}).text
-    assert 'station=<code>&#34;EGLL&#34;</code>' in html and "hPa=<code>990</code>" in html
+    assert "station=<code>&#34;EGLL&#34;</code>" in html and "hPa=<code>990</code>" in html
 
 
 def test_matched_words_are_highlighted_and_each_finding_cites_its_record(client: TestClient) -> None:
