@@ -64,9 +64,8 @@ def build_dataset(db: Path, synced: int, unsynced: int, scope: str = "bench") ->
         finding, ms = _synthetic(rng, i)
         fid = memory.finding_id(scope, finding)
         payload = {"id": fid, "scope": scope, "flow": "bench", "finding": finding.as_json(), "learnedMs": ms}
-        record = journal.Record(
-            run_id, memory.STREAM, len(lines) + 1, journal.record_id(run_id, memory.STREAM, fid), fid, ms, payload
-        )
+        rid = journal.record_id(run_id, memory.STREAM, fid)
+        record = journal.Record(run_id, memory.STREAM, len(lines) + 1, rid, fid, ms, payload)
         lines.append(journal.RecordCodec(run_id, memory.STREAM).encode(record) + b"\n")
         data = memory.render(record)
         if i % every == every - 1 and unsynced:

@@ -29,7 +29,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,13 +305,18 @@ def _foreign_journal(ctx: _Context) -> str | None:
     )
 
 
-def _survey(store: MemoryStore) -> _Context:
-    """Read the journal, the learned files and the DB rows, collecting their problems."""
+def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Context:
+    """Read the journal, the learned files and the DB rows, collecting their problems (``tick``
+    after each of the four)."""
     ctx = _Context(store, {}, {}, [])
     _journal_problems(ctx)
+    tick()
     good = _file_problems(ctx)
+    tick()
     _record_problems(ctx, good)
+    tick()
     _db_problems(ctx)
+    tick()
     foreign = _foreign_journal(ctx)
     if foreign is not None:
         ctx.problems.insert(0, _unrepairable("journal_mismatch", ctx.location, foreign))
@@ -379,17 +384,30 @@ def check_store(
     sail_dirs: Iterable[str | os.PathLike[str]] = (),
     sweep_age_s: float = DEFAULT_SWEEP_AGE_S,
     now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Problem]:
     """Return every problem of the store (empty when clean). Reads only; writes nothing.
+
+    ``progress(done, total)``, if given, is told as each of the check's phases ends.
 
     Raises:
         JournalError: the journal cannot be reached or listed (damage in it is a problem, not an
             error).
-        Unreachable: a folder of the store cannot be listed, or the history DB cannot be read.
+        Unreachable: a folder of the store cannot be listed.
     """
-    ctx = _survey(store)
+    phases, done = 6, 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, phases)
+
+    ctx = _survey(store, tick)
     _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
+    tick()
     _sail_problems(ctx, [Path(d) for d in sail_dirs])
+    tick()
     return ctx.problems
 
 

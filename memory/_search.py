@@ -122,9 +122,12 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher, citations: Citations) -> None:
+    def __init__(
+        self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int], citations: Citations
+    ) -> None:
         self._db = db
         self._publisher = publisher
+        self._clock = clock
         self._disk = DiskIndex(publisher.db_path.parent)
         self._citations = citations
         self._learned_root = learned_root(publisher.db_path)
@@ -207,6 +210,7 @@ class Search:
         """See ``MemoryStore.recall``."""
         if not _storable(source, tag, scope):
             return []  # a filter no stored finding can equal
+        now = self._clock()
         # Files first, then the DB in one snapshot: sync commits rows before it drops their files,
         # so a file gone from the listing is a row in the snapshot, and a file still listed whose
         # row the snapshot also holds is read once, from the row.
@@ -220,9 +224,12 @@ class Search:
             and (source is None or e.source == source)
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
+            and (e.expires_ms is None or e.expires_ms > now)
         )
         with self._db.snapshot():
-            rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+            rows = self._db.recall(
+                scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit, now_ms=now
+            )
             if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
                 last = rows[-1].learned_ms
                 disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
@@ -232,22 +239,51 @@ class Search:
         self._served(e for e in found if e.id < 0)
         return found
 
+    def get(self, key: str) -> Recalled | None:
+        """See ``MemoryStore.get``."""
+        now = self._clock()
+        listings = self._listings(None)  # files first, then the DB (see recall)
+        with self._db.snapshot():
+            found = self._db.get(key)
+        if found is None:
+            for listing in listings:
+                found = listing.by_key(key)
+                if found is not None:
+                    break
+        if found is None or (found.expires_ms is not None and found.expires_ms <= now):
+            return None
+        if found.id < 0:
+            self._served([found])
+        return found
+
+    def scopes(self) -> list[str]:
+        """See ``MemoryStore.scopes``."""
+        candidates = set(self._db.scopes())
+        for listing in self._listings(None):
+            candidates.update(e.scope for e in listing.entries)
+        return sorted(s for s in candidates if self.recall(scope=s, limit=1))
+
     def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
         """See ``MemoryStore.why``."""
         asked = subject_words(subject)
         if not asked or not _storable(scope):
             return []
+        now = self._clock()
         wanted = set(asked)
         disk: list[Explained] = []
         for listing in self._listings(scope):
             for e, terms in listing.sharing(wanted, best=max(50, 4 * limit)):
                 score, matched = _score_terms(terms, wanted)
-                if score > 0 and (scope is None or e.scope == scope):
+                if (
+                    score > 0
+                    and (scope is None or e.scope == scope)
+                    and (e.expires_ms is None or e.expires_ms > now)
+                ):
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         with self._db.snapshot():  # files first, then one DB snapshot (see recall)
             scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-            rows = self._db.search(asked, scope=scope, limit=max(50, limit * 5))
+            rows = self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now)
         for e in rows:
             score, matched = _score_terms(terms_of(e), wanted)
             if score > 0:
