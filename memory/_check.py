@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import journal
-from memory._errors import Unreachable, WrongJournal
+from memory._errors import Unreachable, Unwritable, WrongJournal
 from memory._files import is_learned_name, parse_learned
 from memory._finding import STREAM, checked_commit, commit_to_publish, render
 from memory._paths import learned_dir, scan_scopes
+from memory._publisher import refuse_links
 from memory._safe import Folder, describe
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
@@ -442,8 +443,14 @@ def repair_store(
 
     def move_aside(path: Path) -> None:
         target = quarantine / path.relative_to(store.db_path.parent)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(path, target)  # a rename: a link moves as a link, a folder as a whole
+        refuse_links(store.db_path.parent, target.parent)  # the quarantine stays inside the store
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, target)  # a rename: a link moves as a link, a folder as a whole
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot move {path} to {target}: {describe(exc)}", path=path, errno=exc.errno
+            ) from exc
         actions.append(f"quarantined {path} to {target}")
 
     for problem in problems:

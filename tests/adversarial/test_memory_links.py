@@ -129,3 +129,18 @@ def test_repair_never_sweeps_stages_through_a_linked_run_folder(tmp_path: Path) 
     repaired = flows(mine.db, "check", "--repair")
     assert "Traceback" not in repaired.stderr
     assert old_stage.read_bytes() == b"someone else's stage"
+
+
+def test_repair_never_moves_a_file_through_a_linked_quarantine(tmp_path: Path) -> None:
+    mine = populate(tmp_path / "mine" / "history.db", ["a finding"])
+    stray = mine.folder / ("e" * 32 + ".json")
+    stray.write_bytes(b"not a finding")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (mine.db.parent / memory.QUARANTINE_DIR).symlink_to(outside, target_is_directory=True)
+    repaired = flows(mine.db, "check", "--repair")
+    assert repaired.returncode == 1
+    assert error_code(repaired) == "memory_unwritable"
+    assert memory.QUARANTINE_DIR in repaired.stderr and "symbolic link" in repaired.stderr
+    assert list(outside.iterdir()) == []
+    assert stray.read_bytes() == b"not a finding"
