@@ -29,7 +29,15 @@ def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None
     """
     probe = directory
     while probe != base and base in probe.parents:
-        if probe.is_symlink():
+        try:
+            is_link = stat.S_ISLNK(os.lstat(probe).st_mode)
+        except FileNotFoundError:
+            is_link = False
+        except OSError as exc:  # a folder this user may not search: nothing can be written below it
+            raise Unwritable(
+                f"cannot look at {probe}: {exc.strerror or exc}", path=probe, run_id=run_id, errno=exc.errno
+            ) from exc
+        if is_link:
             raise Unwritable(
                 f"{probe} is a symbolic link; the store never follows links: remove it",
                 path=probe,

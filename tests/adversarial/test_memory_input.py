@@ -117,3 +117,22 @@ def test_a_store_this_user_may_not_list_is_unreachable_to_reads_and_unwritable_t
             assert "Permission denied" in result.stderr
     finally:
         os.chmod(folder, 0o700)
+
+
+@pytest.mark.parametrize("where", ["flows-memory", "compacted"])
+def test_a_learn_into_a_store_this_user_may_not_write_is_unwritable(tmp_path: Path, where: str) -> None:
+    s = populate(tmp_path / "store" / "history.db", ["adv one"])
+    flow = tmp_path / "learn.py"
+    flow.write_text(
+        'import flows\n\n\n@flows.flow(scope="adv")\nasync def body(f):\n'
+        '    await f.memory.learn({"text": "adv two"})\n'
+    )
+    folder = s.db.parent / "flows-memory" if where == "flows-memory" else s.folder
+    os.chmod(folder, 0)
+    try:
+        result = flows(s.db, "run", str(flow), preexec=without_dac_override)
+    finally:
+        os.chmod(folder, 0o700)
+    assert result.returncode == 1
+    assert error_code(result) == "memory_unwritable"
+    assert "Permission denied" in result.stderr
