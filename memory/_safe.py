@@ -70,13 +70,14 @@ def read_fd(fd: int, path: str | os.PathLike[str]) -> bytes:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegular(errno.EINVAL, f"it is {kind_of(st.st_mode)}, not a regular file", os.fspath(path))
-    chunks: list[bytes] = []
-    want = st.st_size + 1  # one more than the size: a file that grew since is read to its end
-    while True:
-        chunk = os.read(fd, max(want, 65536))
-        if not chunk:
-            return b"".join(chunks)
+    want = st.st_size + 1  # one more than the size: a short read is the whole file
+    data = os.read(fd, want)
+    if len(data) < want:
+        return data
+    chunks = [data]  # it grew since the fstat: read on to its end
+    while chunk := os.read(fd, 65536):
         chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def read_file(
