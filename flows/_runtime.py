@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ import journal
 from flows._errors import FlowFailed, FlowLoadFailed, UnawaitedStep
 from flows._flow import Flow, Header, load_flow
 from journal import JournalBackend, Lease, RunState
-from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+from memory import Explained, MemoryStore, Recalled, RootRun
 
 Progress = Callable[[int, int], None]
 
@@ -26,32 +26,33 @@ class Step:
     awaits fails the run with ``unawaited_step``, even if the write itself succeeded.
     """
 
-    def __init__(self, number: int, label: str, task: asyncio.Task[Learned]) -> None:
+    def __init__(self, number: int, label: str, task: asyncio.Task[Any], verb: str = "learn") -> None:
         self.number = number
         self.label = label
+        self.verb = verb
         self._task = task
         self.consumed = False
 
-    def __await__(self) -> Generator[Any, None, Learned]:
+    def __await__(self) -> Generator[Any, None, Any]:
         self.consumed = True
         return self._task.__await__()
 
     @property
-    def task(self) -> asyncio.Task[Learned]:
+    def task(self) -> asyncio.Task[Any]:
         """The task doing the write."""
         return self._task
 
     def __repr__(self) -> str:
-        return f"<learn step {self.name}>"
+        return f"<{self.verb} step {self.name}>"
 
     @property
     def name(self) -> str:
-        """How diagnostics name the step: ``learn#<n> '<text>'``."""
-        return f"learn#{self.number} {self.label!r}"
+        """How diagnostics name the step: ``learn#<n> '<text>'`` (``forget#<n> '<key>'``)."""
+        return f"{self.verb}#{self.number} {self.label!r}"
 
 
 class FlowMemory:
-    """``f.memory``: learn, recall and why for the running flow's scope."""
+    """``f.memory``: learn, forget, recall and why for the running flow's scope."""
 
     def __init__(self, store: MemoryStore, root: RootRun, progress: Progress | None = None) -> None:
         self._store = store
@@ -60,12 +61,23 @@ class FlowMemory:
         self.settled = 0
         self.steps: list[Step] = []
 
-    def learn(self, finding: Mapping[str, Any]) -> Step:
-        """Start learning ``finding`` now; await the returned step to consume its outcome."""
+    def learn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Step:
+        """Start learning ``finding`` now; await the returned step to consume its outcome.
+
+        ``supersedes`` names the key of a finding the new one replaces (see ``MemoryStore.learn``).
+        """
         text = finding.get("text") if isinstance(finding, Mapping) else None
         label = text[:40] if isinstance(text, str) else repr(finding)[:40]
-        task = asyncio.get_running_loop().create_task(self._store.alearn(finding, self._root))
-        step = Step(len(self.steps) + 1, label, task)
+        return self._start(self._store.alearn(finding, self._root, supersedes=supersedes), label, "learn")
+
+    def forget(self, key: str, *, reason: str) -> Step:
+        """Start forgetting the finding ``key`` now (see ``MemoryStore.forget``); await the returned
+        step to consume its outcome, a ``Forgotten``. Like a learn, a forget never awaited fails the run."""
+        return self._start(self._store.aforget(key, self._root, reason=reason), str(key)[:40], "forget")
+
+    def _start(self, work: Coroutine[Any, Any, Any], label: str, verb: str) -> Step:
+        task = asyncio.get_running_loop().create_task(work)
+        step = Step(len(self.steps) + 1, label, task, verb)
         self.steps.append(step)
         task.add_done_callback(self._on_settled)
         return step
@@ -135,7 +147,8 @@ async def _drive(
     unawaited = tuple(s.name for s in f.memory.steps if not s.consumed)
     if unawaited:
         return UnawaitedStep(
-            f"the body returned without awaiting {', '.join(unawaited)}; await every f.memory.learn(...)",
+            f"the body returned without awaiting {', '.join(unawaited)}; await every f.memory.learn(...) "
+            "and f.memory.forget(...)",
             steps=unawaited,
             run_id=root.run_id,
         )

@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 
 from memory._errors import Unreachable, Unwritable
+from memory._files import Retired
 from memory._results import Citation, Recalled, frozen_metadata
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE findings (
@@ -65,13 +66,32 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE findings ADD COLUMN metadata TEXT;
     ALTER TABLE findings ADD COLUMN expires_ms INTEGER;
     """,
+    # Forgotten and superseded findings: the first retirement of each key, and the mark on its row
+    # (a retirement may arrive before the finding's row does).
+    3: """
+    ALTER TABLE findings ADD COLUMN retired_ms INTEGER;
+    CREATE TABLE retirements (
+        key           TEXT PRIMARY KEY,
+        scope         TEXT NOT NULL,
+        flow          TEXT NOT NULL,
+        reason        TEXT,
+        by_key        TEXT,
+        forgotten_ms  INTEGER NOT NULL,
+        run_id        TEXT NOT NULL,
+        stream        TEXT NOT NULL,
+        record_id     TEXT NOT NULL,
+        synced_ms     INTEGER NOT NULL
+    );
+    """,
 }
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
     " f.metadata, f.expires_ms"
 )
-_LIVE = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
+_NOT_RETIRED = "f.retired_ms IS NULL"
+_NOT_EXPIRED = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
+_LIVE = f"{_NOT_RETIRED} AND {_NOT_EXPIRED}"
 
 
 def _row(row: Sequence[Any]) -> Recalled:
@@ -201,9 +221,9 @@ class HistoryDB:
         limit: int | None,
         now_ms: int | None = None,
     ) -> list[Recalled]:
-        """Rows matching every filter, newest first, at most ``limit``; with ``now_ms``, only rows
-        not expired at that time."""
-        where: list[str] = []
+        """Rows not retired matching every filter, newest first, at most ``limit``; with ``now_ms``,
+        only those not expired at that time either."""
+        where: list[str] = [_NOT_RETIRED]
         params: list[Any] = []
         if tag is not None:
             sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
@@ -223,10 +243,9 @@ class HistoryDB:
             where.append(f"{time_col} < ?")
             params.append(before_ms)
         if now_ms is not None:
-            where.append(_LIVE)
+            where.append(_NOT_EXPIRED)
             params.append(now_ms)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY {order}"
         if limit is not None:
             sql += " LIMIT ?"
@@ -272,19 +291,52 @@ class HistoryDB:
         if now_ms is not None:
             sql += f" AND {_LIVE}"
             params.append(now_ms)
+        else:
+            sql += f" AND {_NOT_RETIRED}"
         return self._query(sql, params)
 
-    def get(self, key: str) -> Recalled | None:
-        """The row of the finding ``key``, or None."""
-        found = self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.key = ?", (key,))
+    def get(self, key: str, now_ms: int) -> Recalled | None:
+        """The live row of the finding ``key`` (not retired, not expired at ``now_ms``), or None."""
+        found = self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.key = ? AND {_LIVE}", (key, now_ms))
         return found[0] if found else None
 
+    def rows_of(self, keys: Sequence[str]) -> list[Recalled]:
+        """The rows of ``keys``, live or not."""
+        if not keys:
+            return []
+        marks = ",".join("?" * len(keys))
+        return self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.key IN ({marks})", list(keys))
+
+    def every_row(self) -> list[Recalled]:
+        """Every row, live or not (what ``flows check`` verifies)."""
+        return self._query(f"SELECT {_COLUMNS} FROM findings f ORDER BY f.id", ())
+
+    def live_held(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the DB holds as rows not (yet) marked retired."""
+        return set(self._keys("SELECT key FROM findings WHERE retired_ms IS NULL AND key IN ({})", keys))
+
+    def _keys(self, template: str, keys: Iterable[str]) -> list[str]:
+        keys = list(keys)
+        if not keys or not self.exists():
+            return []
+        out: list[str] = []
+        conn = self._connect()
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                out.extend(r[0] for r in conn.execute(template.format(",".join("?" * len(chunk))), chunk))
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        return out
+
     def scopes(self) -> list[str]:
-        """The scopes the DB holds findings of, sorted."""
+        """The scopes the DB holds findings not retired of, sorted."""
         if not self.exists():
             return []
         try:
-            rows = self._connect().execute("SELECT DISTINCT scope FROM findings ORDER BY scope").fetchall()
+            rows = self._connect().execute(
+                "SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL ORDER BY scope"
+            ).fetchall()
         except sqlite3.Error as exc:
             raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
         return [r[0] for r in rows]
@@ -345,7 +397,8 @@ class HistoryDB:
                 # One statement for a new finding and a newer commit of a known one.
                 row_id = conn.execute(
                     "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
-                    " record_id, synced_ms, metadata, expires_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                    " record_id, synced_ms, metadata, expires_ms, retired_ms)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,(SELECT forgotten_ms FROM retirements WHERE key = ?))"
                     " ON CONFLICT (key) DO UPDATE SET scope=excluded.scope, flow=excluded.flow,"
                     " text=excluded.text, source=excluded.source, tags=excluded.tags,"
                     " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
@@ -366,6 +419,7 @@ class HistoryDB:
                         now_ms,
                         _metadata_text(e),
                         e.expires_ms,
+                        e.key,
                     ),
                 ).fetchone()[0]
                 conn.executemany(
@@ -378,6 +432,79 @@ class HistoryDB:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise Unwritable(f"cannot write the history DB {self.path}: {exc}", path=self.path) from exc
+
+
+    def retire(self, entries: Sequence[Retired], now_ms: int) -> None:
+        """Record ``entries`` (the first retirement of each key is kept) and mark the rows they
+        retire, in one transaction."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for r in entries:
+                conn.execute(
+                    "INSERT INTO retirements (key, scope, flow, reason, by_key, forgotten_ms, run_id, stream,"
+                    " record_id, synced_ms) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO UPDATE SET"
+                    " scope=excluded.scope, flow=excluded.flow, reason=excluded.reason,"
+                    " by_key=excluded.by_key, forgotten_ms=excluded.forgotten_ms, run_id=excluded.run_id,"
+                    " stream=excluded.stream, record_id=excluded.record_id, synced_ms=excluded.synced_ms"
+                    " WHERE (excluded.forgotten_ms, excluded.run_id) < (forgotten_ms, run_id)",
+                    (
+                        r.key,
+                        r.scope,
+                        r.flow,
+                        r.reason,
+                        r.by,
+                        r.forgotten_ms,
+                        r.citation.run_id,
+                        r.citation.stream,
+                        r.citation.id,
+                        now_ms,
+                    ),
+                )
+                conn.execute(
+                    "UPDATE findings SET retired_ms = ? WHERE key = ? AND retired_ms IS NULL",
+                    (r.forgotten_ms, r.key),
+                )
+            conn.execute("COMMIT")
+            self._writes += 1
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise Unwritable(f"cannot write the history DB {self.path}: {exc}", path=self.path) from exc
+
+    def retirement(self, key: str) -> Retired | None:
+        """The retirement the DB records for ``key``, or None."""
+        if not self.exists():
+            return None
+        try:
+            row = (
+                self._connect()
+                .execute(
+                    "SELECT key, scope, flow, reason, by_key, forgotten_ms, run_id, stream, record_id"
+                    " FROM retirements WHERE key = ?",
+                    (key,),
+                )
+                .fetchone()
+            )
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        if row is None:
+            return None
+        return Retired(row[0], row[1], row[2], row[3], row[4], row[5], Citation(row[6], row[7], row[8]))
+
+    def scope_of(self, key: str) -> str | None:
+        """The scope of the finding ``key`` if the DB holds it (live or not), else None."""
+        found = self._keys("SELECT scope FROM findings WHERE key IN ({})", [key])
+        return found[0] if found else None
+
+    def retired_keys(self) -> set[str]:
+        """Every key the DB records as retired."""
+        if not self.exists():
+            return set()
+        try:
+            return {r[0] for r in self._connect().execute("SELECT key FROM retirements")}
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
 
 
 def _split(script: str) -> list[str]:

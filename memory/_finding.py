@@ -17,6 +17,13 @@ from memory._errors import ArgumentInvalid, FindingInvalid
 STREAM = "memory-learn"
 """The root run's stream that every learn commits to."""
 
+RETIRE_STREAM = "memory-forget"
+"""The root run's stream that every forget, and every supersede, commits to (keyed by the key of the
+finding it retires)."""
+
+REASON_MAX = 1024
+"""The longest reason a forget takes (characters)."""
+
 _FIELDS = {"text", "source", "tags", "metadata", "expiresMs"}
 _KEY = re.compile(r"[0-9a-f]{32}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -256,5 +263,65 @@ def commit_to_publish(chosen: Record | None, candidate: Record) -> Record:
     if candidate.run_id == chosen.run_id:
         return chosen
     if (candidate.payload["learnedMs"], candidate.run_id) > (chosen.payload["learnedMs"], chosen.run_id):
+        return candidate
+    return chosen
+
+
+def check_reason(reason: object) -> str:
+    """Return ``reason`` if it is a usable forget reason; raise ``ArgumentInvalid`` otherwise."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > REASON_MAX:
+        raise ArgumentInvalid(
+            f"a forget's reason must be a non-empty string of at most {REASON_MAX} characters, "
+            f"not {reason!r:.80}"
+        )
+    try:
+        reason.encode()
+    except UnicodeEncodeError:
+        raise ArgumentInvalid("a forget's reason holds a lone surrogate, which is not valid UTF-8") from None
+    return reason
+
+
+def retire_payload(
+    key: str, scope: str, flow: str, *, reason: str | None, by: str | None, forgotten_ms: int
+) -> dict[str, Any]:
+    """The payload a forget (``by`` None) or a supersede (``by`` the new key) commits to
+    ``RETIRE_STREAM``: which finding is retired (``id``, ``scope``), by which flow, why, and when."""
+    return {"id": key, "scope": scope, "flow": flow, "reason": reason, "by": by, "forgottenMs": forgotten_ms}
+
+
+def render_retirement(record: Record) -> bytes:
+    """The retired file's bytes (the marker that keeps a finding out of every read): a pure
+    function of its ``RETIRE_STREAM`` record, which it cites.
+
+    Raises:
+        ValueError: the record is not a retirement record of the expected shape.
+    """
+    p = record.payload
+    try:
+        obj = {
+            "id": p["id"],
+            "scope": p["scope"],
+            "flow": p["flow"],
+            "reason": p["reason"],
+            "by": p["by"],
+            "forgottenMs": p["forgottenMs"],
+            "journal": {"runId": record.run_id, "stream": record.stream, "id": record.id},
+        }
+    except (KeyError, TypeError) as exc:
+        raise ValueError(
+            f"record {record.id} of {record.run_id} is not a {RETIRE_STREAM} record: {exc}"
+        ) from None
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def retirement_to_publish(chosen: Record | None, candidate: Record) -> Record:
+    """Of two retirement records of one finding, the one whose retired file is published: the first.
+
+    Within a run the keyed append keeps one; across runs the oldest (the earlier ``forgottenMs``,
+    equal times going to the smaller run id), so forgetting twice keeps answering with the first.
+    """
+    if chosen is None:
+        return candidate
+    if (candidate.payload["forgottenMs"], candidate.run_id) < (chosen.payload["forgottenMs"], chosen.run_id):
         return candidate
     return chosen

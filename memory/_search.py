@@ -12,13 +12,13 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
 from memory._db import HistoryDB
-from memory._files import DiskIndex, Listing, Terms, newest_first, terms_of, words
-from memory._paths import learned_root, scope_dirs
+from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
+from memory._paths import learned_root, scope_dirs, scope_folders
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
 
@@ -116,7 +116,9 @@ class Search:
         self._disk = DiskIndex()
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
+        self._folder_listing: tuple[tuple[int, int], list[Path]] | None = None
         self._held_cache: dict[str, bool] = {}
+        self._live_cache: dict[str, bool] = {}
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
 
@@ -124,6 +126,56 @@ class Search:
         """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
         dirs = [self._publisher.scope_dir(scope)] if scope is not None else self._every_scope_dir()
         return [self._disk.listing(d) for d in dirs]
+
+    def _retired(self, scope: str | None) -> Mapping[str, Retired]:
+        """The retired files of the scope (or of every scope), by key: what no read may return."""
+        if scope is not None:
+            return self._disk.retired(self._publisher.retired_dir(scope)).by_key
+        parts = [
+            by_key
+            for folder in self._every_folder()
+            if (by_key := self._disk.retired(folder / ".trajectories" / "retired").by_key)
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        merged: dict[str, Retired] = {}
+        for by_key in parts:
+            merged.update(by_key)
+        return merged
+
+    def _every_folder(self) -> list[Path]:
+        """``scope_folders``, remembered until ``<db-dir>/flows-memory`` changes (past the racy
+        window of its mtime)."""
+        try:
+            st = os.stat(self._learned_root)
+        except FileNotFoundError:
+            return []
+        stamp = (st.st_mtime_ns, st.st_ino)
+        cached = self._folder_listing
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        found = scope_folders(self._publisher.db_path)
+        if time.time_ns() - st.st_mtime_ns > 50_000_000:
+            self._folder_listing = (stamp, found)
+        return found
+
+    def _live_held(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the DB holds as rows not marked retired (remembered like ``_held_keys``)."""
+        with self._held_mutex:
+            self._check_version()
+            unknown = [k for k in keys if k not in self._live_cache]
+            if unknown:
+                found = self._db.live_held(unknown)
+                for k in unknown:
+                    self._live_cache[k] = k in found
+            return {k for k in keys if self._live_cache[k]}
+
+    def _check_version(self) -> None:
+        version = self._db.version()
+        if version != self._held_version:
+            self._held_cache.clear()
+            self._live_cache.clear()
+            self._held_version = version
 
     def _every_scope_dir(self) -> list[Path]:
         """``scope_dirs``, remembered until ``<db-dir>/flows-memory`` changes (a scope comes or goes).
@@ -149,10 +201,7 @@ class Search:
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
         with self._held_mutex:
-            version = self._db.version()
-            if version != self._held_version:
-                self._held_cache.clear()
-                self._held_version = version
+            self._check_version()
             unknown = [k for k in keys if k not in self._held_cache]
             if unknown:
                 found = self._db.held(unknown)
@@ -189,6 +238,7 @@ class Search:
         """See ``MemoryStore.recall``."""
         now = self._clock()
         listings = self._listings(scope)
+        retired = self._retired(scope)
         ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
         disk: Iterable[Recalled] = (
@@ -199,10 +249,23 @@ class Search:
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
             and (e.expires_ms is None or e.expires_ms > now)
+            and e.key not in retired
         )
+        # Rows a retired file names that the DB has not marked yet (no sync since) are left out
+        # here: ask for that many more, so the limit still holds after they go.
+        extra = len(self._live_held(retired)) if retired and limit is not None else 0
         rows = self._db.recall(
-            scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit, now_ms=now
+            scope=scope,
+            source=source,
+            tag=tag,
+            before_ms=before_ms,
+            limit=None if limit is None else limit + extra,
+            now_ms=now,
         )
+        if retired:
+            rows = [r for r in rows if r.key not in retired]
+        if limit is not None:
+            rows = rows[:limit]
         if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
             last = rows[-1].learned_ms
             disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
@@ -213,12 +276,15 @@ class Search:
     def get(self, key: str) -> Recalled | None:
         """See ``MemoryStore.get``."""
         now = self._clock()
-        found = self._db.get(key)
-        if found is None:
-            for listing in self._listings(None):
-                found = listing.by_key(key)
-                if found is not None:
-                    break
+        if key in self._retired(None):
+            return None
+        found = self._db.get(key, now)
+        if found is not None or self._held_keys([key]):
+            return found  # the DB holds it: its row decides (None when retired or expired)
+        for listing in self._listings(None):
+            found = listing.by_key(key)
+            if found is not None:
+                break
         if found is None or (found.expires_ms is not None and found.expires_ms <= now):
             return None
         return found
@@ -236,22 +302,27 @@ class Search:
         if not asked:
             return []
         now = self._clock()
+        retired = self._retired(scope)
+
+        def live(e: Recalled) -> bool:
+            return (
+                (scope is None or e.scope == scope)
+                and (e.expires_ms is None or e.expires_ms > now)
+                and e.key not in retired
+            )
+
         wanted = set(asked)
         disk: list[Explained] = []
         for listing in self._listings(scope):
-            for e, terms in listing.sharing(wanted, best=max(50, 4 * limit)):
+            for e, terms in listing.sharing(wanted, best=max(50, 4 * limit), keep=live):
                 score, matched = _score_terms(terms, wanted)
-                if (
-                    score > 0
-                    and (scope is None or e.scope == scope)
-                    and (e.expires_ms is None or e.expires_ms > now)
-                ):
+                if score > 0:
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
         for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now):
             score, matched = _score_terms(terms_of(e), wanted)
-            if score > 0:
+            if score > 0 and e.key not in retired:
                 scored.append(Explained(finding=e, score=score, matched=matched))
         scored.sort(key=_best_first, reverse=True)
         return scored[:limit]
