@@ -335,6 +335,7 @@ def test_check_reports_and_repair_removes_a_learned_file_of_a_forgotten_finding(
     with store.session(scope="desk") as s:
         s.forget(old.key, reason="wrong")
     old.path.write_bytes(original)  # a file published for the forgotten finding (a crash, a restore)
+    assert _visible(store, old.key) == HIDDEN  # its retired file keeps it out of every read
     retired = memory.retired_dir(store.db_path, "desk") / f"{old.key}.json"
     retired_bytes = retired.read_bytes()
     retired.unlink()
