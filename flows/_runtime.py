@@ -88,13 +88,15 @@ class FlowMemory:
             self._progress(self.settled, len(self.steps))
 
     async def recall(self, **filters: Any) -> list[Recalled]:
-        """Findings of this flow's scope (``source=``, ``tag=``, ``before_ms=``, ``limit=``)."""
+        """Findings of this flow's scope (``source=``, ``tags=``, ``tag=``, ``meta=``,
+        ``before_ms=``, ``limit=``; see ``MemoryStore.recall``)."""
         filters.setdefault("scope", self._root.scope)
         return await self._store.arecall(**filters)
 
-    async def why(self, subject: str, *, limit: int = 10) -> list[Explained]:
-        """Findings of this flow's scope that answer ``subject``, best match first."""
-        return await self._store.awhy(subject, limit=limit, scope=self._root.scope)
+    async def why(self, subject: str, *, limit: int = 10, **filters: Any) -> list[Explained]:
+        """Findings of this flow's scope that answer ``subject``, best match first (``tags=``,
+        ``meta=`` filter as in ``recall``)."""
+        return await self._store.awhy(subject, limit=limit, scope=self._root.scope, **filters)
 
 
 class FlowContext:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,11 @@ import orjson
 
 from memory._errors import Unreachable, Unwritable
 from memory._files import Retired
+from memory._finding import meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 
-SCHEMA_VERSION = 3
-_MIGRATIONS: dict[int, str] = {
+SCHEMA_VERSION = 4
+_MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -84,6 +85,30 @@ _MIGRATIONS: dict[int, str] = {
     );
     """,
 }
+
+
+def _meta_rows(metadata: Mapping[str, Any] | None, learned_ms: int, row_id: int) -> list[tuple[Any, ...]]:
+    """The ``finding_meta`` rows of a finding: one per top-level metadata key, its value as
+    ``meta_value_key`` writes it."""
+    return [(k, meta_value_key(v), learned_ms, row_id) for k, v in (metadata or {}).items()]
+
+
+def _migration_4(conn: sqlite3.Connection) -> None:
+    """Metadata filters: ``finding_meta`` (key, comparable value, time, row), filled from the rows."""
+    conn.execute(
+        "CREATE TABLE finding_meta (key TEXT NOT NULL, value TEXT NOT NULL, learned_ms INTEGER NOT NULL,"
+        " finding INTEGER NOT NULL REFERENCES findings (id) ON DELETE CASCADE,"
+        " PRIMARY KEY (key, value, learned_ms, finding)) WITHOUT ROWID"
+    )
+    rows = conn.execute("SELECT id, learned_ms, metadata FROM findings WHERE metadata IS NOT NULL").fetchall()
+    for row_id, learned_ms, metadata in rows:
+        conn.executemany(
+            "INSERT OR IGNORE INTO finding_meta VALUES (?,?,?,?)",
+            _meta_rows(orjson.loads(metadata), learned_ms, row_id),
+        )
+
+
+_MIGRATIONS[4] = _migration_4
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
@@ -171,8 +196,12 @@ class HistoryDB:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if conn.execute("PRAGMA user_version").fetchone()[0] < target:
-                    for statement in _split(_MIGRATIONS[target]):
-                        conn.execute(statement)
+                    migration = _MIGRATIONS[target]
+                    if callable(migration):
+                        migration(conn)
+                    else:
+                        for statement in _split(migration):
+                            conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {target}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -216,25 +245,53 @@ class HistoryDB:
         *,
         scope: str | None,
         source: str | None,
-        tag: str | None,
+        tag: str | None = None,
         before_ms: int | None,
         limit: int | None,
         now_ms: int | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, str] | None = None,
     ) -> list[Recalled]:
         """Rows not retired matching every filter, newest first, at most ``limit``; with ``now_ms``,
-        only those not expired at that time either."""
+        only those not expired at that time either.
+
+        ``tags`` (and ``tag``) must all be on a row; ``meta`` maps top-level metadata keys to the
+        ``meta_value_key`` their value must have. The first tag (else the first metadata pair, else
+        time) drives the walk through its index, newest first; the other filters are looked up per
+        row by primary key.
+        """
+        wanted = [*([tag] if tag is not None else []), *tags]
+        pairs = list((meta or {}).items())
         where: list[str] = [_NOT_RETIRED]
         params: list[Any] = []
-        if tag is not None:
+        if wanted:
             sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
             where.append("t.tag = ?")
-            params.append(tag)
+            params.append(wanted.pop(0))
             order = "t.learned_ms DESC, t.finding DESC"  # t.finding is f.id; this way the index orders
+            time_col = "t.learned_ms"
+        elif pairs:
+            sql = f"SELECT {_COLUMNS} FROM finding_meta t JOIN findings f ON f.id = t.finding"
+            where.append("t.key = ? AND t.value = ?")
+            params.extend(pairs.pop(0))
+            order = "t.learned_ms DESC, t.finding DESC"
             time_col = "t.learned_ms"
         else:
             sql = f"SELECT {_COLUMNS} FROM findings f"
             order = "f.learned_ms DESC, f.id DESC"
             time_col = "f.learned_ms"
+        for other in wanted:
+            where.append(
+                "EXISTS (SELECT 1 FROM finding_tags x WHERE x.tag = ? AND x.learned_ms = f.learned_ms"
+                " AND x.finding = f.id)"
+            )
+            params.append(other)
+        for key, value in pairs:
+            where.append(
+                "EXISTS (SELECT 1 FROM finding_meta x WHERE x.key = ? AND x.value = ?"
+                " AND x.learned_ms = f.learned_ms AND x.finding = f.id)"
+            )
+            params.extend((key, value))
         for col, val in (("f.scope", scope), ("f.source", source)):
             if val is not None:
                 where.append(f"{col} = ?")
@@ -394,6 +451,7 @@ class HistoryDB:
                     continue  # the DB holds a newer commit of this finding
                 if cur is not None:
                     conn.execute("DELETE FROM finding_tags WHERE finding = ?", (cur[0],))
+                    conn.execute("DELETE FROM finding_meta WHERE finding = ?", (cur[0],))
                 # One statement for a new finding and a newer commit of a known one.
                 row_id = conn.execute(
                     "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
@@ -426,6 +484,12 @@ class HistoryDB:
                     "INSERT OR IGNORE INTO finding_tags (tag, learned_ms, finding) VALUES (?,?,?)",
                     [(t, e.learned_ms, row_id) for t in set(e.tags)],
                 )
+                if e.metadata:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO finding_meta (key, value, learned_ms, finding)"
+                        " VALUES (?,?,?,?)",
+                        _meta_rows(e.metadata, e.learned_ms, row_id),
+                    )
             conn.execute("COMMIT")
             self._writes += 1
         except sqlite3.Error as exc:

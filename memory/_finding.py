@@ -325,3 +325,47 @@ def retirement_to_publish(chosen: Record | None, candidate: Record) -> Record:
     if (candidate.payload["forgottenMs"], candidate.run_id) < (chosen.payload["forgottenMs"], chosen.run_id):
         return candidate
     return chosen
+
+
+_EXACT = 2**53
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < _EXACT:
+        return int(value)
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
+def meta_value_key(value: Any) -> str:
+    """How a metadata value is compared by a ``meta=`` filter, on the DB and the files alike: its
+    canonical JSON, with a number that is a whole float written as the integer (so ``2500.0``
+    matches ``2500``; ``true`` never matches ``1``; objects compare whatever their key order)."""
+    return orjson.dumps(_comparable(value), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def check_filters(tags: object, meta: object) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A read's ``tags`` (every one must match) and ``meta`` (top-level metadata keys, each equal to
+    its value), as tags and ``{key: meta_value_key(value)}``.
+
+    Raises:
+        ArgumentInvalid: ``tags`` is not a list of non-empty strings (a lone string is refused:
+            it would be read as its letters); ``meta`` is not an object of metadata keys and JSON
+            values (see ``check_metadata``).
+    """
+    if isinstance(tags, str) or not isinstance(tags, list | tuple | set | frozenset):
+        raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {tags!r:.80}")
+    if not all(isinstance(t, str) and t.strip() for t in tags):
+        raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {list(tags)!r:.80}")
+    if meta is None:
+        return tuple(dict.fromkeys(tags)), {}
+    if not isinstance(meta, Mapping):
+        raise ArgumentInvalid(f"meta must be an object of metadata keys and values, not {meta!r:.80}")
+    try:
+        plain = _json_object(meta, "meta", 0)
+    except FindingInvalid as exc:
+        raise ArgumentInvalid(exc.message.replace("a finding's", "a read filter's", 1)) from None
+    return tuple(dict.fromkeys(tags)), {k: meta_value_key(v) for k, v in plain.items()}

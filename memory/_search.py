@@ -12,12 +12,14 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from memory._db import HistoryDB
+from memory._errors import ArgumentInvalid
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
+from memory._finding import check_filters, meta_value_key
 from memory._paths import learned_root, scope_dirs, scope_folders
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
@@ -83,6 +85,27 @@ def subject_words(subject: str) -> list[str]:
 
 def _key(e: Recalled) -> str:
     return e.key
+
+
+def meta_matches(entry: Recalled, wanted: Mapping[str, str]) -> bool:
+    """Whether ``entry``'s metadata has every key of ``wanted`` with that comparable value."""
+    got = entry.metadata
+    return all(k in got and meta_value_key(got[k]) == v for k, v in wanted.items())
+
+
+def _optional(name: str, value: object, kind: type) -> None:
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise ArgumentInvalid(f"{name} must be {kind.__name__} or None, not {value!r:.80}")
+
+
+def _check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
+    """Refuse a read whose filters have the wrong types (``ArgumentInvalid`` naming the filter)."""
+    for name, value in (("scope", scope), ("source", source), ("tag", tag)):
+        _optional(name, value, str)
+    _optional("before_ms", before_ms, int)
+    _optional("limit", limit, int)
+    if isinstance(limit, int) and limit < 0:
+        raise ArgumentInvalid(f"limit must be 0 or more (None for no limit), not {limit}")
 
 
 def _best_first(x: Explained) -> tuple[float, int, int]:
@@ -234,19 +257,27 @@ class Search:
         before_ms: int | None = None,
         limit: int | None = 20,
         scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
+        _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        every_tag, wanted_meta = check_filters(tags, meta)
+        if tag is not None:
+            every_tag = (tag, *(t for t in every_tag if t != tag))
         now = self._clock()
         listings = self._listings(scope)
         retired = self._retired(scope)
-        ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
+        first = every_tag[0] if every_tag else None
+        ordered = [listing.with_tag(first) if first is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
         disk: Iterable[Recalled] = (
             e
             for e in newest
             if (scope is None or e.scope == scope)
             and (source is None or e.source == source)
-            and (tag is None or tag in e.tags)
+            and (not every_tag or all(t in e.tags for t in every_tag))
+            and (not wanted_meta or meta_matches(e, wanted_meta))
             and (before_ms is None or e.learned_ms < before_ms)
             and (e.expires_ms is None or e.expires_ms > now)
             and e.key not in retired
@@ -257,7 +288,8 @@ class Search:
         rows = self._db.recall(
             scope=scope,
             source=source,
-            tag=tag,
+            tags=every_tag,
+            meta=wanted_meta,
             before_ms=before_ms,
             limit=None if limit is None else limit + extra,
             now_ms=now,
@@ -296,8 +328,20 @@ class Search:
             candidates.update(e.scope for e in listing.entries)
         return sorted(s for s in candidates if self.recall(scope=s, limit=1))
 
-    def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
         """See ``MemoryStore.why``."""
+        if not isinstance(subject, str):
+            raise ArgumentInvalid(f"why takes a subject string, not {subject!r:.80}")
+        _check_read(scope=scope, source=None, tag=None, before_ms=None, limit=limit)
+        every_tag, wanted_meta = check_filters(tags, meta)
         asked = subject_words(subject)
         if not asked:
             return []
@@ -309,6 +353,8 @@ class Search:
                 (scope is None or e.scope == scope)
                 and (e.expires_ms is None or e.expires_ms > now)
                 and e.key not in retired
+                and (not every_tag or all(t in e.tags for t in every_tag))
+                and (not wanted_meta or meta_matches(e, wanted_meta))
             )
 
         wanted = set(asked)
@@ -322,7 +368,7 @@ class Search:
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
         for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now):
             score, matched = _score_terms(terms_of(e), wanted)
-            if score > 0 and e.key not in retired:
+            if score > 0 and live(e):
                 scored.append(Explained(finding=e, score=score, matched=matched))
         scored.sort(key=_best_first, reverse=True)
         return scored[:limit]

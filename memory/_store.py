@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -237,37 +237,56 @@ class MemoryStore:
     def recall(
         self,
         *,
+        scope: str | None = None,
         source: str | None = None,
-        tag: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
         before_ms: int | None = None,
         limit: int | None = 20,
-        scope: str | None = None,
+        tag: str | None = None,
     ) -> list[Recalled]:
-        """Findings matching every filter, from the DB and unsynced files, newest first.
+        """Live findings matching every filter, from the DB and unsynced files, newest first.
 
-        A finding the DB holds comes from its row (its disk copy is left out); ``before_ms`` keeps
-        findings learned strictly before it; ``limit`` applies after the merge.
+        ``tags``: every one must be on the finding (``tag`` is one more); ``meta``: each top-level
+        metadata key must have that value (JSON equality; a whole float equals the integer);
+        ``before_ms`` keeps findings learned strictly before it. A finding the DB holds comes from
+        its row (its disk copy is left out); retired and expired findings are never returned;
+        ``limit`` (None: all) applies after the merge.
 
         Raises:
-            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+            ArgumentInvalid: a filter has the wrong type (``tags`` a lone string, a bad ``meta``,
+                a negative ``limit``…).
+            Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.recall(source=source, tag=tag, before_ms=before_ms, limit=limit, scope=scope)
+        return self._search.recall(
+            source=source, tag=tag, tags=tags, meta=meta, before_ms=before_ms, limit=limit, scope=scope
+        )
 
     async def arecall(self, **filters: Any) -> list[Recalled]:
         """``recall`` off the event loop."""
         return await self._off_loop(partial(self.recall, **filters))
 
-    def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
-        """Findings whose text, tags or source share words with ``subject``, best match first.
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """Live findings whose text, tags or source share words with ``subject``, best match first.
 
         Findings matching more of the subject's words come first; among equals, a word matching a
         tag or the source weighs more than one in the text; remaining ties go to the newest.
-        Each answer carries the finding's citation, flow and commit time.
+        ``tags`` and ``meta`` filter as in ``recall``. Each answer carries the finding's citation,
+        flow and commit time.
 
         Raises:
-            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+            ArgumentInvalid: a filter has the wrong type.
+            Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.why(subject, limit=limit, scope=scope)
+        return self._search.why(subject, limit=limit, scope=scope, tags=tags, meta=meta)
 
     async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
         """``why`` off the event loop."""
