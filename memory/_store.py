@@ -302,6 +302,18 @@ class MemoryStore:
         """
         return self._search.get(check_key(key))
 
+    def scope_of(self, key: str) -> str | None:
+        """The scope of the finding ``key`` (live, retired or expired), looked for in the files, the
+        DB and then the journal; None when no finding has it.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not 32 lowercase hex digits.
+            Unreachable: a file or the DB that holds the key cannot be read.
+            JournalError: the journal cannot be read (asked only when the store does not know it).
+        """
+        found = self._retirer.locate(check_key(key))
+        return None if found is None else found.scope
+
     def scopes(self) -> list[str]:
         """The names of the scopes that hold at least one live finding (DB rows and unsynced
         files), sorted.
