@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 
 from memory._errors import Unreachable, Unwritable
-from memory._files import Retired
+from memory._files import Retired, index_terms
 from memory._finding import meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
@@ -109,6 +109,38 @@ def _migration_4(conn: sqlite3.Connection) -> None:
 
 
 _MIGRATIONS[4] = _migration_4
+
+_STEMS_TABLE = (
+    "CREATE VIRTUAL TABLE findings_stems USING fts5 (text, tags, source,"
+    " tokenize = 'unicode61 remove_diacritics 0 tokenchars _')"
+)
+
+
+def _stem_row(row_id: int, text: str, tags: Sequence[str], source: str) -> tuple[Any, ...]:
+    """A ``findings_stems`` row: the index terms of the text, the tags and the source (``why``'s
+    terms, computed here as for the unsynced files, so both sides match word forms alike)."""
+    return (
+        row_id,
+        " ".join(index_terms(text)),
+        " ".join(t for tag in tags for t in index_terms(tag)),
+        " ".join(index_terms(source)),
+    )
+
+
+def _migration_5(conn: sqlite3.Connection) -> None:
+    """Word forms: the FTS index holds each row's stems (``memory._stem``) instead of its words."""
+    for trigger in ("findings_ai", "findings_ad", "findings_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    conn.execute("DROP TABLE IF EXISTS findings_fts")
+    conn.execute(_STEMS_TABLE)
+    rows = conn.execute("SELECT id, text, tags, source FROM findings").fetchall()
+    conn.executemany(
+        "INSERT INTO findings_stems (rowid, text, tags, source) VALUES (?,?,?,?)",
+        [_stem_row(r[0], r[1], orjson.loads(r[2]), r[3]) for r in rows],
+    )
+
+
+_MIGRATIONS[5] = _migration_5
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
@@ -310,17 +342,19 @@ class HistoryDB:
         return self._query(sql, params)
 
     def search(
-        self, words: Sequence[str], *, scope: str | None, limit: int, now_ms: int | None = None
+        self, words: Sequence[Sequence[str]], *, scope: str | None, limit: int, now_ms: int | None = None
     ) -> list[Recalled]:
-        """Candidate rows for ``why``: the newest ``limit`` rows holding all of ``words`` and the
-        newest ``limit`` holding each word, by FTS5 over text, tags and source.
+        """Candidate rows for ``why``: the newest ``limit`` rows matching all of ``words`` and the
+        newest ``limit`` matching each word, by FTS5 over the stems of text, tags and source. Each
+        word is given as its index terms (``memory._stem.terms``); a row matches it when it holds
+        any of them.
 
         The caller ranks them. Walking each posting list newest first with a limit keeps the cost
         bounded however common a word is (bm25 over every match is not).
         """
         if not words or not self.exists():
             return []
-        quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+        quoted = ["(" + " OR ".join(_quote(t) for t in group) + ")" for group in words if group]
         queries = [" AND ".join(quoted)] if len(quoted) > 1 else []
         queries += quoted
         ids: set[int] = set()
@@ -330,7 +364,7 @@ class HistoryDB:
                 ids.update(
                     r[0]
                     for r in conn.execute(
-                        "SELECT rowid FROM findings_fts WHERE findings_fts MATCH ?"
+                        "SELECT rowid FROM findings_stems WHERE findings_stems MATCH ?"
                         " ORDER BY rowid DESC LIMIT ?",
                         (match, limit),
                     )
@@ -484,6 +518,11 @@ class HistoryDB:
                     "INSERT OR IGNORE INTO finding_tags (tag, learned_ms, finding) VALUES (?,?,?)",
                     [(t, e.learned_ms, row_id) for t in set(e.tags)],
                 )
+                if cur is None:  # a row's text, tags and source never change (its key hashes them)
+                    conn.execute(
+                        "INSERT INTO findings_stems (rowid, text, tags, source) VALUES (?,?,?,?)",
+                        _stem_row(row_id, e.text, e.tags, e.source),
+                    )
                 if e.metadata:
                     conn.executemany(
                         "INSERT OR IGNORE INTO finding_meta (key, value, learned_ms, finding)"
@@ -569,6 +608,11 @@ class HistoryDB:
             return {r[0] for r in self._connect().execute("SELECT key FROM retirements")}
         except sqlite3.Error as exc:
             raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+
+
+def _quote(term: str) -> str:
+    """``term`` as an FTS5 string (a term is ``\\w`` characters, but quote it whatever it holds)."""
+    return '"' + term.replace('"', '""') + '"'
 
 
 def _split(script: str) -> list[str]:

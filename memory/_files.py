@@ -8,7 +8,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from memory._finding import (
     scope_hash,
 )
 from memory._results import Citation, Recalled, frozen_metadata
+from memory._stem import terms
 from staging import is_stage_name
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
@@ -240,12 +241,18 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def index_terms(text: str) -> list[str]:
+    """The index terms of ``text``: the terms (``_stem.terms``) of each of its words, in order."""
+    return [t for w in words(text) for t in terms(w)]
+
+
 def terms_of(entry: Recalled) -> Terms:
-    """The words ``why`` matches in ``entry``."""
+    """The terms ``why`` matches in ``entry``: the stems of its words, and the second term of a
+    comparative or superlative (see ``memory._stem``)."""
     return Terms(
-        text=frozenset(words(entry.text)),
-        tags=frozenset(w for t in entry.tags for w in words(t)),
-        source=frozenset(words(entry.source)),
+        text=frozenset(index_terms(entry.text)),
+        tags=frozenset(t for tag in entry.tags for t in index_terms(tag)),
+        source=frozenset(index_terms(entry.source)),
     )
 
 
@@ -290,25 +297,31 @@ class Listing:
             return self._by_key.get(key)
 
     def sharing(
-        self, wanted: set[str], best: int | None = None, keep: Callable[[Recalled], bool] | None = None
+        self,
+        wanted: Mapping[str, Sequence[str]],
+        best: int | None = None,
+        keep: Callable[[Recalled], bool] | None = None,
     ) -> list[tuple[Recalled, Terms]]:
-        """The entries that share a word with ``wanted`` (and that ``keep`` keeps), with their
-        words, newest first.
+        """The entries that share a term with one of the words of ``wanted`` (each word mapped to its
+        terms), and that ``keep`` keeps, with their terms, newest first.
 
-        With ``best``, only the ``best`` entries that share the most words (newest first among
+        With ``best``, only the ``best`` entries that match the most words (newest first among
         equals), plus every entry tied with the last of them: what ``why`` can rank in its top.
         """
         with self._mutex:
             if self._postings is None:
                 postings: dict[str, list[int]] = {}
-                terms = [terms_of(e) for e in self.entries]
-                for i, t in enumerate(terms):
-                    for w in t.every:
+                every = [terms_of(e) for e in self.entries]
+                for i, found in enumerate(every):
+                    for w in found.every:
                         postings.setdefault(w, []).append(i)
-                self._terms, self._postings = terms, postings
+                self._terms, self._postings = every, postings
             counts: dict[int, int] = {}
-            for w in wanted:
-                for i in self._postings.get(w, ()):
+            for word_terms in wanted.values():
+                hit: set[int] = set()
+                for term in word_terms:
+                    hit.update(self._postings.get(term, ()))
+                for i in hit:
                     counts[i] = counts.get(i, 0) + 1
             hits = sorted(counts)  # entries are newest first, so index order is
             if keep is not None:

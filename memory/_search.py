@@ -23,6 +23,7 @@ from memory._finding import check_filters, meta_value_key
 from memory._paths import learned_root, scope_dirs, scope_folders
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
+from memory._stem import terms
 
 E = TypeVar("E")
 
@@ -68,6 +69,7 @@ _STOPWORDS = frozenset(
         "when",
         "where",
         "which",
+        "us",
         "who",
         "why",
         "will",
@@ -112,12 +114,22 @@ def _best_first(x: Explained) -> tuple[float, int, int]:
     return (x.score, x.finding.learned_ms, x.finding.id)
 
 
-def _score_terms(terms: Terms, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
-    text, tags, source = terms.text, terms.tags, terms.source
+def subject_terms(subject: str) -> dict[str, tuple[str, ...]]:
+    """The words of a question worth matching (``subject_words``), each with its index terms."""
+    return {w: terms(w) for w in subject_words(subject)}
+
+
+def _score_terms(found: Terms, wanted: Mapping[str, Sequence[str]]) -> tuple[float, tuple[str, ...]]:
+    text, tags, source = found.text, found.tags, found.source
     weight = 0.0
     matched = []
     for w in sorted(wanted):
-        s = (1.0 if w in text else 0.0) + (1.5 if w in tags else 0.0) + (1.0 if w in source else 0.0)
+        ts = wanted[w]
+        s = (
+            (1.0 if any(t in text for t in ts) else 0.0)
+            + (1.5 if any(t in tags for t in ts) else 0.0)
+            + (1.0 if any(t in source for t in ts) else 0.0)
+        )
         if s:
             matched.append(w)
             weight += s
@@ -342,8 +354,8 @@ class Search:
             raise ArgumentInvalid(f"why takes a subject string, not {subject!r:.80}")
         _check_read(scope=scope, source=None, tag=None, before_ms=None, limit=limit)
         every_tag, wanted_meta = check_filters(tags, meta)
-        asked = subject_words(subject)
-        if not asked:
+        wanted = subject_terms(subject)
+        if not wanted:
             return []
         now = self._clock()
         retired = self._retired(scope)
@@ -357,16 +369,15 @@ class Search:
                 and (not wanted_meta or meta_matches(e, wanted_meta))
             )
 
-        wanted = set(asked)
         disk: list[Explained] = []
         for listing in self._listings(scope):
-            for e, terms in listing.sharing(wanted, best=max(50, 4 * limit), keep=live):
-                score, matched = _score_terms(terms, wanted)
+            for e, found in listing.sharing(wanted, best=max(50, 4 * limit), keep=live):
+                score, matched = _score_terms(found, wanted)
                 if score > 0:
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-        for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now):
+        for e in self._db.search(list(wanted.values()), scope=scope, limit=max(50, limit * 5), now_ms=now):
             score, matched = _score_terms(terms_of(e), wanted)
             if score > 0 and live(e):
                 scored.append(Explained(finding=e, score=score, matched=matched))
