@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,7 @@ class HistoryDB:
         # Rows already turned into results, by row id. A row's finding never changes (its key is
         # the finding's hash); a newer commit changes its citation and time, which are compared.
         self._rows: dict[int, Recalled] = {}
+        self._recall_sql: dict[tuple[Any, ...], str] = {}
 
     def exists(self) -> bool:
         """True when the DB file exists (reads of a missing DB see no rows, and create nothing)."""
@@ -288,61 +289,39 @@ class HistoryDB:
         only those not expired at that time either.
 
         ``tags`` (and ``tag``) must all be on a row; ``meta`` maps top-level metadata keys to the
-        ``meta_value_key`` their value must have. The first tag (else the first metadata pair, else
-        time) drives the walk through its index, newest first; the other filters are looked up per
-        row by primary key.
+        ``meta_value_key`` their value must have (see ``_recall_sql`` for the walk).
         """
-        wanted = [*([tag] if tag is not None else []), *tags]
-        pairs = list((meta or {}).items())
-        where: list[str] = [_NOT_RETIRED]
-        params: list[Any] = []
-        if wanted:
-            sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
-            where.append("t.tag = ?")
-            params.append(wanted.pop(0))
-            order = "t.learned_ms DESC, t.finding DESC"  # t.finding is f.id; this way the index orders
-            time_col = "t.learned_ms"
-        elif pairs:
-            sql = f"SELECT {_COLUMNS} FROM finding_meta t JOIN findings f ON f.id = t.finding"
-            where.append("t.key = ? AND t.value = ?")
-            params.extend(pairs.pop(0))
-            order = "t.learned_ms DESC, t.finding DESC"
-            time_col = "t.learned_ms"
-        else:
-            sql = f"SELECT {_COLUMNS} FROM findings f"
-            order = "f.learned_ms DESC, f.id DESC"
-            time_col = "f.learned_ms"
-        for other in wanted:
-            where.append(
-                "EXISTS (SELECT 1 FROM finding_tags x WHERE x.tag = ? AND x.learned_ms = f.learned_ms"
-                " AND x.finding = f.id)"
-            )
-            params.append(other)
-        for key, value in pairs:
-            where.append(
-                "EXISTS (SELECT 1 FROM finding_meta x WHERE x.key = ? AND x.value = ?"
-                " AND x.learned_ms = f.learned_ms AND x.finding = f.id)"
-            )
-            params.extend((key, value))
-        for col, val in (("f.scope", scope), ("f.source", source)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                params.append(val)
+        wanted = [tag, *tags] if tag is not None else list(tags)
+        pairs = list(meta.items()) if meta else []
+        shape = (
+            len(wanted),
+            len(pairs),
+            scope is not None,
+            source is not None,
+            before_ms is not None,
+            now_ms is not None,
+            limit is not None,
+        )
+        sql = self._recall_sql.get(shape)
+        if sql is None:
+            sql = self._recall_sql[shape] = _recall_sql(shape)
+        params: list[Any] = wanted
+        for pair in pairs:
+            params.extend(pair)
+        if scope is not None:
+            params.append(scope)
+        if source is not None:
+            params.append(source)
         if before_ms is not None:
-            where.append(f"{time_col} < ?")
             params.append(before_ms)
         if now_ms is not None:
-            where.append(_NOT_EXPIRED)
             params.append(now_ms)
-        sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order}"
         if limit is not None:
-            sql += " LIMIT ?"
             params.append(limit)
         return self._query(sql, params)
 
     def search(
-        self, words: Sequence[Sequence[str]], *, scope: str | None, limit: int, now_ms: int | None = None
+        self, words: Sequence[Collection[str]], *, scope: str | None, limit: int, now_ms: int | None = None
     ) -> list[Recalled]:
         """Candidate rows for ``why``: the newest ``limit`` rows matching all of ``words`` and the
         newest ``limit`` matching each word, by FTS5 over the stems of text, tags and source. Each
@@ -608,6 +587,50 @@ class HistoryDB:
             return {r[0] for r in self._connect().execute("SELECT key FROM retirements")}
         except sqlite3.Error as exc:
             raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+
+
+def _recall_sql(shape: tuple[int, int, bool, bool, bool, bool, bool]) -> str:
+    """The ``recall`` query for a shape of filters: how many tags and metadata pairs, then whether
+    scope, source, before, now and limit are given. Its parameters go in that order: the tags, the
+    pairs (key, value), then scope, source, before, now and limit, each when given.
+
+    The first tag (else the first metadata pair, else time) drives the walk through its index,
+    newest first; the other tags and pairs are looked up per row by primary key.
+    """
+    tags, pairs, scope, source, before, now, limit = shape
+    where: list[str] = [_NOT_RETIRED]
+    if tags:
+        sql = f"SELECT {_COLUMNS} FROM finding_tags t JOIN findings f ON f.id = t.finding"
+        where.append("t.tag = ?")
+        order = "t.learned_ms DESC, t.finding DESC"  # t.finding is f.id; this way the index orders
+        time_col = "t.learned_ms"
+    elif pairs:
+        sql = f"SELECT {_COLUMNS} FROM finding_meta t JOIN findings f ON f.id = t.finding"
+        where.append("t.key = ? AND t.value = ?")
+        order = "t.learned_ms DESC, t.finding DESC"
+        time_col = "t.learned_ms"
+    else:
+        sql = f"SELECT {_COLUMNS} FROM findings f"
+        order = "f.learned_ms DESC, f.id DESC"
+        time_col = "f.learned_ms"
+    where += [
+        "EXISTS (SELECT 1 FROM finding_tags x WHERE x.tag = ? AND x.learned_ms = f.learned_ms"
+        " AND x.finding = f.id)"
+    ] * max(0, tags - 1)
+    where += [
+        "EXISTS (SELECT 1 FROM finding_meta x WHERE x.key = ? AND x.value = ?"
+        " AND x.learned_ms = f.learned_ms AND x.finding = f.id)"
+    ] * (pairs - 1 if not tags and pairs else pairs)
+    for wanted, clause in (
+        (scope, "f.scope = ?"),
+        (source, "f.source = ?"),
+        (before, f"{time_col} < ?"),
+        (now, _NOT_EXPIRED),
+    ):
+        if wanted:
+            where.append(clause)
+    sql += " WHERE " + " AND ".join(where) + f" ORDER BY {order}"
+    return sql + (" LIMIT ?" if limit else "")
 
 
 def _quote(term: str) -> str:

@@ -8,7 +8,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,6 +272,7 @@ class Listing:
         self.mtime_ns = mtime_ns
         self.ino = ino
         self.entries = tuple(sorted(entries, key=newest_first, reverse=True))
+        self.expiring = any(e.expires_ms is not None for e in self.entries)
         self._by_tag: dict[str, tuple[Recalled, ...]] | None = None
         self._by_key: dict[str, Recalled] | None = None
         self._postings: dict[str, list[int]] | None = None
@@ -298,7 +299,7 @@ class Listing:
 
     def sharing(
         self,
-        wanted: Mapping[str, Sequence[str]],
+        wanted: Mapping[str, Collection[str]],
         best: int | None = None,
         keep: Callable[[Recalled], bool] | None = None,
     ) -> list[tuple[Recalled, Terms]]:
@@ -324,12 +325,21 @@ class Listing:
                 for i in hit:
                     counts[i] = counts.get(i, 0) + 1
             hits = sorted(counts)  # entries are newest first, so index order is
-            if keep is not None:
-                hits = [i for i in hits if keep(self.entries[i])]
             if best is not None and len(hits) > best:
-                ranked = sorted(hits, key=lambda i: -counts[i])  # stable: newest first among equals
-                floor = counts[ranked[best - 1]]
-                hits = sorted(i for i in ranked if counts[i] >= floor)
+                # Best first (stable: newest first among equals); ``keep`` is asked only of the
+                # entries that can still make the cut, not of every entry sharing a word.
+                kept: list[int] = []
+                floor = 0
+                for i in sorted(hits, key=lambda i: -counts[i]):
+                    if counts[i] < floor:
+                        break
+                    if keep is None or keep(self.entries[i]):
+                        kept.append(i)
+                        if len(kept) == best:
+                            floor = counts[i]
+                hits = sorted(kept)
+            elif keep is not None:
+                hits = [i for i in hits if keep(self.entries[i])]
             return [(self.entries[i], self._terms[i]) for i in hits]
 
 
@@ -340,6 +350,9 @@ class RetiredListing:
         self.mtime_ns = mtime_ns
         self.ino = ino
         self.by_key = by_key
+
+
+_NO_RETIRED = RetiredListing(0, 0, {})
 
 
 class DiskIndex:
@@ -361,10 +374,14 @@ class DiskIndex:
     def retired(self, directory: Path) -> RetiredListing:
         """The retired files of ``directory``, by key, cached like a listing (raising
         ``Unreachable`` on a damaged one: a damaged marker could let a forgotten finding through)."""
+        # The common case (nothing retired) without an exception. A folder above it that cannot be
+        # searched makes the scope's learned files unreadable too, and that read fails closed.
+        if not os.access(directory, os.F_OK):
+            return _NO_RETIRED
         try:
             st = os.stat(directory)
         except FileNotFoundError:
-            return RetiredListing(0, 0, {})
+            return _NO_RETIRED
         except OSError as exc:
             raise Unreachable(f"cannot read {directory}: {exc.strerror or exc}", path=directory) from exc
         with self._mutex:

@@ -356,6 +356,8 @@ def check_filters(tags: object, meta: object) -> tuple[tuple[str, ...], dict[str
             it would be read as its letters); ``meta`` is not an object of metadata keys and JSON
             values (see ``check_metadata``).
     """
+    if not tags and meta is None and isinstance(tags, list | tuple):
+        return (), {}  # the usual read: no filter
     if isinstance(tags, str) or not isinstance(tags, list | tuple | set | frozenset):
         raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {tags!r:.80}")
     if not all(isinstance(t, str) and t.strip() for t in tags):

@@ -102,6 +102,14 @@ def _optional(name: str, value: object, kind: type) -> None:
 
 def _check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
     """Refuse a read whose filters have the wrong types (``ArgumentInvalid`` naming the filter)."""
+    if (
+        (scope is None or type(scope) is str)
+        and (source is None or type(source) is str)
+        and (tag is None or type(tag) is str)
+        and (before_ms is None or type(before_ms) is int)
+        and (limit is None or (type(limit) is int and limit >= 0))
+    ):
+        return  # the usual call, checked without a function call per filter
     for name, value in (("scope", scope), ("source", source), ("tag", tag)):
         _optional(name, value, str)
     _optional("before_ms", before_ms, int)
@@ -114,21 +122,20 @@ def _best_first(x: Explained) -> tuple[float, int, int]:
     return (x.score, x.finding.learned_ms, x.finding.id)
 
 
-def subject_terms(subject: str) -> dict[str, tuple[str, ...]]:
-    """The words of a question worth matching (``subject_words``), each with its index terms."""
-    return {w: terms(w) for w in subject_words(subject)}
+def subject_terms(subject: str) -> dict[str, frozenset[str]]:
+    """The words of a question worth matching (``subject_words``), in order, each with its index terms."""
+    return {w: frozenset(terms(w)) for w in sorted(subject_words(subject))}
 
 
-def _score_terms(found: Terms, wanted: Mapping[str, Sequence[str]]) -> tuple[float, tuple[str, ...]]:
+def _score_terms(found: Terms, wanted: Mapping[str, frozenset[str]]) -> tuple[float, tuple[str, ...]]:
     text, tags, source = found.text, found.tags, found.source
     weight = 0.0
     matched = []
-    for w in sorted(wanted):
-        ts = wanted[w]
+    for w, ts in wanted.items():  # in word order (``subject_terms``)
         s = (
-            (1.0 if any(t in text for t in ts) else 0.0)
-            + (1.5 if any(t in tags for t in ts) else 0.0)
-            + (1.0 if any(t in source for t in ts) else 0.0)
+            (0.0 if text.isdisjoint(ts) else 1.0)
+            + (0.0 if tags.isdisjoint(ts) else 1.5)
+            + (0.0 if source.isdisjoint(ts) else 1.0)
         )
         if s:
             matched.append(w)
@@ -150,49 +157,45 @@ class Search:
         self._clock = clock
         self._disk = DiskIndex()
         self._learned_root = learned_root(publisher.db_path)
-        self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
-        self._folder_listing: tuple[tuple[int, int], list[Path]] | None = None
+        self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
         self._live_cache: dict[str, bool] = {}
+        self._row_terms: dict[str, Terms] = {}
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
 
     def _listings(self, scope: str | None) -> list[Listing]:
         """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
-        dirs = [self._publisher.scope_dir(scope)] if scope is not None else self._every_scope_dir()
-        return [self._disk.listing(d) for d in dirs]
+        return self._sources(scope)[0]
 
-    def _retired(self, scope: str | None) -> Mapping[str, Retired]:
-        """The retired files of the scope (or of every scope), by key: what no read may return."""
+    def _sources(self, scope: str | None) -> tuple[list[Listing], Mapping[str, Retired]]:
+        """The scope's (or every scope's) unsynced listings, and its retired files by key (what no
+        read may return), from one look at ``<db-dir>/flows-memory``."""
         if scope is not None:
-            return self._disk.retired(self._publisher.retired_dir(scope)).by_key
-        parts = [
-            by_key
-            for folder in self._every_folder()
-            if (by_key := self._disk.retired(folder / ".trajectories" / "retired").by_key)
-        ]
+            listing = self._disk.listing(self._publisher.scope_dir(scope))
+            return [listing], self._disk.retired(self._publisher.retired_dir(scope)).by_key
+        learned, retired_dirs = self._scope_tree()
+        listings = [self._disk.listing(d) for d in learned]
+        parts = [by_key for d in retired_dirs if (by_key := self._disk.retired(d).by_key)]
         if len(parts) == 1:
-            return parts[0]
+            return listings, parts[0]
         merged: dict[str, Retired] = {}
         for by_key in parts:
             merged.update(by_key)
-        return merged
+        return listings, merged
 
-    def _every_folder(self) -> list[Path]:
-        """``scope_folders``, remembered until ``<db-dir>/flows-memory`` changes (past the racy
-        window of its mtime)."""
-        try:
-            st = os.stat(self._learned_root)
-        except FileNotFoundError:
-            return []
-        stamp = (st.st_mtime_ns, st.st_ino)
-        cached = self._folder_listing
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        found = scope_folders(self._publisher.db_path)
-        if time.time_ns() - st.st_mtime_ns > 50_000_000:
-            self._folder_listing = (stamp, found)
+    def _terms_of_row(self, row: Recalled) -> Terms:
+        """``terms_of`` a DB row, remembered by key (a key's text, tags and source never change)."""
+        found = self._row_terms.get(row.key)
+        if found is None:
+            if len(self._row_terms) > 100_000:
+                self._row_terms.clear()
+            found = self._row_terms[row.key] = terms_of(row)
         return found
+
+    def _retired(self, scope: str | None) -> Mapping[str, Retired]:
+        """The retired files of the scope (or of every scope), by key: what no read may return."""
+        return self._sources(scope)[1]
 
     def _live_held(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` the DB holds as rows not marked retired (remembered like ``_held_keys``)."""
@@ -212,8 +215,9 @@ class Search:
             self._live_cache.clear()
             self._held_version = version
 
-    def _every_scope_dir(self) -> list[Path]:
-        """``scope_dirs``, remembered until ``<db-dir>/flows-memory`` changes (a scope comes or goes).
+    def _scope_tree(self) -> tuple[list[Path], list[Path]]:
+        """Every scope's learned-file folder that exists, and every scope folder's retired-file
+        folder (there or not), remembered until ``<db-dir>/flows-memory`` changes: one stat a read.
 
         A listing taken while the folder is fresh (mtimes are coarse) is not remembered, and a
         scope whose folders exist but not yet its learned-file folder is looked for again each time.
@@ -222,16 +226,17 @@ class Search:
         try:
             st = os.stat(root)
         except FileNotFoundError:
-            return []
+            return [], []
         stamp = (st.st_mtime_ns, st.st_ino)
         cached = self._scope_listing
-        if cached is not None and cached[0] == stamp and cached[2] == len(cached[1]):
-            return cached[1]
+        if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
+            return cached[1], cached[2]
         found = scope_dirs(self._publisher.db_path)
+        retired = [f / ".trajectories" / "retired" for f in scope_folders(self._publisher.db_path)]
         names = len(os.listdir(root))
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
-            self._scope_listing = (stamp, found, names)
-        return found
+            self._scope_listing = (stamp, found, retired, names)
+        return found, retired
 
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
@@ -276,23 +281,23 @@ class Search:
         _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
         every_tag, wanted_meta = check_filters(tags, meta)
         if tag is not None:
-            every_tag = (tag, *(t for t in every_tag if t != tag))
+            every_tag = (tag, *(t for t in every_tag if t != tag)) if every_tag else (tag,)
         now = self._clock()
-        listings = self._listings(scope)
-        retired = self._retired(scope)
+        listings, retired = self._sources(scope)
         first = every_tag[0] if every_tag else None
         ordered = [listing.with_tag(first) if first is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
+        rest = every_tag[1:]  # the listing's tag index already holds the first
         disk: Iterable[Recalled] = (
             e
             for e in newest
             if (scope is None or e.scope == scope)
             and (source is None or e.source == source)
-            and (not every_tag or all(t in e.tags for t in every_tag))
-            and (not wanted_meta or meta_matches(e, wanted_meta))
             and (before_ms is None or e.learned_ms < before_ms)
             and (e.expires_ms is None or e.expires_ms > now)
             and e.key not in retired
+            and (not rest or all(t in e.tags for t in rest))
+            and (not wanted_meta or meta_matches(e, wanted_meta))
         )
         # Rows a retired file names that the DB has not marked yet (no sync since) are left out
         # here: ask for that many more, so the limit still holds after they go.
@@ -358,7 +363,7 @@ class Search:
         if not wanted:
             return []
         now = self._clock()
-        retired = self._retired(scope)
+        listings, retired = self._sources(scope)
 
         def live(e: Recalled) -> bool:
             return (
@@ -369,16 +374,18 @@ class Search:
                 and (not wanted_meta or meta_matches(e, wanted_meta))
             )
 
+        filtered = bool(scope is not None or retired or every_tag or wanted_meta)
         disk: list[Explained] = []
-        for listing in self._listings(scope):
-            for e, found in listing.sharing(wanted, best=max(50, 4 * limit), keep=live):
+        for listing in listings:
+            keep = live if filtered or listing.expiring else None
+            for e, found in listing.sharing(wanted, best=max(50, 4 * limit), keep=keep):
                 score, matched = _score_terms(found, wanted)
                 if score > 0:
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
         for e in self._db.search(list(wanted.values()), scope=scope, limit=max(50, limit * 5), now_ms=now):
-            score, matched = _score_terms(terms_of(e), wanted)
+            score, matched = _score_terms(self._terms_of_row(e), wanted)
             if score > 0 and live(e):
                 scored.append(Explained(finding=e, score=score, matched=matched))
         scored.sort(key=_best_first, reverse=True)
