@@ -2,25 +2,30 @@
 
 What is checked:
 
-* every journal run and stream passes its line checks, and every ``memory-learn`` record is a
-  finding's commit of the exact shape (``checked_commit``);
+* every journal run and stream passes its line checks, and every ``memory-learn`` and
+  ``memory-forget`` record is a finding's commit or retirement of the exact shape
+  (``checked_commit``, ``checked_retirement``);
 * the store's folders are folders, never links (``flows-memory``, each scope's, ``.trajectories``,
-  ``compacted``);
+  ``compacted``, ``retired``);
 * every learned file is a regular file (not a link, FIFO or folder), parses, cites a record that
-  exists, and is exactly that record's rendering;
-* every finding the journal records has its learned file or its history-DB row;
+  exists, and is exactly that record's rendering, and is not the file of a finding the journal says
+  was forgotten or superseded;
+* every retired file is a regular file, parses, cites a ``memory-forget`` record that exists, and is
+  exactly its rendering; every finding the journal retires has its retired file;
+* every finding the journal records, and does not retire, has its learned file or its history-DB row;
 * every history-DB row cites a record that exists;
 * the journal holds at least one of the root runs the store cites (else it is another store's);
 * no stage file is older than the sweep age;
 * each agent ledger and activity log given passes its line checks.
 
-What ``repair`` does: republish missing or wrong learned files from their journal record; move a
-learned file that cites no record, and anything that is not what the store expects at its place (a
-link, a FIFO, a folder), into ``<db-dir>/flows-quarantine/`` (never delete it, never follow it);
-sweep stale stages. It never adds, changes or removes a journal record, and reports what it cannot
-repair. It refuses to change anything (``WrongJournal``) when the journal holds none of the runs the
-store cites: a wrong ``--journal`` or a forgotten ``$FLOWS_JOURNAL`` would otherwise quarantine
-every file.
+What ``repair`` does: republish missing or wrong learned and retired files from their journal
+record; move a learned file that cites no record or belongs to a retired finding, and anything that
+is not what the store expects at its place (a link, a FIFO, a folder), into
+``<db-dir>/flows-quarantine/`` (never delete it, never follow it); sweep stale stages. It never
+republishes the learned file of a retired finding. It never adds, changes or removes a journal
+record, and reports what it cannot repair. It refuses to change anything (``WrongJournal``) when
+the journal holds none of the runs the store cites: a wrong ``--journal`` or a forgotten
+``$FLOWS_JOURNAL`` would otherwise quarantine every file.
 """
 
 from __future__ import annotations
@@ -36,9 +41,18 @@ from typing import Any
 
 import journal
 from memory._errors import Unreachable, Unwritable, WrongJournal
-from memory._files import is_learned_name, parse_learned
-from memory._finding import STREAM, checked_commit, commit_to_publish, render
-from memory._paths import learned_dir, scan_scopes
+from memory._files import is_learned_name, parse_learned, parse_retired
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    checked_commit,
+    checked_retirement,
+    commit_to_publish,
+    render,
+    render_retirement,
+    retirement_to_publish,
+)
+from memory._paths import learned_dir, retired_dir, scan_scopes
 from memory._publisher import refuse_links
 from memory._safe import Folder, describe
 from memory._store import MemoryStore
@@ -80,6 +94,9 @@ class _Context:
     unlisted: journal.JournalError | None = None  # why the journal's runs could not be listed
     unread: set[str] = field(default_factory=set)  # runs whose memory-learn stream is damaged
     folders: list[Path] = field(default_factory=list)  # the scopes' learned-file folders, no links
+    retired_folders: list[Path] = field(default_factory=list)  # their retired-file folders, no links
+    retirements: dict[tuple[str, str], journal.Record] = field(default_factory=dict)
+    retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -105,6 +122,8 @@ def _journal_problems(ctx: _Context) -> None:
                     continue
                 if stream == STREAM:
                     _learn_records(ctx, records)
+                elif stream == RETIRE_STREAM:
+                    _retire_records(ctx, records)
     finally:
         backend.close()
 
@@ -120,6 +139,19 @@ def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
         ctx.records[(rec.run_id, rec.id)] = rec
         fid = rec.payload["id"]
         ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
+
+
+def _retire_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
+    """Keep the retirements among ``records``; report any record that is not one."""
+    for rec in records:
+        try:
+            checked_retirement(rec, ctx.location)
+        except journal.JournalCorrupt as exc:
+            ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
+            continue
+        ctx.retirements[(rec.run_id, rec.id)] = rec
+        key = rec.payload["id"]
+        ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
 
 
 def _unrepairable(kind: str, path: object, message: str) -> Problem:
@@ -139,10 +171,11 @@ def _file_problems(ctx: _Context) -> set[str]:
     good: set[str] = set()
     try:
         folders, wrong = scan_scopes(ctx.store.db_path)
+        ctx.retired_folders, wrong_retired = scan_scopes(ctx.store.db_path, leaf="retired")
     except OSError as exc:
         raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
     ctx.folders = folders
-    for path, what in wrong:
+    for path, what in dict.fromkeys([*wrong, *wrong_retired]):
         ctx.problems.append(
             Problem(
                 "folder_wrong",
@@ -166,7 +199,10 @@ def _file_problems(ctx: _Context) -> set[str]:
             except OSError as exc:
                 raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
             for name in names:
-                _check_file(ctx, folder, name, good)
+                if name[: -len(".json")] in ctx.retired:
+                    ctx.problems.append(_forgotten(ctx, folder.path / name))
+                else:
+                    _check_file(ctx, folder, name, good)
     return good
 
 
@@ -181,6 +217,18 @@ def _fits(ctx: _Context, path: Path) -> journal.Record | None:
 def _misplaced(path: Path, what: str, rec: journal.Record | None) -> Problem:
     repair = f"move it to {QUARANTINE_DIR}/" + (", then republish it from its journal record" if rec else "")
     return Problem("learned_damaged", str(path), f"learned file {path} cannot be read: {what}", repair, True)
+
+
+def _forgotten(ctx: _Context, path: Path) -> Problem:
+    key = path.name[: -len(".json")]
+    return Problem(
+        "learned_forgotten",
+        str(path),
+        f"{path} is the learned file of finding {key}, which record "
+        f"{ctx.retired[key].id} of root run {ctx.retired[key].run_id} forgot or superseded",
+        f"move it to {QUARANTINE_DIR}/",
+        True,
+    )
 
 
 def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> None:
@@ -202,16 +250,7 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
     ctx.cited.add(entry.citation.run_id)
     cited = ctx.records.get((entry.citation.run_id, entry.citation.id))
     if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
-        ctx.problems.append(
-            Problem(
-                "learned_unverified",
-                str(path),
-                f"{path} cites root run {entry.citation.run_id}, whose records cannot be read (see the "
-                "journal's problem above)",
-                "nothing until the journal is restored: a file is never moved for want of its record",
-                False,
-            )
-        )
+        ctx.problems.append(_unverified(path, entry.citation.run_id))
         return
     if cited is None:
         ctx.problems.append(
@@ -239,6 +278,102 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
     good.add(entry.key)
 
 
+def _retired_problems(ctx: _Context) -> set[str]:
+    """Check every retired file; return the keys that have a good one."""
+    good: set[str] = set()
+    for directory in ctx.retired_folders:
+        try:
+            folder = Folder.open(ctx.store.db_path.parent, directory)
+        except OSError as exc:
+            where = Path(exc.filename or directory)
+            repair = f"move it to {QUARANTINE_DIR}/"
+            what = f"{where}: {describe(exc)}"
+            ctx.problems.append(Problem("folder_wrong", str(where), what, repair, True))
+            continue
+        if folder is None:
+            continue
+        with folder:
+            try:
+                names = sorted(n for n in folder.names() if is_learned_name(n))
+            except OSError as exc:
+                raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
+            for name in names:
+                _check_retired(ctx, folder, name, good)
+    for key, rec in ctx.retired.items():
+        path = retired_dir(ctx.store.db_path, rec.payload["scope"]) / f"{key}.json"
+        if key in good or any(p.path == str(path) for p in ctx.problems):
+            continue
+        ctx.problems.append(
+            Problem(
+                "retirement_unpublished",
+                str(path),
+                f"record {rec.id} of root run {rec.run_id} retires finding {key}, but its retired file "
+                "is missing, so reads may still return it",
+                "publish the retired file from its journal record",
+                True,
+            )
+        )
+    return good
+
+
+def _check_retired(ctx: _Context, folder: Folder, name: str, good: set[str]) -> None:
+    path = folder.path / name
+    rec = ctx.retired.get(name[: -len(".json")])
+    fits = rec is not None and retired_dir(ctx.store.db_path, rec.payload["scope"]) == folder.path
+    repair = "republish it from its journal record" if fits else f"move it to {QUARANTINE_DIR}/"
+    try:
+        data = folder.read(name)
+    except OSError as exc:
+        moved = f"move it to {QUARANTINE_DIR}/" + (", then republish it from its record" if fits else "")
+        what = f"retired file {path} cannot be read: {describe(exc)}"
+        ctx.problems.append(Problem("retired_damaged", str(path), what, moved, True))
+        return
+    if data is None:
+        return
+    try:
+        entry = parse_retired(path, data)
+    except Unreachable as exc:
+        ctx.problems.append(Problem("retired_damaged", str(path), str(exc), repair, True))
+        return
+    ctx.cited.add(entry.citation.run_id)
+    cited = ctx.retirements.get((entry.citation.run_id, entry.citation.id))
+    if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
+        ctx.problems.append(_unverified(path, entry.citation.run_id))
+    elif cited is None:
+        ctx.problems.append(
+            Problem(
+                "retired_unjournaled",
+                str(path),
+                f"{path} cites record {entry.citation.id} of root run {entry.citation.run_id}, which "
+                f"the journal {ctx.location} does not hold",
+                repair,
+                True,
+            )
+        )
+    elif data != render_retirement(cited):
+        ctx.problems.append(
+            Problem(
+                "retired_mismatch",
+                str(path),
+                f"{path} differs from the rendering of the record it cites",
+                "republish it from its journal record",
+                True,
+            )
+        )
+    else:
+        good.add(entry.key)
+
+
+def _unverified(path: Path, run_id: str) -> Problem:
+    return Problem(
+        "learned_unverified" if path.parent.name != "retired" else "retired_unverified",
+        str(path),
+        f"{path} cites root run {run_id}, whose records cannot be read (see the journal's problem above)",
+        "nothing until the journal is restored: a file is never moved for want of its record",
+        False,
+    )
+
+
 def _record_problems(ctx: _Context, good: set[str]) -> None:
     try:
         held = ctx.store.db.held(ctx.latest)
@@ -246,7 +381,7 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
         ctx.problems.append(_db_unreadable(ctx, exc))
         return
     for fid, rec in ctx.latest.items():
-        if fid in held or fid in good:
+        if fid in held or fid in good or fid in ctx.retired:
             continue
         path = learned_dir(ctx.store.db_path, rec.payload["scope"]) / f"{fid}.json"
         if any(p.path == str(path) for p in ctx.problems):
@@ -277,7 +412,7 @@ def _db_problems(ctx: _Context) -> None:
     if any(p.kind == "db_unreadable" for p in ctx.problems):
         return
     try:
-        rows = ctx.store.db.recall(scope=None, source=None, tag=None, before_ms=None, limit=None)
+        rows = ctx.store.db.every_row()
     except Unreachable as exc:
         ctx.problems.append(_db_unreadable(ctx, exc))
         return
@@ -307,12 +442,14 @@ def _foreign_journal(ctx: _Context) -> str | None:
 
 
 def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Context:
-    """Read the journal, the learned files and the DB rows, collecting their problems (``tick``
-    after each of the four)."""
+    """Read the journal, the learned and retired files and the DB rows, collecting their problems
+    (``tick`` after each of the five)."""
     ctx = _Context(store, {}, {}, [])
     _journal_problems(ctx)
     tick()
     good = _file_problems(ctx)
+    tick()
+    _retired_problems(ctx)
     tick()
     _record_problems(ctx, good)
     tick()
@@ -328,7 +465,7 @@ def _stage_dirs(ctx: _Context) -> list[Path]:
     """The folders stages are made in: each scope's learned-file folder and each run's folder of a
     file journal, none of them a link (a linked folder's stages are not the store's to sweep)."""
     store = ctx.store
-    dirs = list(ctx.folders)
+    dirs = [*ctx.folders, *ctx.retired_folders]
     try:
         root = Path(store.journal_location) / "runs"
         if _is_folder(root):
@@ -396,7 +533,7 @@ def check_store(
             error).
         Unreachable: a folder of the store cannot be listed.
     """
-    phases, done = 6, 0
+    phases, done = 7, 0
 
     def tick() -> None:
         nonlocal done
@@ -458,19 +595,28 @@ def repair_store(
             continue
         path = Path(problem.path)
         if problem.kind == "stage_stale":
-            for swept in sweep(path.parent, sweep_age_s, now=now):
-                actions.append(f"swept {swept}")
-            continue
-        if problem.kind == "folder_wrong":
+            actions += [f"swept {swept}" for swept in sweep(path.parent, sweep_age_s, now=now)]
+        elif problem.kind == "folder_wrong":
             if os.path.lexists(path):
                 move_aside(path)
-            continue
-        rec = _fits(ctx, path)
-        if rec is not None:
-            if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
-                move_aside(path)  # a FIFO, a folder or a link: the rename could not replace it
-            store.republish(rec)
-            actions.append(f"republished {path} from record {rec.id} of root run {rec.run_id}")
-        elif os.path.lexists(path):
-            move_aside(path)
+        else:
+            record = _home_record(ctx, path)
+            if record is not None:
+                if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+                    move_aside(path)  # a FIFO, a folder or a link: the rename could not replace it
+                store.republish(record)
+                actions.append(f"republished {path} from record {record.id} of root run {record.run_id}")
+            elif os.path.lexists(path):
+                move_aside(path)
     return actions
+
+
+def _home_record(ctx: _Context, path: Path) -> journal.Record | None:
+    """The record whose file belongs at ``path`` (a retirement in a retired folder, else the commit of
+    a finding that is not retired), or None: such a file is moved aside, never republished."""
+    key = path.name[: -len(".json")]
+    if path.parent.name == "retired":
+        retirement = ctx.retired.get(key)
+        home = None if retirement is None else retired_dir(ctx.store.db_path, retirement.payload["scope"])
+        return retirement if home == path.parent else None
+    return None if key in ctx.retired else _fits(ctx, path)  # never republish a retired finding

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from memory._errors import Unreachable
@@ -47,12 +48,34 @@ def learned_dir(db_path: Path, scope: str) -> Path:
     return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "compacted"
 
 
-def scan_scopes(db_path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """Every scope's learned-file folder under ``<db-dir>/flows-memory``, looked at without following
-    links: ``(folders, wrong)``, where ``wrong`` lists each path that is a link or not a folder where
-    a folder belongs (``flows-memory`` itself, a scope folder, its ``.trajectories`` or
-    ``compacted``), with what it is. Hidden names are skipped; a scope whose learned-file folder is
-    not there yet is no folder.
+def retired_dir(db_path: Path, scope: str) -> Path:
+    """The directory of one scope's retired files: one per forgotten or superseded finding, named
+    after its key, kept for good (it is what keeps the finding out of every read)."""
+    return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "retired"
+
+
+def scope_folders(db_path: Path) -> list[Path]:
+    """Every scope's folder (``<db-dir>/flows-memory/<scope-hash>``) that exists, looked at without
+    following links.
+
+    Raises:
+        Unreachable: ``flows-memory`` or a scope folder is a link or not a folder (named), or
+            cannot be listed.
+    """
+    return _raising(lambda: scan_scopes(db_path, leaf=None))
+
+
+def retired_dirs(db_path: Path) -> list[Path]:
+    """Every scope's retired-file directory that exists (see ``scope_dirs``)."""
+    return _raising(lambda: scan_scopes(db_path, leaf="retired"))
+
+
+def scan_scopes(db_path: Path, leaf: str | None = "compacted") -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Every scope's ``.trajectories/<leaf>`` folder (the scope folders themselves when ``leaf`` is
+    None) under ``<db-dir>/flows-memory``, looked at without following links: ``(folders, wrong)``,
+    where ``wrong`` lists each path that is a link or not a folder where a folder belongs
+    (``flows-memory`` itself, a scope folder, its ``.trajectories`` or ``<leaf>``), with what it is.
+    Hidden names are skipped; a scope whose folder is not there yet is no folder.
 
     Raises:
         OSError: a folder could not be listed (permission, I/O); ``filename`` names it.
@@ -76,7 +99,7 @@ def scan_scopes(db_path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         if name.startswith("."):
             continue
         probe = os.path.join(root_str, name)
-        for part in ("", ".trajectories", "compacted"):
+        for part in ("", ".trajectories", leaf) if leaf else ("",):
             probe = os.path.join(probe, part) if part else probe
             what = _wrong_folder(probe)
             if what:
@@ -112,8 +135,13 @@ def scope_dirs(db_path: Path) -> list[Path]:
         Unreachable: a folder on the way is a symbolic link or not a folder (named), or cannot be
             listed.
     """
+    return _raising(lambda: scan_scopes(db_path))
+
+
+def _raising(scan: Callable[[], tuple[list[Path], list[tuple[Path, str]]]]) -> list[Path]:
+    """The folders ``scan`` found, or ``Unreachable`` for the first wrong one or a failed listing."""
     try:
-        folders, wrong = scan_scopes(db_path)
+        folders, wrong = scan()
     except OSError as exc:
         raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
     if wrong:

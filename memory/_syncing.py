@@ -7,19 +7,72 @@ import contextlib
 import os
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import Unreachable, Unwritable
-from memory._files import parse_learned, read_folder, unreadable
-from memory._finding import STREAM, checked_commit, commit_to_publish, render
-from memory._paths import scan_scopes, wrong_folder_message
+from memory._files import Retired, parse_learned, read_folder, read_retired_folder, unreadable
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    checked_commit,
+    checked_retirement,
+    commit_to_publish,
+    render,
+    retirement_to_publish,
+)
+from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
 from memory._results import Recalled, SyncReport
+from memory._retire import Retirer
 from memory._safe import Folder, describe, is_damage
 from staging import STAGE_PREFIX, failpoint
+
+
+@dataclass
+class JournalScan:
+    """What the journal says of every finding: the commit to publish of each learned one
+    (``commit_to_publish``) and the first retirement of each forgotten or superseded one
+    (``retirement_to_publish``)."""
+
+    latest: dict[str, Record] = field(default_factory=dict)
+    retired: dict[str, Record] = field(default_factory=dict)
+
+
+def scan_journal(
+    backend: JournalBackend,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    learns: bool = True,
+    retirements: bool = True,
+) -> JournalScan:
+    """Read every run's ``memory-learn`` (with ``learns``) and ``memory-forget`` (with
+    ``retirements``) streams; ``progress(done, runs)`` is called after each run is read.
+
+    Every record is checked to the exact shape before anything is built from it.
+
+    Raises:
+        JournalCorrupt: a record is not a finding's commit or retirement (``checked_commit``,
+            ``checked_retirement``), naming run, stream and line.
+        JournalError: a run could not be read, unchanged.
+    """
+    scan = JournalScan()
+    runs = backend.runs()
+    for n, run in enumerate(runs, 1):
+        if learns:
+            for rec in backend.read(run.run_id, STREAM):
+                fid = checked_commit(rec, backend.location).payload["id"]
+                scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
+        if retirements:
+            for rec in backend.read(run.run_id, RETIRE_STREAM):
+                key = checked_retirement(rec, backend.location).payload["id"]
+                scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)
+        if progress:
+            progress(n, len(runs))
+    return scan
 
 
 def latest_commits(
@@ -32,20 +85,13 @@ def latest_commits(
         JournalCorrupt: a ``memory-learn`` record is not a finding's commit (``checked_commit``).
         JournalError: a run could not be read, unchanged.
     """
-    latest: dict[str, Record] = {}
-    runs = backend.runs()
-    for n, run in enumerate(runs, 1):
-        for rec in backend.read(run.run_id, STREAM):
-            fid = checked_commit(rec, backend.location).payload["id"]
-            latest[fid] = commit_to_publish(latest.get(fid), rec)
-        if progress:
-            progress(n, len(runs))
-    return latest
+    return scan_journal(backend, progress, retirements=False).latest
 
 
-def _drop(folder: Folder, name: str, ingested: bytes) -> bool:
+def _drop(folder: Folder, name: str, ingested: bytes, retired: bool = False) -> bool:
     """Remove ``name`` from ``folder`` if it still holds ``ingested``; a newer file published
-    meanwhile stays. Everything goes through the folder's descriptor, never a path."""
+    meanwhile stays, unless the finding is ``retired`` (then no file of it has a place).
+    Everything goes through the folder's descriptor, never a path."""
     fd = folder.fd
     claim = f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{name}"
     try:
@@ -56,7 +102,7 @@ def _drop(folder: Folder, name: str, ingested: bytes) -> bool:
         same = folder.read(claim) == ingested
     except OSError:
         same = False
-    if not same:  # a learn replaced it after we read it: put it back
+    if not same and not retired:  # a learn replaced it after we read it: put it back
         with contextlib.suppress(FileExistsError):
             os.link(claim, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
         os.unlink(claim, dir_fd=fd)
@@ -79,12 +125,15 @@ class Syncer:
         publisher: Publisher,
         open_journal: Callable[[], JournalBackend],
         clock: Callable[[], int],
+        retirer: Retirer,
+        *,
         citations: Citations,
     ) -> None:
         self._db = db
         self._publisher = publisher
         self._open_journal = open_journal
         self._clock = clock
+        self._retirer = retirer
         self._citations = citations
         self._base = publisher.db_path.parent
 
@@ -103,11 +152,14 @@ class Syncer:
 
     def materialize(self, progress: Callable[[int, int], None] | None = None) -> int:
         """See ``MemoryStore.materialize``."""
-        latest = latest_commits(self._open_journal(), progress)
+        scan = scan_journal(self._open_journal(), progress)
+        # Retired files first: a finding the journal says is forgotten never gets a file here.
+        made = self._retirer.publish_missing(scan.retired.values())
+        latest = scan.latest
         held = self._db.held(latest)
         wanted: list[tuple[Path, bytes]] = []
         for fid, rec in latest.items():
-            if fid in held:
+            if fid in held or fid in scan.retired:
                 continue
             final = self._publisher.scope_dir(rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
@@ -121,7 +173,7 @@ class Syncer:
         # Many files at once (a lost store, another host's findings): stage them all, one data
         # sync, the renames, one directory fsync per scope.
         self._publisher.publish_batches(wanted)
-        return len(wanted)
+        return made + len(wanted)
 
     def _files(self) -> list[tuple[Path, bytes, Recalled]]:
         """Every learned file of every scope, parsed and checked against its journal record."""
@@ -146,6 +198,14 @@ class Syncer:
     def sync(self, *, materialize: bool, progress: Callable[[int, int], None] | None) -> SyncReport:
         """See ``MemoryStore.sync``."""
         made = self.materialize() if materialize else 0
+        # Retirements into the DB first, so the rows of the findings they retire are marked as
+        # they arrive. Retired files stay: they keep the finding out of reads and learns for good.
+        retired = self._retired_files()
+        known = self._db.retired_keys()
+        fresh = [r for r in retired if r.key not in known]
+        for i in range(0, len(fresh), SYNC_BATCH):
+            self._db.retire(fresh[i : i + SYNC_BATCH], self._clock())
+        gone = known | {r.key for r in retired}
         files = self._files()
         ingested = dropped = 0
         for i in range(0, len(files), SYNC_BATCH):
@@ -153,16 +213,37 @@ class Syncer:
             self._db.upsert([e for _, _, e in batch], self._clock())
             ingested += len(batch)
             failpoint("memory.sync_after_upsert")
-            dropped += self._drop_batch(batch)
+            dropped += self._drop_batch(batch, gone)
             if progress:
                 progress(min(i + SYNC_BATCH, len(files)), len(files))
         return SyncReport(materialized=made, ingested=ingested, dropped=dropped)
 
-    def _drop_batch(self, batch: list[tuple[Path, bytes, Recalled]]) -> int:
-        """Drop the disk copies of ``batch`` (the DB now holds them), one fsync per folder."""
-        by_folder: dict[Path, list[tuple[str, bytes]]] = {}
-        for path, data, _ in batch:
-            by_folder.setdefault(path.parent, []).append((path.name, data))
+    def _retired_files(self) -> list[Retired]:
+        """Every scope's retired files, read without following links."""
+        try:
+            folders = retired_dirs(self._publisher.db_path)
+        except Unreachable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and not is_damage(cause):  # permission, I/O
+                raise Unwritable(exc.message, path=exc.path, errno=exc.errno) from cause
+            raise
+        found: list[Retired] = []
+        for d in folders:
+            try:
+                found += read_retired_folder(self._base, d)[1].values()
+            except Unreachable as exc:
+                cause = exc.__cause__
+                if isinstance(cause, OSError) and not is_damage(cause):
+                    raise Unwritable(exc.message, path=exc.path, errno=exc.errno) from cause
+                raise
+        return found
+
+    def _drop_batch(self, batch: list[tuple[Path, bytes, Recalled]], gone: set[str]) -> int:
+        """Drop the disk copies of ``batch`` (the DB now holds them, or the finding is retired:
+        ``gone``), one fsync per folder."""
+        by_folder: dict[Path, list[tuple[str, bytes, bool]]] = {}
+        for path, data, entry in batch:
+            by_folder.setdefault(path.parent, []).append((path.name, data, entry.key in gone))
         dropped = 0
         for directory, names in by_folder.items():
             try:
@@ -170,11 +251,11 @@ class Syncer:
                 if folder is None:
                     continue
                 with folder:
-                    gone = sum(_drop(folder, name, data) for name, data in names)
-                    if gone:
+                    done = sum(_drop(folder, name, data, retired) for name, data, retired in names)
+                    if done:
                         folder.fsync()
             except OSError as exc:
                 where = OSError(exc.errno, exc.strerror, str(directory))
                 raise _unwritable(where, "drop synced files in") from exc
-            dropped += gone
+            dropped += done
         return dropped

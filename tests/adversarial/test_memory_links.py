@@ -144,3 +144,21 @@ def test_repair_never_moves_a_file_through_a_linked_quarantine(tmp_path: Path) -
     assert memory.QUARANTINE_DIR in repaired.stderr and "symbolic link" in repaired.stderr
     assert list(outside.iterdir()) == []
     assert stray.read_bytes() == b"not a finding"
+
+
+def test_a_retired_folder_that_is_a_link_is_refused_and_never_read_through(tmp_path: Path) -> None:
+    mine = populate(tmp_path / "mine" / "history.db", ["a finding"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / f"{next(iter(mine.keys))}.json").write_bytes(b"a marker nobody journaled")
+    link = mine.folder.parent / "retired"
+    link.symlink_to(outside, target_is_directory=True)
+    for args in (("recall",), ("sync",)):
+        result = flows(mine.db, *args)
+        assert result.returncode == 1 and error_code(result) == "memory_unreachable", args
+        assert str(link) in result.stderr
+    checked = flows(mine.db, "check", "--json")
+    problems = orjson.loads(checked.stdout)["problems"]
+    assert ("folder_wrong", str(link)) in [(p["kind"], p["path"]) for p in problems]
+    assert flows(mine.db, "check", "--repair").returncode == 0
+    assert not link.is_symlink() and sorted(os.listdir(outside)) == [f"{next(iter(mine.keys))}.json"]

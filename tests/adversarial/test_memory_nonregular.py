@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+import journal
 import memory
 from tests.adversarial.memory_support import error_code, flows, populate
 
@@ -118,3 +119,37 @@ def test_a_history_db_that_is_not_a_regular_file_is_refused_naming_it(
     assert checked.returncode == 1 and checked.stderr == ""
     (problem,) = orjson.loads(checked.stdout)["problems"]
     assert problem["kind"] == "db_unreadable" and str(victim) in problem["message"]
+
+
+def _forgotten(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A store with two findings, one forgotten; returns the DB, the retired file and the text kept."""
+    s = populate(tmp_path / "store" / "history.db", ["one", "two"])
+    key = sorted(s.keys)[0]
+    with memory.MemoryStore(s.db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        store.forget(key, memory.RootRun(jr, lease, "adv", "adv"), reason="wrong")
+        jr.finish(lease, journal.RunState.DONE)
+    retired = memory.learned_root(s.db) / memory.scope_hash("adv") / ".trajectories" / "retired"
+    (kept,) = (t for k, t in s.keys.items() if k != key)
+    return s.db, retired / f"{key}.json", kept
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_a_retired_file_that_is_not_a_regular_file_fails_reads_and_repair_restores_it(
+    tmp_path: Path, kind: str
+) -> None:
+    db, victim, kept = _forgotten(tmp_path)
+    original = victim.read_bytes()
+    _replace(victim, kind)
+    for args in (("recall",), ("why", kept), ("sync",)):
+        result = flows(db, *args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert error_code(result) == "memory_unreachable" and str(victim) in result.stderr, args
+    checked = flows(db, "check", "--json")
+    assert [(p["kind"], p["path"]) for p in orjson.loads(checked.stdout)["problems"]] == [
+        ("retired_damaged", str(victim))
+    ]
+    assert flows(db, "check", "--repair").returncode == 0
+    assert victim.read_bytes() == original
+    assert [e["text"] for e in orjson.loads(flows(db, "recall", "--json").stdout)] == [kept]

@@ -157,3 +157,37 @@ def test_every_finding_learn_writes_passes_the_record_check(tmp_path: Path) -> N
         assert memory.checked_commit(rec, jr.location) is rec
     line = jr.stream_path(store_.run_id, memory.STREAM).read_bytes().splitlines()[0]
     assert orjson.loads(line[: line.rindex(b',"crc"')] + b"}")["payload"]["id"] in store_.keys
+
+
+RETIREMENTS: dict[str, dict[str, Any]] = {
+    "id climbs out of the folder": {"id": "../../../../escaped", "reason": "r", "by": None},
+    "id is an absolute path": {"id": ESCAPED, "reason": "r", "by": None},
+    "both a reason and a by": {"id": FID, "reason": "r", "by": "b" * 32},
+    "by is not a key": {"id": FID, "reason": None, "by": "../x"},
+    "an extra key": {"id": FID, "reason": "r", "by": None, "path": "/etc"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(RETIREMENTS))
+def test_a_crafted_retirement_fails_as_journal_corrupt_before_any_path_is_built(
+    tmp_path: Path, case: str
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    populate(db, ["a good finding"])
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        payload = {"scope": "adv", "flow": "adv", "forgottenMs": 1, **RETIREMENTS[case]}
+        rec = jr.append(lease, memory.RETIRE_STREAM, payload, key="a" * 32)
+        jr.finish(lease, journal.RunState.FAILED, {"code": "x", "message": "x"})
+    before = snapshot(tmp_path)
+    for operation in (lambda s: s.sync(), lambda s: s.republish_run(s.open_journal(), lease.run_id)):
+        with memory.MemoryStore(db) as store, pytest.raises(journal.JournalCorrupt) as caught:
+            operation(store)
+        assert (caught.value.run_id, caught.value.stream, caught.value.line) == (
+            lease.run_id,
+            memory.RETIRE_STREAM,
+            rec.seq,
+        )
+    assert snapshot(tmp_path) == before
+    assert not Path(f"{ESCAPED}.json").exists()
