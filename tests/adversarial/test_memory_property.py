@@ -1,10 +1,11 @@
 """A populated store damaged at random: every command answers correctly or fails with a documented
 code, within a time bound, and never writes outside the store.
 
-Each example copies one populated store (rows in the history DB, unsynced learned files, two root
-runs in the file journal, a folder outside the store that links can point at), applies one to three
-mutations (truncate, flip a byte, replace by a FIFO, a folder or a link, delete, duplicate a line)
-to learned files, the store's folders, the history DB and journal files, then runs ``flows runs``,
+Each example copies one populated store (rows in the history DB, unsynced learned files, a retired
+file, three root runs in the file journal, a folder outside the store that links can point at),
+applies one to three mutations (truncate, flip a byte, replace by a FIFO, a folder or a link, delete,
+duplicate a line) to learned and retired files, the store's folders, the history DB and journal
+files, then runs ``flows runs``,
 ``recall``, ``why``, ``check``, ``sync``, ``check --repair`` and ``recall`` again in one fresh
 process, bounded by a timeout. Asserted: exit 0, or exit 1 with one JSON diagnostic whose code
 is in docs/SURFACE.md (or ``check``'s report); never a traceback or a hang; every finding answered
@@ -28,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import journal
 import memory
 from tests.adversarial.memory_support import documented_codes, populate, snapshot
 from tests.conftest import ROOT
@@ -76,7 +78,14 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     synced = populate(db, [f"adv finding words {i} synced" for i in range(4)], scope="adv")
     with memory.MemoryStore(db) as store:
         store.sync()
-    unsynced = populate(db, [f"adv finding words {i} on disk" for i in range(3)], scope="adv2", flow="other")
+    unsynced = populate(db, [f"adv finding words {i} on disk" for i in range(4)], scope="adv2", flow="other")
+    with memory.MemoryStore(db) as store:  # one finding forgotten: a retired file to damage too
+        jr = store.open_journal()
+        _, lease = jr.begin("other", "adv2", {})
+        gone = sorted(unsynced.keys)[0]
+        store.forget(gone, memory.RootRun(jr, lease, "other", "adv2"), reason="wrong")
+        jr.finish(lease, journal.RunState.DONE)
+    del unsynced.keys[gone]
     outside = base / "outside"
     (outside / "victim-dir").mkdir(parents=True)
     (outside / "victim.json").write_bytes(b'{"text": "outside the store"}\n')
