@@ -19,9 +19,11 @@ from sail._errors import (
     SailConfigInvalid,
     SailConfigMissing,
     SailError,
+    SailInternalError,
     SailKeyUnavailable,
     SailNodeUnavailable,
     SailSubmitFailed,
+    SailSubmitUncertain,
 )
 
 _LAZY = {
@@ -54,9 +56,11 @@ __all__ = [
     "SailConfigInvalid",
     "SailConfigMissing",
     "SailError",
+    "SailInternalError",
     "SailKeyUnavailable",
     "SailNodeUnavailable",
     "SailSubmitFailed",
+    "SailSubmitUncertain",
     "Skip",
     "Strategy",
     "Swap",

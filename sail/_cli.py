@@ -11,21 +11,24 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from journal import JournalError
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, LedgerError, Skipped
+from memory.ledger import ActivityLog, Entry, Ledger, LedgerError, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
-from sail._errors import SailError, SailKeyUnavailable
+from sail._errors import SailError, SailInternalError, SailKeyUnavailable
+from sail._status import agent_status, format_status, ledger_rows, recent_skips, when
+from sail._ticklog import TickRecorder
 from staging import StagingError
 
 _ERRORS = (SailError, LedgerError, JournalError, StagingError)
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
+#: the largest unix time (or count) the command line takes: what the files' JSON integers can carry
+_MAX_INT = 2**63 - 1
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -36,12 +39,8 @@ def _dump(value: object) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _when(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
 def _describe(entry: Entry) -> str:
-    head = f"{_when(entry.ts)}  block {entry.block if entry.block is not None else '-'}  {entry.kind:<7}"
+    head = f"{when(entry.ts)}  block {entry.block if entry.block is not None else '-'}  {entry.kind:<7}"
     if isinstance(entry, Skipped):
         return f"{head}  {entry.reason}"
     amount_in = entry.amount_in.human if entry.amount_in else "?"
@@ -87,19 +86,20 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
-    """One tick, in this (fresh) process."""
+    """One tick, in this (fresh) process; its start and outcome go to the activity log."""
     home = _home(args)
-    config = load_config(home)
-    if config.keystore is None and not os.environ.get(config.key_env):
-        # said before web3 is imported (seconds on a small machine): the commonest setup mistake
-        raise SailKeyUnavailable(
-            f"no signing key: set ${config.key_env} to the agent's private key, or `keystore` in "
-            ".sail/config.toml"
-        )
-    clock = (lambda: float(args.now)) if args.now is not None else time.time
-    from sail._tick import tick_from_config  # web3 is imported only by commands that use the chain
-
-    result = tick_from_config(home, config, clock=clock)
+    clock: Callable[[], float] = (lambda: float(args.now)) if args.now is not None else time.time
+    recorder = TickRecorder(sail_dir(home), clock)
+    recorder.started()
+    try:
+        result = _tick(home, clock)
+    except BaseException as exc:
+        recorder.failed(exc)
+        raise
+    if result.skipped is not None:
+        recorder.skipped(result.skipped.reason)
+    elif result.dispatched is not None:
+        recorder.submitted(result.dispatched.tx_hash)
     summary: dict[str, Any] = {
         "reconciled": [e.to_wire() for e in result.reconciled],
         "skipped": None if result.skipped is None else result.skipped.reason,
@@ -119,6 +119,19 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tick(home: Path, clock: Callable[[], float]) -> Any:
+    config = load_config(home)
+    if config.keystore is None and not os.environ.get(config.key_env):
+        # said before web3 is imported (seconds on a small machine): the commonest setup mistake
+        raise SailKeyUnavailable(
+            f"no signing key: set ${config.key_env} to the agent's private key, or `keystore` in "
+            ".sail/config.toml"
+        )
+    from sail._tick import tick_from_config  # web3 is imported only by commands that use the chain
+
+    return tick_from_config(home, config, clock=clock)
+
+
 def _selected(args: argparse.Namespace) -> list[Entry]:
     entries = list(Ledger(sail_dir(_home(args))).entries())
     if args.kind:
@@ -129,63 +142,38 @@ def _selected(args: argparse.Namespace) -> list[Entry]:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    """What has my agent actually done: the ledger, oldest first."""
+    """What has my agent actually done: the ledger, oldest first, one row per trade."""
     entries = _selected(args)
     if args.json:
         _dump([e.to_wire() for e in entries])
-    else:
-        for entry in entries:
-            print(_describe(entry))
+        return 0
+    for line in ledger_rows(entries, ActivityLog(sail_dir(_home(args))).read()):
+        print(line)
     return 0
 
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Why did it skip: the most recent skips, newest first, with their reasons."""
-    skips: list[Skipped] = []
-    for entry in Ledger(sail_dir(_home(args))).iter_reverse():
-        if isinstance(entry, Skipped):
-            skips.append(entry)
-            if len(skips) >= args.limit:
-                break
+    skips = recent_skips(Ledger(sail_dir(_home(args))), args.limit)
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
         print("no skips recorded")
     else:
         for skip in skips:
-            print(f"{_when(skip.ts)}  block {skip.block}  {skip.reason}")
+            print(f"{when(skip.ts)}  block {skip.block if skip.block is not None else '-'}  {skip.reason}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Does it remember its last trade: last confirmed act, next eligible time, open dispatches."""
+    """Does it remember its last trade: the last tick, the last confirmed act, what holds the next."""
     home = _home(args)
-    config = load_config(home)
-    ledger = Ledger(sail_dir(home))
-    last = ledger.last_confirmed()
-    ledgered = {e.tx_hash.lower() for e in ledger.entries() if isinstance(e, Acted) and e.is_final}
-    open_dispatches = [
-        d.tx_hash for d in ActivityLog(sail_dir(home)).submitted() if d.tx_hash.lower() not in ledgered
-    ]
-    status = {
-        "lastConfirmed": None
-        if last is None
-        else {"ts": last.ts, "block": last.block, "txHash": last.tx_hash},
-        "intervalS": config.interval_s,
-        "nextEligibleTs": None if last is None else last.ts + config.interval_s,
-        "openDispatches": open_dispatches,
-        "ledger": str(ledger.path),
-    }
+    status = agent_status(home, load_config(home))
     if args.json:
         _dump(status)
         return 0
-    if last is None:
-        print("last confirmed act: none; eligible now (subject to balance, allowance and quote)")
-    else:
-        print(f"last confirmed act: {_when(last.ts)} block {last.block} tx {last.tx_hash}")
-        print(f"next eligible: {_when(last.ts + config.interval_s)} (interval {config.interval_s}s)")
-    print(f"dispatches awaiting reconcile: {len(open_dispatches)}")
-    print(f"ledger: {ledger.path}")
+    for line in format_status(status):
+        print(line)
     return 0
 
 
@@ -197,6 +185,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
+
+
+def _bounded(low: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+        if not low <= number <= _MAX_INT:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {_MAX_INT}], got {value}")
+        return number
+
+    return parse
 
 
 def _address(value: str) -> str:
@@ -236,18 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_init)
 
     p = command("tick", "run one tick: reconcile, read memory, decide, skip or submit")
-    p.add_argument("--now", type=int, help="the tick's clock, unix seconds (default: the system clock)")
+    p.add_argument(
+        "--now", type=_bounded(0), help="the tick's clock, unix seconds (default: the system clock)"
+    )
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     p.set_defaults(run=cmd_tick)
 
     p = command("ledger", "what has my agent actually done")
     p.add_argument("--json", action="store_true", help="a JSON array of the ledger's entries")
     p.add_argument("--kind", choices=("acted", "skipped"), help="only entries of this kind")
-    p.add_argument("--since", type=int, metavar="TS", help="only entries at or after unix seconds TS")
+    p.add_argument(
+        "--since", type=_bounded(0), metavar="TS", help="only entries at or after unix seconds TS"
+    )
     p.set_defaults(run=cmd_ledger)
 
     p = command("why", "why did it skip: recent skips with their reasons")
-    p.add_argument("--limit", type=int, default=10, help="how many (default 10)")
+    p.add_argument("--limit", type=_bounded(1), default=10, help="how many (default 10)")
     p.add_argument("--json", action="store_true", help="a JSON array of skipped entries")
     p.set_defaults(run=cmd_why)
 
@@ -274,6 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.run(args)
     except _ERRORS as exc:
         code = getattr(exc, "code", "error")
-        print(f"sail: error[{code}]: {exc}", file=sys.stderr)
+        print(f"sail: error[{code}]: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # never a traceback: one line with a code, exit 1
+        text = f"{type(exc).__name__}: {_one_line(exc)}; this is a bug in sail, please report it"
+        print(f"sail: error[{SailInternalError.code}]: {text}", file=sys.stderr)
         return 1
     return status
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

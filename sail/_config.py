@@ -43,6 +43,8 @@ class SailConfig:
     gas: int = 300_000
     receipt_timeout_s: float = 30.0
     reconcile_wait_s: float = 5.0
+    unsent_after_s: float = 600.0
+    lock_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in _ADDRESS_KEYS:

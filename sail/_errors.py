@@ -8,7 +8,10 @@ The tree::
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
     ├── SailSubmitFailed          sail_submit_failed: the node refused the signed transaction
-    └── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    ├── SailSubmitUncertain       sail_submit_uncertain: the connection failed while sending; the
+    │                             next tick resolves the dispatch from the chain before trading
+    ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    └── SailInternalError         sail_internal_error: an error without a code (a bug), on one line
 
 Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
 journal errors propagate unchanged.
@@ -52,9 +55,28 @@ class SailKeyUnavailable(SailError):
 
 
 class SailSubmitFailed(SailError):
-    """The node refused the signed transaction (nonce, funds, gas); nothing was dispatched."""
+    """The node refused the signed transaction (nonce, funds, gas); nothing was dispatched.
+
+    The write-ahead record is resolved at once as never sent (``dispatch_unsent``).
+    """
 
     code = "sail_submit_failed"
+
+
+class SailSubmitUncertain(SailError):
+    """The connection failed while the signed transaction was being sent: it may have reached the node.
+
+    The dispatch was written ahead to the activity log, so the next tick resolves it from the chain
+    (by its hash, and by the account's nonce) before it trades again.
+    """
+
+    code = "sail_submit_uncertain"
+
+
+class SailInternalError(SailError):
+    """An error sail has no code for (a bug): reported on one line instead of a traceback."""
+
+    code = "sail_internal_error"
 
 
 class SailNodeUnavailable(SailError):

@@ -364,3 +364,12 @@ def quote_unavailable_reason(message: str) -> str:
 
 
 QUOTE_RETURNED_ZERO: Final = "quote returned 0"
+
+
+def unresolved_reason(tx_hash: str, signed_s_ago: int) -> str:
+    """``unresolved dispatch <txHash>, signed <n>s ago``: an earlier dispatch holds the next trade.
+
+    Not one of the seed's forms: a tick never submits while a dispatch it signed earlier is neither
+    ledgered with a final outcome nor resolved as never sent.
+    """
+    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago"

@@ -5,6 +5,8 @@ Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its contex
     LedgerError                   base: code, message, path, line
     ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses
     ├── LedgerBusy                ledger_busy: another tick held the ledger's lock past the timeout
+    ├── LedgerNotAFile            ledger_not_a_file: a ledger, activity log, lock or snapshot path
+    │                             is a directory, FIFO, socket, device or symbolic link
     └── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
                                   activity log's schema refuses
 
@@ -67,3 +69,22 @@ class LedgerBusy(LedgerError):
     """Another tick held the ledger's lock for longer than the timeout; nothing was written."""
 
     code = "ledger_busy"
+
+
+class LedgerNotAFile(LedgerError):
+    """A path the agent keeps a file at holds something else; nothing was read or written.
+
+    The ledger, the activity log, their lock files and the snapshot are opened without following a
+    link and without blocking, and must be regular files: a FIFO would hang a reader forever, a
+    link could point anywhere. ``what`` says what was found.
+    """
+
+    code = "ledger_not_a_file"
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        super().__init__(
+            f"{path} is {what}, not a regular file; the agent will not read or write through it: "
+            "move it aside (and restore the file from a backup if it was replaced)",
+            path=path,
+        )
+        self.what = what

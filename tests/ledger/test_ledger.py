@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -185,7 +186,14 @@ def test_appending_keeps_the_snapshot_current(tmp_path: Path) -> None:
     write(ledger, skipped(1), acted(5, 7), skipped(9))
     snap = orjson.loads(ledger.snapshot_path.read_bytes())
     assert snap["ledger"]["size"] == ledger.path.stat().st_size
-    assert snap["lastConfirmed"] == {"ts": 5, "block": 107, "txHash": f"0x{7:064x}"}
+    line = ledger.path.read_bytes().split(b"\n")[1]
+    assert snap["lastConfirmed"] == {
+        "ts": 5,
+        "block": 107,
+        "txHash": f"0x{7:064x}",
+        "offset": ledger.path.read_bytes().index(line),
+        "lineSha256": hashlib.sha256(line).hexdigest(),
+    }
 
 
 def test_a_valid_snapshot_answers_without_reading_the_ledger_body(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ def test_fresh_processes_honour_cadence_and_ledger_each_dispatch_once_under_race
 
     # A tick SIGKILLed right after the acted line is fsync'd (before the snapshot is updated, before
     # its skip is written): the rerun does not ledger that dispatch again.
-    killed = sail(home, "tick", now=acted[0].ts + 3660, failpoints="linelog.after_append=kill")
+    killed = sail(home, "tick", now=acted[0].ts + 3660, failpoints="ledger.reconcile_after_append=kill")
     killed.communicate(timeout=120)
     assert killed.returncode == -9
     last = Ledger(home / ".sail").entries()[-1]

@@ -95,13 +95,25 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
 ) -> None:
     status, out, _ = run(capsys, "status", "--home", str(home), "--json")
     assert status == 0
+    # the newest entry is a balance skip: that, not the clock, holds the next trade
     assert json.loads(out) | {"ledger": ""} == {
         "lastConfirmed": {"ts": 1000, "block": 7, "txHash": f"0x{7:064x}"},
         "intervalS": 3600,
-        "nextEligibleTs": 4600,
+        "nextEligibleTs": None,
+        "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "since": 9000},
         "openDispatches": [],
+        "lastTick": None,
+        "failedTicksSinceSuccess": 0,
+        "failedTicksCountedAll": True,
         "ledger": "",
     }
+    _, out, _ = run(capsys, "status", "--home", str(home))
+    assert "next eligible" not in out and "eligible at" not in out
+    assert "next trade: blocked: balance 1 < min 25000000 (as of the tick at 1970-01-01 02:30:00 UTC" in out
+    with Ledger(home / ".sail").writer() as w:
+        w.append(Skipped(ts=9060, block=10, chain_id=31337, reason=cadence_reason(60, 3600)))
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    assert (json.loads(out)["nextEligibleTs"], json.loads(out)["blockedBy"]) == (4600, None)
 
 
 def test_init_writes_a_config_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

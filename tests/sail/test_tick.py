@@ -11,10 +11,12 @@ from memory.ledger import (
     Acted,
     ActivityLog,
     DispatchSettled,
+    DispatchSigned,
     DispatchSubmitted,
     Ledger,
     Outcome,
     Skipped,
+    TokenMetadata,
     reconcile,
 )
 from sail._chain import Chain
@@ -72,9 +74,9 @@ def test_the_submitting_tick_writes_nothing_to_the_ledger(world: World) -> None:
     assert result.dispatched is not None and result.skipped is None
     assert world.ledger().entries() == []
     records = ActivityLog(world.sail_dir).read()
-    assert [type(r) for r in records] == [DispatchSubmitted, DispatchSettled]
-    assert records[0].tx_hash == result.dispatched.tx_hash  # type: ignore[union-attr]
-    assert records[1].event == "dispatch_executed"  # type: ignore[union-attr]
+    assert [type(r) for r in records] == [TokenMetadata, DispatchSigned, DispatchSubmitted, DispatchSettled]
+    assert {r.tx_hash for r in records[1:]} == {result.dispatched.tx_hash}  # type: ignore[union-attr]
+    assert records[3].event == "dispatch_executed"  # type: ignore[union-attr]
 
 
 def test_a_reverted_swap_is_ledgered_with_nulls_where_the_seed_says(world: World) -> None:
@@ -281,7 +283,11 @@ def test_a_dispatch_whose_node_is_unreachable_is_unverified_then_resolved(world:
         (entry,) = reconcile(w, activity, dead, clock=lambda: world.clock.now, receipt_timeout=0.2)
     assert (entry.outcome, entry.block, entry.gas_used) == (Outcome.UNVERIFIED, None, None)
     assert (entry.token_in, entry.token_out) == (world.market.usdc, world.market.weth)  # from the calldata
-    assert entry.amount_in is None  # the token's decimals could not be read: nothing is guessed
+    # the base units from the calldata, the human form from the metadata logged before the swap
+    assert entry.amount_in is not None and entry.amount_in.to_wire() == {
+        "baseUnits": "25000000",
+        "human": "25.0 USDC",
+    }
     with world.ledger().writer() as w:
         (resolved,) = reconcile(
             w, activity, Chain(world.w3), clock=lambda: world.clock.now, receipt_timeout=1
