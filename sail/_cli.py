@@ -246,9 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ledger", "what has my agent actually done")
     p.add_argument("--json", action="store_true", help="a JSON array of the ledger's entries")
     p.add_argument("--kind", choices=("acted", "skipped"), help="only entries of this kind")
-    p.add_argument(
-        "--since", type=_bounded(0), metavar="TS", help="only entries at or after unix seconds TS"
-    )
+    p.add_argument("--since", type=_bounded(0), metavar="TS", help="only entries at or after unix seconds TS")
     p.set_defaults(run=cmd_ledger)
 
     p = command("why", "why did it skip: recent skips with their reasons")

@@ -28,6 +28,7 @@ from typing import Any
 import requests
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_utils.exceptions import ValidationError as EthValidationError
 from web3 import Web3
 from web3.exceptions import Web3RPCError
 
@@ -241,7 +242,7 @@ class Runner:
 
 
 #: errors with which a node answered ``eth_sendRawTransaction``: it does not have the transaction
-_REFUSALS: tuple[type[BaseException], ...] = (Web3RPCError, *_TESTER_ERRORS)
+_REFUSALS: tuple[type[BaseException], ...] = (Web3RPCError, EthValidationError, *_TESTER_ERRORS)
 #: errors of the connection itself: the transaction may or may not have arrived
 _TRANSPORT: tuple[type[BaseException], ...] = (requests.RequestException, OSError)
 

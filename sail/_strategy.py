@@ -59,7 +59,17 @@ class Swap:
 
 
 class Strategy(Protocol):
-    """Anything with ``decide``."""
+    """Anything with ``decide`` and an ``interval_s``.
+
+    ``interval_s`` is the shortest time the strategy lets pass between two confirmed acts: before a
+    swap is submitted, the tick checks the ledger's own tail over that span, so a snapshot that
+    under-states the last act can never cause a swap inside it.
+    """
+
+    @property
+    def interval_s(self) -> int:
+        """Seconds between confirmed acts, at least."""
+        ...
 
     def decide(self, state: TickState) -> Skip | Swap:
         """Return what to do this tick; raise only for failures (a chain read that failed)."""

@@ -91,6 +91,11 @@ def tick(
         decision = strategy.decide(
             TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
         )
+        if isinstance(decision, Swap) and _snapshot_understates(writer, now() - strategy.interval_s):
+            state = writer.rebuild()  # the ledger's tail knows a later act: it wins, and we decide again
+            decision = strategy.decide(
+                TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
+            )
         if isinstance(decision, Swap) and state.open:
             oldest = min(state.open, key=lambda d: d.ts)
             decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
@@ -102,6 +107,13 @@ def tick(
             return TickResult(tuple(reconciled), entry, None)
         _remember_token(writer, activity, chain, decision.token_in, now())
         return TickResult(tuple(reconciled), None, runner.submit(decision))
+
+
+def _snapshot_understates(writer: LedgerWriter, since: int) -> bool:
+    """Whether the ledger's tail holds a confirmed act since ``since`` later than the snapshot's."""
+    found, conclusive = writer.ledger.recent_confirmed(since)
+    last = writer.state.last_confirmed
+    return not conclusive or (found is not None and (last is None or found.ts > last.ts))
 
 
 def _remember_token(writer: LedgerWriter, activity: ActivityLog, chain: Chain, token: str, now: int) -> None:

@@ -30,11 +30,10 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
-from journal import JournalCorrupt, JournalUnwritable, LineDamaged, LineLog
+from journal import JournalCorrupt, LineDamaged, LineLog
 from memory.ledger._errors import ActivityInvalidRecord
 from memory.ledger._lines import LineFile, require_regular
 from memory.ledger._snapshot import OpenDispatch
-from staging import failpoint
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _TX_HASH = re.compile(r"0x[0-9a-fA-F]{64}\Z")
@@ -529,14 +528,6 @@ class ActivityLog:
         require_regular(self.path, Path(f"{self.path}.lock"))
         with self._log.locked() as log:
             log.recover()
-            if isinstance(record, DispatchSigned):
-                try:  # a fault injected where the write-ahead line is written (tests only)
-                    failpoint("activity.write_ahead")
-                except OSError as exc:
-                    raise JournalUnwritable(
-                        f"cannot append to {self.path}: {exc.strerror or exc}; check free space and the disk",
-                        path=self.path,
-                    ) from exc
             log.append(record)
 
     def read(self) -> Sequence[ActivityRecord]:

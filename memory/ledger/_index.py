@@ -15,6 +15,7 @@ from dataclasses import replace
 from memory.ledger._activity import (
     ActivityRecord,
     DispatchDropped,
+    DispatchSettled,
     DispatchSigned,
     DispatchSubmitted,
     DispatchUnsent,
@@ -55,6 +56,11 @@ class StateBuilder:
             ref = LineRef(line.offset, line_sha256(line.raw))
             broadcast = isinstance(record, DispatchSubmitted)
             self.open[key] = OpenDispatch(record.tx_hash, nonce, record.ts, ref, broadcast=broadcast)
+        elif isinstance(record, DispatchSettled):
+            key = record.tx_hash.lower()
+            known = self.open.get(key)
+            if known is not None:
+                self.open[key] = replace(known, broadcast=True, settled=True)
         elif isinstance(record, DispatchUnsent):
             key = record.tx_hash.lower()
             dispatch = self.open.pop(key, None)

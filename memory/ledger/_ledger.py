@@ -30,6 +30,11 @@ from memory.ledger._index import StateBuilder
 from memory.ledger._lines import LineFile, require_regular
 from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
 
+#: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
+CLOCK_SKEW_S = 3600
+#: a tail read for recent confirmed acts gives up (and the snapshot is rebuilt) past this many lines
+MAX_TAIL_LINES = 100_000
+
 
 @dataclass(frozen=True)
 class _Open:
@@ -110,6 +115,30 @@ class Ledger:
         """
         return self.state().last_confirmed
 
+    def recent_confirmed(self, since: int) -> tuple[LastAct | None, bool]:
+        """The latest-by-``ts`` confirmed act at or after ``since``, read from the ledger's tail.
+
+        Costs the lines written since about ``since``, not the ledger's length: the backward read
+        stops at the first skip or unverified line (stamped by its tick's clock when written) older
+        than ``since`` by more than ``CLOCK_SKEW_S``, since every line before it was written before
+        then, and a confirmed act is written after its block. Returns the act (or None) and whether
+        the read was conclusive (False when it gave up after ``MAX_TAIL_LINES`` lines).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+            LedgerNotAFile: the ledger or its lock is not a regular file.
+        """
+        best: LastAct | None = None
+        for count, entry in enumerate(self.iter_reverse()):
+            if count >= MAX_TAIL_LINES:
+                return best, False
+            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
+                if entry.ts >= since and (best is None or entry.ts > best.ts):
+                    best = LastAct(entry.ts, entry.block or 0, entry.tx_hash)
+            elif _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < since:
+                return best, True
+        return best, True
+
     def state(self, *, save: bool = True) -> Snapshot:
         """The snapshot, verified against the ledger and the activity log, caught up or rebuilt.
 
@@ -152,6 +181,11 @@ class Ledger:
                 return loaded, False
             return self._fold(files, loaded), True
         return self._fold(files, None), True
+
+    def _rebuilt(self) -> Snapshot:
+        """The state folded from both files whole, whatever the snapshot says."""
+        with self._opened() as files:
+            return self._fold(files, None)
 
     def _advance(self, snap: Snapshot) -> Snapshot:
         """``snap`` (verified earlier in this process) caught up with what was appended since."""
@@ -285,6 +319,16 @@ class LedgerWriter:
         self.state = self._ledger._advance(self.state)
         return self.state
 
+    def rebuild(self) -> Snapshot:
+        """Fold both files whole, ignoring the snapshot (it disagreed with the ledger's tail)."""
+        self.state = self._ledger._rebuilt()
+        return self.state
+
     def last_confirmed(self) -> LastAct | None:
         """The last confirmed act as of the last ``refresh()``."""
         return self.state.last_confirmed
+
+
+def _stamped_when_written(entry: Entry) -> bool:
+    """True for lines whose ``ts`` is the writing tick's clock (skips, unverified acts)."""
+    return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)

@@ -230,7 +230,7 @@ def _resolve(run: _Pass, dispatch: OpenDispatch, record: Dispatch) -> None:
             run, tx_hash, 0 if tx is not None and tx.block is not None else run.receipt_timeout
         )
         if receipt is not None:
-            _ledger_mined(run, record, receipt, tx)
+            _ledger_mined(run, record, receipt, tx, settled=dispatch.settled)
         elif tx is not None or dispatch.broadcast:
             _unverified_once(run, dispatch, record, tx)
         return  # unreadable, and never known to have left: wait (the tick will not trade)
@@ -319,7 +319,9 @@ def _receipt(run: _Pass, tx_hash: str, timeout: float) -> Receipt | None:
         return None  # unreadable is unreadable, whatever the reason
 
 
-def _ledger_mined(run: _Pass, record: Dispatch, receipt: Receipt, tx: ChainTransaction | None) -> None:
+def _ledger_mined(
+    run: _Pass, record: Dispatch, receipt: Receipt, tx: ChainTransaction | None, *, settled: bool = False
+) -> None:
     """Ledger a mined dispatch from the chain: its own input, receipt, logs and balances."""
     if tx is None or tx.block is None:
         tx = run.reader.transaction(record.tx_hash)
@@ -351,15 +353,8 @@ def _ledger_mined(run: _Pass, record: Dispatch, receipt: Receipt, tx: ChainTrans
         "amount_in": amount_in,
     }
     if receipt.status != 1:
-        try:
-            reason = run.reader.revert_reason(record.tx_hash)
-        except ChainUnavailable:
-            reason = None
-        run.log(
-            DispatchSettled(
-                run.now, "dispatch_reverted", record.tx_hash, receipt.block, receipt.gas_used, reason
-            )
-        )
+        if not settled:  # the runner did not live to log the revert and its reason: log them now
+            _log_revert(run, record.tx_hash, receipt)
         run.ledger(Acted(outcome=Outcome.REVERTED, amount_out=None, balances_after=None, **common))  # type: ignore[arg-type]
         return
     received = transferred_to(receipt.logs, token=call.token_out, recipient=record.sender)
@@ -371,6 +366,14 @@ def _ledger_mined(run: _Pass, record: Dispatch, receipt: Receipt, tx: ChainTrans
     run.ledger(
         Acted(outcome=Outcome.CONFIRMED, amount_out=amount_out, balances_after=balances, **common)  # type: ignore[arg-type]
     )
+
+
+def _log_revert(run: _Pass, tx_hash: str, receipt: Receipt) -> None:
+    try:
+        reason = run.reader.revert_reason(tx_hash)
+    except ChainUnavailable:
+        reason = None
+    run.log(DispatchSettled(run.now, "dispatch_reverted", tx_hash, receipt.block, receipt.gas_used, reason))
 
 
 def _compare(run: _Pass, record: Dispatch, tx: ChainTransaction) -> None:

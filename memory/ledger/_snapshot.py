@@ -89,7 +89,8 @@ class OpenDispatch:
 
     ``line`` is its ``dispatch_signed`` (else ``dispatch_submitted``) line in the activity log;
     ``broadcast`` says a node accepted it; ``unverified`` that the ledger already holds an
-    ``unverified`` entry for it (written once).
+    ``unverified`` entry for it (written once); ``settled`` that the activity log already holds its
+    receipt's outcome (so reconcile does not log it again).
     """
 
     tx_hash: str
@@ -98,6 +99,7 @@ class OpenDispatch:
     line: LineRef
     broadcast: bool = False
     unverified: bool = False
+    settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def _dispatch_wire(d: OpenDispatch) -> dict[str, Any]:
         "lineSha256": d.line.sha256,
         "broadcast": d.broadcast,
         "unverified": d.unverified,
+        "settled": d.settled,
     }
 
 
@@ -210,6 +213,7 @@ def _dispatch(obj: dict[str, Any]) -> OpenDispatch:
         line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])),
         broadcast=_bool(obj["broadcast"]),
         unverified=_bool(obj["unverified"]),
+        settled=_bool(obj["settled"]),
     )
 
 

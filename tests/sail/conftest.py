@@ -74,7 +74,12 @@ class World:
         return DcaStrategy(**args)
 
     def tick(
-        self, *, receipt_timeout: float = 10.0, reconcile_wait_s: float = 2.0, **overrides: Any
+        self,
+        *,
+        receipt_timeout: float = 10.0,
+        reconcile_wait_s: float = 2.0,
+        unsent_after_s: float = 600.0,
+        **overrides: Any,
     ) -> TickResult:
         """One tick with fresh objects (no state carried in memory between ticks)."""
         chain = Chain(self.w3)
@@ -88,6 +93,7 @@ class World:
             runner=runner,
             clock=self.clock,
             reconcile_wait_s=reconcile_wait_s,
+            unsent_after_s=unsent_after_s,
         )
 
     def ledger(self) -> Ledger:
