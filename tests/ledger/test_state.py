@@ -62,11 +62,13 @@ def test_a_last_confirmed_edited_to_null_is_caught_by_its_digest(tmp_path: Path)
     assert Ledger(tmp_path).last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
 
 
-def test_a_snapshot_pointing_at_another_line_is_caught_by_the_lines_digest(tmp_path: Path) -> None:
+def test_a_snapshot_naming_a_line_that_is_not_there_is_caught_by_the_lines_digest(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     write(ledger, acted(5, 7), skipped(6), acted(8, 9))
     snap = orjson.loads(ledger.snapshot_path.read_bytes())
-    _forge(ledger, {"lastConfirmed": {**snap["lastConfirmed"], "offset": 0}})  # the first act's line
+    # the first act's values at the first line's offset, with the digest of the last line
+    older = {"ts": 5, "block": 107, "txHash": f"0x{7:064x}", "offset": 0}
+    _forge(ledger, {"lastConfirmed": {**snap["lastConfirmed"], **older}})
     assert Ledger(tmp_path).last_confirmed() == LastAct(8, 109, f"0x{9:064x}")
 
 

@@ -320,3 +320,55 @@ def test_a_killed_runner_leaves_no_swap_unlogged_and_the_activity_log_orders_sig
     result = world.tick()
     assert [(e.tx_hash, e.outcome) for e in result.reconciled] == [(signed.tx_hash, Outcome.CONFIRMED)]
     assert isinstance(world.ledger().entries()[-1], Skipped) and swaps_mined(world, nonce) == 1
+
+
+def _forge_last_confirmed(world: World, value: object) -> None:
+    """Rewrite the snapshot's lastConfirmed and recompute its digest, as a careful hand would."""
+    import hashlib
+
+    path = world.ledger().snapshot_path
+    snap = orjson.loads(path.read_bytes())
+    snap.pop("digest")
+    snap["lastConfirmed"] = value
+    digest = hashlib.sha256(orjson.dumps(snap, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    path.write_bytes(orjson.dumps({**snap, "digest": digest}))
+
+
+@pytest.mark.parametrize("forged", [False, True], ids=["by-hand", "digest-recomputed"])
+def test_a_last_confirmed_edited_to_null_never_causes_a_swap_inside_the_interval(
+    world: World, forged: bool
+) -> None:
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    world.tick()
+    world.clock.now += 60
+    (entry,) = world.tick().reconciled
+    if forged:
+        _forge_last_confirmed(world, None)
+    else:
+        path = world.ledger().snapshot_path
+        path.write_bytes(path.read_bytes().replace(b'"lastConfirmed": {', b'"lastConfirmed": null, "x": {'))
+    world.clock.now = entry.ts + INTERVAL - 60
+    result = world.tick()
+    assert result.dispatched is None and swaps_mined(world, nonce) == 1
+    assert (
+        result.skipped is not None
+        and result.skipped.reason == f"cadence: last acted {INTERVAL - 60}s ago, interval {INTERVAL}s"
+    )
+
+
+@pytest.mark.parametrize("forged", [False, True], ids=["by-hand", "digest-recomputed"])
+def test_a_last_confirmed_edited_to_a_later_time_never_causes_a_false_skip(
+    world: World, forged: bool
+) -> None:
+    world.tick()
+    world.clock.now += 60
+    (entry,) = world.tick().reconciled
+    snap = orjson.loads(world.ledger().snapshot_path.read_bytes())
+    later = {**snap["lastConfirmed"], "ts": entry.ts + 10 * INTERVAL}
+    if forged:
+        _forge_last_confirmed(world, later)
+    else:
+        snap["lastConfirmed"] = later
+        world.ledger().snapshot_path.write_bytes(orjson.dumps(snap))
+    world.clock.now = entry.ts + INTERVAL
+    assert world.tick().dispatched is not None  # one interval after the real act: it trades
