@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import portalocker
 
 from journal import LineLog
@@ -27,11 +28,13 @@ from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._index import StateBuilder
-from memory.ledger._lines import LineFile, require_regular
+from memory.ledger._lines import Line, LineFile, require_regular
 from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
 
 #: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
 CLOCK_SKEW_S = 3600
+#: a reader writes the snapshot back when it folded more than this (a rebuild always)
+SAVE_AFTER_BYTES = 64 * 1024
 #: a tail read for recent confirmed acts gives up (and the snapshot is rebuilt) past this many lines
 MAX_TAIL_LINES = 100_000
 
@@ -144,16 +147,17 @@ class Ledger:
 
         With a snapshot that verifies, this reads a few small pieces of each file and whatever was
         appended since, whatever their length; otherwise both files are read whole and the
-        snapshot is rebuilt. A new or advanced snapshot is written back (``save``), never one from a
-        read that failed.
+        snapshot is rebuilt. With ``save``, a rebuilt snapshot, or one that had fallen more than
+        ``SAVE_AFTER_BYTES`` behind, is written back (a tick's writer saves it at the end of every
+        tick); never one from a read that failed.
 
         Raises:
             journal.JournalCorrupt: a damaged line among those read (nothing is saved).
             LedgerNotAFile: a file of the agent is not a regular file.
         """
         with self._opened() as files:
-            snap, changed = self._current(files)
-        if save and changed:
+            snap, folded = self._current(files)
+        if save and folded > SAVE_AFTER_BYTES:
             _snapshot.save(self.snapshot_path, snap)
         return snap
 
@@ -174,13 +178,13 @@ class Ledger:
             if ledger_fd is not None:
                 os.close(ledger_fd)
 
-    def _current(self, files: _Open) -> tuple[Snapshot, bool]:
+    def _current(self, files: _Open) -> tuple[Snapshot, int]:
+        """The verified state, and how many bytes were folded to get it (all, for a rebuild)."""
         loaded = _snapshot.load(self.snapshot_path)
         if loaded is not None and self._verified(loaded, files):
-            if (loaded.ledger.size, loaded.activity.size) == (files.ledger_end, files.activity_end):
-                return loaded, False
-            return self._fold(files, loaded), True
-        return self._fold(files, None), True
+            behind = files.ledger_end - loaded.ledger.size + files.activity_end - loaded.activity.size
+            return (loaded, 0) if behind == 0 else (self._fold(files, loaded), behind)
+        return self._fold(files, None), files.ledger_end + files.activity_end + SAVE_AFTER_BYTES + 1
 
     def _rebuilt(self) -> Snapshot:
         """The state folded from both files whole, whatever the snapshot says."""
@@ -199,16 +203,25 @@ class Ledger:
             return self._fold(files, None)
 
     def _fold(self, files: _Open, start: Snapshot | None) -> Snapshot:
-        """Fold the activity lines past ``start``'s prefix, then the ledger's (all, when None)."""
+        """Fold the activity lines past ``start``'s prefix, then the ledger's (all, when None).
+
+        Lines that cannot change the state (tick records, skips) are parsed as JSON but not
+        validated field by field: a full rebuild reads both files whole, and this keeps it to the
+        cost of parsing them. Damage in such a line mid-file is for full reads to find.
+        """
         builder = StateBuilder(start)
         if files.activity_fd is not None:
             begin = 0 if start is None else start.activity.size
-            for line in self._activity.forward(files.activity_fd, begin, files.activity_end):
-                builder.fold_activity(line)
+            for offset, raw in self._activity.forward_raw(files.activity_fd, begin, files.activity_end):
+                if _field(raw, "event") not in _INERT_EVENTS:
+                    builder.fold_activity(
+                        Line(offset, raw, self._activity.decode(raw, offset, files.activity_fd))
+                    )
         if files.ledger_fd is not None:
             begin = 0 if start is None else start.ledger.size
-            for entry in self.lines.forward(files.ledger_fd, begin, files.ledger_end):
-                builder.fold_ledger(entry)
+            for offset, raw in self.lines.forward_raw(files.ledger_fd, begin, files.ledger_end):
+                if _field(raw, "kind") != "skipped":
+                    builder.fold_ledger(Line(offset, raw, self.lines.decode(raw, offset, files.ledger_fd)))
         return builder.freeze(
             Coverage.of(files.ledger_fd, files.ledger_end, self.path),
             Coverage.of(files.activity_fd, files.activity_end, self.activity_path),
@@ -274,7 +287,11 @@ class Ledger:
                     path=self.path,
                 ) from exc
             log.recover()
-            writer = LedgerWriter(self, log, self.state())
+            with self._opened() as files:
+                state, folded = self._current(files)
+            if folded:
+                _snapshot.save(self.snapshot_path, state)
+            writer = LedgerWriter(self, log, state)
             yield writer
             before = writer.state
             if writer.refresh() != before or writer.appended:
@@ -327,6 +344,19 @@ class LedgerWriter:
     def last_confirmed(self) -> LastAct | None:
         """The last confirmed act as of the last ``refresh()``."""
         return self.state.last_confirmed
+
+
+#: activity events that never change the snapshot's state
+_INERT_EVENTS = frozenset({"tick_started", "tick_finished"})
+
+
+def _field(raw: bytes, name: str) -> object:
+    """The value of key ``name`` in the JSON object ``raw`` holds (None when it is not one)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return obj.get(name) if isinstance(obj, dict) else None
 
 
 def _stamped_when_written(entry: Entry) -> bool:

@@ -32,6 +32,7 @@ from memory.ledger._errors import LedgerNotAFile
 T = TypeVar("T")
 
 _BLOCK = 64 * 1024
+_FIRST_BLOCK = 4096
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -182,11 +183,13 @@ class LineFile(Generic[T]):
         Text after the last newline before ``end`` (an unfinished append) is not a line.
         """
         pos, buf, started = end, b"", False  # buf holds the file's bytes [pos, pos + len(buf))
+        block = _FIRST_BLOCK  # most readers want a few lines: start small, then read more at once
         while True:
             if pos > 0:
-                size = min(_BLOCK, pos)
+                size = min(block, pos)
                 pos -= size
                 buf = pread(fd, size, pos, self.path) + buf
+                block = min(_BLOCK, block * 4)
             if not started:
                 nl = buf.rfind(b"\n")
                 if nl < 0:
