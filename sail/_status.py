@@ -33,7 +33,7 @@ from memory.ledger import (
 )
 from sail._config import SailConfig, sail_dir
 
-#: the reasons, from the seed's forms, that say the next trade waits on the owner, not the clock
+#: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
 _BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
 #: how far back ``status`` counts failed ticks before it says "at least"
 MAX_TICKS_SCANNED = 100_000

@@ -1,4 +1,4 @@
-"""The canonical tick (the seed's ``tick()``): reconcile → read memory → decide → skip or submit.
+"""The canonical tick: reconcile → read memory → decide → skip or submit.
 
 1. Reconcile first: every dispatch the runner signed and nothing has resolved yet is resolved from
    the chain — ledgered from its transaction, receipt and balance reads, or logged as never sent

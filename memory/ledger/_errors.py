@@ -12,7 +12,7 @@ Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its contex
 
 A damaged line in the middle of ``ledger.jsonl`` or ``activity.jsonl`` is the line log's business:
 it raises ``journal.JournalCorrupt`` (code ``journal_corrupt``, with ``path`` and ``line``), which
-propagates unchanged, like every journal error (SPEC R-J6). A torn last line is not an error: the
+propagates unchanged, like every journal error. A torn last line is not an error: the
 next locked open cuts it.
 """
 
@@ -37,7 +37,7 @@ class LedgerError(Exception):
 
 
 class LedgerInvalidEntry(LedgerError, ValueError):
-    """An entry does not fit the seed's schema; nothing was written.
+    """An entry does not fit the entry schema; nothing was written.
 
     ``field`` names the offending key (camelCase, as in the file) and ``reason`` says what is wrong.
     """
@@ -47,7 +47,7 @@ class LedgerInvalidEntry(LedgerError, ValueError):
     def __init__(self, field: str, reason: str, *, path: str | Path | None = None) -> None:
         super().__init__(
             f"ledger entry field {field!r}: {reason}; build entries with Acted/Skipped "
-            "(the schema is the seed's and admits nothing else)",
+            "(the schema is fixed and admits nothing else)",
             path=path,
         )
         self.field = field

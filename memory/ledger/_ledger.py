@@ -289,7 +289,7 @@ class Ledger:
             log.recover()
             with self._opened() as files:
                 state, folded = self._current(files)
-            if folded:
+            if folded > SAVE_AFTER_BYTES:  # a rebuild: keep it even if the tick fails
                 _snapshot.save(self.snapshot_path, state)
             writer = LedgerWriter(self, log, state)
             yield writer

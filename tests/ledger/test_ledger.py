@@ -1,4 +1,4 @@
-"""The ledger file (SPEC R-A1, R-A4, R-A8): append-only, torn tails cut, damage named, snapshot."""
+"""The ledger file: append-only, torn tails cut, damage named, snapshot."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def test_concurrent_writers_interleave_whole_lines(tmp_path: Path) -> None:
     )
 
 
-# -- the snapshot (R-A8) -----------------------------------------------------------------------
+# -- the snapshot -----------------------------------------------------------------------
 
 
 def test_appending_keeps_the_snapshot_current(tmp_path: Path) -> None:

@@ -76,7 +76,9 @@ def test_fresh_processes_honour_cadence_and_ledger_each_dispatch_once_under_race
     home, market, w3 = agent_home
     now = int(w3.eth.get_block("latest")["timestamp"])
     submitted = json.loads(finish(sail(home, "tick", "--json", now=now)))["submitted"]
-    assert submitted is not None and Ledger(home / ".sail").entries() == []  # R-A6
+    assert (
+        submitted is not None and Ledger(home / ".sail").entries() == []
+    )  # nothing is ledgered on the submitting tick
 
     # Two ticks at once, each a fresh process: the ledger's lock serialises them; the dispatch is
     # ledgered once and both then skip on cadence, read from the ledger (no in-memory state).

@@ -1,4 +1,4 @@
-"""The tick and reconcile against a real in-process EVM (SPEC R-A2 to R-A7, R-A9)."""
+"""The tick and reconcile against a real in-process EVM."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_the_submitting_tick_writes_nothing_to_the_ledger(world: World) -> None:
     assert records[3].event == "dispatch_executed"  # type: ignore[union-attr]
 
 
-def test_a_reverted_swap_is_ledgered_with_nulls_where_the_seed_says(world: World) -> None:
+def test_a_reverted_swap_is_ledgered_with_nulls_where_the_schema_says(world: World) -> None:
     router = world.contract("SwapRouter", world.market.router)
     world.as_owner(router.functions.withdraw(world.market.weth, 100 * 10**18))  # nothing left to pay out
     usdc_before = world.balance(world.market.usdc)
@@ -215,7 +215,7 @@ def test_a_transfer_from_a_look_alike_contract_is_not_counted(world: World) -> N
     assert entry.balances_after[world.market.weth] == world.balance(world.market.weth) == EXPECTED_OUT
 
 
-# -- cadence and skips (R-A4, R-A5) -----------------------------------------------------------
+# -- cadence and skips -----------------------------------------------------------
 
 
 def test_cadence_is_honoured_from_the_last_confirmed_act_in_the_ledger(world: World) -> None:
@@ -251,7 +251,7 @@ def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
         ("rate1", {}, "quote returned 0"),
     ],
 )
-def test_every_skip_reason_is_ledgered_once_in_the_seeds_form(
+def test_every_skip_reason_is_ledgered_once_in_its_standard_form(
     world: World, setup: str, overrides: dict[str, object], reason: str
 ) -> None:
     if setup == "revoke":
