@@ -291,10 +291,10 @@ class Ledger:
                 state, folded = self._current(files)
             if folded > SAVE_AFTER_BYTES:  # a rebuild: keep it even if the tick fails
                 _snapshot.save(self.snapshot_path, state)
+                folded = 0
             writer = LedgerWriter(self, log, state)
             yield writer
-            before = writer.state
-            if writer.refresh() != before or writer.appended:
+            if writer.refresh() != state or folded:
                 _snapshot.save(self.snapshot_path, writer.state)
 
 
