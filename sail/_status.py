@@ -73,11 +73,14 @@ class TickHistory:
 
 
 def tick_history(records: Iterable[ActivityRecord]) -> TickHistory:
-    """Read ``records`` newest first until the last successful tick (or the bound)."""
+    """Read ``records`` newest first until the last successful tick (or the bound).
+
+    A ``tick_started`` with no ``tick_finished`` of its process after it is a tick that is still
+    running when it is the newest, and one that was killed otherwise (counted as failed).
+    """
     last: TickFinished | TickStarted | None = None
-    failed = 0
-    seen = 0
-    finished_pids: set[int] = set()
+    failed = seen = 0
+    awaiting_start: set[int] = set()  # processes whose finish was read and whose start was not yet
     for record in records:
         if not isinstance(record, TickFinished | TickStarted):
             continue
@@ -85,12 +88,15 @@ def tick_history(records: Iterable[ActivityRecord]) -> TickHistory:
         if seen > MAX_TICKS_SCANNED:
             return TickHistory(last, failed, False)
         if isinstance(record, TickStarted):
-            if last is None and record.pid not in finished_pids:
-                last = record  # began, and has not finished (running, or killed)
+            if record.pid in awaiting_start:
+                awaiting_start.discard(record.pid)
+            elif last is None:
+                last = record  # began, and has not finished: still running, or killed
+            else:
+                failed += 1  # began, and never finished: killed
             continue
-        finished_pids.add(record.pid)
-        if last is None:
-            last = record
+        awaiting_start.add(record.pid)
+        last = last or record
         if record.ok:
             return TickHistory(last, failed, True)
         failed += 1

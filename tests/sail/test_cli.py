@@ -331,6 +331,9 @@ def test_status_shows_the_last_tick_its_outcome_and_the_failures_since_the_last_
     _, out, _ = run(capsys, "status", "--home", str(home))
     assert "last tick: 1970-01-01 02:35:00 UTC, running (started and not finished" in out
     assert "failed ticks since the last successful one: 2" in out
+    log.append(TickStarted(9400, 45))  # the one before never finished: it was killed
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    assert (json.loads(out)["lastTick"]["ts"], json.loads(out)["failedTicksSinceSuccess"]) == (9400, 3)
 
 
 def test_every_failed_tick_is_recorded_with_its_code_even_before_the_chain_is_touched(
