@@ -277,8 +277,12 @@ def _unknown_to_the_node(run: _Pass, dispatch: OpenDispatch, record: Dispatch, n
                 run.now,
                 dispatch.tx_hash,
                 nonce,
-                f"nonce {nonce} still unused {age}s after signing and no "
-                "node knows the transaction: it was never broadcast",
+                f"nonce {nonce} still unused {age}s after signing and no node knows the transaction: "
+                + (
+                    "a node accepted it, then dropped it from its pool; it was never mined"
+                    if dispatch.broadcast
+                    else "it was never broadcast"
+                ),
             )
         )
 
