@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -24,6 +24,9 @@ from sail._errors import SailError, SailInternalError, SailKeyUnavailable
 from sail._status import agent_status, format_status, ledger_rows, recent_skips, when
 from sail._ticklog import TickRecorder
 from staging import StagingError
+
+if TYPE_CHECKING:
+    from sail._tick import TickResult
 
 _ERRORS = (SailError, LedgerError, JournalError, StagingError)
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
@@ -119,7 +122,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tick(home: Path, clock: Callable[[], float]) -> Any:
+def _tick(home: Path, clock: Callable[[], float]) -> TickResult:
     config = load_config(home)
     if config.keystore is None and not os.environ.get(config.key_env):
         # said before web3 is imported (seconds on a small machine): the commonest setup mistake
