@@ -3,7 +3,7 @@
 Every error carries a stable ``code`` (docs/SURFACE.md) and a message that says what to do.
 The tree::
 
-    SailError                     base: code, message, path
+    SailError                     base (a staging.CodedError): path
     ├── SailConfigMissing         sail_config_missing: no .sail/config.toml (run `sail init`)
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
@@ -11,7 +11,7 @@ The tree::
     ├── SailSubmitUncertain       sail_submit_uncertain: the connection failed while sending; the
     │                             next tick resolves the dispatch from the chain before trading
     ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
-    └── SailInternalError         sail_internal_error: an error without a code (a bug), on one line
+    └── SailChainMissing          sail_chain_missing: the `chain` extra (web3) is not installed
 
 Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
 journal errors propagate unchanged.
@@ -21,19 +21,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class SailError(Exception):
+
+class SailError(CodedError):
     """Base of every sail error; ``code`` is stable."""
 
     code = "sail_error"
 
     def __init__(self, message: str, *, path: str | Path | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class SailConfigMissing(SailError):
@@ -73,13 +71,13 @@ class SailSubmitUncertain(SailError):
     code = "sail_submit_uncertain"
 
 
-class SailInternalError(SailError):
-    """An error sail has no code for (a bug): reported on one line instead of a traceback."""
-
-    code = "sail_internal_error"
-
-
 class SailNodeUnavailable(SailError):
     """The local anvil node could not be installed, started or reached."""
 
     code = "sail_node_unavailable"
+
+
+class SailChainMissing(SailError):
+    """A command that reads or writes the chain, without the ``chain`` extra (web3) installed."""
+
+    code = "sail_chain_missing"

@@ -5,17 +5,21 @@ the same on a ten-line ledger and on a million-line one. ``ledger`` lists everyt
 everything: one row per trade (an ``unverified`` entry and its later resolution together, linked by
 tx hash), with the revert reason or the never-sent resolution the activity log keeps beside it.
 
-Times are printed in UTC and say so; a timestamp no calendar can show is printed as its number.
+Times follow the command line's convention (``memory.cli``): local time with its UTC offset, and in
+JSON epoch milliseconds in keys ending in ``Ms`` (a ledger entry keeps its own ``ts``). The ledger's
+table shows every time in one zone, named in its header. A timestamp no calendar can show is
+printed as its number, and is null in a ``…Ms`` key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memory.cli import INT64_MAX, format_ms
 from memory.ledger import (
     Acted,
     ActivityLog,
@@ -37,18 +41,19 @@ from sail._config import SailConfig, sail_dir
 _BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
 #: how far back ``status`` counts failed ticks before it says "at least"
 MAX_TICKS_SCANNED = 100_000
-#: the largest integer the JSON outputs carry
-_MAX_JSON_INT = 2**63 - 1
 
 
-def when(ts: int, *, zone: bool = True) -> str:
-    """``ts`` as ``YYYY-MM-DD HH:MM:SS UTC`` (without `` UTC`` when not ``zone``), or ``ts <n>`` when
-    no calendar can show it."""
+def when(ts: int) -> str:
+    """``ts`` for people: local time with its UTC offset, or ``ts <n>`` when no calendar can show it."""
     try:
-        text = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return format_ms(ts * 1000)
     except (OverflowError, OSError, ValueError):
         return f"ts {ts}"
-    return f"{text} UTC" if zone else text
+
+
+def ms(ts: int) -> int | None:
+    """``ts`` in epoch milliseconds, or None beyond what a JSON time carries."""
+    return _fits(ts * 1000)
 
 
 def short(tx_hash: str) -> str:
@@ -57,7 +62,7 @@ def short(tx_hash: str) -> str:
 
 
 def _fits(value: int) -> int | None:
-    return value if 0 <= value <= _MAX_JSON_INT else None
+    return value if 0 <= value <= INT64_MAX else None
 
 
 # -- status ----------------------------------------------------------------------------------------
@@ -117,13 +122,13 @@ def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
     history = tick_history(ActivityLog(directory).iter_reverse())
     last = state.last_confirmed
     blocked = _blocked_by(state.open, newest)
-    next_ts = None if blocked is not None or last is None else _fits(last.ts + config.interval_s)
+    next_ms = None if blocked is not None or last is None else ms(last.ts + config.interval_s)
     return {
         "lastConfirmed": None
         if last is None
-        else {"ts": last.ts, "block": last.block, "txHash": last.tx_hash},
+        else {"tsMs": ms(last.ts), "block": last.block, "txHash": last.tx_hash},
         "intervalS": config.interval_s,
-        "nextEligibleTs": next_ts,
+        "nextEligibleMs": next_ms,
         "blockedBy": blocked,
         "openDispatches": [d.tx_hash for d in state.open],
         "lastTick": _tick_wire(history.last),
@@ -140,12 +145,12 @@ def _blocked_by(open_dispatches: Sequence[Any], newest: Entry | None) -> dict[st
         return {
             "kind": "dispatch",
             "reason": f"unresolved dispatch {oldest.tx_hash}, signed at {when(oldest.ts)}",
-            "since": oldest.ts,
+            "sinceMs": ms(oldest.ts),
         }
     if isinstance(newest, Skipped):
         kind = _BLOCKING.get(newest.reason.split(" ", 1)[0])
         if kind is not None:
-            return {"kind": kind, "reason": newest.reason, "since": newest.ts}
+            return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
     return None
 
 
@@ -154,7 +159,7 @@ def _tick_wire(tick: TickFinished | TickStarted | None) -> dict[str, Any] | None
         return None
     if isinstance(tick, TickStarted):
         return {
-            "ts": tick.ts,
+            "tsMs": ms(tick.ts),
             "outcome": "running",
             "code": None,
             "message": None,
@@ -162,7 +167,7 @@ def _tick_wire(tick: TickFinished | TickStarted | None) -> dict[str, Any] | None
             "txHash": None,
         }
     return {
-        "ts": tick.ts,
+        "tsMs": ms(tick.ts),
         "outcome": tick.outcome,
         "code": tick.code,
         "message": tick.message,
@@ -172,7 +177,7 @@ def _tick_wire(tick: TickFinished | TickStarted | None) -> dict[str, Any] | None
 
 
 def format_status(status: dict[str, Any]) -> list[str]:
-    """The status as lines of text (times in UTC)."""
+    """The status as lines of text (local times with their offset)."""
     lines = [f"last tick: {_describe_tick(status['lastTick'])}"]
     failed = status["failedTicksSinceSuccess"]
     more = "" if status["failedTicksCountedAll"] else " or more"
@@ -181,7 +186,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
     if last is None:
         lines.append("last confirmed act: none")
     else:
-        lines.append(f"last confirmed act: {when(last['ts'])}, block {last['block']}, tx {last['txHash']}")
+        lines.append(f"last confirmed act: {_at(last['tsMs'])}, block {last['block']}, tx {last['txHash']}")
     lines.append(f"next trade: {_describe_next(status, last)}")
     lines.append(f"dispatches awaiting reconcile: {len(status['openDispatches'])}")
     lines.append(f"ledger: {status['ledger']}")
@@ -191,7 +196,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
 def _describe_tick(tick: dict[str, Any] | None) -> str:
     if tick is None:
         return "none recorded"
-    head = f"{when(tick['ts'])}, {tick['outcome']}"
+    head = f"{_at(tick['tsMs'])}, {tick['outcome']}"
     if tick["outcome"] == "running":
         return f"{head} (started and not finished: still running, or killed)"
     if tick["outcome"] == "failed":
@@ -207,13 +212,17 @@ def _describe_next(status: dict[str, Any], last: dict[str, Any] | None) -> str:
         if blocked["kind"] == "dispatch":
             return f"blocked until it is resolved: {blocked['reason']}"
         return (
-            f"blocked: {blocked['reason']} (as of the tick at {when(blocked['since'])}; the owner must act)"
+            f"blocked: {blocked['reason']} (as of the tick at {_at(blocked['sinceMs'])}; the owner must act)"
         )
     if last is None:
         return "eligible now (subject to balance, allowance and quote)"
-    if status["nextEligibleTs"] is None:
-        return f"not within any calendar (last act {when(last['ts'])}, interval {status['intervalS']}s)"
-    return f"eligible at {when(status['nextEligibleTs'])} (interval {status['intervalS']}s)"
+    if status["nextEligibleMs"] is None:
+        return f"not within any calendar (last act {_at(last['tsMs'])}, interval {status['intervalS']}s)"
+    return f"eligible at {_at(status['nextEligibleMs'])} (interval {status['intervalS']}s)"
+
+
+def _at(epoch_ms: int | None) -> str:
+    return "a time beyond the calendar" if epoch_ms is None else when(epoch_ms // 1000)
 
 
 # -- why ------------------------------------------------------------------------------------------
@@ -269,15 +278,16 @@ def _notes(records: Iterable[ActivityRecord]) -> _Notes:
 
 
 def ledger_rows(entries: Sequence[Entry], records: Iterable[ActivityRecord]) -> list[str]:
-    """The ledger as an aligned table, one row per skip and per trade; times in UTC."""
+    """The ledger as an aligned table, one row per skip and per trade, every time in one zone (the
+    local zone's offset now, named in the header)."""
+    zone = datetime.now().astimezone().tzinfo or UTC
+    stamp = _stamper(zone)
     notes = _notes(records)
     rows: list[_Row] = []
     by_hash: dict[str, _Row] = {}
     for entry in entries:
         if isinstance(entry, Skipped):
-            rows.append(
-                _Row(when(entry.ts, zone=False), _block(entry.block), "skipped", entry.reason, "", "")
-            )
+            rows.append(_Row(stamp(entry.ts), _block(entry.block), "skipped", entry.reason, "", ""))
             continue
         key = entry.tx_hash.lower()
         row = by_hash.get(key)
@@ -285,21 +295,38 @@ def ledger_rows(entries: Sequence[Entry], records: Iterable[ActivityRecord]) -> 
             row = by_hash[key] = _Row("", "", "", "", short(entry.tx_hash), "")
             rows.append(row)
             if entry.outcome is Outcome.UNVERIFIED:
-                row.note = f"unverified at {when(entry.ts)}"
+                row.note = f"unverified at {stamp(entry.ts)}"
         elif row.note:
             row.note += f"; resolved {entry.outcome}"
-        _fill(row, entry, notes)
+        _fill(row, entry, notes, stamp)
     for key, row in by_hash.items():
         extra = [*notes.mismatches.get(key, [])]
         if row.outcome == str(Outcome.UNVERIFIED) and key in notes.resolved:
             extra.append(notes.resolved[key])
         if extra:
             row.note = "; ".join(filter(None, [row.note, *extra]))
-    return _table(rows)
+    return _table(rows, _zone_name(zone))
 
 
-def _fill(row: _Row, entry: Acted, notes: _Notes) -> None:
-    row.time = when(entry.ts, zone=False)
+def _stamper(zone: Any) -> Any:
+    def stamp(ts: int) -> str:
+        try:
+            return datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M:%S")
+        except (OverflowError, OSError, ValueError):
+            return f"ts {ts}"
+
+    return stamp
+
+
+def _zone_name(zone: Any) -> str:
+    offset = datetime.now(zone).utcoffset() or timedelta(0)
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _fill(row: _Row, entry: Acted, notes: _Notes, stamp: Any) -> None:
+    row.time = stamp(entry.ts)
     row.block = _block(entry.block)
     row.outcome = str(entry.outcome)
     amount_in = entry.amount_in.human if entry.amount_in else "?"
@@ -314,8 +341,8 @@ def _block(block: int | None) -> str:
     return "-" if block is None else str(block)
 
 
-def _table(rows: list[_Row]) -> list[str]:
-    header = _Row("time (UTC)", "block", "outcome", "what", "tx", "note")
+def _table(rows: list[_Row], zone: str) -> list[str]:
+    header = _Row(f"time ({zone})", "block", "outcome", "what", "tx", "note")
     cells = [[r.time, r.block, r.outcome, r.what, r.tx, r.note] for r in [header, *rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]
     return ["  ".join([*(c[i].ljust(widths[i]) for i in range(5)), c[5]]).rstrip() for c in cells]

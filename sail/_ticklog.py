@@ -17,11 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from journal import JournalError
+from memory.cli import InternalError, Interrupted
 from memory.ledger import ActivityLog, LedgerError, TickFinished, TickStarted
-from sail._errors import SailInternalError
-
-#: the code a tick ended by an interrupt (Ctrl-C, SIGTERM's KeyboardInterrupt) records
-INTERRUPTED = "interrupted"
 
 
 class TickRecorder:
@@ -53,7 +50,7 @@ class TickRecorder:
         """Record a tick that ended with ``exc`` (its code; an interrupt or a bug gets one too)."""
         code = getattr(exc, "code", None)
         if not isinstance(code, str):
-            code = INTERRUPTED if not isinstance(exc, Exception) else SailInternalError.code
+            code = Interrupted.code if not isinstance(exc, Exception) else InternalError.code
         message = " ".join((str(exc) or type(exc).__name__).split())[:2000]
         self._write(TickFinished(ts=self._now(), pid=self.pid, outcome="failed", code=code, message=message))
 

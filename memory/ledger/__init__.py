@@ -45,6 +45,9 @@ from memory.ledger._entries import (
 )
 from memory.ledger._errors import (
     ActivityInvalidRecord,
+    ChainUnavailable,
+    DispatchNotOurs,
+    DispatchUndecodable,
     LedgerBusy,
     LedgerError,
     LedgerInvalidEntry,
@@ -56,9 +59,6 @@ from memory.ledger._reconcile import (
     TRANSFER_TOPIC,
     ChainReader,
     ChainTransaction,
-    ChainUnavailable,
-    DispatchNotOurs,
-    DispatchUndecodable,
     LogRecord,
     Receipt,
     SwapCall,

@@ -41,7 +41,7 @@ from memory.ledger._activity import (
     TokenMetadata,
 )
 from memory.ledger._entries import Acted, Amount, Outcome
-from memory.ledger._errors import LedgerError
+from memory.ledger._errors import ChainUnavailable, DispatchNotOurs, DispatchUndecodable
 from memory.ledger._ledger import LedgerWriter
 from memory.ledger._snapshot import OpenDispatch
 from staging import failpoint
@@ -49,27 +49,6 @@ from staging import failpoint
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 #: how long a signed dispatch may stay unknown to the node, its nonce unused, before it is unsent
 DEFAULT_UNSENT_AFTER_S: Final = 600.0
-
-
-class ChainUnavailable(LedgerError):
-    """The chain could not be read (node down, timeout, bad answer); nothing was written for it.
-
-    Raised by ``ChainReader`` implementations; ``sail`` maps its web3 and transport errors to it.
-    """
-
-    code = "chain_unavailable"
-
-
-class DispatchUndecodable(LedgerError):
-    """A dispatched ``swap`` whose calldata is not the router's swap call: it cannot be ledgered."""
-
-    code = "dispatch_undecodable"
-
-
-class DispatchNotOurs(LedgerError):
-    """The transaction the activity log names was sent by another account: the log was altered."""
-
-    code = "dispatch_not_ours"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import sail
 from memory.ledger import Acted, ActivityLog, Amount, Ledger, Outcome, Skipped, cadence_reason
 from sail._cli import main
 from sail._config import SailConfig, load_config, save_config
+from sail._status import when
 from tests.conftest import run_python
 
 USDC, WETH, ROUTER = "0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20
@@ -73,8 +75,9 @@ def test_ledger_json_lists_every_entry_with_the_files_keys(
 def test_ledger_filters_by_kind_and_since(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "ledger", "--home", str(home), "--json", "--kind", "acted")
     assert [e["txHash"] for e in json.loads(out)] == [f"0x{7:064x}"]
-    _, out, _ = run(capsys, "ledger", "--home", str(home), "--json", "--kind", "skipped", "--since", "2000")
-    assert [e["reason"] for e in json.loads(out)] == ["balance 1 < min 25000000"]
+    for since in ("2000000", "1970-01-01T00:33:20+00:00"):  # epoch ms, or ISO 8601: 2000 s in
+        _, out, _ = run(capsys, "ledger", "--home", str(home), "--json", "--kind=skipped", "--since", since)
+        assert [e["reason"] for e in json.loads(out)] == ["balance 1 < min 25000000"]
     _, out, _ = run(capsys, "ledger", "--home", str(home))
     assert "confirmed  swap 25.0 USDC -> 0.01 WETH" in out
 
@@ -97,10 +100,10 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
     assert status == 0
     # the newest entry is a balance skip: that, not the clock, holds the next trade
     assert json.loads(out) | {"ledger": ""} == {
-        "lastConfirmed": {"ts": 1000, "block": 7, "txHash": f"0x{7:064x}"},
+        "lastConfirmed": {"tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}"},
         "intervalS": 3600,
-        "nextEligibleTs": None,
-        "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "since": 9000},
+        "nextEligibleMs": None,
+        "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "sinceMs": 9_000_000},
         "openDispatches": [],
         "lastTick": None,
         "failedTicksSinceSuccess": 0,
@@ -109,11 +112,11 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
     }
     _, out, _ = run(capsys, "status", "--home", str(home))
     assert "next eligible" not in out and "eligible at" not in out
-    assert "next trade: blocked: balance 1 < min 25000000 (as of the tick at 1970-01-01 02:30:00 UTC" in out
+    assert f"next trade: blocked: balance 1 < min 25000000 (as of the tick at {when(9000)};" in out
     with Ledger(home / ".sail").writer() as w:
         w.append(Skipped(ts=9060, block=10, chain_id=31337, reason=cadence_reason(60, 3600)))
     _, out, _ = run(capsys, "status", "--home", str(home), "--json")
-    assert (json.loads(out)["nextEligibleTs"], json.loads(out)["blockedBy"]) == (4600, None)
+    assert (json.loads(out)["nextEligibleMs"], json.loads(out)["blockedBy"]) == (4_600_000, None)
 
 
 def test_init_writes_a_config_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,32 +184,26 @@ def test_a_damaged_ledger_is_reported_with_its_line(
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["ledger", "--kind", "traded"])
-    assert info.value.code == 2
-    with pytest.raises(SystemExit) as info:
-        main(["demo"])
-    assert info.value.code == 2
+    assert main(["ledger", "--kind", "traded"]) == 2
+    assert main(["demo"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "sail: error[usage]: demo needs --home DIR (the agent's home it leaves behind)\n"
+    )
 
 
 def test_init_with_an_rpc_url_needs_the_market(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["init", "--home", str(tmp_path), "--rpc", "http://127.0.0.1:8545", "--router", ROUTER])
-    assert info.value.code == 2
+    assert main(["init", "--home", str(tmp_path), "--rpc", "http://127.0.0.1:8545", "--router", ROUTER]) == 2
     assert (
         "init --rpc needs --token-in, --token-out, --amount, --interval, --min-balance"
         in capsys.readouterr().err
     )
-    with pytest.raises(SystemExit):
-        main(["init", "--home", str(tmp_path), "--rpc", "http://x", "--embedded"])
+    assert main(["init", "--home", str(tmp_path), "--rpc", "http://x", "--embedded"]) == 2
     assert not (tmp_path / ".sail").exists()
 
 
 def test_every_command_has_help() -> None:
     for command in ("init", "tick", "ledger", "why", "status", "demo"):
-        with pytest.raises(SystemExit) as info:
-            main([command, "--help"])
-        assert info.value.code == 0
+        assert main([command, "--help"]) == 0
 
 
 def test_python_m_sail_is_the_cli(home: Path) -> None:
@@ -274,8 +271,20 @@ def reverted(ts: int, n: int) -> Acted:
     )  # fmt: skip
 
 
-def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in_utc(
-    home: Path, capsys: pytest.CaptureFixture[str]
+@pytest.fixture
+def zone_plus_2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC+02:00 for the test (restored after)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT-2")  # POSIX signs: this is two hours east of UTC
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in_one_zone(
+    home: Path, capsys: pytest.CaptureFixture[str], zone_plus_2: None
 ) -> None:
     from memory.ledger import DispatchSettled
 
@@ -290,14 +299,13 @@ def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in
     status, out, _ = run(capsys, "ledger", "--home", str(home))
     assert status == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["time", "(UTC)", "block", "outcome", "what", "tx", "note"]
+    assert header.split() == ["time", "(UTC+02:00)", "block", "outcome", "what", "tx", "note"]
     resolved = [r for r in rows if "0x0000…0015" in r]
     assert len(resolved) == 1  # one trade, one row
     assert (
-        "confirmed" in resolved[0]
-        and "unverified at 1970-01-01 02:31:40 UTC; resolved confirmed" in resolved[0]
+        "confirmed" in resolved[0] and "unverified at 1970-01-01 04:31:40; resolved confirmed" in resolved[0]
     )
-    assert resolved[0].startswith("1970-01-01 02:31:30")  # the block's time, in UTC
+    assert resolved[0].startswith("1970-01-01 04:31:30")  # the block's time, in the header's zone
     (revert,) = [r for r in rows if "reverted" in r]
     assert "swap 25.0 USDC -> - (reverted: EXPIRED)" in revert
     for row in rows:  # aligned: every column starts where its header does
@@ -310,7 +318,7 @@ def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in
 
 
 def test_status_shows_the_last_tick_its_outcome_and_the_failures_since_the_last_success(
-    home: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, capsys: pytest.CaptureFixture[str], zone_plus_2: None
 ) -> None:
     from memory.ledger import TickFinished, TickStarted
 
@@ -323,17 +331,17 @@ def test_status_shows_the_last_tick_its_outcome_and_the_failures_since_the_last_
     _, out, _ = run(capsys, "status", "--home", str(home), "--json")
     doc = json.loads(out)
     assert doc["lastTick"] == {
-        "ts": 9143, "outcome": "failed", "code": "ledger_busy", "message": "ledger_busy happened",
+        "tsMs": 9_143_000, "outcome": "failed", "code": "ledger_busy", "message": "ledger_busy happened",
         "reason": None, "txHash": None,
     }  # fmt: skip
     assert doc["failedTicksSinceSuccess"] == 2
     log.append(TickStarted(9300, 44))  # still running (or killed): the last tick says so
     _, out, _ = run(capsys, "status", "--home", str(home))
-    assert "last tick: 1970-01-01 02:35:00 UTC, running (started and not finished" in out
+    assert "last tick: 1970-01-01 04:35:00+02:00, running (started and not finished" in out
     assert "failed ticks since the last successful one: 2" in out
     log.append(TickStarted(9400, 45))  # the one before never finished: it was killed
     _, out, _ = run(capsys, "status", "--home", str(home), "--json")
-    assert (json.loads(out)["lastTick"]["ts"], json.loads(out)["failedTicksSinceSuccess"]) == (9400, 3)
+    assert (json.loads(out)["lastTick"]["tsMs"], json.loads(out)["failedTicksSinceSuccess"]) == (9_400_000, 3)
 
 
 def test_every_failed_tick_is_recorded_with_its_code_even_before_the_chain_is_touched(
