@@ -170,7 +170,8 @@ def test_schema_valid_but_enormous_times_and_intervals_print_no_traceback(tmp_pa
     results = run_sail(home, "ledger", "why", "status")
     for command, (status, err, out) in results.items():
         assert (status, err) == (0, ""), command
-        assert f"ts {MAX_U64}" in out, (command, out)
+        expected = "a time beyond the calendar" if command == "status" else f"ts {MAX_U64}"
+        assert expected in out, (command, out)
     assert "next trade: not within any calendar" in results["status"][2]
     done = run_python(DRIVER.replace('"--home"', '"--json", "--home"'), str(home), "status", "ledger", "why")
     assert done.returncode == 0, done.stderr
