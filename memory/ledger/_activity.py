@@ -32,7 +32,7 @@ import orjson
 
 from journal import JournalCorrupt, LineDamaged, LineLog
 from memory.ledger._errors import ActivityInvalidRecord
-from memory.ledger._lines import LineFile, require_regular
+from memory.ledger._lines import LineFile, ready_to_append, require_regular
 from memory.ledger._snapshot import OpenDispatch
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
@@ -527,7 +527,7 @@ class ActivityLog:
         """
         require_regular(self.path, Path(f"{self.path}.lock"))
         with self._log.locked() as log:
-            log.recover()
+            ready_to_append(log)
             log.append(record)
 
     def read(self) -> Sequence[ActivityRecord]:

@@ -28,7 +28,7 @@ from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._index import StateBuilder
-from memory.ledger._lines import Line, LineFile, require_regular
+from memory.ledger._lines import Line, LineFile, ready_to_append, require_regular
 from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
 
 #: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
@@ -286,7 +286,7 @@ class Ledger:
                     "running, check for a stuck `sail tick` process",
                     path=self.path,
                 ) from exc
-            log.recover()
+            ready_to_append(log)
             with self._opened() as files:
                 state, folded = self._current(files)
             if folded > SAVE_AFTER_BYTES:  # a rebuild: keep it even if the tick fails

@@ -36,6 +36,20 @@ _FIRST_BLOCK = 4096
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def ready_to_append(log: LineLog[T]) -> None:
+    """Make a held line log ready to append: a torn tail cut, the last acknowledged line judged.
+
+    Where the line log can (``recover_tail``), only its tail past the durability watermark is read,
+    so a tick's appends cost the same on a ten-line log and a million-line one; a line log without
+    it recovers by reading every line (``recover``).
+    """
+    tail = getattr(log, "recover_tail", None)
+    if callable(tail):
+        tail()
+    else:
+        log.recover()
+
+
 def describe(mode: int) -> str:
     """What kind of file ``mode`` is, in words."""
     for test, what in (
