@@ -57,6 +57,7 @@ TICK_S = 300
 ACT_EVERY = 288
 INTERVAL = 86_400
 SMALL = 10
+MIN_ROUNDS = 3
 #: sentinels the templates carry where a line's numbers go
 _TS, _BLOCK, _HASH, _AGO = 1_999_999_991, 1_999_999_992, 0xE1E1E1E1E1E1E1E1E1E1E1E1, 1_999_999_993
 
@@ -210,11 +211,14 @@ def _ms(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def measure(base: Path, entries: int, runs: int) -> tuple[dict[str, float], dict[str, list[float]]]:
+def measure(
+    base: Path, entries: int, runs: int, *, budget_s: float = 90.0
+) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Build a large (``entries``) and a small (10-line) agent under ``base``.
 
     Returns the figures (medians, ms) and, for tick/status/why, the samples of each round: a round
     runs the large and the small agent back to back, so a ratio can pair them under one weather.
+    Rounds stop at ``runs``, or once ``budget_s`` has passed after at least ``MIN_ROUNDS``.
     """
     from web3 import EthereumTesterProvider, Web3
 
@@ -234,7 +238,10 @@ def measure(base: Path, entries: int, runs: int) -> tuple[dict[str, float], dict
         agent.tick()
         agent.status()
     rounds: dict[str, list[float]] = {}
-    for _ in range(runs):
+    deadline = time.monotonic() + budget_s
+    for n in range(runs):
+        if n >= MIN_ROUNDS and time.monotonic() > deadline:
+            break  # a slow machine (or a line log that reads every line) keeps the run short
         for what in ("tick", "status", "why"):
             for name, agent in (("large", large), ("small", small)):
                 rounds.setdefault(f"{what}_{name}_ms", []).append(_ms(getattr(agent, what)))
