@@ -3,8 +3,9 @@
 Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 8 writers on the file
 and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),
 ``reads`` (recall / why over 100,000 findings against SQLite, the peers' reads, resident memory),
-``resume`` (republishing 10,000 committed findings), ``ledger`` (cadence lookup over 1,000,000
-entries). The peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it
+``resume`` (republishing 10,000 committed findings), ``ledger`` (the agent's tick, status and why on
+a 1,000,000-line ledger against a 10-line one). The peers run in the benchmark's own venv (``bash
+benchmarks/setup_peers.sh``); without it
 they are reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
 figure, ratio and goal under the stable names below (progress goes to stderr). Work happens in a
 temporary directory on ``--dir``'s file system (default: the system temp dir), removed afterwards.
@@ -44,7 +45,17 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "read.import_rss_mb",
     ),
     "resume": ("resume.first_run_learn_per_s", "resume.materialize_per_s", "resume.flow_resume_per_s"),
-    "ledger": ("ledger.lookup_snapshot_ms", "ledger.lookup_no_snapshot_ms", "ledger.full_rescan_ms"),
+    "ledger": (
+        "ledger.tick_large_ms",
+        "ledger.tick_small_ms",
+        "ledger.status_large_ms",
+        "ledger.status_small_ms",
+        "ledger.why_large_ms",
+        "ledger.why_small_ms",
+        "ledger.lookup_snapshot_ms",
+        "ledger.lookup_no_snapshot_ms",
+        "ledger.full_rescan_ms",
+    ),
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
@@ -66,6 +77,9 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_pg_8p_vs_sqlite3_8p": ("write.learn_pg_8p_per_s", "write.sqlite3_full_8p_per_s"),
     "ratio.recall_vs_sqlite": ("read.recall_ms", "read.sqlite_tag_ms"),
     "ratio.why_vs_sqlite_fts": ("read.why_ms", "read.sqlite_fts_ms"),
+    "ratio.ledger_tick_large_vs_small": ("ledger.tick_large_ms", "ledger.tick_small_ms"),
+    "ratio.ledger_status_large_vs_small": ("ledger.status_large_ms", "ledger.status_small_ms"),
+    "ratio.ledger_why_large_vs_small": ("ledger.why_large_ms", "ledger.why_small_ms"),
 }
 """Stable ratio names: numerator / denominator figures."""
 
@@ -82,6 +96,9 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.materialize_2000_per_s": ("resume.materialize_per_s", ">=", 2000.0),
     "goal.flow_resume_2000_per_s": ("resume.flow_resume_per_s", ">=", 2000.0),
     "goal.recall_rss_under_200_mb": ("read.recall_rss_mb", "<", 200.0),
+    "goal.ledger_tick_within_1_5x": ("ratio.ledger_tick_large_vs_small", "<=", 1.5),
+    "goal.ledger_status_within_1_5x": ("ratio.ledger_status_large_vs_small", "<=", 1.5),
+    "goal.ledger_why_within_1_5x": ("ratio.ledger_why_large_vs_small", "<=", 1.5),
 }
 """Stable goal names: the issue's targets, each a figure or ratio, a comparison and a bound."""
 
@@ -226,21 +243,30 @@ def main(argv: list[str] | None = None) -> int:
 
             bench_resume(base, sizes, sheet, out)
         if "ledger" in sections:
-            from benchmarks.ledger_bench import measure
+            from benchmarks.ledger_bench import SMALL, measure
 
-            m = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
+            m, rounds = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
             say(
                 out,
-                f"ledger: {sizes.ledger_entries:,} entries ({m['size_mib']:.0f} MiB)"
-                f" built in {m['built_s']:.1f} s",
+                f"ledger: {sizes.ledger_entries:,} ticks (ledger {m['size_mib']:.0f} MiB, activity"
+                f" {m['activity_mib']:.0f} MiB) and {SMALL} ticks, built in {m['built_s']:.1f} s",
             )
+            for what, note in (
+                ("tick", "sail tick, a cadence skip on the in-process EVM"),
+                ("status", "sail status"),
+                ("why", "sail why, the 10 newest skips"),
+            ):
+                for scale, lines in (("large", sizes.ledger_entries), ("small", SMALL)):
+                    figure = f"ledger.{what}_{scale}_ms"
+                    sheet.put(figure, m[f"{what}_{scale}_ms"], f"{note}, {lines:,} lines")
+                    sheet.rounds[figure] = rounds[f"{what}_{scale}_ms"]
             sheet.put(
                 "ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot"
             )
             sheet.put(
                 "ledger.lookup_no_snapshot_ms",
                 m["without_snapshot_ms"],
-                "snapshot deleted: tail scan + rewrite",
+                "snapshot deleted: rebuilt from the ledger and the activity log, and written",
             )
             sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
             sheet.meta["ledger_entries"] = sizes.ledger_entries

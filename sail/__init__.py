@@ -1,4 +1,4 @@
-"""The agent tick loop, the dispatch runner and chain access through web3 (SPEC R-A).
+"""The agent tick loop, the dispatch runner and chain access through web3.
 
 ``tick`` is the canonical loop: reconcile → read memory → decide → skip or submit. Strategies
 implement ``decide(state) -> Skip | Swap``; ``DcaStrategy`` is the example. ``Runner`` signs and
@@ -23,6 +23,7 @@ from sail._errors import (
     SailKeyUnavailable,
     SailNodeUnavailable,
     SailSubmitFailed,
+    SailSubmitUncertain,
 )
 
 _LAZY = {
@@ -59,6 +60,7 @@ __all__ = [
     "SailKeyUnavailable",
     "SailNodeUnavailable",
     "SailSubmitFailed",
+    "SailSubmitUncertain",
     "Skip",
     "Strategy",
     "Swap",
