@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import orjson
 
 import journal
+from flows._mcp import add_mcp_arguments, cmd_mcp
 from flows._runtime import RunResult, error_fields
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -340,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--home", metavar="DIR", help="keep the demo's store here (default: a temporary directory)"
     )
+    add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return parser
 
 

@@ -1,0 +1,205 @@
+"""The server's sessions and their root runs.
+
+Each MCP session (a stdio connection, or an HTTP session named by its ``Mcp-Session-Id``) writes
+under root runs of its own, flow ``mcp``, one per scope it writes to, begun at its first write
+there. A session that ends (stdin closed, HTTP ``DELETE``, the server stopping) finishes them
+``done``; one whose client vanished (an HTTP session idle past the timeout) lets go of their leases,
+so they read ``interrupted`` like a crashed run. Requests that carry no session (the sessionless
+HTTP protocol) share the server's own session, which ends when the server stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+import journal
+from flows._mcp._errors import McpSessionEnded
+from memory import Learned, MemoryStore, Recalled, RootRun
+
+FLOW = "mcp"
+"""The flow name of every root run the server begins."""
+
+END_WAIT_S = 30.0
+"""How long ending a session waits for its calls in flight to finish."""
+
+
+def citation_json(citation: Any, committed_ms: int | None) -> dict[str, Any]:
+    """A citation as the tools return it: ``runId``, ``stream``, ``id`` and ``committedMs``."""
+    out: dict[str, Any] = dict(citation.as_json())
+    if committed_ms is not None:
+        out.setdefault("committedMs", committed_ms)
+    return out
+
+
+def finding_json(found: Recalled) -> dict[str, Any]:
+    """A recalled finding with its key and its citation (commit time included)."""
+    out = found.as_json()
+    out["citation"] = citation_json(found.citation, found.learned_ms)
+    out.pop("journal", None)
+    out.setdefault("metadata", {})
+    return out
+
+
+class _Root:
+    """One root run of a session, in one scope."""
+
+    def __init__(self, store: MemoryStore, scope: str, session: str | None) -> None:
+        backend = store.open_journal()
+        _, lease = backend.begin(FLOW, scope, {"mcp": {"session": session}})
+        self._store = store
+        self._backend = backend
+        self.run = RootRun(backend, lease, FLOW, scope)
+
+    async def learn(self, finding: Mapping[str, Any], supersedes: str | None) -> Learned:
+        if supersedes is not None:
+            raise NotImplementedError("supersedes")
+        return await self._store.alearn(finding, self.run)
+
+    def close(self) -> None:
+        self._backend.finish(self.run.lease, journal.RunState.DONE)
+
+    def abandon(self) -> None:
+        self._backend.release(self.run.lease)
+
+
+@dataclass
+class _Session:
+    roots: dict[str, _Root] = field(default_factory=dict)
+    requests: int = 0  # HTTP requests in flight (an open event stream counts)
+    calls: int = 0  # tool calls in flight
+    last_seen: float = 0.0
+    ended: bool = False
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class Sessions:
+    """The live sessions of one server over ``store``; ``default_scope`` is the server's --scope."""
+
+    def __init__(
+        self, store: MemoryStore, default_scope: str | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.default_scope = default_scope
+        self._clock = clock
+        self._live: dict[str | None, _Session] = {}
+
+    def _get(self, key: str | None) -> _Session:
+        session = self._live.get(key)
+        if session is None:
+            session = self._live[key] = _Session(last_seen=self._clock())
+        return session
+
+    @contextlib.asynccontextmanager
+    async def active(self, key: str | None) -> AsyncIterator[None]:
+        """An HTTP request of session ``key`` is in flight inside this block: the session is not idle."""
+        session = self._get(key)
+        session.requests += 1
+        try:
+            yield
+        finally:
+            session.requests -= 1
+            session.last_seen = self._clock()
+
+    @contextlib.asynccontextmanager
+    async def call(self, key: str | None) -> AsyncIterator[SessionMemory]:
+        """The memory a tool call of session ``key`` uses; ending the session waits for the call."""
+        session = self._get(key)
+        session.calls += 1
+        try:
+            yield SessionMemory(self, key, session)
+        finally:
+            session.calls -= 1
+            session.last_seen = self._clock()
+
+    async def _root(self, key: str | None, session: _Session, scope: str) -> _Root:
+        """``session``'s root run in ``scope``, begun now if it has none there yet.
+
+        Raises:
+            McpSessionEnded: the session ended while the call waited.
+        """
+        async with session.lock:
+            if session.ended:
+                raise McpSessionEnded(f"session {key} has ended; open a new session to write")
+            root = session.roots.get(scope)
+            if root is None:
+                root = await anyio.to_thread.run_sync(_Root, self.store, scope, key)
+                session.roots[scope] = root
+            return root
+
+    def idle(self, timeout_s: float) -> list[str]:
+        """The HTTP sessions with no call in flight and no request for ``timeout_s`` seconds."""
+        now = self._clock()
+        return [
+            k
+            for k, s in self._live.items()
+            if k is not None and not s.requests and not s.calls and now - s.last_seen >= timeout_s
+        ]
+
+    async def end(self, key: str | None, *, abandoned: bool = False) -> None:
+        """End session ``key`` once its calls in flight are over (waiting at most ``END_WAIT_S``): its
+        root runs finish ``done`` (or, ``abandoned``, let go of their leases and read interrupted)."""
+        session = self._live.pop(key, None)
+        if session is None:
+            return
+        with anyio.move_on_after(END_WAIT_S):
+            while session.calls:
+                await anyio.sleep(0.01)
+        async with session.lock:
+            session.ended = True
+            roots = list(session.roots.values())
+            session.roots.clear()
+        for root in roots:
+            await anyio.to_thread.run_sync(root.abandon if abandoned else root.close)
+
+    async def end_all(self) -> None:
+        """End every session (the server is stopping)."""
+        for key in list(self._live):
+            await self.end(key)
+
+
+class SessionMemory:
+    """The memory as one session's tool calls see it (the ``Memory`` the tools expect)."""
+
+    def __init__(self, sessions: Sessions, key: str | None, session: _Session) -> None:
+        self._sessions = sessions
+        self._key = key
+        self._session = session
+        self.default_scope = sessions.default_scope
+
+    @property
+    def _store(self) -> MemoryStore:
+        return self._sessions.store
+
+    async def learn(self, scope: str, finding: Mapping[str, Any], supersedes: str | None) -> dict[str, Any]:
+        root = await self._sessions._root(self._key, self._session, scope)
+        learned = await root.learn(finding, supersedes)
+        return {
+            "key": learned.id,
+            "scope": scope,
+            "supersedes": supersedes,
+            "learnedMs": learned.learned_ms,
+            "citation": citation_json(learned.citation, learned.learned_ms),
+        }
+
+    async def forget(self, key: str, reason: str) -> dict[str, Any]:
+        raise NotImplementedError("forget")
+
+    async def recall(
+        self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        found = await self._store.arecall(scope=scope, tag=tags[0] if tags else None, limit=limit)
+        return [finding_json(f) for f in found if set(tags) <= set(f.tags)]
+
+    async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]:
+        answers = await self._store.awhy(subject, scope=scope, limit=limit)
+        return [{**finding_json(a.finding), "score": a.score, "matched": list(a.matched)} for a in answers]
+
+    async def history(self, key: str) -> list[dict[str, Any]]:
+        raise NotImplementedError("history")
