@@ -6,11 +6,13 @@ import argparse
 import ipaddress
 import logging
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import journal
 from flows._mcp._errors import McpTokenRequired, McpUnavailable
 
 TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
@@ -46,10 +48,11 @@ def parse_address(text: str) -> Address:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8765)")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
-    if ":" in host and not _is_ip(host):
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT; write an IPv6 host in brackets")
+    if ":" in host and not (bracketed and _is_ip(host)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT; put an IPv6 host in brackets: [::1]:80")
     return Address(host or "127.0.0.1", int(port))
 
 
@@ -142,11 +145,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         level=logging.WARNING, stream=sys.stderr, format="flows mcp: %(levelname)s %(message)s"
     )
     store = MemoryStore(args.db, journal=args.journal)
+    stopped_by: int | None = None
     try:
         _check_store(store)
         sessions = Sessions(store, args.scope)
         if address is None:
-            server.run(lambda: server.serve_stdio(sessions))
+            stopped_by = server.run(lambda: server.serve_stdio(sessions))
         else:
             sock = server.listen(address.host, address.port)
             with sock:
@@ -161,10 +165,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 )
     finally:
         store.close()
+    if stopped_by is not None:
+        # Sessions ended cleanly; exit as the signal asks (SIGINT: `flows: interrupted`, 130), as the
+        # HTTP server does.
+        signal.raise_signal(stopped_by)
     return 0
 
 
+_PROBE_RUN = "mcp-probe-no-such-run"
+
+
 def _check_store(store: Any) -> None:
-    """Open the journal and read the store once, so a store that cannot serve fails before serving."""
-    store.open_journal()
+    """Reach the journal and read the store once, so a store that cannot serve fails before serving.
+
+    Backends connect lazily; asking for a run that does not exist makes them reach their storage
+    (a PostgreSQL server that refuses raises ``journal_unavailable`` here, not at the first learn).
+    """
+    try:
+        store.open_journal().run(_PROBE_RUN)
+    except journal.JournalRunNotFound:
+        pass  # reached it
+    except journal.JournalError as exc:
+        exc.run_id = None  # the probe's run is no run of the user's
+        raise
     store.recall(limit=1)

@@ -214,3 +214,19 @@ def learn_records(db: Path, run_id: str) -> Sequence[journal.Record]:
         return backend.read(run_id, "memory-learn")
     finally:
         backend.close()
+
+
+def server_pids(db: Path) -> list[int]:
+    """The live ``flows mcp`` processes serving ``db`` (found by their command line)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"mcp" in argv and str(db).encode() in argv and state != "Z":
+            pids.append(int(entry.name))
+    return pids

@@ -1,0 +1,117 @@
+"""A server killed mid-session loses no acknowledged learn; one stopped by SIGTERM ends its session."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession
+
+from journal import RunState
+from memory import MemoryStore
+from tests.mcp.harness import (
+    CALL_TIMEOUT_S,
+    call,
+    http_server,
+    http_session,
+    learn_records,
+    mcp_runs,
+    run,
+    server_pids,
+    stdio_session,
+)
+
+
+async def _learn_until_killed(
+    connect: Callable[[], AbstractAsyncContextManager[ClientSession]], kill: Callable[[], None], after: int
+) -> list[dict[str, Any]]:
+    """Learn findings one after another, several in flight at once; SIGKILL the server once ``after``
+    were acknowledged. Returns the acknowledged results."""
+    acked: list[dict[str, Any]] = []
+
+    async def learner(n: int, session: ClientSession) -> None:
+        for i in range(1000):
+            try:
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    result = await session.call_tool("learn", {"text": f"finding {n}-{i}", "tags": ["crash"]})
+            except BaseException:  # the server died under this call: it was never acknowledged
+                return
+            if result.is_error:
+                return
+            assert isinstance(result.structured_content, dict)
+            acked.append(result.structured_content)
+            if len(acked) == after:
+                kill()
+
+    async def main(session: ClientSession) -> None:
+        async with anyio.create_task_group() as tg:
+            for n in range(4):
+                tg.start_soon(learner, n, session)
+
+    with contextlib.suppress(BaseException):  # the transport reports the dead server on the way out
+        async with connect() as session:
+            await main(session)
+    return acked
+
+
+def _assert_acknowledged_learns_survive(db: Path, acked: list[dict[str, Any]]) -> None:
+    assert len(acked) >= 10
+    [root] = mcp_runs(db)
+    assert root.state is RunState.INTERRUPTED  # resumable, like any run whose process died
+    records = {r.key: r for r in learn_records(db, root.run_id)}
+    for result in acked:  # every acknowledged learn is in the journal, as acknowledged
+        assert result["citation"]["runId"] == root.run_id
+        assert records[result["key"]].id == result["citation"]["id"]
+    with MemoryStore(db) as store:  # ... and readable
+        recalled = {f.key: f for f in store.recall(tag="crash", limit=None)}
+    for result in acked:
+        assert recalled[result["key"]].citation.id == result["citation"]["id"]
+
+
+def test_a_stdio_server_killed_mid_session_loses_no_acknowledged_learn(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+
+    def kill() -> None:
+        for pid in server_pids(db):
+            os.kill(pid, signal.SIGKILL)
+
+    acked = run(lambda: _learn_until_killed(lambda: stdio_session(db), kill, after=12))
+    _assert_acknowledged_learns_survive(db, acked)
+
+
+def test_an_http_server_killed_mid_session_loses_no_acknowledged_learn(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with http_server(db) as server:
+        acked = run(lambda: _learn_until_killed(lambda: http_session(server.url), server.proc.kill, after=12))
+    _assert_acknowledged_learns_survive(db, acked)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stdio_server_stopped_by_a_signal_ends_its_session_done(tmp_path: Path, sig: int) -> None:
+    db = tmp_path / "history.db"
+    gone_while_connected: list[bool] = []
+
+    async def main() -> None:
+        async with stdio_session(db) as session:
+            await call(session, "learn", text="stopped politely")
+            [pid] = server_pids(db)
+            os.kill(pid, sig)  # the client still holds the server's stdin open
+            with anyio.move_on_after(CALL_TIMEOUT_S):
+                while server_pids(db):
+                    await anyio.sleep(0.05)
+            gone_while_connected.append(not server_pids(db))
+
+    with contextlib.suppress(BaseException):  # the client may see its server go
+        run(main)
+    assert gone_while_connected == [True]
+    [root] = mcp_runs(db)
+    assert root.state is RunState.DONE
+    stderr = (tmp_path / "server-0.err").read_text()
+    assert stderr == ("flows: interrupted\n" if sig == signal.SIGINT else "")
