@@ -139,8 +139,7 @@ def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> 
     async def list_resources(
         ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        found = await sessions.store.arecall(limit=None)
-        scopes = sorted({f.scope for f in found})
+        scopes = await anyio.to_thread.run_sync(sessions.store.scopes)
         return types.ListResourcesResult(
             resources=[
                 types.Resource(

@@ -11,17 +11,18 @@ HTTP protocol) share the server's own session, which ends when the server stops.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
-import journal
 from flows._mcp._errors import McpSessionEnded
-from memory import Learned, MemoryStore, Recalled, RootRun
+from memory import Learned, MemoryStore, Recalled
+
+log = logging.getLogger("flows.mcp")
 
 FLOW = "mcp"
 """The flow name of every root run the server begins."""
@@ -39,34 +40,33 @@ def citation_json(citation: Any, committed_ms: int | None) -> dict[str, Any]:
 
 
 def finding_json(found: Recalled) -> dict[str, Any]:
-    """A recalled finding with its key and its citation (commit time included)."""
+    """A recalled finding as the tools return it: its key, fields and citation (with commit time)."""
     out = found.as_json()
-    out["citation"] = citation_json(found.citation, found.learned_ms)
-    out.pop("journal", None)
-    out.setdefault("metadata", {})
+    out.pop("journal", None)  # the same record as `citation`, kept by the CLI for old readers
     return out
 
 
-class _Root:
-    """One root run of a session, in one scope."""
+class ClientGone(BaseException):
+    """Ends a session whose client vanished: like an interrupted process, its root run is let go
+    (it reads ``interrupted``, resumable) rather than finished."""
 
-    def __init__(self, store: MemoryStore, scope: str, session: str | None) -> None:
-        backend = store.open_journal()
-        _, lease = backend.begin(FLOW, scope, {"mcp": {"session": session}})
-        self._store = store
-        self._backend = backend
-        self.run = RootRun(backend, lease, FLOW, scope)
+
+class _Root:
+    """A session's root run in one scope: a ``MemorySession`` of flow ``mcp``."""
+
+    def __init__(self, store: MemoryStore, scope: str) -> None:
+        self.session = store.session(scope=scope, flow=FLOW)
 
     async def learn(self, finding: Mapping[str, Any], supersedes: str | None) -> Learned:
         if supersedes is not None:
             raise NotImplementedError("supersedes")
-        return await self._store.alearn(finding, self.run)
+        return await self.session.alearn(finding)
 
-    def close(self) -> None:
-        self._backend.finish(self.run.lease, journal.RunState.DONE)
+    async def close(self) -> None:
+        await self.session.aclose()
 
-    def abandon(self) -> None:
-        self._backend.release(self.run.lease)
+    async def abandon(self) -> None:
+        await self.session.__aexit__(ClientGone, ClientGone(), None)
 
 
 @dataclass
@@ -129,8 +129,7 @@ class Sessions:
                 raise McpSessionEnded(f"session {key} has ended; open a new session to write")
             root = session.roots.get(scope)
             if root is None:
-                root = await anyio.to_thread.run_sync(_Root, self.store, scope, key)
-                session.roots[scope] = root
+                root = session.roots[scope] = _Root(self.store, scope)
             return root
 
     def idle(self, timeout_s: float) -> list[str]:
@@ -156,7 +155,10 @@ class Sessions:
             roots = list(session.roots.values())
             session.roots.clear()
         for root in roots:
-            await anyio.to_thread.run_sync(root.abandon if abandoned else root.close)
+            try:
+                await (root.abandon() if abandoned else root.close())
+            except Exception:  # one root's failure must not keep the others running
+                log.exception("ending a root run of session %s failed", key)
 
     async def end_all(self) -> None:
         """End every session (the server is stopping)."""
@@ -181,7 +183,7 @@ class SessionMemory:
         root = await self._sessions._root(self._key, self._session, scope)
         learned = await root.learn(finding, supersedes)
         return {
-            "key": learned.id,
+            "key": learned.key,
             "scope": scope,
             "supersedes": supersedes,
             "learnedMs": learned.learned_ms,
@@ -194,8 +196,14 @@ class SessionMemory:
     async def recall(
         self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
     ) -> list[dict[str, Any]]:
-        found = await self._store.arecall(scope=scope, tag=tags[0] if tags else None, limit=limit)
-        return [finding_json(f) for f in found if set(tags) <= set(f.tags)]
+        found = await self._store.arecall(scope=scope, tag=tags[0] if tags else None, limit=None)
+        meta = dict(meta or {})
+        kept = [
+            f
+            for f in found
+            if set(tags) <= set(f.tags) and all(k in f.metadata and f.metadata[k] == meta[k] for k in meta)
+        ]
+        return [finding_json(f) for f in kept[:limit]]
 
     async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]:
         answers = await self._store.awhy(subject, scope=scope, limit=limit)
