@@ -67,13 +67,27 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
 
 
+_CONTEXT = (
+    ("run_id", "runId"),
+    ("stream", "stream"),
+    ("path", "path"),
+    ("line", "line"),
+    ("field", "field"),
+    ("expected", "expected"),
+    ("got", "got"),
+    ("tool", "tool"),
+    ("argument", "argument"),
+)
+"""The context fields an error may carry, and their names in a tool error."""
+
+
 def error_json(exc: BaseException) -> dict[str, Any]:
     """``exc`` as a tool error's payload: its code, message and the context it carries."""
     out = error_fields(exc)
-    for attr, name in (("run_id", "runId"), ("path", "path"), ("tool", "tool"), ("argument", "argument")):
+    for attr, name in _CONTEXT:
         value = getattr(exc, attr, None)
         if value is not None:
-            out[name] = str(value)
+            out[name] = value if isinstance(value, int | str) else str(value)
     return out
 
 

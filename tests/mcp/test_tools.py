@@ -55,11 +55,13 @@ def test_learned_findings_are_recalled_and_explained_with_the_key_and_citation_o
     async def main() -> tuple[Any, ...]:
         async with transport.connect() as session:
             learned = await call(
-                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="sky"
+                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="s"
             )
-            other = await call(session, "learn", text="fees are charged monthly", tags=["bills"], scope="sky")
+            other = await call(
+                session, "learn", text="fees are charged monthly", tags=["bill"], metadata={"d": 1}, scope="s"
+            )
             again = await call(
-                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="sky"
+                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="s"
             )
             recalled = await call(session, "recall", tags=["weather"])
             answers = await call(session, "why", subject="when are fees charged")
@@ -68,7 +70,7 @@ def test_learned_findings_are_recalled_and_explained_with_the_key_and_citation_o
     learned, other, again, recalled, answers = run(main)
     assert again["key"] == learned["key"]  # the same finding, the same key, no second record
     [root] = mcp_runs(transport.db)
-    assert root.scope == "sky" and root.state is RunState.DONE  # the session ended with the client
+    assert root.scope == "s" and root.state is RunState.DONE  # the session ended with the client
     records = {r.key: r for r in learn_records(transport.db, root.run_id)}
     assert set(records) == {learned["key"], other["key"]}
     for result in (learned, other):
@@ -85,6 +87,7 @@ def test_learned_findings_are_recalled_and_explained_with_the_key_and_citation_o
     assert found["citation"] == learned["citation"]
     [answer] = answers["answers"]
     assert answer["key"] == other["key"] and answer["citation"] == other["citation"]
+    assert answer["metadata"] == {"d": 1} and found["metadata"] == {}
     assert "fees" in answer["matched"]
 
 
@@ -141,11 +144,17 @@ def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_servin
         async with transport.connect() as session:
             errors = [await call_error(session, tool, **args) for tool, args, _ in BAD_ARGUMENTS]
             unknown = await call_error(session, "remember", text="x")
-            blank = await call_error(session, "learn", text="   ")  # only the memory layer refuses this
+            # what only the memory layer refuses keeps the memory's code and names the bad part
+            memory_errors = [
+                await call_error(session, "learn", text="   "),
+                await call_error(session, "learn", text="t", metadata={"": 1}),
+                await call_error(session, "learn", text="t", metadata={"big": "x" * 20_000}),
+                await call_error(session, "learn", text="t", scope="s" * 300),
+            ]
             after = await call(session, "learn", text="still serving")
-            return errors, unknown, blank, after
+            return errors, unknown, memory_errors, after
 
-    errors, unknown, blank, after = run(main)
+    errors, unknown, memory_errors, after = run(main)
     for (tool, _, argument), error in zip(BAD_ARGUMENTS, errors, strict=True):
         assert error["code"] == "mcp_arguments_invalid", error
         assert error["tool"] == tool
@@ -153,9 +162,13 @@ def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_servin
         assert error.get("argument") == argument, error
     assert unknown["code"] == "mcp_tool_unknown"
     assert "learn, recall, why, forget, history" in unknown["message"]
-    assert blank["code"] == "memory_finding_invalid"
-    assert "text" in blank["message"]
+    blank, bad_key, too_big, long_scope = memory_errors
+    assert blank["code"] == "memory_finding_invalid" and "text" in blank["message"]
+    assert bad_key["code"] == "memory_finding_invalid" and bad_key["field"] == "metadata['']"
+    assert too_big["code"] == "memory_finding_invalid" and "16384" in too_big["message"]
+    assert long_scope["code"] == "memory_argument_invalid"
     assert len(after["key"]) == 32
+    assert len(mcp_runs(transport.db)) == 1  # the refused calls began nothing
 
 
 def test_a_server_with_a_scope_learns_there_and_reads_only_there(tmp_path: Any) -> None:
