@@ -55,7 +55,7 @@ def test_eight_clients_learning_at_once_converge(transport: Transport) -> None:
         assert len(run_ids) == 1  # a client's learns all went to its session's root run
         by_run[run_ids.pop()] = sorted({r["key"] for r in out})
     for root in roots:  # one record per finding in each root run
-        recorded = [rec.key for rec in learn_records(transport.db, root.run_id)]
+        recorded = [str(rec.key) for rec in learn_records(transport.db, root.run_id)]
         assert sorted(recorded) == by_run[root.run_id]
 
     every = {k for ks in keys.values() for k in ks}

@@ -140,7 +140,7 @@ BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str | None]] = [
 def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_serving(
     transport: Transport,
 ) -> None:
-    async def main() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    async def main() -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
         async with transport.connect() as session:
             errors = [await call_error(session, tool, **args) for tool, args, _ in BAD_ARGUMENTS]
             unknown = await call_error(session, "remember", text="x")
