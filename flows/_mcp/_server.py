@@ -64,7 +64,7 @@ def _version() -> str:
 
 
 def _dumps(obj: Any) -> str:
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
+    return orjson.dumps(obj).decode()
 
 
 _CONTEXT = (
