@@ -21,6 +21,9 @@ TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
 MIN_TOKEN_LENGTH = 16
 """A shorter token is refused: it would be guessable."""
 
+LOG_FORMAT = "%(name)s: %(levelname)s: %(message)s"
+"""As the CLI logs with -v."""
+
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
 """An HTTP session with no request for this long is ended, its root runs left resumable."""
 
@@ -141,9 +144,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from flows._mcp._sessions import Sessions
     from memory import MemoryStore
 
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="flows mcp: %(levelname)s %(message)s"
-    )
+    # A server reports the failures it survives (a tool's bug) on stderr, even without -v.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=LOG_FORMAT)
     store = MemoryStore(args.db, journal=args.journal)
     stopped_by: int | None = None
     try:

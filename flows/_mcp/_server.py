@@ -31,7 +31,7 @@ from starlette.requests import Request
 from flows._mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
 from flows._mcp._sessions import Sessions, finding_json
 from flows._mcp._tools import TOOLS, call_tool
-from flows._runtime import error_fields
+from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
 
@@ -67,28 +67,12 @@ def _dumps(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
-_CONTEXT = (
-    ("run_id", "runId"),
-    ("stream", "stream"),
-    ("path", "path"),
-    ("line", "line"),
-    ("field", "field"),
-    ("expected", "expected"),
-    ("got", "got"),
-    ("tool", "tool"),
-    ("argument", "argument"),
-)
-"""The context fields an error may carry, and their names in a tool error."""
-
-
 def error_json(exc: BaseException) -> dict[str, Any]:
-    """``exc`` as a tool error's payload: its code, message and the context it carries."""
-    out = error_fields(exc)
-    for attr, name in _CONTEXT:
-        value = getattr(exc, attr, None)
-        if value is not None:
-            out[name] = value if isinstance(value, int | str) else str(value)
-    return out
+    """``exc`` as a tool error's payload: its code, message and the context it carries (an error
+    without a code is a bug, reported as ``mcp_tool_failed``)."""
+    if not isinstance(exc, CodedError):
+        exc = McpToolFailed(f"{type(exc).__name__}: {exc}")
+    return exc.as_json()
 
 
 def _tool_result(payload: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
@@ -144,10 +128,9 @@ def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> 
             async with sessions.call(_session_key(ctx)) as memory:
                 return _tool_result(await call_tool(memory, params.name, params.arguments))
         except Exception as exc:  # every failure is the caller's answer, never the server's end
-            if not isinstance(getattr(exc, "code", None), str):
+            if not isinstance(exc, CodedError):
                 log.exception("tool %r failed", params.name)
-                wrapped = McpToolFailed(f"{params.name} failed: {type(exc).__name__}: {exc}")
-                return _tool_result({"error": error_json(wrapped)}, error=True)
+                exc = McpToolFailed(f"{params.name} failed: {type(exc).__name__}: {exc}")
             return _tool_result({"error": error_json(exc)}, error=True)
 
     async def list_resources(

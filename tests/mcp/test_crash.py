@@ -114,4 +114,8 @@ def test_a_stdio_server_stopped_by_a_signal_ends_its_session_done(tmp_path: Path
     [root] = mcp_runs(db)
     assert root.state is RunState.DONE
     stderr = (tmp_path / "server-0.err").read_text()
-    assert stderr == ("flows: interrupted\n" if sig == signal.SIGINT else "")
+    assert stderr == (
+        "flows: error[interrupted]: interrupted (Ctrl-C); nothing was left half-written\n"
+        if sig == signal.SIGINT
+        else ""
+    )
