@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from flows._mcp import add_mcp_arguments, cmd_mcp
+from flows.mcp import add_mcp_arguments, cmd_mcp
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,

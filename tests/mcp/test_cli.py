@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-import flows._mcp._errors as mcp_errors
+import flows.mcp._errors as mcp_errors
 from tests.conftest import ROOT, run_python
 from tests.mcp.harness import START_TIMEOUT_S, mcp_argv, server_env
 
@@ -19,7 +19,7 @@ SDK_MODULES = ("mcp", "mcp_types", "uvicorn", "starlette", "jsonschema", "anyio"
 
 def test_importing_flows_and_building_its_cli_does_not_import_the_mcp_sdk() -> None:
     code = (
-        "import sys, flows, flows._cli, flows._mcp;"
+        "import sys, flows, flows._cli, flows.mcp;"
         "flows._cli.build_parser();"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SDK_MODULES!r}))"
     )

@@ -13,7 +13,7 @@ import anyio
 import orjson
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from flows._mcp._tools import TOOLS
+from flows.mcp._tools import TOOLS
 from tests.conftest import ROOT
 from tests.mcp.harness import CALL_TIMEOUT_S, call, init, mcp_runs, run, server_env
 

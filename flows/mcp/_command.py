@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import journal
-from flows._mcp._errors import McpTokenRequired, McpUnavailable
+from flows.mcp._errors import McpTokenRequired, McpUnavailable
 
 TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
 """The environment variable that holds the HTTP server's bearer token."""
@@ -123,7 +123,7 @@ def _token(address: Address) -> str | None:
 
 def _load_server() -> ModuleType:
     try:
-        from flows._mcp import _server
+        from flows.mcp import _server
     except ModuleNotFoundError as exc:
         raise McpUnavailable(
             f"`flows mcp` needs the MCP SDK ({exc.name} is not installed): pip install 'flows-memory[mcp]'"
@@ -141,7 +141,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     address: Address | None = args.http
     token = _token(address) if address is not None else None
     server = _load_server()
-    from flows._mcp._sessions import Sessions
+    from flows.mcp._sessions import Sessions
     from memory import MemoryStore
 
     # A server reports the failures it survives (a tool's bug) on stderr, even without -v.

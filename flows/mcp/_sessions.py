@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from flows._mcp._errors import McpSessionEnded
+from flows.mcp._errors import McpSessionEnded
 from memory import Learned, MemoryStore, Recalled
 
 log = logging.getLogger("flows.mcp")

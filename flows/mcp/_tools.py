@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from flows._mcp._errors import McpArgumentsInvalid, McpToolUnknown
+from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
 """A finding's key: the 32 lowercase hex characters of its content id."""

@@ -3,16 +3,13 @@ the stdio and streamable-HTTP transports, the bearer-token gate, and each sessio
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import importlib.metadata
 import logging
-import os
 import signal
 import socket
 import sys
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote
@@ -28,9 +25,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from flows._mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
-from flows._mcp._sessions import Sessions, finding_json
-from flows._mcp._tools import TOOLS, call_tool
+from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
+from flows.mcp._sessions import Sessions, finding_json
+from flows.mcp._stdio import StdinLines, StdoutWire
+from flows.mcp._tools import TOOLS, call_tool
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -211,52 +209,6 @@ async def _reap_idle(sessions: Sessions, timeout_s: float) -> None:
 # -- stdio ----------------------------------------------------------------------------------------
 
 
-class StdinLines:
-    """The lines of stdin, read by a daemon thread from a private copy of its descriptor.
-
-    A read blocked on stdin cannot be interrupted, so a server stopped by a signal must not wait
-    for one (nor may the process's exit): the SDK's own reader runs on a worker thread that both
-    would wait for. The thread reads the descriptor directly (no Python file object whose lock
-    the interpreter's exit would need) and hands over one line at a time, so a client cannot fill
-    our memory faster than we serve it. Descriptor 0 itself is pointed at the null device, so
-    nothing else in the process reads the wire.
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._lines: asyncio.Queue[bytes] = asyncio.Queue(maxsize=1)
-        fd = os.dup(0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        threading.Thread(target=self._pump, args=(fd,), name="flows-mcp-stdin", daemon=True).start()
-
-    def _hand_over(self, line: bytes) -> None:
-        asyncio.run_coroutine_threadsafe(self._lines.put(line), self._loop).result()
-
-    def _pump(self, fd: int) -> None:
-        pending = b""
-        try:
-            while chunk := os.read(fd, 65536):
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    self._hand_over(line + b"\n")
-            if pending:
-                self._hand_over(pending)
-            self._hand_over(b"")
-        except (RuntimeError, OSError):  # the loop is gone, or stdin failed: stop reading
-            return
-
-    def __aiter__(self) -> StdinLines:
-        return self
-
-    async def __anext__(self) -> str:
-        line = await self._lines.get()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
-
-
 async def serve_stdio(sessions: Sessions) -> int | None:
     """Serve one client over stdin/stdout until stdin closes, or SIGINT/SIGTERM; its session then
     ends. Returns the signal that stopped the server, if one did."""
@@ -272,8 +224,9 @@ async def serve_stdio(sessions: Sessions) -> int | None:
                     return
 
         tg.start_soon(stop_on_signal)
-        lines = cast(Any, StdinLines())  # the SDK takes any async iterator of lines
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):
+        # The SDK takes any async iterator of lines and any object with async write and flush.
+        wire_in, wire_out = cast(Any, StdinLines()), cast(Any, StdoutWire())
+        async with stdio_server(stdin=wire_in, stdout=wire_out) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         tg.cancel_scope.cancel()
     return stopped_by[0] if stopped_by else None
