@@ -266,6 +266,9 @@ def build_cli() -> CommandLine:
         metavar="DIR",
         help="keep the demo's store in DIR and print commands to try on it (default: a temporary directory)",
     )
+    from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
+
+    add_serve_command(add)
     add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
 
