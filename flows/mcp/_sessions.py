@@ -60,7 +60,11 @@ class _Root:
     async def learn(self, finding: Mapping[str, Any], supersedes: str | None) -> Learned:
         if supersedes is not None:
             raise NotImplementedError("supersedes")
-        return await self.session.alearn(finding)
+        # A write once started is finished even when its request is cancelled (the client left):
+        # the session's end then waits for it, and its root run is finished after it, never before.
+        with anyio.CancelScope(shield=True):
+            learned = await self.session.alearn(finding)
+        return learned
 
     async def close(self) -> None:
         await self.session.aclose()

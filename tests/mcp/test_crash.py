@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from mcp import ClientSession
 
 from journal import RunState
-from memory import MemoryStore
+from memory import MemoryStore, check_store
 from tests.mcp.harness import (
     CALL_TIMEOUT_S,
     call,
@@ -119,3 +120,29 @@ def test_a_stdio_server_stopped_by_a_signal_ends_its_session_done(tmp_path: Path
         if sig == signal.SIGINT
         else ""
     )
+
+
+def test_a_learn_in_flight_when_the_client_leaves_is_finished_before_its_root_run(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    slow = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep1500"}  # widen the learn after its root began
+
+    async def main() -> None:
+        async with stdio_session(db, env=slow) as session, anyio.create_task_group() as tg:
+            tg.start_soon(session.call_tool, "learn", {"text": "left in flight"})  # never answered
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                while not mcp_runs(db):
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()  # the client leaves: the server's stdin closes mid-learn
+
+    with contextlib.suppress(BaseException):
+        run(main)
+    deadline = time.monotonic() + CALL_TIMEOUT_S
+    while server_pids(db) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [root] = mcp_runs(db)
+    assert root.state is RunState.DONE
+    [record] = learn_records(db, root.run_id)  # the learn committed before the root was finished
+    with MemoryStore(db) as store:
+        [found] = store.recall(limit=None)
+        assert check_store(store, sail_dirs=[], sweep_age_s=3600.0) == []
+    assert found.key == record.key and found.citation.id == record.id
