@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from flows.mcp._errors import McpSessionEnded
-from memory import Learned, MemoryStore, Recalled
+from memory import Forgotten, Learned, MemoryStore, Recalled
 
 log = logging.getLogger("flows.mcp")
 
 FLOW = "mcp"
 """The flow name of every root run the server begins."""
+
+DEFAULT_SCOPE = "mcp"
+"""Where a write goes when neither the call nor the server's --scope names a scope."""
 
 END_WAIT_S = 30.0
 """How long ending a session waits for its calls in flight to finish."""
@@ -57,14 +61,18 @@ class _Root:
     def __init__(self, store: MemoryStore, scope: str) -> None:
         self.session = store.session(scope=scope, flow=FLOW)
 
+    # A write once started is finished even when its request is cancelled (the client left): the
+    # session's end then waits for it, and its root run is finished after it, never under it.
+
     async def learn(self, finding: Mapping[str, Any], supersedes: str | None) -> Learned:
-        if supersedes is not None:
-            raise NotImplementedError("supersedes")
-        # A write once started is finished even when its request is cancelled (the client left):
-        # the session's end then waits for it, and its root run is finished after it, never before.
         with anyio.CancelScope(shield=True):
-            learned = await self.session.alearn(finding)
+            learned = await self.session.alearn(finding, supersedes=supersedes)
         return learned
+
+    async def forget(self, key: str, reason: str) -> Forgotten:
+        with anyio.CancelScope(shield=True):
+            forgotten = await self.session.aforget(key, reason=reason)
+        return forgotten
 
     async def close(self) -> None:
         await self.session.aclose()
@@ -195,23 +203,26 @@ class SessionMemory:
         }
 
     async def forget(self, key: str, reason: str) -> dict[str, Any]:
-        raise NotImplementedError("forget")
+        # Journaled under the session's root run in the finding's own scope (when it is still live),
+        # so a session's forgets sit beside its learns of that scope.
+        found = await anyio.to_thread.run_sync(self._store.get, key)
+        scope = found.scope if found is not None else self.default_scope or DEFAULT_SCOPE
+        root = await self._sessions._root(self._key, self._session, scope)
+        forgotten = await root.forget(key, reason)
+        out = forgotten.as_json()
+        out["citation"] = citation_json(forgotten.citation, forgotten.forgotten_ms)
+        return out
 
     async def recall(
         self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
     ) -> list[dict[str, Any]]:
-        found = await self._store.arecall(scope=scope, tag=tags[0] if tags else None, limit=None)
-        meta = dict(meta or {})
-        kept = [
-            f
-            for f in found
-            if set(tags) <= set(f.tags) and all(k in f.metadata and f.metadata[k] == meta[k] for k in meta)
-        ]
-        return [finding_json(f) for f in kept[:limit]]
+        found = await self._store.arecall(scope=scope, tags=tags, meta=meta, limit=limit)
+        return [finding_json(f) for f in found]
 
     async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]:
         answers = await self._store.awhy(subject, scope=scope, limit=limit)
         return [{**finding_json(a.finding), "score": a.score, "matched": list(a.matched)} for a in answers]
 
     async def history(self, key: str) -> list[dict[str, Any]]:
-        raise NotImplementedError("history")
+        events = await anyio.to_thread.run_sync(self._store.history, key)
+        return [e.as_json() for e in events]

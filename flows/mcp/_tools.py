@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
+from flows.mcp._sessions import DEFAULT_SCOPE
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
 """A finding's key: the 32 lowercase hex characters of its content id."""
@@ -132,7 +133,7 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 async def _learn(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     finding: dict[str, Any] = {k: args[k] for k in ("text", "source", "tags", "metadata") if k in args}
-    scope = args.get("scope") or memory.default_scope or "mcp"
+    scope = args.get("scope") or memory.default_scope or DEFAULT_SCOPE
     return await memory.learn(scope, finding, args.get("supersedes"))
 
 
@@ -312,6 +313,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "properties": {
                 "key": _KEY,
                 "reason": {"type": "string"},
+                "by": {"type": ["string", "null"], "description": "the key that superseded it, if one did"},
                 "forgottenMs": {"type": "integer"},
                 "citation": _CITATION,
             },
@@ -341,11 +343,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "kind": {"enum": ["learned", "superseded", "forgotten", "expired"]},
                             "key": _KEY,
                             "atMs": {"type": "integer"},
-                            "citation": {"anyOf": [_CITATION, {"type": "null"}]},
+                            "citation": _CITATION,
                             "reason": {"type": ["string", "null"]},
                             "by": {"type": ["string", "null"]},
                         },
-                        "required": ["kind", "key"],
+                        "required": ["kind", "key", "atMs", "citation"],
                     },
                 },
             },

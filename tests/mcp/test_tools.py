@@ -12,7 +12,7 @@ from mcp.types import TextResourceContents
 
 from journal import RunState
 from tests.mcp.conftest import Transport, open_transport
-from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, learn_records, mcp_runs, run
+from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, journal_of, learn_records, mcp_runs, run
 
 TOOLS = {"learn", "recall", "why", "forget", "history"}
 
@@ -216,3 +216,90 @@ def test_resources_list_each_scope_and_read_its_recent_findings(transport: Trans
     assert [(f["key"], f["citation"]) for f in body["findings"]] == [(a["key"], a["citation"])]
     assert b["key"] not in {f["key"] for f in body["findings"]}
     assert with_error is not None and "mcp_resource_unknown" in repr(getattr(with_error, "error", with_error))
+
+
+def test_supersede_forget_and_history_cite_their_records(transport: Transport) -> None:
+    async def main() -> dict[str, Any]:
+        async with transport.connect() as session:
+            out: dict[str, Any] = {}
+            out["old"] = await call(session, "learn", text="the fee is 5 EUR", tags=["fee"])
+            out["new"] = await call(
+                session, "learn", text="the fee is 6 EUR", tags=["fee"], supersedes=out["old"]["key"]
+            )
+            out["recall_after_supersede"] = await call(session, "recall", tags=["fee"])
+            out["why_after_supersede"] = await call(session, "why", subject="what is the fee")
+            out["forgot"] = await call(session, "forget", key=out["new"]["key"], reason="the user asked")
+            out["forgot_again"] = await call(session, "forget", key=out["new"]["key"], reason="twice")
+            out["recall_after_forget"] = await call(session, "recall", tags=["fee"])
+            out["history_old"] = await call(session, "history", key=out["old"]["key"])
+            out["history_new"] = await call(session, "history", key=out["new"]["key"])
+            unknown = "0" * 32
+            out["forget_unknown"] = await call_error(session, "forget", key=unknown, reason="r")
+            out["history_unknown"] = await call_error(session, "history", key=unknown)
+            out["supersede_unknown"] = await call_error(session, "learn", text="x", supersedes=unknown)
+        async with transport.connect() as session:  # another session, so another root run
+            again = {"text": "the fee is 6 EUR", "tags": ["fee"]}
+            out["relearn_forgotten"] = await call_error(session, "learn", **again)
+        return out
+
+    out = run(main)
+    old, new = out["old"]["key"], out["new"]["key"]
+    assert out["new"]["supersedes"] == old
+    assert [f["key"] for f in out["recall_after_supersede"]["findings"]] == [new]
+    assert [a["key"] for a in out["why_after_supersede"]["answers"]] == [new]
+    forgot = out["forgot"]
+    assert (forgot["key"], forgot["reason"]) == (new, "the user asked")
+    assert out["forgot_again"] == forgot  # forgetting twice returns the first, writes nothing
+    assert out["recall_after_forget"]["findings"] == []
+
+    [root] = mcp_runs(transport.db)  # the refused learn of the second session began nothing
+    assert root.state is RunState.DONE
+    backend = journal_of(transport.db)
+    try:
+        streams = {s: {r.id: r for r in backend.read(root.run_id, s)} for s in backend.streams(root.run_id)}
+    finally:
+        backend.close()
+
+    def record_of(citation: dict[str, Any]) -> Any:
+        assert citation["runId"] == root.run_id
+        return streams[citation["stream"]][citation["id"]]
+
+    assert record_of(forgot["citation"]).ts_ms <= forgot["forgottenMs"] + 1000
+    assert forgot["citation"]["committedMs"] == forgot["forgottenMs"]
+    kinds_old = [(e["kind"], e.get("by")) for e in out["history_old"]["events"]]
+    assert kinds_old == [("learned", None), ("superseded", new)]
+    kinds_new = [(e["kind"], e.get("reason")) for e in out["history_new"]["events"]]
+    assert kinds_new == [("learned", None), ("forgotten", "the user asked")]
+    for event in [*out["history_old"]["events"], *out["history_new"]["events"]]:
+        record_of(event["citation"])  # every event cites a record that is in the journal
+    assert out["history_new"]["events"][0]["citation"] == {
+        k: v for k, v in out["new"]["citation"].items() if k != "committedMs"
+    }
+    for error in (out["forget_unknown"], out["history_unknown"], out["supersede_unknown"]):
+        assert error["code"] == "memory_finding_unknown", error
+    assert out["relearn_forgotten"]["code"] == "memory_finding_retired"
+
+
+def test_recall_filters_by_every_tag_and_by_metadata_and_scope(transport: Transport) -> None:
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            g, s = {"tier": "gold"}, {"tier": "silver"}
+            gold = await call(session, "learn", text="gold plan", tags=["plan", "paid"], metadata=g)
+            silver = await call(session, "learn", text="silver plan", tags=["plan"], metadata=s)
+            other = await call(session, "learn", text="gold elsewhere", metadata={"tier": "gold"}, scope="b")
+            return (
+                gold,
+                silver,
+                other,
+                await call(session, "recall", tags=["plan", "paid"]),
+                await call(session, "recall", metadata={"tier": "gold"}),
+                await call(session, "recall", metadata={"tier": "gold"}, scope="mcp"),
+                await call(session, "recall", limit=1),
+            )
+
+    gold, silver, other, both_tags, gold_meta, gold_here, newest = run(main)
+    assert [f["key"] for f in both_tags["findings"]] == [gold["key"]]
+    assert sorted(f["key"] for f in gold_meta["findings"]) == sorted([gold["key"], other["key"]])
+    assert [f["key"] for f in gold_here["findings"]] == [gold["key"]]
+    assert [f["key"] for f in newest["findings"]] == [other["key"]]
+    assert silver["key"] not in {f["key"] for f in gold_meta["findings"]}
