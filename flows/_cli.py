@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import orjson
 
 import journal
-from flows._runtime import RunResult, error_fields
+from flows._runtime import error_fields
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -68,68 +68,6 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 # -- commands ---------------------------------------------------------------------------------
-
-
-def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
-    if result.ok:
-        if args.json:
-            _json_out({"runId": result.run_id, "state": result.state.value})
-        else:
-            print(f"root run {result.run_id} {verb}: {result.state.value}")
-        return EXIT_OK
-    assert result.error is not None
-    raise result.error
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a flow file under a new root run."""
-    from flows._runtime import run
-
-    return _report_run(run(args.file, db=args.db, journal_location=args.journal), args, "ran")
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    """Resume a failed or interrupted root run."""
-    from flows._runtime import resume
-
-    progress = _progress("resume: learns settled")
-    try:
-        result = resume(args.run_id, db=args.db, journal_location=args.journal, progress=progress)
-    finally:
-        if progress is not None:
-            sys.stderr.write("\n")
-    return _report_run(result, args, "resumed")
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    """List root runs, newest first."""
-    with _store(args) as store:
-        runs = store.open_journal().runs()
-    if args.json:
-        _json_out(
-            [
-                {
-                    "runId": r.run_id,
-                    "flow": r.flow,
-                    "scope": r.scope,
-                    "state": r.state.value,
-                    "epoch": r.epoch,
-                    "createdMs": r.created_ms,
-                    "updatedMs": r.updated_ms,
-                    "error": r.error,
-                }
-                for r in runs
-            ]
-        )
-    elif not runs:
-        print("no root runs yet: start one with `flows run FILE`")
-    else:
-        rows = [
-            [r.run_id, r.flow, r.scope, r.state.value, _ms(r.created_ms), (r.error or {}).get("code", "")]
-            for r in runs
-        ]
-        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
-    return EXIT_OK
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -297,13 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
-    add("run", cmd_run, "run a flow file under a new root run").add_argument(
-        "file", help="the flow's .py file"
-    )
-    add("resume", cmd_resume, "resume a failed or interrupted root run").add_argument(
-        "run_id", metavar="RUN_ID"
-    )
-    add("runs", cmd_runs, "list root runs, newest first")
+    from flows._cli_runs import add_run_commands  # run, resume, runs, show
+
+    add_run_commands(add)
     p = add("journal", cmd_journal, "show a root run's journal records")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
