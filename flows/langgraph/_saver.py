@@ -21,6 +21,7 @@ import hashlib
 import heapq
 import random
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -94,6 +95,15 @@ class Citation:
     def of(cls, record: Record) -> Citation:
         """The citation of ``record``."""
         return cls(record.run_id, record.stream, record.id, record.seq, record.ts_ms)
+
+
+@dataclass
+class _Hold:
+    """A lease in use by one operation: ``fresh`` when acquired for it, ``wrote`` once it appended."""
+
+    lease: Lease
+    fresh: bool
+    wrote: bool = False
 
 
 class _Thread:
@@ -172,6 +182,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._backend: JournalBackend = open_journal(self.journal_location)
         self._catalog = Catalog(self._backend)
         self._leases = ThreadLeases(self._backend, idle_s=lease_idle_s, wait_s=lease_wait_s)
+        self._lease_wait_s = lease_wait_s
         self._max_record_bytes = max_record_bytes
         self._max_cached = max_cached_threads
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
@@ -318,10 +329,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 thread_id=thread_id,
             ) from exc
 
-    def _append_own(self, t: _Thread, lease: Lease, payloads: Sequence[tuple[Payload, str]]) -> Records:
+    def _append_own(self, t: _Thread, hold: _Hold, payloads: Sequence[tuple[Payload, str]]) -> Records:
         out = []
         for payload, key in payloads:
-            rec = self._backend.append(lease, STREAM, payload, key=key)
+            rec = self._backend.append(hold.lease, STREAM, payload, key=key)
+            hold.wrote = True
             seen = t.index.seen.get(rec.run_id, 0)
             if rec.seq == seen + 1:
                 t.index.apply(rec)
@@ -369,29 +381,50 @@ class JournalSaver(BaseCheckpointSaver[str]):
         ``build`` runs after the lease is held and the index is current, so it sees every record.
         With ``create``, a thread without a live generation gets a new one first.
         """
+        done = self._locked(
+            thread_id, lambda t, hold: self._append_own(t, hold, build(t)), create=create, reason=reason
+        )
+        return done or []
+
+    def _locked(
+        self, thread_id: str, act: Callable[[_Thread, _Hold], T], *, create: bool, reason: str = "put"
+    ) -> T | None:
+        """Run ``act`` on the up-to-date thread while holding the lease of its current run.
+
+        Returns None, without acting, for a thread with no live generation unless ``create``.
+        A lease taken by another process before ``act`` appended anything with it is waited for
+        again (as if it had never been granted; nothing was written with it); taken after,
+        the journal's ``JournalLeaseLost`` is raised: this process was fenced out.
+        """
         t = self._thread(thread_id)
+        deadline = time.monotonic() + self._lease_wait_s
+        moved = 0
         with t.mutex:
-            for _ in range(_ATTEMPTS):
+            while moved < _ATTEMPTS:
                 self._refresh(t)
                 if t.gen is None or not t.gen.runs:
                     if not create:
-                        return []
+                        return None
                     if not self._new_generation(t, reason):
+                        moved += 1
                         continue
                 assert t.gen is not None
                 run_id = t.gen.runs[0]
+                hold: _Hold | None = None
                 try:
                     with self._leases.using(run_id) as (lease, fresh):
-                        if fresh and not self._confirm(t):
-                            continue
-                        payloads = build(t)
-                        return self._append_own(t, lease, payloads) if payloads else []
+                        hold = _Hold(lease, fresh)
+                        if not fresh or self._confirm(t):
+                            return act(t, hold)
+                        moved += 1
                 except JournalNotResumable:  # the run was retired (deleted, compacted) meanwhile
                     t.reset()
+                    moved += 1
                 except JournalLeaseLost:
                     self._leases.drop(run_id)
                     t.reset()
-                    raise
+                    if hold is None or hold.wrote or not hold.fresh or time.monotonic() > deadline:
+                        raise
             raise JournalLeaseLost(
                 f"thread {thread_id!r} kept moving to a new generation while this process tried to "
                 "write it; another process is deleting or pruning it: retry",
@@ -598,28 +631,16 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """Tombstone the thread and move it to a new, empty generation (its records stay in the
         journal; none is read again). A thread that does not exist is left alone."""
         thread_id = _thread_id({"configurable": {"thread_id": thread_id}}, "thread id")
-        t = self._thread(thread_id)
-        with t.mutex:
-            for _ in range(_ATTEMPTS):
-                self._refresh(t)
-                if t.gen is None or not t.gen.runs:
-                    return
-                gen, run_id = t.gen, t.gen.runs[0]
-                try:
-                    with self._leases.using(run_id) as (lease, fresh):
-                        if fresh and not self._confirm(t):
-                            continue
-                        self._backend.append(lease, STREAM, {"kind": "delete-thread"})
-                        self._catalog.register(thread_id, gen.gen + 1, None, "delete_thread")
-                        self._leases.retire(lease)
-                        t.reset(Generation(thread_id, gen.gen + 1, ()))
-                        return
-                except JournalNotResumable:
-                    t.reset()
-                except JournalLeaseLost:
-                    self._leases.drop(run_id)
-                    t.reset()
-                    raise
+
+        def act(t: _Thread, hold: _Hold) -> None:
+            assert t.gen is not None
+            self._backend.append(hold.lease, STREAM, {"kind": "delete-thread"})
+            hold.wrote = True
+            self._catalog.register(thread_id, t.gen.gen + 1, None, "delete_thread")
+            self._leases.retire(hold.lease)
+            t.reset(Generation(thread_id, t.gen.gen + 1, ()))
+
+        self._locked(thread_id, act, create=False)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Tombstone, in every thread, the checkpoints (and their writes) that the given LangGraph
@@ -706,42 +727,29 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 self._compact(_thread_id({"configurable": {"thread_id": thread_id}}, "thread id"))
 
     def _compact(self, thread_id: str) -> None:
-        t = self._thread(thread_id)
-        with t.mutex:
-            for _ in range(_ATTEMPTS):
-                self._refresh(t)
-                if t.gen is None or not t.gen.runs:
-                    return
-                gen, run_id = t.gen, t.gen.runs[0]
-                try:
-                    with self._leases.using(run_id) as (lease, fresh):
-                        if fresh and not self._confirm(t):
-                            continue
-                        live = list(t.index.live())
-                        kept = [c for c in (t.index.latest(ns) for ns in list(t.index.checkpoints)) if c]
-                        if len(kept) == len(live):
-                            return  # nothing to drop
-                        self._move(t, gen, lease, self._replay(t, kept, thread_id))
-                        return
-                except JournalNotResumable:
-                    t.reset()
-                except JournalLeaseLost:
-                    self._leases.drop(run_id)
-                    t.reset()
-                    raise
+        def act(t: _Thread, hold: _Hold) -> None:
+            live = list(t.index.live())
+            kept = [c for c in (t.index.latest(ns) for ns in list(t.index.checkpoints)) if c]
+            if len(kept) < len(live):
+                self._move(t, hold, self._replay(t, kept, thread_id))
 
-    def _move(self, t: _Thread, gen: Generation, lease: Lease, payloads: Keyed) -> None:
+        self._locked(thread_id, act, create=False)
+
+    def _move(self, t: _Thread, hold: _Hold, payloads: Keyed) -> None:
         """Write ``payloads`` into a new run, register it as the next generation, then tombstone
         and retire the old run. A crash before the registration leaves an unused run, never a
         thread without its records."""
+        assert t.gen is not None
+        number = t.gen.gen + 1
         info, new_lease = self._backend.begin(
-            THREAD_FLOW, SCOPE, {"langgraph": {"thread": t.thread_id, "generation": gen.gen + 1}}
+            THREAD_FLOW, SCOPE, {"langgraph": {"thread": t.thread_id, "generation": number}}
         )
         fresh = _Thread(t.thread_id)
-        fresh.reset(Generation(t.thread_id, gen.gen + 1, (info.run_id,)))
+        fresh.reset(Generation(t.thread_id, number, (info.run_id,)))
         try:
-            self._append_own(fresh, new_lease, payloads)
-            reg = self._catalog.register(t.thread_id, gen.gen + 1, info.run_id, "prune")
+            self._append_own(fresh, _Hold(new_lease, False), payloads)
+            hold.wrote = True  # from here on the move is under way: a lost lease is not retried
+            reg = self._catalog.register(t.thread_id, number, info.run_id, "prune")
         except BaseException:
             self._backend.release(new_lease)
             raise
@@ -749,14 +757,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
             lost = {"code": "langgraph_thread_race", "message": f"lost to run {reg.run_id}"}
             self._leases.retire(new_lease, lost)
             raise JournalLeaseLost(
-                f"generation {gen.gen + 1} of thread {t.thread_id!r} was registered by another process",
+                f"generation {number} of thread {t.thread_id!r} was registered by another process",
                 expected=0,
                 got=0,
                 run_id=info.run_id,
             )
         self._leases.adopt(new_lease)
-        self._backend.append(lease, STREAM, {"kind": "compacted", "into": info.run_id})
-        self._leases.retire(lease)
+        self._backend.append(hold.lease, STREAM, {"kind": "compacted", "into": info.run_id})
+        self._leases.retire(hold.lease)
         t.gen, t.index = fresh.gen, fresh.index
 
     # -- async twins ---------------------------------------------------------------------------
