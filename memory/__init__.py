@@ -3,24 +3,37 @@
 from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
 from memory._db import SCHEMA_VERSION, HistoryDB
 from memory._errors import (
+    ArgumentInvalid,
     FindingInvalid,
     FlowsMemoryError,
+    SessionClosed,
     Unjournaled,
     Unreachable,
     UnsupportedHeader,
     Unwritable,
 )
 from memory._files import parse_learned, read_learned
-from memory._finding import STREAM, Finding, canonical, finding_id, render, scope_hash, validate
-from memory._learn import RootRun
+from memory._finding import (
+    STREAM,
+    Finding,
+    canonical,
+    check_key,
+    finding_id,
+    render,
+    scope_hash,
+    validate,
+)
+from memory._learn import Root, RootRun
 from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
 from memory._results import Citation, Explained, Learned, Recalled, SyncReport
+from memory._session import MemorySession, SessionState
 from memory._store import MemoryStore
 
 __all__ = [
     "QUARANTINE_DIR",
     "SCHEMA_VERSION",
     "STREAM",
+    "ArgumentInvalid",
     "Citation",
     "Explained",
     "Finding",
@@ -28,16 +41,21 @@ __all__ = [
     "FlowsMemoryError",
     "HistoryDB",
     "Learned",
+    "MemorySession",
     "MemoryStore",
     "Problem",
     "Recalled",
+    "Root",
     "RootRun",
+    "SessionClosed",
+    "SessionState",
     "SyncReport",
     "Unjournaled",
     "Unreachable",
     "UnsupportedHeader",
     "Unwritable",
     "canonical",
+    "check_key",
     "check_store",
     "finding_id",
     "learned_dir",

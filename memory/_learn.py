@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import journal
 from journal import JournalBackend, Lease, Record
@@ -16,12 +17,34 @@ from memory._results import Citation, Learned
 from staging import failpoint
 
 
+class Root(Protocol):
+    """What a learn or a forget needs of its root run. ``RootRun`` is one; a session's root is
+    another, begun only when a write first needs it (``begun`` says whether it has been)."""
+
+    @property
+    def journal(self) -> JournalBackend: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def flow(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def script(self) -> bool: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def begun(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class RootRun:
     """The root run a learn journals into: the backend, the lease, and the flow's name and scope.
 
     ``script`` is the flow header's ``memory.script``; when False every learn raises
-    ``UnsupportedHeader``.
+    ``UnsupportedHeader``. ``source`` is a finding's default source (the flow's name when None).
     """
 
     journal: JournalBackend
@@ -29,11 +52,17 @@ class RootRun:
     flow: str
     scope: str
     script: bool = True
+    source: str | None = None
 
     @property
     def run_id(self) -> str:
         """The root run's id."""
         return self.lease.run_id
+
+    @property
+    def begun(self) -> bool:
+        """Always True: a ``RootRun`` is a run already begun."""
+        return True
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
@@ -59,7 +88,7 @@ class Learner:
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
 
-    def learn(self, finding: object, root: RootRun | None) -> Learned:
+    def learn(self, finding: object, root: Root | None) -> Learned:
         """See ``MemoryStore.learn``."""
         if root is None:
             raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
@@ -67,7 +96,7 @@ class Learner:
             raise UnsupportedHeader(
                 f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
             )
-        item = validate(finding, default_source=root.flow)
+        item = validate(finding, default_source=root.source or root.flow)
         fid = finding_id(root.scope, item)
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
@@ -75,7 +104,9 @@ class Learner:
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
         # commit that raced ahead of this one, and its bytes are what get published.
-        existing = root.journal.find(root.run_id, STREAM, fid) if os.path.lexists(final) else None
+        existing = (
+            root.journal.find(root.run_id, STREAM, fid) if root.begun and os.path.lexists(final) else None
+        )
         if existing is None:
             payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
             expected = Record(
@@ -148,17 +179,17 @@ class Learner:
         self._committed[run_id] = committed
         return len(wanted)
 
-    def republished(self, finding: object, root: RootRun | None) -> Learned | None:
+    def republished(self, finding: object, root: Root | None) -> Learned | None:
         """A resumed body's re-learn of a finding ``republish_run`` found committed and whose file
         this store published durably and still holds its bytes: answered without a journal read,
         an executor hop or a write. None in every other case (``learn`` then decides)."""
-        if root is None or not root.script:
+        if root is None or not root.script or not root.begun:
             return None
         known = self._committed.get(root.run_id)
         if not known:
             return None
         try:
-            fid = finding_id(root.scope, validate(finding, default_source=root.flow))
+            fid = finding_id(root.scope, validate(finding, default_source=root.source or root.flow))
         except FindingInvalid:
             return None
         rec = known.get((root.scope, fid))

@@ -109,9 +109,10 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher) -> None:
+    def __init__(self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int]) -> None:
         self._db = db
         self._publisher = publisher
+        self._clock = clock
         self._disk = DiskIndex()
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
@@ -186,6 +187,7 @@ class Search:
         scope: str | None = None,
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
+        now = self._clock()
         listings = self._listings(scope)
         ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
@@ -196,8 +198,11 @@ class Search:
             and (source is None or e.source == source)
             and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
+            and (e.expires_ms is None or e.expires_ms > now)
         )
-        rows = self._db.recall(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        rows = self._db.recall(
+            scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit, now_ms=now
+        )
         if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
             last = rows[-1].learned_ms
             disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
@@ -205,21 +210,46 @@ class Search:
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         return merged if limit is None else merged[:limit]
 
+    def get(self, key: str) -> Recalled | None:
+        """See ``MemoryStore.get``."""
+        now = self._clock()
+        found = self._db.get(key)
+        if found is None:
+            for listing in self._listings(None):
+                found = listing.by_key(key)
+                if found is not None:
+                    break
+        if found is None or (found.expires_ms is not None and found.expires_ms <= now):
+            return None
+        return found
+
+    def scopes(self) -> list[str]:
+        """See ``MemoryStore.scopes``."""
+        candidates = set(self._db.scopes())
+        for listing in self._listings(None):
+            candidates.update(e.scope for e in listing.entries)
+        return sorted(s for s in candidates if self.recall(scope=s, limit=1))
+
     def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
         """See ``MemoryStore.why``."""
         asked = subject_words(subject)
         if not asked:
             return []
+        now = self._clock()
         wanted = set(asked)
         disk: list[Explained] = []
         for listing in self._listings(scope):
             for e, terms in listing.sharing(wanted, best=max(50, 4 * limit)):
                 score, matched = _score_terms(terms, wanted)
-                if score > 0 and (scope is None or e.scope == scope):
+                if (
+                    score > 0
+                    and (scope is None or e.scope == scope)
+                    and (e.expires_ms is None or e.expires_ms > now)
+                ):
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-        for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5)):
+        for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now):
             score, matched = _score_terms(terms_of(e), wanted)
             if score > 0:
                 scored.append(Explained(finding=e, score=score, matched=matched))

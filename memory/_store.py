@@ -23,12 +23,13 @@ from typing import Any, TypeVar
 import journal
 from journal import JournalBackend, Record
 from memory._db import HistoryDB
-from memory._finding import STREAM, render
-from memory._learn import Learner, RootRun
+from memory._finding import STREAM, check_key, render
+from memory._learn import Learner, Root
 from memory._paths import resolve_db, resolve_journal
 from memory._publisher import Publisher
 from memory._results import Explained, Learned, Recalled, SyncReport
 from memory._search import Search
+from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
 
 T = TypeVar("T")
@@ -68,7 +69,7 @@ class MemoryStore:
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
         self._learner = Learner(self._publisher, clock)
-        self._search = Search(self._db, self._publisher)
+        self._search = Search(self._db, self._publisher, clock)
         self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -109,7 +110,21 @@ class MemoryStore:
 
     # -- learn ---------------------------------------------------------------------------------
 
-    def learn(self, finding: object, root: RootRun | None) -> Learned:
+    def session(self, *, scope: str, flow: str = "session", source: str | None = None) -> MemorySession:
+        """A session that learns (and forgets) in ``scope`` under a durable root run of its own,
+        named ``flow``; ``source`` is its findings' default source (default: ``flow``).
+
+        The root run is begun by the session's first write and ended by ``close()`` (``done``), or
+        by a ``with`` / ``async with`` block that raises (``failed``, the error recorded). See
+        ``MemorySession``.
+
+        Raises:
+            ArgumentInvalid: ``scope``, ``flow`` or ``source`` is not a non-empty string (at most
+                256 characters, no NUL).
+        """
+        return MemorySession(self, scope=scope, flow=flow, source=source)
+
+    def learn(self, finding: object, root: Root | None) -> Learned:
         """Learn ``finding`` journal-first: validate, stage, append to the root run's
         ``memory-learn`` stream, then publish the learned file.
 
@@ -125,7 +140,7 @@ class MemoryStore:
         """
         return self._learner.learn(finding, root)
 
-    async def alearn(self, finding: object, root: RootRun | None) -> Learned:
+    async def alearn(self, finding: object, root: Root | None) -> Learned:
         """``learn`` off the event loop, on the store's one executor; a resumed body's re-learn of a
         finding already republished (a file read, no write) is answered on the loop."""
         done = self._learner.republished(finding, root)
@@ -206,6 +221,25 @@ class MemoryStore:
     async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
         """``why`` off the event loop."""
         return await self._off_loop(partial(self.why, subject, **kwargs))
+
+    def get(self, key: str) -> Recalled | None:
+        """The live finding whose key is ``key`` (from the DB, else its unsynced file), or None
+        when no live finding has it.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not 32 lowercase hex digits.
+            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        return self._search.get(check_key(key))
+
+    def scopes(self) -> list[str]:
+        """The names of the scopes that hold at least one live finding (DB rows and unsynced
+        files), sorted.
+
+        Raises:
+            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        return self._search.scopes()
 
     # -- sync ----------------------------------------------------------------------------------
 
