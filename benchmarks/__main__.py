@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import TextIO
 
 from benchmarks._common import FULL, QUICK, SMOKE, Sheet, say
+from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
+from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
 from benchmarks.writes import WRITE_NAMES
 
-SECTIONS = ("writes", "reads", "resume", "ledger")
+SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph")
 
 FIGURES: dict[str, tuple[str, ...]] = {
     "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
@@ -45,6 +47,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
     ),
     "resume": ("resume.first_run_learn_per_s", "resume.materialize_per_s", "resume.flow_resume_per_s"),
     "ledger": ("ledger.lookup_snapshot_ms", "ledger.lookup_no_snapshot_ms", "ledger.full_rescan_ms"),
+    "langgraph": LANGGRAPH_NAMES,
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
@@ -66,6 +69,7 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_pg_8p_vs_sqlite3_8p": ("write.learn_pg_8p_per_s", "write.sqlite3_full_8p_per_s"),
     "ratio.recall_vs_sqlite": ("read.recall_ms", "read.sqlite_tag_ms"),
     "ratio.why_vs_sqlite_fts": ("read.why_ms", "read.sqlite_fts_ms"),
+    **LANGGRAPH_RATIOS,
 }
 """Stable ratio names: numerator / denominator figures."""
 
@@ -244,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
             sheet.meta["ledger_entries"] = sizes.ledger_entries
+        if "langgraph" in sections:
+            from benchmarks.langgraph_bench import bench_langgraph
+
+            bench_langgraph(base / "langgraph", sizes, sheet, out)
     finally:
         if args.keep:
             say(out, f"kept {base}")

@@ -90,7 +90,8 @@ class ThreadLeases:
                 if held is not None and held.lease == lease:
                     held.busy -= 1
                     held.last_used = self._clock()
-                    self._cond.notify_all()
+                    # No notify: waking the reaper on every write costs a context switch; it looks
+                    # again at the latest ``idle_s`` after it last found every lease busy.
 
     def _take(self, run_id: str) -> tuple[Lease, bool]:
         deadline = self._clock() + self._wait_s
