@@ -106,13 +106,17 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, Version], Typed] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)
     compacted_into: str | None = None
+    _latest: dict[str, str] = field(default_factory=dict)  # per namespace, while it holds
 
     def apply_all(self, records: Sequence[Record]) -> None:
         """Apply the records of one run that come after the last one applied from that run."""
         if not records:
             return
         last = self.seen.get(records[0].run_id, 0)
-        for rec in records:
+        # A stream's sequence numbers count 1, 2, 3 … without gaps, so record ``last`` sits at
+        # index ``last - 1``: start right after it rather than walk the whole stream.
+        start = last if 0 < last <= len(records) and records[last - 1].seq == last else 0
+        for rec in records[start:]:
             if rec.seq > last:
                 self.apply(rec)
 
@@ -141,6 +145,7 @@ class ThreadIndex:
         elif kind == "writes":
             self._fold_writes(p)
         elif kind == "delete-thread":
+            self._latest.clear()
             self.checkpoints.clear()
             self.writes.clear()
             self.blobs.clear()
@@ -166,6 +171,8 @@ class ThreadIndex:
             channel = _text(blob[0], "a blob's channel")
             version = _version(blob[1], "a blob's version")
             self.blobs[(ns, channel, version)] = _unpack(blob[2:], "a blob")
+        if ns in self._latest and cid > self._latest[ns]:
+            self._latest[ns] = cid
         self.checkpoints.setdefault(ns, {})[cid] = StoredCheckpoint(
             ns=ns,
             id=cid,
@@ -199,6 +206,7 @@ class ThreadIndex:
 
     def drop_runs(self, run_ids: set[str]) -> None:
         """Forget the checkpoints whose LangGraph run id is in ``run_ids``, and their writes."""
+        self._latest.clear()
         for ns, by_id in self.checkpoints.items():
             for cid in [c for c, cp in by_id.items() if cp.run_id in run_ids]:
                 del by_id[cid]
@@ -214,7 +222,10 @@ class ThreadIndex:
         by_id = self.checkpoints.get(ns)
         if not by_id:
             return None
-        return by_id[max(by_id)]
+        latest = self._latest.get(ns)
+        if latest is None or latest not in by_id:
+            latest = self._latest[ns] = max(by_id)
+        return by_id[latest]
 
     def get(self, ns: str, cid: str) -> StoredCheckpoint | None:
         """The live checkpoint ``cid`` of ``ns``, or None."""
