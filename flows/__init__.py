@@ -1,5 +1,7 @@
 """The flows runtime: drive a flow body under a durable root run, with journaled learns and steps."""
 
+import importlib.metadata as _metadata
+
 from flows._errors import (
     FlowAborted,
     FlowChanged,
@@ -66,3 +68,8 @@ __all__ = [
     "run",
     "source_digest",
 ]
+
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

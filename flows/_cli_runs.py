@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import stat
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 import memory
-from flows._cli import EXIT_OK, _json_out, _progress, _store, _table, diagnose
-from flows._errors import RunInterrupted
-from flows._runtime import RUN_STREAM, RunResult
+from flows._cli import _json_out, _store, _table, diagnose
+from flows._errors import FlowFailed, RunInterrupted
+from flows._runtime import RUN_STREAM, RunResult, error_fields
 from flows._steps import MAX_JSON_BYTES, STEPS_STREAM
 from journal import JournalBackend, Record, RunInfo, RunState
-
-EXIT_INTERRUPTED = 130
-MAX_LIMIT = 100_000
-_MS_MAX = 2**63 - 1
+from memory.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    LIMIT_MAX,
+    format_ms,
+    instant_ms,
+    limit,
+    progress,
+    stdout_to_stderr,
+)
+from staging import CodedError, CodedInterrupt
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
@@ -58,48 +63,16 @@ def _input_arg(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"{where} is not JSON ({exc}); quote it for the shell") from None
 
 
-def _since_arg(text: str) -> int:
-    """``--since``: epoch milliseconds, or an ISO 8601 date or date-time (local time unless it
-    carries an offset); returns epoch milliseconds."""
-    if text.isascii() and text.isdigit():
-        value = int(text)
-        if value > _MS_MAX:
-            raise argparse.ArgumentTypeError(f"{text} is beyond the 64-bit range of epoch milliseconds")
-        return value
-    try:
-        if len(text) == 10:
-            day = dt.date.fromisoformat(text)
-            when = dt.datetime(day.year, day.month, day.day)
-        else:
-            when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO 8601 date (2024-05-01) or date-time "
-            "(2024-05-01T12:00:00+02:00)"
-        ) from None
-    try:
-        return int((when if when.tzinfo else when.astimezone()).timestamp() * 1000)
-    except (OverflowError, OSError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range") from None
-
-
-def _limit_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT}")
-    return value
-
-
 # -- run and resume ---------------------------------------------------------------------------
 
 
 def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
     if not result.ok:
         assert result.error is not None
-        raise result.error
+        if isinstance(result.error, CodedError | CodedInterrupt):
+            raise result.error
+        message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
+        raise FlowFailed(message, run_id=result.run_id) from result.error
     if args.json:
         _json_out({"runId": result.run_id, "state": result.state.value, "output": result.output})
     else:
@@ -118,31 +91,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
     from flows._runtime import run
 
-    try:
-        result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
-    except RunInterrupted as exc:
-        return _interrupted(exc, args)
-    return _report_run(result, args, "ran")
+    if not args.json:
+        try:
+            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+        except RunInterrupted as exc:
+            return _interrupted(exc, args)
+        return _report_run(result, args, "ran")
+    with stdout_to_stderr() as out:  # the flow's own prints go to stderr; stdout stays pure JSON
+        try:
+            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+        except RunInterrupted as exc:
+            return _interrupted(exc, args)
+        sys.stdout, shown = out, sys.stdout
+        try:
+            return _report_run(result, args, "ran")
+        finally:
+            sys.stdout = shown
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Resume a failed or interrupted root run."""
     from flows._runtime import resume
 
-    progress = _progress("resume: learns settled")
     try:
-        result = resume(
-            args.run_id,
-            db=args.db,
-            journal_location=args.journal,
-            progress=progress,
-            allow_changed=args.allow_changed,
-        )
+        with progress("resume: learns settled", enabled=not args.json) as show:
+            result = resume(
+                args.run_id,
+                db=args.db,
+                journal_location=args.journal,
+                progress=show,
+                allow_changed=args.allow_changed,
+            )
     except RunInterrupted as exc:
         return _interrupted(exc, args)
-    finally:
-        if progress is not None:
-            sys.stderr.write("\n")
     return _report_run(result, args, "resumed")
 
 
@@ -189,10 +170,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _when(ms: int | None, *, precise: bool = False) -> str:
-    if ms is None:
-        return "-"
-    text = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-    return f"{text}.{ms % 1000:03d}" if precise else text
+    return format_ms(ms, precise=precise)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -251,7 +229,7 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
         if stream == RUN_STREAM:
             events = records
         for rec in records:
-            entry = {**make(rec), "ts": rec.ts_ms, "citation": _citation(rec)}
+            entry = {**make(rec), "tsMs": rec.ts_ms, "citation": _citation(rec)}
             entries.append(((rec.ts_ms, rank, rec.seq), entry))
     entries.sort(key=lambda e: e[0])
     return {
@@ -284,7 +262,7 @@ def _short(value: Any, width: int = 60) -> str:
 
 def _timeline_row(e: Mapping[str, Any]) -> list[str]:
     kind, record = str(e["kind"]), str(e["citation"]["id"])
-    when = _when(e["ts"], precise=True)
+    when = _when(e["tsMs"], precise=True)
     if kind == "step":
         duration = f"{e['durationMs']} ms" if isinstance(e.get("durationMs"), int) else "-"
         if "result" in e:
@@ -310,7 +288,7 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
         "-",
         "-",
         "-",
-        _short({k: v for k, v in e.items() if k not in ("kind", "ts")}),
+        _short({k: v for k, v in e.items() if k not in ("kind", "tsMs")}),
         record,
     ]
 
@@ -366,15 +344,15 @@ def add_run_commands(add: Add) -> None:
     p.add_argument(
         "--since",
         metavar="WHEN",
-        type=_since_arg,
+        type=instant_ms,
         help="only runs started at or after WHEN: epoch ms, or an ISO 8601 date or date-time",
     )
     p.add_argument(
         "--limit",
         metavar="N",
-        type=_limit_arg,
+        type=limit,
         default=20,
-        help=f"at most N runs (default 20, max {MAX_LIMIT})",
+        help=f"at most N runs (1 to {LIMIT_MAX}; default 20)",
     )
     p = add("show", cmd_show, "show a root run: state, input, output, every step and learn in order")
     p.add_argument("run_id", metavar="RUN_ID")

@@ -2,7 +2,7 @@
 
 The tree::
 
-    FlowsError              base: code, message, run_id, path
+    FlowsError              base (a staging.CodedError): run_id, path
     ├── FlowLoadFailed      flow_load_failed: the flow file cannot be imported, or holds no single flow
     ├── UnawaitedStep       unawaited_step: the body returned with a learn or step it never awaited
     ├── FlowFailed          flow_failed: the body raised an exception that has no code of its own
@@ -15,7 +15,7 @@ The tree::
         ├── StepInvalid     step_invalid: a bad ``f.step`` call
         └── FlowInputInvalid  flow_input_invalid: the input is not a JSON value
 
-    KeyboardInterrupt
+    staging.CodedInterrupt  (a KeyboardInterrupt with a code: ``except Exception`` never takes it)
     └── RunInterrupted      flow_interrupted: Ctrl-C stopped the run; the root is left interrupted
 
 Memory and journal errors keep their own codes when they fail a run.
@@ -25,20 +25,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError, CodedInterrupt
 
-class FlowsError(Exception):
+
+class FlowsError(CodedError):
     """Base of the runtime's errors; ``code`` is stable and listed in docs/SURFACE.md."""
 
     code = "flows_error"
 
     def __init__(self, message: str, *, run_id: str | None = None, path: str | Path | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.run_id = run_id
         self.path = None if path is None else Path(path)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class FlowLoadFailed(FlowsError):
@@ -156,7 +154,7 @@ class FlowAborted(FlowsError):
     code = "flow_aborted"
 
 
-class RunInterrupted(KeyboardInterrupt):
+class RunInterrupted(CodedInterrupt):
     """A run stopped by Ctrl-C (or a ``KeyboardInterrupt`` out of its body), after its in-flight
     learns and steps settled. The root is left ``interrupted`` (resumable) with the interruption
     recorded in its ``flow`` stream. A ``KeyboardInterrupt``, so a caller's Ctrl-C handling holds.
@@ -166,8 +164,4 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
-        self.message = message
         self.run_id = run_id
-
-    def __str__(self) -> str:
-        return self.message

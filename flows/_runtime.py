@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -42,9 +43,11 @@ from flows._steps import (
 )
 from journal import JournalBackend, JournalCorrupt, Lease, Record, RunState
 from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+from staging import CodedError, CodedInterrupt
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 RUN_STREAM = "run"  # the run's own events: each resume, failure and interruption, the output
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -75,10 +78,30 @@ class FlowMemory:
         if self._progress is not None:
             self._progress(self.settled, len(self.steps))
 
-    async def recall(self, **filters: Any) -> list[Recalled]:
-        """Findings of this flow's scope (``source=``, ``tag=``, ``before_ms=``, ``limit=``)."""
-        filters.setdefault("scope", self._root.scope)
-        return await self._store.arecall(**filters)
+    async def recall(
+        self,
+        *,
+        source: str | None = None,
+        tag: str | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        scope: str | None = None,
+    ) -> list[Recalled]:
+        """Findings matching every filter, newest first; ``scope`` defaults to this flow's scope.
+
+        ``before_ms`` keeps findings learned strictly before it (epoch ms); ``limit`` caps the list
+        (None: no cap).
+
+        Raises:
+            memory.Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        return await self._store.arecall(
+            source=source,
+            tag=tag,
+            before_ms=before_ms,
+            limit=limit,
+            scope=self._root.scope if scope is None else scope,
+        )
 
     async def why(self, subject: str, *, limit: int = 10) -> list[Explained]:
         """Findings of this flow's scope that answer ``subject``, best match first."""
@@ -158,9 +181,8 @@ class RunResult:
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The code and message that describe ``exc`` (``flow_failed`` when it has no code)."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, str):
-        return {"code": code, "message": str(exc)}
+    if isinstance(exc, CodedError | CodedInterrupt):
+        return {"code": exc.code, "message": exc.message}
     return {"code": FlowFailed.code, "message": f"{type(exc).__name__}: {exc}"}
 
 
@@ -315,6 +337,7 @@ async def _drive_root(
         await _blocking(backend.release, lease)
         raise
     root = RootRun(backend, lease, flow.header.name, flow.header.scope, script=flow.header.script)
+    log.info("root run %s: driving flow %r (scope %r)", lease.run_id, flow.header.name, flow.header.scope)
     f = FlowContext(store, root, steps, input, progress)
     loop = asyncio.get_running_loop()
     body = loop.create_task(_drive(flow, f, steps))
@@ -325,12 +348,16 @@ async def _drive_root(
         steps.leave(loop)
     if ending.interrupted:
         stopped = await _interrupt(backend, lease, ending)
+        log.info("root run %s: stopped before the body ended; it reads interrupted", lease.run_id)
         if ending.cancelled:
             raise asyncio.CancelledError
         raise stopped from ending.error
     if ending.error is not None:
-        return await _finish_failed(backend, lease, ending.error)
-    return await _complete(backend, lease, ending.output)
+        result = await _finish_failed(backend, lease, ending.error)
+    else:
+        result = await _complete(backend, lease, ending.output)
+    log.info("root run %s: %s", lease.run_id, result.state.value)
+    return result
 
 
 # -- run and resume ---------------------------------------------------------------------------

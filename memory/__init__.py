@@ -1,10 +1,14 @@
 """Findings memory over the journal (SPEC R-L, R-R); the agent ledger lives in ``memory.ledger``."""
 
+import importlib.metadata as _metadata
+
 from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
 from memory._db import SCHEMA_VERSION, HistoryDB
 from memory._errors import (
     ArgumentInvalid,
     FindingInvalid,
+    FindingRetired,
+    FindingUnknown,
     FlowsMemoryError,
     SessionClosed,
     Unjournaled,
@@ -38,6 +42,8 @@ __all__ = [
     "Explained",
     "Finding",
     "FindingInvalid",
+    "FindingRetired",
+    "FindingUnknown",
     "FlowsMemoryError",
     "HistoryDB",
     "Learned",
@@ -70,3 +76,8 @@ __all__ = [
     "scope_hash",
     "validate",
 ]
+
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -235,15 +235,30 @@ def check_store(
     sail_dirs: Iterable[str | os.PathLike[str]] = (),
     sweep_age_s: float = DEFAULT_SWEEP_AGE_S,
     now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Problem]:
-    """Return every problem of the store (empty when clean). Reads only; writes nothing."""
+    """Return every problem of the store (empty when clean). Reads only; writes nothing.
+
+    ``progress(done, total)``, if given, is told as each of the check's phases ends.
+    """
     ctx = _Context(store, {}, {}, [])
-    _journal_problems(ctx)
-    good = _file_problems(ctx)
-    _record_problems(ctx, good)
-    _db_problems(ctx)
-    _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
-    _sail_problems(ctx, [Path(d) for d in sail_dirs])
+    good: set[str] = set()
+
+    def files() -> None:
+        good.update(_file_problems(ctx))
+
+    phases: list[Callable[[], None]] = [
+        lambda: _journal_problems(ctx),
+        files,
+        lambda: _record_problems(ctx, good),
+        lambda: _db_problems(ctx),
+        lambda: _stage_problems(ctx, sweep_age_s, time.time() if now is None else now),
+        lambda: _sail_problems(ctx, [Path(d) for d in sail_dirs]),
+    ]
+    for done, phase in enumerate(phases, 1):
+        phase()
+        if progress is not None:
+            progress(done, len(phases))
     return ctx.problems
 
 

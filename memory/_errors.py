@@ -3,7 +3,7 @@
 Every error has a stable ``code``. Journal errors are never wrapped: they pass through this layer
 unchanged (SPEC R-J6). The tree::
 
-    FlowsMemoryError              base: code, message, path, run_id
+    FlowsMemoryError              base (a staging.CodedError): path, run_id, errno
     ├── FindingInvalid            memory_finding_invalid: the caller's finding is malformed
     ├── ArgumentInvalid           memory_argument_invalid: another argument (a key, a filter, a reason,
     │                             a session's scope or flow) is malformed
@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class FlowsMemoryError(Exception):
+
+class FlowsMemoryError(CodedError):
     """Base of the memory layer's errors; ``code`` is stable and listed in docs/SURFACE.md."""
 
     code = "memory_error"
@@ -35,13 +37,9 @@ class FlowsMemoryError(Exception):
         errno: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
         self.run_id = run_id
         self.errno = errno
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class FindingInvalid(FlowsMemoryError):

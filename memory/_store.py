@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 def _now_ms() -> int:
-    return journal._file.now_ms()
+    return journal.now_ms()
 
 
 class MemoryStore:
