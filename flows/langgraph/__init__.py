@@ -12,11 +12,13 @@ from flows.langgraph._errors import (
     ValueUnserializable,
 )
 from flows.langgraph._saver import Citation, JournalSaver
+from flows.langgraph._store import JournalStore
 
 __all__ = [
     "Citation",
     "ConfigInvalid",
     "JournalSaver",
+    "JournalStore",
     "LangGraphAdapterError",
     "RecordInvalid",
     "ValueTooLarge",
