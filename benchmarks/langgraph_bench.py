@@ -57,7 +57,7 @@ NOTES = {
 }
 
 # (puts per round, get_tuple calls per round, checkpoints behind get_tuple, store items, searches)
-_SIZES = {"smoke": (5, 5, 20, 40, 3), "quick": (100, 50, 200, 1_000, 30), "full": (200, 100, 500, 2_000, 50)}
+_SIZES = {"smoke": (5, 5, 20, 30, 3), "quick": (50, 50, 200, 500, 20), "full": (100, 100, 500, 1_000, 50)}
 
 
 def _rate(fn: Callable[[int], None], n: int) -> float:
@@ -153,6 +153,56 @@ def _bench_saver(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> 
     )
 
 
+def _bench_store(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
+    from langgraph.store.sqlite import SqliteStore
+
+    from flows.langgraph import JournalStore
+
+    base.mkdir(parents=True, exist_ok=True)
+    puts, _, _, items, searches = _SIZES[sizes.name]
+    rounds: dict[str, list[float]] = {n: [] for n in NAMES[4:]}
+    ns = ("bench", "items")
+    with (
+        JournalStore(db=str(base / "history.db"), journal=str(base / "journal")) as ours,
+        SqliteStore.from_conn_string(str(base / "store.sqlite")) as theirs,
+    ):
+        theirs.setup()
+        mode = theirs.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        sync = theirs.conn.execute("PRAGMA synchronous").fetchone()[0]
+        sheet.meta["sqlitestore"] = {"journal_mode": mode, "synchronous": sync}
+        counters = {"ours": 0, "theirs": 0}
+
+        def filler(store: Any, who: str) -> Callable[[int], None]:
+            def put(n: int) -> None:
+                for _ in range(n):
+                    i = counters[who]
+                    counters[who] += 1
+                    store.put(ns, f"k{i}", {"tag": f"t{i % 10}", "text": f"finding {i} about fees and swaps"})
+
+            return put
+
+        fill = {"ours": filler(ours, "ours"), "theirs": filler(theirs, "theirs")}
+        for who in ("ours", "theirs"):  # the searched items, built once
+            fill[who](items)
+        flt = {"tag": "t3"}
+        for k in range(sizes.rounds):
+            for who in ["ours", "theirs"] if k % 2 == 0 else ["theirs", "ours"]:
+                store: Any = ours if who == "ours" else theirs
+                name = "store" if who == "ours" else "sqlitestore"
+                rounds[f"langgraph.{name}_search_ms"].append(
+                    _latency_ms(lambda s=store: s.search(ns, filter=flt, limit=10), searches)
+                )
+                rounds[f"langgraph.{name}_put_per_s"].append(_rate(fill[who], puts))
+    for name, values in rounds.items():
+        sheet.rounds[name] = values
+        sheet.put(name, statistics.median(values), NOTES[name])
+    say(
+        out,
+        f"langgraph store: {puts} puts per round over {items}+ items, {searches} filtered searches; "
+        f"SqliteStore journal_mode={mode}, synchronous={sync}",
+    )
+
+
 def bench_langgraph(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
     """Run the checkpointer and store comparisons into ``sheet`` (work under ``base``)."""
     base.mkdir(parents=True, exist_ok=True)
@@ -163,5 +213,4 @@ def bench_langgraph(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) 
             sheet.skip(name, f"the langgraph extra is not installed ({exc}): pip install -e '.[langgraph]'")
         return
     _bench_saver(base / "saver", sizes, sheet, out)
-    for name in NAMES[4:]:
-        sheet.skip(name, "JournalStore is not built yet")
+    _bench_store(base / "store", sizes, sheet, out)
