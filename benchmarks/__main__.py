@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import TextIO
 
 from benchmarks._common import FULL, QUICK, SMOKE, Sheet, say
+from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
+from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
 from benchmarks.writes import WRITE_NAMES
 
-SECTIONS = ("writes", "reads", "resume", "ledger")
+SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph")
 
 FIGURES: dict[str, tuple[str, ...]] = {
     "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
@@ -56,6 +58,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "ledger.lookup_no_snapshot_ms",
         "ledger.full_rescan_ms",
     ),
+    "langgraph": LANGGRAPH_NAMES,
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
@@ -80,6 +83,7 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.ledger_tick_large_vs_small": ("ledger.tick_large_ms", "ledger.tick_small_ms"),
     "ratio.ledger_status_large_vs_small": ("ledger.status_large_ms", "ledger.status_small_ms"),
     "ratio.ledger_why_large_vs_small": ("ledger.why_large_ms", "ledger.why_small_ms"),
+    **LANGGRAPH_RATIOS,
 }
 """Stable ratio names: numerator / denominator figures."""
 
@@ -270,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
             sheet.meta["ledger_entries"] = sizes.ledger_entries
+        if "langgraph" in sections:
+            from benchmarks.langgraph_bench import bench_langgraph
+
+            bench_langgraph(base / "langgraph", sizes, sheet, out)
     finally:
         if args.keep:
             say(out, f"kept {base}")
