@@ -11,14 +11,12 @@ parts, each in its own module:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import journal
 from journal import JournalBackend, Record
@@ -31,6 +29,9 @@ from memory._results import Explained, Learned, Recalled, SyncReport
 from memory._search import Search
 from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -103,6 +104,9 @@ class MemoryStore:
         self.close()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        import asyncio  # only async callers pay for asyncio and the thread pool
+        from concurrent.futures import ThreadPoolExecutor
+
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="flows-memory")
         loop = asyncio.get_running_loop()
