@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from memory._errors import FindingInvalid, Unreachable
+from memory._filecache import FileCache
 from memory._finding import STREAM, Finding, check_expires, check_metadata, finding_id, scope_hash
 from memory._results import Citation, Recalled, frozen_metadata
 from staging import is_stage_name
@@ -229,9 +230,10 @@ class DiskIndex:
     its directory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files: FileCache | None = None) -> None:
         self._cache: dict[Path, Listing] = {}
         self._mutex = threading.Lock()
+        self._files = files  # the stat-keyed index a fresh process starts from (None: read every file)
 
     def listing(self, directory: Path) -> Listing:
         """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file)."""
@@ -246,9 +248,12 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        listing = Listing(
-            st.st_mtime_ns, st.st_ino, tuple(read_learned(directory / n) for n in learned_names(directory))
-        )
+        names = learned_names(directory)
+        if self._files is not None:
+            entries = self._files.read(directory, names, read_learned)
+        else:
+            entries = tuple(read_learned(directory / n) for n in names)
+        listing = Listing(st.st_mtime_ns, st.st_ino, entries)
         if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing

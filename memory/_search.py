@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from memory._db import HistoryDB
+from memory._filecache import FileCache, cache_dir
 from memory._files import DiskIndex, Listing, Terms, newest_first, terms_of, words
 from memory._paths import learned_root, scope_dirs
 from memory._publisher import Publisher
@@ -113,7 +114,7 @@ class Search:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        self._disk = DiskIndex()
+        self._disk = DiskIndex(FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)))
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
