@@ -46,6 +46,7 @@ CACHE_DIR = "flows-cache"
 _VERSION = 1
 _KEY_BYTES = 32
 _TAG_BYTES = 32
+_NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every entry without any
 _RACY_NS = 2_000_000_000  # a file changed this recently may change again within one mtime tick
 
 StatKey = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
@@ -77,7 +78,7 @@ def _read_regular(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def _lstat(path: str | Path) -> os.stat_result | None:
     try:
         return os.lstat(path)
     except OSError:
@@ -105,22 +106,12 @@ def _entry_row(e: Recalled) -> list[Any]:
 
 
 def _row_entry(row: Any) -> Recalled:
-    """The entry of an index row; ``ValueError`` when the row is not exactly that shape."""
-    if not isinstance(row, list) or len(row) != 13:
-        raise ValueError("row shape")
+    """The entry of an index row (``ValueError`` or ``TypeError`` when it is not that shape).
+
+    The row's types are not checked one by one: the index's tag shows this code wrote it, from an
+    entry a full read returned, and a row of the wrong shape fails here and is read from its file.
+    """
     eid, key, text, source, tags, scope, flow, ms, run_id, stream, rid, meta, expires = row
-    strings = (key, text, source, scope, flow, run_id, stream, rid)
-    if (
-        not isinstance(eid, int)
-        or eid >= 0
-        or not all(isinstance(s, str) for s in strings)
-        or not isinstance(tags, list)
-        or not all(isinstance(t, str) for t in tags)
-        or not isinstance(ms, int)
-        or not (meta is None or isinstance(meta, dict))
-        or not (expires is None or isinstance(expires, int))
-    ):
-        raise ValueError("row types")
     return Recalled(
         id=eid,
         key=key,
@@ -131,22 +122,20 @@ def _row_entry(row: Any) -> Recalled:
         flow=flow,
         learned_ms=ms,
         citation=Citation(run_id=run_id, stream=stream, id=rid),
-        metadata=frozen_metadata(meta),
+        metadata=frozen_metadata(meta) if meta else _NO_METADATA,
         expires_ms=expires,
     )
 
 
 def _parse_index(body: bytes, name: str) -> dict[str, tuple[StatKey, list[Any]]]:
-    """The rows of a tagged index body; ``ValueError`` (or a decode error) when not this shape."""
+    """The rows of a tagged index body; ``ValueError`` (or a decode error) when not this shape.
+
+    A stat key of the wrong types never equals a file's, so its file is read instead.
+    """
     doc = orjson.loads(body)
     if not isinstance(doc, dict) or doc.get("v") != _VERSION or doc.get("dir") != name:
         raise ValueError("another index")
-    out: dict[str, tuple[StatKey, list[Any]]] = {}
-    for fname, size, mtime, ctime, ino, row in doc["files"]:
-        if not isinstance(fname, str) or not all(isinstance(x, int) for x in (size, mtime, ctime, ino)):
-            raise ValueError("row key")
-        out[fname] = ((size, mtime, ctime, ino), row)
-    return out
+    return {fname: ((size, mtime, ctime, ino), row) for fname, size, mtime, ctime, ino, row in doc["files"]}
 
 
 class FileCache:
@@ -257,12 +246,13 @@ class FileCache:
         entries: list[Recalled] = []
         rows: list[tuple[str, StatKey, list[Any]]] = []
         stale = len(index) != len(names)
+        prefix = os.path.join(directory, "")
         for fname in names:
-            path = directory / fname
-            st = _lstat(path)
+            st = _lstat(prefix + fname)
             entry = _served(index.get(fname), st, fname)
             if entry is None:
                 stale = True
+                path = directory / fname
                 entry = read(path)  # every check of a read, and its errors
                 # keyed only by a stat taken on both sides of the read: a file replaced meanwhile
                 # is left out, and read again next time
@@ -285,6 +275,6 @@ def _served(hit: tuple[StatKey, list[Any]] | None, st: os.stat_result | None, fn
         return None
     try:
         entry = _row_entry(hit[1])
-    except ValueError:
+    except (ValueError, TypeError):
         return None
     return entry if f"{entry.key}.json" == fname else None
