@@ -79,7 +79,8 @@ def bench_scale(
         for n in sizes:
             sessions[n].learn({"text": "warm", "tags": ["warm"]})  # the root run begins here
         for r in range(rounds):
-            for n in sizes:
+            order = sizes[r % len(sizes) :] + sizes[: r % len(sizes)]  # no size always goes first
+            for n in order if r % 2 == 0 else reversed(order):
                 t0 = time.perf_counter()
                 for i in range(per_round):
                     sessions[n].learn({"text": f"scale finding {r}-{i}", "tags": ["scale"]})
