@@ -265,6 +265,9 @@ def build_cli() -> CommandLine:
         metavar="DIR",
         help="keep the demo's store in DIR and print commands to try on it (default: a temporary directory)",
     )
+    from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
+
+    add_serve_command(add)
     return cli
 
 
