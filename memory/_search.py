@@ -110,11 +110,16 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int], *, file_index: bool = True
+    ) -> None:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        self._disk = DiskIndex(FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)))
+        files = (
+            FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)) if file_index else None
+        )
+        self._disk = DiskIndex(files)
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}

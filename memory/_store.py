@@ -49,6 +49,9 @@ class MemoryStore:
             ``<db-dir>/flows-journal``).
         clock: milliseconds since the epoch.
         max_workers: threads of the one executor that async calls run on.
+        file_index: keep the unsynced files' index in ``<db-dir>/flows-cache`` (read by a fresh
+            process's first read, written when it disagreed with the files). False for a reader
+            that must write nothing (a long-lived one keeps its own index in memory either way).
 
     The store is a context manager; ``close()`` is safe twice.
     """
@@ -60,6 +63,7 @@ class MemoryStore:
         journal: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = _now_ms,
         max_workers: int = 8,
+        file_index: bool = True,
     ) -> None:
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
@@ -70,7 +74,7 @@ class MemoryStore:
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
         self._learner = Learner(self._publisher, clock)
-        self._search = Search(self._db, self._publisher, clock)
+        self._search = Search(self._db, self._publisher, clock, file_index=file_index)
         self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock)
 
     # -- lifecycle -----------------------------------------------------------------------------

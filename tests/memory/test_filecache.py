@@ -221,3 +221,13 @@ def test_a_read_only_store_reads_and_writes_no_index() -> None:
         for path in [home, *home.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_store_opened_without_the_files_index_neither_reads_nor_writes_it(db: Path) -> None:
+    _learn(db, 3)
+    _age(db)
+    with memory.MemoryStore(db, file_index=False) as store:
+        assert len(store.recall(limit=None)) == 3
+    assert not (db.parent / CACHE_DIR).exists()
+    assert len(_recall(db)) == 3
+    assert len(_index_files(db)) == 1  # the default store writes it
