@@ -4,8 +4,10 @@ Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 
 and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),
 ``reads`` (recall / why over 100,000 findings against SQLite, the peers' reads, resident memory),
 ``resume`` (republishing 10,000 committed findings), ``ledger`` (cadence lookup over 1,000,000
-entries). The peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it
-they are reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
+entries), ``scale`` (learn and recall by store size, up to ``--scale-findings``). ``reads`` also
+measures fresh processes: the first recall and ``flows recall`` end to end against sqlite3. The
+peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it they are
+reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
 figure, ratio and goal under the stable names below (progress goes to stderr). Work happens in a
 temporary directory on ``--dir``'s file system (default: the system temp dir), removed afterwards.
 """
