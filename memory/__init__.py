@@ -16,23 +16,26 @@ from memory._errors import (
 )
 from memory._files import parse_learned, read_learned
 from memory._finding import (
+    RETIRE_STREAM,
     STREAM,
     Finding,
     canonical,
     check_key,
     finding_id,
     render,
+    render_retirement,
     scope_hash,
     validate,
 )
-from memory._learn import Root, RootRun
-from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, scope_dirs
-from memory._results import Citation, Explained, Learned, Recalled, SyncReport
+from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, retired_dir, scope_dirs
+from memory._results import Citation, Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
+from memory._root import Root, RootRun
 from memory._session import MemorySession, SessionState
 from memory._store import MemoryStore
 
 __all__ = [
     "QUARANTINE_DIR",
+    "RETIRE_STREAM",
     "SCHEMA_VERSION",
     "STREAM",
     "ArgumentInvalid",
@@ -43,7 +46,9 @@ __all__ = [
     "FindingRetired",
     "FindingUnknown",
     "FlowsMemoryError",
+    "Forgotten",
     "HistoryDB",
+    "HistoryEvent",
     "Learned",
     "MemorySession",
     "MemoryStore",
@@ -67,9 +72,11 @@ __all__ = [
     "parse_learned",
     "read_learned",
     "render",
+    "render_retirement",
     "repair_store",
     "resolve_db",
     "resolve_journal",
+    "retired_dir",
     "scope_dirs",
     "scope_hash",
     "validate",

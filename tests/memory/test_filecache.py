@@ -11,10 +11,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 import memory
-from memory._filecache import CACHE_DIR, FileCache
+from memory._filecache import CACHE_DIR, FileCache, _entry_row, _row_entry
 from memory._files import learned_names, read_learned
 from tests.conftest import ROOT
 
@@ -231,3 +232,19 @@ def test_a_store_opened_without_the_files_index_neither_reads_nor_writes_it(db: 
     assert not (db.parent / CACHE_DIR).exists()
     assert len(_recall(db)) == 3
     assert len(_index_files(db)) == 1  # the default store writes it
+
+
+def test_an_index_row_gives_back_every_field_of_the_entry_it_was_made_from(db: Path) -> None:
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        s.learn(
+            {
+                "text": "with every field",
+                "tags": ["a", "b"],
+                "metadata": {"k": [1, {"x": None}]},
+                "expiresMs": 2**40,
+            }
+        )
+    (path,) = memory.learned_dir(db, SCOPE).iterdir()
+    entry = read_learned(path)
+    assert entry.metadata and entry.expires_ms
+    assert _row_entry(orjson.loads(orjson.dumps(_entry_row(entry)))) == entry
