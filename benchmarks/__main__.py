@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from benchmarks._common import FULL, QUICK, SMOKE, Sheet, say
+from benchmarks._common import FULL, QUICK, SMOKE, Sheet, Sizes, say
 from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
 from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
 from benchmarks.writes import WRITE_NAMES
@@ -216,6 +216,35 @@ def _commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def _bench_ledger(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
+    """The agent's tick, status and why on a large ledger against a small one, and the cadence lookup."""
+    from benchmarks.ledger_bench import SMALL, measure
+
+    m, rounds = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
+    say(
+        out,
+        f"ledger: {sizes.ledger_entries:,} ticks (ledger {m['size_mib']:.0f} MiB, activity"
+        f" {m['activity_mib']:.0f} MiB) and {SMALL} ticks, built in {m['built_s']:.1f} s",
+    )
+    for what, note in (
+        ("tick", "sail tick, a cadence skip on the in-process EVM"),
+        ("status", "sail status"),
+        ("why", "sail why, the 10 newest skips"),
+    ):
+        for scale, lines in (("large", sizes.ledger_entries), ("small", SMALL)):
+            figure = f"ledger.{what}_{scale}_ms"
+            sheet.put(figure, m[f"{what}_{scale}_ms"], f"{note}, {lines:,} lines")
+            sheet.rounds[figure] = rounds[f"{what}_{scale}_ms"]
+    sheet.put("ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot")
+    sheet.put(
+        "ledger.lookup_no_snapshot_ms",
+        m["without_snapshot_ms"],
+        "snapshot deleted: rebuilt from the ledger and the activity log, and written",
+    )
+    sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
+    sheet.meta["ledger_entries"] = sizes.ledger_entries
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the asked sections; print the table, or the JSON document with ``--json``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
@@ -280,33 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
             bench_resume(base, sizes, sheet, out)
         if "ledger" in sections:
-            from benchmarks.ledger_bench import SMALL, measure
-
-            m, rounds = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
-            say(
-                out,
-                f"ledger: {sizes.ledger_entries:,} ticks (ledger {m['size_mib']:.0f} MiB, activity"
-                f" {m['activity_mib']:.0f} MiB) and {SMALL} ticks, built in {m['built_s']:.1f} s",
-            )
-            for what, note in (
-                ("tick", "sail tick, a cadence skip on the in-process EVM"),
-                ("status", "sail status"),
-                ("why", "sail why, the 10 newest skips"),
-            ):
-                for scale, lines in (("large", sizes.ledger_entries), ("small", SMALL)):
-                    figure = f"ledger.{what}_{scale}_ms"
-                    sheet.put(figure, m[f"{what}_{scale}_ms"], f"{note}, {lines:,} lines")
-                    sheet.rounds[figure] = rounds[f"{what}_{scale}_ms"]
-            sheet.put(
-                "ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot"
-            )
-            sheet.put(
-                "ledger.lookup_no_snapshot_ms",
-                m["without_snapshot_ms"],
-                "snapshot deleted: rebuilt from the ledger and the activity log, and written",
-            )
-            sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
-            sheet.meta["ledger_entries"] = sizes.ledger_entries
+            _bench_ledger(base, sizes, sheet, out)
         if "langgraph" in sections:
             from benchmarks.langgraph_bench import bench_langgraph
 
