@@ -159,13 +159,13 @@ def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_eac
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     writes: list[int] = []
-    real_write = LineLog.write
+    real_write = LineLog.write_records
 
-    def counted(self: LineLog[Record], records: list[Record]) -> int:
+    def counted(self: LineLog[Record], records: list[Record]) -> list[int]:
         writes.append(len(records))
         return real_write(self, records)
 
-    monkeypatch.setattr(LineLog, "write", counted)
+    monkeypatch.setattr(LineLog, "write_records", counted)
     with failpoints(monkeypatch, "linelog.before_append=sleep5"):  # a slow writer: others queue
         threads = [
             threading.Thread(target=lambda w=w: [jr.append(lease, "s", {"w": w, "i": i}) for i in range(5)])
