@@ -253,6 +253,7 @@ class FileJournal:
         self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease lock fd)
         self._runs_checked = False  # ``runs`` seen to be a real directory, not a link
         self._checked_dirs: set[str] = set()  # run dirs seen to be real directories, not links
+        self._run_paths: dict[str, Path] = {}  # their paths
         self._checked_streams: set[str] = set()  # runs whose ``streams`` was seen to be one too
         self._run_strs: dict[str, str] = {}
         self._mutex = threading.Lock()
@@ -291,14 +292,18 @@ class FileJournal:
         return path
 
     def _run_dir(self, run_id: str) -> Path:
-        name = check_name("run id", run_id)
-        path = self._runs_dir() / name
-        if run_id not in self._checked_dirs and self._checked(path, run_id):
-            self._checked_dirs.add(run_id)  # a link or a file planted there raised above
+        known = self._run_paths.get(run_id)
+        if known is not None:
+            return known
+        path = self._runs_dir() / check_name("run id", run_id)
+        if self._checked(path, run_id):  # a link or a file planted there raised
+            self._checked_dirs.add(run_id)
+            self._run_paths[run_id] = path
         return path
 
     def _has_run(self, run_id: str) -> bool:
-        self._run_dir(run_id)
+        if run_id not in self._checked_dirs:
+            self._run_dir(run_id)
         return run_id in self._checked_dirs
 
     def _streams_dir(self, run_id: str) -> Path:

@@ -223,6 +223,8 @@ class LineLog(Generic[T]):
         self._keep_open = keep_open
         self._kept: int | None = None  # with keep_open: one O_APPEND descriptor for the log's life
         self._kept_mark: int | None = None
+        self._read_mark: int | None = None  # with keep_open, a reader's descriptor of the mark file
+        self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
         self._sequence = sequence
@@ -338,11 +340,11 @@ class LineLog(Generic[T]):
 
     def _forget_kept(self) -> None:
         with self._syncing:
-            for fd in (self._kept, self._kept_mark):
+            for fd in (self._kept, self._kept_mark, self._read_mark):
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-            self._kept = self._kept_mark = None
+            self._kept = self._kept_mark = self._read_mark = None
 
     def close(self) -> None:
         """Close descriptors kept open (``keep_open``); safe twice, and the log stays usable."""
@@ -814,14 +816,18 @@ class LineLog(Generic[T]):
         """The marks; missing reads as none. An unreadable file is unknown, or with ``strict``
         (a decision depends on it) ``JournalUnwritable``. A non-regular file is ``JournalCorrupt``."""
         try:
-            if self._kept_mark is not None:
-                raw = os.pread(self._kept_mark, _MARKS_LEN, 0)
+            kept = self._kept_mark if self._kept_mark is not None else self._read_mark
+            if kept is not None:
+                raw = os.pread(kept, _MARKS_LEN, 0)
             else:
                 fd = open_regular(self._mark, os.O_RDONLY)
                 try:
                     raw = os.pread(fd, _MARKS_LEN, 0)
                 finally:
-                    os.close(fd)
+                    if self._keep_open and self._read_mark is None:
+                        self._read_mark = fd  # the file is only ever rewritten in place
+                    else:
+                        os.close(fd)
         except FileNotFoundError:
             return _NO_MARKS
         except OSError as exc:
@@ -830,7 +836,12 @@ class LineLog(Generic[T]):
                     f"cannot read {self._mark}: {exc.strerror or exc}", path=self._mark
                 ) from exc
             return _UNKNOWN_MARKS
-        return _Marks.parse(raw)
+        last = self._last_marks
+        if last is not None and last[0] == raw:
+            return last[1]
+        marks = _Marks.parse(raw)
+        self._last_marks = (raw, marks)
+        return marks
 
     def _write_marks(self, marks: _Marks, *, sync: bool = False) -> None:
         """Write every slot of the mark file. Call under ``_syncing`` and the flock.
