@@ -82,7 +82,7 @@ T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
 _NO_POISON = 2**64 - 1
-_MARKS_LEN = 52  # plain mark (12), file-system mark (12), state: poison, generation, last cut (28)
+_MARKS_LEN = 76  # plain mark (12), file-system mark (12), state: poison, generation, 4 cuts (52)
 
 
 def _pack_mark(value: int) -> bytes:
@@ -97,26 +97,27 @@ def _unpack_mark(raw: bytes) -> int | None:
     return int.from_bytes(raw[:8], "little")
 
 
-def _pack_state(poison: int | None, generation: int, last_cut: int | None) -> bytes:
-    raw = b"".join(
-        (_NO_POISON if v is None else v).to_bytes(8, "little") for v in (poison, generation, last_cut)
-    )
+_CUTS = 4  # how many recent cuts the state remembers (a caller older than that just fails)
+_NO_CUTS: tuple[int | None, ...] = (None,) * _CUTS
+
+
+def _pack_state(poison: int | None, generation: int, cuts: tuple[int | None, ...]) -> bytes:
+    values = (poison, generation, *cuts)
+    raw = b"".join((_NO_POISON if v is None else v).to_bytes(8, "little") for v in values)
     return raw + zlib.crc32(raw).to_bytes(4, "little")
 
 
-def _unpack_state(raw: bytes) -> tuple[int | None, int | None, int | None]:
-    """(poison, generation, last cut): (None, 0, None) for a log that never had one; generation
-    None when the slot is torn."""
+def _unpack_state(raw: bytes) -> tuple[int | None, int | None, tuple[int | None, ...]]:
+    """(poison, generation, recent cuts): (None, 0, none) for a log that never had one;
+    generation None when the slot is torn."""
     if not raw:
-        return None, 0, None
-    if len(raw) != 28 or zlib.crc32(raw[:24]).to_bytes(4, "little") != raw[24:]:
-        return None, None, None
-    poison, generation, last_cut = (int.from_bytes(raw[i : i + 8], "little") for i in (0, 8, 16))
-    return (
-        None if poison == _NO_POISON else poison,
-        generation,
-        None if last_cut == _NO_POISON else last_cut,
-    )
+        return None, 0, _NO_CUTS
+    size = 8 * (2 + _CUTS)
+    if len(raw) != size + 4 or zlib.crc32(raw[:size]).to_bytes(4, "little") != raw[size:]:
+        return None, None, _NO_CUTS
+    values = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, size, 8)]
+    poison, generation, *cuts = (None if v == _NO_POISON else v for v in values)
+    return poison, generation, tuple(cuts)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class _Marks:
     filesystem: int | None
     poison: int | None
     generation: int | None  # None: unreadable (torn), so nothing can be verified against it
-    last_cut: int | None = None  # where the cut that raised the generation to this one was made
+    cuts: tuple[int | None, ...] = _NO_CUTS  # where the latest cuts that raised it were made
 
     @property
     def durable(self) -> int | None:
@@ -137,21 +138,22 @@ class _Marks:
 
     @classmethod
     def parse(cls, raw: bytes) -> _Marks:
-        poison, generation, last_cut = _unpack_state(raw[24:_MARKS_LEN])
-        return cls(_unpack_mark(raw[:12]), _unpack_mark(raw[12:24]), poison, generation, last_cut)
+        poison, generation, cuts = _unpack_state(raw[24:_MARKS_LEN])
+        return cls(_unpack_mark(raw[:12]), _unpack_mark(raw[12:24]), poison, generation, cuts)
 
     def pack(self) -> bytes:
         empty = b"\0" * 12
         plain = empty if self.plain is None else _pack_mark(self.plain)
         filesystem = empty if self.filesystem is None else _pack_mark(self.filesystem)
-        return plain + filesystem + _pack_state(self.poison, self.generation or 0, self.last_cut)
+        return plain + filesystem + _pack_state(self.poison, self.generation or 0, self.cuts)
 
     def holds(self, end: int, generation: int) -> bool:
         """Whether a caller that wrote bytes up to ``end`` in ``generation`` still has them: the
-        same generation, or one cut since that was made at or past ``end``."""
-        if self.generation == generation:
-            return True
-        return self.generation == generation + 1 and self.last_cut is not None and end <= self.last_cut
+        same generation, or every cut since (of the few remembered) was made at or past ``end``."""
+        if self.generation is None or self.generation == generation:
+            return self.generation is not None
+        since = self.generation - generation
+        return 0 < since <= _CUTS and all(c is not None and end <= c for c in self.cuts[:since])
 
 
 _NO_MARKS = _Marks(None, None, None, 0)
@@ -465,15 +467,15 @@ class LineLog(Generic[T]):
         kept_poison = poison if poison is not None and poison < at else None
         generation = (marks.generation if marks.generation is not None else self._gen) + (1 if bump else 0)
         if bump:
-            last_cut: int | None = at
-        else:
-            last_cut = None if marks.last_cut is None else min(marks.last_cut, at)
+            cuts = (at, *marks.cuts[: _CUTS - 1])
+        else:  # bytes past ``at`` are gone for every caller, whenever it wrote
+            cuts = tuple(None if c is None else min(c, at) for c in marks.cuts)
         after = _Marks(
             plain=at,  # the sync below makes every byte before ``at`` durable
             filesystem=None if marks.filesystem is None else min(marks.filesystem, at),
             poison=kept_poison,
             generation=generation,
-            last_cut=last_cut,
+            cuts=cuts,
         )
         try:
             if os.fstat(fd).st_size > at:
@@ -738,7 +740,7 @@ class LineLog(Generic[T]):
             filesystem=covered if filesystem else marks.filesystem,
             poison=marks.poison,
             generation=marks.generation,
-            last_cut=marks.last_cut,
+            cuts=marks.cuts,
         )
         try:
             failpoint("linelog.before_mark")
@@ -796,7 +798,7 @@ class LineLog(Generic[T]):
         generation = marks.generation if marks.generation is not None else self._gen
         self._poisoned = (generation, at)  # this process honours it even if the mark file cannot
         with contextlib.suppress(OSError):
-            self._write_marks(_Marks(marks.plain, marks.filesystem, at, generation, marks.last_cut))
+            self._write_marks(_Marks(marks.plain, marks.filesystem, at, generation, marks.cuts))
 
     # -- the marks: how much of the log is known durable, what is in doubt -----------------------
 

@@ -59,7 +59,8 @@ def _snapshot(root: Path) -> dict[str, bytes | str]:
 @contextlib.contextmanager
 def planted(path: Path, kind: str, outside: Path) -> Iterator[None]:
     """Put a ``kind`` at ``path`` (moving what was there aside), then put the original back."""
-    saved = path.with_name(path.name + ".saved")
+    saved = outside.parent / "saved" / path.name  # aside, outside the journal (not a stray in it)
+    saved.parent.mkdir(exist_ok=True)
     had = path.exists() or path.is_symlink()
     if had:
         path.rename(saved)
