@@ -197,6 +197,39 @@ def test_every_thread_whose_line_a_failed_shared_sync_covered_raises_and_no_othe
     assert failures > 0  # the fault fired and cost someone their append
 
 
+@pytest.mark.parametrize("name", ["linelog.before_append", "linelog.before_fsync"])
+@pytest.mark.parametrize("sync_filesystem", [False, True], ids=["fsync", "syncfs"])
+def test_threads_batched_while_one_write_or_sync_fails_keep_exactly_the_acknowledged_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sync_filesystem: bool
+) -> None:
+    if sync_filesystem and not staging.HAVE_SYNCFS:
+        pytest.skip("syncfs is Linux's")
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    tags = [f"w{w}-{i}" for w in range(6) for i in range(4)]
+
+    def writer(w: int) -> list[Any]:
+        out: list[Any] = []
+        for i in range(4):
+            try:
+                out.append(jr.append(lease, "s", {"tag": f"w{w}-{i}"}, sync_filesystem=sync_filesystem))
+            except JournalUnwritable as exc:
+                out.append(exc)
+        return out
+
+    plan = f"linelog.before_append=sleep5,{name}=EIO:nth3,{name}=EIO:nth6"
+    with failpoints(monkeypatch, plan):  # slow writes batch the threads; two passes fail
+        results = [r for rs in _race([lambda w=w: writer(w) for w in range(6)]) for r in rs]
+    outcome = dict(zip(tags, results, strict=True))
+    returned = {t for t, r in outcome.items() if isinstance(r, Record)}
+    raised = {t for t, r in outcome.items() if isinstance(r, JournalUnwritable)}
+    assert returned | raised == set(tags) and raised  # every call ended one way or the other
+    stream_tags = _recovered(tmp_path / "j", info.run_id, lease)
+    assert returned | {"after"} <= set(stream_tags)
+    assert raised.isdisjoint(stream_tags)
+    assert [r.seq for r in jr.read(info.run_id, "s")] == list(range(1, len(stream_tags) + 1))
+
+
 def test_a_failed_filesystem_sync_is_a_failed_sync_for_every_caller_it_covered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
