@@ -153,6 +153,19 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         what = f"missing {', '.join(sorted(missing))}" if missing else f"unknown {sorted(extra)!r:.200}"
         return f"not a run record: {what}"
     state, epoch, meta, error = obj["state"], obj["epoch"], obj.get("meta"), obj.get("error")
+    if (  # the common case, checked first and fast
+        obj["runId"] == run_id
+        and isinstance(obj["flow"], str)
+        and isinstance(obj["scope"], str)
+        and isinstance(state, str)
+        and state in _STORED_STATES
+        and _whole(epoch, 1)
+        and _whole(obj["createdMs"], 0, _MAX_MS)
+        and _whole(obj["updatedMs"], 0, _MAX_MS)
+        and (meta is None or type(meta) is dict)
+        and (error is None or type(error) is dict)
+    ):
+        return None
     checks = (
         (obj["runId"] == run_id, "not this run's record"),
         (isinstance(obj["flow"], str), "flow is not a string"),
@@ -251,6 +264,7 @@ class FileJournal:
         self._clock = clock
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease lock fd)
+        self._runs_path = self._root / "runs"
         self._runs_checked = False  # ``runs`` seen to be a real directory, not a link
         self._checked_dirs: set[str] = set()  # run dirs seen to be real directories, not links
         self._run_paths: dict[str, Path] = {}  # their paths
@@ -286,7 +300,7 @@ class FileJournal:
             ) from exc
 
     def _runs_dir(self) -> Path:
-        path = self._root / "runs"
+        path = self._runs_path
         if not self._runs_checked and self._checked(path, None):
             self._runs_checked = True
         return path
@@ -410,7 +424,7 @@ class FileJournal:
             else:
                 found = _run_problem(run_id, obj)
                 if found is None:
-                    return dict(obj)
+                    return obj  # type: ignore[no-any-return]
                 problem = found
         raise JournalCorrupt(
             f"{path} is damaged ({problem}); restore it or inspect it with `flows check`",

@@ -63,6 +63,7 @@ import bisect
 import contextlib
 import fcntl
 import os
+import struct
 import threading
 import time
 import zlib
@@ -85,26 +86,32 @@ _NO_POISON = 2**64 - 1
 _MARKS_LEN = 76  # plain mark (12), file-system mark (12), state: poison, generation, 4 cuts (52)
 
 
-def _pack_mark(value: int) -> bytes:
-    raw = value.to_bytes(8, "little")
-    return raw + zlib.crc32(raw).to_bytes(4, "little")
-
-
-def _unpack_mark(raw: bytes) -> int | None:
-    """The watermark in ``raw``, or None when it is missing or torn (its checksum fails)."""
-    if len(raw) != 12 or zlib.crc32(raw[:8]).to_bytes(4, "little") != raw[8:]:
-        return None
-    return int.from_bytes(raw[:8], "little")
-
-
+_MARK = struct.Struct("<Q")
+_STATE = struct.Struct("<6Q")  # poison, generation, the last 4 cuts
 _CUTS = 4  # how many recent cuts the state remembers (a caller older than that just fails)
 _NO_CUTS: tuple[int | None, ...] = (None,) * _CUTS
 
 
+def _crc(raw: bytes) -> bytes:
+    return zlib.crc32(raw).to_bytes(4, "little")
+
+
+def _pack_mark(value: int) -> bytes:
+    raw = _MARK.pack(value)
+    return raw + _crc(raw)
+
+
+def _unpack_mark(raw: bytes) -> int | None:
+    """The watermark in ``raw``, or None when it is missing or torn (its checksum fails)."""
+    if len(raw) != 12 or _crc(raw[:8]) != raw[8:]:
+        return None
+    value: int = _MARK.unpack_from(raw)[0]
+    return value
+
+
 def _pack_state(poison: int | None, generation: int, cuts: tuple[int | None, ...]) -> bytes:
-    values = (poison, generation, *cuts)
-    raw = b"".join((_NO_POISON if v is None else v).to_bytes(8, "little") for v in values)
-    return raw + zlib.crc32(raw).to_bytes(4, "little")
+    raw = _STATE.pack(*(_NO_POISON if v is None else v for v in (poison, generation, *cuts)))
+    return raw + _crc(raw)
 
 
 def _unpack_state(raw: bytes) -> tuple[int | None, int | None, tuple[int | None, ...]]:
@@ -112,11 +119,10 @@ def _unpack_state(raw: bytes) -> tuple[int | None, int | None, tuple[int | None,
     generation None when the slot is torn."""
     if not raw:
         return None, 0, _NO_CUTS
-    size = 8 * (2 + _CUTS)
-    if len(raw) != size + 4 or zlib.crc32(raw[:size]).to_bytes(4, "little") != raw[size:]:
+    size = _STATE.size
+    if len(raw) != size + 4 or _crc(raw[:size]) != raw[size:]:
         return None, None, _NO_CUTS
-    values = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, size, 8)]
-    poison, generation, *cuts = (None if v == _NO_POISON else v for v in values)
+    poison, generation, *cuts = (None if v == _NO_POISON else v for v in _STATE.unpack_from(raw))
     return poison, generation, tuple(cuts)
 
 
