@@ -111,7 +111,7 @@ _FTS_SQL = (
 
 
 def _fts_query(subject: str) -> str:
-    return " OR ".join(memory._store._subject_words(subject))
+    return " OR ".join(memory._search.subject_words(subject))
 
 
 _RSS = r"""

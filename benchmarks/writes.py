@@ -68,7 +68,7 @@ def _pg_location(base: Path) -> tuple[str | None, str]:
     try:
         import psycopg
 
-        import journal._postgres  # noqa: F401
+        import journal.postgres  # noqa: F401
     except ImportError as exc:
         return None, f"PostgreSQL backend unavailable here ({exc})"
     from tests.pg_fixtures import server_dsn, with_schema

@@ -5,16 +5,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 
-import journal
-from flows._runtime import RunResult, error_fields
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from memory.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    LIMIT_MAX,
+    CommandLine,
+    Option,
+    format_ms,
+    instant_ms,
+    json_out,
+    limit,
+    progress,
+)
 
 _EPILOG = """\
 storage:
@@ -22,20 +29,12 @@ storage:
   beside it in <db-dir>/flows-memory/, and the journal in <db-dir>/flows-journal/ unless --journal
   (or $FLOWS_JOURNAL) names a postgresql:// DSN.
 
-exit status: 0 success, 1 the flow or the read failed, 2 usage error.
+times: printed in local time with the UTC offset; --before takes epoch milliseconds or an ISO 8601
+date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.
 """
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"flows: error[usage]: {message}\n")
-
-
-def _ms(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+_ms = format_ms
+_json_out = json_out
 
 
 def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
@@ -45,22 +44,6 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _progress(label: str) -> Callable[[int, int], None] | None:
-    """A progress printer for long work, on a TTY only."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        sys.stderr.write(f"\r{label}: {done}/{total}")
-        sys.stderr.flush()
-
-    return show
-
-
-def _json_out(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
 def _store(args: argparse.Namespace) -> Any:
     from memory import MemoryStore
 
@@ -68,68 +51,6 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 # -- commands ---------------------------------------------------------------------------------
-
-
-def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
-    if result.ok:
-        if args.json:
-            _json_out({"runId": result.run_id, "state": result.state.value})
-        else:
-            print(f"root run {result.run_id} {verb}: {result.state.value}")
-        return EXIT_OK
-    assert result.error is not None
-    raise result.error
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a flow file under a new root run."""
-    from flows._runtime import run
-
-    return _report_run(run(args.file, db=args.db, journal_location=args.journal), args, "ran")
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    """Resume a failed or interrupted root run."""
-    from flows._runtime import resume
-
-    progress = _progress("resume: learns settled")
-    try:
-        result = resume(args.run_id, db=args.db, journal_location=args.journal, progress=progress)
-    finally:
-        if progress is not None:
-            sys.stderr.write("\n")
-    return _report_run(result, args, "resumed")
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    """List root runs, newest first."""
-    with _store(args) as store:
-        runs = store.open_journal().runs()
-    if args.json:
-        _json_out(
-            [
-                {
-                    "runId": r.run_id,
-                    "flow": r.flow,
-                    "scope": r.scope,
-                    "state": r.state.value,
-                    "epoch": r.epoch,
-                    "createdMs": r.created_ms,
-                    "updatedMs": r.updated_ms,
-                    "error": r.error,
-                }
-                for r in runs
-            ]
-        )
-    elif not runs:
-        print("no root runs yet: start one with `flows run FILE`")
-    else:
-        rows = [
-            [r.run_id, r.flow, r.scope, r.state.value, _ms(r.created_ms), (r.error or {}).get("code", "")]
-            for r in runs
-        ]
-        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
-    return EXIT_OK
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -148,7 +69,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
                     "seq": r.seq,
                     "id": r.id,
                     "key": r.key,
-                    "ts": r.ts_ms,
+                    "tsMs": r.ts_ms,
                     "payload": r.payload,
                 }
                 for r in records
@@ -210,11 +131,8 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """Ingest learned files into the history DB and drop the copies it now holds."""
-    with _store(args) as store:
-        progress = _progress("sync: files ingested")
-        report = store.sync(materialize=not args.no_materialize, progress=progress)
-        if progress is not None:
-            sys.stderr.write("\n")
+    with _store(args) as store, progress("sync: files ingested", enabled=not args.json) as show:
+        report = store.sync(materialize=not args.no_materialize, progress=show)
     if args.json:
         _json_out(
             {"materialized": report.materialized, "ingested": report.ingested, "dropped": report.dropped}
@@ -232,8 +150,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from memory import check_store, repair_store
 
     sail_dirs = args.sail or ([".sail"] if os.path.isdir(".sail") else [])
-    with _store(args) as store:
-        problems = check_store(store, sail_dirs=sail_dirs, sweep_age_s=args.sweep_age)
+    with _store(args) as store, progress("check: phases done", enabled=not args.json) as show:
+        problems = check_store(store, sail_dirs=sail_dirs, sweep_age_s=args.sweep_age, progress=show)
         actions: list[str] = []
         if args.repair and problems:
             actions = repair_store(store, problems, sweep_age_s=args.sweep_age)
@@ -268,42 +186,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the embedded demo."""
     from flows._demo import run_demo
 
-    return run_demo(args.home)
+    with progress("demo: findings published before the kill", enabled=not args.json) as show:
+        return run_demo(args.home, progress=show)
 
 
-# -- parser and diagnostics -------------------------------------------------------------------
+# -- parser and dispatch -------------------------------------------------------------------------
+
+_OPTIONS = (
+    Option(("--db",), "history DB (default: $FLOWS_DB or the XDG data dir)", metavar="PATH"),
+    Option(
+        ("--journal",), "journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)", metavar="LOCATION"
+    ),
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``flows`` argument parser."""
-    common = _Parser(add_help=False)
-    common.add_argument("--db", metavar="PATH", help="history DB (default: $FLOWS_DB or the XDG data dir)")
-    common.add_argument(
-        "--journal",
-        metavar="LOCATION",
-        help="journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)",
-    )
-    common.add_argument("--json", action="store_true", help="print JSON (errors too, on stderr)")
-    parser = _Parser(
-        prog="flows",
+def build_cli() -> CommandLine:
+    """The ``flows`` command line: its global options and every command."""
+    cli = CommandLine(
+        "flows",
         description="Run flows whose memory is journal-first, and ask what they learned and why.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        options=_OPTIONS,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
-        p.set_defaults(fn=fn)
-        return p
+        return cli.command(name, fn, help_)
 
-    add("run", cmd_run, "run a flow file under a new root run").add_argument(
-        "file", help="the flow's .py file"
-    )
-    add("resume", cmd_resume, "resume a failed or interrupted root run").add_argument(
-        "run_id", metavar="RUN_ID"
-    )
-    add("runs", cmd_runs, "list root runs, newest first")
+    from flows._cli_runs import add_run_commands  # run, resume, runs, show
+
+    add_run_commands(add)
     p = add("journal", cmd_journal, "show a root run's journal records")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
@@ -318,9 +229,19 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--source", metavar="S", help="only findings from this source")
             p.add_argument("--tag", metavar="T", help="only findings with this tag")
             p.add_argument(
-                "--before", metavar="MS", type=int, help="only findings learned before this epoch-ms"
+                "--before",
+                metavar="WHEN",
+                type=instant_ms,
+                help="only findings learned before WHEN: epoch ms or an ISO 8601 date/time",
             )
-        p.add_argument("--limit", metavar="N", type=_positive, default=20 if name == "recall" else 10)
+        default = 20 if name == "recall" else 10
+        p.add_argument(
+            "--limit",
+            metavar="N",
+            type=limit,
+            default=default,
+            help=f"at most N (1 to {LIMIT_MAX}; default {default})",
+        )
         p.add_argument("--scope", metavar="SCOPE", help="only this scope (default: every scope)")
     p = add("sync", cmd_sync, "ingest learned files into the history DB, then drop the disk copies")
     p.add_argument(
@@ -338,42 +259,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = add("demo", cmd_demo, "run the embedded demo: learn, crash, resume, ask why")
     p.add_argument(
-        "--home", metavar="DIR", help="keep the demo's store here (default: a temporary directory)"
+        "--keep",
+        "--home",
+        dest="home",
+        metavar="DIR",
+        help="keep the demo's store in DIR and print commands to try on it (default: a temporary directory)",
     )
-    return parser
+    from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+    add_serve_command(add)
+    return cli
 
 
 def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
-    """Print one diagnostic line for ``exc`` on stderr; return its exit status."""
-    fields = error_fields(exc)
-    run_id = getattr(exc, "run_id", None) or run_id
-    if as_json:
-        sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
-    else:
-        where = f" (root run {run_id})" if run_id else ""
-        sys.stderr.write(f"flows: error[{fields['code']}]: {fields['message']}{where}\n")
-    return EXIT_USAGE if isinstance(exc, journal.JournalNameInvalid) else EXIT_FAILED
+    """Print the one diagnostic line for ``exc`` on stderr; return its exit status."""
+    return build_cli().diagnose(exc, as_json=as_json, run_id=run_id)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``flows`` argument parser (for documentation and completion)."""
+    return build_cli().parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``flows`` CLI; returns the exit status (0 ok, 1 failure, 2 usage)."""
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.fn(args))
-    except KeyboardInterrupt:
-        sys.stderr.write("flows: interrupted\n")
-        return 130
-    except Exception as exc:  # every failure becomes one classified line, never a traceback
-        if os.environ.get("FLOWS_DEBUG"):
-            raise
-        return diagnose(exc, as_json=args.json, run_id=getattr(args, "run_id", None))
+    """Run the ``flows`` CLI; returns the exit status (0 ok, 1 failure, 2 usage, 130 interrupted)."""
+    return build_cli().main(argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""The embedded demo: a flow learns, is killed mid-way, resumes, and is asked why."""
+"""The embedded demo: a flow learns, is killed mid-way, resumes, and is asked why.
+
+With a folder to keep (``flows demo --keep DIR``) the store stays there and the demo ends with
+commands a user can copy and run on it; otherwise it runs in a temporary folder, removed after.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _FLOW = '''\
@@ -48,15 +53,35 @@ def _learned(home: Path) -> int:
     return sum(1 for _ in (home / "flows-memory").rglob("*.json")) if (home / "flows-memory").exists() else 0
 
 
-def run_demo(home: str | None = None) -> int:
-    """Run the demo in ``home`` (a temporary directory when None); return 0 when it all held."""
+def run_demo(home: str | None = None, progress: Callable[[int, int], None] | None = None) -> int:
+    """Run the demo in ``home`` (a temporary directory when None); return 0 when it all held.
+
+    ``progress(done, total)`` is told how many findings are published while the demo waits to
+    kill the flow.
+    """
     if home is None:
         with tempfile.TemporaryDirectory(prefix="flows-demo-") as tmp:
-            return _demo(Path(tmp))
-    return _demo(Path(home))
+            status = _demo(Path(tmp), progress)
+        print("\n(the store was temporary and is gone: `flows demo --keep DIR` keeps it to explore)")
+        return status
+    status = _demo(Path(home), progress)
+    _print_next_steps(Path(home))
+    return status
 
 
-def _demo(home: Path) -> int:
+def _print_next_steps(home: Path) -> None:
+    db = shlex.quote(str(home / "history.db"))
+    print(f"\nthe store is kept in {home}; try:")
+    for command in (
+        f"flows runs --db {db}",
+        f"flows why 'what does fog need' --db {db}",
+        f"flows recall --tag weather --json --db {db}",
+        f"flows check --db {db}",
+    ):
+        print(f"  {command}")
+
+
+def _demo(home: Path, progress: Callable[[int, int], None] | None) -> int:
     home.mkdir(parents=True, exist_ok=True)
     flow_file = home / "weather_notes.py"
     flow_file.write_text(_FLOW)
@@ -69,6 +94,8 @@ def _demo(home: Path) -> int:
     )
     deadline = time.monotonic() + 60
     while _learned(home) < 3 and time.monotonic() < deadline and child.poll() is None:
+        if progress is not None:
+            progress(_learned(home), 3)
         time.sleep(0.02)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
 
 from flows._errors import FlowLoadFailed
 
-Body = Callable[[Any], Awaitable[None]]
+Body = Callable[[Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -29,17 +30,36 @@ class Header:
         return {"name": self.name, "scope": self.scope, "memory": {"script": self.script}}
 
 
+def source_digest(data: bytes) -> str:
+    """The SHA-256 hex digest a root run records for its flow file's bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
 @dataclass(frozen=True)
 class Flow:
-    """A flow: its header, its body, and the file that defines it."""
+    """A flow: its header, its body, the file that defines it and, when it was loaded from that
+    file by ``load_flow``, the digest of the very bytes that were executed."""
 
     header: Header
     body: Body
     source: Path | None
+    source_sha256: str | None = None
 
-    async def __call__(self, f: Any) -> None:
-        """Run the body with the flow context ``f``."""
-        await self.body(f)
+    async def __call__(self, f: Any) -> Any:
+        """Run the body with the flow context ``f``; returns what the body returns."""
+        return await self.body(f)
+
+    def digest(self) -> str | None:
+        """The SHA-256 of the flow file: of the bytes executed when loaded by ``load_flow``, else of
+        the file as it is now; None when the flow has no file or it cannot be read."""
+        if self.source_sha256 is not None:
+            return self.source_sha256
+        if self.source is None:
+            return None
+        try:
+            return source_digest(self.source.read_bytes())
+        except OSError:
+            return None
 
 
 def _source_of(fn: Body) -> Path | None:
@@ -103,10 +123,14 @@ def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise FlowLoadFailed(f"{path} is not a Python file", path=path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FlowLoadFailed(f"cannot read {path}: {exc.strerror or exc}", path=path) from exc
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
+    try:  # execute the bytes that were hashed, so the recorded digest names the code that ran
+        exec(compile(data, str(path), "exec"), module.__dict__)  # noqa: S102 - loading the user's flow
     except Exception as exc:
         sys.modules.pop(module_name, None)
         raise FlowLoadFailed(f"{path} failed to import: {type(exc).__name__}: {exc}", path=path) from exc
@@ -120,4 +144,4 @@ def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
             "`async def body(f)` with @flows.flow",
             path=path,
         )
-    return found[0]
+    return replace(found[0], source_sha256=source_digest(data))

@@ -1,53 +1,56 @@
-"""Driving a flow body under a durable root run: steps, failure, resume (SPEC R-F1..R-F3, R-F6)."""
+"""Driving a flow body under a durable root run: learns, steps, input and output, failure, resume.
+
+The body runs in its own task on the caller's event loop (``arun``/``aresume``) or on a loop of its
+own (``run``/``resume``). Journal calls, which block, run on worker threads so the loop stays free.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-from collections.abc import Callable, Generator, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import journal
-from flows._errors import FlowFailed, FlowLoadFailed, UnawaitedStep
+from flows._errors import (
+    FlowAborted,
+    FlowChanged,
+    FlowFailed,
+    FlowInputInvalid,
+    FlowLoadFailed,
+    FlowOutputInvalid,
+    FlowUsage,
+    RunInterrupted,
+    UnawaitedStep,
+)
 from flows._flow import Flow, Header, load_flow
-from journal import JournalBackend, Lease, RunState
+from flows._steps import (
+    DEFAULT_BACKOFF,
+    STEPS_STREAM,
+    Backoff,
+    NotJson,
+    Step,
+    StepRunner,
+    create_task,
+    json_value,
+    settle,
+)
+from journal import JournalBackend, JournalCorrupt, Lease, Record, RunState
 from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+from staging import CodedError, CodedInterrupt
 
+T = TypeVar("T")
 Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
-
-class Step:
-    """A learn in flight: started at once, awaited by the body to consume its outcome.
-
-    Awaiting it returns the ``Learned`` result or raises the learn's error. A step the body never
-    awaits fails the run with ``unawaited_step``, even if the write itself succeeded.
-    """
-
-    def __init__(self, number: int, label: str, task: asyncio.Task[Learned]) -> None:
-        self.number = number
-        self.label = label
-        self._task = task
-        self.consumed = False
-
-    def __await__(self) -> Generator[Any, None, Learned]:
-        self.consumed = True
-        return self._task.__await__()
-
-    @property
-    def task(self) -> asyncio.Task[Learned]:
-        """The task doing the write."""
-        return self._task
-
-    def __repr__(self) -> str:
-        return f"<learn step {self.name}>"
-
-    @property
-    def name(self) -> str:
-        """How diagnostics name the step: ``learn#<n> '<text>'``."""
-        return f"learn#{self.number} {self.label!r}"
+RUN_STREAM = "run"  # the run's own events: each resume, failure and interruption, the output
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FlowMemory:
@@ -58,14 +61,14 @@ class FlowMemory:
         self._root = root
         self._progress = progress
         self.settled = 0
-        self.steps: list[Step] = []
+        self.steps: list[Step[Learned]] = []
 
-    def learn(self, finding: Mapping[str, Any]) -> Step:
+    def learn(self, finding: Mapping[str, Any]) -> Step[Learned]:
         """Start learning ``finding`` now; await the returned step to consume its outcome."""
         text = finding.get("text") if isinstance(finding, Mapping) else None
         label = text[:40] if isinstance(text, str) else repr(finding)[:40]
-        task = asyncio.get_running_loop().create_task(self._store.alearn(finding, self._root))
-        step = Step(len(self.steps) + 1, label, task)
+        task = create_task("learn", self._store.alearn(finding, self._root))
+        step: Step[Learned] = Step(f"learn#{len(self.steps) + 1} {label!r}", task)
         self.steps.append(step)
         task.add_done_callback(self._on_settled)
         return step
@@ -75,10 +78,30 @@ class FlowMemory:
         if self._progress is not None:
             self._progress(self.settled, len(self.steps))
 
-    async def recall(self, **filters: Any) -> list[Recalled]:
-        """Findings of this flow's scope (``source=``, ``tag=``, ``before_ms=``, ``limit=``)."""
-        filters.setdefault("scope", self._root.scope)
-        return await self._store.arecall(**filters)
+    async def recall(
+        self,
+        *,
+        source: str | None = None,
+        tag: str | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        scope: str | None = None,
+    ) -> list[Recalled]:
+        """Findings matching every filter, newest first; ``scope`` defaults to this flow's scope.
+
+        ``before_ms`` keeps findings learned strictly before it (epoch ms); ``limit`` caps the list
+        (None: no cap).
+
+        Raises:
+            memory.Unreachable: a learned file is damaged (named), or the DB cannot be read.
+        """
+        return await self._store.arecall(
+            source=source,
+            tag=tag,
+            before_ms=before_ms,
+            limit=limit,
+            scope=self._root.scope if scope is None else scope,
+        )
 
     async def why(self, subject: str, *, limit: int = 10) -> list[Explained]:
         """Findings of this flow's scope that answer ``subject``, best match first."""
@@ -86,86 +109,348 @@ class FlowMemory:
 
 
 class FlowContext:
-    """``f``, the argument of a flow body."""
+    """``f``, the argument of a flow body: its run, its input, its memory and its steps."""
 
-    def __init__(self, store: MemoryStore, root: RootRun, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        root: RootRun,
+        steps: StepRunner,
+        input: Any = None,
+        progress: Progress | None = None,
+    ) -> None:
         self.run_id = root.run_id
         self.name = root.flow
         self.scope = root.scope
+        self.input = input
         self.memory = FlowMemory(store, root, progress)
+        self._steps = steps
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        retries: int = 0,
+        backoff: Backoff | float = DEFAULT_BACKOFF,
+        **kwargs: Any,
+    ) -> Step[Any]:
+        """Start a durable step now: ``fn(*args, **kwargs)``, its result journaled once.
+
+        ``fn`` may be a coroutine function (awaited on the loop) or a plain function (called on a
+        worker thread). The first time, its JSON result is recorded in the ``steps`` stream under
+        ``name#position`` (see ``flows._steps`` for the position rule); on a resumed run that step
+        returns the recorded result without calling ``fn``. A failure is retried ``retries``
+        times, waiting ``backoff`` (seconds, or a ``flows.Backoff``) with exponential growth and a
+        cap, each attempt recorded; the last failure is recorded and raised as ``StepFailed``,
+        again on every resume. Await the returned step; one never awaited fails the run with
+        ``unawaited_step``.
+
+        Raises (when awaited):
+            StepFailed: ``fn`` failed on its last attempt (now or, recorded, on an earlier run).
+            StepResultInvalid: ``fn`` returned something that is not JSON; nothing was recorded.
+            JournalError: the outcome could not be recorded (the step runs again on resume).
+        Raises (at once):
+            StepInvalid: a bad name, ``fn``, ``retries`` or ``backoff``, or a call inside a step.
+        """
+        return self._steps.start(name, fn, args, kwargs, retries=retries, backoff=backoff)
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """How a run ended: its id, state (``done`` or ``failed``) and the error that failed it."""
+    """How a run ended: its id, its state (``done`` or ``failed``), the error that failed it, and
+    the body's return value as journaled (``output``; None unless the run is done)."""
 
     run_id: str
     state: RunState
     error: BaseException | None = None
+    output: Any = None
 
     @property
     def ok(self) -> bool:
         """True when the run is done."""
         return self.state is RunState.DONE
 
+    def unwrap(self) -> Any:
+        """The output of a done run; raises the error of a failed one."""
+        if self.error is not None:
+            raise self.error
+        return self.output
+
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The code and message that describe ``exc`` (``flow_failed`` when it has no code)."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, str):
-        return {"code": code, "message": str(exc)}
+    if isinstance(exc, CodedError | CodedInterrupt):
+        return {"code": exc.code, "message": exc.message}
     return {"code": FlowFailed.code, "message": f"{type(exc).__name__}: {exc}"}
 
 
-async def _settle(steps: list[Step]) -> None:
-    """Wait for every step's task to finish, retrieving outcomes so none is left unobserved."""
-    await asyncio.gather(*(s.task for s in steps), return_exceptions=True)
+# -- blocking calls off the loop --------------------------------------------------------------
 
 
-async def _drive(
-    flow: Flow, store: MemoryStore, root: RootRun, progress: Progress | None
-) -> BaseException | None:
-    f = FlowContext(store, root, progress)
+async def _blocking(
+    fn: Callable[..., T], *args: Any, undo: Callable[[T], object] | None = None, **kwargs: Any
+) -> T:
+    """``fn(*args)`` on a worker thread. A cancel of the caller does not abandon the call: it is
+    waited for (and, if it succeeded, ``undo`` is applied to its result) before the cancel goes on,
+    so a lease is never taken or left behind by a call nobody is waiting for."""
+    future = asyncio.get_running_loop().run_in_executor(None, partial(fn, *args, **kwargs))
     try:
-        await flow.body(f)
-    except Exception as exc:  # the body failed: settle in-flight learns first (R-F3)
-        await _settle(f.memory.steps)
-        return exc
-    await _settle(f.memory.steps)
-    unawaited = tuple(s.name for s in f.memory.steps if not s.consumed)
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            try:
+                await asyncio.wait([future])
+            except asyncio.CancelledError:
+                continue
+        if undo is not None and not future.cancelled() and future.exception() is None:
+            undo(future.result())
+        raise
+
+
+def _checked_input(value: Any) -> Any:
+    try:
+        return json_value(value)
+    except NotJson as exc:
+        raise FlowInputInvalid(
+            f"the flow's input cannot be journaled: {exc}; pass JSON (null, booleans, numbers, "
+            "strings, lists, string-keyed dicts)"
+        ) from None
+
+
+# -- driving the body -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ending:
+    error: BaseException | None
+    output: Any = None
+    interrupted: bool = False  # Ctrl-C, a KeyboardInterrupt, or a cancel from outside the body
+    cancelled: bool = False  # the cancel came from outside: it goes on once the run is settled
+
+
+def _aborted(exc: BaseException, run_id: str) -> FlowAborted:
+    what = type(exc).__name__ + (f"({', '.join(repr(a) for a in exc.args)})" if exc.args else "")
+    aborted = FlowAborted(
+        f"the body ended by {what}; a body ends by returning (done) or by raising an exception "
+        "(failed), so the run is marked failed; `flows resume` runs it again",
+        run_id=run_id,
+    )
+    aborted.__cause__ = exc
+    return aborted
+
+
+async def _drive(flow: Flow, f: FlowContext, steps: StepRunner) -> _Ending:
+    try:
+        output = await flow.body(f)
+    except BaseException as exc:  # the body failed: in-flight learns and steps settle first
+        await settle([*f.memory.steps, *steps.handles])
+        if isinstance(exc, Exception):
+            return _Ending(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            return _Ending(exc, interrupted=True)
+        task = asyncio.current_task()
+        if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+            return _Ending(exc, interrupted=True, cancelled=True)
+        return _Ending(_aborted(exc, f.run_id))
+    await settle([*f.memory.steps, *steps.handles])
+    unawaited = tuple(s.name for s in [*f.memory.steps, *steps.handles] if not s.consumed)
     if unawaited:
-        return UnawaitedStep(
-            f"the body returned without awaiting {', '.join(unawaited)}; await every f.memory.learn(...)",
-            steps=unawaited,
-            run_id=root.run_id,
+        return _Ending(
+            UnawaitedStep(
+                f"the body returned without awaiting {', '.join(unawaited)}; await every "
+                "f.memory.learn(...) and f.step(...)",
+                steps=unawaited,
+                run_id=f.run_id,
+            )
         )
-    return None
+    return _Ending(None, output)
 
 
-def _finish(backend: JournalBackend, lease: Lease, error: BaseException | None) -> RunResult:
-    if error is None:
-        backend.finish(lease, RunState.DONE)
-        return RunResult(lease.run_id, RunState.DONE)
+async def _finish_failed(backend: JournalBackend, lease: Lease, error: BaseException) -> RunResult:
     if not isinstance(error, journal.JournalContention):
-        backend.finish(lease, RunState.FAILED, error_fields(error))
+        fields = error_fields(error)
+        event = {"event": "failed", "epoch": lease.epoch, "error": fields}
+        with contextlib.suppress(journal.JournalError):  # the state change below still records it
+            await _blocking(backend.append, lease, RUN_STREAM, event, key=f"failed-{lease.epoch}")
+        await _blocking(backend.finish, lease, RunState.FAILED, fields)
     else:  # the run was taken over: it is no longer ours to mark
-        backend.release(lease)
+        await _blocking(backend.release, lease)
     if getattr(error, "run_id", None) is None:
-        with contextlib.suppress(AttributeError):
+        with contextlib.suppress(AttributeError):  # an exception type that refuses attributes
             error.run_id = lease.run_id  # type: ignore[attr-defined]
     return RunResult(lease.run_id, RunState.FAILED, error)
 
 
-def _drive_root(
-    flow: Flow, store: MemoryStore, backend: JournalBackend, lease: Lease, progress: Progress | None = None
-) -> RunResult:
-    root = RootRun(backend, lease, flow.header.name, flow.header.scope, script=flow.header.script)
+def _interrupted(run_id: str, how: str) -> RunInterrupted:
+    return RunInterrupted(
+        f"the run was {how} once its in-flight learns and steps had settled; it is left "
+        f"interrupted: `flows resume {run_id}` goes on from its recorded steps",
+        run_id=run_id,
+    )
+
+
+async def _interrupt(backend: JournalBackend, lease: Lease, ending: _Ending) -> RunInterrupted:
+    how = "cancelled" if ending.cancelled else "interrupted (Ctrl-C)"
+    stopped = _interrupted(lease.run_id, how)
+    event = {"event": "interrupted", "epoch": lease.epoch, "error": error_fields(stopped)}
     try:
-        error = asyncio.run(_drive(flow, store, root, progress))
+        await _blocking(backend.append, lease, RUN_STREAM, event, key=f"interrupted-{lease.epoch}")
+    finally:
+        await _blocking(backend.release, lease)
+    return stopped
+
+
+async def _complete(backend: JournalBackend, lease: Lease, output: Any) -> RunResult:
+    try:
+        value = json_value(output)
+    except NotJson as exc:
+        error = FlowOutputInvalid(
+            f"the body returned a value that cannot be journaled as the run's output: {exc}; "
+            "return JSON (null, booleans, numbers, strings, lists, string-keyed dicts)",
+            run_id=lease.run_id,
+        )
+        return await _finish_failed(backend, lease, error)
+    try:
+        event = {"event": "output", "output": value}
+        rec = await _blocking(backend.append, lease, RUN_STREAM, event, key="output")
+        await _blocking(backend.finish, lease, RunState.DONE)
+    except journal.JournalError as exc:
+        return await _finish_failed(backend, lease, exc)
+    return RunResult(lease.run_id, RunState.DONE, output=rec.payload.get("output"))
+
+
+async def _drive_root(
+    flow: Flow,
+    store: MemoryStore,
+    backend: JournalBackend,
+    lease: Lease,
+    *,
+    input: Any,
+    recorded: Sequence[Record] = (),
+    progress: Progress | None = None,
+) -> RunResult:
+    try:
+        steps = StepRunner(backend, lease, recorded)
     except BaseException:
-        backend.release(lease)  # KeyboardInterrupt and the like: the run reads interrupted
+        await _blocking(backend.release, lease)
         raise
-    return _finish(backend, lease, error)
+    root = RootRun(backend, lease, flow.header.name, flow.header.scope, script=flow.header.script)
+    log.info("root run %s: driving flow %r (scope %r)", lease.run_id, flow.header.name, flow.header.scope)
+    f = FlowContext(store, root, steps, input, progress)
+    loop = asyncio.get_running_loop()
+    body = loop.create_task(_drive(flow, f, steps))
+    steps.enter(loop, body)
+    try:
+        ending = await body  # a cancel of this caller cancels the body, which settles and returns
+    finally:
+        steps.leave(loop)
+    if ending.interrupted:
+        stopped = await _interrupt(backend, lease, ending)
+        log.info("root run %s: stopped before the body ended; it reads interrupted", lease.run_id)
+        if ending.cancelled:
+            raise asyncio.CancelledError
+        raise stopped from ending.error
+    if ending.error is not None:
+        result = await _finish_failed(backend, lease, ending.error)
+    else:
+        result = await _complete(backend, lease, ending.output)
+    log.info("root run %s: %s", lease.run_id, result.state.value)
+    return result
+
+
+# -- run and resume ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Started:
+    run_id: str | None = None
+
+
+async def _close(store: MemoryStore) -> None:
+    await _blocking(store.close)
+
+
+async def _arun(
+    target: Flow | str | os.PathLike[str],
+    *,
+    db: str | os.PathLike[str] | None,
+    journal_location: str | os.PathLike[str] | None,
+    store: MemoryStore | None,
+    input: Any,
+    started: _Started,
+) -> RunResult:
+    flow = target if isinstance(target, Flow) else load_flow(target)
+    value = _checked_input(input)
+    own = store is None
+    store = store or MemoryStore(db, journal=journal_location)
+    try:
+        backend = await _blocking(store.open_journal)
+        meta = {
+            "source": str(flow.source) if flow.source else None,
+            "header": flow.header.as_json(),
+            "sourceSha256": flow.digest(),
+            "input": value,
+        }
+        _, lease = await _blocking(
+            backend.begin, flow.header.name, flow.header.scope, meta, undo=lambda r: backend.release(r[1])
+        )
+        started.run_id = lease.run_id
+        return await _drive_root(flow, store, backend, lease, input=value)
+    finally:
+        if own:
+            await _close(store)
+
+
+async def arun(
+    target: Flow | str | os.PathLike[str],
+    *,
+    db: str | os.PathLike[str] | None = None,
+    journal_location: str | os.PathLike[str] | None = None,
+    store: MemoryStore | None = None,
+    input: Any = None,
+) -> RunResult:
+    """Run a flow under a new root run on the running event loop (``run`` for callers without one).
+
+    ``target`` is a ``Flow`` or the path of a file defining one; ``input`` (any JSON value) is
+    recorded in the root and given to the body as ``f.input``. The root records the flow's header,
+    its file and that file's SHA-256, so ``resume`` can re-run it and notice a change. Returns how
+    the run ended: ``output`` is the body's return value, journaled in the ``run`` stream; a failed
+    run's error is in ``RunResult.error`` (the root is marked failed, resumable).
+
+    Raises:
+        FlowLoadFailed: the file cannot be loaded.
+        FlowInputInvalid: ``input`` is not JSON; nothing was begun.
+        JournalError: the root run could not be begun.
+        RunInterrupted: a ``KeyboardInterrupt`` stopped the body (the root is left interrupted).
+        asyncio.CancelledError: the caller was cancelled; in-flight work settled first and the
+            root is left interrupted.
+    """
+    return await _arun(
+        target, db=db, journal_location=journal_location, store=store, input=input, started=_Started()
+    )
+
+
+def _sync(make: Callable[[_Started], Any], verb: str) -> RunResult:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise FlowUsage(
+            f"flows.{verb}() cannot be called from a running event loop; use `await flows.a{verb}(...)`"
+        )
+    started = _Started()
+    try:
+        result: RunResult = asyncio.run(make(started))
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C arrives as a cancel of the loop's main task
+        if started.run_id is None:
+            raise
+        raise _interrupted(started.run_id, "interrupted (Ctrl-C)") from exc
+    return result
 
 
 def run(
@@ -174,33 +459,25 @@ def run(
     db: str | os.PathLike[str] | None = None,
     journal_location: str | os.PathLike[str] | None = None,
     store: MemoryStore | None = None,
+    input: Any = None,
 ) -> RunResult:
-    """Run a flow (a ``Flow`` or the path of a file defining one) under a new root run.
+    """Run a flow under a new root run, on an event loop of its own; see ``arun``.
 
-    The root records the flow's header and source so ``resume`` can re-run it. Returns how the run
-    ended; a failed run's error is in ``RunResult.error`` (the root is marked failed, resumable).
-
-    Raises:
-        FlowLoadFailed: the file cannot be loaded.
-        JournalError: the root run could not be begun or finished.
+    Raises what ``arun`` raises; ``FlowUsage`` when called from a running event loop, and
+    ``RunInterrupted`` (a ``KeyboardInterrupt``) on Ctrl-C, once the run has settled.
     """
-    flow = target if isinstance(target, Flow) else load_flow(target)
-    own = store is None
-    store = store or MemoryStore(db, journal=journal_location)
-    try:
-        backend = store.open_journal()
-        meta = {"source": str(flow.source) if flow.source else None, "header": flow.header.as_json()}
-        _, lease = backend.begin(flow.header.name, flow.header.scope, meta)
-        return _drive_root(flow, store, backend, lease)
-    finally:
-        if own:
-            store.close()
+    return _sync(
+        lambda started: _arun(
+            target, db=db, journal_location=journal_location, store=store, input=input, started=started
+        ),
+        "run",
+    )
 
 
 def _flow_of(meta: Mapping[str, Any], run_id: str) -> Flow:
     source = meta.get("source")
     header = meta.get("header") or {}
-    if not source:
+    if not source or not isinstance(source, str) or not isinstance(header, Mapping):
         raise FlowLoadFailed(
             f"root run {run_id} records no flow source, so it cannot be resumed", run_id=run_id
         )
@@ -214,7 +491,128 @@ def _flow_of(meta: Mapping[str, Any], run_id: str) -> Flow:
         scope=header.get("scope", flow.header.scope),
         script=bool((header.get("memory") or {}).get("script", True)),
     )
-    return Flow(recorded, flow.body, flow.source)
+    return Flow(recorded, flow.body, flow.source, flow.source_sha256)
+
+
+def _digest_field(value: object, backend: JournalBackend, run_id: str, where: str, line: int) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and _SHA256.fullmatch(value):
+        return value
+    raise JournalCorrupt(
+        f"root run {run_id} records a flow file digest that is not SHA-256 hex in {where}; the journal "
+        f"at {backend.location} was damaged or written by something else",
+        path=backend.location,
+        line=line,
+        reason="bad flow file digest",
+        run_id=run_id,
+    )
+
+
+def accepted_digest(backend: JournalBackend, info: journal.RunInfo, events: Sequence[Record]) -> str | None:
+    """The flow file digest a run last ran with: the one recorded at its start, or by its latest
+    resume (a resume with ``allow_changed`` accepts the new file). None for runs that recorded none.
+
+    Raises:
+        JournalCorrupt: a recorded digest is not SHA-256 hex.
+    """
+    digest = _digest_field(info.meta.get("sourceSha256"), backend, info.run_id, "its metadata", 0)
+    for rec in events:
+        if rec.payload.get("event") == "resumed":
+            found = _digest_field(rec.payload.get("sourceSha256"), backend, info.run_id, RUN_STREAM, rec.seq)
+            digest = found or digest
+    return digest
+
+
+async def _aresume(
+    run_id: str,
+    *,
+    db: str | os.PathLike[str] | None,
+    journal_location: str | os.PathLike[str] | None,
+    store: MemoryStore | None,
+    progress: Progress | None,
+    allow_changed: bool,
+    started: _Started,
+) -> RunResult:
+    own = store is None
+    store = store or MemoryStore(db, journal=journal_location)
+    try:
+        backend = await _blocking(store.open_journal)
+        info = await _blocking(backend.run, run_id)
+        if info.state is RunState.DONE:
+            raise journal.JournalNotResumable(
+                f"root run {run_id} is done; there is nothing to resume", run_id=run_id
+            )
+        flow = _flow_of(info.meta, run_id)
+        recorded_digest = accepted_digest(backend, info, await _blocking(backend.read, run_id, RUN_STREAM))
+        current = flow.digest()
+        changed = recorded_digest is not None and current != recorded_digest
+        if changed and not allow_changed:
+            raise FlowChanged(
+                f"the flow file {flow.source} changed since root run {run_id} recorded it (recorded "
+                f"sha256 {recorded_digest}, now {current}); resume with --allow-changed "
+                "(allow_changed=True) to replay its recorded steps by key and run new ones",
+                recorded=str(recorded_digest),
+                current=str(current),
+                run_id=run_id,
+                path=flow.source,
+            )
+        lease = await _blocking(backend.acquire, run_id, undo=backend.release)
+        started.run_id = run_id
+        try:  # committed learns' files in batches, so the body's re-learns find them in place
+            await _blocking(store.republish_run, backend, run_id)
+            event = {
+                "event": "resumed",
+                "epoch": lease.epoch,
+                "sourceSha256": current,
+                "recordedSha256": recorded_digest,
+                "changed": changed,
+            }
+            await _blocking(backend.append, lease, RUN_STREAM, event, key=f"resumed-{lease.epoch}")
+            recorded = await _blocking(backend.read, run_id, STEPS_STREAM)
+        except BaseException:
+            await _blocking(backend.release, lease)
+            raise
+        return await _drive_root(
+            flow, store, backend, lease, input=info.meta.get("input"), recorded=recorded, progress=progress
+        )
+    finally:
+        if own:
+            await _close(store)
+
+
+async def aresume(
+    run_id: str,
+    *,
+    db: str | os.PathLike[str] | None = None,
+    journal_location: str | os.PathLike[str] | None = None,
+    store: MemoryStore | None = None,
+    progress: Progress | None = None,
+    allow_changed: bool = False,
+) -> RunResult:
+    """Take a new lease on a failed or interrupted root run and re-run its body on the running loop.
+
+    Learns already committed republish their files without journaling again; steps already
+    recorded return their recorded outcome without running; ``f.input`` is the recorded input.
+    ``progress``, if given, is called with (learns settled, learns started) as each learn settles.
+    The flow file must hash as the run recorded it unless ``allow_changed`` (then recorded steps
+    are still replayed by key, new ones run, and the new digest is recorded).
+
+    Raises:
+        JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
+        FlowLoadFailed: the recorded flow file cannot be loaded.
+        FlowChanged: the flow file changed and ``allow_changed`` is False; nothing was written.
+        RunInterrupted, asyncio.CancelledError: as for ``arun``.
+    """
+    return await _aresume(
+        run_id,
+        db=db,
+        journal_location=journal_location,
+        store=store,
+        progress=progress,
+        allow_changed=allow_changed,
+        started=_Started(),
+    )
 
 
 def resume(
@@ -224,33 +622,22 @@ def resume(
     journal_location: str | os.PathLike[str] | None = None,
     store: MemoryStore | None = None,
     progress: Progress | None = None,
+    allow_changed: bool = False,
 ) -> RunResult:
-    """Take a new lease on a failed or interrupted root run and re-run its body.
+    """Resume a failed or interrupted root run on an event loop of its own; see ``aresume``.
 
-    Learns already committed republish their files without journaling again. ``progress``, if
-    given, is called with (learns settled, learns started) as each learn settles.
-
-    Raises:
-        JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
-        FlowLoadFailed: the recorded flow file cannot be loaded.
+    Raises what ``aresume`` raises; ``FlowUsage`` when called from a running event loop, and
+    ``RunInterrupted`` on Ctrl-C, once the run has settled.
     """
-    own = store is None
-    store = store or MemoryStore(db, journal=journal_location)
-    try:
-        backend = store.open_journal()
-        info = backend.run(run_id)
-        if info.state is RunState.DONE:
-            raise journal.JournalNotResumable(
-                f"root run {run_id} is done; there is nothing to resume", run_id=run_id
-            )
-        flow = _flow_of(info.meta, run_id)
-        lease = backend.acquire(run_id)
-        try:  # committed learns' files in batches, so the body's re-learns find them in place
-            store.republish_run(backend, run_id)
-        except BaseException:
-            backend.release(lease)
-            raise
-        return _drive_root(flow, store, backend, lease, progress)
-    finally:
-        if own:
-            store.close()
+    return _sync(
+        lambda started: _aresume(
+            run_id,
+            db=db,
+            journal_location=journal_location,
+            store=store,
+            progress=progress,
+            allow_changed=allow_changed,
+            started=started,
+        ),
+        "resume",
+    )

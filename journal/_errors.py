@@ -2,7 +2,7 @@
 
 Every error carries a stable ``code`` and the context it happened in. The tree::
 
-    JournalError                      base: code, message, run_id, stream, path, line
+    JournalError                      base (a staging.CodedError): run_id, stream, path, line
     ├── JournalUsageError             the caller's misuse
     │   ├── JournalNameInvalid        journal_name_invalid: a run id, stream name, key, flow or scope
     │   │                             that is unsafe (in a path, or on either backend)
@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class JournalError(Exception):
+
+class JournalError(CodedError):
     """Base of every journal error; ``code`` is stable and documented in docs/SURFACE.md."""
 
     code = "journal_error"
@@ -42,14 +44,10 @@ class JournalError(Exception):
         line: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
         self.run_id = run_id
         self.stream = stream
         self.path = None if path is None else Path(path)
         self.line = line
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class JournalUsageError(JournalError):

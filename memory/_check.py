@@ -1,6 +1,6 @@
 """``flows check``: verify a store end to end, and repair what can be repaired from the journal.
 
-What is checked (SPEC R-F7):
+What is checked:
 
 * every journal run and stream passes its line checks;
 * every learned file parses, cites a record that exists, and is exactly that record's rendering;
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import journal
 from memory._errors import Unreachable
 from memory._files import learned_names, read_learned
-from memory._finding import STREAM, render
+from memory._finding import STREAM, commit_to_publish, render
 from memory._paths import learned_dir, scope_dirs
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
@@ -60,7 +60,7 @@ class Problem:
 class _Context:
     store: MemoryStore
     records: dict[tuple[str, str], journal.Record]  # (run id, record id) -> memory-learn record
-    latest: dict[str, journal.Record]  # finding id -> newest commit
+    latest: dict[str, journal.Record]  # finding id -> the commit to publish
     problems: list[Problem]
 
 
@@ -86,12 +86,8 @@ def _journal_problems(ctx: _Context) -> None:
                 for rec in records:
                     ctx.records[(rec.run_id, rec.id)] = rec
                     fid = rec.payload.get("id")
-                    prev = ctx.latest.get(fid) if isinstance(fid, str) else None
-                    if isinstance(fid, str) and (
-                        prev is None
-                        or (rec.payload["learnedMs"], rec.run_id) > (prev.payload["learnedMs"], prev.run_id)
-                    ):
-                        ctx.latest[fid] = rec
+                    if isinstance(fid, str):
+                        ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
     finally:
         backend.close()
 
@@ -239,15 +235,30 @@ def check_store(
     sail_dirs: Iterable[str | os.PathLike[str]] = (),
     sweep_age_s: float = DEFAULT_SWEEP_AGE_S,
     now: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Problem]:
-    """Return every problem of the store (empty when clean). Reads only; writes nothing."""
+    """Return every problem of the store (empty when clean). Reads only; writes nothing.
+
+    ``progress(done, total)``, if given, is told as each of the check's phases ends.
+    """
     ctx = _Context(store, {}, {}, [])
-    _journal_problems(ctx)
-    good = _file_problems(ctx)
-    _record_problems(ctx, good)
-    _db_problems(ctx)
-    _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
-    _sail_problems(ctx, [Path(d) for d in sail_dirs])
+    good: set[str] = set()
+
+    def files() -> None:
+        good.update(_file_problems(ctx))
+
+    phases: list[Callable[[], None]] = [
+        lambda: _journal_problems(ctx),
+        files,
+        lambda: _record_problems(ctx, good),
+        lambda: _db_problems(ctx),
+        lambda: _stage_problems(ctx, sweep_age_s, time.time() if now is None else now),
+        lambda: _sail_problems(ctx, [Path(d) for d in sail_dirs]),
+    ]
+    for done, phase in enumerate(phases, 1):
+        phase()
+        if progress is not None:
+            progress(done, len(phases))
     return ctx.problems
 
 
@@ -278,7 +289,7 @@ def repair_store(
         rec = ctx.latest.get(path.name[: -len(".json")])
         fits = rec is not None and learned_dir(store.db_path, rec.payload["scope"]) == path.parent
         if fits and rec is not None:
-            store._publish(store._stage(path.parent, render(rec), rec.run_id), path, rec.run_id)
+            store.republish(rec)
             actions.append(f"republished {path} from record {rec.id} of root run {rec.run_id}")
         elif path.exists():
             target = quarantine / path.relative_to(store.db_path.parent)

@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 
 from memory._errors import Unreachable, Unwritable
-from memory._results import Citation, Recalled
+from memory._results import Citation, Recalled, frozen_metadata
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE findings (
@@ -60,11 +60,18 @@ _MIGRATIONS: dict[int, str] = {
         INSERT INTO findings_fts (rowid, text, tags, source) VALUES (new.id, new.text, new.tags, new.source);
     END;
     """,
+    # A finding's metadata (canonical JSON, NULL when it has none) and when it expires.
+    2: """
+    ALTER TABLE findings ADD COLUMN metadata TEXT;
+    ALTER TABLE findings ADD COLUMN expires_ms INTEGER;
+    """,
 }
 
 _COLUMNS = (
-    "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id"
+    "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
+    " f.metadata, f.expires_ms"
 )
+_LIVE = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
 
 
 def _row(row: Sequence[Any]) -> Recalled:
@@ -78,7 +85,15 @@ def _row(row: Sequence[Any]) -> Recalled:
         flow=row[6],
         learned_ms=row[7],
         citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
+        metadata=frozen_metadata(orjson.loads(row[11]) if row[11] else None),
+        expires_ms=row[12],
     )
+
+
+def _metadata_text(entry: Recalled) -> str | None:
+    if not entry.metadata:
+        return None
+    return orjson.dumps(dict(entry.metadata), option=orjson.OPT_SORT_KEYS).decode()
 
 
 class HistoryDB:
@@ -184,8 +199,10 @@ class HistoryDB:
         tag: str | None,
         before_ms: int | None,
         limit: int | None,
+        now_ms: int | None = None,
     ) -> list[Recalled]:
-        """Rows matching every filter, newest first, at most ``limit``."""
+        """Rows matching every filter, newest first, at most ``limit``; with ``now_ms``, only rows
+        not expired at that time."""
         where: list[str] = []
         params: list[Any] = []
         if tag is not None:
@@ -205,6 +222,9 @@ class HistoryDB:
         if before_ms is not None:
             where.append(f"{time_col} < ?")
             params.append(before_ms)
+        if now_ms is not None:
+            where.append(_LIVE)
+            params.append(now_ms)
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY {order}"
@@ -213,7 +233,9 @@ class HistoryDB:
             params.append(limit)
         return self._query(sql, params)
 
-    def search(self, words: Sequence[str], *, scope: str | None, limit: int) -> list[Recalled]:
+    def search(
+        self, words: Sequence[str], *, scope: str | None, limit: int, now_ms: int | None = None
+    ) -> list[Recalled]:
         """Candidate rows for ``why``: the newest ``limit`` rows holding all of ``words`` and the
         newest ``limit`` holding each word, by FTS5 over text, tags and source.
 
@@ -247,7 +269,25 @@ class HistoryDB:
         if scope is not None:
             sql += " AND f.scope = ?"
             params.append(scope)
+        if now_ms is not None:
+            sql += f" AND {_LIVE}"
+            params.append(now_ms)
         return self._query(sql, params)
+
+    def get(self, key: str) -> Recalled | None:
+        """The row of the finding ``key``, or None."""
+        found = self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.key = ?", (key,))
+        return found[0] if found else None
+
+    def scopes(self) -> list[str]:
+        """The scopes the DB holds findings of, sorted."""
+        if not self.exists():
+            return []
+        try:
+            rows = self._connect().execute("SELECT DISTINCT scope FROM findings ORDER BY scope").fetchall()
+        except sqlite3.Error as exc:
+            raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
+        return [r[0] for r in rows]
 
     def version(self) -> tuple[int, int]:
         """Changes when the DB's content may have changed: another connection's commit moves
@@ -305,11 +345,12 @@ class HistoryDB:
                 # One statement for a new finding and a newer commit of a known one.
                 row_id = conn.execute(
                     "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
-                    " record_id, synced_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                    " record_id, synced_ms, metadata, expires_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
                     " ON CONFLICT (key) DO UPDATE SET scope=excluded.scope, flow=excluded.flow,"
                     " text=excluded.text, source=excluded.source, tags=excluded.tags,"
                     " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
-                    " record_id=excluded.record_id, synced_ms=excluded.synced_ms"
+                    " record_id=excluded.record_id, synced_ms=excluded.synced_ms,"
+                    " metadata=excluded.metadata, expires_ms=excluded.expires_ms"
                     " RETURNING id",
                     (
                         e.key,
@@ -323,6 +364,8 @@ class HistoryDB:
                         e.citation.stream,
                         e.citation.id,
                         now_ms,
+                        _metadata_text(e),
+                        e.expires_ms,
                     ),
                 ).fetchone()[0]
                 conn.executemany(

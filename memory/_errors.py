@@ -3,8 +3,13 @@
 Every error has a stable ``code``. Journal errors are never wrapped: they pass through this layer
 unchanged (SPEC R-J6). The tree::
 
-    FlowsMemoryError              base: code, message, path, run_id
+    FlowsMemoryError              base (a staging.CodedError): path, run_id, errno
     ├── FindingInvalid            memory_finding_invalid: the caller's finding is malformed
+    ├── ArgumentInvalid           memory_argument_invalid: another argument (a key, a filter, a reason,
+    │                             a session's scope or flow) is malformed
+    ├── FindingUnknown            memory_finding_unknown: no finding has that key
+    ├── FindingRetired            memory_finding_retired: the finding was forgotten or superseded
+    ├── SessionClosed             memory_session_closed: a session was used after ``close()``
     ├── Unjournaled               memory_unjournaled: learn was called with no root run
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
     ├── Unwritable                memory_unwritable: staging or publishing the learned file failed
@@ -15,8 +20,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class FlowsMemoryError(Exception):
+
+class FlowsMemoryError(CodedError):
     """Base of the memory layer's errors; ``code`` is stable and listed in docs/SURFACE.md."""
 
     code = "memory_error"
@@ -30,19 +37,53 @@ class FlowsMemoryError(Exception):
         errno: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
         self.run_id = run_id
         self.errno = errno
 
-    def __str__(self) -> str:
-        return self.message
-
 
 class FindingInvalid(FlowsMemoryError):
-    """The finding is not a JSON object of ``text`` (required), ``source`` and ``tags``."""
+    """The finding is not a JSON object of ``text`` (required), ``source``, ``tags``, ``metadata``
+    and ``expiresMs``; ``field`` names the path of the bad part (``metadata.price``) when known."""
 
     code = "memory_finding_invalid"
+    field: str | None = None
+
+
+class ArgumentInvalid(FlowsMemoryError):
+    """An argument of the memory API other than the finding is malformed (the message names it):
+    a key that is not 32 lowercase hex digits, a read filter, a forget's reason, a session's scope,
+    flow or source. Nothing is journaled or written."""
+
+    code = "memory_argument_invalid"
+
+
+class FindingUnknown(FlowsMemoryError):
+    """No finding has this key: neither the history DB, the learned files nor the journal know it.
+    ``key`` names it. Nothing is journaled or written."""
+
+    code = "memory_finding_unknown"
+
+    def __init__(self, message: str, *, key: str, run_id: str | None = None) -> None:
+        super().__init__(message, run_id=run_id)
+        self.key = key
+
+
+class FindingRetired(FlowsMemoryError):
+    """The finding was forgotten or superseded, and a forgotten finding stays forgotten: learning it
+    again is refused (``key`` names it). Nothing is journaled or written."""
+
+    code = "memory_finding_retired"
+
+    def __init__(self, message: str, *, key: str, path: str | Path | None = None) -> None:
+        super().__init__(message, path=path)
+        self.key = key
+
+
+class SessionClosed(FlowsMemoryError):
+    """A ``MemorySession`` was used after ``close()``; open a new session."""
+
+    code = "memory_session_closed"
 
 
 class Unjournaled(FlowsMemoryError):

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import orjson
 
-from memory._errors import Unreachable
-from memory._finding import STREAM, Finding, finding_id, scope_hash
-from memory._results import Citation, Recalled
+from memory._errors import FindingInvalid, Unreachable
+from memory._finding import STREAM, Finding, check_expires, check_metadata, finding_id, scope_hash
+from memory._results import Citation, Recalled, frozen_metadata
 from staging import is_stage_name
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
+_OPTIONAL = {"metadata", "expiresMs"}
 _RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
 
 
@@ -46,7 +47,7 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise _damaged(path, "not JSON") from None
-    if not isinstance(obj, dict) or set(obj) != _KEYS:
+    if not isinstance(obj, dict) or not obj.keys() >= _KEYS or not obj.keys() - _KEYS <= _OPTIONAL:
         raise _damaged(path, "not a learned finding's shape")
     j = obj["journal"]
     ok = (
@@ -66,7 +67,16 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
     )
     if not ok:
         raise _damaged(path, "a field has the wrong type")
-    finding = Finding(text=obj["text"], source=obj["source"], tags=tuple(obj["tags"]))
+    metadata = expires = None
+    if len(obj) != len(_KEYS):
+        try:
+            metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
+            expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
+        except FindingInvalid as exc:
+            raise _damaged(path, f"its {exc.field} is malformed") from None
+    finding = Finding(
+        text=obj["text"], source=obj["source"], tags=tuple(obj["tags"]), metadata=metadata, expires_ms=expires
+    )
     if (
         finding_id(obj["scope"], finding) != obj["id"]
         or path.name != f"{obj['id']}.json"
@@ -83,6 +93,8 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
         flow=obj["flow"],
         learned_ms=obj["learnedMs"],
         citation=Citation(run_id=j["runId"], stream=j["stream"], id=j["id"]),
+        metadata=frozen_metadata(metadata),
+        expires_ms=expires,
     )
 
 
@@ -157,6 +169,7 @@ class Listing:
         self.ino = ino
         self.entries = tuple(sorted(entries, key=newest_first, reverse=True))
         self._by_tag: dict[str, tuple[Recalled, ...]] | None = None
+        self._by_key: dict[str, Recalled] | None = None
         self._postings: dict[str, list[int]] | None = None
         self._terms: list[Terms] = []
         self._mutex = threading.Lock()
@@ -171,6 +184,13 @@ class Listing:
                         by_tag.setdefault(t, []).append(e)
                 self._by_tag = {t: tuple(v) for t, v in by_tag.items()}
             return self._by_tag.get(tag, ())
+
+    def by_key(self, key: str) -> Recalled | None:
+        """The entry of the finding ``key``, or None."""
+        with self._mutex:
+            if self._by_key is None:
+                self._by_key = {e.key: e for e in self.entries}
+            return self._by_key.get(key)
 
     def sharing(self, wanted: set[str], best: int | None = None) -> list[tuple[Recalled, Terms]]:
         """The entries that share a word with ``wanted``, with their words, newest first.

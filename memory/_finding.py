@@ -3,32 +3,143 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from journal import Record
-from memory._errors import FindingInvalid
+from memory._errors import ArgumentInvalid, FindingInvalid
 
 STREAM = "memory-learn"
 """The root run's stream that every learn commits to."""
 
-_FIELDS = {"text", "source", "tags"}
+_FIELDS = {"text", "source", "tags", "metadata", "expiresMs"}
+_KEY = re.compile(r"[0-9a-f]{32}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+METADATA_MAX_BYTES = 16 * 1024
+"""The largest ``metadata`` a finding takes, as canonical JSON (bytes)."""
+METADATA_MAX_DEPTH = 16
+"""How deep lists and objects may nest inside ``metadata``."""
+METADATA_KEY_MAX = 128
+"""The longest key of a ``metadata`` object (characters)."""
+EXPIRES_MAX = 2**53 - 1
+"""The largest ``expiresMs`` (the largest integer every JSON reader keeps exact)."""
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
 class Finding:
-    """What a flow learned: ``text``, where it came from (``source``), and ``tags``."""
+    """What a flow learned: ``text``, where it came from (``source``), ``tags``, and optionally
+    ``metadata`` (a JSON object) and ``expires_ms`` (when it stops being returned, epoch ms).
+
+    All of it is the finding: its id hashes every field, so the same text with other metadata is
+    another finding.
+    """
 
     text: str
     source: str
     tags: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] | None = field(default=None, hash=False)
+    expires_ms: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The finding as a JSON object (tags as a list)."""
-        return {"text": self.text, "source": self.source, "tags": list(self.tags)}
+        """The finding as a JSON object (tags as a list; ``metadata`` and ``expiresMs`` only when set)."""
+        out: dict[str, Any] = {"text": self.text, "source": self.source, "tags": list(self.tags)}
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        if self.expires_ms is not None:
+            out["expiresMs"] = self.expires_ms
+        return out
+
+
+def _invalid(path: str, what: str) -> FindingInvalid:
+    error = FindingInvalid(f"a finding's `{path}` {what}")
+    error.field = path
+    return error
+
+
+def _member(parent: str, key: str) -> str:
+    return f"{parent}.{key}" if _IDENTIFIER.fullmatch(key) else f"{parent}[{key!r}]"
+
+
+def _encodable(value: str, path: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise _invalid(path, "holds a lone surrogate, which is not valid UTF-8") from None
+    return value
+
+
+def _json_value(value: object, path: str, depth: int) -> Any:
+    """``value`` as plain JSON (tuples as lists, mappings as dicts), or ``FindingInvalid`` naming
+    the path of the first bad part."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return _encodable(value, path)
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise _invalid(path, "is an integer outside the signed 64-bit range")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _invalid(path, "is not a finite number (JSON has no NaN or infinity)")
+        return value
+    if isinstance(value, list | tuple | Mapping):
+        if depth >= METADATA_MAX_DEPTH:
+            raise _invalid(path, f"nests deeper than {METADATA_MAX_DEPTH} levels")
+        if isinstance(value, Mapping):
+            return _json_object(value, path, depth + 1)
+        return [_json_value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    kind = type(value).__name__
+    raise _invalid(path, f"must be a JSON value (string, number, boolean, null, list or object), not {kind}")
+
+
+def _json_object(obj: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if not isinstance(key, str) or not key or len(key) > METADATA_KEY_MAX:
+            raise _invalid(
+                f"{path}[{key!r:.40}]",
+                f"is not a key: keys are non-empty strings of at most {METADATA_KEY_MAX} characters",
+            )
+        if any(ord(c) < 0x20 or c == "\x7f" for c in key):
+            raise _invalid(f"{path}[{key!r:.40}]", "is not a key: keys hold no control characters")
+        inner = _member(path, _encodable(key, f"{path}[{key!r:.40}]"))
+        out[key] = _json_value(value, inner, depth)
+    return out
+
+
+def check_metadata(value: object) -> dict[str, Any] | None:
+    """A finding's ``metadata`` as plain JSON, None when empty.
+
+    Raises:
+        FindingInvalid: not an object of string keys and JSON values, too deep, or over
+            ``METADATA_MAX_BYTES`` as canonical JSON; the message (and ``field``) names the path
+            of the bad part, e.g. ``metadata.price`` or ``metadata.levels[2]``.
+    """
+    if not isinstance(value, Mapping):
+        raise _invalid("metadata", f"must be a JSON object, not {type(value).__name__}")
+    plain = _json_object(value, "metadata", 0)
+    size = len(orjson.dumps(plain, option=orjson.OPT_SORT_KEYS))
+    if size > METADATA_MAX_BYTES:
+        raise _invalid("metadata", f"is {size} bytes as JSON; at most {METADATA_MAX_BYTES}")
+    return plain or None
+
+
+def check_expires(value: object) -> int:
+    """A finding's ``expiresMs``, or ``FindingInvalid``: an integer of epoch milliseconds, from 1
+    to ``EXPIRES_MAX``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= EXPIRES_MAX:
+        raise _invalid(
+            "expiresMs", f"must be an integer of epoch milliseconds, 1 to {EXPIRES_MAX}, not {value!r:.40}"
+        )
+    return value
 
 
 def validate(obj: object, default_source: str) -> Finding:
@@ -36,8 +147,9 @@ def validate(obj: object, default_source: str) -> Finding:
 
     Raises:
         FindingInvalid: ``obj`` is not a mapping; ``text`` is missing or not a non-empty string;
-            ``source`` is not a non-empty string; ``tags`` is not a list of non-empty strings; or
-            there is any other key. The message says which.
+            ``source`` is not a non-empty string; ``tags`` is not a list of non-empty strings;
+            ``metadata`` or ``expiresMs`` is malformed (see ``check_metadata``, ``check_expires``);
+            or there is any other key. The message says which (``field`` names the path).
     """
     if isinstance(obj, Finding):
         obj = obj.as_json()
@@ -45,17 +157,27 @@ def validate(obj: object, default_source: str) -> Finding:
         raise FindingInvalid(f"a finding must be a JSON object, not {type(obj).__name__}")
     extra = sorted(str(k) for k in obj if k not in _FIELDS)
     if extra:
-        raise FindingInvalid(f"a finding has only text, source and tags; unexpected: {', '.join(extra)}")
+        error = FindingInvalid(
+            "a finding has only text, source, tags, metadata and expiresMs; unexpected: " + ", ".join(extra)
+        )
+        error.field = extra[0]
+        raise error
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
-        raise FindingInvalid("a finding needs `text`: a non-empty string")
+        raise _invalid("text", "must be a non-empty string (a finding needs `text`)")
     source = obj.get("source", default_source)
     if not isinstance(source, str) or not source.strip():
-        raise FindingInvalid("a finding's `source` must be a non-empty string")
+        raise _invalid("source", "must be a non-empty string")
     tags = obj.get("tags", [])
     if not isinstance(tags, list | tuple) or not all(isinstance(t, str) and t.strip() for t in tags):
-        raise FindingInvalid("a finding's `tags` must be a list of non-empty strings")
-    return Finding(text=text, source=source, tags=tuple(tags))
+        raise _invalid("tags", "must be a list of non-empty strings")
+    _encodable(text, "text")
+    _encodable(source, "source")
+    for i, t in enumerate(tags):
+        _encodable(t, f"tags[{i}]")
+    metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
+    expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
+    return Finding(text=text, source=source, tags=tuple(tags), metadata=metadata, expires_ms=expires)
 
 
 def canonical(finding: Finding) -> bytes:
@@ -66,6 +188,17 @@ def canonical(finding: Finding) -> bytes:
 def finding_id(scope: str, finding: Finding) -> str:
     """The finding's id in ``scope``: a hash of the scope and the canonical finding (32 hex)."""
     return hashlib.sha256(scope.encode() + b"\0" + canonical(finding)).hexdigest()[:32]
+
+
+def check_key(key: object, what: str = "key") -> str:
+    """Return ``key`` if it is a finding's key (32 lowercase hex digits); raise ``ArgumentInvalid``
+    naming ``what`` otherwise."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ArgumentInvalid(
+            f"{what} must be a finding's key, 32 lowercase hex digits (as `flows recall` shows), "
+            f"not {key!r:.80}"
+        )
+    return key
 
 
 def scope_hash(scope: str) -> str:
@@ -97,8 +230,31 @@ def render(record: Record) -> bytes:
             "learnedMs": p["learnedMs"],
             "journal": {"runId": record.run_id, "stream": record.stream, "id": record.id},
         }
+        # Only when set, so a finding without them renders exactly as it always has.
+        if "metadata" in finding:
+            obj["metadata"] = finding["metadata"]
+        if "expiresMs" in finding:
+            obj["expiresMs"] = finding["expiresMs"]
     except (KeyError, TypeError) as exc:
         raise ValueError(
             f"record {record.id} of {record.run_id} is not a memory-learn record: {exc}"
         ) from None
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def commit_to_publish(chosen: Record | None, candidate: Record) -> Record:
+    """Of two ``memory-learn`` commits of one finding, the one whose rendering is published.
+
+    Within one root run the first commit wins: a keyed append of a finding already committed
+    returns that first commit, so racing and resumed attempts publish the same bytes. Across runs
+    the newest commit wins (the later ``learnedMs``, equal times going to the larger run id), so a
+    finding learned again elsewhere cites its latest commit. ``chosen`` is the commit kept so far
+    (None when there is none yet); ``candidate`` one read after it.
+    """
+    if chosen is None:
+        return candidate
+    if candidate.run_id == chosen.run_id:
+        return chosen
+    if (candidate.payload["learnedMs"], candidate.run_id) > (chosen.payload["learnedMs"], chosen.run_id):
+        return candidate
+    return chosen

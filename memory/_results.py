@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+
+def frozen_metadata(metadata: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``metadata`` as a read-only mapping (empty when None): results are shared between callers."""
+    return MappingProxyType(dict(metadata) if metadata else {})
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,19 @@ class Learned:
     path: Path
     learned_ms: int
 
+    @property
+    def key(self) -> str:
+        """The finding's key: its content id (32 lowercase hex), the name of its learned file."""
+        return self.id
+
 
 @dataclass(frozen=True)
 class Recalled:
-    """A finding as read back: from the history DB (``id`` > 0) or an unsynced file (``id`` < 0)."""
+    """A finding as read back: from the history DB (``id`` > 0) or an unsynced file (``id`` < 0).
+
+    ``key`` is its content id; ``metadata`` is read-only (empty when the finding has none);
+    ``expires_ms`` is when it stops being returned (None: never).
+    """
 
     id: int
     key: str
@@ -43,6 +59,8 @@ class Recalled:
     flow: str
     learned_ms: int
     citation: Citation
+    metadata: Mapping[str, Any] = field(default_factory=lambda: frozen_metadata(None), hash=False)
+    expires_ms: int | None = None
 
     @property
     def synced(self) -> bool:
@@ -60,6 +78,9 @@ class Recalled:
             "scope": self.scope,
             "flow": self.flow,
             "learnedMs": self.learned_ms,
+            "metadata": dict(self.metadata),
+            "expiresMs": self.expires_ms,
+            "citation": {**self.citation.as_json(), "committedMs": self.learned_ms},
             "journal": self.citation.as_json(),
         }
 

@@ -11,11 +11,12 @@ commands) stay light.
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata as _metadata
 from typing import Any
 
 from sail._config import SailConfig, load_config, save_config
 from sail._errors import (
+    SailChainMissing,
     SailConfigInvalid,
     SailConfigMissing,
     SailError,
@@ -50,6 +51,7 @@ __all__ = [
     "Dispatched",
     "QuoteUnavailable",
     "Runner",
+    "SailChainMissing",
     "SailConfig",
     "SailConfigInvalid",
     "SailConfigMissing",
@@ -69,12 +71,19 @@ __all__ = [
     "tick_from_config",
 ]
 
+try:  # the installed distribution's version (one for every package of flows-memory)
+    __version__: str = _metadata.version("flows-memory")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
 
 def __getattr__(name: str) -> Any:
     """Import a web3-dependent public name on first use."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sail' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from sail._extra import import_chain_module
+
+    value = getattr(import_chain_module(module), name)
     globals()[name] = value
     return value

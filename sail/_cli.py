@@ -1,8 +1,10 @@
 """The ``sail`` command line: init, tick, ledger, why, status, demo.
 
-Exit 0 on success, 1 when the command failed (one line on stderr:
-``sail: error[<code>]: <message>``), 2 on usage errors (argparse). Listing commands take ``--json``
-and print a JSON array whose objects have the files' camelCase keys.
+The conventions (global options before or after the command, diagnostics, exit statuses, Ctrl-C, a
+closed pipe, ``--version``, completion) are ``memory.cli``'s, shared with ``flows``. Listing commands'
+``--json`` prints a JSON array whose objects have the files' camelCase keys: a ledger entry as its
+line in the file (``ts`` in unix seconds, by the ledger's schema); every other time is epoch
+milliseconds in a key ending in ``Ms``.
 """
 
 from __future__ import annotations
@@ -12,19 +14,25 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from journal import JournalError
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, LedgerError, Skipped
+from memory.cli import (
+    LIMIT_MAX,
+    CommandLine,
+    Option,
+    UsageError,
+    format_ms,
+    instant_ms,
+    json_out,
+    limit,
+    progress,
+)
+from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
-from sail._errors import SailError, SailKeyUnavailable
-from staging import StagingError
+from sail._errors import SailKeyUnavailable
+from sail._extra import import_chain_module
 
-_ERRORS = (SailError, LedgerError, JournalError, StagingError)
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
 
 
@@ -32,12 +40,11 @@ def _home(args: argparse.Namespace) -> Path:
     return Path(args.home or os.environ.get("SAIL_HOME") or Path.cwd())
 
 
-def _dump(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+_dump = json_out
 
 
 def _when(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return format_ms(ts * 1000)
 
 
 def _describe(entry: Entry) -> str:
@@ -55,9 +62,10 @@ def _describe(entry: Entry) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """Write ``.sail/config.toml`` (with ``--embedded``, deploy the demo market on the embedded chain)."""
     home = _home(args)
+    _check_init_usage(args)
     if args.embedded:
-        from sail._demo import init_embedded
-        from sail._node import ANVIL_KEYS
+        init_embedded = import_chain_module("sail._demo").init_embedded
+        ANVIL_KEYS = import_chain_module("sail._node").ANVIL_KEYS
 
         init_embedded(
             home,
@@ -97,8 +105,8 @@ def cmd_tick(args: argparse.Namespace) -> int:
             ".sail/config.toml"
         )
     clock = (lambda: float(args.now)) if args.now is not None else time.time
-    from sail._tick import tick_from_config  # web3 is imported only by commands that use the chain
-
+    # web3 is imported only by commands that use the chain
+    tick_from_config = import_chain_module("sail._tick").tick_from_config
     result = tick_from_config(home, config, clock=clock)
     summary: dict[str, Any] = {
         "reconciled": [e.to_wire() for e in result.reconciled],
@@ -124,7 +132,7 @@ def _selected(args: argparse.Namespace) -> list[Entry]:
     if args.kind:
         entries = [e for e in entries if e.kind == args.kind]
     if args.since is not None:
-        entries = [e for e in entries if e.ts >= args.since]
+        entries = [e for e in entries if e.ts * 1000 >= args.since]
     return entries
 
 
@@ -170,9 +178,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     status = {
         "lastConfirmed": None
         if last is None
-        else {"ts": last.ts, "block": last.block, "txHash": last.tx_hash},
+        else {"tsMs": last.ts * 1000, "block": last.block, "txHash": last.tx_hash},
         "intervalS": config.interval_s,
-        "nextEligibleTs": None if last is None else last.ts + config.interval_s,
+        "nextEligibleMs": None if last is None else (last.ts + config.interval_s) * 1000,
         "openDispatches": open_dispatches,
         "ledger": str(ledger.path),
     }
@@ -191,9 +199,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Deploy the contracts on a local anvil and run ticks as fresh processes."""
-    from sail._demo import run_demo
-
-    return run_demo(Path(args.home), out=sys.stdout)
+    if not args.home:
+        raise UsageError("demo needs --home DIR (the agent's home it leaves behind)")
+    run_demo = import_chain_module("sail._demo").run_demo
+    with progress("demo: ticks run", enabled=not args.json) as show:
+        status: int = run_demo(Path(args.home), out=sys.stdout, progress=show)
+    return status
 
 
 # -- parser --------------------------------------------------------------------------------------
@@ -205,17 +216,26 @@ def _address(value: str) -> str:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``sail`` (every command has help)."""
-    parser = argparse.ArgumentParser(prog="sail", description="An agent that remembers what it did.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _check_init_usage(args: argparse.Namespace) -> None:
+    if args.rpc:
+        missing = [f"--{n.replace('_', '-')}" for n in _RPC_REQUIRED if getattr(args, n) is None]
+        if missing:
+            raise UsageError(f"init --rpc needs {', '.join(missing)}")
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--home", help="the agent's home (holds .sail/); default $SAIL_HOME or the cwd")
-        return p
 
-    p = command("init", "write .sail/config.toml")
+_OPTIONS = (
+    Option(("--home",), "the agent's home (holds .sail/); default $SAIL_HOME or the cwd", metavar="DIR"),
+)
+
+
+def build_cli() -> CommandLine:
+    """The ``sail`` command line (every command has help)."""
+    cli = CommandLine("sail", description="An agent that remembers what it did.", options=_OPTIONS)
+
+    def command(name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+        return cli.command(name, handler, help_text)
+
+    p = command("init", "write .sail/config.toml", cmd_init)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--rpc", help="the chain's JSON-RPC URL")
     where.add_argument(
@@ -233,47 +253,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--permission", help="the protocol permission id dispatches carry")
     p.add_argument("--key-env", default="SAIL_PRIVATE_KEY", help="env var holding the signing key")
     p.add_argument("--keystore", help="encrypted keystore file (password in $SAIL_KEYSTORE_PASSWORD)")
-    p.set_defaults(run=cmd_init)
 
-    p = command("tick", "run one tick: reconcile, read memory, decide, skip or submit")
+    p = command("tick", "run one tick: reconcile, read memory, decide, skip or submit", cmd_tick)
     p.add_argument("--now", type=int, help="the tick's clock, unix seconds (default: the system clock)")
-    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    p.set_defaults(run=cmd_tick)
 
-    p = command("ledger", "what has my agent actually done")
-    p.add_argument("--json", action="store_true", help="a JSON array of the ledger's entries")
+    p = command("ledger", "what has my agent actually done", cmd_ledger)
     p.add_argument("--kind", choices=("acted", "skipped"), help="only entries of this kind")
-    p.add_argument("--since", type=int, metavar="TS", help="only entries at or after unix seconds TS")
-    p.set_defaults(run=cmd_ledger)
+    p.add_argument(
+        "--since",
+        type=instant_ms,
+        metavar="WHEN",
+        help="only entries at or after WHEN: epoch ms or an ISO 8601 date/time",
+    )
 
-    p = command("why", "why did it skip: recent skips with their reasons")
-    p.add_argument("--limit", type=int, default=10, help="how many (default 10)")
-    p.add_argument("--json", action="store_true", help="a JSON array of skipped entries")
-    p.set_defaults(run=cmd_why)
+    p = command("why", "why did it skip: recent skips with their reasons", cmd_why)
+    p.add_argument(
+        "--limit", type=limit, metavar="N", default=10, help=f"how many (1 to {LIMIT_MAX}; default 10)"
+    )
 
-    p = command("status", "does it remember its last trade")
-    p.add_argument("--json", action="store_true", help="a JSON object")
-    p.set_defaults(run=cmd_status)
+    command("status", "does it remember its last trade", cmd_status)
+    command("demo", "deploy the contracts on a local chain and run ticks as fresh processes", cmd_demo)
+    return cli
 
-    p = command("demo", "deploy the contracts on a local chain and run ticks as fresh processes")
-    p.set_defaults(run=cmd_demo)
-    return parser
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``sail`` (for documentation and completion)."""
+    return build_cli().parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sail`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "demo" and not args.home:
-        parser.error("demo needs --home DIR")
-    if args.command == "init" and args.rpc:
-        missing = [f"--{n.replace('_', '-')}" for n in _RPC_REQUIRED if getattr(args, n) is None]
-        if missing:
-            parser.error(f"init --rpc needs {', '.join(missing)}")
-    try:
-        status: int = args.run(args)
-    except _ERRORS as exc:
-        code = getattr(exc, "code", "error")
-        print(f"sail: error[{code}]: {exc}", file=sys.stderr)
-        return 1
-    return status
+    return build_cli().main(argv)

@@ -3,12 +3,13 @@
 Every error carries a stable ``code`` (docs/SURFACE.md) and a message that says what to do.
 The tree::
 
-    SailError                     base: code, message, path
+    SailError                     base (a staging.CodedError): path
     ├── SailConfigMissing         sail_config_missing: no .sail/config.toml (run `sail init`)
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
     ├── SailSubmitFailed          sail_submit_failed: the node refused the signed transaction
-    └── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    └── SailChainMissing          sail_chain_missing: the `chain` extra (web3) is not installed
 
 Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
 journal errors propagate unchanged.
@@ -18,19 +19,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class SailError(Exception):
+
+class SailError(CodedError):
     """Base of every sail error; ``code`` is stable."""
 
     code = "sail_error"
 
     def __init__(self, message: str, *, path: str | Path | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class SailConfigMissing(SailError):
@@ -61,3 +60,9 @@ class SailNodeUnavailable(SailError):
     """The local anvil node could not be installed, started or reached."""
 
     code = "sail_node_unavailable"
+
+
+class SailChainMissing(SailError):
+    """A command that reads or writes the chain, without the ``chain`` extra (web3) installed."""
+
+    code = "sail_chain_missing"

@@ -9,6 +9,7 @@ current directory or the repo this package sits in, then ``anvil`` on PATH. ``en
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -25,6 +26,7 @@ import requests
 from sail._errors import SailNodeUnavailable
 from staging import ensure_dir
 
+log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: anvil's default dev accounts 0 and 1 (public, well-known test keys; never use them on a live chain)
 ANVIL_KEYS = (
@@ -140,10 +142,14 @@ class AnvilNode:
                 err = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
                 raise SailNodeUnavailable(f"anvil exited at start ({self._proc.returncode}): {err[-400:]}")
             if self._answers():
-                return self
+                return self._started()
             time.sleep(0.05)
         self.stop()
         raise SailNodeUnavailable(f"anvil did not answer on {self.url} within {self.startup_timeout}s")
+
+    def _started(self) -> AnvilNode:
+        log.info("anvil answers on %s", self.url)
+        return self
 
     def _answers(self) -> bool:
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []}
@@ -165,6 +171,7 @@ class AnvilNode:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        log.info("stopping anvil on %s", self.url)
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         try:
@@ -197,6 +204,7 @@ def embedded_chain(sail_dir: Path) -> Iterator[AnvilNode]:
         SailNodeUnavailable: anvil cannot be had, or the chain is held by another process for 120 s.
     """
     directory = ensure_dir(sail_dir / "chain")
+    log.info("taking the embedded chain's lock %s (one sail process at a time)", directory / "anvil.lock")
     try:
         lock = portalocker.Lock(str(directory / "anvil.lock"), mode="a", timeout=120)
         lock.acquire()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import secrets
 import sys
@@ -23,6 +24,8 @@ from pathlib import Path
 
 from staging._errors import PublishFailed, StageFailed
 from staging._failpoints import hit
+
+log = logging.getLogger(__name__)
 
 STAGE_PREFIX = ".stage-"
 """Every staged file's name begins with this; no reader lists such names."""
@@ -366,6 +369,7 @@ def sweep(
             if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
+                log.info("swept the stale stage %s", entry.path)
         except FileNotFoundError:
             continue
     return removed

@@ -36,7 +36,7 @@ def run_python(
 
 def _backends() -> list[str]:
     # The PostgreSQL backend joins the conformance suite once it exists (issue 6).
-    has_pg = importlib.util.find_spec("journal._postgres") is not None
+    has_pg = importlib.util.find_spec("journal.postgres") is not None
     return ["file", "postgres"] if has_pg else ["file"]
 
 

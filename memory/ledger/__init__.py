@@ -33,13 +33,18 @@ from memory.ledger._entries import (
     format_human,
     quote_unavailable_reason,
 )
-from memory.ledger._errors import ActivityInvalidRecord, LedgerBusy, LedgerError, LedgerInvalidEntry
+from memory.ledger._errors import (
+    ActivityInvalidRecord,
+    ChainUnavailable,
+    DispatchUndecodable,
+    LedgerBusy,
+    LedgerError,
+    LedgerInvalidEntry,
+)
 from memory.ledger._ledger import Ledger, LedgerWriter
 from memory.ledger._reconcile import (
     TRANSFER_TOPIC,
     ChainReader,
-    ChainUnavailable,
-    DispatchUndecodable,
     LogRecord,
     Receipt,
     SwapCall,

@@ -2,11 +2,13 @@
 
 Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its context. The tree::
 
-    LedgerError                   base: code, message, path, line
+    LedgerError                   base (a staging.CodedError): path, line
     ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses
     ├── LedgerBusy                ledger_busy: another tick held the ledger's lock past the timeout
-    └── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
-                                  activity log's schema refuses
+    ├── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
+    │                             activity log's schema refuses
+    ├── ChainUnavailable          chain_unavailable: the chain could not be read (node down, timeout)
+    └── DispatchUndecodable       dispatch_undecodable: a swap dispatch whose calldata is not a swap
 
 A damaged line in the middle of ``ledger.jsonl`` or ``activity.jsonl`` is the line log's business:
 it raises ``journal.JournalCorrupt`` (code ``journal_corrupt``, with ``path`` and ``line``), which
@@ -18,20 +20,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from staging import CodedError
 
-class LedgerError(Exception):
+
+class LedgerError(CodedError):
     """Base of every ledger error; ``code`` is stable and documented."""
 
     code = "ledger_error"
 
     def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.path = None if path is None else Path(path)
         self.line = line
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class LedgerInvalidEntry(LedgerError, ValueError):
@@ -67,3 +67,18 @@ class LedgerBusy(LedgerError):
     """Another tick held the ledger's lock for longer than the timeout; nothing was written."""
 
     code = "ledger_busy"
+
+
+class ChainUnavailable(LedgerError):
+    """The chain could not be read (node down, timeout, bad answer); nothing was written for it.
+
+    Raised by ``ChainReader`` implementations; ``sail`` maps its web3 and transport errors to it.
+    """
+
+    code = "chain_unavailable"
+
+
+class DispatchUndecodable(LedgerError):
+    """A dispatched ``swap`` whose calldata is not the router's swap call: it cannot be ledgered."""
+
+    code = "dispatch_undecodable"

@@ -24,26 +24,11 @@ from typing import Final, Protocol
 
 from memory.ledger._activity import ActivityLog, DispatchSubmitted
 from memory.ledger._entries import Acted, Amount, Outcome
-from memory.ledger._errors import LedgerError
+from memory.ledger._errors import ChainUnavailable, DispatchUndecodable
 from memory.ledger._ledger import LedgerWriter
 from staging import failpoint
 
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
-
-
-class ChainUnavailable(LedgerError):
-    """The chain could not be read (node down, timeout, bad answer); nothing was written for it.
-
-    Raised by ``ChainReader`` implementations; ``sail`` maps its web3 and transport errors to it.
-    """
-
-    code = "chain_unavailable"
-
-
-class DispatchUndecodable(LedgerError):
-    """A dispatched ``swap`` whose calldata is not the router's swap call: it cannot be ledgered."""
-
-    code = "dispatch_undecodable"
 
 
 @dataclass(frozen=True)

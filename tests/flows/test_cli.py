@@ -140,8 +140,10 @@ def test_every_failure_prints_its_code_once_with_the_root_run(code: str, tmp_pat
     as_json = flows(db, "run", str(flow), "--json", env=env)
     assert as_json.returncode == 1 and as_json.stdout == ""
     obj = orjson.loads(as_json.stderr)
-    assert set(obj) == {"code", "message", "runId"}
+    assert set(obj) >= {"code", "message", "runId"}  # and the error's own context fields
     assert obj["code"] == code and obj["runId"] != run_id
+    if code == "unawaited_step":
+        assert obj["steps"] == ["learn#1 'forgotten'"]
 
 
 def test_journal_and_resume_diagnose_unknown_and_done_runs(tmp_path: Path) -> None:

@@ -125,6 +125,8 @@ def test_the_header_defaults_to_the_file_stem_and_is_recorded_for_resume(tmp_pat
     assert info.meta == {
         "source": str(flow_file.resolve()),
         "header": {"name": "my_flow", "scope": "my_flow", "memory": {"script": True}},
+        "sourceSha256": flows.source_digest(flow_file.read_bytes()),
+        "input": None,
     }
 
 
@@ -188,7 +190,7 @@ def test_sigkill_at_random_instants_then_resume_keeps_every_invariant(tmp_path: 
 
 def test_two_resumes_of_one_root_at_once_one_wins_and_the_other_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
-    flow_file = write_flow(tmp_path / "slow.py", THIRTY.replace("0.004", "0.02"), 'scope="race"')
+    flow_file = write_flow(tmp_path / "slow.py", THIRTY.replace("0.01)", "0.05)"), 'scope="race"')
     proc = _spawn_run(db, flow_file)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

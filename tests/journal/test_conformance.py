@@ -239,3 +239,115 @@ def test_an_appended_record_equals_the_one_read_back(jr: JournalBackend) -> None
     payload["nested"]["b"] = 2  # the caller's object is not the record's
     assert rec == jr.read(info.run_id, "s")[0]
     assert rec.payload == {"t": [1, 2], "nested": {"b": 1, "a": [None, True, 1.5]}}
+
+
+# -- the steps stream: a flow's step outcomes, as every backend must keep them ----------------
+
+import threading  # noqa: E402 - this block is appended whole, apart from the cases above
+
+import flows  # noqa: E402
+
+_RESULT = {
+    "text": "naïve café — 東京 🙂",
+    "big": 2**63 - 1,
+    "small": -(2**63),
+    "float": 0.1,
+    "tiny": 5e-324,
+    "nested": [[], {}, [None, True, False, {"k": [1.5, -0.0]}]],
+}
+
+
+def _step_payload(
+    name: str, position: str, attempt: int, *, final: bool, **outcome: object
+) -> dict[str, object]:
+    return {"step": name, "position": position, "attempt": attempt, "final": final, "epoch": 1, **outcome}
+
+
+def test_a_step_outcome_reads_back_exactly_as_it_was_journaled(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    result = flows.json_value(_RESULT)
+    written = jr.append(
+        lease,
+        flows.STEPS_STREAM,
+        _step_payload("ask model", "2.1", 1, final=True, ok=True, result=result),
+        key="ask model#2.1",
+    )
+    (read,) = jr.read(info.run_id, flows.STEPS_STREAM)
+    assert read == written
+    assert read.payload["result"] == result
+    assert list(read.payload["result"]) == list(result)  # key order as a replay hands it back
+    key, outcome = flows.parse_step_record(jr, read)
+    assert (key, outcome.ok, outcome.result) == ("ask model#2.1", True, result)
+    assert jr.find(info.run_id, flows.STEPS_STREAM, "ask model#2.1") == written
+
+
+def test_step_attempts_and_outcomes_keep_one_record_per_key_under_concurrent_appends(
+    jr: JournalBackend,
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    keys = [f"fetch#{n}" for n in range(1, 9)]
+
+    def record(key: str, attempt: int) -> None:
+        position = key.split("#")[1]
+        error = {"code": "flow_failed", "message": "ConnectionError: dropped"}
+        jr.append(
+            lease,
+            flows.STEPS_STREAM,
+            _step_payload("fetch", position, attempt, final=False, ok=False, error=error),
+            key=f"{key}~{attempt}",
+        )
+        jr.append(
+            lease,
+            flows.STEPS_STREAM,
+            _step_payload("fetch", position, 2, final=True, ok=True, result=attempt),
+            key=key,
+        )
+
+    threads = [threading.Thread(target=record, args=(k, a)) for k in keys for a in (1, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    records = list(jr.read(info.run_id, flows.STEPS_STREAM))
+    assert [r.seq for r in records] == list(range(1, 17))
+    assert sorted(r.key for r in records) == sorted([*keys, *(f"{k}~1" for k in keys)])
+    for r in records:
+        flows.parse_step_record(jr, r)
+
+
+def test_a_new_holder_finds_the_steps_the_last_one_recorded_and_the_stale_one_is_fenced(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    first = jr.append(
+        lease, flows.STEPS_STREAM, _step_payload("a", "1", 1, final=True, ok=True, result=1), key="a#1"
+    )
+    jr.release(lease)
+    other = journal.open_journal(journal_location)
+    try:
+        new = other.acquire(info.run_id)
+        assert other.find(info.run_id, flows.STEPS_STREAM, "a#1") == first
+        again = other.append(
+            new, flows.STEPS_STREAM, _step_payload("a", "1", 1, final=True, ok=True, result=2), key="a#1"
+        )
+        assert again == first  # the recorded outcome stands
+        with pytest.raises(journal.JournalLeaseLost):
+            jr.append(
+                lease,
+                flows.STEPS_STREAM,
+                _step_payload("b", "1", 1, final=True, ok=True, result=3),
+                key="b#1",
+            )
+        assert [r.key for r in other.read(info.run_id, flows.STEPS_STREAM)] == ["a#1"]
+    finally:
+        other.close()
+
+
+def test_a_step_record_of_the_wrong_shape_reads_as_journal_corrupt(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, flows.STEPS_STREAM, _step_payload("a", "1", 1, final=True, ok=True), key="a#1")
+    jr.append(lease, flows.STEPS_STREAM, _step_payload("b", "1", 1, final=True, ok=True, result=1), key="c#1")
+    for rec in jr.read(info.run_id, flows.STEPS_STREAM):
+        with pytest.raises(journal.JournalCorrupt) as err:
+            flows.parse_step_record(jr, rec)
+        assert (err.value.run_id, err.value.stream, err.value.line) == (info.run_id, "steps", rec.seq)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import journal
+import staging
 from journal import JournalCorrupt, LineDamaged, LineLog, Record, RecordCodec
 
 
@@ -185,11 +186,11 @@ def test_a_failed_append_leaves_no_part_of_its_line(tmp_path: Path, monkeypatch:
     good = path.read_bytes()
     log = _log(path)
     monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=EIO")
-    journal._linelog.failpoint.__globals__["_plan"] = None  # re-read the variable
+    staging.failpoint.__globals__["_plan"] = None  # re-read the variable
     with pytest.raises(journal.JournalUnwritable), log.locked():
         log.recover()
         log.append(_rec(2))
     monkeypatch.delenv("FLOWS_FAILPOINTS")
-    journal._linelog.failpoint.__globals__["_plan"] = None
+    staging.failpoint.__globals__["_plan"] = None
     assert path.read_bytes() == good
     assert os.path.getsize(path) == len(good)

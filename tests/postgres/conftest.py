@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from journal._postgres import PostgresJournal
+from journal.postgres import PostgresJournal
 
 OpenPg = Callable[..., PostgresJournal]
 

@@ -10,7 +10,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import journal
-from journal._postgres import PostgresJournal, redact_dsn
+from journal.postgres import PostgresJournal, redact_dsn
 from tests.pg_fixtures import admin_connection
 from tests.postgres.conftest import OpenPg
 

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 import journal
-from journal import RunState
-from journal._file import now_ms
-from journal._postgres import PostgresJournal
+from journal import RunState, now_ms
+from journal.postgres import PostgresJournal
 from tests.conftest import ROOT
 from tests.pg_fixtures import admin_connection
 from tests.postgres.conftest import OpenPg
@@ -23,7 +22,7 @@ from tests.postgres.conftest import OpenPg
 # answering each with "ok <seq>" or the journal error's code.
 _HOLDER = """
 import sys, journal
-from journal._postgres import PostgresJournal
+from journal.postgres import PostgresJournal
 jr = PostgresJournal(sys.argv[1], lease_ttl_s=float(sys.argv[2]))
 info, lease = jr.begin("f", "s", {})
 for i in range(3):

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import journal
-from journal._postgres import MIGRATIONS, SCHEMA_VERSION, PostgresJournal
+from journal.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresJournal
 from tests.pg_fixtures import admin_connection, with_schema
 from tests.postgres.conftest import OpenPg
 

@@ -152,6 +152,19 @@ def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_pa
     outcomes = [e.outcome.value if isinstance(e, Acted) else e.reason.split(" ")[0] for e in entries]
     assert outcomes == ["confirmed", "cadence:", "reverted", "confirmed", "cadence:", "balance"]
     assert entries[-1] == Skipped(entries[-1].ts, entries[-1].block, 31337, "balance 10000000 < min 25000000")
+    # the home it leaves works: the tick it prints to try starts the home's chain again and runs
+    tick_line = next(line for line in done.stdout.splitlines() if " sail tick --home " in line)
+    key = tick_line.split("SAIL_PRIVATE_KEY=", 1)[1].split()[0]
+    after = subprocess.run(
+        [sys.executable, "-m", "sail", "tick", "--home", str(home), "--json"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert after.returncode == 0, after.stderr
+    assert len(Ledger(home / ".sail").entries()) == len(entries) + 1  # it decided, and ledgered why
 
 
 def _balance_abi() -> list[dict[str, object]]:

@@ -1,0 +1,358 @@
+"""The ``flows`` commands about runs: ``run``, ``resume``, ``runs`` (with its filters) and ``show``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+import memory
+from flows._cli import _json_out, _store, _table, diagnose
+from flows._errors import FlowFailed, RunInterrupted
+from flows._runtime import RUN_STREAM, RunResult, error_fields
+from flows._steps import MAX_JSON_BYTES, STEPS_STREAM
+from journal import JournalBackend, Record, RunInfo, RunState
+from memory.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    LIMIT_MAX,
+    format_ms,
+    instant_ms,
+    limit,
+    progress,
+    stdout_to_stderr,
+)
+from staging import CodedError, CodedInterrupt
+
+Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
+# -- argument types ---------------------------------------------------------------------------
+
+
+def _input_arg(text: str) -> Any:
+    """``--input``: a JSON value, or ``@path`` of a file holding one."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot open {path}: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise argparse.ArgumentTypeError(f"{path} is not a regular file")
+            if info.st_size > MAX_JSON_BYTES:
+                raise argparse.ArgumentTypeError(f"{path} is over {MAX_JSON_BYTES} bytes")
+            data = os.read(fd, MAX_JSON_BYTES + 1)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        where = path
+    else:
+        data, where = text.encode("utf-8", "surrogateescape"), "the value"
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{where} is not JSON ({exc}); quote it for the shell") from None
+
+
+# -- run and resume ---------------------------------------------------------------------------
+
+
+def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
+    if not result.ok:
+        assert result.error is not None
+        if isinstance(result.error, CodedError | CodedInterrupt):
+            raise result.error
+        message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
+        raise FlowFailed(message, run_id=result.run_id) from result.error
+    if args.json:
+        _json_out({"runId": result.run_id, "state": result.state.value, "output": result.output})
+    else:
+        print(f"root run {result.run_id} {verb}: {result.state.value}")
+        if result.output is not None:
+            print(f"output: {orjson.dumps(result.output).decode()}")
+    return EXIT_OK
+
+
+def _interrupted(exc: RunInterrupted, args: argparse.Namespace) -> int:
+    diagnose(exc, as_json=args.json, run_id=exc.run_id)
+    return EXIT_INTERRUPTED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
+    from flows._runtime import run
+
+    if not args.json:
+        try:
+            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+        except RunInterrupted as exc:
+            return _interrupted(exc, args)
+        return _report_run(result, args, "ran")
+    with stdout_to_stderr() as out:  # the flow's own prints go to stderr; stdout stays pure JSON
+        try:
+            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+        except RunInterrupted as exc:
+            return _interrupted(exc, args)
+        sys.stdout, shown = out, sys.stdout
+        try:
+            return _report_run(result, args, "ran")
+        finally:
+            sys.stdout = shown
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Resume a failed or interrupted root run."""
+    from flows._runtime import resume
+
+    try:
+        with progress("resume: learns settled", enabled=not args.json) as show:
+            result = resume(
+                args.run_id,
+                db=args.db,
+                journal_location=args.journal,
+                progress=show,
+                allow_changed=args.allow_changed,
+            )
+    except RunInterrupted as exc:
+        return _interrupted(exc, args)
+    return _report_run(result, args, "resumed")
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+def _output_of(events: Sequence[Record]) -> Any:
+    for rec in events:
+        if rec.key == "output" and rec.payload.get("event") == "output":
+            return rec.payload.get("output")
+    return None
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List root runs, newest first, filtered by state, flow and start time; at most ``--limit``."""
+    with _store(args) as store:
+        backend = store.open_journal()
+        runs = [
+            r
+            for r in backend.runs()
+            if (args.state is None or r.state.value == args.state)
+            and (args.flow is None or r.flow == args.flow)
+            and (args.since is None or r.created_ms >= args.since)
+        ][: args.limit]
+        listed = [
+            _run_json_from(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ())
+            for r in runs
+        ]
+    if args.json:
+        _json_out(listed)
+    elif not runs:
+        filtered = args.state or args.flow or args.since is not None
+        print("no root runs match" if filtered else "no root runs yet: start one with `flows run FILE`")
+    else:
+        rows = [
+            [r.run_id, r.flow, r.scope, r.state.value, _when(r.created_ms), (r.error or {}).get("code", "")]
+            for r in runs
+        ]
+        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
+    return EXIT_OK
+
+
+# -- show -------------------------------------------------------------------------------------
+
+
+def _when(ms: int | None, *, precise: bool = False) -> str:
+    return format_ms(ms, precise=precise)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _citation(rec: Record) -> dict[str, str]:
+    return {"runId": rec.run_id, "stream": rec.stream, "id": rec.id}
+
+
+def _step_entry(rec: Record) -> dict[str, Any]:
+    p = rec.payload
+    entry: dict[str, Any] = {
+        "kind": "step",
+        "step": f"{p.get('step')}#{p.get('position')}",
+        "name": p.get("step"),
+        "attempt": p.get("attempt"),
+        "final": p.get("final"),
+        "epoch": p.get("epoch"),
+        "startedMs": p.get("startedMs"),
+        "durationMs": p.get("durationMs"),
+    }
+    if p.get("ok"):
+        entry["result"] = p.get("result")
+    else:
+        entry["error"] = p.get("error")
+        if "retryInMs" in p:
+            entry["retryInMs"] = p.get("retryInMs")
+    return entry
+
+
+def _learn_entry(rec: Record) -> dict[str, Any]:
+    p = rec.payload
+    finding = _mapping(p.get("finding"))
+    return {"kind": "learn", "key": p.get("id"), "text": finding.get("text"), "tags": finding.get("tags")}
+
+
+def _event_entry(rec: Record) -> dict[str, Any]:
+    p = dict(rec.payload)
+    return {"kind": str(p.pop("event", "event")), **p}
+
+
+def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
+    """A root run and everything it recorded, in commit order: steps (each attempt), learns, and
+    the run's own events (resumes, an interruption, the output). Each entry cites its record."""
+    info = backend.run(run_id)
+    sources: list[tuple[int, str, Callable[[Record], dict[str, Any]]]] = [
+        (0, STEPS_STREAM, _step_entry),
+        (1, memory.STREAM, _learn_entry),
+        (2, RUN_STREAM, _event_entry),
+    ]
+    entries: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
+    events: Sequence[Record] = ()
+    for rank, stream, make in sources:
+        records = backend.read(run_id, stream)
+        if stream == RUN_STREAM:
+            events = records
+        for rec in records:
+            entry = {**make(rec), "tsMs": rec.ts_ms, "citation": _citation(rec)}
+            entries.append(((rec.ts_ms, rank, rec.seq), entry))
+    entries.sort(key=lambda e: e[0])
+    return {
+        **_run_json_from(info, events),
+        "timeline": [e for _, e in entries],
+    }
+
+
+def _run_json_from(r: RunInfo, events: Sequence[Record]) -> dict[str, Any]:
+    return {
+        "runId": r.run_id,
+        "flow": r.flow,
+        "scope": r.scope,
+        "state": r.state.value,
+        "epoch": r.epoch,
+        "createdMs": r.created_ms,
+        "updatedMs": r.updated_ms,
+        "error": r.error,
+        "source": r.meta.get("source"),
+        "sourceSha256": r.meta.get("sourceSha256"),
+        "input": r.meta.get("input"),
+        "output": _output_of(events),
+    }
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _timeline_row(e: Mapping[str, Any]) -> list[str]:
+    kind, record = str(e["kind"]), str(e["citation"]["id"])
+    when = _when(e["tsMs"], precise=True)
+    if kind == "step":
+        duration = f"{e['durationMs']} ms" if isinstance(e.get("durationMs"), int) else "-"
+        if "result" in e:
+            outcome = "ok " + _short(e["result"])
+        else:
+            error = _mapping(e.get("error"))
+            retry = f" (retry in {e['retryInMs']} ms)" if "retryInMs" in e else ""
+            outcome = f"error[{error.get('code')}] {str(error.get('message'))[:50]}{retry}"
+        return [when, kind, str(e["step"]), str(e["attempt"]), duration, outcome, record]
+    if kind == "learn":
+        return [when, kind, str(e["key"])[:12], "-", "-", _short(e["text"]), record]
+    if kind == "output":
+        return [when, kind, "-", "-", "-", _short(e.get("output")), record]
+    if kind == "resumed":
+        changed = "code changed (allowed)" if e.get("changed") else "code unchanged"
+        return [when, kind, f"epoch {e.get('epoch')}", "-", "-", changed, record]
+    if kind in ("interrupted", "failed"):
+        error = _mapping(e.get("error"))
+        return [when, kind, f"epoch {e.get('epoch')}", "-", "-", f"error[{error.get('code')}]", record]
+    return [
+        when,
+        kind,
+        "-",
+        "-",
+        "-",
+        _short({k: v for k, v in e.items() if k not in ("kind", "tsMs")}),
+        record,
+    ]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show a root run: its state, input and output, and its timeline of steps, learns and events."""
+    with _store(args) as store:
+        shown = timeline(store.open_journal(), args.run_id)
+    if args.json:
+        _json_out(shown)
+        return EXIT_OK
+    digest = shown["sourceSha256"]
+    print(f"root run {shown['runId']}: flow {shown['flow']}, scope {shown['scope']}, {shown['state']}")
+    print(f"started {_when(shown['createdMs'])}, updated {_when(shown['updatedMs'])}, lease {shown['epoch']}")
+    print(f"source  {shown['source'] or '-'}" + (f" (sha256 {digest})" if digest else ""))
+    print(f"input   {orjson.dumps(shown['input']).decode()}")
+    print(f"output  {orjson.dumps(shown['output']).decode()}")
+    if shown["error"]:
+        print(f"error   [{shown['error'].get('code')}] {shown['error'].get('message')}")
+    if not shown["timeline"]:
+        print("\nnothing recorded yet")
+        return EXIT_OK
+    rows = [_timeline_row(e) for e in shown["timeline"]]
+    print()
+    print(_table(rows, ["TIME", "KIND", "WHAT", "ATTEMPT", "DURATION", "OUTCOME", "RECORD"]))
+    return EXIT_OK
+
+
+# -- registration -----------------------------------------------------------------------------
+
+
+def add_run_commands(add: Add) -> None:
+    """Register ``run``, ``resume``, ``runs`` and ``show`` with the ``flows`` parser's ``add``."""
+    p = add("run", cmd_run, "run a flow file under a new root run")
+    p.add_argument("file", help="the flow's .py file")
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        type=_input_arg,
+        default=None,
+        help="the flow's input, a JSON value or @FILE holding one (the body's f.input)",
+    )
+    p = add("resume", cmd_resume, "resume a failed or interrupted root run")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="resume even if the flow file changed: recorded steps replay by key, new ones run",
+    )
+    p = add("runs", cmd_runs, "list root runs, newest first")
+    p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
+    p.add_argument("--flow", metavar="NAME", help="only runs of this flow")
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        type=instant_ms,
+        help="only runs started at or after WHEN: epoch ms, or an ISO 8601 date or date-time",
+    )
+    p.add_argument(
+        "--limit",
+        metavar="N",
+        type=limit,
+        default=20,
+        help=f"at most N runs (1 to {LIMIT_MAX}; default 20)",
+    )
+    p = add("show", cmd_show, "show a root run: state, input, output, every step and learn in order")
+    p.add_argument("run_id", metavar="RUN_ID")

@@ -1,0 +1,123 @@
+"""``flows serve``: start the read-only dashboard (``flows.web``) on a local address.
+
+The command lives apart from ``flows.web`` so that ``flows --help`` and every other command never
+import Starlette, uvicorn or Jinja2: they are imported only when ``serve`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from flows._cli import diagnose
+from flows.web._errors import ServeExtraMissing, ServeTokenRequired
+from flows.web._net import bind, is_loopback
+from memory.cli import EXIT_OK, EXIT_USAGE
+
+Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+TOKEN_ENV = "FLOWS_SERVE_TOKEN"  # noqa: S105 - the name of the variable, not a secret
+MIN_TOKEN = 16
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number from 0 to 65535 (0: any free port), got {text!r}"
+        )
+    return int(text)
+
+
+def _home(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder (an agent's home holds .sail/)")
+    return path.resolve()
+
+
+def add_serve_command(add: Add) -> None:
+    """Register ``serve`` with the ``flows`` parser's ``add``."""
+    p = add("serve", cmd_serve, "a read-only web dashboard of runs, findings and agent ledgers")
+    p.add_argument(
+        "--sail-home",
+        metavar="DIR",
+        action="append",
+        type=_home,
+        default=[],
+        help="an agent's home (the folder holding .sail/); repeat for several agents",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8765, help="port to bind (default 8765; 0: any free port)")
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"require this token on every request (default ${TOKEN_ENV}); needed off loopback",
+    )
+
+
+def check_address(host: str, token: str | None) -> None:
+    """Off loopback a token of at least ``MIN_TOKEN`` characters is required; a token given on
+    loopback is held to the same length.
+
+    Raises:
+        ServeTokenRequired: no token, or a short one.
+    """
+    if token is not None and len(token) < MIN_TOKEN:
+        raise ServeTokenRequired(f"the token must be at least {MIN_TOKEN} characters; pick a long random one")
+    if token is None and not is_loopback(host):
+        raise ServeTokenRequired(
+            f"serving {host} (not loopback) needs a token: pass --token or set ${TOKEN_ENV} (at least "
+            f"{MIN_TOKEN} characters); every request must then carry it"
+        )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve the dashboard until Ctrl-C (or SIGTERM); print its URL first."""
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    try:
+        check_address(args.host, token)
+    except ServeTokenRequired as exc:
+        diagnose(exc, as_json=args.json)
+        return EXIT_USAGE
+    try:
+        import uvicorn
+
+        from flows.web._app import create_app
+        from flows.web._reader import ServeConfig
+    except ImportError as exc:
+        raise ServeExtraMissing(
+            f"flows serve needs the web extra ({exc.name} is missing): pip install 'flows-memory[web]'"
+        ) from exc
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+    config = ServeConfig(db=args.db, journal=args.journal, sail_homes=tuple(args.sail_home), token=token)
+    app = create_app(config)
+    if args.json:
+        sys.stdout.write(
+            orjson.dumps({"url": url, "readOnly": True, "token": token is not None}).decode() + "\n"
+        )
+    else:
+        sys.stdout.write(f"flows serve: {url} (read-only; Ctrl-C stops it)\n")
+    sys.stdout.flush()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            lifespan="off",
+        )
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        app.state.reader.close()
+        sock.close()
+    return EXIT_OK

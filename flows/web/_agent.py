@@ -1,0 +1,270 @@
+"""The agent pages' data: one agent home's ledger, cadence, skips and balances, read-only.
+
+Nothing here writes: the ledger's own ``last_confirmed`` brings its snapshot up to date on disk, so
+the dashboard does not call it, and reads the ledger's tail instead. Every read costs the lines it
+reads, never the whole ledger:
+
+* the ledger timeline pages backwards by byte offset (``TailReader``): a page costs its lines;
+* the last confirmed act is found by reading backwards with the ledger's own rule ("last" by ``ts``,
+  and a line stamped by its tick's clock more than an hour older than the best act ends the search),
+  up to ``MAX_SCAN`` lines;
+* the balances chart reads the acted entries among the last ``CHART_SCAN`` lines (skips are not
+  decoded: a byte check picks the acted lines), at most ``CHART_POINTS`` of them;
+* the open dispatches are the ``dispatch_submitted`` records among the activity log's last
+  ``MAX_SCAN`` lines whose tx hash has no final entry in the ledger's last ``MAX_SCAN`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from flows.web._errors import ServeBadRequest
+from flows.web._tail import TailReader
+from memory.ledger import (
+    Acted,
+    ActivityCodec,
+    ActivityRecord,
+    DispatchSubmitted,
+    Entry,
+    LastAct,
+    Ledger,
+    LedgerCodec,
+    Outcome,
+    Skipped,
+)
+
+LEDGER_PAGE = 50
+MAX_SCAN = 100_000
+CHART_SCAN = 20_000
+CHART_POINTS = 200
+CLOCK_SKEW_S = 3600  # the ledger's own bound on how far a line's ts may run ahead of its writing
+_CONFIG_MAX_BYTES = 1 << 20
+_ACTED = b'"kind":"acted"'
+_OWNER_REASONS = ("balance", "allowance", "quote")  # skips that wait on the owner, not the clock
+
+
+@dataclass(frozen=True)
+class Token:
+    """What the ledger tells of a token: its symbol and decimals (from an amount it rendered)."""
+
+    address: str
+    symbol: str
+    decimals: int
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The agent's interval between confirmed trades, or why it is unknown."""
+
+    seconds: int | None
+    problem: str | None
+
+
+class Agent:
+    """One agent home (the folder that holds ``.sail/``), read without writing anything.
+
+    Args:
+        number: its place among the ``--sail-home`` options (its URL is ``/agents/<number>``).
+        home: the agent's home.
+    """
+
+    def __init__(self, number: int, home: Path) -> None:
+        self.number = number
+        self.home = home
+        self.sail_dir = home / ".sail"
+        self.ledger_path = Ledger(self.sail_dir).path
+        self.activity_path = self.sail_dir / "activity.jsonl"
+        self.config_path = self.sail_dir / "config.toml"
+        self._ledger = TailReader(self.ledger_path, LedgerCodec().decode)
+        self._activity: TailReader[ActivityRecord] = TailReader(self.activity_path, ActivityCodec().decode)
+
+    @property
+    def name(self) -> str:
+        """A short name for menus: the home folder's name."""
+        return self.home.name or str(self.home)
+
+    # -- the ledger, newest first ---------------------------------------------------------------
+
+    def page(
+        self, before: int | None, limit: int = LEDGER_PAGE
+    ) -> tuple[list[tuple[int, Entry]], int | None]:
+        """Up to ``limit`` entries older than the line at offset ``before`` (newest first; from the
+        end when None), each with its offset, and the offset to ask for the next page (None at the
+        start of the ledger).
+
+        Raises:
+            ServeBadRequest: ``before`` is not the start of a line of the ledger.
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        rows: list[tuple[int, Entry]] = []
+        try:
+            for offset, entry in self._ledger.backwards(before):
+                if len(rows) == limit:
+                    return rows, rows[-1][0]
+                rows.append((offset, entry))
+        except ValueError as exc:
+            raise ServeBadRequest(f"{exc}; start from the newest page") from None
+        return rows, None
+
+    def recent_skips(self, limit: int = 10) -> list[Skipped]:
+        """The ``limit`` most recent skips, newest first (what ``sail why`` shows)."""
+        skips: list[Skipped] = []
+        for n, (_, entry) in enumerate(self._ledger.backwards()):
+            if n >= MAX_SCAN or len(skips) >= limit:
+                break
+            if isinstance(entry, Skipped):
+                skips.append(entry)
+        return skips
+
+    def last_confirmed(self) -> LastAct | None:
+        """The last confirmed act by ``ts`` within the last ``MAX_SCAN`` lines, or None."""
+        best: Acted | None = None
+        for n, (_, entry) in enumerate(self._ledger.backwards()):
+            if n >= MAX_SCAN:
+                break
+            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
+                if best is None or entry.ts > best.ts:
+                    best = entry
+            elif best is not None and _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < best.ts:
+                break  # everything written before this line has an older ts than ``best``
+        if best is None:
+            return None
+        return LastAct(ts=best.ts, block=best.block or 0, tx_hash=best.tx_hash)
+
+    def acted_window(self) -> list[Acted]:
+        """The acted entries among the last ``CHART_SCAN`` lines, at most ``CHART_POINTS``, oldest first."""
+        found: list[Acted] = []
+        lines = 0
+
+        def acted_only(raw: bytes) -> bool:
+            nonlocal lines
+            lines += 1
+            return _ACTED in raw
+
+        for _, entry in self._ledger.backwards(keep=acted_only):
+            if isinstance(entry, Acted):
+                found.append(entry)
+            if lines >= CHART_SCAN or len(found) >= CHART_POINTS:
+                break
+        found.reverse()
+        return found
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def interval(self) -> Interval:
+        """``interval_s`` from ``.sail/config.toml``, read without following a link or blocking."""
+        try:
+            fd = os.open(self.config_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Interval(None, f"no agent config at {self.config_path} (run `sail init`)")
+        except OSError as exc:
+            return Interval(None, f"cannot read {self.config_path}: {exc.strerror or exc}")
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _CONFIG_MAX_BYTES:
+                return Interval(None, f"{self.config_path} is not a regular file of at most 1 MiB")
+            raw = tomllib.loads(os.read(fd, _CONFIG_MAX_BYTES).decode("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            return Interval(None, f"cannot read {self.config_path}: {exc}")
+        finally:
+            os.close(fd)
+        value = raw.get("interval_s")
+        if type(value) is not int or value < 0:
+            return Interval(None, f"{self.config_path} has no valid interval_s")
+        return Interval(value, None)
+
+    def open_dispatches(self) -> list[str]:
+        """Tx hashes of recent dispatches the ledger holds no final entry for (bounded reads)."""
+        submitted: list[str] = []
+        for n, (_, record) in enumerate(self._activity.backwards()):
+            if n >= MAX_SCAN:
+                break
+            if isinstance(record, DispatchSubmitted) and record.tx_hash.lower() not in submitted:
+                submitted.append(record.tx_hash.lower())
+        if not submitted:
+            return []
+        waiting = set(submitted)
+        for n, (_, entry) in enumerate(self._ledger.backwards()):
+            if n >= MAX_SCAN or not waiting:
+                break
+            if isinstance(entry, Acted) and entry.is_final:
+                waiting.discard(entry.tx_hash.lower())
+        return [h for h in reversed(submitted) if h in waiting]
+
+    def blocked_by(self, open_dispatches: list[str]) -> dict[str, Any] | None:
+        """What holds the next trade other than the clock: a dispatch not yet reconciled, or the
+        newest entry being a skip that waits on the owner (balance, allowance, quote)."""
+        if open_dispatches:
+            reason = f"unresolved dispatch {open_dispatches[0]}"
+            return {"kind": "dispatch", "reason": reason, "sinceMs": None}
+        newest = next((e for _, e in self._ledger.backwards()), None)
+        if isinstance(newest, Skipped):
+            kind = newest.reason.split(" ", 1)[0]
+            if kind in _OWNER_REASONS:
+                return {"kind": kind, "reason": newest.reason, "sinceMs": newest.ts * 1000}
+        return None
+
+    def status(self) -> dict[str, Any]:
+        """What ``sail status --json`` says: the last confirmed act, the next eligible time (None
+        while something other than the clock blocks it: ``blockedBy``), the dispatches awaiting
+        reconcile, the ledger's path; ``intervalProblem`` when the config cannot say the interval.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        last = self.last_confirmed()
+        interval = self.interval()
+        open_dispatches = self.open_dispatches()
+        blocked = self.blocked_by(open_dispatches)
+        return {
+            "lastConfirmed": None
+            if last is None
+            else {"tsMs": last.ts * 1000, "block": last.block, "txHash": last.tx_hash},
+            "intervalS": interval.seconds,
+            "nextEligibleMs": None
+            if last is None or interval.seconds is None or blocked is not None
+            else (last.ts + interval.seconds) * 1000,
+            "blockedBy": blocked,
+            "openDispatches": open_dispatches,
+            "ledger": str(self.ledger_path),
+            "intervalProblem": interval.problem,
+        }
+
+
+def _stamped_when_written(entry: Entry) -> bool:
+    """True for lines whose ``ts`` is the writing tick's clock (skips, unverified acts)."""
+    return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)
+
+
+def tokens_of(entries: list[Acted]) -> dict[str, Token]:
+    """Each token's symbol and decimals, learned from the amounts the entries rendered."""
+    tokens: dict[str, Token] = {}
+    for e in entries:
+        for address, amount in ((e.token_in, e.amount_in), (e.token_out, e.amount_out)):
+            if address is None or amount is None or address.lower() in tokens:
+                continue
+            token = _token_from(address, amount.base_units, amount.human)
+            if token is not None:
+                tokens[address.lower()] = token
+    return tokens
+
+
+def _token_from(address: str, base_units: int, human: str) -> Token | None:
+    """Solve ``human == base_units / 10**decimals`` for the decimals (None when nothing fits)."""
+    number, _, symbol = human.partition(" ")
+    if base_units == 0:
+        return None  # zero fits every number of decimals
+    try:
+        value = Decimal(number)
+    except InvalidOperation:
+        return None
+    for decimals in range(0, 78):
+        if Decimal(base_units).scaleb(-decimals) == value:
+            return Token(address, symbol, decimals)
+    return None

@@ -1,0 +1,570 @@
+"""The dashboard's ASGI app: pages rendered on the server, the same data as JSON under ``/api``.
+
+Routes (all ``GET``; anything else is 405):
+
+=====================================  ===========================================================
+``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
+``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
+``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag``, ``scope``,
+                                       ``source``, ``cursor``, ``limit``
+``/findings/{key}``, ``/api/…/{key}``  one live finding (``MemoryStore.get``)
+``/agents``, ``/api/agents``           the agent homes
+``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
+``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
+``/api/agents/{n}/status``             ``sail status --json``
+``/api/agents/{n}/why``                ``sail why --json``; ``limit``
+``/api/agents/{n}/balances``           the chart's points per token
+=====================================  ===========================================================
+
+A JSON list that goes on has a ``Link: <…>; rel="next"`` header, so each body keeps the CLI's shape.
+A failure is its coded error: on a page, rendered (never a traceback); under ``/api``, the CLI's
+JSON error object with an HTTP status (400 bad parameter, 401 no token, 404 unknown, 500 damaged
+store, 503 unavailable).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+import orjson
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.datastructures import URL
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import journal
+import memory
+import memory.ledger
+from flows._runtime import error_fields
+from flows.web import _chart
+from flows.web import _runs as runs_data
+from flows.web._agent import CHART_SCAN, LEDGER_PAGE, Agent, Token, tokens_of
+from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
+from flows.web._findings import MAX_WHY, Filters, FindingsPage, findings_page, highlight, matched_of
+from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
+from flows.web._net import is_loopback
+from flows.web._reader import Reader, ServeConfig
+from memory import Recalled
+from memory.cli import format_ms
+from staging import CodedError
+
+log = logging.getLogger("flows.serve")
+
+COOKIE = "flows_token"
+HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+_LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def error_status(exc: BaseException) -> int:
+    """The HTTP status a coded error answers with."""
+    if isinstance(exc, ServeError):
+        return exc.status
+    if isinstance(exc, journal.JournalRunNotFound | journal.JournalNameInvalid):
+        return 404
+    if isinstance(exc, memory.ArgumentInvalid):
+        return 400
+    if isinstance(exc, journal.JournalUnavailable):
+        return 503
+    return 500
+
+
+def error_json(exc: BaseException) -> dict[str, Any]:
+    """The CLI's JSON error object: ``code``, ``message``, ``runId`` and the error's context
+    (``path``, ``line``, ``stream`` … in camelCase)."""
+    if isinstance(exc, CodedError):
+        fields = exc.as_json()
+        return {**fields, "runId": fields.get("runId")}
+    return {**error_fields(exc), "runId": None}
+
+
+def _coded(exc: Exception) -> Exception:
+    """``exc`` when it is one the user can act on; else a ``serve_internal`` (the cause is logged)."""
+    if isinstance(exc, CodedError):
+        return exc
+    log.error("unexpected error serving a request", exc_info=exc)
+    return ServeInternal(
+        f"the dashboard failed unexpectedly ({type(exc).__name__}); the server's log has the details"
+    )
+
+
+# -- formatting -------------------------------------------------------------------------------
+
+
+def when_ms(ms: object) -> str:
+    """Epoch milliseconds as local time with its UTC offset (the CLIs' one rule, ``format_ms``)."""
+    if not isinstance(ms, int) or isinstance(ms, bool):
+        return "-"
+    try:
+        return format_ms(ms)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+
+
+def when_s(ts: object) -> str:
+    """Unix seconds (the ledger's ``ts``) as local time with its offset."""
+    return when_ms(ts * 1000) if isinstance(ts, int) and not isinstance(ts, bool) else "-"
+
+
+def iso_ms(ms: object) -> str:
+    """Epoch milliseconds as ISO 8601 (for ``<time datetime>``), empty when not a time."""
+    if not isinstance(ms, int) or isinstance(ms, bool):
+        return ""
+    try:
+        return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
+def as_json_text(value: object) -> str:
+    """A JSON value as indented text (escaped by the template like any other text)."""
+    return orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+def _plain(value: object) -> object:
+    """Read-only mappings (a finding's metadata) as dicts for orjson."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("flows.web", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(when_ms=when_ms, when_s=when_s, iso_ms=iso_ms, json=as_json_text)
+    return env
+
+
+def link(path: str, **params: object) -> str:
+    """``path`` with the query ``params`` that are not None, URL-encoded."""
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None and v != ""})
+    return f"{path}?{query}" if query else path
+
+
+# -- query parameters -------------------------------------------------------------------------
+
+
+def _param(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value if value else None
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise ServeBadRequest(f"{name} must be a whole number from {low} to {high}, got {text!r}")
+    return int(text)
+
+
+# -- the guard --------------------------------------------------------------------------------
+
+
+class Guard:
+    """Every request: only ``GET``/``HEAD``; the token when the server has one (the
+    ``Authorization: Bearer`` header, or the cookie a ``?token=`` visit sets); without a token, a
+    loopback ``Host`` only (a page elsewhere cannot reach the dashboard through a DNS name it
+    points at 127.0.0.1); and the security headers on every answer."""
+
+    def __init__(
+        self, app: ASGIApp, *, token: str | None, render: Callable[[Request, Exception], Response]
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.render = render
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                for key, value in HEADERS.items():
+                    if key.encode() not in present:
+                        headers.append((key.encode(), value.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        request = Request(scope)
+        response = self._refusal(request)
+        if response is None:
+            await self.app(scope, receive, send_with_headers)
+        else:
+            await response(scope, receive, send_with_headers)
+
+    def _refusal(self, request: Request) -> Response | None:
+        if request.method not in ("GET", "HEAD"):
+            refused = ServeBadRequest(f"the dashboard is read-only: {request.method} is not served")
+            response = self.render(request, refused)
+            response.status_code = 405
+            response.headers["allow"] = "GET, HEAD"
+            return response
+        if request.url.path.startswith("/static/"):
+            return None  # the stylesheet holds nothing of the store; the refusal page needs it
+        if self.token is None:
+            host = request.url.hostname or ""
+            if is_loopback(host):
+                return None
+            return self.render(
+                request,
+                ServeBadRequest(
+                    f"this dashboard answers only to a loopback host name, not {host!r}: open it as "
+                    "http://127.0.0.1:<port>/ (serving another address needs --token)"
+                ),
+            )
+        return self._token_refusal(request, self.token)
+
+    def _token_refusal(self, request: Request, token: str) -> Response | None:
+        offered = request.query_params.get("token")
+        if offered is not None:  # a login: set the cookie and come back without the token in the URL
+            if not hmac.compare_digest(offered.encode(), token.encode()):
+                return self.render(request, ServeUnauthorized("that token is not this server's token"))
+            kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = URL(path=request.url.path, query=urllib.parse.urlencode(kept))
+            response = RedirectResponse(str(target), status_code=303)
+            response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+            return response
+        auth = request.headers.get("authorization", "")
+        carried = auth[7:] if auth[:7].lower() == "bearer " else request.cookies.get(COOKIE, "")
+        if carried and hmac.compare_digest(carried.encode(), token.encode()):
+            return None
+        return self.render(
+            request,
+            ServeUnauthorized(
+                "this dashboard needs its token: send `Authorization: Bearer <token>`, or open any page "
+                "once with ?token=<token> to get a cookie"
+            ),
+        )
+
+
+# -- the app ----------------------------------------------------------------------------------
+
+
+class Dashboard:
+    """The pages and the API over one ``Reader``."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.env = _environment()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def render(self, request: Request, name: str, context: Mapping[str, Any], status: int = 200) -> Response:
+        """Render template ``name`` with the page's common context."""
+        common = {
+            "agents": self.reader.agents,
+            "db_path": str(self.reader.store.db_path),
+            "journal_label": self.reader.journal_label(),
+            "path": request.url.path,
+            "link": link,
+            "bare": False,
+            "section": "",
+        }
+        html = self.env.get_template(name).render({**common, **context})
+        return HTMLResponse(html, status_code=status)
+
+    def error_page(self, request: Request, exc: Exception, *, bare: bool = False) -> Response:
+        """The coded error as a page, or as JSON under ``/api``. A ``bare`` page (for a request the
+        guard refused) names nothing of the store: no agents, no paths."""
+        status = error_status(exc)
+        body = error_json(exc)
+        if request.url.path.startswith("/api/") or request.url.path == "/api":
+            return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+        context = {"title": f"error {body['code']}", "error": body, "status": status, "bare": bare}
+        if bare:
+            context.update(agents=[], db_path="", journal_label="")
+        return self.render(request, "error.html", context, status)
+
+    def bare_error_page(self, request: Request, exc: Exception) -> Response:
+        """``error_page`` for the guard: nothing of the store is shown."""
+        return self.error_page(request, exc, bare=True)
+
+    def page(self, fn: Callable[[Request], tuple[str, dict[str, Any]]]) -> Callable[[Request], Response]:
+        """An HTML endpoint: ``fn`` returns the template and its context, under the reader's lock."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                with self.reader.lock:
+                    name, context = fn(request)
+                    return self.render(request, name, context)
+            except Exception as exc:  # every failure becomes its coded error page
+                return self.error_page(request, _coded(exc))
+
+        return endpoint
+
+    def api(self, fn: Callable[[Request], tuple[object, str | None]]) -> Callable[[Request], Response]:
+        """A JSON endpoint: ``fn`` returns the body and the next page's URL (or None)."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                with self.reader.lock:
+                    body, next_url = fn(request)
+            except Exception as exc:
+                return self.error_page(request, _coded(exc))
+            response = Response(orjson.dumps(body, default=_plain), media_type="application/json")
+            if next_url is not None:
+                response.headers["link"] = f'<{next_url}>; rel="next"'
+            return response
+
+        return endpoint
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def _runs(self, request: Request) -> runs_data.RunsPage:
+        return runs_data.runs_page(
+            self.reader.runs,
+            self.reader.backend,
+            state=_param(request, "state"),
+            flow=_param(request, "flow"),
+            cursor=_param(request, "cursor"),
+            limit=_int_param(request, "limit", runs_data.PAGE_SIZE, 1, runs_data.MAX_PAGE_SIZE),
+        )
+
+    def _runs_next(self, request: Request, base: str, cursor: str | None) -> str | None:
+        if cursor is None:
+            return None
+        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+        return link(base, **params, cursor=cursor)
+
+    def runs_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        started = time.perf_counter()
+        page = self._runs(request)
+        return "runs.html", {
+            "title": "Runs",
+            "section": "runs",
+            "page": page,
+            "state": _param(request, "state"),
+            "flow": _param(request, "flow"),
+            "next_url": self._runs_next(request, "/runs", page.next_cursor),
+            "elapsed_ms": (time.perf_counter() - started) * 1000,
+        }
+
+    def runs_api(self, request: Request) -> tuple[object, str | None]:
+        page = self._runs(request)
+        return page.rows, self._runs_next(request, "/api/runs", page.next_cursor)
+
+    def run_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
+        record = _param(request, "record")
+        number, pages = runs_data.timeline_window(
+            run["timeline"], page=_int_param(request, "page", 1, 1, 10**9) - 1, record=record
+        )
+        size = runs_data.TIMELINE_PAGE
+        return "run.html", {
+            "title": f"Run {run['runId']}",
+            "section": "runs",
+            "run": run,
+            "entries": run["timeline"][number * size : (number + 1) * size],
+            "page_number": number + 1,
+            "pages": pages,
+            "record": record,
+        }
+
+    def run_api(self, request: Request) -> tuple[object, str | None]:
+        return runs_data.run_timeline(self.reader.backend, request.path_params["run_id"]), None
+
+    # -- findings --------------------------------------------------------------------------------
+
+    def _findings(self, request: Request) -> tuple[Filters, FindingsPage]:
+        filters = Filters(
+            q=_param(request, "q"),
+            tag=_param(request, "tag"),
+            scope=_param(request, "scope"),
+            source=_param(request, "source"),
+        )
+        limit = _int_param(request, "limit", FINDINGS_PAGE, 1, MAX_WHY)
+        page = findings_page(self.reader.memory(), filters, cursor=_param(request, "cursor"), limit=limit)
+        return filters, page
+
+    def _findings_next(self, request: Request, base: str, page: FindingsPage) -> str | None:
+        params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "limit")}
+        if page.next_cursor is not None:
+            return link(base, **params, cursor=page.next_cursor, limit=request.query_params.get("limit"))
+        if page.next_limit is not None:
+            return link(base, **params, limit=page.next_limit)
+        return None
+
+    def findings_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        started = time.perf_counter()
+        filters, page = self._findings(request)
+        matched = matched_of(page)
+        scores = {a.finding.key: a.score for a in page.answers or ()}
+        return "findings.html", {
+            "title": "Findings",
+            "section": "findings",
+            "filters": filters,
+            "found": page.found,
+            "shown": {f.key: highlight(f.text, matched.get(f.key, ())) for f in page.found},
+            "matched": matched,
+            "scores": scores,
+            "next_url": self._findings_next(request, "/findings", page),
+            "scopes": self.reader.memory().scopes(),
+            "elapsed_ms": (time.perf_counter() - started) * 1000,
+        }
+
+    def findings_api(self, request: Request) -> tuple[object, str | None]:
+        _, page = self._findings(request)
+        return page.as_json(), self._findings_next(request, "/api/findings", page)
+
+    def _finding(self, request: Request) -> Recalled:
+        key = request.path_params["key"]
+        found = self.reader.memory().get(key)
+        if found is None:
+            raise ServeNotFound(f"no live finding has key {key} (it may never have been learned, or expired)")
+        return found
+
+    def finding_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        found = self._finding(request)
+        return "finding.html", {"title": f"Finding {found.key}", "section": "findings", "f": found}
+
+    def finding_api(self, request: Request) -> tuple[object, str | None]:
+        return self._finding(request).as_json(), None
+
+    # -- agents ----------------------------------------------------------------------------------
+
+    def _agent(self, request: Request) -> Agent:
+        return self.reader.agent(int(request.path_params["number"]))
+
+    def agents_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        return "agents.html", {"title": "Agents", "section": "agents"}
+
+    def agents_api(self, request: Request) -> tuple[object, str | None]:
+        return [
+            {"number": a.number, "home": str(a.home), "ledger": str(a.ledger_path)}
+            for a in self.reader.agents
+        ], None
+
+    def _before(self, request: Request) -> int | None:
+        text = _param(request, "before")
+        if text is None:
+            return None
+        if not (text.isascii() and text.isdigit()) or len(text) > 19:
+            raise ServeBadRequest(f"before must be a byte offset, got {text!r}; start from the newest page")
+        return int(text)
+
+    def _balances(
+        self, agent: Agent
+    ) -> tuple[list[memory.ledger.Acted], dict[str, Token], dict[str, list[_chart.Point]]]:
+        acted = agent.acted_window()
+        return acted, tokens_of(acted), _chart.series(acted)
+
+    def agent_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        started = time.perf_counter()
+        agent = self._agent(request)
+        before = self._before(request)
+        rows, older = agent.page(before)
+        acted, tokens, series = self._balances(agent)
+        charts = [
+            (address, tokens.get(address), _chart.chart(address, points, tokens))
+            for address, points in series.items()
+        ]
+        return "agent.html", {
+            "title": f"Agent {agent.name}",
+            "section": f"agent-{agent.number}",
+            "agent": agent,
+            "rows": rows,
+            "newest": before is None,
+            "older_url": None if older is None else link(f"/agents/{agent.number}", before=older),
+            "status": agent.status(),
+            "skips": agent.recent_skips(),
+            "acted_count": len(acted),
+            "charts": charts,
+            "chart_scan": CHART_SCAN,
+            "elapsed_ms": (time.perf_counter() - started) * 1000,
+        }
+
+    def ledger_api(self, request: Request) -> tuple[object, str | None]:
+        agent = self._agent(request)
+        limit = _int_param(request, "limit", LEDGER_PAGE, 1, 1000)
+        rows, older = agent.page(self._before(request), limit)
+        next_url = (
+            None if older is None else link(f"/api/agents/{agent.number}/ledger", before=older, limit=limit)
+        )
+        return [e.to_wire() for _, e in rows], next_url
+
+    def status_api(self, request: Request) -> tuple[object, str | None]:
+        return self._agent(request).status(), None
+
+    def why_api(self, request: Request) -> tuple[object, str | None]:
+        limit = _int_param(request, "limit", 10, 1, 1000)
+        return [s.to_wire() for s in self._agent(request).recent_skips(limit)], None
+
+    def balances_api(self, request: Request) -> tuple[object, str | None]:
+        _, tokens, series = self._balances(self._agent(request))
+        return {
+            address: {
+                "symbol": tokens[address].symbol if address in tokens else None,
+                "decimals": tokens[address].decimals if address in tokens else None,
+                "points": [p.as_json() for p in points],
+            }
+            for address, points in series.items()
+        }, None
+
+    # -- not found -------------------------------------------------------------------------------
+
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        return self.error_page(request, ServeNotFound(f"nothing is served at {request.url.path}"))
+
+
+def create_app(config: ServeConfig) -> Starlette:
+    """The dashboard over the store ``config`` names (``app.state.reader`` holds what it reads;
+    close it when the server stops)."""
+    reader = Reader(config)
+    d = Dashboard(reader)
+    routes = [
+        Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
+        Route("/runs", d.page(d.runs_page)),
+        Route("/runs/{run_id}", d.page(d.run_page)),
+        Route("/findings", d.page(d.findings_page)),
+        Route("/findings/{key}", d.page(d.finding_page)),
+        Route("/agents", d.page(d.agents_page)),
+        Route("/agents/{number:int}", d.page(d.agent_page)),
+        Route("/api/runs", d.api(d.runs_api)),
+        Route("/api/runs/{run_id}", d.api(d.run_api)),
+        Route("/api/findings", d.api(d.findings_api)),
+        Route("/api/findings/{key}", d.api(d.finding_api)),
+        Route("/api/agents", d.api(d.agents_api)),
+        Route("/api/agents/{number:int}/ledger", d.api(d.ledger_api)),
+        Route("/api/agents/{number:int}/status", d.api(d.status_api)),
+        Route("/api/agents/{number:int}/why", d.api(d.why_api)),
+        Route("/api/agents/{number:int}/balances", d.api(d.balances_api)),
+        Mount("/static", StaticFiles(packages=[("flows.web", "static")]), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, token=config.token, render=d.bare_error_page)],
+        exception_handlers={404: d.not_found},
+    )
+    app.state.reader = reader
+    return app

@@ -1,0 +1,209 @@
+"""The runs pages' data: root runs newest first (filtered, paged) and one run's timeline.
+
+``flows runs`` asks the journal for every run, which on the file journal reads every ``run.json``
+(about a second for 10,000 runs here). A page cannot pay that per request, so ``RunIndex`` keeps what
+it read and re-reads only what can have changed:
+
+* the list of run folders is taken afresh on every request (one ``listdir``);
+* a ``done`` run never changes again (a done run cannot be resumed): it is read once;
+* a ``failed`` run changes only when a resume replaces its ``run.json``: it is re-read when that
+  file's identity (inode, mtime, size) changed;
+* a ``running`` or ``interrupted`` run is asked again each time (whether its holder lives is a
+  lease probe, not a file change).
+
+Every row shown is what the journal itself says (``JournalBackend.run``). Other backends answer
+``runs()`` with one query, which is used as is.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import journal
+from flows._cli_runs import _run_json_from, timeline
+from flows._runtime import RUN_STREAM
+from flows.web._errors import ServeBadRequest
+from journal import JournalBackend, RunInfo, RunState
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+TIMELINE_PAGE = 200
+
+_Stamp = tuple[int, int, int]
+
+
+@dataclass
+class _Known:
+    info: RunInfo
+    stamp: _Stamp | None
+
+
+class RunIndex:
+    """Root runs of ``backend``, newest first, kept current at the cost of what changed.
+
+    Not thread-safe: the caller serialises access (the app holds one lock around its reads).
+    """
+
+    def __init__(self, backend: JournalBackend) -> None:
+        self._backend = backend
+        self._root = backend.root / "runs" if isinstance(backend, journal.FileJournal) else None
+        self._known: dict[str, _Known] = {}
+        self._done: set[str] = set()  # runs read as done: never read again
+        self._members: frozenset[str] = frozenset()  # the ids ``_order`` was sorted from
+        self._order: list[str] = []  # run ids, newest first
+        self._listing: list[RunInfo] = []
+        self._names: frozenset[str] = frozenset()
+        self._names_stamp: tuple[int, int] | None = None
+
+    def runs(self) -> list[RunInfo]:
+        """Every root run, newest first, as the journal says now.
+
+        Raises:
+            journal.JournalError: a run's record is damaged or cannot be read (unchanged).
+        """
+        if self._root is None:
+            return self._backend.runs()
+        names = self._folder_names()
+        changed = False
+        for gone in self._members - names:
+            self._known.pop(gone, None)
+            self._done.discard(gone)
+        for name in names - self._done:  # the new ones, and those that can still change
+            before = self._known.get(name)
+            self._refresh(name)
+            after = self._known.get(name)
+            changed = changed or before is None or after is None or before.info != after.info
+        members = frozenset(self._known)
+        if members != self._members:  # a run came or went: a run's start time never changes
+            self._members = members
+            self._order = sorted(members, key=lambda n: (self._known[n].info.created_ms, n), reverse=True)
+            changed = True
+        if changed:
+            self._listing = [self._known[n].info for n in self._order]
+        return self._listing
+
+    def _folder_names(self) -> frozenset[str]:
+        """The run folders' names, listed again only when the ``runs`` folder changed (a run folder
+        is made or removed there; a listing within 50 ms of a change is not kept: mtimes are coarse)."""
+        assert self._root is not None
+        try:
+            st = os.stat(self._root)
+            stamp = (st.st_mtime_ns, st.st_ino)
+            if stamp == self._names_stamp:
+                return self._names
+            names = frozenset(n for n in os.listdir(self._root) if not n.startswith("."))
+        except FileNotFoundError:
+            return frozenset()
+        except OSError as exc:
+            raise journal.JournalReadInterrupted(
+                f"cannot list {self._root}: {exc.strerror or exc}", path=self._root
+            ) from exc
+        self._names = names
+        self._names_stamp = stamp if time.time_ns() - st.st_mtime_ns > 50_000_000 else None
+        return names
+
+    def _refresh(self, name: str) -> None:
+        known = self._known.get(name)
+        stamp = self._stamp(name)
+        if stamp is None:  # no run.json: a begin that never finished is not a run
+            self._known.pop(name, None)
+            return
+        if known is not None and known.info.state is RunState.FAILED and known.stamp == stamp:
+            return
+        try:
+            info = self._backend.run(name)
+        except journal.JournalRunNotFound:  # removed between the listing and the read
+            self._known.pop(name, None)
+            return
+        self._known[name] = _Known(info, stamp)
+        if info.state is RunState.DONE:
+            self._done.add(name)
+
+    def _stamp(self, name: str) -> _Stamp | None:
+        assert self._root is not None
+        try:
+            st = os.stat(f"{self._root}{os.sep}{name}{os.sep}run.json")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise journal.JournalReadInterrupted(
+                f"cannot read run {name} in {self._root}: {exc.strerror or exc}", run_id=name
+            ) from exc
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """One page of the runs listing: rows in the CLI's ``--json`` shape and how to go on."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    counts: dict[str, int]
+    total: int
+
+
+def runs_page(
+    index: RunIndex,
+    backend: JournalBackend,
+    *,
+    state: str | None,
+    flow: str | None,
+    cursor: str | None,
+    limit: int,
+) -> RunsPage:
+    """The runs after ``cursor`` (a run id already shown) that match ``state`` and ``flow``.
+
+    Raises:
+        ServeBadRequest: an unknown state, or a cursor that names no run.
+        journal.JournalError: reading the journal failed (unchanged).
+    """
+    if state is not None and state not in {s.value for s in RunState}:
+        raise ServeBadRequest(f"unknown state {state!r}: use one of {', '.join(s.value for s in RunState)}")
+    every = index.runs()
+    counts = {s.value: 0 for s in RunState}
+    for r in every:
+        counts[r.state.value] += 1
+    chosen = [
+        r for r in every if (state is None or r.state.value == state) and (flow is None or r.flow == flow)
+    ]
+    start = 0
+    if cursor is not None:
+        ids = [r.run_id for r in chosen]
+        if cursor not in ids:
+            raise ServeBadRequest(
+                f"cursor {cursor!r} names no run in this listing; start from the first page"
+            )
+        start = ids.index(cursor) + 1
+    page = chosen[start : start + limit]
+    rows = [
+        _run_json_from(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ())
+        for r in page
+    ]
+    more = start + limit < len(chosen)
+    return RunsPage(rows, page[-1].run_id if more and page else None, counts, len(chosen))
+
+
+def run_timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
+    """The run and everything it recorded, exactly as ``flows show --json`` prints it.
+
+    Raises:
+        journal.JournalNameInvalid: ``run_id`` is not a run id.
+        journal.JournalRunNotFound: no such run.
+        journal.JournalError: its records are damaged or cannot be read (unchanged).
+    """
+    return timeline(backend, run_id)
+
+
+def timeline_window(entries: Sequence[dict[str, Any]], *, page: int, record: str | None) -> tuple[int, int]:
+    """Which page of a run's timeline to show (``record``, a record id, picks the page holding it),
+    and how many pages there are."""
+    pages = max(1, -(-len(entries) // TIMELINE_PAGE))
+    if record is not None:
+        for i, e in enumerate(entries):
+            if e["citation"]["id"] == record:
+                return i // TIMELINE_PAGE, pages
+    return min(max(page, 0), pages - 1), pages

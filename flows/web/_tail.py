@@ -1,0 +1,148 @@
+"""Reading an append-only line log backwards from any line boundary, read-only and without a lock.
+
+The agent page pages a ledger of a million lines newest first, so a page must cost its own lines:
+each line comes with its byte offset, and the offset of the oldest line shown is where the next
+(older) page starts. The judgement of the newest lines is the line log's own rule for lock-free
+readers: the segment after the last newline is an append in flight, and undecodable lines at the
+very end may be a torn tail; any other damaged line fails closed with ``journal_corrupt``, naming
+the file and its 1-based line.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from journal import JournalCorrupt, JournalReadInterrupted, LineDamaged
+
+T = TypeVar("T")
+_BLOCK = 64 * 1024
+
+
+class TailReader(Generic[T]):
+    """Lines of the file at ``path`` decoded by ``decode``, newest first, each with its offset.
+
+    Args:
+        path: the log; a missing file reads as empty.
+        decode: turns one line (without its newline) into a record; raises ``LineDamaged``.
+    """
+
+    def __init__(self, path: Path, decode: Callable[[bytes], T]) -> None:
+        self.path = path
+        self._decode = decode
+
+    def size(self) -> int:
+        """The file's size now (0 when it is missing)."""
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self.path}: {exc.strerror or exc}", path=self.path
+            ) from exc
+
+    def backwards(
+        self, before: int | None = None, *, keep: Callable[[bytes], bool] | None = None
+    ) -> Iterator[tuple[int, T]]:
+        """Yield ``(offset, record)`` newest first, from the end (``before`` None) or from the line
+        boundary ``before`` (the offset of a line already read; the lines before it come next).
+
+        ``keep`` sees each raw line first: lines it refuses are neither decoded nor yielded (a
+        cheap filter for a reader that wants one kind of line).
+
+        Raises:
+            ValueError: ``before`` is not a line boundary of the file.
+            journal.JournalCorrupt: a damaged line (path and line named).
+            journal.JournalReadInterrupted: the file could not be read.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            if before:
+                raise ValueError(f"offset {before} is past the end of the missing {self.path}") from None
+            return
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._not_a_file("a symbolic link") from None
+            raise JournalReadInterrupted(
+                f"cannot read {self.path}: {exc.strerror or exc}", path=self.path
+            ) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise self._not_a_file("not a regular file")
+            yield from self._backwards(fd, before, keep)
+        finally:
+            os.close(fd)
+
+    def _not_a_file(self, what: str) -> JournalCorrupt:
+        return JournalCorrupt(
+            f"{self.path} is {what}; a log is never read through a link or from a device: put the "
+            "real file back",
+            path=self.path,
+            line=0,
+            reason=what,
+        )
+
+    def _backwards(
+        self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None
+    ) -> Iterator[tuple[int, T]]:
+        size = os.fstat(fd).st_size
+        end = size if before is None else before
+        if not 0 <= end <= size or (before and os.pread(fd, 1, end - 1) != b"\n"):
+            raise ValueError(f"offset {end} is not the start of a line of {self.path}")
+        in_tail = before is None  # undecodable lines at the very end may be a torn tail
+        newest = True  # the segment after the last newline read: in flight, or empty
+        buf, buf_start = b"", end
+        while buf_start > 0:
+            start = max(0, buf_start - _BLOCK)
+            buf = os.pread(fd, buf_start - start, start) + buf
+            buf_start = start
+            lines = buf.split(b"\n")
+            # lines[0] may begin in an earlier block, unless the file's start was reached
+            head, complete = (lines[0], lines[1:]) if start > 0 else (b"", lines)
+            offsets, pos = [], start + (len(head) + 1 if start > 0 else 0)
+            for raw in complete:
+                offsets.append(pos)
+                pos += len(raw) + 1
+            for raw, offset in zip(reversed(complete), reversed(offsets), strict=True):
+                if newest:
+                    newest = False
+                    continue
+                if keep is not None and not keep(raw):
+                    in_tail = False  # judged as good: a damaged line before it fails closed
+                    continue
+                try:
+                    record = self._decode(raw)
+                except LineDamaged as damage:
+                    if in_tail and damage.torn:
+                        continue
+                    raise self._corrupt(fd, offset, damage) from None
+                in_tail = False
+                yield offset, record
+            buf = head
+
+    def _corrupt(self, fd: int, offset: int, damage: LineDamaged) -> JournalCorrupt:
+        line_no = _count_newlines(fd, offset) + 1
+        return JournalCorrupt(
+            f"{self.path} line {line_no} is damaged ({damage.reason}); the log fails closed: restore it "
+            "from a backup or inspect it with `flows check`",
+            path=self.path,
+            line=line_no,
+            reason=damage.reason,
+        )
+
+
+def _count_newlines(fd: int, upto: int) -> int:
+    count, pos = 0, 0
+    while pos < upto:
+        chunk = os.pread(fd, min(1 << 20, upto - pos), pos)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return count

@@ -1,0 +1,201 @@
+"""Learning journal-first: validate, stage, append, publish; and republishing a resumed run's commits."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import journal
+from journal import JournalBackend, Lease, Record
+from memory._errors import FindingInvalid, Unjournaled, UnsupportedHeader
+from memory._finding import STREAM, commit_to_publish, finding_id, learn_payload, render, validate
+from memory._publisher import Publisher, holds
+from memory._results import Citation, Learned
+from staging import failpoint
+
+
+class Root(Protocol):
+    """What a learn or a forget needs of its root run. ``RootRun`` is one; a session's root is
+    another, begun only when a write first needs it (``begun`` says whether it has been)."""
+
+    @property
+    def journal(self) -> JournalBackend: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def flow(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def script(self) -> bool: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def begun(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RootRun:
+    """The root run a learn journals into: the backend, the lease, and the flow's name and scope.
+
+    ``script`` is the flow header's ``memory.script``; when False every learn raises
+    ``UnsupportedHeader``. ``source`` is a finding's default source (the flow's name when None).
+    """
+
+    journal: JournalBackend
+    lease: Lease
+    flow: str
+    scope: str
+    script: bool = True
+    source: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The root run's id."""
+        return self.lease.run_id
+
+    @property
+    def begun(self) -> bool:
+        """Always True: a ``RootRun`` is a run already begun."""
+        return True
+
+
+def _learned(fid: str, record: Record, final: Path) -> Learned:
+    return Learned(
+        id=fid,
+        citation=Citation(record.run_id, record.stream, record.id),
+        path=final,
+        learned_ms=int(record.payload["learnedMs"]),
+    )
+
+
+class Learner:
+    """Learns findings through ``publisher``, stamping new commits with ``clock``.
+
+    Remembers, per journal backend and folder, whether an append can make a stage in that folder
+    durable, and, per resumed root run, the commits ``republish_run`` read.
+    """
+
+    def __init__(self, publisher: Publisher, clock: Callable[[], int]) -> None:
+        self._publisher = publisher
+        self._clock = clock
+        self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
+        # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
+        self._committed: dict[str, dict[tuple[str, str], Record]] = {}
+
+    def learn(self, finding: object, root: Root | None) -> Learned:
+        """See ``MemoryStore.learn``."""
+        if root is None:
+            raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
+        if not root.script:
+            raise UnsupportedHeader(
+                f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
+            )
+        item = validate(finding, default_source=root.source or root.flow)
+        fid = finding_id(root.scope, item)
+        pub = self._publisher
+        directory = pub.scope_dir(root.scope)
+        final = directory / f"{fid}.json"
+        # Only a finding whose file is already there can have been committed and published (a
+        # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
+        # commit that raced ahead of this one, and its bytes are what get published.
+        existing = (
+            root.journal.find(root.run_id, STREAM, fid) if root.begun and os.path.lexists(final) else None
+        )
+        if existing is None:
+            payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
+            expected = Record(
+                root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
+            )
+        else:
+            expected = existing
+        data = render(expected)
+        if existing is not None and holds(final, data):
+            # Committed and published already (a resumed body): make sure the name is durable, in
+            # case the publish that made it died before its directory fsync, and say so.
+            if not pub.durable(final):
+                pub.sync_dir(directory, root.run_id)
+            return _learned(fid, existing, final)
+        # Journal and file on one file system: the stage is written without fsync and the append's
+        # own sync (a syncfs) makes both durable with one device flush.
+        shared = existing is None and self._shares_filesystem(root.journal, directory)
+        staged = pub.stage(directory, data, root.run_id, sync=not shared)
+        try:
+            if existing is not None:
+                record = existing
+            else:
+                record = root.journal.append(
+                    root.lease, STREAM, expected.payload, key=fid, sync_filesystem=shared
+                )
+        except BaseException:
+            staged.discard()
+            raise
+        failpoint("memory.after_append")
+        if render(record) != data:  # another attempt committed first: publish its bytes
+            staged.discard()
+            staged = pub.stage(directory, render(record), root.run_id)
+        pub.publish(staged, final, root.run_id)
+        return _learned(fid, record, final)
+
+    def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
+        """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
+        per backend and directory, after the directory exists)."""
+        if not self._publisher.ready(directory):
+            return False
+        found = self._shared_fs.get((backend, directory))
+        if found is None:
+            found = self._shared_fs[(backend, directory)] = backend.shares_filesystem(str(directory))
+        return found
+
+    def republish_run(self, backend: JournalBackend, run_id: str) -> int:
+        """See ``MemoryStore.republish_run``."""
+        committed: dict[tuple[str, str], Record] = {}
+        for rec in backend.read(run_id, STREAM):
+            scope = rec.payload.get("scope")
+            fid = rec.payload.get("id")
+            if isinstance(scope, str) and isinstance(fid, str):
+                committed[(scope, fid)] = commit_to_publish(committed.get((scope, fid)), rec)
+        pub = self._publisher
+        wanted: list[tuple[Path, bytes]] = []
+        intact: list[Path] = []
+        for (scope, fid), rec in committed.items():
+            final = pub.scope_dir(scope) / f"{fid}.json"
+            data = render(rec)
+            if holds(final, data):
+                intact.append(final)
+            else:
+                wanted.append((final, data))
+        pub.publish_batches(wanted)
+        # Files already in place may be names a crashed publish never made durable: one fsync of
+        # each of their folders settles them all.
+        for directory in dict.fromkeys(final.parent for final in intact):
+            pub.sync_dir(directory, run_id)
+        pub.mark_durable(intact)
+        self._committed[run_id] = committed
+        return len(wanted)
+
+    def republished(self, finding: object, root: Root | None) -> Learned | None:
+        """A resumed body's re-learn of a finding ``republish_run`` found committed and whose file
+        this store published durably and still holds its bytes: answered without a journal read,
+        an executor hop or a write. None in every other case (``learn`` then decides)."""
+        if root is None or not root.script or not root.begun:
+            return None
+        known = self._committed.get(root.run_id)
+        if not known:
+            return None
+        try:
+            fid = finding_id(root.scope, validate(finding, default_source=root.source or root.flow))
+        except FindingInvalid:
+            return None
+        rec = known.get((root.scope, fid))
+        if rec is None:
+            return None
+        final = self._publisher.scope_dir(root.scope) / f"{fid}.json"
+        if not self._publisher.durable(final) or not holds(final, render(rec)):
+            return None
+        return _learned(fid, rec, final)

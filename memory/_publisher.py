@@ -1,0 +1,169 @@
+"""Placing learned files: each scope's folder, staging, publishing one file or many, and fsyncs.
+
+Every path that writes a learned file (learn, republishing a resumed run, materialize, repair) goes
+through one ``Publisher``, so the folders it has checked and the names it made durable are known once
+per store.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from memory._db import db_mode
+from memory._errors import Unwritable
+from memory._paths import learned_dir
+from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sync_dir_shared
+
+SYNC_BATCH = 500
+"""Files published (or ingested by ``sync``) per batch."""
+
+
+def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None:
+    """Raise ``Unwritable`` if any component of ``directory`` below ``base`` is a symbolic link.
+
+    A link planted in the store could send learned files anywhere; the store never follows one.
+    """
+    probe = directory
+    while probe != base and base in probe.parents:
+        if probe.is_symlink():
+            raise Unwritable(
+                f"{probe} is a symbolic link; the store never follows links: remove it",
+                path=probe,
+                run_id=run_id,
+            )
+        probe = probe.parent
+
+
+def holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` (never through a link) holds exactly ``data``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(data) + 1) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class Publisher:
+    """Stages and publishes the learned files of the store whose history DB is ``db_path``.
+
+    Files take the DB's mode. Remembers the scope folders it computed, the folders it checked for
+    links and created (``ready``), and the files it published or fsync'd durably (``durable``).
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self._scope_dirs: dict[str, Path] = {}
+        self._ready_dirs: set[Path] = set()
+        self._durable_names: set[Path] = set()
+
+    def scope_dir(self, scope: str) -> Path:
+        """The scope's folder of learned files (its path computed once per store)."""
+        directory = self._scope_dirs.get(scope)
+        if directory is None:
+            directory = self._scope_dirs[scope] = learned_dir(self.db_path, scope)
+        return directory
+
+    def ready(self, directory: Path) -> bool:
+        """Whether ``directory`` was checked for links and created by this publisher."""
+        return directory in self._ready_dirs
+
+    def durable(self, final: Path) -> bool:
+        """Whether this publisher published ``final``, or fsync'd its folder, durably."""
+        return final in self._durable_names
+
+    def mark_durable(self, finals: list[Path]) -> None:
+        """Remember ``finals`` as durable (their folders were fsync'd since they were named)."""
+        self._durable_names.update(finals)
+
+    def stage(self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
+        """Stage ``data`` in ``directory`` (created, and checked for links, once per store).
+
+        ``sync=False`` leaves the data unsynced for a caller whose next flush covers it.
+
+        Raises:
+            Unwritable: a link in the path, or the folder or stage could not be created or written.
+        """
+        ready = directory in self._ready_dirs
+        if not ready:
+            refuse_links(self.db_path.parent, directory, run_id)
+        try:
+            failpoint("memory.before_stage")
+            if not ready:
+                ensure_dir(directory)
+                self._ready_dirs.add(directory)
+            return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync)
+        except (StagingError, OSError) as exc:
+            if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
+                self._ready_dirs.discard(directory)
+                return self.stage(directory, data, run_id)  # synced: the folder is new
+            path = getattr(exc, "path", directory)
+            raise Unwritable(
+                f"cannot stage a learned file in {directory}: {exc}",
+                path=path,
+                run_id=run_id,
+                errno=getattr(exc, "errno", None),
+            ) from exc
+
+    @staticmethod
+    def publish(staged: Any, final: Path, run_id: str | None) -> None:
+        """Rename ``staged`` into place at ``final`` and fsync its folder.
+
+        Raises:
+            Unwritable: the rename or the fsync failed.
+        """
+        try:
+            staged.publish(final)
+        except StagingError as exc:
+            raise Unwritable(
+                f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
+            ) from exc
+
+    def publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
+        """Publish each ``(final, data)``, ``SYNC_BATCH`` at a time: stage them all, one data sync,
+        the renames, one fsync per folder.
+
+        Raises:
+            Unwritable: a link in a path, or a folder or file could not be created or published.
+        """
+        for i in range(0, len(wanted), SYNC_BATCH):
+            batch = wanted[i : i + SYNC_BATCH]
+            for directory in dict.fromkeys(final.parent for final, _ in batch):
+                refuse_links(self.db_path.parent, directory)
+                try:
+                    ensure_dir(directory)
+                except OSError as exc:
+                    raise Unwritable(
+                        f"cannot create {directory}: {exc.strerror or exc}", path=directory
+                    ) from exc
+            try:
+                publish_many(batch, db_mode(self.db_path))
+                self._durable_names.update(final for final, _ in batch)
+            except StagingError as exc:
+                raise Unwritable(
+                    f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
+                ) from exc
+
+    @staticmethod
+    def sync_dir(directory: Path, run_id: str | None) -> None:
+        """Fsync ``directory`` (shared with concurrent callers), making the names in it durable.
+
+        Raises:
+            Unwritable: the fsync failed.
+        """
+        try:
+            sync_dir_shared(directory)
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot fsync {directory}: {exc.strerror or exc}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc

@@ -1,0 +1,273 @@
+"""``MemorySession``: learn and forget from any program, under a durable root run of its own.
+
+A flow's learns journal into the root run ``flows run`` drives. A session gives a plain script (or a
+service, a notebook, a CLI command) the same thing without the flows runtime: it begins its own root
+run the first time a write needs one, and ends it ``done`` on ``close()`` (or a clean ``with`` exit)
+or ``failed``, with the error recorded, when the ``with`` block raises. A session that never wrote
+leaves no root run behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from journal import JournalBackend, Lease, RunState
+from memory._errors import ArgumentInvalid, SessionClosed
+from memory._results import Learned
+
+if TYPE_CHECKING:
+    from memory._store import MemoryStore
+
+NAME_MAX = 256
+"""The longest scope, flow or source a session takes (characters)."""
+
+SESSION_FAILED = "session_failed"
+"""The code recorded in a session's root run when its ``with`` block raised an error without one."""
+
+
+class SessionState(enum.Enum):
+    """Where a session is in its life."""
+
+    NEW = "new"  # nothing written yet: no root run
+    OPEN = "open"  # its root run is running
+    CLOSED = "closed"  # ended (its root run, if any, is done or failed)
+
+
+def check_name(what: str, value: object) -> str:
+    """Return ``value`` if it is a usable scope, flow or source name; raise ``ArgumentInvalid``."""
+    if not isinstance(value, str) or not value.strip() or len(value) > NAME_MAX or "\0" in value:
+        raise ArgumentInvalid(
+            f"a session's {what} must be a non-empty string of at most {NAME_MAX} characters "
+            f"without NUL, not {value!r:.80}"
+        )
+    return value
+
+
+class SessionRoot:
+    """A session's root run, begun on first need (thread-safe: concurrent writes begin one run)."""
+
+    def __init__(self, store: MemoryStore, flow: str, scope: str, source: str | None) -> None:
+        self._store = store
+        self.flow = flow
+        self.scope = scope
+        self.source = source
+        self.script = True
+        self._lock = threading.Lock()
+        self._begun: tuple[JournalBackend, Lease] | None = None
+
+    def _open(self) -> tuple[JournalBackend, Lease]:
+        with self._lock:
+            if self._begun is None:
+                backend = self._store.open_journal()
+                header = {"name": self.flow, "scope": self.scope, "memory": {"script": True}}
+                _, lease = backend.begin(self.flow, self.scope, {"session": True, "header": header})
+                self._begun = (backend, lease)
+            return self._begun
+
+    @property
+    def begun(self) -> bool:
+        """Whether the root run has been begun."""
+        return self._begun is not None
+
+    @property
+    def journal(self) -> JournalBackend:
+        """The journal the root run lives in (begins the run)."""
+        return self._open()[0]
+
+    @property
+    def lease(self) -> Lease:
+        """The root run's lease (begins the run)."""
+        return self._open()[1]
+
+    @property
+    def run_id(self) -> str:
+        """The root run's id (begins the run)."""
+        return self._open()[1].run_id
+
+
+def _error_fields(exc: BaseException) -> dict[str, Any]:
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return {"code": code, "message": str(exc)}
+    return {"code": SESSION_FAILED, "message": f"{type(exc).__name__}: {exc}"}
+
+
+class MemorySession:
+    """Learn and forget under a root run of this session's own (``MemoryStore.session``).
+
+    Every write is journal-first exactly as in a flow and durable when it returns. The root run is
+    begun by the first write (or by reading ``run_id``) and ended by ``close()``: ``done``; or by
+    a ``with`` / ``async with`` block that raises: ``failed``, with the error's code and message
+    recorded (``session_failed`` for an error without a code). ``close()`` is safe twice; any write
+    after it raises ``SessionClosed``. A session may be shared by threads and tasks.
+    """
+
+    def __init__(self, store: MemoryStore, *, scope: str, flow: str, source: str | None) -> None:
+        self._store = store
+        self._root = SessionRoot(
+            store,
+            check_name("flow", flow),
+            check_name("scope", scope),
+            None if source is None else check_name("source", source),
+        )
+        self._state = SessionState.NEW
+        self._mutex = threading.Condition()
+        self._in_flight = 0
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    # -- what it is ------------------------------------------------------------------------------
+
+    @property
+    def scope(self) -> str:
+        """The scope its findings are learned in."""
+        return self._root.scope
+
+    @property
+    def flow(self) -> str:
+        """The flow name of its root run."""
+        return self._root.flow
+
+    @property
+    def source(self) -> str | None:
+        """A finding's default source (None: the flow name)."""
+        return self._root.source
+
+    @property
+    def state(self) -> SessionState:
+        """``NEW`` until the root run is begun, ``OPEN`` while it runs, ``CLOSED`` after ``close()``."""
+        with self._mutex:
+            if self._state is SessionState.NEW and self._root.begun:
+                self._state = SessionState.OPEN
+            return self._state
+
+    @property
+    def run_id(self) -> str:
+        """The id of the session's root run (begun now if no write has begun it yet).
+
+        Raises:
+            SessionClosed: the session is closed and never begun a root run.
+            JournalError: the root run could not be begun.
+        """
+        if not self._root.begun:
+            self._enter_op()
+            try:
+                return self._root.run_id
+            finally:
+                self._leave_op()
+        return self._root.run_id
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def _enter_op(self) -> None:
+        with self._mutex:
+            if self._state is SessionState.CLOSED:
+                where = f" (root run {self._root.run_id})" if self._root.begun else ""
+                raise SessionClosed(f"this memory session is closed{where}; open a new one")
+            self._in_flight += 1
+
+    def _leave_op(self) -> None:
+        with self._mutex:
+            self._in_flight -= 1
+            self._mutex.notify_all()
+
+    def learn(self, finding: Mapping[str, Any]) -> Learned:
+        """Learn ``finding`` in the session's scope, journal-first (see ``MemoryStore.learn``).
+
+        Raises:
+            SessionClosed: after ``close()``.
+            FindingInvalid: refused; nothing is journaled or written (and no root run is begun).
+            Unwritable, JournalError: as ``MemoryStore.learn``.
+        """
+        self._enter_op()
+        try:
+            return self._store.learn(finding, self._root)
+        finally:
+            self._leave_op()
+
+    def flush(self) -> None:
+        """Wait until every learn and forget in flight (in other threads) has returned.
+
+        Each write is durable when it returns; ``flush`` is the barrier for writes still running.
+        """
+        with self._mutex:
+            self._mutex.wait_for(lambda: self._in_flight == 0)
+
+    def close(self) -> None:
+        """Wait for writes in flight, then end the root run ``done`` (safe twice; nothing to end
+        when nothing was written).
+
+        Raises:
+            JournalError: the root run could not be ended (e.g. ``journal_lease_lost``).
+        """
+        self._end(None)
+
+    def _end(self, error: BaseException | None) -> None:
+        with self._mutex:
+            if self._state is SessionState.CLOSED:
+                return
+            self._state = SessionState.CLOSED
+            self._mutex.wait_for(lambda: self._in_flight == 0)
+        if not self._root.begun:
+            return
+        backend, lease = self._root.journal, self._root.lease
+        if error is None:
+            backend.finish(lease, RunState.DONE)
+        elif isinstance(error, Exception):
+            backend.finish(lease, RunState.FAILED, _error_fields(error))
+        else:  # KeyboardInterrupt and the like: let go, and the run reads interrupted
+            backend.release(lease)
+
+    def __enter__(self) -> MemorySession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._end(exc)
+
+    # -- async twins -----------------------------------------------------------------------------
+
+    async def _async_op(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._enter_op()
+        try:
+            task = asyncio.ensure_future(self._store._off_loop(fn, *args, **kwargs))
+            self._pending.add(task)
+            try:
+                return await task
+            finally:
+                self._pending.discard(task)
+        finally:
+            self._leave_op()
+
+    async def alearn(self, finding: Mapping[str, Any]) -> Learned:
+        """``learn`` off the event loop, on the store's executor."""
+        learned: Learned = await self._async_op(self._store.learn, finding, self._root)
+        return learned
+
+    async def aflush(self) -> None:
+        """``flush`` for tasks: wait for every ``alearn``/``aforget`` started, then for threads."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        with self._mutex:
+            busy = self._in_flight > 0
+        if busy:
+            await self._store._off_loop(self.flush)
+
+    async def aclose(self) -> None:
+        """``close`` for tasks: ``aflush``, then end the root run off the event loop."""
+        await self.aflush()
+        await self._store._off_loop(self.close)
+
+    async def __aenter__(self) -> MemorySession:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aflush()
+        await self._store._off_loop(self._end, exc)

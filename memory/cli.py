@@ -1,0 +1,439 @@
+"""The command-line conventions ``flows`` and ``sail`` share: parsing, diagnostics, exit statuses.
+
+Both CLIs build a ``CommandLine``, register their commands on it (``command(name, handler, help)``
+returns the subcommand's parser, for its own arguments) and hand ``main`` the argv. What it does for
+every command, so the two behave alike:
+
+* ``--version`` (from the installed distribution's metadata); ``-h``/``--help`` prints help and
+  exits 0; no command prints help on stderr and exits 2.
+* The global options (each CLI's own: ``--db``, ``--journal``, ``--home``; and ``--json``,
+  ``-v/--verbose`` on both) are accepted before or after the subcommand.
+* A failure is one line on stderr, ``<prog>: error[<code>]: <message> (root run <id>)`` (the
+  parenthesis only when a run is concerned), or with ``--json`` one JSON object
+  (``CodedError.as_json()``, plus ``runId``) with stdout left empty. Usage errors too: code
+  ``usage``, exit 2.
+* Exit statuses: 0 done, 1 failed, 2 usage, 130 interrupted (Ctrl-C).
+* A reader that goes away (``flows runs | head -1``) is not an error: what is still to be printed is
+  dropped, nothing is said on stderr, and the command finishes with its own status.
+* ``-v`` (info) / ``-vv`` (debug), or ``$FLOWS_LOG=<level>``, send the library's ``logging`` records
+  to stderr; ``$FLOWS_DEBUG=1`` re-raises a failure for its traceback.
+* Shell completion through ``argcomplete`` when it is installed (the ``completion`` extra).
+
+Value types shared by both: ``limit`` (a whole number from 1 to ``LIMIT_MAX``) and ``instant_ms``
+(epoch milliseconds, or an ISO 8601 date or date-time; a time without an offset is local time), and
+``format_ms`` for human output (local time, with its UTC offset shown).
+
+This module sits in ``memory`` because it is the highest layer both CLIs' packages may import (they
+sit side by side above it, and neither may import the other); it needs only the standard library
+``staging.CodedError`` and the journal's error classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import metadata
+from typing import Any, NoReturn, TextIO
+
+import orjson
+
+from journal import JournalNameInvalid
+from staging import CodedError, CodedInterrupt
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "INT64_MAX",
+    "LIMIT_MAX",
+    "CommandLine",
+    "Handler",
+    "InternalError",
+    "Interrupted",
+    "Option",
+    "Progress",
+    "UsageError",
+    "format_ms",
+    "instant_ms",
+    "json_out",
+    "limit",
+    "progress",
+    "stdout_to_stderr",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: the largest ``--limit`` either CLI accepts
+LIMIT_MAX = 100_000
+#: the largest epoch-milliseconds value accepted (a signed 64-bit integer)
+INT64_MAX = 2**63 - 1
+_DIST = "flows-memory"
+
+Handler = Callable[[argparse.Namespace], int]
+Progress = Callable[[int, int], None]
+log = logging.getLogger(__name__)
+
+
+class UsageError(CodedError):
+    """The command line is wrong: an unknown command or option, a missing or bad value.
+
+    ``usage`` is the failing (sub)command's usage text, printed above the line in text mode only.
+    """
+
+    code = "usage"
+
+    def __init__(self, message: str, *, usage: str = "") -> None:
+        super().__init__(message)
+        self._usage = usage
+
+
+class Interrupted(CodedInterrupt):
+    """The user interrupted a command (Ctrl-C) that has no more to say about what it stopped."""
+
+    code = "interrupted"
+
+
+class InternalError(CodedError):
+    """An exception without a code escaped a command: a bug to report, with the traceback."""
+
+    code = "internal_error"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A global option of one CLI, accepted before or after the subcommand.
+
+    ``flags`` as for ``add_argument``; ``switch`` makes it a flag without a value.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    switch: bool = False
+
+
+# -- value types -------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[0-9]+\Z")
+
+
+def limit(text: str) -> int:
+    """``--limit``: a whole number from 1 to ``LIMIT_MAX``."""
+    if not _DIGITS.match(text.strip()) or not 1 <= int(text) <= LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LIMIT_MAX}, got {text!r}")
+    return int(text)
+
+
+def instant_ms(text: str) -> int:
+    """``--before``/``--since``: epoch milliseconds, or an ISO 8601 date or date-time.
+
+    A date is its midnight; a time without an offset is local time (``$TZ``), like the times the
+    CLIs print. The value must fall in 1970 … the end of signed 64-bit milliseconds.
+    """
+    text = text.strip()
+    if _DIGITS.match(text):
+        value = int(text)
+    else:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be epoch milliseconds or an ISO 8601 date/time (2026-01-31, "
+                f"2026-01-31T08:00:00+00:00), got {text!r}"
+            ) from None
+        value = round(moment.astimezone().timestamp() * 1000)
+    if not 0 <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms, got {text!r}")
+    return value
+
+
+def format_ms(ms: int | None, *, precise: bool = False) -> str:
+    """A time for people: local time with its UTC offset (``2026-01-31 08:00:00+00:00``; with
+    ``precise``, milliseconds too: ``08:00:00.250+00:00``); ``-`` for None."""
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
+    return moment.isoformat(sep=" ", timespec="milliseconds" if precise else "seconds")
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def json_out(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout."""
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+@contextlib.contextmanager
+def progress(label: str, *, enabled: bool) -> Iterator[Progress | None]:
+    """A ``(done, total)`` printer for long work, on stderr, when ``enabled`` and stderr is a TTY.
+
+    Yields None otherwise (``--json``, piped, redirected); ends its line when the work ends.
+    """
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    shown = False
+
+    def show(done: int, total: int) -> None:
+        nonlocal shown
+        shown = True
+        sys.stderr.write(f"\r{label}: {done}/{total}")
+        sys.stderr.flush()
+
+    try:
+        yield show
+    finally:
+        if shown:
+            sys.stderr.write("\n")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[TextIO]:
+    """While inside, everything written to stdout (``print``, child processes) goes to stderr.
+
+    Yields a stream on the real stdout, for the command's own output (``--json``).
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        real = _ReaderSafe(open(saved, "w", closefd=False, encoding="utf-8"))  # noqa: SIM115
+        try:
+            yield real  # type: ignore[misc]
+        finally:
+            real.flush()
+            real.close_inner()
+            sys.stdout.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+class _ReaderSafe(io.TextIOBase):
+    """stdout that outlives its reader: after EPIPE, later writes go nowhere instead of raising."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self.reader_gone = False
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._inner.fileno())
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if self.reader_gone:
+            return len(text)
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.reader_gone:
+            return
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def close_inner(self) -> None:
+        """Close the wrapped stream (its descriptor too, unless it was opened with closefd=False)."""
+        with contextlib.suppress(BrokenPipeError):
+            self._inner.close()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # TextIOBase declares it an attribute
+        return self._inner.encoding
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; see `{self.prog} --help`", usage=self.format_usage())
+
+
+_JSON = Option(("--json",), "print JSON (errors too, as one object on stderr)", switch=True)
+
+
+class CommandLine:
+    """One CLI: its parser, global options, commands, and ``main``.
+
+    Args:
+        prog: the command's name (``flows``, ``sail``).
+        description: one line under the usage.
+        epilog: text after the option list (storage, exit statuses …).
+        options: the CLI's own global options; ``--json`` and ``-v/--verbose`` are always there.
+    """
+
+    def __init__(
+        self, prog: str, *, description: str, epilog: str = "", options: Sequence[Option] = ()
+    ) -> None:
+        self.prog = prog
+        self._options = (*options, _JSON)
+        self.parser = _Parser(
+            prog=prog,
+            description=description,
+            epilog=epilog + _EXIT_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        self.parser.add_argument("--version", action="version", version=f"{prog} {_version()}")
+        self._add_globals(self.parser, top=True)
+        self._sub = self.parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def _add_globals(self, parser: argparse.ArgumentParser, *, top: bool) -> None:
+        # A subcommand's copy has no default, so it never overwrites a value given before the command.
+        group = parser.add_argument_group("global options (before or after the command)")
+        for opt in self._options:
+            kwargs: dict[str, Any] = {"help": opt.help}
+            if opt.switch:
+                kwargs["action"] = "store_true"
+            else:
+                kwargs["metavar"] = opt.metavar
+            if not top:
+                kwargs["default"] = argparse.SUPPRESS
+            group.add_argument(*opt.flags, **kwargs)
+        group.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            help="log what the library does on stderr (-vv: more); or set $FLOWS_LOG=info|debug",
+            **({"default": 0} if top else {"default": argparse.SUPPRESS}),
+        )
+
+    def command(self, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        """Register a subcommand run by ``handler(args) -> exit status``; return its parser."""
+        parser = self._sub.add_parser(
+            name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        self._add_globals(parser, top=False)
+        parser.set_defaults(handler=handler)
+        return parser
+
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        """Parse ``argv``; raises ``UsageError`` (or ``SystemExit(0)`` for help and version)."""
+        _complete(self.parser)
+        return self.parser.parse_args(list(argv))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Run one command line and return its exit status (never raises, but for ``$FLOWS_DEBUG``)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        wants_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+        guarded = _ReaderSafe(sys.stdout)
+        real_stdout, sys.stdout = sys.stdout, guarded
+        args: argparse.Namespace | None = None
+        try:
+            try:
+                args = self.parse(argv)
+                _configure_logging(args.verbose)
+                if args.command is None:
+                    if not wants_json:
+                        self.parser.print_help(sys.stderr)
+                    raise UsageError(f"a command is required; see `{self.prog} --help`")
+                status = int(args.handler(args))
+                sys.stdout.flush()
+                return status
+            except SystemExit as exc:  # --help, --version
+                sys.stdout.flush()
+                return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+            except CodedInterrupt as exc:  # a Ctrl-C that says what it stopped (a flow run)
+                return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
+            except KeyboardInterrupt:
+                stopped = Interrupted("interrupted (Ctrl-C); nothing was left half-written")
+                return self.diagnose(stopped, as_json=wants_json, run_id=_run_id_of(args))
+            except Exception as exc:  # every failure becomes one classified line, never a traceback
+                if os.environ.get("FLOWS_DEBUG"):
+                    raise
+                return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
+        finally:
+            sys.stdout = real_stdout
+
+    def diagnose(self, exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+        """Print the one diagnostic for ``exc`` on stderr; return its exit status.
+
+        ``run_id`` names the root run the command concerns, when the error does not say.
+        """
+        if not isinstance(exc, CodedError | CodedInterrupt):
+            log.debug("uncoded failure", exc_info=exc)
+            exc = InternalError(
+                f"{type(exc).__name__}: {exc} (a bug: rerun with FLOWS_DEBUG=1 for the traceback; "
+                "please report it)"
+            )
+        fields = exc.as_json()
+        run_id = fields.get("runId") or run_id
+        if as_json:
+            sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
+        else:
+            if isinstance(exc, UsageError):
+                sys.stderr.write(exc._usage)
+            where = f" (root run {run_id})" if run_id else ""
+            sys.stderr.write(f"{self.prog}: error[{exc.code}]: {exc.message}{where}\n")
+        return _exit_status(exc)
+
+
+_EXIT_EPILOG = """
+exit status: 0 done, 1 failed (one line on stderr: <prog>: error[<code>]: <what to do>), 2 usage
+(also when no command is given), 130 interrupted. A reader that goes away (| head) is not an error.
+"""
+
+
+def _run_id_of(args: argparse.Namespace | None) -> str | None:
+    value = vars(args).get("run_id") if args is not None else None
+    return value if isinstance(value, str) else None
+
+
+def _exit_status(exc: CodedError | CodedInterrupt) -> int:
+    if isinstance(exc, CodedInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, UsageError | JournalNameInvalid):  # an unsafe run id is a bad argument
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _version() -> str:
+    try:
+        return metadata.version(_DIST)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _configure_logging(verbose: int) -> None:
+    level_name = os.environ.get("FLOWS_LOG", "").strip().upper()
+    if verbose:
+        level = logging.INFO if verbose == 1 else logging.DEBUG
+    elif level_name:
+        level = logging.getLevelNamesMapping().get(level_name, logging.INFO)
+    else:
+        return
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer a shell's completion request (argcomplete sets ``_ARGCOMPLETE``), then exit."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    try:
+        import argcomplete
+    except ImportError:  # the completion extra is not installed: no completions, no error
+        return
+    argcomplete.autocomplete(parser)

@@ -1,0 +1,379 @@
+"""``flows`` and ``sail`` behave alike: help, version, usage errors, Ctrl-C, a closed pipe, options.
+
+Every test runs the real command in a fresh process, as a user or a script would.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import shlex
+import signal
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import orjson
+import portalocker
+import pytest
+
+from memory.cli import instant_ms
+from memory.ledger import Ledger, Skipped
+from sail._config import EMBEDDED, SailConfig, save_config
+from tests.conftest import ROOT
+from tests.flows.helpers import write_flow
+
+USDC, WETH, ROUTER = "0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20
+AGENT_KEY = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"  # anvil's public dev key 1
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TZ": "UTC", **extra}
+    for name in ("FLOWS_JOURNAL", "FLOWS_DB", "SAIL_HOME", "FLOWS_LOG", "FLOWS_DEBUG", "_ARGCOMPLETE"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def cli(prog: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", prog, *args],
+        capture_output=True,
+        text=True,
+        env=_env(**env),
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A history DB path with one done root run that learned two findings."""
+    db = tmp_path / "store" / "history.db"
+    flow = write_flow(
+        tmp_path / "notes.py",
+        'await f.memory.learn({"text": "tea wants water just off the boil", "tags": ["kitchen"]})\n'
+        'await f.memory.learn({"text": "bread likes a warm room", "tags": ["kitchen"]})',
+    )
+    done = cli("flows", "run", str(flow), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """An agent home with a config and three ledger entries."""
+    save_config(tmp_path, _config("http://127.0.0.1:1"))
+    with Ledger(tmp_path / ".sail").writer() as w:
+        for ts in (1000, 2000, 3000):
+            w.append(Skipped(ts=ts, block=ts // 100, chain_id=31337, reason="quote returned 0"))
+    return tmp_path
+
+
+def _config(rpc_url: str) -> SailConfig:
+    return SailConfig(
+        rpc_url=rpc_url,
+        router=ROUTER,
+        token_in=USDC,
+        token_out=WETH,
+        amount_in=25_000_000,
+        interval_s=3600,
+        min_balance=25_000_000,
+    )
+
+
+def _where(prog: str, store: Path, home: Path) -> list[str]:
+    return ["--db", str(store)] if prog == "flows" else ["--home", str(home)]
+
+
+LISTING = {"flows": ["runs"], "sail": ["ledger"]}
+LIMITED = {"flows": ["recall"], "sail": ["why"]}
+DATED = {"flows": ["recall", "--before"], "sail": ["ledger", "--since"]}
+COMMANDS = {
+    "flows": ["run", "resume", "runs", "journal", "recall", "why", "sync", "check", "demo"],
+    "sail": ["init", "tick", "ledger", "why", "status", "demo"],
+}
+BOTH = pytest.mark.parametrize("prog", ["flows", "sail"])
+
+
+@BOTH
+def test_help_lists_every_command_and_exits_0(prog: str) -> None:
+    for flag in ("-h", "--help"):
+        result = cli(prog, flag)
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout.startswith(f"usage: {prog} ")
+        assert all(f"\n    {c} " in result.stdout for c in COMMANDS[prog]), result.stdout
+        assert "exit status: 0 done, 1 failed" in result.stdout
+    for command in COMMANDS[prog]:
+        result = cli(prog, command, "--help")
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: {prog} {command} ")
+        assert "--json" in result.stdout and "--verbose" in result.stdout
+
+
+@BOTH
+def test_no_command_prints_help_on_stderr_and_exits_2(prog: str) -> None:
+    result = cli(prog)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"usage: {prog} ")
+    assert result.stderr.endswith(f"{prog}: error[usage]: a command is required; see `{prog} --help`\n")
+    as_json = cli(prog, "--json")
+    assert (as_json.returncode, as_json.stdout) == (2, "")
+    assert orjson.loads(as_json.stderr) == {
+        "code": "usage",
+        "message": f"a command is required; see `{prog} --help`",
+        "runId": None,
+    }
+
+
+@BOTH
+def test_version_comes_from_the_installed_distribution(prog: str) -> None:
+    result = cli(prog, "--version")
+    assert (result.returncode, result.stdout) == (0, f"{prog} {metadata.version('flows-memory')}\n")
+
+
+@BOTH
+@pytest.mark.parametrize("bad", ["0", "-3", "ten", str(2**64), "100001"])
+def test_a_bad_limit_is_a_usage_error_in_text_and_in_json(prog: str, bad: str, tmp_path: Path) -> None:
+    where = _where(prog, tmp_path / "h.db", tmp_path)
+    result = cli(prog, *LIMITED[prog], "--limit", bad, *where)
+    assert (result.returncode, result.stdout) == (2, "")
+    last = result.stderr.splitlines()[-1]
+    assert last == (
+        f"{prog}: error[usage]: argument --limit: must be a whole number from 1 to 100000, got {bad!r}; "
+        f"see `{prog} {LIMITED[prog][0]} --help`"
+    )
+    as_json = cli(prog, *LIMITED[prog], "--limit", bad, "--json", *where)
+    assert (as_json.returncode, as_json.stdout) == (2, "")
+    assert len(as_json.stderr.splitlines()) == 1
+    obj = orjson.loads(as_json.stderr)
+    assert obj["code"] == "usage" and obj["message"] == last.split("error[usage]: ", 1)[1]
+
+
+@BOTH
+@pytest.mark.parametrize("bad", [str(2**64), "yesterday", "2026-13-01"])
+def test_a_bad_date_is_a_usage_error(prog: str, bad: str, tmp_path: Path) -> None:
+    result = cli(prog, *DATED[prog], bad, "--json", *_where(prog, tmp_path / "h.db", tmp_path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert orjson.loads(result.stderr)["code"] == "usage"
+
+
+def test_dates_are_epoch_milliseconds_or_iso_8601() -> None:
+    assert instant_ms("1769817600000") == 1769817600000
+    assert instant_ms("2026-01-31T00:00:00+00:00") == 1769817600000
+    assert instant_ms("2026-01-31T01:00:00+01:00") == 1769817600000
+    assert instant_ms(str(2**63 - 1)) == 2**63 - 1
+
+
+@BOTH
+def test_global_options_work_before_and_after_the_command(prog: str, store: Path, home: Path) -> None:
+    where = _where(prog, store, home)
+    before = cli(prog, *where, "--json", *LISTING[prog])
+    after = cli(prog, *LISTING[prog], *where, "--json")
+    mixed = cli(prog, "--json", *LISTING[prog], *where)
+    assert before.returncode == 0, before.stderr
+    assert before.stdout == after.stdout == mixed.stdout
+    assert len(orjson.loads(before.stdout)) in (1, 3)
+
+
+@BOTH
+def test_a_reader_that_goes_away_is_not_an_error(prog: str, store: Path, home: Path) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", prog, *LISTING[prog], *_where(prog, store, home)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the command writes a byte
+        err = proc.stderr.read()
+        assert (proc.wait(timeout=60), err) == (0, b"")
+
+
+def test_a_flow_whose_reader_went_away_still_finishes_done(store: Path, tmp_path: Path) -> None:
+    body = 'for n in range(2000):\n    print("line", n)\nawait f.memory.learn({"text": "said it all"})'
+    chatty = write_flow(tmp_path / "chatty.py", body)
+    with subprocess.Popen(
+        [sys.executable, "-m", "flows", "run", str(chatty), "--db", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert (proc.wait(timeout=60), err) == (0, b"")
+    runs = orjson.loads(cli("flows", "runs", "--json", "--db", str(store)).stdout)
+    assert [r["state"] for r in runs] == ["done", "done"]
+
+
+def test_flows_run_json_keeps_stdout_pure_json(tmp_path: Path) -> None:
+    body = 'print("hello from the body")\nos.write(1, b"and from its fd\\n")'
+    chatty = write_flow(tmp_path / "chatty.py", body)
+    chatty.write_text("import os\n" + chatty.read_text())
+    result = cli("flows", "run", str(chatty), "--json", "--db", str(tmp_path / "h.db"))
+    assert result.returncode == 0, result.stderr
+    assert set(orjson.loads(result.stdout)) == {"runId", "state", "output"}
+    assert "hello from the body" in result.stderr and "and from its fd" in result.stderr
+
+
+def _wait_for(stream: int, text: bytes, proc: subprocess.Popen[bytes]) -> bytes:
+    """Read ``stream`` until ``text`` shows up (bounded by the test timeout)."""
+    seen = b""
+    while text not in seen:
+        assert proc.poll() is None, seen
+        ready, _, _ = select.select([stream], [], [], 1.0)
+        if ready:
+            chunk = os.read(stream, 4096)
+            assert chunk, seen
+            seen += chunk
+    return seen
+
+
+def test_ctrl_c_stops_flows_run_with_130_and_the_run_reads_interrupted(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    slow = write_flow(tmp_path / "slow.py", 'print("ready", flush=True)\nawait asyncio.sleep(600)')
+    with subprocess.Popen(
+        [sys.executable, "-m", "flows", "run", str(slow), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        _wait_for(proc.stdout.fileno(), b"ready", proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        err = proc.stderr.read().decode()
+    assert err.startswith("flows: error[flow_interrupted]: the run was interrupted (Ctrl-C)"), err
+    assert len(err.splitlines()) == 1
+    runs = orjson.loads(cli("flows", "runs", "--json", "--db", str(db)).stdout)
+    assert [r["state"] for r in runs] == ["interrupted"]
+
+
+def test_ctrl_c_stops_a_sail_tick_waiting_for_its_chain_with_130(tmp_path: Path) -> None:
+    save_config(tmp_path, _config(EMBEDDED))
+    lock_path = tmp_path / ".sail" / "chain" / "anvil.lock"
+    lock_path.parent.mkdir(parents=True)
+    with (
+        portalocker.Lock(str(lock_path), mode="a", timeout=5),  # another process "holds the chain"
+        subprocess.Popen(
+            [sys.executable, "-m", "sail", "-v", "tick", "--home", str(tmp_path), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(SAIL_PRIVATE_KEY=AGENT_KEY),
+        ) as proc,
+    ):
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = _wait_for(proc.stderr.fileno(), b"taking the embedded chain's lock", proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        rest = seen + proc.stderr.read()
+        assert proc.stdout.read() == b""
+    last = orjson.loads(rest.decode().splitlines()[-1])
+    assert last["code"] == "interrupted"
+
+
+def test_sail_without_the_chain_extra_says_which_extra_to_install(tmp_path: Path) -> None:
+    save_config(tmp_path, _config("http://127.0.0.1:1"))
+    code = (
+        "import sys\n"
+        "sys.modules['web3'] = None  # as if the chain extra were not installed\n"
+        "from sail._cli import main\n"
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "tick", "--home", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(SAIL_PRIVATE_KEY=AGENT_KEY),
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "sail: error[sail_chain_missing]: this sail command needs the chain extra (web3 is not installed): "
+        "pip install 'flows-memory[chain]'\n"
+    )
+
+
+def _on_a_terminal(*argv: str) -> tuple[int, str]:
+    """Run a command whose stderr is a terminal (stdout piped); return its status and what it showed."""
+    controller, terminal = pty.openpty()
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=terminal, env=_env()) as proc:
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal closed: the command is done with it
+                break
+            if not chunk:
+                break
+            shown += chunk
+        os.close(controller)
+        assert proc.stdout is not None
+        proc.stdout.read()
+        return proc.wait(timeout=60), shown.decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_only_and_never_with_json(store: Path) -> None:
+    status, shown = _on_a_terminal(sys.executable, "-m", "flows", "sync", "--db", str(store))
+    assert status == 0 and "sync: files ingested: 2/2" in shown
+    status, shown = _on_a_terminal(sys.executable, "-m", "flows", "sync", "--json", "--db", str(store))
+    assert (status, shown) == (0, "")
+    piped = cli("flows", "sync", "--db", str(store))
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_verbose_and_flows_log_turn_the_library_logs_on(tmp_path: Path) -> None:
+    flow = write_flow(tmp_path / "quiet.py", 'await f.memory.learn({"text": "logged"})')
+    quiet = cli("flows", "run", str(flow), "--db", str(tmp_path / "a.db"))
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    for argv, env in ((["-v"], {}), ([], {"FLOWS_LOG": "info"})):
+        loud = cli("flows", *argv, "run", str(flow), "--db", str(tmp_path / "b.db"), **env)
+        assert loud.returncode == 0
+        assert "flows._runtime: INFO: root run " in loud.stderr and ": done" in loud.stderr
+
+
+@BOTH
+def test_shell_completion_offers_the_commands(prog: str, tmp_path: Path) -> None:
+    out = tmp_path / "completions"
+    line = f"{prog} s"
+    subprocess.run(
+        [sys.executable, "-m", prog],
+        env=_env(
+            _ARGCOMPLETE="1",
+            COMP_LINE=line,
+            COMP_POINT=str(len(line)),
+            _ARGCOMPLETE_STDOUT_FILENAME=str(out),
+        ),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    offered = {word.strip() for word in out.read_text().split("\x0b")}
+    expected = {"sync"} if prog == "flows" else {"status"}
+    assert expected <= offered and "runs" not in offered
+
+
+def test_times_for_people_show_their_zone(store: Path) -> None:
+    table = cli("flows", "runs", "--db", str(store), TZ="UTC").stdout.splitlines()
+    assert table[1].split()[4:6][1].endswith("+00:00")
+    shifted = cli("flows", "runs", "--db", str(store), TZ="Asia/Kolkata").stdout.splitlines()
+    assert shifted[1].split()[4:6][1].endswith("+05:30")
+
+
+def test_flows_demo_keeps_its_store_and_prints_commands_that_run(tmp_path: Path) -> None:
+    kept = tmp_path / "kept demo"  # a space, so the printed commands must quote it
+    demo = cli("flows", "demo", "--keep", str(kept))
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    tail = demo.stdout.split(f"the store is kept in {kept}; try:\n", 1)[1]
+    commands = [shlex.split(line) for line in tail.splitlines() if line.strip()]
+    assert [c[1] for c in commands] == ["runs", "why", "recall", "check"]
+    assert {c[0] for c in commands} == {"flows"}
+    for command in commands:
+        result = cli(*command)
+        assert result.returncode == 0, (command, result.stderr)
+        assert result.stdout.strip()
+    assert (kept / "history.db").exists()

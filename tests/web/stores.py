@@ -1,0 +1,186 @@
+"""Stores for the dashboard's tests, built with the project's own write paths.
+
+``demo_store`` is what ``flows demo`` leaves, and a little more: a done run that learned the demo's
+weather findings and took a step (synced into the history DB), a later done run whose findings are
+still unsynced files (one of them holds ``<script>``), a failed run, and an interrupted one.
+``agent_home`` is the ledger ``sail demo`` leaves, appended through the ledger's own writer: a
+confirmed swap, a cadence skip, a reverted swap, a confirmed swap, a cadence skip, a balance skip;
+with the runner's activity log and a config like the demo's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import flows
+import journal
+import memory
+from memory.ledger import (
+    Acted,
+    ActivityLog,
+    Amount,
+    DispatchSettled,
+    DispatchSubmitted,
+    Ledger,
+    Outcome,
+    Skipped,
+    balance_reason,
+    cadence_reason,
+)
+
+SCRIPT_TEXT = '<script>alert("owned")</script> storms & <b>gales</b>'
+
+_WEATHER = """\
+import flows
+
+OBSERVATIONS = [
+    ("rain follows a falling barometer", ["weather", "pressure"]),
+    ("fog forms when the air cools to its dew point", ["weather", "fog"]),
+    ("a red sky at night often means fair weather next day", ["weather", "sky"]),
+    ("thunder follows lightning because sound is slower than light", ["storm", "physics"]),
+    ("snow needs the air near the ground below about 2 C", ["weather", "snow"]),
+    ("wind flows from high pressure toward low pressure", ["wind", "pressure"]),
+]
+
+
+def read_barometer():
+    return {"hPa": 1003}
+
+
+@flows.flow(name="weather-notes", scope="weather")
+async def body(f):
+    reading = await f.step("barometer", read_barometer)
+    for text, tags in OBSERVATIONS:
+        await f.memory.learn({"text": text, "tags": tags, "source": "observation"})
+    return {"learned": len(OBSERVATIONS), "hPa": reading["hPa"]}
+"""
+
+_LATER = f"""\
+import flows
+
+
+@flows.flow(name="storm-watch", scope="weather")
+async def body(f):
+    await f.memory.learn({{"text": {SCRIPT_TEXT!r}, "tags": ["storm"], "source": "observation"}})
+    await f.memory.learn({{"text": "pressure drops fast before a storm", "tags": ["storm", "pressure"],
+                           "metadata": {{"station": "EGLL", "hPa": 990}}}})
+"""
+
+_FAILING = """\
+import flows
+
+
+@flows.flow(name="flaky-sensor", scope="sensors")
+async def body(f):
+    raise RuntimeError("the sensor did not answer")
+"""
+
+
+@dataclass(frozen=True)
+class DemoStore:
+    """A populated store: where it is and what is in it."""
+
+    db: Path
+    journal: Path
+    done_run: str
+    later_run: str
+    failed_run: str
+    interrupted_run: str
+
+
+def demo_store(home: Path) -> DemoStore:
+    """Populate a store under ``home`` (see the module docstring)."""
+    home.mkdir(parents=True, exist_ok=True)
+    db = home / "history.db"
+    files = {"weather_notes.py": _WEATHER, "storm_watch.py": _LATER, "flaky_sensor.py": _FAILING}
+    for name, text in files.items():
+        (home / name).write_text(text)
+    done = flows.run(home / "weather_notes.py", db=db)
+    assert done.ok, done.error
+    with memory.MemoryStore(db) as store:
+        store.sync()
+    later = flows.run(home / "storm_watch.py", db=db)
+    assert later.ok, later.error
+    failed = flows.run(home / "flaky_sensor.py", db=db)
+    assert not failed.ok
+    backend = journal.open_journal(home / "flows-journal")
+    try:
+        info, lease = backend.begin("night-shift", "weather", {"source": str(home / "night.py")})
+        backend.release(lease)  # the holder let go without finishing: interrupted
+    finally:
+        backend.close()
+    return DemoStore(db, home / "flows-journal", done.run_id, later.run_id, failed.run_id, info.run_id)
+
+
+USDC = "0x" + "1a" * 20
+WETH = "0x" + "2b" * 20
+ROUTER = "0x" + "3c" * 20
+AGENT = "0x" + "4d" * 20
+CHAIN = 31337
+T0 = 1_767_225_600  # 2026-01-01 00:00 UTC
+
+
+def _tx(n: int) -> str:
+    return f"0x{n:064x}"
+
+
+def _swap(ts: int, block: int, n: int, outcome: Outcome, *balances: int) -> Acted:
+    confirmed = outcome is Outcome.CONFIRMED
+    return Acted(
+        ts=ts,
+        block=block,
+        chain_id=CHAIN,
+        action="swap",
+        permission="demo-dca-permission",
+        outcome=outcome,
+        tx_hash=_tx(n),
+        gas_used=142_013,
+        token_in=USDC,
+        token_out=WETH,
+        amount_in=Amount.of(25_000_000, 6, "USDC"),
+        amount_out=Amount.of(9_821_340_000_000_000, 18, "WETH") if confirmed else None,
+        balances_after=dict(zip((USDC, WETH), balances, strict=True)) if confirmed else None,
+    )
+
+
+def agent_entries() -> list[Acted | Skipped]:
+    """The six ticks of ``sail demo``, as its ledger records them."""
+    hour = 3600
+    return [
+        _swap(T0 + 12, 5, 1, Outcome.CONFIRMED, 35_000_000, 9_821_340_000_000_000),
+        Skipped(ts=T0 + 60, block=6, chain_id=CHAIN, reason=cadence_reason(48, hour)),
+        _swap(T0 + 60 + hour + 12, 9, 2, Outcome.REVERTED, 0, 0),
+        _swap(T0 + 120 + hour + 12, 11, 3, Outcome.CONFIRMED, 10_000_000, 19_642_680_000_000_000),
+        Skipped(ts=T0 + 180 + hour, block=12, chain_id=CHAIN, reason=cadence_reason(48, hour)),
+        Skipped(
+            ts=T0 + 180 + 2 * hour, block=14, chain_id=CHAIN, reason=balance_reason(10_000_000, 25_000_000)
+        ),
+    ]
+
+
+def agent_home(home: Path) -> Path:
+    """An agent home like ``sail demo`` leaves (see the module docstring); returns ``home``."""
+    sail = home / ".sail"
+    (sail / "memory").mkdir(parents=True, exist_ok=True)
+    (sail / "config.toml").write_text(
+        "# sail agent config, written by `sail init`; amounts are base units\n"
+        f'rpc_url = "http://127.0.0.1:8545"\nrouter = "{ROUTER}"\ntoken_in = "{USDC}"\n'
+        f'token_out = "{WETH}"\namount_in = "25000000"\ninterval_s = 3600\nmin_balance = "25000000"\n'
+        'permission = "demo-dca-permission"\n'
+    )
+    activity = ActivityLog(sail)
+    entries = agent_entries()
+    for e in entries:
+        if isinstance(e, Acted):
+            activity.append(
+                DispatchSubmitted(
+                    e.ts - 10, CHAIN, e.tx_hash, AGENT, ROUTER, "0x38ed1739", "swap", e.permission
+                )
+            )
+            event = "dispatch_executed" if e.outcome is Outcome.CONFIRMED else "dispatch_reverted"
+            activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013))
+    with Ledger(sail).writer() as writer:
+        for e in entries:
+            writer.append(e)
+    return home

@@ -1,0 +1,167 @@
+"""A damaged store shows its coded error (code, message, the file and line) and never a traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+import memory
+from flows.web import ServeConfig
+from flows.web import _agent as agent_module
+from tests.web.conftest import client_for
+from tests.web.stores import DemoStore
+
+
+@pytest.fixture
+def copies(demo: DemoStore, agent: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A private copy of the demo store's folder and of the agent home, to damage."""
+    store = tmp_path / "store"
+    shutil.copytree(demo.db.parent, store)
+    home = tmp_path / "agent"
+    shutil.copytree(agent, home)
+    return store, home
+
+
+@pytest.fixture
+def damaged(copies: tuple[Path, Path]) -> Iterator[TestClient]:
+    store, home = copies
+    with client_for(ServeConfig(db=str(store / "history.db"), sail_homes=(home,))) as c:
+        yield c
+    c.app.state.reader.close()  # type: ignore[attr-defined]
+
+
+def assert_coded(client: TestClient, page: str, api: str, code: str, status: int, *needles: str) -> None:
+    html = client.get(page)
+    assert html.status_code == status
+    assert f'<code class="code">{code}</code>' in html.text
+    assert "Traceback" not in html.text and 'File "' not in html.text
+    for needle in needles:
+        assert needle in html.text
+    body = client.get(api)
+    assert body.status_code == status and body.json()["code"] == code
+    for needle in needles:
+        assert needle in body.text
+
+
+def test_a_damaged_run_record_fails_the_runs_listing_naming_the_file(
+    damaged: TestClient, copies: tuple[Path, Path], demo: DemoStore
+) -> None:
+    run_json = copies[0] / "flows-journal" / "runs" / demo.failed_run / "run.json"
+    run_json.write_bytes(b'{"runId": "not this one"')
+    assert_coded(damaged, "/runs", "/api/runs", "journal_corrupt", 500, str(run_json))
+
+
+def test_a_damaged_stream_line_fails_the_runs_timeline_naming_the_line(
+    damaged: TestClient, copies: tuple[Path, Path], demo: DemoStore
+) -> None:
+    log = copies[0] / "flows-journal" / "runs" / demo.done_run / "streams" / "memory-learn.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b"fog", b"FOG")  # the checksum no longer matches
+    log.write_bytes(b"\n".join(lines))
+    page, api = f"/runs/{demo.done_run}", f"/api/runs/{demo.done_run}"
+    assert_coded(damaged, page, api, "journal_corrupt", 500, str(log))
+    assert damaged.get(api).json()["line"] == 2
+
+
+def test_a_damaged_learned_file_fails_the_findings_naming_the_file(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    learned = next((copies[0] / "flows-memory").rglob("*.json"))
+    learned.write_bytes(b"{ not json")
+    assert_coded(damaged, "/findings", "/api/findings", "memory_unreachable", 500, str(learned))
+    assert damaged.get("/api/findings", params={"q": "storm"}).json()["code"] == "memory_unreachable"
+
+
+def test_a_history_db_that_is_not_a_database_is_a_coded_error(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    db = copies[0] / "history.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    db.write_bytes(b"this is not a database" * 100)
+    assert_coded(damaged, "/findings", "/api/findings", "memory_unreachable", 500, str(db))
+
+
+def test_an_older_db_is_refused_and_left_exactly_as_it_was(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    db = copies[0] / "history.db"
+    old = copies[0] / "old.db"
+    sqlite3.connect(old).close()  # an empty DB: schema 0, which the memory layer would migrate
+    os.replace(old, db)
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    before = (db.read_bytes(), db.stat().st_mtime_ns)
+    assert_coded(damaged, "/findings", "/api/findings", "serve_db_outdated", 503, "flows sync")
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before
+    assert memory.SCHEMA_VERSION >= 1
+
+
+def test_a_damaged_ledger_line_fails_the_agent_page_naming_the_line(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
+    lines = ledger.read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b'"outcome":"reverted"', b'"outcome":"maybe"')
+    ledger.write_bytes(b"\n".join(lines))
+    assert_coded(damaged, "/agents/0", "/api/agents/0/ledger", "journal_corrupt", 500, str(ledger))
+    assert damaged.get("/api/agents/0/ledger").json()["line"] == 3
+
+
+def test_a_torn_last_ledger_line_is_not_an_error_and_not_shown(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
+    with ledger.open("ab") as f:
+        f.write(b'{"ts": 17672')  # an append in flight
+    assert len(damaged.get("/api/agents/0/ledger").json()) == 6
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+def test_a_ledger_that_is_not_a_regular_file_is_a_coded_error_and_never_blocks(
+    damaged: TestClient, copies: tuple[Path, Path], kind: str
+) -> None:
+    ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
+    real = ledger.with_name("elsewhere.jsonl")
+    os.replace(ledger, real)
+    if kind == "link":
+        ledger.symlink_to(real)
+    elif kind == "fifo":
+        os.mkfifo(ledger)
+    else:
+        ledger.mkdir()
+    assert_coded(damaged, "/agents/0", "/api/agents/0/ledger", "journal_corrupt", 500, str(ledger))
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "garbage"])
+def test_an_unreadable_config_leaves_the_cadence_unknown_not_the_page_broken(
+    damaged: TestClient, copies: tuple[Path, Path], kind: str
+) -> None:
+    config = copies[1] / ".sail" / "config.toml"
+    config.unlink()
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "garbage":
+        config.write_text("interval_s = [nope")
+    status = damaged.get("/api/agents/0/status").json()
+    assert status["intervalS"] is None and str(config) in status["intervalProblem"]
+    assert damaged.get("/agents/0").status_code == 200
+
+
+def test_an_unexpected_failure_is_serve_internal_without_its_traceback(
+    damaged: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(self: object) -> None:
+        raise ZeroDivisionError("a bug deep inside")
+
+    monkeypatch.setattr(agent_module.Agent, "recent_skips", boom)
+    page = damaged.get("/agents/0")
+    assert page.status_code == 500 and "serve_internal" in page.text
+    assert "a bug deep inside" not in page.text and "Traceback" not in page.text
+    assert damaged.get("/api/agents/0/why").json()["code"] == "serve_internal"

@@ -1,0 +1,294 @@
+"""Every route of the dashboard over HTTP: pages, the JSON API in the CLI's shapes, paging, escaping."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from flows._cli import main as flows_main
+from memory.ledger import Ledger
+from sail._cli import main as sail_main
+from tests.web.stores import SCRIPT_TEXT, DemoStore, agent_entries
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], main: Any, *argv: str) -> Any:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return orjson.loads(capsys.readouterr().out)
+
+
+def follow(client: TestClient, url: str) -> list[Any]:
+    """Every item of a paged JSON list, following ``Link: rel=next`` (bounded)."""
+    items: list[Any] = []
+    for _ in range(100):
+        response = client.get(url)
+        assert response.status_code == 200, response.text
+        items.extend(response.json())
+        link = response.headers.get("link")
+        if link is None:
+            return items
+        url = re.fullmatch(r'<([^>]+)>; rel="next"', link).group(1)  # type: ignore[union-attr]
+    raise AssertionError("paging did not end")
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+def test_the_runs_api_is_what_flows_runs_json_prints(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_json(capsys, flows_main, "runs", "--db", str(demo.db), "--json")
+    assert client.get("/api/runs").json() == expected
+    assert {r["state"] for r in expected} == {"done", "failed", "interrupted"}
+
+
+def test_the_runs_page_shows_each_run_with_its_state_flow_and_error(
+    client: TestClient, demo: DemoStore
+) -> None:
+    html = client.get("/runs").text
+    for run_id in (demo.done_run, demo.later_run, demo.failed_run, demo.interrupted_run):
+        assert f'href="/runs/{run_id}"' in html
+    assert re.search(r'class="badge state-interrupted">interrupted<', html)
+    assert "flaky-sensor" in html and "flow_failed" in html and "the sensor did not answer" in html
+    assert 'failed <span class="count">1</span>' in html
+
+
+def test_the_state_filter_keeps_only_that_state(client: TestClient, demo: DemoStore) -> None:
+    rows = client.get("/api/runs", params={"state": "failed"}).json()
+    assert [r["runId"] for r in rows] == [demo.failed_run]
+    html = client.get("/runs", params={"state": "done"}).text
+    assert demo.done_run in html and demo.failed_run not in html
+
+
+def test_runs_page_by_cursor_through_every_run_once(client: TestClient) -> None:
+    every = client.get("/api/runs").json()
+    paged = follow(client, "/api/runs?limit=1")
+    assert paged == every and len(paged) == 4
+    html = client.get("/runs", params={"limit": 2}).text
+    assert 'rel="next"' in html and "cursor=" in html
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"state": "sleeping"}, "serve_bad_request"),
+        ({"limit": "0"}, "serve_bad_request"),
+        ({"limit": "x"}, "serve_bad_request"),
+        ({"cursor": "20990101T000000-0000000000"}, "serve_bad_request"),
+    ],
+)
+def test_bad_runs_parameters_are_coded_400s(client: TestClient, params: dict[str, str], code: str) -> None:
+    response = client.get("/api/runs", params=params)
+    assert response.status_code == 400
+    assert response.json()["code"] == code
+    page = client.get("/runs", params=params)
+    assert page.status_code == 400 and code in page.text
+
+
+def test_a_runs_page_is_what_flows_show_json_prints(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_json(capsys, flows_main, "show", demo.done_run, "--db", str(demo.db), "--json")
+    assert client.get(f"/api/runs/{demo.done_run}").json() == expected
+    html = client.get(f"/runs/{demo.done_run}").text
+    kinds = [e["kind"] for e in expected["timeline"]]
+    assert kinds.count("learn") == 6 and "step" in kinds and "output" in kinds
+    for entry in expected["timeline"]:
+        record = entry["citation"]["id"]
+        assert f'id="rec-{record}"' in html  # every record is cited, and can be linked to
+    assert "rain follows a falling barometer" in html and "barometer#1" in html
+
+
+def test_a_record_picks_and_marks_its_row(client: TestClient, demo: DemoStore) -> None:
+    record = client.get(f"/api/runs/{demo.done_run}").json()["timeline"][3]["citation"]["id"]
+    html = client.get(f"/runs/{demo.done_run}", params={"record": record}).text
+    assert f'id="rec-{record}" class="entry kind-learn selected"' in html
+
+
+@pytest.mark.parametrize(
+    ("run_id", "code"),
+    [("20990101T000000-0000000000", "journal_run_not_found"), ("-not-a-run", "journal_name_invalid")],
+)
+def test_an_unknown_or_unsafe_run_id_is_a_coded_404(client: TestClient, run_id: str, code: str) -> None:
+    response = client.get(f"/api/runs/{run_id}")
+    assert response.status_code == 404 and response.json()["code"] == code
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 404 and code in page.text
+
+
+# -- findings ---------------------------------------------------------------------------------
+
+
+def test_the_findings_api_is_what_flows_recall_json_prints(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_json(capsys, flows_main, "recall", "--db", str(demo.db), "--json", "--limit", "25")
+    assert client.get("/api/findings").json() == expected
+    assert len(expected) == 8
+
+
+def test_a_question_is_answered_by_why_ranked_as_flows_why_json(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    question = "why do storms follow falling pressure"
+    expected = cli_json(capsys, flows_main, "why", question, "--db", str(demo.db), "--json", "--limit", "25")
+    assert client.get("/api/findings", params={"q": question}).json() == expected
+    assert "pressure drops fast before a storm" in [a["text"] for a in expected]
+    html = client.get("/findings", params={"q": question}).text
+    assert "station=<code>&#34;EGLL&#34;</code>" in html and "hPa=<code>990</code>" in html
+
+
+def test_matched_words_are_highlighted_and_each_finding_cites_its_record(client: TestClient) -> None:
+    answers = client.get("/api/findings", params={"q": "barometer"}).json()
+    html = client.get("/findings", params={"q": "barometer"}).text
+    assert "rain follows a falling <mark>barometer</mark>" in html
+    cite = answers[0]["journal"]
+    href = f'href="/runs/{cite["runId"]}?record={cite["id"]}#rec-{cite["id"]}"'
+    assert href in html
+    assert client.get(f"/runs/{cite['runId']}", params={"record": cite["id"]}).status_code == 200
+
+
+def test_a_finding_holding_a_script_shows_as_text(client: TestClient, demo: DemoStore) -> None:
+    for url in ("/findings", "/findings?q=storms", f"/runs/{demo.later_run}"):
+        html = client.get(url).text
+        assert "<script" not in html and "<b>gales" not in html
+        assert "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;" in html, url
+    assert SCRIPT_TEXT in [f["text"] for f in client.get("/api/findings").json()]
+
+
+def test_tag_source_and_scope_filters_apply(client: TestClient) -> None:
+    tagged = client.get("/api/findings", params={"tag": "fog"}).json()
+    assert [f["text"] for f in tagged] == ["fog forms when the air cools to its dew point"]
+    assert {f["source"] for f in client.get("/api/findings", params={"source": "storm-watch"}).json()} == {
+        "storm-watch"
+    }
+    assert client.get("/api/findings", params={"scope": "nowhere"}).json() == []
+    assert client.get("/api/findings", params={"q": "pressure", "tag": "wind"}).json()[0]["tags"] == [
+        "wind",
+        "pressure",
+    ]
+
+
+def test_findings_page_by_time_through_every_finding_once(client: TestClient) -> None:
+    every = client.get("/api/findings", params={"limit": 200}).json()
+    paged = follow(client, "/api/findings?limit=3")
+    assert [f["key"] for f in paged] == [f["key"] for f in every]
+    assert client.get("/api/findings", params={"cursor": "x.1"}).json()["code"] == "serve_bad_request"
+
+
+# -- agents -----------------------------------------------------------------------------------
+
+
+def test_the_agents_are_listed(client: TestClient, agent: Path) -> None:
+    assert client.get("/api/agents").json() == [
+        {"number": 0, "home": str(agent), "ledger": str(agent / ".sail" / "memory" / "ledger.jsonl")}
+    ]
+    assert 'href="/agents/0"' in client.get("/agents").text
+
+
+def test_the_ledger_api_pages_backwards_through_the_whole_ledger(client: TestClient, agent: Path) -> None:
+    wire = [e.to_wire() for e in Ledger(agent / ".sail").entries()]
+    assert wire == [e.to_wire() for e in agent_entries()]
+    assert follow(client, "/api/agents/0/ledger?limit=4") == list(reversed(wire))
+    assert client.get("/api/agents/0/ledger", params={"before": "7"}).status_code == 400
+
+
+def test_why_is_what_sail_why_json_prints(
+    client: TestClient, agent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_json(capsys, sail_main, "why", "--home", str(agent), "--json")
+    assert client.get("/api/agents/0/why").json() == expected
+    assert len(expected) == 3
+
+
+def test_status_agrees_with_sail_status_and_says_what_blocks(
+    client: TestClient, agent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = client.get("/api/agents/0/status").json()
+    expected = cli_json(capsys, sail_main, "status", "--home", str(agent), "--json")
+    for key in ("lastConfirmed", "intervalS", "openDispatches", "ledger"):
+        assert status[key] == expected[key], key
+    assert status["lastConfirmed"]["txHash"] == f"0x{3:064x}"
+    assert status["blockedBy"]["kind"] == "balance"
+    assert status["nextEligibleMs"] is None
+
+
+def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_entry(
+    client: TestClient,
+) -> None:
+    html = client.get("/agents/0").text
+    assert html.count('<tr class="entry acted') == 3 and html.count('<tr class="entry skipped"') == 3
+    assert "swap 25.0 USDC → 0.00982134 WETH" in html
+    assert f"0x{1:064x}" in html and "balance 10000000 &lt; min 25000000" in html
+    charts = re.findall(r"<svg class=\"chart\".*?</svg>", html, re.S)
+    assert len(charts) == 2  # USDC and WETH
+    for svg in charts:
+        assert len(re.findall(r'<circle class="point', svg)) == 3
+        assert len(re.findall(r'<circle class="point reverted hollow"', svg)) == 1
+    assert "blocked" in html and "cadence: last acted 48s ago" in html
+
+
+def test_the_balances_api_has_one_point_per_acted_entry(client: TestClient) -> None:
+    balances = client.get("/api/agents/0/balances").json()
+    assert [b["symbol"] for b in balances.values()] == ["USDC", "WETH"]
+    usdc = next(iter(balances.values()))
+    assert [p["balance"] for p in usdc["points"]] == ["35000000", None, "10000000"]
+    assert [p["outcome"] for p in usdc["points"]] == ["confirmed", "reverted", "confirmed"]
+
+
+def test_an_unknown_agent_is_a_coded_404(client: TestClient) -> None:
+    response = client.get("/api/agents/7/status")
+    assert response.status_code == 404 and response.json()["code"] == "serve_not_found"
+    assert client.get("/agents/7").status_code == 404
+
+
+# -- the rest ---------------------------------------------------------------------------------
+
+
+def test_the_root_goes_to_runs_and_unknown_paths_are_coded_404s(client: TestClient) -> None:
+    assert client.get("/").headers["location"] == "/runs"
+    page = client.get("/nowhere")
+    assert page.status_code == 404 and "serve_not_found" in page.text
+    assert client.get("/api/nowhere").json()["code"] == "serve_not_found"
+
+
+def test_only_get_is_served(client: TestClient) -> None:
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        response = client.request(method, "/api/runs")
+        assert response.status_code == 405 and response.headers["allow"] == "GET, HEAD"
+
+
+def test_every_answer_carries_the_security_headers_and_the_stylesheet_is_served(client: TestClient) -> None:
+    css = client.get("/static/style.css")
+    assert css.status_code == 200 and "svg.chart" in css.text
+    for url in ("/runs", "/api/runs", "/static/style.css", "/nowhere"):
+        headers = client.get(url).headers
+        assert headers["content-security-policy"].startswith("default-src 'none'")
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["cache-control"] == "no-store"
+
+
+def test_pages_load_nothing_from_elsewhere_and_run_no_script(client: TestClient, demo: DemoStore) -> None:
+    for url in ("/runs", f"/runs/{demo.done_run}", "/findings?q=rain", "/agents/0"):
+        html = client.get(url).text
+        assert "<script" not in html
+        assert not re.search(r'(src|href)="(https?:)?//', html), url
+
+
+def test_a_finding_has_its_own_page_and_json_from_its_key(client: TestClient) -> None:
+    every = client.get("/api/findings").json()
+    first = every[0]
+    assert client.get(f"/api/findings/{first['key']}").json() == first
+    html = client.get(f"/findings/{first['key']}").text
+    cite = first["citation"]
+    assert f'href="/runs/{cite["runId"]}?record={cite["id"]}#rec-{cite["id"]}"' in html
+    assert f'href="/findings/{first["key"]}"' in client.get("/findings").text
+    missing = client.get("/api/findings/" + "0" * 32)
+    assert missing.status_code == 404 and missing.json()["code"] == "serve_not_found"
+    bad = client.get("/api/findings/not-a-key")
+    assert bad.status_code == 400 and bad.json()["code"] == "memory_argument_invalid"
