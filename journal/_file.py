@@ -6,9 +6,14 @@ Layout under the journal's root directory::
     runs/<run-id>/run.lock            the run lock: held briefly around every append and state change
     runs/<run-id>/lease.lock          held (flock) by the lease holder for as long as it drives the run
     runs/<run-id>/streams/<name>.jsonl one stream: a LineLog of checksummed, numbered records
+    runs/<run-id>/streams/<name>.jsonl.lock its marks: how far syncs reached, what a failed one poisoned
 
 The lease dies with its process because ``flock`` locks die with their open files: a crashed driver
 is seen as ``interrupted`` at once. Fencing comes from the epoch stored in ``run.json``.
+
+Everything read back is untrusted: ``run.json`` and every stream line are checked field by field,
+and every file and folder is opened or looked at without following links, never waiting on a FIFO,
+and must be of its kind; anything else is ``JournalCorrupt`` naming the path.
 """
 
 from __future__ import annotations

@@ -231,3 +231,17 @@ def test_a_syncer_queued_behind_another_process_s_sync_finds_its_mark_and_does_n
     assert not waiter.is_alive()
     assert syncs == []  # the waiter found the mark and did not sync again
     assert writer.watermark() == end == path.stat().st_size
+
+
+def test_unwrite_takes_back_unacknowledged_lines_only_and_their_sync_then_fails(tmp_path: Path) -> None:
+    log, path = _log_with(tmp_path, 2)
+    acked = path.read_bytes()
+    with log.locked():
+        log.recover()
+        assert not log.unwrite(1, len(acked))  # acknowledged: never cut
+        end = log.write([Record("r", "s", 3, "id3", "k3", 3, {"t": "y"})])
+        gen = log.generation
+        assert log.unwrite(1, end)
+    assert path.read_bytes() == acked
+    with pytest.raises(journal.JournalUnwritable):
+        log.sync_to(end, generation=gen)
