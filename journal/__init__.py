@@ -7,8 +7,10 @@ from journal._errors import (
     JournalError,
     JournalLeaseHeld,
     JournalLeaseLost,
+    JournalLocationInvalid,
     JournalNameInvalid,
     JournalNotResumable,
+    JournalPayloadInvalid,
     JournalReadInterrupted,
     JournalRunNotFound,
     JournalStorageError,
@@ -18,7 +20,7 @@ from journal._errors import (
 )
 from journal._file import FileJournal, RecordCodec, now_ms
 from journal._linelog import LineCodec, LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
+from journal._model import Lease, Record, RunInfo, RunState, check_key, check_name, payload_json, record_id
 from journal._open import open_journal
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "JournalError",
     "JournalLeaseHeld",
     "JournalLeaseLost",
+    "JournalLocationInvalid",
     "JournalNameInvalid",
     "JournalNotResumable",
+    "JournalPayloadInvalid",
     "JournalReadInterrupted",
     "JournalRunNotFound",
     "JournalStorageError",
@@ -45,9 +49,11 @@ __all__ = [
     "RecordCodec",
     "RunInfo",
     "RunState",
+    "check_key",
     "check_name",
     "now_ms",
     "open_journal",
+    "payload_json",
     "record_id",
 ]
 
