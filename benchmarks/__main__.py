@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick | --smoke] [--json]``: every performance figure of issue 8 in one run.
+"""``python -m benchmarks [--quick | --smoke] [--json]``: every performance figure in one run.
 
 Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 8 writers on the file
 and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),

@@ -1,4 +1,4 @@
-"""The ``flows`` command line: run, resume, and ask what a flow remembers and why (SPEC R-F4, R-F5)."""
+"""The ``flows`` command line: run, resume, and ask what a flow remembers and why."""
 
 from __future__ import annotations
 

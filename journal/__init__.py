@@ -1,4 +1,4 @@
-"""The journal kernel: durable root runs, leases with fencing, append-only streams (SPEC R-J)."""
+"""The journal kernel: durable root runs, leases with fencing, append-only streams."""
 
 from journal._backend import JournalBackend
 from journal._errors import (

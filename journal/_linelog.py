@@ -1,7 +1,7 @@
 """The durable line log: append-only lines, one record each, with torn-tail recovery.
 
 One module serves every append-only file of the project: journal streams (whose codec adds a
-sequence number and a checksum to each line) and the agent ledger (whose lines are the seed's
+sequence number and a checksum to each line) and the agent ledger (whose lines are the entry schema's
 schema, bare). The log itself knows nothing of what a record means; its codec encodes a record as
 one line and decodes a line back, raising ``LineDamaged`` when the bytes are not a valid record.
 

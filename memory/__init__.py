@@ -1,4 +1,4 @@
-"""Findings memory over the journal (SPEC R-L, R-R); the agent ledger lives in ``memory.ledger``."""
+"""Findings memory over the journal; the agent ledger lives in ``memory.ledger``."""
 
 from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
 from memory._db import SCHEMA_VERSION, HistoryDB

@@ -1,4 +1,4 @@
-"""Staging: hidden temporary files, atomic publish, the fsync discipline, sweeping (SPEC R-S)."""
+"""Staging: hidden temporary files, atomic publish, the fsync discipline, sweeping."""
 
 from staging._errors import CodedError, CodedInterrupt, PublishFailed, StageFailed, StagingError
 from staging._failpoints import hit as failpoint
