@@ -1,4 +1,4 @@
-"""The ``flows`` command line: run, resume, and ask what a flow remembers and why (SPEC R-F4, R-F5)."""
+"""The ``flows`` command line: run, resume, and ask what a flow remembers and why."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from flows.mcp import add_mcp_arguments, cmd_mcp
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,7 +28,8 @@ _EPILOG = """\
 storage:
   The history DB is --db, else $FLOWS_DB, else $XDG_DATA_HOME/flows/history.db. Learned files live
   beside it in <db-dir>/flows-memory/, and the journal in <db-dir>/flows-journal/ unless --journal
-  (or $FLOWS_JOURNAL) names a postgresql:// DSN.
+  (or $FLOWS_JOURNAL) names a postgresql:// DSN. <db-dir>/flows-cache/ holds derived indexes that
+  make a command's first read faster; it is safe to delete.
 
 times: printed in local time with the UTC offset; --before takes epoch milliseconds or an ISO 8601
 date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.
@@ -282,6 +284,7 @@ def build_cli() -> CommandLine:
     from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
 
     add_serve_command(add)
+    add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
 
 

@@ -1,6 +1,4 @@
-"""The journal kernel: durable root runs, leases with fencing, append-only streams (SPEC R-J)."""
-
-import importlib.metadata as _metadata
+"""The journal kernel: durable root runs, leases with fencing, append-only streams."""
 
 from journal._backend import JournalBackend
 from journal._errors import (
@@ -9,8 +7,10 @@ from journal._errors import (
     JournalError,
     JournalLeaseHeld,
     JournalLeaseLost,
+    JournalLocationInvalid,
     JournalNameInvalid,
     JournalNotResumable,
+    JournalPayloadInvalid,
     JournalReadInterrupted,
     JournalRunNotFound,
     JournalStorageError,
@@ -20,7 +20,7 @@ from journal._errors import (
 )
 from journal._file import FileJournal, RecordCodec, now_ms
 from journal._linelog import LineCodec, LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
+from journal._model import Lease, Record, RunInfo, RunState, check_key, check_name, payload_json, record_id
 from journal._open import open_journal
 
 __all__ = [
@@ -31,8 +31,10 @@ __all__ = [
     "JournalError",
     "JournalLeaseHeld",
     "JournalLeaseLost",
+    "JournalLocationInvalid",
     "JournalNameInvalid",
     "JournalNotResumable",
+    "JournalPayloadInvalid",
     "JournalReadInterrupted",
     "JournalRunNotFound",
     "JournalStorageError",
@@ -47,13 +49,25 @@ __all__ = [
     "RecordCodec",
     "RunInfo",
     "RunState",
+    "check_key",
     "check_name",
     "now_ms",
     "open_journal",
+    "payload_json",
     "record_id",
 ]
 
-try:  # the installed distribution's version (one for every package of flows-memory)
-    __version__: str = _metadata.version("flows-memory")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    # the version is read from the installed distribution's metadata on first use: importing
+    # importlib.metadata costs tens of milliseconds that a command which never asks should not pay
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib.metadata
+
+    try:  # the installed distribution's version (one for every package of flows-memory)
+        version = importlib.metadata.version("flows-memory")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version

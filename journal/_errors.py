@@ -4,7 +4,10 @@ Every error carries a stable ``code`` and the context it happened in. The tree::
 
     JournalError                      base (a staging.CodedError): run_id, stream, path, line
     ├── JournalUsageError             the caller's misuse
-    │   ├── JournalNameInvalid        journal_name_invalid: a run id or stream name unsafe in a path
+    │   ├── JournalNameInvalid        journal_name_invalid: a run id, stream name, key, flow or scope
+    │   │                             that is unsafe (in a path, or on either backend)
+    │   ├── JournalPayloadInvalid     journal_payload_invalid: a payload or run metadata that is not JSON
+    │   ├── JournalLocationInvalid    journal_location_invalid: a journal location (DSN) that is malformed
     │   ├── JournalRunNotFound        journal_run_not_found: no such root run
     │   └── JournalNotResumable       journal_not_resumable: the run is done (or running)
     ├── JournalContention             someone else holds or took the run
@@ -16,7 +19,7 @@ Every error carries a stable ``code`` and the context it happened in. The tree::
         ├── JournalUnwritable         journal_unwritable: an append could not be made durable
         └── JournalUnavailable        journal_unavailable: the backend cannot be reached
 
-Errors propagate through the memory layer unchanged (SPEC R-J6).
+Errors propagate through the memory layer unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +60,22 @@ class JournalNameInvalid(JournalUsageError):
     """A run id, stream name or key is not safe to use."""
 
     code = "journal_name_invalid"
+
+
+class JournalPayloadInvalid(JournalUsageError, TypeError):
+    """A payload (or a run's metadata) is not a JSON object both backends can store.
+
+    Not a mapping; a value JSON cannot hold (an arbitrary object, a non-string key, an integer
+    beyond 64 bits, a string with a lone surrogate). It is also a ``TypeError``, as before.
+    """
+
+    code = "journal_payload_invalid"
+
+
+class JournalLocationInvalid(JournalUsageError):
+    """The journal's location cannot be used as given (a malformed PostgreSQL DSN)."""
+
+    code = "journal_location_invalid"
 
 
 class JournalRunNotFound(JournalUsageError):

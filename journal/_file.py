@@ -6,9 +6,14 @@ Layout under the journal's root directory::
     runs/<run-id>/run.lock            the run lock: held briefly around every append and state change
     runs/<run-id>/lease.lock          held (flock) by the lease holder for as long as it drives the run
     runs/<run-id>/streams/<name>.jsonl one stream: a LineLog of checksummed, numbered records
+    runs/<run-id>/streams/<name>.jsonl.lock its marks: how far syncs reached, what a failed one poisoned
 
 The lease dies with its process because ``flock`` locks die with their open files: a crashed driver
 is seen as ``interrupted`` at once. Fencing comes from the epoch stored in ``run.json``.
+
+Everything read back is untrusted: ``run.json`` and every stream line are checked field by field,
+and every file and folder is opened or looked at without following links, never waiting on a FIFO,
+and must be of its kind; anything else is ``JournalCorrupt`` naming the path.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
+import stat
 import threading
 import time
 import zlib
@@ -25,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import portalocker
 
 from journal._errors import (
     JournalCorrupt,
@@ -37,11 +43,30 @@ from journal._errors import (
     JournalRunNotFound,
     JournalUnwritable,
 )
+from journal._fs import check_dir, open_regular
 from journal._linelog import LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
+from journal._model import (
+    Lease,
+    Record,
+    RunInfo,
+    RunState,
+    check_key,
+    check_name,
+    payload_json,
+    record_id,
+)
 from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
+_RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
+_RECORD_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
+_MAX_INT = 2**63 - 1
+_MAX_MS = 253_402_300_799_999  # the last millisecond of year 9999: every date a clock can show
+_RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
+_RUN_OPTIONAL = frozenset({"meta", "error"})
+_STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
+_MAX_RUN_FILE = 16 * 1024 * 1024  # a run.json larger than this is not one the journal wrote
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
@@ -52,15 +77,32 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _whole(value: object, low: int, high: int = _MAX_INT) -> bool:
+    """Whether ``value`` is an int (not a bool) in ``[low, high]``."""
+    return type(value) is int and low <= value <= high
+
+
 class RecordCodec:
-    """A stream line: canonical JSON of the record with a CRC-32 of the rest as its last key."""
+    """A stream line: canonical JSON of the record with a CRC-32 of the rest as its last key.
+
+    A line read back is untrusted: besides its checksum, it must hold exactly a record's fields,
+    each of its type and range (``seq`` from 1, ``ts`` from 0, both within 64 bits; ``id`` a short
+    token; ``key`` null or a valid key; ``payload`` an object). Anything else is damage.
+    """
 
     def __init__(self, run_id: str, stream: str) -> None:
         self._run_id = run_id
         self._stream = stream
 
     def encode(self, record: Record) -> bytes:
-        """Encode ``record`` as ``{"id","key","payload","seq","ts","crc"}`` on one line."""
+        """Encode ``record`` as ``{"id","key","payload","seq","ts","crc"}`` on one line.
+
+        Raises:
+            ValueError: the record has a field ``decode`` would refuse (so it is never written).
+        """
+        problem = _record_problem(record.seq, record.id, record.key, record.ts_ms, record.payload)
+        if problem is not None:
+            raise ValueError(f"cannot encode a record with {problem}")
         body = orjson.dumps(
             {
                 "id": record.id,
@@ -74,7 +116,8 @@ class RecordCodec:
         return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
 
     def decode(self, line: bytes) -> Record:
-        """Decode and verify a line; raise ``LineDamaged`` (torn=False on a checksum mismatch)."""
+        """Decode and verify a line; raise ``LineDamaged`` (torn=False on a checksum mismatch, or a
+        checksummed line that is not exactly a record)."""
         if len(line) <= _CRC_TAIL or not line.endswith(b'"}') or line[-_CRC_TAIL:-10] != b',"crc":"':
             raise LineDamaged("not a checksummed record")
         body = line[:-_CRC_TAIL] + b"}"
@@ -85,18 +128,91 @@ class RecordCodec:
             raise LineDamaged("not valid JSON") from None
         if zlib.crc32(body) != crc:
             raise LineDamaged("checksum mismatch", torn=False)
-        try:
-            return Record(
-                run_id=self._run_id,
-                stream=self._stream,
-                seq=int(obj["seq"]),
-                id=str(obj["id"]),
-                key=obj["key"],
-                ts_ms=int(obj["ts"]),
-                payload=obj["payload"],
-            )
-        except (KeyError, TypeError, ValueError):
-            raise LineDamaged("checksummed line without a record's fields", torn=False) from None
+        if type(obj) is not dict or obj.keys() != _RECORD_FIELDS:
+            raise LineDamaged("checksummed line without exactly a record's fields", torn=False)
+        problem = _record_problem(obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"])
+        if problem is not None:
+            raise LineDamaged(f"checksummed record with {problem}", torn=False)
+        return Record(
+            run_id=self._run_id,
+            stream=self._stream,
+            seq=obj["seq"],
+            id=obj["id"],
+            key=obj["key"],
+            ts_ms=obj["ts"],
+            payload=obj["payload"],
+        )
+
+
+def _shown(value: object) -> str:
+    return repr(str(value)[:40])
+
+
+def _run_problem(run_id: str, obj: object) -> str | None:
+    """What is wrong with a run record read from ``run.json``, or None."""
+    if type(obj) is not dict:
+        return "not a JSON object"
+    missing, extra = _RUN_FIELDS - obj.keys(), obj.keys() - _RUN_FIELDS - _RUN_OPTIONAL
+    if missing or extra:
+        what = f"missing {', '.join(sorted(missing))}" if missing else f"unknown {sorted(extra)!r:.200}"
+        return f"not a run record: {what}"
+    state, epoch, meta, error = obj["state"], obj["epoch"], obj.get("meta"), obj.get("error")
+    if (  # the common case, checked first and fast
+        obj["runId"] == run_id
+        and isinstance(obj["flow"], str)
+        and isinstance(obj["scope"], str)
+        and isinstance(state, str)
+        and state in _STORED_STATES
+        and _whole(epoch, 1)
+        and _whole(obj["createdMs"], 0, _MAX_MS)
+        and _whole(obj["updatedMs"], 0, _MAX_MS)
+        and (meta is None or type(meta) is dict)
+        and (error is None or type(error) is dict)
+    ):
+        return None
+    checks = (
+        (obj["runId"] == run_id, "not this run's record"),
+        (isinstance(obj["flow"], str), "flow is not a string"),
+        (isinstance(obj["scope"], str), "scope is not a string"),
+        (isinstance(state, str) and state in _STORED_STATES, f"state {_shown(state)} is not a stored state"),
+        (_whole(epoch, 1), f"epoch {_shown(epoch)} is not a whole number from 1 within 64 bits"),
+        (_whole(obj["createdMs"], 0, _MAX_MS), f"createdMs {_shown(obj['createdMs'])} is not a time"),
+        (_whole(obj["updatedMs"], 0, _MAX_MS), f"updatedMs {_shown(obj['updatedMs'])} is not a time"),
+        (meta is None or type(meta) is dict, "meta is not an object"),
+        (error is None or type(error) is dict, "error is not an object or null"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def _record_problem(seq: object, rid: object, key: object, ts: object, payload: object) -> str | None:
+    """What is wrong with a record's fields, or None (the common case, checked first and fast)."""
+    if (
+        _whole(seq, 1)
+        and isinstance(rid, str)
+        and _RECORD_ID.fullmatch(rid) is not None
+        and (key is None or _valid_key(key))
+        and _whole(ts, 0)
+        and isinstance(payload, dict)
+    ):
+        return None
+    checks = (
+        (_whole(seq, 1), f"a bad seq {_shown(seq)}"),
+        (isinstance(rid, str) and _RECORD_ID.fullmatch(rid) is not None, f"a bad id {_shown(rid)}"),
+        (key is None or _valid_key(key), "a key that is not a string without control characters"),
+        (_whole(ts, 0), f"a bad ts {_shown(ts)}"),
+        (isinstance(payload, dict), f"a payload that is not an object ({type(payload).__name__})"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def _valid_key(key: object) -> bool:
+    if not isinstance(key, str):
+        return False
+    try:
+        check_key(key)
+    except JournalError:
+        return False
+    return True
 
 
 class _Stream:
@@ -108,14 +224,17 @@ class _Stream:
         )
         self.keys: dict[str, Record] = {}
         self.indexed = 0
+        self.source: Sequence[Record] | None = None  # the log's list the index was built from
         self.mutex = threading.Lock()  # held by the thread writing a batch
         self.queue_mutex = threading.Lock()
         self.queue: list[_Pending] = []  # appends waiting for the next batch
 
     def index(self, records: Sequence[Record]) -> None:
-        if len(records) < self.indexed:  # the file was replaced: rebuild
+        # The log hands out a new list whenever records leave its cache (a cut, a replaced file).
+        if records is not self.source or len(records) < self.indexed:
             self.keys.clear()
             self.indexed = 0
+            self.source = records
         for rec in records[self.indexed :]:
             if rec.key is not None:
                 self.keys.setdefault(rec.key, rec)
@@ -125,13 +244,14 @@ class _Stream:
 class _Pending:
     """One append waiting in a stream's queue, and what became of it."""
 
-    __slots__ = ("done", "end", "error", "key", "lease", "payload", "record", "written")
+    __slots__ = ("done", "end", "error", "generation", "key", "lease", "payload", "record", "written")
 
-    def __init__(self, lease: Lease, payload: Mapping[str, Any], key: str | None) -> None:
+    def __init__(self, lease: Lease, payload: dict[str, Any], key: str | None) -> None:
         self.lease, self.payload, self.key = lease, payload, key
         self.done = self.written = False
         self.record: Record | None = None
-        self.end = 0
+        self.end = 0  # the offset its bytes end at (its own line's, or the batch's for a known key)
+        self.generation = 0  # the log's generation when the batch was written
         self.error: BaseException | None = None
 
 
@@ -148,7 +268,11 @@ class FileJournal:
         self._clock = clock
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease lock fd)
+        self._runs_path = self._root / "runs"
+        self._runs_checked = False  # ``runs`` seen to be a real directory, not a link
         self._checked_dirs: set[str] = set()  # run dirs seen to be real directories, not links
+        self._run_paths: dict[str, Path] = {}  # their paths
+        self._checked_streams: set[str] = set()  # runs whose ``streams`` was seen to be one too
         self._run_strs: dict[str, str] = {}
         self._mutex = threading.Lock()
         self._closed = False
@@ -167,25 +291,50 @@ class FileJournal:
         """The journal's root directory."""
         return self._root
 
+    def _checked(self, path: Path, run_id: str | None) -> bool:
+        """``check_dir`` with the journal's errors: True for a directory, False for nothing."""
+        try:
+            return check_dir(path)
+        except JournalCorrupt as exc:
+            exc.run_id = run_id
+            raise
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot look at {path}: {exc.strerror or exc}", run_id=run_id, path=path
+            ) from exc
+
+    def _runs_dir(self) -> Path:
+        path = self._runs_path
+        if not self._runs_checked and self._checked(path, None):
+            self._runs_checked = True
+        return path
+
     def _run_dir(self, run_id: str) -> Path:
-        path = self._root / "runs" / check_name("run id", run_id)
-        if run_id in self._checked_dirs:
-            return path
-        if path.is_dir() and not path.is_symlink():
+        known = self._run_paths.get(run_id)
+        if known is not None:
+            return known
+        path = self._runs_dir() / check_name("run id", run_id)
+        if self._checked(path, run_id):  # a link or a file planted there raised
             self._checked_dirs.add(run_id)
-        elif path.is_symlink():  # a link planted in the store is never followed
-            raise JournalCorrupt(
-                f"{path} is a symbolic link; the journal never follows links: remove it",
-                path=path,
-                line=0,
-                reason="symbolic link",
-                run_id=run_id,
-            )
+            self._run_paths[run_id] = path
+        return path
+
+    def _has_run(self, run_id: str) -> bool:
+        if run_id not in self._checked_dirs:
+            self._run_dir(run_id)
+        return run_id in self._checked_dirs
+
+    def _streams_dir(self, run_id: str) -> Path:
+        path = self._run_dir(run_id) / "streams"
+        if run_id not in self._checked_streams and self._checked(path, run_id):
+            self._checked_streams.add(run_id)
         return path
 
     def stream_path(self, run_id: str, stream: str) -> Path:
         """The file that holds ``stream`` of ``run_id``."""
-        return self._run_dir(run_id) / "streams" / f"{check_name('stream name', stream)}.jsonl"
+        check_name("run id", run_id)
+        name = check_name("stream name", stream)
+        return self._streams_dir(run_id) / f"{name}.jsonl"
 
     def _stream(self, run_id: str, stream: str) -> _Stream:
         key = (run_id, stream)
@@ -204,17 +353,33 @@ class FileJournal:
                 self._run_strs[run_id] = base
         return base + os.sep + name
 
+    def _open_run_file(self, run_id: str, name: str, flags: int, *, reading: bool) -> int:
+        """Open ``<run dir>/<name>`` as a regular file, with the journal's errors.
+
+        Raises JournalRunNotFound (no run directory), JournalCorrupt (not a regular file),
+        JournalReadInterrupted (``reading``) or JournalUnwritable for other failures. A missing file
+        in an existing run raises ``FileNotFoundError`` when ``flags`` do not create it.
+        """
+        path = self._run_file(run_id, name)
+        try:
+            return open_regular(path, flags)
+        except FileNotFoundError:
+            if not self._has_run(run_id):
+                raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+            raise
+        except JournalCorrupt as exc:
+            exc.run_id = run_id
+            raise
+        except OSError as exc:
+            kind = JournalReadInterrupted if reading else JournalUnwritable
+            raise kind(f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path) from exc
+
     @contextlib.contextmanager
     def _run_lock(self, run_id: str) -> Iterator[None]:
-        path = self._run_file(run_id, "run.lock")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd = self._open_run_file(run_id, "run.lock", os.O_RDWR | os.O_CREAT, reading=False)
         except FileNotFoundError:
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
-        except OSError as exc:
-            raise JournalUnwritable(
-                f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path
-            ) from exc
         try:
             # fcntl.flock, not portalocker, on this one hot path: the same flock(2), without the
             # wrapper's per-call cost, which is a measurable share of a learn.
@@ -228,41 +393,50 @@ class FileJournal:
         # Read afresh: the fence must see the epoch another process just wrote (``_load_pinned``
         # skips the read only while the path names the very file it holds open).
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                data = self._read_all(fd)
-            finally:
-                os.close(fd)
+            fd = self._open_run_file(run_id, "run.json", os.O_RDONLY, reading=True)
         except FileNotFoundError:
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+        try:
+            data = self._read_all(fd)
         except OSError as exc:
             raise JournalReadInterrupted(
                 f"cannot read {path}: {exc.strerror or exc}", run_id=run_id, path=path
             ) from exc
+        finally:
+            os.close(fd)
         return self._parse_run(run_id, path, data)
 
     @staticmethod
     def _read_all(fd: int) -> bytes:
         chunks = [os.read(fd, 65536)]
-        while len(chunks[-1]) == 65536:  # a large meta: read on to the end
+        total = len(chunks[0])
+        while len(chunks[-1]) == 65536 and total <= _MAX_RUN_FILE:  # a large meta: read on
             chunks.append(os.read(fd, 65536))
+            total += len(chunks[-1])
         return b"".join(chunks)
 
     @staticmethod
     def _parse_run(run_id: str, path: str, data: bytes) -> dict[str, Any]:
-        try:
-            obj = orjson.loads(data)
-            if not isinstance(obj, dict) or obj.get("runId") != run_id:
-                raise ValueError("not this run's record")
-            return obj
-        except (orjson.JSONDecodeError, ValueError) as exc:
-            raise JournalCorrupt(
-                f"{path} is damaged ({exc}); restore it or inspect it with `flows check`",
-                path=path,
-                line=1,
-                reason=str(exc),
-                run_id=run_id,
-            ) from None
+        """The run record in ``data``, checked field by field: anything else is ``JournalCorrupt``."""
+        if len(data) > _MAX_RUN_FILE:
+            problem = f"larger than {_MAX_RUN_FILE} bytes"
+        else:
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                problem = f"not JSON: {exc}"
+            else:
+                found = _run_problem(run_id, obj)
+                if found is None:
+                    return obj  # type: ignore[no-any-return]
+                problem = found
+        raise JournalCorrupt(
+            f"{path} is damaged ({problem}); restore it or inspect it with `flows check`",
+            path=path,
+            line=1,
+            reason=problem,
+            run_id=run_id,
+        )
 
     def _load_pinned(self, run_id: str) -> Mapping[str, Any]:
         """``run.json`` for the append fence: the record read last time while the path still names
@@ -276,14 +450,14 @@ class FileJournal:
         pinned = self._pinned.get(run_id)
         if pinned is not None:
             try:
-                if os.stat(path).st_ino == pinned[1]:
+                if os.lstat(path).st_ino == pinned[1]:
                     return pinned[2]
             except OSError:
                 pass  # gone or unreadable: _load below says which
             self._unpin(run_id)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = self._open_run_file(run_id, "run.json", os.O_RDONLY, reading=True)
+        except (OSError, JournalReadInterrupted):
             return self._load(run_id)  # raises the right error, or reads a file just replaced
         try:
             ino = os.fstat(fd).st_ino
@@ -309,9 +483,10 @@ class FileJournal:
                 os.close(pinned[0])
 
     def _store(self, run_id: str, obj: Mapping[str, Any]) -> None:
+        data = payload_json(obj, what="run record (its flow, scope, metadata and error)")
         directory = self._run_dir(run_id)
         try:
-            staged = stage(directory, orjson.dumps(obj, option=orjson.OPT_SORT_KEYS), 0o600, hint="run.json")
+            staged = stage(directory, data, 0o600, hint="run.json")
             staged.publish(directory / "run.json")
         except StagingError as exc:
             raise JournalUnwritable(
@@ -327,9 +502,9 @@ class FileJournal:
             flow=obj["flow"],
             scope=obj["scope"],
             state=state,
-            epoch=int(obj["epoch"]),
-            created_ms=int(obj["createdMs"]),
-            updated_ms=int(obj["updatedMs"]),
+            epoch=obj["epoch"],
+            created_ms=obj["createdMs"],
+            updated_ms=obj["updatedMs"],
             meta=obj.get("meta") or {},
             error=obj.get("error"),
         )
@@ -337,11 +512,12 @@ class FileJournal:
     def _holder_alive(self, run_id: str) -> bool:
         if run_id in self._held:
             return True
-        path = self._run_dir(run_id) / "lease.lock"
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._open_run_file(run_id, "lease.lock", os.O_RDONLY, reading=True)
         except FileNotFoundError:
             return False
+        import portalocker  # imported by the lock paths only: a command that reads nothing locked skips it
+
         try:
             portalocker.lock(fd, portalocker.LockFlags.SHARED | portalocker.LockFlags.NON_BLOCKING)
         except portalocker.exceptions.LockException:
@@ -353,13 +529,12 @@ class FileJournal:
     # -- leases ------------------------------------------------------------------------------
 
     def _take_lease_lock(self, run_id: str) -> int:
-        path = self._run_dir(run_id) / "lease.lock"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise JournalUnwritable(
-                f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path
-            ) from exc
+            fd = self._open_run_file(run_id, "lease.lock", os.O_RDWR | os.O_CREAT, reading=False)
+        except FileNotFoundError:
+            raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+        import portalocker  # imported by the lock paths only: a read-only command never pays for it
+
         deadline = time.monotonic() + _ACQUIRE_PATIENCE_S
         while True:
             try:
@@ -375,19 +550,16 @@ class FileJournal:
                 time.sleep(0.01)
 
     def begin(self, flow: str, scope: str, meta: Mapping[str, Any]) -> tuple[RunInfo, Lease]:
-        """Create a running root run and return it with its first lease (see ``JournalBackend``)."""
+        """Create a running root run and return it with its first lease (see ``JournalBackend``).
+
+        Raises JournalPayloadInvalid (``meta``, ``flow`` or ``scope`` is not JSON both backends can
+        store; nothing is created), JournalCorrupt (the runs folder is not a folder), and the
+        storage errors.
+        """
         self._check_open()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self._clock() / 1000))
-        run_id = f"{stamp}-{secrets.token_hex(5)}"
-        directory = self._run_dir(run_id)
-        try:
-            ensure_dir(directory / "streams")
-        except OSError as exc:
-            raise JournalUnwritable(
-                f"cannot create {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
-            ) from exc
-        fd = self._take_lease_lock(run_id)
         now = self._clock()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
+        run_id = f"{stamp}-{secrets.token_hex(5)}"
         obj = {
             "runId": run_id,
             "flow": flow,
@@ -396,9 +568,21 @@ class FileJournal:
             "epoch": 1,
             "createdMs": now,
             "updatedMs": now,
-            "meta": dict(meta),
+            "meta": dict(meta) if isinstance(meta, Mapping) else meta,
             "error": None,
         }
+        obj = orjson.loads(payload_json(obj, what="run record (its flow, scope and metadata)"))
+        problem = _run_problem(run_id, obj)
+        if problem is not None:
+            raise ValueError(f"cannot begin a run with {problem} (check the journal's clock)")
+        directory = self._run_dir(run_id)
+        try:
+            ensure_dir(directory / "streams")
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot create {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
+            ) from exc
+        fd = self._take_lease_lock(run_id)
         try:
             self._store(run_id, obj)
         except JournalError:
@@ -423,7 +607,7 @@ class FileJournal:
                     )
                 obj.update(
                     state=RunState.RUNNING.value,
-                    epoch=int(obj["epoch"]) + 1,
+                    epoch=obj["epoch"] + 1,
                     updatedMs=self._clock(),
                     error=None,
                 )
@@ -435,11 +619,11 @@ class FileJournal:
         return Lease(run_id, obj["epoch"])
 
     def _fence(self, obj: Mapping[str, Any], lease: Lease) -> None:
-        if int(obj["epoch"]) != lease.epoch or obj["state"] != RunState.RUNNING.value:
+        if obj["epoch"] != lease.epoch or obj["state"] != RunState.RUNNING.value:
             raise JournalLeaseLost(
                 f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
                 f"{obj['state']} at epoch {obj['epoch']}; resume it to continue",
-                expected=int(obj["epoch"]),
+                expected=obj["epoch"],
                 got=lease.epoch,
                 run_id=lease.run_id,
             )
@@ -448,10 +632,11 @@ class FileJournal:
         """Record ``done`` or ``failed`` and release the lease (see ``JournalBackend``)."""
         if state not in (RunState.DONE, RunState.FAILED):
             raise ValueError(f"a run finishes done or failed, not {state}")
+        recorded = orjson.loads(payload_json(error, what="error")) if error else None
         with self._run_lock(lease.run_id):
             obj = self._load(lease.run_id)
             self._fence(obj, lease)
-            obj.update(state=state.value, updatedMs=self._clock(), error=dict(error) if error else None)
+            obj.update(state=state.value, updatedMs=self._clock(), error=recorded)
             self._store(lease.run_id, obj)
         self.release(lease)
         return self._info(obj)
@@ -488,19 +673,34 @@ class FileJournal:
     ) -> Record:
         """Append durably under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
-        Group commit: the line is written under the run lock, but fsync'd after the lock is let go,
-        so appenders in other threads and processes overlap their fsyncs and one fsync can cover
+        Group commit: the line is written under the run lock, but synced after the lock is let go,
+        so appenders in other threads and processes overlap their syncs and one sync can cover
         several lines. The call still returns only once its record (or, for a key already in the
         stream, the existing record) is durable. With ``sync_filesystem`` the sync is a ``syncfs``
         of the journal's file system (shared the same way), which also covers the files the caller
         wrote before the call.
+
+        The key and payload are checked, and the payload encoded, before the append joins a batch:
+        a bad one fails its own call, never the appends batched with it. When a shared sync fails,
+        every append whose line it covered fails (see ``LineLog``), and no other.
+
+        Raises:
+            JournalNameInvalid: the run id, stream name or key is not allowed.
+            JournalPayloadInvalid: the payload is not JSON both backends can store.
+            JournalLeaseLost: a stale epoch, or the run has ended.
+            JournalUnwritable, JournalCorrupt, JournalReadInterrupted: the storage failed.
+            ValueError: ``sync_filesystem`` without syncfs.
         """
         self._check_open()
         if sync_filesystem and not HAVE_SYNCFS:
             raise ValueError("sync_filesystem needs syncfs, which this platform lacks")
-        handle = self._stream(lease.run_id, stream)
-        mine = _Pending(lease, payload, key)
+        if key is not None:
+            check_key(key)
+        # A canonical copy: the record holds what a read returns, whatever the caller does next.
+        body = orjson.loads(payload_json(payload))
+        mine = _Pending(lease, body, key)
         try:
+            handle = self._stream(lease.run_id, stream)
             with handle.queue_mutex:
                 handle.queue.append(mine)
             with handle.mutex:
@@ -510,16 +710,16 @@ class FileJournal:
                     self._write_batch(handle, lease.run_id, stream, batch)
             if mine.error is not None:
                 raise mine.error
-            record, end = mine.record, mine.end
+            record = mine.record
             assert record is not None
             try:
                 if mine.written or not sync_filesystem:
-                    handle.log.sync_to(end, filesystem=sync_filesystem)
+                    handle.log.sync_to(mine.end, filesystem=sync_filesystem, generation=mine.generation)
                 else:  # nothing of ours in the log: a syncfs that begins now covers the caller's
-                    handle.log.sync_now(filesystem=True)  # files and the record (written before)
+                    # files and the record (written before)
+                    handle.log.sync_now(filesystem=True, end=mine.end, generation=mine.generation)
             except JournalError:
-                if mine.written:
-                    self._unwrite(lease.run_id, handle, end)
+                self._settle_after_failure(lease.run_id, handle)
                 raise
         except JournalError as exc:
             exc.run_id, exc.stream = lease.run_id, stream
@@ -544,7 +744,7 @@ class FileJournal:
             id=secrets.token_hex(8) if p.key is None else record_id(run_id, stream, p.key),
             key=p.key,
             ts_ms=self._clock(),
-            payload=dict(p.payload),
+            payload=p.payload,
         )
         p.written = True
         if p.key is not None:
@@ -553,25 +753,32 @@ class FileJournal:
     def _write_batch(self, handle: _Stream, run_id: str, stream: str, batch: list[_Pending]) -> None:
         """Under the run lock once: fence each pending append, resolve keys already present, and
         write the new records with one ``write`` (group commit's other half: threads of this
-        process that queued while another wrote share its lock and its write)."""
+        process that queued while another wrote share its lock and its write).
+
+        Each append then waits for the bytes that are its own: its line's end, or (a key already
+        present) the end of the log as written, with the log's generation at the time."""
         try:
             with self._run_lock(run_id):
                 obj = self._load_pinned(run_id)
                 with handle.log.held():
                     records = handle.log.recover()
                     handle.index(records)
-                    new: list[Record] = []
+                    new: list[_Pending] = []
                     for p in batch:
                         self._resolve(handle, obj, p, stream, len(records) + len(new) + 1)
-                        if p.written and p.record is not None:
-                            new.append(p.record)
-                    end = handle.log.write(new) if new else handle.log.end()
+                        if p.written:
+                            new.append(p)
+                    ends = handle.log.write_records([p.record for p in new if p.record is not None])
                     handle.indexed += len(new)
+                    end, generation = handle.log.end(), handle.log.generation
                     for p in batch:
-                        p.end = end
-        except BaseException as exc:  # a journal error, or a payload that is not JSON: each caller's
+                        p.end, p.generation = end, generation
+                    for p, own_end in zip(new, ends, strict=True):
+                        p.end = own_end
+        except BaseException as exc:  # a journal error (the run lock, the log): every caller's
             handle.keys.clear()  # keys may have been given to records never written: rebuild
             handle.indexed = 0
+            handle.source = None
             for p in batch:
                 if p.error is None:
                     p.error, p.written = exc, False
@@ -581,20 +788,20 @@ class FileJournal:
             for p in batch:
                 p.done = True
 
-    def _unwrite(self, run_id: str, handle: _Stream, end: int) -> None:
-        """After a failed fsync, take the record back out if it still ends the stream."""
+    def _settle_after_failure(self, run_id: str, handle: _Stream) -> None:
+        """After a failed sync, cut the log's poisoned end now rather than at the next append, so
+        lock-free readers stop seeing lines nobody was acknowledged for. Best effort: the next
+        locked open does it anyway."""
         with contextlib.suppress(JournalError), handle.mutex, self._run_lock(run_id), handle.log.held():
-            if handle.log.unwrite(1, end):
-                handle.keys.clear()  # rebuilt from the log on the next append
-                handle.indexed = 0
+            handle.index(handle.log.recover())
 
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
         """Return the stream's records in order (see ``JournalBackend``)."""
         self._check_open()
-        handle = self._stream(run_id, stream)
-        if run_id not in self._checked_dirs and not self._run_dir(run_id).is_dir():
-            raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
         try:
+            handle = self._stream(run_id, stream)
+            if not self._has_run(run_id):
+                raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
             return handle.log.read()
         except JournalError as exc:
             exc.run_id, exc.stream = run_id, stream
@@ -602,6 +809,7 @@ class FileJournal:
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
+        check_key(key)
         handle = self._stream(run_id, stream)
         records = self.read(run_id, stream)
         with handle.mutex:
@@ -609,17 +817,35 @@ class FileJournal:
             return handle.keys.get(key)
 
     def streams(self, run_id: str) -> list[str]:
-        """Return the run's non-empty stream names, sorted."""
-        directory = self._run_dir(run_id) / "streams"
-        if not self._run_dir(run_id).is_dir():
+        """Return the run's non-empty stream names, sorted.
+
+        A file in the streams folder that is not a regular file is listed too (whatever its size),
+        so that reading it reports it rather than the listing hiding it.
+        """
+        self._check_open()
+        directory = self._streams_dir(run_id)
+        if not self._has_run(run_id):
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
         try:
-            names = os.listdir(directory)
+            entries = list(os.scandir(directory))
         except FileNotFoundError:
             return []
-        return sorted(
-            n[: -len(".jsonl")] for n in names if n.endswith(".jsonl") and (directory / n).stat().st_size > 0
-        )
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot list {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
+            ) from exc
+        names = []
+        for entry in entries:
+            name = entry.name[: -len(".jsonl")]
+            if not entry.name.endswith(".jsonl") or not _STREAM_NAME.fullmatch(name) or ".." in name:
+                continue  # not a stream file (a lock, a watermark): nothing reads it as a stream
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if st.st_size > 0 or not stat.S_ISREG(st.st_mode):
+                names.append(name)
+        return sorted(names)
 
     def run(self, run_id: str) -> RunInfo:
         """Return the run (see ``JournalBackend``)."""
@@ -627,16 +853,42 @@ class FileJournal:
         return self._info(self._load(run_id))
 
     def runs(self) -> list[RunInfo]:
-        """Return every run, newest first; a run whose ``begin`` never finished is not listed."""
+        """Return every run, newest first; a run whose ``begin`` never finished is not listed.
+
+        Raises:
+            JournalCorrupt: something in the runs folder is not a run (a link, a file, a name that
+                is not a run id), or a run's ``run.json`` is damaged.
+            JournalReadInterrupted: the folder could not be listed.
+        """
         self._check_open()
+        directory = self._runs_dir()
         try:
-            names = os.listdir(self._root / "runs")
+            names = os.listdir(directory)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot list {directory}: {exc.strerror or exc}", path=directory
+            ) from exc
         out = []
         for name in names:
-            if name.startswith(".") or not (self._root / "runs" / name / "run.json").exists():
+            if name.startswith("."):
                 continue
+            if not _STREAM_NAME.fullmatch(name) or ".." in name:
+                raise JournalCorrupt(
+                    f"{directory} holds {name!r}, which is not a run: move it out of the folder",
+                    path=directory / name,
+                    line=0,
+                    reason="not a run id",
+                )
+            try:
+                os.lstat(os.path.join(self._run_dir(name), "run.json"))
+            except FileNotFoundError:
+                continue  # begin never finished
+            except OSError as exc:
+                raise JournalReadInterrupted(
+                    f"cannot look at run {name}: {exc.strerror or exc}", run_id=name, path=directory / name
+                ) from exc
             out.append(self.run(name))
         out.sort(key=lambda r: (r.created_ms, r.run_id), reverse=True)
         return out

@@ -1,11 +1,15 @@
 """The durable line log: append-only lines, one record each, with torn-tail recovery.
 
 One module serves every append-only file of the project: journal streams (whose codec adds a
-sequence number and a checksum to each line) and the agent ledger (whose lines are the seed's
+sequence number and a checksum to each line) and the agent ledger (whose lines are the entry schema's
 schema, bare). The log itself knows nothing of what a record means; its codec encodes a record as
 one line and decodes a line back, raising ``LineDamaged`` when the bytes are not a valid record.
 
-Durability: ``append`` writes the line and its newline with one ``os.write`` and fsyncs before it
+Files. Every open goes through ``open_regular``: a link is refused, never followed; a FIFO never
+blocks an open; anything but a regular file at the log's path or its ``.lock`` is ``JournalCorrupt``
+naming the path.
+
+Durability: ``append`` writes the line and its newline with one ``os.write`` and syncs before it
 returns. A new log file is fsync'd, and so is its directory, when it is created.
 
 Recovery: an append that never returned can leave a *torn tail* — a part of its line, or, after a
@@ -20,54 +24,144 @@ file and the line; it is never skipped. The rule that tells one from the other:
   (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed JSON) is damage, not a
   tear, wherever it is: no crash writes a well-formed record with a wrong checksum.
 
-The *watermark* sharpens the rule. Whoever fsyncs the log records, in ``<path>.lock`` and with a
-checksum, how many bytes that fsync covered (written after the fsync returned, itself not fsync'd, so
-after a crash it can only be lower than the truth). Every acknowledged append lies below it; so
-damage below it is damage, and anything at or past it is a torn tail however it looks (several
-lines, when appenders shared an fsync). A log without a readable watermark uses the rule above.
+The *watermark* sharpens the rule. Whoever syncs the log records, in ``<path>.lock`` and with a
+checksum, how many bytes that sync covered (written after the sync returned, itself not fsync'd, so
+after a crash it can only be lower than the truth). Every acknowledged append ends at or below it;
+so a damaged line that ends at or below it is damage, and anything past it is a torn tail however
+it looks (several lines, when appenders shared a sync). A log without a readable watermark (or one
+past the end of the file) uses the rule above. A locked open that finds no watermark syncs the log
+once and records one.
 
 A second mark, after the first, records how far *file-system* syncs reached (``sync_to(end,
 filesystem=True)``, Linux's ``syncfs``): a sync that also made durable every write made on the log's
 file system before it began. A caller that wrote another file without fsync before appending (a
 staged finding) needs that kind; a plain fsync of the log never raises the second mark.
 
-Lock-free readers (``read``, ``iter_reverse``) apply the same rule but never cut: a tail that may be
-an append in flight is simply not a record yet.
+Failed syncs. A sync that fails says nothing about which of the bytes it covered reached the disk,
+and a later sync that succeeds says nothing either (the kernel may have dropped the pages whose
+write-back failed). So the failing syncer *poisons* the log, in a third slot of ``<path>.lock``:
+every byte past the watermark is in doubt. From then on no append whose bytes end past that point
+is acknowledged, in any thread or process: each such caller gets ``JournalUnwritable``. The next
+locked open cuts the log back to the poisoned point (every line past it belongs to a caller that
+failed or will fail), makes that durable, and raises the log's *generation*; a caller whose bytes
+were cut sees the new generation and fails instead of taking a later sync of other bytes for its
+own. A caller never cuts anything but its own unwritten bytes (a failed ``write``); no
+acknowledged line is ever cut. Every sync, cut and mark update of a log holds an exclusive
+``flock`` on the log file, so they happen one at a time across processes.
+
+Lock-free readers (``read``, ``iter_reverse``) apply the same rules but never cut: a tail that may
+be an append in flight is simply not a record yet, nor is a line past a poisoned point.
+
+Opening for append costs the tail, not the file: ``recover_tail`` (and ``append`` or ``write``
+without a prior ``recover``) decodes only from the last complete line at or below the watermark to
+the end. Damage below the watermark is still found, by a full ``read`` or ``recover``.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import os
+import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-import portalocker
-
-from journal._errors import JournalCorrupt, JournalReadInterrupted, JournalUnwritable
+from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
+from journal._fs import open_regular
 from staging import HAVE_SYNCFS, ensure_dir, failpoint, fsync_dir, syncfs, write_all
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
+_NO_POISON = 2**64 - 1
+_MARKS_LEN = 76  # plain mark (12), file-system mark (12), state: poison, generation, 4 cuts (52)
+
+
+_MARK = struct.Struct("<Q")
+_STATE = struct.Struct("<6Q")  # poison, generation, the last 4 cuts
+_CUTS = 4  # how many recent cuts the state remembers (a caller older than that just fails)
+_NO_CUTS: tuple[int | None, ...] = (None,) * _CUTS
+
+
+def _crc(raw: bytes) -> bytes:
+    return zlib.crc32(raw).to_bytes(4, "little")
 
 
 def _pack_mark(value: int) -> bytes:
-    raw = value.to_bytes(8, "little")
-    return raw + zlib.crc32(raw).to_bytes(4, "little")
+    raw = _MARK.pack(value)
+    return raw + _crc(raw)
 
 
 def _unpack_mark(raw: bytes) -> int | None:
     """The watermark in ``raw``, or None when it is missing or torn (its checksum fails)."""
-    if len(raw) != 12 or zlib.crc32(raw[:8]).to_bytes(4, "little") != raw[8:]:
+    if len(raw) != 12 or _crc(raw[:8]) != raw[8:]:
         return None
-    return int.from_bytes(raw[:8], "little")
+    value: int = _MARK.unpack_from(raw)[0]
+    return value
+
+
+def _pack_state(poison: int | None, generation: int, cuts: tuple[int | None, ...]) -> bytes:
+    raw = _STATE.pack(*(_NO_POISON if v is None else v for v in (poison, generation, *cuts)))
+    return raw + _crc(raw)
+
+
+def _unpack_state(raw: bytes) -> tuple[int | None, int | None, tuple[int | None, ...]]:
+    """(poison, generation, recent cuts): (None, 0, none) for a log that never had one;
+    generation None when the slot is torn."""
+    if not raw:
+        return None, 0, _NO_CUTS
+    size = _STATE.size
+    if len(raw) != size + 4 or _crc(raw[:size]) != raw[size:]:
+        return None, None, _NO_CUTS
+    poison, generation, *cuts = (None if v == _NO_POISON else v for v in _STATE.unpack_from(raw))
+    return poison, generation, tuple(cuts)
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """What ``<path>.lock`` says: how far syncs reached, what is poisoned, the generation."""
+
+    plain: int | None
+    filesystem: int | None
+    poison: int | None
+    generation: int | None  # None: unreadable (torn), so nothing can be verified against it
+    cuts: tuple[int | None, ...] = _NO_CUTS  # where the latest cuts that raised it were made
+
+    @property
+    def durable(self) -> int | None:
+        if self.plain is None or self.filesystem is None:
+            return self.filesystem if self.plain is None else self.plain
+        return max(self.plain, self.filesystem)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> _Marks:
+        poison, generation, cuts = _unpack_state(raw[24:_MARKS_LEN])
+        return cls(_unpack_mark(raw[:12]), _unpack_mark(raw[12:24]), poison, generation, cuts)
+
+    def pack(self) -> bytes:
+        empty = b"\0" * 12
+        plain = empty if self.plain is None else _pack_mark(self.plain)
+        filesystem = empty if self.filesystem is None else _pack_mark(self.filesystem)
+        return plain + filesystem + _pack_state(self.poison, self.generation or 0, self.cuts)
+
+    def holds(self, end: int, generation: int) -> bool:
+        """Whether a caller that wrote bytes up to ``end`` in ``generation`` still has them: the
+        same generation, or every cut since (of the few remembered) was made at or past ``end``."""
+        if self.generation is None or self.generation == generation:
+            return self.generation is not None
+        since = self.generation - generation
+        return 0 < since <= _CUTS and all(c is not None and end <= c for c in self.cuts[:since])
+
+
+_NO_MARKS = _Marks(None, None, None, 0)
+_UNKNOWN_MARKS = _Marks(None, None, None, None)
 
 
 class LineDamaged(Exception):
@@ -96,11 +190,12 @@ class LineCodec(Protocol[T]):
         ...
 
 
-@dataclass(frozen=True)
-class _Scan(Generic[T]):
+@dataclass
+class _Parsed(Generic[T]):
     records: list[T]
-    good_end: int  # byte offset just past the last good line
-    tail: bytes  # what follows good_end: empty, or a torn tail
+    ends: list[int]  # the file offset just past each record's newline
+    consumed: int  # bytes of the parsed data that hold good lines
+    tail: bytes  # what follows them: empty, or a torn tail
 
 
 class LineLog(Generic[T]):
@@ -112,10 +207,12 @@ class LineLog(Generic[T]):
         mode: permission bits for a newly created file.
         sequence: when given, returns a record's sequence number; records must then be numbered
             1, 2, 3 … in file order, and a line out of sequence counts as damaged.
+        keep_open: keep one descriptor of the log (and of its ``.lock``) open between holds.
 
-    Appending requires the lock: use ``with log.locked(): log.recover(); log.append(r)``, or
-    ``held()`` when the caller already holds a lock that covers this file (the journal's run lock).
-    Several threads and processes may use one log; a lock is an open file of its own per holder.
+    Appending requires the lock: use ``with log.locked(): log.append(r)`` (``recover()`` first when
+    every record is wanted), or ``held()`` when the caller already holds a lock that covers this
+    file (the journal's run lock). Several threads and processes may use one log; a lock is an open
+    file of its own per holder.
     """
 
     def __init__(
@@ -132,27 +229,45 @@ class LineLog(Generic[T]):
         self._keep_open = keep_open
         self._kept: int | None = None  # with keep_open: one O_APPEND descriptor for the log's life
         self._kept_mark: int | None = None
+        self._read_mark: int | None = None  # with keep_open, a reader's descriptor of the mark file
+        self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
         self._sequence = sequence
-        self._mutex = threading.RLock()
-        self._syncing = threading.Lock()
-        self._durable = 0  # bytes this object knows durable (its own fsyncs), per inode below
+        self._mutex = threading.RLock()  # the cache and the held descriptor
+        self._syncing = threading.Lock()  # this object's syncs, cuts and mark updates, one at a time
+        self._durable = 0  # bytes this object knows durable (its own syncs), per inode and generation
         self._durable_fs = 0  # of those, covered by a file-system sync (never more than _durable)
         self._durable_ino: int | None = None
+        self._durable_gen: int | None = None
         self._mark = f"{self._path}.lock"
-        # Verified records and the file offset they end at; a cache only of verified bytes, which a
-        # recovery never removes, so it stays valid while the file's inode is the same.
+        self._gen = 0  # the log's generation as of this object's last locked open
+        self._poisoned: tuple[int, int] | None = None  # (generation, offset) should the mark not take it
+        # Verified records, the offset each ends at, and where the first begins (0 unless a tail
+        # open started at the watermark); valid while the inode and the generation are the same.
         self._cached: list[T] = []
+        self._ends: list[int] = []
+        self._base = 0
         self._cached_end = 0
         self._cached_ino: int | None = None
+        self._cached_gen: int | None = None
         self._fd: int | None = None
         self._owner: int | None = None
+        self._settled = False  # a recovery ran under the current hold
 
     @property
     def path(self) -> Path:
         """The log file's path."""
         return self._path
+
+    @property
+    def generation(self) -> int:
+        """How many times the log was cut back after a failed sync, as of the last locked open.
+
+        Pass it to ``sync_to`` with the end a ``write`` returned: a sync then fails, rather than
+        succeed for other bytes, when the caller's own bytes were cut in between.
+        """
+        return self._gen
 
     # -- locking ---------------------------------------------------------------------------
 
@@ -163,39 +278,51 @@ class LineLog(Generic[T]):
         Creates the log (fsyncing it and its directory) when it does not exist.
 
         Raises:
+            JournalCorrupt: the log or its lock is a link, directory, FIFO or other non-regular file.
             JournalUnwritable: the lock or the log could not be created or opened.
             portalocker.exceptions.LockException: the lock was not had within ``timeout`` seconds.
         """
-        lock_path = Path(f"{self._path}.lock")
         try:
             ensure_dir(self._path.parent)
-            os.close(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode))
-            lock = portalocker.Lock(
-                str(lock_path),
-                mode="a",
-                timeout=timeout,
-                check_interval=0.005,
-                flags=portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING,
-            )
+            fd = open_regular(self._mark, os.O_RDWR | os.O_CREAT, self._mode)
         except OSError as exc:
             raise JournalUnwritable(
-                f"cannot create {self._path.parent}: {exc.strerror or exc}", path=self._path
+                f"cannot open the lock {self._mark}: {exc.strerror or exc}", path=self._mark
             ) from exc
         try:
-            lock.acquire()
-        except OSError as exc:
-            raise JournalUnwritable(
-                f"cannot open the lock {lock_path}: {exc.strerror or exc}", path=lock_path
-            ) from exc
-        try:
+            self._flock_within(fd, timeout)
             with self.held():
                 yield self
         finally:
-            lock.release()
+            os.close(fd)  # closing the file releases the flock
+
+    def _flock_within(self, fd: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    import portalocker  # only for its exception type: a reader never imports it
+
+                    raise portalocker.exceptions.AlreadyLocked(
+                        f"{self._mark} was held by another writer for over {timeout:g}s"
+                    ) from None
+                time.sleep(0.005)
+            except OSError as exc:
+                raise JournalUnwritable(
+                    f"cannot lock {self._mark}: {exc.strerror or exc}", path=self._mark
+                ) from exc
 
     @contextlib.contextmanager
     def held(self) -> Iterator[LineLog[T]]:
-        """Open the log for appending, assuming the caller holds a lock that covers it."""
+        """Open the log for appending, assuming the caller holds a lock that covers it.
+
+        Raises:
+            JournalCorrupt: the log is a link, directory, FIFO or other non-regular file.
+            JournalUnwritable: the log could not be created or opened.
+        """
         with self._mutex:
             fd = self._kept if self._kept is not None and self._still_here(self._kept) else None
             if fd is None:
@@ -203,27 +330,29 @@ class LineLog(Generic[T]):
                 if self._keep_open:
                     self._forget_kept()
                     self._kept = fd
-            self._fd, self._owner = fd, threading.get_ident()
+            self._fd, self._owner, self._settled = fd, threading.get_ident(), False
             try:
                 yield self
             finally:
                 self._fd = self._owner = None
+                self._settled = False
                 if fd != self._kept:
                     os.close(fd)
 
     def _still_here(self, fd: int) -> bool:
-        """Whether ``fd`` is still the file at the log's path (it was not replaced or removed)."""
+        """Whether ``fd`` is still the file at the log's path (not replaced, removed or a link)."""
         try:
-            return os.stat(self._path_str).st_ino == os.fstat(fd).st_ino
+            return os.lstat(self._path_str).st_ino == os.fstat(fd).st_ino
         except OSError:
             return False
 
     def _forget_kept(self) -> None:
-        for fd in (self._kept, self._kept_mark):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._kept = self._kept_mark = None
+        with self._syncing:
+            for fd in (self._kept, self._kept_mark, self._read_mark):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._kept = self._kept_mark = self._read_mark = None
 
     def close(self) -> None:
         """Close descriptors kept open (``keep_open``); safe twice, and the log stays usable."""
@@ -231,9 +360,9 @@ class LineLog(Generic[T]):
             self._forget_kept()
 
     def _open_for_append(self) -> int:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_RDWR | os.O_APPEND
         try:
-            return os.open(self._path, flags)
+            return open_regular(self._path, flags)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -242,12 +371,18 @@ class LineLog(Generic[T]):
             ) from exc
         try:
             ensure_dir(self._path.parent)
-            fd = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, self._mode)
+            fd = open_regular(self._path, flags | os.O_CREAT | os.O_EXCL, self._mode)
+        except FileExistsError:
+            return self._open_for_append()
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot create {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
             os.fsync(fd)
             fsync_dir(self._path.parent)
-        except FileExistsError:
-            return os.open(self._path, flags)
         except OSError as exc:
+            os.close(fd)
             raise JournalUnwritable(
                 f"cannot create {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
@@ -258,369 +393,696 @@ class LineLog(Generic[T]):
             raise RuntimeError(f"{self._path}: recover() and append() need locked() or held()")
         return self._fd
 
-    # -- recovery and append -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _flocked(self, fd: int) -> Iterator[None]:
+        """One sync, cut or mark update of this log at a time, across processes (call under
+        ``_syncing``: threads sharing one descriptor share its flock)."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    # -- recovery --------------------------------------------------------------------------------
 
     def recover(self) -> Sequence[T]:
-        """Cut a torn tail, if any, and return every record in order. Requires the lock.
+        """Cut a torn tail (and a poisoned end), if any, and return every record in order.
+
+        Requires the lock. The returned sequence is the log's own cache: read it, never change it.
 
         Raises:
             JournalCorrupt: a damaged line that is not a torn tail (path and 1-based line named).
             JournalUnwritable: the cut could not be made durable.
-
-        The returned sequence is the log's own cache: read it, never change it.
         """
         fd = self._require_held()
-        scan = self._scan(fd)
-        if scan.tail:
-            try:
-                os.ftruncate(fd, scan.good_end)
-                os.fsync(fd)
-            except OSError as exc:
-                raise JournalUnwritable(
-                    f"cannot cut the torn tail of {self._path}: {exc.strerror or exc}", path=self._path
-                ) from exc
-            self._durable = min(self._durable, scan.good_end)
-            self._durable_fs = min(self._durable_fs, scan.good_end)
-            self._lower_watermarks(scan.good_end)
-        return scan.records
+        self._settle(fd, full=True)
+        return self._cached
+
+    def recover_tail(self) -> int:
+        """Cut a torn tail (and a poisoned end), if any, reading only past the watermark.
+
+        Requires the lock. Costs the lines after the last acknowledged one, not the whole log:
+        damage below the watermark is left for ``read`` or ``recover`` to find. Returns the offset
+        just past the last good line (where the next append goes). ``append`` and ``write`` call
+        this themselves when no recovery ran under the current hold.
+
+        Raises:
+            JournalCorrupt: the last acknowledged line, or a line in the tail that must be whole, is
+                damaged.
+            JournalUnwritable: the cut could not be made durable.
+        """
+        fd = self._require_held()
+        self._settle(fd, full=False)
+        return self._cached_end
+
+    def _settle(self, fd: int, *, full: bool) -> None:
+        marks = self._read_marks(strict=True)
+        if marks.generation is None or self._poison_of(marks) is not None:
+            marks = self._clear_poison(fd)
+        tail, good_end = self._scan(fd, marks, full=full)
+        if tail or (marks.plain is None and good_end > 0):
+            # A torn tail goes; a log without a watermark gets one (the cut syncs what stays).
+            marks = self._cut(fd, good_end, bump=False)
+        self._gen = marks.generation or 0
+        self._settled = True
+
+    def _clear_poison(self, fd: int) -> _Marks:
+        """Cut the log back to its poisoned point (or repair a torn state); return the marks."""
+        with self._syncing, self._flocked(fd):
+            marks = self._read_marks(strict=True)
+            poison = self._poison_of(marks)
+            if poison is not None:
+                return self._cut_locked(fd, poison, marks, bump=True)
+            if marks.generation is None:  # only damage makes it unreadable under the flock
+                fixed = _Marks(marks.plain, marks.filesystem, None, self._gen + 1)
+                self._write_marks(fixed)
+                return fixed
+            return marks
+
+    def _cut(self, fd: int, at: int, *, bump: bool) -> _Marks:
+        with self._syncing, self._flocked(fd):
+            return self._cut_locked(fd, at, self._read_marks(strict=True), bump=bump)
+
+    def _cut_locked(self, fd: int, at: int, marks: _Marks, *, bump: bool) -> _Marks:
+        """Cut the log at ``at``, sync it, record the marks; under ``_syncing`` and the flock.
+
+        ``bump`` raises the generation: the cut took bytes of callers still waiting on a sync
+        (a poisoned end), who must fail rather than be answered by a later sync of other bytes.
+        """
+        poison = self._poison_of(marks)
+        kept_poison = poison if poison is not None and poison < at else None
+        generation = (marks.generation if marks.generation is not None else self._gen) + (1 if bump else 0)
+        if bump:
+            cuts = (at, *marks.cuts[: _CUTS - 1])
+        else:  # bytes past ``at`` are gone for every caller, whenever it wrote
+            cuts = tuple(None if c is None else min(c, at) for c in marks.cuts)
+        after = _Marks(
+            plain=at,  # the sync below makes every byte before ``at`` durable
+            filesystem=None if marks.filesystem is None else min(marks.filesystem, at),
+            poison=kept_poison,
+            generation=generation,
+            cuts=cuts,
+        )
+        try:
+            if os.fstat(fd).st_size > at:
+                os.ftruncate(fd, at)
+            os.fsync(fd)
+            # A cleared poison must stay cleared after a crash, or a recovery would cut lines
+            # acknowledged after this point: the mark file is synced when one is cleared.
+            self._write_marks(after, sync=poison is not None and kept_poison is None)
+        except OSError as exc:
+            # The failed sync may have lost bytes below ``at`` too: in doubt from the watermark.
+            self._poison(marks, at if marks.durable is None else min(at, marks.durable))
+            raise JournalUnwritable(
+                f"cannot cut {self._path} back to byte {at}: {exc.strerror or exc}; check the disk, "
+                "then retry (the next locked open tries again)",
+                path=self._path,
+            ) from exc
+        self._poisoned = None if kept_poison is None else (generation, kept_poison)
+        if self._durable_gen == marks.generation:
+            self._durable, self._durable_fs = min(self._durable, at), min(self._durable_fs, at)
+            self._durable_gen = generation
+        self._drop_cached_past(at, marks.generation, generation)
+        return after
+
+    def _drop_cached_past(self, at: int, before: int | None, generation: int) -> None:
+        if self._cached_gen is None or self._cached_gen != before or at < self._base:
+            self._reset_cache(self._cached_ino, generation)
+            return
+        keep = bisect.bisect_right(self._ends, at)
+        if keep < len(self._cached):
+            self._cached, self._ends = self._cached[:keep], self._ends[:keep]  # new lists: see index()
+            self._cached_end = self._ends[-1] if self._ends else self._base
+        self._cached_gen = generation
+
+    # -- appending -------------------------------------------------------------------------------
 
     def append(self, record: T) -> None:
-        """Write ``record`` as one line and fsync it. Requires the lock and a prior ``recover``.
+        """Write ``record`` as one line and sync it. Requires the lock.
 
-        On failure the file is cut back to where it was, so no part of the line remains.
+        On failure the line is taken back out before this raises (when the disk allows; else the
+        next locked open does it), so no part of it remains.
 
         Raises:
             ValueError: the codec produced a line with a newline in it.
             JournalUnwritable: the line could not be written or made durable.
         """
         fd = self._require_held()
-        line = self._codec.encode(record)
-        if b"\n" in line:
-            raise ValueError(f"{self._path}: an encoded record must be one line")
-        start = self._cached_end
+        end = self._write(fd, [record])[-1]
         try:
-            failpoint("linelog.before_append")
-            write_all(fd, line + b"\n")
-            failpoint("linelog.before_fsync")
-            os.fsync(fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
-                os.fsync(fd)
-            raise JournalUnwritable(
-                f"cannot append to {self._path}: {exc.strerror or exc}; check free space and the disk",
-                path=self._path,
-            ) from exc
-        self._cached.append(record)
-        self._cached_end = start + len(line) + 1
-        self._set_watermark(self._cached_end)
-        failpoint("linelog.after_append")
+            self.sync_to(end, generation=self._gen)
+        except JournalError:
+            with contextlib.suppress(JournalError):
+                self._settle(fd, full=False)  # cuts the poisoned end: this line
+            raise
 
     def write(self, records: Sequence[T]) -> int:
         """Write ``records`` as lines with one ``write``, without fsync; return the end offset.
 
-        Requires the lock and a prior ``recover``. The records are not durable until ``sync_to``
-        of the returned offset returns; call it after letting go of the lock, so that appenders in
-        other threads and processes overlap their fsyncs (group commit). On a failed write the file
-        is cut back to where it was.
+        Requires the lock. The records are not durable until ``sync_to`` of the returned offset
+        returns; call it after letting go of the lock, so that appenders in other threads and
+        processes overlap their syncs (group commit). On a failed write the file is cut back to
+        where it was.
 
         Raises:
             ValueError: the codec produced a line with a newline in it.
             JournalUnwritable: the lines could not be written.
         """
         fd = self._require_held()
-        lines = [self._codec.encode(r) for r in records]
-        if any(b"\n" in line for line in lines):
+        ends = self._write(fd, records) if records else []
+        return ends[-1] if ends else self._cached_end
+
+    def write_records(self, records: Sequence[T]) -> list[int]:
+        """Like ``write``, but return the offset just past each record's line, in order."""
+        return self._write(self._require_held(), records) if records else []
+
+    def _write(self, fd: int, records: Sequence[T]) -> list[int]:
+        if not self._settled:
+            self._settle(fd, full=False)
+        lines = [self._codec.encode(r) + b"\n" for r in records]
+        if any(b"\n" in line[:-1] for line in lines):
             raise ValueError(f"{self._path}: an encoded record must be one line")
-        data = b"".join(line + b"\n" for line in lines)
         start = self._cached_end
+        ends: list[int] = []
+        end = start
+        for line in lines:
+            end += len(line)
+            ends.append(end)
         try:
             failpoint("linelog.before_append")
-            write_all(fd, data)
+            write_all(fd, b"".join(lines))
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
+            with contextlib.suppress(JournalError):
+                self._cut(fd, start, bump=False)  # only this call's own bytes: nobody wrote after them
             raise JournalUnwritable(
                 f"cannot append to {self._path}: {exc.strerror or exc}; check free space and the disk",
                 path=self._path,
             ) from exc
         self._cached.extend(records)
-        self._cached_end = start + len(data)
-        return self._cached_end
+        self._ends.extend(ends)
+        self._cached_end = end
+        return ends
 
     def unwrite(self, count: int, end: int) -> bool:
-        """Cut the last ``count`` records back off, if they still end the file at ``end``.
+        """Cut the last ``count`` records back off, if they still end the file at ``end`` and no
+        sync acknowledged them. Requires the lock. Returns whether it cut.
 
-        For a writer whose ``sync_to`` failed: when nobody appended after it, its lines go, so no
-        unacknowledged record stays behind. Requires the lock. Returns whether it cut.
+        Their writers' syncs then fail (the generation rises), whatever later syncs cover.
         """
         fd = self._require_held()
-        self._scan(fd)
-        if self._cached_end != end or os.fstat(fd).st_size != end or count > len(self._cached):
+        self._settle(fd, full=True)
+        if self._cached_end != end or os.fstat(fd).st_size != end or not 0 < count <= len(self._cached):
             return False
-        kept = self._cached[: len(self._cached) - count]
-        start = end - sum(len(self._codec.encode(r)) + 1 for r in self._cached[len(kept) :])
+        start = self._ends[-count - 1] if count < len(self._ends) else self._base
+        durable = self._read_marks(strict=True).durable
+        if durable is not None and start < durable:
+            return False  # acknowledged bytes are never cut
         try:
-            os.ftruncate(fd, start)
-            os.fsync(fd)
-        except OSError:
+            self._cut(fd, start, bump=True)
+        except JournalError:
             return False
-        self._cached, self._cached_end = kept, start
-        # Another appender's fsync may have raised the mark past the cut: bring it back, or bytes
-        # written here later would be taken for durable before they are.
-        self._durable = min(self._durable, start)
-        self._durable_fs = min(self._durable_fs, start)
-        self._lower_watermarks(start)
+        self._gen = self._cached_gen or 0
         return True
 
     def end(self) -> int:
         """The offset just past the last verified record (as of the last scan or write)."""
         return self._cached_end
 
-    def sync_to(self, end: int, *, filesystem: bool = False) -> None:
+    # -- syncing ---------------------------------------------------------------------------------
+
+    def sync_to(self, end: int, *, filesystem: bool = False, generation: int | None = None) -> None:
         """Return once the log's first ``end`` bytes are durable; no lock is needed.
 
-        Skips the fsync when the watermark (the durable length recorded by whoever fsync'd last, in
-        this process or another) already covers ``end``; otherwise fsyncs and raises the watermark,
-        so concurrent appenders share fsyncs.
+        Skips the sync when the watermark (the durable length recorded by whoever synced last, in
+        this process or another) already covers ``end``; otherwise syncs and raises the watermark,
+        so concurrent appenders share syncs.
 
         With ``filesystem`` (where ``HAVE_SYNCFS``), the sync is a ``syncfs`` of the log's file
         system, and only such a sync counts: when this returns, every write made to any file on that
         file system before the log reached ``end`` is durable too. A caller that wrote a file
         without fsync, then appended, has both made durable by one device flush.
 
+        ``generation`` is the log's ``generation`` when the caller wrote (default: as of this
+        object's last locked open).
+
         Raises:
-            JournalUnwritable: the fsync failed; whether those bytes survive is then unknown, and
-                the caller must treat its records as not written (a resumed caller finds them if
-                they did survive).
+            JournalUnwritable: this sync, or an earlier one over these bytes, failed, or the bytes
+                were cut since (see the module docstring); whether they survive is then unknown,
+                and the caller must treat its records as not written (a resumed caller finds them
+                if they did survive).
             ValueError: ``filesystem`` where syncfs is missing.
         """
         if filesystem and not HAVE_SYNCFS:
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
-        if self._known_durable(end, filesystem):
+        gen = self._gen if generation is None else generation
+        if self._known_durable(end, filesystem, gen):
             return
-        if (self._marks()[1 if filesystem else 0] or 0) >= end:  # another process's sync covers it
-            return
+        if self._covers(self._read_marks(strict=False), end, filesystem, gen):
+            return  # another process's sync covers it
         with self._syncing:  # threads queue here; the sync ahead of them may already cover them
-            if self._known_durable(end, filesystem):
+            if self._known_durable(end, filesystem, gen):
                 return
-            self._fsync_covering(filesystem, end)
+            self._sync_locked(end, filesystem, gen, force=False)
 
-    def _known_durable(self, end: int, filesystem: bool) -> bool:
-        """Whether this object's own syncs (of the kind asked) cover the first ``end`` bytes."""
-        durable = self._durable_fs if filesystem else self._durable
-        return durable >= end and self._durable_ino == self._cached_ino
-
-    def sync_now(self, *, filesystem: bool = False) -> None:
+    def sync_now(
+        self, *, filesystem: bool = False, end: int | None = None, generation: int | None = None
+    ) -> None:
         """Sync the log (with ``filesystem``, its whole file system) now, whatever the marks say:
         for a caller whose own writes elsewhere must be covered by a sync that begins after them.
 
+        With ``end``, it also fails as ``sync_to`` does when the first ``end`` bytes were poisoned
+        or cut (``generation`` as there).
+
         Raises:
-            JournalUnwritable: the sync failed.
+            JournalUnwritable: the sync failed, or the bytes up to ``end`` are not acknowledged.
         """
         if filesystem and not HAVE_SYNCFS:
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
         with self._syncing:
-            self._fsync_covering(filesystem, None)
+            self._sync_locked(end, filesystem, self._gen if generation is None else generation, force=True)
 
-    def _fsync_covering(self, filesystem: bool, end: int | None) -> None:
-        """Sync, unless (with ``end``) a sync that finished while this one queued covered ``end``.
+    def _known_durable(self, end: int, filesystem: bool, generation: int) -> bool:
+        """Whether this object's own syncs (of the kind asked) cover the first ``end`` bytes."""
+        durable = self._durable_fs if filesystem else self._durable
+        return durable >= end and self._durable_ino == self._cached_ino and self._durable_gen == generation
+
+    def _covers(self, marks: _Marks, end: int, filesystem: bool, generation: int) -> bool:
+        """Whether ``marks`` say the first ``end`` bytes, of this generation, are durable."""
+        if not marks.holds(end, generation):
+            return False
+        poison = self._poison_of(marks)
+        if poison is not None and end > poison:
+            return False
+        mark = marks.filesystem if filesystem else marks.durable
+        return mark is not None and mark >= end
+
+    def _sync_locked(self, end: int | None, filesystem: bool, generation: int, *, force: bool) -> None:
+        """Sync unless (with ``end``, not ``force``) a sync that finished while this one queued
+        covered it; then check that it covered the caller's own bytes. Call under ``_syncing``.
 
         One syncer of the log at a time, across processes: an exclusive ``flock`` on the log file
-        itself (no other lock uses it) is held from the check of the marks to the new mark, so
-        processes that queue behind a sync find the mark it left and need not sync again.
+        itself is held from the check of the marks to the new mark, so processes that queue behind
+        a sync find the mark it left and need not sync again.
         """
         kept = self._kept
         try:
-            fd = kept if kept is not None else os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = kept if kept is not None else open_regular(self._path, os.O_RDONLY)
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot open {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                if end is not None and (self._marks()[1 if filesystem else 0] or 0) >= end:
-                    return  # the sync this one queued behind covered it
-                st = os.fstat(fd)
-                covered, ino = st.st_size, st.st_ino  # every byte written before the sync is covered
-                failpoint("linelog.before_fsync")
-                if filesystem:
-                    syncfs(fd)
-                else:
-                    os.fsync(fd)
-                if ino == self._cached_ino:
-                    self._durable, self._durable_ino = max(self._durable, covered), ino
-                    if filesystem:
-                        self._durable_fs = max(self._durable_fs, covered)
-                self._set_watermark(covered, filesystem=filesystem)  # before waiters look
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        except OSError as exc:
-            raise JournalUnwritable(
-                f"cannot make {self._path} durable: {exc.strerror or exc}; check the disk", path=self._path
-            ) from exc
+            with self._flocked(fd):
+                marks = self._read_marks(strict=True)
+                if end is not None:
+                    self._refuse_lost(end, generation, marks)
+                    if not force and self._covers(marks, end, filesystem, generation):
+                        return  # the sync this one queued behind covered it
+                covered = self._sync_and_mark(fd, marks, filesystem)
+                if end is not None and covered < end:
+                    raise JournalUnwritable(
+                        f"{self._path} ends before byte {end}: this append's line is gone; retry it",
+                        path=self._path,
+                    )
         finally:
             if fd != kept:
                 os.close(fd)
-        failpoint("linelog.after_append")
+        try:
+            failpoint("linelog.after_append")
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"{self._path} was synced, then failed: {exc.strerror or exc}", path=self._path
+            ) from exc
 
-    # -- the watermark: how much of the log is known durable -----------------------------------
+    def _sync_and_mark(self, fd: int, marks: _Marks, filesystem: bool) -> int:
+        """Sync, record the new mark, and return how many bytes the sync covered."""
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot stat {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        covered, ino = st.st_size, st.st_ino  # every byte written before the sync is covered
+        poison = self._poison_of(marks)
+        if poison is not None:
+            covered = min(covered, poison)  # never claim a byte in doubt
+        try:
+            failpoint("linelog.before_fsync")
+            if filesystem:
+                syncfs(fd)
+            else:
+                os.fsync(fd)
+        except OSError as exc:
+            self._poison(marks, None)
+            raise JournalUnwritable(
+                f"cannot make {self._path} durable: {exc.strerror or exc}; the appends it held are not "
+                "acknowledged (a resumed run finds any that survived); check the disk",
+                path=self._path,
+            ) from exc
+        # Acknowledge only what the mark records: a later failure poisons from the mark, so a
+        # byte acknowledged above it could be cut.
+        after = _Marks(
+            plain=covered,
+            filesystem=covered if filesystem else marks.filesystem,
+            poison=marks.poison,
+            generation=marks.generation,
+            cuts=marks.cuts,
+        )
+        try:
+            failpoint("linelog.before_mark")
+            self._write_marks(after)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"synced {self._path} but could not record it in {self._mark}: {exc.strerror or exc}; "
+                "check the disk, then retry",
+                path=self._mark,
+            ) from exc
+        if ino == self._cached_ino:
+            if self._durable_gen != marks.generation or self._durable_ino != ino:
+                self._durable = self._durable_fs = 0
+            self._durable, self._durable_ino, self._durable_gen = (
+                max(self._durable, covered),
+                ino,
+                marks.generation,
+            )
+            if filesystem:
+                self._durable_fs = max(self._durable_fs, covered)
+        return covered
+
+    def _refuse_lost(self, end: int, generation: int, marks: _Marks) -> None:
+        if not marks.holds(end, generation):
+            raise JournalUnwritable(
+                f"{self._path} was cut back after a failed sync, and this append's line was part of "
+                "what was cut: it is not written; retry it",
+                path=self._path,
+            )
+        poison = self._poison_of(marks)
+        if poison is not None and end > poison:
+            raise JournalUnwritable(
+                f"a sync of {self._path} failed, so bytes past {poison} may never reach the disk and "
+                f"this append (ending at byte {end}) is not acknowledged; retry it (the next append "
+                "cuts them) and check the disk",
+                path=self._path,
+            )
+
+    def _poison_of(self, marks: _Marks) -> int | None:
+        """Where the doubtful bytes begin: the mark file's word, or this process's own record."""
+        poison = marks.poison
+        if self._poisoned is not None and self._poisoned[0] == marks.generation:
+            poison = self._poisoned[1] if poison is None else min(poison, self._poisoned[1])
+        return poison
+
+    def _poison(self, marks: _Marks, at: int | None) -> None:
+        """Record that the bytes from ``at`` (default: the watermark) on are in doubt. Call under
+        ``_syncing`` and the flock."""
+        if at is None:
+            at = marks.durable
+            if at is None:  # no readable mark (a damaged lock file): what this object knows
+                at = self._durable if self._durable_gen == marks.generation else 0
+        poison = self._poison_of(marks)
+        at = at if poison is None else min(at, poison)
+        generation = marks.generation if marks.generation is not None else self._gen
+        self._poisoned = (generation, at)  # this process honours it even if the mark file cannot
+        with contextlib.suppress(OSError):
+            self._write_marks(_Marks(marks.plain, marks.filesystem, at, generation, marks.cuts))
+
+    # -- the marks: how much of the log is known durable, what is in doubt -----------------------
 
     def watermark(self) -> int | None:
         """The durable length last recorded, or None when no appender has recorded one.
 
-        It is written (without fsync) only after an fsync returned, so after a crash it can only
+        It is written (without fsync) only after a sync returned, so after a crash it can only
         be lower than the truth: bytes past it are not known durable and were never acknowledged.
         """
-        plain, filesystem = self._marks()
-        if plain is None or filesystem is None:
-            return filesystem if plain is None else plain
-        return max(plain, filesystem)
+        return self._read_marks(strict=False).durable
 
     def filesystem_watermark(self) -> int | None:
         """How far file-system syncs (``sync_to(end, filesystem=True)``) reached, or None."""
-        return self._marks()[1]
+        return self._read_marks(strict=False).filesystem
 
-    def _marks(self) -> tuple[int | None, int | None]:
-        if self._kept_mark is not None:
-            try:
-                raw = os.pread(self._kept_mark, 24, 0)
-            except OSError:
-                return None, None
-        else:
-            try:
-                fd = os.open(self._mark, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            except OSError:
-                return None, None
-            try:
-                raw = os.pread(fd, 24, 0)
-            except OSError:
-                return None, None
-            finally:
-                os.close(fd)
-        return _unpack_mark(raw[:12]), _unpack_mark(raw[12:24])
+    def _read_marks(self, *, strict: bool) -> _Marks:
+        """The marks; missing reads as none. An unreadable file is unknown, or with ``strict``
+        (a decision depends on it) ``JournalUnwritable``. A non-regular file is ``JournalCorrupt``."""
+        try:
+            kept = self._kept_mark if self._kept_mark is not None else self._read_mark
+            if kept is not None:
+                raw = os.pread(kept, _MARKS_LEN, 0)
+            else:
+                fd = open_regular(self._mark, os.O_RDONLY)
+                try:
+                    raw = os.pread(fd, _MARKS_LEN, 0)
+                finally:
+                    if self._keep_open and self._read_mark is None:
+                        self._read_mark = fd  # the file is only ever rewritten in place
+                    else:
+                        os.close(fd)
+        except FileNotFoundError:
+            return _NO_MARKS
+        except OSError as exc:
+            if strict:
+                raise JournalUnwritable(
+                    f"cannot read {self._mark}: {exc.strerror or exc}", path=self._mark
+                ) from exc
+            return _UNKNOWN_MARKS
+        last = self._last_marks
+        if last is not None and last[0] == raw:
+            return last[1]
+        marks = _Marks.parse(raw)
+        self._last_marks = (raw, marks)
+        return marks
 
-    def _set_watermark(self, value: int, *, filesystem: bool = False) -> None:
-        # Written without reading first: if another appender's higher mark is overwritten with a
-        # lower one, the mark only under-claims, which costs a sync, never a guarantee.
-        self._write_marks(_pack_mark(value) * 2 if filesystem else _pack_mark(value))
+    def _write_marks(self, marks: _Marks, *, sync: bool = False) -> None:
+        """Write every slot of the mark file. Call under ``_syncing`` and the flock.
 
-    def _lower_watermarks(self, value: int) -> None:
-        """After a cut at ``value``: neither mark may claim bytes past it (the second never rises)."""
-        second = self._marks()[1]
-        self._write_marks(_pack_mark(value) + (b"" if second is None else _pack_mark(min(second, value))))
-
-    def _write_marks(self, raw: bytes) -> None:
+        Raises:
+            OSError: the file could not be opened or written (or synced, with ``sync``).
+            JournalCorrupt: it is not a regular file.
+        """
         fd = self._kept_mark
         if fd is None:
-            try:
-                fd = os.open(self._mark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
-            except OSError:
-                return  # only a hint: without it, recovery falls back to the single-tail rule
+            fd = open_regular(self._mark, os.O_RDWR | os.O_CREAT, self._mode)
             if self._keep_open and self._kept is not None:
                 self._kept_mark = fd
         try:
-            os.pwrite(fd, raw, 0)
-        except OSError:
-            pass
+            raw = marks.pack()
+            if os.pwrite(fd, raw, 0) != len(raw):
+                raise OSError(0, "a short write")
+            if sync:
+                os.fsync(fd)
         finally:
             if fd != self._kept_mark:
                 os.close(fd)
 
-    # -- reading -----------------------------------------------------------------------------
+    def _set_watermark(self, value: int, *, filesystem: bool = False) -> None:
+        """Record ``value`` as the (plain, or both) watermark, leaving the rest (tests use it)."""
+        fd = open_regular(self._mark, os.O_RDWR | os.O_CREAT, self._mode)
+        try:
+            os.pwrite(fd, _pack_mark(value) * 2 if filesystem else _pack_mark(value), 0)
+        finally:
+            os.close(fd)
+
+    # -- reading ---------------------------------------------------------------------------------
 
     def read(self) -> Sequence[T]:
         """Return every record in order, without a lock. A missing file reads as empty.
 
         The returned sequence is the log's own cache: read it, never change it.
 
-        A tail that may be an append in flight is not returned. Failures are never cached.
+        A tail that may be an append in flight is not returned, nor a line past a poisoned point.
+        Failures are never cached.
 
         Raises:
-            JournalCorrupt: a damaged line that is not a torn tail.
+            JournalCorrupt: a damaged line that is not a torn tail; the log or its lock is not a
+                regular file.
             JournalReadInterrupted: the file could not be read.
         """
         with self._mutex:
-            if self._kept is not None and self._still_here(self._kept):
-                return self._scan(self._kept).records
+            for _ in range(3):  # a cut in another process between our reads: read again
+                marks, moved = self._read_once()
+                if not moved:
+                    break
+                after = self._read_marks(strict=False)
+                if after.generation == marks.generation:
+                    break
+            poison = self._poison_of(marks)
+            if poison is not None and self._ends and self._ends[-1] > poison:
+                return self._cached[: bisect.bisect_right(self._ends, poison)]
+            return self._cached
+
+    def _read_once(self) -> tuple[_Marks, bool]:
+        """Bring the cache up to date; return the marks and whether new bytes were read."""
+        kept = self._kept if self._kept is not None and self._still_here(self._kept) else None
+        if kept is not None:
+            fd = kept
+        else:
             try:
-                fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = open_regular(self._path, os.O_RDONLY)
             except FileNotFoundError:
-                return []
+                self._reset_cache(None, None)
+                return _NO_MARKS, False
             except OSError as exc:
                 raise JournalReadInterrupted(
                     f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
                 ) from exc
-            try:
-                return self._scan(fd).records
-            finally:
+        try:
+            marks = self._read_marks(strict=False)
+            before = (self._cached_end, self._cached_gen)
+            self._scan(fd, marks, full=True)
+            return marks, (self._cached_end, self._cached_gen) != before
+        finally:
+            if fd != kept:
                 os.close(fd)
 
-    def _scan(self, fd: int) -> _Scan[T]:
-        """Bring the cache up to date from ``fd`` and classify what follows the good lines."""
+    def _reset_cache(self, ino: int | None, generation: int | None) -> None:
+        if ino != self._cached_ino:
+            self._durable = self._durable_fs = 0
+        self._cached, self._ends = [], []  # new lists: holders of the old ones see the change
+        self._base = self._cached_end = 0
+        self._cached_ino, self._cached_gen = ino, generation
+
+    def _scan(self, fd: int, marks: _Marks, *, full: bool) -> tuple[bytes, int]:
+        """Bring the cache up to date from ``fd``; return the tail after it and where it begins.
+
+        With ``full`` the cache holds every record from the start of the file; without, a cache
+        started afresh begins at the last complete line at or below the watermark.
+        """
         try:
             st = os.fstat(fd)
-            if st.st_ino != self._cached_ino or st.st_size < self._cached_end:
-                self._cached, self._cached_end, self._cached_ino = [], 0, st.st_ino
-                self._durable = self._durable_fs = 0
+            size = st.st_size
+            if (
+                st.st_ino != self._cached_ino
+                or size < self._cached_end
+                or marks.generation is None
+                or marks.generation != self._cached_gen
+                or (full and self._base != 0)
+            ):
+                self._reset_cache(st.st_ino, marks.generation)
+                if not full:
+                    self._anchor(fd, marks, size)
             start = self._cached_end
-            data = os.pread(fd, st.st_size - start, start) if st.st_size > start else b""
+            data = os.pread(fd, size - start, start) if size > start else b""
         except OSError as exc:
             raise JournalReadInterrupted(
                 f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
-        records, consumed, tail = self._parse(data, start)
-        self._cached.extend(records)
-        self._cached_end = start + consumed
-        return _Scan(self._cached, self._cached_end, tail)
+        parsed = self._parse(fd, data, start, self._trusted_mark(marks, size), self._next_seq())
+        self._cached.extend(parsed.records)
+        self._ends.extend(parsed.ends)
+        self._cached_end = start + parsed.consumed
+        return parsed.tail, self._cached_end
 
-    def _parse(self, data: bytes, start: int) -> tuple[list[T], int, bytes]:
-        """Decode complete lines of ``data``; return the records, bytes consumed and the tail."""
-        records: list[T] = []
+    @staticmethod
+    def _trusted_mark(marks: _Marks, size: int) -> int | None:
+        """The watermark, unless it claims bytes the file does not have (then it is stale)."""
+        mark = marks.durable
+        return mark if mark is not None and mark <= size else None
+
+    def _next_seq(self) -> int | None:
+        if self._sequence is None:
+            return None
+        return self._sequence(self._cached[-1]) + 1 if self._cached else 1
+
+    def _anchor(self, fd: int, marks: _Marks, size: int) -> None:
+        """Start an empty cache at the last complete line at or below the watermark (that line
+        decoded: it was acknowledged), so a tail open reads only what follows it."""
+        mark = self._trusted_mark(marks, size)
+        if not mark:
+            return
+        last_nl = self._last_newline_before(fd, mark)
+        if last_nl < 0:
+            return
+        start = self._last_newline_before(fd, last_nl) + 1
+        line = os.pread(fd, last_nl - start, start)
+        try:
+            record = self._codec.decode(line)
+        except LineDamaged as damage:
+            raise self._corrupt(fd, start, damage) from None
+        self._cached, self._ends = [record], [last_nl + 1]
+        self._base, self._cached_end = start, last_nl + 1
+
+    @staticmethod
+    def _last_newline_before(fd: int, limit: int) -> int:
+        """The offset of the last newline before ``limit``, or -1; read backwards in blocks."""
+        pos = limit
+        while pos > 0:
+            size = min(_REVERSE_BLOCK, pos)
+            pos -= size
+            found = os.pread(fd, size, pos).rfind(b"\n")
+            if found >= 0:
+                return pos + found
+        return -1
+
+    def _parse(self, fd: int, data: bytes, start: int, mark: int | None, expected: int | None) -> _Parsed[T]:
+        """Decode complete lines of ``data`` (which begins at file offset ``start``)."""
+        out: _Parsed[T] = _Parsed([], [], 0, b"")
         pos = 0
-        expected = (self._sequence(self._cached[-1]) + 1) if (self._sequence and self._cached) else 1
         while True:
             nl = data.find(b"\n", pos)
             if nl < 0:
-                return records, pos, data[pos:]
-            line = data[pos:nl]
+                out.consumed, out.tail = pos, data[pos:]
+                return out
             try:
-                record = self._codec.decode(line)
-                if self._sequence is not None and self._sequence(record) != expected:
+                record = self._codec.decode(data[pos:nl])
+                if expected is not None and self._sequence is not None and self._sequence(record) != expected:
                     raise LineDamaged(f"sequence {self._sequence(record)}, expected {expected}")
             except LineDamaged as damage:
-                watermark = self.watermark()  # read only when there is damage to judge
-                if not damage.torn or watermark is None or start + pos < watermark:
-                    self._judge_damage(data, nl, damage, len(self._cached) + len(records), watermark)
-                # at or past the watermark: never acknowledged, so a torn tail however it looks
-                return records, pos, data[pos:]
-            records.append(record)
-            expected += 1
+                acknowledged = mark is not None and start + nl + 1 <= mark
+                if not damage.torn or acknowledged or mark is None:
+                    self._judge_damage(fd, data, nl, damage, at=start + pos, expected=expected, mark=mark)
+                # past the watermark: never acknowledged, so a torn tail however it looks
+                out.consumed, out.tail = pos, data[pos:]
+                return out
+            out.records.append(record)
+            out.ends.append(start + nl + 1)
+            if expected is not None:
+                expected += 1
             pos = nl + 1
 
     def _judge_damage(
-        self, data: bytes, nl: int, damage: LineDamaged, before: int, watermark: int | None
+        self,
+        fd: int,
+        data: bytes,
+        nl: int,
+        damage: LineDamaged,
+        *,
+        at: int,
+        expected: int | None,
+        mark: int | None,
     ) -> None:
         """Raise ``JournalCorrupt`` unless the damaged line ending at ``nl`` begins a torn tail.
 
         A complete record that fails its own check (``torn=False``) is never what a crash leaves.
-        Below the watermark every byte was made durable and acknowledged: damage there is damage.
-        Without a watermark, the single-tail rule of the module docstring decides.
+        At or below the watermark every byte was made durable and acknowledged: damage there is
+        damage. Without a watermark, the single-tail rule of the module docstring decides.
         """
         rest = data[nl + 1 :]
-        later_good = any(self._continues(chunk, before + 1) for chunk in rest.split(b"\n")[:-1])
-        if watermark is not None or not damage.torn or later_good:
-            line_no = before + 1
-            raise JournalCorrupt(
-                f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails closed: "
-                "restore it from a backup or inspect it with `flows check`",
-                path=self._path,
-                line=line_no,
-                reason=damage.reason,
-            )
+        later_good = any(self._continues(chunk, expected) for chunk in rest.split(b"\n")[:-1])
+        if mark is not None or not damage.torn or later_good:
+            raise self._corrupt(fd, at, damage)
 
-    def _continues(self, line: bytes, damaged_seq: int) -> bool:
+    def _corrupt(self, fd: int, line_start: int, damage: LineDamaged) -> JournalCorrupt:
+        line_no = self._line_number(fd, line_start)
+        return JournalCorrupt(
+            f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails closed: "
+            "restore it from a backup or inspect it with `flows check`",
+            path=self._path,
+            line=line_no,
+            reason=damage.reason,
+        )
+
+    @staticmethod
+    def _line_number(fd: int, offset: int) -> int:
+        """The 1-based number of the line that begins at ``offset`` (counts the newlines before)."""
+        count, pos = 0, 0
+        while pos < offset:
+            chunk = os.pread(fd, min(1 << 20, offset - pos), pos)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            pos += len(chunk)
+        return count + 1
+
+    def _continues(self, line: bytes, damaged_seq: int | None) -> bool:
         """Whether ``line`` is a record that could follow the damaged line numbered ``damaged_seq``.
 
         In a numbered log a line at or before that number is not a later record but stale bytes a
@@ -630,17 +1092,27 @@ class LineLog(Generic[T]):
             record = self._codec.decode(line)
         except LineDamaged:
             return False
-        return self._sequence is None or self._sequence(record) > damaged_seq
+        return self._sequence is None or damaged_seq is None or self._sequence(record) > damaged_seq
 
     def iter_reverse(self) -> Iterator[T]:
         """Yield records newest first, reading the file backwards in blocks, without a lock.
 
         Only the lines actually consumed are decoded, so finding a recent record costs the size of
-        the tail, not of the file. The newest segment is skipped when it does not decode (a torn or
-        in-flight append); any other damaged line raises ``JournalCorrupt``.
+        the tail, not of the file. Past the watermark the forward rules apply (a torn or in-flight
+        tail is skipped, as is a poisoned end); at or below it every line must decode, and a
+        damaged one raises ``JournalCorrupt``, as a full ``read`` would.
+
+        Raises:
+            JournalCorrupt: a damaged line among those read; the log is not a regular file.
+            JournalReadInterrupted: the file could not be read.
         """
+        for _, record in self.iter_reverse_at():
+            yield record
+
+    def iter_reverse_at(self) -> Iterator[tuple[int, T]]:
+        """Like ``iter_reverse``, with the file offset at which each record's line begins."""
         try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = open_regular(self._path, os.O_RDONLY)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -649,46 +1121,86 @@ class LineLog(Generic[T]):
             ) from exc
         try:
             yield from self._reverse(fd)
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
         finally:
             os.close(fd)
 
-    def _reverse(self, fd: int) -> Iterator[T]:
-        end = os.fstat(fd).st_size
-        buf = b""
-        newest = True  # the first segment seen, from the end: no newline after it means torn
-        in_tail = True  # until a good line is found, undecodable lines may be a torn tail
-        while True:
-            if end > 0:
-                size = min(_REVERSE_BLOCK, end)
-                end -= size
-                buf = os.pread(fd, size, end) + buf
-            lines = buf.split(b"\n")
-            # lines[0] may have its start in an earlier block, unless the file's start was reached.
-            keep, complete = (lines[0], lines[1:]) if end > 0 else (b"", lines)
-            for raw in reversed(complete):
-                if newest:
-                    newest = False
-                    continue  # b"" when the file ends with a newline; else an unfinished append
-                try:
-                    record = self._codec.decode(raw)
-                except LineDamaged as damage:
-                    if in_tail and damage.torn:
-                        continue
-                    line_no = self._line_number(fd, raw)
-                    raise JournalCorrupt(
-                        f"{self._path} line {line_no} is damaged ({damage.reason}); the log fails "
-                        "closed: restore it from a backup or inspect it with `flows check`",
-                        path=self._path,
-                        line=line_no,
-                        reason=damage.reason,
-                    ) from None
-                in_tail = False
-                yield record
-            buf = keep
-            if end == 0:
-                return
+    def _reverse(self, fd: int) -> Iterator[tuple[int, T]]:
+        marks = self._read_marks(strict=False)
+        size = os.fstat(fd).st_size
+        mark = self._trusted_mark(marks, size)
+        if not mark:
+            yield from self._reverse_guessing(fd, size)
+            return
+        last_nl = self._last_newline_before(fd, mark)
+        start = self._last_newline_before(fd, last_nl) + 1 if last_nl >= 0 else 0
+        region = os.pread(fd, size - start, start)
+        tail: list[tuple[int, T]] = []
+        expected: int | None = 1 if self._sequence is not None else None
+        skip = 0
+        if last_nl >= 0:  # the last acknowledged line: it must decode
+            try:
+                anchor = self._codec.decode(region[: last_nl - start])
+            except LineDamaged as damage:
+                raise self._corrupt(fd, start, damage) from None
+            tail.append((start, anchor))
+            expected = self._sequence(anchor) + 1 if self._sequence is not None else None
+            skip = last_nl + 1 - start
+        parsed = self._parse(fd, region[skip:], start + skip, mark, expected)
+        begin = start + skip
+        for record, end in zip(parsed.records, parsed.ends, strict=True):
+            tail.append((begin, record))
+            begin = end
+        poison = self._poison_of(marks)
+        for at, record in reversed(tail):
+            if poison is None or at < poison:
+                yield at, record
+        for at, raw in self._backward_lines(fd, start):  # all acknowledged: every line must decode
+            try:
+                record = self._codec.decode(raw)
+            except LineDamaged as damage:
+                raise self._corrupt(fd, at, damage) from None
+            yield at, record
 
-    def _line_number(self, fd: int, raw: bytes) -> int:
-        data = os.pread(fd, os.fstat(fd).st_size, 0)
-        idx = data.find(raw + b"\n")
-        return data.count(b"\n", 0, max(idx, 0)) + 1
+    def _reverse_guessing(self, fd: int, size: int) -> Iterator[tuple[int, T]]:
+        """Without a watermark: skip undecodable lines at the end (a torn tail) until a good one."""
+        in_tail = True
+        for at, raw in self._backward_lines(fd, size):
+            try:
+                record = self._codec.decode(raw)
+            except LineDamaged as damage:
+                if in_tail and damage.torn:
+                    continue
+                raise self._corrupt(fd, at, damage) from None
+            in_tail = False
+            yield at, record
+
+    @staticmethod
+    def _backward_lines(fd: int, limit: int) -> Iterator[tuple[int, bytes]]:
+        """Yield (offset, line) for the newline-terminated lines before ``limit``, newest first
+        (what follows the last newline before ``limit`` is not a line yet)."""
+        pos, buf, first = limit, b"", True
+        while True:
+            if pos > 0:
+                size = min(_REVERSE_BLOCK, pos)
+                pos -= size
+                buf = os.pread(fd, size, pos) + buf
+            parts = buf.split(b"\n")
+            # parts[0] may have its start in an earlier block, unless the file's start was reached.
+            keep, complete = (parts[0], parts[1:]) if pos > 0 else (b"", parts)
+            at = pos + len(keep) + 1 if pos > 0 else 0
+            starts = []
+            for raw in complete:
+                starts.append(at)
+                at += len(raw) + 1
+            for raw, begin in zip(reversed(complete), reversed(starts), strict=True):
+                if first:
+                    first = False
+                    continue  # b"" when ``limit`` follows a newline; else an unfinished line
+                yield begin, raw
+            buf = keep
+            if pos == 0:
+                return

@@ -9,23 +9,75 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from journal._errors import JournalNameInvalid
+import orjson
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+from journal._errors import JournalNameInvalid, JournalPayloadInvalid
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# C0 controls (NUL, newline …), DEL, C1 controls, and lone surrogates (no UTF-8 form: neither
+# backend can store them).
+_UNSAFE_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+MAX_KEY_BYTES = 1024
+"""The longest key, in UTF-8 bytes (PostgreSQL indexes a key with its run id and stream)."""
 
 
 def check_name(kind: str, value: str) -> str:
     """Return ``value`` when it is safe as one path component; raise ``JournalNameInvalid``.
 
-    Allowed: 1-128 characters of ``A-Z a-z 0-9 . _ -``, not starting with ``.``, ``_`` or ``-``.
-    So ``..``, ``/``, NUL and hidden names can never reach the file system.
+    Allowed: 1-128 characters of ``A-Z a-z 0-9 . _ -``, not starting with ``.``, ``_`` or ``-``,
+    matched in full (a trailing newline is refused too). So ``..``, ``/``, NUL, control characters
+    and hidden names can never reach the file system.
     """
-    if not isinstance(value, str) or not _NAME.match(value) or ".." in value:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
         raise JournalNameInvalid(
             f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return value
+
+
+def _check_text(kind: str, value: object, max_bytes: int) -> str:
+    if not isinstance(value, str):
+        raise JournalNameInvalid(f"invalid {kind} {value!r}: it must be a string")
+    bad = _UNSAFE_TEXT.search(value)
+    if bad is not None:
+        raise JournalNameInvalid(
+            f"invalid {kind} {value[:80]!r}: it holds {bad.group()!r} at {bad.start()}; "
+            "use text without NUL, control characters or lone surrogates"
+        )
+    if len(value) > max_bytes // 4 and len(value.encode()) > max_bytes:
+        raise JournalNameInvalid(f"invalid {kind} {value[:80]!r}…: longer than {max_bytes} UTF-8 bytes")
+    return value
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` when every backend can store it; raise ``JournalNameInvalid``.
+
+    A key is any string of at most ``MAX_KEY_BYTES`` UTF-8 bytes without NUL, control characters
+    (C0, DEL, C1) or lone surrogates.
+    """
+    return _check_text("key", key, MAX_KEY_BYTES)
+
+
+def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
+    """Return ``payload`` as canonical JSON (sorted keys); raise ``JournalPayloadInvalid``.
+
+    Both backends call this before anything is queued or sent, so a payload that cannot be stored
+    fails its own call and no other.
+    """
+    if not isinstance(payload, Mapping):
+        raise JournalPayloadInvalid(
+            f"a {what} must be a JSON object (a mapping), not {type(payload).__name__}"
+        )
+    try:
+        return orjson.dumps(
+            payload if isinstance(payload, dict) else dict(payload), option=orjson.OPT_SORT_KEYS
+        )
+    except TypeError as exc:  # orjson.JSONEncodeError: a value JSON cannot hold
+        raise JournalPayloadInvalid(
+            f"the {what} is not JSON both backends can store ({exc}); pass strings, numbers within "
+            "64 bits, booleans, null, lists and objects with string keys"
+        ) from None
 
 
 def record_id(run_id: str, stream: str, key: str) -> str:

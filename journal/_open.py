@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from journal._backend import JournalBackend
-from journal._errors import JournalUnavailable
+from journal._errors import JournalLocationInvalid, JournalUnavailable
 from journal._file import FileJournal
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -16,6 +16,11 @@ def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
 
     A ``postgresql://`` (or ``postgres://``) DSN opens the PostgreSQL backend, which needs the
     ``postgres`` extra; anything else is a directory for the file backend.
+
+    Raises:
+        JournalLocationInvalid: the location holds NUL, or is a DSN libpq cannot parse (the
+            message never shows its password).
+        JournalUnavailable: a DSN, and psycopg is not installed.
     """
     text = os.fspath(location)
     if text.startswith(POSTGRES_SCHEMES):
@@ -28,4 +33,8 @@ def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
 
         backend: JournalBackend = PostgresJournal(text)
         return backend
+    if "\x00" in text:
+        raise JournalLocationInvalid(
+            f"the journal location {text!r} holds a NUL character; give a directory without one"
+        )
     return FileJournal(text)

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend: one journal shared by flows on several hosts (issue 6).
+"""The PostgreSQL backend: one journal shared by flows on several hosts.
 
 Tables, in the schema the DSN's ``search_path`` selects (created and migrated by the backend)::
 
@@ -28,6 +28,7 @@ Every driver failure is translated in one place, ``_translated``: a lost or refu
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import threading
 import time
@@ -43,6 +44,7 @@ from journal._errors import (
     JournalError,
     JournalLeaseHeld,
     JournalLeaseLost,
+    JournalLocationInvalid,
     JournalNotResumable,
     JournalReadInterrupted,
     JournalRunNotFound,
@@ -50,7 +52,7 @@ from journal._errors import (
     JournalUnwritable,
 )
 from journal._file import now_ms
-from journal._model import Lease, Record, RunInfo, RunState, check_name, record_id
+from journal._model import Lease, Record, RunInfo, RunState, check_key, check_name, payload_json, record_id
 
 SCHEMA_VERSION = 2
 DEFAULT_LEASE_TTL_S = 30.0
@@ -155,7 +157,10 @@ _RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.upd
 def redact_dsn(dsn: str) -> str:
     """Return ``dsn`` without its password (URL or ``key=value`` form), for messages."""
     if dsn.startswith(("postgresql://", "postgres://")):
-        parts = urllib.parse.urlsplit(dsn)
+        try:
+            parts = urllib.parse.urlsplit(dsn)
+        except ValueError:
+            return "<unparseable DSN>"
         netloc = parts.netloc
         if "@" in netloc:
             userinfo, hosts = netloc.rsplit("@", 1)
@@ -170,6 +175,45 @@ def redact_dsn(dsn: str) -> str:
         return "<unparseable DSN>"
     params.pop("password", None)
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+_URL_PASSWORD = re.compile(r"^[a-z]+://[^@/?#]*?:([^@/?#]*)@")
+_KV_PASSWORD = re.compile(r"password\s*=\s*('(?:\\.|[^'])*'|[^\s&]*)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _secrets_in(dsn: str) -> list[str]:
+    """Every spelling of a password that ``dsn`` may hold, longest first, to scrub from messages."""
+    found = [m.group(1) for m in _URL_PASSWORD.finditer(dsn)]
+    found += [m.group(1).strip("'") for m in _KV_PASSWORD.finditer(dsn)]
+    found += [urllib.parse.unquote(f) for f in found]
+    return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def check_dsn(dsn: str) -> str:
+    """Return ``dsn`` when libpq can parse it; raise ``JournalLocationInvalid`` otherwise.
+
+    The error is one line and never holds the password: libpq quotes the offending part of a DSN
+    in its message, so every spelling of the password is scrubbed from it first.
+    """
+    problem: str | None = None
+    if _CONTROL.search(dsn):
+        problem = "it holds a control character"
+    else:
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            problem = _first_line(exc)
+    if problem is None:
+        return dsn
+    problem = problem.replace(dsn, "<the DSN>")
+    for secret in _secrets_in(dsn):
+        problem = problem.replace(secret, "***")
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", redact_dsn(dsn))
+    raise JournalLocationInvalid(
+        f"the PostgreSQL journal location {shown} is not a valid DSN ({problem}); fix "
+        "$FLOWS_JOURNAL (or the location given), e.g. postgresql://user@host:5432/db"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -311,7 +355,7 @@ class PostgresJournal:
     ) -> None:
         if lease_ttl_s <= 0:
             raise ValueError(f"lease_ttl_s must be positive, not {lease_ttl_s}")
-        self._dsn = dsn
+        self._dsn = check_dsn(dsn)
         self._location = redact_dsn(dsn)
         self._clock = clock
         self._ttl_ms = int(lease_ttl_s * 1000)
@@ -584,7 +628,7 @@ class PostgresJournal:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
         run_id = f"{stamp}-{secrets.token_hex(5)}"
         key = secrets.randbits(63)
-        meta_text = orjson.dumps(dict(meta), option=orjson.OPT_SORT_KEYS).decode()
+        meta_text = payload_json(meta, what="run metadata").decode()
         with self._lease_mutex:
             with self._leasing("beginning a run", run_id) as cur:
                 cur.execute(
@@ -646,7 +690,7 @@ class PostgresJournal:
         if state not in (RunState.DONE, RunState.FAILED):
             raise ValueError(f"a run finishes done or failed, not {state}")
         check_name("run id", lease.run_id)
-        error_text = None if not error else orjson.dumps(dict(error), option=orjson.OPT_SORT_KEYS).decode()
+        error_text = None if not error else payload_json(error, what="error").decode()
         with self._transaction("finishing a run", run_id=lease.run_id) as cur:
             epoch, stored, _ = self._lock_run(cur, lease.run_id)
             self._fence(lease, epoch, stored)
@@ -699,13 +743,16 @@ class PostgresJournal:
         before this returns.
 
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalRunNotFound,
-        JournalNameInvalid, JournalUnavailable, JournalUnwritable; TypeError for a payload that is
-        not JSON.
+        JournalNameInvalid (a bad run id, stream name or key), JournalUnavailable, JournalUnwritable;
+        JournalPayloadInvalid (also a TypeError) for a payload that is not JSON.
         """
         if sync_filesystem:
             raise ValueError("the PostgreSQL journal cannot sync a local file system; fsync the files")
         run_id = check_name("run id", lease.run_id)
         check_name("stream name", stream)
+        if key is not None:
+            check_key(key)
+        body = payload_json(payload).decode()
         args = (
             run_id,
             lease.epoch,
@@ -713,7 +760,7 @@ class PostgresJournal:
             key,
             secrets.token_hex(8) if key is None else record_id(run_id, stream, key),
             self._clock(),
-            orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS).decode(),
+            body,
         )
 
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
@@ -760,6 +807,7 @@ class PostgresJournal:
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
+        check_key(key)
         found = self._records("finding a record", run_id, stream, " and x.key = %s", (key,))
         return found[0] if found else None
 

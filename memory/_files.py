@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from memory._errors import FindingInvalid, Unreachable
+from memory._filecache import FileCache
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -460,11 +461,12 @@ class DiskIndex:
     of a cached listing is an ``lstat``, so a link put in the folder's place is never mistaken for it.
     """
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, files: FileCache | None = None) -> None:
         self._base = base
         self._cache: dict[Path, Listing] = {}
         self._retired: dict[Path, RetiredListing] = {}
         self._mutex = threading.Lock()
+        self._files = files  # the stat-keyed index a fresh process starts from (None: read every file)
 
     def retired(self, directory: Path) -> RetiredListing:
         """The retired files of ``directory``, by key, cached like a listing (raising
@@ -507,14 +509,42 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        seen, files = read_folder(self._base, directory)
+        seen, entries = self._read(directory)
         if seen is None:
             return Listing(0, 0, ())
-        listing = Listing(seen.st_mtime_ns, seen.st_ino, tuple(entry for _, _, entry in files))
+        listing = Listing(seen.st_mtime_ns, seen.st_ino, entries)
         if scanned_at - seen.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing
         return listing
+
+    def _read(self, directory: Path) -> tuple[os.stat_result | None, tuple[Recalled, ...]]:
+        """Every entry of ``directory`` (opened without following a link) and its ``stat``: through
+        the stat-keyed index when there is one, else by reading every file."""
+        if self._files is None:
+            seen, files = read_folder(self._base, directory)
+            return seen, tuple(entry for _, _, entry in files)
+        try:
+            folder = Folder.open(self._base, directory)
+        except OSError as exc:
+            raise unreadable(exc.filename or directory, exc) from exc
+        if folder is None:
+            return None, ()
+        with folder:
+            try:
+                st = folder.stat()
+                names = [n for n in folder.names() if is_learned_name(n)]
+            except OSError as exc:
+                raise unreadable(directory, exc) from exc
+
+            def read(path: Path) -> Recalled | None:
+                try:
+                    data = folder.read(path.name, str(path))
+                except OSError as exc:
+                    raise unreadable(path, exc) from exc
+                return None if data is None else parse_learned(path, data)  # gone: sync dropped it
+
+            return st, self._files.read(directory, names, read)
 
     def entries(self, directory: Path) -> tuple[Recalled, ...]:
         """Return every entry of ``directory``, newest first (raising ``Unreachable`` on damage)."""

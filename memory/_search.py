@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import ArgumentInvalid, Unreachable
+from memory._filecache import FileCache, cache_dir
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
 from memory._finding import check_filters, meta_value_key
 from memory._paths import learned_root, scope_dirs, scope_folders
@@ -164,12 +165,21 @@ class Search:
     """
 
     def __init__(
-        self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int], citations: Citations
+        self,
+        db: HistoryDB,
+        publisher: Publisher,
+        clock: Callable[[], int],
+        citations: Citations,
+        *,
+        file_index: bool = True,
     ) -> None:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        self._disk = DiskIndex(publisher.db_path.parent)
+        files = (
+            FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)) if file_index else None
+        )
+        self._disk = DiskIndex(publisher.db_path.parent, files)
         self._citations = citations
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None

@@ -1,0 +1,1 @@
+"""The adversarial suite: each module attacks one class of threat to the store's promises."""

@@ -1,4 +1,4 @@
-"""The journal conformance suite: every backend must pass it unchanged (SPEC R-J1..R-J4, R-J7)."""
+"""The journal conformance suite: every backend must pass it unchanged."""
 
 from __future__ import annotations
 
@@ -142,6 +142,103 @@ def test_close_is_safe_twice_and_use_after_close_raises(journal_location: str) -
     backend.close()
     with pytest.raises(RuntimeError):
         backend.runs()
+
+
+UNSAFE_NAMES = [
+    "memory-learn\n",  # a trailing newline: ``$`` would have let it through
+    "a\nb",
+    "a\x00b",
+    "a\tb",
+    "a\x7fb",
+    "a\x85b",
+    "a b",
+    "\ud800",
+    "é",
+]
+
+
+@pytest.mark.parametrize("bad", UNSAFE_NAMES, ids=repr)
+def test_run_ids_and_stream_names_with_newlines_nul_or_control_characters_are_refused(
+    jr: JournalBackend, bad: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    calls = [
+        lambda: jr.append(lease, bad, {}),
+        lambda: jr.read(info.run_id, bad),
+        lambda: jr.find(info.run_id, bad, "k"),
+        lambda: jr.append(journal.Lease(bad, 1), "s", {}),
+        lambda: jr.read(bad, "s"),
+        lambda: jr.run(bad),
+        lambda: jr.acquire(bad),
+        lambda: jr.streams(bad),
+    ]
+    for call in calls:
+        with pytest.raises(journal.JournalNameInvalid) as err:
+            call()
+        assert err.value.code == "journal_name_invalid"
+    assert jr.streams(info.run_id) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["k\x00", "\n", "a\rb", "\x1b[31m", "k\x7f", "k\x9f", "k\ud800", "\udfff", "x" * 1025, "é" * 513],
+    ids=repr,
+)
+def test_keys_with_nul_control_characters_lone_surrogates_or_too_many_bytes_are_refused(
+    jr: JournalBackend, bad: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.append(lease, "s", {"n": 1}, key=bad)
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.find(info.run_id, "s", bad)
+    assert list(jr.read(info.run_id, "s")) == []
+
+
+@pytest.mark.parametrize("good", ["", "x" * 1024, "é" * 512, "日本語", "a b/c:d", "🙂"], ids=repr)
+def test_keys_of_any_printable_text_up_to_the_limit_are_stored_and_found(
+    jr: JournalBackend, good: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    rec = jr.append(lease, "s", {"n": 1}, key=good)
+    assert jr.find(info.run_id, "s", good) == rec
+    assert [r.key for r in jr.read(info.run_id, "s")] == [good]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"x": object()}, {"s": "lone \ud800"}, {"n": 2**64}, {1: "int key"}, ["a", "list"], "text"],
+    ids=["object", "lone-surrogate", "beyond-64-bits", "int-key", "list", "str"],
+)
+def test_a_payload_that_is_not_json_is_refused_with_its_own_code_and_nothing_is_written(
+    jr: JournalBackend, bad: object
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    with pytest.raises(journal.JournalPayloadInvalid) as err:
+        jr.append(lease, "s", bad, key="k")  # type: ignore[arg-type]
+    assert err.value.code == "journal_payload_invalid"
+    assert list(jr.read(info.run_id, "s")) == []
+    assert jr.append(lease, "s", {"n": 1}, key="k").payload == {"n": 1}
+
+
+def test_metadata_or_an_error_that_is_not_json_is_refused_and_nothing_changes(jr: JournalBackend) -> None:
+    with pytest.raises(journal.JournalPayloadInvalid):
+        jr.begin("f", "s", {"source": object()})
+    assert jr.runs() == []
+    info, lease = jr.begin("f", "s", {})
+    with pytest.raises(journal.JournalPayloadInvalid):
+        jr.finish(lease, RunState.FAILED, {"code": "x", "detail": "lone \ud800"})
+    assert jr.run(info.run_id).state == RunState.RUNNING
+    assert jr.finish(lease, RunState.FAILED, {"code": "x"}).state == RunState.FAILED
+
+
+def test_an_appended_record_equals_the_one_read_back(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    payload = {"t": (1, 2), "nested": {"b": 1, "a": [None, True, 1.5]}}
+    rec = jr.append(lease, "s", payload, key="k")
+    payload["nested"]["b"] = 2  # the caller's object is not the record's
+    assert rec == jr.read(info.run_id, "s")[0]
+    assert rec.payload == {"t": [1, 2], "nested": {"b": 1, "a": [None, True, 1.5]}}
 
 
 # -- the steps stream: a flow's step outcomes, as every backend must keep them ----------------

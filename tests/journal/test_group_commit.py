@@ -159,13 +159,13 @@ def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_eac
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     writes: list[int] = []
-    real_write = LineLog.write
+    real_write = LineLog.write_records
 
-    def counted(self: LineLog[Record], records: list[Record]) -> int:
+    def counted(self: LineLog[Record], records: list[Record]) -> list[int]:
         writes.append(len(records))
         return real_write(self, records)
 
-    monkeypatch.setattr(LineLog, "write", counted)
+    monkeypatch.setattr(LineLog, "write_records", counted)
     with failpoints(monkeypatch, "linelog.before_append=sleep5"):  # a slow writer: others queue
         threads = [
             threading.Thread(target=lambda w=w: [jr.append(lease, "s", {"w": w, "i": i}) for i in range(5)])
@@ -231,3 +231,17 @@ def test_a_syncer_queued_behind_another_process_s_sync_finds_its_mark_and_does_n
     assert not waiter.is_alive()
     assert syncs == []  # the waiter found the mark and did not sync again
     assert writer.watermark() == end == path.stat().st_size
+
+
+def test_unwrite_takes_back_unacknowledged_lines_only_and_their_sync_then_fails(tmp_path: Path) -> None:
+    log, path = _log_with(tmp_path, 2)
+    acked = path.read_bytes()
+    with log.locked():
+        log.recover()
+        assert not log.unwrite(1, len(acked))  # acknowledged: never cut
+        end = log.write([Record("r", "s", 3, "id3", "k3", 3, {"t": "y"})])
+        gen = log.generation
+        assert log.unwrite(1, end)
+    assert path.read_bytes() == acked
+    with pytest.raises(journal.JournalUnwritable):
+        log.sync_to(end, generation=gen)

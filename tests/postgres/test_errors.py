@@ -133,3 +133,28 @@ def test_a_failed_read_raises_unavailable_and_the_next_read_goes_to_the_server_a
     assert [r.payload["n"] for r in jr.read(info.run_id, "a")] == [1, 2]
     other.close()
     jr.close()
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://flows:s3cret-pw@[::1/db",  # libpq quotes the whole URI back
+        "postgresql://flows:s3cr%zzet-pw@db.example/j",  # ... or the bad token: the password
+        "postgresql://flows:s3cret-pw@db.example/j?nosuchoption=1",
+        "host=db.example password=s3cret-pw port",
+        "host=db.example password='s3cret-pw' dbname",
+        "postgresql://flows:s3cret-pw@db.example/j\x00x",
+        "postgresql://flows:s3cret-pw@db.example/j\nx",
+    ],
+)
+def test_a_malformed_dsn_is_one_coded_line_that_never_shows_the_password(dsn: str) -> None:
+    with pytest.raises(journal.JournalLocationInvalid) as err:
+        PostgresJournal(dsn)
+    if dsn.startswith("postgresql://"):
+        with pytest.raises(journal.JournalLocationInvalid):
+            journal.open_journal(dsn)
+    text = str(err.value)
+    assert err.value.code == "journal_location_invalid"
+    assert "s3cr" not in text
+    assert "\n" not in text and "\x00" not in text
+    assert "DSN" in text and "FLOWS_JOURNAL" in text

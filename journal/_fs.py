@@ -1,0 +1,94 @@
+"""Opening the journal's own files: a regular file, or a clear error.
+
+Every file the journal and the line log open goes through ``open_regular``: a symbolic link is
+refused, never followed (``O_NOFOLLOW``); the open never waits on a FIFO (``O_NONBLOCK``); and what
+was opened must be a regular file (``fstat``). Anything else where a journal file belongs — a link,
+a directory, a FIFO, a socket, a device — is ``JournalCorrupt`` naming the path, never a hang and
+never an ``IsADirectoryError``. Folders the journal owns are checked with ``lstat`` (``check_dir``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from journal._errors import JournalCorrupt
+
+# What an errno of an O_NOFOLLOW | O_NONBLOCK open says about the thing at the path.
+_REFUSED = {
+    errno.ELOOP: "a symbolic link",
+    errno.EISDIR: "a directory",
+    errno.ENXIO: "a FIFO or a socket",
+    errno.ENOTDIR: "below something that is not a folder",
+}
+
+
+def describe(mode: int) -> str:
+    """What kind of file ``mode`` (an ``st_mode``) is, for a message."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def refused(path: str | os.PathLike[str], what: str, *, expected: str = "a regular file") -> JournalCorrupt:
+    """The error for ``path`` being ``what`` where the journal expects ``expected``."""
+    return JournalCorrupt(
+        f"{os.fspath(path)} is {what}, not {expected}; the journal never follows links or opens "
+        "special files: move it aside, then retry",
+        path=Path(path),
+        line=0,
+        reason=f"{what}, not {expected}",
+    )
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+    """Open ``path`` with ``flags`` as a regular file and return the descriptor.
+
+    Raises:
+        FileNotFoundError: nothing is there (and ``flags`` did not ask to create it).
+        JournalCorrupt: a link, directory, FIFO, socket or device is there, or a folder on the way
+            is not a folder.
+        OSError: any other failure of the open (permission, I/O), for the caller to translate.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        what = _REFUSED.get(exc.errno or 0)
+        if what is None:
+            raise
+        raise refused(path, what) from None
+    try:
+        st_mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise refused(path, describe(st_mode))
+    return fd
+
+
+def check_dir(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a real directory, False when nothing is there.
+
+    Raises:
+        JournalCorrupt: something else is there (a link, even to a directory; a file; a FIFO).
+        OSError: the ``lstat`` failed otherwise (permission, I/O).
+    """
+    try:
+        st_mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        raise refused(path, _REFUSED[errno.ENOTDIR], expected="a directory") from None
+    if stat.S_ISDIR(st_mode):
+        return True
+    raise refused(path, describe(st_mode), expected="a directory")

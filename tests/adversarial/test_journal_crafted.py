@@ -1,0 +1,202 @@
+"""Crafted journal state: every byte read back is untrusted, a valid checksum included.
+
+A ``run.json`` that is valid JSON of the wrong shape, and a stream line whose checksum is right but
+whose fields are not a record's, are ``journal_corrupt`` naming the file (and the run, and the line),
+for every operation that reads them: never a ``KeyError``, ``TypeError`` or ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import journal
+from journal import FileJournal, JournalCorrupt, RunState
+
+GOOD_RUN = {
+    "runId": "RUN",
+    "flow": "f",
+    "scope": "s",
+    "state": "running",
+    "epoch": 1,
+    "createdMs": 1_700_000_000_000,
+    "updatedMs": 1_700_000_000_000,
+    "meta": {},
+    "error": None,
+}
+
+
+def _without(key: str) -> dict[str, Any]:
+    return {k: v for k, v in GOOD_RUN.items() if k != key}
+
+
+def _with(**fields: Any) -> dict[str, Any]:
+    return {**GOOD_RUN, **fields}
+
+
+CRAFTED_RUNS: dict[str, Any] = {
+    "a list": [GOOD_RUN],
+    "a string": "running",
+    "a number": 1,
+    "null": None,
+    "empty": {},
+    **{
+        f"no {k}": _without(k) for k in ("runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs")
+    },
+    "another run's id": _with(runId="20000101T000000-0000000000"),
+    "an extra field": _with(extra=1),
+    "state derived, never stored": _with(state="interrupted"),
+    "state a number": _with(state=1),
+    "state nested": _with(state={"value": "running"}),
+    "state a list": _with(state=["running"]),
+    "epoch a string": _with(epoch="1"),
+    "epoch a float": _with(epoch=1.5),
+    "epoch a boolean": _with(epoch=True),
+    "epoch zero": _with(epoch=0),
+    "epoch negative": _with(epoch=-3),
+    "epoch past 64 bits": _with(epoch=2**64 - 1),
+    "epoch huge": _with(epoch=1e300),
+    "createdMs past year 9999": _with(createdMs=2**62),
+    "createdMs negative": _with(createdMs=-1),
+    "updatedMs a string": _with(updatedMs="now"),
+    "flow a number": _with(flow=7),
+    "scope nested": _with(scope={"s": 1}),
+    "runId nested": _with(runId={"id": "RUN"}),
+    "meta a list": _with(meta=["x"]),
+    "meta a string": _with(meta="source"),
+    "error a string": _with(error="boom"),
+    "error a list": _with(error=[1]),
+}
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> tuple[Path, str, journal.Lease]:
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"n": 1})
+    jr.release(lease)  # as a crashed holder would leave it
+    jr.close()
+    return tmp_path / "j", info.run_id, lease
+
+
+def _operations(root: Path, run_id: str, lease: journal.Lease) -> dict[str, Callable[[], object]]:
+    """Each reads ``run.json`` in a fresh journal object (another process's first look)."""
+    return {
+        "run": lambda: FileJournal(root).run(run_id),
+        "runs": lambda: FileJournal(root).runs(),
+        "acquire": lambda: FileJournal(root).acquire(run_id),
+        "append": lambda: FileJournal(root).append(lease, "s", {"n": 2}),
+        "finish": lambda: FileJournal(root).finish(lease, RunState.DONE),
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(CRAFTED_RUNS))
+def test_a_run_json_of_the_wrong_shape_is_journal_corrupt_naming_the_run_and_the_file(
+    run_dir: tuple[Path, str, journal.Lease], shape: str
+) -> None:
+    root, run_id, lease = run_dir
+    crafted = CRAFTED_RUNS[shape]
+    if isinstance(crafted, dict) and crafted.get("runId") == "RUN":
+        crafted = {**crafted, "runId": run_id}
+    path = root / "runs" / run_id / "run.json"
+    path.write_bytes(orjson.dumps(crafted))
+    for name, operation in _operations(root, run_id, lease).items():
+        with pytest.raises(JournalCorrupt) as err:
+            operation()
+        assert (err.value.code, err.value.path) == ("journal_corrupt", path), name
+        if name != "runs":
+            assert err.value.run_id == run_id, name
+        assert str(path) in str(err.value)
+    assert path.read_bytes() == orjson.dumps(crafted)  # nothing rewrote it
+
+
+def test_a_huge_run_json_is_refused_without_reading_it_all(run_dir: tuple[Path, str, journal.Lease]) -> None:
+    root, run_id, _ = run_dir
+    path = root / "runs" / run_id / "run.json"
+    path.write_bytes(b'{"meta": "' + b"x" * (17 * 1024 * 1024) + b'"}')
+    with pytest.raises(JournalCorrupt, match="larger than"):
+        FileJournal(root).run(run_id)
+
+
+def _line(body: dict[str, Any] | list[Any]) -> bytes:
+    """A line with a valid checksum around ``body`` (an object, or whatever the codec frames)."""
+    raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return raw[:-1] + b',"crc":"%08x"}' % zlib.crc32(raw)
+
+
+GOOD_RECORD = {"id": "00112233aabbccdd", "key": None, "payload": {"n": 2}, "seq": 2, "ts": 1}
+
+CRAFTED_LINES: dict[str, dict[str, Any]] = {
+    "no ts": {k: v for k, v in GOOD_RECORD.items() if k != "ts"},
+    "no payload": {k: v for k, v in GOOD_RECORD.items() if k != "payload"},
+    "an extra field": {**GOOD_RECORD, "extra": 1},
+    "seq a string": {**GOOD_RECORD, "seq": "2"},
+    "seq a float": {**GOOD_RECORD, "seq": 2.0},
+    "seq a boolean": {**GOOD_RECORD, "seq": True},
+    "seq nested": {**GOOD_RECORD, "seq": [2]},
+    "seq past 64 bits": {**GOOD_RECORD, "seq": 2**64 - 1},
+    "id a number": {**GOOD_RECORD, "id": 5},
+    "id a path": {**GOOD_RECORD, "id": "../../x"},
+    "id empty": {**GOOD_RECORD, "id": ""},
+    "key a number": {**GOOD_RECORD, "key": 5},
+    "key nested": {**GOOD_RECORD, "key": {"k": 1}},
+    "key with NUL": {**GOOD_RECORD, "key": "a\x00b"},
+    "key with a newline": {**GOOD_RECORD, "key": "a\nb"},
+    "ts a string": {**GOOD_RECORD, "ts": "1"},
+    "ts negative": {**GOOD_RECORD, "ts": -1},
+    "ts huge": {**GOOD_RECORD, "ts": 1e300},
+    "payload a list": {**GOOD_RECORD, "payload": [1]},
+    "payload a string": {**GOOD_RECORD, "payload": "x"},
+    "payload null": {**GOOD_RECORD, "payload": None},
+}
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> tuple[FileJournal, str, journal.Lease, Path]:
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    for n in (1, 2, 3):
+        jr.append(lease, "s", {"n": n})
+    return jr, info.run_id, lease, jr.stream_path(info.run_id, "s")
+
+
+@pytest.mark.parametrize("shape", sorted(CRAFTED_LINES))
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_a_checksummed_line_that_is_not_a_record_is_journal_corrupt_naming_its_line(
+    stream: tuple[FileJournal, str, journal.Lease, Path], shape: str, where: str
+) -> None:
+    jr, run_id, lease, path = stream
+    lines = path.read_bytes().splitlines(keepends=True)
+    index = 1 if where == "middle" else 2
+    crafted = {**CRAFTED_LINES[shape]}
+    if type(crafted.get("seq")) is int and crafted["seq"] == 2 and where == "last":
+        crafted["seq"] = 3
+    lines[index] = _line(crafted) + b"\n"
+    path.write_bytes(b"".join(lines))
+    operations: dict[str, Callable[[], object]] = {
+        "read": lambda: FileJournal(jr.root).read(run_id, "s"),
+        "find": lambda: FileJournal(jr.root).find(run_id, "s", "k"),
+        "append": lambda: FileJournal(jr.root).append(lease, "s", {"n": 4}),
+        "iter_reverse": lambda: list(journal.LineLog(path, journal.RecordCodec(run_id, "s")).iter_reverse()),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(JournalCorrupt) as err:
+            operation()
+        assert (err.value.path, err.value.line) == (path, index + 1), name
+        assert "checksummed" in err.value.reason
+    assert path.read_bytes() == b"".join(lines)  # never cut, never rewritten
+
+
+def test_a_line_decoded_back_is_exactly_the_record_written(
+    stream: tuple[FileJournal, str, journal.Lease, Path],
+) -> None:
+    jr, run_id, lease, _ = stream
+    rec = jr.append(lease, "s", {"nested": {"a": [1, "two", None]}}, key="k é")
+    assert FileJournal(jr.root).read(run_id, "s")[-1] == rec
+    with pytest.raises(ValueError, match="cannot encode"):
+        journal.RecordCodec(run_id, "s").encode(journal.Record(run_id, "s", 0, "x", None, 1, {}))
