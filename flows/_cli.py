@@ -1,4 +1,4 @@
-"""The ``flows`` command line: run, resume, and ask what a flow remembers and why (SPEC R-F4, R-F5)."""
+"""The ``flows`` command line: run, resume, and ask what a flow remembers and why."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from flows.mcp import add_mcp_arguments, cmd_mcp
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,7 +28,8 @@ _EPILOG = """\
 storage:
   The history DB is --db, else $FLOWS_DB, else $XDG_DATA_HOME/flows/history.db. Learned files live
   beside it in <db-dir>/flows-memory/, and the journal in <db-dir>/flows-journal/ unless --journal
-  (or $FLOWS_JOURNAL) names a postgresql:// DSN.
+  (or $FLOWS_JOURNAL) names a postgresql:// DSN. <db-dir>/flows-cache/ holds derived indexes that
+  make a command's first read faster; it is safe to delete.
 
 times: printed in local time with the UTC offset; --before takes epoch milliseconds or an ISO 8601
 date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.
@@ -86,20 +88,27 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 
 def _finding_rows(items: Sequence[Any]) -> str:
-    rows = [[str(e.id), _ms(e.learned_ms), e.source, ",".join(e.tags), e.text[:60]] for e in items]
-    return _table(rows, ["ID", "LEARNED", "SOURCE", "TAGS", "TEXT"])
+    rows = [[str(e.id), e.key, _ms(e.learned_ms), e.source, ",".join(e.tags), e.text[:60]] for e in items]
+    return _table(rows, ["ID", "KEY", "LEARNED", "SOURCE", "TAGS", "TEXT"])
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
     """List findings, newest first, filtered."""
+    from flows._cli_memory import meta_pairs
+
     with _store(args) as store:
         found = store.recall(
-            source=args.source, tag=args.tag, before_ms=args.before, limit=args.limit, scope=args.scope
+            source=args.source,
+            tags=args.tag or (),
+            meta=meta_pairs(args.meta),
+            before_ms=args.before,
+            limit=args.limit,
+            scope=args.scope,
         )
     if args.json:
         _json_out([e.as_json() for e in found])
     elif not found:
-        print("no findings match: flows learn with `await f.memory.learn({...})` in a flow body")
+        print("no findings match: learn with `flows learn TEXT --scope S`, or `await f.memory.learn({...})`")
     else:
         print(_finding_rows(found))
     return EXIT_OK
@@ -107,8 +116,12 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Answer why: the findings that match a subject, with where each came from."""
+    from flows._cli_memory import meta_pairs
+
     with _store(args) as store:
-        answers = store.why(args.subject, limit=args.limit, scope=args.scope)
+        answers = store.why(
+            args.subject, limit=args.limit, scope=args.scope, tags=args.tag or (), meta=meta_pairs(args.meta)
+        )
         flows_of: dict[str, str] = {}
         for a in answers:
             flows_of.setdefault(a.finding.citation.run_id, a.finding.flow)
@@ -121,6 +134,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     for n, a in enumerate(answers, 1):
         e, c = a.finding, a.finding.citation
         print(f"{n}. {e.text}")
+        print(f"   key: {e.key}")
         print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {', '.join(a.matched)}")
         print(
             f"   from flow {e.flow!r}, root run {c.run_id}, stream {c.stream}, record {c.id}, "
@@ -212,9 +226,11 @@ def build_cli() -> CommandLine:
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         return cli.command(name, fn, help_)
 
+    from flows._cli_memory import add_filter_options, add_memory_commands, bad_input_exits_2
     from flows._cli_runs import add_run_commands  # run, resume, runs, show
 
     add_run_commands(add)
+    add_memory_commands(add)  # learn, forget, history
     p = add("journal", cmd_journal, "show a root run's journal records")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
@@ -222,12 +238,12 @@ def build_cli() -> CommandLine:
         ("recall", cmd_recall, "list findings, newest first"),
         ("why", cmd_why, "which findings answer a subject, and where each came from"),
     ):
-        p = add(name, fn, help_)
+        p = add(name, bad_input_exits_2(fn), help_)
+        add_filter_options(p)
         if name == "why":
             p.add_argument("subject", help="words to match against findings' text, tags and source")
         else:
             p.add_argument("--source", metavar="S", help="only findings from this source")
-            p.add_argument("--tag", metavar="T", help="only findings with this tag")
             p.add_argument(
                 "--before",
                 metavar="WHEN",
@@ -268,6 +284,7 @@ def build_cli() -> CommandLine:
     from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
 
     add_serve_command(add)
+    add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
 
 

@@ -42,7 +42,7 @@ from flows._steps import (
     settle,
 )
 from journal import JournalBackend, JournalCorrupt, Lease, Record, RunState
-from memory import Explained, Learned, MemoryStore, Recalled, RootRun
+from memory import Explained, Forgotten, Learned, MemoryStore, Recalled, RootRun
 from staging import CodedError, CodedInterrupt
 
 T = TypeVar("T")
@@ -54,21 +54,33 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FlowMemory:
-    """``f.memory``: learn, recall and why for the running flow's scope."""
+    """``f.memory``: learn, forget, recall and why for the running flow's scope."""
 
     def __init__(self, store: MemoryStore, root: RootRun, progress: Progress | None = None) -> None:
         self._store = store
         self._root = root
         self._progress = progress
         self.settled = 0
-        self.steps: list[Step[Learned]] = []
+        self.steps: list[Step[Any]] = []
 
-    def learn(self, finding: Mapping[str, Any]) -> Step[Learned]:
-        """Start learning ``finding`` now; await the returned step to consume its outcome."""
+    def learn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Step[Learned]:
+        """Start learning ``finding`` now; await the returned step to consume its outcome.
+
+        ``supersedes`` names the key of a finding the new one replaces (see ``MemoryStore.learn``).
+        """
         text = finding.get("text") if isinstance(finding, Mapping) else None
         label = text[:40] if isinstance(text, str) else repr(finding)[:40]
-        task = create_task("learn", self._store.alearn(finding, self._root))
+        task = create_task("learn", self._store.alearn(finding, self._root, supersedes=supersedes))
         step: Step[Learned] = Step(f"learn#{len(self.steps) + 1} {label!r}", task)
+        self.steps.append(step)
+        task.add_done_callback(self._on_settled)
+        return step
+
+    def forget(self, key: str, *, reason: str) -> Step[Forgotten]:
+        """Start forgetting the finding ``key`` now (see ``MemoryStore.forget``); await the returned
+        step to consume its outcome. Like a learn, a forget the body never awaits fails the run."""
+        task = create_task("learn", self._store.aforget(key, self._root, reason=reason))
+        step: Step[Forgotten] = Step(f"forget#{len(self.steps) + 1} {str(key)[:40]!r}", task)
         self.steps.append(step)
         task.add_done_callback(self._on_settled)
         return step
@@ -83,29 +95,43 @@ class FlowMemory:
         *,
         source: str | None = None,
         tag: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
         before_ms: int | None = None,
         limit: int | None = 20,
         scope: str | None = None,
     ) -> list[Recalled]:
         """Findings matching every filter, newest first; ``scope`` defaults to this flow's scope.
 
-        ``before_ms`` keeps findings learned strictly before it (epoch ms); ``limit`` caps the list
-        (None: no cap).
+        ``tags`` must all be on a finding (``tag`` is one more); ``meta`` keeps findings whose
+        metadata has each key with that value; ``before_ms`` keeps findings learned strictly before
+        it (epoch ms); ``limit`` caps the list (None: no cap).
 
         Raises:
+            memory.ArgumentInvalid: a filter has the wrong type.
             memory.Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
         return await self._store.arecall(
             source=source,
             tag=tag,
+            tags=tags,
+            meta=meta,
             before_ms=before_ms,
             limit=limit,
             scope=self._root.scope if scope is None else scope,
         )
 
-    async def why(self, subject: str, *, limit: int = 10) -> list[Explained]:
-        """Findings of this flow's scope that answer ``subject``, best match first."""
-        return await self._store.awhy(subject, limit=limit, scope=self._root.scope)
+    async def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """Findings of this flow's scope that answer ``subject``, best match first (``tags`` and
+        ``meta`` filter as in ``recall``)."""
+        return await self._store.awhy(subject, limit=limit, scope=self._root.scope, tags=tags, meta=meta)
 
 
 class FlowContext:
@@ -260,7 +286,7 @@ async def _drive(flow: Flow, f: FlowContext, steps: StepRunner) -> _Ending:
         return _Ending(
             UnawaitedStep(
                 f"the body returned without awaiting {', '.join(unawaited)}; await every "
-                "f.memory.learn(...) and f.step(...)",
+                "f.memory.learn(...), f.memory.forget(...) and f.step(...)",
                 steps=unawaited,
                 run_id=f.run_id,
             )

@@ -19,7 +19,7 @@ Every error carries a stable ``code`` and the context it happened in. The tree::
         ├── JournalUnwritable         journal_unwritable: an append could not be made durable
         └── JournalUnavailable        journal_unavailable: the backend cannot be reached
 
-Errors propagate through the memory layer unchanged (SPEC R-J6).
+Errors propagate through the memory layer unchanged.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import portalocker
 
 from journal._errors import (
     JournalCorrupt,
@@ -517,6 +516,8 @@ class FileJournal:
             fd = self._open_run_file(run_id, "lease.lock", os.O_RDONLY, reading=True)
         except FileNotFoundError:
             return False
+        import portalocker  # imported by the lock paths only: a command that reads nothing locked skips it
+
         try:
             portalocker.lock(fd, portalocker.LockFlags.SHARED | portalocker.LockFlags.NON_BLOCKING)
         except portalocker.exceptions.LockException:
@@ -532,6 +533,8 @@ class FileJournal:
             fd = self._open_run_file(run_id, "lease.lock", os.O_RDWR | os.O_CREAT, reading=False)
         except FileNotFoundError:
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+        import portalocker  # imported by the lock paths only: a read-only command never pays for it
+
         deadline = time.monotonic() + _ACQUIRE_PATIENCE_S
         while True:
             try:

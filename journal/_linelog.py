@@ -1,7 +1,7 @@
 """The durable line log: append-only lines, one record each, with torn-tail recovery.
 
 One module serves every append-only file of the project: journal streams (whose codec adds a
-sequence number and a checksum to each line) and the agent ledger (whose lines are the seed's
+sequence number and a checksum to each line) and the agent ledger (whose lines are the entry schema's
 schema, bare). The log itself knows nothing of what a record means; its codec encodes a record as
 one line and decodes a line back, raising ``LineDamaged`` when the bytes are not a valid record.
 
@@ -71,8 +71,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
-
-import portalocker
 
 from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
 from journal._fs import open_regular
@@ -312,6 +310,8 @@ class LineLog(Generic[T]):
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
+                    import portalocker  # only for its exception type: a reader never imports it
+
                     raise portalocker.exceptions.AlreadyLocked(
                         f"{self._mark} was held by another writer for over {timeout:g}s"
                     ) from None

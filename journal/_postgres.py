@@ -1,4 +1,4 @@
-"""The PostgreSQL backend: one journal shared by flows on several hosts (issue 6).
+"""The PostgreSQL backend: one journal shared by flows on several hosts.
 
 Tables, in the schema the DSN's ``search_path`` selects (created and migrated by the backend)::
 

@@ -3,15 +3,20 @@
 What is checked:
 
 * every journal run and stream passes its line checks;
-* every learned file parses, cites a record that exists, and is exactly that record's rendering;
-* every finding the journal records has its learned file or its history-DB row;
+* every learned file parses, cites a record that exists, and is exactly that record's rendering, and
+  is not the file of a finding the journal says was forgotten or superseded;
+* every retired file parses, cites a ``memory-forget`` record that exists, and is exactly its
+  rendering; every finding the journal retires has its retired file;
+* every finding the journal records, and does not retire, has its learned file or its history-DB row;
 * every history-DB row cites a record that exists;
 * no stage file is older than the sweep age;
 * each agent ledger and activity log given passes its line checks.
 
-What ``repair`` does: republish missing or wrong learned files from their journal record; move a
-learned file that cites no record into ``<db-dir>/flows-quarantine/`` (never delete it); sweep stale
-stages. It never adds, changes or removes a journal record, and reports what it cannot repair.
+What ``repair`` does: republish missing or wrong learned and retired files from their journal
+record; move a learned file that cites no record, or that belongs to a retired finding, into
+``<db-dir>/flows-quarantine/`` (never delete it); sweep stale stages. It never republishes the
+learned file of a retired finding. It never adds, changes or removes a journal record, and reports
+what it cannot repair.
 """
 
 from __future__ import annotations
@@ -20,15 +25,22 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import journal
 from memory._errors import Unreachable
-from memory._files import learned_names, read_learned
-from memory._finding import STREAM, commit_to_publish, render
-from memory._paths import learned_dir, scope_dirs
+from memory._files import learned_names, read_learned, read_retired
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    commit_to_publish,
+    render,
+    render_retirement,
+    retirement_to_publish,
+)
+from memory._paths import learned_dir, retired_dir, retired_dirs, scope_dirs
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
 
@@ -62,6 +74,8 @@ class _Context:
     records: dict[tuple[str, str], journal.Record]  # (run id, record id) -> memory-learn record
     latest: dict[str, journal.Record]  # finding id -> the commit to publish
     problems: list[Problem]
+    retirements: dict[tuple[str, str], journal.Record] = field(default_factory=dict)
+    retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -81,6 +95,12 @@ def _journal_problems(ctx: _Context) -> None:
                 except journal.JournalCorrupt as exc:
                     ctx.problems.append(_unrepairable("stream_corrupt", exc.path, str(exc)))
                     continue
+                if stream == RETIRE_STREAM:
+                    for rec in records:
+                        ctx.retirements[(rec.run_id, rec.id)] = rec
+                        key = rec.payload.get("id")
+                        if isinstance(key, str):
+                            ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
                 if stream != STREAM:
                     continue
                 for rec in records:
@@ -110,6 +130,18 @@ def _file_problems(ctx: _Context) -> set[str]:
             path = directory / name
             key = name[: -len(".json")]
             rec = ctx.latest.get(key)
+            if key in ctx.retired:
+                ctx.problems.append(
+                    Problem(
+                        "learned_forgotten",
+                        str(path),
+                        f"{path} is the learned file of finding {key}, which record "
+                        f"{ctx.retired[key].id} of root run {ctx.retired[key].run_id} forgot or superseded",
+                        f"move it to {QUARANTINE_DIR}/",
+                        True,
+                    )
+                )
+                continue
             try:
                 entry = read_learned(path)
             except Unreachable as exc:
@@ -158,10 +190,65 @@ def _file_problems(ctx: _Context) -> set[str]:
     return good
 
 
+def _retired_problems(ctx: _Context) -> set[str]:
+    """Check every retired file; return the keys that have a good one."""
+    good: set[str] = set()
+    for directory in retired_dirs(ctx.store.db_path):
+        for name in learned_names(directory):
+            path = directory / name
+            rec = ctx.retired.get(name[: -len(".json")])
+            fits = rec is not None and retired_dir(ctx.store.db_path, rec.payload["scope"]) == directory
+            repair = "republish it from its journal record" if fits else f"move it to {QUARANTINE_DIR}/"
+            try:
+                entry = read_retired(path)
+            except Unreachable as exc:
+                ctx.problems.append(Problem("retired_damaged", str(path), str(exc), repair, True))
+                continue
+            cited = ctx.retirements.get((entry.citation.run_id, entry.citation.id))
+            if cited is None:
+                ctx.problems.append(
+                    Problem(
+                        "retired_unjournaled",
+                        str(path),
+                        f"{path} cites record {entry.citation.id} of root run {entry.citation.run_id}, which "
+                        "the journal does not hold",
+                        repair,
+                        True,
+                    )
+                )
+            elif path.read_bytes() != render_retirement(cited):
+                ctx.problems.append(
+                    Problem(
+                        "retired_mismatch",
+                        str(path),
+                        f"{path} differs from the rendering of the record it cites",
+                        "republish it from its journal record",
+                        True,
+                    )
+                )
+            else:
+                good.add(entry.key)
+    for key, rec in ctx.retired.items():
+        path = retired_dir(ctx.store.db_path, rec.payload["scope"]) / f"{key}.json"
+        if key in good or any(p.path == str(path) for p in ctx.problems):
+            continue
+        ctx.problems.append(
+            Problem(
+                "retirement_unpublished",
+                str(path),
+                f"record {rec.id} of root run {rec.run_id} retires finding {key}, but its retired file "
+                "is missing, so reads may still return it",
+                "publish the retired file from its journal record",
+                True,
+            )
+        )
+    return good
+
+
 def _record_problems(ctx: _Context, good: set[str]) -> None:
     held = ctx.store.db.held(ctx.latest)
     for fid, rec in ctx.latest.items():
-        if fid in held or fid in good:
+        if fid in held or fid in good or fid in ctx.retired:
             continue
         path = learned_dir(ctx.store.db_path, rec.payload["scope"]) / f"{fid}.json"
         if any(p.path == str(path) for p in ctx.problems):
@@ -180,7 +267,7 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
 def _db_problems(ctx: _Context) -> None:
     if not ctx.store.db.exists():
         return
-    for row in ctx.store.db.recall(scope=None, source=None, tag=None, before_ms=None, limit=None):
+    for row in ctx.store.db.every_row():
         if (row.citation.run_id, row.citation.id) not in ctx.records:
             ctx.problems.append(
                 _unrepairable(
@@ -193,7 +280,7 @@ def _db_problems(ctx: _Context) -> None:
 
 
 def _stage_dirs(store: MemoryStore) -> list[Path]:
-    dirs = list(scope_dirs(store.db_path))
+    dirs = [*scope_dirs(store.db_path), *retired_dirs(store.db_path)]
     root = Path(store.journal_location) / "runs"
     if root.is_dir():
         dirs += [root / n for n in sorted(os.listdir(root))]
@@ -247,9 +334,13 @@ def check_store(
     def files() -> None:
         good.update(_file_problems(ctx))
 
+    def retired() -> None:
+        _retired_problems(ctx)
+
     phases: list[Callable[[], None]] = [
         lambda: _journal_problems(ctx),
         files,
+        retired,
         lambda: _record_problems(ctx, good),
         lambda: _db_problems(ctx),
         lambda: _stage_problems(ctx, sweep_age_s, time.time() if now is None else now),
@@ -286,7 +377,17 @@ def repair_store(
             for swept in sweep(path.parent, sweep_age_s, now=now):
                 actions.append(f"swept {swept}")
             continue
-        rec = ctx.latest.get(path.name[: -len(".json")])
+        key = path.name[: -len(".json")]
+        if path.parent.name == "retired":
+            retirement = ctx.retired.get(key)
+            home = None if retirement is None else retired_dir(store.db_path, retirement.payload["scope"])
+            if retirement is not None and home == path.parent:
+                store.republish(retirement)
+                actions.append(
+                    f"republished {path} from record {retirement.id} of root run {retirement.run_id}"
+                )
+                continue
+        rec = None if key in ctx.retired else ctx.latest.get(key)  # never republish a retired finding
         fits = rec is not None and learned_dir(store.db_path, rec.payload["scope"]) == path.parent
         if fits and rec is not None:
             store.republish(rec)

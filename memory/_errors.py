@@ -1,7 +1,7 @@
 """Errors of the findings memory.
 
 Every error has a stable ``code``. Journal errors are never wrapped: they pass through this layer
-unchanged (SPEC R-J6). The tree::
+unchanged. The tree::
 
     FlowsMemoryError              base (a staging.CodedError): path, run_id, errno
     ├── FindingInvalid            memory_finding_invalid: the caller's finding is malformed

@@ -8,14 +8,25 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from memory._errors import FindingInvalid, Unreachable
-from memory._finding import STREAM, Finding, check_expires, check_metadata, finding_id, scope_hash
+from memory._filecache import FileCache
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    Finding,
+    check_expires,
+    check_metadata,
+    finding_id,
+    scope_hash,
+)
 from memory._results import Citation, Recalled, frozen_metadata
+from memory._stem import terms
 from staging import is_stage_name
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
@@ -110,6 +121,94 @@ def read_learned(path: Path) -> Recalled:
     return parse_learned(path, data)
 
 
+_RETIRED_KEYS = {"id", "scope", "flow", "reason", "by", "forgottenMs", "journal"}
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A retired file: the finding ``key`` (of ``scope``) was forgotten (``reason``) or superseded
+    (``by`` the new key) by flow ``flow`` at ``forgotten_ms``, as the record ``citation`` says."""
+
+    key: str
+    scope: str
+    flow: str
+    reason: str | None
+    by: str | None
+    forgotten_ms: int
+    citation: Citation
+
+
+def _retired_damaged(path: Path, what: str) -> Unreachable:
+    return Unreachable(
+        f"retired file {path} is damaged ({what}); run `flows check --repair` to republish it from "
+        "the journal, or move it aside",
+        path=path,
+    )
+
+
+def parse_retired(path: Path, data: bytes) -> Retired:
+    """Return what a retired file says, checking its shape and that it matches its name and folder.
+
+    Raises:
+        Unreachable: the bytes are not JSON, the shape or a type is wrong, or the file is not named
+            after its key or not in its scope's retired folder.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _retired_damaged(path, "not JSON") from None
+    if not isinstance(obj, dict) or obj.keys() != _RETIRED_KEYS:
+        raise _retired_damaged(path, "not a retired finding's shape")
+    j = obj["journal"]
+    reason, by = obj["reason"], obj["by"]
+    ok = (
+        isinstance(obj["id"], str)
+        and _HEX32.fullmatch(obj["id"]) is not None
+        and isinstance(obj["scope"], str)
+        and isinstance(obj["flow"], str)
+        and isinstance(obj["forgottenMs"], int)
+        and ((isinstance(reason, str) and by is None) or (isinstance(by, str) and reason is None))
+        and (by is None or _HEX32.fullmatch(by) is not None)
+        and isinstance(j, dict)
+        and set(j) == {"runId", "stream", "id"}
+        and all(isinstance(v, str) for v in j.values())
+        and j["stream"] == RETIRE_STREAM
+    )
+    if not ok:
+        raise _retired_damaged(path, "a field has the wrong type")
+    if (
+        path.name != f"{obj['id']}.json"
+        or path.parent.name != "retired"
+        or path.parent.parent.parent.name != scope_hash(obj["scope"])
+    ):
+        raise _retired_damaged(path, "its key or scope does not match its name and folder")
+    return Retired(
+        key=obj["id"],
+        scope=obj["scope"],
+        flow=obj["flow"],
+        reason=reason,
+        by=by,
+        forgotten_ms=obj["forgottenMs"],
+        citation=Citation(run_id=j["runId"], stream=j["stream"], id=j["id"]),
+    )
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "it is a symbolic link, which is never followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise Unreachable(f"cannot read {what} {path}: {why or exc}", path=path) from exc
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def read_retired(path: Path) -> Retired:
+    """Read and parse one retired file (``Unreachable`` when it cannot be read or parsed)."""
+    return parse_retired(path, _read(path, "retired file"))
+
+
 def learned_names(directory: Path) -> list[str]:
     """The learned files' names in ``directory`` (never stages); empty when it does not exist."""
     try:
@@ -143,12 +242,18 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def index_terms(text: str) -> list[str]:
+    """The index terms of ``text``: the terms (``_stem.terms``) of each of its words, in order."""
+    return [t for w in words(text) for t in terms(w)]
+
+
 def terms_of(entry: Recalled) -> Terms:
-    """The words ``why`` matches in ``entry``."""
+    """The terms ``why`` matches in ``entry``: the stems of its words, and the second term of a
+    comparative or superlative (see ``memory._stem``)."""
     return Terms(
-        text=frozenset(words(entry.text)),
-        tags=frozenset(w for t in entry.tags for w in words(t)),
-        source=frozenset(words(entry.source)),
+        text=frozenset(index_terms(entry.text)),
+        tags=frozenset(t for tag in entry.tags for t in index_terms(tag)),
+        source=frozenset(index_terms(entry.source)),
     )
 
 
@@ -168,6 +273,7 @@ class Listing:
         self.mtime_ns = mtime_ns
         self.ino = ino
         self.entries = tuple(sorted(entries, key=newest_first, reverse=True))
+        self.expiring = any(e.expires_ms is not None for e in self.entries)
         self._by_tag: dict[str, tuple[Recalled, ...]] | None = None
         self._by_key: dict[str, Recalled] | None = None
         self._postings: dict[str, list[int]] | None = None
@@ -192,30 +298,62 @@ class Listing:
                 self._by_key = {e.key: e for e in self.entries}
             return self._by_key.get(key)
 
-    def sharing(self, wanted: set[str], best: int | None = None) -> list[tuple[Recalled, Terms]]:
-        """The entries that share a word with ``wanted``, with their words, newest first.
+    def sharing(
+        self,
+        wanted: Mapping[str, Collection[str]],
+        best: int | None = None,
+        keep: Callable[[Recalled], bool] | None = None,
+    ) -> list[tuple[Recalled, Terms]]:
+        """The entries that share a term with one of the words of ``wanted`` (each word mapped to its
+        terms), and that ``keep`` keeps, with their terms, newest first.
 
-        With ``best``, only the ``best`` entries that share the most words (newest first among
+        With ``best``, only the ``best`` entries that match the most words (newest first among
         equals), plus every entry tied with the last of them: what ``why`` can rank in its top.
         """
         with self._mutex:
             if self._postings is None:
                 postings: dict[str, list[int]] = {}
-                terms = [terms_of(e) for e in self.entries]
-                for i, t in enumerate(terms):
-                    for w in t.every:
+                every = [terms_of(e) for e in self.entries]
+                for i, found in enumerate(every):
+                    for w in found.every:
                         postings.setdefault(w, []).append(i)
-                self._terms, self._postings = terms, postings
+                self._terms, self._postings = every, postings
             counts: dict[int, int] = {}
-            for w in wanted:
-                for i in self._postings.get(w, ()):
+            for word_terms in wanted.values():
+                hit: set[int] = set()
+                for term in word_terms:
+                    hit.update(self._postings.get(term, ()))
+                for i in hit:
                     counts[i] = counts.get(i, 0) + 1
             hits = sorted(counts)  # entries are newest first, so index order is
             if best is not None and len(hits) > best:
-                ranked = sorted(hits, key=lambda i: -counts[i])  # stable: newest first among equals
-                floor = counts[ranked[best - 1]]
-                hits = sorted(i for i in ranked if counts[i] >= floor)
+                # Best first (stable: newest first among equals); ``keep`` is asked only of the
+                # entries that can still make the cut, not of every entry sharing a word.
+                kept: list[int] = []
+                floor = 0
+                for i in sorted(hits, key=lambda i: -counts[i]):
+                    if counts[i] < floor:
+                        break
+                    if keep is None or keep(self.entries[i]):
+                        kept.append(i)
+                        if len(kept) == best:
+                            floor = counts[i]
+                hits = sorted(kept)
+            elif keep is not None:
+                hits = [i for i in hits if keep(self.entries[i])]
             return [(self.entries[i], self._terms[i]) for i in hits]
+
+
+class RetiredListing:
+    """One retired folder's parsed files, by key."""
+
+    def __init__(self, mtime_ns: int, ino: int, by_key: dict[str, Retired]) -> None:
+        self.mtime_ns = mtime_ns
+        self.ino = ino
+        self.by_key = by_key
+
+
+_NO_RETIRED = RetiredListing(0, 0, {})
 
 
 class DiskIndex:
@@ -229,9 +367,39 @@ class DiskIndex:
     its directory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files: FileCache | None = None) -> None:
         self._cache: dict[Path, Listing] = {}
+        self._retired: dict[Path, RetiredListing] = {}
         self._mutex = threading.Lock()
+        self._files = files  # the stat-keyed index a fresh process starts from (None: read every file)
+
+    def retired(self, directory: Path) -> RetiredListing:
+        """The retired files of ``directory``, by key, cached like a listing (raising
+        ``Unreachable`` on a damaged one: a damaged marker could let a forgotten finding through)."""
+        # The common case (nothing retired) without an exception. A folder above it that cannot be
+        # searched makes the scope's learned files unreadable too, and that read fails closed.
+        if not os.access(directory, os.F_OK):
+            return _NO_RETIRED
+        try:
+            st = os.stat(directory)
+        except FileNotFoundError:
+            return _NO_RETIRED
+        except OSError as exc:
+            raise Unreachable(f"cannot read {directory}: {exc.strerror or exc}", path=directory) from exc
+        with self._mutex:
+            hit = self._retired.get(directory)
+        if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
+            return hit
+        scanned_at = time.time_ns()
+        found = {}
+        for name in learned_names(directory):
+            entry = read_retired(directory / name)
+            found[entry.key] = entry
+        listing = RetiredListing(st.st_mtime_ns, st.st_ino, found)
+        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+            with self._mutex:
+                self._retired[directory] = listing
+        return listing
 
     def listing(self, directory: Path) -> Listing:
         """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file)."""
@@ -246,9 +414,12 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        listing = Listing(
-            st.st_mtime_ns, st.st_ino, tuple(read_learned(directory / n) for n in learned_names(directory))
-        )
+        names = learned_names(directory)
+        if self._files is not None:
+            entries = self._files.read(directory, names, read_learned)
+        else:
+            entries = tuple(read_learned(directory / n) for n in names)
+        listing = Listing(st.st_mtime_ns, st.st_ino, entries)
         if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing

@@ -17,6 +17,13 @@ from memory._errors import ArgumentInvalid, FindingInvalid
 STREAM = "memory-learn"
 """The root run's stream that every learn commits to."""
 
+RETIRE_STREAM = "memory-forget"
+"""The root run's stream that every forget, and every supersede, commits to (keyed by the key of the
+finding it retires)."""
+
+REASON_MAX = 1024
+"""The longest reason a forget takes (characters)."""
+
 _FIELDS = {"text", "source", "tags", "metadata", "expiresMs"}
 _KEY = re.compile(r"[0-9a-f]{32}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -258,3 +265,109 @@ def commit_to_publish(chosen: Record | None, candidate: Record) -> Record:
     if (candidate.payload["learnedMs"], candidate.run_id) > (chosen.payload["learnedMs"], chosen.run_id):
         return candidate
     return chosen
+
+
+def check_reason(reason: object) -> str:
+    """Return ``reason`` if it is a usable forget reason; raise ``ArgumentInvalid`` otherwise."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > REASON_MAX:
+        raise ArgumentInvalid(
+            f"a forget's reason must be a non-empty string of at most {REASON_MAX} characters, "
+            f"not {reason!r:.80}"
+        )
+    try:
+        reason.encode()
+    except UnicodeEncodeError:
+        raise ArgumentInvalid("a forget's reason holds a lone surrogate, which is not valid UTF-8") from None
+    return reason
+
+
+def retire_payload(
+    key: str, scope: str, flow: str, *, reason: str | None, by: str | None, forgotten_ms: int
+) -> dict[str, Any]:
+    """The payload a forget (``by`` None) or a supersede (``by`` the new key) commits to
+    ``RETIRE_STREAM``: which finding is retired (``id``, ``scope``), by which flow, why, and when."""
+    return {"id": key, "scope": scope, "flow": flow, "reason": reason, "by": by, "forgottenMs": forgotten_ms}
+
+
+def render_retirement(record: Record) -> bytes:
+    """The retired file's bytes (the marker that keeps a finding out of every read): a pure
+    function of its ``RETIRE_STREAM`` record, which it cites.
+
+    Raises:
+        ValueError: the record is not a retirement record of the expected shape.
+    """
+    p = record.payload
+    try:
+        obj = {
+            "id": p["id"],
+            "scope": p["scope"],
+            "flow": p["flow"],
+            "reason": p["reason"],
+            "by": p["by"],
+            "forgottenMs": p["forgottenMs"],
+            "journal": {"runId": record.run_id, "stream": record.stream, "id": record.id},
+        }
+    except (KeyError, TypeError) as exc:
+        raise ValueError(
+            f"record {record.id} of {record.run_id} is not a {RETIRE_STREAM} record: {exc}"
+        ) from None
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def retirement_to_publish(chosen: Record | None, candidate: Record) -> Record:
+    """Of two retirement records of one finding, the one whose retired file is published: the first.
+
+    Within a run the keyed append keeps one; across runs the oldest (the earlier ``forgottenMs``,
+    equal times going to the smaller run id), so forgetting twice keeps answering with the first.
+    """
+    if chosen is None:
+        return candidate
+    if (candidate.payload["forgottenMs"], candidate.run_id) < (chosen.payload["forgottenMs"], chosen.run_id):
+        return candidate
+    return chosen
+
+
+_EXACT = 2**53
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < _EXACT:
+        return int(value)
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
+def meta_value_key(value: Any) -> str:
+    """How a metadata value is compared by a ``meta=`` filter, on the DB and the files alike: its
+    canonical JSON, with a number that is a whole float written as the integer (so ``2500.0``
+    matches ``2500``; ``true`` never matches ``1``; objects compare whatever their key order)."""
+    return orjson.dumps(_comparable(value), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def check_filters(tags: object, meta: object) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A read's ``tags`` (every one must match) and ``meta`` (top-level metadata keys, each equal to
+    its value), as tags and ``{key: meta_value_key(value)}``.
+
+    Raises:
+        ArgumentInvalid: ``tags`` is not a list of non-empty strings (a lone string is refused:
+            it would be read as its letters); ``meta`` is not an object of metadata keys and JSON
+            values (see ``check_metadata``).
+    """
+    if not tags and meta is None and isinstance(tags, list | tuple):
+        return (), {}  # the usual read: no filter
+    if isinstance(tags, str) or not isinstance(tags, list | tuple | set | frozenset):
+        raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {tags!r:.80}")
+    if not all(isinstance(t, str) and t.strip() for t in tags):
+        raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {list(tags)!r:.80}")
+    if meta is None:
+        return tuple(dict.fromkeys(tags)), {}
+    if not isinstance(meta, Mapping):
+        raise ArgumentInvalid(f"meta must be an object of metadata keys and values, not {meta!r:.80}")
+    try:
+        plain = _json_object(meta, "meta", 0)
+    except FindingInvalid as exc:
+        raise ArgumentInvalid(exc.message.replace("a finding's", "a read filter's", 1)) from None
+    return tuple(dict.fromkeys(tags)), {k: meta_value_key(v) for k, v in plain.items()}

@@ -4,65 +4,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import journal
-from journal import JournalBackend, Lease, Record
-from memory._errors import FindingInvalid, Unjournaled, UnsupportedHeader
-from memory._finding import STREAM, commit_to_publish, finding_id, learn_payload, render, validate
+from journal import JournalBackend, Record
+from memory._errors import ArgumentInvalid, FindingInvalid, FindingRetired, Unjournaled, UnsupportedHeader
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    Finding,
+    check_key,
+    commit_to_publish,
+    finding_id,
+    learn_payload,
+    render,
+    validate,
+)
 from memory._publisher import Publisher, holds
 from memory._results import Citation, Learned
+from memory._retire import Located, Retirer, unknown
+from memory._root import Root
+from memory._syncing import scan_journal
 from staging import failpoint
-
-
-class Root(Protocol):
-    """What a learn or a forget needs of its root run. ``RootRun`` is one; a session's root is
-    another, begun only when a write first needs it (``begun`` says whether it has been)."""
-
-    @property
-    def journal(self) -> JournalBackend: ...
-    @property
-    def lease(self) -> Lease: ...
-    @property
-    def flow(self) -> str: ...
-    @property
-    def scope(self) -> str: ...
-    @property
-    def script(self) -> bool: ...
-    @property
-    def source(self) -> str | None: ...
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def begun(self) -> bool: ...
-
-
-@dataclass(frozen=True)
-class RootRun:
-    """The root run a learn journals into: the backend, the lease, and the flow's name and scope.
-
-    ``script`` is the flow header's ``memory.script``; when False every learn raises
-    ``UnsupportedHeader``. ``source`` is a finding's default source (the flow's name when None).
-    """
-
-    journal: JournalBackend
-    lease: Lease
-    flow: str
-    scope: str
-    script: bool = True
-    source: str | None = None
-
-    @property
-    def run_id(self) -> str:
-        """The root run's id."""
-        return self.lease.run_id
-
-    @property
-    def begun(self) -> bool:
-        """Always True: a ``RootRun`` is a run already begun."""
-        return True
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
@@ -81,14 +44,15 @@ class Learner:
     durable, and, per resumed root run, the commits ``republish_run`` read.
     """
 
-    def __init__(self, publisher: Publisher, clock: Callable[[], int]) -> None:
+    def __init__(self, publisher: Publisher, retirer: Retirer, clock: Callable[[], int]) -> None:
         self._publisher = publisher
+        self._retirer = retirer
         self._clock = clock
         self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
 
-    def learn(self, finding: object, root: Root | None) -> Learned:
+    def learn(self, finding: object, root: Root | None, supersedes: str | None = None) -> Learned:
         """See ``MemoryStore.learn``."""
         if root is None:
             raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
@@ -98,9 +62,49 @@ class Learner:
             )
         item = validate(finding, default_source=root.source or root.flow)
         fid = finding_id(root.scope, item)
+        old = self._replaced(fid, supersedes)
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
+        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+            learned = self._learned_retired(fid, root, final)
+        else:
+            learned = self._learn(fid, item, root, directory, final)
+        if old is not None and supersedes is not None and old.retired is None:
+            self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
+        return learned
+
+    def _replaced(self, fid: str, supersedes: str | None) -> Located | None:
+        """Where the finding that ``supersedes`` names is (None when it names none); raises before
+        anything is written when it is malformed, unknown, or the finding being learned."""
+        if supersedes is None:
+            return None
+        check_key(supersedes, "supersedes")
+        if supersedes == fid:
+            raise ArgumentInvalid(
+                f"supersedes names the finding being learned ({fid}); a finding cannot replace itself"
+            )
+        old = self._retirer.locate(supersedes)
+        if old is None:
+            raise unknown(supersedes, "the key that supersedes names,")
+        return old
+
+    def _learned_retired(self, fid: str, root: Root, final: Path) -> Learned:
+        """A learn of a finding that was forgotten or superseded: this run's own commit of it (a
+        resumed body re-running a learn made before the retirement) is answered, unpublished;
+        anything else is refused."""
+        existing = root.journal.find(root.run_id, STREAM, fid) if root.begun else None
+        if existing is None:
+            raise FindingRetired(
+                f"finding {fid} was forgotten or superseded, and a forgotten finding stays forgotten; "
+                "`flows history` shows why; learn it with other text, metadata or scope",
+                key=fid,
+                path=self._retirer.retired_path(root.scope, fid),
+            )
+        return _learned(fid, existing, final)
+
+    def _learn(self, fid: str, item: Finding, root: Root, directory: Path, final: Path) -> Learned:
+        pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
         # commit that raced ahead of this one, and its bytes are what get published.
@@ -140,6 +144,11 @@ class Learner:
             staged.discard()
             staged = pub.stage(directory, render(record), root.run_id)
         pub.publish(staged, final, root.run_id)
+        # A forget of this finding may have raced this learn: it committed after the check above,
+        # and its retired file is there now. The forget wins; the file goes. (The forget, having
+        # published its retired file first, removes this file itself if it looks after the rename.)
+        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+            pub.remove(final, root.run_id)
         return _learned(fid, record, final)
 
     def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
@@ -160,16 +169,28 @@ class Learner:
             fid = rec.payload.get("id")
             if isinstance(scope, str) and isinstance(fid, str):
                 committed[(scope, fid)] = commit_to_publish(committed.get((scope, fid)), rec)
+        # The run's own forgets and supersedes first, so none of its findings they retire returns.
+        self._retirer.publish_missing(backend.read(run_id, RETIRE_STREAM))
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
         intact: list[Path] = []
-        for (scope, fid), rec in committed.items():
+        for (scope, fid), rec in list(committed.items()):
             final = pub.scope_dir(scope) / f"{fid}.json"
+            if os.path.lexists(self._retirer.retired_path(scope, fid)):
+                pub.remove(final, run_id)  # retired: its file has no place (a crash left it)
+                del committed[(scope, fid)]
+                continue
             data = render(rec)
             if holds(final, data):
                 intact.append(final)
             else:
                 wanted.append((final, data))
+        if wanted:
+            # A forget committed elsewhere whose retired file a crash never published must not let
+            # this run bring the finding back: ask the journal, and publish those retired files.
+            retired = scan_journal(backend, learns=False).retired
+            self._retirer.publish_missing(retired.values())
+            wanted = [(final, data) for final, data in wanted if final.stem not in retired]
         pub.publish_batches(wanted)
         # Files already in place may be names a crashed publish never made durable: one fsync of
         # each of their folders settles them all.

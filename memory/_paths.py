@@ -44,6 +44,27 @@ def learned_dir(db_path: Path, scope: str) -> Path:
     return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "compacted"
 
 
+def retired_dir(db_path: Path, scope: str) -> Path:
+    """The directory of one scope's retired files: one per forgotten or superseded finding, named
+    after its key, kept for good (it is what keeps the finding out of every read)."""
+    return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "retired"
+
+
+def scope_folders(db_path: Path) -> list[Path]:
+    """Every scope's folder (``<db-dir>/flows-memory/<scope-hash>``) that exists."""
+    root = learned_root(db_path)
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    return [root / n for n in names if not n.startswith(".") and (root / n).is_dir()]
+
+
+def retired_dirs(db_path: Path) -> list[Path]:
+    """Every scope's retired-file directory that exists."""
+    return [d for f in scope_folders(db_path) if (d := f / ".trajectories" / "retired").is_dir()]
+
+
 def scope_dirs(db_path: Path) -> list[Path]:
     """Every scope's learned-file directory that exists under ``<db-dir>/flows-memory``."""
     root = learned_root(db_path)

@@ -14,7 +14,7 @@ from typing import Any
 
 from memory._db import db_mode
 from memory._errors import Unwritable
-from memory._paths import learned_dir
+from memory._paths import learned_dir, retired_dir
 from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sync_dir_shared
 
 SYNC_BATCH = 500
@@ -61,6 +61,7 @@ class Publisher:
     def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
         self._scope_dirs: dict[str, Path] = {}
+        self._retired_dirs: dict[str, Path] = {}
         self._ready_dirs: set[Path] = set()
         self._durable_names: set[Path] = set()
 
@@ -70,6 +71,42 @@ class Publisher:
         if directory is None:
             directory = self._scope_dirs[scope] = learned_dir(self.db_path, scope)
         return directory
+
+    def retired_dir(self, scope: str) -> Path:
+        """The scope's folder of retired files (its path computed once per store)."""
+        directory = self._retired_dirs.get(scope)
+        if directory is None:
+            directory = self._retired_dirs[scope] = retired_dir(self.db_path, scope)
+        return directory
+
+    def place(self, final: Path, data: bytes, run_id: str | None) -> None:
+        """Stage ``data`` beside ``final`` and publish it there (replacing what is there), durably.
+
+        Raises:
+            Unwritable: as ``stage`` and ``publish``.
+        """
+        self.publish(self.stage(final.parent, data, run_id), final, run_id)
+
+    @staticmethod
+    def remove(final: Path, run_id: str | None) -> bool:
+        """Remove the file ``final`` (never following a link); False when it was not there.
+
+        The removal is not fsync'd: every file removed this way is one a retired file already keeps
+        out of every read, so a removal a power loss undoes changes no answer (``sync`` and ``flows
+        check --repair`` finish it).
+
+        Raises:
+            Unwritable: the file is there and cannot be removed.
+        """
+        try:
+            os.unlink(final)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot remove {final}: {exc.strerror or exc}", path=final, run_id=run_id, errno=exc.errno
+            ) from exc
+        return True
 
     def ready(self, directory: Path) -> bool:
         """Whether ``directory`` was checked for links and created by this publisher."""

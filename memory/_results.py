@@ -105,3 +105,58 @@ class SyncReport:
     materialized: int
     ingested: int
     dropped: int
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What ``forget`` returns: the key forgotten, why, the retirement record that says so, and when.
+
+    A finding that was superseded rather than forgotten answers a later ``forget`` with its
+    supersede: ``by`` is then the key that replaced it and ``reason`` says so.
+    """
+
+    key: str
+    reason: str
+    citation: Citation
+    forgotten_ms: int
+    by: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"key", "reason", "by", "forgottenMs", "citation"}``."""
+        return {
+            "key": self.key,
+            "reason": self.reason,
+            "by": self.by,
+            "forgottenMs": self.forgotten_ms,
+            "citation": self.citation.as_json(),
+        }
+
+
+HISTORY_KINDS = ("learned", "superseded", "forgotten", "expired")
+"""The kinds of ``HistoryEvent``, in the order events of one instant are listed."""
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event in a finding's history: ``learned`` (a commit of it), ``superseded`` (``by`` the
+    key that replaced it), ``forgotten`` (with its ``reason``) or ``expired`` (its ``expiresMs``
+    has passed); ``at_ms`` is when, ``citation`` the journal record that says so (for ``expired``,
+    the commit that carries the expiry)."""
+
+    kind: str
+    key: str
+    at_ms: int
+    citation: Citation
+    reason: str | None = None
+    by: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"kind", "key", "atMs", "citation", "reason", "by"}``."""
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "atMs": self.at_ms,
+            "citation": self.citation.as_json(),
+            "reason": self.reason,
+            "by": self.by,
+        }

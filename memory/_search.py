@@ -12,15 +12,19 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from memory._db import HistoryDB
-from memory._files import DiskIndex, Listing, Terms, newest_first, terms_of, words
-from memory._paths import learned_root, scope_dirs
+from memory._errors import ArgumentInvalid
+from memory._filecache import FileCache, cache_dir
+from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
+from memory._finding import check_filters, meta_value_key
+from memory._paths import learned_root, scope_dirs, scope_folders
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
+from memory._stem import terms
 
 E = TypeVar("E")
 
@@ -66,6 +70,7 @@ _STOPWORDS = frozenset(
         "when",
         "where",
         "which",
+        "us",
         "who",
         "why",
         "will",
@@ -85,16 +90,54 @@ def _key(e: Recalled) -> str:
     return e.key
 
 
+def meta_matches(entry: Recalled, wanted: Mapping[str, str]) -> bool:
+    """Whether ``entry``'s metadata has every key of ``wanted`` with that comparable value."""
+    got = entry.metadata
+    return all(k in got and meta_value_key(got[k]) == v for k, v in wanted.items())
+
+
+def _optional(name: str, value: object, kind: type) -> None:
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise ArgumentInvalid(f"{name} must be {kind.__name__} or None, not {value!r:.80}")
+
+
+def _check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
+    """Refuse a read whose filters have the wrong types (``ArgumentInvalid`` naming the filter)."""
+    if (
+        (scope is None or type(scope) is str)
+        and (source is None or type(source) is str)
+        and (tag is None or type(tag) is str)
+        and (before_ms is None or type(before_ms) is int)
+        and (limit is None or (type(limit) is int and limit >= 0))
+    ):
+        return  # the usual call, checked without a function call per filter
+    for name, value in (("scope", scope), ("source", source), ("tag", tag)):
+        _optional(name, value, str)
+    _optional("before_ms", before_ms, int)
+    _optional("limit", limit, int)
+    if isinstance(limit, int) and limit < 0:
+        raise ArgumentInvalid(f"limit must be 0 or more (None for no limit), not {limit}")
+
+
 def _best_first(x: Explained) -> tuple[float, int, int]:
     return (x.score, x.finding.learned_ms, x.finding.id)
 
 
-def _score_terms(terms: Terms, wanted: set[str]) -> tuple[float, tuple[str, ...]]:
-    text, tags, source = terms.text, terms.tags, terms.source
+def subject_terms(subject: str) -> dict[str, frozenset[str]]:
+    """The words of a question worth matching (``subject_words``), in order, each with its index terms."""
+    return {w: frozenset(terms(w)) for w in sorted(subject_words(subject))}
+
+
+def _score_terms(found: Terms, wanted: Mapping[str, frozenset[str]]) -> tuple[float, tuple[str, ...]]:
+    text, tags, source = found.text, found.tags, found.source
     weight = 0.0
     matched = []
-    for w in sorted(wanted):
-        s = (1.0 if w in text else 0.0) + (1.5 if w in tags else 0.0) + (1.0 if w in source else 0.0)
+    for w, ts in wanted.items():  # in word order (``subject_terms``)
+        s = (
+            (0.0 if text.isdisjoint(ts) else 1.0)
+            + (0.0 if tags.isdisjoint(ts) else 1.5)
+            + (0.0 if source.isdisjoint(ts) else 1.0)
+        )
         if s:
             matched.append(w)
             weight += s
@@ -109,24 +152,78 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int], *, file_index: bool = True
+    ) -> None:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        self._disk = DiskIndex()
+        files = (
+            FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)) if file_index else None
+        )
+        self._disk = DiskIndex(files)
         self._learned_root = learned_root(publisher.db_path)
-        self._scope_listing: tuple[tuple[int, int], list[Path], int] | None = None
+        self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
+        self._live_cache: dict[str, bool] = {}
+        self._row_terms: dict[str, Terms] = {}
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
 
     def _listings(self, scope: str | None) -> list[Listing]:
         """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
-        dirs = [self._publisher.scope_dir(scope)] if scope is not None else self._every_scope_dir()
-        return [self._disk.listing(d) for d in dirs]
+        return self._sources(scope)[0]
 
-    def _every_scope_dir(self) -> list[Path]:
-        """``scope_dirs``, remembered until ``<db-dir>/flows-memory`` changes (a scope comes or goes).
+    def _sources(self, scope: str | None) -> tuple[list[Listing], Mapping[str, Retired]]:
+        """The scope's (or every scope's) unsynced listings, and its retired files by key (what no
+        read may return), from one look at ``<db-dir>/flows-memory``."""
+        if scope is not None:
+            listing = self._disk.listing(self._publisher.scope_dir(scope))
+            return [listing], self._disk.retired(self._publisher.retired_dir(scope)).by_key
+        learned, retired_dirs = self._scope_tree()
+        listings = [self._disk.listing(d) for d in learned]
+        parts = [by_key for d in retired_dirs if (by_key := self._disk.retired(d).by_key)]
+        if len(parts) == 1:
+            return listings, parts[0]
+        merged: dict[str, Retired] = {}
+        for by_key in parts:
+            merged.update(by_key)
+        return listings, merged
+
+    def _terms_of_row(self, row: Recalled) -> Terms:
+        """``terms_of`` a DB row, remembered by key (a key's text, tags and source never change)."""
+        found = self._row_terms.get(row.key)
+        if found is None:
+            if len(self._row_terms) > 100_000:
+                self._row_terms.clear()
+            found = self._row_terms[row.key] = terms_of(row)
+        return found
+
+    def _retired(self, scope: str | None) -> Mapping[str, Retired]:
+        """The retired files of the scope (or of every scope), by key: what no read may return."""
+        return self._sources(scope)[1]
+
+    def _live_held(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the DB holds as rows not marked retired (remembered like ``_held_keys``)."""
+        with self._held_mutex:
+            self._check_version()
+            unknown = [k for k in keys if k not in self._live_cache]
+            if unknown:
+                found = self._db.live_held(unknown)
+                for k in unknown:
+                    self._live_cache[k] = k in found
+            return {k for k in keys if self._live_cache[k]}
+
+    def _check_version(self) -> None:
+        version = self._db.version()
+        if version != self._held_version:
+            self._held_cache.clear()
+            self._live_cache.clear()
+            self._held_version = version
+
+    def _scope_tree(self) -> tuple[list[Path], list[Path]]:
+        """Every scope's learned-file folder that exists, and every scope folder's retired-file
+        folder (there or not), remembered until ``<db-dir>/flows-memory`` changes: one stat a read.
 
         A listing taken while the folder is fresh (mtimes are coarse) is not remembered, and a
         scope whose folders exist but not yet its learned-file folder is looked for again each time.
@@ -135,24 +232,22 @@ class Search:
         try:
             st = os.stat(root)
         except FileNotFoundError:
-            return []
+            return [], []
         stamp = (st.st_mtime_ns, st.st_ino)
         cached = self._scope_listing
-        if cached is not None and cached[0] == stamp and cached[2] == len(cached[1]):
-            return cached[1]
+        if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
+            return cached[1], cached[2]
         found = scope_dirs(self._publisher.db_path)
+        retired = [f / ".trajectories" / "retired" for f in scope_folders(self._publisher.db_path)]
         names = len(os.listdir(root))
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
-            self._scope_listing = (stamp, found, names)
-        return found
+            self._scope_listing = (stamp, found, retired, names)
+        return found, retired
 
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
         with self._held_mutex:
-            version = self._db.version()
-            if version != self._held_version:
-                self._held_cache.clear()
-                self._held_version = version
+            self._check_version()
             unknown = [k for k in keys if k not in self._held_cache]
             if unknown:
                 found = self._db.held(unknown)
@@ -185,24 +280,47 @@ class Search:
         before_ms: int | None = None,
         limit: int | None = 20,
         scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
+        _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        every_tag, wanted_meta = check_filters(tags, meta)
+        if tag is not None:
+            every_tag = (tag, *(t for t in every_tag if t != tag)) if every_tag else (tag,)
         now = self._clock()
-        listings = self._listings(scope)
-        ordered = [listing.with_tag(tag) if tag is not None else listing.entries for listing in listings]
+        listings, retired = self._sources(scope)
+        first = every_tag[0] if every_tag else None
+        ordered = [listing.with_tag(first) if first is not None else listing.entries for listing in listings]
         newest = ordered[0] if len(ordered) == 1 else heapq.merge(*ordered, key=newest_first, reverse=True)
+        rest = every_tag[1:]  # the listing's tag index already holds the first
         disk: Iterable[Recalled] = (
             e
             for e in newest
             if (scope is None or e.scope == scope)
             and (source is None or e.source == source)
-            and (tag is None or tag in e.tags)
             and (before_ms is None or e.learned_ms < before_ms)
             and (e.expires_ms is None or e.expires_ms > now)
+            and e.key not in retired
+            and (not rest or all(t in e.tags for t in rest))
+            and (not wanted_meta or meta_matches(e, wanted_meta))
         )
+        # Rows a retired file names that the DB has not marked yet (no sync since) are left out
+        # here: ask for that many more, so the limit still holds after they go.
+        extra = len(self._live_held(retired)) if retired and limit is not None else 0
         rows = self._db.recall(
-            scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit, now_ms=now
+            scope=scope,
+            source=source,
+            tags=every_tag,
+            meta=wanted_meta,
+            before_ms=before_ms,
+            limit=None if limit is None else limit + extra,
+            now_ms=now,
         )
+        if retired:
+            rows = [r for r in rows if r.key not in retired]
+        if limit is not None:
+            rows = rows[:limit]
         if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
             last = rows[-1].learned_ms
             disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
@@ -213,12 +331,15 @@ class Search:
     def get(self, key: str) -> Recalled | None:
         """See ``MemoryStore.get``."""
         now = self._clock()
-        found = self._db.get(key)
-        if found is None:
-            for listing in self._listings(None):
-                found = listing.by_key(key)
-                if found is not None:
-                    break
+        if key in self._retired(None):
+            return None
+        found = self._db.get(key, now)
+        if found is not None or self._held_keys([key]):
+            return found  # the DB holds it: its row decides (None when retired or expired)
+        for listing in self._listings(None):
+            found = listing.by_key(key)
+            if found is not None:
+                break
         if found is None or (found.expires_ms is not None and found.expires_ms <= now):
             return None
         return found
@@ -230,28 +351,48 @@ class Search:
             candidates.update(e.scope for e in listing.entries)
         return sorted(s for s in candidates if self.recall(scope=s, limit=1))
 
-    def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
         """See ``MemoryStore.why``."""
-        asked = subject_words(subject)
-        if not asked:
+        if not isinstance(subject, str):
+            raise ArgumentInvalid(f"why takes a subject string, not {subject!r:.80}")
+        _check_read(scope=scope, source=None, tag=None, before_ms=None, limit=limit)
+        every_tag, wanted_meta = check_filters(tags, meta)
+        wanted = subject_terms(subject)
+        if not wanted:
             return []
         now = self._clock()
-        wanted = set(asked)
+        listings, retired = self._sources(scope)
+
+        def live(e: Recalled) -> bool:
+            return (
+                (scope is None or e.scope == scope)
+                and (e.expires_ms is None or e.expires_ms > now)
+                and e.key not in retired
+                and (not every_tag or all(t in e.tags for t in every_tag))
+                and (not wanted_meta or meta_matches(e, wanted_meta))
+            )
+
+        filtered = bool(scope is not None or retired or every_tag or wanted_meta)
         disk: list[Explained] = []
-        for listing in self._listings(scope):
-            for e, terms in listing.sharing(wanted, best=max(50, 4 * limit)):
-                score, matched = _score_terms(terms, wanted)
-                if (
-                    score > 0
-                    and (scope is None or e.scope == scope)
-                    and (e.expires_ms is None or e.expires_ms > now)
-                ):
+        for listing in listings:
+            keep = live if filtered or listing.expiring else None
+            for e, found in listing.sharing(wanted, best=max(50, 4 * limit), keep=keep):
+                score, matched = _score_terms(found, wanted)
+                if score > 0:
                     disk.append(Explained(finding=e, score=score, matched=matched))
         disk.sort(key=_best_first, reverse=True)
         scored = self._not_held(disk, limit, key=lambda x: x.finding.key)
-        for e in self._db.search(asked, scope=scope, limit=max(50, limit * 5), now_ms=now):
-            score, matched = _score_terms(terms_of(e), wanted)
-            if score > 0:
+        for e in self._db.search(list(wanted.values()), scope=scope, limit=max(50, limit * 5), now_ms=now):
+            score, matched = _score_terms(self._terms_of_row(e), wanted)
+            if score > 0 and live(e):
                 scored.append(Explained(finding=e, score=score, matched=matched))
         scored.sort(key=_best_first, reverse=True)
         return scored[:limit]

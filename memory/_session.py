@@ -9,7 +9,6 @@ leaves no root run behind.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import threading
 from collections.abc import Mapping
@@ -18,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from journal import JournalBackend, Lease, RunState
 from memory._errors import ArgumentInvalid, SessionClosed
-from memory._results import Learned
+from memory._results import Forgotten, Learned
 
 if TYPE_CHECKING:
+    import asyncio
+
     from memory._store import MemoryStore
 
 NAME_MAX = 256
@@ -175,17 +176,36 @@ class MemorySession:
             self._in_flight -= 1
             self._mutex.notify_all()
 
-    def learn(self, finding: Mapping[str, Any]) -> Learned:
+    def learn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Learned:
         """Learn ``finding`` in the session's scope, journal-first (see ``MemoryStore.learn``).
+
+        ``supersedes`` names the key of a finding this one replaces in recall and why.
 
         Raises:
             SessionClosed: after ``close()``.
-            FindingInvalid: refused; nothing is journaled or written (and no root run is begun).
+            FindingInvalid, ArgumentInvalid, FindingUnknown, FindingRetired: refused; nothing is
+                journaled or written (and no root run is begun for it).
             Unwritable, JournalError: as ``MemoryStore.learn``.
         """
         self._enter_op()
         try:
-            return self._store.learn(finding, self._root)
+            return self._store.learn(finding, self._root, supersedes=supersedes)
+        finally:
+            self._leave_op()
+
+    def forget(self, key: str, *, reason: str) -> Forgotten:
+        """Forget the finding ``key``, journal-first (see ``MemoryStore.forget``); it may be of any
+        scope. Forgetting a finding already forgotten returns the first forget and writes nothing.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid, FindingUnknown: refused; nothing is journaled or written (and no root
+                run is begun for it).
+            Unwritable, JournalError: as ``MemoryStore.forget``.
+        """
+        self._enter_op()
+        try:
+            return self._store.forget(key, self._root, reason=reason)
         finally:
             self._leave_op()
 
@@ -233,6 +253,8 @@ class MemorySession:
     # -- async twins -----------------------------------------------------------------------------
 
     async def _async_op(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import asyncio  # only async callers pay for asyncio
+
         self._enter_op()
         try:
             task = asyncio.ensure_future(self._store._off_loop(fn, *args, **kwargs))
@@ -244,13 +266,22 @@ class MemorySession:
         finally:
             self._leave_op()
 
-    async def alearn(self, finding: Mapping[str, Any]) -> Learned:
+    async def alearn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's executor."""
-        learned: Learned = await self._async_op(self._store.learn, finding, self._root)
+        learned: Learned = await self._async_op(
+            self._store.learn, finding, self._root, supersedes=supersedes
+        )
         return learned
+
+    async def aforget(self, key: str, *, reason: str) -> Forgotten:
+        """``forget`` off the event loop, on the store's executor."""
+        forgotten: Forgotten = await self._async_op(self._store.forget, key, self._root, reason=reason)
+        return forgotten
 
     async def aflush(self) -> None:
         """``flush`` for tasks: wait for every ``alearn``/``aforget`` started, then for threads."""
+        import asyncio
+
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
         with self._mutex:

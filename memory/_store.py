@@ -11,26 +11,29 @@ parts, each in its own module:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import journal
 from journal import JournalBackend, Record
 from memory._db import HistoryDB
-from memory._finding import STREAM, check_key, render
-from memory._learn import Learner, Root
+from memory._finding import RETIRE_STREAM, STREAM, check_key, render, render_retirement
+from memory._learn import Learner
 from memory._paths import resolve_db, resolve_journal
 from memory._publisher import Publisher
-from memory._results import Explained, Learned, Recalled, SyncReport
+from memory._results import Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
+from memory._retire import Retirer
+from memory._root import Root
 from memory._search import Search
 from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -48,6 +51,9 @@ class MemoryStore:
             ``<db-dir>/flows-journal``).
         clock: milliseconds since the epoch.
         max_workers: threads of the one executor that async calls run on.
+        file_index: keep the unsynced files' index in ``<db-dir>/flows-cache`` (read by a fresh
+            process's first read, written when it disagreed with the files). False for a reader
+            that must write nothing (a long-lived one keeps its own index in memory either way).
 
     The store is a context manager; ``close()`` is safe twice.
     """
@@ -59,6 +65,7 @@ class MemoryStore:
         journal: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = _now_ms,
         max_workers: int = 8,
+        file_index: bool = True,
     ) -> None:
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
@@ -68,9 +75,10 @@ class MemoryStore:
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
-        self._learner = Learner(self._publisher, clock)
-        self._search = Search(self._db, self._publisher, clock)
-        self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock)
+        self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock)
+        self._learner = Learner(self._publisher, self._retirer, clock)
+        self._search = Search(self._db, self._publisher, clock, file_index=file_index)
+        self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock, self._retirer)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -103,6 +111,9 @@ class MemoryStore:
         self.close()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        import asyncio  # only async callers pay for asyncio and the thread pool
+        from concurrent.futures import ThreadPoolExecutor
+
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="flows-memory")
         loop = asyncio.get_running_loop()
@@ -124,29 +135,72 @@ class MemoryStore:
         """
         return MemorySession(self, scope=scope, flow=flow, source=source)
 
-    def learn(self, finding: object, root: Root | None) -> Learned:
+    def learn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned:
         """Learn ``finding`` journal-first: validate, stage, append to the root run's
         ``memory-learn`` stream, then publish the learned file.
 
         The published file is rendered from the first commit of this finding in the root's
         ``memory-learn`` stream, so racing attempts and resumed runs publish the same bytes.
 
+        ``supersedes`` names the key of a finding this one replaces: once the new finding is
+        committed and published, the old one is retired (a ``memory-forget`` record with ``by``,
+        then its retired file) and no read returns it again; both stay in the journal.
+
         Raises:
             Unjournaled: ``root`` is None; nothing is written.
             UnsupportedHeader: the flow's header says ``memory.script: false``.
             FindingInvalid: the finding is malformed; nothing is staged or journaled.
+            ArgumentInvalid: ``supersedes`` is not a key, or is the key of this very finding.
+            FindingUnknown: no finding has the key ``supersedes`` names; nothing is written.
+            FindingRetired: this finding was forgotten or superseded (and this root never committed
+                it before); nothing is written.
             Unwritable: the file could not be staged (nothing journaled) or published.
             JournalError: any journal failure, unchanged; nothing is published.
         """
-        return self._learner.learn(finding, root)
+        return self._learner.learn(finding, root, supersedes)
 
-    async def alearn(self, finding: object, root: Root | None) -> Learned:
+    async def alearn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's one executor; a resumed body's re-learn of a
         finding already republished (a file read, no write) is answered on the loop."""
-        done = self._learner.republished(finding, root)
-        if done is not None:
-            return done
-        return await self._off_loop(self._learner.learn, finding, root)
+        if supersedes is None:
+            done = self._learner.republished(finding, root)
+            if done is not None:
+                return done
+        return await self._off_loop(self._learner.learn, finding, root, supersedes)
+
+    def forget(self, key: str, root: Root, *, reason: str) -> Forgotten:
+        """Forget the finding ``key`` journal-first: append a ``memory-forget`` record (the key, its
+        scope, ``reason``) to the root run, then publish the retired file that keeps it out of every
+        read in every process, and remove its learned file. Its learn records stay in the journal.
+
+        Forgetting a finding already forgotten (or superseded) writes nothing and returns the
+        first retirement.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not a key, or ``reason`` is not a non-empty string of at
+                most 1024 characters; nothing is written.
+            FindingUnknown: no finding has ``key``; nothing is written.
+            Unwritable: the retired file could not be published (the record stands: ``sync``,
+                ``flows check --repair`` or a resume of the root publish it).
+            JournalError: any journal failure, unchanged; nothing is published.
+        """
+        return self._retirer.forget(key, root, reason)
+
+    async def aforget(self, key: str, root: Root, *, reason: str) -> Forgotten:
+        """``forget`` off the event loop, on the store's one executor."""
+        return await self._off_loop(self._retirer.forget, key, root, reason)
+
+    def history(self, key: str) -> list[HistoryEvent]:
+        """Everything the journal says of the finding ``key``, oldest first: each commit of it
+        (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
+        and ``expired`` once its ``expiresMs`` has passed; each with its citation.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not a key.
+            FindingUnknown: neither the journal nor the store knows ``key``.
+            JournalError: the journal cannot be read, unchanged.
+        """
+        return self._retirer.history(key)
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """Publish, in batches, the learned file of every finding ``run_id`` committed whose file
@@ -173,6 +227,11 @@ class MemoryStore:
             ValueError: ``record`` is not a ``memory-learn`` record of the expected shape.
             Unwritable: the file could not be staged or published.
         """
+        if record.stream == RETIRE_STREAM:
+            data = render_retirement(record)
+            final = self._publisher.retired_dir(record.payload["scope"]) / f"{record.payload['id']}.json"
+            self._retirer.settle(record)
+            return final
         if record.stream != STREAM:
             raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
         data = render(record)
@@ -186,37 +245,56 @@ class MemoryStore:
     def recall(
         self,
         *,
+        scope: str | None = None,
         source: str | None = None,
-        tag: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
         before_ms: int | None = None,
         limit: int | None = 20,
-        scope: str | None = None,
+        tag: str | None = None,
     ) -> list[Recalled]:
-        """Findings matching every filter, from the DB and unsynced files, newest first.
+        """Live findings matching every filter, from the DB and unsynced files, newest first.
 
-        A finding the DB holds comes from its row (its disk copy is left out); ``before_ms`` keeps
-        findings learned strictly before it; ``limit`` applies after the merge.
+        ``tags``: every one must be on the finding (``tag`` is one more); ``meta``: each top-level
+        metadata key must have that value (JSON equality; a whole float equals the integer);
+        ``before_ms`` keeps findings learned strictly before it. A finding the DB holds comes from
+        its row (its disk copy is left out); retired and expired findings are never returned;
+        ``limit`` (None: all) applies after the merge.
 
         Raises:
-            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+            ArgumentInvalid: a filter has the wrong type (``tags`` a lone string, a bad ``meta``,
+                a negative ``limit``…).
+            Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.recall(source=source, tag=tag, before_ms=before_ms, limit=limit, scope=scope)
+        return self._search.recall(
+            source=source, tag=tag, tags=tags, meta=meta, before_ms=before_ms, limit=limit, scope=scope
+        )
 
     async def arecall(self, **filters: Any) -> list[Recalled]:
         """``recall`` off the event loop."""
         return await self._off_loop(partial(self.recall, **filters))
 
-    def why(self, subject: str, *, limit: int = 10, scope: str | None = None) -> list[Explained]:
-        """Findings whose text, tags or source share words with ``subject``, best match first.
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """Live findings whose text, tags or source share words with ``subject``, best match first.
 
         Findings matching more of the subject's words come first; among equals, a word matching a
         tag or the source weighs more than one in the text; remaining ties go to the newest.
-        Each answer carries the finding's citation, flow and commit time.
+        ``tags`` and ``meta`` filter as in ``recall``. Each answer carries the finding's citation,
+        flow and commit time.
 
         Raises:
-            Unreachable: a learned file is damaged (named), or the DB cannot be read.
+            ArgumentInvalid: a filter has the wrong type.
+            Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.why(subject, limit=limit, scope=scope)
+        return self._search.why(subject, limit=limit, scope=scope, tags=tags, meta=meta)
 
     async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
         """``why`` off the event loop."""
@@ -231,6 +309,18 @@ class MemoryStore:
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
         return self._search.get(check_key(key))
+
+    def scope_of(self, key: str) -> str | None:
+        """The scope of the finding ``key`` (live, retired or expired), looked for in the files, the
+        DB and then the journal; None when no finding has it.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not 32 lowercase hex digits.
+            Unreachable: a file or the DB that holds the key cannot be read.
+            JournalError: the journal cannot be read (asked only when the store does not know it).
+        """
+        found = self._retirer.locate(check_key(key))
+        return None if found is None else found.scope
 
     def scopes(self) -> list[str]:
         """The names of the scopes that hold at least one live finding (DB rows and unsynced

@@ -1,6 +1,6 @@
 """Stage bytes under a hidden name, publish by atomic rename, sweep what crashes leave.
 
-The discipline (SPEC R-S1..R-S3): the stage is created in the destination's own directory, so the
+The discipline: the stage is created in the destination's own directory, so the
 rename never crosses file systems; exclusively (``O_EXCL``), never following a link (``O_NOFOLLOW``),
 with the asked mode; its bytes are fsync'd before ``stage`` returns. ``publish`` is ``os.replace``
 followed by an fsync of the directory (shared by threads that publish into it at once), so the new

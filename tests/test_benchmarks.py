@@ -1,4 +1,4 @@
-"""The benchmark's one entry point runs, on tiny sizes, and reports every stable name (issue 8)."""
+"""The benchmark's one entry point runs, on tiny sizes, and reports every stable name."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import run_python
 
 
-@pytest.mark.parametrize("package", ["journal", "staging", "memory", "memory.ledger", "flows"])
+@pytest.mark.parametrize("package", ["journal", "staging", "memory", "memory.ledger", "flows", "flows.mcp"])
 def test_every_name_in_all_is_exported_and_public(package: str) -> None:
     mod = importlib.import_module(package)
     for name in mod.__all__:
@@ -30,7 +30,7 @@ def test_importing_the_core_never_imports_web3_or_psycopg() -> None:
 
 
 #: every package that may define coded errors; importing them registers their subclasses
-_PACKAGES = ("staging", "journal", "memory", "memory.ledger", "memory.cli", "flows", "sail")
+_PACKAGES = ("staging", "journal", "memory", "memory.ledger", "memory.cli", "flows", "flows.mcp", "sail")
 
 
 def _coded_classes() -> list[type]:

@@ -1,4 +1,4 @@
-"""`flows check [--repair] [--json]`: a store verified end to end (SPEC R-F7)."""
+"""`flows check [--repair] [--json]`: a store verified end to end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The flows CLI end to end: run, recall, why, runs, journal, sync, diagnostics (SPEC R-F4, R-F5)."""
+"""The flows CLI end to end: run, recall, why, runs, journal, sync, diagnostics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The flows runtime: steps, unawaited learns, failing bodies, crashes and resume (SPEC R-F1..R-F3, R-F6)."""
+"""The flows runtime: steps, unawaited learns, failing bodies, crashes and resume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The journal conformance suite: every backend must pass it unchanged (SPEC R-J1..R-J4, R-J7)."""
+"""The journal conformance suite: every backend must pass it unchanged."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The durable line log: torn tails are cut, damage fails closed (SPEC R-J5)."""
+"""The durable line log: torn tails are cut, damage fails closed."""
 
 from __future__ import annotations
 

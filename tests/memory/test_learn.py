@@ -60,7 +60,7 @@ def _final(db: Path, scope: str, finding: object, source: str = "probe") -> Path
     return memory.learned_dir(db, scope) / f"{fid}.json"
 
 
-# -- order and citation (R-L1, R-L2) ------------------------------------------------------------
+# -- order and citation ------------------------------------------------------------
 
 
 def test_the_append_happens_while_the_file_is_only_staged_and_the_file_then_cites_the_commit(
@@ -109,7 +109,7 @@ def test_the_published_file_is_a_pure_function_of_its_record(
     assert record.payload["learnedMs"] == learned.learned_ms
 
 
-# -- identity, placement and mode (R-L3) --------------------------------------------------------
+# -- identity, placement and mode --------------------------------------------------------
 
 
 def test_equal_findings_hash_equal_and_a_relearn_replaces_the_one_file(
@@ -178,7 +178,7 @@ def test_learn_only_stats_the_db_and_never_opens_it(
     assert learned.path.stat().st_mode & 0o777 == 0o640
 
 
-# -- convergence (R-L4) ------------------------------------------------------------------------
+# -- convergence ------------------------------------------------------------------------
 
 
 def test_an_attempt_that_loses_the_race_publishes_the_winners_commit(root: memory.RootRun, db: Path) -> None:
@@ -294,7 +294,7 @@ def test_processes_learning_one_finding_converge_on_the_first_commit(
     assert stages(final.parent) == []
 
 
-# -- resume (R-L5) -----------------------------------------------------------------------------
+# -- resume -----------------------------------------------------------------------------
 
 
 def test_a_resumed_run_republishes_a_lost_file_byte_identical_without_a_second_record(
@@ -322,7 +322,7 @@ def test_a_resumed_run_republishes_a_lost_file_byte_identical_without_a_second_r
         assert len(list(jr.read(info.run_id, memory.STREAM))) == 1
 
 
-# -- failing closed (R-L6) ---------------------------------------------------------------------
+# -- failing closed ---------------------------------------------------------------------
 
 
 def test_without_a_root_run_learn_is_unjournaled_and_writes_nothing(

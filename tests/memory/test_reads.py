@@ -1,4 +1,4 @@
-"""recall and why over the history DB plus unsynced learned files; damage fails closed (R-R1..R-R5)."""
+"""recall and why over the history DB plus unsynced learned files; damage fails closed."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _rewrite(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-# -- merge, ids, order (R-R1..R-R3) -------------------------------------------------------------
+# -- merge, ids, order -------------------------------------------------------------
 
 
 def test_the_next_run_recalls_a_finding_before_any_sync_with_a_negative_stable_id(
@@ -133,7 +133,7 @@ def test_reads_are_scoped_when_asked_and_cover_every_scope_otherwise(
     ]
 
 
-# -- dedupe after sync (R-R1) ------------------------------------------------------------------
+# -- dedupe after sync ------------------------------------------------------------------
 
 
 def test_after_a_sync_the_db_rows_are_returned_and_the_disk_copies_are_gone(
@@ -176,7 +176,7 @@ def test_a_finding_the_db_holds_is_read_once_from_the_db_while_its_disk_copy_rem
     assert len(store.recall(limit=None)) == 5
 
 
-# -- why (R-R5) --------------------------------------------------------------------------------
+# -- why --------------------------------------------------------------------------------
 
 
 def test_why_answers_best_match_first_with_provenance(
@@ -218,7 +218,7 @@ def test_why_matches_the_source_as_well_as_text_and_tags(
     assert {a.finding.text for a in store.why("metrics")} == {FINDINGS[4][0]}
 
 
-# -- damage fails closed (R-R4) ----------------------------------------------------------------
+# -- damage fails closed ----------------------------------------------------------------
 
 
 def _damages(good: bytes, path: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""sync, the history DB it writes, and where everything lives (R-R6, SPEC §3 paths)."""
+"""sync, the history DB it writes, and where everything lives."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import memory
 from tests.conftest import run_python
 from tests.memory.conftest import Clock, learned_files
 
-# -- sync (R-R6) -------------------------------------------------------------------------------
+# -- sync -------------------------------------------------------------------------------
 
 
 def test_sync_is_idempotent(store: memory.MemoryStore, root: memory.RootRun) -> None:

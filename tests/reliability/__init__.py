@@ -1,4 +1,4 @@
-"""The reliability harness (issue 7): no acknowledged finding or ledger entry is lost, doubled or made up.
+"""The reliability harness: no acknowledged finding or ledger entry is lost, doubled or made up.
 
 Three scenarios, each a module that can run quick (CI) or full (by hand):
 

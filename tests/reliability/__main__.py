@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n({time.monotonic() - started:.0f} s)")
     replay = powerloss.run_ledger_replay(2)
     print(
-        "\nOutside the model, a measured limit of the seed's ledger format (no sequence, no checksum): "
+        "\nOutside the model, a measured limit of the ledger's bare line format (no sequence, no checksum): "
         f"replaying stale copies of earlier lines into unsynced ledger appends, {replay.cases} states: "
         f"{replay.doubled} doubled, {replay.unexpected} failed closed, {replay.lost} lost."
     )

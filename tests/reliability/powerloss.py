@@ -54,15 +54,15 @@ from memory.ledger import Acted, Amount, Ledger, Outcome, Skipped
 from tests.reliability.tally import Tally
 
 FILLS = ("none", "zeros", "garbage", "stale", "replay")
-SEED_FORMAT_LOGS = ("ledger.jsonl", "activity.jsonl")
-"""Logs whose lines are the seed's schema, bare: no sequence number, no checksum. A replayed copy of
+BARE_FORMAT_LOGS = ("ledger.jsonl", "activity.jsonl")
+"""Logs whose lines are the entry schema's schema, bare: no sequence number, no checksum. A replayed copy of
 an earlier line reads as a new entry there, so the main run does not replay lines into them (see
 ``run_ledger_replay``, which measures what it would do)."""
 
 
 def default_fills(path: str) -> tuple[str, ...]:
     """The tear fills the model uses for the file created at ``path``."""
-    if os.path.basename(path) in SEED_FORMAT_LOGS:
+    if os.path.basename(path) in BARE_FORMAT_LOGS:
         return tuple(f for f in FILLS if f != "replay")
     return FILLS
 
@@ -881,7 +881,7 @@ def without_publish_dir_fsync(where: str = "") -> Iterator[None]:
 
 
 def run_ledger_replay(longest: int = 2) -> Tally:
-    """What replayed stale lines do to the seed-format ledger (outside the model; see ``FILLS``)."""
+    """What replayed stale lines do to the bare-format ledger (outside the model; see ``FILLS``)."""
     tally = Tally(f"ledger, replayed stale lines, workloads of <= {longest} steps (outside the model)")
     scratch = scratch_root()
     try:

@@ -1,4 +1,4 @@
-"""Staging: hidden, exclusive, durable stages; atomic publish; sweeping (SPEC R-S1..R-S3)."""
+"""Staging: hidden, exclusive, durable stages; atomic publish; sweeping."""
 
 from __future__ import annotations
 

@@ -1,0 +1,206 @@
+"""The ``flows`` commands that change or explain one finding: ``learn``, ``forget``, ``history``; and
+the filters ``recall`` and ``why`` share (``--tag`` repeated, ``--meta K=V`` repeated).
+
+Every refusal of the command line's own input (a malformed key, finding, metadata or filter) is
+printed with its own code (``memory_argument_invalid``, ``memory_finding_invalid``) and exits 2, and
+happens before anything is journaled or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+import memory
+from flows._cli import _json_out, _store, _table, diagnose
+from memory.cli import EXIT_OK, EXIT_USAGE, format_ms
+
+Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+Handler = Callable[[argparse.Namespace], int]
+
+CLI_FLOW = "cli"
+"""The flow name of the root run a ``flows learn`` or ``flows forget`` journals into."""
+
+
+def bad_input_exits_2(handler: Handler) -> Handler:
+    """Run ``handler``; a malformed argument or finding it meets is diagnosed with its own code and
+    exits 2 (a usage error), like argparse's own refusals."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (memory.ArgumentInvalid, memory.FindingInvalid) as exc:
+            diagnose(exc, as_json=args.json)
+            return EXIT_USAGE
+
+    return run
+
+
+def meta_pairs(items: Sequence[str] | None) -> dict[str, Any] | None:
+    """``--meta K=V`` options as an object: ``V`` is read as JSON when it is JSON (``2500``,
+    ``true``, ``"007"``, ``[1,2]``), else taken as the text itself (``ETH``).
+
+    Raises:
+        memory.ArgumentInvalid: an item has no ``=`` or an empty key, or a key is given twice.
+    """
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise memory.ArgumentInvalid(f"--meta takes KEY=VALUE, not {item!r:.80}")
+        if key in out:
+            raise memory.ArgumentInvalid(f"--meta {key} is given twice; give each key once")
+        try:
+            out[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def add_filter_options(p: argparse.ArgumentParser) -> None:
+    """``--tag`` (repeated: every one must match) and ``--meta K=V`` (repeated) on ``recall``/``why``."""
+    p.add_argument(
+        "--tag", metavar="T", action="append", help="only findings with this tag (repeat: with every one)"
+    )
+    p.add_argument(
+        "--meta",
+        metavar="K=V",
+        action="append",
+        help="only findings whose metadata has K equal to V (V is JSON when it parses, else text; repeat)",
+    )
+
+
+def _citation(c: memory.Citation) -> str:
+    return f"root run {c.run_id}, stream {c.stream}, record {c.id}"
+
+
+# -- learn ------------------------------------------------------------------------------------
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    """Learn one finding under a root run of its own (flow ``cli``)."""
+    finding: dict[str, Any] = {"text": args.text, "tags": args.tag or []}
+    if args.source is not None:
+        finding["source"] = args.source
+    metadata = meta_pairs(args.meta)
+    if metadata is not None:
+        finding["metadata"] = metadata
+    if args.expires is not None:
+        finding["expiresMs"] = args.expires
+    with _store(args) as store:
+        # The finding, the key and the session are all checked before the root run is begun.
+        memory.validate(finding, CLI_FLOW)
+        with store.session(scope=args.scope, flow=CLI_FLOW) as session:
+            learned = session.learn(finding, supersedes=args.supersedes)
+    if args.json:
+        _json_out(
+            {
+                "key": learned.key,
+                "scope": args.scope,
+                "supersedes": args.supersedes,
+                "learnedMs": learned.learned_ms,
+                "citation": {**learned.citation.as_json(), "committedMs": learned.learned_ms},
+                "path": str(learned.path),
+            }
+        )
+    else:
+        replaced = f"; it supersedes {args.supersedes}" if args.supersedes else ""
+        print(f"learned {learned.key} in scope {args.scope!r}{replaced}")
+        print(f"   {_citation(learned.citation)}, committed {format_ms(learned.learned_ms)}")
+    return EXIT_OK
+
+
+# -- forget -----------------------------------------------------------------------------------
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    """Forget one finding by its key, under a root run of its own (flow ``cli``)."""
+    with _store(args) as store:
+        memory.check_key(args.key)
+        scope = store.scope_of(args.key) or CLI_FLOW  # the root run's scope: the finding's own
+        with store.session(scope=scope, flow=CLI_FLOW) as session:
+            forgotten = session.forget(args.key, reason=args.reason)
+    if args.json:
+        _json_out(forgotten.as_json())
+    else:
+        print(f"forgot {forgotten.key}: {forgotten.reason}")
+        print(f"   {_citation(forgotten.citation)}, committed {format_ms(forgotten.forgotten_ms)}")
+    return EXIT_OK
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Everything the journal says of one finding, oldest first."""
+    with _store(args) as store:
+        events = store.history(args.key)
+    if args.json:
+        _json_out([e.as_json() for e in events])
+        return EXIT_OK
+    rows = [
+        [
+            e.kind,
+            format_ms(e.at_ms),
+            e.citation.run_id,
+            e.citation.stream,
+            e.citation.id,
+            (f"by {e.by}" if e.by else e.reason or ""),
+        ]
+        for e in events
+    ]
+    print(_table(rows, ["EVENT", "WHEN", "RUN", "STREAM", "RECORD", "DETAIL"]))
+    return EXIT_OK
+
+
+def _expires(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not epoch milliseconds: {text!r}") from None
+    return value
+
+
+def add_memory_commands(add: Add) -> None:
+    """Register ``learn``, ``forget`` and ``history`` with the ``flows`` parser's ``add``."""
+    p = add(
+        "learn",
+        bad_input_exits_2(cmd_learn),
+        "learn a finding under a root run of its own (flow 'cli'); print its key and citation",
+    )
+    p.add_argument("text", help="the finding's text")
+    p.add_argument("--scope", metavar="S", required=True, help="the scope it is learned in")
+    p.add_argument("--tag", metavar="T", action="append", help="a tag (repeat for more)")
+    p.add_argument("--source", metavar="S", help="where it came from (default: cli)")
+    p.add_argument(
+        "--meta",
+        metavar="K=V",
+        action="append",
+        help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
+    )
+    p.add_argument(
+        "--expires", metavar="MS", type=_expires, help="epoch ms from which it is no longer returned"
+    )
+    p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
+    p = add(
+        "forget",
+        bad_input_exits_2(cmd_forget),
+        "forget a finding by its key (journaled, then gone from reads)",
+    )
+    p.add_argument("key", metavar="KEY", help="the finding's key (as `flows recall` shows it)")
+    p.add_argument(
+        "--reason", metavar="TEXT", default="forgotten from the command line", help="why (recorded)"
+    )
+    p = add(
+        "history",
+        bad_input_exits_2(cmd_history),
+        "a finding's history: learned, superseded, forgotten, expired",
+    )
+    p.add_argument("key", metavar="KEY", help="the finding's key")

@@ -1,0 +1,86 @@
+"""Errors of the MCP server.
+
+The tree (all under ``FlowsError``, so the CLI prints them as one line like every other failure)::
+
+    McpError                base: the server's own failures
+    ├── McpUnavailable      mcp_unavailable: the `mcp` extra is not installed
+    ├── McpTokenRequired    mcp_token_required: --http names a non-loopback host without a token
+    ├── McpListenFailed     mcp_listen_failed: the --http address cannot be bound
+    ├── McpArgumentsInvalid mcp_arguments_invalid: a tool call's arguments break the tool's schema
+    ├── McpToolUnknown      mcp_tool_unknown: a call names no tool this server has
+    ├── McpToolFailed       mcp_tool_failed: a tool raised an error that has no code of its own
+    ├── McpSessionEnded     mcp_session_ended: a write reached a session that had already ended
+    ├── McpUnauthorized     mcp_unauthorized: an HTTP request without the right bearer token
+    └── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
+
+Memory and journal errors met by a tool keep their own codes; they reach the client as tool errors.
+"""
+
+from __future__ import annotations
+
+from flows._errors import FlowsError
+
+
+class McpError(FlowsError):
+    """Base of the MCP server's errors."""
+
+    code = "mcp_error"
+
+
+class McpUnavailable(McpError):
+    """The MCP SDK is not installed (the ``mcp`` extra)."""
+
+    code = "mcp_unavailable"
+
+
+class McpTokenRequired(McpError):
+    """Serving HTTP beyond loopback needs a bearer token in ``$FLOWS_MCP_TOKEN``."""
+
+    code = "mcp_token_required"
+
+
+class McpListenFailed(McpError):
+    """The HTTP server cannot listen on the address asked for."""
+
+    code = "mcp_listen_failed"
+
+
+class McpArgumentsInvalid(McpError):
+    """A tool call's arguments do not match the tool's input schema; ``argument`` names the bad one."""
+
+    code = "mcp_arguments_invalid"
+
+    def __init__(self, message: str, *, tool: str, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.argument = argument
+
+
+class McpToolUnknown(McpError):
+    """A call names a tool this server does not have."""
+
+    code = "mcp_tool_unknown"
+
+
+class McpToolFailed(McpError):
+    """A tool raised an error without a code of its own (a bug); ``__cause__`` is that error."""
+
+    code = "mcp_tool_failed"
+
+
+class McpSessionEnded(McpError):
+    """A write of a session arrived after the session ended (its root runs are finished)."""
+
+    code = "mcp_session_ended"
+
+
+class McpUnauthorized(McpError):
+    """An HTTP request did not carry the server's bearer token."""
+
+    code = "mcp_unauthorized"
+
+
+class McpResourceUnknown(McpError):
+    """A resource URI that names no scope of this server."""
+
+    code = "mcp_resource_unknown"

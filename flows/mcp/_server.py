@@ -1,0 +1,355 @@
+"""The MCP face of the memory, on the official SDK's low-level server: the tools and resources,
+the stdio and streamable-HTTP transports, the bearer-token gate, and each session's lifecycle."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import importlib.metadata
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any, TypeVar, cast
+from urllib.parse import quote, unquote
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+import orjson
+import uvicorn
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+
+from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
+from flows.mcp._sessions import Sessions, finding_json
+from flows.mcp._stdio import StdinLines, StdoutWire
+from flows.mcp._tools import TOOLS, call_tool
+from staging import CodedError
+
+log = logging.getLogger("flows.mcp")
+
+T = TypeVar("T")
+
+RESOURCE_PREFIX = "flows-memory://scope/"
+"""A scope's resource URI is this prefix and the scope, percent-encoded."""
+
+RESOURCE_RECENT = 20
+"""How many of a scope's newest findings its resource holds."""
+
+INSTRUCTIONS = (
+    "Journal-first memory. `learn` remembers a finding durably; `recall` lists findings by tag, "
+    "metadata and scope; `why` finds the findings that answer a question; `forget` and `history` "
+    "manage a finding by its key. Every finding carries its key and the citation of the journal "
+    "record it came from: cite it when you answer from memory."
+)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("flows-memory")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed here
+        return "0"
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def error_json(exc: BaseException) -> dict[str, Any]:
+    """``exc`` as a tool error's payload: its code, message and the context it carries (an error
+    without a code is a bug, reported as ``mcp_tool_failed``)."""
+    if not isinstance(exc, CodedError):
+        exc = McpToolFailed(f"{type(exc).__name__}: {exc}")
+    return exc.as_json()
+
+
+def _tool_result(payload: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_dumps(payload))],
+        structured_content=payload,
+        is_error=error,
+    )
+
+
+def _session_key(ctx: Any) -> str | None:
+    """The HTTP session a request belongs to (its ``Mcp-Session-Id``); None on stdio and for
+    sessionless requests."""
+    request = getattr(ctx, "request", None)
+    if isinstance(request, Request):
+        return request.headers.get("mcp-session-id") or None
+    return None
+
+
+def _scope_of(uri: str) -> str:
+    if not uri.startswith(RESOURCE_PREFIX) or len(uri) == len(RESOURCE_PREFIX):
+        raise McpResourceUnknown(f"{uri!r} is not a resource of this server; list them with resources/list")
+    return unquote(uri[len(RESOURCE_PREFIX) :])
+
+
+def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> Server[Any]:
+    """The low-level MCP server over ``sessions``: tools, resources, and a lifespan that ends every
+    session when the server stops (and, with ``idle_timeout_s``, reaps idle HTTP sessions)."""
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=t.name,
+                    title=t.title,
+                    description=t.description,
+                    input_schema=t.input_schema,
+                    output_schema=t.output_schema,
+                    annotations=types.ToolAnnotations(
+                        title=t.title,
+                        read_only_hint=t.read_only,
+                        destructive_hint=t.destructive,
+                        idempotent_hint=t.idempotent,
+                        open_world_hint=False,
+                    ),
+                )
+                for t in TOOLS
+            ]
+        )
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            async with sessions.call(_session_key(ctx)) as memory:
+                return _tool_result(await call_tool(memory, params.name, params.arguments))
+        except Exception as exc:  # every failure is the caller's answer, never the server's end
+            if not isinstance(exc, CodedError):
+                log.exception("tool %r failed", params.name)
+                exc = McpToolFailed(f"{params.name} failed: {type(exc).__name__}: {exc}")
+            return _tool_result({"error": error_json(exc)}, error=True)
+
+    async def list_resources(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        scopes = await anyio.to_thread.run_sync(sessions.store.scopes)
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    name=f"{scope}: recent findings",
+                    uri=RESOURCE_PREFIX + quote(scope, safe=""),
+                    description=f"The {RESOURCE_RECENT} newest findings of scope {scope!r}, "
+                    "with keys and citations.",
+                    mime_type="application/json",
+                )
+                for scope in scopes
+            ]
+        )
+
+    async def list_templates(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    name="recent findings of a scope",
+                    uri_template=RESOURCE_PREFIX + "{scope}",
+                    description=f"The {RESOURCE_RECENT} newest findings of a scope (percent-encoded).",
+                    mime_type="application/json",
+                )
+            ]
+        )
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        try:
+            scope = _scope_of(params.uri)
+        except McpResourceUnknown as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc), data=error_json(exc)) from exc
+        found = await sessions.store.arecall(scope=scope, limit=RESOURCE_RECENT)
+        body = {"scope": scope, "findings": [finding_json(f) for f in found]}
+        contents = types.TextResourceContents(uri=params.uri, mime_type="application/json", text=_dumps(body))
+        return types.ReadResourceResult(contents=[contents])
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tg:
+            if idle_timeout_s is not None:
+                tg.start_soon(_reap_idle, sessions, idle_timeout_s)
+            try:
+                yield {}
+            finally:
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await sessions.end_all()
+
+    return Server(
+        "flows-memory",
+        version=_version(),
+        title="flows-memory",
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+    )
+
+
+async def _reap_idle(sessions: Sessions, timeout_s: float) -> None:
+    while True:
+        await anyio.sleep(min(timeout_s / 4, 30.0))
+        for key in sessions.idle(timeout_s):
+            log.info("session %s idle for %ss: its root runs are left resumable", key, timeout_s)
+            await sessions.end(key, abandoned=True)
+
+
+# -- stdio ----------------------------------------------------------------------------------------
+
+
+async def serve_stdio(sessions: Sessions) -> int | None:
+    """Serve one client over stdin/stdout until stdin closes, or SIGINT/SIGTERM; its session then
+    ends. Returns the signal that stopped the server, if one did."""
+    server = build_server(sessions)
+    stopped_by: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for sig in signals:
+                    stopped_by.append(int(sig))
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        # The SDK takes any async iterator of lines and any object with async write and flush.
+        wire_in, wire_out = cast(Any, StdinLines()), cast(Any, StdoutWire())
+        async with stdio_server(stdin=wire_in, stdout=wire_out) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        tg.cancel_scope.cancel()
+    return stopped_by[0] if stopped_by else None
+
+
+# -- streamable HTTP ------------------------------------------------------------------------------
+
+
+def _loopback_security(host: str) -> TransportSecuritySettings:
+    hosts = [f"{host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+
+
+class BearerGate:
+    """ASGI middleware in front of the MCP endpoint: refuses a request without the bearer token (when
+    one is set), and tells ``sessions`` about each HTTP session's requests and its ``DELETE``."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, sessions: Sessions) -> None:
+        self._app = app
+        self._token = None if token is None else token.encode()
+        self._sessions = sessions
+
+    def _authorized(self, header: bytes | None) -> bool:
+        if self._token is None:
+            return True
+        if header is None or header[:7].lower() != b"bearer ":
+            return False
+        return hmac.compare_digest(header[7:].strip(), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope["headers"]}
+        if not self._authorized(headers.get(b"authorization")):
+            await _refuse(send)
+            return
+        raw = headers.get(b"mcp-session-id")
+        key = raw.decode("latin-1") if raw else None
+        if key is not None and scope["method"] == "DELETE":
+            # The client ends its session: its root runs finish before the answer goes back.
+            await self._sessions.end(key)
+            await self._app(scope, receive, send)
+            return
+        async with self._sessions.active(key):
+            await self._app(scope, receive, send)
+
+
+async def _refuse(send: Send) -> None:
+    err = McpUnauthorized(
+        "this server needs `Authorization: Bearer <token>` with the token in its $FLOWS_MCP_TOKEN"
+    )
+    body = orjson.dumps({"error": error_json(err)})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="flows-memory"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (port 0: any free port), for the HTTP server.
+
+    Raises:
+        McpListenFailed: the address cannot be bound (in use, not local, not permitted).
+    """
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise McpListenFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)  # from here clients queue, even before the server's loop accepts
+    except OSError as exc:
+        sock.close()
+        raise McpListenFailed(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another port or host"
+        ) from exc
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    """The MCP endpoint's URL for a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/mcp"
+
+
+async def serve_http(
+    sessions: Sessions, sock: socket.socket, *, loopback: bool, token: str | None, idle_timeout_s: float
+) -> None:
+    """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then."""
+    server = build_server(sessions, idle_timeout_s=idle_timeout_s)
+    host = sock.getsockname()[0]
+    app = server.streamable_http_app(
+        host=host,
+        session_idle_timeout=idle_timeout_s,
+        transport_security=_loopback_security(host) if loopback else None,
+    )
+    gate = BearerGate(app, token=token, sessions=sessions)
+    config = uvicorn.Config(gate, log_level="warning", access_log=False, lifespan="on")
+    sys.stderr.write(f"flows mcp: serving {url_of(sock)}\n")
+    sys.stderr.flush()
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    """Run ``main`` on an asyncio event loop; what it returns."""
+    return anyio.run(main)
+
+
+__all__ = ["BearerGate", "build_server", "listen", "run", "serve_http", "serve_stdio", "url_of"]

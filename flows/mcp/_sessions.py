@@ -1,0 +1,228 @@
+"""The server's sessions and their root runs.
+
+Each MCP session (a stdio connection, or an HTTP session named by its ``Mcp-Session-Id``) writes
+under root runs of its own, flow ``mcp``, one per scope it writes to, begun at its first write
+there. A session that ends (stdin closed, HTTP ``DELETE``, the server stopping) finishes them
+``done``; one whose client vanished (an HTTP session idle past the timeout) lets go of their leases,
+so they read ``interrupted`` like a crashed run. Requests that carry no session (the sessionless
+HTTP protocol) share the server's own session, which ends when the server stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from flows.mcp._errors import McpSessionEnded
+from memory import Forgotten, Learned, MemoryStore, Recalled
+
+log = logging.getLogger("flows.mcp")
+
+FLOW = "mcp"
+"""The flow name of every root run the server begins."""
+
+DEFAULT_SCOPE = "mcp"
+"""Where a write goes when neither the call nor the server's --scope names a scope."""
+
+END_WAIT_S = 30.0
+"""How long ending a session waits for its calls in flight to finish."""
+
+
+def citation_json(citation: Any, committed_ms: int | None) -> dict[str, Any]:
+    """A citation as the tools return it: ``runId``, ``stream``, ``id`` and ``committedMs``."""
+    out: dict[str, Any] = dict(citation.as_json())
+    if committed_ms is not None:
+        out.setdefault("committedMs", committed_ms)
+    return out
+
+
+def finding_json(found: Recalled) -> dict[str, Any]:
+    """A recalled finding as the tools return it: its key, fields and citation (with commit time)."""
+    out = found.as_json()
+    out.pop("journal", None)  # the same record as `citation`, kept by the CLI for old readers
+    return out
+
+
+class ClientGone(BaseException):
+    """Ends a session whose client vanished: like an interrupted process, its root run is let go
+    (it reads ``interrupted``, resumable) rather than finished."""
+
+
+class _Root:
+    """A session's root run in one scope: a ``MemorySession`` of flow ``mcp``."""
+
+    def __init__(self, store: MemoryStore, scope: str) -> None:
+        self.session = store.session(scope=scope, flow=FLOW)
+
+    # A write once started is finished even when its request is cancelled (the client left): the
+    # session's end then waits for it, and its root run is finished after it, never under it.
+
+    async def learn(self, finding: Mapping[str, Any], supersedes: str | None) -> Learned:
+        with anyio.CancelScope(shield=True):
+            learned = await self.session.alearn(finding, supersedes=supersedes)
+        return learned
+
+    async def forget(self, key: str, reason: str) -> Forgotten:
+        with anyio.CancelScope(shield=True):
+            forgotten = await self.session.aforget(key, reason=reason)
+        return forgotten
+
+    async def close(self) -> None:
+        await self.session.aclose()
+
+    async def abandon(self) -> None:
+        await self.session.__aexit__(ClientGone, ClientGone(), None)
+
+
+@dataclass
+class _Session:
+    roots: dict[str, _Root] = field(default_factory=dict)
+    requests: int = 0  # HTTP requests in flight (an open event stream counts)
+    calls: int = 0  # tool calls in flight
+    last_seen: float = 0.0
+    ended: bool = False
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class Sessions:
+    """The live sessions of one server over ``store``; ``default_scope`` is the server's --scope."""
+
+    def __init__(
+        self, store: MemoryStore, default_scope: str | None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store = store
+        self.default_scope = default_scope
+        self._clock = clock
+        self._live: dict[str | None, _Session] = {}
+
+    def _get(self, key: str | None) -> _Session:
+        session = self._live.get(key)
+        if session is None:
+            session = self._live[key] = _Session(last_seen=self._clock())
+        return session
+
+    @contextlib.asynccontextmanager
+    async def active(self, key: str | None) -> AsyncIterator[None]:
+        """An HTTP request of session ``key`` is in flight inside this block: the session is not idle."""
+        session = self._get(key)
+        session.requests += 1
+        try:
+            yield
+        finally:
+            session.requests -= 1
+            session.last_seen = self._clock()
+
+    @contextlib.asynccontextmanager
+    async def call(self, key: str | None) -> AsyncIterator[SessionMemory]:
+        """The memory a tool call of session ``key`` uses; ending the session waits for the call."""
+        session = self._get(key)
+        session.calls += 1
+        try:
+            yield SessionMemory(self, key, session)
+        finally:
+            session.calls -= 1
+            session.last_seen = self._clock()
+
+    async def _root(self, key: str | None, session: _Session, scope: str) -> _Root:
+        """``session``'s root run in ``scope``, begun now if it has none there yet.
+
+        Raises:
+            McpSessionEnded: the session ended while the call waited.
+        """
+        async with session.lock:
+            if session.ended:
+                raise McpSessionEnded(f"session {key} has ended; open a new session to write")
+            root = session.roots.get(scope)
+            if root is None:
+                root = session.roots[scope] = _Root(self.store, scope)
+            return root
+
+    def idle(self, timeout_s: float) -> list[str]:
+        """The HTTP sessions with no call in flight and no request for ``timeout_s`` seconds."""
+        now = self._clock()
+        return [
+            k
+            for k, s in self._live.items()
+            if k is not None and not s.requests and not s.calls and now - s.last_seen >= timeout_s
+        ]
+
+    async def end(self, key: str | None, *, abandoned: bool = False) -> None:
+        """End session ``key`` once its calls in flight are over (waiting at most ``END_WAIT_S``): its
+        root runs finish ``done`` (or, ``abandoned``, let go of their leases and read interrupted)."""
+        session = self._live.pop(key, None)
+        if session is None:
+            return
+        with anyio.move_on_after(END_WAIT_S):
+            while session.calls:
+                await anyio.sleep(0.01)
+        async with session.lock:
+            session.ended = True
+            roots = list(session.roots.values())
+            session.roots.clear()
+        for root in roots:
+            try:
+                await (root.abandon() if abandoned else root.close())
+            except Exception:  # one root's failure must not keep the others running
+                log.exception("ending a root run of session %s failed", key)
+
+    async def end_all(self) -> None:
+        """End every session (the server is stopping)."""
+        for key in list(self._live):
+            await self.end(key)
+
+
+class SessionMemory:
+    """The memory as one session's tool calls see it (the ``Memory`` the tools expect)."""
+
+    def __init__(self, sessions: Sessions, key: str | None, session: _Session) -> None:
+        self._sessions = sessions
+        self._key = key
+        self._session = session
+        self.default_scope = sessions.default_scope
+
+    @property
+    def _store(self) -> MemoryStore:
+        return self._sessions.store
+
+    async def learn(self, scope: str, finding: Mapping[str, Any], supersedes: str | None) -> dict[str, Any]:
+        root = await self._sessions._root(self._key, self._session, scope)
+        learned = await root.learn(finding, supersedes)
+        return {
+            "key": learned.key,
+            "scope": scope,
+            "supersedes": supersedes,
+            "learnedMs": learned.learned_ms,
+            "citation": citation_json(learned.citation, learned.learned_ms),
+        }
+
+    async def forget(self, key: str, reason: str) -> dict[str, Any]:
+        # Journaled under the session's root run in the finding's own scope (when it is still live),
+        # so a session's forgets sit beside its learns of that scope.
+        found = await anyio.to_thread.run_sync(self._store.get, key)
+        scope = found.scope if found is not None else self.default_scope or DEFAULT_SCOPE
+        root = await self._sessions._root(self._key, self._session, scope)
+        forgotten = await root.forget(key, reason)
+        out = forgotten.as_json()
+        out["citation"] = citation_json(forgotten.citation, forgotten.forgotten_ms)
+        return out
+
+    async def recall(
+        self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        found = await self._store.arecall(scope=scope, tags=tags, meta=meta, limit=limit)
+        return [finding_json(f) for f in found]
+
+    async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]:
+        answers = await self._store.awhy(subject, scope=scope, limit=limit)
+        return [{**finding_json(a.finding), "score": a.score, "matched": list(a.matched)} for a in answers]
+
+    async def history(self, key: str) -> list[dict[str, Any]]:
+        events = await anyio.to_thread.run_sync(self._store.history, key)
+        return [e.as_json() for e in events]

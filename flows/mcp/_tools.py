@@ -1,0 +1,376 @@
+"""The server's tools: their schemas and descriptions (written for a model), argument checks, and
+what each does with the memory. Nothing here knows the MCP SDK; ``_server`` adapts it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
+from flows.mcp._sessions import DEFAULT_SCOPE
+
+KEY_PATTERN = "^[0-9a-f]{32}$"
+"""A finding's key: the 32 lowercase hex characters of its content id."""
+
+RECALL_LIMIT = 20
+WHY_LIMIT = 10
+MAX_LIMIT = 500
+
+
+class Memory(Protocol):
+    """What the tools need from the server: the store's reads, and the calling session's writes."""
+
+    default_scope: str | None
+
+    async def learn(
+        self, scope: str, finding: Mapping[str, Any], supersedes: str | None
+    ) -> dict[str, Any]: ...
+    async def forget(self, key: str, reason: str) -> dict[str, Any]: ...
+    async def recall(
+        self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+    ) -> list[dict[str, Any]]: ...
+    async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]: ...
+    async def history(self, key: str) -> list[dict[str, Any]]: ...
+
+
+Run = Callable[[Memory, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its name, what a model reads about it, its schemas, hints and what it does."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    run: Run
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Draft202012Validator.check_schema(self.input_schema)
+        object.__setattr__(self, "validator", Draft202012Validator(self.input_schema))
+
+    def check(self, arguments: object) -> dict[str, Any]:
+        """``arguments`` when they match the input schema.
+
+        Raises:
+            McpArgumentsInvalid: they do not; the message names the argument and what is wrong.
+        """
+        args = {} if arguments is None else arguments
+        error = best_match(self.validator.iter_errors(args))
+        if error is None:
+            assert isinstance(args, dict)
+            return args
+        where = ".".join(str(p) for p in error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(args, dict):
+            allowed = set(self.input_schema["properties"])
+            extra = sorted(str(k) for k in args if k not in allowed)
+            where = extra[0] if extra else where
+            takes = ", ".join(sorted(allowed))
+            message = f"unknown argument(s) {', '.join(extra)}; {self.name} takes {takes}"
+        elif where:
+            message = f"argument `{where}`: {error.message}"
+        else:
+            message = error.message
+        raise McpArgumentsInvalid(
+            f"{self.name}: {message} (see the tool's input schema)", tool=self.name, argument=where or None
+        )
+
+
+# -- schemas ------------------------------------------------------------------------------------
+
+_KEY = {"type": "string", "pattern": KEY_PATTERN}
+_SCOPE = {
+    "type": "string",
+    "minLength": 1,
+    "description": "The memory scope (a namespace such as a project or a user). Default: the server's "
+    "--scope; without one, learn writes to scope `mcp` and reads cover every scope.",
+}
+_TAGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_CITATION = {
+    "type": "object",
+    "description": "The durable journal record the finding came from.",
+    "properties": {
+        "runId": {"type": "string", "description": "the root run that committed it"},
+        "stream": {"type": "string", "description": "the journal stream of that run"},
+        "id": {"type": "string", "description": "the record's id in that stream"},
+        "committedMs": {"type": "integer", "description": "commit time, epoch milliseconds"},
+    },
+    "required": ["runId", "stream", "id"],
+}
+_FINDING: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": {**_KEY, "description": "the finding's key: pass it to forget, history or supersedes"},
+        "text": {"type": "string"},
+        "source": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "metadata": {"type": "object"},
+        "scope": {"type": "string"},
+        "flow": {"type": "string"},
+        "learnedMs": {"type": "integer"},
+        "citation": _CITATION,
+    },
+    "required": ["key", "text", "source", "tags", "scope", "citation"],
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+# -- the tools ----------------------------------------------------------------------------------
+
+
+async def _learn(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    finding: dict[str, Any] = {k: args[k] for k in ("text", "source", "tags", "metadata") if k in args}
+    scope = args.get("scope") or memory.default_scope or DEFAULT_SCOPE
+    return await memory.learn(scope, finding, args.get("supersedes"))
+
+
+async def _recall(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    found = await memory.recall(
+        scope=args.get("scope") or memory.default_scope,
+        tags=list(args.get("tags", [])),
+        meta=args.get("metadata"),
+        limit=int(args.get("limit", RECALL_LIMIT)),
+    )
+    return {"findings": found}
+
+
+async def _why(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    scope = args.get("scope") or memory.default_scope
+    answers = await memory.why(args["subject"], scope=scope, limit=int(args.get("limit", WHY_LIMIT)))
+    return {"answers": answers}
+
+
+async def _forget(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return await memory.forget(args["key"], args["reason"])
+
+
+async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return {"key": args["key"], "events": await memory.history(args["key"])}
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="learn",
+        title="Remember a finding",
+        description=(
+            "Remember a finding durably, so that later conversations and other agents can recall it. "
+            "Use it for facts worth keeping: a user's preference, a decision and its reason, a result "
+            "you verified. The finding is committed to an append-only journal before it becomes "
+            "visible; the result gives its `key` and `citation` (the journal record). Learning the "
+            "same finding again is harmless and returns the same key. To correct a finding, learn "
+            "the corrected one with `supersedes` set to the old key: the old one stops being "
+            "recalled but stays in the journal."
+        ),
+        input_schema=_object(
+            {
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The finding, in one or a few sentences.",
+                },
+                "tags": {**_TAGS, "description": "Short labels to find it by, e.g. ['billing', 'prefs']."},
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Where it came from (a document, a URL, a person). Default: `mcp`.",
+                },
+                "metadata": {
+                    "type": "object",
+                    "description": "Structured facts to filter by later: a JSON object of string keys.",
+                },
+                "supersedes": {**_KEY, "description": "The key of a finding this one replaces."},
+                "scope": _SCOPE,
+            },
+            ["text"],
+        ),
+        output_schema={
+            "type": "object",
+            "properties": {
+                "key": _KEY,
+                "scope": {"type": "string"},
+                "supersedes": {"type": ["string", "null"]},
+                "learnedMs": {"type": "integer"},
+                "citation": _CITATION,
+            },
+            "required": ["key", "scope", "citation"],
+        },
+        run=_learn,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="recall",
+        title="List remembered findings",
+        description=(
+            "List remembered findings, newest first. Filter by `tags` (a finding must carry every "
+            "tag), by `metadata` (equality on each given key) and by `scope`. Use it to look up what "
+            "is known under a label; to search by words or a question, use `why`. Each finding "
+            "carries its `key` and `citation`."
+        ),
+        input_schema=_object(
+            {
+                "tags": {**_TAGS, "description": "Only findings carrying every one of these tags."},
+                "metadata": {
+                    "type": "object",
+                    "description": "Only findings whose metadata has each of these keys with these values.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LIMIT,
+                    "description": f"At most this many findings (default {RECALL_LIMIT}).",
+                },
+                "scope": _SCOPE,
+            },
+            [],
+        ),
+        output_schema={
+            "type": "object",
+            "properties": {"findings": {"type": "array", "items": _FINDING}},
+            "required": ["findings"],
+        },
+        run=_recall,
+        read_only=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="why",
+        title="Explain from memory",
+        description=(
+            "Find the remembered findings that best answer a subject or question, best match first. "
+            "Words are matched in their different forms ('fee' finds 'fees') against each finding's "
+            "text, tags and source. Each answer carries its `key`, its `citation` (the root run, "
+            "stream, record and commit time it came from), a `score` and the `matched` words. Use "
+            "it before answering from memory, and cite what it returns."
+        ),
+        input_schema=_object(
+            {
+                "subject": {"type": "string", "minLength": 1, "description": "A question or a few words."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LIMIT,
+                    "description": f"At most this many answers (default {WHY_LIMIT}).",
+                },
+                "scope": _SCOPE,
+            },
+            ["subject"],
+        ),
+        output_schema={
+            "type": "object",
+            "properties": {
+                "answers": {
+                    "type": "array",
+                    "items": {
+                        **_FINDING,
+                        "properties": {
+                            **_FINDING["properties"],
+                            "score": {"type": "number"},
+                            "matched": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                }
+            },
+            "required": ["answers"],
+        },
+        run=_why,
+        read_only=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="forget",
+        title="Forget a finding",
+        description=(
+            "Forget a finding by its key: it no longer appears in recall, why or the resources. The "
+            "forgetting is committed to the journal with your reason; the finding's own record stays "
+            "there for audit (see `history`). Forgetting a forgotten finding again changes nothing."
+        ),
+        input_schema=_object(
+            {
+                "key": {**_KEY, "description": "The key of the finding to forget (from learn, recall, why)."},
+                "reason": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Why it is forgotten, for the record.",
+                },
+            },
+            ["key", "reason"],
+        ),
+        output_schema={
+            "type": "object",
+            "properties": {
+                "key": _KEY,
+                "reason": {"type": "string"},
+                "by": {"type": ["string", "null"], "description": "the key that superseded it, if one did"},
+                "forgottenMs": {"type": "integer"},
+                "citation": _CITATION,
+            },
+            "required": ["key", "reason", "citation"],
+        },
+        run=_forget,
+        destructive=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="history",
+        title="A finding's history",
+        description=(
+            "The life of a finding, oldest first: when it was learned, superseded (and by which key), "
+            "forgotten (and why) or expired, each event with the `citation` of its journal record."
+        ),
+        input_schema=_object({"key": {**_KEY, "description": "The finding's key."}}, ["key"]),
+        output_schema={
+            "type": "object",
+            "properties": {
+                "key": _KEY,
+                "events": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "kind": {"enum": ["learned", "superseded", "forgotten", "expired"]},
+                            "key": _KEY,
+                            "atMs": {"type": "integer"},
+                            "citation": _CITATION,
+                            "reason": {"type": ["string", "null"]},
+                            "by": {"type": ["string", "null"]},
+                        },
+                        "required": ["kind", "key", "atMs", "citation"],
+                    },
+                },
+            },
+            "required": ["key", "events"],
+        },
+        run=_history,
+        read_only=True,
+        idempotent=True,
+    ),
+)
+
+BY_NAME: dict[str, ToolSpec] = {t.name: t for t in TOOLS}
+
+
+async def call_tool(memory: Memory, name: str, arguments: object) -> dict[str, Any]:
+    """Run tool ``name`` with ``arguments`` against ``memory``; its structured result.
+
+    Raises:
+        McpToolUnknown: no tool has that name.
+        McpArgumentsInvalid: the arguments break the tool's input schema.
+        FlowsMemoryError, JournalError: what the memory raised, unchanged.
+    """
+    spec = BY_NAME.get(name)
+    if spec is None:
+        raise McpToolUnknown(f"no tool named {name!r}; this server has {', '.join(BY_NAME)}")
+    return await spec.run(memory, spec.check(arguments))

@@ -1,0 +1,230 @@
+"""Retiring findings journal-first: ``forget``, the retiring half of a supersede, and ``history``.
+
+A retirement is a record in the root run's ``memory-forget`` stream, keyed by the key of the finding it
+retires. Once it is committed, a *retired file* rendered from it is published in the finding's scope
+(``<scope-folder>/.trajectories/retired/<key>.json``) and the finding's learned file is removed. The
+retired file stays for good: every read leaves out the keys it names, ``learn`` refuses to bring the
+key back, and ``sync`` copies it into the history DB, which then marks the finding's row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from journal import JournalBackend, Record
+from memory._db import HistoryDB
+from memory._errors import FindingUnknown
+from memory._files import Retired, read_learned, read_retired
+from memory._finding import (
+    RETIRE_STREAM,
+    STREAM,
+    check_key,
+    check_reason,
+    render_retirement,
+    retire_payload,
+)
+from memory._paths import scope_folders
+from memory._publisher import Publisher
+from memory._results import Citation, Forgotten, HistoryEvent
+from memory._root import Root
+from staging import failpoint
+
+_KIND_ORDER = {"learned": 0, "superseded": 1, "forgotten": 2, "expired": 3}
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a key was found: its finding's scope, and its retirement if it has one."""
+
+    scope: str
+    retired: Retired | None
+
+
+def forgotten_of(retired: Retired) -> Forgotten:
+    """The ``Forgotten`` a retirement answers a ``forget`` with."""
+    reason = retired.reason if retired.reason is not None else f"superseded by {retired.by}"
+    return Forgotten(retired.key, reason, retired.citation, retired.forgotten_ms, by=retired.by)
+
+
+def retired_of(record: Record) -> Retired:
+    """A ``memory-forget`` record as a ``Retired``."""
+    p = record.payload
+    return Retired(
+        key=p["id"],
+        scope=p["scope"],
+        flow=p["flow"],
+        reason=p["reason"],
+        by=p["by"],
+        forgotten_ms=p["forgottenMs"],
+        citation=Citation(record.run_id, record.stream, record.id),
+    )
+
+
+def retirement_event(r: Retired) -> HistoryEvent:
+    """A retirement as a ``HistoryEvent``: ``superseded`` when it names the key that replaced the
+    finding, else ``forgotten``."""
+    kind = "forgotten" if r.by is None else "superseded"
+    return HistoryEvent(kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by)
+
+
+def unknown(key: str, what: str = "key") -> FindingUnknown:
+    """The error for a well-formed key that no finding has."""
+    return FindingUnknown(
+        f"no finding has {what} {key}: neither the history DB, the learned files nor the journal know "
+        "it; `flows recall --json` lists the keys",
+        key=key,
+    )
+
+
+class Retirer:
+    """Forgets and supersedes findings of the store whose files ``publisher`` places, and reads
+    their history from the journal ``open_journal`` returns."""
+
+    def __init__(
+        self,
+        db: HistoryDB,
+        publisher: Publisher,
+        open_journal: Callable[[], JournalBackend],
+        clock: Callable[[], int],
+    ) -> None:
+        self._db = db
+        self._publisher = publisher
+        self._open_journal = open_journal
+        self._clock = clock
+
+    # -- where a key is ------------------------------------------------------------------------
+
+    def retired_path(self, scope: str, key: str) -> str:
+        """The path of the retired file that would keep ``key`` of ``scope`` out of every read."""
+        return os.path.join(self._publisher.retired_dir(scope), f"{key}.json")
+
+    def locate(self, key: str) -> Located | None:
+        """The scope of the finding ``key`` and its retirement, looked for in the retired and
+        learned files, then the DB, then the journal; None when nothing knows it.
+
+        Raises:
+            Unreachable: a file or the DB that holds the key cannot be read.
+            JournalError: the journal cannot be read (only asked when the store does not know it).
+        """
+        folders = scope_folders(self._publisher.db_path)
+        for folder in folders:
+            path = folder / ".trajectories" / "retired" / f"{key}.json"
+            if os.path.lexists(path):
+                found = read_retired(path)
+                return Located(found.scope, found)
+        for folder in folders:
+            path = folder / ".trajectories" / "compacted" / f"{key}.json"
+            if os.path.lexists(path):
+                return Located(read_learned(path).scope, None)
+        retired = self._db.retirement(key)
+        if retired is not None:
+            return Located(retired.scope, retired)
+        scope = self._db.scope_of(key)
+        if scope is not None:
+            return Located(scope, None)
+        backend = self._open_journal()
+        for run in backend.runs():
+            for rec in backend.read(run.run_id, STREAM):
+                if rec.payload.get("id") == key and isinstance(rec.payload.get("scope"), str):
+                    return Located(rec.payload["scope"], None)
+        return None
+
+    # -- retiring ------------------------------------------------------------------------------
+
+    def forget(self, key: str, root: Root, reason: str) -> Forgotten:
+        """See ``MemoryStore.forget``."""
+        check_key(key)
+        check_reason(reason)
+        found = self.locate(key)
+        if found is None:
+            raise unknown(key)
+        if found.retired is not None:  # forgotten (or superseded) already: the first one stands
+            return forgotten_of(found.retired)
+        return forgotten_of(retired_of(self.retire(root, key, found.scope, reason=reason, by=None)))
+
+    def retire(self, root: Root, key: str, scope: str, *, reason: str | None, by: str | None) -> Record:
+        """Commit the retirement of ``key`` (of ``scope``) to the root run, then publish its
+        retired file and remove the finding's learned file; returns the commit.
+
+        Raises:
+            JournalError: the append failed, unchanged; nothing is published.
+            Unwritable: the retired file could not be published (the commit stands; ``sync``,
+                ``flows check --repair`` or a resume publish it).
+        """
+        payload = retire_payload(key, scope, root.flow, reason=reason, by=by, forgotten_ms=self._clock())
+        record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=key)
+        failpoint("memory.after_append")
+        self.settle(record)
+        return record
+
+    def settle(self, record: Record) -> None:
+        """Publish the retired file of ``record`` and remove its finding's learned file.
+
+        Raises:
+            Unwritable: the retired file could not be published or the learned file removed.
+        """
+        scope, key = record.payload["scope"], record.payload["id"]
+        pub = self._publisher
+        pub.place(pub.retired_dir(scope) / f"{key}.json", render_retirement(record), record.run_id)
+        pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
+
+    def publish_missing(self, records: Iterable[Record]) -> int:
+        """Settle each retirement in ``records`` whose retired file is missing; returns how many.
+
+        A retired file that is there but damaged is left for ``flows check`` (reads fail closed on it).
+        """
+        done = 0
+        for record in records:
+            if not os.path.lexists(self.retired_path(record.payload["scope"], record.payload["id"])):
+                self.settle(record)
+                done += 1
+        return done
+
+    # -- history -------------------------------------------------------------------------------
+
+    def history(self, key: str) -> list[HistoryEvent]:
+        """See ``MemoryStore.history``."""
+        check_key(key)
+        now = self._clock()
+        backend = self._open_journal()
+        events: list[HistoryEvent] = []
+        expiring: tuple[int, Citation, int] | None = None  # expiresMs, the first commit, its time
+        for run in backend.runs():
+            for rec in backend.read(run.run_id, STREAM):
+                p = rec.payload
+                if p.get("id") != key:
+                    continue
+                citation = Citation(rec.run_id, rec.stream, rec.id)
+                events.append(HistoryEvent("learned", key, int(p["learnedMs"]), citation))
+                expires = (p.get("finding") or {}).get("expiresMs")
+                if isinstance(expires, int) and (expiring is None or int(p["learnedMs"]) < expiring[2]):
+                    expiring = (expires, citation, int(p["learnedMs"]))
+            for rec in backend.read(run.run_id, RETIRE_STREAM):
+                if rec.payload.get("id") == key:
+                    events.append(retirement_event(retired_of(rec)))
+        if not events:
+            events = self._history_from_store(key)
+        if not events:
+            raise unknown(key)
+        if expiring is not None and expiring[0] <= now:
+            events.append(HistoryEvent("expired", key, expiring[0], expiring[1]))
+        events.sort(key=lambda e: (e.at_ms, _KIND_ORDER[e.kind], e.citation.run_id))
+        return events
+
+    def _history_from_store(self, key: str) -> list[HistoryEvent]:
+        """What the DB or a learned file knows of ``key`` when the journal holds none of it."""
+        events: list[HistoryEvent] = []
+        for row in self._db.rows_of([key]):
+            events.append(HistoryEvent("learned", key, row.learned_ms, row.citation))
+        if not events:
+            for folder in scope_folders(self._publisher.db_path):
+                path = folder / ".trajectories" / "compacted" / f"{key}.json"
+                if os.path.lexists(path):
+                    entry = read_learned(path)
+                    events.append(HistoryEvent("learned", key, entry.learned_ms, entry.citation))
+        retired = self._db.retirement(key)
+        if retired is not None:
+            events.append(retirement_event(retired))
+        return events

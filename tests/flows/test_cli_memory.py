@@ -1,0 +1,133 @@
+"""`flows learn`, `flows forget`, `flows history`, and the key, tag and metadata filters of `flows recall`
+and `flows why`, through the real command on both journal backends; bad input exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import memory
+from tests.flows.helpers import flows, json_of
+
+
+def _cli(db: Path, location: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return flows(db, *args, "--journal", location)
+
+
+def _learn(db: Path, location: str, text: str, *args: str) -> dict[str, Any]:
+    out: dict[str, Any] = json_of(_cli(db, location, "learn", text, "--scope", "desk", "--json", *args))
+    return out
+
+
+def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, journal_location: str) -> None:
+    db = tmp_path / "store" / "history.db"
+    loc = journal_location
+    old = _learn(
+        db, loc, "ETH gas is cheapest at night", "--tag", "gas", "--tag", "eth", "--meta", "symbol=ETH"
+    )
+    assert set(old) == {"key", "scope", "supersedes", "learnedMs", "citation", "path"}
+    assert old["citation"]["stream"] == memory.STREAM
+    (run,) = json_of(_cli(db, loc, "runs", "--json"))
+    assert (run["runId"], run["flow"], run["scope"], run["state"]) == (
+        old["citation"]["runId"],
+        "cli",
+        "desk",
+        "done",
+    )
+    other = _learn(db, loc, "BTC fees are flat", "--tag", "fees", "--meta", "symbol=BTC", "--meta", "size=2")
+
+    rows = json_of(_cli(db, loc, "recall", "--json"))
+    assert [r["key"] for r in rows] == [other["key"], old["key"]]
+    assert rows[1]["metadata"] == {"symbol": "ETH"}
+    assert rows[1]["citation"] == old["citation"]
+    assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--tag", "gas", "--tag", "eth", "--json"))] == [
+        old["key"]
+    ]
+    assert json_of(_cli(db, loc, "recall", "--tag", "gas", "--tag", "fees", "--json")) == []
+    assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--meta", "size=2.0", "--json"))] == [
+        other["key"]
+    ]
+    table = _cli(db, loc, "recall")
+    assert table.stdout.splitlines()[0].split()[:2] == ["ID", "KEY"] and old["key"] in table.stdout
+    why = _cli(db, loc, "why", "cheap gas", "--meta", "symbol=ETH")
+    assert f"key: {old['key']}" in why.stdout and other["key"] not in why.stdout
+
+    new = _learn(db, loc, "ETH gas is cheaper after the upgrade", "--tag", "gas", "--supersedes", old["key"])
+    assert new["supersedes"] == old["key"]
+    assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--tag", "gas", "--json"))] == [new["key"]]
+    gone = json_of(_cli(db, loc, "forget", other["key"], "--reason", "flat no more", "--json"))
+    assert (gone["key"], gone["reason"], gone["citation"]["stream"]) == (
+        other["key"],
+        "flat no more",
+        memory.RETIRE_STREAM,
+    )
+    assert json_of(_cli(db, loc, "forget", other["key"], "--json")) == gone  # idempotent
+    assert json_of(_cli(db, loc, "recall", "--tag", "fees", "--json")) == []
+
+    history = json_of(_cli(db, loc, "history", old["key"], "--json"))
+    assert [(e["kind"], e["by"]) for e in history] == [("learned", None), ("superseded", new["key"])]
+    human = _cli(db, loc, "history", other["key"])
+    assert human.returncode == 0 and "forgotten" in human.stdout and "flat no more" in human.stdout
+    assert _cli(db, loc, "sync").returncode == 0
+    assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--json"))] == [new["key"]]
+    assert json_of(_cli(db, loc, "check", "--json"))["clean"] is True
+
+
+def test_learning_a_forgotten_finding_and_forgetting_an_unknown_key_fail_with_their_codes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "history.db"
+    loc = str(tmp_path / "journal")
+    learned = _learn(db, loc, "a finding")
+    assert _cli(db, loc, "forget", learned["key"]).returncode == 0
+    again = _cli(db, loc, "learn", "a finding", "--scope", "desk")
+    assert again.returncode == 1 and again.stderr.startswith("flows: error[memory_finding_retired]: ")
+    unknown = _cli(db, loc, "forget", "f" * 32, "--json")
+    assert unknown.returncode == 1 and orjson.loads(unknown.stderr)["code"] == "memory_finding_unknown"
+    assert _cli(db, loc, "history", "f" * 32).returncode == 1
+
+
+BAD = [
+    (("learn", "", "--scope", "desk"), "memory_finding_invalid"),
+    (("learn", "x", "--scope", ""), "memory_argument_invalid"),
+    (("learn", "x", "--scope", "desk", "--meta", "novalue"), "memory_argument_invalid"),
+    (("learn", "x", "--scope", "desk", "--meta", "=1"), "memory_argument_invalid"),
+    (("learn", "x", "--scope", "desk", "--meta", "k=1", "--meta", "k=2"), "memory_argument_invalid"),
+    (("learn", "x", "--scope", "desk", "--meta", "k" * 129 + "=1"), "memory_finding_invalid"),
+    (("learn", "x", "--scope", "desk", "--tag", ""), "memory_finding_invalid"),
+    (("learn", "x", "--scope", "desk", "--supersedes", "abc"), "memory_argument_invalid"),
+    (("learn", "x", "--scope", "desk", "--expires", "0"), "memory_finding_invalid"),
+    (("learn", "x", "--scope", "desk", "--expires", "soon"), "usage"),
+    (("learn", "x"), "usage"),
+    (("forget", "abc"), "memory_argument_invalid"),
+    (("forget", "0" * 32, "--reason", ""), "memory_argument_invalid"),
+    (("history", "ABC"), "memory_argument_invalid"),
+    (("recall", "--meta", "x"), "memory_argument_invalid"),
+    (("recall", "--tag", ""), "memory_argument_invalid"),
+    (("why", "x", "--meta", "a=1", "--meta", "a=2"), "memory_argument_invalid"),
+]
+
+
+@pytest.mark.parametrize(("args", "code"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_exits_2_with_its_code_and_writes_nothing(
+    tmp_path: Path, args: tuple[str, ...], code: str
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    loc = str(tmp_path / "store" / "journal")
+    result = _cli(db, loc, *args, "--json")
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert orjson.loads(result.stderr.splitlines()[-1])["code"] == code
+    assert json_of(_cli(db, loc, "runs", "--json")) == []
+    assert not (db.parent / "flows-memory").exists()
+
+
+@pytest.mark.parametrize("command", ["learn", "forget", "history"])
+def test_every_memory_command_has_help(command: str, tmp_path: Path) -> None:
+    result = flows(tmp_path / "h.db", command, "--help")
+    assert result.returncode == 0
+    assert "--db" in result.stdout and "usage: flows" in result.stdout

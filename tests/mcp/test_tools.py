@@ -1,0 +1,305 @@
+"""The tools over both transports, with the SDK's own client: schemas, results that cite the journal,
+errors that carry our codes, the session's root run, and the resources."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import orjson
+from mcp.types import TextResourceContents
+
+from journal import RunState
+from tests.mcp.conftest import Transport, open_transport
+from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, journal_of, learn_records, mcp_runs, run
+
+TOOLS = {"learn", "recall", "why", "forget", "history"}
+
+
+def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transport: Transport) -> None:
+    async def main() -> Any:
+        async with transport.connect() as session:
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                return (await session.list_tools()).tools
+
+    tools = {t.name: t for t in run(main)}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description is not None and len(tool.description) > 80
+        assert tool.input_schema["type"] == "object"
+        assert tool.input_schema["additionalProperties"] is False
+        for prop in tool.input_schema["properties"].values():
+            assert prop.get("description"), (tool.name, prop)
+        assert tool.output_schema is not None
+    assert tools["learn"].input_schema["required"] == ["text"]
+    assert set(tools["learn"].input_schema["properties"]) == {
+        "text",
+        "tags",
+        "source",
+        "metadata",
+        "supersedes",
+        "scope",
+    }
+    assert set(tools["recall"].input_schema["properties"]) == {"tags", "metadata", "limit", "scope"}
+    assert set(tools["why"].input_schema["properties"]) == {"subject", "limit", "scope"}
+    assert set(tools["forget"].input_schema["required"]) == {"key", "reason"}
+    assert tools["history"].input_schema["required"] == ["key"]
+    assert tools["recall"].annotations is not None and tools["recall"].annotations.read_only_hint is True
+    assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint is True
+
+
+def test_learned_findings_are_recalled_and_explained_with_the_key_and_citation_of_their_record(
+    transport: Transport,
+) -> None:
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            learned = await call(
+                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="s"
+            )
+            other = await call(
+                session, "learn", text="fees are charged monthly", tags=["bill"], metadata={"d": 1}, scope="s"
+            )
+            again = await call(
+                session, "learn", text="rain follows a falling barometer", tags=["weather"], scope="s"
+            )
+            recalled = await call(session, "recall", tags=["weather"])
+            answers = await call(session, "why", subject="when are fees charged")
+            return learned, other, again, recalled, answers
+
+    learned, other, again, recalled, answers = run(main)
+    assert again["key"] == learned["key"]  # the same finding, the same key, no second record
+    [root] = mcp_runs(transport.db)
+    assert root.scope == "s" and root.state is RunState.DONE  # the session ended with the client
+    records = {r.key: r for r in learn_records(transport.db, root.run_id)}
+    assert set(records) == {learned["key"], other["key"]}
+    for result in (learned, other):
+        rec = records[result["key"]]
+        assert result["citation"] == {
+            "runId": root.run_id,
+            "stream": "memory-learn",
+            "id": rec.id,
+            "committedMs": rec.payload["learnedMs"],
+        }
+    [found] = recalled["findings"]
+    assert found["key"] == learned["key"]
+    assert found["text"] == "rain follows a falling barometer"
+    assert found["citation"] == learned["citation"]
+    [answer] = answers["answers"]
+    assert answer["key"] == other["key"] and answer["citation"] == other["citation"]
+    assert answer["metadata"] == {"d": 1} and found["metadata"] == {}
+    assert "fees" in answer["matched"]
+
+
+def test_each_session_learns_under_a_root_run_of_its_own_finished_when_it_ends(transport: Transport) -> None:
+    async def main() -> list[str]:
+        keys = []
+        for n in range(2):
+            async with transport.connect() as session:
+                keys.append((await call(session, "learn", text=f"session {n} was here"))["key"])
+                assert [r.state for r in mcp_runs(transport.db)][n] is RunState.RUNNING
+        return keys
+
+    keys = run(main)
+    roots = mcp_runs(transport.db)
+    assert [r.state for r in roots] == [RunState.DONE, RunState.DONE]
+    assert [r.flow for r in roots] == ["mcp", "mcp"]
+    assert [r.scope for r in roots] == ["mcp", "mcp"]  # the default scope without --scope
+    assert [[rec.key for rec in learn_records(transport.db, r.run_id)] for r in roots] == [[k] for k in keys]
+
+
+def test_a_session_that_only_reads_begins_no_root_run(transport: Transport) -> None:
+    async def main() -> None:
+        async with transport.connect() as session:
+            assert (await call(session, "recall"))["findings"] == []
+            assert (await call(session, "why", subject="anything"))["answers"] == []
+
+    run(main)
+    assert mcp_runs(transport.db) == []
+
+
+BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str | None]] = [
+    ("learn", {}, None),
+    ("learn", {"text": ""}, "text"),
+    ("learn", {"text": 7}, "text"),
+    ("learn", {"text": "t", "tags": "weather"}, "tags"),
+    ("learn", {"text": "t", "tags": [""]}, "tags.0"),
+    ("learn", {"text": "t", "supersedes": "not-a-key"}, "supersedes"),
+    ("learn", {"text": "t", "colour": "red"}, "colour"),
+    ("recall", {"limit": 0}, "limit"),
+    ("recall", {"limit": "ten"}, "limit"),
+    ("recall", {"metadata": ["a"]}, "metadata"),
+    ("why", {}, None),
+    ("why", {"subject": "x", "limit": 10_000}, "limit"),
+    ("forget", {"key": "0" * 32}, None),
+    ("forget", {"key": "ABC", "reason": "r"}, "key"),
+    ("history", {"key": None}, "key"),
+]
+
+
+def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_serving(
+    transport: Transport,
+) -> None:
+    async def main() -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+        async with transport.connect() as session:
+            errors = [await call_error(session, tool, **args) for tool, args, _ in BAD_ARGUMENTS]
+            unknown = await call_error(session, "remember", text="x")
+            # what only the memory layer refuses keeps the memory's code and names the bad part
+            memory_errors = [
+                await call_error(session, "learn", text="   "),
+                await call_error(session, "learn", text="t", metadata={"": 1}),
+                await call_error(session, "learn", text="t", metadata={"big": "x" * 20_000}),
+                await call_error(session, "learn", text="t", scope="s" * 300),
+            ]
+            after = await call(session, "learn", text="still serving")
+            return errors, unknown, memory_errors, after
+
+    errors, unknown, memory_errors, after = run(main)
+    for (tool, _, argument), error in zip(BAD_ARGUMENTS, errors, strict=True):
+        assert error["code"] == "mcp_arguments_invalid", error
+        assert error["tool"] == tool
+        assert error["message"].startswith(f"{tool}: ")
+        assert error.get("argument") == argument, error
+    assert unknown["code"] == "mcp_tool_unknown"
+    assert "learn, recall, why, forget, history" in unknown["message"]
+    blank, bad_key, too_big, long_scope = memory_errors
+    assert blank["code"] == "memory_finding_invalid" and "text" in blank["message"]
+    assert bad_key["code"] == "memory_finding_invalid" and bad_key["field"] == "metadata['']"
+    assert too_big["code"] == "memory_finding_invalid" and "16384" in too_big["message"]
+    assert long_scope["code"] == "memory_argument_invalid"
+    assert len(after["key"]) == 32
+    assert len(mcp_runs(transport.db)) == 1  # the refused calls began nothing
+
+
+def test_a_server_with_a_scope_learns_there_and_reads_only_there(tmp_path: Any) -> None:
+    async def main(t: Transport) -> tuple[Any, ...]:
+        async with t.connect() as session:
+            here = await call(session, "learn", text="tides follow the moon")
+            elsewhere = await call(session, "learn", text="tides follow the moon", scope="other")
+            mine = await call(session, "recall")
+            theirs = await call(session, "recall", scope="other")
+            return here, elsewhere, mine, theirs
+
+    with open_transport("stdio", tmp_path / "history.db", "--scope", "sea") as t:
+        here, elsewhere, mine, theirs = run(lambda: main(t))
+    assert here["scope"] == "sea" and elsewhere["scope"] == "other"
+    assert here["key"] != elsewhere["key"]  # a finding's key covers its scope
+    assert [f["key"] for f in mine["findings"]] == [here["key"]]
+    assert [f["key"] for f in theirs["findings"]] == [elsewhere["key"]]
+    assert sorted(r.scope for r in mcp_runs(t.db)) == ["other", "sea"]  # a root run per scope written
+
+
+def test_resources_list_each_scope_and_read_its_recent_findings(transport: Transport) -> None:
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            a = await call(session, "learn", text="the build needs python 3.11", scope="proj a")
+            b = await call(session, "learn", text="deploys happen on tuesdays", scope="ops")
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                listed = (await session.list_resources()).resources
+                templates = (await session.list_resource_templates()).resource_templates
+                read = await session.read_resource(f"flows-memory://scope/{quote('proj a', safe='')}")
+                with_error = None
+                try:
+                    await session.read_resource("flows-memory://elsewhere/x")
+                except Exception as exc:
+                    with_error = exc
+            return a, b, listed, templates, read, with_error
+
+    a, b, listed, templates, read, with_error = run(main)
+    assert sorted(str(r.uri) for r in listed) == ["flows-memory://scope/ops", "flows-memory://scope/proj%20a"]
+    assert all(r.mime_type == "application/json" for r in listed)
+    assert [t.uri_template for t in templates] == ["flows-memory://scope/{scope}"]
+    [content] = read.contents
+    assert isinstance(content, TextResourceContents)
+    body = orjson.loads(content.text)
+    assert body["scope"] == "proj a"
+    assert [(f["key"], f["citation"]) for f in body["findings"]] == [(a["key"], a["citation"])]
+    assert b["key"] not in {f["key"] for f in body["findings"]}
+    assert with_error is not None and "mcp_resource_unknown" in repr(getattr(with_error, "error", with_error))
+
+
+def test_supersede_forget_and_history_cite_their_records(transport: Transport) -> None:
+    async def main() -> dict[str, Any]:
+        async with transport.connect() as session:
+            out: dict[str, Any] = {}
+            out["old"] = await call(session, "learn", text="the fee is 5 EUR", tags=["fee"])
+            out["new"] = await call(
+                session, "learn", text="the fee is 6 EUR", tags=["fee"], supersedes=out["old"]["key"]
+            )
+            out["recall_after_supersede"] = await call(session, "recall", tags=["fee"])
+            out["why_after_supersede"] = await call(session, "why", subject="what is the fee")
+            out["forgot"] = await call(session, "forget", key=out["new"]["key"], reason="the user asked")
+            out["forgot_again"] = await call(session, "forget", key=out["new"]["key"], reason="twice")
+            out["recall_after_forget"] = await call(session, "recall", tags=["fee"])
+            out["history_old"] = await call(session, "history", key=out["old"]["key"])
+            out["history_new"] = await call(session, "history", key=out["new"]["key"])
+            unknown = "0" * 32
+            out["forget_unknown"] = await call_error(session, "forget", key=unknown, reason="r")
+            out["history_unknown"] = await call_error(session, "history", key=unknown)
+            out["supersede_unknown"] = await call_error(session, "learn", text="x", supersedes=unknown)
+        async with transport.connect() as session:  # another session, so another root run
+            again = {"text": "the fee is 6 EUR", "tags": ["fee"]}
+            out["relearn_forgotten"] = await call_error(session, "learn", **again)
+        return out
+
+    out = run(main)
+    old, new = out["old"]["key"], out["new"]["key"]
+    assert out["new"]["supersedes"] == old
+    assert [f["key"] for f in out["recall_after_supersede"]["findings"]] == [new]
+    assert [a["key"] for a in out["why_after_supersede"]["answers"]] == [new]
+    forgot = out["forgot"]
+    assert (forgot["key"], forgot["reason"]) == (new, "the user asked")
+    assert out["forgot_again"] == forgot  # forgetting twice returns the first, writes nothing
+    assert out["recall_after_forget"]["findings"] == []
+
+    [root] = mcp_runs(transport.db)  # the refused learn of the second session began nothing
+    assert root.state is RunState.DONE
+    backend = journal_of(transport.db)
+    try:
+        streams = {s: {r.id: r for r in backend.read(root.run_id, s)} for s in backend.streams(root.run_id)}
+    finally:
+        backend.close()
+
+    def record_of(citation: dict[str, Any]) -> Any:
+        assert citation["runId"] == root.run_id
+        return streams[citation["stream"]][citation["id"]]
+
+    assert record_of(forgot["citation"]).ts_ms <= forgot["forgottenMs"] + 1000
+    assert forgot["citation"]["committedMs"] == forgot["forgottenMs"]
+    kinds_old = [(e["kind"], e.get("by")) for e in out["history_old"]["events"]]
+    assert kinds_old == [("learned", None), ("superseded", new)]
+    kinds_new = [(e["kind"], e.get("reason")) for e in out["history_new"]["events"]]
+    assert kinds_new == [("learned", None), ("forgotten", "the user asked")]
+    for event in [*out["history_old"]["events"], *out["history_new"]["events"]]:
+        record_of(event["citation"])  # every event cites a record that is in the journal
+    assert out["history_new"]["events"][0]["citation"] == {
+        k: v for k, v in out["new"]["citation"].items() if k != "committedMs"
+    }
+    for error in (out["forget_unknown"], out["history_unknown"], out["supersede_unknown"]):
+        assert error["code"] == "memory_finding_unknown", error
+    assert out["relearn_forgotten"]["code"] == "memory_finding_retired"
+
+
+def test_recall_filters_by_every_tag_and_by_metadata_and_scope(transport: Transport) -> None:
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            g, s = {"tier": "gold"}, {"tier": "silver"}
+            gold = await call(session, "learn", text="gold plan", tags=["plan", "paid"], metadata=g)
+            silver = await call(session, "learn", text="silver plan", tags=["plan"], metadata=s)
+            other = await call(session, "learn", text="gold elsewhere", metadata={"tier": "gold"}, scope="b")
+            return (
+                gold,
+                silver,
+                other,
+                await call(session, "recall", tags=["plan", "paid"]),
+                await call(session, "recall", metadata={"tier": "gold"}),
+                await call(session, "recall", metadata={"tier": "gold"}, scope="mcp"),
+                await call(session, "recall", limit=1),
+            )
+
+    gold, silver, other, both_tags, gold_meta, gold_here, newest = run(main)
+    assert [f["key"] for f in both_tags["findings"]] == [gold["key"]]
+    assert sorted(f["key"] for f in gold_meta["findings"]) == sorted([gold["key"], other["key"]])
+    assert [f["key"] for f in gold_here["findings"]] == [gold["key"]]
+    assert [f["key"] for f in newest["findings"]] == [other["key"]]
+    assert silver["key"] not in {f["key"] for f in gold_meta["findings"]}

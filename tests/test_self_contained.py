@@ -1,0 +1,42 @@
+"""The repository speaks for itself: no text cites requirement ids, source documents or issue numbers
+that a reader of this repository cannot open (every rule is stated in the docs in their own words)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Requirement ids (R-L4, R-A8 …), the contract's name, the source documents and issue numbers.
+FORBIDDEN = re.compile(
+    r"\bR-[A-Z]{1,2}[0-9]"
+    r"|\bSPEC\b"
+    r"|\bseeds?'s?\b(?! *=)"
+    r"|\b00[0-9]_[0-9a-f]{16}\b"
+    r"|\b[Ii]ssues? #?[0-9]+"
+)
+# A random generator's seed is an ordinary word in code; only prose about "the seed" is a citation.
+RANDOM_SEED = re.compile(r"random|Random|seed\s*[=:)]|seed: int|, seed\b|\bseed\b\)|derandomize|settings")
+
+
+def _tracked_text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    skip = (".json", ".png", ".lock", ".sol")
+    return [REPO / p for p in out.splitlines() if not p.endswith(skip) and p != Path(__file__).name]
+
+
+def test_no_file_cites_requirement_ids_source_documents_or_issue_numbers() -> None:
+    found = []
+    for path in _tracked_text_files():
+        if path == Path(__file__).resolve():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if FORBIDDEN.search(line) and not RANDOM_SEED.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
+    assert found == []
