@@ -68,7 +68,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
@@ -81,11 +81,12 @@ T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
 _NO_POISON = 2**64 - 1
-_MARKS_LEN = 76  # plain mark (12), file-system mark (12), state: poison, generation, 4 cuts (52)
+_MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
 
 
 _MARK = struct.Struct("<Q")
-_STATE = struct.Struct("<6Q")  # poison, generation, the last 4 cuts
+# poison, generation, the last 4 cuts, the file-system poison and the generation it applies up to
+_STATE = struct.Struct("<8Q")
 _CUTS = 4  # how many recent cuts the state remembers (a caller older than that just fails)
 _NO_CUTS: tuple[int | None, ...] = (None,) * _CUTS
 
@@ -107,21 +108,15 @@ def _unpack_mark(raw: bytes) -> int | None:
     return value
 
 
-def _pack_state(poison: int | None, generation: int, cuts: tuple[int | None, ...]) -> bytes:
-    raw = _STATE.pack(*(_NO_POISON if v is None else v for v in (poison, generation, *cuts)))
-    return raw + _crc(raw)
-
-
-def _unpack_state(raw: bytes) -> tuple[int | None, int | None, tuple[int | None, ...]]:
-    """(poison, generation, recent cuts): (None, 0, none) for a log that never had one;
-    generation None when the slot is torn."""
+def _unpack_state(raw: bytes) -> tuple[int | None, ...] | None:
+    """The state's values (None for an unset one); all unset for a log that never had one; None
+    when the slot is torn."""
     if not raw:
-        return None, 0, _NO_CUTS
+        return (None, 0, *_NO_CUTS, None, None)
     size = _STATE.size
     if len(raw) != size + 4 or _crc(raw[:size]) != raw[size:]:
-        return None, None, _NO_CUTS
-    poison, generation, *cuts = (None if v == _NO_POISON else v for v in _STATE.unpack_from(raw))
-    return poison, generation, tuple(cuts)
+        return None
+    return tuple(None if v == _NO_POISON else v for v in _STATE.unpack_from(raw))
 
 
 @dataclass(frozen=True)
@@ -133,6 +128,10 @@ class _Marks:
     poison: int | None
     generation: int | None  # None: unreadable (torn), so nothing can be verified against it
     cuts: tuple[int | None, ...] = _NO_CUTS  # where the latest cuts that raised it were made
+    # A failed file-system sync: callers of generations up to ``fs_poison_gen`` whose lines end past
+    # ``fs_poison`` are refused a file-system sync (the writes it was to cover are in doubt).
+    fs_poison: int | None = None
+    fs_poison_gen: int | None = None
 
     @property
     def durable(self) -> int | None:
@@ -142,14 +141,20 @@ class _Marks:
 
     @classmethod
     def parse(cls, raw: bytes) -> _Marks:
-        poison, generation, cuts = _unpack_state(raw[24:_MARKS_LEN])
-        return cls(_unpack_mark(raw[:12]), _unpack_mark(raw[12:24]), poison, generation, cuts)
+        state = _unpack_state(raw[24:_MARKS_LEN])
+        plain, filesystem = _unpack_mark(raw[:12]), _unpack_mark(raw[12:24])
+        if state is None:
+            return cls(plain, filesystem, None, None)
+        poison, generation, *cuts, fs_poison, fs_poison_gen = state
+        return cls(plain, filesystem, poison, generation, tuple(cuts), fs_poison, fs_poison_gen)
 
     def pack(self) -> bytes:
         empty = b"\0" * 12
         plain = empty if self.plain is None else _pack_mark(self.plain)
         filesystem = empty if self.filesystem is None else _pack_mark(self.filesystem)
-        return plain + filesystem + _pack_state(self.poison, self.generation or 0, self.cuts)
+        values = (self.poison, self.generation or 0, *self.cuts, self.fs_poison, self.fs_poison_gen)
+        raw = _STATE.pack(*(_NO_POISON if v is None else v for v in values))
+        return plain + filesystem + raw + _crc(raw)
 
     def holds(self, end: int, generation: int) -> bool:
         """Whether a caller that wrote bytes up to ``end`` in ``generation`` still has them: the
@@ -243,6 +248,7 @@ class LineLog(Generic[T]):
         self._mark = f"{self._path}.lock"
         self._gen = 0  # the log's generation as of this object's last locked open
         self._poisoned: tuple[int, int] | None = None  # (generation, offset) should the mark not take it
+        self._poisoned_fs: tuple[int, int] | None = None  # (offset, generation): the same, file-system
         # Verified records, the offset each ends at, and where the first begins (0 unless a tail
         # open started at the watermark); valid while the inode and the generation are the same.
         self._cached: list[T] = []
@@ -454,7 +460,9 @@ class LineLog(Generic[T]):
             if poison is not None:
                 return self._cut_locked(fd, poison, marks, bump=True)
             if marks.generation is None:  # only damage makes it unreadable under the flock
-                fixed = _Marks(marks.plain, marks.filesystem, None, self._gen + 1)
+                fixed = _Marks(
+                    marks.plain, marks.filesystem, None, self._gen + 1, fs_poison=0, fs_poison_gen=self._gen
+                )
                 self._write_marks(fixed)
                 return fixed
             return marks
@@ -482,6 +490,8 @@ class LineLog(Generic[T]):
             poison=kept_poison,
             generation=generation,
             cuts=cuts,
+            fs_poison=marks.fs_poison,  # scoped by generation: it outlives the cut
+            fs_poison_gen=marks.fs_poison_gen,
         )
         try:
             if os.fstat(fd).st_size > at:
@@ -673,6 +683,8 @@ class LineLog(Generic[T]):
         poison = self._poison_of(marks)
         if poison is not None and end > poison:
             return False
+        if filesystem and self._fs_refused(marks, end, generation):
+            return False
         mark = marks.filesystem if filesystem else marks.durable
         return mark is not None and mark >= end
 
@@ -695,7 +707,7 @@ class LineLog(Generic[T]):
             with self._flocked(fd):
                 marks = self._read_marks(strict=True)
                 if end is not None:
-                    self._refuse_lost(end, generation, marks)
+                    self._refuse_lost(end, generation, marks, filesystem=filesystem)
                     if not force and self._covers(marks, end, filesystem, generation):
                         return  # the sync this one queued behind covered it
                 covered = self._sync_and_mark(fd, marks, filesystem)
@@ -733,7 +745,7 @@ class LineLog(Generic[T]):
             else:
                 os.fsync(fd)
         except OSError as exc:
-            self._poison(marks, None)
+            self._poison(marks, None, filesystem=filesystem)
             raise JournalUnwritable(
                 f"cannot make {self._path} durable: {exc.strerror or exc}; the appends it held are not "
                 "acknowledged (a resumed run finds any that survived); check the disk",
@@ -747,6 +759,8 @@ class LineLog(Generic[T]):
             poison=marks.poison,
             generation=marks.generation,
             cuts=marks.cuts,
+            fs_poison=marks.fs_poison,
+            fs_poison_gen=marks.fs_poison_gen,
         )
         try:
             failpoint("linelog.before_mark")
@@ -769,7 +783,7 @@ class LineLog(Generic[T]):
                 self._durable_fs = max(self._durable_fs, covered)
         return covered
 
-    def _refuse_lost(self, end: int, generation: int, marks: _Marks) -> None:
+    def _refuse_lost(self, end: int, generation: int, marks: _Marks, *, filesystem: bool = False) -> None:
         if not marks.holds(end, generation):
             raise JournalUnwritable(
                 f"{self._path} was cut back after a failed sync, and this append's line was part of "
@@ -784,6 +798,13 @@ class LineLog(Generic[T]):
                 "cuts them) and check the disk",
                 path=self._path,
             )
+        if filesystem and self._fs_refused(marks, end, generation):
+            raise JournalUnwritable(
+                f"a file-system sync of {self._path} failed, so what it was to make durable with this "
+                "append (files written before it) may never reach the disk; the append is not "
+                "acknowledged: retry it and check the disk",
+                path=self._path,
+            )
 
     def _poison_of(self, marks: _Marks) -> int | None:
         """Where the doubtful bytes begin: the mark file's word, or this process's own record."""
@@ -792,9 +813,27 @@ class LineLog(Generic[T]):
             poison = self._poisoned[1] if poison is None else min(poison, self._poisoned[1])
         return poison
 
-    def _poison(self, marks: _Marks, at: int | None) -> None:
-        """Record that the bytes from ``at`` (default: the watermark) on are in doubt. Call under
-        ``_syncing`` and the flock."""
+    def _fs_poison_of(self, marks: _Marks) -> tuple[int, int] | None:
+        """(offset, up to generation) of a failed file-system sync: the mark file's, or our own."""
+        found = None
+        if marks.fs_poison is not None and marks.fs_poison_gen is not None:
+            found = (marks.fs_poison, marks.fs_poison_gen)
+        own = self._poisoned_fs
+        if own is not None:
+            found = own if found is None else (min(found[0], own[0]), max(found[1], own[1]))
+        return found
+
+    def _fs_refused(self, marks: _Marks, end: int, generation: int) -> bool:
+        """Whether a failed file-system sync leaves a caller's file-system sync unanswerable: it
+        wrote in a generation the failure reached, and its line ends past the file-system mark
+        the failure found (everything it wrote elsewhere before may be lost)."""
+        found = self._fs_poison_of(marks)
+        return found is not None and generation <= found[1] and end > found[0]
+
+    def _poison(self, marks: _Marks, at: int | None, *, filesystem: bool = False) -> None:
+        """Record that the bytes from ``at`` (default: the watermark) on are in doubt, and with
+        ``filesystem`` that file-system syncs up to now failed past the file-system mark. Call
+        under ``_syncing`` and the flock."""
         if at is None:
             at = marks.durable
             if at is None:  # no readable mark (a damaged lock file): what this object knows
@@ -803,8 +842,16 @@ class LineLog(Generic[T]):
         at = at if poison is None else min(at, poison)
         generation = marks.generation if marks.generation is not None else self._gen
         self._poisoned = (generation, at)  # this process honours it even if the mark file cannot
+        fs_poison = self._fs_poison_of(marks)
+        if filesystem:
+            fs_at = marks.filesystem or 0
+            fs_poison = (fs_at, generation) if fs_poison is None else (min(fs_poison[0], fs_at), generation)
+            self._poisoned_fs = fs_poison
+        after = replace(marks, poison=at, generation=generation)
+        if fs_poison is not None:
+            after = replace(after, fs_poison=fs_poison[0], fs_poison_gen=fs_poison[1])
         with contextlib.suppress(OSError):
-            self._write_marks(_Marks(marks.plain, marks.filesystem, at, generation, marks.cuts))
+            self._write_marks(after)
 
     # -- the marks: how much of the log is known durable, what is in doubt -----------------------
 

@@ -255,6 +255,35 @@ def test_a_failed_filesystem_sync_is_a_failed_sync_for_every_caller_it_covered(
         assert _tags(b.recover()) == ["acked"]
 
 
+def test_a_failed_filesystem_sync_fails_every_filesystem_waiter_it_covered_though_fsync_had_covered_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that asks for a file-system sync wants the files it wrote before appending made
+    durable too; once a syncfs failed, a later one proves nothing about those files."""
+    if not staging.HAVE_SYNCFS:
+        pytest.skip("syncfs is Linux's")
+    path = tmp_path / "s.jsonl"
+    w1, w2, plain = _log(path), _log(path), _log(path)
+    with w1.locked():
+        w1.recover()
+        end_1 = w1.write([_rec(1, "w1")])
+    with w2.locked():
+        w2.recover()
+        end_2 = w2.write([_rec(2, "w2")])
+    plain.sync_to(end_2)  # a plain fsync covers both lines: the log's bytes are durable
+    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"):
+        with pytest.raises(JournalUnwritable):
+            w1.sync_to(end_1, filesystem=True)
+        with pytest.raises(JournalUnwritable, match="file-system sync"):
+            w2.sync_to(end_2, filesystem=True)  # its own syncfs would succeed now
+        _log(path).sync_to(end_2)  # a caller that needed only its line is answered
+    with _log(path).locked() as log:
+        assert _tags(log.recover()) == ["w1", "w2"]  # durable lines are never cut
+        end_3 = log.write([_rec(3, "after")])
+        gen = log.generation
+    _log(path).sync_to(end_3, filesystem=True, generation=gen)  # a new caller is answered again
+
+
 _CHILD = """
 import sys, orjson, journal
 loc, run_id, epoch, who, n = sys.argv[1:6]
