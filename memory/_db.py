@@ -404,9 +404,11 @@ class HistoryDB:
         if not self.exists():
             return []
         try:
-            rows = self._connect().execute(
-                "SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL ORDER BY scope"
-            ).fetchall()
+            rows = (
+                self._connect()
+                .execute("SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL ORDER BY scope")
+                .fetchall()
+            )
         except sqlite3.Error as exc:
             raise Unreachable(f"cannot read the history DB {self.path}: {exc}", path=self.path) from exc
         return [r[0] for r in rows]
@@ -514,7 +516,6 @@ class HistoryDB:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise Unwritable(f"cannot write the history DB {self.path}: {exc}", path=self.path) from exc
-
 
     def retire(self, entries: Sequence[Retired], now_ms: int) -> None:
         """Record ``entries`` (the first retirement of each key is kept) and mark the rows they
