@@ -144,12 +144,11 @@ def _tick(home: Path, clock: Callable[[], float]) -> TickResult:
 
 
 def _selected(args: argparse.Namespace) -> list[Entry]:
-    entries = list(Ledger(sail_dir(_home(args))).entries())
-    if args.kind:
-        entries = [e for e in entries if e.kind == args.kind]
-    if args.since is not None:
-        entries = [e for e in entries if e.ts * 1000 >= args.since]
-    return entries
+    return [
+        e
+        for e in Ledger(sail_dir(_home(args))).scan()
+        if (not args.kind or e.kind == args.kind) and (args.since is None or e.ts * 1000 >= args.since)
+    ]
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
