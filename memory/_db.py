@@ -743,7 +743,6 @@ class HistoryDB:
             _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
             raise self._error(exc, "write", Unwritable) from exc
 
-
     def retire(self, entries: Sequence[Retired], now_ms: int) -> None:
         """Record ``entries`` (the first retirement of each key is kept) and mark the rows they
         retire, in one transaction."""

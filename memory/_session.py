@@ -268,9 +268,7 @@ class MemorySession:
 
     async def alearn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's executor."""
-        learned: Learned = await self._async_op(
-            self._store.learn, finding, self._root, supersedes=supersedes
-        )
+        learned: Learned = await self._async_op(self._store.learn, finding, self._root, supersedes=supersedes)
         return learned
 
     async def aforget(self, key: str, *, reason: str) -> Forgotten:

@@ -32,7 +32,7 @@ from memory.ledger import ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
-from sail._status import agent_status, format_status, ledger_rows, recent_skips, when
+from sail._status import NOTE_EVENTS, agent_status, format_status, ledger_rows, recent_skips, when
 from sail._ticklog import TickRecorder
 
 if TYPE_CHECKING:
@@ -144,12 +144,11 @@ def _tick(home: Path, clock: Callable[[], float]) -> TickResult:
 
 
 def _selected(args: argparse.Namespace) -> list[Entry]:
-    entries = list(Ledger(sail_dir(_home(args))).entries())
-    if args.kind:
-        entries = [e for e in entries if e.kind == args.kind]
-    if args.since is not None:
-        entries = [e for e in entries if e.ts * 1000 >= args.since]
-    return entries
+    return [
+        e
+        for e in Ledger(sail_dir(_home(args))).scan()
+        if (not args.kind or e.kind == args.kind) and (args.since is None or e.ts * 1000 >= args.since)
+    ]
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
@@ -158,7 +157,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     if args.json:
         _dump([e.to_wire() for e in entries])
         return 0
-    for line in ledger_rows(entries, ActivityLog(sail_dir(_home(args))).read()):
+    for line in ledger_rows(entries, ActivityLog(sail_dir(_home(args))).scan(NOTE_EVENTS)):
         print(line)
     return 0
 

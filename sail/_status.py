@@ -263,6 +263,10 @@ class _Notes:
     mismatches: dict[str, list[str]]
 
 
+#: the activity events ``sail ledger`` shows beside the entries
+NOTE_EVENTS = frozenset({"dispatch_reverted", "dispatch_unsent", "dispatch_dropped", "dispatch_mismatch"})
+
+
 def _notes(records: Iterable[ActivityRecord]) -> _Notes:
     notes = _Notes({}, {}, {})
     for r in records:

@@ -557,6 +557,29 @@ class ActivityLog:
         finally:
             os.close(fd)
 
+    def scan(self, events: frozenset[str]) -> Iterator[ActivityRecord]:
+        """The records whose ``event`` is in ``events``, oldest first, streamed (the others are
+        parsed as JSON only; the log is never held in memory whole).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those decoded, or an acknowledged last line.
+            LedgerNotAFile: the log or its lock is not a regular file.
+        """
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for offset, raw in self.lines.forward_raw(fd, 0, end):
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if not isinstance(obj, dict) or obj.get("event") in events:
+                    yield self.lines.decode(raw, offset, fd)
+        finally:
+            os.close(fd)
+
     def dispatch_at(self, dispatch: OpenDispatch) -> DispatchSigned | DispatchSubmitted:
         """The activity line an unresolved dispatch of the snapshot names, read back and checked.
 

@@ -87,6 +87,24 @@ class Ledger:
         require_regular(self.path, Path(f"{self.path}.lock"))
         return self._log.read()
 
+    def scan(self) -> Iterator[Entry]:
+        """Every entry, oldest first, streamed: each line decoded and checked, none held after.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line (path and line named), or a damaged acknowledged
+                last line (judged as a locked open would).
+            LedgerNotAFile: the ledger or its lock is not a regular file.
+        """
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for line in self.lines.forward(fd, 0, end):
+                yield line.record
+        finally:
+            os.close(fd)
+
     def iter_reverse(self) -> Iterator[Entry]:
         """Entries newest first, reading the file backwards (costs the tail read, not the file).
 

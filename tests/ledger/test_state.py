@@ -122,6 +122,7 @@ def _readers(ledger: Ledger) -> dict[str, object]:
     return {
         "entries": ledger.entries,
         "iter_reverse": lambda: list(ledger.iter_reverse()),
+        "scan": lambda: list(ledger.scan()),
         "last_confirmed": ledger.last_confirmed,
         "state": ledger.state,
         "recent_confirmed": lambda: ledger.recent_confirmed(0),
@@ -160,7 +161,7 @@ def test_an_append_in_flight_past_the_watermark_is_no_record_for_any_reader(tmp_
         f.write(b"\x00\x00{not yet\n")  # written, not yet fsync'd: the watermark stays below it
     assert [e.ts for e in ledger.iter_reverse()] == [6, 5]
     assert ledger.last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
-    assert [e.ts for e in ledger.entries()] == [5, 6]
+    assert [e.ts for e in ledger.entries()] == [e.ts for e in ledger.scan()] == [5, 6]
     write(ledger, skipped(9))  # the next locked open cuts it
     assert [e.ts for e in ledger.entries()] == [5, 6, 9]
 
