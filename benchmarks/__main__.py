@@ -3,9 +3,12 @@
 Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 8 writers on the file
 and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),
 ``reads`` (recall / why over 100,000 findings against SQLite, the peers' reads, resident memory),
-``resume`` (republishing 10,000 committed findings), ``ledger`` (cadence lookup over 1,000,000
-entries). The peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it
-they are reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
+``resume`` (republishing 10,000 committed findings), ``ledger`` (the agent's tick, status and why on
+a 1,000,000-line ledger against a 10-line one), ``langgraph`` (the LangGraph adapters against LangGraph's
+SQLite ones), ``scale`` (learn and recall by store size, up to ``--scale-findings``). ``reads`` also
+measures fresh processes: the first recall and ``flows recall`` end to end against sqlite3. The
+peers run in the benchmark's own venv (``bash benchmarks/setup_peers.sh``); without it they are
+reported as skipped, with the reason. ``--json`` prints one JSON document on stdout: every
 figure, ratio and goal under the stable names below (progress goes to stderr). Work happens in a
 temporary directory on ``--dir``'s file system (default: the system temp dir), removed afterwards.
 """
@@ -24,10 +27,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from benchmarks._common import FULL, QUICK, SMOKE, Sheet, say
+from benchmarks._common import FULL, QUICK, SMOKE, Sheet, Sizes, say
+from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
+from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
 from benchmarks.writes import WRITE_NAMES
 
-SECTIONS = ("writes", "reads", "resume", "ledger")
+SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph", "scale")
 
 FIGURES: dict[str, tuple[str, ...]] = {
     "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
@@ -42,9 +47,26 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "read.dbos_tag_ms",
         "read.recall_rss_mb",
         "read.import_rss_mb",
+        "cold.first_recall_ms",
+        "cold.first_recall_no_index_ms",
+        "cold.sqlite_first_query_ms",
+        "cold.cli_recall_ms",
+        "cold.sqlite_cli_ms",
     ),
     "resume": ("resume.first_run_learn_per_s", "resume.materialize_per_s", "resume.flow_resume_per_s"),
-    "ledger": ("ledger.lookup_snapshot_ms", "ledger.lookup_no_snapshot_ms", "ledger.full_rescan_ms"),
+    "ledger": (
+        "ledger.tick_large_ms",
+        "ledger.tick_small_ms",
+        "ledger.status_large_ms",
+        "ledger.status_small_ms",
+        "ledger.why_large_ms",
+        "ledger.why_small_ms",
+        "ledger.lookup_snapshot_ms",
+        "ledger.lookup_no_snapshot_ms",
+        "ledger.full_rescan_ms",
+    ),
+    "langgraph": LANGGRAPH_NAMES,
+    "scale": ("scale.learn_1000_per_s", "scale.recall_1000_ms"),  # and one pair per size asked
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
@@ -66,11 +88,19 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_pg_8p_vs_sqlite3_8p": ("write.learn_pg_8p_per_s", "write.sqlite3_full_8p_per_s"),
     "ratio.recall_vs_sqlite": ("read.recall_ms", "read.sqlite_tag_ms"),
     "ratio.why_vs_sqlite_fts": ("read.why_ms", "read.sqlite_fts_ms"),
+    "ratio.ledger_tick_large_vs_small": ("ledger.tick_large_ms", "ledger.tick_small_ms"),
+    "ratio.ledger_status_large_vs_small": ("ledger.status_large_ms", "ledger.status_small_ms"),
+    "ratio.ledger_why_large_vs_small": ("ledger.why_large_ms", "ledger.why_small_ms"),
+    **LANGGRAPH_RATIOS,
+    "ratio.first_recall_vs_sqlite": ("cold.first_recall_ms", "cold.sqlite_first_query_ms"),
+    "ratio.cli_recall_vs_sqlite": ("cold.cli_recall_ms", "cold.sqlite_cli_ms"),
 }
 """Stable ratio names: numerator / denominator figures."""
 
 GOALS: dict[str, tuple[str, str, float]] = {
     "goal.learn_1w_vs_floor": ("ratio.learn_1w_vs_floor", ">=", 0.85),
+    "goal.learn_1w_vs_eventsourcing": ("ratio.learn_1w_vs_eventsourcing", ">=", 1.0),
+    "goal.learn_1w_vs_langgraph_wal": ("ratio.learn_1w_vs_langgraph_wal", ">=", 1.0),
     "goal.learn_1w_ahead_of_langgraph": ("ratio.learn_1w_vs_langgraph", ">", 1.0),
     "goal.learn_1w_ahead_of_dbos": ("ratio.learn_1w_vs_dbos", ">", 1.0),
     "goal.learn_8p_vs_sqlite3_8p": ("ratio.learn_8p_vs_sqlite3_8p", ">=", 1.0),
@@ -82,6 +112,12 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.materialize_2000_per_s": ("resume.materialize_per_s", ">=", 2000.0),
     "goal.flow_resume_2000_per_s": ("resume.flow_resume_per_s", ">=", 2000.0),
     "goal.recall_rss_under_200_mb": ("read.recall_rss_mb", "<", 200.0),
+    "goal.ledger_tick_within_1_5x": ("ratio.ledger_tick_large_vs_small", "<=", 1.5),
+    "goal.ledger_status_within_1_5x": ("ratio.ledger_status_large_vs_small", "<=", 1.5),
+    "goal.ledger_why_within_1_5x": ("ratio.ledger_why_large_vs_small", "<=", 1.5),
+    "goal.first_recall_fresh_within_5x_sqlite": ("ratio.first_recall_vs_sqlite", "<=", 5.0),
+    "goal.cli_recall_within_3x_sqlite": ("ratio.cli_recall_vs_sqlite", "<=", 3.0),
+    "goal.learn_large_store_vs_small": ("ratio.learn_large_vs_small", ">=", 0.9),
 }
 """Stable goal names: the issue's targets, each a figure or ratio, a comparison and a bound."""
 
@@ -117,8 +153,15 @@ def _derive(sheet: Sheet, sections: tuple[str, ...]) -> None:
         value = sheet.ratios.get(of, sheet.figures.get(of))
         if value is None:
             if of in sheet.skipped:
-                sheet.goals[name] = {"of": of, "target": f"{op} {bound:g}", "value": None, "met": None}
-                sheet.skip(name, f"{of} skipped")
+                why = f"{of} skipped: {sheet.skipped[of]}"
+                sheet.goals[name] = {
+                    "of": of,
+                    "target": f"{op} {bound:g}",
+                    "value": None,
+                    "met": None,
+                    "why": why,
+                }
+                sheet.skip(name, why)
             continue
         met = {">=": value >= bound, ">": value > bound, "<=": value <= bound, "<": value < bound}[op]
         sheet.goals[name] = {"of": of, "target": f"{op} {bound:g}", "value": value, "met": met}
@@ -136,7 +179,8 @@ def table(sheet: Sheet, sections: tuple[str, ...], out: TextIO) -> None:
     """Print the figures, ratios and goals as aligned text."""
     for section in sections:
         say(out, f"\n{section}")
-        for name in FIGURES[section]:
+        extra = sorted(n for n in sheet.figures if n.startswith(f"{section}.") and n not in FIGURES[section])
+        for name in (*FIGURES[section], *extra):
             if name in sheet.figures:
                 say(out, f"  {name:<40} {_fmt(sheet.figures[name]):>12}   {sheet.notes.get(name, '')}")
             else:
@@ -150,7 +194,7 @@ def table(sheet: Sheet, sections: tuple[str, ...], out: TextIO) -> None:
         for name, g in sheet.goals.items():
             verdict = "skipped" if g["met"] is None else ("met" if g["met"] else "MISSED")
             value = "-" if g["value"] is None else _fmt(g["value"])
-            say(out, f"  {name:<40} {value:>12} {g['target']:<9} {verdict}")
+            say(out, f"  {name:<40} {value:>12} {g['target']:<9} {verdict}  {g.get('why', '')}".rstrip())
 
 
 def _commit() -> str | None:
@@ -172,6 +216,35 @@ def _commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def _bench_ledger(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
+    """The agent's tick, status and why on a large ledger against a small one, and the cadence lookup."""
+    from benchmarks.ledger_bench import SMALL, measure
+
+    m, rounds = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
+    say(
+        out,
+        f"ledger: {sizes.ledger_entries:,} ticks (ledger {m['size_mib']:.0f} MiB, activity"
+        f" {m['activity_mib']:.0f} MiB) and {SMALL} ticks, built in {m['built_s']:.1f} s",
+    )
+    for what, note in (
+        ("tick", "sail tick, a cadence skip on the in-process EVM"),
+        ("status", "sail status"),
+        ("why", "sail why, the 10 newest skips"),
+    ):
+        for scale, lines in (("large", sizes.ledger_entries), ("small", SMALL)):
+            figure = f"ledger.{what}_{scale}_ms"
+            sheet.put(figure, m[f"{what}_{scale}_ms"], f"{note}, {lines:,} lines")
+            sheet.rounds[figure] = rounds[f"{what}_{scale}_ms"]
+    sheet.put("ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot")
+    sheet.put(
+        "ledger.lookup_no_snapshot_ms",
+        m["without_snapshot_ms"],
+        "snapshot deleted: rebuilt from the ledger and the activity log, and written",
+    )
+    sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
+    sheet.meta["ledger_entries"] = sizes.ledger_entries
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the asked sections; print the table, or the JSON document with ``--json``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
@@ -191,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", default=None, help="where to make the temporary directory (the disk to measure)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--scale-findings",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the largest store of the scale section (default: 100,000; 1,000,000 takes minutes)",
+    )
     args = parser.parse_args(argv)
     sections = tuple(s for s in SECTIONS if s in args.only.split(","))
     unknown = set(args.only.split(",")) - set(SECTIONS)
@@ -221,29 +301,26 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks.reads import bench_reads
 
             bench_reads(base, sizes, sheet, out, peers=not args.no_peers)
+            from benchmarks.cold import bench_cold
+
+            bench_cold(base, max(3, sizes.read_calls // 40), sheet, out)
         if "resume" in sections:
             from benchmarks.resume import bench_resume
 
             bench_resume(base, sizes, sheet, out)
         if "ledger" in sections:
-            from benchmarks.ledger_bench import measure
+            _bench_ledger(base, sizes, sheet, out)
+        if "langgraph" in sections:
+            from benchmarks.langgraph_bench import bench_langgraph
 
-            m = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
-            say(
-                out,
-                f"ledger: {sizes.ledger_entries:,} entries ({m['size_mib']:.0f} MiB)"
-                f" built in {m['built_s']:.1f} s",
+            bench_langgraph(base / "langgraph", sizes, sheet, out)
+        if "scale" in sections:
+            from benchmarks.scale import bench_scale
+
+            largest = args.scale_findings or sizes.scale_findings
+            bench_scale(
+                base, largest=largest, rounds=sizes.rounds, per_round=sizes.per_round, sheet=sheet, out=out
             )
-            sheet.put(
-                "ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot"
-            )
-            sheet.put(
-                "ledger.lookup_no_snapshot_ms",
-                m["without_snapshot_ms"],
-                "snapshot deleted: tail scan + rewrite",
-            )
-            sheet.put("ledger.full_rescan_ms", m["rescan_ms"], "decode and validate every line")
-            sheet.meta["ledger_entries"] = sizes.ledger_entries
     finally:
         if args.keep:
             say(out, f"kept {base}")

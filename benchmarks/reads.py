@@ -157,7 +157,7 @@ def bench_reads(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None, peer
     sheet.put(
         "read.recall_cold_ms",
         (time.perf_counter() - t0) * 1000,
-        "first recall: lists and parses every unsynced file",
+        "first recall in this process (from the files' index the RSS process wrote)",
     )
     time.sleep(0.1)  # past the racy window of the directory listing
     every = store.recall(limit=None)

@@ -28,7 +28,8 @@ _EPILOG = """\
 storage:
   The history DB is --db, else $FLOWS_DB, else $XDG_DATA_HOME/flows/history.db. Learned files live
   beside it in <db-dir>/flows-memory/, and the journal in <db-dir>/flows-journal/ unless --journal
-  (or $FLOWS_JOURNAL) names a postgresql:// DSN.
+  (or $FLOWS_JOURNAL) names a postgresql:// DSN. <db-dir>/flows-cache/ holds derived indexes that
+  make a command's first read faster; it is safe to delete.
 
 times: printed in local time with the UTC offset; --before takes epoch milliseconds or an ISO 8601
 date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.

@@ -7,15 +7,13 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 import memory
 from flows._cli import _json_out, _store, _table, diagnose
 from flows._errors import FlowFailed, RunInterrupted
-from flows._runtime import RUN_STREAM, RunResult, error_fields
-from flows._steps import MAX_JSON_BYTES, STEPS_STREAM
 from journal import JournalBackend, Record, RunInfo, RunState
 from memory.cli import (
     EXIT_INTERRUPTED,
@@ -29,6 +27,12 @@ from memory.cli import (
 )
 from staging import CodedError, CodedInterrupt
 
+if TYPE_CHECKING:
+    from flows._runtime import RunResult
+
+# The runtime (asyncio, steps, flow loading) is imported by the handlers that need it, not when the
+# commands are registered: ``flows recall`` and ``flows why`` never pay for it.
+
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
@@ -37,6 +41,8 @@ Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.Argumen
 
 def _input_arg(text: str) -> Any:
     """``--input``: a JSON value, or ``@path`` of a file holding one."""
+    from flows._steps import MAX_JSON_BYTES
+
     if text.startswith("@"):
         path = text[1:]
         try:
@@ -67,6 +73,8 @@ def _input_arg(text: str) -> Any:
 
 
 def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
+    from flows._runtime import error_fields
+
     if not result.ok:
         assert result.error is not None
         if isinstance(result.error, CodedError | CodedInterrupt):
@@ -139,6 +147,8 @@ def _output_of(events: Sequence[Record]) -> Any:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List root runs, newest first, filtered by state, flow and start time; at most ``--limit``."""
+    from flows._runtime import RUN_STREAM
+
     with _store(args) as store:
         backend = store.open_journal()
         runs = [
@@ -216,6 +226,9 @@ def _event_entry(rec: Record) -> dict[str, Any]:
 def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
     """A root run and everything it recorded, in commit order: steps (each attempt), learns, and
     the run's own events (resumes, an interruption, the output). Each entry cites its record."""
+    from flows._runtime import RUN_STREAM
+    from flows._steps import STEPS_STREAM
+
     info = backend.run(run_id)
     sources: list[tuple[int, str, Callable[[Record], dict[str, Any]]]] = [
         (0, STEPS_STREAM, _step_entry),

@@ -1,7 +1,5 @@
 """The journal kernel: durable root runs, leases with fencing, append-only streams (SPEC R-J)."""
 
-import importlib.metadata as _metadata
-
 from journal._backend import JournalBackend
 from journal._errors import (
     JournalContention,
@@ -53,7 +51,17 @@ __all__ = [
     "record_id",
 ]
 
-try:  # the installed distribution's version (one for every package of flows-memory)
-    __version__: str = _metadata.version("flows-memory")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    # the version is read from the installed distribution's metadata on first use: importing
+    # importlib.metadata costs tens of milliseconds that a command which never asks should not pay
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib.metadata
+
+    try:  # the installed distribution's version (one for every package of flows-memory)
+        version = importlib.metadata.version("flows-memory")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version

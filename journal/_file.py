@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import portalocker
 
 from journal._errors import (
     JournalCorrupt,
@@ -342,6 +341,8 @@ class FileJournal:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
+        import portalocker  # imported by the lock paths only: a read-only command never pays for it
+
         try:
             portalocker.lock(fd, portalocker.LockFlags.SHARED | portalocker.LockFlags.NON_BLOCKING)
         except portalocker.exceptions.LockException:
@@ -360,6 +361,8 @@ class FileJournal:
             raise JournalUnwritable(
                 f"cannot open {path}: {exc.strerror or exc}", run_id=run_id, path=path
             ) from exc
+        import portalocker  # imported by the lock paths only: a read-only command never pays for it
+
         deadline = time.monotonic() + _ACQUIRE_PATIENCE_S
         while True:
             try:

@@ -47,8 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-import portalocker
-
 from journal._errors import JournalCorrupt, JournalReadInterrupted, JournalUnwritable
 from staging import HAVE_SYNCFS, ensure_dir, failpoint, fsync_dir, syncfs, write_all
 
@@ -166,6 +164,8 @@ class LineLog(Generic[T]):
             JournalUnwritable: the lock or the log could not be created or opened.
             portalocker.exceptions.LockException: the lock was not had within ``timeout`` seconds.
         """
+        import portalocker  # imported by the lock paths only: a read-only command never pays for it
+
         lock_path = Path(f"{self._path}.lock")
         try:
             ensure_dir(self._path.parent)

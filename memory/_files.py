@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from memory._errors import FindingInvalid, Unreachable
+from memory._filecache import FileCache
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -366,10 +367,11 @@ class DiskIndex:
     its directory.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files: FileCache | None = None) -> None:
         self._cache: dict[Path, Listing] = {}
         self._retired: dict[Path, RetiredListing] = {}
         self._mutex = threading.Lock()
+        self._files = files  # the stat-keyed index a fresh process starts from (None: read every file)
 
     def retired(self, directory: Path) -> RetiredListing:
         """The retired files of ``directory``, by key, cached like a listing (raising
@@ -412,9 +414,12 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        listing = Listing(
-            st.st_mtime_ns, st.st_ino, tuple(read_learned(directory / n) for n in learned_names(directory))
-        )
+        names = learned_names(directory)
+        if self._files is not None:
+            entries = self._files.read(directory, names, read_learned)
+        else:
+            entries = tuple(read_learned(directory / n) for n in names)
+        listing = Listing(st.st_mtime_ns, st.st_ino, entries)
         if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from memory._db import HistoryDB
 from memory._errors import ArgumentInvalid
+from memory._filecache import FileCache, cache_dir
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
 from memory._finding import check_filters, meta_value_key
 from memory._paths import learned_root, scope_dirs, scope_folders
@@ -151,11 +152,16 @@ class Search:
     keys the DB holds until the DB changes; the unsynced files' index lives in a ``DiskIndex``.
     """
 
-    def __init__(self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, db: HistoryDB, publisher: Publisher, clock: Callable[[], int], *, file_index: bool = True
+    ) -> None:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        self._disk = DiskIndex()
+        files = (
+            FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)) if file_index else None
+        )
+        self._disk = DiskIndex(files)
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}

@@ -9,7 +9,6 @@ leaves no root run behind.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import threading
 from collections.abc import Mapping
@@ -21,6 +20,8 @@ from memory._errors import ArgumentInvalid, SessionClosed
 from memory._results import Forgotten, Learned
 
 if TYPE_CHECKING:
+    import asyncio
+
     from memory._store import MemoryStore
 
 NAME_MAX = 256
@@ -252,6 +253,8 @@ class MemorySession:
     # -- async twins -----------------------------------------------------------------------------
 
     async def _async_op(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import asyncio  # only async callers pay for asyncio
+
         self._enter_op()
         try:
             task = asyncio.ensure_future(self._store._off_loop(fn, *args, **kwargs))
@@ -277,6 +280,8 @@ class MemorySession:
 
     async def aflush(self) -> None:
         """``flush`` for tasks: wait for every ``alearn``/``aforget`` started, then for threads."""
+        import asyncio
+
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
         with self._mutex:

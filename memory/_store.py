@@ -11,14 +11,12 @@ parts, each in its own module:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import journal
 from journal import JournalBackend, Record
@@ -33,6 +31,9 @@ from memory._root import Root
 from memory._search import Search
 from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
 
@@ -50,6 +51,9 @@ class MemoryStore:
             ``<db-dir>/flows-journal``).
         clock: milliseconds since the epoch.
         max_workers: threads of the one executor that async calls run on.
+        file_index: keep the unsynced files' index in ``<db-dir>/flows-cache`` (read by a fresh
+            process's first read, written when it disagreed with the files). False for a reader
+            that must write nothing (a long-lived one keeps its own index in memory either way).
 
     The store is a context manager; ``close()`` is safe twice.
     """
@@ -61,6 +65,7 @@ class MemoryStore:
         journal: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = _now_ms,
         max_workers: int = 8,
+        file_index: bool = True,
     ) -> None:
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
@@ -72,7 +77,7 @@ class MemoryStore:
         self._publisher = Publisher(self.db_path)
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock)
         self._learner = Learner(self._publisher, self._retirer, clock)
-        self._search = Search(self._db, self._publisher, clock)
+        self._search = Search(self._db, self._publisher, clock, file_index=file_index)
         self._syncer = Syncer(self._db, self._publisher, self.open_journal, clock, self._retirer)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -106,6 +111,9 @@ class MemoryStore:
         self.close()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        import asyncio  # only async callers pay for asyncio and the thread pool
+        from concurrent.futures import ThreadPoolExecutor
+
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="flows-memory")
         loop = asyncio.get_running_loop()

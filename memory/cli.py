@@ -40,7 +40,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from importlib import metadata
 from typing import Any, NoReturn, TextIO
 
 import orjson
@@ -297,7 +296,9 @@ class CommandLine:
             epilog=epilog + _EXIT_EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        self.parser.add_argument("--version", action="version", version=f"{prog} {_version()}")
+        self.parser.add_argument(
+            "--version", action=_VersionAction, nargs=0, help="show program's version number and exit"
+        )
         self._add_globals(self.parser, top=True)
         self._sub = self.parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -410,7 +411,17 @@ def _exit_status(exc: CodedError | CodedInterrupt) -> int:
     return EXIT_FAILED
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version is looked up only when asked for, not on every start."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        parser.exit()
+
+
 def _version() -> str:
+    from importlib import metadata  # tens of milliseconds to import: only for --version
+
     try:
         return metadata.version(_DIST)
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed

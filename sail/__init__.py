@@ -1,4 +1,4 @@
-"""The agent tick loop, the dispatch runner and chain access through web3 (SPEC R-A).
+"""The agent tick loop, the dispatch runner and chain access through web3.
 
 ``tick`` is the canonical loop: reconcile → read memory → decide → skip or submit. Strategies
 implement ``decide(state) -> Skip | Swap``; ``DcaStrategy`` is the example. ``Runner`` signs and
@@ -11,7 +11,6 @@ commands) stay light.
 
 from __future__ import annotations
 
-import importlib.metadata as _metadata
 from typing import Any
 
 from sail._config import SailConfig, load_config, save_config
@@ -23,6 +22,7 @@ from sail._errors import (
     SailKeyUnavailable,
     SailNodeUnavailable,
     SailSubmitFailed,
+    SailSubmitUncertain,
 )
 
 _LAZY = {
@@ -59,6 +59,7 @@ __all__ = [
     "SailKeyUnavailable",
     "SailNodeUnavailable",
     "SailSubmitFailed",
+    "SailSubmitUncertain",
     "Skip",
     "Strategy",
     "Swap",
@@ -71,14 +72,17 @@ __all__ = [
     "tick_from_config",
 ]
 
-try:  # the installed distribution's version (one for every package of flows-memory)
-    __version__: str = _metadata.version("flows-memory")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
-
 
 def __getattr__(name: str) -> Any:
-    """Import a web3-dependent public name on first use."""
+    """Import a web3-dependent public name (or read the version) on first use."""
+    if name == "__version__":  # importlib.metadata costs tens of milliseconds: only when asked
+        import importlib.metadata
+
+        try:  # the installed distribution's version (one for every package of flows-memory)
+            globals()[name] = importlib.metadata.version("flows-memory")
+        except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+            globals()[name] = "0+unknown"
+        return globals()[name]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sail' has no attribute {name!r}")

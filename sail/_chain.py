@@ -14,12 +14,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import requests
+from eth_abi.abi import decode as abi_decode
+from eth_abi.exceptions import DecodingError
 from eth_utils.exceptions import ValidationError as EthValidationError
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.exceptions import TimeExhausted, TransactionNotFound, Web3Exception
+from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3Exception
 
-from memory.ledger import ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
+from memory.ledger import ChainTransaction, ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
 from sail._contracts import abi
 
 try:  # the in-process EVM's own errors (a revert there is not a web3 ContractLogicError)
@@ -43,7 +45,50 @@ READ_ERRORS: tuple[type[BaseException], ...] = (
     *_TESTER_ERRORS,
 )
 
+#: what a call that reverted raises: over JSON-RPC, and in the in-process EVM
+_REVERTS: tuple[type[BaseException], ...] = (ContractLogicError, *_TESTER_ERRORS)
+
 SWAP_FUNCTION = "swapExactTokensForTokens"
+_ERROR_STRING = bytes.fromhex("08c379a0")  # the selector of Solidity's Error(string)
+_REVERTED = "execution reverted"
+
+
+def revert_text(exc: BaseException) -> str:
+    """A failed call's reason as one readable line: the decoded revert text where the contract gave one.
+
+    web3 raises ``ContractLogicError(message, data)`` for a revert over JSON-RPC, whose ``str`` is a
+    tuple with raw hex; the in-process EVM raises its own error with the text. Either way the result
+    reads ``execution reverted: <reason>`` (or the error's own message when it is not a revert).
+    """
+    if isinstance(exc, ContractLogicError):
+        decoded = decode_error_string(exc.data)
+        if decoded is not None:
+            return f"{_REVERTED}: {decoded}"
+        message = exc.message if isinstance(exc.message, str) else None
+        return message or _REVERTED
+    text = exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], str) else str(exc)
+    return " ".join((text or type(exc).__name__).split())
+
+
+def decode_error_string(data: object) -> str | None:
+    """Decode revert data holding ``Error(string)``; None for anything else."""
+    if isinstance(data, dict):
+        data = data.get("data")
+    if not isinstance(data, str | bytes):
+        return None
+    raw = bytes(HexBytes(data)) if isinstance(data, str) else data
+    if raw[:4] != _ERROR_STRING:
+        return None
+    try:
+        (text,) = abi_decode(["string"], raw[4:])
+    except (DecodingError, ValueError, TypeError):
+        return None
+    return str(text)
+
+
+def reason_of(text: str) -> str:
+    """The reason part of ``execution reverted: <reason>`` (the whole text otherwise)."""
+    return text.removeprefix(f"{_REVERTED}: ").strip() or text
 
 
 class QuoteUnavailable(Exception):
@@ -159,6 +204,58 @@ class Chain:
                 logs=logs,
             )
 
+    def transaction(self, tx_hash: str) -> ChainTransaction | None:
+        """The transaction as the node holds it (``eth_getTransactionByHash``); None when unknown.
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        with _reading(f"the transaction {tx_hash}"):
+            try:
+                raw: Any = self.w3.eth.get_transaction(HexBytes(tx_hash))
+            except TransactionNotFound:
+                return None
+            if raw is None:
+                return None
+            block = raw.get("blockNumber")
+            return ChainTransaction(
+                sender=str(raw["from"]),
+                to=None if raw.get("to") is None else str(raw["to"]),
+                nonce=int(raw["nonce"]),
+                data=Web3.to_hex(HexBytes(raw["input"])),
+                block=None if block is None else int(block),
+            )
+
+    def nonce(self, account: str) -> int:
+        """How many of ``account``'s transactions are mined: its next unused nonce at the head.
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        with _reading(f"the nonce of {account}"):
+            return int(self.w3.eth.get_transaction_count(Web3.to_checksum_address(account), "latest"))
+
+    def revert_reason(self, tx_hash: str) -> str | None:
+        """Why a mined transaction reverted: its call replayed on the state before its block.
+
+        Returns the decoded ``Error(string)`` (``"INSUFFICIENT_OUTPUT_AMOUNT"``), or None when the
+        replay does not revert or the contract gave no reason.
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        tx = self.transaction(tx_hash)
+        if tx is None or tx.block is None or tx.to is None:
+            return None
+        call: Any = {"from": tx.sender, "to": tx.to, "data": tx.data}
+        with _reading(f"the revert reason of {tx_hash}"):
+            try:
+                self.w3.eth.call(call, block_identifier=max(0, tx.block - 1))
+            except _REVERTS as exc:
+                text = revert_text(exc)
+                return reason_of(text) if text != _REVERTED else None
+        return None
+
     def decode_swap(self, to: str, data: str) -> SwapCall | None:
         """Decode ``data`` as the router's ``swapExactTokensForTokens``; None when it is not."""
         del to  # the calldata alone says what was asked; the router address may have changed since
@@ -217,7 +314,7 @@ class Chain:
         try:
             amounts = contract.functions.getAmountsOut(amount_in, checksummed).call()
         except READ_ERRORS as exc:
-            raise QuoteUnavailable(str(exc) or type(exc).__name__) from exc
+            raise QuoteUnavailable(revert_text(exc)) from exc
         return int(amounts[-1])
 
     # -- contracts --------------------------------------------------------------------------------

@@ -13,25 +13,30 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory.cli import (
+    INT64_MAX,
     LIMIT_MAX,
     CommandLine,
     Option,
     UsageError,
-    format_ms,
     instant_ms,
     json_out,
     limit,
     progress,
 )
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped
+from memory.ledger import ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
+from sail._status import agent_status, format_status, ledger_rows, recent_skips, when
+from sail._ticklog import TickRecorder
+
+if TYPE_CHECKING:
+    from sail._tick import TickResult
 
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
 
@@ -43,12 +48,8 @@ def _home(args: argparse.Namespace) -> Path:
 _dump = json_out
 
 
-def _when(ts: int) -> str:
-    return format_ms(ts * 1000)
-
-
 def _describe(entry: Entry) -> str:
-    head = f"{_when(entry.ts)}  block {entry.block if entry.block is not None else '-'}  {entry.kind:<7}"
+    head = f"{when(entry.ts)}  block {entry.block if entry.block is not None else '-'}  {entry.kind:<7}"
     if isinstance(entry, Skipped):
         return f"{head}  {entry.reason}"
     amount_in = entry.amount_in.human if entry.amount_in else "?"
@@ -95,19 +96,20 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
-    """One tick, in this (fresh) process."""
+    """One tick, in this (fresh) process; its start and outcome go to the activity log."""
     home = _home(args)
-    config = load_config(home)
-    if config.keystore is None and not os.environ.get(config.key_env):
-        # said before web3 is imported (seconds on a small machine): the commonest setup mistake
-        raise SailKeyUnavailable(
-            f"no signing key: set ${config.key_env} to the agent's private key, or `keystore` in "
-            ".sail/config.toml"
-        )
-    clock = (lambda: float(args.now)) if args.now is not None else time.time
-    # web3 is imported only by commands that use the chain
-    tick_from_config = import_chain_module("sail._tick").tick_from_config
-    result = tick_from_config(home, config, clock=clock)
+    clock: Callable[[], float] = (lambda: float(args.now)) if args.now is not None else time.time
+    recorder = TickRecorder(sail_dir(home), clock)
+    recorder.started()
+    try:
+        result = _tick(home, clock)
+    except BaseException as exc:
+        recorder.failed(exc)
+        raise
+    if result.skipped is not None:
+        recorder.skipped(result.skipped.reason)
+    elif result.dispatched is not None:
+        recorder.submitted(result.dispatched.tx_hash)
     summary: dict[str, Any] = {
         "reconciled": [e.to_wire() for e in result.reconciled],
         "skipped": None if result.skipped is None else result.skipped.reason,
@@ -127,6 +129,20 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tick(home: Path, clock: Callable[[], float]) -> TickResult:
+    config = load_config(home)
+    if config.keystore is None and not os.environ.get(config.key_env):
+        # said before web3 is imported (seconds on a small machine): the commonest setup mistake
+        raise SailKeyUnavailable(
+            f"no signing key: set ${config.key_env} to the agent's private key, or `keystore` in "
+            ".sail/config.toml"
+        )
+    # web3 is imported only by commands that use the chain
+    tick_from_config = import_chain_module("sail._tick").tick_from_config
+    result: TickResult = tick_from_config(home, config, clock=clock)
+    return result
+
+
 def _selected(args: argparse.Namespace) -> list[Entry]:
     entries = list(Ledger(sail_dir(_home(args))).entries())
     if args.kind:
@@ -137,63 +153,38 @@ def _selected(args: argparse.Namespace) -> list[Entry]:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    """What has my agent actually done: the ledger, oldest first."""
+    """What has my agent actually done: the ledger, oldest first, one row per trade."""
     entries = _selected(args)
     if args.json:
         _dump([e.to_wire() for e in entries])
-    else:
-        for entry in entries:
-            print(_describe(entry))
+        return 0
+    for line in ledger_rows(entries, ActivityLog(sail_dir(_home(args))).read()):
+        print(line)
     return 0
 
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Why did it skip: the most recent skips, newest first, with their reasons."""
-    skips: list[Skipped] = []
-    for entry in Ledger(sail_dir(_home(args))).iter_reverse():
-        if isinstance(entry, Skipped):
-            skips.append(entry)
-            if len(skips) >= args.limit:
-                break
+    skips = recent_skips(Ledger(sail_dir(_home(args))), args.limit)
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
         print("no skips recorded")
     else:
         for skip in skips:
-            print(f"{_when(skip.ts)}  block {skip.block}  {skip.reason}")
+            print(f"{when(skip.ts)}  block {skip.block if skip.block is not None else '-'}  {skip.reason}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Does it remember its last trade: last confirmed act, next eligible time, open dispatches."""
+    """Does it remember its last trade: the last tick, the last confirmed act, what holds the next."""
     home = _home(args)
-    config = load_config(home)
-    ledger = Ledger(sail_dir(home))
-    last = ledger.last_confirmed()
-    ledgered = {e.tx_hash.lower() for e in ledger.entries() if isinstance(e, Acted) and e.is_final}
-    open_dispatches = [
-        d.tx_hash for d in ActivityLog(sail_dir(home)).submitted() if d.tx_hash.lower() not in ledgered
-    ]
-    status = {
-        "lastConfirmed": None
-        if last is None
-        else {"tsMs": last.ts * 1000, "block": last.block, "txHash": last.tx_hash},
-        "intervalS": config.interval_s,
-        "nextEligibleMs": None if last is None else (last.ts + config.interval_s) * 1000,
-        "openDispatches": open_dispatches,
-        "ledger": str(ledger.path),
-    }
+    status = agent_status(home, load_config(home))
     if args.json:
         _dump(status)
         return 0
-    if last is None:
-        print("last confirmed act: none; eligible now (subject to balance, allowance and quote)")
-    else:
-        print(f"last confirmed act: {_when(last.ts)} block {last.block} tx {last.tx_hash}")
-        print(f"next eligible: {_when(last.ts + config.interval_s)} (interval {config.interval_s}s)")
-    print(f"dispatches awaiting reconcile: {len(open_dispatches)}")
-    print(f"ledger: {ledger.path}")
+    for line in format_status(status):
+        print(line)
     return 0
 
 
@@ -208,6 +199,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
+
+
+def _unix_seconds(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
+    if not 0 <= number <= INT64_MAX // 1000:
+        raise argparse.ArgumentTypeError(f"must be unix seconds from 0 to {INT64_MAX // 1000}, got {value}")
+    return number
 
 
 def _address(value: str) -> str:
@@ -255,7 +256,9 @@ def build_cli() -> CommandLine:
     p.add_argument("--keystore", help="encrypted keystore file (password in $SAIL_KEYSTORE_PASSWORD)")
 
     p = command("tick", "run one tick: reconcile, read memory, decide, skip or submit", cmd_tick)
-    p.add_argument("--now", type=int, help="the tick's clock, unix seconds (default: the system clock)")
+    p.add_argument(
+        "--now", type=_unix_seconds, help="the tick's clock, unix seconds (default: the system clock)"
+    )
 
     p = command("ledger", "what has my agent actually done", cmd_ledger)
     p.add_argument("--kind", choices=("acted", "skipped"), help="only entries of this kind")

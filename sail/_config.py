@@ -7,8 +7,10 @@ that holds it, or the path of an encrypted keystore.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -21,6 +23,9 @@ from staging import ensure_dir, stage
 EMBEDDED = "embedded"
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _AMOUNT_KEYS = ("amount_in", "min_balance")
+_MAX_INT = 2**63 - 1  # what the logs' JSON integers carry
+_MAX_AMOUNT = 2**256 - 1  # an ERC-20 amount
+_MAX_SECONDS = 10**9
 _ADDRESS_KEYS = ("router", "token_in", "token_out")
 
 
@@ -43,6 +48,8 @@ class SailConfig:
     gas: int = 300_000
     receipt_timeout_s: float = 30.0
     reconcile_wait_s: float = 5.0
+    unsent_after_s: float = 600.0
+    lock_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in _ADDRESS_KEYS:
@@ -51,8 +58,17 @@ class SailConfig:
                 raise SailConfigInvalid(f"config key {name!r} must be a 0x address, got {value!r}")
         for name in ("amount_in", "interval_s", "min_balance", "slippage_bps", "deadline_s", "gas"):
             value = getattr(self, name)
-            if type(value) is not int or value < 0:
-                raise SailConfigInvalid(f"config key {name!r} must be a non-negative integer, got {value!r}")
+            bound = _MAX_AMOUNT if name in _AMOUNT_KEYS else _MAX_INT
+            if type(value) is not int or not 0 <= value <= bound:
+                raise SailConfigInvalid(
+                    f"config key {name!r} must be an integer in [0, {bound}], got {value!r}"
+                )
+        for name in ("receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0 <= value <= _MAX_SECONDS:
+                raise SailConfigInvalid(
+                    f"config key {name!r} must be seconds in [0, {_MAX_SECONDS}], got {value!r}"
+                )
         if self.amount_in == 0 or not 0 <= self.slippage_bps < 10_000:
             raise SailConfigInvalid("amount_in must be > 0 and slippage_bps in [0, 10000)")
         embedded = self.rpc_url == EMBEDDED
@@ -100,7 +116,7 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
     """
     path = config_path(home)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(_read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise SailConfigMissing(f"no agent config at {path}; run `sail init` first", path=path) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -118,6 +134,33 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
         raise SailConfigInvalid(f"{path}: {exc}", path=path) from exc
     except SailConfigInvalid as exc:
         raise SailConfigInvalid(f"{path}: {exc.message}", path=path) from None
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, opened without following a link or blocking (a FIFO would hang).
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        OSError: it is a link, a directory, a FIFO or a device, or cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link, not a regular file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "it is not a regular file (a directory, FIFO, socket or device)")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > 1 << 20:
+                raise OSError(errno.EFBIG, "it is over 1 MiB, which no config is")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def save_config(home: str | os.PathLike[str], config: SailConfig) -> Path:

@@ -8,6 +8,8 @@ The tree::
     ├── SailConfigInvalid         sail_config_invalid: the config has a missing or ill-typed key
     ├── SailKeyUnavailable        sail_key_unavailable: no signing key (env var or keystore)
     ├── SailSubmitFailed          sail_submit_failed: the node refused the signed transaction
+    ├── SailSubmitUncertain       sail_submit_uncertain: the connection failed while sending; the
+    │                             next tick resolves the dispatch from the chain before trading
     ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
     └── SailChainMissing          sail_chain_missing: the `chain` extra (web3) is not installed
 
@@ -51,9 +53,22 @@ class SailKeyUnavailable(SailError):
 
 
 class SailSubmitFailed(SailError):
-    """The node refused the signed transaction (nonce, funds, gas); nothing was dispatched."""
+    """The node refused the signed transaction (nonce, funds, gas); nothing was dispatched.
+
+    The write-ahead record is resolved at once as never sent (``dispatch_unsent``).
+    """
 
     code = "sail_submit_failed"
+
+
+class SailSubmitUncertain(SailError):
+    """The connection failed while the signed transaction was being sent: it may have reached the node.
+
+    The dispatch was written ahead to the activity log, so the next tick resolves it from the chain
+    (by its hash, and by the account's nonce) before it trades again.
+    """
+
+    code = "sail_submit_uncertain"
 
 
 class SailNodeUnavailable(SailError):

@@ -1,10 +1,17 @@
-"""The dispatch runner: sign, send, log the submission at once, await the receipt, log the outcome.
+"""The dispatch runner: sign, log ahead, send, log the submission, await the receipt, log the outcome.
 
-The runner's account of its dispatches lives in ``.sail/activity.jsonl`` (SPEC R-A7):
-``dispatch_submitted`` (tx hash, sender, router, calldata, action, permission) is appended as soon
-as the node has accepted the signed transaction, then ``dispatch_executed`` or ``dispatch_reverted``
-once the receipt is read within ``receipt_timeout``. If the receipt does not come in time, nothing
-more is written: the ledger's reconcile will find it (or call it ``unverified``) on a later tick.
+The runner's account of its dispatches lives in ``.sail/activity.jsonl``, in this order:
+
+1. ``dispatch_signed`` — the signed transaction's hash, nonce, sender, target and calldata, appended
+   and fsync'd *before* the transaction leaves the process (write-ahead). A crash at any later point
+   leaves a record that the next tick resolves from the chain;
+2. the transaction is sent (``eth_sendRawTransaction``). If the node answers with an error, it
+   refused it: ``dispatch_unsent`` follows at once and ``SailSubmitFailed`` is raised. If the
+   connection fails, nobody knows whether it arrived: ``SailSubmitUncertain`` is raised and the
+   dispatch stays unresolved until reconcile settles it from the chain;
+3. ``dispatch_submitted`` once the node accepted it;
+4. ``dispatch_executed`` or ``dispatch_reverted`` (with the decoded revert reason) once the receipt is
+   read within ``receipt_timeout``; if it does not come in time, nothing more is written here.
 
 The signing key comes from an environment variable or an encrypted keystore file, is held only in
 memory by ``eth_account``, and is never written to any log, file or message.
@@ -18,14 +25,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_utils.exceptions import ValidationError as EthValidationError
 from web3 import Web3
+from web3.exceptions import Web3RPCError
 
-from memory.ledger import ActivityLog, ChainUnavailable, DispatchSettled, DispatchSubmitted
-from sail._chain import READ_ERRORS, Chain
-from sail._errors import SailKeyUnavailable, SailSubmitFailed
+from memory.ledger import (
+    ActivityLog,
+    ChainUnavailable,
+    DispatchSettled,
+    DispatchSigned,
+    DispatchSubmitted,
+    DispatchUnsent,
+)
+from sail._chain import _TESTER_ERRORS, READ_ERRORS, Chain
+from sail._errors import SailKeyUnavailable, SailSubmitFailed, SailSubmitUncertain
 from sail._strategy import Swap
+from staging import failpoint
 
 DEFAULT_KEY_ENV = "SAIL_PRIVATE_KEY"
 PRIORITY_FEE = 10**9  # 1 gwei
@@ -111,19 +129,34 @@ class Runner:
         return str(self.account.address)
 
     def submit(self, swap: Swap) -> Dispatched:
-        """Sign and send ``swap``; log ``dispatch_submitted`` at once, then the receipt's outcome.
+        """Sign ``swap``, log it ahead, send it, log the submission, then the receipt's outcome.
 
         Raises:
-            SailSubmitFailed: the node refused the transaction (nothing was dispatched or logged).
-            ChainUnavailable: the nonce, gas price or chain id could not be read.
+            SailSubmitFailed: the node refused the transaction (logged as never sent).
+            SailSubmitUncertain: the connection failed while sending; the next tick resolves it.
+            ChainUnavailable: the nonce, gas price or chain id could not be read (nothing signed).
+            journal.JournalUnwritable: the write-ahead line could not be made durable (nothing sent).
         """
         tx = self._build(swap)
         signed = self.account.sign_transaction(tx)
-        try:
-            sent = self.chain.w3.eth.send_raw_transaction(signed.raw_transaction)
-        except READ_ERRORS as exc:
-            raise SailSubmitFailed(f"the node refused the swap: {exc}; check the agent's gas funds") from exc
-        tx_hash = Web3.to_hex(sent)
+        tx_hash = Web3.to_hex(signed.hash)
+        failpoint("sail.signed")
+        self.activity.append(
+            DispatchSigned(
+                ts=int(self.clock()),
+                chain_id=int(tx["chainId"]),
+                tx_hash=tx_hash,
+                nonce=int(tx["nonce"]),
+                sender=self.agent,
+                to=str(tx["to"]),
+                data=str(tx["data"]),
+                action=swap.action,
+                permission=swap.permission,
+            )
+        )
+        failpoint("sail.logged")
+        self._send(signed.raw_transaction, tx_hash, int(tx["nonce"]))
+        failpoint("sail.sent")
         self.activity.append(
             DispatchSubmitted(
                 ts=int(self.clock()),
@@ -136,10 +169,29 @@ class Runner:
                 permission=swap.permission,
             )
         )
+        failpoint("sail.submitted")
         settled = self._await(tx_hash)
         if settled is not None:
             self.activity.append(settled)
+            failpoint("sail.settled")
         return Dispatched(tx_hash=tx_hash, settled=settled)
+
+    def _send(self, raw: bytes, tx_hash: str, nonce: int) -> None:
+        """``eth_sendRawTransaction``; a refusal is logged as never sent, a lost connection is not."""
+        try:
+            self.chain.w3.eth.send_raw_transaction(raw)
+        except _REFUSALS as exc:
+            if "already known" in str(exc).lower():  # it is in the node's pool after all
+                raise SailSubmitUncertain(_uncertain(tx_hash, exc)) from exc
+            self.activity.append(
+                DispatchUnsent(int(self.clock()), tx_hash, nonce, f"refused by the node: {_one_line(exc)}")
+            )
+            raise SailSubmitFailed(
+                f"the node refused the swap {tx_hash}: {_one_line(exc)}; check the agent's gas funds and "
+                "nonce (it was logged as never sent)"
+            ) from exc
+        except (*_TRANSPORT, *READ_ERRORS) as exc:
+            raise SailSubmitUncertain(_uncertain(tx_hash, exc)) from exc
 
     def _build(self, swap: Swap) -> dict[str, Any]:
         w3 = self.chain.w3
@@ -166,16 +218,41 @@ class Runner:
         return built
 
     def _await(self, tx_hash: str) -> DispatchSettled | None:
+        """The receipt's outcome within ``receipt_timeout`` (with the revert reason), or None."""
         try:
             receipt = self.chain.receipt(tx_hash, self.receipt_timeout)
         except ChainUnavailable:
             return None  # the ledger's reconcile will look again
         if receipt is None:
             return None
+        reason = None
+        if receipt.status != 1:
+            try:
+                reason = self.chain.revert_reason(tx_hash)
+            except ChainUnavailable:
+                reason = None  # reconcile reads it again when it ledgers the revert
         return DispatchSettled(
             ts=int(self.clock()),
             event="dispatch_executed" if receipt.status == 1 else "dispatch_reverted",
             tx_hash=tx_hash,
             block=receipt.block,
             gas_used=receipt.gas_used,
+            reason=reason,
         )
+
+
+#: errors with which a node answered ``eth_sendRawTransaction``: it does not have the transaction
+_REFUSALS: tuple[type[BaseException], ...] = (Web3RPCError, EthValidationError, *_TESTER_ERRORS)
+#: errors of the connection itself: the transaction may or may not have arrived
+_TRANSPORT: tuple[type[BaseException], ...] = (requests.RequestException, OSError)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join((str(exc) or type(exc).__name__).split())
+
+
+def _uncertain(tx_hash: str, exc: BaseException) -> str:
+    return (
+        f"the connection failed while sending the swap {tx_hash} ({_one_line(exc)}); it may have reached "
+        "the node: the next tick resolves it from the chain before trading again"
+    )

@@ -2,7 +2,7 @@
 
 A strategy only decides. It reads what it needs through ``TickState`` (the clock, the agent's last
 confirmed act from the ledger, chain reads at the head) and returns either a ``Skip`` with one of
-the seed's reason forms or a ``Swap`` to submit. It writes nothing: the tick ledgers skips, the
+the standard reason forms or a ``Swap`` to submit. It writes nothing: the tick ledgers skips, the
 runner dispatches swaps. The mandate (caps, allowlists) is the protocol's, checked on dispatch
 under the ``permission`` the swap carries; a strategy is no policy engine.
 """
@@ -28,7 +28,7 @@ class TickState:
     """What a strategy sees on one tick.
 
     ``now`` is unix seconds from the tick's (injectable) clock; ``last_confirmed`` is the ledger's
-    last confirmed act (never in-process data, SPEC R-A4); ``chain`` reads at the head.
+    last confirmed act (never in-process data); ``chain`` reads at the head.
     """
 
     now: int
@@ -59,7 +59,17 @@ class Swap:
 
 
 class Strategy(Protocol):
-    """Anything with ``decide``."""
+    """Anything with ``decide`` and an ``interval_s``.
+
+    ``interval_s`` is the shortest time the strategy lets pass between two confirmed acts: before a
+    swap is submitted, the tick checks the ledger's own tail over that span, so a snapshot that
+    under-states the last act can never cause a swap inside it.
+    """
+
+    @property
+    def interval_s(self) -> int:
+        """Seconds between confirmed acts, at least."""
+        ...
 
     def decide(self, state: TickState) -> Skip | Swap:
         """Return what to do this tick; raise only for failures (a chain read that failed)."""

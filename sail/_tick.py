@@ -1,13 +1,15 @@
-"""The canonical tick (the seed's ``tick()``): reconcile → read memory → decide → skip or submit.
+"""The canonical tick: reconcile → read memory → decide → skip or submit.
 
-1. Reconcile first: every dispatch in ``activity.jsonl`` without a final ledger entry is ledgered
-   from its receipt, calldata and balance reads (``memory.ledger.reconcile``).
-2. Read memory: the last confirmed act, from the ledger (through its snapshot), never from
-   in-process data.
-3. Decide (the strategy).
+1. Reconcile first: every dispatch the runner signed and nothing has resolved yet is resolved from
+   the chain — ledgered from its transaction, receipt and balance reads, or logged as never sent
+   (``memory.ledger.reconcile``).
+2. Read memory: the last confirmed act and the unresolved dispatches, from the verified snapshot of
+   the ledger, never from in-process data.
+3. Decide (the strategy). A swap while an earlier signed dispatch is still unresolved becomes a
+   skip (``unresolved dispatch <txHash>, signed <n>s ago``): one decision, never two swaps.
 4. Skip → one ``skipped`` entry, at the point of return.
-5. Act → submit through the runner, and write nothing to the ledger: the ``acted`` entry appears
-   when a later tick reconciles it.
+5. Act → submit through the runner (which logs the signed transaction before sending it), and write
+   nothing to the ledger: the ``acted`` entry appears when a later tick reconciles it.
 
 The whole tick holds the ledger's lock, so concurrent ticks run one after the other: the second
 reconciles what the first dispatched before it decides, and a dispatch is never ledgered twice.
@@ -22,18 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.ledger import (
+    DEFAULT_UNSENT_AFTER_S,
     Acted,
     ActivityLog,
     ChainUnavailable,
     Ledger,
+    LedgerWriter,
     Skipped,
+    TokenMetadata,
     reconcile,
+    unresolved_reason,
 )
 from sail._chain import Chain
 from sail._config import EMBEDDED, SailConfig, sail_dir
 from sail._node import embedded_chain
 from sail._runner import Dispatched, Runner, load_account
-from sail._strategy import DcaStrategy, Skip, Strategy, TickState
+from sail._strategy import DcaStrategy, Skip, Strategy, Swap, TickState
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ def tick(
     clock: Callable[[], float] = time.time,
     reconcile_wait_s: float = 5.0,
     lock_timeout: float = 120.0,
+    unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
 ) -> TickResult:
     """Run one tick for the agent whose ``.sail`` directory is ``home_sail_dir``.
 
@@ -61,7 +68,9 @@ def tick(
         ChainUnavailable: a chain read the tick cannot do without failed (nothing is ledgered
             for it; the next tick starts over).
         SailSubmitFailed: the node refused the swap.
-        journal.JournalCorrupt: the ledger or activity log is damaged mid-file.
+        SailSubmitUncertain: the connection failed while sending; the next tick resolves it.
+        journal.JournalCorrupt: the ledger or activity log is damaged.
+        LedgerBusy: another tick held the ledger for ``lock_timeout`` seconds.
     """
     ledger = Ledger(home_sail_dir)
     activity = ActivityLog(home_sail_dir)
@@ -70,16 +79,49 @@ def tick(
         return int(clock())
 
     with ledger.writer(lock_timeout) as writer:
-        reconciled = reconcile(writer, activity, chain, clock=now, receipt_timeout=reconcile_wait_s)
-        state = TickState(now=now(), agent=runner.agent, last_confirmed=ledger.last_confirmed(), chain=chain)
-        decision = strategy.decide(state)
+        reconciled = reconcile(
+            writer,
+            activity,
+            chain,
+            clock=now,
+            receipt_timeout=reconcile_wait_s,
+            unsent_after_s=unsent_after_s,
+        )
+        state = writer.refresh()
+        decision = strategy.decide(
+            TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
+        )
+        if isinstance(decision, Swap) and _snapshot_understates(writer, now() - strategy.interval_s):
+            state = writer.rebuild()  # the ledger's tail knows a later act: it wins, and we decide again
+            decision = strategy.decide(
+                TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
+            )
+        if isinstance(decision, Swap) and state.open:
+            oldest = min(state.open, key=lambda d: d.ts)
+            decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
         if isinstance(decision, Skip):
             entry = Skipped(
-                ts=state.now, block=_head_or_none(chain), chain_id=chain.chain_id(), reason=decision.reason
+                ts=now(), block=_head_or_none(chain), chain_id=chain.chain_id(), reason=decision.reason
             )
             writer.append(entry)
             return TickResult(tuple(reconciled), entry, None)
+        _remember_token(writer, activity, chain, decision.token_in, now())
         return TickResult(tuple(reconciled), None, runner.submit(decision))
+
+
+def _snapshot_understates(writer: LedgerWriter, since: int) -> bool:
+    """Whether the ledger's tail holds a confirmed act since ``since`` later than the snapshot's."""
+    found, conclusive = writer.ledger.recent_confirmed(since)
+    last = writer.state.last_confirmed
+    return not conclusive or (found is not None and (last is None or found.ts > last.ts))
+
+
+def _remember_token(writer: LedgerWriter, activity: ActivityLog, chain: Chain, token: str, now: int) -> None:
+    """Log the token's metadata once, so an entry written while the chain is down can say its amount."""
+    if token.lower() in writer.state.tokens:
+        return
+    info = chain.token_info(token)
+    activity.append(TokenMetadata(ts=now, token=token, decimals=info.decimals, symbol=info.symbol))
 
 
 def _head_or_none(chain: Chain) -> int | None:
@@ -137,4 +179,6 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
             runner=runner,
             clock=clock,
             reconcile_wait_s=config.reconcile_wait_s,
+            lock_timeout=config.lock_timeout_s,
+            unsent_after_s=config.unsent_after_s,
         )

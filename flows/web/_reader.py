@@ -48,7 +48,8 @@ class Reader:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.lock = threading.Lock()
-        self.store = memory.MemoryStore(config.db, journal=config.journal)
+        # file_index=False: the dashboard writes nothing, not even the derived files' index
+        self.store = memory.MemoryStore(config.db, journal=config.journal, file_index=False)
         self.agents = [Agent(i, home) for i, home in enumerate(config.sail_homes)]
         self._backend: JournalBackend | None = None
         self._index: RunIndex | None = None

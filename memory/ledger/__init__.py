@@ -1,9 +1,10 @@
-"""The agent ledger (SPEC R-A1 to R-A8; seed ``000_7d0316fd5aa6f8e8``).
+"""The agent ledger.
 
 ``.sail/memory/ledger.jsonl`` is the agent's own history: append-only, one line per tick's decision
 (``acted``, reconciled from the chain, or ``skipped``, with why). ``.sail/activity.jsonl`` is the
-runner's account of its dispatches, which reconcile turns into ``acted`` entries from receipts and
-balance reads. ``.sail/memory/state.json`` is a derived snapshot for the cadence guard.
+runner's account of its dispatches (written ahead of sending) and of every tick, which reconcile
+resolves from the chain. ``.sail/memory/state.json`` is a derived snapshot, verified against both on
+every use: the last confirmed act, the dispatches not yet resolved, token metadata.
 
 This package imports no web3: chain reads come through ``ChainReader``, which ``sail`` implements.
 """
@@ -12,9 +13,17 @@ from memory.ledger._activity import (
     ActivityCodec,
     ActivityLog,
     ActivityRecord,
+    DispatchDropped,
+    DispatchMismatch,
     DispatchSettled,
+    DispatchSigned,
     DispatchSubmitted,
+    DispatchUnsent,
     OtherActivity,
+    TickFinished,
+    TickOutcome,
+    TickStarted,
+    TokenMetadata,
 )
 from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import (
@@ -32,31 +41,36 @@ from memory.ledger._entries import (
     entry_from_wire,
     format_human,
     quote_unavailable_reason,
+    unresolved_reason,
 )
 from memory.ledger._errors import (
     ActivityInvalidRecord,
     ChainUnavailable,
+    DispatchNotOurs,
     DispatchUndecodable,
     LedgerBusy,
     LedgerError,
     LedgerInvalidEntry,
+    LedgerNotAFile,
 )
 from memory.ledger._ledger import Ledger, LedgerWriter
 from memory.ledger._reconcile import (
+    DEFAULT_UNSENT_AFTER_S,
     TRANSFER_TOPIC,
     ChainReader,
+    ChainTransaction,
     LogRecord,
     Receipt,
     SwapCall,
     TokenInfo,
     reconcile,
-    resolve,
     transferred_to,
 )
-from memory.ledger._snapshot import LastAct
+from memory.ledger._snapshot import LastAct, OpenDispatch, Snapshot
 
 __all__ = [
     "ACTED_KEYS",
+    "DEFAULT_UNSENT_AFTER_S",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",
     "TRANSFER_TOPIC",
@@ -67,10 +81,16 @@ __all__ = [
     "ActivityRecord",
     "Amount",
     "ChainReader",
+    "ChainTransaction",
     "ChainUnavailable",
+    "DispatchDropped",
+    "DispatchMismatch",
+    "DispatchNotOurs",
     "DispatchSettled",
+    "DispatchSigned",
     "DispatchSubmitted",
     "DispatchUndecodable",
+    "DispatchUnsent",
     "Entry",
     "LastAct",
     "Ledger",
@@ -78,14 +98,21 @@ __all__ = [
     "LedgerCodec",
     "LedgerError",
     "LedgerInvalidEntry",
+    "LedgerNotAFile",
     "LedgerWriter",
     "LogRecord",
+    "OpenDispatch",
     "OtherActivity",
     "Outcome",
     "Receipt",
     "Skipped",
+    "Snapshot",
     "SwapCall",
+    "TickFinished",
+    "TickOutcome",
+    "TickStarted",
     "TokenInfo",
+    "TokenMetadata",
     "allowance_reason",
     "balance_reason",
     "cadence_reason",
@@ -93,6 +120,6 @@ __all__ = [
     "format_human",
     "quote_unavailable_reason",
     "reconcile",
-    "resolve",
     "transferred_to",
+    "unresolved_reason",
 ]

@@ -1,30 +1,98 @@
-"""The runner's activity log, ``<sail-dir>/activity.jsonl`` (SPEC R-A7).
+"""The runner's activity log, ``<sail-dir>/activity.jsonl``.
 
-The runner's own account of what it did with each dispatch: ``dispatch_submitted`` with the tx
-hash as soon as the transaction is sent (with the calldata it sent, so reconcile can decode what
-was asked for), then ``dispatch_executed`` or ``dispatch_reverted`` once the receipt is awaited.
+The runner's own account of what it did with each dispatch, and of every tick:
+
+* ``dispatch_signed`` — written ahead: the signed transaction (hash, nonce, sender, target,
+  calldata), durable *before* it is sent, so no transaction can reach the chain unrecorded;
+* ``dispatch_submitted`` — the node accepted it; ``dispatch_executed`` / ``dispatch_reverted``
+  (with the decoded revert reason) once a receipt was read, by the runner or by reconcile;
+* ``dispatch_unsent`` — reconcile's resolution of a signed dispatch that never reached a block (its
+  nonce still unused past the timeout, or the node refused it); ``dispatch_dropped`` — its nonce
+  was consumed by another transaction, so it never can. Neither is a trade;
+* ``dispatch_mismatch`` — the chain's copy of a dispatch differs from this log's: an error, kept;
+* ``token_metadata`` — a token's decimals and symbol, read once, so an entry written while the
+  chain is unreachable can still say its amount in human units;
+* ``tick_started`` / ``tick_finished`` — every ``sail tick``: when, and its outcome (``skipped``,
+  ``submitted`` or ``failed`` with the error's code).
+
 The ledger reads intentions from nowhere else, and records nothing from them but what the chain
-confirms. Events the runner may add later (permission resolution, denials) are kept as
-``OtherActivity`` and ignored by reconcile.
+confirms. Events of other kinds are kept as ``OtherActivity`` and ignored.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import orjson
 
-from journal import LineDamaged, LineLog
+from journal import JournalCorrupt, LineDamaged, LineLog
 from memory.ledger._errors import ActivityInvalidRecord
+from memory.ledger._lines import LineFile, ready_to_append, require_regular
+from memory.ledger._snapshot import OpenDispatch
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _TX_HASH = re.compile(r"0x[0-9a-fA-F]{64}\Z")
 _HEX = re.compile(r"0x([0-9a-fA-F]{2})*\Z")
+
+
+#: the largest integer a JSON line carries exactly (orjson's 64-bit bound)
+MAX_U64 = 2**64 - 1
+
+
+def _uint(value: object, *, bound: int = MAX_U64) -> bool:
+    return type(value) is int and 0 <= value <= bound
+
+
+@dataclass(frozen=True)
+class DispatchSigned:
+    """Written ahead of sending: a transaction the runner signed (hash, nonce, sender, target, calldata).
+
+    Its line is durable before the transaction leaves the process, so a crash at any later point
+    leaves a record that reconcile resolves from the chain.
+    """
+
+    ts: int
+    chain_id: int
+    tx_hash: str
+    nonce: int
+    sender: str
+    to: str
+    data: str
+    action: str
+    permission: str | None
+
+    event: ClassVar[str] = "dispatch_signed"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
+        _need(isinstance(self.sender, str) and bool(_ADDRESS.match(self.sender)), "from", "not an address")
+        _need(isinstance(self.to, str) and bool(_ADDRESS.match(self.to)), "to", "not an address")
+        _need(isinstance(self.data, str) and bool(_HEX.match(self.data)), "data", "not 0x-hex calldata")
+        _need(isinstance(self.action, str) and bool(self.action), "action", "must be non-empty")
+        _need(self.permission is None or isinstance(self.permission, str), "permission", "str or null")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "chainId": self.chain_id,
+            "txHash": self.tx_hash,
+            "nonce": self.nonce,
+            "from": self.sender,
+            "to": self.to,
+            "data": self.data,
+            "action": self.action,
+            "permission": self.permission,
+        }
 
 
 @dataclass(frozen=True)
@@ -43,8 +111,8 @@ class DispatchSubmitted:
     event: ClassVar[str] = "dispatch_submitted"
 
     def __post_init__(self) -> None:
-        _need(type(self.ts) is int and self.ts >= 0, "ts", "must be unix seconds")
-        _need(type(self.chain_id) is int and self.chain_id > 0, "chainId", "must be a positive int")
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
         _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
         _need(isinstance(self.sender, str) and bool(_ADDRESS.match(self.sender)), "from", "not an address")
         _need(isinstance(self.to, str) and bool(_ADDRESS.match(self.to)), "to", "not an address")
@@ -69,29 +137,227 @@ class DispatchSubmitted:
 
 @dataclass(frozen=True)
 class DispatchSettled:
-    """The runner saw the receipt: ``dispatch_executed`` (status 1) or ``dispatch_reverted``."""
+    """A receipt was read: ``dispatch_executed`` (status 1) or ``dispatch_reverted``.
+
+    ``reason`` is a reverted dispatch's decoded revert reason (``Error(string)``), or None when the
+    contract gave none or it could not be read.
+    """
 
     ts: int
     event: Literal["dispatch_executed", "dispatch_reverted"]
     tx_hash: str
     block: int
     gas_used: int
+    reason: str | None = None
 
     def __post_init__(self) -> None:
-        _need(type(self.ts) is int and self.ts >= 0, "ts", "must be unix seconds")
+        _need(_uint(self.ts), "ts", "must be unix seconds")
         _need(self.event in ("dispatch_executed", "dispatch_reverted"), "event", "executed or reverted")
         _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(type(self.block) is int and self.block >= 0, "block", "must be a block number")
-        _need(type(self.gas_used) is int and self.gas_used >= 0, "gasUsed", "must be an int")
+        _need(_uint(self.block), "block", "must be a block number")
+        _need(_uint(self.gas_used), "gasUsed", "must be an int")
+        _need(self.reason is None or isinstance(self.reason, str), "reason", "str or null")
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores (``gasUsed`` as a decimal string, as in the ledger)."""
-        return {
+        wire: dict[str, Any] = {
             "ts": self.ts,
             "event": self.event,
             "txHash": self.tx_hash,
             "block": self.block,
             "gasUsed": str(self.gas_used),
+        }
+        if self.reason is not None:
+            wire["reason"] = self.reason
+        return wire
+
+
+@dataclass(frozen=True)
+class DispatchUnsent:
+    """A signed dispatch resolved as never having reached a block: not a trade, never ledgered.
+
+    Written by reconcile when the dispatch's nonce is still unused past the configured timeout and
+    no node knows its hash, or by the runner when the node refused it.
+    """
+
+    ts: int
+    tx_hash: str
+    nonce: int
+    reason: str
+
+    event: ClassVar[str] = "dispatch_unsent"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
+        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "nonce": self.nonce,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class DispatchDropped:
+    """A signed dispatch whose nonce another transaction consumed: it can never be mined."""
+
+    ts: int
+    tx_hash: str
+    nonce: int
+    reason: str
+
+    event: ClassVar[str] = "dispatch_dropped"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
+        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "nonce": self.nonce,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class DispatchMismatch:
+    """The chain's copy of a dispatch differs from this log's in ``field``: an error, kept.
+
+    The ledger takes the chain's side; the log's copy was altered or damaged.
+    """
+
+    ts: int
+    tx_hash: str
+    field: str
+    local: str
+    chain: str
+
+    event: ClassVar[str] = "dispatch_mismatch"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        for name in ("field", "local", "chain"):
+            _need(isinstance(getattr(self, name), str), name, "must be a string")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "field": self.field,
+            "local": self.local,
+            "chain": self.chain,
+        }
+
+
+@dataclass(frozen=True)
+class TokenMetadata:
+    """A token's ``decimals`` and ``symbol``, as read from the chain once."""
+
+    ts: int
+    token: str
+    decimals: int
+    symbol: str
+
+    event: ClassVar[str] = "token_metadata"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.token, str) and bool(_ADDRESS.match(self.token)), "token", "not an address")
+        _need(_uint(self.decimals, bound=255), "decimals", "must be an int in [0, 255]")
+        _need(
+            isinstance(self.symbol, str) and bool(self.symbol) and not any(c.isspace() for c in self.symbol),
+            "symbol",
+            "must be a non-empty string without spaces",
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "token": self.token,
+            "decimals": self.decimals,
+            "symbol": self.symbol,
+        }
+
+
+@dataclass(frozen=True)
+class TickStarted:
+    """A ``sail tick`` began (``pid`` is its process)."""
+
+    ts: int
+    pid: int
+
+    event: ClassVar[str] = "tick_started"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(_uint(self.pid), "pid", "must be a process id")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {"ts": self.ts, "event": self.event, "pid": self.pid}
+
+
+TickOutcome = Literal["skipped", "submitted", "failed"]
+
+
+@dataclass(frozen=True)
+class TickFinished:
+    """A ``sail tick`` ended: ``skipped`` (with its reason), ``submitted`` (with the tx hash), or
+    ``failed`` (with the error's ``code`` and message)."""
+
+    ts: int
+    pid: int
+    outcome: TickOutcome
+    reason: str | None = None
+    tx_hash: str | None = None
+    code: str | None = None
+    message: str | None = None
+
+    event: ClassVar[str] = "tick_finished"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(_uint(self.pid), "pid", "must be a process id")
+        _need(self.outcome in ("skipped", "submitted", "failed"), "outcome", "skipped, submitted or failed")
+        for name in ("reason", "tx_hash", "code", "message"):
+            value = getattr(self, name)
+            _need(value is None or isinstance(value, str), name, "str or null")
+        _need((self.code is not None) == (self.outcome == "failed"), "code", "set exactly when failed")
+
+    @property
+    def ok(self) -> bool:
+        """True for a tick that did not fail."""
+        return self.outcome != "failed"
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "pid": self.pid,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "txHash": self.tx_hash,
+            "code": self.code,
+            "message": self.message,
         }
 
 
@@ -108,7 +374,18 @@ class OtherActivity:
         return {**self.fields, "ts": self.ts, "event": self.event}
 
 
-ActivityRecord = DispatchSubmitted | DispatchSettled | OtherActivity
+ActivityRecord = (
+    DispatchSigned
+    | DispatchSubmitted
+    | DispatchSettled
+    | DispatchUnsent
+    | DispatchDropped
+    | DispatchMismatch
+    | TokenMetadata
+    | TickStarted
+    | TickFinished
+    | OtherActivity
+)
 
 
 def _need(ok: bool, field: str, reason: str) -> None:
@@ -127,6 +404,9 @@ def activity_from_wire(obj: object) -> ActivityRecord:
     event = obj.get("event")
     _need(isinstance(event, str) and bool(event), "event", "must be a non-empty string")
     try:
+        known = _known(event, obj)
+        if known is not None:
+            return known
         if event == "dispatch_submitted":
             return DispatchSubmitted(
                 ts=obj["ts"],
@@ -142,7 +422,12 @@ def activity_from_wire(obj: object) -> ActivityRecord:
             gas = obj["gasUsed"]
             _need(isinstance(gas, str) and gas.isdigit(), "gasUsed", "must be a decimal string")
             return DispatchSettled(
-                ts=obj["ts"], event=event, tx_hash=obj["txHash"], block=obj["block"], gas_used=int(gas)
+                ts=obj["ts"],
+                event=event,
+                tx_hash=obj["txHash"],
+                block=obj["block"],
+                gas_used=int(gas),
+                reason=obj.get("reason"),
             )
     except KeyError as exc:
         raise ActivityInvalidRecord(str(exc.args[0]), "missing") from None
@@ -152,6 +437,57 @@ def activity_from_wire(obj: object) -> ActivityRecord:
     return OtherActivity(
         ts=ts, event=event, fields={k: v for k, v in obj.items() if k not in ("ts", "event")}
     )
+
+
+def _signed(obj: dict[str, Any]) -> ActivityRecord:
+    return DispatchSigned(
+        ts=obj["ts"],
+        chain_id=obj["chainId"],
+        tx_hash=obj["txHash"],
+        nonce=obj["nonce"],
+        sender=obj["from"],
+        to=obj["to"],
+        data=obj["data"],
+        action=obj["action"],
+        permission=obj["permission"],
+    )
+
+
+def _tick_finished(obj: dict[str, Any]) -> ActivityRecord:
+    return TickFinished(
+        ts=obj["ts"],
+        pid=obj["pid"],
+        outcome=obj["outcome"],
+        reason=obj["reason"],
+        tx_hash=obj["txHash"],
+        code=obj["code"],
+        message=obj["message"],
+    )
+
+
+_KNOWN: dict[str, Callable[[dict[str, Any]], ActivityRecord]] = {
+    "dispatch_signed": _signed,
+    "dispatch_unsent": lambda o: DispatchUnsent(
+        ts=o["ts"], tx_hash=o["txHash"], nonce=o["nonce"], reason=o["reason"]
+    ),
+    "dispatch_dropped": lambda o: DispatchDropped(
+        ts=o["ts"], tx_hash=o["txHash"], nonce=o["nonce"], reason=o["reason"]
+    ),
+    "dispatch_mismatch": lambda o: DispatchMismatch(
+        ts=o["ts"], tx_hash=o["txHash"], field=o["field"], local=o["local"], chain=o["chain"]
+    ),
+    "token_metadata": lambda o: TokenMetadata(
+        ts=o["ts"], token=o["token"], decimals=o["decimals"], symbol=o["symbol"]
+    ),
+    "tick_started": lambda o: TickStarted(ts=o["ts"], pid=o["pid"]),
+    "tick_finished": _tick_finished,
+}
+"""The records added with the write-ahead dispatch and the tick log (KeyError when incomplete)."""
+
+
+def _known(event: object, obj: dict[str, Any]) -> ActivityRecord | None:
+    build = _KNOWN.get(event) if isinstance(event, str) else None
+    return None if build is None else build(obj)
 
 
 class ActivityCodec:
@@ -179,6 +515,7 @@ class ActivityLog:
     def __init__(self, sail_dir: str | os.PathLike[str]) -> None:
         self.path = Path(sail_dir) / "activity.jsonl"
         self._log: LineLog[ActivityRecord] = LineLog(self.path, ActivityCodec())
+        self.lines: LineFile[ActivityRecord] = LineFile(self.path, ActivityCodec())
 
     def append(self, record: ActivityRecord) -> None:
         """Append one record durably (its own lock, torn tail cut first).
@@ -186,9 +523,11 @@ class ActivityLog:
         Raises:
             journal.JournalUnwritable: the line could not be made durable.
             journal.JournalCorrupt: the log is damaged mid-file.
+            LedgerNotAFile: the log or its lock is not a regular file.
         """
+        require_regular(self.path, Path(f"{self.path}.lock"))
         with self._log.locked() as log:
-            log.recover()
+            ready_to_append(log)
             log.append(record)
 
     def read(self) -> Sequence[ActivityRecord]:
@@ -196,8 +535,51 @@ class ActivityLog:
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail.
+            LedgerNotAFile: the log or its lock is not a regular file.
         """
+        require_regular(self.path, Path(f"{self.path}.lock"))
         return self._log.read()
+
+    def iter_reverse(self) -> Iterator[ActivityRecord]:
+        """Records newest first, read backwards (costs what is read, not the log's length).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read, or an acknowledged last line.
+            LedgerNotAFile: the log or its lock is not a regular file.
+        """
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for line in self.lines.iter_reverse(fd, end):
+                yield line.record
+        finally:
+            os.close(fd)
+
+    def dispatch_at(self, dispatch: OpenDispatch) -> DispatchSigned | DispatchSubmitted:
+        """The activity line an unresolved dispatch of the snapshot names, read back and checked.
+
+        Raises:
+            journal.JournalCorrupt: the line is no longer there, or no longer that dispatch's.
+            LedgerNotAFile: the log is not a regular file.
+        """
+        fd = self.lines.open()
+        try:
+            line = None if fd is None else self.lines.line_at(fd, dispatch.line.offset, dispatch.line.sha256)
+            record = None if line is None else line.record
+            if isinstance(record, DispatchSigned | DispatchSubmitted) and record.tx_hash == dispatch.tx_hash:
+                return record
+            reason = f"the dispatch {dispatch.tx_hash} is no longer at offset {dispatch.line.offset}"
+            raise JournalCorrupt(
+                f"{self.path} changed under the ledger's lock ({reason}); inspect it with `flows check`",
+                path=self.path,
+                line=0,
+                reason=reason,
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def submitted(self) -> list[DispatchSubmitted]:
         """Every ``dispatch_submitted`` record, oldest first, one per tx hash."""

@@ -1,4 +1,4 @@
-"""The ledger's line codec: one entry per line, the seed's schema exactly, no envelope."""
+"""The ledger's line codec: one entry per line, the entry schema exactly, no envelope."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class LedgerCodec:
     """
 
     def encode(self, record: Entry, /) -> bytes:
-        """Return ``record`` as one JSON line (keys in the seed's order, no newline)."""
+        """Return ``record`` as one JSON line (keys in the schema's order, no newline)."""
         return orjson.dumps(record.to_wire())
 
     def decode(self, line: bytes, /) -> Entry:

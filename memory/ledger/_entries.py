@@ -1,11 +1,11 @@
-"""The ledger's entries: the seed's schema as frozen dataclasses, and its wire form.
+"""The ledger's entries: the entry schema as frozen dataclasses, and its wire form.
 
-The schema (seed ``000_7d0316fd5aa6f8e8``, SPEC R-A2) is a contract. Every entry carries ``ts``
+The schema is a contract (the state snapshot and every reader rely on it). Every entry carries ``ts``
 (unix seconds), ``block``, ``chainId`` and ``kind``; an ``acted`` entry adds ``action``,
 ``permission``, ``outcome``, ``txHash``, ``gasUsed``, ``tokenIn``, ``tokenOut``, ``amountIn``,
 ``amountOut`` and ``balancesAfter``; a ``skipped`` entry adds ``reason``. No other key, ever.
 
-What may be null follows the outcome (the seed: "carries what's knowable … and leaves the rest null"):
+What may be null follows the outcome (an entry carries what is knowable and leaves the rest null):
 
 =============  ========  =========  ===============================================
 field          confirmed reverted   unverified
@@ -60,7 +60,7 @@ AMOUNT_KEYS: Final = ("baseUnits", "human")
 
 
 class Outcome(StrEnum):
-    """What became of a dispatch: the seed's three outcomes."""
+    """What became of a dispatch: its three outcomes."""
 
     CONFIRMED = "confirmed"  # mined with a successful receipt
     REVERTED = "reverted"  # mined, and the transaction reverted
@@ -156,7 +156,7 @@ class Acted:
         self._check_nulls()
 
     def _check_nulls(self) -> None:
-        """Enforce what the outcome makes knowable: nulls only where the seed allows them."""
+        """Enforce what the outcome makes knowable: nulls only where the schema allows them."""
         known = {
             "block": self.block,
             "gasUsed": self.gas_used,
@@ -184,7 +184,7 @@ class Acted:
                 raise LedgerInvalidEntry(name, f"a {self.outcome} entry must leave it null, never made up")
 
     def to_wire(self) -> dict[str, Any]:
-        """The JSON object the ledger stores, keys in the seed's order."""
+        """The JSON object the ledger stores, keys in the schema's order."""
         return {
             "ts": self.ts,
             "block": self.block,
@@ -229,7 +229,7 @@ class Skipped:
             raise LedgerInvalidEntry("reason", "must be a non-empty, one-line string")
 
     def to_wire(self) -> dict[str, Any]:
-        """The JSON object the ledger stores, keys in the seed's order."""
+        """The JSON object the ledger stores, keys in the schema's order."""
         return {
             "ts": self.ts,
             "block": self.block,
@@ -262,7 +262,7 @@ def _check_optional_uint(name: str, value: object) -> None:
 def entry_from_wire(obj: object) -> Entry:
     """Validate a decoded JSON value against the schema and return the entry it holds.
 
-    Exactly the seed's keys, with exactly the seed's types: decimal strings for ``gasUsed``,
+    Exactly the schema's keys, with exactly its types: decimal strings for ``gasUsed``,
     ``baseUnits`` and balances; ints for ``ts``, ``block``, ``chainId``.
 
     Raises:
@@ -340,7 +340,7 @@ def _balances_or_null(value: object) -> dict[str, int] | None:
     return out
 
 
-# -- the seed's skip reasons ---------------------------------------------------------------------
+# -- the skip reasons ---------------------------------------------------------------------
 
 
 def cadence_reason(last_acted_s_ago: int, interval_s: int) -> str:
@@ -364,3 +364,12 @@ def quote_unavailable_reason(message: str) -> str:
 
 
 QUOTE_RETURNED_ZERO: Final = "quote returned 0"
+
+
+def unresolved_reason(tx_hash: str, signed_s_ago: int) -> str:
+    """``unresolved dispatch <txHash>, signed <n>s ago``: an earlier dispatch holds the next trade.
+
+    Added beside the standard forms: a tick never submits while a dispatch it signed earlier is neither
+    ledgered with a final outcome nor resolved as never sent.
+    """
+    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago"

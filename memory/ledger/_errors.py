@@ -5,14 +5,18 @@ Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its contex
     LedgerError                   base (a staging.CodedError): path, line
     ├── LedgerInvalidEntry        ledger_invalid_entry: the caller built an entry the schema refuses
     ├── LedgerBusy                ledger_busy: another tick held the ledger's lock past the timeout
+    ├── LedgerNotAFile            ledger_not_a_file: a ledger, activity log, lock or snapshot path
+    │                             is a directory, FIFO, socket, device or symbolic link
     ├── ActivityInvalidRecord     activity_invalid_record: the caller built a runner record the
     │                             activity log's schema refuses
     ├── ChainUnavailable          chain_unavailable: the chain could not be read (node down, timeout)
-    └── DispatchUndecodable       dispatch_undecodable: a swap dispatch whose calldata is not a swap
+    ├── DispatchUndecodable       dispatch_undecodable: a swap dispatch whose calldata is not a swap
+    └── DispatchNotOurs           dispatch_not_ours: the chain's transaction under a logged hash was
+                                  sent by another account (the activity log was altered)
 
 A damaged line in the middle of ``ledger.jsonl`` or ``activity.jsonl`` is the line log's business:
 it raises ``journal.JournalCorrupt`` (code ``journal_corrupt``, with ``path`` and ``line``), which
-propagates unchanged, like every journal error (SPEC R-J6). A torn last line is not an error: the
+propagates unchanged, like every journal error. A torn last line is not an error: the
 next locked open cuts it.
 """
 
@@ -35,7 +39,7 @@ class LedgerError(CodedError):
 
 
 class LedgerInvalidEntry(LedgerError, ValueError):
-    """An entry does not fit the seed's schema; nothing was written.
+    """An entry does not fit the entry schema; nothing was written.
 
     ``field`` names the offending key (camelCase, as in the file) and ``reason`` says what is wrong.
     """
@@ -45,7 +49,7 @@ class LedgerInvalidEntry(LedgerError, ValueError):
     def __init__(self, field: str, reason: str, *, path: str | Path | None = None) -> None:
         super().__init__(
             f"ledger entry field {field!r}: {reason}; build entries with Acted/Skipped "
-            "(the schema is the seed's and admits nothing else)",
+            "(the schema is fixed and admits nothing else)",
             path=path,
         )
         self.field = field
@@ -69,6 +73,25 @@ class LedgerBusy(LedgerError):
     code = "ledger_busy"
 
 
+class LedgerNotAFile(LedgerError):
+    """A path the agent keeps a file at holds something else; nothing was read or written.
+
+    The ledger, the activity log, their lock files and the snapshot are opened without following a
+    link and without blocking, and must be regular files: a FIFO would hang a reader forever, a
+    link could point anywhere. ``what`` says what was found.
+    """
+
+    code = "ledger_not_a_file"
+
+    def __init__(self, path: str | Path, what: str) -> None:
+        super().__init__(
+            f"{path} is {what}, not a regular file; the agent will not read or write through it: "
+            "move it aside (and restore the file from a backup if it was replaced)",
+            path=path,
+        )
+        self.what = what
+
+
 class ChainUnavailable(LedgerError):
     """The chain could not be read (node down, timeout, bad answer); nothing was written for it.
 
@@ -82,3 +105,9 @@ class DispatchUndecodable(LedgerError):
     """A dispatched ``swap`` whose calldata is not the router's swap call: it cannot be ledgered."""
 
     code = "dispatch_undecodable"
+
+
+class DispatchNotOurs(LedgerError):
+    """The transaction the activity log names was sent by another account: the log was altered."""
+
+    code = "dispatch_not_ours"

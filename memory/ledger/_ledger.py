@@ -1,7 +1,13 @@
 """The agent ledger: ``<sail-dir>/memory/ledger.jsonl``, append-only, one fsync'd line per entry.
 
 Writes go through ``Ledger.writer()``, which holds the ledger's lock, cuts a torn last line left by a
-crash (the only thing ever cut, SPEC R-A1) and hands out a ``LedgerWriter``. Reads take no lock.
+crash (the only thing ever cut) and hands out a ``LedgerWriter``. Reads take no lock and go through
+``memory.ledger._lines``: they cost what they read, and every one of them judges the ledger's last
+lines the same way (a damaged acknowledged line fails closed with ``journal_corrupt``).
+
+What a tick needs beyond the last few lines — the last confirmed act, the dispatches not yet
+resolved, token metadata — comes from the snapshot (``state.json``), verified against the ledger and
+the activity log on every use and rebuilt from them when it disagrees.
 """
 
 from __future__ import annotations
@@ -9,38 +15,65 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import portalocker
 
-from journal import LineDamaged, LineLog
+from journal import LineLog
 from memory.ledger import _snapshot
+from memory.ledger._activity import ActivityCodec, ActivityRecord, DispatchSigned, DispatchSubmitted
 from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
-from memory.ledger._snapshot import LastAct, Snapshot
+from memory.ledger._index import StateBuilder
+from memory.ledger._lines import Line, LineFile, ready_to_append, require_regular
+from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
 
-_BLOCK = 64 * 1024
 #: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
 CLOCK_SKEW_S = 3600
-#: a backward read stops this many lines past the newest confirmed act at the latest
-MAX_SCAN_PAST_CONFIRMED = 10_000
+#: a reader writes the snapshot back when it folded more than this (a rebuild always)
+SAVE_AFTER_BYTES = 64 * 1024
+#: a tail read for recent confirmed acts gives up (and the snapshot is rebuilt) past this many lines
+MAX_TAIL_LINES = 100_000
+
+
+@dataclass(frozen=True)
+class _Open:
+    """Both files open for reading, with their readable ends (the ledger's measured first)."""
+
+    ledger_fd: int | None
+    ledger_end: int
+    activity_fd: int | None
+    activity_end: int
 
 
 class Ledger:
     """The ledger of one agent, kept in its ``.sail`` directory.
 
     Args:
-        sail_dir: the agent's ``.sail`` directory; the ledger is ``memory/ledger.jsonl`` in it and
-            the derived snapshot ``memory/state.json``.
+        sail_dir: the agent's ``.sail`` directory; the ledger is ``memory/ledger.jsonl`` in it, the
+            derived snapshot ``memory/state.json``, and the runner's activity log ``activity.jsonl``.
     """
 
     def __init__(self, sail_dir: str | os.PathLike[str]) -> None:
         self.sail_dir = Path(sail_dir)
         self.path = self.sail_dir / "memory" / "ledger.jsonl"
         self.snapshot_path = self.sail_dir / "memory" / "state.json"
+        self.activity_path = self.sail_dir / "activity.jsonl"
         self._codec = LedgerCodec()
         self._log: LineLog[Entry] = LineLog(self.path, self._codec)
+        self.lines: LineFile[Entry] = LineFile(self.path, self._codec)
+        self._activity: LineFile[ActivityRecord] = LineFile(self.activity_path, ActivityCodec())
+
+    def _files(self) -> tuple[Path, ...]:
+        return (
+            self.path,
+            Path(f"{self.path}.lock"),
+            self.activity_path,
+            Path(f"{self.activity_path}.lock"),
+        )
 
     # -- reads (no lock) -------------------------------------------------------------------------
 
@@ -49,93 +82,183 @@ class Ledger:
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail (path and line named).
+            LedgerNotAFile: the ledger or its lock is not a regular file.
         """
+        require_regular(self.path, Path(f"{self.path}.lock"))
         return self._log.read()
 
     def iter_reverse(self) -> Iterator[Entry]:
         """Entries newest first, reading the file backwards (costs the tail read, not the file).
 
         Raises:
-            journal.JournalCorrupt: a damaged line among those read.
+            journal.JournalCorrupt: a damaged line among those read, or a damaged acknowledged
+                last line (judged as a locked open would).
+            LedgerNotAFile: the ledger or its lock is not a regular file.
         """
-        return self._log.iter_reverse()
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for line in self.lines.iter_reverse(fd, end):
+                yield line.record
+        finally:
+            os.close(fd)
 
     def last_confirmed(self) -> LastAct | None:
-        """The agent's last ``acted`` entry with outcome ``confirmed`` (SPEC R-A4), or None.
+        """The agent's last ``acted`` entry with outcome ``confirmed``, or None.
 
         "Last" is by ``ts`` (the block's time), not by line: an unverified dispatch resolved after a
         newer one was confirmed is appended later but happened earlier, and must not make the agent
-        look idle for longer than it was. A backward read therefore goes on past the newest
-        confirmed line until a skip or unverified line (stamped by its tick's clock when written)
-        is older than the best ``ts`` by more than ``CLOCK_SKEW_S``, or ``MAX_SCAN_PAST_CONFIRMED``
-        lines.
-
-        O(1) in the ledger's length with a valid snapshot; when the ledger has grown past it, only
-        the new lines are decoded; when it is stale or missing, the ledger's tail is read backwards
-        to the newest confirmed act and the snapshot is rewritten. The ledger always wins.
+        look idle for longer than it was. Comes from the verified snapshot (see ``state``).
 
         Raises:
             journal.JournalCorrupt: a damaged line among those read.
+            LedgerNotAFile: a file of the agent is not a regular file.
         """
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            snap = self._current_snapshot(fd)
-        finally:
-            os.close(fd)
-        return snap.last_confirmed
+        return self.state().last_confirmed
 
-    def _current_snapshot(self, fd: int) -> Snapshot:
-        snap = _snapshot.load(self.snapshot_path)
-        if snap is not None and _snapshot.covers(snap, fd):
-            size = os.fstat(fd).st_size
-            if size == snap.size:
-                return snap
-            caught = self._catch_up(fd, snap, size)
-            if caught is not None:
-                _snapshot.save(self.snapshot_path, caught)
-                return caught
-        rebuilt = self._rebuild(fd)
-        _snapshot.save(self.snapshot_path, rebuilt)
-        return rebuilt
+    def recent_confirmed(self, since: int) -> tuple[LastAct | None, bool]:
+        """The latest-by-``ts`` confirmed act at or after ``since``, read from the ledger's tail.
 
-    def _catch_up(self, fd: int, snap: Snapshot, size: int) -> Snapshot | None:
-        """Extend ``snap`` over complete lines appended since; None if one does not decode."""
-        data = os.pread(fd, size - snap.size, snap.size)
-        end = data.rfind(b"\n") + 1
-        last = snap.last_confirmed
-        for raw in data[:end].split(b"\n")[:-1]:
+        Costs the lines written since about ``since``, not the ledger's length: the backward read
+        stops at the first skip or unverified line (stamped by its tick's clock when written) older
+        than ``since`` by more than ``CLOCK_SKEW_S``, since every line before it was written before
+        then, and a confirmed act is written after its block. Returns the act (or None) and whether
+        the read was conclusive (False when it gave up after ``MAX_TAIL_LINES`` lines).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+            LedgerNotAFile: the ledger or its lock is not a regular file.
+        """
+        best: LastAct | None = None
+        for count, entry in enumerate(self.iter_reverse()):
+            if count >= MAX_TAIL_LINES:
+                return best, False
+            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
+                if entry.ts >= since and (best is None or entry.ts > best.ts):
+                    best = LastAct(entry.ts, entry.block or 0, entry.tx_hash)
+            elif _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < since:
+                return best, True
+        return best, True
+
+    def state(self, *, save: bool = True) -> Snapshot:
+        """The snapshot, verified against the ledger and the activity log, caught up or rebuilt.
+
+        With a snapshot that verifies, this reads a few small pieces of each file and whatever was
+        appended since, whatever their length; otherwise both files are read whole and the
+        snapshot is rebuilt. With ``save``, a rebuilt snapshot, or one that had fallen more than
+        ``SAVE_AFTER_BYTES`` behind, is written back (a tick's writer saves it at the end of every
+        tick); never one from a read that failed.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read (nothing is saved).
+            LedgerNotAFile: a file of the agent is not a regular file.
+        """
+        with self._opened() as files:
+            snap, folded = self._current(files)
+        if save and folded > SAVE_AFTER_BYTES:
+            _snapshot.save(self.snapshot_path, snap)
+        return snap
+
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[_Open]:
+        require_regular(*self._files())
+        ledger_fd = self.lines.open()
+        try:
+            activity_fd = self._activity.open()
             try:
-                entry = self._codec.decode(raw)
-            except LineDamaged:
-                return None  # let the backward read judge it (torn tail or damage)
-            if _is_confirmed(entry) and (last is None or entry.ts > last.ts):
-                assert isinstance(entry, Acted)
-                last = _last_act(entry)
-        covered = snap.size + end
-        head, tail = _snapshot.prefix_digests(fd, covered)
-        return Snapshot(covered, head, tail, last)
+                ledger_end = 0 if ledger_fd is None else self.lines.readable_end(ledger_fd)
+                activity_end = 0 if activity_fd is None else self._activity.readable_end(activity_fd)
+                yield _Open(ledger_fd, ledger_end, activity_fd, activity_end)
+            finally:
+                if activity_fd is not None:
+                    os.close(activity_fd)
+        finally:
+            if ledger_fd is not None:
+                os.close(ledger_fd)
 
-    def _rebuild(self, fd: int) -> Snapshot:
-        """A snapshot of the prefix up to the last newline, from a backward read of the ledger."""
-        covered = _last_line_end(fd)
-        last: LastAct | None = None
-        beyond = 0
-        for entry in self._log.iter_reverse():
-            if _is_confirmed(entry):
-                assert isinstance(entry, Acted)
-                if last is None or entry.ts > last.ts:
-                    last = _last_act(entry)
-            elif last is not None and _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < last.ts:
-                break  # everything written before this line has an older ts than ``last``
-            if last is not None:
-                beyond += 1
-                if beyond > MAX_SCAN_PAST_CONFIRMED:
-                    break
-        head, tail = _snapshot.prefix_digests(fd, covered)
-        return Snapshot(covered, head, tail, last)
+    def _current(self, files: _Open) -> tuple[Snapshot, int]:
+        """The verified state, and how many bytes were folded to get it (all, for a rebuild)."""
+        loaded = _snapshot.load(self.snapshot_path)
+        if loaded is not None and self._verified(loaded, files):
+            behind = files.ledger_end - loaded.ledger.size + files.activity_end - loaded.activity.size
+            return (loaded, 0) if behind == 0 else (self._fold(files, loaded), behind)
+        return self._fold(files, None), files.ledger_end + files.activity_end + SAVE_AFTER_BYTES + 1
+
+    def _rebuilt(self) -> Snapshot:
+        """The state folded from both files whole, whatever the snapshot says."""
+        with self._opened() as files:
+            return self._fold(files, None)
+
+    def _advance(self, snap: Snapshot) -> Snapshot:
+        """``snap`` (verified earlier in this process) caught up with what was appended since."""
+        with self._opened() as files:
+            if snap.ledger.holds(files.ledger_fd, files.ledger_end, self.path) and snap.activity.holds(
+                files.activity_fd, files.activity_end, self.activity_path
+            ):
+                if (snap.ledger.size, snap.activity.size) == (files.ledger_end, files.activity_end):
+                    return snap
+                return self._fold(files, snap)
+            return self._fold(files, None)
+
+    def _fold(self, files: _Open, start: Snapshot | None) -> Snapshot:
+        """Fold the activity lines past ``start``'s prefix, then the ledger's (all, when None).
+
+        Lines that cannot change the state (tick records, skips) are parsed as JSON but not
+        validated field by field: a full rebuild reads both files whole, and this keeps it to the
+        cost of parsing them. Damage in such a line mid-file is for full reads to find.
+        """
+        builder = StateBuilder(start)
+        if files.activity_fd is not None:
+            begin = 0 if start is None else start.activity.size
+            for offset, raw in self._activity.forward_raw(files.activity_fd, begin, files.activity_end):
+                if _field(raw, "event") not in _INERT_EVENTS:
+                    builder.fold_activity(
+                        Line(offset, raw, self._activity.decode(raw, offset, files.activity_fd))
+                    )
+        if files.ledger_fd is not None:
+            begin = 0 if start is None else start.ledger.size
+            for offset, raw in self.lines.forward_raw(files.ledger_fd, begin, files.ledger_end):
+                if _field(raw, "kind") != "skipped":
+                    builder.fold_ledger(Line(offset, raw, self.lines.decode(raw, offset, files.ledger_fd)))
+        return builder.freeze(
+            Coverage.of(files.ledger_fd, files.ledger_end, self.path),
+            Coverage.of(files.activity_fd, files.activity_end, self.activity_path),
+        )
+
+    def _verified(self, snap: Snapshot, files: _Open) -> bool:
+        """Whether ``snap`` agrees with both files at every point it names (a few small reads)."""
+        return (
+            snap.ledger.holds(files.ledger_fd, files.ledger_end, self.path)
+            and snap.activity.holds(files.activity_fd, files.activity_end, self.activity_path)
+            and self._last_holds(snap, files)
+            and all(self._dispatch_holds(d, snap, files) for d in (*snap.open, *snap.unsent))
+            and all(d.nonce is not None for d in snap.unsent)
+        )
+
+    def _last_holds(self, snap: Snapshot, files: _Open) -> bool:
+        """Whether the ledger line ``lastConfirmed`` names is there and says the same."""
+        ref = snap.last_line
+        if ref is None or snap.last_confirmed is None:
+            return ref is None and snap.last_confirmed is None
+        if files.ledger_fd is None or ref.offset >= snap.ledger.size:
+            return False
+        line = self.lines.line_at(files.ledger_fd, ref.offset, ref.sha256)
+        entry = None if line is None else line.record
+        if not isinstance(entry, Acted) or entry.outcome is not Outcome.CONFIRMED:
+            return False
+        return LastAct(entry.ts, entry.block or 0, entry.tx_hash) == snap.last_confirmed
+
+    def _dispatch_holds(self, dispatch: OpenDispatch, snap: Snapshot, files: _Open) -> bool:
+        if files.activity_fd is None or dispatch.line.offset >= snap.activity.size:
+            return False
+        line = self._activity.line_at(files.activity_fd, dispatch.line.offset, dispatch.line.sha256)
+        record = None if line is None else line.record
+        if not isinstance(record, DispatchSigned | DispatchSubmitted):
+            return False
+        nonce = record.nonce if isinstance(record, DispatchSigned) else None
+        return (record.tx_hash, nonce, record.ts) == (dispatch.tx_hash, dispatch.nonce, dispatch.ts)
 
     # -- writes (under the lock) ------------------------------------------------------------------
 
@@ -144,13 +267,16 @@ class Ledger:
         """Hold the ledger's lock and yield a writer; a torn last line is cut first.
 
         Everything that must not interleave with another tick (reconcile, decide, append) runs
-        inside one ``writer()`` block.
+        inside one ``writer()`` block. The snapshot is brought up to date when the block ends
+        without an error.
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail.
             journal.JournalUnwritable: the ledger or its lock could not be created or opened.
             LedgerBusy: the lock was not had within ``timeout`` seconds.
+            LedgerNotAFile: a file of the agent is not a regular file.
         """
+        require_regular(*self._files())
         with contextlib.ExitStack() as stack:
             try:
                 log = stack.enter_context(self._log.locked(timeout))
@@ -160,26 +286,41 @@ class Ledger:
                     "running, check for a stuck `sail tick` process",
                     path=self.path,
                 ) from exc
-            writer = LedgerWriter(self, log, list(log.recover()))
+            ready_to_append(log)
+            with self._opened() as files:
+                state, folded = self._current(files)
+            if folded > SAVE_AFTER_BYTES:  # a rebuild: keep it even if the tick fails
+                _snapshot.save(self.snapshot_path, state)
+                folded = 0
+            writer = LedgerWriter(self, log, state)
             yield writer
-            if writer.appended:
-                self.last_confirmed()  # brings the snapshot up to date over the new lines, once
+            if writer.refresh() != state or folded:
+                _snapshot.save(self.snapshot_path, writer.state)
 
 
 class LedgerWriter:
-    """Appends entries while its ``Ledger.writer()`` block holds the lock."""
+    """Appends entries while its ``Ledger.writer()`` block holds the lock.
 
-    def __init__(self, ledger: Ledger, log: LineLog[Entry], entries: list[Entry]) -> None:
+    ``state`` is the verified snapshot as of the last ``refresh()``: the last confirmed act, the
+    dispatches not yet resolved, token metadata.
+    """
+
+    def __init__(self, ledger: Ledger, log: LineLog[Entry], state: Snapshot) -> None:
         self._ledger = ledger
         self._log = log
-        self.entries: list[Entry] = entries  # a copy of the ledger, oldest first, kept current
+        self.state = state
         self.appended = 0  # entries this writer appended
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger this writer appends to."""
+        return self._ledger
 
     def append(self, entry: Entry) -> None:
         """Validate ``entry`` and append it as one fsync'd line.
 
-        The snapshot is brought up to date when the ``writer()`` block ends (a crash before then
-        leaves it behind the ledger, and the next lookup catches it up).
+        ``state`` does not see it until ``refresh()``; the snapshot is brought up to date when the
+        ``writer()`` block ends (a crash before then leaves it behind, and the next read catches up).
 
         Raises:
             LedgerInvalidEntry: ``entry`` is not an ``Acted`` or ``Skipped``.
@@ -188,43 +329,36 @@ class LedgerWriter:
         if not isinstance(entry, Acted | Skipped):
             raise LedgerInvalidEntry("(entry)", f"must be Acted or Skipped, got {type(entry).__name__}")
         self._log.append(entry)
-        self.entries.append(entry)
         self.appended += 1
 
-    def final_tx_hashes(self) -> set[str]:
-        """Hashes of dispatches the ledger holds with a final outcome (confirmed or reverted)."""
-        return {e.tx_hash.lower() for e in self.entries if isinstance(e, Acted) and e.is_final}
+    def refresh(self) -> Snapshot:
+        """Fold what was appended to the ledger and the activity log since; return the new state."""
+        self.state = self._ledger._advance(self.state)
+        return self.state
 
-    def unverified_tx_hashes(self) -> set[str]:
-        """Hashes of dispatches the ledger holds as ``unverified`` (final or not since)."""
-        return {
-            e.tx_hash.lower()
-            for e in self.entries
-            if isinstance(e, Acted) and e.outcome is Outcome.UNVERIFIED
-        }
+    def rebuild(self) -> Snapshot:
+        """Fold both files whole, ignoring the snapshot (it disagreed with the ledger's tail)."""
+        self.state = self._ledger._rebuilt()
+        return self.state
+
+    def last_confirmed(self) -> LastAct | None:
+        """The last confirmed act as of the last ``refresh()``."""
+        return self.state.last_confirmed
 
 
-def _is_confirmed(entry: Entry) -> bool:
-    return isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED
+#: activity events that never change the snapshot's state
+_INERT_EVENTS = frozenset({"tick_started", "tick_finished"})
+
+
+def _field(raw: bytes, name: str) -> object:
+    """The value of key ``name`` in the JSON object ``raw`` holds (None when it is not one)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return obj.get(name) if isinstance(obj, dict) else None
 
 
 def _stamped_when_written(entry: Entry) -> bool:
     """True for lines whose ``ts`` is the writing tick's clock (skips, unverified acts)."""
     return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)
-
-
-def _last_act(entry: Acted) -> LastAct:
-    assert entry.block is not None  # a confirmed entry always has its block (schema)
-    return LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
-
-
-def _last_line_end(fd: int) -> int:
-    """The offset just past the file's last newline (0 when it has none)."""
-    end = os.fstat(fd).st_size
-    while end > 0:
-        start = max(0, end - _BLOCK)
-        nl = os.pread(fd, end - start, start).rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        end = start
-    return 0

@@ -1,19 +1,27 @@
-"""Reconcile: turn the runner's dispatches into ``acted`` entries from chain truth (SPEC R-A3).
+"""Reconcile: resolve every dispatch the runner signed from the chain, and ledger the trades.
 
 This module holds the rules and knows no web3: it reads the chain through ``ChainReader``, a small
-protocol that ``sail`` implements with web3. For each ``dispatch_submitted`` in the activity log
-that the ledger does not yet hold with a final outcome:
+protocol that ``sail`` implements with web3. Each dispatch the snapshot lists as unresolved (signed,
+ahead of sending, in the activity log; or, in older logs, submitted) is looked up on the chain:
 
-* read its receipt within a bounded wait; none → ``unverified`` (written once; later ticks look
-  again and append the resolution as a new entry, the old line stays);
-* status 0 → ``reverted``: block, ``ts`` from that block, ``gasUsed``, and what the calldata says;
-* status 1 → ``confirmed``: ``tokenIn``/``tokenOut``/``amountIn`` from the submitted calldata,
-  ``amountOut`` from the ERC-20 ``Transfer`` logs *emitted by the tokenOut contract* to the agent
-  (a look-alike contract's Transfer is not counted), ``balancesAfter`` by ``balanceOf`` at the
-  receipt's block.
+* **mined** (a receipt): the transaction itself is read back (``eth_getTransactionByHash``) and its
+  input decoded with the router's ABI — ``tokenIn``, ``tokenOut``, ``amountIn`` come from the chain,
+  never from the log's copy; a difference between the two is recorded (``dispatch_mismatch``), and a
+  transaction sent by another account is not ours (``dispatch_not_ours``). Status 0 → ``reverted``
+  (its revert reason logged), else ``confirmed``: ``amountOut`` from the ERC-20 ``Transfer`` logs
+  *emitted by the tokenOut contract* to the agent, ``balancesAfter`` by ``balanceOf`` at the block;
+* **pending** (a node has it), or unreadable after the node accepted it → ``unverified``, written
+  once; later ticks look again and append the resolution as a new entry (the old line stays);
+* **unknown to the node**: its nonce decides. Still unused ``unsent_after_s`` after signing → it was
+  never broadcast: ``dispatch_unsent`` in the activity log, nothing in the ledger. Consumed → by one of
+  this agent's own signed transactions with that nonce (ledgered from the chain if it was mined), or
+  by a transaction it never signed: ``dispatch_dropped``, nothing in the ledger.
 
-Idempotence comes from the ledger's lock: reconcile runs inside ``Ledger.writer()``, which also
-re-reads the ledger, so two ticks (or a crash and a rerun) never ledger one dispatch twice.
+Until a dispatch is resolved the tick does not trade again (see ``sail``). A dispatch resolved as
+unsent stays watched while its nonce is free: should it ever be mined after all, it is ledgered.
+
+Idempotence comes from the ledger's lock and the snapshot: reconcile runs inside
+``Ledger.writer()``, and a dispatch leaves the unresolved list only through a line that resolves it.
 """
 
 from __future__ import annotations
@@ -22,13 +30,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from memory.ledger._activity import ActivityLog, DispatchSubmitted
+from memory.ledger._activity import (
+    ActivityLog,
+    DispatchDropped,
+    DispatchMismatch,
+    DispatchSettled,
+    DispatchSigned,
+    DispatchSubmitted,
+    DispatchUnsent,
+    TokenMetadata,
+)
 from memory.ledger._entries import Acted, Amount, Outcome
-from memory.ledger._errors import ChainUnavailable, DispatchUndecodable
+from memory.ledger._errors import ChainUnavailable, DispatchNotOurs, DispatchUndecodable
 from memory.ledger._ledger import LedgerWriter
+from memory.ledger._snapshot import OpenDispatch
 from staging import failpoint
 
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+#: how long a signed dispatch may stay unknown to the node, its nonce unused, before it is unsent
+DEFAULT_UNSENT_AFTER_S: Final = 600.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,17 @@ class Receipt:
     block: int
     gas_used: int
     logs: tuple[LogRecord, ...]
+
+
+@dataclass(frozen=True)
+class ChainTransaction:
+    """A transaction as the chain holds it: sender, target, nonce, input; ``block`` None while pending."""
+
+    sender: str
+    to: str | None
+    nonce: int
+    data: str
+    block: int | None
 
 
 @dataclass(frozen=True)
@@ -74,6 +105,18 @@ class ChainReader(Protocol):
         """The receipt, waiting up to ``timeout`` seconds; None if it could not be read by then."""
         ...
 
+    def transaction(self, tx_hash: str) -> ChainTransaction | None:
+        """The transaction (mined or pending) as the node holds it; None when the node does not know it."""
+        ...
+
+    def nonce(self, account: str) -> int:
+        """How many transactions of ``account`` are mined (its next unused nonce at the head)."""
+        ...
+
+    def revert_reason(self, tx_hash: str) -> str | None:
+        """The decoded revert reason of a reverted transaction, or None when there is none."""
+        ...
+
     def block_timestamp(self, block: int) -> int:
         """The block's timestamp (unix seconds)."""
         ...
@@ -91,6 +134,31 @@ class ChainReader(Protocol):
         ...
 
 
+Dispatch = DispatchSigned | DispatchSubmitted
+
+
+@dataclass
+class _Pass:
+    """One reconcile pass: its inputs, and what it appended."""
+
+    writer: LedgerWriter
+    activity: ActivityLog
+    reader: ChainReader
+    now: int
+    receipt_timeout: float
+    unsent_after_s: float
+    appended: list[Acted]
+
+    def log(self, record: DispatchMismatch | DispatchSettled | DispatchUnsent | DispatchDropped) -> None:
+        self.activity.append(record)
+
+    def ledger(self, entry: Acted) -> None:
+        failpoint("ledger.reconcile_before_append")
+        self.writer.append(entry)
+        self.appended.append(entry)
+        failpoint("ledger.reconcile_after_append")
+
+
 def reconcile(
     writer: LedgerWriter,
     activity: ActivityLog,
@@ -98,105 +166,261 @@ def reconcile(
     *,
     clock: Callable[[], int],
     receipt_timeout: float,
+    unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
 ) -> list[Acted]:
-    """Ledger every dispatch that lacks a final entry; return the entries appended.
+    """Resolve every unresolved dispatch from the chain; return the ledger entries appended.
 
     Args:
         writer: the open ledger writer (the caller holds the ledger's lock).
         activity: the runner's activity log.
         reader: chain access.
-        clock: unix seconds, for the ``ts`` of an ``unverified`` entry (which has no block).
-        receipt_timeout: how long to wait for each receipt before calling it unverified.
+        clock: unix seconds, for the ``ts`` of an ``unverified`` entry (which has no block) and to
+            age a dispatch the node does not know.
+        receipt_timeout: how long to wait for a pending transaction's receipt.
+        unsent_after_s: how long after signing a dispatch whose hash no node knows and whose nonce
+            is still unused is resolved as never sent.
 
     Raises:
-        ChainUnavailable: a receipt was read but a block, token or balance read then failed;
-            nothing was written for that dispatch, and a later tick tries again.
-        DispatchUndecodable: a ``swap`` dispatch whose calldata is not a swap.
+        ChainUnavailable: a receipt was read but a transaction, block, token or balance read then
+            failed; nothing was ledgered for that dispatch, and a later tick tries again.
+        DispatchUndecodable: a mined swap whose input is not the router's swap call.
+        DispatchNotOurs: the chain's transaction under a logged hash was sent by another account.
     """
-    final = writer.final_tx_hashes()
-    unverified = writer.unverified_tx_hashes()
-    appended: list[Acted] = []
-    for dispatch in activity.submitted():
-        key = dispatch.tx_hash.lower()
-        if key in final or dispatch.action != "swap":
-            continue
-        entry = resolve(dispatch, reader, clock=clock, receipt_timeout=receipt_timeout)
-        if entry.outcome is Outcome.UNVERIFIED and key in unverified:
-            continue  # already said so once; the resolution will be a new line
-        failpoint("ledger.reconcile_before_append")
-        writer.append(entry)
-        appended.append(entry)
-        (final if entry.is_final else unverified).add(key)
-    return appended
+    state = writer.refresh()
+    run = _Pass(writer, activity, reader, clock(), receipt_timeout, unsent_after_s, [])
+    for dispatch in state.open:
+        _resolve(run, dispatch, activity.dispatch_at(dispatch))
+    for unsent in writer.refresh().unsent:
+        _watch_unsent(run, unsent, activity.dispatch_at(unsent))
+    writer.refresh()
+    return run.appended
 
 
-def resolve(
-    dispatch: DispatchSubmitted, reader: ChainReader, *, clock: Callable[[], int], receipt_timeout: float
-) -> Acted:
-    """Build the ``acted`` entry the chain supports for one dispatch (see the module docstring)."""
-    call = reader.decode_swap(dispatch.to, dispatch.data)
+def _resolve(run: _Pass, dispatch: OpenDispatch, record: Dispatch) -> None:
+    """Resolve one open dispatch, or leave it open (see the module docstring)."""
+    tx_hash = dispatch.tx_hash
+    try:
+        tx = run.reader.transaction(tx_hash)
+        readable = True
+    except ChainUnavailable:
+        tx, readable = None, False
+    if tx is not None or not readable:
+        receipt = _receipt(
+            run, tx_hash, 0 if tx is not None and tx.block is not None else run.receipt_timeout
+        )
+        if receipt is not None:
+            _ledger_mined(run, record, receipt, tx, settled=dispatch.settled)
+        elif tx is not None or dispatch.broadcast:
+            _unverified_once(run, dispatch, record, tx)
+        return  # unreadable, and never known to have left: wait (the tick will not trade)
+    if dispatch.nonce is None:  # an older log's dispatch, known only by its hash
+        if dispatch.broadcast:
+            _unverified_once(run, dispatch, record, None)
+        return
+    _unknown_to_the_node(run, dispatch, record, dispatch.nonce)
+
+
+def _unknown_to_the_node(run: _Pass, dispatch: OpenDispatch, record: Dispatch, nonce: int) -> None:
+    """No node knows the hash: the account's nonce says whether it ever can be mined."""
+    try:
+        used = run.reader.nonce(record.sender)
+    except ChainUnavailable:
+        return  # wait for a tick that can read it
+    age = run.now - dispatch.ts
+    if used > nonce:
+        for sibling in run.writer.state.unsent:
+            if sibling.nonce == nonce and _mined_sibling(run, sibling):
+                run.log(
+                    DispatchDropped(
+                        run.now,
+                        dispatch.tx_hash,
+                        nonce,
+                        f"nonce {nonce} was consumed by {sibling.tx_hash}, "
+                        "an earlier dispatch of this agent, ledgered from the chain",
+                    )
+                )
+                return
+        if age >= run.unsent_after_s:
+            run.log(
+                DispatchDropped(
+                    run.now,
+                    dispatch.tx_hash,
+                    nonce,
+                    f"nonce {nonce} was consumed by a transaction this agent "
+                    f"did not record, and no node knows {dispatch.tx_hash} {age}s after signing",
+                )
+            )
+    elif age >= run.unsent_after_s:
+        run.log(
+            DispatchUnsent(
+                run.now,
+                dispatch.tx_hash,
+                nonce,
+                f"nonce {nonce} still unused {age}s after signing and no node knows the transaction: "
+                + (
+                    "a node accepted it, then dropped it from its pool; it was never mined"
+                    if dispatch.broadcast
+                    else "it was never broadcast"
+                ),
+            )
+        )
+
+
+def _mined_sibling(run: _Pass, sibling: OpenDispatch) -> bool:
+    """Ledger ``sibling`` (a dispatch resolved as unsent) if it was mined after all."""
+    receipt = _receipt(run, sibling.tx_hash, 0)
+    if receipt is None:
+        return False
+    _ledger_mined(run, run.activity.dispatch_at(sibling), receipt, None)
+    return True
+
+
+def _watch_unsent(run: _Pass, unsent: OpenDispatch, record: Dispatch) -> None:
+    """A dispatch resolved as unsent, while its nonce is free: ledger it if it is mined after all."""
+    assert unsent.nonce is not None  # the snapshot keeps only nonced dispatches as unsent
+    try:
+        used = run.reader.nonce(record.sender)
+    except ChainUnavailable:
+        return
+    if used <= unsent.nonce:
+        return
+    if not _mined_sibling(run, unsent):
+        run.log(
+            DispatchDropped(
+                run.now,
+                unsent.tx_hash,
+                unsent.nonce,
+                f"nonce {unsent.nonce} was consumed by another transaction",
+            )
+        )
+
+
+def _receipt(run: _Pass, tx_hash: str, timeout: float) -> Receipt | None:
+    try:
+        return run.reader.receipt(tx_hash, timeout)
+    except ChainUnavailable:
+        return None  # unreadable is unreadable, whatever the reason
+
+
+def _ledger_mined(
+    run: _Pass, record: Dispatch, receipt: Receipt, tx: ChainTransaction | None, *, settled: bool = False
+) -> None:
+    """Ledger a mined dispatch from the chain: its own input, receipt, logs and balances."""
+    if tx is None or tx.block is None:
+        tx = run.reader.transaction(record.tx_hash)
+        if tx is None:
+            raise ChainUnavailable(
+                f"the node has a receipt for {record.tx_hash} but not the transaction; "
+                "check that it is synced"
+            )
+    _compare(run, record, tx)
+    call = run.reader.decode_swap(tx.to or "", tx.data)
     if call is None:
         raise DispatchUndecodable(
-            f"dispatch {dispatch.tx_hash} is a swap but its calldata is not the router's swap call; "
+            f"dispatch {record.tx_hash} is a swap but its input on chain is not the router's swap call; "
             "it cannot be ledgered (inspect .sail/activity.jsonl)"
         )
-    try:
-        receipt = reader.receipt(dispatch.tx_hash, receipt_timeout)
-    except ChainUnavailable:
-        receipt = None  # unreadable is unreadable, whatever the reason: unverified, not failed
-    if receipt is None:
-        return _unverified(dispatch, call, reader, clock())
-    info_in = reader.token_info(call.token_in)
-    amount_in = Amount.of(call.amount_in, info_in.decimals, info_in.symbol)
-    ts = reader.block_timestamp(receipt.block)
+    amount_in = _amount(run, call.token_in, call.amount_in, required=True)
+    assert amount_in is not None
+    ts = run.reader.block_timestamp(receipt.block)
     common = {
         "ts": ts,
         "block": receipt.block,
-        "chain_id": dispatch.chain_id,
-        "action": dispatch.action,
-        "permission": dispatch.permission,
-        "tx_hash": dispatch.tx_hash,
+        "chain_id": record.chain_id,
+        "action": record.action,
+        "permission": record.permission,
+        "tx_hash": record.tx_hash,
         "gas_used": receipt.gas_used,
         "token_in": call.token_in,
         "token_out": call.token_out,
         "amount_in": amount_in,
     }
     if receipt.status != 1:
-        return Acted(outcome=Outcome.REVERTED, amount_out=None, balances_after=None, **common)  # type: ignore[arg-type]
-    info_out = reader.token_info(call.token_out)
-    received = transferred_to(receipt.logs, token=call.token_out, recipient=dispatch.sender)
+        if not settled:  # the runner did not live to log the revert and its reason: log them now
+            _log_revert(run, record.tx_hash, receipt)
+        run.ledger(Acted(outcome=Outcome.REVERTED, amount_out=None, balances_after=None, **common))  # type: ignore[arg-type]
+        return
+    received = transferred_to(receipt.logs, token=call.token_out, recipient=record.sender)
+    amount_out = _amount(run, call.token_out, received, required=True)
     balances = {
-        token: reader.balance_of(token, dispatch.sender, receipt.block)
+        token: run.reader.balance_of(token, record.sender, receipt.block)
         for token in (call.token_in, call.token_out)
     }
-    return Acted(
-        outcome=Outcome.CONFIRMED,
-        amount_out=Amount.of(received, info_out.decimals, info_out.symbol),
-        balances_after=balances,
-        **common,  # type: ignore[arg-type]
+    run.ledger(
+        Acted(outcome=Outcome.CONFIRMED, amount_out=amount_out, balances_after=balances, **common)  # type: ignore[arg-type]
     )
 
 
-def _unverified(dispatch: DispatchSubmitted, call: SwapCall, reader: ChainReader, now: int) -> Acted:
+def _log_revert(run: _Pass, tx_hash: str, receipt: Receipt) -> None:
     try:
-        info = reader.token_info(call.token_in)
-        amount_in: Amount | None = Amount.of(call.amount_in, info.decimals, info.symbol)
+        reason = run.reader.revert_reason(tx_hash)
     except ChainUnavailable:
-        amount_in = None  # the token cannot be read either: say nothing rather than guess
-    return Acted(
-        ts=now,
-        block=None,
-        chain_id=dispatch.chain_id,
-        action=dispatch.action,
-        permission=dispatch.permission,
-        outcome=Outcome.UNVERIFIED,
-        tx_hash=dispatch.tx_hash,
-        gas_used=None,
-        token_in=call.token_in,
-        token_out=call.token_out,
-        amount_in=amount_in,
-        amount_out=None,
-        balances_after=None,
+        reason = None
+    run.log(DispatchSettled(run.now, "dispatch_reverted", tx_hash, receipt.block, receipt.gas_used, reason))
+
+
+def _compare(run: _Pass, record: Dispatch, tx: ChainTransaction) -> None:
+    """Record every field where the log's copy differs from the chain's; refuse another sender's."""
+    if tx.sender.lower() != record.sender.lower():
+        run.log(DispatchMismatch(run.now, record.tx_hash, "from", record.sender, tx.sender))
+        raise DispatchNotOurs(
+            f"the transaction {record.tx_hash} that .sail/activity.jsonl records as the agent's was sent by "
+            f"{tx.sender}, not by the agent {record.sender}: the log was altered; inspect it "
+            "(nothing was ledgered)"
+        )
+    pairs = [("to", record.to.lower(), (tx.to or "").lower()), ("data", record.data.lower(), tx.data.lower())]
+    if isinstance(record, DispatchSigned):
+        pairs.append(("nonce", str(record.nonce), str(tx.nonce)))
+    for name, local, chain in pairs:
+        if local != chain:
+            run.log(DispatchMismatch(run.now, record.tx_hash, name, local, chain))
+
+
+def _amount(run: _Pass, token: str, units: int, *, required: bool) -> Amount | None:
+    """``units`` of ``token`` with its metadata from the chain, else as cached; None when unknown."""
+    try:
+        info = run.reader.token_info(token)
+    except ChainUnavailable:
+        cached = run.writer.state.tokens.get(token.lower())
+        if cached is None:
+            if required:
+                raise
+            return None
+        return Amount.of(units, cached[0], cached[1])
+    if token.lower() not in run.writer.state.tokens:
+        run.activity.append(TokenMetadata(run.now, token, info.decimals, info.symbol))
+        run.writer.refresh()
+    return Amount.of(units, info.decimals, info.symbol)
+
+
+def _unverified_once(
+    run: _Pass, dispatch: OpenDispatch, record: Dispatch, tx: ChainTransaction | None
+) -> None:
+    """Ledger ``unverified`` for a dispatch a node accepted but whose receipt cannot be read (once)."""
+    if dispatch.unverified:
+        return  # already said so once; the resolution will be a new line
+    call = run.reader.decode_swap(record.to, tx.data if tx is not None else record.data)
+    if call is None:
+        raise DispatchUndecodable(
+            f"dispatch {record.tx_hash} is a swap but its calldata is not the router's swap call; "
+            "it cannot be ledgered (inspect .sail/activity.jsonl)"
+        )
+    run.ledger(
+        Acted(
+            ts=run.now,
+            block=None,
+            chain_id=record.chain_id,
+            action=record.action,
+            permission=record.permission,
+            outcome=Outcome.UNVERIFIED,
+            tx_hash=record.tx_hash,
+            gas_used=None,
+            token_in=call.token_in,
+            token_out=call.token_out,
+            amount_in=_amount(run, call.token_in, call.amount_in, required=False),
+            amount_out=None,
+            balances_after=None,
+        )
     )
 
 

@@ -1,18 +1,22 @@
-"""The derived state snapshot, ``.sail/memory/state.json`` (SPEC R-A8, the seed's "Stage 2").
+"""The derived state snapshot, ``.sail/memory/state.json``: a cache that never outranks the ledger.
 
-The snapshot lets a tick find its last confirmed act in O(1) instead of rescanning the ledger. It
-is a cache and never outranks the ledger:
+It lets a tick, ``sail status`` and ``sail why`` answer without reading the ledger or the activity
+log from the start. It holds, for a prefix of each of the two files:
 
-* it names the ledger prefix it covers: its ``size`` in bytes and SHA-256 digests of that prefix's
-  first and last 4 KiB (``headSha256``, ``tailSha256``). Hashing the whole prefix would cost as much
-  as the rescan the snapshot exists to avoid; since the ledger is append-only, the bytes next to the
-  covered end and the file's start are the ones a replaced, truncated or rewritten ledger changes.
-* it is valid only while the ledger still starts with that prefix (size not shrunk, both digests
-  equal, the prefix ends at a line boundary). A ledger that has grown past it is caught up by
-  decoding only the new lines; anything else makes it stale, and it is rebuilt from the ledger's
-  tail (read backwards) and rewritten.
-* it is written by stage-and-rename, so a reader sees an old snapshot or a new one, never a part;
-  a missing, unreadable or malformed snapshot is simply stale.
+* the last confirmed act (``lastConfirmed``) and **where it came from**: the byte offset of its
+  ledger line and that line's SHA-256;
+* the dispatches the runner signed that are not yet resolved (``open``), and those resolved as never
+  sent whose nonce is still free (``unsent``), each with the offset and SHA-256 of its line in the
+  activity log, whether the node accepted it, and whether the ledger already says ``unverified``;
+* token metadata read earlier (``tokens``), for human amounts while the chain is unreachable;
+* the prefixes it covers: ``size`` in bytes and the SHA-256 of the prefix's first and last 4 KiB;
+* a SHA-256 of all of the above (``digest``).
+
+Verification costs a few small reads, whatever the files' length: the digest (a hand-edited field
+fails it), each covered prefix still at the start of its file, the line of ``lastConfirmed`` and of
+each open dispatch still at its offset with its digest, decoding to what the snapshot says. Any
+disagreement, and the snapshot is rebuilt from the files. It is written by stage-and-rename, so a
+reader sees an old snapshot or a new one, never a part; a missing or malformed one is stale.
 """
 
 from __future__ import annotations
@@ -20,15 +24,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 1
+VERSION = 2
 _EDGE = 4096
 
 
@@ -42,55 +48,173 @@ class LastAct:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """What the snapshot file holds: the covered ledger prefix and the last confirmed act in it."""
+class LineRef:
+    """Where a line is: its byte offset and the SHA-256 of its bytes (without the newline)."""
+
+    offset: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A prefix of a file: its ``size`` and the SHA-256 of its first and last 4 KiB."""
 
     size: int
     head_sha256: str
     tail_sha256: str
-    last_confirmed: LastAct | None
+
+    @classmethod
+    def of(cls, fd: int | None, size: int, path: Path) -> Coverage:
+        """The coverage of the first ``size`` bytes of the file open at ``fd``."""
+        if fd is None or size == 0:
+            empty = hashlib.sha256(b"").hexdigest()
+            return cls(0, empty, empty)
+        head = pread(fd, min(size, _EDGE), 0, path)
+        start = max(0, size - _EDGE)
+        tail = pread(fd, size - start, start, path)
+        return cls(size, hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest())
+
+    def holds(self, fd: int | None, end: int, path: Path) -> bool:
+        """Whether the file (readable up to ``end``) still starts with this prefix, on a line boundary."""
+        if self.size > end:
+            return False
+        if self.size and (fd is None or pread(fd, 1, self.size - 1, path) != b"\n"):
+            return False
+        return Coverage.of(fd, self.size, path) == self
+
+
+@dataclass(frozen=True)
+class OpenDispatch:
+    """A dispatch the runner signed (or, in older logs, submitted) and nothing has resolved yet.
+
+    ``line`` is its ``dispatch_signed`` (else ``dispatch_submitted``) line in the activity log;
+    ``broadcast`` says a node accepted it; ``unverified`` that the ledger already holds an
+    ``unverified`` entry for it (written once); ``settled`` that the activity log already holds its
+    receipt's outcome (so reconcile does not log it again).
+    """
+
+    tx_hash: str
+    nonce: int | None
+    ts: int
+    line: LineRef
+    broadcast: bool = False
+    unverified: bool = False
+    settled: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the snapshot file holds (see the module docstring)."""
+
+    ledger: Coverage
+    activity: Coverage
+    last_confirmed: LastAct | None = None
+    last_line: LineRef | None = None
+    open: tuple[OpenDispatch, ...] = ()
+    unsent: tuple[OpenDispatch, ...] = ()
+    tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON object, without its digest."""
+        last = self.last_confirmed
+        return {
+            "version": VERSION,
+            "ledger": _coverage_wire(self.ledger),
+            "activity": _coverage_wire(self.activity),
+            "lastConfirmed": None
+            if last is None or self.last_line is None
+            else {
+                "ts": last.ts,
+                "block": last.block,
+                "txHash": last.tx_hash,
+                "offset": self.last_line.offset,
+                "lineSha256": self.last_line.sha256,
+            },
+            "open": [_dispatch_wire(d) for d in self.open],
+            "unsent": [_dispatch_wire(d) for d in self.unsent],
+            "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(self.tokens.items())},
+        }
 
     def to_bytes(self) -> bytes:
-        """The file's canonical bytes."""
-        last = self.last_confirmed
-        return orjson.dumps(
-            {
-                "version": VERSION,
-                "ledger": {"size": self.size, "headSha256": self.head_sha256, "tailSha256": self.tail_sha256},
-                "lastConfirmed": None
-                if last is None
-                else {"ts": last.ts, "block": last.block, "txHash": last.tx_hash},
-            },
-            option=orjson.OPT_INDENT_2,
-        )
+        """The file's canonical bytes: the body and its digest."""
+        body = self.body()
+        return orjson.dumps({**body, "digest": _digest(body)}, option=orjson.OPT_INDENT_2)
 
 
-def prefix_digests(fd: int, size: int) -> tuple[str, str]:
-    """SHA-256 of the first and of the last 4 KiB of the file's first ``size`` bytes."""
-    head = os.pread(fd, min(size, _EDGE), 0)
-    start = max(0, size - _EDGE)
-    tail = os.pread(fd, size - start, start)
-    return hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest()
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _coverage_wire(c: Coverage) -> dict[str, Any]:
+    return {"size": c.size, "headSha256": c.head_sha256, "tailSha256": c.tail_sha256}
+
+
+def _dispatch_wire(d: OpenDispatch) -> dict[str, Any]:
+    return {
+        "txHash": d.tx_hash,
+        "nonce": d.nonce,
+        "ts": d.ts,
+        "offset": d.line.offset,
+        "lineSha256": d.line.sha256,
+        "broadcast": d.broadcast,
+        "unverified": d.unverified,
+        "settled": d.settled,
+    }
 
 
 def load(path: Path) -> Snapshot | None:
-    """Read a snapshot file; ``None`` when it is missing, unreadable or malformed (stale)."""
-    try:
-        obj: Any = orjson.loads(path.read_bytes())
-        ledger, last = obj["ledger"], obj["lastConfirmed"]
-        if obj["version"] != VERSION:
-            return None
-        snap = Snapshot(
-            size=_int(ledger["size"]),
-            head_sha256=str(ledger["headSha256"]),
-            tail_sha256=str(ledger["tailSha256"]),
-            last_confirmed=None
-            if last is None
-            else LastAct(ts=_int(last["ts"]), block=_int(last["block"]), tx_hash=str(last["txHash"])),
-        )
-    except (OSError, ValueError, TypeError, KeyError):
+    """Read a snapshot file; ``None`` when it is missing, unreadable, malformed or its digest fails.
+
+    Raises:
+        LedgerNotAFile: the path holds a directory, FIFO, link or device.
+    """
+    fd = open_regular(path)
+    if fd is None:
         return None
-    return snap
+    try:
+        raw = b"".join(iter(lambda: os.read(fd, 1 << 16), b""))
+        obj: Any = orjson.loads(raw)
+        digest = obj.pop("digest")
+        if obj.get("version") != VERSION or digest != _digest(obj):
+            return None
+        return _from_wire(obj)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _from_wire(obj: dict[str, Any]) -> Snapshot:
+    last = obj["lastConfirmed"]
+    tokens = {str(t): (_int(v["decimals"]), _str(v["symbol"])) for t, v in dict(obj["tokens"]).items()}
+    return Snapshot(
+        ledger=_coverage(obj["ledger"]),
+        activity=_coverage(obj["activity"]),
+        last_confirmed=None
+        if last is None
+        else LastAct(ts=_int(last["ts"]), block=_int(last["block"]), tx_hash=_str(last["txHash"])),
+        last_line=None if last is None else LineRef(_int(last["offset"]), _str(last["lineSha256"])),
+        open=tuple(_dispatch(d) for d in obj["open"]),
+        unsent=tuple(_dispatch(d) for d in obj["unsent"]),
+        tokens=tokens,
+    )
+
+
+def _coverage(obj: dict[str, Any]) -> Coverage:
+    return Coverage(_int(obj["size"]), _str(obj["headSha256"]), _str(obj["tailSha256"]))
+
+
+def _dispatch(obj: dict[str, Any]) -> OpenDispatch:
+    nonce = obj["nonce"]
+    return OpenDispatch(
+        tx_hash=_str(obj["txHash"]),
+        nonce=None if nonce is None else _int(nonce),
+        ts=_int(obj["ts"]),
+        line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])),
+        broadcast=_bool(obj["broadcast"]),
+        unverified=_bool(obj["unverified"]),
+        settled=_bool(obj["settled"]),
+    )
 
 
 def _int(value: object) -> int:
@@ -99,21 +223,23 @@ def _int(value: object) -> int:
     return value
 
 
-def covers(snap: Snapshot, fd: int) -> bool:
-    """True when the file open at ``fd`` still starts with the prefix ``snap`` covers."""
-    size = os.fstat(fd).st_size
-    if snap.size > size:
-        return False
-    if snap.size and os.pread(fd, 1, snap.size - 1) != b"\n":
-        return False
-    return prefix_digests(fd, snap.size) == (snap.head_sha256, snap.tail_sha256)
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(value)
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(value)
+    return value
 
 
 def save(path: Path, snap: Snapshot) -> None:
     """Write the snapshot atomically (stage in its directory, fsync, rename, fsync the directory).
 
     A failure to write the cache is not a failure of the ledger: it is swallowed, and the next
-    reader rebuilds the snapshot from the ledger.
+    reader rebuilds or catches up the snapshot from the files.
     """
     with contextlib.suppress(StagingError, OSError):
         ensure_dir(path.parent)

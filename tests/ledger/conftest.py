@@ -1,4 +1,4 @@
-"""Fixtures of the ledger tests: every ledger a test leaves is held to the seed's schema."""
+"""Fixtures of the ledger tests: every ledger a test leaves is held to the entry schema."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.ledger.schema import assert_seed_schema
+from tests.ledger.schema import assert_entry_schema
 
 
 @pytest.fixture(autouse=True)
-def _ledgers_keep_the_seed_schema(tmp_path: Path) -> Iterator[None]:
+def _ledgers_keep_the_entry_schema(tmp_path: Path) -> Iterator[None]:
     """After each test, check every ledger under its tmp_path (except under a ``damaged`` folder)."""
     yield
-    assert_seed_schema(tmp_path)
+    assert_entry_schema(tmp_path)

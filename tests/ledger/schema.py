@@ -1,6 +1,6 @@
-"""An independent check of the seed's schema, written from the seed, not from the codec.
+"""An independent check of the entry schema, written from the schema's description, not from the codec.
 
-Every ledger a test produces is checked line by line with ``assert_seed_schema`` (see the
+Every ledger a test produces is checked line by line with ``assert_entry_schema`` (see the
 autouse fixtures in tests/ledger/conftest.py and tests/sail/conftest.py).
 """
 
@@ -42,7 +42,7 @@ def _check_amount(v: Any) -> None:
 
 
 def check_line(obj: dict[str, Any]) -> None:
-    """Assert one decoded ledger line has exactly the seed's keys and types."""
+    """Assert one decoded ledger line has exactly the schema's keys and types."""
     assert _is_int(obj["ts"]) and (obj["block"] is None or _is_int(obj["block"])), obj
     assert _is_int(obj["chainId"]), obj
     if obj["kind"] == "skipped":
@@ -70,7 +70,7 @@ def check_line(obj: dict[str, Any]) -> None:
         assert obj["amountOut"] is None and obj["balancesAfter"] is None, obj
 
 
-def assert_seed_schema(root: Path) -> int:
+def assert_entry_schema(root: Path) -> int:
     """Check every complete line of every ledger.jsonl under ``root``; return how many were checked."""
     checked = 0
     for path in root.rglob("ledger.jsonl"):

@@ -1,4 +1,4 @@
-"""The entry schema (SPEC R-A2): exact keys and types, nulls only where the seed allows them."""
+"""The entry schema: exact keys and types, nulls only where the schema allows them."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def confirmed(**overrides: object) -> Acted:
     return Acted(**fields)  # type: ignore[arg-type]
 
 
-def test_a_confirmed_entry_serialises_to_exactly_the_seeds_example() -> None:
+def test_a_confirmed_entry_serialises_to_exactly_the_documented_example() -> None:
     wire = orjson.loads(LedgerCodec().encode(confirmed()))
     assert wire == {
         "ts": 1752400000,
@@ -59,7 +59,7 @@ def test_a_confirmed_entry_serialises_to_exactly_the_seeds_example() -> None:
     check_line(wire)
 
 
-def test_a_skipped_entry_serialises_to_exactly_the_seeds_example() -> None:
+def test_a_skipped_entry_serialises_to_exactly_the_documented_example() -> None:
     entry = Skipped(
         ts=1752398000, block=21894100, chain_id=8453, reason="cadence: last acted 14400s ago, interval 86400s"
     )
@@ -198,7 +198,7 @@ def test_bytes_that_are_not_json_decode_as_a_possible_tear() -> None:
     assert info.value.torn is True
 
 
-def test_the_seeds_reason_forms() -> None:
+def test_the_standard_reason_forms() -> None:
     assert ml.cadence_reason(14400, 86400) == "cadence: last acted 14400s ago, interval 86400s"
     assert ml.balance_reason(5, 25) == "balance 5 < min 25"
     assert ml.allowance_reason(0, 25, "0xRouter") == "allowance 0 < 25 for 0xRouter — owner top-up needed"

@@ -31,6 +31,7 @@ from memory.ledger import (
     TRANSFER_TOPIC,
     Acted,
     ActivityLog,
+    ChainTransaction,
     DispatchSubmitted,
     Ledger,
     LogRecord,
@@ -201,6 +202,19 @@ class FakeChain:
         to_topic = "0x" + _AGENT[2:].rjust(64, "0")
         transfer = LogRecord(_WETH, (TRANSFER_TOPIC, "0x" + "0" * 64, to_topic), (10**16).to_bytes(32, "big"))
         return Receipt(status=1, block=100 + n, gas_used=50_000, logs=(transfer,))
+
+    def transaction(self, tx_hash: str) -> ChainTransaction | None:
+        """Every dispatch mined, sent by the agent with the calldata it logged."""
+        n = int(tx_hash, 16)
+        return ChainTransaction(_AGENT, _ROUTER, n - 1, "0xabcdef01", 100 + n)
+
+    def nonce(self, account: str) -> int:
+        """Every dispatch's nonce is used."""
+        return FINDINGS
+
+    def revert_reason(self, tx_hash: str) -> str | None:
+        """Nothing reverts."""
+        return None
 
     def block_timestamp(self, block: int) -> int:
         """A timestamp that grows with the block."""

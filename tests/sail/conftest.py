@@ -1,6 +1,6 @@
 """Fixtures of the sail tests: a real EVM in process (eth-tester + py-evm) with the repo's contracts.
 
-Every ledger a test leaves is held to the seed's schema, line by line.
+Every ledger a test leaves is held to the entry schema, line by line.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sail._deploy import Deployment, deploy_market, send
 from sail._runner import Runner
 from sail._strategy import DcaStrategy
 from sail._tick import TickResult, tick
-from tests.ledger.schema import assert_seed_schema
+from tests.ledger.schema import assert_entry_schema
 
 AGENT_KEY = "0x" + "00" * 31 + "02"  # eth-tester's second funded account
 AMOUNT_IN = 25 * 10**6
@@ -74,7 +74,12 @@ class World:
         return DcaStrategy(**args)
 
     def tick(
-        self, *, receipt_timeout: float = 10.0, reconcile_wait_s: float = 2.0, **overrides: Any
+        self,
+        *,
+        receipt_timeout: float = 10.0,
+        reconcile_wait_s: float = 2.0,
+        unsent_after_s: float = 600.0,
+        **overrides: Any,
     ) -> TickResult:
         """One tick with fresh objects (no state carried in memory between ticks)."""
         chain = Chain(self.w3)
@@ -88,6 +93,7 @@ class World:
             runner=runner,
             clock=self.clock,
             reconcile_wait_s=reconcile_wait_s,
+            unsent_after_s=unsent_after_s,
         )
 
     def ledger(self) -> Ledger:
@@ -131,10 +137,10 @@ def world(_evm: _Evm, tmp_path: Path) -> World:
 
 
 @pytest.fixture(autouse=True)
-def _ledgers_keep_the_seed_schema(tmp_path: Path) -> Iterator[None]:
-    """After each test, check every ledger under its tmp_path against the seed's schema."""
+def _ledgers_keep_the_entry_schema(tmp_path: Path) -> Iterator[None]:
+    """After each test, check every ledger under its tmp_path against the entry schema."""
     yield
-    assert_seed_schema(tmp_path)
+    assert_entry_schema(tmp_path)
 
 
 Ticker = Callable[..., TickResult]

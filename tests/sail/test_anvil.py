@@ -76,7 +76,9 @@ def test_fresh_processes_honour_cadence_and_ledger_each_dispatch_once_under_race
     home, market, w3 = agent_home
     now = int(w3.eth.get_block("latest")["timestamp"])
     submitted = json.loads(finish(sail(home, "tick", "--json", now=now)))["submitted"]
-    assert submitted is not None and Ledger(home / ".sail").entries() == []  # R-A6
+    assert (
+        submitted is not None and Ledger(home / ".sail").entries() == []
+    )  # nothing is ledgered on the submitting tick
 
     # Two ticks at once, each a fresh process: the ledger's lock serialises them; the dispatch is
     # ledgered once and both then skip on cadence, read from the ledger (no in-memory state).
@@ -102,7 +104,7 @@ def test_fresh_processes_honour_cadence_and_ledger_each_dispatch_once_under_race
 
     # A tick SIGKILLed right after the acted line is fsync'd (before the snapshot is updated, before
     # its skip is written): the rerun does not ledger that dispatch again.
-    killed = sail(home, "tick", now=acted[0].ts + 3660, failpoints="linelog.after_append=kill")
+    killed = sail(home, "tick", now=acted[0].ts + 3660, failpoints="ledger.reconcile_after_append=kill")
     killed.communicate(timeout=120)
     assert killed.returncode == -9
     last = Ledger(home / ".sail").entries()[-1]

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import sail
-from memory.ledger import Acted, Amount, Ledger, Outcome, Skipped, cadence_reason
+from memory.ledger import Acted, ActivityLog, Amount, Ledger, Outcome, Skipped, cadence_reason
 from sail._cli import main
 from sail._config import SailConfig, load_config, save_config
+from sail._status import when
 from tests.conftest import run_python
 
 USDC, WETH, ROUTER = "0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20
@@ -96,13 +98,25 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
 ) -> None:
     status, out, _ = run(capsys, "status", "--home", str(home), "--json")
     assert status == 0
+    # the newest entry is a balance skip: that, not the clock, holds the next trade
     assert json.loads(out) | {"ledger": ""} == {
         "lastConfirmed": {"tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}"},
         "intervalS": 3600,
-        "nextEligibleMs": 4_600_000,
+        "nextEligibleMs": None,
+        "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "sinceMs": 9_000_000},
         "openDispatches": [],
+        "lastTick": None,
+        "failedTicksSinceSuccess": 0,
+        "failedTicksCountedAll": True,
         "ledger": "",
     }
+    _, out, _ = run(capsys, "status", "--home", str(home))
+    assert "next eligible" not in out and "eligible at" not in out
+    assert f"next trade: blocked: balance 1 < min 25000000 (as of the tick at {when(9000)};" in out
+    with Ledger(home / ".sail").writer() as w:
+        w.append(Skipped(ts=9060, block=10, chain_id=31337, reason=cadence_reason(60, 3600)))
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    assert (json.loads(out)["nextEligibleMs"], json.loads(out)["blockedBy"]) == (4_600_000, None)
 
 
 def test_init_writes_a_config_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,3 +250,139 @@ def test_a_keystore_is_decrypted_with_its_password_env_and_a_wrong_one_is_refuse
     monkeypatch.delenv("SAIL_KEYSTORE_PASSWORD")
     with pytest.raises(sail.SailKeyUnavailable, match=r"needs its password in \$SAIL_KEYSTORE_PASSWORD"):
         load_account(keystore=keystore)
+
+
+# -- what an owner sees ------------------------------------------------------------------------------
+
+
+def unverified(ts: int, n: int) -> Acted:
+    return Acted(
+        ts=ts, block=None, chain_id=31337, action="swap", permission="p", outcome=Outcome.UNVERIFIED,
+        tx_hash=f"0x{n:064x}", gas_used=None, token_in=USDC, token_out=WETH,
+        amount_in=Amount.of(25_000_000, 6, "USDC"), amount_out=None, balances_after=None,
+    )  # fmt: skip
+
+
+def reverted(ts: int, n: int) -> Acted:
+    return Acted(
+        ts=ts, block=n, chain_id=31337, action="swap", permission="p", outcome=Outcome.REVERTED,
+        tx_hash=f"0x{n:064x}", gas_used=60_000, token_in=USDC, token_out=WETH,
+        amount_in=Amount.of(25_000_000, 6, "USDC"), amount_out=None, balances_after=None,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def zone_plus_2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC+02:00 for the test (restored after)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT-2")  # POSIX signs: this is two hours east of UTC
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in_one_zone(
+    home: Path, capsys: pytest.CaptureFixture[str], zone_plus_2: None
+) -> None:
+    from memory.ledger import DispatchSettled
+
+    with Ledger(home / ".sail").writer() as w:
+        w.append(unverified(9100, 21))
+        w.append(Skipped(ts=9160, block=12, chain_id=31337, reason=cadence_reason(60, 3600)))
+        w.append(confirmed(9090, 21))  # the same dispatch, resolved: mined at 9090
+        w.append(reverted(12000, 22))
+    ActivityLog(home / ".sail").append(
+        DispatchSettled(12001, "dispatch_reverted", f"0x{22:064x}", 22, 1, "EXPIRED")
+    )
+    status, out, _ = run(capsys, "ledger", "--home", str(home))
+    assert status == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["time", "(UTC+02:00)", "block", "outcome", "what", "tx", "note"]
+    resolved = [r for r in rows if "0x0000…0015" in r]
+    assert len(resolved) == 1  # one trade, one row
+    assert (
+        "confirmed" in resolved[0] and "unverified at 1970-01-01 04:31:40; resolved confirmed" in resolved[0]
+    )
+    assert resolved[0].startswith("1970-01-01 04:31:30")  # the block's time, in the header's zone
+    (revert,) = [r for r in rows if "reverted" in r]
+    assert "swap 25.0 USDC -> - (reverted: EXPIRED)" in revert
+    for row in rows:  # aligned: every column starts where its header does
+        assert row[header.index("outcome") - 1] == " " and row[header.index("outcome")] != " "
+        if "0x" in row:
+            assert row[header.index("tx") :].startswith("0x0000…00")
+    assert f"0x{21:064x}" not in out  # short hashes in the table …
+    _, out, _ = run(capsys, "ledger", "--home", str(home), "--json")
+    assert f"0x{21:064x}" in out  # … full ones in JSON
+
+
+def test_status_shows_the_last_tick_its_outcome_and_the_failures_since_the_last_success(
+    home: Path, capsys: pytest.CaptureFixture[str], zone_plus_2: None
+) -> None:
+    from memory.ledger import TickFinished, TickStarted
+
+    log = ActivityLog(home / ".sail")
+    log.append(TickStarted(9000, 41))
+    log.append(TickFinished(9001, 41, "skipped", reason="balance 1 < min 25000000"))
+    for n, code in ((42, "chain_unavailable"), (43, "ledger_busy")):
+        log.append(TickStarted(9100 + n, n))
+        log.append(TickFinished(9100 + n, n, "failed", code=code, message=f"{code} happened"))
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    doc = json.loads(out)
+    assert doc["lastTick"] == {
+        "tsMs": 9_143_000, "outcome": "failed", "code": "ledger_busy", "message": "ledger_busy happened",
+        "reason": None, "txHash": None,
+    }  # fmt: skip
+    assert doc["failedTicksSinceSuccess"] == 2
+    log.append(TickStarted(9300, 44))  # still running (or killed): the last tick says so
+    _, out, _ = run(capsys, "status", "--home", str(home))
+    assert "last tick: 1970-01-01 04:35:00+02:00, running (started and not finished" in out
+    assert "failed ticks since the last successful one: 2" in out
+    log.append(TickStarted(9400, 45))  # the one before never finished: it was killed
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    assert (json.loads(out)["lastTick"]["tsMs"], json.loads(out)["failedTicksSinceSuccess"]) == (9_400_000, 3)
+
+
+def test_every_failed_tick_is_recorded_with_its_code_even_before_the_chain_is_touched(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from memory.ledger import TickFinished
+
+    def outcomes() -> list[tuple[str, str | None]]:
+        return [
+            (r.outcome, r.code) for r in ActivityLog(home / ".sail").read() if isinstance(r, TickFinished)
+        ]
+
+    monkeypatch.setenv("SAIL_PRIVATE_KEY", "")
+    assert run(capsys, "tick", "--home", str(home), "--now", "9500")[0] == 1
+    assert outcomes() == [("failed", "sail_key_unavailable")]
+    config = home / ".sail" / "config.toml"
+    good = config.read_text()
+    config.write_text(good + 'colour = "blue"\n')
+    assert run(capsys, "tick", "--home", str(home))[0] == 1
+    config.write_text(good.replace("lock_timeout_s = 120.0", "lock_timeout_s = 0.2"))
+    monkeypatch.setenv("SAIL_PRIVATE_KEY", "0x" + "00" * 31 + "02")
+    ledger = Ledger(home / ".sail")
+    with ledger.writer():  # another tick holds the ledger
+        assert run(capsys, "tick", "--home", str(home))[0] == 1
+    assert outcomes() == [
+        ("failed", "sail_key_unavailable"),
+        ("failed", "sail_config_invalid"),
+        ("failed", "ledger_busy"),
+    ]
+    _, out, _ = run(capsys, "status", "--home", str(home))
+    assert "failed [ledger_busy]" in out and "failed ticks since the last successful one: 3" in out
+
+
+def test_a_revert_over_json_rpc_reads_as_its_reason_not_a_tuple_with_hex() -> None:
+    from eth_abi.abi import encode
+    from web3.exceptions import ContractLogicError
+
+    from sail._chain import revert_text
+
+    data = "0x08c379a0" + encode(["string"], ["NO_ROUTE"]).hex()
+    exc = ContractLogicError("execution reverted: NO_ROUTE", data=data)
+    assert "0x08c379a0" in str(exc)  # what the message used to carry
+    assert revert_text(exc) == "execution reverted: NO_ROUTE"
+    assert revert_text(ContractLogicError("execution reverted", data="0x")) == "execution reverted"

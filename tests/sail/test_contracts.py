@@ -1,4 +1,4 @@
-"""The contracts: Solidity sources in the repo, compiled by the pinned npm ``solc`` (SPEC R-A9)."""
+"""The contracts: Solidity sources in the repo, compiled by the pinned npm ``solc``."""
 
 from __future__ import annotations
 

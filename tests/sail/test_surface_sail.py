@@ -1,4 +1,4 @@
-"""Every error code of the ledger and of sail has its row in the docs/SURFACE tables (SPEC §6)."""
+"""Every error code of the ledger and of sail has its row in the docs/SURFACE tables."""
 
 from __future__ import annotations
 

@@ -1,0 +1,89 @@
+"""Errors of the LangGraph adapters.
+
+Where LangGraph defines an exception for a mistake (``InvalidNamespaceError`` for a bad store
+namespace), the adapters raise LangGraph's own. Everything else they raise for a user has a stable
+``code`` and derives from one base. Journal errors (``journal_lease_lost``, ``journal_unavailable``
+…) pass through unchanged. The tree::
+
+    LangGraphAdapterError          base: code, message, run_id, stream, thread_id
+    ├── ValueUnserializable        langgraph_value_unserializable: LangGraph's serializer refused a value
+    │                              (also a TypeError, as the serializer's own failure is)
+    ├── ValueTooLarge              langgraph_value_too_large: one journal record would exceed the bound
+    │                              (also a ValueError)
+    ├── ConfigInvalid              langgraph_config_invalid: a config or argument the adapter cannot use
+    │                              (also a ValueError)
+    └── RecordInvalid              langgraph_record_invalid: a journal record of a thread or of the
+                                   catalog does not have the shape this adapter writes
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LangGraphAdapterError(Exception):
+    """Base of the adapters' coded errors; ``code`` is stable and listed in docs/SURFACE.md."""
+
+    code = "langgraph_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        stream: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.stream = stream
+        self.thread_id = thread_id
+
+    def __str__(self) -> str:
+        return self.message
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"code", "message"}`` plus the context fields that are set (camelCase)."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        for name, value in (("runId", self.run_id), ("stream", self.stream), ("threadId", self.thread_id)):
+            if value is not None:
+                out[name] = value
+        return out
+
+
+class ValueUnserializable(LangGraphAdapterError, TypeError):
+    """LangGraph's serializer (``serde``) cannot encode a value; nothing was written."""
+
+    code = "langgraph_value_unserializable"
+
+
+class ValueTooLarge(LangGraphAdapterError, ValueError):
+    """One record would exceed ``max_record_bytes``; nothing was written.
+
+    ``size`` is the encoded size the write needed and ``limit`` the bound.
+    """
+
+    code = "langgraph_value_too_large"
+
+    def __init__(self, message: str, *, size: int, limit: int, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.size = size
+        self.limit = limit
+
+
+class ConfigInvalid(LangGraphAdapterError, ValueError):
+    """A config lacks what the call needs (``thread_id``), or an argument is not one the call takes."""
+
+    code = "langgraph_config_invalid"
+
+
+class RecordInvalid(LangGraphAdapterError):
+    """A journal record read back does not have the shape this adapter writes (damage, or another
+    program's record in a stream the adapter owns); ``seq`` is its sequence number."""
+
+    code = "langgraph_record_invalid"
+
+    def __init__(self, message: str, *, seq: int | None = None, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.seq = seq

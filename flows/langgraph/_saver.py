@@ -1,0 +1,834 @@
+"""``JournalSaver``: LangGraph's checkpointer interface, journal-first on the flows journal.
+
+Mapping (docs/LANGGRAPH.md has the whole story):
+
+* a thread is a root run (flow ``langgraph-thread``) per *generation*; the catalog (``_catalog``)
+  says which run holds a thread's current generation;
+* ``put``, ``put_writes`` and the tombstones are records of that run's ``checkpoints`` stream
+  (``_records``), appended under the run's lease (``_leases``) and durable before the call returns;
+* reads fold the stream into an index (``ThreadIndex``), kept per process and brought up to date
+  from the journal on every read, unless this process holds the thread's lease at the journal's
+  current epoch (then nobody else can have appended, and the index is already current);
+* ``delete_thread`` appends a tombstone and moves the thread to a new, empty generation;
+  ``prune(keep_latest)`` compacts: the kept checkpoints are copied into a new run, which becomes the
+  next generation; ``delete_for_runs`` appends a tombstone in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import heapq
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+from uuid import UUID
+
+import orjson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from flows.langgraph._catalog import SCOPE, THREAD_FLOW, Catalog, Generation
+from flows.langgraph._errors import ConfigInvalid, RecordInvalid, ValueTooLarge, ValueUnserializable
+from flows.langgraph._leases import ThreadLeases
+from flows.langgraph._records import STREAM, StoredCheckpoint, ThreadIndex, Typed, pack
+from journal import (
+    JournalBackend,
+    JournalLeaseLost,
+    JournalNotResumable,
+    Lease,
+    Record,
+    RunState,
+    open_journal,
+)
+from memory import resolve_db, resolve_journal
+
+T = TypeVar("T")
+
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+_ATTEMPTS = 4  # a write re-resolves the thread this often when its generation moved under it
+Payload = dict[str, Any]
+Keyed = list[tuple[Payload, str]]  # records to append, each with its idempotency key
+Records = list[Record]
+Tuples = list[CheckpointTuple]
+StoredList = list[StoredCheckpoint]
+
+
+@dataclass(frozen=True)
+class Citation:
+    """The journal record a checkpoint came from: its run, stream, id, sequence number and the
+    time it was committed (ms since the epoch)."""
+
+    run_id: str
+    stream: str
+    id: str
+    seq: int
+    committed_ms: int
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"runId", "stream", "id", "seq", "committedMs"}``."""
+        return {
+            "runId": self.run_id,
+            "stream": self.stream,
+            "id": self.id,
+            "seq": self.seq,
+            "committedMs": self.committed_ms,
+        }
+
+    @classmethod
+    def of(cls, record: Record) -> Citation:
+        """The citation of ``record``."""
+        return cls(record.run_id, record.stream, record.id, record.seq, record.ts_ms)
+
+
+@dataclass
+class _Hold:
+    """A lease in use by one operation: ``fresh`` when acquired for it, ``wrote`` once it appended."""
+
+    lease: Lease
+    fresh: bool
+    wrote: bool = False
+
+
+class _Thread:
+    """This process's view of one thread: its generation, the index of it, and a lock."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.gen: Generation | None = None
+        self.index = ThreadIndex()
+        self.mutex = threading.RLock()
+
+    def reset(self, gen: Generation | None = None) -> None:
+        self.gen = gen
+        self.index = ThreadIndex()
+
+
+def _thread_id(config: RunnableConfig | None, what: str = "config") -> str:
+    configurable = (config or {}).get("configurable") or {}
+    value = configurable.get("thread_id")
+    if isinstance(value, bool) or not isinstance(value, str | int | UUID):
+        raise ConfigInvalid(
+            f"the {what} has no usable configurable.thread_id (got {value!r}): pass "
+            '{"configurable": {"thread_id": "..."}}'
+        )
+    return str(value)
+
+
+def _namespace(config: RunnableConfig) -> str:
+    ns = (config.get("configurable") or {}).get("checkpoint_ns", "")
+    if not isinstance(ns, str):
+        raise ConfigInvalid(f"configurable.checkpoint_ns must be a string, not {ns!r}")
+    return ns
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+
+
+class JournalSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer whose every checkpoint and pending write is a journal record.
+
+    ``graph = builder.compile(checkpointer=JournalSaver())`` is the whole switch.
+
+    Args:
+        db: the history DB path whose folder holds the default file journal (default:
+            ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``).
+        journal: the journal location: a directory, or ``postgresql://…`` for several hosts
+            (default: ``$FLOWS_JOURNAL``, else ``<db-dir>/flows-journal``).
+        serde: LangGraph's serializer (default: its ``JsonPlusSerializer``).
+        lease_idle_s: let go of a thread's lease after this long without a write.
+        lease_wait_s: how long a write waits for another live process to let go of the thread.
+        max_record_bytes: the largest record one call may append (``ValueTooLarge`` past it).
+        max_workers: threads of the executor the async methods run on.
+
+    Every method raises the journal's own errors unchanged (``journal_lease_lost`` when another
+    process took the thread over, ``journal_unavailable`` …), ``ConfigInvalid`` for a config
+    without a thread id, ``ValueUnserializable`` / ``ValueTooLarge`` before anything is written,
+    and ``RecordInvalid`` for a record of the thread's stream that this saver did not write.
+    The saver is a context manager; ``close()`` is safe twice.
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        journal: str | None = None,
+        *,
+        serde: SerializerProtocol | None = None,
+        lease_idle_s: float = 5.0,
+        lease_wait_s: float = 30.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_workers: int = 8,
+        max_cached_threads: int = 1024,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.journal_location = resolve_journal(resolve_db(db), journal)
+        self._backend: JournalBackend = open_journal(self.journal_location)
+        self._catalog = Catalog(self._backend)
+        self._leases = ThreadLeases(self._backend, idle_s=lease_idle_s, wait_s=lease_wait_s)
+        self._lease_wait_s = lease_wait_s
+        self._max_record_bytes = max_record_bytes
+        self._max_cached = max_cached_threads
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        self._mutex = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._max_workers = max_workers
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Let go of every lease, close the journal and the executor; safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        self._leases.close()
+        self._backend.close()
+
+    def __enter__(self) -> JournalSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._closed:
+            raise RuntimeError("this JournalSaver is closed")
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-saver")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    @property
+    def backend(self) -> JournalBackend:
+        """The journal this saver writes to."""
+        return self._backend
+
+    # -- views of threads ----------------------------------------------------------------------
+
+    def _thread(self, thread_id: str) -> _Thread:
+        if self._closed:
+            raise RuntimeError("this JournalSaver is closed")
+        with self._mutex:
+            found = self._threads.get(thread_id)
+            if found is None:
+                found = self._threads[thread_id] = _Thread(thread_id)
+                self._evict()
+            else:
+                self._threads.move_to_end(thread_id)
+            return found
+
+    def _evict(self) -> None:
+        for thread_id in list(self._threads)[: max(0, len(self._threads) - self._max_cached)]:
+            t = self._threads[thread_id]
+            runs = t.gen.runs if t.gen else ()
+            if any(self._leases.holds(r) for r in runs) or not t.mutex.acquire(blocking=False):
+                continue
+            try:
+                del self._threads[thread_id]
+            finally:
+                t.mutex.release()
+
+    def _authoritative(self, t: _Thread) -> bool:
+        """True when this process holds the thread's only run at the journal's current epoch: no
+        one else can have appended since, so the index is current without reading."""
+        if t.gen is None or len(t.gen.runs) != 1:
+            return False
+        lease = self._leases.holds(t.gen.runs[0])
+        if lease is None:
+            return False
+        info = self._backend.run(lease.run_id)
+        return info.epoch == lease.epoch and info.state in (RunState.RUNNING, RunState.INTERRUPTED)
+
+    def _refresh(self, t: _Thread) -> None:
+        """Bring ``t`` up to date with the journal (call with ``t.mutex`` held)."""
+        if self._authoritative(t):
+            return
+        for _ in range(_ATTEMPTS):
+            gen = self._catalog.current(t.thread_id)
+            if gen != t.gen:
+                t.reset(gen)
+            if gen is None or not gen.runs:
+                return
+            self._read(t, gen)
+            if t.index.compacted_into is None:
+                return
+            # pruned into a newer generation, registered before the tombstone was written: look again
+            if self._catalog.current(t.thread_id) == gen:
+                self._catalog.relist()
+        raise RecordInvalid(
+            f"thread {t.thread_id!r} says it was compacted into run {t.index.compacted_into}, but no "
+            "catalog registers that run; inspect the catalog with `flows runs`",
+            thread_id=t.thread_id,
+        )
+
+    def _read(self, t: _Thread, gen: Generation) -> None:
+        if len(gen.runs) == 1:
+            t.index.apply_all(self._backend.read(gen.runs[0], STREAM))
+            return
+        # Two runs for one generation (two catalogs raced): merge by commit time, from scratch.
+        streams = [list(self._backend.read(run, STREAM)) for run in gen.runs]
+        t.index = ThreadIndex()
+        for rec in heapq.merge(*streams, key=lambda r: r.ts_ms):
+            t.index.apply(rec)
+
+    def _view(self, thread_id: str) -> _Thread:
+        t = self._thread(thread_id)
+        with t.mutex:
+            self._refresh(t)
+        return t
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _encode(self, payload: Payload, thread_id: str, what: str) -> str:
+        """Check the record's size and return its key (a digest of its canonical bytes)."""
+        data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+        if len(data) > self._max_record_bytes:
+            raise ValueTooLarge(
+                f"{what} of thread {thread_id!r} needs a {len(data):,}-byte record, over the "
+                f"{self._max_record_bytes:,}-byte bound; store large values elsewhere and keep a "
+                "reference in the state, or raise max_record_bytes",
+                size=len(data),
+                limit=self._max_record_bytes,
+                thread_id=thread_id,
+            )
+        return str(payload["kind"])[0] + "-" + hashlib.blake2b(data, digest_size=16).hexdigest()
+
+    def _dump(self, value: Any, what: str, thread_id: str) -> Typed:
+        try:
+            return self.serde.dumps_typed(value)
+        except TypeError as exc:
+            raise ValueUnserializable(
+                f"LangGraph's serializer cannot encode {what} of thread {thread_id!r} ({exc}); "
+                "store only values it supports (JSON types, pydantic models, dataclasses, LangChain "
+                "messages …) or pass a serde that handles this type",
+                thread_id=thread_id,
+            ) from exc
+
+    def _append_own(self, t: _Thread, hold: _Hold, payloads: Sequence[tuple[Payload, str]]) -> Records:
+        out = []
+        for payload, key in payloads:
+            rec = self._backend.append(hold.lease, STREAM, payload, key=key)
+            hold.wrote = True
+            seen = t.index.seen.get(rec.run_id, 0)
+            if rec.seq == seen + 1:
+                t.index.apply(rec)
+            elif rec.seq > seen + 1:  # someone appended without the lease: read what we missed
+                t.index.apply_all(self._backend.read(rec.run_id, STREAM))
+            out.append(rec)
+        return out
+
+    def _new_generation(self, t: _Thread, reason: str) -> bool:
+        """Begin a run for the thread's next generation and register it; False if another process
+        registered that generation first (then ours is finished unused)."""
+        number = (t.gen.gen if t.gen else 0) + 1
+        info, lease = self._backend.begin(
+            THREAD_FLOW, SCOPE, {"langgraph": {"thread": t.thread_id, "generation": number}}
+        )
+        try:
+            reg = self._catalog.register(t.thread_id, number, info.run_id, reason)
+        except BaseException:
+            self._backend.release(lease)
+            raise
+        if reg.run_id != info.run_id:
+            self._leases.retire(
+                lease,
+                {
+                    "code": "langgraph_thread_race",
+                    "message": f"generation {number} of the thread was registered by run {reg.run_id} first",
+                },
+            )
+            t.reset()
+            return False
+        self._leases.adopt(lease)
+        t.reset(Generation(t.thread_id, number, (info.run_id,)))
+        return True
+
+    def _write(
+        self,
+        thread_id: str,
+        build: Callable[[_Thread], Sequence[tuple[Payload, str]]],
+        *,
+        create: bool,
+        reason: str = "put",
+    ) -> Records:
+        """Append what ``build`` makes from the up-to-date thread, under the thread's lease.
+
+        ``build`` runs after the lease is held and the index is current, so it sees every record.
+        With ``create``, a thread without a live generation gets a new one first.
+        """
+        done = self._locked(
+            thread_id, lambda t, hold: self._append_own(t, hold, build(t)), create=create, reason=reason
+        )
+        return done or []
+
+    def _locked(
+        self, thread_id: str, act: Callable[[_Thread, _Hold], T], *, create: bool, reason: str = "put"
+    ) -> T | None:
+        """Run ``act`` on the up-to-date thread while holding the lease of its current run.
+
+        Returns None, without acting, for a thread with no live generation unless ``create``.
+        A lease taken by another process before ``act`` appended anything with it is waited for
+        again (as if it had never been granted; nothing was written with it); taken after,
+        the journal's ``JournalLeaseLost`` is raised: this process was fenced out.
+        """
+        t = self._thread(thread_id)
+        deadline = time.monotonic() + self._lease_wait_s
+        moved = 0
+        with t.mutex:
+            while moved < _ATTEMPTS:
+                self._refresh(t)
+                if t.gen is None or not t.gen.runs:
+                    if not create:
+                        return None
+                    if not self._new_generation(t, reason):
+                        moved += 1
+                        continue
+                assert t.gen is not None
+                run_id = t.gen.runs[0]
+                hold: _Hold | None = None
+                try:
+                    with self._leases.using(run_id) as (lease, fresh):
+                        hold = _Hold(lease, fresh)
+                        if not fresh or self._confirm(t):
+                            return act(t, hold)
+                        moved += 1
+                except JournalNotResumable:  # the run was retired (deleted, compacted) meanwhile
+                    t.reset()
+                    moved += 1
+                except JournalLeaseLost:
+                    self._leases.drop(run_id)
+                    t.reset()
+                    if hold is None or hold.wrote or not hold.fresh or time.monotonic() > deadline:
+                        raise
+            raise JournalLeaseLost(
+                f"thread {thread_id!r} kept moving to a new generation while this process tried to "
+                "write it; another process is deleting or pruning it: retry",
+                expected=0,
+                got=0,
+                run_id=t.gen.runs[0] if t.gen and t.gen.runs else None,
+            )
+
+    def _confirm(self, t: _Thread) -> bool:
+        """Just after acquiring: is the run still the thread's current generation? Re-read it."""
+        gen = self._catalog.current(t.thread_id)
+        if gen != t.gen or gen is None:
+            t.reset()
+            return False
+        self._read(t, gen)
+        return t.index.compacted_into is None
+
+    # -- the checkpointer interface ------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (``checkpoint_id``), or the thread's latest in its
+        namespace; None when there is none. Pending writes come in LangGraph's replay order."""
+        thread_id, ns = _thread_id(config), _namespace(config)
+        checkpoint_id = get_checkpoint_id(config)
+        t = self._view(thread_id)
+        with t.mutex:
+            stored = t.index.get(ns, checkpoint_id) if checkpoint_id else t.index.latest(ns)
+            return None if stored is None else self._tuple(t, stored)
+
+    def _load(self, typed: Typed, stored: StoredCheckpoint, what: str) -> Any:
+        try:
+            return self.serde.loads_typed(typed)
+        except Exception as exc:  # serde raises whatever its decoder raises on damaged bytes
+            rec = stored.record
+            raise RecordInvalid(
+                f"{what} of checkpoint {stored.id} (record {rec.seq} of {rec.stream} in run "
+                f"{rec.run_id}) cannot be decoded ({exc}); the record is damaged or was written by "
+                "another serde",
+                run_id=rec.run_id,
+                stream=rec.stream,
+                seq=rec.seq,
+            ) from exc
+
+    def _tuple(self, t: _Thread, stored: StoredCheckpoint) -> CheckpointTuple:
+        checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint")
+        values = t.index.values(stored.ns, checkpoint.get("channel_versions", {}))
+        checkpoint["channel_values"] = {k: self._load(v, stored, f"channel {k!r}") for k, v in values.items()}
+        pending = [
+            (w.task_id, w.channel, self._load(w.value, stored, f"a write to {w.channel!r}"))
+            for w in t.index.pending(stored.ns, stored.id)
+        ]
+        return CheckpointTuple(
+            config=_config(t.thread_id, stored.ns, stored.id),
+            checkpoint=checkpoint,
+            metadata=self._load(stored.metadata, stored, "the metadata"),
+            parent_config=_config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
+            pending_writes=pending,
+        )
+
+    def citation(self, config: RunnableConfig) -> Citation | None:
+        """The journal record of the checkpoint ``config`` names (or of the latest), or None."""
+        thread_id, ns = _thread_id(config), _namespace(config)
+        checkpoint_id = get_checkpoint_id(config)
+        t = self._view(thread_id)
+        with t.mutex:
+            stored = t.index.get(ns, checkpoint_id) if checkpoint_id else t.index.latest(ns)
+            return None if stored is None else Citation.of(stored.record)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by id): of one thread (and namespace, and id, when
+        ``config`` names them) or of every thread; ``filter`` is equality on metadata keys,
+        ``before`` keeps ids below its checkpoint id, ``limit`` caps the count."""
+        return iter(self._list(config, filter=filter, before=before, limit=limit))
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Tuples:
+        configurable = (config or {}).get("configurable") or {}
+        thread_ids = [_thread_id(config)] if config else self._catalog.threads()
+        ns = configurable.get("checkpoint_ns") if config else None
+        wanted_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        found: list[tuple[str, _Thread, StoredCheckpoint]] = []
+        for thread_id in thread_ids:
+            t = self._view(thread_id)
+            with t.mutex:
+                for stored in t.index.live():
+                    if (ns is not None and stored.ns != ns) or (wanted_id and stored.id != wanted_id):
+                        continue
+                    if before_id and stored.id >= before_id:
+                        continue
+                    if filter:
+                        metadata = self._load(stored.metadata, stored, "the metadata")
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    found.append((stored.id, t, stored))
+        found.sort(key=lambda x: x[0], reverse=True)
+        if limit is not None:
+            found = found[: max(limit, 0)]
+        out = []
+        for _, t, stored in found:
+            with t.mutex:
+                out.append(self._tuple(t, stored))
+        return out
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Append the checkpoint (and the values of the channels in ``new_versions``) to the
+        thread's journal stream; return the config that names it. Durable when this returns."""
+        thread_id, ns = _thread_id(config), _namespace(config)
+        payload = self._checkpoint_payload(
+            thread_id=thread_id,
+            ns=ns,
+            config=config,
+            checkpoint=checkpoint,
+            metadata=metadata,
+            new_versions=new_versions,
+        )
+        key = self._encode(payload, thread_id, f"checkpoint {checkpoint['id']}")
+        self._write(thread_id, lambda _t: [(payload, key)], create=True)
+        return _config(thread_id, ns, checkpoint["id"])
+
+    def _checkpoint_payload(
+        self,
+        *,
+        thread_id: str,
+        ns: str,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Payload:
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values", {})
+        blobs = []
+        for channel, version in new_versions.items():
+            typed = (
+                self._dump(values[channel], f"channel {channel!r}", thread_id)
+                if channel in values
+                else ("empty", b"")
+            )
+            blobs.append([channel, version, *pack(typed)])
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        run_id = meta.get("run_id")
+        return {
+            "kind": "checkpoint",
+            "ns": ns,
+            "id": checkpoint["id"],
+            "parent": (config.get("configurable") or {}).get("checkpoint_id"),
+            "checkpoint": pack(self._dump(c, "the checkpoint", thread_id)),
+            "metadata": pack(self._dump(meta, "the checkpoint's metadata", thread_id)),
+            "runId": None if run_id is None else str(run_id),
+            "blobs": blobs,
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Append one record with the task's writes for the checkpoint ``config`` names. A write
+        already stored for (task, index) is kept; an error or interrupt write replaces the last."""
+        thread_id, ns = _thread_id(config), _namespace(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            raise ConfigInvalid(
+                "put_writes needs configurable.checkpoint_id: the checkpoint the writes belong to",
+                thread_id=thread_id,
+            )
+        payload: Payload = {
+            "kind": "writes",
+            "ns": ns,
+            "checkpoint": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "writes": [
+                [WRITES_IDX_MAP.get(ch, idx), ch, *pack(self._dump(v, f"a write to {ch!r}", thread_id))]
+                for idx, (ch, v) in enumerate(writes)
+            ],
+        }
+        key = self._encode(payload, thread_id, f"the writes of task {task_id}")
+        self._write(thread_id, lambda _t: [(payload, key)], create=True)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Tombstone the thread and move it to a new, empty generation (its records stay in the
+        journal; none is read again). A thread that does not exist is left alone."""
+        thread_id = _thread_id({"configurable": {"thread_id": thread_id}}, "thread id")
+
+        def act(t: _Thread, hold: _Hold) -> None:
+            assert t.gen is not None
+            self._backend.append(hold.lease, STREAM, {"kind": "delete-thread"})
+            hold.wrote = True
+            self._catalog.register(thread_id, t.gen.gen + 1, None, "delete_thread")
+            self._leases.retire(hold.lease)
+            t.reset(Generation(thread_id, t.gen.gen + 1, ()))
+
+        self._locked(thread_id, act, create=False)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Tombstone, in every thread, the checkpoints (and their writes) that the given LangGraph
+        runs made. Reads every thread of the journal."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for thread_id in self._catalog.threads():
+
+            def build(t: _Thread) -> Keyed:
+                hit = sorted({c.run_id for c in t.index.live() if c.run_id in wanted})
+                if not hit:
+                    return []
+                payload: Payload = {"kind": "delete-runs", "runIds": hit}
+                return [(payload, self._encode(payload, t.thread_id, "the tombstone"))]
+
+            t = self._view(thread_id)
+            with t.mutex:
+                if not any(c.run_id in wanted for c in t.index.live()):
+                    continue
+            self._write(thread_id, build, create=False)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Append every live checkpoint of the source, with its values and pending writes, to the
+        target thread, in the order they were made. A source that does not exist copies nothing."""
+        source = _thread_id({"configurable": {"thread_id": source_thread_id}}, "source thread id")
+        target = _thread_id({"configurable": {"thread_id": target_thread_id}}, "target thread id")
+        t = self._view(source)
+        with t.mutex:
+            payloads = self._replay(t, list(t.index.live()), target)
+        if payloads:
+            self._write(target, lambda _t: payloads, create=True, reason="copy_thread")
+
+    def _replay(self, t: _Thread, kept: StoredList, thread_id: str) -> Keyed:
+        """Records that rebuild ``kept`` (checkpoints, the values they need, their writes) in a
+        new run, in the order they were made; each value is carried once."""
+        kept.sort(key=lambda c: (c.record.ts_ms, c.record.run_id, c.record.seq))
+        carried: set[tuple[str, str, Any]] = set()
+        out: Keyed = []
+        for stored in kept:
+            versions = self._load(stored.checkpoint, stored, "the checkpoint").get("channel_versions", {})
+            blobs = []
+            for channel, version in versions.items():
+                typed = t.index.blobs.get((stored.ns, channel, version))
+                if typed is not None and (stored.ns, channel, version) not in carried:
+                    carried.add((stored.ns, channel, version))
+                    blobs.append([channel, version, *pack(typed)])
+            payload: Payload = {
+                "kind": "checkpoint",
+                "ns": stored.ns,
+                "id": stored.id,
+                "parent": stored.parent,
+                "checkpoint": pack(stored.checkpoint),
+                "metadata": pack(stored.metadata),
+                "runId": stored.run_id,
+                "blobs": blobs,
+            }
+            out.append((payload, self._encode(payload, thread_id, f"checkpoint {stored.id}")))
+            by_task: dict[tuple[str, str], list[list[Any]]] = {}
+            for w in t.index.pending(stored.ns, stored.id):
+                by_task.setdefault((w.task_id, w.task_path), []).append([w.idx, w.channel, *pack(w.value)])
+            for (task, path), writes in by_task.items():
+                wp: Payload = {
+                    "kind": "writes",
+                    "ns": stored.ns,
+                    "checkpoint": stored.id,
+                    "task": task,
+                    "path": path,
+                    "writes": writes,
+                }
+                out.append((wp, self._encode(wp, thread_id, f"the writes of task {task}")))
+        return out
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: compact each thread into a new generation holding only the latest
+        checkpoint of each namespace (with its values and pending writes); ``delete``: delete the
+        threads. Raises ConfigInvalid for another strategy."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ConfigInvalid(f"prune strategy {strategy!r} is not one of 'keep_latest', 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+            else:
+                self._compact(_thread_id({"configurable": {"thread_id": thread_id}}, "thread id"))
+
+    def _compact(self, thread_id: str) -> None:
+        def act(t: _Thread, hold: _Hold) -> None:
+            live = list(t.index.live())
+            kept = [c for c in (t.index.latest(ns) for ns in list(t.index.checkpoints)) if c]
+            if len(kept) < len(live):
+                self._move(t, hold, self._replay(t, kept, thread_id))
+
+        self._locked(thread_id, act, create=False)
+
+    def _move(self, t: _Thread, hold: _Hold, payloads: Keyed) -> None:
+        """Write ``payloads`` into a new run, register it as the next generation, then tombstone
+        and retire the old run. A crash before the registration leaves an unused run, never a
+        thread without its records."""
+        assert t.gen is not None
+        number = t.gen.gen + 1
+        info, new_lease = self._backend.begin(
+            THREAD_FLOW, SCOPE, {"langgraph": {"thread": t.thread_id, "generation": number}}
+        )
+        fresh = _Thread(t.thread_id)
+        fresh.reset(Generation(t.thread_id, number, (info.run_id,)))
+        try:
+            self._append_own(fresh, _Hold(new_lease, False), payloads)
+            hold.wrote = True  # from here on the move is under way: a lost lease is not retried
+            reg = self._catalog.register(t.thread_id, number, info.run_id, "prune")
+        except BaseException:
+            self._backend.release(new_lease)
+            raise
+        if reg.run_id != info.run_id:  # cannot happen while we hold the old run's lease
+            lost = {"code": "langgraph_thread_race", "message": f"lost to run {reg.run_id}"}
+            self._leases.retire(new_lease, lost)
+            raise JournalLeaseLost(
+                f"generation {number} of thread {t.thread_id!r} was registered by another process",
+                expected=0,
+                got=0,
+                run_id=info.run_id,
+            )
+        self._leases.adopt(new_lease)
+        self._backend.append(hold.lease, STREAM, {"kind": "compacted", "into": info.run_id})
+        self._leases.retire(hold.lease)
+        t.gen, t.index = fresh.gen, fresh.index
+
+    # -- async twins ---------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``get_tuple`` on the saver's executor."""
+        return await self._off_loop(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """``list`` on the saver's executor."""
+        found = await self._off_loop(self._list, config, filter=filter, before=before, limit=limit)
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """``put`` on the saver's executor."""
+        return await self._off_loop(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """``put_writes`` on the saver's executor."""
+        await self._off_loop(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """``delete_thread`` on the saver's executor."""
+        await self._off_loop(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """``delete_for_runs`` on the saver's executor."""
+        await self._off_loop(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """``copy_thread`` on the saver's executor."""
+        await self._off_loop(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``prune`` on the saver's executor."""
+        await self._off_loop(self.prune, thread_ids, strategy=strategy)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The next channel version: a zero-padded counter and a random fraction, so two forks of
+        one thread never give different values the same version."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"

@@ -1,0 +1,580 @@
+"""``JournalStore``: LangGraph's long-term memory store on the flows findings memory.
+
+Mapping (docs/LANGGRAPH.md has the whole story):
+
+* a namespace ``("users", "u1")`` is the scope ``langgraph:users.u1`` (LangGraph forbids ``.`` in a
+  label, so the join is unambiguous, and a prefix of the namespace is a prefix of the scope);
+* an item is a finding in that scope: ``text`` is the value's text (what ``why`` ranks),
+  ``source`` is ``LangGraphStore``, and ``metadata`` is ``{"key", "value", "createdMs", "rev"}``
+  (plus ``"ttlMinutes"`` for an item with a TTL, whose ``expiresMs`` then says when it lapses);
+  ``rev`` is random per put, so every version is a finding of its own (the memory refuses to learn
+  again a finding it retired, and a value may well come back after an update);
+* ``put`` is a journal-first learn; an update supersedes the item's live finding, a delete forgets
+  it, so every version stays in the journal with its history and citation;
+* ``search(query=…)`` is the memory's ranked ``why``; without a query, items newest first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
+
+import orjson
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
+)
+
+from flows.langgraph._errors import ConfigInvalid, ValueTooLarge, ValueUnserializable
+from journal import JournalBackend, Lease, RunState
+from memory import MemoryStore, Recalled, RootRun
+
+T = TypeVar("T")
+
+SCOPE_PREFIX = "langgraph:"
+"""Every store namespace is the scope ``langgraph:<label>.<label>…``."""
+SOURCE = "LangGraphStore"
+"""The ``source`` of every item's finding (one word, so ``why`` does not match it by accident)."""
+FLOW = "langgraph-store"
+"""The flow name of the root run each ``JournalStore`` journals its writes into (begun by its first
+write, ``done`` when it closes)."""
+SCOPE_MAX = 256
+"""The longest scope the memory takes, and so the longest joined namespace (with its prefix)."""
+VALUE_MAX_BYTES = 15 * 1024
+"""The largest value, as JSON: what fits a finding's metadata with the item's own keys."""
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_INDEXED = "v."
+"""A value's short top-level strings are also metadata keys ``v.<field>``, so an equality filter on
+them is answered by the memory's metadata index rather than by reading every item."""
+_INDEXED_MAX = 256
+
+
+def _indexed(value: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        _INDEXED + k: v
+        for k, v in value.items()
+        if isinstance(v, str) and len(v) <= _INDEXED_MAX and len(k) <= 120
+    }
+
+
+def scope_of(namespace: tuple[str, ...]) -> str:
+    """The scope of ``namespace``; ``InvalidNamespaceError`` (LangGraph's) when it cannot be one."""
+    if not isinstance(namespace, tuple) or not namespace:
+        raise InvalidNamespaceError(f"a namespace is a non-empty tuple of labels, not {namespace!r}")
+    for label in namespace:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise InvalidNamespaceError(
+                f"invalid namespace label {label!r} in {namespace}: labels are non-empty strings "
+                "without '.' or NUL"
+            )
+    if namespace[0] == "langgraph":
+        raise InvalidNamespaceError(f'the root label of a namespace cannot be "langgraph": {namespace}')
+    scope = SCOPE_PREFIX + ".".join(namespace)
+    if len(scope) > SCOPE_MAX:
+        raise InvalidNamespaceError(
+            f"namespace {namespace!r:.80} is {len(scope) - len(SCOPE_PREFIX)} characters joined; "
+            f"at most {SCOPE_MAX - len(SCOPE_PREFIX)}"
+        )
+    return scope
+
+
+def _scope_if_any(namespace: tuple[str, ...]) -> str | None:
+    """The scope of ``namespace``, or None for one that can hold no item (reads find nothing)."""
+    try:
+        return scope_of(namespace)
+    except InvalidNamespaceError:
+        return None
+
+
+def namespace_of(scope: str) -> tuple[str, ...] | None:
+    """The namespace a scope holds, or None for a scope that is not the store's."""
+    if not scope.startswith(SCOPE_PREFIX) or len(scope) == len(SCOPE_PREFIX):
+        return None
+    return tuple(scope[len(SCOPE_PREFIX) :].split("."))
+
+
+def _plain(value: Any, path: str, depth: int = 0) -> Any:
+    """``value`` as plain JSON, or ValueUnserializable naming the path of the first bad part."""
+    if value is None or isinstance(value, bool | str):
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise ValueUnserializable(
+                    f"`{path}` holds a lone surrogate, which is not valid UTF-8"
+                ) from None
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ValueUnserializable(f"`{path}` is an integer outside the signed 64-bit range")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueUnserializable(f"`{path}` is not a finite number (JSON has no NaN or infinity)")
+        return value
+    if depth >= 15:
+        raise ValueUnserializable(f"`{path}` nests deeper than 15 levels")
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if (
+                not isinstance(k, str)
+                or not k
+                or len(k) > 128
+                or any(ord(c) < 0x20 or c == "\x7f" for c in k)
+            ):
+                raise ValueUnserializable(
+                    f"`{path}` has the key {k!r:.40}: keys are non-empty strings of at most 128 "
+                    "characters without control characters"
+                )
+            out[k] = _plain(v, f"{path}.{k}", depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    raise ValueUnserializable(
+        f"`{path}` is a {type(value).__name__}; a store value holds only JSON (strings, numbers, "
+        "booleans, null, lists and objects)"
+    )
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
+    path = condition.path
+    if len(namespace) < len(path):
+        return False
+    pairs = (
+        zip(namespace, path, strict=False)
+        if condition.match_type == "prefix"
+        else zip(reversed(namespace), reversed(path), strict=False)
+    )
+    return all(p in ("*", n) for n, p in pairs)
+
+
+def _compare(actual: Any, wanted: Any) -> bool:
+    """LangGraph's filter semantics: equality, nested objects, and the ``$`` operators."""
+    if isinstance(wanted, dict):
+        if any(k.startswith("$") for k in wanted):
+            return all(_operator(actual, op, v) for op, v in wanted.items())
+        return isinstance(actual, dict) and all(_compare(actual.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(actual, list | tuple)
+            and len(actual) == len(wanted)
+            and all(_compare(a, w) for a, w in zip(actual, wanted, strict=True))
+        )
+    return bool(actual == wanted)
+
+
+def _operator(actual: Any, op: str, wanted: Any) -> bool:
+    if op == "$eq":
+        return bool(actual == wanted)
+    if op == "$ne":
+        return bool(actual != wanted)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        try:
+            a, w = float(actual), float(wanted)
+        except (TypeError, ValueError):
+            return False
+        return {"$gt": a > w, "$gte": a >= w, "$lt": a < w, "$lte": a <= w}[op]
+    raise ConfigInvalid(f"unsupported filter operator {op!r}: use $eq, $ne, $gt, $gte, $lt or $lte")
+
+
+class JournalStore(BaseStore):
+    """LangGraph's ``BaseStore`` on the findings memory, every write journal-first.
+
+    ``builder.compile(checkpointer=JournalSaver(), store=JournalStore())`` is the whole switch.
+
+    Args:
+        db: the history DB (default: ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``).
+        journal: the journal location (default: ``$FLOWS_JOURNAL``, else ``<db-dir>/flows-journal``).
+        ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for items put without one, and
+            ``refresh_on_read`` (a read of an item with a TTL re-learns it with a new expiry).
+        index: LangGraph's ``IndexConfig``; only ``fields`` is used (which parts of a value are
+            the text ``search(query=…)`` ranks). Embeddings are refused: ranking is lexical.
+        sync_every: after this many writes the store syncs the memory (learned files into the
+            history DB), which keeps reads from parsing ever more unsynced files; 0: never.
+
+    Raises (every method): LangGraph's ``InvalidNamespaceError`` for a bad namespace;
+    ``ValueUnserializable`` for a value that is not plain JSON; ``ValueTooLarge`` past
+    ``VALUE_MAX_BYTES``; ``ConfigInvalid`` for an unknown filter operator; the memory's and the
+    journal's own errors unchanged. Nothing is written when a call raises before its learn.
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(
+        self,
+        db: str | None = None,
+        journal: str | None = None,
+        *,
+        ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
+        clock: Callable[[], int] | None = None,
+        max_workers: int = 8,
+        sync_every: int = 16,
+    ) -> None:
+        if index is not None and (index.get("embed") is not None or index.get("dims") is not None):
+            raise ConfigInvalid(
+                "JournalStore ranks search(query=…) with the memory's word-based why, not embeddings: "
+                "pass index={'fields': [...]} or no index"
+            )
+        self.ttl_config = ttl
+        self._fields = [(f, tokenize_path(f)) for f in (index or {}).get("fields") or [] if f != "$"]
+        self._memory = MemoryStore(db, journal=journal)
+        self._root: tuple[JournalBackend, Lease] | None = None
+        self._mutex = threading.Lock()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._sync_every = sync_every
+        self._writes = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._max_workers = max_workers
+        self._closed = False
+
+    @property
+    def memory(self) -> MemoryStore:
+        """The findings memory the items live in."""
+        return self._memory
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End the store's root run (``done``) and close the memory; safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        try:
+            if self._root is not None:
+                backend, lease = self._root
+                backend.finish(lease, RunState.DONE)
+        finally:
+            self._memory.close()
+
+    def __enter__(self) -> JournalStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JournalStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this JournalStore is closed")
+
+    def _root_for(self, scope: str) -> RootRun:
+        """The store's root run (begun now if need be), seen as a root run of ``scope``."""
+        with self._mutex:
+            if self._root is None:
+                backend = self._memory.open_journal()
+                _, lease = backend.begin(FLOW, "langgraph", {"langgraph": "store"})
+                self._root = (backend, lease)
+            backend, lease = self._root
+        return RootRun(journal=backend, lease=lease, flow=FLOW, scope=scope, source=SOURCE)
+
+    def _wrote(self) -> None:
+        """Count a write; every ``sync_every`` writes, move the learned files into the DB."""
+        with self._mutex:
+            self._writes += 1
+            due = self._sync_every > 0 and self._writes % self._sync_every == 0
+        if due:
+            self._memory.sync(materialize=False)
+
+    def _key_lock(self, scope: str, key: str) -> threading.Lock:
+        with self._mutex:
+            return self._key_locks.setdefault((scope, key), threading.Lock())
+
+    # -- batch ---------------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order of kind as LangGraph's stores do: reads (get, search, list) first,
+        answered from the state before the batch; then the puts, the last one per item winning."""
+        self._check_open()
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for op in ops:
+            validate_op_namespace(op)  # LangGraph's own check of every label
+        for i, op in enumerate(ops):
+            if isinstance(op, GetOp):
+                results[i] = self._get(op)
+            elif isinstance(op, SearchOp):
+                results[i] = self._search(op)
+            elif isinstance(op, ListNamespacesOp):
+                results[i] = self._list_namespaces(op)
+            elif isinstance(op, PutOp):
+                if op.value is not None:
+                    scope_of(op.namespace)
+                    self._prepare(op)  # bad values fail the batch before anything is written
+                puts.pop((op.namespace, op.key), None)
+                puts[(op.namespace, op.key)] = op
+            else:
+                raise ConfigInvalid(f"unknown store operation {type(op).__name__}")
+        for op in puts.values():
+            self._put(op)
+            self._wrote()
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """``batch`` on the store's executor."""
+        self._check_open()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-store")
+        ops = list(ops)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(self.batch, ops))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _live(self, scope: str, key: str) -> list[Recalled]:
+        """The live findings of item ``key`` (newest first; more than one only after a race)."""
+        return [r for r in self._memory.recall(scope=scope, meta={"key": key}, limit=None) if self._ours(r)]
+
+    @staticmethod
+    def _ours(found: Recalled) -> bool:
+        meta = found.metadata
+        return isinstance(meta.get("key"), str) and isinstance(meta.get("value"), dict)
+
+    def _item(self, found: Recalled, namespace: tuple[str, ...], score: float | None = None) -> SearchItem:
+        meta = found.metadata
+        created = meta.get("createdMs")
+        return SearchItem(
+            namespace=namespace,
+            key=meta["key"],
+            value=orjson.loads(orjson.dumps(meta["value"])),  # a copy: results are shared
+            created_at=_utc(created if isinstance(created, int) else found.learned_ms),
+            updated_at=_utc(found.learned_ms),
+            score=score,
+        )
+
+    def _get(self, op: GetOp) -> Item | None:
+        scope = _scope_if_any(op.namespace)
+        live = self._live(scope, op.key) if scope else []
+        if scope is None or not live:
+            return None
+        found = live[0]
+        if self._refreshing(op.refresh_ttl) and found.metadata.get("ttlMinutes") is not None:
+            found = self._refresh(scope, op.key, found)
+        item = self._item(found, op.namespace)
+        return Item(
+            value=item.value,
+            key=item.key,
+            namespace=item.namespace,
+            created_at=item.created_at,
+            updated_at=item.updated_at,
+        )
+
+    def finding(self, namespace: tuple[str, ...], key: str) -> Recalled | None:
+        """The live finding that holds item ``key`` of ``namespace``: its ``key`` (for
+        ``MemoryStore.history``), ``citation`` (the journal record: run, stream, record id) and
+        ``learned_ms``. None when the item does not exist."""
+        self._check_open()
+        scope = _scope_if_any(namespace)
+        live = self._live(scope, key) if scope else []
+        return live[0] if live else None
+
+    def _scopes_under(self, prefix: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+        out = []
+        for scope in self._memory.scopes():
+            ns = namespace_of(scope)
+            if ns is not None and ns[: len(prefix)] == prefix:
+                out.append((scope, ns))
+        return out
+
+    def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = tuple(op.namespace_prefix)
+        found: list[tuple[float | None, int, Recalled, tuple[str, ...]]] = []
+        for scope, ns in self._scopes_under(prefix):
+            if op.query:
+                for hit in self._memory.why(op.query, limit=2**31 - 1, scope=scope):
+                    if self._ours(hit.finding):
+                        found.append((hit.score, hit.finding.learned_ms, hit.finding, ns))
+            else:
+                pushed = {_INDEXED + k: v for k, v in (op.filter or {}).items() if isinstance(v, str)}
+                for r in self._memory.recall(scope=scope, meta=pushed or None, limit=None):
+                    if self._ours(r):
+                        found.append((None, r.learned_ms, r, ns))
+        if op.filter:
+            found = [
+                f
+                for f in found
+                if all(_compare(f[2].metadata["value"].get(k), v) for k, v in op.filter.items())
+            ]
+        if op.query:
+            found.sort(key=lambda f: (-(f[0] or 0.0), -f[1]))
+        else:
+            found.sort(key=lambda f: -f[1])
+        page = found[op.offset : op.offset + op.limit]
+        refresh = self._refreshing(op.refresh_ttl)
+        out = []
+        for score, _, r, ns in page:
+            scope = SCOPE_PREFIX + ".".join(ns)
+            fresh = (
+                self._refresh(scope, r.metadata["key"], r) if refresh and r.metadata.get("ttlMinutes") else r
+            )
+            out.append(self._item(fresh, ns, score))
+        return out
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        namespaces = [ns for _, ns in self._scopes_under(())]
+        if op.match_conditions:
+            namespaces = [ns for ns in namespaces if all(_matches(ns, c) for c in op.match_conditions)]
+        if op.max_depth is not None:
+            namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
+        else:
+            namespaces = sorted(set(namespaces))
+        return namespaces[op.offset : op.offset + op.limit]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _refreshing(self, asked: bool | None) -> bool:
+        if self.ttl_config is None:
+            return False
+        return bool(asked) and self.ttl_config.get("refresh_on_read", True)
+
+    def _text(self, key: str, value: Mapping[str, Any], index: Any) -> str:
+        if index is False:
+            return key
+        if isinstance(index, list):
+            fields = [(f, tokenize_path(f)) for f in index if f != "$"]
+        else:
+            fields = self._fields
+        if fields:
+            texts = [t for _, path in fields for t in get_text_at_path(value, path)]
+        else:
+            texts = []
+            stack: list[Any] = [value]
+            while stack:
+                v = stack.pop()
+                if isinstance(v, str):
+                    texts.append(v)
+                elif isinstance(v, dict):
+                    stack.extend(reversed(list(v.values())))
+                elif isinstance(v, list):
+                    stack.extend(reversed(v))
+        text = "\n".join(t for t in texts if t.strip())
+        return text or key
+
+    def _prepare(self, op: PutOp) -> tuple[dict[str, Any], float | None]:
+        """The value as plain JSON (checked and bounded) and the item's TTL in minutes."""
+        if not isinstance(op.key, str) or not op.key:
+            raise ConfigInvalid(f"an item's key is a non-empty string, not {op.key!r:.40}")
+        if not isinstance(op.value, Mapping):
+            raise ValueUnserializable(
+                f"a store value is a mapping of string keys, not {type(op.value).__name__}"
+            )
+        value = _plain(op.value, "value")
+        size = len(orjson.dumps(value)) + len(orjson.dumps(_indexed(value)))
+        if size > VALUE_MAX_BYTES:
+            raise ValueTooLarge(
+                f"the value of item {op.key!r:.60} is {size:,} bytes as JSON, over the store's "
+                f"{VALUE_MAX_BYTES:,}-byte bound; keep large data elsewhere and store a reference",
+                size=size,
+                limit=VALUE_MAX_BYTES,
+            )
+        ttl = op.ttl  # ``put`` has already applied the TTL config's default (None: no TTL)
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+            raise ConfigInvalid(f"a TTL is a positive number of minutes, not {ttl!r}")
+        return value, ttl
+
+    def _finding(
+        self, op: PutOp, value: dict[str, Any], ttl: float | None, created_ms: int
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "key": op.key,
+            "value": value,
+            "createdMs": created_ms,
+            "rev": secrets.token_hex(8),
+            **_indexed(value),
+        }
+        finding: dict[str, Any] = {
+            "text": self._text(op.key, value, op.index),
+            "source": SOURCE,
+            "metadata": meta,
+        }
+        if ttl is not None:
+            meta["ttlMinutes"] = ttl
+            finding["expiresMs"] = self._clock() + int(ttl * 60_000)
+        return finding
+
+    def _put(self, op: PutOp) -> None:
+        if op.value is None:
+            self._delete(op)
+            return
+        scope = scope_of(op.namespace)
+        with self._key_lock(scope, op.key):
+            live = self._live(scope, op.key)
+            value, ttl = self._prepare(op)
+            created = live[0].metadata.get("createdMs") if live else None
+            created_ms = created if isinstance(created, int) else self._clock()
+            finding = self._finding(op, value, ttl, created_ms)
+            if live and ttl is None and self._same(live[0], finding):
+                return  # the item already holds exactly this: nothing to journal
+            root = self._root_for(scope)
+            self._memory.learn(finding, root, supersedes=live[0].key if live else None)
+            for stale in live[1:]:  # two processes put the item at once: keep the newest
+                self._memory.forget(stale.key, root, reason="superseded by a concurrent put of the same item")
+
+    def _delete(self, op: PutOp) -> None:
+        scope = _scope_if_any(op.namespace)
+        if scope is None:
+            return
+        with self._key_lock(scope, op.key):
+            live = self._live(scope, op.key)
+            if live:
+                root = self._root_for(scope)
+                for found in live:
+                    self._memory.forget(found.key, root, reason="deleted through the LangGraph store")
+
+    @staticmethod
+    def _same(found: Recalled, finding: Mapping[str, Any]) -> bool:
+        """Whether ``found`` already holds what ``finding`` would (all but its ``rev``)."""
+        had = {k: v for k, v in found.metadata.items() if k != "rev"}
+        new = {k: v for k, v in finding["metadata"].items() if k != "rev"}
+        return found.text == finding["text"] and had == new and found.expires_ms is None and not found.tags
+
+    def _refresh(self, scope: str, key: str, found: Recalled) -> Recalled:
+        """Re-learn an item with a TTL so its expiry starts again (a read that refreshes)."""
+        ttl = found.metadata["ttlMinutes"]
+        op = PutOp(namespace=namespace_of(scope) or (), key=key, value=found.metadata["value"], ttl=ttl)
+        with self._key_lock(scope, key):
+            finding = self._finding(
+                op, dict(found.metadata["value"]), ttl, found.metadata.get("createdMs", 0)
+            )
+            finding["text"] = found.text
+            self._memory.learn(finding, self._root_for(scope), supersedes=found.key)
+        live = self._live(scope, key)
+        return live[0] if live else found
+
+    def __repr__(self) -> str:
+        return f"JournalStore(db={str(self._memory.db_path)!r}, journal={self._memory.journal_location!r})"

@@ -1,0 +1,107 @@
+"""Folding the activity log and the ledger into the snapshot's state, line by line.
+
+The state is a pure function of the two files' lines, folded in order: every line of the activity log
+up to some offset, then every line of the ledger up to some offset. So it can be rebuilt from scratch
+(fold both files whole) or caught up (fold only the lines past the covered prefixes), with the same
+result. The order matters in one way: a ledger line that resolves a dispatch is always written after
+that dispatch's activity line (a later tick reconciles it), so the ledger's end is measured before
+the activity log's, and a resolution is never folded before the dispatch it resolves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from memory.ledger._activity import (
+    ActivityRecord,
+    DispatchDropped,
+    DispatchSettled,
+    DispatchSigned,
+    DispatchSubmitted,
+    DispatchUnsent,
+    TokenMetadata,
+)
+from memory.ledger._entries import Acted, Entry, Outcome
+from memory.ledger._lines import Line, line_sha256
+from memory.ledger._snapshot import Coverage, LastAct, LineRef, OpenDispatch, Snapshot
+
+
+class StateBuilder:
+    """The snapshot's state, being folded; start empty or from a verified snapshot."""
+
+    def __init__(self, start: Snapshot | None = None) -> None:
+        self.last: LastAct | None = None if start is None else start.last_confirmed
+        self.last_line: LineRef | None = None if start is None else start.last_line
+        self.open: dict[str, OpenDispatch] = (
+            {} if start is None else {d.tx_hash.lower(): d for d in start.open}
+        )
+        self.unsent: dict[str, OpenDispatch] = (
+            {} if start is None else {d.tx_hash.lower(): d for d in start.unsent}
+        )
+        self.tokens: dict[str, tuple[int, str]] = {} if start is None else dict(start.tokens)
+
+    def fold_activity(self, line: Line[ActivityRecord]) -> None:
+        """Fold one activity record: dispatches open, are accepted, or resolve as unsent/dropped."""
+        record = line.record
+        if isinstance(record, DispatchSigned | DispatchSubmitted):
+            if record.action != "swap":
+                return  # only swaps are the agent's trades; nothing else is ledgered or awaited
+            key = record.tx_hash.lower()
+            known = self.open.get(key)
+            if known is not None:
+                if isinstance(record, DispatchSubmitted):
+                    self.open[key] = replace(known, broadcast=True)
+                return
+            nonce = record.nonce if isinstance(record, DispatchSigned) else None
+            ref = LineRef(line.offset, line_sha256(line.raw))
+            broadcast = isinstance(record, DispatchSubmitted)
+            self.open[key] = OpenDispatch(record.tx_hash, nonce, record.ts, ref, broadcast=broadcast)
+        elif isinstance(record, DispatchSettled):
+            key = record.tx_hash.lower()
+            known = self.open.get(key)
+            if known is not None:
+                self.open[key] = replace(known, broadcast=True, settled=True)
+        elif isinstance(record, DispatchUnsent):
+            key = record.tx_hash.lower()
+            dispatch = self.open.pop(key, None)
+            if dispatch is not None and dispatch.nonce is not None:
+                self.unsent[key] = dispatch
+        elif isinstance(record, DispatchDropped):
+            self.open.pop(record.tx_hash.lower(), None)
+            self.unsent.pop(record.tx_hash.lower(), None)
+        elif isinstance(record, TokenMetadata):
+            self.tokens[record.token.lower()] = (record.decimals, record.symbol)
+
+    def fold_ledger(self, line: Line[Entry]) -> None:
+        """Fold one ledger entry: a final outcome resolves its dispatch; confirmed may be the last act.
+
+        "Last" is by ``ts`` (the block's time), the newest line winning a tie: an unverified
+        dispatch resolved after a newer one was confirmed is appended later but happened earlier.
+        """
+        entry = line.record
+        if not isinstance(entry, Acted):
+            return
+        key = entry.tx_hash.lower()
+        if entry.outcome is Outcome.UNVERIFIED:
+            known = self.open.get(key)
+            if known is not None:
+                self.open[key] = replace(known, unverified=True)
+            return
+        self.open.pop(key, None)
+        self.unsent.pop(key, None)
+        if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
+            assert entry.block is not None  # a confirmed entry always has its block (schema)
+            self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
+            self.last_line = LineRef(line.offset, line_sha256(line.raw))
+
+    def freeze(self, ledger: Coverage, activity: Coverage) -> Snapshot:
+        """The snapshot of the folded state over these prefixes."""
+        return Snapshot(
+            ledger=ledger,
+            activity=activity,
+            last_confirmed=self.last,
+            last_line=self.last_line,
+            open=tuple(self.open.values()),
+            unsent=tuple(self.unsent.values()),
+            tokens=dict(self.tokens),
+        )

@@ -1,0 +1,348 @@
+"""What the reading commands show: ``sail status``, ``sail why`` and ``sail ledger`` (no web3 here).
+
+``status`` and ``why`` read the verified snapshot and the last lines of the two logs, so they cost
+the same on a ten-line ledger and on a million-line one. ``ledger`` lists everything, so it reads
+everything: one row per trade (an ``unverified`` entry and its later resolution together, linked by
+tx hash), with the revert reason or the never-sent resolution the activity log keeps beside it.
+
+Times follow the command line's convention (``memory.cli``): local time with its UTC offset, and in
+JSON epoch milliseconds in keys ending in ``Ms`` (a ledger entry keeps its own ``ts``). The ledger's
+table shows every time in one zone, named in its header. A timestamp no calendar can show is
+printed as its number, and is null in a ``…Ms`` key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from memory.cli import INT64_MAX, format_ms
+from memory.ledger import (
+    Acted,
+    ActivityLog,
+    ActivityRecord,
+    DispatchDropped,
+    DispatchMismatch,
+    DispatchSettled,
+    DispatchUnsent,
+    Entry,
+    Ledger,
+    Outcome,
+    Skipped,
+    TickFinished,
+    TickStarted,
+)
+from sail._config import SailConfig, sail_dir
+
+#: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
+_BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
+#: how far back ``status`` counts failed ticks before it says "at least"
+MAX_TICKS_SCANNED = 100_000
+
+
+def when(ts: int) -> str:
+    """``ts`` for people: local time with its UTC offset, or ``ts <n>`` when no calendar can show it."""
+    try:
+        return format_ms(ts * 1000)
+    except (OverflowError, OSError, ValueError):
+        return f"ts {ts}"
+
+
+def ms(ts: int) -> int | None:
+    """``ts`` in epoch milliseconds, or None beyond what a JSON time carries."""
+    return _fits(ts * 1000)
+
+
+def short(tx_hash: str) -> str:
+    """A hash shortened for a table: ``0x1234…abcd``."""
+    return f"{tx_hash[:6]}…{tx_hash[-4:]}" if len(tx_hash) > 12 else tx_hash
+
+
+def _fits(value: int) -> int | None:
+    return value if 0 <= value <= INT64_MAX else None
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TickHistory:
+    """The last tick and how many ticks failed since the last one that did not."""
+
+    last: TickFinished | TickStarted | None
+    failed_since_success: int
+    counted_all: bool  # False when the count stopped at MAX_TICKS_SCANNED
+
+
+def tick_history(records: Iterable[ActivityRecord]) -> TickHistory:
+    """Read ``records`` newest first until the last successful tick (or the bound).
+
+    A ``tick_started`` with no ``tick_finished`` of its process after it is a tick that is still
+    running when it is the newest, and one that was killed otherwise (counted as failed).
+    """
+    last: TickFinished | TickStarted | None = None
+    failed = seen = 0
+    awaiting_start: set[int] = set()  # processes whose finish was read and whose start was not yet
+    for record in records:
+        if not isinstance(record, TickFinished | TickStarted):
+            continue
+        seen += 1
+        if seen > MAX_TICKS_SCANNED:
+            return TickHistory(last, failed, False)
+        if isinstance(record, TickStarted):
+            if record.pid in awaiting_start:
+                awaiting_start.discard(record.pid)
+            elif last is None:
+                last = record  # began, and has not finished: still running, or killed
+            else:
+                failed += 1  # began, and never finished: killed
+            continue
+        awaiting_start.add(record.pid)
+        last = last or record
+        if record.ok:
+            return TickHistory(last, failed, True)
+        failed += 1
+    return TickHistory(last, failed, True)
+
+
+def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
+    """The status of the agent at ``home`` as a JSON-ready object (see ``format_status``).
+
+    Raises:
+        journal.JournalCorrupt: the ledger or activity log is damaged where it is read.
+        LedgerNotAFile: a file of the agent is not a regular file.
+    """
+    directory = sail_dir(home)
+    ledger = Ledger(directory)
+    state = ledger.state()
+    newest = next(ledger.iter_reverse(), None)
+    history = tick_history(ActivityLog(directory).iter_reverse())
+    last = state.last_confirmed
+    blocked = _blocked_by(state.open, newest)
+    next_ms = None if blocked is not None or last is None else ms(last.ts + config.interval_s)
+    return {
+        "lastConfirmed": None
+        if last is None
+        else {"tsMs": ms(last.ts), "block": last.block, "txHash": last.tx_hash},
+        "intervalS": config.interval_s,
+        "nextEligibleMs": next_ms,
+        "blockedBy": blocked,
+        "openDispatches": [d.tx_hash for d in state.open],
+        "lastTick": _tick_wire(history.last),
+        "failedTicksSinceSuccess": history.failed_since_success,
+        "failedTicksCountedAll": history.counted_all,
+        "ledger": str(ledger.path),
+    }
+
+
+def _blocked_by(open_dispatches: Sequence[Any], newest: Entry | None) -> dict[str, Any] | None:
+    """What holds the next trade other than the clock: an unresolved dispatch, or the last skip."""
+    if open_dispatches:
+        oldest = min(open_dispatches, key=lambda d: d.ts)
+        return {
+            "kind": "dispatch",
+            "reason": f"unresolved dispatch {oldest.tx_hash}, signed at {when(oldest.ts)}",
+            "sinceMs": ms(oldest.ts),
+        }
+    if isinstance(newest, Skipped):
+        kind = _BLOCKING.get(newest.reason.split(" ", 1)[0])
+        if kind is not None:
+            return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
+    return None
+
+
+def _tick_wire(tick: TickFinished | TickStarted | None) -> dict[str, Any] | None:
+    if tick is None:
+        return None
+    if isinstance(tick, TickStarted):
+        return {
+            "tsMs": ms(tick.ts),
+            "outcome": "running",
+            "code": None,
+            "message": None,
+            "reason": None,
+            "txHash": None,
+        }
+    return {
+        "tsMs": ms(tick.ts),
+        "outcome": tick.outcome,
+        "code": tick.code,
+        "message": tick.message,
+        "reason": tick.reason,
+        "txHash": tick.tx_hash,
+    }
+
+
+def format_status(status: dict[str, Any]) -> list[str]:
+    """The status as lines of text (local times with their offset)."""
+    lines = [f"last tick: {_describe_tick(status['lastTick'])}"]
+    failed = status["failedTicksSinceSuccess"]
+    more = "" if status["failedTicksCountedAll"] else " or more"
+    lines.append(f"failed ticks since the last successful one: {failed}{more}")
+    last = status["lastConfirmed"]
+    if last is None:
+        lines.append("last confirmed act: none")
+    else:
+        lines.append(f"last confirmed act: {_at(last['tsMs'])}, block {last['block']}, tx {last['txHash']}")
+    lines.append(f"next trade: {_describe_next(status, last)}")
+    lines.append(f"dispatches awaiting reconcile: {len(status['openDispatches'])}")
+    lines.append(f"ledger: {status['ledger']}")
+    return lines
+
+
+def _describe_tick(tick: dict[str, Any] | None) -> str:
+    if tick is None:
+        return "none recorded"
+    head = f"{_at(tick['tsMs'])}, {tick['outcome']}"
+    if tick["outcome"] == "running":
+        return f"{head} (started and not finished: still running, or killed)"
+    if tick["outcome"] == "failed":
+        return f"{head} [{tick['code']}] {tick['message']}"
+    if tick["outcome"] == "skipped":
+        return f"{head} ({tick['reason']})"
+    return f"{head} (tx {tick['txHash']})"
+
+
+def _describe_next(status: dict[str, Any], last: dict[str, Any] | None) -> str:
+    blocked = status["blockedBy"]
+    if blocked is not None:
+        if blocked["kind"] == "dispatch":
+            return f"blocked until it is resolved: {blocked['reason']}"
+        return (
+            f"blocked: {blocked['reason']} (as of the tick at {_at(blocked['sinceMs'])}; the owner must act)"
+        )
+    if last is None:
+        return "eligible now (subject to balance, allowance and quote)"
+    if status["nextEligibleMs"] is None:
+        return f"not within any calendar (last act {_at(last['tsMs'])}, interval {status['intervalS']}s)"
+    return f"eligible at {_at(status['nextEligibleMs'])} (interval {status['intervalS']}s)"
+
+
+def _at(epoch_ms: int | None) -> str:
+    return "a time beyond the calendar" if epoch_ms is None else when(epoch_ms // 1000)
+
+
+# -- why ------------------------------------------------------------------------------------------
+
+
+def recent_skips(ledger: Ledger, limit: int) -> list[Skipped]:
+    """The ``limit`` most recent skips, newest first (read backwards; fails closed like every read)."""
+    skips: list[Skipped] = []
+    if limit <= 0:
+        return skips
+    for entry in ledger.iter_reverse():
+        if isinstance(entry, Skipped):
+            skips.append(entry)
+            if len(skips) >= limit:
+                break
+    return skips
+
+
+# -- ledger ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Row:
+    time: str
+    block: str
+    outcome: str
+    what: str
+    tx: str
+    note: str
+
+
+@dataclass(frozen=True)
+class _Notes:
+    """What the activity log says about each tx hash beyond the ledger."""
+
+    reverts: dict[str, str]
+    resolved: dict[str, str]
+    mismatches: dict[str, list[str]]
+
+
+def _notes(records: Iterable[ActivityRecord]) -> _Notes:
+    notes = _Notes({}, {}, {})
+    for r in records:
+        if isinstance(r, DispatchSettled) and r.event == "dispatch_reverted" and r.reason:
+            notes.reverts[r.tx_hash.lower()] = r.reason
+        elif isinstance(r, DispatchUnsent | DispatchDropped):
+            notes.resolved[r.tx_hash.lower()] = f"{r.event.removeprefix('dispatch_')}: {r.reason}"
+        elif isinstance(r, DispatchMismatch):
+            notes.mismatches.setdefault(r.tx_hash.lower(), []).append(
+                f"chain's {r.field} differs from the local log's"
+            )
+    return notes
+
+
+def ledger_rows(entries: Sequence[Entry], records: Iterable[ActivityRecord]) -> list[str]:
+    """The ledger as an aligned table, one row per skip and per trade, every time in one zone (the
+    local zone's offset now, named in the header)."""
+    zone = datetime.now().astimezone().tzinfo or UTC
+    stamp = _stamper(zone)
+    notes = _notes(records)
+    rows: list[_Row] = []
+    by_hash: dict[str, _Row] = {}
+    for entry in entries:
+        if isinstance(entry, Skipped):
+            rows.append(_Row(stamp(entry.ts), _block(entry.block), "skipped", entry.reason, "", ""))
+            continue
+        key = entry.tx_hash.lower()
+        row = by_hash.get(key)
+        if row is None:
+            row = by_hash[key] = _Row("", "", "", "", short(entry.tx_hash), "")
+            rows.append(row)
+            if entry.outcome is Outcome.UNVERIFIED:
+                row.note = f"unverified at {stamp(entry.ts)}"
+        elif row.note:
+            row.note += f"; resolved {entry.outcome}"
+        _fill(row, entry, notes, stamp)
+    for key, row in by_hash.items():
+        extra = [*notes.mismatches.get(key, [])]
+        if row.outcome == str(Outcome.UNVERIFIED) and key in notes.resolved:
+            extra.append(notes.resolved[key])
+        if extra:
+            row.note = "; ".join(filter(None, [row.note, *extra]))
+    return _table(rows, _zone_name(zone))
+
+
+def _stamper(zone: Any) -> Any:
+    def stamp(ts: int) -> str:
+        try:
+            return datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M:%S")
+        except (OverflowError, OSError, ValueError):
+            return f"ts {ts}"
+
+    return stamp
+
+
+def _zone_name(zone: Any) -> str:
+    offset = datetime.now(zone).utcoffset() or timedelta(0)
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _fill(row: _Row, entry: Acted, notes: _Notes, stamp: Any) -> None:
+    row.time = stamp(entry.ts)
+    row.block = _block(entry.block)
+    row.outcome = str(entry.outcome)
+    amount_in = entry.amount_in.human if entry.amount_in else "?"
+    amount_out = entry.amount_out.human if entry.amount_out else "-"
+    row.what = f"{entry.action} {amount_in} -> {amount_out}"
+    if entry.outcome is Outcome.REVERTED:
+        reason = notes.reverts.get(entry.tx_hash.lower())
+        row.what += f" (reverted: {reason})" if reason else " (reverted, no reason given)"
+
+
+def _block(block: int | None) -> str:
+    return "-" if block is None else str(block)
+
+
+def _table(rows: list[_Row], zone: str) -> list[str]:
+    header = _Row(f"time ({zone})", "block", "outcome", "what", "tx", "note")
+    cells = [[r.time, r.block, r.outcome, r.what, r.tx, r.note] for r in [header, *rows]]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    return ["  ".join([*(c[i].ljust(widths[i]) for i in range(5)), c[5]]).rstrip() for c in cells]

@@ -1,0 +1,108 @@
+"""Bad input to ``JournalSaver``: coded errors (or LangGraph's own types), and nothing written."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from flows.langgraph import ConfigInvalid, JournalSaver, ValueTooLarge, ValueUnserializable
+from flows.langgraph._records import STREAM
+from tests.langgraph.helpers import checkpoint, config, put_chain
+
+
+def _records(saver: JournalSaver) -> list[Any]:
+    """Every record of every run of the journal, to show nothing was written."""
+    return [
+        (r.run_id, s, len(saver.backend.read(r.run_id, s)))
+        for r in saver.backend.runs()
+        for s in saver.backend.streams(r.run_id)
+    ]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["channel", "metadata", "write"],
+)
+def test_a_value_langgraphs_serializer_refuses_raises_coded_and_writes_nothing(
+    saver: JournalSaver, where: str
+) -> None:
+    ids = put_chain(saver, "t", [{"x": 1}])
+    before = _records(saver)
+    lock = threading.Lock()
+
+    with pytest.raises(ValueUnserializable) as caught:
+        if where == "channel":
+            saver.put(config("t", ids[0]), checkpoint({"x": lock}), {"step": 1}, {"x": 2})
+        elif where == "metadata":
+            saver.put(config("t", ids[0]), checkpoint({"x": 2}), {"step": 1, "lock": lock}, {"x": 2})  # type: ignore[typeddict-unknown-key]
+        else:
+            saver.put_writes(config("t", ids[0]), [("x", 1), ("y", lock)], "task")
+
+    assert isinstance(caught.value, TypeError)  # as the serializer's own failure is
+    assert caught.value.code == "langgraph_value_unserializable"
+    assert caught.value.thread_id == "t"
+    assert "lock" in caught.value.message
+    assert _records(saver) == before
+    tup = saver.get_tuple(config("t"))
+    assert tup is not None and tup.checkpoint["id"] == ids[0] and tup.pending_writes == []
+
+
+def test_an_unserializable_first_put_creates_no_thread_run_and_no_catalog(saver: JournalSaver) -> None:
+    with pytest.raises(ValueUnserializable):
+        saver.put(config("new"), checkpoint({"x": object()}), {}, {"x": 1})
+    assert saver.backend.runs() == []
+    assert saver.get_tuple(config("new")) is None
+
+
+def test_a_record_over_the_bound_raises_value_too_large_and_writes_nothing(journal_location: str) -> None:
+    with JournalSaver(journal=journal_location, max_record_bytes=4096) as saver:
+        ids = put_chain(saver, "t", [{"x": "small"}])
+        before = _records(saver)
+        with pytest.raises(ValueTooLarge) as caught:
+            saver.put(config("t", ids[0]), checkpoint({"x": "y" * 5000}), {}, {"x": 2})
+        with pytest.raises(ValueTooLarge):
+            saver.put_writes(config("t", ids[0]), [("x", "y" * 5000)], "task")
+        assert isinstance(caught.value, ValueError)
+        assert caught.value.code == "langgraph_value_too_large"
+        assert caught.value.limit == 4096 and caught.value.size > 5000
+        assert _records(saver) == before
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [{}, {"configurable": {}}, {"configurable": {"thread_id": None}}, {"configurable": {"thread_id": ["a"]}}],
+)
+def test_a_config_without_a_thread_id_raises_config_invalid(saver: JournalSaver, cfg: Any) -> None:
+    with pytest.raises(ConfigInvalid) as caught:
+        saver.put(cfg, checkpoint({"x": 1}), {}, {"x": 1})
+    assert caught.value.code == "langgraph_config_invalid"
+    with pytest.raises(ConfigInvalid):
+        saver.get_tuple(cfg)
+    assert saver.backend.runs() == []
+
+
+def test_other_bad_arguments_raise_config_invalid(saver: JournalSaver) -> None:
+    put_chain(saver, "t", [{"x": 1}])
+    with pytest.raises(ConfigInvalid, match="checkpoint_id"):
+        saver.put_writes(config("t"), [("x", 1)], "task")
+    with pytest.raises(ConfigInvalid, match="strategy"):
+        saver.prune(["t"], strategy="keep_some")
+    with pytest.raises(ConfigInvalid, match="checkpoint_ns"):
+        saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": 3}})
+    with pytest.raises(ConfigInvalid):
+        saver.delete_thread(None)  # type: ignore[arg-type]
+    cite = saver.citation(config("t"))
+    assert cite is not None
+    assert len(saver.backend.read(cite.run_id, STREAM)) == 1
+
+
+def test_thread_ids_with_any_characters_are_kept_apart(saver: JournalSaver) -> None:
+    odd = ["a/b", "../..", "", "nul\x00byte", "ünï ☃", "x" * 500, "t.1", "t-1"]
+    for i, thread in enumerate(odd):
+        put_chain(saver, thread, [{"i": i}])
+    for i, thread in enumerate(odd):
+        tup = saver.get_tuple(config(thread))
+        assert tup is not None and tup.checkpoint["channel_values"] == {"i": i}, repr(thread)
+        assert tup.config["configurable"]["thread_id"] == thread

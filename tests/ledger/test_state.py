@@ -1,0 +1,214 @@
+"""The snapshot never outranks the ledger, and every reader fails closed on the same damage."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory.ledger as ml
+from journal import JournalCorrupt
+from memory.ledger import (
+    ActivityLog,
+    DispatchSigned,
+    DispatchUnsent,
+    LastAct,
+    Ledger,
+    Outcome,
+    Skipped,
+)
+from tests.ledger.test_ledger import acted, skipped, write
+
+AGENT, ROUTER = "0x" + "33" * 20, "0x" + "44" * 20
+
+
+def _forge(ledger: Ledger, edit: dict) -> None:
+    """Edit the snapshot's body and recompute its digest, as a careful hand would."""
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    snap.pop("digest")
+    snap.update(edit)
+    digest = hashlib.sha256(orjson.dumps(snap, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    ledger.snapshot_path.write_bytes(orjson.dumps({**snap, "digest": digest}))
+
+
+def _hand_edit(ledger: Ledger, last: object) -> None:
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    snap["lastConfirmed"] = last
+    ledger.snapshot_path.write_bytes(orjson.dumps(snap, option=orjson.OPT_INDENT_2))
+
+
+@pytest.mark.parametrize("forged", [False, True], ids=["by-hand", "digest-recomputed"])
+def test_a_last_confirmed_edited_to_a_later_time_is_caught_and_rebuilt(tmp_path: Path, forged: bool) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    wrong = {**snap["lastConfirmed"], "ts": 10**9}  # would make every tick a false cadence skip
+    if forged:
+        _forge(ledger, {"lastConfirmed": wrong})
+    else:
+        _hand_edit(ledger, wrong)
+    assert Ledger(tmp_path).last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
+    rebuilt = orjson.loads(ledger.snapshot_path.read_bytes())
+    assert rebuilt["lastConfirmed"]["ts"] == 5  # rewritten from the ledger
+
+
+def test_a_last_confirmed_edited_to_null_is_caught_by_its_digest(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    _hand_edit(ledger, None)  # would make the next tick swap inside the interval
+    assert Ledger(tmp_path).last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
+
+
+def test_a_snapshot_naming_a_line_that_is_not_there_is_caught_by_the_lines_digest(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6), acted(8, 9))
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    # the first act's values at the first line's offset, with the digest of the last line
+    older = {"ts": 5, "block": 107, "txHash": f"0x{7:064x}", "offset": 0}
+    _forge(ledger, {"lastConfirmed": {**snap["lastConfirmed"], **older}})
+    assert Ledger(tmp_path).last_confirmed() == LastAct(8, 109, f"0x{9:064x}")
+
+
+def test_an_open_dispatch_removed_from_the_snapshot_by_hand_comes_back(tmp_path: Path) -> None:
+    sail = tmp_path / ".sail"
+    ledger = Ledger(sail)
+    ActivityLog(sail).append(_signed(1))
+    assert [d.tx_hash for d in ledger.state().open] == [_signed(1).tx_hash]
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    snap["open"] = []
+    ledger.snapshot_path.write_bytes(orjson.dumps(snap))
+    assert [d.tx_hash for d in Ledger(sail).state().open] == [_signed(1).tx_hash]
+
+
+def test_the_unresolved_dispatches_follow_the_logs_through_catch_up_and_rebuild(tmp_path: Path) -> None:
+    sail = tmp_path / ".sail"
+    ledger, activity = Ledger(sail), ActivityLog(sail)
+    for n in (1, 2, 3):
+        activity.append(_signed(n))
+    activity.append(DispatchUnsent(10, _signed(2).tx_hash, 2, "never broadcast"))
+    write(ledger, acted(20, 1))  # dispatch 1 is final
+    caught = ledger.state()
+    assert [d.tx_hash for d in caught.open] == [_signed(3).tx_hash]
+    assert [d.tx_hash for d in caught.unsent] == [_signed(2).tx_hash]
+    write(ledger, acted(30, 2))  # the unsent one was mined after all: no longer watched
+    ledger.snapshot_path.unlink()
+    rebuilt = Ledger(sail).state()
+    assert ([d.tx_hash for d in rebuilt.open], rebuilt.unsent) == ([_signed(3).tx_hash], ())
+    assert rebuilt.last_confirmed == LastAct(30, 102, f"0x{2:064x}")
+
+
+def _signed(n: int) -> DispatchSigned:
+    return DispatchSigned(
+        ts=n, chain_id=1, tx_hash=f"0x{n:064x}", nonce=n, sender=AGENT, to=ROUTER, data="0x", action="swap",
+        permission=None,
+    )  # fmt: skip
+
+
+# -- one verdict for every reader ------------------------------------------------------------------
+
+
+def _damage_last_line(ledger: Ledger, replacement: bytes) -> None:
+    """Overwrite the last (acknowledged, below the watermark) line, keeping its length."""
+    data = ledger.path.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    line = data[start:-1]
+    ledger.path.write_bytes(data[:start] + replacement.ljust(len(line), b" ")[: len(line)] + b"\n")
+
+
+def _readers(ledger: Ledger) -> dict[str, object]:
+    return {
+        "entries": ledger.entries,
+        "iter_reverse": lambda: list(ledger.iter_reverse()),
+        "last_confirmed": ledger.last_confirmed,
+        "state": ledger.state,
+        "recent_confirmed": lambda: ledger.recent_confirmed(0),
+        "writer": lambda: ledger.writer().__enter__(),
+    }
+
+
+@pytest.mark.parametrize("damage", [b"\x00\x17garbage", b'{"kind": "traded"}'], ids=["bytes", "json"])
+def test_a_damaged_acknowledged_last_line_fails_every_reader_closed_and_saves_no_snapshot(
+    tmp_path: Path, damage: bytes
+) -> None:
+    sail = tmp_path / "damaged" / ".sail"
+    ledger = Ledger(sail)
+    write(ledger, acted(5, 7), skipped(6), skipped(7))
+    before = ledger.snapshot_path.read_bytes()
+    assert (ledger.path.stat().st_size, ml.Ledger(sail).lines.watermark()) == (
+        len(ledger.path.read_bytes()),
+    ) * 2
+    _damage_last_line(ledger, damage)
+    for name, read in _readers(Ledger(sail)).items():
+        with pytest.raises(JournalCorrupt) as info:
+            read()  # type: ignore[operator]
+        assert (info.value.code, info.value.line) == ("journal_corrupt", 3), name
+    ledger.snapshot_path.unlink()
+    for name, read in _readers(Ledger(sail)).items():
+        with pytest.raises(JournalCorrupt):
+            read()  # type: ignore[operator]
+        assert not ledger.snapshot_path.exists(), f"{name} saved a snapshot from a failed read"
+    assert before  # (the snapshot before the damage existed; it was never rewritten from it)
+
+
+def test_an_append_in_flight_past_the_watermark_is_no_record_for_any_reader(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    with ledger.path.open("ab") as f:
+        f.write(b"\x00\x00{not yet\n")  # written, not yet fsync'd: the watermark stays below it
+    assert [e.ts for e in ledger.iter_reverse()] == [6, 5]
+    assert ledger.last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
+    assert [e.ts for e in ledger.entries()] == [5, 6]
+    write(ledger, skipped(9))  # the next locked open cuts it
+    assert [e.ts for e in ledger.entries()] == [5, 6, 9]
+
+
+def test_the_tail_read_for_recent_acts_stops_at_lines_older_than_the_span(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(100, 1), *[skipped(200 + i) for i in range(5)], acted(10_000, 2), skipped(10_001))
+    assert ledger.recent_confirmed(9_000) == (LastAct(10_000, 102, f"0x{2:064x}"), True)
+    assert ledger.recent_confirmed(20_000) == (None, True)
+    # a confirmed act resolved late (written after newer skips) is still found by its time
+    write(ledger, acted(9_500, 3), skipped(10_002))
+    assert ledger.recent_confirmed(9_400)[0] == LastAct(10_000, 102, f"0x{2:064x}")
+    assert Ledger(tmp_path).last_confirmed() == LastAct(10_000, 102, f"0x{2:064x}")
+
+
+def test_a_skip_or_an_unverified_line_stamped_far_back_ends_the_tail_read(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(1_000, 1), skipped(2_000), acted(3_000, 2, Outcome.UNVERIFIED), Skipped(
+        ts=20_000, block=1, chain_id=1, reason="quote returned 0"
+    ))  # fmt: skip
+    # since 10_000: the unverified line at 3_000 is more than an hour older: nothing before it counts
+    assert ledger.recent_confirmed(10_000) == (None, True)
+    assert ledger.recent_confirmed(1_000) == (LastAct(1_000, 101, f"0x{1:064x}"), True)
+
+
+def test_a_snapshot_read_races_no_appender_into_a_wrong_answer(tmp_path: Path) -> None:
+    """Readers (no lock) and a writer at once: every answer is one the ledger had at some point."""
+    import threading
+
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(1, 1))
+    seen: list[LastAct | None] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.append(Ledger(tmp_path).last_confirmed())
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for r in readers:
+        r.start()
+    try:
+        for n in range(2, 30):
+            write(ledger, acted(n, n), skipped(n))
+    finally:
+        stop.set()
+        for r in readers:
+            r.join()
+    allowed = {LastAct(n, 100 + n, f"0x{n:064x}") for n in range(1, 30)}
+    assert set(seen) <= allowed and Ledger(tmp_path).last_confirmed() == LastAct(29, 129, f"0x{29:064x}")
+    assert os.path.exists(ledger.snapshot_path)

@@ -1,0 +1,250 @@
+"""The stat-keyed index of unsynced learned files: a fresh process's first read need not re-read
+every file, yet the files always win, damage still fails the read, and a bad index is only ignored."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+import memory
+from memory._filecache import CACHE_DIR, FileCache, _entry_row, _row_entry
+from memory._files import learned_names, read_learned
+from tests.conftest import ROOT
+
+SCOPE = "scope-a"
+
+
+def _learn(db: Path, n: int) -> None:
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        for i in range(n):
+            s.learn({"text": f"finding {i} about fog", "tags": [f"t{i % 3}"]})
+
+
+def _age(db: Path) -> None:
+    """Make every learned file look settled (older than the index's racy window)."""
+    for path in (db.parent / "flows-memory").rglob("*.json"):
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10_000_000_000))
+
+
+def _recall(db: Path, **kw: object) -> list[tuple[str, str]]:
+    with memory.MemoryStore(db) as store:
+        return [(e.key, e.text) for e in store.recall(limit=None, **kw)]  # type: ignore[arg-type]
+
+
+def _index_files(db: Path) -> list[Path]:
+    return sorted((db.parent / CACHE_DIR).glob("files-*.idx"))
+
+
+class Counting:
+    """``read_learned``, counting the files it reads."""
+
+    def __init__(self) -> None:
+        self.paths: list[Path] = []
+
+    def __call__(self, path: Path) -> memory.Recalled:
+        self.paths.append(path)
+        return read_learned(path)
+
+
+@pytest.fixture
+def learned(db: Path) -> Iterator[Path]:
+    """Five unsynced learned files in ``scope-a``, settled, and the first read done (index written)."""
+    _learn(db, 5)
+    _age(db)
+    _recall(db)
+    yield memory.learned_dir(db, SCOPE)
+
+
+def _read(db: Path, directory: Path) -> tuple[tuple[memory.Recalled, ...], Counting]:
+    counting = Counting()
+    cache = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")
+    return cache.read(directory, learned_names(directory), counting), counting
+
+
+def test_a_fresh_read_serves_unchanged_files_from_the_index_unread(db: Path, learned: Path) -> None:
+    entries, counting = _read(db, learned)
+    assert counting.paths == []
+    assert sorted(e.key for e in entries) == sorted(p.stem for p in learned.iterdir())
+    assert sorted((e.key, e.text) for e in entries) == sorted(_recall(db))
+    assert len(_index_files(db)) == 1
+    assert sorted(p.name for p in (db.parent / "flows-memory").rglob("*") if p.is_file()) == sorted(
+        p.name for p in learned.iterdir()
+    ), "the index is never kept among the learned files"
+
+
+def test_the_first_read_writes_the_index_and_reads_every_file_once(db: Path) -> None:
+    _learn(db, 4)
+    _age(db)
+    directory = memory.learned_dir(db, SCOPE)
+    _, first = _read(db, directory)
+    assert len(first.paths) == 4
+    _, second = _read(db, directory)
+    assert second.paths == []
+
+
+def test_a_file_rewritten_in_place_is_read_again_and_damage_fails(db: Path, learned: Path) -> None:
+    victim = sorted(learned.iterdir())[0]
+    st = victim.stat()
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-3] + b"}}}")  # same size, broken JSON
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with its mtime put back
+    with pytest.raises(memory.Unreachable) as err:
+        _recall(db)
+    assert err.value.path == victim
+
+
+def test_a_file_replaced_by_a_changed_copy_is_read_again(db: Path, learned: Path) -> None:
+    victim = sorted(learned.iterdir())[0]
+    copy = victim.with_name(".copy")
+    shutil.copy2(victim, copy)
+    os.replace(copy, victim)  # same bytes, another inode: read again, same answer
+    entries, counting = _read(db, learned)
+    assert counting.paths == [victim]
+    assert len(entries) == 5
+
+
+def test_a_new_file_and_a_removed_file_are_seen(db: Path, learned: Path) -> None:
+    gone = sorted(learned.iterdir())[0]
+    gone.unlink()
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        new = s.learn({"text": "a later finding about rain"}).id
+    keys = {k for k, _ in _recall(db)}
+    assert keys == {p.stem for p in learned.iterdir()}
+    assert new in keys and gone.stem not in keys and len(keys) == 5
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:-10],  # truncated
+        lambda b: b[:40] + bytes([b[40] ^ 1]) + b[41:],  # one bit flipped in the body
+        lambda b: bytes([b[0] ^ 1]) + b[1:],  # one bit flipped in the tag
+        lambda b: b"",  # empty
+        lambda b: os.urandom(len(b)),  # noise
+    ],
+)
+def test_a_damaged_index_is_ignored_and_rebuilt_never_an_error_never_a_wrong_answer(
+    db: Path, learned: Path, damage: object
+) -> None:
+    expected = _recall(db)
+    (index,) = _index_files(db)
+    index.write_bytes(damage(index.read_bytes()))  # type: ignore[operator]
+    entries, counting = _read(db, learned)
+    assert len(counting.paths) == 5  # nothing trusted from it
+    assert sorted((e.key, e.text) for e in entries) == sorted(expected)
+    _, again = _read(db, learned)
+    assert again.paths == []  # rebuilt
+
+
+def test_a_crafted_index_with_another_answer_is_ignored(db: Path, learned: Path) -> None:
+    (index,) = _index_files(db)
+    data = index.read_bytes()
+    victim = sorted(learned.iterdir())[0]
+    text = read_learned(victim).text.encode()
+    forged = data.replace(text, b"X" * len(text))
+    assert forged != data
+    index.write_bytes(forged)  # the tag no longer matches: ignored
+    entries, _ = _read(db, learned)
+    assert read_learned(victim).text in {e.text for e in entries}
+    assert all(not e.text.startswith("XXX") for e in entries)
+
+
+def test_an_index_tagged_with_a_key_this_user_did_not_make_alone_is_ignored(db: Path, learned: Path) -> None:
+    key = db.parent / CACHE_DIR / "key"
+    os.chmod(key, 0o644)  # readable by others: no longer a secret, so no longer a key
+    _, counting = _read(db, learned)
+    assert len(counting.paths) == 5
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_an_index_that_is_not_a_regular_file_is_ignored(db: Path, learned: Path, kind: str) -> None:
+    (index,) = _index_files(db)
+    real = index.with_name("elsewhere")
+    os.replace(index, real)
+    if kind == "symlink":
+        index.symlink_to(real)
+    elif kind == "fifo":
+        os.mkfifo(index)
+    else:
+        index.mkdir()
+    entries, counting = _read(db, learned)
+    assert len(counting.paths) == 5
+    assert len(entries) == 5
+
+
+def test_reads_work_when_the_index_cannot_be_written(db: Path) -> None:
+    _learn(db, 3)
+    _age(db)
+    (db.parent / CACHE_DIR).write_bytes(b"not a folder")
+    assert len(_recall(db)) == 3
+    assert (db.parent / CACHE_DIR).read_bytes() == b"not a folder"
+
+
+def test_a_read_only_store_reads_and_writes_no_index() -> None:
+    """As another user (or with the store's folders not writable), a read only reads."""
+    home = Path(tempfile.mkdtemp(prefix="flows-ro-"))
+    try:
+        os.chmod(home, 0o755)
+        db = home / "history.db"
+        _learn(db, 5)  # unsynced files only (no history DB: its WAL needs a writable folder)
+        _age(db)
+        for path in [home, *home.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        code = "import memory, sys; s = memory.MemoryStore(sys.argv[1]);print(len(s.recall(limit=None)))"
+        cmd = [sys.executable, "-c", code, str(db)]
+        if os.geteuid() == 0:  # root writes anywhere: mount the store read-only in a namespace of its own
+            script = f'mount --bind "{home}" "{home}" && mount -o remount,bind,ro "{home}" && exec "$@"'
+            cmd = ["unshare", "--mount", "sh", "-c", script, "sh", *cmd]
+        else:
+            for path in [home, *home.rglob("*")]:
+                os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        result = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "5"
+        assert not (home / CACHE_DIR).exists()  # nothing written, and no error for it
+    finally:
+        for path in [home, *home.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_store_opened_without_the_files_index_neither_reads_nor_writes_it(db: Path) -> None:
+    _learn(db, 3)
+    _age(db)
+    with memory.MemoryStore(db, file_index=False) as store:
+        assert len(store.recall(limit=None)) == 3
+    assert not (db.parent / CACHE_DIR).exists()
+    assert len(_recall(db)) == 3
+    assert len(_index_files(db)) == 1  # the default store writes it
+
+
+def test_an_index_row_gives_back_every_field_of_the_entry_it_was_made_from(db: Path) -> None:
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        s.learn(
+            {
+                "text": "with every field",
+                "tags": ["a", "b"],
+                "metadata": {"k": [1, {"x": None}]},
+                "expiresMs": 2**40,
+            }
+        )
+    (path,) = memory.learned_dir(db, SCOPE).iterdir()
+    entry = read_learned(path)
+    assert entry.metadata and entry.expires_ms
+    assert _row_entry(orjson.loads(orjson.dumps(_entry_row(entry)))) == entry

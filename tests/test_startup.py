@@ -1,0 +1,71 @@
+"""Start-up: ``import flows`` and the read-only commands import only what they need.
+
+Every CLI call pays for what it imports, so the flows package names its public names lazily and the
+``flows`` commands import the runtime, the integrations and the lock library only in the handlers
+that use them. These tests run a fresh interpreter and look at ``sys.modules`` afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import run_python
+
+INTEGRATIONS = ("web3", "psycopg", "langgraph", "mcp", "starlette", "uvicorn", "eth_account")
+"""Extras' libraries: never imported by ``import flows`` or a read-only ``flows`` command."""
+
+
+def _modules_after(code: str) -> set[str]:
+    result = run_python(
+        f"import sys\n{code}\nprint(__import__('orjson').dumps(sorted(sys.modules)).decode())"
+    )
+    assert result.returncode == 0, result.stderr
+    return set(orjson.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_import_flows_imports_no_runtime_no_integration_and_no_sqlite() -> None:
+    loaded = _modules_after("import flows")
+    unwanted = {
+        *INTEGRATIONS,
+        "sqlite3",
+        "asyncio",
+        "flows._runtime",
+        "memory",
+        "journal",
+        "importlib.metadata",
+    }
+    assert sorted(unwanted & loaded) == []
+
+
+def test_a_public_name_of_flows_is_imported_on_first_use() -> None:
+    loaded = _modules_after(
+        "import flows\nassert flows.run.__module__ == 'flows._runtime'\nflows.__version__"
+    )
+    assert {"flows._runtime", "asyncio"} <= loaded
+
+
+@pytest.mark.parametrize("command", [["why", "fog"], ["recall", "--limit", "10"]])
+def test_a_read_only_command_imports_neither_the_runtime_nor_an_integration(
+    tmp_path: Path, command: list[str]
+) -> None:
+    argv = ["--db", str(tmp_path / "history.db"), *command]
+    loaded = _modules_after(f"from flows._cli import main\nassert main({argv!r}) == 0")
+    unwanted = {
+        *INTEGRATIONS,
+        "asyncio",
+        "flows._runtime",
+        "flows._steps",
+        "portalocker",
+        "importlib.metadata",
+    }
+    assert sorted(unwanted & loaded) == []
+    assert "sqlite3" in loaded  # the command did read the store
+
+
+def test_version_is_still_printed_when_asked_for() -> None:
+    result = run_python("from flows._cli import main\nmain(['--version'])")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("flows ") and result.stdout.strip() != "flows"
