@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 
-from flows.mcp import add_mcp_arguments, cmd_mcp
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -284,6 +283,8 @@ def build_cli() -> CommandLine:
     from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
 
     add_serve_command(add)
+    from flows.mcp import add_mcp_arguments, cmd_mcp  # mcp: the memory as an MCP server
+
     add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
 

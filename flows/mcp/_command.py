@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import journal
 from flows.mcp._errors import McpTokenRequired, McpUnavailable
 
 TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
@@ -183,6 +182,8 @@ def _check_store(store: Any) -> None:
     Backends connect lazily; asking for a run that does not exist makes them reach their storage
     (a PostgreSQL server that refuses raises ``journal_unavailable`` here, not at the first learn).
     """
+    import journal
+
     try:
         store.open_journal().run(_PROBE_RUN)
     except journal.JournalRunNotFound:

@@ -96,34 +96,46 @@ def _scope_of(uri: str) -> str:
     return unquote(uri[len(RESOURCE_PREFIX) :])
 
 
-def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> Server[Any]:
-    """The low-level MCP server over ``sessions``: tools, resources, and a lifespan that ends every
-    session when the server stops (and, with ``idle_timeout_s``, reaps idle HTTP sessions)."""
-
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(
-            tools=[
-                types.Tool(
-                    name=t.name,
-                    title=t.title,
-                    description=t.description,
-                    input_schema=t.input_schema,
-                    output_schema=t.output_schema,
-                    annotations=types.ToolAnnotations(
-                        title=t.title,
-                        read_only_hint=t.read_only,
-                        destructive_hint=t.destructive,
-                        idempotent_hint=t.idempotent,
-                        open_world_hint=False,
-                    ),
-                )
-                for t in TOOLS
-            ]
+def _tools() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=t.name,
+            title=t.title,
+            description=t.description,
+            input_schema=t.input_schema,
+            output_schema=t.output_schema,
+            annotations=types.ToolAnnotations(
+                title=t.title,
+                read_only_hint=t.read_only,
+                destructive_hint=t.destructive,
+                idempotent_hint=t.idempotent,
+                open_world_hint=False,
+            ),
         )
+        for t in TOOLS
+    ]
 
-    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+
+def _protocol_error(exc: CodedError, code: int = types.INTERNAL_ERROR) -> MCPError:
+    """A coded error as the JSON-RPC error of a request that is not a tool call."""
+    return MCPError(code=code, message=str(exc), data=error_json(exc))
+
+
+class MemoryServer:
+    """The request handlers of the low-level server, over ``sessions``."""
+
+    def __init__(self, sessions: Sessions, idle_timeout_s: float | None) -> None:
+        self._sessions = sessions
+        self._idle_timeout_s = idle_timeout_s
+
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=_tools())
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            async with sessions.call(_session_key(ctx)) as memory:
+            async with self._sessions.call(_session_key(ctx)) as memory:
                 return _tool_result(await call_tool(memory, params.name, params.arguments))
         except Exception as exc:  # every failure is the caller's answer, never the server's end
             if not isinstance(exc, CodedError):
@@ -132,9 +144,12 @@ def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> 
             return _tool_result({"error": error_json(exc)}, error=True)
 
     async def list_resources(
-        ctx: Any, params: types.PaginatedRequestParams | None
+        self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        scopes = await anyio.to_thread.run_sync(sessions.store.scopes)
+        try:
+            scopes = await anyio.to_thread.run_sync(self._sessions.store.scopes)
+        except CodedError as exc:
+            raise _protocol_error(exc) from exc
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -149,52 +164,60 @@ def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> 
         )
 
     async def list_templates(
-        ctx: Any, params: types.PaginatedRequestParams | None
+        self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(
-            resource_templates=[
-                types.ResourceTemplate(
-                    name="recent findings of a scope",
-                    uri_template=RESOURCE_PREFIX + "{scope}",
-                    description=f"The {RESOURCE_RECENT} newest findings of a scope (percent-encoded).",
-                    mime_type="application/json",
-                )
-            ]
+        template = types.ResourceTemplate(
+            name="recent findings of a scope",
+            uri_template=RESOURCE_PREFIX + "{scope}",
+            description=f"The {RESOURCE_RECENT} newest findings of a scope (percent-encoded).",
+            mime_type="application/json",
         )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
 
-    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         try:
             scope = _scope_of(params.uri)
+            found = await self._sessions.store.arecall(scope=scope, limit=RESOURCE_RECENT)
         except McpResourceUnknown as exc:
-            raise MCPError(code=types.INVALID_PARAMS, message=str(exc), data=error_json(exc)) from exc
-        found = await sessions.store.arecall(scope=scope, limit=RESOURCE_RECENT)
+            raise _protocol_error(exc, types.INVALID_PARAMS) from exc
+        except CodedError as exc:
+            raise _protocol_error(exc) from exc
         body = {"scope": scope, "findings": [finding_json(f) for f in found]}
         contents = types.TextResourceContents(uri=params.uri, mime_type="application/json", text=_dumps(body))
         return types.ReadResourceResult(contents=[contents])
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        """While the server runs: reap idle HTTP sessions; when it stops: end every session."""
         async with anyio.create_task_group() as tg:
-            if idle_timeout_s is not None:
-                tg.start_soon(_reap_idle, sessions, idle_timeout_s)
+            if self._idle_timeout_s is not None:
+                tg.start_soon(_reap_idle, self._sessions, self._idle_timeout_s)
             try:
                 yield {}
             finally:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
-                    await sessions.end_all()
+                    await self._sessions.end_all()
 
+
+def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> Server[Any]:
+    """The low-level MCP server over ``sessions``: the tools, the scopes as resources, and a
+    lifespan that ends every session when the server stops (and, with ``idle_timeout_s``, reaps
+    idle HTTP sessions)."""
+    handlers = MemoryServer(sessions, idle_timeout_s)
     return Server(
         "flows-memory",
         version=_version(),
         title="flows-memory",
         instructions=INSTRUCTIONS,
-        lifespan=lifespan,
-        on_list_tools=list_tools,
-        on_call_tool=call,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
+        lifespan=handlers.lifespan,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+        on_list_resources=handlers.list_resources,
+        on_list_resource_templates=handlers.list_templates,
+        on_read_resource=handlers.read_resource,
     )
 
 
@@ -352,4 +375,13 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
     return anyio.run(main)
 
 
-__all__ = ["BearerGate", "build_server", "listen", "run", "serve_http", "serve_stdio", "url_of"]
+__all__ = [
+    "BearerGate",
+    "MemoryServer",
+    "build_server",
+    "listen",
+    "run",
+    "serve_http",
+    "serve_stdio",
+    "url_of",
+]

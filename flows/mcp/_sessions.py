@@ -130,7 +130,7 @@ class Sessions:
             session.calls -= 1
             session.last_seen = self._clock()
 
-    async def _root(self, key: str | None, session: _Session, scope: str) -> _Root:
+    async def root_of(self, key: str | None, session: _Session, scope: str) -> _Root:
         """``session``'s root run in ``scope``, begun now if it has none there yet.
 
         Raises:
@@ -192,7 +192,7 @@ class SessionMemory:
         return self._sessions.store
 
     async def learn(self, scope: str, finding: Mapping[str, Any], supersedes: str | None) -> dict[str, Any]:
-        root = await self._sessions._root(self._key, self._session, scope)
+        root = await self._sessions.root_of(self._key, self._session, scope)
         learned = await root.learn(finding, supersedes)
         return {
             "key": learned.key,
@@ -207,7 +207,7 @@ class SessionMemory:
         # so a session's forgets sit beside its learns of that scope.
         found = await anyio.to_thread.run_sync(self._store.get, key)
         scope = found.scope if found is not None else self.default_scope or DEFAULT_SCOPE
-        root = await self._sessions._root(self._key, self._session, scope)
+        root = await self._sessions.root_of(self._key, self._session, scope)
         forgotten = await root.forget(key, reason)
         out = forgotten.as_json()
         out["citation"] = citation_json(forgotten.citation, forgotten.forgotten_ms)
