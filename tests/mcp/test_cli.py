@@ -69,8 +69,9 @@ def test_a_server_whose_history_db_is_damaged_exits_with_one_line(tmp_path: Path
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr == (
-        f"flows: error[memory_unreachable]: cannot open the history DB {db}: file is not a database; "
-        "check the path, or move a damaged DB aside and run `flows sync`\n"
+        f"flows: error[memory_unreachable]: the history DB {db} is damaged (file is not a database,"
+        " SQLITE_NOTADB): move it aside and run `flows sync`, which rebuilds it from the learned files"
+        " and the journal\n"
     )
 
 
