@@ -2,8 +2,7 @@
 
 Each store's history DB is filled by writing its rows directly (one transaction of plain inserts,
 its full-text triggers included), which is how a store of a million findings can be built in a
-benchmark run; the findings are synthetic (their keys are not content hashes, which no read
-checks for a row). Then, in rounds that visit every size in turn, a session learns ``per_round``
+benchmark run; the findings are synthetic, each row keyed by its content hash as a read checks. Then, in rounds that visit every size in turn, a session learns ``per_round``
 findings into each store (the file journal, one writer), and ``recall(tag=, limit=10)`` is timed
 warm. ``scale.learn_large_vs_small`` is the per-round ratio of the largest store's learn rate to the
 1,000-finding store's; the largest size is ``--scale-findings``.
@@ -40,7 +39,8 @@ def fill(db: Path, n: int, scope: str = "bench") -> float:
         ms = 1_600_000_000_000 + i * 1_000
         text = f"finding {i}: " + " ".join(rng.sample(WORDS, 6))
         tags_json = f'["{tags[0]}","{tags[1]}"]'
-        row = (i, f"{i:032x}", scope, "bench", text, f"source{i % 20}", tags_json, ms)
+        key = memory.finding_id(scope, memory.Finding(text, f"source{i % 20}", tuple(tags), None, None))
+        row = (i, key, scope, "bench", text, f"source{i % 20}", tags_json, ms)
         batch.append((*row, "20260101T000000-bench00000", memory.STREAM, f"r{i}", ms))
         tag_rows += [(t, ms, i) for t in tags]
         if len(batch) == 20_000 or i == n:
