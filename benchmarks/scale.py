@@ -2,7 +2,8 @@
 
 Each store's history DB is filled by writing its rows directly (one transaction of plain inserts,
 its full-text triggers included), which is how a store of a million findings can be built in a
-benchmark run; the findings are synthetic, each row keyed by its content hash as a read checks. Then, in rounds that visit every size in turn, a session learns ``per_round``
+benchmark run; the findings are synthetic, each row keyed by its content hash as a read checks.
+Then, in rounds that visit every size in turn, a session learns ``per_round``
 findings into each store (the file journal, one writer), and ``recall(tag=, limit=10)`` is timed
 warm. ``scale.learn_large_vs_small`` is the per-round ratio of the largest store's learn rate to the
 1,000-finding store's; the largest size is ``--scale-findings``.
