@@ -26,6 +26,7 @@ import secrets
 import stat
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -255,6 +256,17 @@ class _Pending:
         self.error: BaseException | None = None
 
 
+def _close_all(
+    held: dict[str, tuple[int, int]], pinned: dict[str, tuple[int, int, Mapping[str, Any]]]
+) -> None:
+    """Close a collected journal's lease locks and pinned run files."""
+    for fd in [fd for _, fd in held.values()] + [entry[0] for entry in pinned.values()]:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    held.clear()
+    pinned.clear()
+
+
 class FileJournal:
     """The journal on local files (see the module docstring for the layout).
 
@@ -278,6 +290,9 @@ class FileJournal:
         self._closed = False
         self._dev: int | None = None  # the root's file system, once seen
         self._pinned: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # run -> (fd, ino, run.json)
+        # A journal dropped without close() still releases its leases and pinned files when it is
+        # collected (its streams' logs close their own descriptors the same way).
+        weakref.finalize(self, _close_all, self._held, self._pinned)
 
     # -- paths and files -----------------------------------------------------------------------
 

@@ -66,6 +66,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -203,6 +204,24 @@ class _Parsed(Generic[T]):
     tail: bytes  # what follows them: empty, or a torn tail
 
 
+class _Kept:
+    """The descriptors a ``keep_open`` log holds between holds (``None`` while not open)."""
+
+    __slots__ = ("log", "mark", "read_mark")
+
+    def __init__(self) -> None:
+        self.log: int | None = None
+        self.mark: int | None = None
+        self.read_mark: int | None = None
+
+    def close(self) -> None:
+        for fd in (self.log, self.mark, self.read_mark):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.log = self.mark = self.read_mark = None
+
+
 class LineLog(Generic[T]):
     """An append-only file of one-record lines.
 
@@ -232,9 +251,11 @@ class LineLog(Generic[T]):
         self._path = Path(path)
         self._path_str = str(self._path)
         self._keep_open = keep_open
-        self._kept: int | None = None  # with keep_open: one O_APPEND descriptor for the log's life
-        self._kept_mark: int | None = None
-        self._read_mark: int | None = None  # with keep_open, a reader's descriptor of the mark file
+        # With keep_open: one O_APPEND descriptor of the log for its life, one of the mark file, and
+        # a reader's descriptor of the mark file. They close with close(), or when the log is
+        # collected: a caller that drops a log without closing it leaks no descriptor.
+        self._k = _Kept()
+        weakref.finalize(self, self._k.close)
         self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
@@ -330,19 +351,19 @@ class LineLog(Generic[T]):
             JournalUnwritable: the log could not be created or opened.
         """
         with self._mutex:
-            fd = self._kept if self._kept is not None and self._still_here(self._kept) else None
+            fd = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
             if fd is None:
                 fd = self._open_for_append()
                 if self._keep_open:
                     self._forget_kept()
-                    self._kept = fd
+                    self._k.log = fd
             self._fd, self._owner, self._settled = fd, threading.get_ident(), False
             try:
                 yield self
             finally:
                 self._fd = self._owner = None
                 self._settled = False
-                if fd != self._kept:
+                if fd != self._k.log:
                     os.close(fd)
 
     def _still_here(self, fd: int) -> bool:
@@ -354,11 +375,7 @@ class LineLog(Generic[T]):
 
     def _forget_kept(self) -> None:
         with self._syncing:
-            for fd in (self._kept, self._kept_mark, self._read_mark):
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self._kept = self._kept_mark = self._read_mark = None
+            self._k.close()
 
     def close(self) -> None:
         """Close descriptors kept open (``keep_open``); safe twice, and the log stays usable."""
@@ -696,7 +713,7 @@ class LineLog(Generic[T]):
         itself is held from the check of the marks to the new mark, so processes that queue behind
         a sync find the mark it left and need not sync again.
         """
-        kept = self._kept
+        kept = self._k.log
         try:
             fd = kept if kept is not None else open_regular(self._path, os.O_RDONLY)
         except OSError as exc:
@@ -871,7 +888,7 @@ class LineLog(Generic[T]):
         """The marks; missing reads as none. An unreadable file is unknown, or with ``strict``
         (a decision depends on it) ``JournalUnwritable``. A non-regular file is ``JournalCorrupt``."""
         try:
-            kept = self._kept_mark if self._kept_mark is not None else self._read_mark
+            kept = self._k.mark if self._k.mark is not None else self._k.read_mark
             if kept is not None:
                 raw = os.pread(kept, _MARKS_LEN, 0)
             else:
@@ -879,8 +896,8 @@ class LineLog(Generic[T]):
                 try:
                     raw = os.pread(fd, _MARKS_LEN, 0)
                 finally:
-                    if self._keep_open and self._read_mark is None:
-                        self._read_mark = fd  # the file is only ever rewritten in place
+                    if self._keep_open and self._k.read_mark is None:
+                        self._k.read_mark = fd  # the file is only ever rewritten in place
                     else:
                         os.close(fd)
         except FileNotFoundError:
@@ -905,11 +922,11 @@ class LineLog(Generic[T]):
             OSError: the file could not be opened or written (or synced, with ``sync``).
             JournalCorrupt: it is not a regular file.
         """
-        fd = self._kept_mark
+        fd = self._k.mark
         if fd is None:
             fd = open_regular(self._mark, os.O_RDWR | os.O_CREAT, self._mode)
-            if self._keep_open and self._kept is not None:
-                self._kept_mark = fd
+            if self._keep_open and self._k.log is not None:
+                self._k.mark = fd
         try:
             raw = marks.pack()
             if os.pwrite(fd, raw, 0) != len(raw):
@@ -917,7 +934,7 @@ class LineLog(Generic[T]):
             if sync:
                 os.fsync(fd)
         finally:
-            if fd != self._kept_mark:
+            if fd != self._k.mark:
                 os.close(fd)
 
     def _set_watermark(self, value: int, *, filesystem: bool = False) -> None:
@@ -958,7 +975,7 @@ class LineLog(Generic[T]):
 
     def _read_once(self) -> tuple[_Marks, bool]:
         """Bring the cache up to date; return the marks and whether new bytes were read."""
-        kept = self._kept if self._kept is not None and self._still_here(self._kept) else None
+        kept = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
         if kept is not None:
             fd = kept
         else:

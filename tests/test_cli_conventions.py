@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import pty
-import select
+import selectors
 import shlex
 import signal
 import subprocess
@@ -221,13 +221,14 @@ def test_flows_run_json_keeps_stdout_pure_json(tmp_path: Path) -> None:
 def _wait_for(stream: int, text: bytes, proc: subprocess.Popen[bytes]) -> bytes:
     """Read ``stream`` until ``text`` shows up (bounded by the test timeout)."""
     seen = b""
-    while text not in seen:
-        assert proc.poll() is None, seen
-        ready, _, _ = select.select([stream], [], [], 1.0)
-        if ready:
-            chunk = os.read(stream, 4096)
-            assert chunk, seen
-            seen += chunk
+    with selectors.DefaultSelector() as selector:  # not select(): a descriptor past 1023 is fine here
+        selector.register(stream, selectors.EVENT_READ)
+        while text not in seen:
+            assert proc.poll() is None, seen
+            if selector.select(1.0):
+                chunk = os.read(stream, 4096)
+                assert chunk, seen
+                seen += chunk
     return seen
 
 

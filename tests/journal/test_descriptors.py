@@ -1,0 +1,66 @@
+"""A journal or a log dropped without ``close()`` gives back every descriptor and lock it held.
+
+A long-lived process (a server, an agent loop, a test suite) that opens journals on error paths
+must not run out of descriptors, and a lease must not outlive the object that held it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from pathlib import Path
+
+import journal
+from journal import FileJournal, LineLog, RecordCodec
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _populated(root: Path) -> tuple[str, journal.Lease]:
+    jr = FileJournal(root)
+    info, lease = jr.begin("flow", "scope", {})
+    jr.append(lease, "s", {"n": 1}, key="k")
+    jr.release(lease)
+    jr.close()
+    return info.run_id, lease
+
+
+def test_a_dropped_journal_closes_its_streams_leases_and_pinned_run_files(tmp_path: Path) -> None:
+    run_id, _ = _populated(tmp_path)
+    before = _open_fds()
+    for _ in range(20):
+        jr = FileJournal(tmp_path)
+        lease = jr.acquire(run_id)  # a lease lock, a pinned run.json, a kept log and its mark
+        jr.append(lease, "s", {"n": 2})
+        jr.read(run_id, "s")
+        del jr
+    gc.collect()
+    assert _open_fds() == before
+    # the last dropped holder's lease lock went with it: another journal can take the run over
+    FileJournal(tmp_path).acquire(run_id)
+
+
+def test_a_journal_whose_operation_failed_and_was_dropped_leaks_nothing(tmp_path: Path) -> None:
+    _, lease = _populated(tmp_path)
+    stream = next((tmp_path / "runs").iterdir()) / "streams" / "s.jsonl"
+    stream.write_bytes(b"not a record\n" + stream.read_bytes())  # damage before the last line
+    before = _open_fds()
+    for _ in range(20):
+        with contextlib.suppress(journal.JournalError):
+            FileJournal(tmp_path).append(lease, "s", {"n": 3})
+    gc.collect()
+    assert _open_fds() == before
+
+
+def test_a_dropped_keep_open_log_closes_its_descriptors(tmp_path: Path) -> None:
+    before = _open_fds()
+    for _ in range(20):
+        log = LineLog(tmp_path / "log.jsonl", RecordCodec("r", "s"), keep_open=True)
+        with log.locked():
+            log.read()
+        del log
+    gc.collect()
+    assert _open_fds() == before
