@@ -28,6 +28,13 @@ def _learn(db: Path, n: int) -> None:
             s.learn({"text": f"finding {i} about fog", "tags": [f"t{i % 3}"]})
 
 
+@pytest.fixture(autouse=True)
+def settled_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count files and folders as settled once changed before the scan (no 2 s racy window): a
+    test cannot age a ctime. The tests of the window itself put it back."""
+    monkeypatch.setattr(memory._filecache, "_RACY_NS", 0)
+
+
 def _age(db: Path) -> None:
     """Make every learned file look settled (older than the index's racy window)."""
     for path in (db.parent / "flows-memory").rglob("*.json"):
@@ -67,7 +74,7 @@ def learned(db: Path) -> Iterator[Path]:
 def _read(db: Path, directory: Path) -> tuple[tuple[memory.Recalled, ...], Counting]:
     counting = Counting()
     cache = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")
-    return cache.read(directory, learned_names(directory), counting), counting
+    return cache.read(directory, os.lstat(directory), learned_names(directory), counting), counting
 
 
 def test_a_fresh_read_serves_unchanged_files_from_the_index_unread(db: Path, learned: Path) -> None:
