@@ -46,7 +46,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -481,13 +481,14 @@ class FileCache:
 
 
 class IndexedListing:
-    """A scope folder's learned files as its index lists them, newest first, read lazily.
+    """A scope folder's learned files as its index lists them, newest first, decoded lazily.
 
     Built only while the folder's stamp is the one the index was written under (``FileCache.listing``),
-    so the index's rows are the folder's files. Each entry a read considers is decoded from its page
-    and its file ``lstat``'d once: a file gone, or whose stat key is not the one indexed, raises
-    ``StaleIndex`` (the read starts again from every file). An entry checked once is trusted for
-    the life of the listing, as a listing read in full is (the folder's stamp is checked each read).
+    so the index's rows are the folder's files. An entry is decoded from its page when a read
+    reaches it; before a read returns entries, ``check`` ``lstat``s their files: a file gone, or
+    whose stat key is not the one indexed, raises ``StaleIndex`` (the read starts again from every
+    file, where a damaged file fails it). An entry checked once is trusted for the life of the
+    listing, as a listing read in full is (the folder's stamp is checked on each read).
     """
 
     def __init__(self, index: _Index, mtime_ns: int, ino: int, n: int, expiring: bool) -> None:
@@ -499,6 +500,8 @@ class IndexedListing:
         self._prefix = os.path.join(index.directory, "")
         self._pages: dict[int, list[Any]] = {}
         self._entries: list[Recalled | None] = [None] * n
+        self._stat_keys: dict[str, StatKey] = {}  # by finding key, of each entry decoded
+        self._checked: set[str] = set()
         self._tags: dict[str, Any] | None = None
         self._postings: dict[str, list[int]] = {}
         self._keys: dict[str, int] | None = None
@@ -521,20 +524,30 @@ class IndexedListing:
                 entry = _row_entry(row)
             except (IndexError, TypeError, ValueError):
                 raise self._stale() from None
-            fname = f"{entry.key}.json"
-            st = _lstat(self._prefix + fname)
-            if st is None or not stat.S_ISREG(st.st_mode) or _stat_key(st) != (size, mtime, ctime, ino):
-                raise self._stale()  # gone (a sync or a forget) or changed: look at every file
+            self._stat_keys[entry.key] = (size, mtime, ctime, ino)
             self._entries[pos] = entry
             return entry
 
+    def check(self, entries: Iterable[Recalled]) -> None:
+        """Check the file of each of ``entries`` that came from this listing, before a read returns
+        it: ``StaleIndex`` when one is gone or its stat key is not the one indexed."""
+        for e in entries:
+            indexed = self._stat_keys.get(e.key)
+            if indexed is None or e.key in self._checked:
+                continue
+            st = _lstat(f"{self._prefix}{e.key}.json")
+            if st is None or not stat.S_ISREG(st.st_mode) or _stat_key(st) != indexed:
+                raise self._stale()  # gone (a sync or a forget) or changed: look at every file
+            with self._mutex:
+                self._checked.add(e.key)
+
     @property
     def entries(self) -> Iterator[Recalled]:
-        """Every entry, newest first, each checked as it is reached."""
+        """Every entry, newest first (unchecked: see ``check``)."""
         return map(self._entry, range(self._n))
 
     def with_tag(self, tag: str) -> Iterator[Recalled]:
-        """The entries carrying ``tag``, newest first, each checked as it is reached."""
+        """The entries carrying ``tag``, newest first (unchecked: see ``check``)."""
         positions = self._postings.get(tag)
         if positions is None:
             with self._mutex:
@@ -549,7 +562,7 @@ class IndexedListing:
         return map(self._entry, positions)
 
     def by_key(self, key: str) -> Recalled | None:
-        """The entry of the finding ``key``, or None."""
+        """The entry of the finding ``key``, or None (unchecked: see ``check``)."""
         with self._mutex:
             if self._keys is None:
                 keys = self._index.section(self._index.header["keys"])

@@ -384,7 +384,11 @@ class Search:
             kept = self._not_held(disk, limit, key=_key)
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         found = merged if limit is None else merged[:limit]
-        self._served(e for e in found if e.id < 0)
+        unsynced = [e for e in found if e.id < 0]
+        if unsynced:
+            for listing in listings:
+                listing.check(unsynced)  # the files of what the read returns, unchanged since indexed
+            self._served(unsynced)
         return found
 
     def get(self, key: str) -> Recalled | None:
@@ -406,8 +410,8 @@ class Search:
                 break
         if found is None or (found.expires_ms is not None and found.expires_ms <= now):
             return None
-        if found.id < 0:
-            self._served([found])
+        listing.check([found])
+        self._served([found])
         return found
 
     def scopes(self) -> list[str]:
