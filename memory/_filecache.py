@@ -511,7 +511,10 @@ class IndexedListing:
         return StaleIndex(self._index.directory)
 
     def _entry(self, pos: int) -> Recalled:
-        found = self._entries[pos]
+        try:
+            found = self._entries[pos]
+        except (IndexError, TypeError):
+            raise self._stale() from None
         if found is not None:
             return found
         with self._mutex:
@@ -555,9 +558,13 @@ class IndexedListing:
                     self._tags = self._index.section(self._index.header["tags"])
                 where = self._tags.get(tag) if isinstance(self._tags, dict) else None
             positions = [] if where is None else self._index.section(where)
-            n = self._n
-            if not isinstance(positions, list) or not all(type(p) is int and 0 <= p < n for p in positions):
-                raise self._stale()
+            try:  # positions index ``_entries``: ints within it (a wrong type fails the comparison)
+                if not isinstance(positions, list) or (
+                    positions and not (min(positions) >= 0 and max(positions) < self._n)
+                ):
+                    raise self._stale()
+            except TypeError:
+                raise self._stale() from None
             self._postings[tag] = positions
         return map(self._entry, positions)
 
