@@ -19,8 +19,6 @@ def tree(*roots: Path) -> Tree:
     out: Tree = {}
     for root in roots:
         for path in sorted(root.rglob("*")):
-            if path.name.endswith(("-shm", "-wal")):
-                continue
             st = path.lstat()
             digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
             out[str(path)] = (digest, st.st_mtime_ns, st.st_mode)
