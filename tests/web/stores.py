@@ -5,7 +5,8 @@ weather findings and took a step (synced into the history DB), a later done run 
 still unsynced files (one of them holds ``<script>``), a failed run, and an interrupted one.
 ``agent_home`` is the ledger ``sail demo`` leaves, appended through the ledger's own writer: a
 confirmed swap, a cadence skip, a reverted swap, a confirmed swap, a cadence skip, a balance skip;
-with the runner's activity log and a config like the demo's.
+with the runner's activity log (each tick's start and outcome, as ``sail tick`` records them, then
+two ticks that failed: the node was down) and a config like the demo's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from memory.ledger import (
     Ledger,
     Outcome,
     Skipped,
+    TickFinished,
+    TickStarted,
     balance_reason,
     cadence_reason,
 )
@@ -159,6 +162,15 @@ def agent_entries() -> list[Acted | Skipped]:
     ]
 
 
+#: the message of the agent's last tick, which failed (it holds markup, shown as text)
+FAILED_TICK_MESSAGE = "cannot reach the node at http://127.0.0.1:8545 <script>alert(1)</script>"
+
+
+def failed_ticks() -> list[tuple[int, str]]:
+    """The two ticks that failed after the demo's six: their time and code."""
+    return [(T0 + 180 + 3 * 3600, "chain_unavailable"), (T0 + 180 + 4 * 3600, "chain_unavailable")]
+
+
 def agent_home(home: Path) -> Path:
     """An agent home like ``sail demo`` leaves (see the module docstring); returns ``home``."""
     sail = home / ".sail"
@@ -171,7 +183,8 @@ def agent_home(home: Path) -> Path:
     )
     activity = ActivityLog(sail)
     entries = agent_entries()
-    for e in entries:
+    for pid, e in enumerate(entries, start=100):
+        activity.append(TickStarted(e.ts - 11, pid))
         if isinstance(e, Acted):
             activity.append(
                 DispatchSubmitted(
@@ -180,6 +193,12 @@ def agent_home(home: Path) -> Path:
             )
             event = "dispatch_executed" if e.outcome is Outcome.CONFIRMED else "dispatch_reverted"
             activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013))
+            activity.append(TickFinished(e.ts + 1, pid, "submitted", tx_hash=e.tx_hash))
+        else:
+            activity.append(TickFinished(e.ts + 1, pid, "skipped", reason=e.reason))
+    for pid, (ts, code) in enumerate(failed_ticks(), start=200):
+        activity.append(TickStarted(ts, pid))
+        activity.append(TickFinished(ts + 2, pid, "failed", code=code, message=FAILED_TICK_MESSAGE))
     with Ledger(sail).writer() as writer:
         for e in entries:
             writer.append(e)

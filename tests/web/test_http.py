@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from flows._cli import main as flows_main
-from memory.ledger import Ledger
+from flows.web import ServeConfig
+from memory.ledger import ActivityLog, Ledger, TickFinished, TickStarted
 from sail._cli import main as sail_main
-from tests.web.stores import SCRIPT_TEXT, DemoStore, agent_entries
+from tests.web.conftest import client_for
+from tests.web.stores import FAILED_TICK_MESSAGE, SCRIPT_TEXT, T0, DemoStore, agent_entries, failed_ticks
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], main: Any, *argv: str) -> Any:
@@ -211,11 +214,62 @@ def test_status_agrees_with_sail_status_and_says_what_blocks(
 ) -> None:
     status = client.get("/api/agents/0/status").json()
     expected = cli_json(capsys, sail_main, "status", "--home", str(agent), "--json")
-    for key in ("lastConfirmed", "intervalS", "openDispatches", "ledger"):
+    for key in (
+        "lastConfirmed",
+        "intervalS",
+        "openDispatches",
+        "ledger",
+        "lastTick",
+        "failedTicksSinceSuccess",
+        "failedTicksCountedAll",
+    ):
         assert status[key] == expected[key], key
     assert status["lastConfirmed"]["txHash"] == f"0x{3:064x}"
     assert status["blockedBy"]["kind"] == "balance"
     assert status["nextEligibleMs"] is None
+    last_ts, last_code = failed_ticks()[-1]
+    assert status["lastTick"] == {
+        "tsMs": (last_ts + 2) * 1000, "outcome": "failed", "code": last_code, "message": FAILED_TICK_MESSAGE,
+        "reason": None, "txHash": None,
+    }  # fmt: skip
+    assert (status["failedTicksSinceSuccess"], status["failedTicksCountedAll"]) == (2, True)
+
+
+def test_the_agent_page_shows_the_last_tick_its_outcome_and_the_failures_since(client: TestClient) -> None:
+    html = client.get("/agents/0").text
+    tick = re.search(r'<dd id="last-tick">(.*?)</dd>', html, re.S)
+    assert tick is not None
+    assert '<span class="badge outcome-failed">failed</span>' in tick.group(1)
+    assert '<code class="code">chain_unavailable</code>' in tick.group(1)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tick.group(1) and "<script" not in html
+    assert re.search(r'<dd id="failed-ticks">2</dd>', html)
+
+
+def test_the_last_tick_is_read_back_only_to_the_last_good_one_and_says_what_it_did(
+    agent: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "agent"
+    shutil.copytree(agent, home)
+    log = ActivityLog(home / ".sail")
+    log.append(TickStarted(T0 + 9 * 3600, 300))
+    log.append(TickFinished(T0 + 9 * 3600 + 1, 300, "submitted", tx_hash=f"0x{9:064x}"))
+    with client_for(ServeConfig(sail_homes=(home,))) as c:
+        status = c.get("/api/agents/0/status").json()
+        assert status["lastTick"]["outcome"] == "submitted" and status["failedTicksSinceSuccess"] == 0
+        assert f'acted: tx <code class="tx">0x{9:064x}</code>' in c.get("/agents/0").text
+        log.append(TickStarted(T0 + 10 * 3600, 301))
+        log.append(TickFinished(T0 + 10 * 3600 + 1, 301, "skipped", reason="cadence: last acted 1s ago"))
+        log.append(TickStarted(T0 + 11 * 3600, 302))  # began, not finished: running (or killed)
+        status = c.get("/api/agents/0/status").json()
+        assert status["lastTick"]["outcome"] == "running" and status["failedTicksSinceSuccess"] == 0
+        assert "still running, or killed" in c.get("/agents/0").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
+    empty = tmp_path / "fresh"
+    (empty / ".sail").mkdir(parents=True)
+    with client_for(ServeConfig(sail_homes=(empty,))) as c:
+        assert c.get("/api/agents/0/status").json()["lastTick"] is None
+        assert "none recorded" in c.get("/agents/0").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
 
 
 def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_entry(
