@@ -103,7 +103,9 @@ def test_a_db_changed_under_a_lock_free_read_is_read_again(synced: Path) -> None
     assert not Path(f"{synced}-shm").exists()
 
 
-def test_a_log_with_content_and_no_index_is_refused_and_nothing_is_created(synced: Path, tmp_path: Path) -> None:
+def test_a_log_with_content_and_no_index_is_refused_and_nothing_is_created(
+    synced: Path, tmp_path: Path
+) -> None:
     writer = sqlite3.connect(synced)
     writer.execute("PRAGMA wal_autocheckpoint = 0")
     writer.execute("CREATE TABLE scratch (x)")  # committed to the log only
@@ -135,9 +137,11 @@ def test_an_older_schema_is_refused_not_migrated(synced: Path) -> None:
 def test_a_read_only_store_refuses_to_write_the_db(synced: Path) -> None:
     learn(synced, "delta is unsynced", sync=False)
     before = tree(synced.parent)
-    with memory.MemoryStore(synced, read_only=True) as store:
-        with pytest.raises(memory.Unwritable, match="opened read-only"):
-            store.sync(materialize=False)
+    with (
+        memory.MemoryStore(synced, read_only=True) as store,
+        pytest.raises(memory.Unwritable, match="opened read-only"),
+    ):
+        store.sync(materialize=False)
     assert tree(synced.parent) == before
 
 
@@ -160,7 +164,7 @@ def test_a_read_only_folder_holding_a_wal_db_reads(synced: Path) -> None:
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
-            preexec_fn=without_dac_override,  # noqa: PLW1509 - the child must not override modes
+            preexec_fn=without_dac_override,  # the child may not override modes
             timeout=60,
             check=False,
         )

@@ -2,7 +2,9 @@
 
 ``demo_store`` is what ``flows demo`` leaves, and a little more: a done run that learned the demo's
 weather findings and took a step (synced into the history DB), a later done run whose findings are
-still unsynced files (one of them holds ``<script>``), a failed run, and an interrupted one.
+still unsynced files (one of them holds ``<script>``), a failed run, an interrupted one, and a
+session (a done run of flow ``revise``) that supersedes one weather finding with a better one and
+forgets another (its reason holds ``<script>``).
 ``agent_home`` is the ledger ``sail demo`` leaves, appended through the ledger's own writer: a
 confirmed swap, a cadence skip, a reverted swap, a confirmed swap, a cadence skip, a balance skip;
 with the runner's activity log (each tick's start and outcome, as ``sail tick`` records them, then
@@ -90,6 +92,15 @@ class DemoStore:
     later_run: str
     failed_run: str
     interrupted_run: str
+    revise_run: str
+    superseded: str  # the key of the finding the session superseded …
+    replacement: str  # … the key of the one that replaced it …
+    forgotten: str  # … and of the one it forgot
+
+
+FORGET_REASON = "<script>alert('gone')</script> wrong in the tropics"
+SCRIPT_TAG = "<script>tag</script>"
+SCRIPT_META_KEY = "<b>key</b>"
 
 
 def demo_store(home: Path) -> DemoStore:
@@ -113,7 +124,24 @@ def demo_store(home: Path) -> DemoStore:
         backend.release(lease)  # the holder let go without finishing: interrupted
     finally:
         backend.close()
-    return DemoStore(db, home / "flows-journal", done.run_id, later.run_id, failed.run_id, info.run_id)
+    with memory.MemoryStore(db) as store:
+        every = {f.text: f.key for f in store.recall(limit=None)}
+        red = every["a red sky at night often means fair weather next day"]
+        snow = every["snow needs the air near the ground below about 2 C"]
+        with store.session(scope="weather", flow="revise") as session:
+            better = session.learn(
+                {"text": "a red sky at night means fair weather when the weather comes from the west",
+                 "tags": ["weather", "sky"], "source": "observation"},
+                supersedes=red,
+            )  # fmt: skip
+            session.forget(snow, reason=FORGET_REASON)
+            session.learn({"text": "markup in a tag and in metadata", "tags": [SCRIPT_TAG],
+                           "metadata": {SCRIPT_META_KEY: SCRIPT_TEXT}})  # fmt: skip
+        revise = better.citation.run_id
+    return DemoStore(
+        db, home / "flows-journal", done.run_id, later.run_id, failed.run_id, info.run_id, revise, red,
+        better.key, snow,
+    )  # fmt: skip
 
 
 USDC = "0x" + "1a" * 20
