@@ -257,6 +257,7 @@ def _learned_record(backend: JournalBackend, event: HistoryEvent) -> dict[str, A
     if record is None:
         return None
     p = record.payload
-    finding = p.get("finding") if isinstance(p.get("finding"), dict) else {}
+    raw = p.get("finding")
+    finding: dict[str, Any] = raw if isinstance(raw, dict) else {}
     fields = ("text", "tags", "source", "metadata", "expiresMs")
     return {**{k: finding.get(k) for k in fields}, "scope": p.get("scope"), "flow": p.get("flow")}
