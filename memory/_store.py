@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -211,17 +211,21 @@ class MemoryStore:
         """``forget`` off the event loop, on the store's one executor."""
         return await self._off_loop(self._retirer.forget, key, root, reason)
 
-    def history(self, key: str) -> list[HistoryEvent]:
+    def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
         and ``expired`` once its ``expiresMs`` has passed; each with its citation.
+
+        ``runs`` are the ids of the root runs to look in (default: every run the journal lists,
+        which on the file journal reads every ``run.json``); a reader that keeps the list of runs
+        current itself (the dashboard) passes it.
 
         Raises:
             ArgumentInvalid: ``key`` is not a key.
             FindingUnknown: neither the journal nor the store knows ``key``.
             JournalError: the journal cannot be read, unchanged.
         """
-        return self._read(self._retirer.history, key)
+        return self._read(self._retirer.history, key, runs)
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """Publish, in batches, the learned file of every finding ``run_id`` committed whose file

@@ -66,7 +66,7 @@ from flows.web._findings import (
 from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback
 from flows.web._reader import Reader, ServeConfig
-from memory import Recalled
+from memory import Recalled, check_key
 from memory.cli import format_ms
 from staging import CodedError
 
@@ -461,7 +461,9 @@ class Dashboard:
 
     def finding_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         key = request.path_params["key"]
-        detail = finding_detail(self.reader.memory(), self.reader.backend, key)
+        store = self.reader.memory()
+        check_key(key)  # a malformed key is a 400 before any run is read
+        detail = finding_detail(store, self.reader.backend, key, self.reader.runs_naming(key))
         if detail is None:
             raise ServeNotFound(f"no finding has key {key}: neither the store nor the journal knows it")
         return "finding.html", {
@@ -476,7 +478,9 @@ class Dashboard:
         return self._finding(request).as_json(), None
 
     def history_api(self, request: Request) -> tuple[object, str | None]:
-        return [e.as_json() for e in self.reader.memory().history(request.path_params["key"])], None
+        key = check_key(request.path_params["key"])
+        events = self.reader.memory().history(key, runs=self.reader.runs_naming(key))
+        return [e.as_json() for e in events], None
 
     # -- agents ----------------------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ import orjson
 from markupsafe import Markup, escape
 
 from flows.web._errors import ServeBadRequest
-from journal import JournalBackend
-from memory import STREAM, Explained, FindingUnknown, HistoryEvent, MemoryStore, Recalled
+from journal import JournalBackend, RunInfo, RunState
+from memory import RETIRE_STREAM, STREAM, Explained, FindingUnknown, HistoryEvent, MemoryStore, Recalled
 
 PAGE_SIZE = 25
 MAX_WHY = 200
@@ -198,6 +198,49 @@ def matched_of(page: FindingsPage) -> dict[str, Sequence[str]]:
     return {a.finding.key: a.matched for a in page.answers or ()}
 
 
+class KeyIndex:
+    """Which finding keys each root run's ``memory-learn`` and ``memory-forget`` streams name, so a
+    finding's history reads only the runs that name it (``MemoryStore.history(runs=)``).
+
+    A done run never changes (it cannot be resumed), so what it names is read once; every other
+    run (running, interrupted, failed: a resume may append) is read again on each lookup. Not
+    thread-safe: the app holds one lock around its reads.
+    """
+
+    def __init__(self) -> None:
+        self._done: dict[str, frozenset[str]] = {}
+
+    def runs_naming(self, backend: JournalBackend, runs: Sequence[RunInfo], key: str) -> list[str]:
+        """The ids of the runs among ``runs`` whose memory streams name ``key``.
+
+        Raises:
+            journal.JournalError: a stream cannot be read (unchanged).
+        """
+        found: list[str] = []
+        for run in runs:
+            keys = self._done.get(run.run_id)
+            if keys is None:
+                keys = _keys_named(backend, run.run_id)
+                if run.state is RunState.DONE:
+                    self._done[run.run_id] = keys
+            if key in keys:
+                found.append(run.run_id)
+        if len(self._done) > len(runs) + 1000:  # runs removed from the journal
+            alive = {r.run_id for r in runs}
+            self._done = {k: v for k, v in self._done.items() if k in alive}
+        return found
+
+
+def _keys_named(backend: JournalBackend, run_id: str) -> frozenset[str]:
+    keys: set[str] = set()
+    for stream in (STREAM, RETIRE_STREAM):
+        for rec in backend.read(run_id, stream):
+            key = rec.payload.get("id")
+            if isinstance(key, str):
+                keys.add(key)
+    return frozenset(keys)
+
+
 @dataclass(frozen=True)
 class FindingDetail:
     """One finding's page: the live finding (None once it is forgotten, superseded or expired),
@@ -222,8 +265,11 @@ class FindingDetail:
         return next((e for e in self.history if e.kind != "learned"), None)
 
 
-def finding_detail(store: MemoryStore, backend: JournalBackend, key: str) -> FindingDetail | None:
-    """The finding ``key`` with its history; None when nothing knows the key.
+def finding_detail(
+    store: MemoryStore, backend: JournalBackend, key: str, runs: Sequence[str]
+) -> FindingDetail | None:
+    """The finding ``key`` with its history (looked for in ``runs``, the ids of the root runs that
+    name it: ``KeyIndex``); None when nothing knows the key.
 
     A finding no longer live is shown from its first commit's record in the journal (its text,
     tags, source and metadata, as learned).
@@ -234,7 +280,7 @@ def finding_detail(store: MemoryStore, backend: JournalBackend, key: str) -> Fin
     """
     live = store.get(key)
     try:
-        history = store.history(key)
+        history = store.history(key, runs=runs)
     except FindingUnknown:
         if live is None:
             return None

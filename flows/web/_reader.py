@@ -22,6 +22,7 @@ from pathlib import Path
 import memory
 from flows.web._agent import Agent
 from flows.web._errors import ServeDbOutdated, ServeNotFound
+from flows.web._findings import KeyIndex
 from flows.web._runs import RunIndex
 from journal import JournalBackend
 
@@ -52,6 +53,7 @@ class Reader:
         self._backend: JournalBackend | None = None
         self._index: RunIndex | None = None
         self._db_checked: tuple[int, int] | None = None
+        self._keys = KeyIndex()
 
     @property
     def backend(self) -> JournalBackend:
@@ -70,6 +72,11 @@ class Reader:
         if self._index is None:
             self._index = RunIndex(self.backend)
         return self._index
+
+    def runs_naming(self, key: str) -> list[str]:
+        """The ids of the root runs whose memory streams name the finding ``key`` (a finding's
+        history looks in these only), from the runs listing kept current between requests."""
+        return self._keys.runs_naming(self.backend, self.runs.runs(), key)
 
     def memory(self) -> memory.MemoryStore:
         """The findings memory, after checking that reading its DB will not migrate it.
@@ -129,3 +136,4 @@ class Reader:
             self.store.close()
             self._backend = None
             self._index = None
+            self._keys = KeyIndex()

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+import memory
 from flows._cli import main as flows_main
 from flows.web import ServeConfig
 from memory.ledger import ActivityLog, Ledger, TickFinished, TickStarted
@@ -309,6 +310,32 @@ def test_a_forgotten_finding_is_shown_as_such_on_its_page_and_nowhere_in_search(
         page = client.get(url).text
         assert f'id="finding-{demo.forgotten}"' not in page and f'id="finding-{demo.superseded}"' not in page
     assert f'id="finding-{demo.replacement}"' in client.get("/findings?q=red+sky").text
+
+
+def test_a_finding_forgotten_while_the_server_runs_shows_it_on_the_next_request(
+    demo: DemoStore, tmp_path: Path
+) -> None:
+    """The runs each history reads are remembered per done run; a new run is read when it comes."""
+    shutil.copytree(demo.db.parent, tmp_path / "store")
+    db = tmp_path / "store" / "history.db"
+    with client_for(ServeConfig(db=str(db))) as client:
+        live = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
+        with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later-forget") as s:
+            s.learn({"text": "mist lifts by noon", "tags": ["fog"]})  # its run is begun: running
+            kinds = [e["kind"] for e in client.get(f"/api/findings/{live}/history").json()]
+            assert kinds == ["learned"]  # read while that run names other keys only
+            s.forget(live, reason="fog is not that simple")  # the same run, which the server has seen
+            history = client.get(f"/api/findings/{live}/history").json()
+            assert [(e["kind"], e["reason"]) for e in history] == [
+                ("learned", None),
+                ("forgotten", "fog is not that simple"),
+            ]
+        superseded = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
+        assert [e["kind"] for e in client.get(f"/api/findings/{superseded}/history").json()] == ["learned"]
+        with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later") as s:
+            s.learn({"text": "mist lifts by noon, fog by one"}, supersedes=superseded)  # a run not seen
+        assert 'id="finding-state">superseded</span>' in client.get(f"/findings/{superseded}").text
+        client.app.state.reader.close()  # type: ignore[attr-defined]
 
 
 def test_an_unknown_key_is_a_coded_404_and_a_malformed_one_a_coded_400(client: TestClient) -> None:
