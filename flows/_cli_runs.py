@@ -19,6 +19,7 @@ from memory.cli import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     LIMIT_MAX,
+    Progress,
     format_ms,
     instant_ms,
     limit,
@@ -95,44 +96,52 @@ def _interrupted(exc: RunInterrupted, args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
-    from flows._runtime import run
-
+def _drive(args: argparse.Namespace, verb: str, drive: Callable[[Progress | None], RunResult]) -> int:
+    """Run or resume, then report. With ``--json`` the flow body's own prints (and its children's)
+    go to stderr, so stdout holds the one JSON object and nothing else."""
     if not args.json:
         try:
-            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+            with progress(f"{verb}: learns settled", enabled=verb == "resumed") as show:
+                result = drive(show)
         except RunInterrupted as exc:
             return _interrupted(exc, args)
-        return _report_run(result, args, "ran")
-    with stdout_to_stderr() as out:  # the flow's own prints go to stderr; stdout stays pure JSON
+        return _report_run(result, args, verb)
+    with stdout_to_stderr() as out:
         try:
-            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+            result = drive(None)
         except RunInterrupted as exc:
             return _interrupted(exc, args)
         sys.stdout, shown = out, sys.stdout
         try:
-            return _report_run(result, args, "ran")
+            return _report_run(result, args, verb)
         finally:
             sys.stdout = shown
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
+    from flows._runtime import run
+
+    return _drive(
+        args, "ran", lambda _: run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Resume a failed or interrupted root run."""
     from flows._runtime import resume
 
-    try:
-        with progress("resume: learns settled", enabled=not args.json) as show:
-            result = resume(
-                args.run_id,
-                db=args.db,
-                journal_location=args.journal,
-                progress=show,
-                allow_changed=args.allow_changed,
-            )
-    except RunInterrupted as exc:
-        return _interrupted(exc, args)
-    return _report_run(result, args, "resumed")
+    return _drive(
+        args,
+        "resumed",
+        lambda show: resume(
+            args.run_id,
+            db=args.db,
+            journal_location=args.journal,
+            progress=show,
+            allow_changed=args.allow_changed,
+        ),
+    )
 
 
 # -- runs -------------------------------------------------------------------------------------

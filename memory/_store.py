@@ -318,9 +318,30 @@ class MemoryStore:
             scope=scope,
         )
 
-    async def arecall(self, **filters: Any) -> list[Recalled]:
-        """``recall`` off the event loop."""
-        return await self._off_loop(partial(self.recall, **filters))
+    async def arecall(
+        self,
+        *,
+        scope: str | None = None,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        tag: str | None = None,
+    ) -> list[Recalled]:
+        """``recall`` off the event loop (the same filters, the same errors)."""
+        return await self._off_loop(
+            partial(
+                self.recall,
+                scope=scope,
+                source=source,
+                tags=tags,
+                meta=meta,
+                before_ms=before_ms,
+                limit=limit,
+                tag=tag,
+            )
+        )
 
     def why(
         self,
@@ -344,9 +365,18 @@ class MemoryStore:
         """
         return self._read(self._search.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
 
-    async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
-        """``why`` off the event loop."""
-        return await self._off_loop(partial(self.why, subject, **kwargs))
+    async def awhy(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """``why`` off the event loop (the same arguments, the same errors)."""
+        call = partial(self.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
+        return await self._off_loop(call)
 
     def get(self, key: str) -> Recalled | None:
         """The live finding whose key is ``key`` (from the DB, else its unsynced file), or None
