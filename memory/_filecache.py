@@ -3,7 +3,7 @@
 A fresh process's first read used to open and parse every unsynced learned file, and then (with the
 stat-keyed index this module first held) still ``lstat`` every file and build every entry. The
 index now answers "which files could be in this answer" on its own, and a read looks only at the
-files it is about to consider. One index per scope directory, in ``<db-dir>/flows-cache/``
+files it is about to return. One index per scope directory, in ``<db-dir>/flows-cache/``
 (``flows-memory/`` holds learned files only):
 
 * what a full read of each file returned, keyed by the file's size, mtime, ctime and inode (as
@@ -15,11 +15,11 @@ files it is about to consider. One index per scope directory, in ``<db-dir>/flow
   are content-addressed and only ever created, replaced or dropped by rename or unlink, each of
   which changes the directory's ctime: while the stamp matches, the index's rows are exactly the
   directory's learned files. A read then trusts the index for which files exist and in what order,
-  and ``lstat``s only the files it considers (``IndexedListing``): one whose stat key differs
+  and ``lstat``s only the files it returns (``IndexedListing``): one whose stat key differs
   (rewritten in place, which the engine never does: damage), or that is gone, makes the read start
   again from every file (``StaleIndex``), where a damaged file fails it. A file changed in place
-  that no read considers is not seen by that read: it cannot be in its answer, and it fails every
-  read that would return it;
+  that a read does not return is not looked at by that read (it is judged by what it held when
+  indexed), and it fails every read that would return it;
 * when the stamp does not match (a file added, dropped or replaced since), a read stats every
   file, re-reads the changed ones, and writes the index again.
 
@@ -29,8 +29,9 @@ bytes, a regular file of this user, mode 0600) and names each section's BLAKE2b 
 when the section is read. An index that is damaged, truncated, of another version, for another
 directory, or not tagged with that key is ignored (never an error) and rebuilt; a section that does
 not match its digest makes the read start again from every file. A file modified within
-``_RACY_NS`` of the scan is not indexed (mtimes are coarse). Writing it is best effort: a read-only
-store, a full disk or a missing folder skip it, and the read goes on from the files.
+``_RACY_NS`` of the scan is not indexed (mtimes are coarse), and the index then carries no
+stamp. Writing it is best effort: a read-only store, a full disk or a missing folder skip it, and
+the read goes on from the files.
 
 What it does not promise: a process that can write ``flows-cache/key`` as this user can forge an
 index, exactly as it could rewrite the learned files and the journal themselves.

@@ -464,10 +464,10 @@ class DiskIndex:
     ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse). A fresh process starts
     from the files' index (``memory._filecache``): while the folder's stamp is the one the index was
     written under, the index lists the folder's files and each read checks only the files it
-    considers (an ``IndexedListing``); otherwise it stats every file and reads the changed ones, so
+    returns (an ``IndexedListing``); otherwise it stats every file and reads the changed ones, so
     a damaged file fails every read that would return it. A file rewritten in place (not by the
-    engine, which never does that) is seen by the next read that considers it, or after the next
-    change to its directory. Folders are opened without following links (``read_folder``); the
+    engine, which never does that) is seen by the next read that would return it, or after the
+    next change to its directory. Folders are opened without following links (``read_folder``); the
     cheap check of a cached listing is an ``lstat``, so a link put in the folder's place is never
     mistaken for it.
     """

@@ -194,8 +194,8 @@ class Search:
     ) -> tuple[list[Listing | IndexedListing], Mapping[str, Retired]]:
         """The scope's (or every scope's) unsynced listings, and its retired files by key (what no
         read may return), from one look at ``<db-dir>/flows-memory``. A listing comes from the
-        files' index while it lists the folder as it is (each file checked as a read reaches it),
-        unless ``whole`` asks for every entry parsed."""
+        files' index while it lists the folder as it is (the files of the entries a read returns
+        checked before it returns them), unless ``whole`` asks for every entry parsed."""
         if scope is not None:
             listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
             return [listing], self._disk.retired(self._publisher.retired_dir(scope)).by_key
