@@ -521,9 +521,7 @@ def _with_clock(backend_name: str, location: str, clock: object) -> JournalBacke
     return PostgresJournal(location, clock=clock)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "reading", [-1, 253_402_300_799_999 + 1, 10**30, 1.5e12, True, None], ids=repr
-)
+@pytest.mark.parametrize("reading", [-1, 253_402_300_799_999 + 1, 10**30, 1.5e12, True, None], ids=repr)
 def test_a_clock_that_reads_no_time_is_journal_clock_invalid_and_nothing_is_written(
     journal_location: str, backend_name: str, reading: object
 ) -> None:

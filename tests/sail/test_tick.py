@@ -17,6 +17,7 @@ from memory.ledger import (
     Outcome,
     Skipped,
     TokenMetadata,
+    cadence_reason,
     reconcile,
 )
 from sail._chain import Chain
@@ -221,13 +222,25 @@ def test_a_transfer_from_a_look_alike_contract_is_not_counted(world: World) -> N
 def test_cadence_is_honoured_from_the_last_confirmed_act_in_the_ledger(world: World) -> None:
     entry = act_and_reconcile(world)
     skips = [e for e in world.ledger().entries() if isinstance(e, Skipped)]
-    assert [s.reason for s in skips] == [
-        f"cadence: last acted {max(0, world.clock.now - entry.ts)}s ago, interval {INTERVAL}s"
-    ]
+    assert [s.reason for s in skips] == [cadence_reason(world.clock.now - entry.ts, INTERVAL)]
     world.clock.now = entry.ts + INTERVAL - 1
     assert world.tick().skipped is not None
     world.clock.now = entry.ts + INTERVAL
     assert world.tick().dispatched is not None
+
+
+def test_a_last_act_stamped_ahead_of_the_ticks_clock_is_said_to_be_ahead_not_0s_ago(world: World) -> None:
+    """The chain stamps an act with its block's time; when that runs ahead of the tick's clock (a
+    dev chain moved forward, as after ``sail demo``), the cadence skip says how far ahead it is."""
+    entry = act_and_reconcile(world)
+    world.clock.now = entry.ts - 7200  # this machine's clock: two hours behind the chain's
+    skipped = world.tick().skipped
+    assert skipped is not None
+    assert skipped.reason == (
+        f"cadence: last acted 7200s ahead of this tick's clock (the chain's clock runs ahead of it), "
+        f"interval {INTERVAL}s"
+    )
+    assert "0s ago" not in skipped.reason
 
 
 def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
