@@ -361,6 +361,10 @@ class PostgresJournal:
         clock: returns milliseconds since the epoch; stamps runs and records and times leases.
         lease_ttl_s: how long a lease outlives its holder's last renewal before a resumer may break it.
 
+    Raises:
+        ValueError: ``lease_ttl_s`` is not positive (a programming error: no command or file sets it).
+        JournalLocationInvalid: ``dsn`` is malformed.
+
     Thread-safe: calls may come from many threads; each takes a pooled connection.
     """
 

@@ -329,3 +329,17 @@ def test_chain_read_failures_map_to_chain_unavailable_and_quotes_to_a_skip_reaso
         assert info.value.code == "chain_unavailable" and "rpc_url" in str(info.value)
     with pytest.raises(QuoteUnavailable):
         dead.quote(owner, 1, (token, owner))
+
+
+def test_a_setup_transaction_that_reverts_is_sail_setup_failed_with_its_reason(world: World) -> None:
+    """``sail init --embedded`` and ``sail demo`` set the market up with ``send``: a revert there is a
+    coded error naming the call and the decoded reason, not an uncoded one."""
+    from sail import SailSetupFailed
+    from sail._deploy import send
+
+    usdc = Chain(world.w3)._token(world.market.usdc)
+    with pytest.raises(SailSetupFailed) as err:  # the agent holds far less than this
+        send(world.w3, usdc.functions.transfer(world.owner, 10**30), world.agent.address)
+    assert err.value.code == "sail_setup_failed"
+    assert "transfer" in str(err.value) and "INSUFFICIENT_BALANCE" in str(err.value)
+    assert "fresh chain" in str(err.value)
