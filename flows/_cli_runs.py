@@ -227,14 +227,20 @@ def _learn_entry(rec: Record) -> dict[str, Any]:
     return {"kind": "learn", "key": p.get("id"), "text": finding.get("text"), "tags": finding.get("tags")}
 
 
+def _forget_entry(rec: Record) -> dict[str, Any]:
+    p = rec.payload
+    return {"kind": "forget", "key": p.get("id"), "reason": p.get("reason"), "by": p.get("by")}
+
+
 def _event_entry(rec: Record) -> dict[str, Any]:
     p = dict(rec.payload)
     return {"kind": str(p.pop("event", "event")), **p}
 
 
 def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
-    """A root run and everything it recorded, in commit order: steps (each attempt), learns, and
-    the run's own events (resumes, an interruption, the output). Each entry cites its record."""
+    """A root run and everything it recorded, in commit order: steps (each attempt), learns,
+    forgets (a finding forgotten, or superseded ``by`` another), and the run's own events (resumes,
+    an interruption, the output). Each entry cites its record."""
     from flows._runtime import RUN_STREAM
     from flows._steps import STEPS_STREAM
 
@@ -242,7 +248,8 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
     sources: list[tuple[int, str, Callable[[Record], dict[str, Any]]]] = [
         (0, STEPS_STREAM, _step_entry),
         (1, memory.STREAM, _learn_entry),
-        (2, RUN_STREAM, _event_entry),
+        (2, memory.RETIRE_STREAM, _forget_entry),
+        (3, RUN_STREAM, _event_entry),
     ]
     entries: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     events: Sequence[Record] = ()
@@ -294,8 +301,12 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
             retry = f" (retry in {e['retryInMs']} ms)" if "retryInMs" in e else ""
             outcome = f"error[{error.get('code')}] {str(error.get('message'))[:50]}{retry}"
         return [when, kind, str(e["step"]), str(e["attempt"]), duration, outcome, record]
-    if kind == "learn":
-        return [when, kind, str(e["key"])[:12], "-", "-", _short(e["text"]), record]
+    if kind in ("learn", "forget"):
+        if kind == "learn":
+            detail = _short(e["text"])
+        else:
+            detail = f"superseded by {e['by']}" if e.get("by") else _short(e.get("reason"))
+        return [when, kind, str(e["key"])[:12], "-", "-", detail, record]
     if kind == "output":
         return [when, kind, "-", "-", "-", _short(e.get("output")), record]
     if kind == "resumed":
