@@ -49,7 +49,7 @@ class Reader:
         self.config = config
         self.lock = threading.Lock()
         # file_index=False: the dashboard writes nothing, not even the derived files' index
-        self.store = memory.MemoryStore(config.db, journal=config.journal, file_index=False)
+        self.store = memory.MemoryStore(config.db, journal=config.journal, file_index=False, recover=False)
         self.agents = [Agent(i, home) for i, home in enumerate(config.sail_homes)]
         self._backend: JournalBackend | None = None
         self._index: RunIndex | None = None
