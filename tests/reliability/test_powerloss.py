@@ -226,3 +226,42 @@ def test_a_torn_append_holding_copies_of_an_earlier_line_is_cut_not_taken_for_da
         assert [r.seq for r in log.recover()] == [1]
         log.append(_record(2, "after"))
     assert [r.payload["t"] for r in log.read()] == ["short", "after"]
+
+
+def test_without_syncfs_names_are_made_durable_in_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where a learn's append cannot sync the folder's file system, its rename waits in a group: the
+    # learn that brings the group to ``NAMES_GROUP`` names fsyncs the folder once for all of them.
+    import journal._file
+    import memory._publisher
+
+    monkeypatch.setattr(journal._file, "HAVE_SYNCFS", False)
+    monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 2)
+    monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 3600.0)
+    (tmp_path / "three").mkdir()
+    trace = powerloss.record_findings(["L1", "L2", "L3"], tmp_path / "three")
+    (tmp_path / "two").mkdir()
+    pair = powerloss.record_findings(["L1", "L2"], tmp_path / "two")
+    monkeypatch.undo()
+    kinds = {step: _kinds_of(trace, step) for step in ("L1", "L2", "L3")}
+    assert all("syncfs" not in k for k in kinds.values())
+    assert kinds["L1"][-1] == kinds["L3"][-1] == "rename", kinds  # waits
+    assert kinds["L2"][-2:] == ["rename", "fsync"], kinds  # one fsync for two
+    # Every crash state from the end of L2 on: L1 and L2 survive with no recovery at all.
+    tally = _judge_after(pair, "L2", recover=False)
+    assert tally.cases > 0 and tally.acknowledged > 0
+    assert tally.clean, _summary(tally)
+
+
+def test_a_name_waits_no_longer_than_the_group_time_while_learns_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import journal._file
+    import memory._publisher
+
+    monkeypatch.setattr(journal._file, "HAVE_SYNCFS", False)
+    monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 0.0)  # every learn finds the last one due
+    trace = powerloss.record_findings(["L1", "L2"], tmp_path)
+    monkeypatch.undo()
+    assert _kinds_of(trace, "L1")[-2:] == _kinds_of(trace, "L2")[-2:] == ["rename", "fsync"]
