@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import journal
 import memory
 import staging
 from journal import LineLog, Record, RecordCodec
@@ -233,10 +234,9 @@ def test_without_syncfs_names_are_made_durable_in_groups(
 ) -> None:
     # Where a learn's append cannot sync the folder's file system, its rename waits in a group: the
     # learn that brings the group to ``NAMES_GROUP`` names fsyncs the folder once for all of them.
-    import journal._file
     import memory._publisher
 
-    monkeypatch.setattr(journal._file, "HAVE_SYNCFS", False)
+    monkeypatch.setattr(journal.FileJournal, "shares_filesystem", lambda self, path: False)
     monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 2)
     monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 3600.0)
     (tmp_path / "three").mkdir()
@@ -257,10 +257,9 @@ def test_without_syncfs_names_are_made_durable_in_groups(
 def test_a_name_waits_no_longer_than_the_group_time_while_learns_go_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import journal._file
     import memory._publisher
 
-    monkeypatch.setattr(journal._file, "HAVE_SYNCFS", False)
+    monkeypatch.setattr(journal.FileJournal, "shares_filesystem", lambda self, path: False)
     monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 0.0)  # every learn finds the last one due
     trace = powerloss.record_findings(["L1", "L2"], tmp_path)
     monkeypatch.undo()
