@@ -260,6 +260,7 @@ class Publisher:
         upto, folders = self.pending.snapshot()
         for directory in folders:
             try:
+                failpoint("memory.before_flush_names")
                 sync_dir_shared(directory)
             except FileNotFoundError:
                 continue

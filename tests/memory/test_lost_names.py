@@ -9,14 +9,17 @@ a reboot makes it stale.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+import pytest
 
 import memory
 from journal import RunState
 from memory._filecache import CACHE_DIR
 from memory._recovery import MEMO, storage_life
-from tests.memory.conftest import Clock, learned_files
+from tests.memory.conftest import Clock, Failpoints, learned_files
 
 A = {"text": "the cache is cold at dawn", "tags": ["cache"]}
 B = {"text": "the cache warms by noon", "tags": ["cache"]}
@@ -176,3 +179,20 @@ def test_a_session_flush_and_close_leave_no_name_waiting(db: Path) -> None:
             s.learn({"text": "a third"})
         assert store._publisher.pending.snapshot()[1] == []
         assert store.open_journal().run(s.run_id).state is RunState.DONE
+
+
+def test_a_session_whose_names_cannot_be_made_durable_ends_failed_not_done(
+    db: Path, failpoints: Failpoints
+) -> None:
+    with memory.MemoryStore(db) as store:
+        s = store.session(scope="scope-a")
+        a = s.learn(A)
+        failpoints.set("memory.before_flush_names=EIO")
+        with pytest.raises(memory.Unwritable) as raised:
+            s.close()
+        assert raised.value.errno == errno.EIO
+        failpoints.set("")
+        info = store.open_journal().run(s.run_id)
+        assert info.state is RunState.FAILED  # never done with a name that may not survive
+        assert info.error is not None and info.error["code"] == "memory_unwritable"
+        assert a.path.exists()  # readable; after a power loss the next open restores it
