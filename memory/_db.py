@@ -780,20 +780,17 @@ class HistoryDB:
             _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
             raise self._error(exc, "write", Unwritable) from exc
 
-
     def retirement(self, key: str) -> Retired | None:
         """The retirement the DB records for ``key``, or None."""
         conn = self._read_conn()
         if conn is None:
             return None
         try:
-            row = (
-                conn.execute(
-                    "SELECT key, scope, flow, reason, by_key, forgotten_ms, run_id, stream, record_id"
-                    " FROM retirements WHERE key = ?",
-                    (key,),
-                ).fetchone()
-            )
+            row = conn.execute(
+                "SELECT key, scope, flow, reason, by_key, forgotten_ms, run_id, stream, record_id"
+                " FROM retirements WHERE key = ?",
+                (key,),
+            ).fetchone()
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
         if row is None:

@@ -88,10 +88,11 @@ class Learner:
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
-        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+        retired = self._retirer.retired_path(root.scope, fid)
+        if os.path.lexists(retired):
             learned = self._learned_retired(fid, root, final)
         else:
-            learned = self._learn(fid, item, root, directory, final)
+            learned = self._learn(fid, item, root, directory, final, retired=retired)
         if old is not None and supersedes is not None and old.retired is None:
             self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
         return learned
@@ -125,7 +126,9 @@ class Learner:
             )
         return _learned(fid, existing, final)
 
-    def _learn(self, fid: str, item: Finding, root: Root, directory: Path, final: Path) -> Learned:
+    def _learn(
+        self, fid: str, item: Finding, root: Root, directory: Path, final: Path, *, retired: str
+    ) -> Learned:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -169,7 +172,9 @@ class Learner:
             staged.discard()
             raise
         failpoint("memory.after_append")
-        if render(record) != data:  # another attempt committed first: publish its bytes
+        # Another attempt committed first: publish its bytes. (A record under this key has this
+        # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)
+        if record is not expected and record.payload != expected.payload and render(record) != data:
             staged.discard()
             self._check(root, record, fid)
             staged = pub.stage(directory, render(record), root.run_id)
@@ -180,7 +185,7 @@ class Learner:
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
-        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+        if os.path.lexists(retired):
             pub.remove(final, root.run_id)
         return _learned(fid, record, final)
 

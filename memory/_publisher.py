@@ -86,11 +86,16 @@ class PendingNames:
         self._seq = 0
         self._waiting: deque[tuple[int, Path, float]] = deque()  # (number, folder, when renamed)
 
-    def renamed(self, directory: Path) -> None:
-        """Note a name renamed into ``directory`` and not yet durable."""
+    def renamed(self, directory: Path) -> bool:
+        """Note a name renamed into ``directory`` and not yet durable; return whether the waiting
+        names now call for a folder fsync (``NAMES_GROUP`` of them, or the oldest ``NAMES_WAIT_S``
+        old)."""
+        now = time.monotonic()
         with self._mutex:
             self._seq += 1
-            self._waiting.append((self._seq, directory, time.monotonic()))
+            waiting = self._waiting
+            waiting.append((self._seq, directory, now))
+            return len(waiting) >= NAMES_GROUP or now - waiting[0][2] >= NAMES_WAIT_S
 
     def mark(self) -> int:
         """The number of the newest rename so far: what a sync that begins now covers."""
@@ -103,14 +108,6 @@ class PendingNames:
             waiting = self._waiting
             while waiting and waiting[0][0] <= upto:
                 waiting.popleft()
-
-    def due(self) -> bool:
-        """Whether the waiting names call for a folder fsync now (``NAMES_GROUP``, ``NAMES_WAIT_S``)."""
-        with self._mutex:
-            waiting = self._waiting
-            return bool(waiting) and (
-                len(waiting) >= NAMES_GROUP or time.monotonic() - waiting[0][2] >= NAMES_WAIT_S
-            )
 
     def snapshot(self) -> tuple[int, list[Path]]:
         """The newest rename's number and the folders with a name waiting (each once)."""
@@ -245,8 +242,7 @@ class Publisher:
             Unwritable: the rename failed, or the group's folder fsync did (the name is in place).
         """
         self.publish(staged, final, run_id, sync=False)
-        self.pending.renamed(final.parent)
-        if self.pending.due():
+        if self.pending.renamed(final.parent):
             self.flush_names(run_id)
 
     def flush_names(self, run_id: str | None = None) -> None:
