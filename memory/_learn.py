@@ -167,7 +167,8 @@ class Learner:
                     root.lease, STREAM, expected.payload, key=fid, sync_filesystem=shared
                 )
                 if shared:
-                    pub.pending.settled(mark)
+                    known = self._shared_fs
+                    pub.pending.settled(mark, lambda d: known.get((root.journal, d), False))
         except BaseException:
             staged.discard()
             raise

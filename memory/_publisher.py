@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +103,17 @@ class PendingNames:
         with self._mutex:
             return self._seq
 
-    def settled(self, upto: int) -> None:
-        """Forget the renames numbered up to ``upto`` (a sync begun after them returned)."""
+    def settled(self, upto: int, covers: Callable[[Path], bool] | None = None) -> None:
+        """Forget the renames numbered up to ``upto`` (a sync begun after them returned), only
+        those into folders ``covers`` says the sync reached when it is given (a ``syncfs`` reaches
+        its own file system only)."""
         with self._mutex:
             waiting = self._waiting
-            while waiting and waiting[0][0] <= upto:
-                waiting.popleft()
+            if covers is None:
+                while waiting and waiting[0][0] <= upto:
+                    waiting.popleft()
+            elif waiting and waiting[0][0] <= upto:
+                self._waiting = deque(w for w in waiting if w[0] > upto or not covers(w[1]))
 
     def snapshot(self) -> tuple[int, list[Path]]:
         """The newest rename's number and the folders with a name waiting (each once)."""

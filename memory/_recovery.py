@@ -18,6 +18,7 @@ never stands in for the journal (``flows check``, ``sync`` and a resume look at 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
@@ -99,7 +100,9 @@ class Recovery:
         self._restore = restore
 
     def _memo(self, life: str) -> bytes:
-        return f"{life}\n{self._journal_location}\n".encode()
+        # The journal by a digest of its location: a DSN's password is never written to disk.
+        where = hashlib.blake2b(self._journal_location.encode(), digest_size=16).hexdigest()
+        return f"{life}\n{where}\n".encode()
 
     def check(self) -> int:
         """Walk the runs that did not end cleanly, unless this storage life was walked already;
