@@ -18,6 +18,7 @@ import pytest
 import memory
 from journal import RunState
 from memory._filecache import CACHE_DIR
+from memory._publisher import PendingNames
 from memory._recovery import MEMO, storage_life
 from tests.memory.conftest import Clock, Failpoints, learned_files
 
@@ -196,3 +197,16 @@ def test_a_session_whose_names_cannot_be_made_durable_ends_failed_not_done(
         assert info.state is RunState.FAILED  # never done with a name that may not survive
         assert info.error is not None and info.error["code"] == "memory_unwritable"
         assert a.path.exists()  # readable; after a power loss the next open restores it
+
+
+def test_a_sync_of_one_file_system_settles_only_the_names_waiting_on_it(tmp_path: Path) -> None:
+    pending = PendingNames()
+    here, there = tmp_path / "here", tmp_path / "there"
+    pending.renamed(here)
+    pending.renamed(there)
+    mark = pending.mark()
+    pending.renamed(here)  # after the sync began: not covered by it
+    pending.settled(mark, lambda d: d == here)
+    assert pending.snapshot() == (3, [there, here])
+    pending.settled(pending.mark())
+    assert pending.snapshot() == (3, [])
