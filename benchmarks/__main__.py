@@ -119,7 +119,7 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.cli_recall_within_3x_sqlite": ("ratio.cli_recall_vs_sqlite", "<=", 3.0),
     "goal.learn_large_store_vs_small": ("ratio.learn_large_vs_small", ">=", 0.9),
 }
-"""Stable goal names: the issue's targets, each a figure or ratio, a comparison and a bound."""
+"""Stable goal names: the project's performance targets, each a figure or ratio, a comparison and a bound."""
 
 
 def _paired(num: list[float] | None, den: list[float] | None) -> float | None:

@@ -21,6 +21,7 @@ from memory.cli import (
     json_out,
     limit,
     progress,
+    stdout_to_stderr,
 )
 
 _EPILOG = """\
@@ -196,11 +197,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the embedded demo."""
+    """Run the embedded demo; with ``--json`` its story goes to stderr and its outcome to stdout."""
     from flows._demo import run_demo
 
-    with progress("demo: findings published before the kill", enabled=not args.json) as show:
-        return run_demo(args.home, progress=show)
+    if not args.json:
+        with progress("demo: findings published before the kill", enabled=True) as show:
+            return run_demo(args.home, progress=show).status
+    with stdout_to_stderr() as out:
+        outcome = run_demo(args.home)
+        json_out(outcome.as_json(), out)
+    return outcome.status
 
 
 # -- parser and dispatch -------------------------------------------------------------------------

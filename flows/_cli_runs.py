@@ -19,6 +19,7 @@ from memory.cli import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     LIMIT_MAX,
+    Progress,
     format_ms,
     instant_ms,
     limit,
@@ -95,44 +96,52 @@ def _interrupted(exc: RunInterrupted, args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
-    from flows._runtime import run
-
+def _drive(args: argparse.Namespace, verb: str, drive: Callable[[Progress | None], RunResult]) -> int:
+    """Run or resume, then report. With ``--json`` the flow body's own prints (and its children's)
+    go to stderr, so stdout holds the one JSON object and nothing else."""
     if not args.json:
         try:
-            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+            with progress(f"{verb}: learns settled", enabled=verb == "resumed") as show:
+                result = drive(show)
         except RunInterrupted as exc:
             return _interrupted(exc, args)
-        return _report_run(result, args, "ran")
-    with stdout_to_stderr() as out:  # the flow's own prints go to stderr; stdout stays pure JSON
+        return _report_run(result, args, verb)
+    with stdout_to_stderr() as out:
         try:
-            result = run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+            result = drive(None)
         except RunInterrupted as exc:
             return _interrupted(exc, args)
         sys.stdout, shown = out, sys.stdout
         try:
-            return _report_run(result, args, "ran")
+            return _report_run(result, args, verb)
         finally:
             sys.stdout = shown
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
+    from flows._runtime import run
+
+    return _drive(
+        args, "ran", lambda _: run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Resume a failed or interrupted root run."""
     from flows._runtime import resume
 
-    try:
-        with progress("resume: learns settled", enabled=not args.json) as show:
-            result = resume(
-                args.run_id,
-                db=args.db,
-                journal_location=args.journal,
-                progress=show,
-                allow_changed=args.allow_changed,
-            )
-    except RunInterrupted as exc:
-        return _interrupted(exc, args)
-    return _report_run(result, args, "resumed")
+    return _drive(
+        args,
+        "resumed",
+        lambda show: resume(
+            args.run_id,
+            db=args.db,
+            journal_location=args.journal,
+            progress=show,
+            allow_changed=args.allow_changed,
+        ),
+    )
 
 
 # -- runs -------------------------------------------------------------------------------------
@@ -218,14 +227,20 @@ def _learn_entry(rec: Record) -> dict[str, Any]:
     return {"kind": "learn", "key": p.get("id"), "text": finding.get("text"), "tags": finding.get("tags")}
 
 
+def _forget_entry(rec: Record) -> dict[str, Any]:
+    p = rec.payload
+    return {"kind": "forget", "key": p.get("id"), "reason": p.get("reason"), "by": p.get("by")}
+
+
 def _event_entry(rec: Record) -> dict[str, Any]:
     p = dict(rec.payload)
     return {"kind": str(p.pop("event", "event")), **p}
 
 
 def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
-    """A root run and everything it recorded, in commit order: steps (each attempt), learns, and
-    the run's own events (resumes, an interruption, the output). Each entry cites its record."""
+    """A root run and everything it recorded, in commit order: steps (each attempt), learns,
+    forgets (a finding forgotten, or superseded ``by`` another), and the run's own events (resumes,
+    an interruption, the output). Each entry cites its record."""
     from flows._runtime import RUN_STREAM
     from flows._steps import STEPS_STREAM
 
@@ -233,7 +248,8 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
     sources: list[tuple[int, str, Callable[[Record], dict[str, Any]]]] = [
         (0, STEPS_STREAM, _step_entry),
         (1, memory.STREAM, _learn_entry),
-        (2, RUN_STREAM, _event_entry),
+        (2, memory.RETIRE_STREAM, _forget_entry),
+        (3, RUN_STREAM, _event_entry),
     ]
     entries: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     events: Sequence[Record] = ()
@@ -285,8 +301,12 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
             retry = f" (retry in {e['retryInMs']} ms)" if "retryInMs" in e else ""
             outcome = f"error[{error.get('code')}] {str(error.get('message'))[:50]}{retry}"
         return [when, kind, str(e["step"]), str(e["attempt"]), duration, outcome, record]
-    if kind == "learn":
-        return [when, kind, str(e["key"])[:12], "-", "-", _short(e["text"]), record]
+    if kind in ("learn", "forget"):
+        if kind == "learn":
+            detail = _short(e["text"])
+        else:
+            detail = f"superseded by {e['by']}" if e.get("by") else _short(e.get("reason"))
+        return [when, kind, str(e["key"])[:12], "-", "-", detail, record]
     if kind == "output":
         return [when, kind, "-", "-", "-", _short(e.get("output")), record]
     if kind == "resumed":

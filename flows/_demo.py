@@ -2,6 +2,9 @@
 
 With a folder to keep (``flows demo --keep DIR``) the store stays there and the demo ends with
 commands a user can copy and run on it; otherwise it runs in a temporary folder, removed after.
+
+The story is printed on stdout; ``flows demo --json`` sends it to stderr and prints only the outcome
+(``DemoOutcome.as_json``) on stdout.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _FLOW = '''\
 """A demo flow: it learns what it observes about the weather, one finding at a time."""
@@ -53,35 +58,61 @@ def _learned(home: Path) -> int:
     return sum(1 for _ in (home / "flows-memory").rglob("*.json")) if (home / "flows-memory").exists() else 0
 
 
-def run_demo(home: str | None = None, progress: Callable[[int, int], None] | None = None) -> int:
-    """Run the demo in ``home`` (a temporary directory when None); return 0 when it all held.
+@dataclass(frozen=True)
+class DemoOutcome:
+    """What the demo did: whether every step held, the run it killed and resumed, the kept store."""
+
+    ok: bool
+    run_id: str | None
+    kept: Path | None
+    commands: tuple[str, ...]
+
+    @property
+    def status(self) -> int:
+        """The command's exit status: 0 when every step held, else 1."""
+        return 0 if self.ok else 1
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"ok", "runId", "kept", "try"}``: ``kept`` is the store's folder, or null when it was
+        temporary; ``try`` the commands to run on a kept store."""
+        return {
+            "ok": self.ok,
+            "runId": self.run_id,
+            "kept": None if self.kept is None else str(self.kept),
+            "try": list(self.commands),
+        }
+
+
+def run_demo(home: str | None = None, progress: Callable[[int, int], None] | None = None) -> DemoOutcome:
+    """Run the demo in ``home`` (a temporary directory when None), telling its story on stdout.
 
     ``progress(done, total)`` is told how many findings are published while the demo waits to
     kill the flow.
     """
     if home is None:
         with tempfile.TemporaryDirectory(prefix="flows-demo-") as tmp:
-            status = _demo(Path(tmp), progress)
+            ok, run_id = _demo(Path(tmp), progress)
         print("\n(the store was temporary and is gone: `flows demo --keep DIR` keeps it to explore)")
-        return status
-    status = _demo(Path(home), progress)
-    _print_next_steps(Path(home))
-    return status
-
-
-def _print_next_steps(home: Path) -> None:
-    db = shlex.quote(str(home / "history.db"))
+        return DemoOutcome(ok, run_id, None, ())
+    ok, run_id = _demo(Path(home), progress)
+    commands = _next_steps(Path(home))
     print(f"\nthe store is kept in {home}; try:")
-    for command in (
+    for command in commands:
+        print(f"  {command}")
+    return DemoOutcome(ok, run_id, Path(home), commands)
+
+
+def _next_steps(home: Path) -> tuple[str, ...]:
+    db = shlex.quote(str(home / "history.db"))
+    return (
         f"flows runs --db {db}",
         f"flows why 'what does fog need' --db {db}",
         f"flows recall --tag weather --json --db {db}",
         f"flows check --db {db}",
-    ):
-        print(f"  {command}")
+    )
 
 
-def _demo(home: Path, progress: Callable[[int, int], None] | None) -> int:
+def _demo(home: Path, progress: Callable[[int, int], None] | None) -> tuple[bool, str | None]:
     home.mkdir(parents=True, exist_ok=True)
     flow_file = home / "weather_notes.py"
     flow_file.write_text(_FLOW)
@@ -102,7 +133,11 @@ def _demo(home: Path, progress: Callable[[int, int], None] | None) -> int:
     print(f"   killed after {_learned(home)} findings were published\n")
     print("2. the root run is interrupted: its lease died with its process")
     runs = _flows(home, "runs")
-    run_id = runs.stdout.splitlines()[1].split()[0]
+    listed = runs.stdout.splitlines()
+    run_id = listed[1].split()[0] if runs.returncode == 0 and len(listed) > 1 else None
+    if run_id is None:
+        print("\ndemo FAILED: `flows runs` listed no root run")
+        return False, None
     print("\n3. resume it: committed learns republish without journaling again; the rest are learned")
     resumed = _flows(home, "resume", run_id)
     print("\n4. the journal holds exactly one record per finding")
@@ -114,4 +149,4 @@ def _demo(home: Path, progress: Callable[[int, int], None] | None) -> int:
     _flows(home, "recall", "--tag", "pressure")
     ok = resumed.returncode == 0 and why.returncode == 0 and "barometer" in why.stdout
     print("\ndemo " + ("complete" if ok else "FAILED"))
-    return 0 if ok else 1
+    return ok, run_id

@@ -2,6 +2,7 @@
 
 from journal._backend import JournalBackend
 from journal._errors import (
+    JournalClosed,
     JournalContention,
     JournalCorrupt,
     JournalError,
@@ -13,19 +14,31 @@ from journal._errors import (
     JournalPayloadInvalid,
     JournalReadInterrupted,
     JournalRunNotFound,
+    JournalStateInvalid,
     JournalStorageError,
     JournalUnavailable,
     JournalUnwritable,
     JournalUsageError,
 )
-from journal._file import FileJournal, RecordCodec, now_ms
+from journal._file import FileJournal, RecordCodec
 from journal._linelog import LineCodec, LineDamaged, LineLog
-from journal._model import Lease, Record, RunInfo, RunState, check_key, check_name, payload_json, record_id
+from journal._model import (
+    Lease,
+    Record,
+    RunInfo,
+    RunState,
+    check_key,
+    check_name,
+    now_ms,
+    payload_json,
+    record_id,
+)
 from journal._open import open_journal
 
 __all__ = [
     "FileJournal",
     "JournalBackend",
+    "JournalClosed",
     "JournalContention",
     "JournalCorrupt",
     "JournalError",
@@ -37,6 +50,7 @@ __all__ = [
     "JournalPayloadInvalid",
     "JournalReadInterrupted",
     "JournalRunNotFound",
+    "JournalStateInvalid",
     "JournalStorageError",
     "JournalUnavailable",
     "JournalUnwritable",

@@ -14,6 +14,15 @@ class JournalBackend(Protocol):
 
     Every method raises only ``JournalError`` subclasses for journal failures. Nothing above this
     interface knows which backend it talks to.
+
+    The rules every backend keeps alike (run ids, the clock, the lease fence, the states a run may
+    finish in, which runs resume, when a release lets go, a closed journal) are the functions of
+    ``journal._model``, which each backend calls; each backend module checks, for mypy, that its class
+    implements this interface.
+
+    After ``close``, every method raises ``JournalClosed`` (``journal_closed``), but ``location``
+    (still the journal's), ``release`` (a no-op: closing let go of every lease) and ``close`` (safe
+    to call again).
     """
 
     @property
@@ -35,12 +44,18 @@ class JournalBackend(Protocol):
     def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
         """Record the run's end (``done`` or ``failed``, with the error) and release the lease.
 
-        Raises JournalLeaseLost when ``lease`` is stale.
+        Raises JournalStateInvalid (``journal_state_invalid``) for any other state, before anything
+        is read or changed; JournalLeaseLost when ``lease`` is stale (another holder acquired the run
+        since, or it has ended).
         """
         ...
 
     def release(self, lease: Lease) -> None:
-        """Let go of the lease without changing the state (the run then reads ``interrupted``)."""
+        """Let go of the lease without changing the state (the run then reads ``interrupted``).
+
+        Only the lease this object holds at that epoch is let go. Releasing a lease again (or after
+        ``finish``, or one this object never held, or an older epoch) is a no-op, never an error.
+        """
         ...
 
     def append(

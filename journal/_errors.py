@@ -9,7 +9,9 @@ Every error carries a stable ``code`` and the context it happened in. The tree::
     │   ├── JournalPayloadInvalid     journal_payload_invalid: a payload or run metadata that is not JSON
     │   ├── JournalLocationInvalid    journal_location_invalid: a journal location (DSN) that is malformed
     │   ├── JournalRunNotFound        journal_run_not_found: no such root run
-    │   └── JournalNotResumable       journal_not_resumable: the run is done (or running)
+    │   ├── JournalNotResumable       journal_not_resumable: the run is done (or running)
+    │   ├── JournalStateInvalid       journal_state_invalid: a run finished in a state but done or failed
+    │   └── JournalClosed             journal_closed: a call on a journal object already closed
     ├── JournalContention             someone else holds or took the run
     │   ├── JournalLeaseHeld          journal_lease_held: a live holder already drives the run
     │   └── JournalLeaseLost          journal_lease_lost: an append carried a stale fencing epoch
@@ -88,6 +90,24 @@ class JournalNotResumable(JournalUsageError):
     """The root run is done, so there is nothing to resume."""
 
     code = "journal_not_resumable"
+
+
+class JournalStateInvalid(JournalUsageError, ValueError):
+    """``finish`` was asked for a state other than ``done`` or ``failed``; nothing changed.
+
+    It is also a ``ValueError``, as before.
+    """
+
+    code = "journal_state_invalid"
+
+
+class JournalClosed(JournalUsageError, RuntimeError):
+    """A call on a journal object after its ``close``; open the journal again to go on.
+
+    It is also a ``RuntimeError``, as before.
+    """
+
+    code = "journal_closed"
 
 
 class JournalContention(JournalError):

@@ -22,7 +22,6 @@ import contextlib
 import fcntl
 import os
 import re
-import secrets
 import stat
 import threading
 import time
@@ -34,12 +33,11 @@ from typing import Any
 
 import orjson
 
+from journal._backend import JournalBackend
 from journal._errors import (
     JournalCorrupt,
     JournalError,
     JournalLeaseHeld,
-    JournalLeaseLost,
-    JournalNotResumable,
     JournalReadInterrupted,
     JournalRunNotFound,
     JournalUnwritable,
@@ -51,10 +49,17 @@ from journal._model import (
     Record,
     RunInfo,
     RunState,
+    check_fence,
     check_key,
     check_name,
+    check_open,
+    check_resumable,
+    finish_state,
+    new_record_id,
+    new_run_id,
+    now_ms,
     payload_json,
-    record_id,
+    releases,
 )
 from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
 
@@ -71,11 +76,6 @@ _MAX_RUN_FILE = 16 * 1024 * 1024  # a run.json larger than this is not one the j
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch (the default clock)."""
-    return time.time_ns() // 1_000_000
 
 
 def _whole(value: object, low: int, high: int = _MAX_INT) -> bool:
@@ -573,8 +573,7 @@ class FileJournal:
         """
         self._check_open()
         now = self._clock()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
-        run_id = f"{stamp}-{secrets.token_hex(5)}"
+        run_id = new_run_id(now)
         obj = {
             "runId": run_id,
             "flow": flow,
@@ -616,10 +615,7 @@ class FileJournal:
         try:
             with self._run_lock(run_id):
                 obj = self._load(run_id)
-                if obj["state"] == RunState.DONE.value:
-                    raise JournalNotResumable(
-                        f"root run {run_id} is done; there is nothing to resume", run_id=run_id
-                    )
+                check_resumable(run_id, obj["state"])
                 obj.update(
                     state=RunState.RUNNING.value,
                     epoch=obj["epoch"] + 1,
@@ -633,33 +629,26 @@ class FileJournal:
         self._held[run_id] = (obj["epoch"], fd)
         return Lease(run_id, obj["epoch"])
 
-    def _fence(self, obj: Mapping[str, Any], lease: Lease) -> None:
-        if obj["epoch"] != lease.epoch or obj["state"] != RunState.RUNNING.value:
-            raise JournalLeaseLost(
-                f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
-                f"{obj['state']} at epoch {obj['epoch']}; resume it to continue",
-                expected=obj["epoch"],
-                got=lease.epoch,
-                run_id=lease.run_id,
-            )
-
     def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
         """Record ``done`` or ``failed`` and release the lease (see ``JournalBackend``)."""
-        if state not in (RunState.DONE, RunState.FAILED):
-            raise ValueError(f"a run finishes done or failed, not {state}")
+        self._check_open()
+        ended = finish_state(state)
         recorded = orjson.loads(payload_json(error, what="error")) if error else None
         with self._run_lock(lease.run_id):
             obj = self._load(lease.run_id)
-            self._fence(obj, lease)
-            obj.update(state=state.value, updatedMs=self._clock(), error=recorded)
+            check_fence(lease, obj["epoch"], obj["state"])
+            obj.update(state=ended.value, updatedMs=self._clock(), error=recorded)
             self._store(lease.run_id, obj)
         self.release(lease)
         return self._info(obj)
 
     def release(self, lease: Lease) -> None:
-        """Let go of the lease lock (the run then reads interrupted if still running)."""
+        """Let go of the lease lock (the run then reads interrupted if still running).
+
+        A no-op for a lease this object does not hold (see ``JournalBackend``), closed or not.
+        """
         held = self._held.get(lease.run_id)
-        if held is not None and held[0] == lease.epoch:
+        if held is not None and releases(held[0], lease):
             del self._held[lease.run_id]
             os.close(held[1])
 
@@ -668,6 +657,7 @@ class FileJournal:
     def shares_filesystem(self, path: str) -> bool:
         """True where ``syncfs`` exists and ``path`` is on the journal's file system (see
         ``JournalBackend``); False when either cannot be told (a missing path, say)."""
+        self._check_open()
         if not HAVE_SYNCFS:
             return False
         try:
@@ -744,7 +734,7 @@ class FileJournal:
     def _resolve(self, handle: _Stream, obj: Mapping[str, Any], p: _Pending, stream: str, seq: int) -> None:
         """Fence ``p`` and give it its record: the one its key already has, or a new one at ``seq``."""
         try:
-            self._fence(obj, p.lease)
+            check_fence(p.lease, obj["epoch"], obj["state"])
         except JournalError as exc:
             p.error = exc
             return
@@ -756,7 +746,7 @@ class FileJournal:
             run_id=run_id,
             stream=stream,
             seq=seq,
-            id=secrets.token_hex(8) if p.key is None else record_id(run_id, stream, p.key),
+            id=new_record_id(run_id, stream, p.key),
             key=p.key,
             ts_ms=self._clock(),
             payload=p.payload,
@@ -824,6 +814,7 @@ class FileJournal:
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
+        self._check_open()
         check_key(key)
         handle = self._stream(run_id, stream)
         records = self.read(run_id, stream)
@@ -911,8 +902,7 @@ class FileJournal:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this journal is closed")
+        check_open(self._closed, self.location)
 
     def close(self) -> None:
         """Release every lease this object holds; safe to call twice."""
@@ -931,3 +921,6 @@ class FileJournal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_IMPLEMENTS: type[JournalBackend] = FileJournal  # mypy checks that the class implements the interface

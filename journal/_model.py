@@ -1,17 +1,32 @@
-"""The journal's records: frozen values that pass through the backend interface unchanged."""
+"""The journal's records, and the rules every backend follows the same way.
+
+The records are frozen values that pass through the backend interface unchanged. The rules (how a
+run id is minted, the clock, the lease fence, which states a run may finish in, which runs may be
+resumed, when a release lets go, what a closed journal answers) live here once; each backend calls
+them rather than restating them.
+"""
 
 from __future__ import annotations
 
 import enum
 import hashlib
 import re
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from journal._errors import JournalNameInvalid, JournalPayloadInvalid
+from journal._errors import (
+    JournalClosed,
+    JournalLeaseLost,
+    JournalNameInvalid,
+    JournalNotResumable,
+    JournalPayloadInvalid,
+    JournalStateInvalid,
+)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # C0 controls (NUL, newline …), DEL, C1 controls, and lone surrogates (no UTF-8 form: neither
@@ -89,6 +104,11 @@ def record_id(run_id: str, stream: str, key: str) -> str:
     return hashlib.blake2b(f"{run_id}\0{stream}\0{key}".encode(), digest_size=8).hexdigest()
 
 
+def new_record_id(run_id: str, stream: str, key: str | None) -> str:
+    """The id a new record gets: ``record_id`` of its key, or for an unkeyed one 16 random hex."""
+    return secrets.token_hex(8) if key is None else record_id(run_id, stream, key)
+
+
 class RunState(enum.StrEnum):
     """The state of a root run, as stored (``interrupted`` is derived: running with no live holder)."""
 
@@ -147,3 +167,80 @@ class Record:
     key: str | None
     ts_ms: int
     payload: Mapping[str, Any]
+
+
+# -- the rules both backends share ------------------------------------------------------------
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch: every backend's default clock."""
+    return time.time_ns() // 1_000_000
+
+
+def new_run_id(now: int) -> str:
+    """A fresh root run id for a run begun at ``now`` (epoch ms): its UTC time, then 10 random hex.
+
+    Sorting ids sorts runs by the second they began; the random tail keeps ids begun in the same
+    second apart. Every id is a valid name (``check_name``), safe as one path component.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
+    return f"{stamp}-{secrets.token_hex(5)}"
+
+
+def finish_state(state: object) -> RunState:
+    """Return ``state`` as the ``RunState`` a run may finish in (done or failed).
+
+    Raises:
+        JournalStateInvalid: any other state, or a value that is not a state; nothing is changed.
+    """
+    if isinstance(state, str) and state in (RunState.DONE.value, RunState.FAILED.value):
+        return RunState(state)  # a RunState is a str too
+    raise JournalStateInvalid(
+        f"a run finishes {RunState.DONE.value} or {RunState.FAILED.value}, not {state!r:.80}; pass "
+        "RunState.DONE or RunState.FAILED (or release the lease to leave the run resumable)"
+    )
+
+
+def check_fence(lease: Lease, epoch: int, state: str) -> None:
+    """The lease fence: ``lease`` may write only while the run is running at the lease's epoch.
+
+    ``epoch`` and ``state`` are the run's as stored, read under the run lock.
+
+    Raises:
+        JournalLeaseLost: another holder took the run over since (a higher epoch), or it ended.
+    """
+    if epoch != lease.epoch or state != RunState.RUNNING.value:
+        raise JournalLeaseLost(
+            f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
+            f"{state} at epoch {epoch}; resume it to continue",
+            expected=epoch,
+            got=lease.epoch,
+            run_id=lease.run_id,
+        )
+
+
+def check_resumable(run_id: str, state: str) -> None:
+    """Whether a run stored in ``state`` may be acquired: any state but done.
+
+    Raises:
+        JournalNotResumable: the run is done.
+    """
+    if state == RunState.DONE.value:
+        raise JournalNotResumable(f"root run {run_id} is done; there is nothing to resume", run_id=run_id)
+
+
+def releases(held_epoch: int | None, lease: Lease) -> bool:
+    """Whether ``release(lease)`` lets go of the lease this object holds at ``held_epoch``.
+
+    Only the very lease held does; an older lease of the run, or one this object no longer holds
+    (released already, finished, or never its own), is a no-op: releasing twice is harmless.
+    """
+    return held_epoch is not None and held_epoch == lease.epoch
+
+
+def check_open(closed: bool, location: str) -> None:
+    """Raise ``JournalClosed`` when the journal object at ``location`` was closed."""
+    if closed:
+        raise JournalClosed(
+            f"the journal at {location} is closed; open it again (journal.open_journal) to go on"
+        )

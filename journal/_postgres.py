@@ -31,7 +31,6 @@ import contextlib
 import re
 import secrets
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -40,19 +39,33 @@ import orjson
 import psycopg
 import psycopg.conninfo
 
+from journal._backend import JournalBackend
 from journal._errors import (
     JournalError,
     JournalLeaseHeld,
-    JournalLeaseLost,
     JournalLocationInvalid,
-    JournalNotResumable,
     JournalReadInterrupted,
     JournalRunNotFound,
     JournalUnavailable,
     JournalUnwritable,
 )
-from journal._file import now_ms
-from journal._model import Lease, Record, RunInfo, RunState, check_key, check_name, payload_json, record_id
+from journal._model import (
+    Lease,
+    Record,
+    RunInfo,
+    RunState,
+    check_fence,
+    check_key,
+    check_name,
+    check_open,
+    check_resumable,
+    finish_state,
+    new_record_id,
+    new_run_id,
+    now_ms,
+    payload_json,
+    releases,
+)
 
 SCHEMA_VERSION = 2
 DEFAULT_LEASE_TTL_S = 30.0
@@ -508,17 +521,6 @@ class PostgresJournal:
             raise self._not_found(run_id)
         return int(row[0]), str(row[1]), row[2]
 
-    @staticmethod
-    def _fence(lease: Lease, epoch: int, state: str) -> None:
-        if epoch != lease.epoch or state != RunState.RUNNING.value:
-            raise JournalLeaseLost(
-                f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
-                f"{state} at epoch {epoch}; resume it to continue",
-                expected=epoch,
-                got=lease.epoch,
-                run_id=lease.run_id,
-            )
-
     # -- the lease connection and its heartbeat ------------------------------------------------
 
     def _lease_connection(self) -> psycopg.Connection[Any]:
@@ -624,9 +626,9 @@ class PostgresJournal:
 
         Raises JournalUnavailable (the server), JournalUnwritable (it refused the write).
         """
+        self._check_open()
         now = self._clock()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now / 1000))
-        run_id = f"{stamp}-{secrets.token_hex(5)}"
+        run_id = new_run_id(now)
         key = secrets.randbits(63)
         meta_text = payload_json(meta, what="run metadata").decode()
         with self._lease_mutex:
@@ -650,6 +652,7 @@ class PostgresJournal:
         Raises JournalNameInvalid, JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld
         (a live holder: its session holds the lock and its lease has not expired), JournalUnavailable.
         """
+        self._check_open()
         check_name("run id", run_id)
         key = secrets.randbits(63)
         with self._lease_mutex:
@@ -663,10 +666,7 @@ class PostgresJournal:
                 if row is None:
                     raise self._not_found(run_id)
                 epoch, state, live = int(row[0]), row[1], bool(row[2])
-                if state == RunState.DONE.value:
-                    raise JournalNotResumable(
-                        f"root run {run_id} is done; there is nothing to resume", run_id=run_id
-                    )
+                check_resumable(run_id, state)
                 if live or run_id in self._held:
                     raise JournalLeaseHeld(
                         f"root run {run_id} is driven by a live holder; wait for it to finish or stop it",
@@ -684,20 +684,20 @@ class PostgresJournal:
     def finish(self, lease: Lease, state: RunState, error: Mapping[str, Any] | None = None) -> RunInfo:
         """Record ``done`` or ``failed`` (with ``error``), release the lease, and return the run.
 
-        Raises ValueError for another state, JournalLeaseLost (stale epoch, or already ended),
-        JournalRunNotFound, JournalUnavailable.
+        Raises JournalStateInvalid for another state, JournalLeaseLost (stale epoch, or already
+        ended), JournalRunNotFound, JournalUnavailable.
         """
-        if state not in (RunState.DONE, RunState.FAILED):
-            raise ValueError(f"a run finishes done or failed, not {state}")
+        self._check_open()
+        ended = finish_state(state)
         check_name("run id", lease.run_id)
         error_text = None if not error else payload_json(error, what="error").decode()
         with self._transaction("finishing a run", run_id=lease.run_id) as cur:
             epoch, stored, _ = self._lock_run(cur, lease.run_id)
-            self._fence(lease, epoch, stored)
+            check_fence(lease, epoch, stored)
             row = cur.execute(
                 f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
                 f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
-                {"state": state.value, "now": self._clock(), "error": error_text, "run": lease.run_id},
+                {"state": ended.value, "now": self._clock(), "error": error_text, "run": lease.run_id},
             ).fetchone()
         self.release(lease)
         assert row is not None  # the row is locked: it cannot have gone
@@ -706,11 +706,12 @@ class PostgresJournal:
     def release(self, lease: Lease) -> None:
         """Let go of the lease's advisory lock (the run then reads interrupted if still running).
 
-        Never raises for an unreachable server: a dead session has already let go of its locks.
+        Never raises for an unreachable server: a dead session has already let go of its locks. A
+        no-op for a lease this object does not hold (see ``JournalBackend``), closed or not.
         """
         with self._lease_mutex:
             held = self._held.get(lease.run_id)
-            if held is None or held[0] != lease.epoch:
+            if held is None or not releases(held[0], lease):
                 return
             del self._held[lease.run_id]
             conn = self._lease_conn
@@ -725,6 +726,7 @@ class PostgresJournal:
 
     def shares_filesystem(self, path: str) -> bool:
         """Always False: a commit here makes nothing on the local disk durable."""
+        self._check_open()
         return False
 
     def append(
@@ -746,6 +748,7 @@ class PostgresJournal:
         JournalNameInvalid (a bad run id, stream name or key), JournalUnavailable, JournalUnwritable;
         JournalPayloadInvalid (also a TypeError) for a payload that is not JSON.
         """
+        self._check_open()
         if sync_filesystem:
             raise ValueError("the PostgreSQL journal cannot sync a local file system; fsync the files")
         run_id = check_name("run id", lease.run_id)
@@ -758,7 +761,7 @@ class PostgresJournal:
             lease.epoch,
             stream,
             key,
-            secrets.token_hex(8) if key is None else record_id(run_id, stream, key),
+            new_record_id(run_id, stream, key),
             self._clock(),
             body,
         )
@@ -771,8 +774,9 @@ class PostgresJournal:
         status, epoch, state, *record = row
         if status == "missing":
             raise self._not_found(run_id)
-        if status == "fenced":
-            self._fence(lease, int(epoch), str(state))
+        if status == "fenced":  # the SQL fenced it; the rule's words and error are the shared ones
+            check_fence(lease, int(epoch), str(state))
+            raise AssertionError(f"journal_append fenced epoch {lease.epoch} against {epoch}, {state}")
         return self._record(run_id, stream, record)
 
     def _records(
@@ -858,8 +862,7 @@ class PostgresJournal:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this journal is closed")
+        check_open(self._closed, self._location)
 
     def close(self) -> None:
         """Release every lease this object holds and close its connections; safe to call twice."""
@@ -878,3 +881,6 @@ class PostgresJournal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_IMPLEMENTS: type[JournalBackend] = PostgresJournal  # mypy checks that the class implements the interface

@@ -213,10 +213,17 @@ class HistoryDB:
     migrates it. A DB on a read-only file system whose write-ahead log is empty is opened
     ``immutable`` (nobody can write it there). The DB and its ``-wal``/``-shm`` must be regular
     files: a link, FIFO or folder in their place is refused, never followed or opened.
+
+    With ``read_only`` the DB is never written, migrated or created, and no file is created beside
+    it either (``_open_without_creating``): a reader that must leave the store as it found it (the
+    dashboard). Writes then fail with ``Unwritable``, and an older schema with ``Unreachable``.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
+        #: how many reads failed because the DB changed under a read without SQLite's lock
+        self.changes_seen = 0
         self._local = threading.local()
         self._writes = 0
         self._seen = False
@@ -280,7 +287,7 @@ class HistoryDB:
         if conn is not None:
             return conn
         self._check_files()
-        conn = self._open_read_only()
+        conn = self._open_without_creating() if self.read_only else self._open_read_only()
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.Error as exc:
@@ -293,6 +300,12 @@ class HistoryDB:
             raise self._newer(version)
         if version == 0:  # created but never migrated: no rows yet
             return None
+        if version < SCHEMA_VERSION and self.read_only:
+            raise Unreachable(
+                f"the history DB {self.path} has schema {version}, older than this flows-memory "
+                f"({SCHEMA_VERSION}), and this reader never writes it: run `flows sync` once to upgrade it",
+                path=self.path,
+            )
         if version < SCHEMA_VERSION:  # an older schema: reading needs the migration
             try:
                 return self._connect()
@@ -331,6 +344,87 @@ class HistoryDB:
         self._local.guard = guard
         return conn
 
+    def _open_without_creating(self) -> sqlite3.Connection:
+        """A connection that reads the DB and creates no file, for a ``read_only`` DB.
+
+        SQLite reads a WAL database through its ``-shm`` index and creates it (and an empty
+        ``-wal``) when missing, even for ``mode=ro``, and leaves both behind. So:
+
+        * no log, or an empty one: every committed transaction is in the DB file, so it is read
+          ``immutable`` (no lock, no index, nothing written, not even an existing ``-shm``). Safe
+          because of what is watched: the DB's stamp (inode, size, mtime), taken before the log
+          was looked at, and the log, are checked after every read; a writer writes its log
+          before it touches the DB, so a log with content or a changed DB fails the read (the
+          store reads again once, on a fresh connection). On a read-only file system nothing can
+          change and nothing is watched;
+        * a log with content and its index (a writer has the DB open, or left them): ``mode=ro``,
+          which joins SQLite's locking through them like any reader: it creates no file, and
+          SQLite marks its read in the index's shared memory (that cannot be avoided while a
+          writer's log holds part of the DB);
+        * a log with content and no index (a writer died and its ``-shm`` was removed): refused,
+          since reading the log needs the index it would create.
+
+        Raises:
+            Unreachable: the last case, or SQLite cannot open the DB.
+        """
+        uri = "file:" + quote(str(self.path), safe="/")
+        wal, shm = f"{self.path}-wal", f"{self.path}-shm"
+        try:
+            stamp = self._stamp()  # before the log is looked at (see the docstring)
+            logged = _size(wal) > 0
+            indexed = os.path.lexists(shm)
+            frozen = bool(os.statvfs(self.path.parent).f_flag & os.ST_RDONLY)
+        except OSError as exc:
+            raise Unreachable(
+                f"cannot read the history DB {self.path}: {describe(exc)}", path=self.path
+            ) from exc
+        if logged and indexed:
+            try:
+                conn = sqlite3.connect(
+                    uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA busy_timeout = 30000")
+                conn.execute("PRAGMA schema_version").fetchone()
+            except sqlite3.Error as exc:
+                raise self._error(exc, "open", Unreachable) from exc
+            self._local.guard = None
+            return conn
+        if logged:
+            raise Unreachable(
+                f"the history DB {self.path} has a write-ahead log ({wal}) holding transactions not yet "
+                f"in the DB, and no index ({shm}); reading the log would create the index, which a "
+                "read-only reader never does: run `flows sync` once (it folds the log into the DB)",
+                path=self.path,
+            )
+        try:
+            conn = sqlite3.connect(
+                uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "open", Unreachable) from exc
+        self._local.guard = (0, 0, 0) if frozen else stamp
+        return conn
+
+    def schema_version(self) -> int:
+        """The DB's schema version (``PRAGMA user_version``; 0 when there is no DB), read without
+        writing or migrating anything (for ``read_only``, without creating any file either).
+
+        Raises:
+            Unreachable: the DB cannot be opened, or is not a regular file.
+        """
+        if not self.exists():
+            return 0
+        self._check_files()
+        conn = self._open_without_creating() if self.read_only else self._open_read_only()
+        try:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
+        finally:
+            conn.close()
+            self._local.guard = None
+
     def _unlocked_read(self) -> tuple[int, int, int] | None:
         """Whether the DB file alone (``immutable``) holds everything, and what to watch while it is
         read so. None when its write-ahead log holds something (SQLite's failure then stands). On a
@@ -364,10 +458,12 @@ class HistoryDB:
             if conn is not None:
                 conn.close()
             self._local.ro = self._local.guard = None
+            self._writes += 1  # a fresh connection's data_version starts over: what was kept is stale
+            self.changes_seen += 1  # the read is worth doing again: ``MemoryStore`` does it once
             raise Unreachable(
                 f"the history DB {self.path} was written while it was read without SQLite's lock (which "
-                "needs a -shm file that could not be made here: a read-only folder or a full disk): run "
-                "the command again",
+                "needs a -shm file that could not be made here, or that a read-only reader does not "
+                "make: a read-only folder, a full disk): run the command again",
                 path=self.path,
             )
 
@@ -383,6 +479,10 @@ class HistoryDB:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
+        if self.read_only:
+            raise Unwritable(
+                f"the history DB {self.path} was opened read-only: nothing writes it", path=self.path
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -430,8 +530,10 @@ class HistoryDB:
                 raise
 
     def close(self) -> None:
-        """Close this thread's connections (safe twice)."""
-        for name in ("conn", "ro"):
+        """Close this thread's connections (safe twice). The reader goes first: the writer closing
+        last folds the write-ahead log into the DB and removes it with its ``-shm`` (SQLite does that
+        only for the last connection, and never for a read-only one)."""
+        for name in ("ro", "conn"):
             conn = getattr(self._local, name, None)
             if conn is not None:
                 conn.close()
@@ -635,7 +737,8 @@ class HistoryDB:
 
     def version(self) -> tuple[int, int]:
         """Changes when the DB's content may have changed: another connection's commit moves
-        SQLite's ``data_version``; this object's own writes move the second number."""
+        SQLite's ``data_version``; this object's own writes, and a reader connection dropped for a
+        change seen under it, move the second number."""
         conn = self._read_conn()
         if conn is None:
             return (-1, self._writes)

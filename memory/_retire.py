@@ -184,15 +184,16 @@ class Retirer:
 
     # -- history -------------------------------------------------------------------------------
 
-    def history(self, key: str) -> list[HistoryEvent]:
+    def history(self, key: str, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """See ``MemoryStore.history``."""
         check_key(key)
         now = self._clock()
         backend = self._open_journal()
         events: list[HistoryEvent] = []
         expiring: tuple[int, Citation, int] | None = None  # expiresMs, the first commit, its time
-        for run in backend.runs():
-            for rec in backend.read(run.run_id, STREAM):
+        run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
+        for run_id in run_ids:
+            for rec in backend.read(run_id, STREAM):
                 p = rec.payload
                 if p.get("id") != key:
                     continue
@@ -201,7 +202,7 @@ class Retirer:
                 expires = (p.get("finding") or {}).get("expiresMs")
                 if isinstance(expires, int) and (expiring is None or int(p["learnedMs"]) < expiring[2]):
                     expiring = (expires, citation, int(p["learnedMs"]))
-            for rec in backend.read(run.run_id, RETIRE_STREAM):
+            for rec in backend.read(run_id, RETIRE_STREAM):
                 if rec.payload.get("id") == key:
                     events.append(retirement_event(retired_of(rec)))
         if not events:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +23,7 @@ import journal
 from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._errors import Unwritable
+from memory._errors import Unreachable, Unwritable
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -67,11 +67,16 @@ class MemoryStore:
         file_index: keep the unsynced files' index in ``<db-dir>/flows-cache`` (read by a fresh
             process's first read, written when it disagreed with the files). False for a reader
             that must write nothing (a long-lived one keeps its own index in memory either way).
+        read_only: never write the store: the history DB is opened without creating any file
+            beside it (``HistoryDB``'s ``read_only``), never migrated, and the files' index is
+            neither read nor written (``file_index`` is then False). Writes (``learn``, ``forget``,
+            ``sync``…) fail; reads answer as usual. For a reader that must leave the store exactly
+            as it found it (the dashboard).
         recover: make the open-time check (``_recovery``): after a power loss, publish again the
             files of findings that runs which did not end cleanly committed and whose names were
-            lost (None, the default: as ``file_index``). False for a reader that must write
-            nothing (it may then miss such a finding until a store is opened with it, or ``sync``
-            runs).
+            lost (None, the default: as ``file_index``; never with ``read_only``). False for a
+            reader that must write nothing (it may then miss such a finding until a store is
+            opened with it, or ``sync`` runs).
 
     The store is a context manager; ``close()`` is safe twice.
     """
@@ -84,11 +89,14 @@ class MemoryStore:
         clock: Callable[[], int] = _now_ms,
         max_workers: int = 8,
         file_index: bool = True,
+        read_only: bool = False,
         recover: bool | None = None,
     ) -> None:
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
-        self._db = HistoryDB(self.db_path)
+        self.read_only = read_only
+        file_index = file_index and not read_only
+        self._db = HistoryDB(self.db_path, read_only=read_only)
         self._journal: JournalBackend | None = None
         self._journal_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -101,7 +109,7 @@ class MemoryStore:
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
-        if file_index if recover is None else recover:
+        if (file_index if recover is None else recover) and not read_only:
             Recovery(self.db_path, self.journal_location, self.open_journal, self._restore_missing).check()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -234,17 +242,21 @@ class MemoryStore:
         """``forget`` off the event loop, on the store's one executor."""
         return await self._off_loop(self._retirer.forget, key, root, reason)
 
-    def history(self, key: str) -> list[HistoryEvent]:
+    def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
         and ``expired`` once its ``expiresMs`` has passed; each with its citation.
+
+        ``runs`` are the ids of the root runs to look in (default: every run the journal lists,
+        which on the file journal reads every ``run.json``); a reader that keeps the list of runs
+        current itself (the dashboard) passes it.
 
         Raises:
             ArgumentInvalid: ``key`` is not a key.
             FindingUnknown: neither the journal nor the store knows ``key``.
             JournalError: the journal cannot be read, unchanged.
         """
-        return self._retirer.history(key)
+        return self._read(self._retirer.history, key, runs)
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """Publish, in batches, the learned file of every finding ``run_id`` committed whose file
@@ -293,6 +305,18 @@ class MemoryStore:
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, done again once when it failed because the history DB changed
+        under a read that held none of SQLite's locks (``HistoryDB._unchanged``): the second try
+        reads through a fresh connection, which sees the change."""
+        seen = self._db.changes_seen
+        try:
+            return fn(*args, **kwargs)
+        except Unreachable:
+            if self._db.changes_seen == seen:
+                raise
+        return fn(*args, **kwargs)
+
     def recall(
         self,
         *,
@@ -317,13 +341,41 @@ class MemoryStore:
                 a negative ``limit``…).
             Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.recall(
-            source=source, tag=tag, tags=tags, meta=meta, before_ms=before_ms, limit=limit, scope=scope
+        return self._read(
+            self._search.recall,
+            source=source,
+            tag=tag,
+            tags=tags,
+            meta=meta,
+            before_ms=before_ms,
+            limit=limit,
+            scope=scope,
         )
 
-    async def arecall(self, **filters: Any) -> list[Recalled]:
-        """``recall`` off the event loop."""
-        return await self._off_loop(partial(self.recall, **filters))
+    async def arecall(
+        self,
+        *,
+        scope: str | None = None,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+        tag: str | None = None,
+    ) -> list[Recalled]:
+        """``recall`` off the event loop (the same filters, the same errors)."""
+        return await self._off_loop(
+            partial(
+                self.recall,
+                scope=scope,
+                source=source,
+                tags=tags,
+                meta=meta,
+                before_ms=before_ms,
+                limit=limit,
+                tag=tag,
+            )
+        )
 
     def why(
         self,
@@ -345,11 +397,20 @@ class MemoryStore:
             ArgumentInvalid: a filter has the wrong type.
             Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._search.why(subject, limit=limit, scope=scope, tags=tags, meta=meta)
+        return self._read(self._search.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
 
-    async def awhy(self, subject: str, **kwargs: Any) -> list[Explained]:
-        """``why`` off the event loop."""
-        return await self._off_loop(partial(self.why, subject, **kwargs))
+    async def awhy(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """``why`` off the event loop (the same arguments, the same errors)."""
+        call = partial(self.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
+        return await self._off_loop(call)
 
     def get(self, key: str) -> Recalled | None:
         """The live finding whose key is ``key`` (from the DB, else its unsynced file), or None
@@ -359,7 +420,7 @@ class MemoryStore:
             ArgumentInvalid: ``key`` is not 32 lowercase hex digits.
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
-        return self._search.get(check_key(key))
+        return self._read(self._search.get, check_key(key))
 
     def scope_of(self, key: str) -> str | None:
         """The scope of the finding ``key`` (live, retired or expired), looked for in the files, the
@@ -370,7 +431,7 @@ class MemoryStore:
             Unreachable: a file or the DB that holds the key cannot be read.
             JournalError: the journal cannot be read (asked only when the store does not know it).
         """
-        found = self._retirer.locate(check_key(key))
+        found = self._read(self._retirer.locate, check_key(key))
         return None if found is None else found.scope
 
     def scopes(self) -> list[str]:
@@ -380,7 +441,7 @@ class MemoryStore:
         Raises:
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
-        return self._search.scopes()
+        return self._read(self._search.scopes)
 
     # -- sync ----------------------------------------------------------------------------------
 

@@ -166,9 +166,10 @@ def format_ms(ms: int | None, *, precise: bool = False) -> str:
 # -- output ------------------------------------------------------------------------------------
 
 
-def json_out(obj: Any) -> None:
-    """Print ``obj`` as indented JSON on stdout."""
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n")
+def json_out(obj: Any, file: TextIO | None = None) -> None:
+    """Print ``obj`` as indented JSON on ``file`` (default stdout)."""
+    text = orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
+    (sys.stdout if file is None else file).write(text + "\n")
 
 
 @contextlib.contextmanager

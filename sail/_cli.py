@@ -10,12 +10,13 @@ milliseconds in a key ending in ``Ms``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from memory.cli import (
     INT64_MAX,
@@ -27,6 +28,7 @@ from memory.cli import (
     json_out,
     limit,
     progress,
+    stdout_to_stderr,
 )
 from memory.ledger import ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
@@ -68,14 +70,19 @@ def cmd_init(args: argparse.Namespace) -> int:
         init_embedded = import_chain_module("sail._demo").init_embedded
         ANVIL_KEYS = import_chain_module("sail._node").ANVIL_KEYS
 
-        init_embedded(
-            home,
-            amount_in=args.amount or 25 * 10**6,
-            interval_s=args.interval or 86_400,
-            min_balance=args.min_balance if args.min_balance is not None else 25 * 10**6,
-            permission=args.permission,
-        )
-        print(f"wrote {config_path(home)} (embedded chain in {sail_dir(home) / 'chain'})")
+        with _quiet_stdout(args) as out:  # --json: whatever the chain's setup prints goes to stderr
+            init_embedded(
+                home,
+                amount_in=args.amount or 25 * 10**6,
+                interval_s=args.interval or 86_400,
+                min_balance=args.min_balance if args.min_balance is not None else 25 * 10**6,
+                permission=args.permission,
+            )
+            chain = sail_dir(home) / "chain"
+            if args.json:  # anvil's dev key 1 is public: printing it gives nothing away
+                _dump({"config": str(config_path(home)), "chain": str(chain), "agentKey": ANVIL_KEYS[1]}, out)
+                return 0
+        print(f"wrote {config_path(home)} (embedded chain in {chain})")
         print(f"the agent is anvil's public dev account 1: export SAIL_PRIVATE_KEY={ANVIL_KEYS[1]}")
         return 0
     config = SailConfig(
@@ -91,8 +98,22 @@ def cmd_init(args: argparse.Namespace) -> int:
         key_env=args.key_env,
         keystore=args.keystore,
     )
-    print(f"wrote {save_config(home, config)}")
+    written = save_config(home, config)
+    if args.json:
+        _dump({"config": str(written), "chain": None, "agentKey": None})
+    else:
+        print(f"wrote {written}")
     return 0
+
+
+@contextlib.contextmanager
+def _quiet_stdout(args: argparse.Namespace) -> Iterator[TextIO]:
+    """With ``--json``, send everything but the command's own JSON (the stream yielded) to stderr."""
+    if not args.json:
+        yield sys.stdout
+        return
+    with stdout_to_stderr() as out:
+        yield out
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
@@ -191,9 +212,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Deploy the contracts on a local anvil and run ticks as fresh processes."""
     if not args.home:
         raise UsageError("demo needs --home DIR (the agent's home it leaves behind)")
-    run_demo = import_chain_module("sail._demo").run_demo
-    with progress("demo: ticks run", enabled=not args.json) as show:
-        status: int = run_demo(Path(args.home), out=sys.stdout, progress=show)
+    demo = import_chain_module("sail._demo")
+    home = Path(args.home)
+    if not args.json:
+        with progress("demo: ticks run", enabled=True) as show:
+            status: int = demo.run_demo(home, out=sys.stdout, progress=show)
+        return status
+    with stdout_to_stderr() as out:  # the story (and anything a child prints) on stderr
+        status = demo.run_demo(home, out=sys.stderr)
+        _dump(demo.outcome(home, ok=status == 0), out)
     return status
 
 

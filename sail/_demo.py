@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from eth_account import Account
 from web3 import Web3
@@ -157,13 +157,31 @@ def run_demo(home: Path, *, out: IO[str], progress: Callable[[int, int], None] |
     print("\n== the ledger (.sail/memory/ledger.jsonl)", file=out)
     for line in Ledger(sail_dir(home)).path.read_text(encoding="utf-8").splitlines():
         print(line, file=out)
-    where = shlex.quote(str(home))
     print(f"\n{config_path(home)} now names the home's embedded chain; try:", file=out)
-    for command in (
+    for command in next_commands(home):
+        print(f"  {command}", file=out)
+    return 0
+
+
+def next_commands(home: Path) -> tuple[str, ...]:
+    """The commands the demo suggests running on the home it leaves."""
+    where = shlex.quote(str(home))
+    return (
         f"sail ledger --home {where}",
         f"sail why --home {where}",
         f"sail status --home {where}",
-        f"SAIL_PRIVATE_KEY={agent_key} sail tick --home {where}",
-    ):
-        print(f"  {command}", file=out)
-    return 0
+        f"SAIL_PRIVATE_KEY={ANVIL_KEYS[1]} sail tick --home {where}",
+    )
+
+
+def outcome(home: Path, *, ok: bool) -> dict[str, Any]:
+    """``sail demo --json``'s output: ``ok``; the ``home`` and its ``config``; the ``ledger`` it left
+    (entries as their lines in the file); the commands to ``try`` next (none when it failed)."""
+    ledger = Ledger(sail_dir(home))
+    return {
+        "ok": ok,
+        "home": str(home),
+        "config": str(config_path(home)),
+        "ledger": [entry.to_wire() for entry in ledger.scan()] if ledger.path.exists() else [],
+        "try": list(next_commands(home)) if ok else [],
+    }

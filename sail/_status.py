@@ -32,15 +32,12 @@ from memory.ledger import (
     Ledger,
     Outcome,
     Skipped,
-    TickFinished,
-    TickStarted,
+    tick_history,
 )
 from sail._config import SailConfig, sail_dir
 
 #: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
 _BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
-#: how far back ``status`` counts failed ticks before it says "at least"
-MAX_TICKS_SCANNED = 100_000
 
 
 def when(ts: int) -> str:
@@ -68,46 +65,6 @@ def _fits(value: int) -> int | None:
 # -- status ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TickHistory:
-    """The last tick and how many ticks failed since the last one that did not."""
-
-    last: TickFinished | TickStarted | None
-    failed_since_success: int
-    counted_all: bool  # False when the count stopped at MAX_TICKS_SCANNED
-
-
-def tick_history(records: Iterable[ActivityRecord]) -> TickHistory:
-    """Read ``records`` newest first until the last successful tick (or the bound).
-
-    A ``tick_started`` with no ``tick_finished`` of its process after it is a tick that is still
-    running when it is the newest, and one that was killed otherwise (counted as failed).
-    """
-    last: TickFinished | TickStarted | None = None
-    failed = seen = 0
-    awaiting_start: set[int] = set()  # processes whose finish was read and whose start was not yet
-    for record in records:
-        if not isinstance(record, TickFinished | TickStarted):
-            continue
-        seen += 1
-        if seen > MAX_TICKS_SCANNED:
-            return TickHistory(last, failed, False)
-        if isinstance(record, TickStarted):
-            if record.pid in awaiting_start:
-                awaiting_start.discard(record.pid)
-            elif last is None:
-                last = record  # began, and has not finished: still running, or killed
-            else:
-                failed += 1  # began, and never finished: killed
-            continue
-        awaiting_start.add(record.pid)
-        last = last or record
-        if record.ok:
-            return TickHistory(last, failed, True)
-        failed += 1
-    return TickHistory(last, failed, True)
-
-
 def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
     """The status of the agent at ``home`` as a JSON-ready object (see ``format_status``).
 
@@ -119,7 +76,7 @@ def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
     ledger = Ledger(directory)
     state = ledger.state()
     newest = next(ledger.iter_reverse(), None)
-    history = tick_history(ActivityLog(directory).iter_reverse())
+    history = tick_history(ActivityLog(directory).iter_reverse())  # the reader the dashboard shares
     last = state.last_confirmed
     blocked = _blocked_by(state.open, newest)
     next_ms = None if blocked is not None or last is None else ms(last.ts + config.interval_s)
@@ -131,9 +88,7 @@ def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
         "nextEligibleMs": next_ms,
         "blockedBy": blocked,
         "openDispatches": [d.tx_hash for d in state.open],
-        "lastTick": _tick_wire(history.last),
-        "failedTicksSinceSuccess": history.failed_since_success,
-        "failedTicksCountedAll": history.counted_all,
+        **history.as_json(),
         "ledger": str(ledger.path),
     }
 
@@ -152,28 +107,6 @@ def _blocked_by(open_dispatches: Sequence[Any], newest: Entry | None) -> dict[st
         if kind is not None:
             return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
     return None
-
-
-def _tick_wire(tick: TickFinished | TickStarted | None) -> dict[str, Any] | None:
-    if tick is None:
-        return None
-    if isinstance(tick, TickStarted):
-        return {
-            "tsMs": ms(tick.ts),
-            "outcome": "running",
-            "code": None,
-            "message": None,
-            "reason": None,
-            "txHash": None,
-        }
-    return {
-        "tsMs": ms(tick.ts),
-        "outcome": tick.outcome,
-        "code": tick.code,
-        "message": tick.message,
-        "reason": tick.reason,
-        "txHash": tick.tx_hash,
-    }
 
 
 def format_status(status: dict[str, Any]) -> list[str]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,8 +93,25 @@ def _where(prog: str, store: Path, home: Path) -> list[str]:
 LISTING = {"flows": ["runs"], "sail": ["ledger"]}
 LIMITED = {"flows": ["recall"], "sail": ["why"]}
 DATED = {"flows": ["recall", "--before"], "sail": ["ledger", "--since"]}
+#: every command of the two CLIs, in the order their help lists them
 COMMANDS = {
-    "flows": ["run", "resume", "runs", "journal", "recall", "why", "sync", "check", "demo"],
+    "flows": [
+        "run",
+        "resume",
+        "runs",
+        "show",
+        "learn",
+        "forget",
+        "history",
+        "journal",
+        "recall",
+        "why",
+        "sync",
+        "check",
+        "demo",
+        "serve",
+        "mcp",
+    ],
     "sail": ["init", "tick", "ledger", "why", "status", "demo"],
 }
 BOTH = pytest.mark.parametrize("prog", ["flows", "sail"])
@@ -216,6 +235,142 @@ def test_flows_run_json_keeps_stdout_pure_json(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert set(orjson.loads(result.stdout)) == {"runId", "state", "output"}
     assert "hello from the body" in result.stderr and "and from its fd" in result.stderr
+
+
+def _pure_json(result: subprocess.CompletedProcess[str], what: str) -> object:
+    """The one JSON document a successful ``--json`` command printed: stdout holds nothing else."""
+    assert result.returncode == 0, (what, result.stderr)
+    try:
+        return orjson.loads(result.stdout)
+    except orjson.JSONDecodeError:
+        raise AssertionError(f"{what} --json printed more than JSON on stdout: {result.stdout!r}") from None
+
+
+def _first_line_then_stop(argv: list[str], what: str) -> object:
+    """Start a server, parse the first stdout line as JSON, stop it with Ctrl-C: nothing else came."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, (what, proc.stderr.read() if proc.stderr else b"")
+        announced = orjson.loads(first)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rest == b"", (what, rest)
+    return announced
+
+
+@BOTH
+def test_the_commands_checked_here_are_every_command_the_help_lists(prog: str) -> None:
+    listed = cli(prog, "--help").stdout
+    assert re.findall(r"^    (\w+) ", listed, re.M) == COMMANDS[prog]  # every command takes --json
+
+
+def test_every_flows_command_with_json_prints_only_json_on_stdout(tmp_path: Path) -> None:
+    db = str(tmp_path / "store" / "history.db")
+    gate = tmp_path / "let-it-finish"
+    chatty = write_flow(
+        tmp_path / "chatty.py",
+        'print("the body talks on stdout")\n'
+        'os.write(1, b"and on its descriptor\\n")\n'
+        'await f.memory.learn({"text": "tea wants water just off the boil", "tags": ["kitchen"]})\n'
+        f"if not os.path.exists({str(gate)!r}):\n"
+        '    raise RuntimeError("not yet")\n'
+        'return {"done": True}',
+    )
+    chatty.write_text("import os\n" + chatty.read_text())
+    seen: dict[str, object] = {}
+
+    failed = cli("flows", "run", str(chatty), "--json", "--db", db)
+    assert (failed.returncode, failed.stdout) == (1, "")  # a failure: its one JSON object is on stderr
+    run_id = orjson.loads(failed.stderr.splitlines()[-1])["runId"]  # after what the body printed
+    gate.touch()
+    resumed = cli("flows", "resume", run_id, "--json", "--db", db)
+    seen["resume"] = _pure_json(resumed, "resume")
+    assert "the body talks" in resumed.stderr
+    seen["run"] = _pure_json(cli("flows", "run", str(chatty), "--json", "--db", db), "run")
+    learned = _pure_json(
+        cli("flows", "learn", "bread likes a warm room", "--scope", "kitchen", "--json", "--db", db), "learn"
+    )
+    seen["learn"] = learned
+    key = learned["key"]  # type: ignore[index]
+    for argv in (
+        ["runs"],
+        ["show", run_id],
+        ["journal", run_id],
+        ["recall"],
+        ["why", "what does tea want"],
+        ["history", key],
+        ["forget", key],
+        ["sync"],
+        ["check"],
+        ["demo"],
+    ):
+        seen[argv[0]] = _pure_json(cli("flows", *argv, "--json", "--db", db), argv[0])
+    seen["serve"] = _first_line_then_stop(["flows", "serve", "--json", "--port", "0", "--db", db], "serve")
+    seen["mcp"] = _first_line_then_stop(
+        ["flows", "mcp", "--json", "--http", "127.0.0.1:0", "--db", db], "mcp --http"
+    )
+    assert sorted(seen) == sorted(COMMANDS["flows"])
+    assert seen["demo"] == seen["demo"] | {"ok": True, "kept": None, "try": []}
+    assert str(seen["mcp"]["url"]).endswith("/mcp")  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_every_sail_command_with_json_prints_only_json_on_stdout(tmp_path: Path) -> None:
+    from sail._node import find_anvil
+
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    seen: dict[str, object] = {}
+    rpc = cli(
+        "sail",
+        "init",
+        "--home",
+        str(tmp_path / "rpc"),
+        "--rpc",
+        "http://127.0.0.1:1",
+        "--router",
+        ROUTER,
+        "--token-in",
+        USDC,
+        "--token-out",
+        WETH,
+        "--amount",
+        "1",
+        "--interval",
+        "60",
+        "--min-balance",
+        "1",
+        "--json",
+    )
+    assert _pure_json(rpc, "init --rpc") == {
+        "config": str(tmp_path / "rpc" / ".sail" / "config.toml"),
+        "chain": None,
+        "agentKey": None,
+    }
+    seen["init"] = _pure_json(
+        cli("sail", "init", "--embedded", "--home", str(tmp_path / "embedded"), "--json"), "init --embedded"
+    )
+    home = tmp_path / "demo"
+    demo = cli("sail", "demo", "--home", str(home), "--json")  # slow: the chain, six ticks
+    seen["demo"] = _pure_json(demo, "demo")
+    assert "== the ledger" in demo.stderr  # the story went to stderr
+    key = str(seen["init"]["agentKey"])  # type: ignore[index]
+    seen["tick"] = _pure_json(
+        cli("sail", "tick", "--home", str(home), "--json", SAIL_PRIVATE_KEY=key), "tick"
+    )
+    for command in ("ledger", "why", "status"):
+        seen[command] = _pure_json(cli("sail", command, "--home", str(home), "--json"), command)
+    assert sorted(seen) == sorted(COMMANDS["sail"])
+    assert seen["demo"]["ok"] is True  # type: ignore[index]
+    assert seen["demo"]["ledger"] == seen["ledger"][:6]  # type: ignore[index]
 
 
 def _wait_for(stream: int, text: bytes, proc: subprocess.Popen[bytes]) -> bytes:

@@ -9,21 +9,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Requirement ids (R-L4, R-A8 …), the contract's name, the source documents and issue numbers.
+# Requirement ids (R-L4, R-A8, a family such as R-L, R12 …), the contract's name, the source
+# documents, issue numbers (#12, issue 12), and prose that leans on "the issue" or "the spec".
 FORBIDDEN = re.compile(
-    r"\bR-[A-Z]{1,2}[0-9]"
+    r"\bR-[A-Z]{1,2}[0-9]*\b"
+    r"|\bR-?[0-9]{2,}\b"
     r"|\bSPEC\b"
-    r"|\bseeds?'s?\b(?! *=)"
+    r"|\bseeds?\b(?! *=)|\bseed's\b"
     r"|\b00[0-9]_[0-9a-f]{16}\b"
     r"|\b[Ii]ssues? #?[0-9]+"
+    r"|(?<![\w&])#[0-9]+\b"
+    r"|\b[Tt]he (?:issue|spec)(?:'s)?\b"
 )
 # A random generator's seed is an ordinary word in code; only prose about "the seed" is a citation.
-RANDOM_SEED = re.compile(r"random|Random|seed\s*[=:)]|seed: int|, seed\b|\bseed\b\)|derandomize|settings")
+RANDOM_SEED = re.compile(
+    r"random|Random|seed\s*[=:)]|seed: int|, seed\b|\bseed\b\)|derandomize|settings"
+    r"|\{seed\}|\"seed\"|fixed-seed"
+)
 
 
 def _tracked_text_files() -> list[Path]:
     out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    skip = (".json", ".png", ".lock", ".sol")
+    skip = (".json", ".png", ".lock", ".sol", ".css")  # a stylesheet's #123456 is a colour
     return [REPO / p for p in out.splitlines() if not p.endswith(skip) and p != Path(__file__).name]
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import orjson
+
 from flows.mcp._errors import McpTokenRequired, McpUnavailable
 
 TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
@@ -155,6 +157,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         else:
             sock = server.listen(address.host, address.port)
             with sock:
+                if args.json:  # stdout is free over HTTP: where to connect, as serve says it
+                    sys.stdout.write(
+                        orjson.dumps({"url": server.url_of(sock), "token": token is not None}).decode() + "\n"
+                    )
+                    sys.stdout.flush()
                 server.run(
                     lambda: server.serve_http(
                         sessions,

@@ -11,7 +11,10 @@ reads, never the whole ledger:
 * the balances chart reads the acted entries among the last ``CHART_SCAN`` lines (skips are not
   decoded: a byte check picks the acted lines), at most ``CHART_POINTS`` of them;
 * the open dispatches are the ``dispatch_submitted`` records among the activity log's last
-  ``MAX_SCAN`` lines whose tx hash has no final entry in the ledger's last ``MAX_SCAN`` lines.
+  ``MAX_SCAN`` lines whose tx hash has no final entry in the ledger's last ``MAX_SCAN`` lines;
+* the last tick and its outcome are read from the activity log backwards with the memory layer's
+  ``tick_history`` (what ``sail status`` uses), only as far as the last tick that did not fail
+  (at most ``MAX_TICKS_SCANNED`` tick records).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from memory.ledger import (
     LedgerCodec,
     Outcome,
     Skipped,
+    TickHistory,
+    tick_history,
 )
 
 LEDGER_PAGE = 50
@@ -197,6 +202,14 @@ class Agent:
                 waiting.discard(entry.tx_hash.lower())
         return [h for h in reversed(submitted) if h in waiting]
 
+    def ticks(self) -> TickHistory:
+        """The last tick (its time and outcome) and the failed ticks since the last good one.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        return tick_history(record for _, record in self._activity.backwards())
+
     def blocked_by(self, open_dispatches: list[str]) -> dict[str, Any] | None:
         """What holds the next trade other than the clock: a dispatch not yet reconciled, or the
         newest entry being a skip that waits on the owner (balance, allowance, quote)."""
@@ -213,7 +226,9 @@ class Agent:
     def status(self) -> dict[str, Any]:
         """What ``sail status --json`` says: the last confirmed act, the next eligible time (None
         while something other than the clock blocks it: ``blockedBy``), the dispatches awaiting
-        reconcile, the ledger's path; ``intervalProblem`` when the config cannot say the interval.
+        reconcile, the last tick and its outcome (``lastTick``, ``failedTicksSinceSuccess``,
+        ``failedTicksCountedAll``), the ledger's path; ``intervalProblem`` when the config cannot
+        say the interval.
 
         Raises:
             journal.JournalCorrupt: a damaged line among those read.
@@ -232,6 +247,7 @@ class Agent:
             else (last.ts + interval.seconds) * 1000,
             "blockedBy": blocked,
             "openDispatches": open_dispatches,
+            **self.ticks().as_json(),
             "ledger": str(self.ledger_path),
             "intervalProblem": interval.problem,
         }

@@ -5,9 +5,11 @@ Routes (all ``GET``; anything else is 405):
 =====================================  ===========================================================
 ``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
-``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag``, ``scope``,
-                                       ``source``, ``cursor``, ``limit``
-``/findings/{key}``, ``/api/…/{key}``  one live finding (``MemoryStore.get``)
+``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag`` and ``meta``
+                                       (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``, ``limit``
+``/findings/{key}``                    one finding, live or not, and its history
+``/api/findings/{key}``                one live finding (``MemoryStore.get``)
+``/api/findings/{key}/history``        ``flows history KEY --json`` (``MemoryStore.history``)
 ``/agents``, ``/api/agents``           the agent homes
 ``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
 ``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
@@ -51,11 +53,20 @@ from flows.web import _chart
 from flows.web import _runs as runs_data
 from flows.web._agent import CHART_SCAN, LEDGER_PAGE, Agent, Token, tokens_of
 from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
-from flows.web._findings import MAX_WHY, Filters, FindingsPage, findings_page, highlight, matched_of
+from flows.web._findings import (
+    MAX_WHY,
+    Filters,
+    FindingsPage,
+    finding_detail,
+    findings_page,
+    highlight,
+    matched_of,
+    parse_filters,
+)
 from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback
 from flows.web._reader import Reader, ServeConfig
-from memory import Recalled
+from memory import Recalled, check_key
 from memory.cli import format_ms
 from staging import CodedError
 
@@ -82,7 +93,7 @@ def error_status(exc: BaseException) -> int:
     """The HTTP status a coded error answers with."""
     if isinstance(exc, ServeError):
         return exc.status
-    if isinstance(exc, journal.JournalRunNotFound | journal.JournalNameInvalid):
+    if isinstance(exc, journal.JournalRunNotFound | journal.JournalNameInvalid | memory.FindingUnknown):
         return 404
     if isinstance(exc, memory.ArgumentInvalid):
         return 400
@@ -397,9 +408,10 @@ class Dashboard:
     # -- findings --------------------------------------------------------------------------------
 
     def _findings(self, request: Request) -> tuple[Filters, FindingsPage]:
-        filters = Filters(
+        filters = parse_filters(
             q=_param(request, "q"),
-            tag=_param(request, "tag"),
+            tags=request.query_params.getlist("tag"),
+            meta=request.query_params.getlist("meta"),
             scope=_param(request, "scope"),
             source=_param(request, "source"),
         )
@@ -408,12 +420,15 @@ class Dashboard:
         return filters, page
 
     def _findings_next(self, request: Request, base: str, page: FindingsPage) -> str | None:
-        params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "limit")}
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("cursor", "limit") and v]
         if page.next_cursor is not None:
-            return link(base, **params, cursor=page.next_cursor, limit=request.query_params.get("limit"))
-        if page.next_limit is not None:
-            return link(base, **params, limit=page.next_limit)
-        return None
+            more = [("cursor", page.next_cursor), ("limit", request.query_params.get("limit"))]
+        elif page.next_limit is not None:
+            more = [("limit", str(page.next_limit))]
+        else:
+            return None
+        query = urllib.parse.urlencode([*kept, *((k, v) for k, v in more if v)])
+        return f"{base}?{query}"
 
     def findings_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         started = time.perf_counter()
@@ -445,11 +460,27 @@ class Dashboard:
         return found
 
     def finding_page(self, request: Request) -> tuple[str, dict[str, Any]]:
-        found = self._finding(request)
-        return "finding.html", {"title": f"Finding {found.key}", "section": "findings", "f": found}
+        key = request.path_params["key"]
+        store = self.reader.memory()
+        check_key(key)  # a malformed key is a 400 before any run is read
+        detail = finding_detail(store, self.reader.backend, key, self.reader.runs_naming(key))
+        if detail is None:
+            raise ServeNotFound(f"no finding has key {key}: neither the store nor the journal knows it")
+        return "finding.html", {
+            "title": f"Finding {key}",
+            "section": "findings",
+            "d": detail,
+            "f": detail.live,
+            "history": [e.as_json() for e in detail.history],
+        }
 
     def finding_api(self, request: Request) -> tuple[object, str | None]:
         return self._finding(request).as_json(), None
+
+    def history_api(self, request: Request) -> tuple[object, str | None]:
+        key = check_key(request.path_params["key"])
+        events = self.reader.memory().history(key, runs=self.reader.runs_naming(key))
+        return [e.as_json() for e in events], None
 
     # -- agents ----------------------------------------------------------------------------------
 
@@ -554,6 +585,7 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/api/runs/{run_id}", d.api(d.run_api)),
         Route("/api/findings", d.api(d.findings_api)),
         Route("/api/findings/{key}", d.api(d.finding_api)),
+        Route("/api/findings/{key}/history", d.api(d.history_api)),
         Route("/api/agents", d.api(d.agents_api)),
         Route("/api/agents/{number:int}/ledger", d.api(d.ledger_api)),
         Route("/api/agents/{number:int}/status", d.api(d.status_api)),

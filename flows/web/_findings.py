@@ -4,6 +4,10 @@ Paging ``recall`` goes by time, not by position, so a page costs the same howeve
 cursor ``<ms>.<skip>`` asks for the findings learned before ``ms`` and skips the first ``skip`` of
 them (the ones at the page's last instant that were already shown). ``why`` is ranked: its pages
 are a growing ``limit`` (up to ``MAX_WHY``).
+
+Filters are the memory API's own: ``tag`` repeated (every one must be on the finding) and ``meta``
+repeated as ``KEY=VALUE`` (the value is JSON when it parses as JSON, else the text itself, as
+``flows recall --meta`` reads it), passed to ``recall(tags=, meta=)`` and ``why(tags=, meta=)``.
 """
 
 from __future__ import annotations
@@ -13,25 +17,79 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from markupsafe import Markup, escape
 
 from flows.web._errors import ServeBadRequest
-from memory import Explained, MemoryStore, Recalled
+from journal import JournalBackend, RunInfo, RunState
+from memory import RETIRE_STREAM, STREAM, Explained, FindingUnknown, HistoryEvent, MemoryStore, Recalled
 
 PAGE_SIZE = 25
 MAX_WHY = 200
 _WORD = re.compile(r"\w+")
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,9})\Z")
+MAX_FILTERS = 32  # tags and metadata pairs, each
+MAX_FILTER_CHARS = 1024
 
 
 @dataclass(frozen=True)
 class Filters:
-    """What the page was asked for."""
+    """What the page was asked for: ``meta`` holds the ``KEY=VALUE`` items as they were given."""
 
     q: str | None
-    tag: str | None
+    tags: tuple[str, ...]
+    meta: tuple[str, ...]
     scope: str | None
     source: str | None
+
+    def meta_object(self) -> dict[str, Any] | None:
+        """``meta`` as the object ``recall``/``why`` take (None without any)."""
+        return parse_meta(self.meta)
+
+
+def parse_filters(
+    *, q: str | None, tags: list[str], meta: list[str], scope: str | None, source: str | None
+) -> Filters:
+    """The filters of a request; empty items (a form's blank box) are left out.
+
+    Raises:
+        ServeBadRequest: too many items, an item too long, or a ``meta`` item that is not
+            ``KEY=VALUE`` (or names a key twice).
+    """
+    kept_tags = tuple(dict.fromkeys(t for t in tags if t))
+    kept_meta = tuple(m for m in meta if m)
+    for name, items in (("tag", kept_tags), ("meta", kept_meta)):
+        if len(items) > MAX_FILTERS:
+            raise ServeBadRequest(f"at most {MAX_FILTERS} {name} filters at once, got {len(items)}")
+        for item in items:
+            if len(item) > MAX_FILTER_CHARS:
+                raise ServeBadRequest(f"a {name} filter is at most {MAX_FILTER_CHARS} characters")
+    filters = Filters(q=q, tags=kept_tags, meta=kept_meta, scope=scope, source=source)
+    parse_meta(kept_meta)  # refuse a malformed item now, before anything is read
+    return filters
+
+
+def parse_meta(items: Sequence[str]) -> dict[str, Any] | None:
+    """``KEY=VALUE`` items as an object: the value is JSON when it parses (``990``, ``true``,
+    ``"007"``), else the text itself (``EGLL``); None for no items.
+
+    Raises:
+        ServeBadRequest: an item without ``=`` or with an empty key, or a key given twice.
+    """
+    if not items:
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ServeBadRequest(f"meta takes KEY=VALUE (e.g. meta=station=EGLL), not {item!r:.80}")
+        if key in out:
+            raise ServeBadRequest(f"meta {key!r:.80} is given twice; give each key once")
+        try:
+            out[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            out[key] = text
+    return out
 
 
 @dataclass(frozen=True)
@@ -69,6 +127,7 @@ def findings_page(store: MemoryStore, filters: Filters, *, cursor: str | None, l
 
     Raises:
         ServeBadRequest: a malformed cursor.
+        memory.ArgumentInvalid: a filter the memory API refuses (a blank tag, a bad metadata key).
         memory.Unreachable: a learned file or the DB cannot be read (unchanged).
     """
     if filters.q:
@@ -79,12 +138,13 @@ def findings_page(store: MemoryStore, filters: Filters, *, cursor: str | None, l
 def _why_page(store: MemoryStore, filters: Filters, limit: int) -> FindingsPage:
     assert filters.q is not None
     limit = min(limit, MAX_WHY)
-    wanted = limit if filters.tag is None and filters.source is None else MAX_WHY
+    wanted = limit if filters.source is None else MAX_WHY
     answers = [
         a
-        for a in store.why(filters.q, limit=wanted, scope=filters.scope)
-        if (filters.tag is None or filters.tag in a.finding.tags)
-        and (filters.source is None or a.finding.source == filters.source)
+        for a in store.why(
+            filters.q, limit=wanted, scope=filters.scope, tags=filters.tags, meta=filters.meta_object()
+        )
+        if filters.source is None or a.finding.source == filters.source
     ][:limit]
     more = len(answers) == limit and limit < MAX_WHY
     return FindingsPage(
@@ -97,7 +157,8 @@ def _recall_page(
 ) -> FindingsPage:
     before, skip = cursor if cursor is not None else (None, 0)
     fetched = store.recall(
-        tag=filters.tag,
+        tags=filters.tags,
+        meta=filters.meta_object(),
         source=filters.source,
         scope=filters.scope,
         before_ms=before,
@@ -135,3 +196,114 @@ def highlight(text: str, matched: Iterable[str]) -> Markup:
 def matched_of(page: FindingsPage) -> dict[str, Sequence[str]]:
     """For each finding key on a ``why`` page, the words it matched."""
     return {a.finding.key: a.matched for a in page.answers or ()}
+
+
+class KeyIndex:
+    """Which finding keys each root run's ``memory-learn`` and ``memory-forget`` streams name, so a
+    finding's history reads only the runs that name it (``MemoryStore.history(runs=)``).
+
+    A done run never changes (it cannot be resumed), so what it names is read once; every other
+    run (running, interrupted, failed: a resume may append) is read again on each lookup. Not
+    thread-safe: the app holds one lock around its reads.
+    """
+
+    def __init__(self) -> None:
+        self._done: dict[str, frozenset[str]] = {}
+
+    def runs_naming(self, backend: JournalBackend, runs: Sequence[RunInfo], key: str) -> list[str]:
+        """The ids of the runs among ``runs`` whose memory streams name ``key``.
+
+        Raises:
+            journal.JournalError: a stream cannot be read (unchanged).
+        """
+        found: list[str] = []
+        for run in runs:
+            keys = self._done.get(run.run_id)
+            if keys is None:
+                keys = _keys_named(backend, run.run_id)
+                if run.state is RunState.DONE:
+                    self._done[run.run_id] = keys
+            if key in keys:
+                found.append(run.run_id)
+        if len(self._done) > len(runs) + 1000:  # runs removed from the journal
+            alive = {r.run_id for r in runs}
+            self._done = {k: v for k, v in self._done.items() if k in alive}
+        return found
+
+
+def _keys_named(backend: JournalBackend, run_id: str) -> frozenset[str]:
+    keys: set[str] = set()
+    for stream in (STREAM, RETIRE_STREAM):
+        for rec in backend.read(run_id, stream):
+            key = rec.payload.get("id")
+            if isinstance(key, str):
+                keys.add(key)
+    return frozenset(keys)
+
+
+@dataclass(frozen=True)
+class FindingDetail:
+    """One finding's page: the live finding (None once it is forgotten, superseded or expired),
+    what it said when it was learned, and its history (oldest first)."""
+
+    key: str
+    live: Recalled | None
+    learned: dict[str, Any] | None
+    history: list[HistoryEvent]
+
+    @property
+    def state(self) -> str:
+        """``live``, or the event that ended it: ``forgotten``, ``superseded`` or ``expired``."""
+        if self.live is not None:
+            return "live"
+        ended = [e for e in self.history if e.kind != "learned"]
+        return ended[0].kind if ended else "gone"
+
+    @property
+    def ended(self) -> HistoryEvent | None:
+        """The event that took the finding out of every read, if one did."""
+        return next((e for e in self.history if e.kind != "learned"), None)
+
+
+def finding_detail(
+    store: MemoryStore, backend: JournalBackend, key: str, runs: Sequence[str]
+) -> FindingDetail | None:
+    """The finding ``key`` with its history (looked for in ``runs``, the ids of the root runs that
+    name it: ``KeyIndex``); None when nothing knows the key.
+
+    A finding no longer live is shown from its first commit's record in the journal (its text,
+    tags, source and metadata, as learned).
+
+    Raises:
+        memory.ArgumentInvalid: ``key`` is not a key.
+        memory.Unreachable, journal.JournalError: the store or the journal cannot be read.
+    """
+    live = store.get(key)
+    try:
+        history = store.history(key, runs=runs)
+    except FindingUnknown:
+        if live is None:
+            return None
+        history = []
+    learned = None
+    if live is None:
+        first = next((e for e in history if e.kind == "learned"), None)
+        if first is not None:
+            learned = _learned_record(backend, first)
+    return FindingDetail(key, live, learned, history)
+
+
+def _learned_record(backend: JournalBackend, event: HistoryEvent) -> dict[str, Any] | None:
+    """The finding a ``learned`` event's record holds (``text``, ``tags``, ``source``, ``metadata``,
+    ``expiresMs``, ``scope``, ``flow``), or None when the record is not there."""
+    c = event.citation
+    record = backend.find(c.run_id, STREAM, event.key) if c.stream == STREAM else None
+    if record is None or record.id != c.id:
+        record = next((r for r in backend.read(c.run_id, c.stream) if r.id == c.id), None)
+    if record is None:
+        return None
+    p = record.payload
+    raw = p.get("finding")
+    finding: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    fields = ("text", "tags", "source", "metadata", "expiresMs")
+    return {**{k: finding.get(k) for k in fields}, "scope": p.get("scope"), "flow": p.get("flow")}

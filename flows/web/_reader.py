@@ -2,12 +2,11 @@
 
 * The journal is opened by location; the dashboard only reads runs and streams (whether a run's
   holder lives is a shared, non-blocking probe of its lease lock, which is what a reader does).
-* The history DB is read through the memory layer. Its connection migrates an older schema on
-  first use, which is a write: so before the first read, the DB's schema version is read through a
-  connection SQLite opens read-only (``mode=ro``), and an older one is refused (``serve_db_outdated``:
-  run ``flows sync`` once to upgrade it). At the current schema the memory layer's reads write
-  nothing to the store (SQLite keeps its shared-memory index, ``-shm``, beside a WAL database for
-  every reader).
+* The history DB is read through the memory layer opened ``read_only``: it never migrates the DB
+  and creates no file beside it (SQLite would make a ``-shm`` and a ``-wal`` for a plain ``mode=ro``
+  reader of a WAL database; see ``HistoryDB._open_without_creating``). Before the first read the
+  DB's schema version is read the same way, and an older one is refused (``serve_db_outdated``: run
+  ``flows sync`` once to upgrade it).
 * Agent homes are read with plain read-only opens (``Agent``); the ledger's snapshot is never
   written.
 """
@@ -15,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from pathlib import Path
 import memory
 from flows.web._agent import Agent
 from flows.web._errors import ServeDbOutdated, ServeNotFound
+from flows.web._findings import KeyIndex
 from flows.web._runs import RunIndex
 from journal import JournalBackend
 
@@ -48,12 +47,13 @@ class Reader:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.lock = threading.Lock()
-        # file_index=False: the dashboard writes nothing, not even the derived files' index
-        self.store = memory.MemoryStore(config.db, journal=config.journal, file_index=False, recover=False)
+        # read_only: the dashboard writes nothing, not even the derived files' index or SQLite's -shm
+        self.store = memory.MemoryStore(config.db, journal=config.journal, read_only=True)
         self.agents = [Agent(i, home) for i, home in enumerate(config.sail_homes)]
         self._backend: JournalBackend | None = None
         self._index: RunIndex | None = None
         self._db_checked: tuple[int, int] | None = None
+        self._keys = KeyIndex()
 
     @property
     def backend(self) -> JournalBackend:
@@ -73,6 +73,11 @@ class Reader:
             self._index = RunIndex(self.backend)
         return self._index
 
+    def runs_naming(self, key: str) -> list[str]:
+        """The ids of the root runs whose memory streams name the finding ``key`` (a finding's
+        history looks in these only), from the runs listing kept current between requests."""
+        return self._keys.runs_naming(self.backend, self.runs.runs(), key)
+
     def memory(self) -> memory.MemoryStore:
         """The findings memory, after checking that reading its DB will not migrate it.
 
@@ -90,7 +95,7 @@ class Reader:
                 f"cannot read the history DB {path}: {exc.strerror or exc}", path=path
             ) from exc
         if self._db_checked != (st.st_dev, st.st_ino):
-            version = _schema_version(path)
+            version = self.store.db.schema_version()
             if version < memory.SCHEMA_VERSION:
                 raise ServeDbOutdated(
                     f"the history DB {path} has schema {version}, older than this flows-memory "
@@ -131,20 +136,4 @@ class Reader:
             self.store.close()
             self._backend = None
             self._index = None
-
-
-def _schema_version(path: Path) -> int:
-    """``PRAGMA user_version`` of the DB at ``path``, through a read-only connection."""
-    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=30.0)
-        try:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise memory.Unreachable(
-            f"cannot open the history DB {path}: {exc}; check the path, or move a damaged DB aside and "
-            "run `flows sync`",
-            path=path,
-        ) from exc
+            self._keys = KeyIndex()

@@ -3,8 +3,9 @@
 ``.sail/memory/ledger.jsonl`` is the agent's own history: append-only, one line per tick's decision
 (``acted``, reconciled from the chain, or ``skipped``, with why). ``.sail/activity.jsonl`` is the
 runner's account of its dispatches (written ahead of sending) and of every tick, which reconcile
-resolves from the chain. ``.sail/memory/state.json`` is a derived snapshot, verified against both on
-every use: the last confirmed act, the dispatches not yet resolved, token metadata.
+resolves from the chain; ``tick_history`` reads its ticks back (the last one and its outcome).
+``.sail/memory/state.json`` is a derived snapshot, verified against both on every use: the last
+confirmed act, the dispatches not yet resolved, token metadata.
 
 This package imports no web3: chain reads come through ``ChainReader``, which ``sail`` implements.
 """
@@ -67,10 +68,12 @@ from memory.ledger._reconcile import (
     transferred_to,
 )
 from memory.ledger._snapshot import LastAct, OpenDispatch, Snapshot
+from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
 
 __all__ = [
     "ACTED_KEYS",
     "DEFAULT_UNSENT_AFTER_S",
+    "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",
     "TRANSFER_TOPIC",
@@ -109,6 +112,7 @@ __all__ = [
     "Snapshot",
     "SwapCall",
     "TickFinished",
+    "TickHistory",
     "TickOutcome",
     "TickStarted",
     "TokenInfo",
@@ -120,6 +124,8 @@ __all__ = [
     "format_human",
     "quote_unavailable_reason",
     "reconcile",
+    "tick_history",
+    "tick_json",
     "transferred_to",
     "unresolved_reason",
 ]

@@ -56,7 +56,7 @@ def json_of(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 def check_invariants(db: Path, run_id: str) -> dict[str, memory.Recalled]:
-    """Assert the R-L invariants for one root run; return its findings by key.
+    """Assert the learn invariants for one root run; return its findings by key.
 
     One record per finding in ``memory-learn``; every learned file parses, cites a record that
     exists, and is exactly that record's rendering.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import journal
+import staging
 from journal import JournalBackend, RunState
 
 
@@ -136,12 +139,144 @@ def test_a_finished_runs_state_survives_reopening(jr: JournalBackend, journal_lo
         again.close()
 
 
-def test_close_is_safe_twice_and_use_after_close_raises(journal_location: str) -> None:
+def test_every_call_on_a_closed_journal_is_journal_closed_but_location_release_and_close(
+    journal_location: str,
+) -> None:
     backend = journal.open_journal(journal_location)
+    info, lease = backend.begin("f", "s", {})
+    backend.append(lease, "a", {"n": 1}, key="one")
+    where = backend.location
     backend.close()
-    backend.close()
-    with pytest.raises(RuntimeError):
-        backend.runs()
+    backend.close()  # safe twice
+    backend.release(lease)  # a no-op: closing let go of every lease
+    assert backend.location == where
+    calls = {
+        "begin": lambda: backend.begin("f", "s", {}),
+        "acquire": lambda: backend.acquire(info.run_id),
+        "finish": lambda: backend.finish(lease, RunState.DONE),
+        "append": lambda: backend.append(lease, "a", {"n": 2}),
+        "shares_filesystem": lambda: backend.shares_filesystem(where),
+        "read": lambda: backend.read(info.run_id, "a"),
+        "find": lambda: backend.find(info.run_id, "a", "one"),
+        "streams": lambda: backend.streams(info.run_id),
+        "run": lambda: backend.run(info.run_id),
+        "runs": backend.runs,
+    }
+    for name, call in calls.items():
+        with pytest.raises(journal.JournalClosed) as err:
+            call()
+        assert err.value.code == "journal_closed", name
+        assert isinstance(err.value, journal.JournalUsageError)
+        assert isinstance(err.value, RuntimeError)  # what it was before it had a code
+        assert where in str(err.value) and "open it again" in str(err.value), name
+    again = journal.open_journal(journal_location)  # nothing the closed object was asked changed a thing
+    try:
+        assert again.run(info.run_id).state == RunState.INTERRUPTED
+        assert [r.payload for r in again.read(info.run_id, "a")] == [{"n": 1}]
+        assert [r.run_id for r in again.runs()] == [info.run_id]
+    finally:
+        again.close()
+
+
+def test_location_names_the_journal_and_the_errors_about_it(
+    jr: JournalBackend, journal_location: str, backend_name: str
+) -> None:
+    assert isinstance(jr.location, str)
+    if backend_name == "file":
+        assert jr.location == journal_location
+    else:  # the DSN as given, less any password (the test server's has none)
+        from journal.postgres import redact_dsn
+
+        assert jr.location == redact_dsn(journal_location) == journal_location
+    with pytest.raises(journal.JournalRunNotFound) as err:
+        jr.run("20000101T000000-0000000000")
+    assert jr.location in str(err.value)
+
+
+def test_shares_filesystem_says_where_sync_filesystem_can_be_asked_for(
+    jr: JournalBackend, backend_name: str, tmp_path: Path
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    beside = tmp_path / "staged.bin"
+    beside.write_bytes(b"written, never fsynced by the caller")
+    shares = jr.shares_filesystem(str(beside))
+    # the file backend shares its own file system (where syncfs exists); PostgreSQL shares none
+    assert shares is (backend_name == "file" and staging.HAVE_SYNCFS)
+    assert jr.shares_filesystem(str(tmp_path / "missing" / "file")) is False  # cannot be told: False
+    assert jr.shares_filesystem("/proc/self") is False  # another file system
+    if shares:
+        record = jr.append(lease, "a", {"n": 1}, key="k", sync_filesystem=True)
+        assert list(jr.read(info.run_id, "a")) == [record]
+        again = jr.append(lease, "a", {"n": 2}, key="k", sync_filesystem=True)  # a key already there
+        assert again == record
+        assert jr.append(lease, "a", {"n": 3}, sync_filesystem=True).seq == 2
+    else:
+        with pytest.raises(ValueError, match="sync"):
+            jr.append(lease, "a", {"n": 1}, sync_filesystem=True)
+        assert list(jr.read(info.run_id, "a")) == []
+    assert jr.append(lease, "b", {"n": 1}).seq == 1  # a plain append is always there
+
+
+def test_finish_with_a_stale_lease_is_journal_lease_lost_and_changes_nothing(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, stale = jr.begin("f", "s", {})
+    jr.release(stale)
+    other = journal.open_journal(journal_location)
+    try:
+        current = other.acquire(info.run_id)
+        for state, error in ((RunState.DONE, None), (RunState.FAILED, {"code": "x", "message": "stale"})):
+            with pytest.raises(journal.JournalLeaseLost) as err:
+                jr.finish(stale, state, error)
+            assert (err.value.code, err.value.expected, err.value.got) == ("journal_lease_lost", 2, 1)
+            assert err.value.run_id == info.run_id
+        seen = other.run(info.run_id)
+        assert (seen.state, seen.epoch, seen.error) == (RunState.RUNNING, 2, None)
+        other.append(current, "a", {"n": 1})  # the holder goes on
+        assert other.finish(current, RunState.DONE).state == RunState.DONE
+        with pytest.raises(journal.JournalLeaseLost):  # and a finished run ends every lease
+            other.finish(current, RunState.DONE)
+    finally:
+        other.close()
+    assert jr.run(info.run_id).state == RunState.DONE
+
+
+def test_releasing_twice_or_an_older_lease_is_a_no_op(jr: JournalBackend, journal_location: str) -> None:
+    info, first = jr.begin("f", "s", {})
+    jr.release(first)
+    jr.release(first)  # again: nothing to let go, no error
+    assert jr.run(info.run_id).state == RunState.INTERRUPTED
+    second = jr.acquire(info.run_id)
+    jr.release(first)  # an older epoch of the same run: the current lease stays held
+    other = journal.open_journal(journal_location)
+    try:
+        assert other.run(info.run_id).state == RunState.RUNNING
+        with pytest.raises(journal.JournalLeaseHeld):
+            other.acquire(info.run_id)
+        jr.append(second, "a", {"n": 1})
+        jr.finish(second, RunState.DONE)
+        jr.release(second)  # after finish: a no-op too
+        other.release(second)  # a lease this object never held: a no-op
+        assert other.run(info.run_id).state == RunState.DONE
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("bad", [RunState.RUNNING, RunState.INTERRUPTED, "bogus", None, 3], ids=repr)
+def test_finishing_in_a_state_but_done_or_failed_is_journal_state_invalid_and_changes_nothing(
+    jr: JournalBackend, bad: object
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    with pytest.raises(journal.JournalStateInvalid) as err:
+        jr.finish(lease, bad, {"code": "x", "message": "y"})  # type: ignore[arg-type]
+    assert err.value.code == "journal_state_invalid"
+    assert isinstance(err.value, journal.JournalUsageError)
+    assert isinstance(err.value, ValueError)  # what it was before it had a code
+    assert "done or failed" in str(err.value)
+    seen = jr.run(info.run_id)
+    assert (seen.state, seen.epoch, seen.error) == (RunState.RUNNING, 1, None)
+    jr.append(lease, "a", {"n": 1})  # the lease is still held and current
+    assert jr.finish(lease, RunState.DONE).state == RunState.DONE
 
 
 UNSAFE_NAMES = [

@@ -16,6 +16,8 @@ from journal import FileJournal, LineLog, RecordCodec
 
 
 def _open_fds() -> set[str]:
+    """The process's open descriptors, after collecting whatever earlier tests dropped."""
+    gc.collect()
     return set(os.listdir("/proc/self/fd"))
 
 
@@ -37,8 +39,7 @@ def test_a_dropped_journal_closes_its_streams_leases_and_pinned_run_files(tmp_pa
         jr.append(lease, "s", {"n": 2})
         jr.read(run_id, "s")
         del jr
-    gc.collect()
-    assert _open_fds() == before
+    assert _open_fds() <= before
     # the last dropped holder's lease lock went with it: another journal can take the run over
     FileJournal(tmp_path).acquire(run_id)
 
@@ -51,8 +52,7 @@ def test_a_journal_whose_operation_failed_and_was_dropped_leaks_nothing(tmp_path
     for _ in range(20):
         with contextlib.suppress(journal.JournalError):
             FileJournal(tmp_path).append(lease, "s", {"n": 3})
-    gc.collect()
-    assert _open_fds() == before
+    assert _open_fds() <= before
 
 
 def test_a_dropped_keep_open_log_closes_its_descriptors(tmp_path: Path) -> None:
@@ -62,5 +62,4 @@ def test_a_dropped_keep_open_log_closes_its_descriptors(tmp_path: Path) -> None:
         with log.locked():
             log.read()
         del log
-    gc.collect()
-    assert _open_fds() == before
+    assert _open_fds() <= before

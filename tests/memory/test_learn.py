@@ -1,4 +1,4 @@
-"""learn: journal first, then the file; citation, identity, convergence, resume, fail closed (R-L)."""
+"""learn: journal first, then the file; citation, identity, convergence, resume, fail closed."""
 
 from __future__ import annotations
 

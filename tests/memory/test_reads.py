@@ -349,3 +349,19 @@ def test_results_are_frozen(store: memory.MemoryStore, root: memory.RootRun) -> 
     [found] = store.recall()
     with pytest.raises(AttributeError):
         found.text = "changed"  # type: ignore[misc]
+
+
+def test_the_public_api_takes_typed_keyword_arguments_not_a_catch_all() -> None:
+    """Every public method of the store and of a session names its arguments: a misspelt filter
+    (``tgas=``) is a TypeError at the call, not a filter silently ignored or a late failure."""
+    import inspect
+
+    for cls in (memory.MemoryStore, memory.MemorySession):
+        for name, method in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            kinds = {p.kind for p in inspect.signature(method).parameters.values()}
+            assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{cls.__name__}.{name} takes **kwargs"
+    for name in ("arecall", "awhy"):
+        params = inspect.signature(getattr(memory.MemoryStore, name)).parameters
+        assert {"tags", "meta", "scope", "limit"} <= set(params), name

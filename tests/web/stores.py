@@ -2,10 +2,13 @@
 
 ``demo_store`` is what ``flows demo`` leaves, and a little more: a done run that learned the demo's
 weather findings and took a step (synced into the history DB), a later done run whose findings are
-still unsynced files (one of them holds ``<script>``), a failed run, and an interrupted one.
+still unsynced files (one of them holds ``<script>``), a failed run, an interrupted one, and a
+session (a done run of flow ``revise``) that supersedes one weather finding with a better one and
+forgets another (its reason holds ``<script>``).
 ``agent_home`` is the ledger ``sail demo`` leaves, appended through the ledger's own writer: a
 confirmed swap, a cadence skip, a reverted swap, a confirmed swap, a cadence skip, a balance skip;
-with the runner's activity log and a config like the demo's.
+with the runner's activity log (each tick's start and outcome, as ``sail tick`` records them, then
+two ticks that failed: the node was down) and a config like the demo's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from memory.ledger import (
     Ledger,
     Outcome,
     Skipped,
+    TickFinished,
+    TickStarted,
     balance_reason,
     cadence_reason,
 )
@@ -87,6 +92,15 @@ class DemoStore:
     later_run: str
     failed_run: str
     interrupted_run: str
+    revise_run: str
+    superseded: str  # the key of the finding the session superseded …
+    replacement: str  # … the key of the one that replaced it …
+    forgotten: str  # … and of the one it forgot
+
+
+FORGET_REASON = "<script>alert('gone')</script> wrong in the tropics"
+SCRIPT_TAG = "<script>tag</script>"
+SCRIPT_META_KEY = "<b>key</b>"
 
 
 def demo_store(home: Path) -> DemoStore:
@@ -110,7 +124,24 @@ def demo_store(home: Path) -> DemoStore:
         backend.release(lease)  # the holder let go without finishing: interrupted
     finally:
         backend.close()
-    return DemoStore(db, home / "flows-journal", done.run_id, later.run_id, failed.run_id, info.run_id)
+    with memory.MemoryStore(db) as store:
+        every = {f.text: f.key for f in store.recall(limit=None)}
+        red = every["a red sky at night often means fair weather next day"]
+        snow = every["snow needs the air near the ground below about 2 C"]
+        with store.session(scope="weather", flow="revise") as session:
+            better = session.learn(
+                {"text": "a red sky at night means fair weather when the weather comes from the west",
+                 "tags": ["weather", "sky"], "source": "observation"},
+                supersedes=red,
+            )  # fmt: skip
+            session.forget(snow, reason=FORGET_REASON)
+            session.learn({"text": "markup in a tag and in metadata", "tags": [SCRIPT_TAG],
+                           "metadata": {SCRIPT_META_KEY: SCRIPT_TEXT}})  # fmt: skip
+        revise = better.citation.run_id
+    return DemoStore(
+        db, home / "flows-journal", done.run_id, later.run_id, failed.run_id, info.run_id, revise, red,
+        better.key, snow,
+    )  # fmt: skip
 
 
 USDC = "0x" + "1a" * 20
@@ -159,6 +190,15 @@ def agent_entries() -> list[Acted | Skipped]:
     ]
 
 
+#: the message of the agent's last tick, which failed (it holds markup, shown as text)
+FAILED_TICK_MESSAGE = "cannot reach the node at http://127.0.0.1:8545 <script>alert(1)</script>"
+
+
+def failed_ticks() -> list[tuple[int, str]]:
+    """The two ticks that failed after the demo's six: their time and code."""
+    return [(T0 + 180 + 3 * 3600, "chain_unavailable"), (T0 + 180 + 4 * 3600, "chain_unavailable")]
+
+
 def agent_home(home: Path) -> Path:
     """An agent home like ``sail demo`` leaves (see the module docstring); returns ``home``."""
     sail = home / ".sail"
@@ -171,7 +211,8 @@ def agent_home(home: Path) -> Path:
     )
     activity = ActivityLog(sail)
     entries = agent_entries()
-    for e in entries:
+    for pid, e in enumerate(entries, start=100):
+        activity.append(TickStarted(e.ts - 11, pid))
         if isinstance(e, Acted):
             activity.append(
                 DispatchSubmitted(
@@ -180,6 +221,12 @@ def agent_home(home: Path) -> Path:
             )
             event = "dispatch_executed" if e.outcome is Outcome.CONFIRMED else "dispatch_reverted"
             activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013))
+            activity.append(TickFinished(e.ts + 1, pid, "submitted", tx_hash=e.tx_hash))
+        else:
+            activity.append(TickFinished(e.ts + 1, pid, "skipped", reason=e.reason))
+    for pid, (ts, code) in enumerate(failed_ticks(), start=200):
+        activity.append(TickStarted(ts, pid))
+        activity.append(TickFinished(ts + 2, pid, "failed", code=code, message=FAILED_TICK_MESSAGE))
     with Ledger(sail).writer() as writer:
         for e in entries:
             writer.append(e)

@@ -120,6 +120,35 @@ def test_a_finding_holding_a_script_is_text_in_the_browser(server: str, tmp_path
     assert '&lt;script&gt;alert("owned")&lt;/script&gt;' in dom
 
 
+def test_a_finding_page_shows_its_history_each_event_linked_to_its_record(
+    server: str, demo: DemoStore, tmp_path: Path
+) -> None:
+    dom = browse(f"{server}findings/{demo.superseded}", "finding-history", tmp_path)
+    assert '<span class="badge finding-superseded" id="finding-state">superseded</span>' in dom
+    assert f'Superseded by <a href="/findings/{demo.replacement}">' in dom
+    events = re.findall(
+        r'<li class="event kind-(\w+)">.*?href="/runs/([^"?]+)\?record=(\w+)#rec-\3"', dom, re.S
+    )
+    assert [kind for kind, _, _ in events] == ["learned", "superseded"]
+    _, run, record = events[1]
+    assert run == demo.revise_run
+    target = browse(f"{server}runs/{run}?record={record}", "finding-history-record", tmp_path)
+    assert f'<tr id="rec-{record}" class="entry kind-forget selected">' in target
+    forgotten = browse(f"{server}findings/{demo.forgotten}", "finding-forgotten", tmp_path)
+    assert 'id="finding-state">forgotten</span>' in forgotten and "<script" not in forgotten
+    assert "Forgotten: &lt;script&gt;alert('gone')&lt;/script&gt; wrong in the tropics" in forgotten
+
+
+def test_the_agent_page_shows_the_last_tick_and_its_outcome(server: str, tmp_path: Path) -> None:
+    dom = browse(f"{server}agents/0", "agent-last-tick", tmp_path)
+    tick = re.search(r'<dd id="last-tick">(.*?)</dd>', dom, re.S)
+    assert tick is not None
+    assert '<span class="badge outcome-failed">failed</span>' in tick.group(1)
+    assert '<code class="code">chain_unavailable</code>' in tick.group(1)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tick.group(1) and "<script" not in dom
+    assert re.search(r'<dd id="failed-ticks">2</dd>', dom)
+
+
 def test_the_agent_page_shows_the_ledger_and_a_point_per_acted_entry(server: str, tmp_path: Path) -> None:
     dom = browse(f"{server}agents/0", "agent", tmp_path)
     assert re.search(r'<tr class="entry acted outcome-reverted".*?0x0{63}2</code>', dom, re.S)

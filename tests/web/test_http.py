@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +12,23 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
+import memory
 from flows._cli import main as flows_main
-from memory.ledger import Ledger
+from flows.web import ServeConfig
+from memory.ledger import ActivityLog, Ledger, TickFinished, TickStarted
 from sail._cli import main as sail_main
-from tests.web.stores import SCRIPT_TEXT, DemoStore, agent_entries
+from tests.web.conftest import client_for
+from tests.web.stores import (
+    FAILED_TICK_MESSAGE,
+    FORGET_REASON,
+    SCRIPT_META_KEY,
+    SCRIPT_TAG,
+    SCRIPT_TEXT,
+    T0,
+    DemoStore,
+    agent_entries,
+    failed_ticks,
+)
 
 
 def cli_json(capsys: pytest.CaptureFixture[str], main: Any, *argv: str) -> Any:
@@ -68,7 +83,7 @@ def test_the_state_filter_keeps_only_that_state(client: TestClient, demo: DemoSt
 def test_runs_page_by_cursor_through_every_run_once(client: TestClient) -> None:
     every = client.get("/api/runs").json()
     paged = follow(client, "/api/runs?limit=1")
-    assert paged == every and len(paged) == 4
+    assert paged == every and len(paged) == 5
     html = client.get("/runs", params={"limit": 2}).text
     assert 'rel="next"' in html and "cursor=" in html
 
@@ -129,7 +144,7 @@ def test_the_findings_api_is_what_flows_recall_json_prints(
 ) -> None:
     expected = cli_json(capsys, flows_main, "recall", "--db", str(demo.db), "--json", "--limit", "25")
     assert client.get("/api/findings").json() == expected
-    assert len(expected) == 8
+    assert len(expected) == 8  # eight learned, one superseded by a ninth, one forgotten, a tenth
 
 
 def test_a_question_is_answered_by_why_ranked_as_flows_why_json(
@@ -181,6 +196,158 @@ def test_findings_page_by_time_through_every_finding_once(client: TestClient) ->
     assert client.get("/api/findings", params={"cursor": "x.1"}).json()["code"] == "serve_bad_request"
 
 
+def test_tag_and_metadata_filters_are_the_memory_apis_as_flows_recall_prints_them(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ("--db", str(demo.db), "--json", "--limit", "25")
+    for params, argv in [
+        ([("tag", "storm"), ("tag", "pressure")], ["--tag", "storm", "--tag", "pressure"]),
+        ([("meta", "station=EGLL")], ["--meta", "station=EGLL"]),
+        ([("meta", "hPa=990"), ("tag", "storm")], ["--meta", "hPa=990", "--tag", "storm"]),
+        ([("meta", "hPa=991")], ["--meta", "hPa=991"]),
+        ([("meta", "hPa=990.0")], ["--meta", "hPa=990.0"]),
+    ]:
+        expected = cli_json(capsys, flows_main, "recall", *db, *argv)
+        assert client.get("/api/findings", params=params).json() == expected, params
+    both = client.get("/api/findings", params=[("tag", "storm"), ("tag", "pressure")]).json()
+    assert [f["text"] for f in both] == ["pressure drops fast before a storm"]
+    assert client.get("/api/findings", params={"meta": "hPa=991"}).json() == []
+    question = "storm pressure"
+    expected = cli_json(capsys, flows_main, "why", question, *db, "--meta", "station=EGLL")
+    answers = client.get("/api/findings", params={"q": question, "meta": "station=EGLL"}).json()
+    assert answers == expected and [a["text"] for a in answers] == ["pressure drops fast before a storm"]
+    html = client.get("/findings", params=[("tag", "storm"), ("meta", "station=EGLL")]).text
+    assert html.count('<li class="finding"') == 1
+    assert 'name="tag" value="storm"' in html and 'name="meta" value="station=EGLL"' in html
+
+
+def test_filtered_findings_page_through_every_match_once_keeping_every_filter(client: TestClient) -> None:
+    every = client.get("/api/findings", params=[("tag", "weather"), ("limit", "200")]).json()
+    paged = follow(client, "/api/findings?tag=weather&tag=&meta=&limit=2")
+    assert [f["key"] for f in paged] == [f["key"] for f in every] and len(paged) == 3
+    first = client.get("/api/findings?tag=weather&tag=pressure&meta=&limit=1&source=observation")
+    assert len(first.json()) == 1 and "link" not in first.headers  # one finding has both tags
+    link = client.get("/api/findings?tag=pressure&tag=weather&q=rain+wind&limit=1").headers["link"]
+    assert "tag=pressure&tag=weather" in link and "q=rain+wind" in link and "limit=2" in link
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ([("meta", "station")], "serve_bad_request"),
+        ([("meta", "=EGLL")], "serve_bad_request"),
+        ([("meta", "hPa=1"), ("meta", "hPa=2")], "serve_bad_request"),
+        ([("tag", "x" * 2000)], "serve_bad_request"),
+        ([("tag", str(n)) for n in range(40)], "serve_bad_request"),
+        ([("tag", "   ")], "memory_argument_invalid"),
+        ([("q", "storm"), ("tag", "   ")], "memory_argument_invalid"),
+    ],
+)
+def test_bad_filters_are_coded_400s_on_the_page_and_in_the_json(
+    client: TestClient, params: list[tuple[str, str]], code: str
+) -> None:
+    response = client.get("/api/findings", params=params)
+    assert response.status_code == 400 and response.json()["code"] == code
+    page = client.get("/findings", params=params)
+    assert page.status_code == 400 and code in page.text and "Traceback" not in page.text
+
+
+def test_markup_in_a_tag_metadata_or_filter_shows_as_text(client: TestClient) -> None:
+    marked = client.get("/api/findings", params={"tag": SCRIPT_TAG}).json()
+    assert [f["metadata"] for f in marked] == [{SCRIPT_META_KEY: SCRIPT_TEXT}]
+    key = marked[0]["key"]
+    urls = [
+        "/findings",
+        f"/findings/{key}",
+        "/findings?" + urllib.parse.urlencode({"tag": SCRIPT_TAG}),
+        "/findings?" + urllib.parse.urlencode({"meta": f"{SCRIPT_META_KEY}={SCRIPT_TEXT}", "q": "<script>x"}),
+        "/findings?" + urllib.parse.urlencode({"meta": "<script>bad</script>"}),
+    ]
+    for url in urls:
+        html = client.get(url).text
+        assert "<script" not in html and "<b>key" not in html and "<b>gales" not in html, url
+        assert "&lt;script&gt;" in html, url
+
+
+# -- a finding's history ----------------------------------------------------------------------
+
+
+def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_record(
+    client: TestClient, demo: DemoStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = cli_json(capsys, flows_main, "history", demo.superseded, "--db", str(demo.db), "--json")
+    assert client.get(f"/api/findings/{demo.superseded}/history").json() == expected
+    assert [e["kind"] for e in expected] == ["learned", "superseded"]
+    html = client.get(f"/findings/{demo.superseded}").text
+    assert '<span class="badge finding-superseded" id="finding-state">superseded</span>' in html
+    assert f'Superseded by <a href="/findings/{demo.replacement}">' in html
+    assert "a red sky at night often means fair weather next day" in html  # what it said
+    for event in expected:
+        cite = event["citation"]
+        href = f'href="/runs/{cite["runId"]}?record={cite["id"]}#rec-{cite["id"]}"'
+        assert href in html, event["kind"]
+        run = client.get(f"/runs/{cite['runId']}", params={"record": cite["id"]}).text
+        assert f'id="rec-{cite["id"]}" class="entry kind-' in run and " selected" in run
+    assert expected[1]["citation"]["runId"] == demo.revise_run
+    assert client.get(f"/api/findings/{demo.superseded}").status_code == 404  # not live
+    replacement = client.get(f"/findings/{demo.replacement}").text
+    assert 'id="finding-state">live</span>' in replacement and 'class="badge kind-learned"' in replacement
+
+
+def test_a_forgotten_finding_is_shown_as_such_on_its_page_and_nowhere_in_search(
+    client: TestClient, demo: DemoStore
+) -> None:
+    html = client.get(f"/findings/{demo.forgotten}").text
+    assert 'id="finding-state">forgotten</span>' in html
+    assert "Forgotten: &lt;script&gt;alert(&#39;gone&#39;)&lt;/script&gt; wrong in the tropics" in html
+    assert "<script" not in html
+    history = client.get(f"/api/findings/{demo.forgotten}/history").json()
+    assert [(e["kind"], e["reason"]) for e in history] == [("learned", None), ("forgotten", FORGET_REASON)]
+    for params in ({}, {"q": "snow air ground"}, {"tag": "snow"}, {"limit": "200"}):
+        keys = [f["key"] for f in client.get("/api/findings", params=params).json()]
+        assert demo.forgotten not in keys and demo.superseded not in keys, params
+    for url in ("/findings", "/findings?q=snow+ground", "/findings?q=red+sky"):
+        page = client.get(url).text
+        assert f'id="finding-{demo.forgotten}"' not in page and f'id="finding-{demo.superseded}"' not in page
+    assert f'id="finding-{demo.replacement}"' in client.get("/findings?q=red+sky").text
+
+
+def test_a_finding_forgotten_while_the_server_runs_shows_it_on_the_next_request(
+    demo: DemoStore, tmp_path: Path
+) -> None:
+    """The runs each history reads are remembered per done run; a new run is read when it comes."""
+    shutil.copytree(demo.db.parent, tmp_path / "store")
+    db = tmp_path / "store" / "history.db"
+    with client_for(ServeConfig(db=str(db))) as client:
+        live = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
+        with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later-forget") as s:
+            s.learn({"text": "mist lifts by noon", "tags": ["fog"]})  # its run is begun: running
+            kinds = [e["kind"] for e in client.get(f"/api/findings/{live}/history").json()]
+            assert kinds == ["learned"]  # read while that run names other keys only
+            s.forget(live, reason="fog is not that simple")  # the same run, which the server has seen
+            history = client.get(f"/api/findings/{live}/history").json()
+            assert [(e["kind"], e["reason"]) for e in history] == [
+                ("learned", None),
+                ("forgotten", "fog is not that simple"),
+            ]
+        superseded = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
+        assert [e["kind"] for e in client.get(f"/api/findings/{superseded}/history").json()] == ["learned"]
+        with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later") as s:
+            s.learn({"text": "mist lifts by noon, fog by one"}, supersedes=superseded)  # a run not seen
+        assert 'id="finding-state">superseded</span>' in client.get(f"/findings/{superseded}").text
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+
+
+def test_an_unknown_key_is_a_coded_404_and_a_malformed_one_a_coded_400(client: TestClient) -> None:
+    page = client.get("/findings/" + "0" * 32)
+    assert page.status_code == 404 and "serve_not_found" in page.text
+    history = client.get("/api/findings/" + "0" * 32 + "/history")
+    assert history.status_code == 404 and history.json()["code"] == "memory_finding_unknown"
+    for url in ("/findings/not-a-key", "/api/findings/not-a-key/history"):
+        response = client.get(url)
+        assert response.status_code == 400 and "memory_argument_invalid" in response.text
+
+
 # -- agents -----------------------------------------------------------------------------------
 
 
@@ -211,11 +378,62 @@ def test_status_agrees_with_sail_status_and_says_what_blocks(
 ) -> None:
     status = client.get("/api/agents/0/status").json()
     expected = cli_json(capsys, sail_main, "status", "--home", str(agent), "--json")
-    for key in ("lastConfirmed", "intervalS", "openDispatches", "ledger"):
+    for key in (
+        "lastConfirmed",
+        "intervalS",
+        "openDispatches",
+        "ledger",
+        "lastTick",
+        "failedTicksSinceSuccess",
+        "failedTicksCountedAll",
+    ):
         assert status[key] == expected[key], key
     assert status["lastConfirmed"]["txHash"] == f"0x{3:064x}"
     assert status["blockedBy"]["kind"] == "balance"
     assert status["nextEligibleMs"] is None
+    last_ts, last_code = failed_ticks()[-1]
+    assert status["lastTick"] == {
+        "tsMs": (last_ts + 2) * 1000, "outcome": "failed", "code": last_code, "message": FAILED_TICK_MESSAGE,
+        "reason": None, "txHash": None,
+    }  # fmt: skip
+    assert (status["failedTicksSinceSuccess"], status["failedTicksCountedAll"]) == (2, True)
+
+
+def test_the_agent_page_shows_the_last_tick_its_outcome_and_the_failures_since(client: TestClient) -> None:
+    html = client.get("/agents/0").text
+    tick = re.search(r'<dd id="last-tick">(.*?)</dd>', html, re.S)
+    assert tick is not None
+    assert '<span class="badge outcome-failed">failed</span>' in tick.group(1)
+    assert '<code class="code">chain_unavailable</code>' in tick.group(1)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tick.group(1) and "<script" not in html
+    assert re.search(r'<dd id="failed-ticks">2</dd>', html)
+
+
+def test_the_last_tick_is_read_back_only_to_the_last_good_one_and_says_what_it_did(
+    agent: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "agent"
+    shutil.copytree(agent, home)
+    log = ActivityLog(home / ".sail")
+    log.append(TickStarted(T0 + 9 * 3600, 300))
+    log.append(TickFinished(T0 + 9 * 3600 + 1, 300, "submitted", tx_hash=f"0x{9:064x}"))
+    with client_for(ServeConfig(sail_homes=(home,))) as c:
+        status = c.get("/api/agents/0/status").json()
+        assert status["lastTick"]["outcome"] == "submitted" and status["failedTicksSinceSuccess"] == 0
+        assert f'acted: tx <code class="tx">0x{9:064x}</code>' in c.get("/agents/0").text
+        log.append(TickStarted(T0 + 10 * 3600, 301))
+        log.append(TickFinished(T0 + 10 * 3600 + 1, 301, "skipped", reason="cadence: last acted 1s ago"))
+        log.append(TickStarted(T0 + 11 * 3600, 302))  # began, not finished: running (or killed)
+        status = c.get("/api/agents/0/status").json()
+        assert status["lastTick"]["outcome"] == "running" and status["failedTicksSinceSuccess"] == 0
+        assert "still running, or killed" in c.get("/agents/0").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
+    empty = tmp_path / "fresh"
+    (empty / ".sail").mkdir(parents=True)
+    with client_for(ServeConfig(sail_homes=(empty,))) as c:
+        assert c.get("/api/agents/0/status").json()["lastTick"] is None
+        assert "none recorded" in c.get("/agents/0").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
 
 
 def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_entry(
