@@ -210,3 +210,20 @@ def test_a_sync_of_one_file_system_settles_only_the_names_waiting_on_it(tmp_path
     assert pending.snapshot() == (3, [there, here])
     pending.settled(pending.mark())
     assert pending.snapshot() == (3, [])
+
+
+def test_the_open_publishes_again_a_lost_file_with_the_postgresql_journal(
+    db: Path, postgres_dsn: str
+) -> None:
+    # No shared file-system sync there: each name waits for a group, a flush or this check.
+    with memory.MemoryStore(db, journal=postgres_dsn, clock=Clock()) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {})
+        a = store.learn(A, memory.RootRun(jr, lease, "probe", "scope-a"))
+        jr.release(lease)
+        assert jr.run(lease.run_id).state is RunState.INTERRUPTED
+    kept = a.path.read_bytes()
+    a.path.unlink()
+    with memory.MemoryStore(db, journal=postgres_dsn) as store:
+        assert a.path.read_bytes() == kept
+        assert [e.key for e in store.recall(limit=None)] == [a.id]
