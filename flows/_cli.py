@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -219,16 +219,30 @@ _OPTIONS = (
 )
 
 
-def build_cli() -> CommandLine:
-    """The ``flows`` command line: its global options and every command."""
+class _Unused:
+    """Takes the options of a command the command line does not name, and keeps nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unused]:
+        return self._take
+
+    def _take(self, *args: object, **kwargs: object) -> _Unused:
+        return self
+
+
+def build_cli(only: str | None = None) -> CommandLine:
+    """The ``flows`` command line: its global options and every command (with ``only``, the one
+    command so named, the others built only if the parse needs them: see ``CommandLine.parse``)."""
     cli = CommandLine(
         "flows",
         description="Run flows whose memory is journal-first, and ask what they learned and why.",
         epilog=_EPILOG,
         options=_OPTIONS,
+        whole=None if only is None else build_cli,
     )
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        if only is not None and name != only:
+            return cast(argparse.ArgumentParser, _Unused())
         return cli.command(name, fn, help_)
 
     from flows._cli_memory import add_filter_options, add_memory_commands, bad_input_exits_2
@@ -286,12 +300,14 @@ def build_cli() -> CommandLine:
         metavar="DIR",
         help="keep the demo's store in DIR and print commands to try on it (default: a temporary directory)",
     )
-    from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
+    if only in (None, "serve"):
+        from flows._web_cli import add_serve_command  # serve: the read-only web dashboard
 
-    add_serve_command(add)
-    from flows.mcp import add_mcp_arguments, cmd_mcp  # mcp: the memory as an MCP server
+        add_serve_command(add)
+    if only in (None, "mcp"):
+        from flows.mcp import add_mcp_arguments, cmd_mcp  # mcp: the memory as an MCP server
 
-    add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
+        add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
 
 
@@ -305,9 +321,28 @@ def build_parser() -> argparse.ArgumentParser:
     return build_cli().parser
 
 
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The first word of ``argv`` that is not an option or a global option's value: the command,
+    when the parse agrees (``CommandLine.parse`` checks)."""
+    takes_value = {flag for opt in _OPTIONS if not opt.switch for flag in opt.flags}
+    words = iter(argv)
+    for arg in words:
+        if arg == "--":
+            return None
+        if arg in takes_value:
+            next(words, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``flows`` CLI; returns the exit status (0 ok, 1 failure, 2 usage, 130 interrupted)."""
-    return build_cli().main(argv)
+    """Run the ``flows`` CLI; returns the exit status (0 ok, 1 failure, 2 usage, 130 interrupted).
+
+    Only the named command's parser is built (argparse builds every command's otherwise: a few
+    milliseconds of each start), unless the parse needs the others."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return build_cli(_named_command(args)).main(args)
 
 
 if __name__ == "__main__":

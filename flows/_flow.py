@@ -103,6 +103,11 @@ def flow(
         name: the flow's name (default: the stem of the file that defines it).
         scope: the memory scope its findings live in (default: the name).
         memory: ``{"script": False}`` makes every ``f.memory.learn`` fail with ``unsupported_header``.
+
+    Raises:
+        TypeError: the body is not an ``async def``, or ``memory["script"]`` is not a bool: a
+            programming error of the flow's author. A flow file run from the CLI that does this
+            fails to load, as ``flow_load_failed`` naming the file.
     """
     if fn is not None:
         return _make(fn, name, scope, memory)

@@ -16,7 +16,6 @@ import orjson
 
 from flows._cli import diagnose
 from flows.web._errors import ServeExtraMissing, ServeTokenRequired
-from flows.web._net import bind, is_loopback
 from memory.cli import EXIT_OK, EXIT_USAGE
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
@@ -67,6 +66,8 @@ def check_address(host: str, token: str | None) -> None:
     Raises:
         ServeTokenRequired: no token, or a short one.
     """
+    from flows.web._net import is_loopback  # sockets only for serve, not for every command
+
     if token is not None and len(token) < MIN_TOKEN:
         raise ServeTokenRequired(f"the token must be at least {MIN_TOKEN} characters; pick a long random one")
     if token is None and not is_loopback(host):
@@ -93,6 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ServeExtraMissing(
             f"flows serve needs the web extra ({exc.name} is missing): pip install 'flows-memory[web]'"
         ) from exc
+    from flows.web._net import bind
+
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"

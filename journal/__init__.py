@@ -2,6 +2,7 @@
 
 from journal._backend import JournalBackend
 from journal._errors import (
+    JournalClockInvalid,
     JournalClosed,
     JournalContention,
     JournalCorrupt,
@@ -16,6 +17,7 @@ from journal._errors import (
     JournalRunNotFound,
     JournalStateInvalid,
     JournalStorageError,
+    JournalSyncUnsupported,
     JournalUnavailable,
     JournalUnwritable,
     JournalUsageError,
@@ -38,6 +40,7 @@ from journal._open import open_journal
 __all__ = [
     "FileJournal",
     "JournalBackend",
+    "JournalClockInvalid",
     "JournalClosed",
     "JournalContention",
     "JournalCorrupt",
@@ -52,6 +55,7 @@ __all__ = [
     "JournalRunNotFound",
     "JournalStateInvalid",
     "JournalStorageError",
+    "JournalSyncUnsupported",
     "JournalUnavailable",
     "JournalUnwritable",
     "JournalUsageError",

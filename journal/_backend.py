@@ -76,7 +76,8 @@ class JournalBackend(Protocol):
         same sync that makes the record durable (a caller's unsynced staged file, say).
 
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalNameInvalid, and the
-        storage errors; ValueError for ``sync_filesystem`` on a backend that cannot.
+        storage errors; JournalSyncUnsupported (also a ValueError) for ``sync_filesystem`` on a
+        backend that cannot; JournalClockInvalid (also a ValueError) when the clock reads no time.
         """
         ...
 

@@ -11,6 +11,8 @@ Every error carries a stable ``code`` and the context it happened in. The tree::
     │   ├── JournalRunNotFound        journal_run_not_found: no such root run
     │   ├── JournalNotResumable       journal_not_resumable: the run is done (or running)
     │   ├── JournalStateInvalid       journal_state_invalid: a run finished in a state but done or failed
+    │   ├── JournalClockInvalid       journal_clock_invalid: the clock read no time a run can be stamped with
+    │   ├── JournalSyncUnsupported    journal_sync_unsupported: a file-system sync this backend cannot make
     │   └── JournalClosed             journal_closed: a call on a journal object already closed
     ├── JournalContention             someone else holds or took the run
     │   ├── JournalLeaseHeld          journal_lease_held: a live holder already drives the run
@@ -99,6 +101,28 @@ class JournalStateInvalid(JournalUsageError, ValueError):
     """
 
     code = "journal_state_invalid"
+
+
+class JournalClockInvalid(JournalUsageError, ValueError):
+    """The journal's clock read something that is not a time it can stamp a run or record with.
+
+    A whole number of milliseconds from 1970 to the end of year 9999 is one; anything else (a
+    negative reading, one past year 9999, a float or a bool from an injected clock) is refused before
+    anything is written. It is also a ``ValueError``, as before.
+    """
+
+    code = "journal_clock_invalid"
+
+
+class JournalSyncUnsupported(JournalUsageError, ValueError):
+    """``append(..., sync_filesystem=True)`` on a backend that cannot sync a local file system.
+
+    The PostgreSQL backend shares no file system with the caller; the file backend needs ``syncfs``.
+    ``shares_filesystem`` says False in both cases: ask it first. Nothing is appended. It is also a
+    ``ValueError``, as before.
+    """
+
+    code = "journal_sync_unsupported"
 
 
 class JournalClosed(JournalUsageError, RuntimeError):

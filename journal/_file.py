@@ -38,6 +38,7 @@ from journal._errors import (
     JournalCorrupt,
     JournalError,
     JournalLeaseHeld,
+    JournalPayloadInvalid,
     JournalReadInterrupted,
     JournalRunNotFound,
     JournalUnwritable,
@@ -45,20 +46,25 @@ from journal._errors import (
 from journal._fs import check_dir, open_regular
 from journal._linelog import LineDamaged, LineLog
 from journal._model import (
+    MAX_MS,
     Lease,
     Record,
     RunInfo,
     RunState,
     check_fence,
     check_key,
+    check_label,
     check_name,
+    check_not_held,
     check_open,
     check_resumable,
+    check_sync,
     finish_state,
     new_record_id,
     new_run_id,
     now_ms,
     payload_json,
+    read_clock,
     releases,
 )
 from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
@@ -68,7 +74,7 @@ _RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
 _RECORD_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
 _MAX_INT = 2**63 - 1
-_MAX_MS = 253_402_300_799_999  # the last millisecond of year 9999: every date a clock can show
+_MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
 _RUN_OPTIONAL = frozenset({"meta", "error"})
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
@@ -572,7 +578,9 @@ class FileJournal:
         storage errors.
         """
         self._check_open()
-        now = self._clock()
+        check_label("flow", flow)
+        check_label("scope", scope)
+        now = read_clock(self._clock)
         run_id = new_run_id(now)
         obj = {
             "runId": run_id,
@@ -587,8 +595,8 @@ class FileJournal:
         }
         obj = orjson.loads(payload_json(obj, what="run record (its flow, scope and metadata)"))
         problem = _run_problem(run_id, obj)
-        if problem is not None:
-            raise ValueError(f"cannot begin a run with {problem} (check the journal's clock)")
+        if problem is not None:  # the checks above leave nothing for this to find: it fails closed
+            raise JournalPayloadInvalid(f"cannot begin a run whose record has {problem}", run_id=run_id)
         directory = self._run_dir(run_id)
         try:
             ensure_dir(directory / "streams")
@@ -608,8 +616,7 @@ class FileJournal:
     def acquire(self, run_id: str) -> Lease:
         """Take over a failed or interrupted run with a new epoch (see ``JournalBackend``)."""
         self._check_open()
-        if run_id in self._held:
-            raise JournalLeaseHeld(f"root run {run_id} is already driven by this process", run_id=run_id)
+        check_not_held(run_id, run_id in self._held)
         self._load(run_id)  # JournalRunNotFound before touching anything
         fd = self._take_lease_lock(run_id)
         try:
@@ -619,7 +626,7 @@ class FileJournal:
                 obj.update(
                     state=RunState.RUNNING.value,
                     epoch=obj["epoch"] + 1,
-                    updatedMs=self._clock(),
+                    updatedMs=read_clock(self._clock, run_id=run_id),
                     error=None,
                 )
                 self._store(run_id, obj)
@@ -634,10 +641,11 @@ class FileJournal:
         self._check_open()
         ended = finish_state(state)
         recorded = orjson.loads(payload_json(error, what="error")) if error else None
+        now = read_clock(self._clock, run_id=lease.run_id)
         with self._run_lock(lease.run_id):
             obj = self._load(lease.run_id)
             check_fence(lease, obj["epoch"], obj["state"])
-            obj.update(state=ended.value, updatedMs=self._clock(), error=recorded)
+            obj.update(state=ended.value, updatedMs=now, error=recorded)
             self._store(lease.run_id, obj)
         self.release(lease)
         return self._info(obj)
@@ -694,11 +702,12 @@ class FileJournal:
             JournalPayloadInvalid: the payload is not JSON both backends can store.
             JournalLeaseLost: a stale epoch, or the run has ended.
             JournalUnwritable, JournalCorrupt, JournalReadInterrupted: the storage failed.
-            ValueError: ``sync_filesystem`` without syncfs.
+            JournalSyncUnsupported: ``sync_filesystem`` without syncfs (also a ValueError).
+            JournalClockInvalid: the clock read no time (also a ValueError); nothing is written.
         """
         self._check_open()
-        if sync_filesystem and not HAVE_SYNCFS:
-            raise ValueError("sync_filesystem needs syncfs, which this platform lacks")
+        if sync_filesystem:
+            check_sync(HAVE_SYNCFS, "this platform has no syncfs", self.location)
         if key is not None:
             check_key(key)
         # A canonical copy: the record holds what a read returns, whatever the caller does next.
@@ -733,12 +742,13 @@ class FileJournal:
 
     def _resolve(self, handle: _Stream, obj: Mapping[str, Any], p: _Pending, stream: str, seq: int) -> None:
         """Fence ``p`` and give it its record: the one its key already has, or a new one at ``seq``."""
+        run_id = p.lease.run_id
         try:
             check_fence(p.lease, obj["epoch"], obj["state"])
+            ts_ms = read_clock(self._clock, run_id=run_id)
         except JournalError as exc:
             p.error = exc
             return
-        run_id = p.lease.run_id
         if p.key is not None and p.key in handle.keys:
             p.record = handle.keys[p.key]  # maybe another appender's, not yet durable
             return
@@ -748,7 +758,7 @@ class FileJournal:
             seq=seq,
             id=new_record_id(run_id, stream, p.key),
             key=p.key,
-            ts_ms=self._clock(),
+            ts_ms=ts_ms,
             payload=p.payload,
         )
         p.written = True

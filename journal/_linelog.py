@@ -436,6 +436,8 @@ class LineLog(Generic[T]):
         Raises:
             JournalCorrupt: a damaged line that is not a torn tail (path and 1-based line named).
             JournalUnwritable: the cut could not be made durable.
+            RuntimeError: called without the lock (``locked()`` or ``held()``) in this thread;
+                a programming error of the caller, never a state on disk.
         """
         fd = self._require_held()
         self._settle(fd, full=True)
@@ -553,6 +555,8 @@ class LineLog(Generic[T]):
         Raises:
             ValueError: the codec produced a line with a newline in it.
             JournalUnwritable: the line could not be written or made durable.
+            RuntimeError: called without the lock (``locked()`` or ``held()``) in this thread;
+                a programming error of the caller, never a state on disk.
         """
         fd = self._require_held()
         end = self._write(fd, [record])[-1]
@@ -574,6 +578,8 @@ class LineLog(Generic[T]):
         Raises:
             ValueError: the codec produced a line with a newline in it.
             JournalUnwritable: the lines could not be written.
+            RuntimeError: called without the lock (``locked()`` or ``held()``) in this thread;
+                a programming error of the caller, never a state on disk.
         """
         fd = self._require_held()
         ends = self._write(fd, records) if records else []

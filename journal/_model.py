@@ -13,27 +13,34 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from journal._errors import (
+    JournalClockInvalid,
     JournalClosed,
+    JournalLeaseHeld,
     JournalLeaseLost,
     JournalNameInvalid,
     JournalNotResumable,
     JournalPayloadInvalid,
     JournalStateInvalid,
+    JournalSyncUnsupported,
 )
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # C0 controls (NUL, newline …), DEL, C1 controls, and lone surrogates (no UTF-8 form: neither
 # backend can store them).
 _UNSAFE_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+MAX_MS = 253_402_300_799_999
+"""The last millisecond of year 9999: the latest time a run or record may be stamped with."""
 MAX_KEY_BYTES = 1024
 """The longest key, in UTF-8 bytes (PostgreSQL indexes a key with its run id and stream)."""
+MAX_LABEL_BYTES = 64 * 1024
+"""The longest flow name or scope of a run, in UTF-8 bytes."""
 
 
 def check_name(kind: str, value: str) -> str:
@@ -72,6 +79,15 @@ def check_key(key: str) -> str:
     (C0, DEL, C1) or lone surrogates.
     """
     return _check_text("key", key, MAX_KEY_BYTES)
+
+
+def check_label(kind: str, value: object) -> str:
+    """Return a run's ``flow`` or ``scope`` when every backend can store it; raise ``JournalNameInvalid``.
+
+    Any string without NUL, control characters or lone surrogates, of at most ``MAX_LABEL_BYTES``
+    UTF-8 bytes.
+    """
+    return _check_text(kind, value, MAX_LABEL_BYTES)
 
 
 def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
@@ -177,6 +193,26 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def read_clock(clock: Callable[[], int], *, run_id: str | None = None) -> int:
+    """Read ``clock`` for a stamp: a whole number of milliseconds in ``[0, MAX_MS]``.
+
+    Every backend reads its clock through this before it writes a stamp (begin, acquire, finish,
+    append), so a clock gone wrong fails the call alike everywhere and nothing is written.
+
+    Raises:
+        JournalClockInvalid: a negative reading, one past year 9999, or not an ``int`` at all.
+    """
+    now = clock()
+    if type(now) is not int or not 0 <= now <= MAX_MS:
+        raise JournalClockInvalid(
+            f"the journal's clock read {now!r:.40}, which is no time in whole milliseconds from 1970 "
+            "to the end of year 9999; set this machine's clock right (or fix the clock given to the "
+            "journal) and try again",
+            run_id=run_id,
+        )
+    return now
+
+
 def new_run_id(now: int) -> str:
     """A fresh root run id for a run begun at ``now`` (epoch ms): its UTC time, then 10 random hex.
 
@@ -210,12 +246,48 @@ def check_fence(lease: Lease, epoch: int, state: str) -> None:
         JournalLeaseLost: another holder took the run over since (a higher epoch), or it ended.
     """
     if epoch != lease.epoch or state != RunState.RUNNING.value:
-        raise JournalLeaseLost(
-            f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
-            f"{state} at epoch {epoch}; resume it to continue",
-            expected=epoch,
-            got=lease.epoch,
-            run_id=lease.run_id,
+        raise lease_lost(lease, epoch, state)
+
+
+def lease_lost(lease: Lease, epoch: int, state: str) -> JournalLeaseLost:
+    """The fence's error for ``lease``, given the run's stored ``epoch`` and ``state``.
+
+    A backend whose storage fenced an append itself raises this as it is, so the storage's verdict
+    stands (fails closed) with the fence's code and words even should the two ever disagree.
+    """
+    return JournalLeaseLost(
+        f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
+        f"{state} at epoch {epoch}; resume it to continue",
+        expected=epoch,
+        got=lease.epoch,
+        run_id=lease.run_id,
+    )
+
+
+def check_not_held(run_id: str, held_here: bool) -> None:
+    """``acquire`` of a run whose lease this very journal object holds is refused, the same everywhere.
+
+    Raises:
+        JournalLeaseHeld: ``held_here``; the lease held is untouched.
+    """
+    if held_here:
+        raise JournalLeaseHeld(
+            f"root run {run_id} is already driven by this journal object; append with the lease it "
+            "holds, or release that lease before acquiring the run again",
+            run_id=run_id,
+        )
+
+
+def check_sync(supported: bool, why: str, location: str) -> None:
+    """Refuse ``append(..., sync_filesystem=True)`` where the backend cannot sync a file system.
+
+    Raises:
+        JournalSyncUnsupported: not ``supported`` (``why`` says why); nothing is appended.
+    """
+    if not supported:
+        raise JournalSyncUnsupported(
+            f"the journal at {location} cannot sync a file system: {why}; fsync the files you wrote "
+            "yourself and append without sync_filesystem (shares_filesystem says when it can)"
         )
 
 

@@ -56,14 +56,19 @@ from journal._model import (
     RunState,
     check_fence,
     check_key,
+    check_label,
     check_name,
+    check_not_held,
     check_open,
     check_resumable,
+    check_sync,
     finish_state,
+    lease_lost,
     new_record_id,
     new_run_id,
     now_ms,
     payload_json,
+    read_clock,
     releases,
 )
 
@@ -356,6 +361,10 @@ class PostgresJournal:
         clock: returns milliseconds since the epoch; stamps runs and records and times leases.
         lease_ttl_s: how long a lease outlives its holder's last renewal before a resumer may break it.
 
+    Raises:
+        ValueError: ``lease_ttl_s`` is not positive (a programming error: no command or file sets it).
+        JournalLocationInvalid: ``dsn`` is malformed.
+
     Thread-safe: calls may come from many threads; each takes a pooled connection.
     """
 
@@ -627,7 +636,9 @@ class PostgresJournal:
         Raises JournalUnavailable (the server), JournalUnwritable (it refused the write).
         """
         self._check_open()
-        now = self._clock()
+        check_label("flow", flow)
+        check_label("scope", scope)
+        now = read_clock(self._clock)
         run_id = new_run_id(now)
         key = secrets.randbits(63)
         meta_text = payload_json(meta, what="run metadata").decode()
@@ -656,8 +667,9 @@ class PostgresJournal:
         check_name("run id", run_id)
         key = secrets.randbits(63)
         with self._lease_mutex:
+            check_not_held(run_id, run_id in self._held)
             with self._leasing("acquiring a run's lease", run_id) as cur:
-                now = self._clock()
+                now = read_clock(self._clock, run_id=run_id)
                 row = cur.execute(
                     f"{_HELD} select r.epoch, r.state, {_LIVE} from journal_runs r"
                     " where r.run_id = %(run)s for update",
@@ -667,7 +679,7 @@ class PostgresJournal:
                     raise self._not_found(run_id)
                 epoch, state, live = int(row[0]), row[1], bool(row[2])
                 check_resumable(run_id, state)
-                if live or run_id in self._held:
+                if live:
                     raise JournalLeaseHeld(
                         f"root run {run_id} is driven by a live holder; wait for it to finish or stop it",
                         run_id=run_id,
@@ -691,13 +703,14 @@ class PostgresJournal:
         ended = finish_state(state)
         check_name("run id", lease.run_id)
         error_text = None if not error else payload_json(error, what="error").decode()
+        now = read_clock(self._clock, run_id=lease.run_id)
         with self._transaction("finishing a run", run_id=lease.run_id) as cur:
             epoch, stored, _ = self._lock_run(cur, lease.run_id)
             check_fence(lease, epoch, stored)
             row = cur.execute(
                 f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
                 f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
-                {"state": ended.value, "now": self._clock(), "error": error_text, "run": lease.run_id},
+                {"state": ended.value, "now": now, "error": error_text, "run": lease.run_id},
             ).fetchone()
         self.release(lease)
         assert row is not None  # the row is locked: it cannot have gone
@@ -746,11 +759,12 @@ class PostgresJournal:
 
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalRunNotFound,
         JournalNameInvalid (a bad run id, stream name or key), JournalUnavailable, JournalUnwritable;
-        JournalPayloadInvalid (also a TypeError) for a payload that is not JSON.
+        JournalPayloadInvalid (also a TypeError) for a payload that is not JSON; JournalSyncUnsupported
+        (also a ValueError) for ``sync_filesystem``; JournalClockInvalid (also a ValueError).
         """
         self._check_open()
         if sync_filesystem:
-            raise ValueError("the PostgreSQL journal cannot sync a local file system; fsync the files")
+            check_sync(False, "PostgreSQL shares no file system with this process", self._location)
         run_id = check_name("run id", lease.run_id)
         check_name("stream name", stream)
         if key is not None:
@@ -762,7 +776,7 @@ class PostgresJournal:
             stream,
             key,
             new_record_id(run_id, stream, key),
-            self._clock(),
+            read_clock(self._clock, run_id=run_id),
             body,
         )
 
@@ -774,9 +788,8 @@ class PostgresJournal:
         status, epoch, state, *record = row
         if status == "missing":
             raise self._not_found(run_id)
-        if status == "fenced":  # the SQL fenced it; the rule's words and error are the shared ones
-            check_fence(lease, int(epoch), str(state))
-            raise AssertionError(f"journal_append fenced epoch {lease.epoch} against {epoch}, {state}")
+        if status == "fenced":  # the SQL fenced it: its verdict stands, in the fence's words and code
+            raise lease_lost(lease, int(epoch), str(state))
         return self._record(run_id, stream, record)
 
     def _records(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from journal import JournalBackend, JournalNameInvalid, JournalRunNotFound, Record
 from memory._errors import Unreachable
-from memory._finding import STREAM, render
+from memory._finding import STREAM, checked_commit, render
 from memory._results import Citation, Recalled
 
 _MAX_RUNS = 10_000  # runs whose records are kept; past it the cache starts again
@@ -96,13 +96,15 @@ class Citations:
         Raises:
             Unreachable: a file cites a record the journal does not hold, or differs from its
                 rendering; the message names the file and the journal, and what repair will do.
+            JournalCorrupt: the cited record is not a finding's commit (``checked_commit``).
             JournalError: a run's stream could not be read, unchanged.
         """
         for path, data, entry in files:
             record = self.cited(entry)
             if record is None:
                 raise self._unjournaled(path, entry)
-            if render(record) != data:
+            # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
+            if render(checked_commit(record, self._open_journal().location)) != data:
                 raise self._mismatch(path, entry)
 
     @staticmethod

@@ -1,23 +1,37 @@
-"""A stat-keyed index of the unsynced learned files, so a fresh process need not re-read them all.
+"""The unsynced learned files' index, so a fresh process need not look at every file.
 
-A fresh process's first read used to open and parse every unsynced learned file. The index keeps,
-per scope directory, what reading each file gave, keyed by the file's name, size, mtime, ctime and
-inode (as git's index does): a file whose key is unchanged is served from the index, any other file
-is read (and checked) again. The index is derived and never trusted over the files:
+A fresh process's first read used to open and parse every unsynced learned file, and then (with the
+stat-keyed index this module first held) still ``lstat`` every file and build every entry. The
+index now answers "which files could be in this answer" on its own, and a read looks only at the
+files it is about to return. One index per scope directory, in ``<db-dir>/flows-cache/``
+(``flows-memory/`` holds learned files only):
 
-* it lives in ``<db-dir>/flows-cache/`` (``flows-memory/`` holds learned files only), one file per
-  scope directory, replaced atomically (temporary file, then rename);
-* it holds only what a full read of the file returned, so every check a read makes was made once
-  for each entry it serves; a file that changed in any way (rewritten, damaged, replaced, touched)
-  no longer matches its key and is read again, so damage still fails the read;
-* its bytes carry a keyed BLAKE2b tag; the key is ``flows-cache/key`` (32 random bytes, a regular
-  file of this user, mode 0600). An index that is damaged, truncated, of another version, for
-  another directory, or not tagged with that key is ignored (never an error) and rebuilt;
-* a file modified within ``_RACY_NS`` of the scan is not written into the index (mtimes are
-  coarse, so it could change again without changing its key); an older file written again gets a
-  new mtime, and one whose mtime was set back (``touch -d``) a new ctime, so either shows;
-* writing the index is best effort: a read-only store, a full disk or a missing folder skip it,
-  and the read goes on from the files.
+* what a full read of each file returned, keyed by the file's size, mtime, ctime and inode (as
+  git's index does, plus ctime, which ``touch -d`` cannot set back), stored newest first in pages
+  of ``_PAGE`` rows, with a posting list per tag and a key-to-position map, each its own section
+  decoded only when a read needs it;
+* the directory's stamp at the scan that wrote it (device, inode, mtime, ctime), when the
+  directory was settled then (older than ``_RACY_NS``) and every file was indexed. Learned files
+  are content-addressed and only ever created, replaced or dropped by rename or unlink, each of
+  which changes the directory's ctime: while the stamp matches, the index's rows are exactly the
+  directory's learned files. A read then trusts the index for which files exist and in what order,
+  and ``lstat``s only the files it returns (``IndexedListing``): one whose stat key differs
+  (rewritten in place, which the engine never does: damage), or that is gone, makes the read start
+  again from every file (``StaleIndex``), where a damaged file fails it. A file changed in place
+  that a read does not return is not looked at by that read (it is judged by what it held when
+  indexed), and it fails every read that would return it;
+* when the stamp does not match (a file added, dropped or replaced since), a read stats every
+  file, re-reads the changed ones, and writes the index again.
+
+The index is derived and never trusted over the files: it is replaced atomically (temporary file,
+then rename); its header carries a keyed BLAKE2b tag (the key is ``flows-cache/key``: 32 random
+bytes, a regular file of this user, mode 0600) and names each section's BLAKE2b digest, checked
+when the section is read. An index that is damaged, truncated, of another version, for another
+directory, or not tagged with that key is ignored (never an error) and rebuilt; a section that does
+not match its digest makes the read start again from every file. A file modified within
+``_RACY_NS`` of the scan is not indexed (mtimes are coarse), and the index then carries no
+stamp. Writing it is best effort: a read-only store, a full disk or a missing folder skip it, and
+the read goes on from the files.
 
 What it does not promise: a process that can write ``flows-cache/key`` as this user can forge an
 index, exactly as it could rewrite the learned files and the journal themselves.
@@ -31,8 +45,9 @@ import hmac
 import os
 import secrets
 import stat
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +58,32 @@ from memory._results import Citation, Recalled, frozen_metadata
 CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
 
-_VERSION = 1
+_MAGIC = b"FLOWSIX2"
+_VERSION = 2
+_PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
 _KEY_BYTES = 32
 _TAG_BYTES = 32
+_DIGEST_BYTES = 16
+_PREFIX = len(_MAGIC) + 4 + _TAG_BYTES  # magic, header length, header tag
+_FIRST_READ = 65536  # one read usually holds the header and the small sections after it
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every entry without any
-_RACY_NS = 2_000_000_000  # a file changed this recently may change again within one mtime tick
+_RACY_NS = 2_000_000_000  # a file or folder changed this recently may change again within one tick
 
 StatKey = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+Stamp = tuple[int, int, int, int]  # a folder's device, inode, mtime_ns, ctime_ns
+Section = tuple[int, int, str]  # offset after the header, length, BLAKE2b digest (hex)
+
+# The fields of an entry row (``_entry_row``), by position.
+_KEY, _TAGS, _SCOPE, _LEARNED, _EXPIRES = 1, 4, 5, 7, 12
+
+
+class StaleIndex(Exception):
+    """A file the index lists changed or went away since the index was written (or a section of
+    the index does not match its digest): the read must start again from every file."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(str(directory))
+        self.directory = directory
 
 
 def cache_dir(db_path: Path) -> Path:
@@ -57,25 +91,44 @@ def cache_dir(db_path: Path) -> Path:
     return db_path.parent / CACHE_DIR
 
 
+def stamp_of(st: os.stat_result) -> Stamp:
+    """The stamp of a folder: every rename or unlink in it changes it (ctime cannot be set back)."""
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _stat_key(st: os.stat_result) -> StatKey:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def _read_regular(path: Path) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file (never a link, FIFO or device), else None."""
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
+
+
+def _open_regular(path: Path) -> int | None:
+    """A descriptor of ``path`` when it is a regular file (never a link, FIFO or device), else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            return fh.read()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
     except OSError:
-        return None
-    finally:
-        os.close(fd)
+        pass
+    os.close(fd)
+    return None
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    chunks = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        length -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 def _lstat(path: str | Path) -> os.stat_result | None:
@@ -127,15 +180,66 @@ def _row_entry(row: Any) -> Recalled:
     )
 
 
-def _parse_index(body: bytes, name: str) -> dict[str, tuple[StatKey, list[Any]]]:
-    """The rows of a tagged index body; ``ValueError`` (or a decode error) when not this shape.
+def _read_head(path: Path) -> tuple[bytes, int] | None:
+    """The first bytes of the index at ``path``, up to the end of its header at least, and the
+    file's size; None when it is not a regular file of this format or is shorter than its header."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        head = _pread(fd, _FIRST_READ, 0)
+        if len(head) < _PREFIX or head[: len(_MAGIC)] != _MAGIC:
+            return None
+        base = _PREFIX + int.from_bytes(head[len(_MAGIC) : len(_MAGIC) + 4], "big")
+        if len(head) < base:
+            head += _pread(fd, base - len(head), len(head))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (head, size) if len(head) >= base else None
 
-    A stat key of the wrong types never equals a file's, so its file is read instead.
+
+class _Index:
+    """One index file as read: its checked header, and its sections read (and checked) on demand.
+
+    Each section is read through a descriptor opened again for it, so nothing stays open; a section
+    that no longer matches its digest (the index was replaced meanwhile) raises ``StaleIndex``.
     """
-    doc = orjson.loads(body)
-    if not isinstance(doc, dict) or doc.get("v") != _VERSION or doc.get("dir") != name:
-        raise ValueError("another index")
-    return {fname: ((size, mtime, ctime, ino), row) for fname, size, mtime, ctime, ino, row in doc["files"]}
+
+    def __init__(self, path: Path, directory: Path, header: dict[str, Any], base: int, head: bytes) -> None:
+        self.path = path
+        self.directory = directory
+        self.header = header
+        self._base = base
+        self._head = head  # the bytes the first read got, often holding the small sections too
+
+    def section(self, where: Any) -> Any:
+        """The decoded section ``where`` (``StaleIndex`` when it is not what the header says)."""
+        try:
+            offset, length, digest = where
+            start = self._base + offset
+            if start + length <= len(self._head):
+                data = self._head[start : start + length]
+            else:
+                fd = _open_regular(self.path)
+                if fd is None:
+                    raise StaleIndex(self.directory)
+                try:
+                    data = _pread(fd, length, start)
+                finally:
+                    os.close(fd)
+            if not hmac.compare_digest(_digest(data), digest):
+                raise StaleIndex(self.directory)
+            return orjson.loads(data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise StaleIndex(self.directory) from exc
+
+    def rows(self) -> Iterator[list[Any]]:
+        """Every row, newest first (each ``[size, mtime, ctime, inode, *entry row]``)."""
+        for page in self.header["pages"]:
+            yield from self.section(page)
 
 
 class FileCache:
@@ -216,68 +320,279 @@ class FileCache:
         digest = hashlib.blake2b(name.encode(), digest_size=12).hexdigest()
         return self._root / f"files-{digest}.idx", name
 
-    def _load(self, directory: Path) -> dict[str, tuple[StatKey, list[Any]]]:
-        """The directory's index as {file name: (stat key, row)}; empty when absent or not valid."""
+    def _open(self, directory: Path) -> _Index | None:
+        """The directory's index with its header checked; None when absent or not valid."""
         key = self._load_key(create=False)
         if key is None:
-            return {}
+            return None
         path, name = self._index_path(directory)
-        data = _read_regular(path)
-        if data is None:
-            return {}
-        tag, body = data[:_TAG_BYTES], data[_TAG_BYTES:]
-        if not hmac.compare_digest(tag, hashlib.blake2b(body, key=key, digest_size=_TAG_BYTES).digest()):
+        found = _read_head(path)
+        if found is None:
+            return None
+        head, size = found
+        base = _PREFIX + int.from_bytes(head[len(_MAGIC) : len(_MAGIC) + 4], "big")
+        mine = hashlib.blake2b(head[: len(_MAGIC) + 4], key=key, digest_size=_TAG_BYTES)
+        mine.update(head[_PREFIX:base])
+        if not hmac.compare_digest(head[len(_MAGIC) + 4 : _PREFIX], mine.digest()):
+            return None
+        try:
+            header = orjson.loads(head[_PREFIX:base])
+        except orjson.JSONDecodeError:
+            return None
+        if (
+            not isinstance(header, dict)
+            or header.get("v") != _VERSION
+            or header.get("dir") != name
+            or header.get("size") != size - base  # truncated or grown: not the file written
+        ):
+            return None
+        return _Index(path, directory, header, base, head)
+
+    def _load(self, directory: Path) -> dict[str, tuple[StatKey, list[Any]]]:
+        """The directory's index as {file name: (stat key, entry row)}; empty when absent or not valid."""
+        index = self._open(directory)
+        if index is None:
             return {}
         try:
-            return _parse_index(body, name)
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return {f"{row[4 + _KEY]}.json": (tuple(row[:4]), row[4:]) for row in index.rows()}
+        except (StaleIndex, IndexError, TypeError):
             return {}
 
-    def _save(self, directory: Path, rows: Sequence[tuple[str, StatKey, list[Any]]]) -> None:
+    def listing(self, directory: Path, st: os.stat_result) -> IndexedListing | None:
+        """The index of ``directory`` as a listing, when it was written while the folder had the
+        stamp it has now (``st``): its rows are then exactly the folder's learned files. None when
+        there is no such index."""
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        index = self._open(directory)
+        if index is None:
+            return None
+        h = index.header
+        stamp = h.get("stamp")
+        if not isinstance(stamp, list) or tuple(stamp) != stamp_of(st):
+            return None
+        try:
+            return IndexedListing(index, st.st_mtime_ns, st.st_ino, int(h["n"]), bool(h["expiring"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _save(
+        self, directory: Path, rows: Sequence[tuple[str, StatKey, list[Any]]], stamp: Stamp | None
+    ) -> None:
         key = self._load_key(create=True)
         if key is None:
             return
         path, name = self._index_path(directory)
-        body = orjson.dumps({"v": _VERSION, "dir": name, "files": [[n, *k, row] for n, k, row in rows]})
-        self._write_atomically(path, hashlib.blake2b(body, key=key, digest_size=_TAG_BYTES).digest() + body)
+        ordered = sorted(rows, key=lambda r: (r[2][_LEARNED], r[2][_KEY]), reverse=True)
+        body = bytearray()
+
+        def add(data: bytes) -> list[Any]:
+            where = [len(body), len(data), _digest(data)]
+            body.extend(data)
+            return where
+
+        pages = [
+            add(orjson.dumps([[*k, *row] for _, k, row in ordered[i : i + _PAGE]]))
+            for i in range(0, len(ordered), _PAGE)
+        ]
+        postings: dict[str, list[int]] = {}
+        for pos, (_, _, row) in enumerate(ordered):
+            for t in dict.fromkeys(row[_TAGS]):
+                postings.setdefault(t, []).append(pos)
+        tags = {t: add(orjson.dumps(positions)) for t, positions in postings.items()}
+        header = {
+            "v": _VERSION,
+            "dir": name,
+            "stamp": list(stamp) if stamp is not None else None,
+            "n": len(ordered),
+            "scopes": sorted({row[_SCOPE] for _, _, row in ordered}),
+            "expiring": any(row[_EXPIRES] is not None for _, _, row in ordered),
+            "tags": add(orjson.dumps(tags)),
+            "keys": add(orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})),
+            "pages": pages,
+            "size": len(body),
+        }
+        hb = orjson.dumps(header)
+        lead = _MAGIC + len(hb).to_bytes(4, "big")
+        tag = hashlib.blake2b(lead, key=key, digest_size=_TAG_BYTES)
+        tag.update(hb)
+        self._write_atomically(path, lead + tag.digest() + hb + bytes(body))
 
     def read(
-        self, directory: Path, names: Sequence[str], read: Callable[[Path], Recalled | None]
+        self,
+        directory: Path,
+        st: os.stat_result,
+        names: Sequence[str],
+        read: Callable[[Path], Recalled | None],
     ) -> tuple[Recalled, ...]:
-        """Every entry of ``names`` in ``directory``: from the index where a file's stat key is
-        unchanged, else through ``read`` (whose errors propagate: a damaged file fails the read;
-        None, a file gone since the listing, is left out).
+        """Every entry of ``names`` in ``directory`` (whose ``stat``, taken before ``names`` was
+        listed, is ``st``): from the index where a file's stat key is unchanged, else through
+        ``read`` (whose errors propagate: a damaged file fails the read; None, a file gone since
+        the listing, is left out).
 
-        Rewrites the index when it disagreed with the files, unless that cannot be done.
+        Rewrites the index when it disagreed with the files or its stamp is not the folder's,
+        unless that cannot be done. The stamp is written only when the folder and every file were
+        settled and indexed, so the index then lists exactly the folder's learned files.
         """
-        index = self._load(directory)
-        settled_ns = time.time_ns() - _RACY_NS
+        scanned_ns = time.time_ns()
+        index = self._open(directory)
+        old: dict[str, tuple[StatKey, list[Any]]] = {}
+        if index is not None:
+            try:
+                old = {f"{row[4 + _KEY]}.json": (tuple(row[:4]), row[4:]) for row in index.rows()}
+            except (StaleIndex, IndexError, TypeError):
+                index = None
+        settled_ns = scanned_ns - _RACY_NS
         entries: list[Recalled] = []
         rows: list[tuple[str, StatKey, list[Any]]] = []
-        stale = len(index) != len(names)
+        stale = index is None or len(old) != len(names)
+        complete = True
         prefix = os.path.join(directory, "")
         for fname in names:
-            st = _lstat(prefix + fname)
-            entry = _served(index.get(fname), st, fname)
+            fst = _lstat(prefix + fname)
+            hit = old.get(fname)
+            entry = _served(hit, fst, fname)
             if entry is None:
                 stale = True
                 path = directory / fname
                 entry = read(path)  # every check of a read, and its errors
                 if entry is None:
+                    complete = False
                     continue
                 # keyed only by a stat taken on both sides of the read: a file replaced meanwhile
                 # is left out, and read again next time
                 after = _lstat(path)
-                if st is None or after is None or _stat_key(after) != _stat_key(st):
-                    st = None
-            entries.append(entry)
-            if st is not None and st.st_mtime_ns < settled_ns:
-                rows.append((fname, _stat_key(st), _entry_row(entry)))
+                if fst is None or after is None or _stat_key(after) != _stat_key(fst):
+                    fst = None
+                row = _entry_row(entry)
             else:
-                stale = True  # a racy file: read again next time
-        if stale and (rows or index):
-            self._save(directory, rows)
+                row = hit[1]  # type: ignore[index]
+            entries.append(entry)
+            if fst is not None and fst.st_mtime_ns < settled_ns and fst.st_ctime_ns < settled_ns:
+                rows.append((fname, _stat_key(fst), row))
+            else:
+                stale = complete = False  # a racy file: read again next time
+        settled = max(st.st_mtime_ns, st.st_ctime_ns) < settled_ns
+        stamp = stamp_of(st) if complete and settled else None
+        had = index.header.get("stamp") if index is not None else None
+        changed = stale or (list(stamp) if stamp is not None else None) != had
+        if changed and (rows or stamp is not None or index is not None):
+            self._save(directory, rows, stamp)
         return tuple(entries)
+
+
+class IndexedListing:
+    """A scope folder's learned files as its index lists them, newest first, decoded lazily.
+
+    Built only while the folder's stamp is the one the index was written under (``FileCache.listing``),
+    so the index's rows are the folder's files. An entry is decoded from its page when a read
+    reaches it; before a read returns entries, ``check`` ``lstat``s their files: a file gone, or
+    whose stat key is not the one indexed, raises ``StaleIndex`` (the read starts again from every
+    file, where a damaged file fails it). An entry checked once is trusted for the life of the
+    listing, as a listing read in full is (the folder's stamp is checked on each read).
+    """
+
+    def __init__(self, index: _Index, mtime_ns: int, ino: int, n: int, expiring: bool) -> None:
+        self.mtime_ns = mtime_ns
+        self.ino = ino
+        self.expiring = expiring
+        self._index = index
+        self._n = n
+        self._prefix = os.path.join(index.directory, "")
+        self._pages: dict[int, list[Any]] = {}
+        self._entries: list[Recalled | None] = [None] * n
+        self._stat_keys: dict[str, StatKey] = {}  # by finding key, of each entry decoded
+        self._checked: set[str] = set()
+        self._tags: dict[str, Any] | None = None
+        self._postings: dict[str, list[int]] = {}
+        self._keys: dict[str, int] | None = None
+        self._mutex = threading.Lock()
+
+    def _stale(self) -> StaleIndex:
+        return StaleIndex(self._index.directory)
+
+    def _entry(self, pos: int) -> Recalled:
+        try:
+            found = self._entries[pos]
+        except (IndexError, TypeError):
+            raise self._stale() from None
+        if found is not None:
+            return found
+        with self._mutex:
+            number = pos // _PAGE
+            page = self._pages.get(number)
+            if page is None:
+                page = self._pages[number] = self._index.section(self._index.header["pages"][number])
+            try:
+                size, mtime, ctime, ino, *row = page[pos % _PAGE]
+                entry = _row_entry(row)
+            except (IndexError, TypeError, ValueError):
+                raise self._stale() from None
+            self._stat_keys[entry.key] = (size, mtime, ctime, ino)
+            self._entries[pos] = entry
+            return entry
+
+    def check(self, entries: Iterable[Recalled]) -> None:
+        """Check the file of each of ``entries`` that came from this listing, before a read returns
+        it: ``StaleIndex`` when one is gone or its stat key is not the one indexed."""
+        for e in entries:
+            indexed = self._stat_keys.get(e.key)
+            if indexed is None or e.key in self._checked:
+                continue
+            st = _lstat(f"{self._prefix}{e.key}.json")
+            if st is None or not stat.S_ISREG(st.st_mode) or _stat_key(st) != indexed:
+                raise self._stale()  # gone (a sync or a forget) or changed: look at every file
+            with self._mutex:
+                self._checked.add(e.key)
+
+    @property
+    def entries(self) -> Iterator[Recalled]:
+        """Every entry, newest first (unchecked: see ``check``)."""
+        return map(self._entry, range(self._n))
+
+    def with_tag(self, tag: str) -> Iterator[Recalled]:
+        """The entries carrying ``tag``, newest first (unchecked: see ``check``)."""
+        positions = self._postings.get(tag)
+        if positions is None:
+            with self._mutex:
+                if self._tags is None:
+                    self._tags = self._index.section(self._index.header["tags"])
+                where = self._tags.get(tag) if isinstance(self._tags, dict) else None
+            positions = [] if where is None else self._index.section(where)
+            try:  # positions index ``_entries``: ints within it (a wrong type fails the comparison)
+                if not isinstance(positions, list) or (
+                    positions and not (min(positions) >= 0 and max(positions) < self._n)
+                ):
+                    raise self._stale()
+            except TypeError:
+                raise self._stale() from None
+            self._postings[tag] = positions
+        return map(self._entry, positions)
+
+    def by_key(self, key: str) -> Recalled | None:
+        """The entry of the finding ``key``, or None (unchecked: see ``check``)."""
+        with self._mutex:
+            if self._keys is None:
+                keys = self._index.section(self._index.header["keys"])
+                if not isinstance(keys, dict):
+                    raise self._stale()
+                self._keys = keys
+            pos = self._keys.get(key)
+        if pos is None:
+            return None
+        if type(pos) is not int or not 0 <= pos < self._n:
+            raise self._stale()
+        entry = self._entry(pos)
+        if entry.key != key:
+            raise self._stale()
+        return entry
+
+    def scopes(self) -> set[str]:
+        """The scopes of the entries."""
+        scopes = self._index.header.get("scopes")
+        if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+            raise self._stale()
+        return set(scopes)
 
 
 def _served(hit: tuple[StatKey, list[Any]] | None, st: os.stat_result | None, fname: str) -> Recalled | None:

@@ -7,14 +7,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from memory._errors import FindingInvalid, Unreachable
-from memory._filecache import FileCache
+from memory._filecache import FileCache, IndexedListing
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -351,6 +351,13 @@ class Listing:
                 self._by_tag = {t: tuple(v) for t, v in by_tag.items()}
             return self._by_tag.get(tag, ())
 
+    def scopes(self) -> set[str]:
+        """The scopes of the entries."""
+        return {e.scope for e in self.entries}
+
+    def check(self, entries: Iterable[Recalled]) -> None:
+        """Nothing to check: every entry of a listing read in full was read (see ``IndexedListing``)."""
+
     def by_key(self, key: str) -> Recalled | None:
         """The entry of the finding ``key``, or None."""
         with self._mutex:
@@ -454,19 +461,32 @@ class DiskIndex:
 
     Every write of the engine reaches a learned file by rename, which changes the directory's
     mtime, so a new, replaced or removed file invalidates the cached listing. A listing made within
-    ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse), and a fresh process
-    always parses every file, so damage fails closed there too. A file rewritten in place (not by
-    the engine, which never does that) is seen by the next process, or after the next change to
-    its directory. Folders are opened without following links (``read_folder``); the cheap check
-    of a cached listing is an ``lstat``, so a link put in the folder's place is never mistaken for it.
+    ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse). A fresh process starts
+    from the files' index (``memory._filecache``): while the folder's stamp is the one the index was
+    written under, the index lists the folder's files and each read checks only the files it
+    returns (an ``IndexedListing``); otherwise it stats every file and reads the changed ones, so
+    a damaged file fails every read that would return it. A file rewritten in place (not by the
+    engine, which never does that) is seen by the next read that would return it, or after the
+    next change to its directory. Folders are opened without following links (``read_folder``); the
+    cheap check of a cached listing is an ``lstat``, so a link put in the folder's place is never
+    mistaken for it.
     """
 
     def __init__(self, base: Path, files: FileCache | None = None) -> None:
         self._base = base
-        self._cache: dict[Path, Listing] = {}
+        self._cache: dict[Path, Listing | IndexedListing] = {}
         self._retired: dict[Path, RetiredListing] = {}
+        self._distrusted: set[Path] = set()
         self._mutex = threading.Lock()
-        self._files = files  # the stat-keyed index a fresh process starts from (None: read every file)
+        self._files = files  # the index a fresh process starts from (None: read every file)
+
+    def distrust(self, directory: Path) -> None:
+        """Read ``directory`` from every file from now on (its index listed a file that changed)."""
+        with self._mutex:
+            self._distrusted.add(directory)
+            hit = self._cache.get(directory)
+            if isinstance(hit, IndexedListing):
+                del self._cache[directory]
 
     def retired(self, directory: Path) -> RetiredListing:
         """The retired files of ``directory``, by key, cached like a listing (raising
@@ -496,8 +516,10 @@ class DiskIndex:
                 self._retired[directory] = listing
         return listing
 
-    def listing(self, directory: Path) -> Listing:
-        """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file)."""
+    def listing(self, directory: Path, *, whole: bool = False) -> Listing | IndexedListing:
+        """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file): read from
+        the files' index while it lists the folder as it is, unless ``whole`` asks for every entry
+        parsed (``why``'s word index)."""
         try:
             st = os.stat(directory, follow_symlinks=False)
         except FileNotFoundError:
@@ -506,9 +528,22 @@ class DiskIndex:
             raise unreadable(directory, exc) from exc
         with self._mutex:
             hit = self._cache.get(directory)
-        if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
+            trusted = directory not in self._distrusted
+        if (
+            hit is not None
+            and hit.mtime_ns == st.st_mtime_ns
+            and hit.ino == st.st_ino
+            and not (whole and isinstance(hit, IndexedListing))
+        ):
             return hit
         scanned_at = time.time_ns()
+        if self._files is not None and trusted and not whole:
+            indexed = self._indexed(directory)
+            if indexed is not None:
+                if scanned_at - indexed.mtime_ns > _RACY_S * 1e9:
+                    with self._mutex:
+                        self._cache[directory] = indexed
+                return indexed
         seen, entries = self._read(directory)
         if seen is None:
             return Listing(0, 0, ())
@@ -518,9 +553,26 @@ class DiskIndex:
                 self._cache[directory] = listing
         return listing
 
+    def _indexed(self, directory: Path) -> IndexedListing | None:
+        """The folder's index as a listing, when it was written under the folder's present stamp
+        (the folder opened without following a link, as a full read opens it)."""
+        assert self._files is not None
+        try:
+            folder = Folder.open(self._base, directory)
+        except OSError as exc:
+            raise unreadable(exc.filename or directory, exc) from exc
+        if folder is None:
+            return None
+        with folder:
+            try:
+                st = folder.stat()
+            except OSError as exc:
+                raise unreadable(directory, exc) from exc
+        return self._files.listing(directory, st)
+
     def _read(self, directory: Path) -> tuple[os.stat_result | None, tuple[Recalled, ...]]:
         """Every entry of ``directory`` (opened without following a link) and its ``stat``: through
-        the stat-keyed index when there is one, else by reading every file."""
+        the files' index when there is one, else by reading every file."""
         if self._files is None:
             seen, files = read_folder(self._base, directory)
             return seen, tuple(entry for _, _, entry in files)
@@ -544,8 +596,8 @@ class DiskIndex:
                     raise unreadable(path, exc) from exc
                 return None if data is None else parse_learned(path, data)  # gone: sync dropped it
 
-            return st, self._files.read(directory, names, read)
+            return st, self._files.read(directory, st, names, read)
 
     def entries(self, directory: Path) -> tuple[Recalled, ...]:
         """Return every entry of ``directory``, newest first (raising ``Unreachable`` on damage)."""
-        return self.listing(directory).entries
+        return tuple(self.listing(directory, whole=True).entries)

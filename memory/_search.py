@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import ArgumentInvalid, Unreachable
-from memory._filecache import FileCache, cache_dir
+from memory._filecache import FileCache, IndexedListing, StaleIndex, cache_dir
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
 from memory._finding import check_filters, meta_value_key
 from memory._paths import learned_root, scope_dirs, scope_folders
@@ -189,18 +189,18 @@ class Search:
         self._held_version: tuple[int, int] | None = None
         self._held_mutex = threading.Lock()
 
-    def _listings(self, scope: str | None) -> list[Listing]:
-        """The scope's (or every scope's) unsynced listings, each parsed whole so damage fails closed."""
-        return self._sources(scope)[0]
-
-    def _sources(self, scope: str | None) -> tuple[list[Listing], Mapping[str, Retired]]:
+    def _sources(
+        self, scope: str | None, *, whole: bool = False
+    ) -> tuple[list[Listing | IndexedListing], Mapping[str, Retired]]:
         """The scope's (or every scope's) unsynced listings, and its retired files by key (what no
-        read may return), from one look at ``<db-dir>/flows-memory``."""
+        read may return), from one look at ``<db-dir>/flows-memory``. A listing comes from the
+        files' index while it lists the folder as it is (the files of the entries a read returns
+        checked before it returns them), unless ``whole`` asks for every entry parsed."""
         if scope is not None:
-            listing = self._disk.listing(self._publisher.scope_dir(scope))
+            listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
             return [listing], self._disk.retired(self._publisher.retired_dir(scope)).by_key
         learned, retired_dirs = self._scope_tree()
-        listings = [self._disk.listing(d) for d in learned]
+        listings = [self._disk.listing(d, whole=whole) for d in learned]
         parts = [by_key for d in retired_dirs if (by_key := self._disk.retired(d).by_key)]
         if len(parts) == 1:
             return listings, parts[0]
@@ -309,6 +309,33 @@ class Search:
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
         _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        return self._again_if_stale(
+            lambda: self._recall(
+                source=source, tag=tag, before_ms=before_ms, limit=limit, scope=scope, tags=tags, meta=meta
+            )
+        )
+
+    def _again_if_stale(self, read: Callable[[], E]) -> E:
+        """``read()``, made again while a files' index turns out to list a file that changed or
+        went away (that folder is then read from every file, which sees the change or fails on
+        the damage); a folder distrusted once is never read from its index again."""
+        while True:
+            try:
+                return read()
+            except StaleIndex as exc:
+                self._disk.distrust(exc.directory)
+
+    def _recall(
+        self,
+        *,
+        source: str | None,
+        tag: str | None,
+        before_ms: int | None,
+        limit: int | None,
+        scope: str | None,
+        tags: Sequence[str],
+        meta: Mapping[str, Any] | None,
+    ) -> list[Recalled]:
         every_tag, wanted_meta = check_filters(tags, meta)
         if tag is not None:
             every_tag = (tag, *(t for t in every_tag if t != tag)) if every_tag else (tag,)
@@ -357,11 +384,18 @@ class Search:
             kept = self._not_held(disk, limit, key=_key)
         merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         found = merged if limit is None else merged[:limit]
-        self._served(e for e in found if e.id < 0)
+        unsynced = [e for e in found if e.id < 0]
+        if unsynced:
+            for listing in listings:
+                listing.check(unsynced)  # the files of what the read returns, unchanged since indexed
+            self._served(unsynced)
         return found
 
     def get(self, key: str) -> Recalled | None:
         """See ``MemoryStore.get``."""
+        return self._again_if_stale(lambda: self._get(key))
+
+    def _get(self, key: str) -> Recalled | None:
         now = self._clock()
         listings, retired = self._sources(None)  # files first, then the DB (see recall)
         if key in retired:
@@ -376,15 +410,15 @@ class Search:
                 break
         if found is None or (found.expires_ms is not None and found.expires_ms <= now):
             return None
-        if found.id < 0:
-            self._served([found])
+        listing.check([found])
+        self._served([found])
         return found
 
     def scopes(self) -> list[str]:
         """See ``MemoryStore.scopes``."""
         candidates = set(self._db.scopes())
-        for listing in self._listings(None):
-            candidates.update(e.scope for e in listing.entries)
+        for listing in self._again_if_stale(lambda: self._sources(None)[0]):
+            candidates.update(listing.scopes())
         return sorted(s for s in candidates if self.recall(scope=s, limit=1))
 
     def why(
@@ -405,7 +439,7 @@ class Search:
         if not wanted or not _storable(scope, *every_tag):
             return []
         now = self._clock()
-        listings, retired = self._sources(scope)
+        listings, retired = self._sources(scope, whole=True)
 
         def live(e: Recalled) -> bool:
             return (
@@ -419,6 +453,7 @@ class Search:
         filtered = bool(scope is not None or retired or every_tag or wanted_meta)
         disk: list[Explained] = []
         for listing in listings:
+            assert isinstance(listing, Listing)  # asked ``whole``: every entry parsed
             keep = live if filtered or listing.expiring else None
             for e, found in listing.sharing(wanted, best=max(50, 4 * limit), keep=keep):
                 score, matched = _score_terms(found, wanted)

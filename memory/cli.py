@@ -287,9 +287,16 @@ class CommandLine:
     """
 
     def __init__(
-        self, prog: str, *, description: str, epilog: str = "", options: Sequence[Option] = ()
+        self,
+        prog: str,
+        *,
+        description: str,
+        epilog: str = "",
+        options: Sequence[Option] = (),
+        whole: Callable[[], CommandLine] | None = None,
     ) -> None:
         self.prog = prog
+        self._whole = whole  # set when this CLI holds only some commands: builds the one with all
         self._options = (*options, _JSON)
         self.parser = _Parser(
             prog=prog,
@@ -333,9 +340,26 @@ class CommandLine:
         return parser
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
-        """Parse ``argv``; raises ``UsageError`` (or ``SystemExit(0)`` for help and version)."""
+        """Parse ``argv``; raises ``UsageError`` (or ``SystemExit(0)`` for help and version).
+
+        A CLI built with only some commands (``whole`` given) parses with them first: a parse that
+        succeeds there gives what the parser with every command gives (the same global options, and
+        the command's own parser). Anything else — a usage error, help, the version, a completion
+        request — is parsed again, or at once, by the CLI with every command.
+        """
+        if self._whole is not None and (_asks_for_every_command(argv) or "_ARGCOMPLETE" in os.environ):
+            self._take(self._whole())
         _complete(self.parser)
+        try:
+            return self.parser.parse_args(list(argv))
+        except UsageError:
+            if self._whole is None:
+                raise
+        self._take(self._whole())
         return self.parser.parse_args(list(argv))
+
+    def _take(self, whole: CommandLine) -> None:
+        self.parser, self._sub, self._whole = whole.parser, whole._sub, None
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Run one command line and return its exit status (never raises, but for ``$FLOWS_DEBUG``)."""
@@ -391,6 +415,21 @@ class CommandLine:
             where = f" (root run {run_id})" if run_id else ""
             sys.stderr.write(f"{self.prog}: error[{exc.code}]: {exc.message}{where}\n")
         return _exit_status(exc)
+
+
+def _asks_for_every_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` may ask for help or the version (which a parser with some commands would
+    answer differently): ``-h``, ``--help``, ``--version``, an abbreviation, or ``-h`` among short flags."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg.startswith("--") and len(arg) > 2:
+            flag = arg.split("=", 1)[0]
+            if "--help".startswith(flag) or "--version".startswith(flag):
+                return True
+        elif arg.startswith("-") and not arg.startswith("--") and "h" in arg:
+            return True
+    return False
 
 
 _EXIT_EPILOG = """

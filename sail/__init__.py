@@ -21,6 +21,7 @@ from sail._errors import (
     SailError,
     SailKeyUnavailable,
     SailNodeUnavailable,
+    SailSetupFailed,
     SailSubmitFailed,
     SailSubmitUncertain,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "SailError",
     "SailKeyUnavailable",
     "SailNodeUnavailable",
+    "SailSetupFailed",
     "SailSubmitFailed",
     "SailSubmitUncertain",
     "Skip",

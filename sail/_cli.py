@@ -34,7 +34,16 @@ from memory.ledger import ActivityLog, Entry, Ledger, Skipped
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
-from sail._status import NOTE_EVENTS, agent_status, format_status, ledger_rows, recent_skips, when
+from sail._status import (
+    NOTE_EVENTS,
+    agent_status,
+    ahead,
+    chain_ahead_line,
+    format_status,
+    ledger_rows,
+    recent_skips,
+    when,
+)
 from sail._ticklog import TickRecorder
 
 if TYPE_CHECKING:
@@ -135,6 +144,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
         "reconciled": [e.to_wire() for e in result.reconciled],
         "skipped": None if result.skipped is None else result.skipped.reason,
         "submitted": None if result.dispatched is None else result.dispatched.tx_hash,
+        "chainAheadS": ahead(result.chain_ahead_s),
     }
     if args.json:
         _dump(summary)
@@ -147,6 +157,8 @@ def cmd_tick(args: argparse.Namespace) -> int:
         settled = result.dispatched.settled
         seen = "receipt not seen yet" if settled is None else settled.event
         print(f"submitted: {result.dispatched.tx_hash} ({seen}; ledgered by a later tick)")
+    if summary["chainAheadS"] is not None:
+        print(chain_ahead_line(summary["chainAheadS"], "this tick's"))
     return 0
 
 

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from web3 import Web3
+from web3.exceptions import ContractLogicError
 
+from sail._chain import revert_text
 from sail._contracts import artifact
+from sail._errors import SailSetupFailed
 
 #: 1 USDC (6 decimals) buys 0.0004 WETH (18 decimals): out = in * RATE / 1e18
 DEFAULT_RATE = 4 * 10**26
@@ -35,11 +38,34 @@ def deploy_contract(w3: Web3, deployer: str, name: str, *args: Any) -> Any:
     return w3.eth.contract(address=receipt["contractAddress"], abi=art["abi"])
 
 
+def _reverts() -> tuple[type[BaseException], ...]:
+    """What a reverting call raises: over JSON-RPC, and on the in-process EVM (when installed)."""
+    try:
+        from eth_tester.exceptions import TransactionFailed  # type: ignore[import-untyped]  # no types
+    except ImportError:  # pragma: no cover - eth-tester is part of the chain extra
+        return (ContractLogicError,)
+    return (ContractLogicError, TransactionFailed)
+
+
 def send(w3: Web3, fn: Any, sender: str) -> Any:
-    """Send a contract call from an unlocked account and return its receipt (status checked)."""
-    receipt = w3.eth.wait_for_transaction_receipt(fn.transact({"from": sender}), timeout=30)
+    """Send a contract call from an unlocked account and return its receipt (status checked).
+
+    Raises:
+        SailSetupFailed: the call reverted (when its gas was estimated, or once mined).
+    """
+    what = f"{getattr(fn, 'fn_name', 'a call')} on {getattr(fn, 'address', 'a contract')}"
+    try:
+        receipt = w3.eth.wait_for_transaction_receipt(fn.transact({"from": sender}), timeout=30)
+    except _reverts() as exc:
+        raise SailSetupFailed(
+            f"a setup transaction ({what}) reverted: {revert_text(exc)}; the chain is not the one "
+            "the shipped contracts were set up on, or they changed: start from a fresh chain"
+        ) from exc
     if receipt["status"] != 1:
-        raise RuntimeError(f"setup transaction reverted: {fn}")
+        raise SailSetupFailed(
+            f"a setup transaction ({what}) reverted once mined (tx {receipt['transactionHash'].hex()}); "
+            "start from a fresh chain"
+        )
     return receipt
 
 

@@ -77,6 +77,13 @@ class SailNodeUnavailable(SailError):
     code = "sail_node_unavailable"
 
 
+class SailSetupFailed(SailError):
+    """A transaction setting up the shipped demo market (deploy, fund, approve, the demo's owner
+    moves) reverted on the local chain."""
+
+    code = "sail_setup_failed"
+
+
 class SailChainMissing(SailError):
     """A command that reads or writes the chain, without the ``chain`` extra (web3) installed."""
 

@@ -13,7 +13,8 @@ printed as its number, and is null in a ``…Ms`` key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,6 +39,30 @@ from sail._config import SailConfig, sail_dir
 
 #: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
 _BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
+#: how far the chain's clock may run ahead of this machine's before ``status`` and ``tick`` say so
+CLOCK_SLACK_S = 60
+
+
+def span(seconds: int) -> str:
+    """A length of time for people: ``2h 3m 5s``, ``45s``."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{secs}s" if secs else ""]
+    return " ".join(p for p in parts if p) or "0s"
+
+
+def ahead(seconds: int | None) -> int | None:
+    """``seconds`` when the chain's clock runs ahead by more than ``CLOCK_SLACK_S``, else None."""
+    return seconds if seconds is not None and seconds > CLOCK_SLACK_S else None
+
+
+def chain_ahead_line(seconds: int, of: str) -> str:
+    """The line ``status`` and ``tick`` print when the chain's clock runs ahead of ``of``."""
+    return (
+        f"clock: the chain's clock is {span(seconds)} ({seconds}s) ahead of {of}, as after `sail demo`, "
+        "which moves the chain's time forward; acts are stamped by the chain's clock, so cadence counts "
+        "from a time still to come here (pass --now with the chain's time to tick by it)"
+    )
 
 
 def when(ts: int) -> str:
@@ -65,8 +90,12 @@ def _fits(value: int) -> int | None:
 # -- status ----------------------------------------------------------------------------------------
 
 
-def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
+def agent_status(home: Path, config: SailConfig, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """The status of the agent at ``home`` as a JSON-ready object (see ``format_status``).
+
+    ``clockAheadS`` is how many seconds the newest time recorded here (an act, a skip, a tick) is
+    ahead of ``clock``, this machine's, when more than ``CLOCK_SLACK_S``; else null. Only a chain
+    whose clock runs ahead stamps such times (a dev chain moved forward, as by ``sail demo``).
 
     Raises:
         journal.JournalCorrupt: the ledger or activity log is damaged where it is read.
@@ -80,6 +109,8 @@ def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
     last = state.last_confirmed
     blocked = _blocked_by(state.open, newest)
     next_ms = None if blocked is not None or last is None else ms(last.ts + config.interval_s)
+    stamps = [t.ts for t in (last, newest, history.last) if t is not None]
+    clock_ahead = ahead(max(stamps) - int(clock())) if stamps else None
     return {
         "lastConfirmed": None
         if last is None
@@ -90,6 +121,7 @@ def agent_status(home: Path, config: SailConfig) -> dict[str, Any]:
         "openDispatches": [d.tx_hash for d in state.open],
         **history.as_json(),
         "ledger": str(ledger.path),
+        "clockAheadS": clock_ahead,
     }
 
 
@@ -123,6 +155,8 @@ def format_status(status: dict[str, Any]) -> list[str]:
     lines.append(f"next trade: {_describe_next(status, last)}")
     lines.append(f"dispatches awaiting reconcile: {len(status['openDispatches'])}")
     lines.append(f"ledger: {status['ledger']}")
+    if status["clockAheadS"] is not None:
+        lines.append(chain_ahead_line(status["clockAheadS"], "this machine's (the newest time above)"))
     return lines
 
 

@@ -104,7 +104,8 @@ class DcaStrategy:
         """
         last = state.last_confirmed
         if last is not None and state.now - last.ts < self.interval_s:
-            return Skip(cadence_reason(max(0, state.now - last.ts), self.interval_s))
+            # negative when the chain that stamped the last act runs ahead of this clock
+            return Skip(cadence_reason(state.now - last.ts, self.interval_s))
         balance = state.chain.balance_of(self.token_in, state.agent)
         needed = max(self.min_balance, self.amount_in)
         if balance < needed:

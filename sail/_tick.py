@@ -18,6 +18,7 @@ reconciles what the first dispatched before it decides, and a dispatch is never 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class TickResult:
     reconciled: tuple[Acted, ...]
     skipped: Skipped | None
     dispatched: Dispatched | None
+    chain_ahead_s: int | None = None
+    """How far the chain's head block is stamped ahead of the tick's clock, in seconds (negative:
+    behind), measured as the tick ends; None when it was not measured (``tick`` alone never does)."""
 
 
 def tick(
@@ -172,7 +176,7 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
             gas=config.gas,
             receipt_timeout=config.receipt_timeout_s,
         )
-        return tick(
+        result = tick(
             directory,
             strategy=dca_strategy(config),
             chain=chain,
@@ -182,3 +186,14 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
             lock_timeout=config.lock_timeout_s,
             unsent_after_s=config.unsent_after_s,
         )
+        return dataclasses.replace(result, chain_ahead_s=chain_ahead_s(chain, clock))
+
+
+def chain_ahead_s(chain: Chain, clock: Callable[[], float]) -> int | None:
+    """Seconds the chain's head block is stamped ahead of ``clock`` (negative: behind); None when
+    the chain cannot say (the tick is done by then: this never fails it)."""
+    try:
+        head_ts = chain.block_timestamp(chain.head())
+    except ChainUnavailable:
+        return None
+    return head_ts - int(clock())

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from journal import JournalBackend, JournalLeaseHeld, JournalNotResumable, Lease, RunState
+from journal import JournalBackend, JournalClosed, JournalLeaseHeld, JournalNotResumable, Lease, RunState
 
 
 @dataclass
@@ -100,7 +100,7 @@ class ThreadLeases:
             with self._acquiring:  # one acquisition at a time, so two of our threads never race
                 with self._cond:
                     if self._closed:
-                        raise RuntimeError("this saver is closed")
+                        raise JournalClosed("this saver is closed; make a new one to go on")
                     held = self._held.get(run_id)
                     if held is not None:
                         held.busy += 1

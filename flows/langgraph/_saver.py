@@ -50,6 +50,7 @@ from flows.langgraph._leases import ThreadLeases
 from flows.langgraph._records import STREAM, StoredCheckpoint, ThreadIndex, Typed, pack
 from journal import (
     JournalBackend,
+    JournalClosed,
     JournalLeaseLost,
     JournalNotResumable,
     Lease,
@@ -218,7 +219,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self._closed:
-            raise RuntimeError("this JournalSaver is closed")
+            raise JournalClosed("this JournalSaver is closed; make a new one to go on")
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-saver")
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
@@ -232,7 +233,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     def _thread(self, thread_id: str) -> _Thread:
         if self._closed:
-            raise RuntimeError("this JournalSaver is closed")
+            raise JournalClosed("this JournalSaver is closed; make a new one to go on")
         with self._mutex:
             found = self._threads.get(thread_id)
             if found is None:

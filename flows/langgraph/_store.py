@@ -48,7 +48,7 @@ from langgraph.store.base import (
 )
 
 from flows.langgraph._errors import ConfigInvalid, ValueTooLarge, ValueUnserializable
-from journal import JournalBackend, Lease, RunState
+from journal import JournalBackend, JournalClosed, Lease, RunState
 from memory import MemoryStore, Recalled, RootRun
 
 T = TypeVar("T")
@@ -291,7 +291,7 @@ class JournalStore(BaseStore):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this JournalStore is closed")
+            raise JournalClosed("this JournalStore is closed; make a new one to go on")
 
     def _root_for(self, scope: str) -> RootRun:
         """The store's root run (begun now if need be), seen as a root run of ``scope``."""

@@ -344,7 +344,17 @@ def _balances_or_null(value: object) -> dict[str, int] | None:
 
 
 def cadence_reason(last_acted_s_ago: int, interval_s: int) -> str:
-    """``cadence: last acted <n>s ago, interval <n>s``."""
+    """``cadence: last acted <n>s ago, interval <n>s``.
+
+    A negative ``last_acted_s_ago`` (the last act is stamped by a chain whose clock runs ahead of
+    the tick's) reads ``cadence: last acted <n>s ahead of this tick's clock (the chain's clock runs
+    ahead of it), interval <n>s`` rather than pretending it happened just now.
+    """
+    if last_acted_s_ago < 0:
+        return (
+            f"cadence: last acted {-last_acted_s_ago}s ahead of this tick's clock (the chain's clock "
+            f"runs ahead of it), interval {interval_s}s"
+        )
     return f"cadence: last acted {last_acted_s_ago}s ago, interval {interval_s}s"
 
 

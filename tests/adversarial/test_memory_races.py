@@ -120,3 +120,94 @@ def test_readers_racing_sync_in_other_processes_see_every_finding_exactly_once(t
     assert all(r["reads"] > 0 for r in readers)
     syncs = next(r["syncs"] for r in reports if r["role"] == "syncer")
     assert syncs > 1, "the syncer never raced the readers"
+
+
+SETTLED = 300
+
+SETTLED_WORKER = r"""
+import os, sys, time, orjson, memory
+role, db, keys_path, started, done = sys.argv[1:6]
+keys = set(orjson.loads(open(keys_path, "rb").read()))
+if role == "syncer":
+    while len([n for n in os.listdir(os.path.dirname(started)) if n.startswith("started")]) < 2:
+        time.sleep(0.001)
+    with memory.MemoryStore(db) as store:
+        report = store.sync(materialize=False)
+    open(done, "w").close()
+    print(orjson.dumps({"role": role, "ingested": report.ingested}).decode())
+else:
+    reads, problems = 0, []
+    open(started + role, "w").close()
+    while reads < 20000 and not problems:
+        last = os.path.exists(done)
+        try:
+            with memory.MemoryStore(db) as store:  # a fresh view each time: the index, not a cache
+                every = [e.key for e in store.recall(limit=None)]
+                newest = [e.key for e in store.recall(limit=10)]
+                probe = sorted(keys)[reads % len(keys)]
+                got = store.get(probe)
+        except Exception as exc:
+            problems.append(f"{type(exc).__name__}: {getattr(exc, 'code', '')}: {exc}")
+            break
+        if len(every) != len(set(every)) or set(every) != keys:
+            problems.append(f"recall: {len(every)} answers, {len(set(every) ^ keys)} off")
+        if len(newest) != 10 or not set(newest) <= keys:
+            problems.append(f"recall(limit=10) returned {newest}")
+        if got is None or got.key != probe:
+            problems.append(f"get({probe}) returned {got}")
+        reads += 1
+        if last:
+            break
+    print(orjson.dumps({"role": role, "reads": reads, "problems": problems}).decode())
+"""
+
+
+def test_fresh_readers_of_a_settled_folders_index_racing_sync_see_every_finding_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """Readers that start from a settled folder's files' index (so they look only at the files
+    they return) while a sync in another process ingests and drops every file."""
+    import time
+
+    import memory
+    from memory._filecache import CACHE_DIR, FileCache
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="race", flow="race") as s:
+        keys = [s.learn({"text": f"settled finding {i}", "tags": ["t"]}).id for i in range(SETTLED)]
+    time.sleep(2.2)  # older than the index's racy window: the next read stamps it
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(limit=None)) == SETTLED
+    index = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")._open(memory.learned_dir(db, "race"))
+    assert index is not None and index.header["stamp"] is not None
+    keys_path = tmp_path / "keys.json"
+    keys_path.write_bytes(orjson.dumps(keys))
+    started, done = tmp_path / "sig" / "started", tmp_path / "sig" / "done"
+    started.parent.mkdir()
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SETTLED_WORKER, role, str(db), str(keys_path), str(started), str(done)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for role in ("reader-a", "reader-b", "syncer")
+    ]
+    reports = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            reports.append(orjson.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    readers = [r for r in reports if r["role"] != "syncer"]
+    assert [r["problems"] for r in readers] == [[], []]
+    assert all(r["reads"] > 1 for r in readers)
+    assert next(r["ingested"] for r in reports if r["role"] == "syncer") == SETTLED
+    assert not any(memory.learned_dir(db, "race").iterdir())

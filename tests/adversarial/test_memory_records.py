@@ -191,3 +191,24 @@ def test_a_crafted_retirement_fails_as_journal_corrupt_before_any_path_is_built(
         )
     assert snapshot(tmp_path) == before
     assert not Path(f"{ESCAPED}.json").exists()
+
+
+def test_a_learned_file_citing_a_record_rewritten_to_a_crafted_shape_fails_as_journal_corrupt(
+    tmp_path: Path,
+) -> None:
+    """Ingesting files (sync without materialize) checks each file against the record it cites;
+    that record, crafted in place with a valid checksum, is refused as journal_corrupt, not rendered
+    (which would have failed with an uncoded error)."""
+    db = tmp_path / "store" / "history.db"
+    made = populate(db, ["a finding whose record is rewritten"])
+    with memory.MemoryStore(db) as store:
+        location = Path(store.open_journal().location)
+    log = location / "runs" / made.run_id / "streams" / f"{memory.STREAM}.jsonl"
+    codec = journal.RecordCodec(made.run_id, memory.STREAM)
+    (line,) = log.read_bytes().splitlines()
+    good = codec.decode(line)
+    crafted = {k: v for k, v in good.payload.items() if k != "flow"}  # still a mapping; no "flow"
+    log.write_bytes(codec.encode(journal.Record(**{**good.__dict__, "payload": crafted})) + b"\n")
+    with memory.MemoryStore(db) as store, pytest.raises(journal.JournalCorrupt) as caught:
+        store.sync(materialize=False)
+    _assert_corrupt(caught.value, made.run_id, good.seq)

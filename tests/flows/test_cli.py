@@ -173,3 +173,58 @@ def test_a_damaged_learned_file_fails_the_read_naming_the_file(tmp_path: Path) -
         assert result.returncode == 1
         assert result.stderr.startswith("flows: error[memory_unreachable]: ")
         assert str(path) in result.stderr
+
+
+# -- building only the named command's parser ------------------------------------------------------
+
+
+def _parsed(cli: object, argv: list[str], capsys: pytest.CaptureFixture[str]) -> object:
+    """What parsing ``argv`` gives: the namespace (its handler by name), a usage error, or help."""
+    from memory.cli import UsageError
+
+    try:
+        ns = cli.parse(argv)  # type: ignore[attr-defined]
+    except UsageError as exc:
+        return ("usage", exc.message)
+    except SystemExit as exc:
+        return ("exit", exc.code, capsys.readouterr().out)
+    fields = dict(vars(ns))
+    handler = fields.pop("handler", None)
+    return fields, getattr(handler, "__name__", None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["recall", "--limit", "3", "--json"],
+        ["--db", "recall", "why", "fog"],  # a global option's value that is a command's name
+        ["--jour", "recall", "why", "fog"],  # an abbreviated global option: only the whole parser knows
+        ["why", "--db", "x", "fog", "-v"],
+        ["recall", "--limit", "-1"],  # a usage error: worded by the parser with every command
+        ["recall", "fog"],
+        ["bogus", "--limit", "3"],
+        ["recall", "--help"],
+        ["--help", "recall"],  # the top level's help, listing every command
+        ["--he", "why", "fog"],
+        ["-vh", "recall"],
+        ["--version", "recall"],
+        ["--he"],
+        ["-vh"],
+        ["--vers"],
+    ],
+)
+def test_a_command_line_parses_as_it_would_with_every_command_built(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flows._cli import _named_command, build_cli
+
+    only = _named_command(argv)
+    assert _parsed(build_cli(only), argv, capsys) == _parsed(build_cli(), argv, capsys)
+
+
+def test_only_the_named_commands_parser_is_built() -> None:
+    from flows._cli import build_cli
+
+    cli = build_cli("recall")
+    assert sorted(cli._sub.choices) == ["recall"]  # type: ignore[attr-defined]
+    assert len(build_cli()._sub.choices) > 10  # type: ignore[attr-defined]

@@ -213,3 +213,27 @@ def test_two_resumes_of_one_root_at_once_one_wins_and_the_other_is_refused(tmp_p
     assert f"(root run {run_id})" in loser
     assert len(check_invariants(db, run_id)) == 30
     assert len(list(journal.FileJournal(db.parent / "flows-journal").read(run_id, memory.STREAM))) == 30
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import flows\n\n@flows.flow\ndef body(f):\n    pass\n",
+        "import flows\n\n@flows.flow(memory={'script': 'yes'})\nasync def body(f):\n    pass\n",
+    ],
+    ids=["sync-body", "script-not-a-bool"],
+)
+def test_a_flow_file_misusing_the_decorator_fails_to_load_with_its_code_not_a_type_error(
+    tmp_path: Path, source: str
+) -> None:
+    """``@flows.flow`` raises TypeError for its author's mistake (documented); a flow file run from
+    the CLI that makes it fails as ``flow_load_failed`` naming the file, exit 1."""
+    path = tmp_path / "bad_flow.py"
+    path.write_text(source)
+    with pytest.raises(flows.FlowLoadFailed) as caught:
+        flows.load_flow(path)
+    assert caught.value.code == "flow_load_failed" and "TypeError" in str(caught.value)
+    done = flows_cli(tmp_path / "history.db", "run", str(path))
+    assert done.returncode == 1
+    assert "flow_load_failed" in done.stderr and str(path) in done.stderr
+    assert "Traceback" not in done.stderr

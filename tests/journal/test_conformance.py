@@ -211,8 +211,12 @@ def test_shares_filesystem_says_where_sync_filesystem_can_be_asked_for(
         assert again == record
         assert jr.append(lease, "a", {"n": 3}, sync_filesystem=True).seq == 2
     else:
-        with pytest.raises(ValueError, match="sync"):
-            jr.append(lease, "a", {"n": 1}, sync_filesystem=True)
+        with pytest.raises(journal.JournalSyncUnsupported) as err:
+            jr.append(lease, "a", {"n": 1}, key="k", sync_filesystem=True)
+        assert err.value.code == "journal_sync_unsupported"
+        assert isinstance(err.value, journal.JournalUsageError)
+        assert isinstance(err.value, ValueError)  # what it was before it had a code
+        assert jr.location in str(err.value) and "fsync the files" in str(err.value)
         assert list(jr.read(info.run_id, "a")) == []
     assert jr.append(lease, "b", {"n": 1}).seq == 1  # a plain append is always there
 
@@ -486,3 +490,92 @@ def test_a_step_record_of_the_wrong_shape_reads_as_journal_corrupt(jr: JournalBa
         with pytest.raises(journal.JournalCorrupt) as err:
             flows.parse_step_record(jr, rec)
         assert (err.value.run_id, err.value.stream, err.value.line) == (info.run_id, "steps", rec.seq)
+
+
+def test_acquiring_a_run_this_object_already_holds_is_journal_lease_held_alike_everywhere(
+    jr: JournalBackend,
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    for _ in range(2):  # refused, and refusing changed nothing: so again
+        with pytest.raises(journal.JournalLeaseHeld) as err:
+            jr.acquire(info.run_id)
+        assert err.value.code == "journal_lease_held"
+        assert err.value.run_id == info.run_id
+        assert str(err.value) == (
+            f"root run {info.run_id} is already driven by this journal object; append with the lease "
+            "it holds, or release that lease before acquiring the run again"
+        )
+    seen = jr.run(info.run_id)
+    assert (seen.state, seen.epoch) == (RunState.RUNNING, 1)
+    jr.append(lease, "a", {"n": 1})  # the lease held is untouched
+    jr.release(lease)
+    assert jr.acquire(info.run_id).epoch == 2  # released: acquiring it is fine
+
+
+def _with_clock(backend_name: str, location: str, clock: object) -> JournalBackend:
+    """The backend at ``location`` with an injected ``clock`` (a constructor argument of each)."""
+    if backend_name == "file":
+        return journal.FileJournal(location, clock=clock)  # type: ignore[arg-type]
+    from journal.postgres import PostgresJournal
+
+    return PostgresJournal(location, clock=clock)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reading", [-1, 253_402_300_799_999 + 1, 10**30, 1.5e12, True, None], ids=repr)
+def test_a_clock_that_reads_no_time_is_journal_clock_invalid_and_nothing_is_written(
+    journal_location: str, backend_name: str, reading: object
+) -> None:
+    good = journal.open_journal(journal_location)
+    bad = _with_clock(backend_name, journal_location, lambda: reading)
+    try:
+        info, lease = good.begin("f", "s", {})
+        good.append(lease, "a", {"n": 1})
+        good.release(lease)
+        calls = {
+            "begin": lambda: bad.begin("f", "s", {}),
+            "acquire": lambda: bad.acquire(info.run_id),
+        }
+        for name, call in calls.items():
+            with pytest.raises(journal.JournalClockInvalid) as err:
+                call()
+            assert err.value.code == "journal_clock_invalid", name
+            assert isinstance(err.value, journal.JournalUsageError)
+            assert isinstance(err.value, ValueError)  # what a file journal's begin raised before
+            assert "clock" in str(err.value) and repr(reading)[:20] in str(err.value), name
+        assert [r.run_id for r in good.runs()] == [info.run_id]  # begin created nothing
+        seen = good.run(info.run_id)
+        assert (seen.state, seen.epoch) == (RunState.INTERRUPTED, 1)  # acquire took nothing over
+        # a lease taken with a good clock, then appended and finished with the bad one
+        held = good.acquire(info.run_id)
+        for name, call in {
+            "append": lambda: bad.append(held, "a", {"n": 2}),
+            "finish": lambda: bad.finish(held, RunState.DONE),
+        }.items():
+            with pytest.raises(journal.JournalClockInvalid) as err:
+                call()
+            assert err.value.code == "journal_clock_invalid", name
+            assert err.value.run_id == info.run_id, name
+        assert [r.payload for r in good.read(info.run_id, "a")] == [{"n": 1}]
+        assert good.run(info.run_id).state == RunState.RUNNING
+        good.append(held, "a", {"n": 3})  # the holder goes on, with its own clock
+        assert good.finish(held, RunState.DONE).state == RunState.DONE
+    finally:
+        bad.close()
+        good.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["f\x00", "a\nb", "\ud800", 3, None, "x" * (64 * 1024 + 1)],
+    ids=["nul", "newline", "lone-surrogate", "int", "none", "too-long"],
+)
+def test_a_flow_or_scope_either_backend_cannot_store_is_journal_name_invalid(
+    jr: JournalBackend, bad: object
+) -> None:
+    for flow, scope in ((bad, "s"), ("f", bad)):
+        with pytest.raises(journal.JournalNameInvalid) as err:
+            jr.begin(flow, scope, {})  # type: ignore[arg-type]
+        assert err.value.code == "journal_name_invalid"
+    assert jr.runs() == []
+    info, _ = jr.begin("日本語 flow: a/b", "é" * 100, {})  # any printable text is fine
+    assert (jr.run(info.run_id).flow, jr.run(info.run_id).scope) == ("日本語 flow: a/b", "é" * 100)

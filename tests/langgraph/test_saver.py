@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import journal
 from flows.langgraph import JournalSaver, RecordInvalid
 from flows.langgraph._catalog import (
     CATALOG_FLOW,
@@ -413,10 +414,12 @@ def test_close_is_safe_twice_and_use_after_close_raises(journal_location: str) -
     put_chain(saver, "t", [{"x": 1}])
     saver.close()
     saver.close()
-    with pytest.raises(RuntimeError, match="closed"):
-        saver.get_tuple(config("t"))
-    with pytest.raises(RuntimeError, match="closed"):
-        asyncio.run(saver.aget_tuple(config("t")))
+    for call in (lambda: saver.get_tuple(config("t")), lambda: asyncio.run(saver.aget_tuple(config("t")))):
+        with pytest.raises(journal.JournalClosed) as err:
+            call()
+        assert err.value.code == "journal_closed"  # a coded error, as every error a user meets
+        assert isinstance(err.value, RuntimeError)  # what it was before it had a code
+        assert "closed" in str(err.value) and "make a new one" in str(err.value)
 
 
 def test_versions_from_get_next_version_increase_and_differ_between_forks(saver: JournalSaver) -> None:

@@ -299,3 +299,20 @@ def test_namespaces_are_scopes_under_the_store_prefix(store: JournalStore) -> No
     store.put(("users", "u-1", "prefs"), "theme", {"v": "dark"})
     assert scope_of(("users", "u-1", "prefs")) == SCOPE_PREFIX + "users.u-1.prefs"
     assert SCOPE_PREFIX + "users.u-1.prefs" in store.memory.scopes()
+
+
+def test_use_after_close_is_journal_closed_and_close_is_safe_twice(
+    journal_location: str, tmp_path: Path
+) -> None:
+    import journal
+
+    store = JournalStore(db=str(tmp_path / "history.db"), journal=journal_location)
+    store.put(("a",), "k", {"v": 1})
+    store.close()
+    store.close()
+    for call in (lambda: store.get(("a",), "k"), lambda: asyncio.run(store.aget(("a",), "k"))):
+        with pytest.raises(journal.JournalClosed) as err:
+            call()
+        assert err.value.code == "journal_closed"
+        assert isinstance(err.value, RuntimeError)  # what it was before it had a code
+        assert "make a new one" in str(err.value)

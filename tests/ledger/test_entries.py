@@ -200,6 +200,11 @@ def test_bytes_that_are_not_json_decode_as_a_possible_tear() -> None:
 
 def test_the_standard_reason_forms() -> None:
     assert ml.cadence_reason(14400, 86400) == "cadence: last acted 14400s ago, interval 86400s"
+    assert ml.cadence_reason(0, 60) == "cadence: last acted 0s ago, interval 60s"
+    assert ml.cadence_reason(-3780, 3600) == (  # stamped by a chain whose clock runs ahead
+        "cadence: last acted 3780s ahead of this tick's clock (the chain's clock runs ahead of it), "
+        "interval 3600s"
+    )
     assert ml.balance_reason(5, 25) == "balance 5 < min 25"
     assert ml.allowance_reason(0, 25, "0xRouter") == "allowance 0 < 25 for 0xRouter — owner top-up needed"
     assert (

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,13 @@ def _learn(db: Path, n: int) -> None:
     with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
         for i in range(n):
             s.learn({"text": f"finding {i} about fog", "tags": [f"t{i % 3}"]})
+
+
+@pytest.fixture(autouse=True)
+def settled_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count files and folders as settled once changed before the scan (no 2 s racy window): a
+    test cannot age a ctime. The tests of the window itself put it back."""
+    monkeypatch.setattr(memory._filecache, "_RACY_NS", 0)
 
 
 def _age(db: Path) -> None:
@@ -67,7 +75,7 @@ def learned(db: Path) -> Iterator[Path]:
 def _read(db: Path, directory: Path) -> tuple[tuple[memory.Recalled, ...], Counting]:
     counting = Counting()
     cache = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")
-    return cache.read(directory, learned_names(directory), counting), counting
+    return cache.read(directory, os.lstat(directory), learned_names(directory), counting), counting
 
 
 def test_a_fresh_read_serves_unchanged_files_from_the_index_unread(db: Path, learned: Path) -> None:
@@ -248,3 +256,190 @@ def test_an_index_row_gives_back_every_field_of_the_entry_it_was_made_from(db: P
     entry = read_learned(path)
     assert entry.metadata and entry.expires_ms
     assert _row_entry(orjson.loads(orjson.dumps(_entry_row(entry)))) == entry
+
+
+# -- the index as a listing: a settled folder's reads check only the files they consider ----------
+
+
+def _stamp(db: Path) -> object:
+    """The folder stamp the scope's index was written under (None: not stamped, or no index)."""
+    cache = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")
+    index = cache._open(memory.learned_dir(db, SCOPE))
+    return None if index is None else index.header["stamp"]
+
+
+def _newest_first(db: Path) -> list[Path]:
+    directory = memory.learned_dir(db, SCOPE)
+    with memory.MemoryStore(db) as store:
+        return [directory / f"{e.key}.json" for e in store.recall(limit=None)]
+
+
+def _damage_in_place(path: Path) -> None:
+    """Rewrite ``path`` in place (same inode, same size, mtime put back): what the engine never does."""
+    st = path.stat()
+    data = path.read_bytes()
+    path.write_bytes(data[:-3] + b"}}}")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_settled_folder_is_read_from_its_index_and_checks_only_the_files_a_read_considers(
+    db: Path, learned: Path
+) -> None:
+    assert _stamp(db) is not None
+    order = _newest_first(db)
+    _damage_in_place(order[-1])  # the oldest: no read with a small limit reaches it
+    with memory.MemoryStore(db) as store:
+        assert [e.key for e in store.recall(limit=2)] == [p.stem for p in order[:2]]
+    with memory.MemoryStore(db) as store, pytest.raises(memory.Unreachable) as err:
+        store.recall(limit=None)  # this read would return it: it fails, naming it
+    assert err.value.path == order[-1]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_file_damaged_in_place_fails_every_read_that_would_return_it(
+    db: Path, learned: Path, which: int
+) -> None:
+    order = _newest_first(db)
+    _damage_in_place(order[which])
+    for read in (lambda s: s.recall(limit=2), lambda s: s.get(order[which].stem)):
+        with memory.MemoryStore(db) as store, pytest.raises(memory.Unreachable) as err:
+            read(store)
+        assert err.value.path == order[which]
+
+
+@pytest.mark.parametrize("mtime_put_back", [False, True])
+def test_a_file_added_to_a_settled_folder_is_seen(db: Path, learned: Path, mtime_put_back: bool) -> None:
+    assert _stamp(db) is not None
+    st = learned.stat()
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        new = s.learn({"text": "a later finding about rain", "tags": ["t0"]}).id
+    if mtime_put_back:  # the folder's mtime set back: its ctime still moved
+        os.utime(learned, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with memory.MemoryStore(db) as store:
+        assert store.recall(limit=1)[0].key == new
+        assert store.recall(tag="t0", limit=1)[0].key == new
+        assert store.get(new) is not None
+
+
+def test_a_file_removed_from_a_settled_folder_is_never_served(db: Path, learned: Path) -> None:
+    order = _newest_first(db)
+    order[0].unlink()
+    with memory.MemoryStore(db) as store:
+        assert [e.key for e in store.recall(limit=None)] == [p.stem for p in order[1:]]
+        assert store.get(order[0].stem) is None
+
+
+def test_a_file_replaced_by_a_newer_commit_of_its_finding_is_served_as_replaced(
+    db: Path, learned: Path
+) -> None:
+    oldest = _newest_first(db)[-1]
+    before = read_learned(oldest)
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="again") as s:
+        # the same finding in another run: its commit is newer, and its file replaces the first
+        s.learn({"text": before.text, "source": before.source, "tags": list(before.tags)})
+    after = read_learned(oldest)
+    assert after.learned_ms > before.learned_ms and after.citation != before.citation
+    with memory.MemoryStore(db) as store:
+        (first,) = store.recall(limit=1)
+        assert (first.key, first.learned_ms, first.citation) == (after.key, after.learned_ms, after.citation)
+
+
+def test_a_retired_key_is_never_returned_from_the_index(db: Path, learned: Path) -> None:
+    order = _newest_first(db)
+    data = order[0].read_bytes()
+    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+        s.forget(order[0].stem, reason="wrong")
+    order[0].write_bytes(data)  # its learned file back, as a crash before its removal leaves it
+    _age(db)
+    _recall(db)  # the index rewritten, listing it again
+    assert _stamp(db) is not None
+    with memory.MemoryStore(db) as store:
+        assert order[0].stem not in {e.key for e in store.recall(limit=None)}
+        assert store.recall(limit=1)[0].key == order[1].stem
+        assert store.get(order[0].stem) is None
+
+
+def test_a_section_of_the_index_unlike_its_digest_is_never_served(db: Path, learned: Path) -> None:
+    (index,) = _index_files(db)
+    data = index.read_bytes()
+    newest = _newest_first(db)[0]
+    text = read_learned(newest).text.encode()
+    forged = data.replace(text, b"X" * len(text))
+    assert forged != data
+    index.write_bytes(forged)  # the header (and its keyed tag) unchanged, a page not
+    with memory.MemoryStore(db) as store:
+        found = store.recall(limit=None)
+    assert read_learned(newest).text in {e.text for e in found}
+    assert all(not e.text.startswith("XXX") for e in found)
+
+
+@pytest.mark.parametrize("when", ["after the listing", "inside the snapshot"])
+def test_a_read_racing_a_sync_from_the_index_returns_each_finding_once(
+    db: Path, learned: Path, when: str
+) -> None:
+    keys = sorted(p.stem for p in learned.iterdir())
+    with memory.MemoryStore(db) as reader, memory.MemoryStore(db) as syncer:
+        search = reader._search
+        synced: list[int] = []
+
+        def sync_once() -> None:
+            if not synced:
+                synced.append(syncer.sync().ingested)
+
+        if when == "after the listing":
+            sources = search._sources
+
+            def listing_then_sync(*a: object, **kw: object) -> object:
+                found = sources(*a, **kw)  # type: ignore[arg-type]
+                sync_once()
+                return found
+
+            search._sources = listing_then_sync  # type: ignore[method-assign]
+        else:
+            rows = search._db.recall
+
+            def rows_then_sync(*a: object, **kw: object) -> object:
+                found = rows(*a, **kw)  # type: ignore[arg-type]
+                sync_once()
+                return found
+
+            search._db.recall = rows_then_sync  # type: ignore[method-assign]
+        found = [e.key for e in reader.recall(limit=None)]
+    assert synced == [5]
+    assert sorted(found) == keys
+    assert not any(learned.iterdir())
+
+
+def test_scopes_and_get_are_answered_from_the_index(db: Path, learned: Path) -> None:
+    order = _newest_first(db)
+    with memory.MemoryStore(db) as store:
+        assert store.scopes() == [SCOPE]
+        assert store.get(order[2].stem) == read_learned(order[2])
+
+
+def test_a_folder_changed_within_the_racy_window_is_not_stamped(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory._filecache, "_RACY_NS", 2_000_000_000)
+    _learn(db, 3)
+    _age(db)  # the files' mtimes look old; the folder (and the files' ctimes) are fresh
+    _recall(db)
+    assert _stamp(db) is None  # not listed from its index: every file is looked at
+    monkeypatch.setattr(memory._filecache, "_RACY_NS", 0)
+    _recall(db)
+    assert _stamp(db) is not None
+
+
+def test_a_folder_changed_within_the_racy_window_is_not_stamped_though_its_files_are_settled(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _learn(db, 3)
+    time.sleep(0.4)
+    directory = memory.learned_dir(db, SCOPE)
+    (directory / ".stage-probe").write_bytes(b"")  # a hidden name: the folder changes, no file does
+    monkeypatch.setattr(memory._filecache, "_RACY_NS", 200_000_000)
+    _recall(db)
+    assert _stamp(db) is None  # the folder may change again within its timestamps' tick
+    time.sleep(0.3)
+    _recall(db)
+    assert _stamp(db) is not None

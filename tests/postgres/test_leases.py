@@ -203,3 +203,34 @@ def test_a_holder_whose_session_dropped_does_not_take_back_a_run_resumed_meanwhi
         holder.acquire(info.run_id)
     holder.close()
     other.close()
+
+
+def test_an_append_the_server_fences_fails_closed_as_journal_lease_lost_even_if_the_rule_saw_no_reason(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    """The server's fence is the authority: should its answer and the shared rule ever disagree
+    (here a ``journal_append`` that fences every call, even one at the current epoch of a running
+    run), the append fails with the fence's code and nothing is written."""
+    import psycopg
+
+    info, lease = pg.begin("f", "s", {})
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # the DSN names the test's schema
+        conn.execute(
+            """create or replace function journal_append(
+                p_run text, p_epoch integer, p_stream text, p_key text, p_id text, p_ts bigint,
+                p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text
+            ) language sql as $$
+                select 'fenced', r.epoch, r.state, null::bigint, null::text, null::text,
+                    null::bigint, null::text
+                from journal_runs r where r.run_id = p_run
+            $$"""
+        )
+    with pytest.raises(journal.JournalLeaseLost) as err:
+        pg.append(lease, "s", {"n": 1}, key="k")
+    assert (err.value.code, err.value.expected, err.value.got) == ("journal_lease_lost", 1, 1)
+    assert err.value.run_id == info.run_id
+    assert "resume it to continue" in str(err.value)
+    assert list(pg.read(info.run_id, "s")) == []

@@ -167,6 +167,22 @@ def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_pa
     )
     assert after.returncode == 0, after.stderr
     assert len(Ledger(home / ".sail").entries()) == len(entries) + 1  # it decided, and ledgered why
+    # The demo moved the chain's time about two hours ahead of this machine's, and this tick ran on
+    # the machine's clock: it says so, and its cadence skip says the last act is ahead, not "0s ago".
+    told = json.loads(after.stdout)
+    assert told["chainAheadS"] is not None and told["chainAheadS"] > 2 * 3600
+    assert told["skipped"].startswith("cadence: last acted ")
+    assert " ahead of this tick's clock " in told["skipped"]
+    status = subprocess.run(
+        [sys.executable, "-m", "sail", "status", "--home", str(home)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "clock: the chain's clock is " in status.stdout and "0s ago" not in status.stdout
 
 
 def _balance_abi() -> list[dict[str, object]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import sail
 from memory.ledger import Acted, ActivityLog, Amount, Ledger, Outcome, Skipped, cadence_reason
 from sail._cli import main
 from sail._config import SailConfig, load_config, save_config
-from sail._status import when
+from sail._status import span, when
 from tests.conftest import run_python
 
 USDC, WETH, ROUTER = "0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20
@@ -109,6 +110,7 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
         "failedTicksSinceSuccess": 0,
         "failedTicksCountedAll": True,
         "ledger": "",
+        "clockAheadS": None,
     }
     _, out, _ = run(capsys, "status", "--home", str(home))
     assert "next eligible" not in out and "eligible at" not in out
@@ -117,6 +119,48 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
         w.append(Skipped(ts=9060, block=10, chain_id=31337, reason=cadence_reason(60, 3600)))
     _, out, _ = run(capsys, "status", "--home", str(home), "--json")
     assert (json.loads(out)["nextEligibleMs"], json.loads(out)["blockedBy"]) == (4_600_000, None)
+
+
+def test_status_says_when_the_chains_clock_runs_ahead_of_this_machines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Acts stamped by a chain whose clock runs ahead (as after ``sail demo``) are in this machine's
+    future: status says by how much, instead of leaving "eligible at" a time that reads wrong."""
+    save_config(
+        tmp_path,
+        SailConfig(
+            rpc_url="http://127.0.0.1:1", router=ROUTER, token_in=USDC, token_out=WETH,
+            amount_in=25_000_000, interval_s=3600, min_balance=25_000_000,
+        ),
+    )  # fmt: skip
+    chain_now = int(time.time()) + 7380  # the demo moves the chain two hours and a bit forward
+    with Ledger(tmp_path / ".sail").writer() as w:
+        w.append(confirmed(chain_now - 3660, 7))
+        w.append(Skipped(ts=chain_now, block=9, chain_id=31337, reason=cadence_reason(60, 3600)))
+    status, out, _ = run(capsys, "status", "--home", str(tmp_path), "--json")
+    assert status == 0
+    ahead = json.loads(out)["clockAheadS"]
+    assert 7380 - 60 <= ahead <= 7380  # however long the command took to start
+    _, out, _ = run(capsys, "status", "--home", str(tmp_path))
+    (line,) = [line for line in out.splitlines() if line.startswith("clock: ")]
+    assert line.startswith(f"clock: the chain's clock is {span(ahead)} ({ahead}s) ahead of this machine's")
+    assert "--now" in line
+    # a chain clock a few seconds off this machine's is normal: no such line
+    _, out, _ = run(capsys, "status", "--home", str(home_with_past_times(tmp_path / "past")), "--json")
+    assert json.loads(out)["clockAheadS"] is None
+
+
+def home_with_past_times(where: Path) -> Path:
+    save_config(
+        where,
+        SailConfig(
+            rpc_url="http://127.0.0.1:1", router=ROUTER, token_in=USDC, token_out=WETH,
+            amount_in=25_000_000, interval_s=3600, min_balance=25_000_000,
+        ),
+    )  # fmt: skip
+    with Ledger(where / ".sail").writer() as w:
+        w.append(confirmed(int(time.time()) + 30, 7))  # 30 s ahead, within the slack: clocks a little off
+    return where
 
 
 def test_init_writes_a_config_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ from memory.ledger import (
     Outcome,
     Skipped,
     TokenMetadata,
+    cadence_reason,
     reconcile,
 )
 from sail._chain import Chain
@@ -221,13 +222,25 @@ def test_a_transfer_from_a_look_alike_contract_is_not_counted(world: World) -> N
 def test_cadence_is_honoured_from_the_last_confirmed_act_in_the_ledger(world: World) -> None:
     entry = act_and_reconcile(world)
     skips = [e for e in world.ledger().entries() if isinstance(e, Skipped)]
-    assert [s.reason for s in skips] == [
-        f"cadence: last acted {max(0, world.clock.now - entry.ts)}s ago, interval {INTERVAL}s"
-    ]
+    assert [s.reason for s in skips] == [cadence_reason(world.clock.now - entry.ts, INTERVAL)]
     world.clock.now = entry.ts + INTERVAL - 1
     assert world.tick().skipped is not None
     world.clock.now = entry.ts + INTERVAL
     assert world.tick().dispatched is not None
+
+
+def test_a_last_act_stamped_ahead_of_the_ticks_clock_is_said_to_be_ahead_not_0s_ago(world: World) -> None:
+    """The chain stamps an act with its block's time; when that runs ahead of the tick's clock (a
+    dev chain moved forward, as after ``sail demo``), the cadence skip says how far ahead it is."""
+    entry = act_and_reconcile(world)
+    world.clock.now = entry.ts - 7200  # this machine's clock: two hours behind the chain's
+    skipped = world.tick().skipped
+    assert skipped is not None
+    assert skipped.reason == (
+        f"cadence: last acted 7200s ahead of this tick's clock (the chain's clock runs ahead of it), "
+        f"interval {INTERVAL}s"
+    )
+    assert "0s ago" not in skipped.reason
 
 
 def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
@@ -316,3 +329,17 @@ def test_chain_read_failures_map_to_chain_unavailable_and_quotes_to_a_skip_reaso
         assert info.value.code == "chain_unavailable" and "rpc_url" in str(info.value)
     with pytest.raises(QuoteUnavailable):
         dead.quote(owner, 1, (token, owner))
+
+
+def test_a_setup_transaction_that_reverts_is_sail_setup_failed_with_its_reason(world: World) -> None:
+    """``sail init --embedded`` and ``sail demo`` set the market up with ``send``: a revert there is a
+    coded error naming the call and the decoded reason, not an uncoded one."""
+    from sail import SailSetupFailed
+    from sail._deploy import send
+
+    usdc = Chain(world.w3)._token(world.market.usdc)
+    with pytest.raises(SailSetupFailed) as err:  # the agent holds far less than this
+        send(world.w3, usdc.functions.transfer(world.owner, 10**30), world.agent.address)
+    assert err.value.code == "sail_setup_failed"
+    assert "transfer" in str(err.value) and "INSUFFICIENT_BALANCE" in str(err.value)
+    assert "fresh chain" in str(err.value)
