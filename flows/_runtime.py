@@ -42,7 +42,7 @@ from flows._steps import (
     settle,
 )
 from journal import JournalBackend, JournalCorrupt, Lease, Record, RunState
-from memory import Explained, Forgotten, Learned, MemoryStore, Recalled, RootRun
+from memory import Explained, Forgotten, Learned, MemoryStore, Recalled, RootRun, Unwritable
 from staging import CodedError, CodedInterrupt
 
 T = TypeVar("T")
@@ -328,7 +328,7 @@ async def _interrupt(backend: JournalBackend, lease: Lease, ending: _Ending) -> 
     return stopped
 
 
-async def _complete(backend: JournalBackend, lease: Lease, output: Any) -> RunResult:
+async def _complete(store: MemoryStore, backend: JournalBackend, lease: Lease, output: Any) -> RunResult:
     try:
         value = json_value(output)
     except NotJson as exc:
@@ -339,10 +339,13 @@ async def _complete(backend: JournalBackend, lease: Lease, output: Any) -> RunRe
         )
         return await _finish_failed(backend, lease, error)
     try:
+        # Every name the run's learns published is made durable before the run reads done: a store
+        # open recovers the names of runs not done only.
+        await _blocking(store.flush)
         event = {"event": "output", "output": value}
         rec = await _blocking(backend.append, lease, RUN_STREAM, event, key="output")
         await _blocking(backend.finish, lease, RunState.DONE)
-    except journal.JournalError as exc:
+    except (journal.JournalError, Unwritable) as exc:
         return await _finish_failed(backend, lease, exc)
     return RunResult(lease.run_id, RunState.DONE, output=rec.payload.get("output"))
 
@@ -381,7 +384,7 @@ async def _drive_root(
     if ending.error is not None:
         result = await _finish_failed(backend, lease, ending.error)
     else:
-        result = await _complete(backend, lease, ending.output)
+        result = await _complete(store, backend, lease, ending.output)
     log.info("root run %s: %s", lease.run_id, result.state.value)
     return result
 

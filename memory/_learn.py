@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 
 import journal
 from journal import JournalBackend, Record
 from memory._errors import ArgumentInvalid, FindingInvalid, FindingRetired, Unjournaled, UnsupportedHeader
+from memory._files import parse_learned
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -27,7 +28,26 @@ from memory._results import Citation, Learned
 from memory._retire import Located, Retirer, unknown
 from memory._root import Root
 from memory._syncing import scan_journal
-from staging import failpoint
+from staging import CodedError, failpoint
+
+
+def _older(final: Path, rec: Record) -> bool:
+    """Whether ``final`` holds a readable learned file of an older commit than ``rec`` (a file
+    that cannot be read or parsed is not: it is left for ``flows check``)."""
+    try:
+        fd = os.open(final, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        data = os.read(fd, 1 << 20)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        return parse_learned(final, data).learned_ms < int(rec.payload["learnedMs"])
+    except CodedError:
+        return False
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
@@ -68,10 +88,11 @@ class Learner:
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
-        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+        retired = self._retirer.retired_path(root.scope, fid)
+        if os.path.lexists(retired):
             learned = self._learned_retired(fid, root, final)
         else:
-            learned = self._learn(fid, item, root, directory, final)
+            learned = self._learn(fid, item, root, directory, final, retired=retired)
         if old is not None and supersedes is not None and old.retired is None:
             self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
         return learned
@@ -105,7 +126,9 @@ class Learner:
             )
         return _learned(fid, existing, final)
 
-    def _learn(self, fid: str, item: Finding, root: Root, directory: Path, final: Path) -> Learned:
+    def _learn(
+        self, fid: str, item: Finding, root: Root, directory: Path, final: Path, *, retired: str
+    ) -> Learned:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -137,22 +160,33 @@ class Learner:
             if existing is not None:
                 record = existing
             else:
+                # The append's syncfs begins after this mark: every name renamed before it is
+                # durable once the append returns.
+                mark = pub.pending.mark()
                 record = root.journal.append(
                     root.lease, STREAM, expected.payload, key=fid, sync_filesystem=shared
                 )
+                if shared:
+                    known = self._shared_fs
+                    pub.pending.settled(mark, lambda d: known.get((root.journal, d), False))
         except BaseException:
             staged.discard()
             raise
         failpoint("memory.after_append")
-        if render(record) != data:  # another attempt committed first: publish its bytes
+        # Another attempt committed first: publish its bytes. (A record under this key has this
+        # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)
+        if record is not expected and record.payload != expected.payload and render(record) != data:
             staged.discard()
             self._check(root, record, fid)
             staged = pub.stage(directory, render(record), root.run_id)
-        pub.publish(staged, final, root.run_id)
+        # The record is durable: the name may be too, later (``flush_names``: a run's end, a
+        # session's flush or close, a group of learns); a power loss before then loses only the
+        # name, which the store's next open, a resume or ``sync`` publish again from the record.
+        pub.publish_lazily(staged, final, root.run_id)
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
-        if os.path.lexists(self._retirer.retired_path(root.scope, fid)):
+        if os.path.lexists(retired):
             pub.remove(final, root.run_id)
         return _learned(fid, record, final)
 
@@ -183,18 +217,61 @@ class Learner:
             found = self._shared_fs[(backend, directory)] = backend.shares_filesystem(str(directory))
         return found
 
-    def republish_run(self, backend: JournalBackend, run_id: str) -> int:
-        """See ``MemoryStore.republish_run``."""
+    def _commits(self, backend: JournalBackend, run_id: str) -> dict[tuple[str, str], Record]:
+        """The commit to publish of each finding ``run_id`` learned, by (scope, finding id), once
+        the run's own retirements have their retired files (so none of the findings they retire
+        comes back)."""
         committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
             checked_commit(rec, backend.location)  # before any path is built from it
             key = (rec.payload["scope"], rec.payload["id"])
             committed[key] = commit_to_publish(committed.get(key), rec)
-        # The run's own forgets and supersedes first, so none of its findings they retire returns.
         retirements = backend.read(run_id, RETIRE_STREAM)
         for rec in retirements:
             checked_retirement(rec, backend.location)  # before a retired file's path is built
         self._retirer.publish_missing(retirements)
+        return committed
+
+    def _not_retired(
+        self, backend: JournalBackend, wanted: list[tuple[Path, bytes]]
+    ) -> list[tuple[Path, bytes]]:
+        """``wanted`` without the findings a retirement anywhere in the journal retired: a forget
+        committed elsewhere whose retired file a crash never published must not let a run bring the
+        finding back (those retired files are published here)."""
+        if not wanted:
+            return wanted
+        retired = scan_journal(backend, learns=False).retired
+        self._retirer.publish_missing(retired.values())
+        return [(final, data) for final, data in wanted if final.stem not in retired]
+
+    def restore_missing(
+        self, backend: JournalBackend, run_id: str, held: Callable[[list[str]], Container[str]]
+    ) -> int:
+        """Publish the file of each finding ``run_id`` committed whose file is missing (or holds an
+        older commit of it), unless it is retired or the history DB holds it (``held(keys)``
+        returns the keys it holds); returns how many. A file that is there and damaged is left for
+        ``flows check``. The check a store open makes for runs that did not end cleanly.
+        """
+        pub = self._publisher
+        wanted: list[tuple[Path, bytes]] = []
+        for (scope, fid), rec in self._commits(backend, run_id).items():
+            final = pub.scope_dir(scope) / f"{fid}.json"
+            if os.path.lexists(self._retirer.retired_path(scope, fid)):
+                continue
+            if os.path.lexists(final) and not _older(final, rec):
+                continue
+            wanted.append((final, render(rec)))
+        if wanted:
+            kept = held([final.stem for final, _ in wanted])
+            wanted = [(final, data) for final, data in wanted if final.stem not in kept]
+        wanted = self._not_retired(backend, wanted)
+        pub.publish_batches(wanted)
+        return len(wanted)
+
+    def republish_run(self, backend: JournalBackend, run_id: str) -> int:
+        """See ``MemoryStore.republish_run``."""
+        # The run's own forgets and supersedes first, so none of its findings they retire returns.
+        committed = self._commits(backend, run_id)
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
         intact: list[Path] = []
@@ -209,12 +286,7 @@ class Learner:
                 intact.append(final)
             else:
                 wanted.append((final, data))
-        if wanted:
-            # A forget committed elsewhere whose retired file a crash never published must not let
-            # this run bring the finding back: ask the journal, and publish those retired files.
-            retired = scan_journal(backend, learns=False).retired
-            self._retirer.publish_missing(retired.values())
-            wanted = [(final, data) for final, data in wanted if final.stem not in retired]
+        wanted = self._not_retired(backend, wanted)
         pub.publish_batches(wanted)
         # Files already in place may be names a crashed publish never made durable: one fsync of
         # each of their folders settles them all.

@@ -10,6 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,14 @@ from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sy
 
 SYNC_BATCH = 500
 """Files published (or ingested by ``sync``) per batch."""
+
+NAMES_GROUP = 128
+"""A learn's rename is not fsync'd on its own: once this many names wait, the learn that adds the
+last one fsyncs their folders (one fsync per folder covers every name waiting in it)."""
+
+NAMES_WAIT_S = 0.1
+"""Nor does a name wait longer than this while learns go on: the first learn that finds the oldest
+waiting name this old fsyncs the folders (a ``syncfs`` of a later learn settles them sooner)."""
 
 
 def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None:
@@ -62,6 +74,53 @@ def holds(path: Path, data: bytes) -> bool:
         os.close(fd)
 
 
+class PendingNames:
+    """The folders holding names a learn renamed into place but did not fsync, in rename order.
+
+    Each rename takes the next number. ``settled(upto)`` forgets every rename numbered up to
+    ``upto``: a sync that began after it was numbered made it durable (a folder fsync, or a
+    ``syncfs`` of the whole file system). Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._seq = 0
+        self._waiting: deque[tuple[int, Path, float]] = deque()  # (number, folder, when renamed)
+
+    def renamed(self, directory: Path) -> bool:
+        """Note a name renamed into ``directory`` and not yet durable; return whether the waiting
+        names now call for a folder fsync (``NAMES_GROUP`` of them, or the oldest ``NAMES_WAIT_S``
+        old)."""
+        now = time.monotonic()
+        with self._mutex:
+            self._seq += 1
+            waiting = self._waiting
+            waiting.append((self._seq, directory, now))
+            return len(waiting) >= NAMES_GROUP or now - waiting[0][2] >= NAMES_WAIT_S
+
+    def mark(self) -> int:
+        """The number of the newest rename so far: what a sync that begins now covers."""
+        with self._mutex:
+            return self._seq
+
+    def settled(self, upto: int, covers: Callable[[Path], bool] | None = None) -> None:
+        """Forget the renames numbered up to ``upto`` (a sync begun after them returned), only
+        those into folders ``covers`` says the sync reached when it is given (a ``syncfs`` reaches
+        its own file system only)."""
+        with self._mutex:
+            waiting = self._waiting
+            if covers is None:
+                while waiting and waiting[0][0] <= upto:
+                    waiting.popleft()
+            elif waiting and waiting[0][0] <= upto:
+                self._waiting = deque(w for w in waiting if w[0] > upto or not covers(w[1]))
+
+    def snapshot(self) -> tuple[int, list[Path]]:
+        """The newest rename's number and the folders with a name waiting (each once)."""
+        with self._mutex:
+            return self._seq, list(dict.fromkeys(d for _, d, _ in self._waiting))
+
+
 class Publisher:
     """Stages and publishes the learned files of the store whose history DB is ``db_path``.
 
@@ -75,6 +134,7 @@ class Publisher:
         self._retired_dirs: dict[str, Path] = {}
         self._ready_dirs: set[Path] = set()
         self._durable_names: set[Path] = set()
+        self.pending = PendingNames()
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -165,18 +225,55 @@ class Publisher:
             ) from exc
 
     @staticmethod
-    def publish(staged: Any, final: Path, run_id: str | None) -> None:
-        """Rename ``staged`` into place at ``final`` and fsync its folder.
+    def publish(staged: Any, final: Path, run_id: str | None, *, sync: bool = True) -> None:
+        """Rename ``staged`` into place at ``final`` and fsync its folder (``sync=False``: the
+        caller makes the name durable later, ``publish_lazily``).
 
         Raises:
             Unwritable: the rename or the fsync failed.
         """
         try:
-            staged.publish(final)
+            staged.publish(final, sync_dir=sync)
         except StagingError as exc:
             raise Unwritable(
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
+
+    def publish_lazily(self, staged: Any, final: Path, run_id: str | None) -> None:
+        """Rename ``staged`` into place at ``final`` without fsyncing its folder: the name waits in
+        ``pending`` until ``flush_names`` (or a ``syncfs``) makes it durable. When enough names wait,
+        or the oldest has waited long enough, this call fsyncs their folders before returning.
+
+        Raises:
+            Unwritable: the rename failed, or the group's folder fsync did (the name is in place).
+        """
+        self.publish(staged, final, run_id, sync=False)
+        if self.pending.renamed(final.parent):
+            self.flush_names(run_id)
+
+    def flush_names(self, run_id: str | None = None) -> None:
+        """Make every name ``publish_lazily`` renamed so far durable: one fsync of each folder that
+        has one waiting (shared with threads fsyncing the same folder). A folder removed since
+        holds no name to keep.
+
+        Raises:
+            Unwritable: a folder fsync failed (its names keep waiting).
+        """
+        upto, folders = self.pending.snapshot()
+        for directory in folders:
+            try:
+                failpoint("memory.before_flush_names")
+                sync_dir_shared(directory)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise Unwritable(
+                    f"cannot fsync {directory}: {exc.strerror or exc}",
+                    path=directory,
+                    run_id=run_id,
+                    errno=exc.errno,
+                ) from exc
+        self.pending.settled(upto)
 
     def publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
         """Publish each ``(final, data)``, ``SYNC_BATCH`` at a time: stage them all, one data sync,

@@ -210,18 +210,27 @@ class MemorySession:
             self._leave_op()
 
     def flush(self) -> None:
-        """Wait until every learn and forget in flight (in other threads) has returned.
+        """Wait until every learn and forget in flight (in other threads) has returned, then make
+        the names of every learned file durable (``MemoryStore.flush``).
 
-        Each write is durable when it returns; ``flush`` is the barrier for writes still running.
+        Each write's record is durable when it returns; after ``flush`` so is each learned file's
+        name, so no power loss can take a finding learned before it out of reads, even until the
+        store's next open.
+
+        Raises:
+            Unwritable: a folder could not be fsync'd.
         """
         with self._mutex:
             self._mutex.wait_for(lambda: self._in_flight == 0)
+        self._store.flush()
 
     def close(self) -> None:
-        """Wait for writes in flight, then end the root run ``done`` (safe twice; nothing to end
-        when nothing was written).
+        """Wait for writes in flight, make the learned files' names durable, then end the root run
+        ``done`` (safe twice; nothing to end when nothing was written).
 
         Raises:
+            Unwritable: a folder could not be fsync'd; the root run is ended ``failed`` instead
+                (the store's next open, ``sync`` or ``flows check --repair`` restore any name lost).
             JournalError: the root run could not be ended (e.g. ``journal_lease_lost``).
         """
         self._end(None)
@@ -236,6 +245,11 @@ class MemorySession:
             return
         backend, lease = self._root.journal, self._root.lease
         if error is None:
+            try:  # a run is marked done only once every name it published is durable
+                self._store.flush()
+            except Exception as exc:
+                backend.finish(lease, RunState.FAILED, _error_fields(exc))
+                raise
             backend.finish(lease, RunState.DONE)
         elif isinstance(error, Exception):
             backend.finish(lease, RunState.FAILED, _error_fields(error))

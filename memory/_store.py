@@ -11,6 +11,7 @@ parts, each in its own module:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ import journal
 from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._errors import Unreachable
+from memory._errors import Unreachable, Unwritable
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -35,6 +36,7 @@ from memory._finding import (
 from memory._learn import Learner
 from memory._paths import resolve_db, resolve_journal
 from memory._publisher import Publisher
+from memory._recovery import Recovery
 from memory._results import Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
 from memory._retire import Retirer
 from memory._root import Root
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -69,6 +72,11 @@ class MemoryStore:
             neither read nor written (``file_index`` is then False). Writes (``learn``, ``forget``,
             ``sync``…) fail; reads answer as usual. For a reader that must leave the store exactly
             as it found it (the dashboard).
+        recover: make the open-time check (``_recovery``): after a power loss, publish again the
+            files of findings that runs which did not end cleanly committed and whose names were
+            lost (None, the default: as ``file_index``; never with ``read_only``). False for a
+            reader that must write nothing (it may then miss such a finding until a store is
+            opened with it, or ``sync`` runs).
 
     The store is a context manager; ``close()`` is safe twice.
     """
@@ -82,6 +90,7 @@ class MemoryStore:
         max_workers: int = 8,
         file_index: bool = True,
         read_only: bool = False,
+        recover: bool | None = None,
     ) -> None:
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
@@ -100,6 +109,8 @@ class MemoryStore:
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
+        if (file_index if recover is None else recover) and not read_only:
+            Recovery(self.db_path, self.journal_location, self.open_journal, self._restore_missing).check()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -115,11 +126,31 @@ class MemoryStore:
         """The history DB."""
         return self._db
 
+    def flush(self) -> None:
+        """Make durable the name of every learned file this store's learns renamed into place.
+
+        A learn returns once its record is durable; its file's name is made durable in groups
+        (``NAMES_GROUP`` names, or ``NAMES_WAIT_S``), by the ``syncfs`` of a later learn, and here:
+        one fsync per folder with a name waiting. The flows runtime calls it before it marks a run
+        ``done``, a session on ``flush()`` and ``close()``, ``close()`` here (best effort). Whoever
+        ends a run with ``JournalBackend.finish`` directly calls it first.
+
+        Raises:
+            Unwritable: a folder could not be fsync'd (its names keep waiting).
+        """
+        self._publisher.flush_names()
+
     def close(self) -> None:
-        """Close the DB connection, the journal and the executor (safe twice)."""
+        """Make the learned files' names durable (best effort: a name a failure leaves waiting is
+        one of a run not marked done, which the next open restores after a power loss), then close
+        the DB connection, the journal and the executor (safe twice)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        try:
+            self._publisher.flush_names()
+        except Unwritable as exc:
+            log.warning("closing the store: %s", exc)
         self._db.close()
         if self._journal is not None:
             self._journal.close()
@@ -240,6 +271,9 @@ class MemoryStore:
             JournalError: the run's stream could not be read, unchanged.
         """
         return self._learner.republish_run(backend, run_id)
+
+    def _restore_missing(self, backend: JournalBackend, run_id: str) -> int:
+        return self._learner.restore_missing(backend, run_id, self._db.held)
 
     def republish(self, record: Record) -> Path:
         """Publish the learned file of ``record`` (a ``memory-learn`` commit) in its scope's folder,

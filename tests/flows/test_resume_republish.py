@@ -9,6 +9,7 @@ import pytest
 import flows
 import journal
 import memory
+import staging._failpoints
 import staging._stage
 from journal import RunState
 from tests.flows.helpers import check_invariants, journal_of, write_flow
@@ -61,3 +62,25 @@ def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == originals
     assert len(check_invariants(db, first.run_id)) == 20
     assert len(list(journal_of(db).read(first.run_id, memory.STREAM))) == 20
+
+
+def test_a_run_is_marked_done_only_once_its_learned_names_are_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The names of a run's learned files are made durable before it reads done; when that fsync
+    # fails the run is failed instead (a store open then restores any name a power loss took).
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.before_flush_names=EIO")
+    staging._failpoints.reset()
+    try:
+        result = flows.run(flow, db=db)
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        staging._failpoints.reset()
+    assert result.state == RunState.FAILED
+    assert isinstance(result.error, memory.Unwritable)
+    assert journal_of(db).run(result.run_id).state is RunState.FAILED
+    assert len(list(memory.learned_dir(db, "batch").iterdir())) == 20
+    resumed = flows.resume(result.run_id, db=db)
+    assert resumed.state == RunState.DONE, resumed.error

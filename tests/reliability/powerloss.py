@@ -5,8 +5,11 @@ runs, ``Recorder`` wraps the ``os`` functions the durable writers call (``open``
 ``ftruncate``, ``fsync``, ``replace``/``rename``, ``link``, ``unlink``, ``mkdir``, ``close``): each
 call is applied to a real directory as usual *and* logged. A crash after the first ``k`` logged
 operations is then any state the durability model below allows; each one is materialised into a
-fresh directory, recovered the normal way (resume the root run; a locked open of a ledger), and
-judged: ``check_store`` clean, and no acknowledged write lost, doubled or fabricated.
+fresh directory, recovered the normal way (the store's open, which publishes again the files of
+committed findings whose names were lost; resume the root run; a locked open of a ledger), and
+judged: ``check_store`` clean, and no acknowledged write lost, doubled or fabricated; every
+acknowledged learn readable, its file byte-identical to the rendering of its record, once the store
+is open; and nothing readable without a record, even by a reader that recovers nothing.
 
 The durability model (stricter than ext4 ``data=ordered``, on purpose):
 
@@ -540,7 +543,9 @@ def _store_paths(base: Path) -> tuple[Path, Path]:
 
 
 def record_findings(steps: Sequence[str], base: Path) -> Trace:
-    """Run a findings workload (``L<n>`` learn finding n, ``R`` give up the lease and resume)."""
+    """Run a findings workload (``L<n>`` learn finding n, ``R`` give up the lease and resume, ``D``
+    end the root run done as the flows runtime does: the store's names made durable, then
+    ``finish``; a learn after it is refused, so not acknowledged)."""
     trace = Trace("findings", tuple(steps))
     db, _ = _store_paths(base)
     rec = Recorder(base)
@@ -557,6 +562,10 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
                     jr.release(lease)
                     lease = jr.acquire(info.run_id)
                     detail: Any = lease.epoch
+                elif step == "D":
+                    store.flush()
+                    jr.finish(lease, RunState.DONE)
+                    detail = None
                 else:
                     store.learn(finding(step), memory.RootRun(jr, lease, FLOW, SCOPE))
                     detail = fid_of(step)
@@ -610,15 +619,16 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
-def judge(trace: Trace, k: int, state: Path) -> Verdict:
-    """Recover the crash state in ``state`` (after ``k`` operations) and judge it against ``trace``."""
+def judge(trace: Trace, k: int, state: Path, *, recover: bool = True) -> Verdict:
+    """Recover the crash state in ``state`` (after ``k`` operations) and judge it against ``trace``
+    (``recover=False``: the store's open makes no check for lost names, to show it is needed)."""
     verdict = Verdict()
     acked = [e for e in trace.events if e.end is not None and e.end <= k]
     attempted = [e for e in trace.events if e.start < k]
     verdict.acknowledged = len(acked)
     try:
         if trace.kind == "findings":
-            _judge_findings(trace, acked, attempted, state, verdict)
+            _judge_findings(trace, acked, attempted, state, verdict, recover=recover)
         else:
             _judge_ledger(acked, attempted, state, verdict)
     except Exception as exc:
@@ -629,22 +639,25 @@ def judge(trace: Trace, k: int, state: Path) -> Verdict:
 
 
 def _judge_findings(
-    trace: Trace, acked: list[Event], attempted: list[Event], state: Path, v: Verdict
+    trace: Trace, acked: list[Event], attempted: list[Event], state: Path, v: Verdict, *, recover: bool
 ) -> None:
     db, _ = _store_paths(state)
     run_id = trace.info["run_id"]
-    learn_steps = [s for s in trace.steps if s != "R"]
+    learn_steps = [s for s in trace.steps if s.startswith("L")]
     tried = {fid_of(e.step) for e in attempted if e.step.startswith("L")}
-    with memory.MemoryStore(db, clock=Clock(1_800_000_000_000)) as store:
+    # A reader in another process before anything is recovered: whatever it reads has a record.
+    with memory.MemoryStore(db, recover=False, file_index=False) as reader:
+        _unjournaled(reader, run_id, v, when="after the crash, before any recovery")
+    with memory.MemoryStore(db, clock=Clock(1_800_000_000_000), recover=recover) as store:
         jr = store.open_journal()
         runs = {r.run_id: r for r in jr.runs()}
-        # Before any resume: what was acknowledged must already be there.
-        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after the crash")
+        # Before any resume: what was acknowledged must be there once the store is open.
+        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after the store's open")
         unacked = tried - {e.detail for e in acked if e.step.startswith("L")}
         for p in memory.check_store(store):
             if p.kind != "record_unpublished" or Path(p.path).stem not in unacked:
                 v.unexpected += 1
-                v.notes.append(f"after the crash: {p.kind} {p.message}")
+                v.notes.append(f"after the store's open: {p.kind} {p.message}")
         epochs = [e.detail for e in acked if e.step == "R"]
         if epochs and run_id in runs and runs[run_id].epoch < max(epochs):
             v.lost += 1
@@ -679,7 +692,9 @@ def _count(
             v.lost += len(acked)
             v.notes.append(f"{when}: root run {run_id} is gone")
         return
-    keys = Counter(r.key for r in store.open_journal().read(run_id, memory.STREAM))
+    records = store.open_journal().read(run_id, memory.STREAM)
+    keys = Counter(r.key for r in records)
+    first = {r.key: r for r in reversed(records)}
     recalled = {e.key for e in store.recall(limit=None, scope=None)}
     for e in acked:
         if e.step.startswith("L") and (keys[e.detail] == 0 or e.detail not in recalled):
@@ -687,6 +702,12 @@ def _count(
             v.notes.append(
                 f"{when}: acknowledged {e.step} has {keys[e.detail]} records, recalled={e.detail in recalled}"
             )
+        elif e.step.startswith("L"):
+            path = memory.learned_dir(store.db_path, SCOPE) / f"{e.detail}.json"
+            if path.read_bytes() != memory.render(first[e.detail]):
+                v.unexpected += 1
+                v.notes.append(f"{when}: acknowledged {e.step}'s file is not its record's rendering")
+    _unjournaled(store, run_id, v, when=when)
     extra = sum(n - 1 for n in keys.values() if n > 1)
     if extra:
         v.doubled += extra
@@ -695,6 +716,18 @@ def _count(
     if made_up:
         v.fabricated += len(made_up)
         v.notes.append(f"{when}: {len(made_up)} findings nobody learned")
+
+
+def _unjournaled(store: memory.MemoryStore, run_id: str, v: Verdict, *, when: str) -> None:
+    """Count the findings ``store`` reads that no record commits."""
+    jr = store.open_journal()
+    keys = (
+        {r.key for r in jr.read(run_id, memory.STREAM)} if run_id in {r.run_id for r in jr.runs()} else set()
+    )
+    readable = {e.key for e in store.recall(limit=None, scope=None)}
+    if readable - keys:
+        v.fabricated += len(readable - keys)
+        v.notes.append(f"{when}: {len(readable - keys)} findings readable without a record")
 
 
 def _judge_ledger(acked: list[Event], attempted: list[Event], state: Path, v: Verdict) -> None:
@@ -741,11 +774,17 @@ class Explorer:
     """Builds crash states of recorded workloads, recovers each once, and tallies the verdicts."""
 
     def __init__(
-        self, tally: Tally, scratch: Path, fills: Callable[[str], tuple[str, ...]] = default_fills
+        self,
+        tally: Tally,
+        scratch: Path,
+        fills: Callable[[str], tuple[str, ...]] = default_fills,
+        *,
+        recover: bool = True,
     ) -> None:
         self.tally = tally
         self.scratch = scratch
         self.fills = fills
+        self.recover = recover
         self._n = 0
 
     def point(self, trace: Trace, k: int) -> CrashPoint:
@@ -784,7 +823,7 @@ class Explorer:
         state.mkdir()
         try:
             materialize(tree, state)
-            verdict = judge(trace, point.k, state)
+            verdict = judge(trace, point.k, state, recover=self.recover)
         finally:
             shutil.rmtree(state, ignore_errors=True)
         self.tally.cases += 1
@@ -816,7 +855,7 @@ def workloads(alphabet: Sequence[str], longest: int) -> list[tuple[str, ...]]:
     return [w for n in range(1, longest + 1) for w in itertools.product(alphabet, repeat=n)]
 
 
-FINDING_STEPS = ("L1", "L2", "R")
+FINDING_STEPS = ("L1", "L2", "R", "D")
 LEDGER_STEPS = ("S", "A")
 
 
@@ -824,8 +863,11 @@ def run_exhaustive(
     longest: int = 3,
     kinds: Sequence[str] = ("findings", "ledger"),
     alphabets: dict[str, Sequence[str]] | None = None,
+    *,
+    recover: bool = True,
 ) -> list[Tally]:
-    """Every crash state of every workload of up to ``longest`` steps over each kind's alphabet."""
+    """Every crash state of every workload of up to ``longest`` steps over each kind's alphabet
+    (``recover=False``: without the check a store open makes for lost names)."""
     alphabets = {"findings": FINDING_STEPS, "ledger": LEDGER_STEPS, **(alphabets or {})}
     out = []
     scratch = scratch_root()
@@ -835,7 +877,7 @@ def run_exhaustive(
             tally = Tally(
                 f"power loss, every state, {kind} workloads of <= {longest} steps over {{{steps_of}}}"
             )
-            explorer = Explorer(tally, scratch)
+            explorer = Explorer(tally, scratch, recover=recover)
             for steps in workloads(alphabets[kind], longest):
                 explorer.exhaust(explorer.record(kind, steps))
             out.append(tally)
@@ -854,7 +896,7 @@ def run_random(states: int = 1000, length: int = 8, seed: int = 7) -> Tally:
         per_trace = 50
         while tally.cases < states:
             kind = rng.choice(("findings", "ledger"))
-            alphabet = ("L1", "L2", "L3", "L4", "R") if kind == "findings" else LEDGER_STEPS
+            alphabet = ("L1", "L2", "L3", "L4", "R", "D") if kind == "findings" else LEDGER_STEPS
             trace = explorer.record(kind, [rng.choice(alphabet) for _ in range(length)])
             explorer.sample(trace, rng, min(per_trace, states - tally.cases))
     finally:

@@ -1,0 +1,151 @@
+"""The check a store open makes: learned files whose names a power loss took, published again.
+
+A learn returns once its record is durable; its file's name is made durable later (a group of
+learns, a later learn's ``syncfs``, a run's end, a session's ``flush``/``close``). A power loss in
+between can take the name, never the record. Such a name belongs to a run that did not end
+``done`` (the runtime and sessions make every name durable before marking a run done), so a store
+open walks the ``memory-learn`` streams of the runs that did not end cleanly (failed, or running
+without a live holder: interrupted) and publishes each committed finding whose file is missing,
+unless it is forgotten or superseded, or the history DB holds it.
+
+Names are only lost with the storage's contents, that is across a reboot (or a remount of the
+file system). So the check remembers, in ``<db-dir>/flows-cache/names-checked``, the boot and the
+mounts it ran under and the journal it walked; an open under the same ones skips the walk. That
+memo is derived state: if it is missing, damaged or of another boot the walk runs again, and it
+never stands in for the journal (``flows check``, ``sync`` and a resume look at the journal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from journal import JournalBackend, RunState
+from memory._filecache import cache_dir
+from staging import CodedError
+
+log = logging.getLogger(__name__)
+
+MEMO = "names-checked"
+"""The memo's file name in ``flows-cache``."""
+
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_MOUNTINFO = "/proc/self/mountinfo"
+
+
+def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
+    """The bytes of the regular file ``path`` (never through a link, never a FIFO), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) and not str(path).startswith("/proc/"):
+            return None
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            limit -= len(chunk)
+            if limit < 0:
+                return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def storage_life(path: Path) -> str | None:
+    """What names the present life of the storage holding ``path``: the boot's id and the ids of
+    the mounts of its file system (a mount's id changes when it is mounted again), or the boot's id
+    alone where the mount cannot be found; None where no boot id is known (then every open walks).
+    """
+    boot = _read_small(_BOOT_ID, 4096)
+    if not boot:
+        return None
+    life = boot.decode(errors="replace").strip()
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    want = f"{os.major(dev)}:{os.minor(dev)}".encode()
+    mounts = _read_small(_MOUNTINFO) or b""
+    ids = [
+        f[0].decode() for line in mounts.splitlines() if len(f := line.split(b" ", 3)) > 3 and f[2] == want
+    ]
+    return f"{life} {','.join(sorted(ids, key=int))}" if ids else life
+
+
+class Recovery:
+    """Runs the open-time check for the store whose history DB is ``db_path`` (see the module)."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        journal_location: str,
+        open_journal: Callable[[], JournalBackend],
+        restore: Callable[[JournalBackend, str], int],
+    ) -> None:
+        self._db_path = db_path
+        self._journal_location = journal_location
+        self._open_journal = open_journal
+        self._restore = restore
+
+    def _memo(self, life: str) -> bytes:
+        # The journal by a digest of its location: a DSN's password is never written to disk.
+        where = hashlib.blake2b(self._journal_location.encode(), digest_size=16).hexdigest()
+        return f"{life}\n{where}\n".encode()
+
+    def check(self) -> int:
+        """Walk the runs that did not end cleanly, unless this storage life was walked already;
+        returns how many files were published. Best effort: a failure is logged, the memo is not
+        written, and the next open walks again (``flows check`` reports what is still missing).
+        """
+        base = self._db_path.parent
+        life = storage_life(base)
+        memo = cache_dir(self._db_path) / MEMO
+        if life is not None and _read_small(memo, 65536) == self._memo(life):
+            return 0
+        try:
+            backend = self._open_journal()
+            runs = backend.runs()
+            made = 0
+            for run in runs:
+                if run.state in (RunState.FAILED, RunState.INTERRUPTED):
+                    made += self._restore(backend, run.run_id)
+        except (CodedError, OSError) as exc:
+            log.warning("the check for learned files a power loss took did not finish: %s", exc)
+            return 0
+        if made:
+            log.info("published %d learned files whose names a power loss took", made)
+        if life is not None and runs:  # a store without runs writes nothing
+            self._write_memo(memo, self._memo(life))
+        return made
+
+    @staticmethod
+    def _write_memo(memo: Path, data: bytes) -> None:
+        """Replace the memo (temporary file, then rename; not fsync'd: a memo a power loss takes
+        only makes the next open walk again). Best effort."""
+        folder = memo.parent
+        tmp = folder / f".tmp-{secrets.token_hex(8)}"
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                return  # a link in the cache folder's place: never written through
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, memo)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
