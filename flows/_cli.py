@@ -46,10 +46,10 @@ def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, *, recover: bool | None = None) -> Any:
     from memory import MemoryStore
 
-    return MemoryStore(args.db, journal=args.journal)
+    return MemoryStore(args.db, journal=args.journal, recover=recover)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -164,7 +164,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from memory import check_store, repair_store
 
     sail_dirs = args.sail or ([".sail"] if os.path.isdir(".sail") else [])
-    with _store(args) as store, progress("check: phases done", enabled=not args.json) as show:
+    # check reports the store as it finds it (and --repair changes only what it reports): the
+    # open-time republish of names a power loss took is left to the next other command
+    with (
+        _store(args, recover=False) as store,
+        progress("check: phases done", enabled=not args.json) as show,
+    ):
         problems = check_store(store, sail_dirs=sail_dirs, sweep_age_s=args.sweep_age, progress=show)
         actions: list[str] = []
         if args.repair and problems:

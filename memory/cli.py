@@ -475,6 +475,9 @@ def _configure_logging(verbose: int) -> None:
     elif level_name:
         level = logging.getLevelNamesMapping().get(level_name, logging.INFO)
     else:
+        # quiet by default: without a handler, Python would print warnings on stderr itself, and a
+        # failure must stay the one line the command prints
+        logging.getLogger().addHandler(logging.NullHandler())
         return
     logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(levelname)s: %(message)s")
 

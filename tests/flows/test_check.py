@@ -128,3 +128,27 @@ def test_check_reads_a_store_it_cannot_mend_without_writing_anything(tmp_path: P
     for path in snapshot.rglob("*"):
         if path.is_file():
             assert (db.parent / path.relative_to(snapshot)).read_bytes() == path.read_bytes()
+
+
+def test_check_reports_a_name_a_power_loss_took_and_leaves_republishing_to_repair(tmp_path: Path) -> None:
+    """The open-time republish of lost names is not run by ``check``: it reports the store as it finds
+    it, and only ``--repair`` changes it."""
+    db = tmp_path / "h.db"
+    store = memory.MemoryStore(db)
+    try:
+        with store.session(scope="s", flow="f") as session:
+            session.learn({"text": "a name a power loss took", "tags": ["t"]})
+            raise RuntimeError("the session fails, so its run is one the open-time check walks")
+    except RuntimeError:
+        pass
+    store.close()
+    learned = list((tmp_path / "flows-memory").rglob("compacted/*.json"))
+    assert len(learned) == 1
+    learned[0].unlink()  # the rename a power loss undid
+    shutil.rmtree(tmp_path / "flows-cache", ignore_errors=True)  # and the open-time check's memo
+    code, report = _check(db)
+    assert code == 1
+    assert [p["kind"] for p in report["problems"]] == ["record_unpublished"]  # type: ignore[index]
+    assert not learned[0].exists()
+    code, report = _check(db, "--repair")
+    assert report["remaining"] == [] and learned[0].exists()
