@@ -600,7 +600,8 @@ def test_lookup_finds_one_record_by_id_with_or_without_a_hint(
                     assert fresh.lookup(info.run_id, "memory-learn", r.id, hint=wrong) == r
             assert fresh.lookup(info.run_id, "memory-learn", "no-such-id") is None
             assert fresh.lookup(info.run_id, "other-stream", written[0].id) is None
-            assert fresh.lookup(info.run_id, "memory-learn", "no-such-id", hint=hints.get(written[0].id)) is None
+            first = hints.get(written[0].id)
+            assert fresh.lookup(info.run_id, "memory-learn", "no-such-id", hint=first) is None
         finally:
             fresh.close()
     finally:
