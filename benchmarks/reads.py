@@ -47,7 +47,8 @@ def build_dataset(db: Path, synced: int, unsynced: int, scope: str = "bench") ->
     """``synced`` rows in the history DB (bulk upserts) and ``unsynced`` learned files (rendered),
     every tenth finding in time unsynced, so files and rows interleave. Every finding is committed
     in the file journal beside the DB (runs of ``_RUN_SIZE``), as learn would have, so reads can
-    check each file's citation; the stream files are written whole, not appended one by one."""
+    check each file's citation; the stream files are written whole, not appended one by one, then
+    opened once under their lock, which records the watermark learn's appends would have left."""
     rng = random.Random(7)
     entries: list[memory.Recalled] = []
     directory = memory.learned_dir(db, scope)
@@ -91,6 +92,11 @@ def _write_stream(jr: journal.FileJournal, run_id: str, lines: list[bytes]) -> N
         path = jr.stream_path(run_id, memory.STREAM)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"".join(lines))
+        # A locked open records the watermark (how far a sync reached), as learn's appends leave
+        # it: a stream written whole without one would be a log no append ever acknowledged.
+        log = journal.LineLog(path, journal.RecordCodec(run_id, memory.STREAM), sequence=lambda r: r.seq)
+        with log.locked():
+            log.recover()
 
 
 def _baseline(every: list[memory.Recalled], path: Path) -> Any:

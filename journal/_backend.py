@@ -97,6 +97,28 @@ class JournalBackend(Protocol):
         """Return the record appended with ``key`` (the first and only one), or None."""
         ...
 
+    def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
+        """Return the record with id ``record_id`` in the stream, or None when the stream does not
+        hold it; the same answer as searching ``read`` for it, at the cost of one record.
+
+        ``hint`` is what ``hints`` gave for that record earlier (in any process); it is only ever a
+        hint. The file backend reads the one line at that offset and takes it only when it begins
+        a line, ends within what was acknowledged (the log's watermark), decodes with a valid
+        checksum and is the record asked for; otherwise, or without a hint, it reads the stream as
+        ``read`` does. A wrong, stale or forged hint costs time, never a different answer.
+        PostgreSQL needs no hint (one query on the unique index of record ids).
+
+        Raises JournalRunNotFound, JournalNameInvalid (a run id or stream name not allowed, a
+        record id that is not a string), and the storage errors a ``read`` raises.
+        """
+        ...
+
+    def hints(self, run_id: str, stream: str) -> dict[str, int]:
+        """Return, by record id, a hint ``lookup`` can use for each record of the stream (the file
+        backend: where its line begins); empty where a backend needs none. Derived data: keep it
+        anywhere, trust it nowhere (``lookup`` checks it)."""
+        ...
+
     def streams(self, run_id: str) -> list[str]:
         """Return the names of the run's streams that hold at least one record, sorted."""
         ...

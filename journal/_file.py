@@ -57,6 +57,7 @@ from journal._model import (
     check_name,
     check_not_held,
     check_open,
+    check_record_id,
     check_resumable,
     check_sync,
     finish_state,
@@ -831,6 +832,40 @@ class FileJournal:
         with handle.mutex:
             handle.index(records)
             return handle.keys.get(key)
+
+    def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
+        """Return the record ``record_id`` of the stream, or None (see ``JournalBackend``).
+
+        With ``hint`` (a byte offset ``hints`` gave), only that line is read: it counts when it
+        begins a line, ends within the watermark (acknowledged), decodes with a valid checksum, and
+        is the record asked for. Anything else (the file cut, replaced or damaged since, another
+        record there, a line never acknowledged) costs a full ``read``, which answers as always.
+        """
+        self._check_open()
+        check_record_id(record_id)
+        if hint is not None:
+            try:
+                handle = self._stream(run_id, stream)
+                found = handle.log.read_at(hint)
+            except JournalError as exc:
+                exc.run_id, exc.stream = run_id, stream
+                raise
+            if found is not None and found[0].id == record_id and self._has_run(run_id):
+                return found[0]
+        for record in self.read(run_id, stream):
+            if record.id == record_id:
+                return record
+        return None
+
+    def hints(self, run_id: str, stream: str) -> dict[str, int]:
+        """Return, by record id, the hint ``lookup`` can use for each record of the stream as
+        ``read`` returns it now (see ``JournalBackend``): where its line begins."""
+        self._check_open()
+        records = self.read(run_id, stream)
+        starts = self._stream(run_id, stream).log.starts(len(records))
+        if starts is None:
+            return {}
+        return {r.id: at for r, at in zip(records, starts, strict=True)}
 
     def streams(self, run_id: str) -> list[str]:
         """Return the run's non-empty stream names, sorted.

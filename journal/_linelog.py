@@ -1164,6 +1164,79 @@ class LineLog(Generic[T]):
             return False
         return self._sequence is None or damaged_seq is None or self._sequence(record) > damaged_seq
 
+    def read_at(self, offset: int) -> tuple[T, int] | None:
+        """The acknowledged record whose line begins at ``offset``, and where its line ends; None
+        when nothing there counts as one. No lock; nothing is cut; the cache is left alone.
+
+        A line counts only if ``offset`` is a line start (0, or just after a newline), its line
+        ends (newline included) at or below the watermark (a line past it was never acknowledged,
+        however it looks), before a poisoned point, and it decodes under the codec (its checksum
+        and fields). None says only "not here": the caller falls back to a full ``read``, which
+        judges damage (a damaged line below the watermark fails that read closed). The line's
+        place in the sequence is not checked (that needs the lines before it): a caller that needs
+        it compares the record's own sequence number with what it expects.
+
+        Raises:
+            JournalCorrupt: the log or its lock is not a regular file.
+            JournalReadInterrupted: the file could not be read.
+        """
+        if type(offset) is not int or offset < 0:
+            return None
+        try:
+            fd = open_regular(self._path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        try:
+            found = self._acknowledged_line(fd, offset)
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
+        finally:
+            os.close(fd)
+        if found is None:
+            return None
+        try:
+            return self._codec.decode(found[0]), found[1]
+        except LineDamaged:
+            return None
+
+    def _acknowledged_line(self, fd: int, offset: int) -> tuple[bytes, int] | None:
+        """The line beginning at ``offset`` (without its newline) and its end, when ``offset`` is
+        a line start and the line ends at or below the watermark and before a poisoned point."""
+        marks = self._read_marks(strict=False)
+        limit = self._trusted_mark(marks, os.fstat(fd).st_size)
+        poison = self._poison_of(marks)
+        if limit is not None and poison is not None:
+            limit = min(limit, poison)
+        if limit is None or offset >= limit or (offset > 0 and os.pread(fd, 1, offset - 1) != b"\n"):
+            return None  # nothing acknowledged there, or mid-line: not where a line begins
+        chunks: list[bytes] = []
+        pos = offset
+        while pos < limit:
+            chunk = os.pread(fd, min(_REVERSE_BLOCK, limit - pos), pos)
+            if not chunk:
+                break
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                chunks.append(chunk[:nl])
+                return b"".join(chunks), pos + nl + 1
+            chunks.append(chunk)
+            pos += len(chunk)
+        return None  # no newline at or below the watermark: never acknowledged
+
+    def starts(self, count: int) -> list[int] | None:
+        """Where each of the first ``count`` records of the cache (as ``read`` last returned them)
+        begins in the file; None when the cache does not start at the file's first line."""
+        with self._mutex:
+            if self._base != 0 or count > len(self._ends):
+                return None
+            return [0, *self._ends[: count - 1]] if count else []
+
     def iter_reverse(self) -> Iterator[T]:
         """Yield records newest first, reading the file backwards in blocks, without a lock.
 

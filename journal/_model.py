@@ -58,6 +58,13 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+def check_record_id(value: object) -> str:
+    """Return ``value`` when it can be a record id (a string); raise ``JournalNameInvalid``."""
+    if not isinstance(value, str):
+        raise JournalNameInvalid(f"invalid record id {value!r:.80}: a record id is a string")
+    return value
+
+
 def _check_text(kind: str, value: object, max_bytes: int) -> str:
     if not isinstance(value, str):
         raise JournalNameInvalid(f"invalid {kind} {value!r}: it must be a string")

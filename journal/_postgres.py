@@ -60,6 +60,7 @@ from journal._model import (
     check_name,
     check_not_held,
     check_open,
+    check_record_id,
     check_resumable,
     check_sync,
     finish_state,
@@ -827,6 +828,20 @@ class PostgresJournal:
         check_key(key)
         found = self._records("finding a record", run_id, stream, " and x.key = %s", (key,))
         return found[0] if found else None
+
+    def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
+        """Return the record ``record_id`` of the stream, or None: one query on the run's unique
+        index of record ids (``hint`` is not needed here and is ignored; see ``JournalBackend``)."""
+        check_record_id(record_id)
+        found = self._records("looking up a record", run_id, stream, " and x.id = %s", (record_id,))
+        return found[0] if found else None
+
+    def hints(self, run_id: str, stream: str) -> dict[str, int]:
+        """Return no hints: a lookup is one indexed query already (see ``JournalBackend``); raise
+        JournalRunNotFound for no run, as the file backend does."""
+        check_name("stream name", stream)
+        self.run(run_id)
+        return {}
 
     def streams(self, run_id: str) -> list[str]:
         """Return the run's non-empty stream names, sorted; raise JournalRunNotFound for no run."""

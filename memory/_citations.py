@@ -8,6 +8,15 @@ entry's fields against the record's); ``sync`` checks every file it ingests, byt
 makes the run be read again (the journal's reads are incremental), so a file published after the
 last read is still found. A record is never expected to leave an append-only journal: one found
 once is trusted for the life of the store object.
+
+A fresh process need not read a whole run to check one citation. The journal gives, for each
+record of a stream it read, a hint for finding that record again (``JournalBackend.hints``: on the
+file backend, the offset its line begins at); those are kept per run in ``flows-cache/`` (keyed and
+tagged as the files' index is, ``FileCache.journal_hints``). A citation with a hint is checked with
+``JournalBackend.lookup``, which reads that one line and takes it only when it is the cited record,
+acknowledged and intact, and otherwise reads the stream as before: a wrong, stale or forged hint
+costs time, never a file served whose record is not in the journal. The hints are written after a
+full read of a run found a citation the hints did not know.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from pathlib import Path
 
 from journal import JournalBackend, JournalNameInvalid, JournalRunNotFound, Record
 from memory._errors import Unreachable
+from memory._filecache import FileCache
 from memory._finding import STREAM, checked_commit, render
 from memory._results import Citation, Recalled
 
@@ -30,6 +40,8 @@ class Citations:
 
     def __init__(self, open_journal: Callable[[], JournalBackend]) -> None:
         self._open_journal = open_journal
+        self._hint_store: FileCache | None = None
+        self._hints: dict[str, dict[str, int]] = {}  # run id -> its records' hints, as loaded
         self._runs: dict[str, tuple[int, dict[str, Record]]] = {}  # run id -> (records read, by id)
         self._checked: dict[Citation, Recalled] = {}  # entries ``check`` passed, by citation
         self._mutex = threading.Lock()
@@ -46,6 +58,15 @@ class Citations:
         if known is not None and rid in known[1]:
             return known[1][rid]
         backend = self._open_journal()
+        hints = self._run_hints(backend, run_id)
+        hint = hints.get(rid)
+        if type(hint) is int:
+            try:
+                found = backend.lookup(run_id, STREAM, rid, hint=hint)
+            except (JournalRunNotFound, JournalNameInvalid):
+                found = None
+            if found is not None:
+                return found
         try:
             records = backend.read(run_id, STREAM)
         except (JournalRunNotFound, JournalNameInvalid):
@@ -56,7 +77,39 @@ class Citations:
                 if len(self._runs) >= _MAX_RUNS:
                     self._runs.clear()
                 known = self._runs[run_id] = (len(records), {r.id: r for r in records})
-        return known[1].get(rid)
+        record = known[1].get(rid)
+        if record is not None and self._hint_store is not None and rid not in hints:
+            self._save_hints(backend, run_id)
+        return record
+
+    def use_hints(self, store: FileCache | None) -> None:
+        """Keep the journal's hints in ``store`` (None: keep none, read every run whole)."""
+        self._hint_store = store
+
+    def _run_hints(self, backend: JournalBackend, run_id: str) -> dict[str, int]:
+        if self._hint_store is None:
+            return {}
+        with self._mutex:
+            hints = self._hints.get(run_id)
+        if hints is None:
+            hints = self._hint_store.journal_hints(backend.location, run_id, STREAM)
+            with self._mutex:
+                if len(self._hints) >= _MAX_RUNS:
+                    self._hints.clear()
+                self._hints[run_id] = hints
+        return hints
+
+    def _save_hints(self, backend: JournalBackend, run_id: str) -> None:
+        """Keep the hints of every record of the run as just read (best effort)."""
+        assert self._hint_store is not None
+        try:
+            hints = backend.hints(run_id, STREAM)
+        except (JournalRunNotFound, JournalNameInvalid):
+            return
+        if hints:
+            self._hint_store.save_journal_hints(backend.location, run_id, STREAM, hints)
+        with self._mutex:
+            self._hints[run_id] = hints
 
     def check(self, entry: Recalled, path_of: Callable[[Recalled], Path]) -> None:
         """Check that ``entry`` (read from the learned file ``path_of(entry)``) is what its cited

@@ -59,6 +59,8 @@ CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
 
 _MAGIC = b"FLOWSIX2"
+_HINTS_MAGIC = b"FLOWSJH1"  # a run's journal hints (``journal_hints``)
+_MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
 _VERSION = 2
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
 _KEY_BYTES = 32
@@ -129,6 +131,21 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
         length -= len(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def _read_small(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` when it holds at most ``limit``; else (or when it
+    cannot be read) nothing."""
+    fd = _open_regular(path)
+    if fd is None:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        return _pread(fd, size, 0) if size <= limit else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _lstat(path: str | Path) -> os.stat_result | None:
@@ -312,6 +329,46 @@ class FileCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             return False
+
+    # -- where the journal's records are -------------------------------------------------------
+
+    def _hints_path(self, run_id: str, stream: str) -> Path:
+        digest = hashlib.blake2b(f"{run_id}/{stream}".encode(), digest_size=12).hexdigest()
+        return self._root / f"cites-{digest}.idx"
+
+    def journal_hints(self, location: str, run_id: str, stream: str) -> dict[str, int]:
+        """The hints the journal gave (``JournalBackend.hints``) for ``stream`` of ``run_id`` in the
+        journal at ``location``, as last saved; empty when there are none, or the file is not one
+        this code wrote with this store's key for that stream (never an error)."""
+        key = self._load_key(create=False)
+        if key is None:
+            return {}
+        data = _read_small(self._hints_path(run_id, stream), _MAX_HINTS)
+        body = data[len(_HINTS_MAGIC) + _TAG_BYTES :]
+        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
+        if data[: len(_HINTS_MAGIC)] != _HINTS_MAGIC or not hmac.compare_digest(
+            data[len(_HINTS_MAGIC) : len(_HINTS_MAGIC) + _TAG_BYTES], tag
+        ):
+            return {}
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return {}
+        if not isinstance(obj, dict) or obj.get("of") != [location, run_id, stream]:
+            return {}
+        at = obj.get("at")
+        return at if isinstance(at, dict) else {}
+
+    def save_journal_hints(self, location: str, run_id: str, stream: str, hints: dict[str, int]) -> None:
+        """Keep ``hints`` for ``stream`` of ``run_id`` (best effort: nothing happens on failure)."""
+        key = self._load_key(create=True)
+        if key is None or not hints:
+            return
+        body = orjson.dumps({"of": [location, run_id, stream], "at": hints})
+        if len(body) + len(_HINTS_MAGIC) + _TAG_BYTES > _MAX_HINTS:
+            return
+        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
+        self._write_atomically(self._hints_path(run_id, stream), _HINTS_MAGIC + tag + body)
 
     # -- one directory's index -------------------------------------------------------------------
 

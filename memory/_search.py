@@ -181,6 +181,7 @@ class Search:
         )
         self._disk = DiskIndex(publisher.db_path.parent, files)
         self._citations = citations
+        citations.use_hints(files)
         self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}

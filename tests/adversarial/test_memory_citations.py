@@ -114,3 +114,47 @@ def test_repair_against_the_wrong_journal_refuses_naming_it_and_changes_nothing(
     after = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(("db-wal", "db-shm"))}
     assert after == {k: v for k, v in before.items() if not k.endswith(("db-wal", "db-shm"))}
     assert flows(s.db, "check").returncode == 0  # with its own journal the store is clean
+
+
+def _poison_after_first(s: Store) -> None:
+    """Mark every byte of the run's stream after its first record as poisoned (a failed sync's
+    doubt, as the log records it): the later lines stay on disk, whole and checksummed, but none of
+    them counts as a record any more, while the kept hints still point at them."""
+    import struct
+    import zlib
+
+    from journal import FileJournal
+
+    jr = FileJournal(s.journal_dir)
+    path = jr.stream_path(s.run_id, memory.STREAM)
+    jr.close()
+    first_end = path.read_bytes().index(b"\n") + 1
+    with open(f"{path}.lock", "r+b") as f:
+        raw = f.read(92)
+        state = struct.Struct("<8Q")
+        generation = state.unpack_from(raw, 24)[1] if len(raw) == 92 else 0
+        none = 2**64 - 1
+        packed = state.pack(first_end, generation, none, none, none, none, none, none)
+        f.seek(24)
+        f.write(packed + zlib.crc32(packed).to_bytes(4, "little"))
+
+
+def test_a_kept_hint_never_serves_a_file_whose_record_is_gone(tmp_path: Path) -> None:
+    """A fresh process checks a citation by its kept hint (one line of the stream); once the
+    record no longer counts (past a poisoned point), the line at the hint is not taken, and the
+    read fails closed naming the run, as a full read of the stream would (``recover=False``:
+    nothing cuts the log first)."""
+    s = populate(tmp_path / "store" / "history.db", ["one", "two", "three"])
+    with memory.MemoryStore(s.db) as store:
+        assert len(store.recall(limit=10)) == 3  # a full read of the run, and its hints kept
+    assert list((s.db.parent / "flows-cache").glob("cites-*.idx"))
+    with memory.MemoryStore(s.db) as store:
+        assert len(store.recall(limit=10)) == 3  # by the hints
+    _poison_after_first(s)
+    fresh = memory.MemoryStore(s.db, recover=False)
+    try:
+        with pytest.raises(memory.Unreachable, match=s.run_id) as caught:
+            fresh.recall(limit=10)
+    finally:
+        fresh.close()
+    assert caught.value.code == "memory_unreachable"

@@ -579,3 +579,47 @@ def test_a_flow_or_scope_either_backend_cannot_store_is_journal_name_invalid(
     assert jr.runs() == []
     info, _ = jr.begin("日本語 flow: a/b", "é" * 100, {})  # any printable text is fine
     assert (jr.run(info.run_id).flow, jr.run(info.run_id).scope) == ("日本語 flow: a/b", "é" * 100)
+
+
+def test_lookup_finds_one_record_by_id_with_or_without_a_hint(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    written = [jr.append(lease, "memory-learn", {"n": i}, key=f"k{i}" if i % 2 else None) for i in range(6)]
+    other = journal.open_journal(journal_location)  # a fresh object: nothing cached
+    try:
+        hints = other.hints(info.run_id, "memory-learn")
+        assert set(hints) <= {r.id for r in written}
+        fresh = journal.open_journal(journal_location)
+        try:
+            for r in written:
+                assert fresh.lookup(info.run_id, "memory-learn", r.id) == r
+                assert fresh.lookup(info.run_id, "memory-learn", r.id, hint=hints.get(r.id)) == r
+                # another record's hint, or a nonsense one, costs a full read, never a wrong answer
+                for wrong in (*hints.values(), 1, 10**9, -5):
+                    assert fresh.lookup(info.run_id, "memory-learn", r.id, hint=wrong) == r
+            assert fresh.lookup(info.run_id, "memory-learn", "no-such-id") is None
+            assert fresh.lookup(info.run_id, "other-stream", written[0].id) is None
+            first = hints.get(written[0].id)
+            assert fresh.lookup(info.run_id, "memory-learn", "no-such-id", hint=first) is None
+        finally:
+            fresh.close()
+    finally:
+        other.close()
+
+
+def test_lookup_refuses_bad_names_and_an_unknown_run(jr: JournalBackend) -> None:
+    info, lease = jr.begin("f", "s", {})
+    r = jr.append(lease, "a", {"n": 1})
+    with pytest.raises(journal.JournalRunNotFound):
+        jr.lookup("no-such-run", "a", r.id)
+    with pytest.raises(journal.JournalRunNotFound):
+        jr.lookup("no-such-run", "a", r.id, hint=0)
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.lookup("../x", "a", r.id)
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.lookup(info.run_id, "a/b", r.id)
+    with pytest.raises(journal.JournalNameInvalid):
+        jr.lookup(info.run_id, "a", 5)  # type: ignore[arg-type]
+    with pytest.raises(journal.JournalRunNotFound):
+        jr.hints("no-such-run", "a")
