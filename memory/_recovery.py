@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from journal import JournalBackend, RunState
+from journal import FileJournal, JournalBackend, RunState
 from memory._filecache import cache_dir
 from staging import CodedError
 
@@ -120,7 +120,7 @@ class Recovery:
             made = 0
             for run in runs:
                 if run.state in (RunState.FAILED, RunState.INTERRUPTED):
-                    made += self._restore(backend, run.run_id)
+                    made += self._restore_one(backend, run.run_id)
         except (CodedError, OSError) as exc:
             log.warning("the check for learned files a power loss took did not finish: %s", exc)
             return 0
@@ -129,6 +129,15 @@ class Recovery:
         if life is not None and runs:  # a store without runs writes nothing
             self._write_memo(memo, self._memo(life))
         return made
+
+    def _restore_one(self, backend: JournalBackend, run_id: str) -> int:
+        """Restore one run. A file journal keeps every record it read for its object's life, so the
+        walk reads each run through a journal object of its own, dropped after it: the store's own
+        journal is left without the walked runs' records, and the walk holds one run's at a time."""
+        if not isinstance(backend, FileJournal):
+            return self._restore(backend, run_id)
+        with FileJournal(backend.root) as walker:
+            return self._restore(walker, run_id)
 
     @staticmethod
     def _write_memo(memo: Path, data: bytes) -> None:
