@@ -3,7 +3,7 @@
 ``python -m tests.langgraph.graph_child JOURNAL DB THREAD`` runs the graph on THREAD until it ends,
 printing ``node <i>`` as each node starts and ``done <json>`` at the end. The test kills it with
 SIGKILL at random points and starts it again: a new run resumes the thread from its last checkpoint
-(``invoke(None)``), or starts it when there is none.
+(``invoke(None)``, see ``run``), or starts it when there is none.
 
 Each node writes the store twice: its own item (``step-<i>``), and an append to the shared
 ``log`` item that it skips when its entry is already there (a node re-run after a crash must find
@@ -58,19 +58,32 @@ def build() -> StateGraph:  # type: ignore[type-arg]
     return builder
 
 
+def run(graph: Any, config: Any) -> list[int]:
+    """Run the thread ``config`` names to its end, resuming it when it has begun; its ``done``.
+
+    A thread has not ended while its latest checkpoint has tasks, ``state.tasks``, not only
+    ``state.next``: LangGraph writes the checkpoint that follows a step in the background while the
+    next step runs (its default ``async`` durability), so a kill can leave a step's task writes
+    stored and the checkpoint after them lost. ``get_state`` then applies those writes to the values
+    and leaves the task out of ``next``, which is empty although the graph is only one step in;
+    ``invoke(None)`` takes the stored writes as the task's result and goes on.
+    """
+    state = graph.get_state(config)
+    if state.tasks:
+        result = graph.invoke(None, config)
+    elif not state.values:
+        result = graph.invoke({"done": []}, config)
+    else:
+        result = state.values
+    return list(result["done"])
+
+
 def main(journal: str, db: str, thread: str) -> None:
     """Run or resume the graph on ``thread`` to its end."""
     with JournalSaver(journal=journal) as saver, JournalStore(db=db, journal=journal) as store:
         graph = build().compile(checkpointer=saver, store=store)
-        config: Any = {"configurable": {"thread_id": thread}}
-        state = graph.get_state(config)
-        if not state.values:
-            result = graph.invoke({"done": []}, config)
-        elif state.next:
-            result = graph.invoke(None, config)
-        else:
-            result = state.values
-        print("done " + json.dumps(result["done"]), flush=True)
+        done = run(graph, {"configurable": {"thread_id": thread}})
+        print("done " + json.dumps(done), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flows.langgraph import JournalSaver, JournalStore
 from flows.langgraph._store import scope_of
 from tests.conftest import ROOT
-from tests.langgraph.graph_child import NAMESPACE, NODES
+from tests.langgraph.graph_child import NAMESPACE, NODES, build, run
 
 _KILLS = 5  # at most this many kills; then the graph runs to its end
 
@@ -33,21 +34,22 @@ def _start(journal: str, db: Path, thread: str) -> subprocess.Popen[str]:
     )
 
 
-def _kill_at_random(child: subprocess.Popen[str], rng: random.Random) -> bool:
-    """Let the child start ``k`` nodes (random), wait a random moment, SIGKILL it. True when it
-    finished before the kill came."""
+def _kill_at_random(child: subprocess.Popen[str], rng: random.Random) -> str | None:
+    """Let the child start ``k`` nodes (random), wait a random moment, SIGKILL it. The child's
+    ``done`` line when it finished before the kill came, else None."""
     assert child.stdout is not None
     target = rng.randrange(0, NODES + 1)
     started = 0
     while started < target:
         line = child.stdout.readline()
         if not line or line.startswith("done"):
-            return child.wait(timeout=60) == 0 and line.startswith("done")
+            finished = child.wait(timeout=60) == 0 and line.startswith("done")
+            return line.strip() if finished else None
         started += line.startswith("node")
     time.sleep(rng.uniform(0, 0.06))
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=60)
-    return False
+    return None
 
 
 @pytest.mark.slow
@@ -57,7 +59,7 @@ def test_a_graph_killed_between_nodes_resumes_without_losing_or_doubling_store_w
 ) -> None:
     rng = random.Random(20261202)
     db = tmp_path / "history.db"
-    finished = False
+    finished: str | None = None
     kills = 0
     while not finished and kills < _KILLS:
         child = _start(journal_location, db, "crashy")
@@ -70,7 +72,9 @@ def test_a_graph_killed_between_nodes_resumes_without_losing_or_doubling_store_w
                 if pipe is not None:
                     pipe.close()
         kills += not finished
-    if not finished:
+    if finished:  # a child that says it is done ran every node, once each
+        assert finished == "done " + json.dumps(list(range(NODES)))
+    else:
         child = _start(journal_location, db, "crashy")
         out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err[-3000:]
@@ -95,3 +99,32 @@ def test_a_graph_killed_between_nodes_resumes_without_losing_or_doubling_store_w
         live = store.memory.recall(scope=scope_of(NAMESPACE), limit=None)
         keys = [r.metadata["key"] for r in live]
         assert sorted(keys) == sorted(items)
+
+
+def test_a_thread_killed_after_a_task_wrote_but_before_the_next_checkpoint_resumes_past_that_task(
+    journal_location: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a kill leaves under LangGraph's default (async) durability, made on purpose: the first
+    node's writes are stored against the checkpoint before it, the checkpoint after it never is.
+    ``get_state`` then shows the node's output in the values and nothing in ``next``; the thread is
+    not done: a resume takes the stored writes as the node's result and runs the rest, once each."""
+    config: Any = {"configurable": {"thread_id": "cut"}}
+    with (
+        JournalSaver(journal=journal_location) as saver,
+        JournalStore(db=str(tmp_path / "history.db"), journal=journal_location) as store,
+    ):
+        build().compile(checkpointer=saver, store=store, interrupt_before=["n0"]).invoke({"done": []}, config)
+        graph = build().compile(checkpointer=saver, store=store)
+        (task,) = graph.get_state(config).tasks
+        saver.put_writes(graph.get_state(config).config, [("done", [0]), ("branch:to:n1", None)], task.id)
+        cut = graph.get_state(config)
+        assert (cut.values, cut.next) == ({"done": [0]}, ())  # what the crash test once took for the end
+        capsys.readouterr()
+
+        assert run(graph, config) == list(range(NODES))
+        started = [line for line in capsys.readouterr().out.splitlines() if line.startswith("node")]
+        assert started == [f"node {i}" for i in range(1, NODES)]  # n0's stored writes stand for it
+        end = saver.get_tuple({"configurable": {"thread_id": "cut", "checkpoint_ns": ""}})
+        assert end is not None
+        assert end.checkpoint["channel_values"]["done"] == list(range(NODES))
+        assert graph.get_state(config).tasks == ()
