@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Container
 from pathlib import Path
 
@@ -31,23 +32,39 @@ from memory._syncing import scan_journal
 from staging import CodedError, failpoint
 
 
-def _older(final: Path, rec: Record) -> bool:
-    """Whether ``final`` holds a readable learned file of an older commit than ``rec`` (a file
-    that cannot be read or parsed is not: it is left for ``flows check``)."""
+def _regular_bytes(path: Path, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of ``path`` if it is a regular file that can be read (never
+    through a link, never blocking on a FIFO), else None."""
     try:
-        fd = os.open(final, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
-        data = os.read(fd, 1 << 20)
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    try:
-        return parse_learned(final, data).learned_ms < int(rec.payload["learnedMs"])
-    except CodedError:
+
+
+def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
+    """Whether the walk for lost files should publish ``data`` (the rendering of ``rec``) at
+    ``final``: nothing is there; or a regular file is there that holds neither exactly ``data``
+    nor a newer commit of the finding (a power loss can tear a file whose bytes were written
+    without fsync, and the record holds every byte it must hold). Anything else there (a link, a
+    FIFO, a folder, a file that cannot be read) is left for ``flows check``."""
+    if not os.path.lexists(final):
+        return True
+    held = _regular_bytes(final, max(len(data) + 1, 1 << 20))
+    if held is None or held == data:
         return False
+    try:
+        there = parse_learned(final, held)
+    except CodedError:
+        return True  # torn, or damaged: the record restores it
+    committed = int(rec.payload["learnedMs"])
+    ours = (there.citation.run_id, there.citation.id) == (rec.run_id, rec.id)
+    return there.learned_ms < committed or (there.learned_ms == committed and ours)
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
@@ -152,23 +169,19 @@ class Learner:
             if not pub.durable(final):
                 pub.sync_dir(directory, root.run_id)
             return _learned(fid, existing, final)
-        # Journal and file on one file system: the stage is written without fsync and the append's
-        # own sync (a syncfs) makes both durable with one device flush.
-        shared = existing is None and self._shares_filesystem(root.journal, directory)
-        staged = pub.stage(directory, data, root.run_id, sync=not shared)
+        # The record holds every byte the file will: once it is durable, the file is derived state
+        # that the store's next open, a resume or ``sync`` can write again from it. So the one device
+        # flush of a learn is the journal's own sync of its log, and the stage is written without
+        # fsync; its bytes are made durable with its name, later (``flush_names``). With a journal
+        # elsewhere (another file system, PostgreSQL) the stage is synced first, as before: the
+        # power-loss model proves the unsynced stage with a file journal on the store's own disk.
+        loose = existing is None and self._shares_filesystem(root.journal, directory)
+        staged = pub.stage(directory, data, root.run_id, sync=not loose)
         try:
             if existing is not None:
                 record = existing
             else:
-                # The append's syncfs begins after this mark: every name renamed before it is
-                # durable once the append returns.
-                mark = pub.pending.mark()
-                record = root.journal.append(
-                    root.lease, STREAM, expected.payload, key=fid, sync_filesystem=shared
-                )
-                if shared:
-                    known = self._shared_fs
-                    pub.pending.settled(mark, lambda d: known.get((root.journal, d), False))
+                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid)
         except BaseException:
             staged.discard()
             raise
@@ -178,11 +191,13 @@ class Learner:
         if record is not expected and record.payload != expected.payload and render(record) != data:
             staged.discard()
             self._check(root, record, fid)
-            staged = pub.stage(directory, render(record), root.run_id)
-        # The record is durable: the name may be too, later (``flush_names``: a run's end, a
-        # session's flush or close, a group of learns); a power loss before then loses only the
-        # name, which the store's next open, a resume or ``sync`` publish again from the record.
-        pub.publish_lazily(staged, final, root.run_id)
+            staged = pub.stage(directory, render(record), root.run_id)  # synced
+            loose = False
+        # The record is durable: the name (and, with ``loose``, the file's bytes) may be too, later
+        # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
+        # loss before then loses only the name or tears the file, which the store's next open, a
+        # resume or ``sync`` publish again from the record.
+        pub.publish_lazily(staged, final, root.run_id, loose=loose)
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
@@ -247,10 +262,11 @@ class Learner:
     def restore_missing(
         self, backend: JournalBackend, run_id: str, held: Callable[[list[str]], Container[str]]
     ) -> int:
-        """Publish the file of each finding ``run_id`` committed whose file is missing (or holds an
-        older commit of it), unless it is retired or the history DB holds it (``held(keys)``
-        returns the keys it holds); returns how many. A file that is there and damaged is left for
-        ``flows check``. The check a store open makes for runs that did not end cleanly.
+        """Publish the file of each finding ``run_id`` committed whose file is missing, torn or
+        damaged, or holds an older commit of it (``_to_replace``), unless it is retired or the
+        history DB holds it (``held(keys)`` returns the keys it holds); returns how many. Anything
+        but a regular file in its place is left for ``flows check``. The check a store open makes
+        for runs that did not end cleanly.
         """
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
@@ -258,9 +274,9 @@ class Learner:
             final = pub.scope_dir(scope) / f"{fid}.json"
             if os.path.lexists(self._retirer.retired_path(scope, fid)):
                 continue
-            if os.path.lexists(final) and not _older(final, rec):
-                continue
-            wanted.append((final, render(rec)))
+            data = render(rec)
+            if _to_replace(final, rec, data):
+                wanted.append((final, data))
         if wanted:
             kept = held([final.stem for final, _ in wanted])
             wanted = [(final, data) for final, data in wanted if final.stem not in kept]

@@ -13,7 +13,6 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from memory._db import db_mode
 from memory._errors import Unwritable
 from memory._paths import learned_dir, retired_dir
 from memory._safe import Folder, describe
-from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sync_dir_shared
+from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sync_dir_shared, syncfs
 
 SYNC_BATCH = 500
 """Files published (or ingested by ``sync``) per batch."""
@@ -78,47 +77,42 @@ class PendingNames:
     """The folders holding names a learn renamed into place but did not fsync, in rename order.
 
     Each rename takes the next number. ``settled(upto)`` forgets every rename numbered up to
-    ``upto``: a sync that began after it was numbered made it durable (a folder fsync, or a
-    ``syncfs`` of the whole file system). Thread-safe.
+    ``upto``: a flush that began after it was numbered made it durable (a folder fsync, or a
+    ``syncfs`` of the whole file system). A *loose* name's file was written without fsync as well,
+    so only a ``syncfs`` settles it. Thread-safe.
     """
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._seq = 0
-        self._waiting: deque[tuple[int, Path, float]] = deque()  # (number, folder, when renamed)
+        # (number, folder, when renamed, loose)
+        self._waiting: deque[tuple[int, Path, float, bool]] = deque()
 
-    def renamed(self, directory: Path) -> bool:
-        """Note a name renamed into ``directory`` and not yet durable; return whether the waiting
-        names now call for a folder fsync (``NAMES_GROUP`` of them, or the oldest ``NAMES_WAIT_S``
-        old)."""
+    def renamed(self, directory: Path, loose: bool = False) -> bool:
+        """Note a name renamed into ``directory`` and not yet durable (``loose``: nor its file's
+        bytes); return whether the waiting names now call for a flush (``NAMES_GROUP`` of them, or
+        the oldest ``NAMES_WAIT_S`` old)."""
         now = time.monotonic()
         with self._mutex:
             self._seq += 1
             waiting = self._waiting
-            waiting.append((self._seq, directory, now))
+            waiting.append((self._seq, directory, now, loose))
             return len(waiting) >= NAMES_GROUP or now - waiting[0][2] >= NAMES_WAIT_S
 
-    def mark(self) -> int:
-        """The number of the newest rename so far: what a sync that begins now covers."""
-        with self._mutex:
-            return self._seq
-
-    def settled(self, upto: int, covers: Callable[[Path], bool] | None = None) -> None:
-        """Forget the renames numbered up to ``upto`` (a sync begun after them returned), only
-        those into folders ``covers`` says the sync reached when it is given (a ``syncfs`` reaches
-        its own file system only)."""
+    def settled(self, upto: int) -> None:
+        """Forget the renames numbered up to ``upto`` (a flush begun after them returned)."""
         with self._mutex:
             waiting = self._waiting
-            if covers is None:
-                while waiting and waiting[0][0] <= upto:
-                    waiting.popleft()
-            elif waiting and waiting[0][0] <= upto:
-                self._waiting = deque(w for w in waiting if w[0] > upto or not covers(w[1]))
+            while waiting and waiting[0][0] <= upto:
+                waiting.popleft()
 
-    def snapshot(self) -> tuple[int, list[Path]]:
-        """The newest rename's number and the folders with a name waiting (each once)."""
+    def snapshot(self) -> tuple[int, list[Path], list[Path]]:
+        """The newest rename's number, the folders with a name waiting, and those with a loose
+        name waiting (each once)."""
         with self._mutex:
-            return self._seq, list(dict.fromkeys(d for _, d, _ in self._waiting))
+            waiting = self._waiting
+            folders = list(dict.fromkeys(w[1] for w in waiting))
+            return self._seq, folders, list(dict.fromkeys(w[1] for w in waiting if w[3]))
 
 
 class Publisher:
@@ -239,41 +233,62 @@ class Publisher:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
-    def publish_lazily(self, staged: Any, final: Path, run_id: str | None) -> None:
+    def publish_lazily(self, staged: Any, final: Path, run_id: str | None, *, loose: bool = False) -> None:
         """Rename ``staged`` into place at ``final`` without fsyncing its folder: the name waits in
-        ``pending`` until ``flush_names`` (or a ``syncfs``) makes it durable. When enough names wait,
-        or the oldest has waited long enough, this call fsyncs their folders before returning.
+        ``pending`` until ``flush_names`` makes it durable. ``loose``: the stage was written without
+        fsync, and its bytes wait too. When enough names wait, or the oldest has waited long enough,
+        this call flushes them before returning.
 
         Raises:
-            Unwritable: the rename failed, or the group's folder fsync did (the name is in place).
+            Unwritable: the rename failed, or the group's flush did (the name is in place).
         """
         self.publish(staged, final, run_id, sync=False)
-        if self.pending.renamed(final.parent):
+        if self.pending.renamed(final.parent, loose):
             self.flush_names(run_id)
 
     def flush_names(self, run_id: str | None = None) -> None:
-        """Make every name ``publish_lazily`` renamed so far durable: one fsync of each folder that
-        has one waiting (shared with threads fsyncing the same folder). A folder removed since
-        holds no name to keep.
+        """Make every name ``publish_lazily`` renamed so far durable, with its file's bytes: one
+        ``syncfs`` of each file system holding a loose name (files and names alike), and one fsync
+        of each other folder that has a name waiting (shared with threads fsyncing the same
+        folder). A folder removed since holds no name to keep.
 
         Raises:
-            Unwritable: a folder fsync failed (its names keep waiting).
+            Unwritable: a sync failed (its names keep waiting).
         """
-        upto, folders = self.pending.snapshot()
+        upto, folders, loose = self.pending.snapshot()
+        synced: set[int] = set()  # devices a syncfs covered
+        for directory in loose:
+            try:
+                failpoint("memory.before_flush_names")
+                dev = os.stat(directory).st_dev
+                if dev not in synced:
+                    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    try:
+                        syncfs(fd)
+                    finally:
+                        os.close(fd)
+                    synced.add(dev)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._unsynced(directory, run_id, exc) from exc
         for directory in folders:
             try:
+                if synced and os.stat(directory).st_dev in synced:
+                    continue
                 failpoint("memory.before_flush_names")
                 sync_dir_shared(directory)
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise Unwritable(
-                    f"cannot fsync {directory}: {exc.strerror or exc}",
-                    path=directory,
-                    run_id=run_id,
-                    errno=exc.errno,
-                ) from exc
+                raise self._unsynced(directory, run_id, exc) from exc
         self.pending.settled(upto)
+
+    @staticmethod
+    def _unsynced(directory: Path, run_id: str | None, exc: OSError) -> Unwritable:
+        return Unwritable(
+            f"cannot sync {directory}: {exc.strerror or exc}", path=directory, run_id=run_id, errno=exc.errno
+        )
 
     def publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
         """Publish each ``(final, data)``, ``SYNC_BATCH`` at a time: stage them all, one data sync,

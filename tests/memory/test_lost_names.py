@@ -199,17 +199,18 @@ def test_a_session_whose_names_cannot_be_made_durable_ends_failed_not_done(
         assert a.path.exists()  # readable; after a power loss the next open restores it
 
 
-def test_a_sync_of_one_file_system_settles_only_the_names_waiting_on_it(tmp_path: Path) -> None:
+def test_pending_names_keep_their_order_and_which_files_are_loose(tmp_path: Path) -> None:
     pending = PendingNames()
     here, there = tmp_path / "here", tmp_path / "there"
     pending.renamed(here)
-    pending.renamed(there)
-    mark = pending.mark()
-    pending.renamed(here)  # after the sync began: not covered by it
-    pending.settled(mark, lambda d: d == here)
-    assert pending.snapshot() == (3, [there, here])
-    pending.settled(pending.mark())
-    assert pending.snapshot() == (3, [])
+    pending.renamed(there, loose=True)
+    upto = pending.snapshot()[0]
+    pending.renamed(here, loose=True)  # after the flush began: not covered by it
+    assert pending.snapshot() == (3, [here, there], [there, here])
+    pending.settled(upto)
+    assert pending.snapshot() == (3, [here], [here])
+    pending.settled(3)
+    assert pending.snapshot() == (3, [], [])
 
 
 def test_the_open_publishes_again_a_lost_file_with_the_postgresql_journal(

@@ -616,6 +616,7 @@ class Verdict:
     doubled: int = 0
     fabricated: int = 0
     unexpected: int = 0
+    refused: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -645,9 +646,10 @@ def _judge_findings(
     run_id = trace.info["run_id"]
     learn_steps = [s for s in trace.steps if s.startswith("L")]
     tried = {fid_of(e.step) for e in attempted if e.step.startswith("L")}
-    # A reader in another process before anything is recovered: whatever it reads has a record.
+    # A reader in another process before anything is recovered: whatever it reads has a record;
+    # a file the crash tore (its bytes were written without fsync) fails its read, coded.
     with memory.MemoryStore(db, recover=False, file_index=False) as reader:
-        _unjournaled(reader, run_id, v, when="after the crash, before any recovery")
+        _unjournaled(reader, run_id, v, when="after the crash, before any recovery", torn_ok=True)
     with memory.MemoryStore(db, clock=Clock(1_800_000_000_000), recover=recover) as store:
         jr = store.open_journal()
         runs = {r.run_id: r for r in jr.runs()}
@@ -718,13 +720,24 @@ def _count(
         v.notes.append(f"{when}: {len(made_up)} findings nobody learned")
 
 
-def _unjournaled(store: memory.MemoryStore, run_id: str, v: Verdict, *, when: str) -> None:
-    """Count the findings ``store`` reads that no record commits."""
+def _unjournaled(
+    store: memory.MemoryStore, run_id: str, v: Verdict, *, when: str, torn_ok: bool = False
+) -> None:
+    """Count the findings ``store`` reads that no record commits (``torn_ok``: a read refused with
+    ``memory_unreachable`` for a learned file whose finding a record commits is counted as
+    refused, not as a failure: the file was torn, and the read failed closed)."""
     jr = store.open_journal()
     keys = (
         {r.key for r in jr.read(run_id, memory.STREAM)} if run_id in {r.run_id for r in jr.runs()} else set()
     )
-    readable = {e.key for e in store.recall(limit=None, scope=None)}
+    try:
+        readable = {e.key for e in store.recall(limit=None, scope=None)}
+    except memory.Unreachable as exc:
+        path = exc.context().get("path")
+        if not torn_ok or path is None or Path(str(path)).stem not in keys:
+            raise
+        v.refused += 1
+        return
     if readable - keys:
         v.fabricated += len(readable - keys)
         v.notes.append(f"{when}: {len(readable - keys)} findings readable without a record")
@@ -832,6 +845,7 @@ class Explorer:
         self.tally.doubled += verdict.doubled
         self.tally.fabricated += verdict.fabricated
         self.tally.unexpected += verdict.unexpected
+        self.tally.refused += verdict.refused
         for n in verdict.notes:
             self.tally.note(f"{trace.kind} {''.join(trace.steps)} @op {point.k}: {n}")
 

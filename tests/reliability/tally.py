@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-HEADERS = ("scenario", "cases", "acknowledged", "lost", "doubled", "fabricated", "unexpected errors")
+HEADERS = (
+    "scenario",
+    "cases",
+    "acknowledged",
+    "lost",
+    "doubled",
+    "fabricated",
+    "unexpected errors",
+    "refused before recovery",
+)
 
 
 @dataclass
@@ -22,6 +31,9 @@ class Tally:
     doubled: int = 0
     fabricated: int = 0
     unexpected: int = 0
+    refused: int = 0
+    """Reads that failed closed (a coded error naming a torn file whose finding the journal
+    commits) in a reader that recovers nothing: expected, and not a failure."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -42,6 +54,7 @@ class Tally:
         self.doubled += other.doubled
         self.fabricated += other.fabricated
         self.unexpected += other.unexpected
+        self.refused += other.refused
         for n in other.notes:
             self.note(n)
 
@@ -55,6 +68,7 @@ class Tally:
             str(self.doubled),
             str(self.fabricated),
             str(self.unexpected),
+            str(self.refused),
         )
 
 

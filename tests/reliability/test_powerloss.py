@@ -49,18 +49,22 @@ def test_the_harness_reports_a_lost_root_run_when_the_publish_directory_fsync_is
     assert any("is gone" in n for n in tally.notes), tally.notes
 
 
-def _judge_after(trace: powerloss.Trace, step: str, *, recover: bool) -> powerloss.Tally:
-    """Every crash state from the end of ``step`` on, judged."""
+def _judge_after(
+    trace: powerloss.Trace, step: str, *, recover: bool, at_end: bool = False, every: int = 1
+) -> powerloss.Tally:
+    """Every crash state from the end of ``step`` on, judged (``at_end``: at its end only;
+    ``every``: one state in that many, in order)."""
     end = next(e.end for e in trace.events if e.step == step)
     assert end is not None
     tally = powerloss.Tally("after " + step)
     scratch = powerloss.scratch_root()
     try:
         explorer = powerloss.Explorer(tally, scratch, recover=recover)
-        for k in range(end, len(trace.ops) + 1):
+        for k in range(end, end + 1 if at_end else len(trace.ops) + 1):
             point = explorer.point(trace, k)
-            for dirs, files in point.states():
-                explorer.judge_state(trace, point, dirs, files, set())
+            for n, (dirs, files) in enumerate(point.states()):
+                if n % every == 0:
+                    explorer.judge_state(trace, point, dirs, files, set())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return tally
@@ -145,15 +149,26 @@ def test_the_recorder_logs_a_learn_as_stage_append_sync_then_a_rename_left_unsyn
     assert _in_order(first, ["create", "write", "fsync", "write", "fsync", "rename"]), first
     assert first[-1] == "rename"  # the learn ends with the rename: its name is made durable later
     second = _kinds_of(trace, "L2")
-    if staging.HAVE_SYNCFS:  # stage and journal on one file system: one syncfs covers both
-        assert _in_order(second, ["create", "write", "write", "syncfs", "rename"]), second
-        assert "syncfs" in second and "fsync" not in second, second  # one device flush per learn
+    if staging.HAVE_SYNCFS:  # stage and journal on one file system: the stage is left unsynced
+        assert _in_order(second, ["create", "write", "write", "fsync", "rename"]), second
+        assert second.count("fsync") == 1 and "syncfs" not in second, second  # one flush: the log's
+        learn = next(e for e in trace.events if e.step == "L2")
+        (synced,) = [op for op in trace.ops[learn.start : learn.end] if op.kind == "fsync"]
+        assert isinstance(synced.target, int)  # a file's (the journal's log), not a folder's
     else:
         assert _in_order(second, ["create", "write", "fsync", "write", "fsync", "rename"]), second
     assert second[-1] == "rename"
-    done = _kinds_of(trace, "D")  # the names are made durable before the run is marked done
-    assert done[0] == "fsync" and trace.ops[next(e.start for e in trace.events if e.step == "D")].target
-    assert _in_order(done, ["fsync", "create", "write", "rename"]), done
+    done = _kinds_of(trace, "D")  # files and names are made durable before the run is marked done
+    if staging.HAVE_SYNCFS:
+        assert done[0] == "syncfs", done
+        assert _in_order(done, ["syncfs", "create", "write", "rename"]), done
+    else:
+        assert done[0] == "fsync" and trace.ops[_start(trace, "D")].target
+        assert _in_order(done, ["fsync", "create", "write", "rename"]), done
+
+
+def _start(trace: powerloss.Trace, step: str) -> int:
+    return next(e.start for e in trace.events if e.step == step)
 
 
 def test_a_syncfs_makes_every_file_and_name_before_it_durable() -> None:
@@ -264,3 +279,49 @@ def test_a_name_waits_no_longer_than_the_group_time_while_learns_go_on(
     trace = powerloss.record_findings(["L1", "L2"], tmp_path)
     monkeypatch.undo()
     assert _kinds_of(trace, "L1")[-2:] == _kinds_of(trace, "L2")[-2:] == ["rename", "fsync"]
+
+
+def test_a_group_flush_makes_the_unsynced_files_and_their_names_durable_with_one_syncfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A learn's file is staged without fsync (its record holds every byte of it): the learn that
+    # brings the group to ``NAMES_GROUP`` names makes the files and the names durable together.
+    import memory._publisher
+
+    if not staging.HAVE_SYNCFS:
+        pytest.skip("the unsynced stage needs syncfs")
+    monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 2)
+    monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 3600.0)
+    trace = powerloss.record_findings(["L1", "L2"], tmp_path)
+    monkeypatch.undo()
+    kinds = {step: _kinds_of(trace, step) for step in ("L1", "L2")}
+    assert kinds["L2"][-2:] == ["rename", "syncfs"], kinds  # one flush for two files and names
+    # Every crash state from the end of L2 on: both files survive whole with no recovery at all.
+    tally = _judge_after(trace, "L2", recover=False)
+    assert tally.cases > 0 and tally.acknowledged > 0
+    assert tally.clean and tally.refused == 0, _summary(tally)
+
+
+def test_the_harness_reports_torn_files_when_the_store_open_does_not_write_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stage is not fsync'd (after a folder's first learn), so a power loss can keep a learn's
+    # name and tear its bytes: the store's open must write such a file again from its record, not
+    # only the missing ones.
+    import memory._learn
+
+    if not staging.HAVE_SYNCFS:
+        pytest.skip("the unsynced stage needs syncfs")
+    trace = powerloss.record_findings(["L1", "L2"], tmp_path)
+    real = memory._learn._to_replace
+    monkeypatch.setattr(
+        memory._learn, "_to_replace", lambda final, rec, data: not final.exists() and real(final, rec, data)
+    )
+    broken = _judge_after(trace, "L2", recover=True, at_end=True, every=7)
+    monkeypatch.undo()
+    assert broken.unexpected > 0, _summary(broken)
+    assert any("damaged" in n for n in broken.notes), broken.notes
+    assert broken.fabricated == 0, _summary(broken)  # a torn file is refused, never served
+    fixed = _judge_after(trace, "L2", recover=True, at_end=True, every=7)
+    assert fixed.clean, _summary(fixed)
+    assert fixed.refused > 0, _summary(fixed)  # what a reader that recovers nothing met: refused

@@ -18,15 +18,19 @@ def test_processes_killed_at_random_instants_and_resumed_lose_double_and_make_up
 
 
 def test_the_report_is_one_table_with_every_figure() -> None:
-    good = Tally("a", cases=3, acknowledged=7)
+    good = Tally("a", cases=3, acknowledged=7, refused=2)
     bad = Tally("b", cases=1, lost=1)
     assert table([good, bad]).splitlines() == [
-        "| scenario | cases | acknowledged | lost | doubled | fabricated | unexpected errors |",
-        "|----------|------:|-------------:|-----:|--------:|-----------:|------------------:|",
-        "| a        |     3 |            7 |    0 |       0 |          0 |                 0 |",
-        "| b        |     1 |            0 |    1 |       0 |          0 |                 0 |",
+        "| scenario | cases | acknowledged | lost | doubled | fabricated | unexpected errors "
+        "| refused before recovery |",
+        "|----------|------:|-------------:|-----:|--------:|-----------:|------------------:"
+        "|------------------------:|",
+        "| a        |     3 |            7 |    0 |       0 |          0 |                 0 "
+        "|                       2 |",
+        "| b        |     1 |            0 |    1 |       0 |          0 |                 0 "
+        "|                       0 |",
     ]
-    assert good.clean and not bad.clean
+    assert good.clean and not bad.clean  # a read refused closed is not a failure
 
 
 def test_the_command_refuses_unknown_arguments() -> None:
