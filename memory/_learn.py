@@ -263,8 +263,9 @@ class Learner:
         self, backend: JournalBackend, run_id: str, held: Callable[[list[str]], Container[str]]
     ) -> int:
         """Publish the file of each finding ``run_id`` committed whose file is missing, torn or
-        damaged, or holds an older commit of it (``_to_replace``), unless it is retired or the
-        history DB holds it (``held(keys)`` returns the keys it holds); returns how many. Anything
+        damaged, or holds an older commit of it (``_to_replace``), unless it is retired or (a
+        missing file) the history DB holds it (``held(keys)`` returns the keys it holds); returns
+        how many. Anything
         but a regular file in its place is left for ``flows check``. The check a store open makes
         for runs that did not end cleanly.
         """
@@ -277,8 +278,11 @@ class Learner:
             data = render(rec)
             if _to_replace(final, rec, data):
                 wanted.append((final, data))
-        if wanted:
-            kept = held([final.stem for final, _ in wanted])
+        missing = [final.stem for final, _ in wanted if not os.path.lexists(final)]
+        if missing:
+            # A missing file the DB holds was synced, not lost. A file that is there but torn is
+            # written again either way (a copy the DB also holds is what the next sync drops).
+            kept = held(missing)
             wanted = [(final, data) for final, data in wanted if final.stem not in kept]
         wanted = self._not_retired(backend, wanted)
         pub.publish_batches(wanted)

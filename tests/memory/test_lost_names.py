@@ -73,6 +73,75 @@ def test_the_open_publishes_again_the_lost_file_of_a_failed_run(db: Path) -> Non
         assert a.path.read_bytes() == kept
 
 
+@pytest.mark.parametrize(
+    "torn",
+    [b"", b"\0" * 64, b'{"id": "', b"garbage that is not json\n"],
+    ids=["empty", "zeros", "cut", "garbage"],
+)
+def test_the_open_writes_again_a_file_a_power_loss_tore_byte_identical(db: Path, torn: bytes) -> None:
+    # The file's bytes were written without fsync (its record holds them all): a power loss can
+    # keep its name and tear its bytes. A reader that recovers nothing refuses it, coded; the next
+    # recovering open writes it again from the record.
+    _, (a, b) = _learn_and_stop(db, [A, B], "interrupted")
+    kept = b.path.read_bytes()
+    b.path.write_bytes(torn)
+    _reboot(db)
+    with memory.MemoryStore(db, recover=False) as reader, pytest.raises(memory.Unreachable) as refused:
+        reader.recall(limit=None)
+    assert refused.value.path == b.path
+    with memory.MemoryStore(db) as store:
+        assert b.path.read_bytes() == kept
+        assert sorted(e.key for e in store.recall(limit=None)) == sorted([a.id, b.id])
+        assert memory.check_store(store) == []
+
+
+def test_a_torn_file_whose_finding_the_db_holds_is_written_again_and_the_next_sync_drops_it(db: Path) -> None:
+    # A sync ingested the file and removed it, and a power loss brought the name back, torn.
+    _, (a,) = _learn_and_stop(db, [A], "interrupted")
+    kept = a.path.read_bytes()
+    with memory.MemoryStore(db) as store:
+        store.sync()
+    assert learned_files(db) == []
+    a.path.write_bytes(b"\0" * 10)
+    _reboot(db)
+    with memory.MemoryStore(db) as store:
+        assert a.path.read_bytes() == kept
+        assert [e.key for e in store.recall(limit=None)] == [a.id]
+        store.sync()
+        assert learned_files(db) == []
+        assert [e.key for e in store.recall(limit=None)] == [a.id]
+
+
+def test_the_open_leaves_a_link_or_a_fifo_in_a_files_place_for_flows_check(db: Path, tmp_path: Path) -> None:
+    _, (a, b) = _learn_and_stop(db, [A, B], "interrupted")
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b"not the store's")
+    a.path.unlink()
+    a.path.symlink_to(outside)
+    b.path.unlink()
+    os.mkfifo(b.path)
+    _reboot(db)
+    with memory.MemoryStore(db) as store:
+        assert a.path.is_symlink() and outside.read_bytes() == b"not the store's"  # never followed
+        assert b.path.is_fifo()
+        kinds = sorted(p.kind for p in memory.check_store(store))
+    assert kinds and all(k != "record_unpublished" for k in kinds), kinds
+
+
+def test_the_open_keeps_a_newer_commit_of_the_finding_from_another_run(db: Path) -> None:
+    _, (old,) = _learn_and_stop(db, [A], "interrupted")
+    with memory.MemoryStore(db, clock=Clock(1_900_000_000_000)) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {})
+        newer = store.learn(A, memory.RootRun(jr, lease, "probe", "scope-a"))
+        jr.release(lease)
+    assert newer.path == old.path and newer.citation != old.citation
+    kept = newer.path.read_bytes()
+    _reboot(db)
+    with memory.MemoryStore(db):
+        assert newer.path.read_bytes() == kept
+
+
 def test_the_open_does_not_walk_a_done_run_and_sync_materializes_its_file(db: Path) -> None:
     # A done run's names were made durable before it was marked done: nothing to look for there.
     _, (a,) = _learn_and_stop(db, [A], "done")
