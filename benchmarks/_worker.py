@@ -7,6 +7,8 @@ Kinds (``python -m benchmarks._worker KIND PARAMS``):
 * ``file``: the floor's second half: a new file (exclusive create, write, fsync), ``os.replace``,
   fsync of the directory;
 * ``floor``: the raw journal-first sequence, both halves (three fsyncs), no library code;
+* ``oneflush``: the raw sequence a learn makes now: a new file written without fsync, the line
+  appended and fsync'd under the lock, the rename (no directory fsync): one device flush;
 * ``learn``: ``MemoryStore.learn`` of distinct findings on the root run ``run_id``/``epoch`` (given the
   lease token, as another process on the same root); ``threads`` > 1 learns on that many threads;
 * ``flow``: a flow run per round (``flows.run``) whose body starts every learn before awaiting any,
@@ -63,15 +65,18 @@ def _raw(params: dict[str, Any], kind: str) -> Run:
         for i in range(start, start + n):
             data = orjson.dumps({"id": f"{who}-{i}", "text": f"raw finding {i}", "tags": ["bench"]}) + b"\n"
             if kind != "file":  # the journal-first order: stage, append, publish
-                if kind == "floor":
+                staged = kind in ("floor", "oneflush")
+                if staged:
                     stage_path = directory / f".stage-{who}-{i}.json"
                     fd = os.open(stage_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                     os.write(fd, data)
-                    os.fsync(fd)
+                    if kind == "floor":
+                        os.fsync(fd)
                     os.close(fd)
                 _append_line(journal_fd, data)
-                if kind == "floor":
+                if staged:
                     os.replace(stage_path, directory / f"{who}-{i}.json")
+                if kind == "floor":
                     dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
                     os.fsync(dfd)
                     os.close(dfd)
@@ -150,7 +155,7 @@ def _sqlite(params: dict[str, Any]) -> Run:
 
 def setup(kind: str, params: dict[str, Any]) -> tuple[dict[str, Any], Run]:
     """Build the contender ``kind``; return what it reports when ready and its round function."""
-    if kind in ("append", "file", "floor"):
+    if kind in ("append", "file", "floor", "oneflush"):
         return {}, _raw(params, kind)
     if kind == "learn":
         return {}, _learn(params)
