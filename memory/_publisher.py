@@ -87,17 +87,29 @@ class PendingNames:
         self._seq = 0
         # (number, folder, when renamed, loose)
         self._waiting: deque[tuple[int, Path, float, bool]] = deque()
+        self._group_flushing = False
 
     def renamed(self, directory: Path, loose: bool = False) -> bool:
         """Note a name renamed into ``directory`` and not yet durable (``loose``: nor its file's
-        bytes); return whether the waiting names now call for a flush (``NAMES_GROUP`` of them, or
-        the oldest ``NAMES_WAIT_S`` old)."""
+        bytes); return whether the caller should now flush the group (``NAMES_GROUP`` names wait,
+        or the oldest is ``NAMES_WAIT_S`` old). While one caller's group flush runs, the others are
+        not asked to flush too: the names they add wait for the next group. A caller told to flush
+        calls ``group_flushed`` when it is done, whether the flush worked or not."""
         now = time.monotonic()
         with self._mutex:
             self._seq += 1
             waiting = self._waiting
             waiting.append((self._seq, directory, now, loose))
-            return len(waiting) >= NAMES_GROUP or now - waiting[0][2] >= NAMES_WAIT_S
+            due = len(waiting) >= NAMES_GROUP or now - waiting[0][2] >= NAMES_WAIT_S
+            if not due or self._group_flushing:
+                return False
+            self._group_flushing = True
+            return True
+
+    def group_flushed(self) -> None:
+        """The group flush ``renamed`` asked for has ended."""
+        with self._mutex:
+            self._group_flushing = False
 
     def settled(self, upto: int) -> None:
         """Forget the renames numbered up to ``upto`` (a flush begun after them returned)."""
@@ -244,7 +256,10 @@ class Publisher:
         """
         self.publish(staged, final, run_id, sync=False)
         if self.pending.renamed(final.parent, loose):
-            self.flush_names(run_id)
+            try:
+                self.flush_names(run_id)
+            finally:
+                self.pending.group_flushed()
 
     def flush_names(self, run_id: str | None = None) -> None:
         """Make every name ``publish_lazily`` renamed so far durable, with its file's bytes: one

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,73 @@ def test_pending_names_keep_their_order_and_which_files_are_loose(tmp_path: Path
     assert pending.snapshot() == (3, [here], [here])
     pending.settled(3)
     assert pending.snapshot() == (3, [], [])
+
+
+def test_one_group_flush_at_a_time_the_names_added_meanwhile_wait_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory._publisher
+
+    monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 2)
+    pending = PendingNames()
+    here = tmp_path / "here"
+    assert pending.renamed(here) is False
+    assert pending.renamed(here) is True  # the group is due: this caller flushes it
+    assert pending.renamed(here) is False  # due, but a flush runs: not a second one at once
+    pending.group_flushed()
+    assert pending.renamed(here) is True  # still due after the flush ended: the next caller flushes
+
+
+def test_a_group_flush_that_failed_lets_the_next_learn_flush_again(
+    db: Path, failpoints: Failpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory._publisher
+
+    monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 2)
+    with memory.MemoryStore(db) as store, store.session(scope="scope-a") as s:
+        s.learn(A)
+        failpoints.set("memory.before_flush_names=EIO")
+        with pytest.raises(memory.Unwritable):
+            s.learn(B)  # the group's flush fails: the learn says so (its record is durable)
+        failpoints.set("")
+        s.learn({"text": "a third"})  # the names still wait: this learn's group flush takes them
+        assert store._publisher.pending.snapshot()[1] == []
+
+
+def test_threads_past_the_group_size_flush_once_per_group(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import memory._publisher
+
+    monkeypatch.setattr(memory._publisher, "NAMES_GROUP", 4)
+    monkeypatch.setattr(memory._publisher, "NAMES_WAIT_S", 3600.0)
+    with memory.MemoryStore(db) as store, store.session(scope="scope-a") as s:
+        s.learn(A)  # the folder exists: every later stage is loose
+        pub = store._publisher
+        real = pub.flush_names
+        gate = threading.Event()
+        calls: list[int] = []
+
+        def slow_flush(run_id: str | None = None) -> None:
+            calls.append(1)
+            gate.wait(5)  # every other thread renames while this flush runs
+            real(run_id)
+
+        monkeypatch.setattr(pub, "flush_names", slow_flush)
+        threads = [threading.Thread(target=s.learn, args=({"text": f"finding {i}"},)) for i in range(12)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while sum(t.is_alive() for t in threads) > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # every learn but the one flushing returns while its flush runs
+        flushing = len(calls)
+        gate.set()
+        for t in threads:
+            t.join()
+        assert flushing == 1, calls  # not one flush per learn past the group size
+        monkeypatch.undo()
+        s.flush()
+        assert pub.pending.snapshot()[1] == []
 
 
 def test_the_open_publishes_again_a_lost_file_with_the_postgresql_journal(
