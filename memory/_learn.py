@@ -265,9 +265,8 @@ class Learner:
         """Publish the file of each finding ``run_id`` committed whose file is missing, torn or
         damaged, or holds an older commit of it (``_to_replace``), unless it is retired or (a
         missing file) the history DB holds it (``held(keys)`` returns the keys it holds); returns
-        how many. Anything
-        but a regular file in its place is left for ``flows check``. The check a store open makes
-        for runs that did not end cleanly.
+        how many. Anything but a regular file in its place is left for ``flows check``. The check a
+        store open makes for runs that did not end cleanly.
         """
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
