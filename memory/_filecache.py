@@ -59,7 +59,10 @@ CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
 
 _MAGIC = b"FLOWSIX2"
-_HINTS_MAGIC = b"FLOWSJH1"  # a run's journal hints (``journal_hints``)
+_HINTS_MAGIC = b"FLOWSJH2"  # a run's journal hints (``journal_hint``): this, then the entries
+_HINT_ID = 8  # an entry: the record id's digest (the table's order), the hint, and its keyed tag
+_HINT_TAG = 16
+_HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
 _VERSION = 2
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
@@ -104,6 +107,41 @@ def _stat_key(st: os.stat_result) -> StatKey:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
+
+
+def _hint_id(record_id: str) -> bytes:
+    """Where a record's hint sorts in a hints file: a digest of its id (ids are any strings)."""
+    return hashlib.blake2b(record_id.encode(errors="surrogatepass"), digest_size=_HINT_ID).digest()
+
+
+def _hint_tag(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> bytes:
+    """The keyed tag of one hint: binds the offset ``at`` to that record of the stream ``of``
+    (journal location, run id, stream), so an entry copied from another file, store or journal,
+    or edited, is not taken."""
+    tag = hashlib.blake2b(_HINTS_MAGIC, key=key, digest_size=_HINT_TAG)
+    for part in (*of, record_id):
+        data = part.encode(errors="surrogatepass")
+        tag.update(len(data).to_bytes(4, "big") + data)
+    tag.update(at.to_bytes(8, "big"))
+    return tag.digest()
+
+
+def _hint_slot(fd: int, want: bytes) -> bytes | None:
+    """The entry of the hints file ``fd`` whose id is ``want``, found by bisection (each probe
+    reads one id); None when the file is not a table of entries or has none such."""
+    size = os.fstat(fd).st_size
+    count, rest = divmod(size - len(_HINTS_MAGIC), _HINT_SLOT)
+    if count <= 0 or rest or size > _MAX_HINTS or os.pread(fd, len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
+        return None
+    lo, hi = 0, count
+    while lo < hi:  # the first entry whose id is not below ``want``
+        mid = (lo + hi) // 2
+        if os.pread(fd, _HINT_ID, len(_HINTS_MAGIC) + mid * _HINT_SLOT) < want:
+            lo = mid + 1
+        else:
+            hi = mid
+    slot = os.pread(fd, _HINT_SLOT, len(_HINTS_MAGIC) + lo * _HINT_SLOT) if lo < count else b""
+    return slot if len(slot) == _HINT_SLOT and slot[:_HINT_ID] == want else None
 
 
 def _open_regular(path: Path) -> int | None:
@@ -336,39 +374,47 @@ class FileCache:
         digest = hashlib.blake2b(f"{run_id}/{stream}".encode(), digest_size=12).hexdigest()
         return self._root / f"cites-{digest}.idx"
 
-    def journal_hints(self, location: str, run_id: str, stream: str) -> dict[str, int]:
-        """The hints the journal gave (``JournalBackend.hints``) for ``stream`` of ``run_id`` in the
-        journal at ``location``, as last saved; empty when there are none, or the file is not one
-        this code wrote with this store's key for that stream (never an error)."""
+    def journal_hint(self, location: str, run_id: str, stream: str, record_id: str) -> int | None:
+        """The hint the journal gave (``JournalBackend.hints``) for the record ``record_id`` of
+        ``stream`` of ``run_id`` in the journal at ``location``, as last saved; None when there is
+        none, or its entry is not one this code wrote with this store's key for that record of that
+        stream of that journal (never an error).
+
+        The file is a table of fixed-size entries sorted by the record id's digest (``_hint_id``),
+        each with its own keyed tag: the one entry is found by bisection and checked alone, so a
+        check reads a few entries of the run's table, never all of it.
+        """
         key = self._load_key(create=False)
         if key is None:
-            return {}
-        data = _read_small(self._hints_path(run_id, stream), _MAX_HINTS)
-        body = data[len(_HINTS_MAGIC) + _TAG_BYTES :]
-        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
-        if data[: len(_HINTS_MAGIC)] != _HINTS_MAGIC or not hmac.compare_digest(
-            data[len(_HINTS_MAGIC) : len(_HINTS_MAGIC) + _TAG_BYTES], tag
-        ):
-            return {}
+            return None
+        fd = _open_regular(self._hints_path(run_id, stream))
+        if fd is None:
+            return None
         try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return {}
-        if not isinstance(obj, dict) or obj.get("of") != [location, run_id, stream]:
-            return {}
-        at = obj.get("at")
-        return at if isinstance(at, dict) else {}
+            slot = _hint_slot(fd, _hint_id(record_id))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if slot is None:
+            return None
+        at = int.from_bytes(slot[_HINT_ID : _HINT_ID + 8], "big")
+        tag = _hint_tag(key, (location, run_id, stream), record_id, at)
+        return at if hmac.compare_digest(slot[_HINT_ID + 8 :], tag) else None
 
     def save_journal_hints(self, location: str, run_id: str, stream: str, hints: dict[str, int]) -> None:
         """Keep ``hints`` for ``stream`` of ``run_id`` (best effort: nothing happens on failure)."""
         key = self._load_key(create=True)
         if key is None or not hints:
             return
-        body = orjson.dumps({"of": [location, run_id, stream], "at": hints})
-        if len(body) + len(_HINTS_MAGIC) + _TAG_BYTES > _MAX_HINTS:
+        if len(_HINTS_MAGIC) + len(hints) * _HINT_SLOT > _MAX_HINTS:
             return
-        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
-        self._write_atomically(self._hints_path(run_id, stream), _HINTS_MAGIC + tag + body)
+        slots = sorted(
+            _hint_id(rid) + at.to_bytes(8, "big") + _hint_tag(key, (location, run_id, stream), rid, at)
+            for rid, at in hints.items()
+            if type(at) is int and 0 <= at < 1 << 63
+        )
+        self._write_atomically(self._hints_path(run_id, stream), _HINTS_MAGIC + b"".join(slots))
 
     # -- one directory's index -------------------------------------------------------------------
 
