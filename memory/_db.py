@@ -287,12 +287,7 @@ class HistoryDB:
         if conn is not None:
             return conn
         self._check_files()
-        conn = self._open_without_creating() if self.read_only else self._open_read_only()
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._error(exc, "read", Unreachable) from exc
+        conn, version = self._open_without_creating() if self.read_only else self._open_read_only()
         if version != SCHEMA_VERSION:
             conn.close()
             self._local.guard = None
@@ -319,15 +314,15 @@ class HistoryDB:
         self._local.ro = conn
         return conn
 
-    def _open_read_only(self) -> sqlite3.Connection:
+    def _open_read_only(self) -> tuple[sqlite3.Connection, int]:
+        """A read-only connection and the DB's schema version (``PRAGMA user_version``, the first
+        statement: it opens the file and the WAL's index). ``timeout`` is SQLite's busy timeout."""
         uri = "file:" + quote(str(self.path), safe="/")
         try:
             conn = sqlite3.connect(
                 uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA schema_version").fetchone()  # opens the file (and the WAL's index)
-            return conn
+            return conn, _user_version(conn)
         except sqlite3.Error as exc:
             # SQLite reads a WAL database through its -shm, which it must be able to create: on a
             # read-only or full disk, or in a folder this user cannot write, it cannot.
@@ -338,13 +333,13 @@ class HistoryDB:
             conn = sqlite3.connect(
                 uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA schema_version").fetchone()
+            version = _user_version(conn)
         except sqlite3.Error as exc:
             raise self._error(exc, "open", Unreachable) from exc
         self._local.guard = guard
-        return conn
+        return conn, version
 
-    def _open_without_creating(self) -> sqlite3.Connection:
+    def _open_without_creating(self) -> tuple[sqlite3.Connection, int]:
         """A connection that reads the DB and creates no file, for a ``read_only`` DB.
 
         SQLite reads a WAL database through its ``-shm`` index and creates it (and an empty
@@ -383,12 +378,11 @@ class HistoryDB:
                 conn = sqlite3.connect(
                     uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
                 )
-                conn.execute("PRAGMA busy_timeout = 30000")
-                conn.execute("PRAGMA schema_version").fetchone()
+                version = _user_version(conn)
             except sqlite3.Error as exc:
                 raise self._error(exc, "open", Unreachable) from exc
             self._local.guard = None
-            return conn
+            return conn, version
         if logged:
             raise Unreachable(
                 f"the history DB {self.path} has a write-ahead log ({wal}) holding transactions not yet "
@@ -400,11 +394,11 @@ class HistoryDB:
             conn = sqlite3.connect(
                 uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA schema_version").fetchone()
+            version = _user_version(conn)
         except sqlite3.Error as exc:
             raise self._error(exc, "open", Unreachable) from exc
         self._local.guard = (0, 0, 0) if frozen else stamp
-        return conn
+        return conn, version
 
     def schema_version(self) -> int:
         """The DB's schema version (``PRAGMA user_version``; 0 when there is no DB), read without
@@ -416,14 +410,10 @@ class HistoryDB:
         if not self.exists():
             return 0
         self._check_files()
-        conn = self._open_without_creating() if self.read_only else self._open_read_only()
-        try:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        except sqlite3.Error as exc:
-            raise self._error(exc, "read", Unreachable) from exc
-        finally:
-            conn.close()
-            self._local.guard = None
+        conn, version = self._open_without_creating() if self.read_only else self._open_read_only()
+        conn.close()
+        self._local.guard = None
+        return version
 
     def _unlocked_read(self) -> tuple[int, int, int] | None:
         """Whether the DB file alone (``immutable``) holds everything, and what to watch while it is
@@ -917,6 +907,15 @@ class HistoryDB:
 
 
 _ABSENT = object()  # a snapshot of a DB that was not there when it began
+
+
+def _user_version(conn: sqlite3.Connection) -> int:
+    """The DB's ``PRAGMA user_version`` (its schema version here), closing ``conn`` on failure."""
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _size(path: str) -> int:
