@@ -80,37 +80,68 @@ def scan_scopes(db_path: Path, leaf: str | None = "compacted") -> tuple[list[Pat
     Raises:
         OSError: a folder could not be listed (permission, I/O); ``filename`` names it.
     """
+    leaves, wrong, _, _ = _scan(db_path, leaf)
+    return leaves, wrong
+
+
+def scope_tree(db_path: Path) -> tuple[list[Path], list[Path], int]:
+    """From one listing of ``<db-dir>/flows-memory``: every scope's learned-file directory that
+    exists (``scope_dirs``), every scope folder (``scope_folders``), and how many names (not
+    hidden) the listing held.
+
+    Raises:
+        Unreachable: as ``scope_dirs``.
+    """
+    try:
+        leaves, wrong, folders, listed = _scan(db_path, "compacted")
+    except OSError as exc:
+        raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
+    if wrong:
+        path, what = wrong[0]
+        raise Unreachable(wrong_folder_message(path, what), path=path)
+    return leaves, folders, listed
+
+
+def _scan(db_path: Path, leaf: str | None) -> tuple[list[Path], list[tuple[Path, str]], list[Path], int]:
+    """``scan_scopes``'s ``(folders, wrong)``, then the scope folders themselves that are real
+    folders, and how many names (not hidden) ``flows-memory`` listed."""
     root = learned_root(db_path)
     wrong: list[tuple[Path, str]] = []
     what = _wrong_folder(root)
     if what == "missing":
-        return [], []
+        return [], [], [], 0
     if what:
-        return [], [(root, what)]
+        return [], [(root, what)], [], 0
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
-        return [], []
+        return [], [], [], 0
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(root)) from None
-    folders = []
+    leaves: list[Path] = []
+    scopes: list[Path] = []
+    listed = 0
     root_str = str(root)
     for name in names:
         if name.startswith("."):
             continue
+        listed += 1
         probe = os.path.join(root_str, name)
-        for part in ("", ".trajectories", leaf) if leaf else ("",):
-            probe = os.path.join(probe, part) if part else probe
-            what = _wrong_folder(probe)
-            if what:
-                break
+        what = _wrong_folder(probe)
+        if not what:
+            scopes.append(Path(probe))
+            for part in (".trajectories", leaf) if leaf else ():
+                probe = os.path.join(probe, part)
+                what = _wrong_folder(probe)
+                if what:
+                    break
         if what == "missing":
             continue
         if what:
             wrong.append((Path(probe), what))
         else:
-            folders.append(Path(probe))
-    return folders, wrong
+            leaves.append(Path(probe))
+    return leaves, wrong, scopes, listed
 
 
 def _wrong_folder(path: Path | str) -> str:

@@ -22,7 +22,7 @@ from memory._errors import ArgumentInvalid, Unreachable
 from memory._filecache import FileCache, IndexedListing, StaleIndex, cache_dir
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
 from memory._finding import check_filters, meta_value_key
-from memory._paths import learned_root, scope_dirs, scope_folders
+from memory._paths import learned_root, scope_tree
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
 from memory._stem import terms
@@ -259,12 +259,8 @@ class Search:
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
             return cached[1], cached[2]
-        found = scope_dirs(self._publisher.db_path)
-        retired = [f / ".trajectories" / "retired" for f in scope_folders(self._publisher.db_path)]
-        try:
-            names = sum(1 for n in os.listdir(root) if not n.startswith("."))
-        except OSError:
-            return found, retired  # changed since scope_dirs listed it: not remembered
+        found, folders, names = scope_tree(self._publisher.db_path)
+        retired = [f / ".trajectories" / "retired" for f in folders]
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, retired, names)
         return found, retired
