@@ -8,8 +8,10 @@ files it is about to return. One index per scope directory, in ``<db-dir>/flows-
 
 * what a full read of each file returned, keyed by the file's size, mtime, ctime and inode (as
   git's index does, plus ctime, which ``touch -d`` cannot set back), stored newest first in pages
-  of ``_PAGE`` rows, with a posting list per tag and a key-to-position map, each its own section
-  decoded only when a read needs it;
+  of ``_PAGE`` rows (one JSON array a line, so a read decodes only the rows it reaches, after
+  checking the page's digest), with a posting list per tag and a key-to-position map, each its own
+  section read only when a read needs it; the tags' map and the first pages sit right after the
+  header, so the first read of the file usually holds them;
 * the directory's stamp at the scan that wrote it (device, inode, mtime, ctime), when the
   directory was settled then (older than ``_RACY_NS``) and every file was indexed. Learned files
   are content-addressed and only ever created, replaced or dropped by rename or unlink, each of
@@ -58,13 +60,13 @@ from memory._results import Citation, Recalled, frozen_metadata
 CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
 
-_MAGIC = b"FLOWSIX2"
+_MAGIC = b"FLOWSIX3"
 _HINTS_MAGIC = b"FLOWSJH2"  # a run's journal hints (``journal_hint``): this, then the entries
 _HINT_ID = 8  # an entry: the record id's digest (the table's order), the hint, and its keyed tag
 _HINT_TAG = 16
 _HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
-_VERSION = 2
+_VERSION = 3
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
 _KEY_BYTES = 32
 _TAG_BYTES = 32
@@ -270,31 +272,60 @@ class _Index:
         self._base = base
         self._head = head  # the bytes the first read got, often holding the small sections too
 
-    def section(self, where: Any) -> Any:
-        """The decoded section ``where`` (``StaleIndex`` when it is not what the header says)."""
+    def _bytes(self, start: int, length: int) -> bytes:
+        """``length`` bytes of the file at ``start`` (from the first read when it holds them)."""
+        if start + length <= len(self._head):
+            return self._head[start : start + length]
+        fd = _open_regular(self.path)
+        if fd is None:
+            raise StaleIndex(self.directory)
+        try:
+            return _pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    def section(self, where: Any, base: int = 0) -> Any:
+        """The decoded section ``where`` (offset from ``base`` in the body, length, digest), or
+        ``StaleIndex`` when it is not what the header says."""
         try:
             offset, length, digest = where
-            start = self._base + offset
-            if start + length <= len(self._head):
-                data = self._head[start : start + length]
-            else:
-                fd = _open_regular(self.path)
-                if fd is None:
-                    raise StaleIndex(self.directory)
-                try:
-                    data = _pread(fd, length, start)
-                finally:
-                    os.close(fd)
+            data = self._bytes(self._base + base + offset, length)
             if not hmac.compare_digest(_digest(data), digest):
                 raise StaleIndex(self.directory)
             return orjson.loads(data)
         except (OSError, ValueError, TypeError) as exc:
             raise StaleIndex(self.directory) from exc
 
+    def page(self, number: int) -> list[bytes]:
+        """Page ``number``'s rows, one JSON array each, undecoded (``StaleIndex`` when the page is
+        not what the header says): a read decodes only the rows it reaches."""
+        try:
+            bounds = self.header["pages"]
+            start, end = bounds[number], bounds[number + 1]
+            digest = self.header["page_digests"][
+                number * 2 * _DIGEST_BYTES : (number + 1) * 2 * _DIGEST_BYTES
+            ]
+            if type(start) is not int or type(end) is not int or not 0 <= start <= end or number < 0:
+                raise StaleIndex(self.directory)
+            data = self._bytes(self._base + start, end - start)
+            if len(data) != end - start or not hmac.compare_digest(_digest(data), digest):
+                raise StaleIndex(self.directory)
+        except (OSError, LookupError, TypeError) as exc:
+            raise StaleIndex(self.directory) from exc
+        return data.split(b"\n")
+
     def rows(self) -> Iterator[list[Any]]:
         """Every row, newest first (each ``[size, mtime, ctime, inode, *entry row]``)."""
-        for page in self.header["pages"]:
-            yield from self.section(page)
+        try:
+            count = len(self.header["pages"]) - 1
+        except TypeError as exc:
+            raise StaleIndex(self.directory) from exc
+        for number in range(count):
+            for line in self.page(number):
+                try:
+                    yield orjson.loads(line)
+                except ValueError as exc:
+                    raise StaleIndex(self.directory) from exc
 
 
 class FileCache:
@@ -419,7 +450,12 @@ class FileCache:
     # -- one directory's index -------------------------------------------------------------------
 
     def _index_path(self, directory: Path) -> tuple[Path, str]:
-        name = os.path.relpath(directory, self._learned_root)
+        path, root = str(directory), str(self._learned_root)
+        rest = path[len(root) + 1 :] if path.startswith(root + os.sep) else ""
+        parts = rest.split(os.sep)
+        # A folder under the root, named plainly (as ``learned_dir`` makes it), is its own relative
+        # path; anything else is resolved.
+        name = rest if rest and "." not in parts and ".." not in parts else os.path.relpath(path, root)
         digest = hashlib.blake2b(name.encode(), digest_size=12).hexdigest()
         return self._root / f"files-{digest}.idx", name
 
@@ -487,22 +523,29 @@ class FileCache:
             return
         path, name = self._index_path(directory)
         ordered = sorted(rows, key=lambda r: (r[2][_LEARNED], r[2][_KEY]), reverse=True)
-        body = bytearray()
-
-        def add(data: bytes) -> list[Any]:
-            where = [len(body), len(data), _digest(data)]
-            body.extend(data)
-            return where
-
+        # The body: the tags' map (where each tag's posting list is, from the postings' start),
+        # the pages (rows newest first, one JSON array a line), the posting lists, the keys' map.
+        # The map and the first pages come first, so a read's first read of the file holds them.
         pages = [
-            add(orjson.dumps([[*k, *row] for _, k, row in ordered[i : i + _PAGE]]))
+            b"\n".join(orjson.dumps([*k, *row]) for _, k, row in ordered[i : i + _PAGE])
             for i in range(0, len(ordered), _PAGE)
         ]
-        postings: dict[str, list[int]] = {}
+        positions_of: dict[str, list[int]] = {}
         for pos, (_, _, row) in enumerate(ordered):
             for t in dict.fromkeys(row[_TAGS]):
-                postings.setdefault(t, []).append(pos)
-        tags = {t: add(orjson.dumps(positions)) for t, positions in postings.items()}
+                positions_of.setdefault(t, []).append(pos)
+        postings = bytearray()
+        tags: dict[str, list[Any]] = {}
+        for t, positions in positions_of.items():
+            data = orjson.dumps(positions)
+            tags[t] = [len(postings), len(data), _digest(data)]
+            postings.extend(data)
+        tags_map = orjson.dumps(tags)
+        keys = orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})
+        bounds = [len(tags_map)]
+        for page in pages:
+            bounds.append(bounds[-1] + len(page))
+        body = b"".join([tags_map, *pages, postings, keys])
         header = {
             "v": _VERSION,
             "dir": name,
@@ -510,16 +553,18 @@ class FileCache:
             "n": len(ordered),
             "scopes": sorted({row[_SCOPE] for _, _, row in ordered}),
             "expiring": any(row[_EXPIRES] is not None for _, _, row in ordered),
-            "tags": add(orjson.dumps(tags)),
-            "keys": add(orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})),
-            "pages": pages,
+            "tags": [0, len(tags_map), _digest(tags_map)],
+            "postings": bounds[-1],
+            "pages": bounds,
+            "page_digests": "".join(_digest(page) for page in pages),
+            "keys": [bounds[-1] + len(postings), len(keys), _digest(keys)],
             "size": len(body),
         }
         hb = orjson.dumps(header)
         lead = _MAGIC + len(hb).to_bytes(4, "big")
         tag = hashlib.blake2b(lead, key=key, digest_size=_TAG_BYTES)
         tag.update(hb)
-        self._write_atomically(path, lead + tag.digest() + hb + bytes(body))
+        self._write_atomically(path, lead + tag.digest() + hb + body)
 
     def read(
         self,
@@ -602,7 +647,7 @@ class IndexedListing:
         self._index = index
         self._n = n
         self._prefix = os.path.join(index.directory, "")
-        self._pages: dict[int, list[Any]] = {}
+        self._pages: dict[int, list[bytes]] = {}
         self._entries: list[Recalled | None] = [None] * n
         self._stat_keys: dict[str, StatKey] = {}  # by finding key, of each entry decoded
         self._checked: set[str] = set()
@@ -625,9 +670,9 @@ class IndexedListing:
             number = pos // _PAGE
             page = self._pages.get(number)
             if page is None:
-                page = self._pages[number] = self._index.section(self._index.header["pages"][number])
+                page = self._pages[number] = self._index.page(number)
             try:
-                size, mtime, ctime, ino, *row = page[pos % _PAGE]
+                size, mtime, ctime, ino, *row = orjson.loads(page[pos % _PAGE])
                 entry = _row_entry(row)
             except (IndexError, TypeError, ValueError):
                 raise self._stale() from None
@@ -661,7 +706,10 @@ class IndexedListing:
                 if self._tags is None:
                     self._tags = self._index.section(self._index.header["tags"])
                 where = self._tags.get(tag) if isinstance(self._tags, dict) else None
-            positions = [] if where is None else self._index.section(where)
+                base = self._index.header.get("postings")
+            if type(base) is not int:
+                raise self._stale()
+            positions = [] if where is None else self._index.section(where, base)
             try:  # positions index ``_entries``: ints within it (a wrong type fails the comparison)
                 if not isinstance(positions, list) or (
                     positions and not (min(positions) >= 0 and max(positions) < self._n)

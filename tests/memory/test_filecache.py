@@ -443,3 +443,41 @@ def test_a_folder_changed_within_the_racy_window_is_not_stamped_though_its_files
     time.sleep(0.3)
     _recall(db)
     assert _stamp(db) is not None
+
+
+def test_a_read_from_the_index_decodes_only_the_rows_it_reaches(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's digest is checked whole, but only the rows a read reaches are decoded (the read
+    takes its candidates 16 at a time), not the page's 64."""
+    _learn(db, 70)
+    _age(db)
+    _recall(db)  # the index written: two pages
+    decoded: list[bytes] = []
+    real = orjson.loads
+
+    def counting(data: bytes | str) -> object:
+        if isinstance(data, bytes | bytearray | memoryview):
+            decoded.append(bytes(data))
+        return real(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)
+    with memory.MemoryStore(db, recover=False) as store:
+        (newest,) = store.recall(limit=1)
+        (tagged,) = store.recall(tag="t1", limit=1)
+    assert newest.text == "finding 69 about fog" and tagged.text == "finding 67 about fog"
+    rows = [d for d in decoded if b"about fog" in d]
+    assert all(d.count(b"about fog") == 1 for d in rows)  # a row at a time (or a file, or a record)
+    assert len(rows) < 64
+
+
+@pytest.mark.parametrize(
+    "below",
+    ["0123456789abcdef/.trajectories/compacted", "../elsewhere", "a/./b", "a/../b", "x"],
+)
+def test_a_folder_index_is_named_by_its_path_relative_to_the_learned_root(tmp_path: Path, below: str) -> None:
+    root = tmp_path / "flows-memory"
+    cache = FileCache(tmp_path / CACHE_DIR, root)
+    path, name = cache._index_path(Path(f"{root}/{below}"))
+    assert name == os.path.relpath(f"{root}/{below}", root)
+    assert path.parent == tmp_path / CACHE_DIR and path.name.startswith("files-")
