@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import sqlite3
 import stat
@@ -21,7 +22,7 @@ import orjson
 
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable
 from memory._files import Retired, index_terms
-from memory._finding import Finding, finding_id, meta_value_key
+from memory._finding import meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
@@ -147,6 +148,8 @@ def _migration_5(conn: sqlite3.Connection) -> None:
 
 _MIGRATIONS[5] = _migration_5
 
+_NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
+
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
     " f.metadata, f.expires_ms"
@@ -158,45 +161,59 @@ _LIVE = f"{_NOT_RETIRED} AND {_NOT_EXPIRED}"
 
 def _row(row: Sequence[Any], path: Path) -> Recalled:
     """The finding a row holds, checked: SQLite keeps no checksum of its pages, so a damaged page
-    can still read back well-formed; the row's key must be the hash of its scope and finding."""
+    can still read back well-formed; the row's key must be the hash of its scope and finding.
+
+    The finding's canonical bytes are made from the row's fields directly (``canonical`` of the
+    ``Finding`` they make, without building one), and the result is built once they check out."""
+    rid, key, text, source, tags_json, scope, flow, learned_ms, run_id, stream, record_id, meta, expires = row
     try:
-        tags = orjson.loads(row[4])
-        metadata = orjson.loads(row[11]) if row[11] else None
-        entry = Recalled(
-            id=row[0],
-            key=row[1],
-            text=row[2],
-            source=row[3],
-            tags=tuple(tags),
-            scope=row[5],
-            flow=row[6],
-            learned_ms=row[7],
-            citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
-            metadata=frozen_metadata(metadata),
-            expires_ms=row[12],
-        )
+        tags = orjson.loads(tags_json)
+        metadata = orjson.loads(meta) if meta else None
         ok = (
-            all(isinstance(v, str) for v in (entry.key, entry.text, entry.source, entry.scope, entry.flow))
-            and all(isinstance(v, int) for v in (entry.id, entry.learned_ms))
-            and isinstance(tags, list)
-            and all(isinstance(t, str) for t in tags)
-            and all(isinstance(v, str) for v in (row[8], row[9], row[10]))
-            and (metadata is None or isinstance(metadata, dict))
-            and (entry.expires_ms is None or isinstance(entry.expires_ms, int))
-            and finding_id(
-                entry.scope, Finding(entry.text, entry.source, entry.tags, metadata, entry.expires_ms)
-            )
-            == entry.key
+            type(key) is str
+            and type(text) is str
+            and type(source) is str
+            and type(scope) is str
+            and type(flow) is str
+            and type(rid) is int
+            and type(learned_ms) is int
+            and type(tags) is list
+            and all(type(t) is str for t in tags)
+            and type(run_id) is str
+            and type(stream) is str
+            and type(record_id) is str
+            and (metadata is None or type(metadata) is dict)
+            and (expires is None or type(expires) is int)
         )
+        if ok:
+            finding: dict[str, Any] = {"text": text, "source": source, "tags": tags}
+            if metadata:
+                finding["metadata"] = metadata
+            if expires is not None:
+                finding["expiresMs"] = expires
+            canonical = orjson.dumps(finding, option=orjson.OPT_SORT_KEYS)
+            ok = hashlib.sha256(scope.encode() + b"\0" + canonical).hexdigest()[:32] == key
     except (orjson.JSONDecodeError, TypeError, ValueError):
         ok = False
     if not ok:
         raise Unreachable(
-            f"the history DB {path} is damaged (row {row[0]} does not hold the finding its key names): "
+            f"the history DB {path} is damaged (row {rid} does not hold the finding its key names): "
             "move it aside and run `flows sync`, which rebuilds it from the learned files and the journal",
             path=path,
         )
-    return entry
+    return Recalled(
+        id=rid,
+        key=key,
+        text=text,
+        source=source,
+        tags=tuple(tags),
+        scope=scope,
+        flow=flow,
+        learned_ms=learned_ms,
+        citation=Citation(run_id=run_id, stream=stream, id=record_id),
+        metadata=frozen_metadata(metadata) if metadata else _NO_METADATA,
+        expires_ms=expires,
+    )
 
 
 def _metadata_text(entry: Recalled) -> str | None:

@@ -171,6 +171,39 @@ def test_a_damaged_db_is_unreachable(db: Path) -> None:
     assert caught.value.path == db
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "text = 'the cache is warm'",
+        "source = 'elsewhere'",
+        "scope = 'scope-b'",
+        'tags = \'["cache","risk"]\'',
+        "tags = '[\"cache\", 3]'",
+        "tags = 'not json'",
+        "metadata = '{\"n\": 2}'",
+        "metadata = '[1]'",
+        "expires_ms = 4102444800000",
+        "learned_ms = 'yesterday'",
+        "run_id = x'00'",
+        "key = 'x'",
+    ],
+)
+def test_a_db_row_that_does_not_hold_the_finding_its_key_names_fails_the_read(
+    store: memory.MemoryStore, root: memory.RootRun, db: Path, damage: str
+) -> None:
+    """SQLite keeps no checksum of its pages: a row read back well-formed but changed (its finding
+    no longer hashing to its key, or a field of the wrong type) fails the read, naming the DB."""
+    store.learn({"text": "the cache is cold at dawn", "tags": ["cache"], "metadata": {"n": 1}}, root)
+    store.sync()
+    store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE findings SET {damage}")
+    conn.close()
+    with memory.MemoryStore(db) as fresh, pytest.raises(memory.Unreachable, match="damaged") as caught:
+        fresh.recall(tag="cache")
+    assert caught.value.path == db
+
+
 def test_another_process_reads_while_this_one_holds_the_write_lock(
     store: memory.MemoryStore, root: memory.RootRun, db: Path
 ) -> None:
