@@ -36,7 +36,7 @@ MEMO = "names-checked"
 """The memo's file name in ``flows-cache``."""
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
-_MOUNTINFO = "/proc/self/mountinfo"
+_FDINFO = "/proc/self/fdinfo"
 
 
 def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
@@ -64,24 +64,32 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
 
 
 def storage_life(path: Path) -> str | None:
-    """What names the present life of the storage holding ``path``: the boot's id and the ids of
-    the mounts of its file system (a mount's id changes when it is mounted again), or the boot's id
-    alone where the mount cannot be found; None where no boot id is known (then every open walks).
+    """What names the present life of the storage holding ``path``: the boot's id and the id of the
+    mount ``path`` is reached through (a mount's id changes when it is mounted again), or the boot's
+    id alone where the kernel does not say the mount; None where no boot id is known, or ``path``
+    cannot be opened (then every open walks).
+
+    The mount's id is the ``mnt_id`` of ``/proc/self/fdinfo`` for a descriptor of ``path``: one
+    small file about that descriptor, not the list of every mount of the system.
     """
     boot = _read_small(_BOOT_ID, 4096)
     if not boot:
         return None
     life = boot.decode(errors="replace").strip()
     try:
-        dev = os.stat(path).st_dev
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    want = f"{os.major(dev)}:{os.minor(dev)}".encode()
-    mounts = _read_small(_MOUNTINFO) or b""
-    ids = [
-        f[0].decode() for line in mounts.splitlines() if len(f := line.split(b" ", 3)) > 3 and f[2] == want
-    ]
-    return f"{life} {','.join(sorted(ids, key=int))}" if ids else life
+    try:
+        info = _read_small(f"{_FDINFO}/{fd}", 65536) or b""
+    finally:
+        os.close(fd)
+    for line in info.splitlines():
+        if line.startswith(b"mnt_id:"):
+            mount = line[len(b"mnt_id:") :].strip()
+            if mount.isdigit():
+                return f"{life} mount {int(mount)}"
+    return life
 
 
 class Recovery:
