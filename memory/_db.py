@@ -149,6 +149,7 @@ def _migration_5(conn: sqlite3.Connection) -> None:
 _MIGRATIONS[5] = _migration_5
 
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
+_FEW_KEYS = 8  # ``held`` looks up at most this many keys one by one (an IN list costs more to prepare)
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
@@ -762,6 +763,14 @@ class HistoryDB:
             return {}
         out: dict[str, Citation] = {}
         try:
+            if len(keys) <= _FEW_KEYS:  # one lookup each: a statement SQLite prepares once and cheaply
+                for key in keys:
+                    row = conn.execute(
+                        "SELECT run_id, stream, record_id FROM findings WHERE key = ?", (key,)
+                    ).fetchone()
+                    if row is not None:
+                        out[key] = Citation(row[0], row[1], row[2])
+                keys = []
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
                 marks = ",".join("?" * len(chunk))

@@ -256,3 +256,25 @@ def test_learned_files_live_at_the_documented_path(db: Path) -> None:
     expected = db.parent / "flows-memory" / memory.scope_hash("s") / ".trajectories" / "compacted"
     assert memory.learned_dir(db, "s") == expected
     assert memory.learned_root(db) == db.parent / "flows-memory"
+
+
+def test_which_keys_the_db_holds_is_the_same_answer_for_few_keys_and_many(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few keys are looked up one by one (a statement SQLite prepares once and cheaply, where an
+    IN list of them costs more to prepare), many in IN lists: the same answer either way."""
+    learned = [store.learn({"text": f"finding {i}"}, root) for i in range(12)]
+    store.sync()
+    held = {k.id: k.citation for k in learned}
+    unknown = [f"{i:032x}" for i in range(600)]
+    statements: list[str] = []
+    conn = store.db._reader()
+    assert conn is not None
+    conn.set_trace_callback(statements.append)
+    for n in (0, 1, 3, 4):  # up to 8 keys
+        keys = [k.id for k in learned[:n]] + unknown[:n]
+        assert store.db.held(keys) == {k: held[k] for k in keys[:n]}
+    assert statements and not any(" IN (" in s for s in statements)
+    keys = [k.id for k in learned] + unknown
+    assert store.db.held(keys) == held
+    assert any(" IN (" in s for s in statements)
