@@ -65,6 +65,7 @@ _HINTS_MAGIC = b"FLOWSJH2"  # a run's journal hints (``journal_hint``): this, th
 _HINT_ID = 8  # an entry: the record id's digest (the table's order), the hint, and its keyed tag
 _HINT_TAG = 16
 _HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
+_HINTS_WHOLE = 128 * 1024  # a hints file up to this size (4,000 entries) is read whole, not probed
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
 _VERSION = 3
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
@@ -129,20 +130,36 @@ def _hint_tag(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> 
 
 
 def _hint_slot(fd: int, want: bytes) -> bytes | None:
-    """The entry of the hints file ``fd`` whose id is ``want``, found by bisection (each probe
-    reads one id); None when the file is not a table of entries or has none such."""
+    """The entry of the hints file ``fd`` whose id is ``want``, found by bisection; None when the
+    file is not a table of entries or has none such. A small file is read in one go (one read
+    costs less than the probes); a large one is probed an id at a time."""
     size = os.fstat(fd).st_size
     count, rest = divmod(size - len(_HINTS_MAGIC), _HINT_SLOT)
-    if count <= 0 or rest or size > _MAX_HINTS or os.pread(fd, len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
+    if count <= 0 or rest or size > _MAX_HINTS:
+        return None
+    if size <= _HINTS_WHOLE:
+        data = _pread(fd, size, 0)
+        if len(data) != size:
+            return None
+
+        def read(length: int, offset: int) -> bytes:
+            return data[offset : offset + length]
+
+    else:
+
+        def read(length: int, offset: int) -> bytes:
+            return os.pread(fd, length, offset)
+
+    if read(len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
         return None
     lo, hi = 0, count
     while lo < hi:  # the first entry whose id is not below ``want``
         mid = (lo + hi) // 2
-        if os.pread(fd, _HINT_ID, len(_HINTS_MAGIC) + mid * _HINT_SLOT) < want:
+        if read(_HINT_ID, len(_HINTS_MAGIC) + mid * _HINT_SLOT) < want:
             lo = mid + 1
         else:
             hi = mid
-    slot = os.pread(fd, _HINT_SLOT, len(_HINTS_MAGIC) + lo * _HINT_SLOT) if lo < count else b""
+    slot = read(_HINT_SLOT, len(_HINTS_MAGIC) + lo * _HINT_SLOT) if lo < count else b""
     return slot if len(slot) == _HINT_SLOT and slot[:_HINT_ID] == want else None
 
 

@@ -39,10 +39,15 @@ def test_each_kept_hint_is_found_and_no_other(tmp_path: Path) -> None:
         assert fresh.journal_hint(LOCATION, RUN, STREAM, rid) is None
 
 
-def test_one_entry_is_the_only_one_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lookup reads a few ids by bisection and one entry, not the run's whole table."""
+@pytest.mark.parametrize("n", [1000, 4096])
+def test_a_small_table_is_read_in_one_go_a_large_one_probed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """A lookup reads a small run's table (32 kB for 1,000 records) in one read; a large one's it
+    probes by bisection, a few ids and one entry, never the whole table (131 kB for 4,096)."""
     cache = _cache(tmp_path)
-    cache.save_journal_hints(LOCATION, RUN, STREAM, _hints(4096))
+    hints = _hints(n)
+    cache.save_journal_hints(LOCATION, RUN, STREAM, hints)
     read: list[int] = []
     real = os.pread
 
@@ -51,8 +56,15 @@ def test_one_entry_is_the_only_one_read(tmp_path: Path, monkeypatch: pytest.Monk
         return real(fd, length, offset)
 
     monkeypatch.setattr(os, "pread", counting)
-    assert _cache(tmp_path).journal_hint(LOCATION, RUN, STREAM, f"{1234:016x}") == 123_407
-    assert len(read) <= 16 and sum(read) <= 256  # the table is 4096 entries, 131 kB
+    fresh = _cache(tmp_path)
+    for rid in (f"{0:016x}", f"{n // 3:016x}", f"{n - 1:016x}"):
+        read.clear()
+        assert fresh.journal_hint(LOCATION, RUN, STREAM, rid) == hints[rid]
+        if n == 1000:
+            assert read == [_file(tmp_path).stat().st_size]
+        else:
+            assert len(read) <= 16 and sum(read) <= 256
+    assert fresh.journal_hint(LOCATION, RUN, STREAM, "missing") is None
 
 
 def test_hints_of_another_journal_run_or_stream_are_not_taken(tmp_path: Path) -> None:
