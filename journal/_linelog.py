@@ -81,6 +81,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
+_LINE_BLOCK = 4096  # the first read of a one-line lookup (``read_at``): most lines are shorter
 _NO_POISON = 2**64 - 1
 _MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
 
@@ -1213,20 +1214,28 @@ class LineLog(Generic[T]):
         poison = self._poison_of(marks)
         if limit is not None and poison is not None:
             limit = min(limit, poison)
-        if limit is None or offset >= limit or (offset > 0 and os.pread(fd, 1, offset - 1) != b"\n"):
-            return None  # nothing acknowledged there, or mid-line: not where a line begins
+        if limit is None or offset >= limit:
+            return None  # nothing acknowledged there
+        # One read usually holds the byte before the line (a newline where a line begins) and the
+        # whole line; a longer line is read on in blocks.
+        pos = offset - 1 if offset > 0 else 0
+        chunk = os.pread(fd, min(_LINE_BLOCK, limit - pos), pos)
+        if offset > 0:
+            if chunk[:1] != b"\n":
+                return None  # mid-line: not where a line begins
+            chunk = chunk[1:]
+            pos += 1
         chunks: list[bytes] = []
-        pos = offset
-        while pos < limit:
-            chunk = os.pread(fd, min(_REVERSE_BLOCK, limit - pos), pos)
-            if not chunk:
-                break
+        while chunk:
             nl = chunk.find(b"\n")
             if nl >= 0:
                 chunks.append(chunk[:nl])
                 return b"".join(chunks), pos + nl + 1
             chunks.append(chunk)
             pos += len(chunk)
+            if pos >= limit:
+                break
+            chunk = os.pread(fd, min(_REVERSE_BLOCK, limit - pos), pos)
         return None  # no newline at or below the watermark: never acknowledged
 
     def starts(self, count: int) -> list[int] | None:
