@@ -267,14 +267,17 @@ class HistoryDB:
 
     def _check_files(self) -> None:
         """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file."""
-        for path in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+        db = str(self.path)
+        for name in (db, f"{db}-wal", f"{db}-shm"):
             try:
-                mode = os.lstat(path).st_mode
+                mode = os.lstat(name).st_mode
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                path = Path(name)
                 raise Unreachable(f"cannot read the history DB {path}: {describe(exc)}", path=path) from exc
             if not stat.S_ISREG(mode):
+                path = Path(name)
                 raise Unreachable(
                     f"{path} is {kind_of(mode)}, not the history DB's file; the store never follows "
                     "links or opens anything else: move it aside",

@@ -129,11 +129,10 @@ def _hint_tag(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> 
     return tag.digest()
 
 
-def _hint_slot(fd: int, want: bytes) -> bytes | None:
-    """The entry of the hints file ``fd`` whose id is ``want``, found by bisection; None when the
-    file is not a table of entries or has none such. A small file is read in one go (one read
-    costs less than the probes); a large one is probed an id at a time."""
-    size = os.fstat(fd).st_size
+def _hint_slot(fd: int, size: int, want: bytes) -> bytes | None:
+    """The entry of the hints file ``fd`` (of ``size`` bytes) whose id is ``want``, found by
+    bisection; None when the file is not a table of entries or has none such. A small file is read
+    in one go (one read costs less than the probes); a large one is probed an id at a time."""
     count, rest = divmod(size - len(_HINTS_MAGIC), _HINT_SLOT)
     if count <= 0 or rest or size > _MAX_HINTS:
         return None
@@ -165,13 +164,20 @@ def _hint_slot(fd: int, want: bytes) -> bytes | None:
 
 def _open_regular(path: Path) -> int | None:
     """A descriptor of ``path`` when it is a regular file (never a link, FIFO or device), else None."""
+    opened = _open_regular_stat(path)
+    return None if opened is None else opened[0]
+
+
+def _open_regular_stat(path: Path) -> tuple[int, int] | None:
+    """``_open_regular``'s descriptor, and the file's size as it was opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            return fd, st.st_size
     except OSError:
         pass
     os.close(fd)
@@ -257,11 +263,11 @@ def _row_entry(row: Any) -> Recalled:
 def _read_head(path: Path) -> tuple[bytes, int] | None:
     """The first bytes of the index at ``path``, up to the end of its header at least, and the
     file's size; None when it is not a regular file of this format or is shorter than its header."""
-    fd = _open_regular(path)
-    if fd is None:
+    opened = _open_regular_stat(path)
+    if opened is None:
         return None
+    fd, size = opened
     try:
-        size = os.fstat(fd).st_size
         head = _pread(fd, _FIRST_READ, 0)
         if len(head) < _PREFIX or head[: len(_MAGIC)] != _MAGIC:
             return None
@@ -435,11 +441,12 @@ class FileCache:
         key = self._load_key(create=False)
         if key is None:
             return None
-        fd = _open_regular(self._hints_path(run_id, stream))
-        if fd is None:
+        opened = _open_regular_stat(self._hints_path(run_id, stream))
+        if opened is None:
             return None
+        fd, size = opened
         try:
-            slot = _hint_slot(fd, _hint_id(record_id))
+            slot = _hint_slot(fd, size, _hint_id(record_id))
         except OSError:
             return None
         finally:
@@ -665,7 +672,7 @@ class IndexedListing:
         self._n = n
         self._prefix = os.path.join(index.directory, "")
         self._pages: dict[int, list[bytes]] = {}
-        self._entries: list[Recalled | None] = [None] * n
+        self._entries: dict[int, Recalled] = {}  # by position, each entry decoded so far
         self._stat_keys: dict[str, StatKey] = {}  # by finding key, of each entry decoded
         self._checked: set[str] = set()
         self._tags: dict[str, Any] | None = None
@@ -677,12 +684,11 @@ class IndexedListing:
         return StaleIndex(self._index.directory)
 
     def _entry(self, pos: int) -> Recalled:
-        try:
-            found = self._entries[pos]
-        except (IndexError, TypeError):
-            raise self._stale() from None
+        found = self._entries.get(pos)
         if found is not None:
             return found
+        if type(pos) is not int or not 0 <= pos < self._n:
+            raise self._stale()
         with self._mutex:
             number = pos // _PAGE
             page = self._pages.get(number)
@@ -727,7 +733,7 @@ class IndexedListing:
             if type(base) is not int:
                 raise self._stale()
             positions = [] if where is None else self._index.section(where, base)
-            try:  # positions index ``_entries``: ints within it (a wrong type fails the comparison)
+            try:  # positions of entries: ints within the index (a wrong type fails the comparison)
                 if not isinstance(positions, list) or (
                     positions and not (min(positions) >= 0 and max(positions) < self._n)
                 ):

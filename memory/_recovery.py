@@ -46,8 +46,8 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) and not str(path).startswith("/proc/"):
-            return None
+        if not str(path).startswith("/proc/") and not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # (a file of /proc is not regular: it is read as it is)
         chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
