@@ -35,7 +35,7 @@ def resolve_journal(db_path: Path, journal: str | os.PathLike[str] | None = None
     env = os.environ.get("FLOWS_JOURNAL")
     if env:
         return env
-    return str(db_path.parent / JOURNAL_DIR)
+    return os.path.join(os.path.dirname(db_path), JOURNAL_DIR)  # ``db_path.parent / JOURNAL_DIR``
 
 
 def learned_root(db_path: Path) -> Path:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from journal import FileJournal, JournalBackend, RunState
-from memory._filecache import cache_dir
+from memory._filecache import CACHE_DIR
 from staging import CodedError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
         os.close(fd)
 
 
-def storage_life(path: Path) -> str | None:
+def storage_life(path: str | Path) -> str | None:
     """What names the present life of the storage holding ``path``: the boot's id and the id of the
     mount ``path`` is reached through (a mount's id changes when it is mounted again), or the boot's
     id alone where the kernel does not say the mount; None where no boot id is known, or ``path``
@@ -117,9 +117,9 @@ class Recovery:
         returns how many files were published. Best effort: a failure is logged, the memo is not
         written, and the next open walks again (``flows check`` reports what is still missing).
         """
-        base = self._db_path.parent
+        base = os.path.dirname(self._db_path)
         life = storage_life(base)
-        memo = cache_dir(self._db_path) / MEMO
+        memo = os.path.join(base, CACHE_DIR, MEMO)  # ``cache_dir(db_path) / MEMO``
         if life is not None and _read_small(memo, 65536) == self._memo(life):
             return 0
         try:
@@ -135,7 +135,7 @@ class Recovery:
         if made:
             log.info("published %d learned files whose names a power loss took", made)
         if life is not None and runs:  # a store without runs writes nothing
-            self._write_memo(memo, self._memo(life))
+            self._write_memo(Path(memo), self._memo(life))
         return made
 
     def _restore_one(self, backend: JournalBackend, run_id: str) -> int:
