@@ -162,13 +162,13 @@ def _hint_slot(fd: int, size: int, want: bytes) -> bytes | None:
     return slot if len(slot) == _HINT_SLOT and slot[:_HINT_ID] == want else None
 
 
-def _open_regular(path: Path) -> int | None:
+def _open_regular(path: str | Path) -> int | None:
     """A descriptor of ``path`` when it is a regular file (never a link, FIFO or device), else None."""
     opened = _open_regular_stat(path)
     return None if opened is None else opened[0]
 
 
-def _open_regular_stat(path: Path) -> tuple[int, int] | None:
+def _open_regular_stat(path: str | Path) -> tuple[int, int] | None:
     """``_open_regular``'s descriptor, and the file's size as it was opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -196,7 +196,7 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_small(path: Path, limit: int) -> bytes:
+def _read_small(path: str | Path, limit: int) -> bytes:
     """The bytes of the regular file ``path`` when it holds at most ``limit``; else (or when it
     cannot be read) nothing."""
     fd = _open_regular(path)
@@ -260,7 +260,7 @@ def _row_entry(row: Any) -> Recalled:
     )
 
 
-def _read_head(path: Path) -> tuple[bytes, int] | None:
+def _read_head(path: str | Path) -> tuple[bytes, int] | None:
     """The first bytes of the index at ``path``, up to the end of its header at least, and the
     file's size; None when it is not a regular file of this format or is shorter than its header."""
     opened = _open_regular_stat(path)
@@ -288,7 +288,7 @@ class _Index:
     that no longer matches its digest (the index was replaced meanwhile) raises ``StaleIndex``.
     """
 
-    def __init__(self, path: Path, directory: Path, header: dict[str, Any], base: int, head: bytes) -> None:
+    def __init__(self, path: str, directory: Path, header: dict[str, Any], base: int, head: bytes) -> None:
         self.path = path
         self.directory = directory
         self.header = header
@@ -370,7 +370,7 @@ class FileCache:
     def _load_key(self, create: bool) -> bytes | None:
         if self._key is not None or not self._usable():
             return self._key
-        path = self._root / "key"
+        path = os.path.join(self._root, "key")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -390,14 +390,14 @@ class FileCache:
         self._key = data
         return data
 
-    def _create_key(self, path: Path) -> bytes | None:
+    def _create_key(self, path: str) -> bytes | None:
         key = secrets.token_bytes(_KEY_BYTES)
         if not self._write_atomically(path, key, exclusive=True):
             return self._load_key(create=False)  # another process made it first, or no room
         self._key = key
         return key
 
-    def _write_atomically(self, path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+    def _write_atomically(self, path: str | Path, data: bytes, *, exclusive: bool = False) -> bool:
         """Write ``data`` to ``path`` through a temporary file; False (nothing left) on any failure."""
         tmp = self._root / f".tmp-{secrets.token_hex(8)}"
         try:
@@ -424,9 +424,9 @@ class FileCache:
 
     # -- where the journal's records are -------------------------------------------------------
 
-    def _hints_path(self, run_id: str, stream: str) -> Path:
+    def _hints_path(self, run_id: str, stream: str) -> str:
         digest = hashlib.blake2b(f"{run_id}/{stream}".encode(), digest_size=12).hexdigest()
-        return self._root / f"cites-{digest}.idx"
+        return os.path.join(self._root, f"cites-{digest}.idx")
 
     def journal_hint(self, location: str, run_id: str, stream: str, record_id: str) -> int | None:
         """The hint the journal gave (``JournalBackend.hints``) for the record ``record_id`` of
@@ -473,7 +473,7 @@ class FileCache:
 
     # -- one directory's index -------------------------------------------------------------------
 
-    def _index_path(self, directory: Path) -> tuple[Path, str]:
+    def _index_path(self, directory: Path) -> tuple[str, str]:
         path, root = str(directory), str(self._learned_root)
         rest = path[len(root) + 1 :] if path.startswith(root + os.sep) else ""
         parts = rest.split(os.sep)
@@ -481,7 +481,7 @@ class FileCache:
         # path; anything else is resolved.
         name = rest if rest and "." not in parts and ".." not in parts else os.path.relpath(path, root)
         digest = hashlib.blake2b(name.encode(), digest_size=12).hexdigest()
-        return self._root / f"files-{digest}.idx", name
+        return os.path.join(self._root, f"files-{digest}.idx"), name
 
     def _open(self, directory: Path) -> _Index | None:
         """The directory's index with its header checked; None when absent or not valid."""

@@ -258,8 +258,7 @@ class Search:
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
             return cached[1], cached[2]
-        found, folders, names = scope_tree(self._publisher.db_path)
-        retired = [f / ".trajectories" / "retired" for f in folders]
+        found, retired, names = scope_tree(self._publisher.db_path)
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, retired, names)
         return found, retired

@@ -480,4 +480,4 @@ def test_a_folder_index_is_named_by_its_path_relative_to_the_learned_root(tmp_pa
     cache = FileCache(tmp_path / CACHE_DIR, root)
     path, name = cache._index_path(Path(f"{root}/{below}"))
     assert name == os.path.relpath(f"{root}/{below}", root)
-    assert path.parent == tmp_path / CACHE_DIR and path.name.startswith("files-")
+    assert Path(path).parent == tmp_path / CACHE_DIR and Path(path).name.startswith("files-")

@@ -76,7 +76,7 @@ def test_hints_of_another_journal_run_or_stream_are_not_taken(tmp_path: Path) ->
     # the run's file copied where another run's or stream's hints are kept
     data = _file(tmp_path).read_bytes()
     for run, stream in (("20261203T000000-9999999999", STREAM), (RUN, "memory-forget")):
-        cache._hints_path(run, stream).write_bytes(data)
+        Path(cache._hints_path(run, stream)).write_bytes(data)
         assert cache.journal_hint(LOCATION, run, stream, rid) is None
 
 
