@@ -559,10 +559,10 @@ class FileCache:
             for t in dict.fromkeys(row[_TAGS]):
                 positions_of.setdefault(t, []).append(pos)
         postings = bytearray()
-        tags: dict[str, list[Any]] = {}
+        tags: dict[str, str] = {}  # "offset length digest": a string each, cheap to decode
         for t, positions in positions_of.items():
             data = orjson.dumps(positions)
-            tags[t] = [len(postings), len(data), _digest(data)]
+            tags[t] = f"{len(postings)} {len(data)} {_digest(data)}"
             postings.extend(data)
         tags_map = orjson.dumps(tags)
         keys = orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})
@@ -732,7 +732,15 @@ class IndexedListing:
                 base = self._index.header.get("postings")
             if type(base) is not int:
                 raise self._stale()
-            positions = [] if where is None else self._index.section(where, base)
+            if where is None:
+                positions = []
+            else:
+                try:
+                    offset, length, digest = where.split(" ")
+                    found = (int(offset), int(length), digest)
+                except (AttributeError, ValueError):
+                    raise self._stale() from None
+                positions = self._index.section(found, base)
             try:  # positions of entries: ints within the index (a wrong type fails the comparison)
                 if not isinstance(positions, list) or (
                     positions and not (min(positions) >= 0 and max(positions) < self._n)
