@@ -596,15 +596,19 @@ class FileCache:
         st: os.stat_result,
         names: Sequence[str],
         read: Callable[[Path], Recalled | None],
+        *,
+        rewrite: bool = False,
     ) -> tuple[Recalled, ...]:
         """Every entry of ``names`` in ``directory`` (whose ``stat``, taken before ``names`` was
         listed, is ``st``): from the index where a file's stat key is unchanged, else through
         ``read`` (whose errors propagate: a damaged file fails the read; None, a file gone since
         the listing, is left out).
 
-        Rewrites the index when it disagreed with the files or its stamp is not the folder's,
-        unless that cannot be done. The stamp is written only when the folder and every file were
-        settled and indexed, so the index then lists exactly the folder's learned files.
+        Rewrites the index when it disagreed with the files, its stamp is not the folder's, or
+        ``rewrite`` says a read found it stale (a section unlike its digest or of the wrong shape,
+        which this read does not look at), unless that cannot be done. The stamp is written only
+        when the folder and every file were settled and indexed, so the index then lists exactly
+        the folder's learned files.
         """
         scanned_ns = time.time_ns()
         index = self._open(directory)
@@ -617,7 +621,7 @@ class FileCache:
         settled_ns = scanned_ns - _RACY_NS
         entries: list[Recalled] = []
         rows: list[tuple[str, StatKey, list[Any]]] = []
-        stale = index is None or len(old) != len(names)
+        stale = rewrite or index is None or len(old) != len(names)
         complete = True
         prefix = os.path.join(directory, "")
         for fname in names:

@@ -481,3 +481,34 @@ def test_a_folder_index_is_named_by_its_path_relative_to_the_learned_root(tmp_pa
     path, name = cache._index_path(Path(f"{root}/{below}"))
     assert name == os.path.relpath(f"{root}/{below}", root)
     assert Path(path).parent == tmp_path / CACHE_DIR and Path(path).name.startswith("files-")
+
+
+@pytest.mark.parametrize("section", ["page", "tags", "posting"])
+def test_an_index_a_read_found_stale_is_written_again(
+    db: Path, learned: Path, section: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A section unlike its digest sends the read to the files; the index is then written again
+    (its rows were fine, its stamp the folder's), so the next process reads from it, not from every
+    file."""
+    (index,) = _index_files(db)
+    data = index.read_bytes()
+    newest = _newest_first(db)[0]
+    if section == "posting":  # the first byte of the first posting list
+        opened = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")._open(learned)
+        assert opened is not None
+        at = opened._base + opened.header["postings"]
+    else:
+        at = data.index(read_learned(newest).text.encode() if section == "page" else b'"t1":"')
+    forged = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+    index.write_bytes(forged)  # the header and its keyed tag unchanged
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(tag="t1", limit=None)) == 2
+    assert index.read_bytes() not in (forged, b"")
+    assert _stamp(db) is not None
+    parsed: list[Path] = []
+    parse = memory._files.parse_learned
+    monkeypatch.setattr(memory._files, "parse_learned", lambda p, d: parsed.append(p) or parse(p, d))
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(tag="t1", limit=None)) == 2
+        assert len(store.recall(limit=None)) == 5
+    assert parsed == []  # every entry from the index written again
