@@ -10,10 +10,11 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -148,6 +149,7 @@ def _migration_5(conn: sqlite3.Connection) -> None:
 
 _MIGRATIONS[5] = _migration_5
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~-]*")  # what ``quote(path, safe="/")`` leaves as it is
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
 _FEW_KEYS = 8  # ``held`` looks up at most this many keys one by one (an IN list costs more to prepare)
 
@@ -338,7 +340,7 @@ class HistoryDB:
     def _open_read_only(self) -> tuple[sqlite3.Connection, int]:
         """A read-only connection and the DB's schema version (``PRAGMA user_version``, the first
         statement: it opens the file and the WAL's index). ``timeout`` is SQLite's busy timeout."""
-        uri = "file:" + quote(str(self.path), safe="/")
+        uri = _file_uri(self.path)
         try:
             conn = sqlite3.connect(
                 uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
@@ -383,7 +385,7 @@ class HistoryDB:
         Raises:
             Unreachable: the last case, or SQLite cannot open the DB.
         """
-        uri = "file:" + quote(str(self.path), safe="/")
+        uri = _file_uri(self.path)
         wal, shm = f"{self.path}-wal", f"{self.path}-shm"
         try:
             stamp = self._stamp()  # before the log is looked at (see the docstring)
@@ -551,29 +553,10 @@ class HistoryDB:
                 setattr(self._local, name, None)
         self._local.guard = None
 
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[None]:
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
         """Every read of this thread inside the block sees one state of the DB (one read
         transaction); a DB missing when the block starts reads as empty throughout it."""
-        if getattr(self._local, "snapshot", None) is not None:
-            yield
-            return
-        conn = self._reader() if self.exists() else None
-        if conn is None:
-            self._local.snapshot = _ABSENT
-        else:
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "read", Unreachable) from exc
-            self._local.snapshot = conn
-        try:
-            yield
-        finally:
-            self._local.snapshot = None
-            if conn is not None:
-                _rollback(conn)
-        self._unchanged()
+        return _Snapshot(self)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -947,6 +930,12 @@ def _user_version(conn: sqlite3.Connection) -> int:
         raise
 
 
+def _file_uri(path: Path) -> str:
+    """``file:`` and ``path`` quoted for a URI (a path of plain characters needs no quoting)."""
+    text = str(path)
+    return "file:" + (text if _PLAIN_PATH.fullmatch(text) else quote(text, safe="/"))
+
+
 def _size(path: str) -> int:
     """The size of the file at ``path`` (0 when there is none)."""
     try:
@@ -958,9 +947,50 @@ def _size(path: str) -> int:
 def _rollback(conn: sqlite3.Connection) -> None:
     """End ``conn``'s transaction, if any, without letting a failure to do so replace the error
     being handled (after a full disk or an I/O error SQLite may already have rolled back)."""
-    with contextlib.suppress(sqlite3.Error):
+    try:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+class _Snapshot:
+    """``HistoryDB.snapshot``'s block: a read transaction on this thread's connection, begun on
+    entry unless one is open already (then the block is part of it), rolled back on exit; after a
+    block that ended normally, a read made without SQLite's lock is checked (``_unchanged``)."""
+
+    __slots__ = ("_conn", "_db", "_outer")
+
+    def __init__(self, db: HistoryDB) -> None:
+        self._db = db
+        self._outer = False
+        self._conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        db = self._db
+        if getattr(db._local, "snapshot", None) is not None:
+            return  # inside another snapshot: part of its transaction
+        conn = db._reader() if db.exists() else None
+        if conn is None:
+            db._local.snapshot = _ABSENT
+        else:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise db._error(exc, "read", Unreachable) from exc
+            db._local.snapshot = conn
+        self._conn = conn
+        self._outer = True
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if not self._outer:
+            return
+        db = self._db
+        db._local.snapshot = None
+        if self._conn is not None:
+            _rollback(self._conn)
+        if kind is None:
+            db._unchanged()
 
 
 def _recall_sql(shape: tuple[int, int, bool, bool, bool, bool, bool]) -> str:

@@ -278,3 +278,34 @@ def test_which_keys_the_db_holds_is_the_same_answer_for_few_keys_and_many(
     keys = [k.id for k in learned] + unknown
     assert store.db.held(keys) == held
     assert any(" IN (" in s for s in statements)
+
+
+@pytest.mark.parametrize(
+    "path", ["/data/flows/history.db", "/a b/h.db", "/x%20y/?#[]/h.db", "/données/h.db", "/t~u_v-w.x/h.db"]
+)
+def test_the_db_uri_quotes_the_path_as_urllib_does(path: str) -> None:
+    from urllib.parse import quote
+
+    from memory._db import _file_uri
+
+    assert _file_uri(Path(path)) == "file:" + quote(path, safe="/")
+
+
+def test_a_snapshot_inside_a_snapshot_is_part_of_it_and_a_failed_block_still_ends_it(
+    store: memory.MemoryStore, root: memory.RootRun
+) -> None:
+    store.learn({"text": "the cache is cold at dawn"}, root)
+    store.sync()
+    db = store.db
+    with db.snapshot():
+        conn = db._reader()
+        assert conn is not None and conn.in_transaction
+        with db.snapshot():
+            assert db.count() == 1
+        assert conn.in_transaction  # the inner block left the outer transaction open
+    assert not conn.in_transaction
+    with pytest.raises(RuntimeError), db.snapshot():
+        assert conn.in_transaction
+        raise RuntimeError("the block failed")
+    assert not conn.in_transaction
+    assert getattr(db._local, "snapshot", None) is None
