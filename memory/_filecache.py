@@ -66,6 +66,7 @@ _HINT_ID = 8  # an entry: the record id's digest (the table's order), the hint, 
 _HINT_TAG = 16
 _HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
 _HINTS_WHOLE = 128 * 1024  # a hints file up to this size (4,000 entries) is read whole, not probed
+_HINT_TABLES = 64  # hints files read whole kept in memory (a table is what the file held then)
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
 _VERSION = 3
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
@@ -129,27 +130,12 @@ def _hint_tag(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> 
     return tag.digest()
 
 
-def _hint_slot(fd: int, size: int, want: bytes) -> bytes | None:
-    """The entry of the hints file ``fd`` (of ``size`` bytes) whose id is ``want``, found by
-    bisection; None when the file is not a table of entries or has none such. A small file is read
-    in one go (one read costs less than the probes); a large one is probed an id at a time."""
+def _hint_slot(read: Callable[[int, int], bytes], size: int, want: bytes) -> bytes | None:
+    """The entry whose id is ``want`` of the hints file of ``size`` bytes that ``read(length,
+    offset)`` reads, found by bisection; None when the file is not a table of entries or has none
+    such."""
     count, rest = divmod(size - len(_HINTS_MAGIC), _HINT_SLOT)
-    if count <= 0 or rest or size > _MAX_HINTS:
-        return None
-    if size <= _HINTS_WHOLE:
-        data = _pread(fd, size, 0)
-        if len(data) != size:
-            return None
-
-        def read(length: int, offset: int) -> bytes:
-            return data[offset : offset + length]
-
-    else:
-
-        def read(length: int, offset: int) -> bytes:
-            return os.pread(fd, length, offset)
-
-    if read(len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
+    if count <= 0 or rest or size > _MAX_HINTS or read(len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
         return None
     lo, hi = 0, count
     while lo < hi:  # the first entry whose id is not below ``want``
@@ -358,6 +344,7 @@ class FileCache:
         self._root = root
         self._learned_root = learned_root
         self._key: bytes | None = None
+        self._hint_tables: dict[str, bytes] = {}  # small hints files read whole, by path
 
     # -- the key ---------------------------------------------------------------------------------
 
@@ -435,27 +422,48 @@ class FileCache:
         stream of that journal (never an error).
 
         The file is a table of fixed-size entries sorted by the record id's digest (``_hint_id``),
-        each with its own keyed tag: the one entry is found by bisection and checked alone, so a
-        check reads a few entries of the run's table, never all of it.
+        each with its own keyed tag: the one entry is found by bisection and checked alone, never
+        the whole table. A table kept from an earlier read may lack entries saved since by another
+        process, or hold offsets since gone stale: a hint is only a hint (``Citations``).
         """
         key = self._load_key(create=False)
         if key is None:
             return None
-        opened = _open_regular_stat(self._hints_path(run_id, stream))
-        if opened is None:
-            return None
-        fd, size = opened
-        try:
-            slot = _hint_slot(fd, size, _hint_id(record_id))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        path = self._hints_path(run_id, stream)
+        want = _hint_id(record_id)
+        table = self._hint_tables.get(path)
+        if table is not None:  # read whole by an earlier check: the entries are checked as they are used
+            slot = _hint_slot(lambda n, at: table[at : at + n], len(table), want)
+        else:
+            slot = self._hint_from_file(path, want)
         if slot is None:
             return None
         at = int.from_bytes(slot[_HINT_ID : _HINT_ID + 8], "big")
         tag = _hint_tag(key, (location, run_id, stream), record_id, at)
         return at if hmac.compare_digest(slot[_HINT_ID + 8 :], tag) else None
+
+    def _hint_from_file(self, path: str, want: bytes) -> bytes | None:
+        """``_hint_slot`` of the hints file at ``path``: a small one is read whole (one read costs
+        less than the probes) and kept for the next checks of the run (at most ``_HINT_TABLES``
+        files); a large one is probed an id at a time."""
+        opened = _open_regular_stat(path)
+        if opened is None:
+            return None
+        fd, size = opened
+        try:
+            if size > _HINTS_WHOLE:
+                return _hint_slot(lambda n, at: os.pread(fd, n, at), size, want)
+            table = _pread(fd, size, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(table) != size:
+            return None
+        if len(self._hint_tables) >= _HINT_TABLES:
+            self._hint_tables.clear()
+        self._hint_tables[path] = table
+        return _hint_slot(lambda n, at: table[at : at + n], size, want)
 
     def save_journal_hints(self, location: str, run_id: str, stream: str, hints: dict[str, int]) -> None:
         """Keep ``hints`` for ``stream`` of ``run_id`` (best effort: nothing happens on failure)."""
@@ -469,7 +477,9 @@ class FileCache:
             for rid, at in hints.items()
             if type(at) is int and 0 <= at < 1 << 63
         )
-        self._write_atomically(self._hints_path(run_id, stream), _HINTS_MAGIC + b"".join(slots))
+        path = self._hints_path(run_id, stream)
+        self._hint_tables.pop(path, None)
+        self._write_atomically(path, _HINTS_MAGIC + b"".join(slots))
 
     # -- one directory's index -------------------------------------------------------------------
 

@@ -43,8 +43,9 @@ def test_each_kept_hint_is_found_and_no_other(tmp_path: Path) -> None:
 def test_a_small_table_is_read_in_one_go_a_large_one_probed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int
 ) -> None:
-    """A lookup reads a small run's table (32 kB for 1,000 records) in one read; a large one's it
-    probes by bisection, a few ids and one entry, never the whole table (131 kB for 4,096)."""
+    """A lookup reads a small run's table (32 kB for 1,000 records) in one read, and the next
+    lookups of that run read nothing more; a large one's it probes by bisection, a few ids and one
+    entry, never the whole table (131 kB for 4,096)."""
     cache = _cache(tmp_path)
     hints = _hints(n)
     cache.save_journal_hints(LOCATION, RUN, STREAM, hints)
@@ -57,14 +58,26 @@ def test_a_small_table_is_read_in_one_go_a_large_one_probed(
 
     monkeypatch.setattr(os, "pread", counting)
     fresh = _cache(tmp_path)
-    for rid in (f"{0:016x}", f"{n // 3:016x}", f"{n - 1:016x}"):
+    for i, rid in enumerate((f"{0:016x}", f"{n // 3:016x}", f"{n - 1:016x}")):
         read.clear()
         assert fresh.journal_hint(LOCATION, RUN, STREAM, rid) == hints[rid]
         if n == 1000:
-            assert read == [_file(tmp_path).stat().st_size]
+            assert read == ([_file(tmp_path).stat().st_size] if i == 0 else [])
         else:
             assert len(read) <= 16 and sum(read) <= 256
     assert fresh.journal_hint(LOCATION, RUN, STREAM, "missing") is None
+
+
+def test_a_table_kept_in_memory_gives_way_to_the_hints_this_store_saves(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    cache.save_journal_hints(LOCATION, RUN, STREAM, {"a": 10})
+    assert cache.journal_hint(LOCATION, RUN, STREAM, "a") == 10  # the table read and kept
+    assert cache.journal_hint(LOCATION, RUN, STREAM, "b") is None
+    cache.save_journal_hints(LOCATION, RUN, STREAM, {"a": 10, "b": 20})
+    assert cache.journal_hint(LOCATION, RUN, STREAM, "b") == 20
+    _file(tmp_path).write_bytes(b"")  # another process's change is not seen while the table is kept
+    assert cache.journal_hint(LOCATION, RUN, STREAM, "b") == 20
+    assert _cache(tmp_path).journal_hint(LOCATION, RUN, STREAM, "b") is None
 
 
 def test_hints_of_another_journal_run_or_stream_are_not_taken(tmp_path: Path) -> None:
