@@ -66,7 +66,6 @@ import os
 import struct
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -222,6 +221,17 @@ class _Kept:
                     os.close(fd)
         self.log = self.mark = self.read_mark = None
 
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        """Only its log refers to this object: when the log is collected, so is this, and its
+        descriptors close (as a ``weakref.finalize`` would, without what one costs to make).
+        ``os.close`` is bound here: at interpreter exit the module's names may be gone."""
+        for fd in (self.log, self.mark, self.read_mark):
+            if fd is not None:
+                try:  # noqa: SIM105 - no module's name at interpreter exit (``contextlib`` may be gone)
+                    _close(fd)
+                except OSError:
+                    pass
+
 
 class LineLog(Generic[T]):
     """An append-only file of one-record lines.
@@ -255,8 +265,7 @@ class LineLog(Generic[T]):
         # With keep_open: one O_APPEND descriptor of the log for its life, one of the mark file, and
         # a reader's descriptor of the mark file. They close with close(), or when the log is
         # collected: a caller that drops a log without closing it leaks no descriptor.
-        self._k = _Kept()
-        weakref.finalize(self, self._k.close)
+        self._k = _Kept()  # closes its descriptors when collected with this log
         self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
