@@ -25,7 +25,6 @@ import re
 import stat
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -263,15 +262,28 @@ class _Pending:
         self.error: BaseException | None = None
 
 
-def _close_all(
-    held: dict[str, tuple[int, int]], pinned: dict[str, tuple[int, int, Mapping[str, Any]]]
-) -> None:
-    """Close a collected journal's lease locks and pinned run files."""
-    for fd in [fd for _, fd in held.values()] + [entry[0] for entry in pinned.values()]:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    held.clear()
-    pinned.clear()
+class _Closer:
+    """Holds a journal's lease locks and pinned run files, and closes them when collected: only
+    its journal refers to it, so it goes with the journal (as a ``weakref.finalize`` would, without
+    what one costs to make)."""
+
+    __slots__ = ("held", "pinned")
+
+    def __init__(
+        self, held: dict[str, tuple[int, int]], pinned: dict[str, tuple[int, int, Mapping[str, Any]]]
+    ) -> None:
+        self.held = held
+        self.pinned = pinned
+
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # ``os.close`` bound here: at interpreter exit the module's names may be gone
+        for fd in [fd for _, fd in self.held.values()] + [entry[0] for entry in self.pinned.values()]:
+            try:  # noqa: SIM105 - no module's name at interpreter exit (``contextlib`` may be gone)
+                _close(fd)
+            except OSError:
+                pass
+        self.held.clear()
+        self.pinned.clear()
 
 
 class FileJournal:
@@ -299,7 +311,7 @@ class FileJournal:
         self._pinned: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # run -> (fd, ino, run.json)
         # A journal dropped without close() still releases its leases and pinned files when it is
         # collected (its streams' logs close their own descriptors the same way).
-        weakref.finalize(self, _close_all, self._held, self._pinned)
+        self._closer = _Closer(self._held, self._pinned)
 
     # -- paths and files -----------------------------------------------------------------------
 

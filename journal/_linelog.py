@@ -66,7 +66,6 @@ import os
 import struct
 import threading
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -81,6 +80,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
+_LINE_BLOCK = 4096  # the first read of a one-line lookup (``read_at``): most lines are shorter
 _NO_POISON = 2**64 - 1
 _MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
 
@@ -221,6 +221,17 @@ class _Kept:
                     os.close(fd)
         self.log = self.mark = self.read_mark = None
 
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        """Only its log refers to this object: when the log is collected, so is this, and its
+        descriptors close (as a ``weakref.finalize`` would, without what one costs to make).
+        ``os.close`` is bound here: at interpreter exit the module's names may be gone."""
+        for fd in (self.log, self.mark, self.read_mark):
+            if fd is not None:
+                try:  # noqa: SIM105 - no module's name at interpreter exit (``contextlib`` may be gone)
+                    _close(fd)
+                except OSError:
+                    pass
+
 
 class LineLog(Generic[T]):
     """An append-only file of one-record lines.
@@ -254,8 +265,7 @@ class LineLog(Generic[T]):
         # With keep_open: one O_APPEND descriptor of the log for its life, one of the mark file, and
         # a reader's descriptor of the mark file. They close with close(), or when the log is
         # collected: a caller that drops a log without closing it leaks no descriptor.
-        self._k = _Kept()
-        weakref.finalize(self, self._k.close)
+        self._k = _Kept()  # closes its descriptors when collected with this log
         self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
@@ -1213,20 +1223,28 @@ class LineLog(Generic[T]):
         poison = self._poison_of(marks)
         if limit is not None and poison is not None:
             limit = min(limit, poison)
-        if limit is None or offset >= limit or (offset > 0 and os.pread(fd, 1, offset - 1) != b"\n"):
-            return None  # nothing acknowledged there, or mid-line: not where a line begins
+        if limit is None or offset >= limit:
+            return None  # nothing acknowledged there
+        # One read usually holds the byte before the line (a newline where a line begins) and the
+        # whole line; a longer line is read on in blocks.
+        pos = offset - 1 if offset > 0 else 0
+        chunk = os.pread(fd, min(_LINE_BLOCK, limit - pos), pos)
+        if offset > 0:
+            if chunk[:1] != b"\n":
+                return None  # mid-line: not where a line begins
+            chunk = chunk[1:]
+            pos += 1
         chunks: list[bytes] = []
-        pos = offset
-        while pos < limit:
-            chunk = os.pread(fd, min(_REVERSE_BLOCK, limit - pos), pos)
-            if not chunk:
-                break
+        while chunk:
             nl = chunk.find(b"\n")
             if nl >= 0:
                 chunks.append(chunk[:nl])
                 return b"".join(chunks), pos + nl + 1
             chunks.append(chunk)
             pos += len(chunk)
+            if pos >= limit:
+                break
+            chunk = os.pread(fd, min(_REVERSE_BLOCK, limit - pos), pos)
         return None  # no newline at or below the watermark: never acknowledged
 
     def starts(self, count: int) -> list[int] | None:

@@ -11,11 +11,12 @@ once is trusted for the life of the store object.
 
 A fresh process need not read a whole run to check one citation. The journal gives, for each
 record of a stream it read, a hint for finding that record again (``JournalBackend.hints``: on the
-file backend, the offset its line begins at); those are kept per run in ``flows-cache/`` (keyed and
-tagged as the files' index is, ``FileCache.journal_hints``). A citation with a hint is checked with
-``JournalBackend.lookup``, which reads that one line and takes it only when it is the cited record,
-acknowledged and intact, and otherwise reads the stream as before: a wrong, stale or forged hint
-costs time, never a file served whose record is not in the journal. The hints are written after a
+file backend, the offset its line begins at); those are kept per run in ``flows-cache/``, each
+entry tagged with the files' index's key (``FileCache.journal_hint``, which finds and checks only
+the entry it is asked for). A citation with a hint is checked with ``JournalBackend.lookup``,
+which reads that one line and takes it only when it is the cited record, acknowledged and intact,
+and otherwise reads the stream as before: a wrong, stale or forged hint costs time, never a file
+served whose record is not in the journal. The hints are written after a
 full read of a run found a citation the hints did not know.
 """
 
@@ -41,7 +42,7 @@ class Citations:
     def __init__(self, open_journal: Callable[[], JournalBackend]) -> None:
         self._open_journal = open_journal
         self._hint_store: FileCache | None = None
-        self._hints: dict[str, dict[str, int]] = {}  # run id -> its records' hints, as loaded
+        self._hints: dict[str, dict[str, int]] = {}  # run id -> its records' hints, as saved here
         self._runs: dict[str, tuple[int, dict[str, Record]]] = {}  # run id -> (records read, by id)
         self._checked: dict[Citation, Recalled] = {}  # entries ``check`` passed, by citation
         self._mutex = threading.Lock()
@@ -58,9 +59,8 @@ class Citations:
         if known is not None and rid in known[1]:
             return known[1][rid]
         backend = self._open_journal()
-        hints = self._run_hints(backend, run_id)
-        hint = hints.get(rid)
-        if type(hint) is int:
+        hint = self._hint(backend, run_id, rid)
+        if hint is not None:
             try:
                 found = backend.lookup(run_id, STREAM, rid, hint=hint)
             except (JournalRunNotFound, JournalNameInvalid):
@@ -78,7 +78,7 @@ class Citations:
                     self._runs.clear()
                 known = self._runs[run_id] = (len(records), {r.id: r for r in records})
         record = known[1].get(rid)
-        if record is not None and self._hint_store is not None and rid not in hints:
+        if record is not None and self._hint_store is not None and hint is None:
             self._save_hints(backend, run_id)
         return record
 
@@ -86,18 +86,16 @@ class Citations:
         """Keep the journal's hints in ``store`` (None: keep none, read every run whole)."""
         self._hint_store = store
 
-    def _run_hints(self, backend: JournalBackend, run_id: str) -> dict[str, int]:
+    def _hint(self, backend: JournalBackend, run_id: str, rid: str) -> int | None:
+        """The kept hint for record ``rid`` of the run: from the hints this object saved, else
+        the one entry of the run's hints file (``FileCache.journal_hint``); None when there is none."""
         if self._hint_store is None:
-            return {}
+            return None
         with self._mutex:
-            hints = self._hints.get(run_id)
-        if hints is None:
-            hints = self._hint_store.journal_hints(backend.location, run_id, STREAM)
-            with self._mutex:
-                if len(self._hints) >= _MAX_RUNS:
-                    self._hints.clear()
-                self._hints[run_id] = hints
-        return hints
+            saved = self._hints.get(run_id)
+        if saved is not None:
+            return saved.get(rid)
+        return self._hint_store.journal_hint(backend.location, run_id, STREAM, rid)
 
     def _save_hints(self, backend: JournalBackend, run_id: str) -> None:
         """Keep the hints of every record of the run as just read (best effort)."""
@@ -109,6 +107,8 @@ class Citations:
         if hints:
             self._hint_store.save_journal_hints(backend.location, run_id, STREAM, hints)
         with self._mutex:
+            if len(self._hints) >= _MAX_RUNS:
+                self._hints.clear()
             self._hints[run_id] = hints
 
     def check(self, entry: Recalled, path_of: Callable[[Recalled], Path]) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
+import re
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +23,7 @@ import orjson
 
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable
 from memory._files import Retired, index_terms
-from memory._finding import Finding, finding_id, meta_value_key
+from memory._finding import meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
@@ -147,6 +149,10 @@ def _migration_5(conn: sqlite3.Connection) -> None:
 
 _MIGRATIONS[5] = _migration_5
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~-]*")  # what ``quote(path, safe="/")`` leaves as it is
+_NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
+_FEW_KEYS = 8  # ``held`` looks up at most this many keys one by one (an IN list costs more to prepare)
+
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
     " f.metadata, f.expires_ms"
@@ -158,45 +164,59 @@ _LIVE = f"{_NOT_RETIRED} AND {_NOT_EXPIRED}"
 
 def _row(row: Sequence[Any], path: Path) -> Recalled:
     """The finding a row holds, checked: SQLite keeps no checksum of its pages, so a damaged page
-    can still read back well-formed; the row's key must be the hash of its scope and finding."""
+    can still read back well-formed; the row's key must be the hash of its scope and finding.
+
+    The finding's canonical bytes are made from the row's fields directly (``canonical`` of the
+    ``Finding`` they make, without building one), and the result is built once they check out."""
+    rid, key, text, source, tags_json, scope, flow, learned_ms, run_id, stream, record_id, meta, expires = row
     try:
-        tags = orjson.loads(row[4])
-        metadata = orjson.loads(row[11]) if row[11] else None
-        entry = Recalled(
-            id=row[0],
-            key=row[1],
-            text=row[2],
-            source=row[3],
-            tags=tuple(tags),
-            scope=row[5],
-            flow=row[6],
-            learned_ms=row[7],
-            citation=Citation(run_id=row[8], stream=row[9], id=row[10]),
-            metadata=frozen_metadata(metadata),
-            expires_ms=row[12],
-        )
+        tags = orjson.loads(tags_json)
+        metadata = orjson.loads(meta) if meta else None
         ok = (
-            all(isinstance(v, str) for v in (entry.key, entry.text, entry.source, entry.scope, entry.flow))
-            and all(isinstance(v, int) for v in (entry.id, entry.learned_ms))
-            and isinstance(tags, list)
-            and all(isinstance(t, str) for t in tags)
-            and all(isinstance(v, str) for v in (row[8], row[9], row[10]))
-            and (metadata is None or isinstance(metadata, dict))
-            and (entry.expires_ms is None or isinstance(entry.expires_ms, int))
-            and finding_id(
-                entry.scope, Finding(entry.text, entry.source, entry.tags, metadata, entry.expires_ms)
-            )
-            == entry.key
+            type(key) is str
+            and type(text) is str
+            and type(source) is str
+            and type(scope) is str
+            and type(flow) is str
+            and type(rid) is int
+            and type(learned_ms) is int
+            and type(tags) is list
+            and all(type(t) is str for t in tags)
+            and type(run_id) is str
+            and type(stream) is str
+            and type(record_id) is str
+            and (metadata is None or type(metadata) is dict)
+            and (expires is None or type(expires) is int)
         )
+        if ok:
+            finding: dict[str, Any] = {"text": text, "source": source, "tags": tags}
+            if metadata:
+                finding["metadata"] = metadata
+            if expires is not None:
+                finding["expiresMs"] = expires
+            canonical = orjson.dumps(finding, option=orjson.OPT_SORT_KEYS)
+            ok = hashlib.sha256(scope.encode() + b"\0" + canonical).hexdigest()[:32] == key
     except (orjson.JSONDecodeError, TypeError, ValueError):
         ok = False
     if not ok:
         raise Unreachable(
-            f"the history DB {path} is damaged (row {row[0]} does not hold the finding its key names): "
+            f"the history DB {path} is damaged (row {rid} does not hold the finding its key names): "
             "move it aside and run `flows sync`, which rebuilds it from the learned files and the journal",
             path=path,
         )
-    return entry
+    return Recalled(
+        id=rid,
+        key=key,
+        text=text,
+        source=source,
+        tags=tuple(tags),
+        scope=scope,
+        flow=flow,
+        learned_ms=learned_ms,
+        citation=Citation(run_id=run_id, stream=stream, id=record_id),
+        metadata=frozen_metadata(metadata) if metadata else _NO_METADATA,
+        expires_ms=expires,
+    )
 
 
 def _metadata_text(entry: Recalled) -> str | None:
@@ -249,14 +269,17 @@ class HistoryDB:
 
     def _check_files(self) -> None:
         """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file."""
-        for path in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+        db = str(self.path)
+        for name in (db, f"{db}-wal", f"{db}-shm"):
             try:
-                mode = os.lstat(path).st_mode
+                mode = os.lstat(name).st_mode
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                path = Path(name)
                 raise Unreachable(f"cannot read the history DB {path}: {describe(exc)}", path=path) from exc
             if not stat.S_ISREG(mode):
+                path = Path(name)
                 raise Unreachable(
                     f"{path} is {kind_of(mode)}, not the history DB's file; the store never follows "
                     "links or opens anything else: move it aside",
@@ -287,12 +310,7 @@ class HistoryDB:
         if conn is not None:
             return conn
         self._check_files()
-        conn = self._open_without_creating() if self.read_only else self._open_read_only()
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._error(exc, "read", Unreachable) from exc
+        conn, version = self._open_without_creating() if self.read_only else self._open_read_only()
         if version != SCHEMA_VERSION:
             conn.close()
             self._local.guard = None
@@ -319,15 +337,15 @@ class HistoryDB:
         self._local.ro = conn
         return conn
 
-    def _open_read_only(self) -> sqlite3.Connection:
-        uri = "file:" + quote(str(self.path), safe="/")
+    def _open_read_only(self) -> tuple[sqlite3.Connection, int]:
+        """A read-only connection and the DB's schema version (``PRAGMA user_version``, the first
+        statement: it opens the file and the WAL's index). ``timeout`` is SQLite's busy timeout."""
+        uri = _file_uri(self.path)
         try:
             conn = sqlite3.connect(
                 uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute("PRAGMA schema_version").fetchone()  # opens the file (and the WAL's index)
-            return conn
+            return conn, _user_version(conn)
         except sqlite3.Error as exc:
             # SQLite reads a WAL database through its -shm, which it must be able to create: on a
             # read-only or full disk, or in a folder this user cannot write, it cannot.
@@ -338,13 +356,13 @@ class HistoryDB:
             conn = sqlite3.connect(
                 uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA schema_version").fetchone()
+            version = _user_version(conn)
         except sqlite3.Error as exc:
             raise self._error(exc, "open", Unreachable) from exc
         self._local.guard = guard
-        return conn
+        return conn, version
 
-    def _open_without_creating(self) -> sqlite3.Connection:
+    def _open_without_creating(self) -> tuple[sqlite3.Connection, int]:
         """A connection that reads the DB and creates no file, for a ``read_only`` DB.
 
         SQLite reads a WAL database through its ``-shm`` index and creates it (and an empty
@@ -367,7 +385,7 @@ class HistoryDB:
         Raises:
             Unreachable: the last case, or SQLite cannot open the DB.
         """
-        uri = "file:" + quote(str(self.path), safe="/")
+        uri = _file_uri(self.path)
         wal, shm = f"{self.path}-wal", f"{self.path}-shm"
         try:
             stamp = self._stamp()  # before the log is looked at (see the docstring)
@@ -383,12 +401,11 @@ class HistoryDB:
                 conn = sqlite3.connect(
                     uri + "?mode=ro", uri=True, timeout=30.0, isolation_level=None, check_same_thread=False
                 )
-                conn.execute("PRAGMA busy_timeout = 30000")
-                conn.execute("PRAGMA schema_version").fetchone()
+                version = _user_version(conn)
             except sqlite3.Error as exc:
                 raise self._error(exc, "open", Unreachable) from exc
             self._local.guard = None
-            return conn
+            return conn, version
         if logged:
             raise Unreachable(
                 f"the history DB {self.path} has a write-ahead log ({wal}) holding transactions not yet "
@@ -400,11 +417,11 @@ class HistoryDB:
             conn = sqlite3.connect(
                 uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA schema_version").fetchone()
+            version = _user_version(conn)
         except sqlite3.Error as exc:
             raise self._error(exc, "open", Unreachable) from exc
         self._local.guard = (0, 0, 0) if frozen else stamp
-        return conn
+        return conn, version
 
     def schema_version(self) -> int:
         """The DB's schema version (``PRAGMA user_version``; 0 when there is no DB), read without
@@ -416,14 +433,10 @@ class HistoryDB:
         if not self.exists():
             return 0
         self._check_files()
-        conn = self._open_without_creating() if self.read_only else self._open_read_only()
-        try:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
-        except sqlite3.Error as exc:
-            raise self._error(exc, "read", Unreachable) from exc
-        finally:
-            conn.close()
-            self._local.guard = None
+        conn, version = self._open_without_creating() if self.read_only else self._open_read_only()
+        conn.close()
+        self._local.guard = None
+        return version
 
     def _unlocked_read(self) -> tuple[int, int, int] | None:
         """Whether the DB file alone (``immutable``) holds everything, and what to watch while it is
@@ -540,29 +553,10 @@ class HistoryDB:
                 setattr(self._local, name, None)
         self._local.guard = None
 
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[None]:
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
         """Every read of this thread inside the block sees one state of the DB (one read
         transaction); a DB missing when the block starts reads as empty throughout it."""
-        if getattr(self._local, "snapshot", None) is not None:
-            yield
-            return
-        conn = self._reader() if self.exists() else None
-        if conn is None:
-            self._local.snapshot = _ABSENT
-        else:
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "read", Unreachable) from exc
-            self._local.snapshot = conn
-        try:
-            yield
-        finally:
-            self._local.snapshot = None
-            if conn is not None:
-                _rollback(conn)
-        self._unchanged()
+        return _Snapshot(self)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -755,6 +749,14 @@ class HistoryDB:
             return {}
         out: dict[str, Citation] = {}
         try:
+            if len(keys) <= _FEW_KEYS:  # one lookup each: a statement SQLite prepares once and cheaply
+                for key in keys:
+                    row = conn.execute(
+                        "SELECT run_id, stream, record_id FROM findings WHERE key = ?", (key,)
+                    ).fetchone()
+                    if row is not None:
+                        out[key] = Citation(row[0], row[1], row[2])
+                keys = []
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
                 marks = ",".join("?" * len(chunk))
@@ -919,6 +921,21 @@ class HistoryDB:
 _ABSENT = object()  # a snapshot of a DB that was not there when it began
 
 
+def _user_version(conn: sqlite3.Connection) -> int:
+    """The DB's ``PRAGMA user_version`` (its schema version here), closing ``conn`` on failure."""
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _file_uri(path: Path) -> str:
+    """``file:`` and ``path`` quoted for a URI (a path of plain characters needs no quoting)."""
+    text = str(path)
+    return "file:" + (text if _PLAIN_PATH.fullmatch(text) else quote(text, safe="/"))
+
+
 def _size(path: str) -> int:
     """The size of the file at ``path`` (0 when there is none)."""
     try:
@@ -930,9 +947,50 @@ def _size(path: str) -> int:
 def _rollback(conn: sqlite3.Connection) -> None:
     """End ``conn``'s transaction, if any, without letting a failure to do so replace the error
     being handled (after a full disk or an I/O error SQLite may already have rolled back)."""
-    with contextlib.suppress(sqlite3.Error):
+    try:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+class _Snapshot:
+    """``HistoryDB.snapshot``'s block: a read transaction on this thread's connection, begun on
+    entry unless one is open already (then the block is part of it), rolled back on exit; after a
+    block that ended normally, a read made without SQLite's lock is checked (``_unchanged``)."""
+
+    __slots__ = ("_conn", "_db", "_outer")
+
+    def __init__(self, db: HistoryDB) -> None:
+        self._db = db
+        self._outer = False
+        self._conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        db = self._db
+        if getattr(db._local, "snapshot", None) is not None:
+            return  # inside another snapshot: part of its transaction
+        conn = db._reader() if db.exists() else None
+        if conn is None:
+            db._local.snapshot = _ABSENT
+        else:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise db._error(exc, "read", Unreachable) from exc
+            db._local.snapshot = conn
+        self._conn = conn
+        self._outer = True
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if not self._outer:
+            return
+        db = self._db
+        db._local.snapshot = None
+        if self._conn is not None:
+            _rollback(self._conn)
+        if kind is None:
+            db._unchanged()
 
 
 def _recall_sql(shape: tuple[int, int, bool, bool, bool, bool, bool]) -> str:

@@ -8,8 +8,10 @@ files it is about to return. One index per scope directory, in ``<db-dir>/flows-
 
 * what a full read of each file returned, keyed by the file's size, mtime, ctime and inode (as
   git's index does, plus ctime, which ``touch -d`` cannot set back), stored newest first in pages
-  of ``_PAGE`` rows, with a posting list per tag and a key-to-position map, each its own section
-  decoded only when a read needs it;
+  of ``_PAGE`` rows (one JSON array a line, so a read decodes only the rows it reaches, after
+  checking the page's digest), with a posting list per tag and a key-to-position map, each its own
+  section read only when a read needs it; the tags' map and the first pages sit right after the
+  header, so the first read of the file usually holds them;
 * the directory's stamp at the scan that wrote it (device, inode, mtime, ctime), when the
   directory was settled then (older than ``_RACY_NS``) and every file was indexed. Learned files
   are content-addressed and only ever created, replaced or dropped by rename or unlink, each of
@@ -58,10 +60,15 @@ from memory._results import Citation, Recalled, frozen_metadata
 CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
 
-_MAGIC = b"FLOWSIX2"
-_HINTS_MAGIC = b"FLOWSJH1"  # a run's journal hints (``journal_hints``)
+_MAGIC = b"FLOWSIX3"
+_HINTS_MAGIC = b"FLOWSJH2"  # a run's journal hints (``journal_hint``): this, then the entries
+_HINT_ID = 8  # an entry: the record id's digest (the table's order), the hint, and its keyed tag
+_HINT_TAG = 16
+_HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
+_HINTS_WHOLE = 128 * 1024  # a hints file up to this size (4,000 entries) is read whole, not probed
+_HINT_TABLES = 64  # hints files read whole kept in memory (a table is what the file held then)
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
-_VERSION = 2
+_VERSION = 3
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
 _KEY_BYTES = 32
 _TAG_BYTES = 32
@@ -106,15 +113,57 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).hexdigest()
 
 
-def _open_regular(path: Path) -> int | None:
+def _hint_id(record_id: str) -> bytes:
+    """Where a record's hint sorts in a hints file: a digest of its id (ids are any strings)."""
+    return hashlib.blake2b(record_id.encode(errors="surrogatepass"), digest_size=_HINT_ID).digest()
+
+
+def _hint_tag(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> bytes:
+    """The keyed tag of one hint: binds the offset ``at`` to that record of the stream ``of``
+    (journal location, run id, stream), so an entry copied from another file, store or journal,
+    or edited, is not taken."""
+    tag = hashlib.blake2b(_HINTS_MAGIC, key=key, digest_size=_HINT_TAG)
+    for part in (*of, record_id):
+        data = part.encode(errors="surrogatepass")
+        tag.update(len(data).to_bytes(4, "big") + data)
+    tag.update(at.to_bytes(8, "big"))
+    return tag.digest()
+
+
+def _hint_slot(read: Callable[[int, int], bytes], size: int, want: bytes) -> bytes | None:
+    """The entry whose id is ``want`` of the hints file of ``size`` bytes that ``read(length,
+    offset)`` reads, found by bisection; None when the file is not a table of entries or has none
+    such."""
+    count, rest = divmod(size - len(_HINTS_MAGIC), _HINT_SLOT)
+    if count <= 0 or rest or size > _MAX_HINTS or read(len(_HINTS_MAGIC), 0) != _HINTS_MAGIC:
+        return None
+    lo, hi = 0, count
+    while lo < hi:  # the first entry whose id is not below ``want``
+        mid = (lo + hi) // 2
+        if read(_HINT_ID, len(_HINTS_MAGIC) + mid * _HINT_SLOT) < want:
+            lo = mid + 1
+        else:
+            hi = mid
+    slot = read(_HINT_SLOT, len(_HINTS_MAGIC) + lo * _HINT_SLOT) if lo < count else b""
+    return slot if len(slot) == _HINT_SLOT and slot[:_HINT_ID] == want else None
+
+
+def _open_regular(path: str | Path) -> int | None:
     """A descriptor of ``path`` when it is a regular file (never a link, FIFO or device), else None."""
+    opened = _open_regular_stat(path)
+    return None if opened is None else opened[0]
+
+
+def _open_regular_stat(path: str | Path) -> tuple[int, int] | None:
+    """``_open_regular``'s descriptor, and the file's size as it was opened."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            return fd, st.st_size
     except OSError:
         pass
     os.close(fd)
@@ -133,7 +182,7 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_small(path: Path, limit: int) -> bytes:
+def _read_small(path: str | Path, limit: int) -> bytes:
     """The bytes of the regular file ``path`` when it holds at most ``limit``; else (or when it
     cannot be read) nothing."""
     fd = _open_regular(path)
@@ -197,14 +246,14 @@ def _row_entry(row: Any) -> Recalled:
     )
 
 
-def _read_head(path: Path) -> tuple[bytes, int] | None:
+def _read_head(path: str | Path) -> tuple[bytes, int] | None:
     """The first bytes of the index at ``path``, up to the end of its header at least, and the
     file's size; None when it is not a regular file of this format or is shorter than its header."""
-    fd = _open_regular(path)
-    if fd is None:
+    opened = _open_regular_stat(path)
+    if opened is None:
         return None
+    fd, size = opened
     try:
-        size = os.fstat(fd).st_size
         head = _pread(fd, _FIRST_READ, 0)
         if len(head) < _PREFIX or head[: len(_MAGIC)] != _MAGIC:
             return None
@@ -225,38 +274,67 @@ class _Index:
     that no longer matches its digest (the index was replaced meanwhile) raises ``StaleIndex``.
     """
 
-    def __init__(self, path: Path, directory: Path, header: dict[str, Any], base: int, head: bytes) -> None:
+    def __init__(self, path: str, directory: Path, header: dict[str, Any], base: int, head: bytes) -> None:
         self.path = path
         self.directory = directory
         self.header = header
         self._base = base
         self._head = head  # the bytes the first read got, often holding the small sections too
 
-    def section(self, where: Any) -> Any:
-        """The decoded section ``where`` (``StaleIndex`` when it is not what the header says)."""
+    def _bytes(self, start: int, length: int) -> bytes:
+        """``length`` bytes of the file at ``start`` (from the first read when it holds them)."""
+        if start + length <= len(self._head):
+            return self._head[start : start + length]
+        fd = _open_regular(self.path)
+        if fd is None:
+            raise StaleIndex(self.directory)
+        try:
+            return _pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    def section(self, where: Any, base: int = 0) -> Any:
+        """The decoded section ``where`` (offset from ``base`` in the body, length, digest), or
+        ``StaleIndex`` when it is not what the header says."""
         try:
             offset, length, digest = where
-            start = self._base + offset
-            if start + length <= len(self._head):
-                data = self._head[start : start + length]
-            else:
-                fd = _open_regular(self.path)
-                if fd is None:
-                    raise StaleIndex(self.directory)
-                try:
-                    data = _pread(fd, length, start)
-                finally:
-                    os.close(fd)
+            data = self._bytes(self._base + base + offset, length)
             if not hmac.compare_digest(_digest(data), digest):
                 raise StaleIndex(self.directory)
             return orjson.loads(data)
         except (OSError, ValueError, TypeError) as exc:
             raise StaleIndex(self.directory) from exc
 
+    def page(self, number: int) -> list[bytes]:
+        """Page ``number``'s rows, one JSON array each, undecoded (``StaleIndex`` when the page is
+        not what the header says): a read decodes only the rows it reaches."""
+        try:
+            bounds = self.header["pages"]
+            start, end = bounds[number], bounds[number + 1]
+            digest = self.header["page_digests"][
+                number * 2 * _DIGEST_BYTES : (number + 1) * 2 * _DIGEST_BYTES
+            ]
+            if type(start) is not int or type(end) is not int or not 0 <= start <= end or number < 0:
+                raise StaleIndex(self.directory)
+            data = self._bytes(self._base + start, end - start)
+            if len(data) != end - start or not hmac.compare_digest(_digest(data), digest):
+                raise StaleIndex(self.directory)
+        except (OSError, LookupError, TypeError) as exc:
+            raise StaleIndex(self.directory) from exc
+        return data.split(b"\n")
+
     def rows(self) -> Iterator[list[Any]]:
         """Every row, newest first (each ``[size, mtime, ctime, inode, *entry row]``)."""
-        for page in self.header["pages"]:
-            yield from self.section(page)
+        try:
+            count = len(self.header["pages"]) - 1
+        except TypeError as exc:
+            raise StaleIndex(self.directory) from exc
+        for number in range(count):
+            for line in self.page(number):
+                try:
+                    yield orjson.loads(line)
+                except ValueError as exc:
+                    raise StaleIndex(self.directory) from exc
 
 
 class FileCache:
@@ -266,6 +344,7 @@ class FileCache:
         self._root = root
         self._learned_root = learned_root
         self._key: bytes | None = None
+        self._hint_tables: dict[str, bytes] = {}  # small hints files read whole, by path
 
     # -- the key ---------------------------------------------------------------------------------
 
@@ -278,7 +357,7 @@ class FileCache:
     def _load_key(self, create: bool) -> bytes | None:
         if self._key is not None or not self._usable():
             return self._key
-        path = self._root / "key"
+        path = os.path.join(self._root, "key")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -298,14 +377,14 @@ class FileCache:
         self._key = data
         return data
 
-    def _create_key(self, path: Path) -> bytes | None:
+    def _create_key(self, path: str) -> bytes | None:
         key = secrets.token_bytes(_KEY_BYTES)
         if not self._write_atomically(path, key, exclusive=True):
             return self._load_key(create=False)  # another process made it first, or no room
         self._key = key
         return key
 
-    def _write_atomically(self, path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+    def _write_atomically(self, path: str | Path, data: bytes, *, exclusive: bool = False) -> bool:
         """Write ``data`` to ``path`` through a temporary file; False (nothing left) on any failure."""
         tmp = self._root / f".tmp-{secrets.token_hex(8)}"
         try:
@@ -332,50 +411,87 @@ class FileCache:
 
     # -- where the journal's records are -------------------------------------------------------
 
-    def _hints_path(self, run_id: str, stream: str) -> Path:
+    def _hints_path(self, run_id: str, stream: str) -> str:
         digest = hashlib.blake2b(f"{run_id}/{stream}".encode(), digest_size=12).hexdigest()
-        return self._root / f"cites-{digest}.idx"
+        return os.path.join(self._root, f"cites-{digest}.idx")
 
-    def journal_hints(self, location: str, run_id: str, stream: str) -> dict[str, int]:
-        """The hints the journal gave (``JournalBackend.hints``) for ``stream`` of ``run_id`` in the
-        journal at ``location``, as last saved; empty when there are none, or the file is not one
-        this code wrote with this store's key for that stream (never an error)."""
+    def journal_hint(self, location: str, run_id: str, stream: str, record_id: str) -> int | None:
+        """The hint the journal gave (``JournalBackend.hints``) for the record ``record_id`` of
+        ``stream`` of ``run_id`` in the journal at ``location``, as last saved; None when there is
+        none, or its entry is not one this code wrote with this store's key for that record of that
+        stream of that journal (never an error).
+
+        The file is a table of fixed-size entries sorted by the record id's digest (``_hint_id``),
+        each with its own keyed tag: the one entry is found by bisection and checked alone, never
+        the whole table. A table kept from an earlier read may lack entries saved since by another
+        process, or hold offsets since gone stale: a hint is only a hint (``Citations``).
+        """
         key = self._load_key(create=False)
         if key is None:
-            return {}
-        data = _read_small(self._hints_path(run_id, stream), _MAX_HINTS)
-        body = data[len(_HINTS_MAGIC) + _TAG_BYTES :]
-        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
-        if data[: len(_HINTS_MAGIC)] != _HINTS_MAGIC or not hmac.compare_digest(
-            data[len(_HINTS_MAGIC) : len(_HINTS_MAGIC) + _TAG_BYTES], tag
-        ):
-            return {}
+            return None
+        path = self._hints_path(run_id, stream)
+        want = _hint_id(record_id)
+        table = self._hint_tables.get(path)
+        if table is not None:  # read whole by an earlier check: the entries are checked as they are used
+            slot = _hint_slot(lambda n, at: table[at : at + n], len(table), want)
+        else:
+            slot = self._hint_from_file(path, want)
+        if slot is None:
+            return None
+        at = int.from_bytes(slot[_HINT_ID : _HINT_ID + 8], "big")
+        tag = _hint_tag(key, (location, run_id, stream), record_id, at)
+        return at if hmac.compare_digest(slot[_HINT_ID + 8 :], tag) else None
+
+    def _hint_from_file(self, path: str, want: bytes) -> bytes | None:
+        """``_hint_slot`` of the hints file at ``path``: a small one is read whole (one read costs
+        less than the probes) and kept for the next checks of the run (at most ``_HINT_TABLES``
+        files); a large one is probed an id at a time."""
+        opened = _open_regular_stat(path)
+        if opened is None:
+            return None
+        fd, size = opened
         try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return {}
-        if not isinstance(obj, dict) or obj.get("of") != [location, run_id, stream]:
-            return {}
-        at = obj.get("at")
-        return at if isinstance(at, dict) else {}
+            if size > _HINTS_WHOLE:
+                return _hint_slot(lambda n, at: os.pread(fd, n, at), size, want)
+            table = _pread(fd, size, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(table) != size:
+            return None
+        if len(self._hint_tables) >= _HINT_TABLES:
+            self._hint_tables.clear()
+        self._hint_tables[path] = table
+        return _hint_slot(lambda n, at: table[at : at + n], size, want)
 
     def save_journal_hints(self, location: str, run_id: str, stream: str, hints: dict[str, int]) -> None:
         """Keep ``hints`` for ``stream`` of ``run_id`` (best effort: nothing happens on failure)."""
         key = self._load_key(create=True)
         if key is None or not hints:
             return
-        body = orjson.dumps({"of": [location, run_id, stream], "at": hints})
-        if len(body) + len(_HINTS_MAGIC) + _TAG_BYTES > _MAX_HINTS:
+        if len(_HINTS_MAGIC) + len(hints) * _HINT_SLOT > _MAX_HINTS:
             return
-        tag = hashlib.blake2b(_HINTS_MAGIC + body, key=key, digest_size=_TAG_BYTES).digest()
-        self._write_atomically(self._hints_path(run_id, stream), _HINTS_MAGIC + tag + body)
+        slots = sorted(
+            _hint_id(rid) + at.to_bytes(8, "big") + _hint_tag(key, (location, run_id, stream), rid, at)
+            for rid, at in hints.items()
+            if type(at) is int and 0 <= at < 1 << 63
+        )
+        path = self._hints_path(run_id, stream)
+        self._hint_tables.pop(path, None)
+        self._write_atomically(path, _HINTS_MAGIC + b"".join(slots))
 
     # -- one directory's index -------------------------------------------------------------------
 
-    def _index_path(self, directory: Path) -> tuple[Path, str]:
-        name = os.path.relpath(directory, self._learned_root)
+    def _index_path(self, directory: Path) -> tuple[str, str]:
+        path, root = str(directory), str(self._learned_root)
+        rest = path[len(root) + 1 :] if path.startswith(root + os.sep) else ""
+        parts = rest.split(os.sep)
+        # A folder under the root, named plainly (as ``learned_dir`` makes it), is its own relative
+        # path; anything else is resolved.
+        name = rest if rest and "." not in parts and ".." not in parts else os.path.relpath(path, root)
         digest = hashlib.blake2b(name.encode(), digest_size=12).hexdigest()
-        return self._root / f"files-{digest}.idx", name
+        return os.path.join(self._root, f"files-{digest}.idx"), name
 
     def _open(self, directory: Path) -> _Index | None:
         """The directory's index with its header checked; None when absent or not valid."""
@@ -441,22 +557,29 @@ class FileCache:
             return
         path, name = self._index_path(directory)
         ordered = sorted(rows, key=lambda r: (r[2][_LEARNED], r[2][_KEY]), reverse=True)
-        body = bytearray()
-
-        def add(data: bytes) -> list[Any]:
-            where = [len(body), len(data), _digest(data)]
-            body.extend(data)
-            return where
-
+        # The body: the tags' map (where each tag's posting list is, from the postings' start),
+        # the pages (rows newest first, one JSON array a line), the posting lists, the keys' map.
+        # The map and the first pages come first, so a read's first read of the file holds them.
         pages = [
-            add(orjson.dumps([[*k, *row] for _, k, row in ordered[i : i + _PAGE]]))
+            b"\n".join(orjson.dumps([*k, *row]) for _, k, row in ordered[i : i + _PAGE])
             for i in range(0, len(ordered), _PAGE)
         ]
-        postings: dict[str, list[int]] = {}
+        positions_of: dict[str, list[int]] = {}
         for pos, (_, _, row) in enumerate(ordered):
             for t in dict.fromkeys(row[_TAGS]):
-                postings.setdefault(t, []).append(pos)
-        tags = {t: add(orjson.dumps(positions)) for t, positions in postings.items()}
+                positions_of.setdefault(t, []).append(pos)
+        postings = bytearray()
+        tags: dict[str, str] = {}  # "offset length digest": a string each, cheap to decode
+        for t, positions in positions_of.items():
+            data = orjson.dumps(positions)
+            tags[t] = f"{len(postings)} {len(data)} {_digest(data)}"
+            postings.extend(data)
+        tags_map = orjson.dumps(tags)
+        keys = orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})
+        bounds = [len(tags_map)]
+        for page in pages:
+            bounds.append(bounds[-1] + len(page))
+        body = b"".join([tags_map, *pages, postings, keys])
         header = {
             "v": _VERSION,
             "dir": name,
@@ -464,16 +587,18 @@ class FileCache:
             "n": len(ordered),
             "scopes": sorted({row[_SCOPE] for _, _, row in ordered}),
             "expiring": any(row[_EXPIRES] is not None for _, _, row in ordered),
-            "tags": add(orjson.dumps(tags)),
-            "keys": add(orjson.dumps({row[_KEY]: pos for pos, (_, _, row) in enumerate(ordered)})),
-            "pages": pages,
+            "tags": [0, len(tags_map), _digest(tags_map)],
+            "postings": bounds[-1],
+            "pages": bounds,
+            "page_digests": "".join(_digest(page) for page in pages),
+            "keys": [bounds[-1] + len(postings), len(keys), _digest(keys)],
             "size": len(body),
         }
         hb = orjson.dumps(header)
         lead = _MAGIC + len(hb).to_bytes(4, "big")
         tag = hashlib.blake2b(lead, key=key, digest_size=_TAG_BYTES)
         tag.update(hb)
-        self._write_atomically(path, lead + tag.digest() + hb + bytes(body))
+        self._write_atomically(path, lead + tag.digest() + hb + body)
 
     def read(
         self,
@@ -481,15 +606,19 @@ class FileCache:
         st: os.stat_result,
         names: Sequence[str],
         read: Callable[[Path], Recalled | None],
+        *,
+        rewrite: bool = False,
     ) -> tuple[Recalled, ...]:
         """Every entry of ``names`` in ``directory`` (whose ``stat``, taken before ``names`` was
         listed, is ``st``): from the index where a file's stat key is unchanged, else through
         ``read`` (whose errors propagate: a damaged file fails the read; None, a file gone since
         the listing, is left out).
 
-        Rewrites the index when it disagreed with the files or its stamp is not the folder's,
-        unless that cannot be done. The stamp is written only when the folder and every file were
-        settled and indexed, so the index then lists exactly the folder's learned files.
+        Rewrites the index when it disagreed with the files, its stamp is not the folder's, or
+        ``rewrite`` says a read found it stale (a section unlike its digest or of the wrong shape,
+        which this read does not look at), unless that cannot be done. The stamp is written only
+        when the folder and every file were settled and indexed, so the index then lists exactly
+        the folder's learned files.
         """
         scanned_ns = time.time_ns()
         index = self._open(directory)
@@ -502,7 +631,7 @@ class FileCache:
         settled_ns = scanned_ns - _RACY_NS
         entries: list[Recalled] = []
         rows: list[tuple[str, StatKey, list[Any]]] = []
-        stale = index is None or len(old) != len(names)
+        stale = rewrite or index is None or len(old) != len(names)
         complete = True
         prefix = os.path.join(directory, "")
         for fname in names:
@@ -556,8 +685,8 @@ class IndexedListing:
         self._index = index
         self._n = n
         self._prefix = os.path.join(index.directory, "")
-        self._pages: dict[int, list[Any]] = {}
-        self._entries: list[Recalled | None] = [None] * n
+        self._pages: dict[int, list[bytes]] = {}
+        self._entries: dict[int, Recalled] = {}  # by position, each entry decoded so far
         self._stat_keys: dict[str, StatKey] = {}  # by finding key, of each entry decoded
         self._checked: set[str] = set()
         self._tags: dict[str, Any] | None = None
@@ -569,19 +698,18 @@ class IndexedListing:
         return StaleIndex(self._index.directory)
 
     def _entry(self, pos: int) -> Recalled:
-        try:
-            found = self._entries[pos]
-        except (IndexError, TypeError):
-            raise self._stale() from None
+        found = self._entries.get(pos)
         if found is not None:
             return found
+        if type(pos) is not int or not 0 <= pos < self._n:
+            raise self._stale()
         with self._mutex:
             number = pos // _PAGE
             page = self._pages.get(number)
             if page is None:
-                page = self._pages[number] = self._index.section(self._index.header["pages"][number])
+                page = self._pages[number] = self._index.page(number)
             try:
-                size, mtime, ctime, ino, *row = page[pos % _PAGE]
+                size, mtime, ctime, ino, *row = orjson.loads(page[pos % _PAGE])
                 entry = _row_entry(row)
             except (IndexError, TypeError, ValueError):
                 raise self._stale() from None
@@ -615,8 +743,19 @@ class IndexedListing:
                 if self._tags is None:
                     self._tags = self._index.section(self._index.header["tags"])
                 where = self._tags.get(tag) if isinstance(self._tags, dict) else None
-            positions = [] if where is None else self._index.section(where)
-            try:  # positions index ``_entries``: ints within it (a wrong type fails the comparison)
+                base = self._index.header.get("postings")
+            if type(base) is not int:
+                raise self._stale()
+            if where is None:
+                positions = []
+            else:
+                try:
+                    offset, length, digest = where.split(" ")
+                    found = (int(offset), int(length), digest)
+                except (AttributeError, ValueError):
+                    raise self._stale() from None
+                positions = self._index.section(found, base)
+            try:  # positions of entries: ints within the index (a wrong type fails the comparison)
                 if not isinstance(positions, list) or (
                     positions and not (min(positions) >= 0 and max(positions) < self._n)
                 ):

@@ -596,7 +596,10 @@ class DiskIndex:
                     raise unreadable(path, exc) from exc
                 return None if data is None else parse_learned(path, data)  # gone: sync dropped it
 
-            return st, self._files.read(directory, st, names, read)
+            with self._mutex:
+                distrusted = directory in self._distrusted
+            # an index a read found stale is written again, so the next process can trust it
+            return st, self._files.read(directory, st, names, read, rewrite=distrusted)
 
     def entries(self, directory: Path) -> tuple[Recalled, ...]:
         """Return every entry of ``directory``, newest first (raising ``Unreachable`` on damage)."""

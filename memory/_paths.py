@@ -35,7 +35,7 @@ def resolve_journal(db_path: Path, journal: str | os.PathLike[str] | None = None
     env = os.environ.get("FLOWS_JOURNAL")
     if env:
         return env
-    return str(db_path.parent / JOURNAL_DIR)
+    return os.path.join(os.path.dirname(db_path), JOURNAL_DIR)  # ``db_path.parent / JOURNAL_DIR``
 
 
 def learned_root(db_path: Path) -> Path:
@@ -80,37 +80,71 @@ def scan_scopes(db_path: Path, leaf: str | None = "compacted") -> tuple[list[Pat
     Raises:
         OSError: a folder could not be listed (permission, I/O); ``filename`` names it.
     """
-    root = learned_root(db_path)
+    leaves, wrong, _, _ = _scan(db_path, leaf)
+    return leaves, wrong
+
+
+def scope_tree(db_path: Path) -> tuple[list[Path], list[Path], int]:
+    """From one listing of ``<db-dir>/flows-memory``: every scope's learned-file directory that
+    exists (``scope_dirs``), every scope folder's retired-file directory (there or not: the
+    ``retired_dir`` of each scope folder ``scope_folders`` finds), and how many names (not hidden)
+    the listing held.
+
+    Raises:
+        Unreachable: as ``scope_dirs``.
+    """
+    try:
+        leaves, wrong, retired, listed = _scan(db_path, "compacted", retired=True)
+    except OSError as exc:
+        raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
+    if wrong:
+        path, what = wrong[0]
+        raise Unreachable(wrong_folder_message(path, what), path=path)
+    return leaves, retired, listed
+
+
+def _scan(
+    db_path: Path, leaf: str | None, *, retired: bool = False
+) -> tuple[list[Path], list[tuple[Path, str]], list[Path], int]:
+    """``scan_scopes``'s ``(folders, wrong)``, then the scope folders themselves that are real
+    folders (with ``retired``, their ``.trajectories/retired`` instead), and how many names (not
+    hidden) ``flows-memory`` listed."""
+    root = os.path.join(os.path.dirname(db_path), LEARNED_ROOT)  # ``learned_root``, as a string
     wrong: list[tuple[Path, str]] = []
     what = _wrong_folder(root)
     if what == "missing":
-        return [], []
+        return [], [], [], 0
     if what:
-        return [], [(root, what)]
+        return [], [(Path(root), what)], [], 0
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
-        return [], []
+        return [], [], [], 0
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(root)) from None
-    folders = []
-    root_str = str(root)
+        raise OSError(exc.errno, exc.strerror, root) from None
+    leaves: list[Path] = []
+    scopes: list[Path] = []
+    listed = 0
     for name in names:
         if name.startswith("."):
             continue
-        probe = os.path.join(root_str, name)
-        for part in ("", ".trajectories", leaf) if leaf else ("",):
-            probe = os.path.join(probe, part) if part else probe
-            what = _wrong_folder(probe)
-            if what:
-                break
+        listed += 1
+        probe = os.path.join(root, name)
+        what = _wrong_folder(probe)
+        if not what:
+            scopes.append(Path(f"{probe}/.trajectories/retired" if retired else probe))
+            for part in (".trajectories", leaf) if leaf else ():
+                probe = os.path.join(probe, part)
+                what = _wrong_folder(probe)
+                if what:
+                    break
         if what == "missing":
             continue
         if what:
             wrong.append((Path(probe), what))
         else:
-            folders.append(Path(probe))
-    return folders, wrong
+            leaves.append(Path(probe))
+    return leaves, wrong, scopes, listed
 
 
 def _wrong_folder(path: Path | str) -> str:

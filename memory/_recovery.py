@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from journal import FileJournal, JournalBackend, RunState
-from memory._filecache import cache_dir
+from memory._filecache import CACHE_DIR
 from staging import CodedError
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ MEMO = "names-checked"
 """The memo's file name in ``flows-cache``."""
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
-_MOUNTINFO = "/proc/self/mountinfo"
+_FDINFO = "/proc/self/fdinfo"
 
 
 def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
@@ -46,8 +46,8 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) and not str(path).startswith("/proc/"):
-            return None
+        if not str(path).startswith("/proc/") and not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # (a file of /proc is not regular: it is read as it is)
         chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
@@ -63,25 +63,33 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
         os.close(fd)
 
 
-def storage_life(path: Path) -> str | None:
-    """What names the present life of the storage holding ``path``: the boot's id and the ids of
-    the mounts of its file system (a mount's id changes when it is mounted again), or the boot's id
-    alone where the mount cannot be found; None where no boot id is known (then every open walks).
+def storage_life(path: str | Path) -> str | None:
+    """What names the present life of the storage holding ``path``: the boot's id and the id of the
+    mount ``path`` is reached through (a mount's id changes when it is mounted again), or the boot's
+    id alone where the kernel does not say the mount; None where no boot id is known, or ``path``
+    cannot be opened (then every open walks).
+
+    The mount's id is the ``mnt_id`` of ``/proc/self/fdinfo`` for a descriptor of ``path``: one
+    small file about that descriptor, not the list of every mount of the system.
     """
     boot = _read_small(_BOOT_ID, 4096)
     if not boot:
         return None
     life = boot.decode(errors="replace").strip()
     try:
-        dev = os.stat(path).st_dev
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    want = f"{os.major(dev)}:{os.minor(dev)}".encode()
-    mounts = _read_small(_MOUNTINFO) or b""
-    ids = [
-        f[0].decode() for line in mounts.splitlines() if len(f := line.split(b" ", 3)) > 3 and f[2] == want
-    ]
-    return f"{life} {','.join(sorted(ids, key=int))}" if ids else life
+    try:
+        info = _read_small(f"{_FDINFO}/{fd}", 65536) or b""
+    finally:
+        os.close(fd)
+    for line in info.splitlines():
+        if line.startswith(b"mnt_id:"):
+            mount = line[len(b"mnt_id:") :].strip()
+            if mount.isdigit():
+                return f"{life} mount {int(mount)}"
+    return life
 
 
 class Recovery:
@@ -109,9 +117,9 @@ class Recovery:
         returns how many files were published. Best effort: a failure is logged, the memo is not
         written, and the next open walks again (``flows check`` reports what is still missing).
         """
-        base = self._db_path.parent
+        base = os.path.dirname(self._db_path)
         life = storage_life(base)
-        memo = cache_dir(self._db_path) / MEMO
+        memo = os.path.join(base, CACHE_DIR, MEMO)  # ``cache_dir(db_path) / MEMO``
         if life is not None and _read_small(memo, 65536) == self._memo(life):
             return 0
         try:
@@ -127,7 +135,7 @@ class Recovery:
         if made:
             log.info("published %d learned files whose names a power loss took", made)
         if life is not None and runs:  # a store without runs writes nothing
-            self._write_memo(memo, self._memo(life))
+            self._write_memo(Path(memo), self._memo(life))
         return made
 
     def _restore_one(self, backend: JournalBackend, run_id: str) -> int:

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import ArgumentInvalid, Unreachable
-from memory._filecache import FileCache, IndexedListing, StaleIndex, cache_dir
+from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
 from memory._finding import check_filters, meta_value_key
-from memory._paths import learned_root, scope_dirs, scope_folders
+from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
 from memory._stem import terms
@@ -176,13 +176,12 @@ class Search:
         self._db = db
         self._publisher = publisher
         self._clock = clock
-        files = (
-            FileCache(cache_dir(publisher.db_path), learned_root(publisher.db_path)) if file_index else None
-        )
-        self._disk = DiskIndex(publisher.db_path.parent, files)
+        base = publisher.db_path.parent
+        self._learned_root = base / LEARNED_ROOT  # ``learned_root``
+        files = FileCache(base / CACHE_DIR, self._learned_root) if file_index else None  # ``cache_dir``
+        self._disk = DiskIndex(base, files)
         self._citations = citations
         citations.use_hints(files)
-        self._learned_root = learned_root(publisher.db_path)
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held_cache: dict[str, bool] = {}
         self._live_cache: dict[str, bool] = {}
@@ -259,12 +258,7 @@ class Search:
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
             return cached[1], cached[2]
-        found = scope_dirs(self._publisher.db_path)
-        retired = [f / ".trajectories" / "retired" for f in scope_folders(self._publisher.db_path)]
-        try:
-            names = sum(1 for n in os.listdir(root) if not n.startswith("."))
-        except OSError:
-            return found, retired  # changed since scope_dirs listed it: not remembered
+        found, retired, names = scope_tree(self._publisher.db_path)
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, retired, names)
         return found, retired

@@ -161,3 +161,17 @@ def test_a_stream_replaced_since_the_hint_was_given_answers_as_a_full_read(strea
     for r in records:
         assert _lookup(root, run_id, r.id, hints[r.id]) is None
     assert _lookup(root, run_id, "other-1", hints[records[1].id]) is not None
+
+
+@pytest.mark.parametrize("size", [4000, 4096, 5000, 70_000, 200_000])
+def test_a_line_longer_than_the_first_read_is_read_on_to_its_end(tmp_path: Path, size: int) -> None:
+    """A lookup's first read holds the byte before the line and 4 kB of it; a longer record is
+    read on in blocks and answers like any other, and neighbours around it still do."""
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    records = [jr.append(lease, STREAM, {"n": i, "pad": "x" * (size if i == 1 else 10)}) for i in range(3)]
+    hints = jr.hints(info.run_id, STREAM)
+    jr.close()
+    for r in records:
+        assert _lookup(tmp_path / "j", info.run_id, r.id, hints[r.id]) == r
+    assert _lookup(tmp_path / "j", info.run_id, records[2].id, hints[records[1].id] + 1) == records[2]

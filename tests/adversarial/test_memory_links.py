@@ -162,3 +162,29 @@ def test_a_retired_folder_that_is_a_link_is_refused_and_never_read_through(tmp_p
     assert ("folder_wrong", str(link)) in [(p["kind"], p["path"]) for p in problems]
     assert flows(mine.db, "check", "--repair").returncode == 0
     assert not link.is_symlink() and sorted(os.listdir(outside)) == [f"{next(iter(mine.keys))}.json"]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+@pytest.mark.parametrize("what", ["link", "fifo", "folder"])
+def test_a_history_db_file_that_is_not_a_regular_file_fails_the_read_naming_it(
+    tmp_path: Path, suffix: str, what: str
+) -> None:
+    """The history DB, its ``-wal`` and its ``-shm`` are never followed or opened when anything but
+    a regular file stands in their place: the read fails closed naming the path."""
+    mine, theirs = _two_stores(tmp_path)
+    with memory.MemoryStore(theirs.db) as store:
+        store.sync()
+    with memory.MemoryStore(mine.db) as store:
+        store.sync()
+    path = Path(f"{mine.db}{suffix}")
+    path.unlink(missing_ok=True)
+    if what == "link":
+        path.symlink_to(f"{theirs.db}{suffix}" if suffix == "" else theirs.db)
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with memory.MemoryStore(mine.db, recover=False) as store, pytest.raises(memory.Unreachable) as caught:
+        store.recall(limit=10)
+    assert caught.value.path == path
+    assert "never follows links or opens anything else" in str(caught.value)

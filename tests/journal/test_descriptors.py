@@ -63,3 +63,47 @@ def test_a_dropped_keep_open_log_closes_its_descriptors(tmp_path: Path) -> None:
             log.read()
         del log
     assert _open_fds() <= before
+
+
+def test_making_a_journal_or_a_log_registers_no_finalizer(tmp_path: Path) -> None:
+    """Their descriptors close with a small holder's ``__del__`` (only the journal or the log
+    refers to it): making one costs no ``weakref.finalize`` (the first one a process makes costs
+    tens of microseconds, paid by a fresh process's first read)."""
+    import weakref
+
+    registry = weakref.finalize._registry  # type: ignore[attr-defined]
+    before = len(registry)
+    jr = FileJournal(tmp_path / "j")
+    log = LineLog(tmp_path / "log.jsonl", RecordCodec("r", "s"), keep_open=True)
+    assert len(registry) == before
+    jr.close()
+    log.close()
+
+
+def test_a_journal_and_a_log_still_holding_descriptors_at_exit_leave_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import sys, journal\n"
+        "jr = journal.FileJournal(sys.argv[1])\n"
+        "info, lease = jr.begin('flow', 'scope', {})\n"
+        "jr.append(lease, 's', {'n': 1})\n"
+        "jr.read(info.run_id, 's')\n"
+        "log = journal.LineLog(sys.argv[1] + '/log.jsonl', journal.RecordCodec('r', 's'), keep_open=True)\n"
+        "with log.locked():\n"
+        "    log.read()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "j")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

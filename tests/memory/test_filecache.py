@@ -443,3 +443,72 @@ def test_a_folder_changed_within_the_racy_window_is_not_stamped_though_its_files
     time.sleep(0.3)
     _recall(db)
     assert _stamp(db) is not None
+
+
+def test_a_read_from_the_index_decodes_only_the_rows_it_reaches(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's digest is checked whole, but only the rows a read reaches are decoded (the read
+    takes its candidates 16 at a time), not the page's 64."""
+    _learn(db, 70)
+    _age(db)
+    _recall(db)  # the index written: two pages
+    decoded: list[bytes] = []
+    real = orjson.loads
+
+    def counting(data: bytes | str) -> object:
+        if isinstance(data, bytes | bytearray | memoryview):
+            decoded.append(bytes(data))
+        return real(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)
+    with memory.MemoryStore(db, recover=False) as store:
+        (newest,) = store.recall(limit=1)
+        (tagged,) = store.recall(tag="t1", limit=1)
+    assert newest.text == "finding 69 about fog" and tagged.text == "finding 67 about fog"
+    rows = [d for d in decoded if b"about fog" in d]
+    assert all(d.count(b"about fog") == 1 for d in rows)  # a row at a time (or a file, or a record)
+    assert len(rows) < 64
+
+
+@pytest.mark.parametrize(
+    "below",
+    ["0123456789abcdef/.trajectories/compacted", "../elsewhere", "a/./b", "a/../b", "x"],
+)
+def test_a_folder_index_is_named_by_its_path_relative_to_the_learned_root(tmp_path: Path, below: str) -> None:
+    root = tmp_path / "flows-memory"
+    cache = FileCache(tmp_path / CACHE_DIR, root)
+    path, name = cache._index_path(Path(f"{root}/{below}"))
+    assert name == os.path.relpath(f"{root}/{below}", root)
+    assert Path(path).parent == tmp_path / CACHE_DIR and Path(path).name.startswith("files-")
+
+
+@pytest.mark.parametrize("section", ["page", "tags", "posting"])
+def test_an_index_a_read_found_stale_is_written_again(
+    db: Path, learned: Path, section: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A section unlike its digest sends the read to the files; the index is then written again
+    (its rows were fine, its stamp the folder's), so the next process reads from it, not from every
+    file."""
+    (index,) = _index_files(db)
+    data = index.read_bytes()
+    newest = _newest_first(db)[0]
+    if section == "posting":  # the first byte of the first posting list
+        opened = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")._open(learned)
+        assert opened is not None
+        at = opened._base + opened.header["postings"]
+    else:
+        at = data.index(read_learned(newest).text.encode() if section == "page" else b'"t1":"')
+    forged = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+    index.write_bytes(forged)  # the header and its keyed tag unchanged
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(tag="t1", limit=None)) == 2
+    assert index.read_bytes() not in (forged, b"")
+    assert _stamp(db) is not None
+    parsed: list[Path] = []
+    parse = memory._files.parse_learned
+    monkeypatch.setattr(memory._files, "parse_learned", lambda p, d: parsed.append(p) or parse(p, d))
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(tag="t1", limit=None)) == 2
+        assert len(store.recall(limit=None)) == 5
+    assert parsed == []  # every entry from the index written again

@@ -365,3 +365,20 @@ def test_the_open_publishes_again_a_lost_file_with_the_postgresql_journal(
     with memory.MemoryStore(db, journal=postgres_dsn) as store:
         assert a.path.read_bytes() == kept
         assert [e.key for e in store.recall(limit=None)] == [a.id]
+
+
+def test_the_storage_life_is_the_boot_and_the_mount_the_store_is_reached_through(tmp_path: Path) -> None:
+    life = storage_life(tmp_path)
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    if not boot.exists():  # no boot id here: every open walks
+        assert life is None
+        return
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        info = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    finally:
+        os.close(fd)
+    mounts = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("mnt_id:")]
+    expected = boot.read_text().strip() + (f" mount {mounts[0]}" if mounts else "")
+    assert life == expected
+    assert storage_life(tmp_path / "missing") is None  # nothing to open: no life, every open walks

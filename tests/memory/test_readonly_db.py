@@ -174,3 +174,28 @@ def test_a_read_only_folder_holding_a_wal_db_reads(synced: Path) -> None:
     finally:
         for folder in folders:
             os.chmod(folder, 0o755)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_reader_opens_the_db_with_one_statement_and_waits_thirty_seconds_for_a_writer(
+    synced: Path, read_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first statement a reader runs reads the schema version (which opens the file and the
+    WAL's index); SQLite's busy timeout comes from ``connect``, not from a statement of its own (a
+    read-only store reads this closed DB ``immutable``, taking no lock, so it never waits)."""
+    statements: list[str] = []
+    real = sqlite3.connect
+
+    def tracing(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)  # type: ignore[arg-type]
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", tracing)
+    with memory.MemoryStore(synced, read_only=read_only) as store:
+        assert len(store.recall(tag="probe", limit=10)) == 3
+        assert statements[:2] == ["PRAGMA user_version", "BEGIN"]
+        conn = store.db._reader()
+        assert conn is not None
+        if not read_only:
+            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000

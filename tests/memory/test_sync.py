@@ -171,6 +171,39 @@ def test_a_damaged_db_is_unreachable(db: Path) -> None:
     assert caught.value.path == db
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "text = 'the cache is warm'",
+        "source = 'elsewhere'",
+        "scope = 'scope-b'",
+        'tags = \'["cache","risk"]\'',
+        "tags = '[\"cache\", 3]'",
+        "tags = 'not json'",
+        "metadata = '{\"n\": 2}'",
+        "metadata = '[1]'",
+        "expires_ms = 4102444800000",
+        "learned_ms = 'yesterday'",
+        "run_id = x'00'",
+        "key = 'x'",
+    ],
+)
+def test_a_db_row_that_does_not_hold_the_finding_its_key_names_fails_the_read(
+    store: memory.MemoryStore, root: memory.RootRun, db: Path, damage: str
+) -> None:
+    """SQLite keeps no checksum of its pages: a row read back well-formed but changed (its finding
+    no longer hashing to its key, or a field of the wrong type) fails the read, naming the DB."""
+    store.learn({"text": "the cache is cold at dawn", "tags": ["cache"], "metadata": {"n": 1}}, root)
+    store.sync()
+    store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE findings SET {damage}")
+    conn.close()
+    with memory.MemoryStore(db) as fresh, pytest.raises(memory.Unreachable, match="damaged") as caught:
+        fresh.recall(tag="cache")
+    assert caught.value.path == db
+
+
 def test_another_process_reads_while_this_one_holds_the_write_lock(
     store: memory.MemoryStore, root: memory.RootRun, db: Path
 ) -> None:
@@ -223,3 +256,56 @@ def test_learned_files_live_at_the_documented_path(db: Path) -> None:
     expected = db.parent / "flows-memory" / memory.scope_hash("s") / ".trajectories" / "compacted"
     assert memory.learned_dir(db, "s") == expected
     assert memory.learned_root(db) == db.parent / "flows-memory"
+
+
+def test_which_keys_the_db_holds_is_the_same_answer_for_few_keys_and_many(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few keys are looked up one by one (a statement SQLite prepares once and cheaply, where an
+    IN list of them costs more to prepare), many in IN lists: the same answer either way."""
+    learned = [store.learn({"text": f"finding {i}"}, root) for i in range(12)]
+    store.sync()
+    held = {k.id: k.citation for k in learned}
+    unknown = [f"{i:032x}" for i in range(600)]
+    statements: list[str] = []
+    conn = store.db._reader()
+    assert conn is not None
+    conn.set_trace_callback(statements.append)
+    for n in (0, 1, 3, 4):  # up to 8 keys
+        keys = [k.id for k in learned[:n]] + unknown[:n]
+        assert store.db.held(keys) == {k: held[k] for k in keys[:n]}
+    assert statements and not any(" IN (" in s for s in statements)
+    keys = [k.id for k in learned] + unknown
+    assert store.db.held(keys) == held
+    assert any(" IN (" in s for s in statements)
+
+
+@pytest.mark.parametrize(
+    "path", ["/data/flows/history.db", "/a b/h.db", "/x%20y/?#[]/h.db", "/données/h.db", "/t~u_v-w.x/h.db"]
+)
+def test_the_db_uri_quotes_the_path_as_urllib_does(path: str) -> None:
+    from urllib.parse import quote
+
+    from memory._db import _file_uri
+
+    assert _file_uri(Path(path)) == "file:" + quote(path, safe="/")
+
+
+def test_a_snapshot_inside_a_snapshot_is_part_of_it_and_a_failed_block_still_ends_it(
+    store: memory.MemoryStore, root: memory.RootRun
+) -> None:
+    store.learn({"text": "the cache is cold at dawn"}, root)
+    store.sync()
+    db = store.db
+    with db.snapshot():
+        conn = db._reader()
+        assert conn is not None and conn.in_transaction
+        with db.snapshot():
+            assert db.count() == 1
+        assert conn.in_transaction  # the inner block left the outer transaction open
+    assert not conn.in_transaction
+    with pytest.raises(RuntimeError), db.snapshot():
+        assert conn.in_transaction
+        raise RuntimeError("the block failed")
+    assert not conn.in_transaction
+    assert getattr(db._local, "snapshot", None) is None
