@@ -226,7 +226,13 @@ def test_threads_batched_while_one_write_or_sync_fails_keep_exactly_the_acknowle
     assert returned | raised == set(tags) and raised  # every call ended one way or the other
     stream_tags = _recovered(tmp_path / "j", info.run_id, lease)
     assert returned | {"after"} <= set(stream_tags)
-    assert raised.isdisjoint(stream_tags)
+    assert len(stream_tags) == len(set(stream_tags))  # nothing doubled
+    if not sync_filesystem:
+        assert raised.isdisjoint(stream_tags)  # a failed plain sync's lines are cut
+    # With syncfs, a caller refused after a failed file-system sync may leave its line: when a later
+    # sync made the line durable as bytes, it stays, unacknowledged (the journal's documented rule:
+    # the sync it asked for proves nothing about its other files). Which interleaving the threads
+    # take decides whether that happens; nothing acknowledged is ever cut either way.
     assert [r.seq for r in jr.read(info.run_id, "s")] == list(range(1, len(stream_tags) + 1))
 
 
