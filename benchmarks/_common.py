@@ -126,6 +126,19 @@ def say(out: TextIO | None, text: str = "") -> None:
         print(text, file=out, flush=True)
 
 
+def print_paired(rates: dict[str, list[float]], ratio_label: str) -> None:
+    """Print each kind's median rate and the median of the per-pair ratios of the second kind to
+    the first (``rates`` holds two kinds, measured in alternating blocks)."""
+    width = max(len(k) for k in [*rates, ratio_label])
+    old, new = rates.values()
+    for kind, values in rates.items():
+        each = " ".join(f"{v:.0f}" for v in values)
+        print(f"{kind:>{width}}: median {statistics.median(values):7.0f} learns/s  ({each})")
+    pairs = [b / a for a, b in zip(old, new, strict=False)]
+    each = " ".join(f"{p:.2f}" for p in pairs)
+    print(f"{ratio_label:>{width}}: median {statistics.median(pairs):.2f}  ({each})")
+
+
 def median_ms(fn: Callable[[], object], calls: int) -> float:
     """Median wall time of ``calls`` calls of ``fn``, in milliseconds."""
     times = []

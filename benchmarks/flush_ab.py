@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from typing import Any
 
 import memory
+from benchmarks._common import print_paired
 from journal import JournalBackend, RunState
 
 
@@ -69,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             jr.finish(lease, RunState.DONE)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    old, new = rates.values()
-    for kind, values in rates.items():
-        each = " ".join(f"{v:.0f}" for v in values)
-        print(f"{kind:>20}: median {statistics.median(values):7.0f} learns/s  ({each})")
-    pairs = [b / a for a, b in zip(old, new, strict=False)]
-    each = " ".join(f"{p:.2f}" for p in pairs)
-    print(f"{'fsync / syncfs':>20}: median {statistics.median(pairs):.2f}  ({each})")
+    print_paired(rates, "fsync / syncfs")
     return 0
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import memory
 import memory._publisher as publisher
+from benchmarks._common import print_paired
 from journal import RunState
 
 
@@ -62,13 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         publisher.NAMES_WAIT_S = wait
         shutil.rmtree(base, ignore_errors=True)
-    old, new = rates.values()
-    for kind, values in rates.items():
-        each = " ".join(f"{v:.0f}" for v in values)
-        print(f"{kind:>24}: median {statistics.median(values):7.0f} learns/s  ({each})")
-    pairs = [b / a for a, b in zip(old, new, strict=False)]
-    each = " ".join(f"{p:.2f}" for p in pairs)
-    print(f"{'groups / each':>24}: median {statistics.median(pairs):.2f}  ({each})")
+    print_paired(rates, "groups / each")
     return 0
 
 
