@@ -48,13 +48,11 @@ def _regular_bytes(path: Path, limit: int) -> bytes | None:
 
 
 def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
-    """Whether the walk for lost files should publish ``data`` (the rendering of ``rec``) at
-    ``final``: nothing is there; or a regular file is there that holds neither exactly ``data``
-    nor a newer commit of the finding (a power loss can tear a file whose bytes were written
-    without fsync, and the record holds every byte it must hold). Anything else there (a link, a
-    FIFO, a folder, a file that cannot be read) is left for ``flows check``."""
-    if not os.path.lexists(final):
-        return True
+    """Whether the walk for lost files should publish ``data`` (the rendering of ``rec``) over what
+    is at ``final``: a regular file that holds neither exactly ``data`` nor a newer commit of the
+    finding (a power loss can tear a file whose bytes were written without fsync, and the record
+    holds every byte it must hold). Anything else there (a link, a FIFO, a folder, a file that
+    cannot be read) is left for ``flows check``."""
     held = _regular_bytes(final, max(len(data) + 1, 1 << 20))
     if held is None or held == data:
         return False
@@ -270,14 +268,17 @@ class Learner:
         """
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
+        missing: list[str] = []
         for (scope, fid), rec in self._commits(backend, run_id).items():
             final = pub.scope_dir(scope) / f"{fid}.json"
             if os.path.lexists(self._retirer.retired_path(scope, fid)):
                 continue
             data = render(rec)
-            if _to_replace(final, rec, data):
+            if not os.path.lexists(final):
+                missing.append(fid)
                 wanted.append((final, data))
-        missing = [final.stem for final, _ in wanted if not os.path.lexists(final)]
+            elif _to_replace(final, rec, data):
+                wanted.append((final, data))
         if missing:
             # A missing file the DB holds was synced, not lost. A file that is there but torn is
             # written again either way (a copy the DB also holds is what the next sync drops).
