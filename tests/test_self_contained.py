@@ -9,8 +9,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Requirement ids (R-L4, R-A8, a family such as R-L, R12 …), the contract's name, the source
-# documents, issue numbers (#12, issue 12), and prose that leans on "the issue" or "the spec".
+# What it forbids, in words: a requirement id (the letter R, a dash, one or two capitals and an
+# optional number, or R and a number of two or more digits), the contract's name in capitals, the
+# source documents (by the word or by their numbered hexadecimal file names), an issue number (the
+# word "issue" before a number, or a hash sign before one), and prose that leans on "the issue" or
+# "the spec" for a rule it should state itself.
 FORBIDDEN = re.compile(
     r"\bR-[A-Z]{1,2}[0-9]*\b"
     r"|\bR-?[0-9]{2,}\b"
