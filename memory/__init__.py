@@ -1,39 +1,48 @@
-"""Findings memory over the journal; the agent ledger lives in ``memory.ledger``."""
+"""Findings memory over the journal; the agent ledger lives in ``memory.ledger``.
 
-from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
-from memory._db import SCHEMA_VERSION, HistoryDB
-from memory._errors import (
-    ArgumentInvalid,
-    FindingInvalid,
-    FindingRetired,
-    FindingUnknown,
-    FlowsMemoryError,
-    SessionClosed,
-    Unjournaled,
-    Unreachable,
-    UnsupportedHeader,
-    Unwritable,
-    WrongJournal,
-)
-from memory._files import parse_learned, read_learned
-from memory._finding import (
-    RETIRE_STREAM,
-    STREAM,
-    Finding,
-    canonical,
-    check_key,
-    checked_commit,
-    finding_id,
-    render,
-    render_retirement,
-    scope_hash,
-    validate,
-)
-from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, retired_dir, scope_dirs
-from memory._results import Citation, Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
-from memory._root import Root, RootRun
-from memory._session import MemorySession, SessionState
-from memory._store import MemoryStore
+Every public name is imported on first use, so a command that needs only the reads (``flows recall``,
+``flows why``) never loads ``check``, ``sync`` or the journal backends it does not open.
+"""
+
+import importlib as _importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
+    from memory._db import SCHEMA_VERSION, HistoryDB
+    from memory._errors import (
+        ArgumentInvalid,
+        FindingInvalid,
+        FindingRetired,
+        FindingUnknown,
+        FlowsMemoryError,
+        SessionClosed,
+        Unjournaled,
+        Unreachable,
+        UnsupportedHeader,
+        Unwritable,
+        WrongJournal,
+    )
+    from memory._files import parse_learned, read_learned
+    from memory._finding import (
+        RETIRE_STREAM,
+        STREAM,
+        Finding,
+        canonical,
+        check_key,
+        checked_commit,
+        finding_id,
+        render,
+        render_retirement,
+        scope_hash,
+        validate,
+    )
+    from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, retired_dir, scope_dirs
+    from memory._results import Citation, Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
+    from memory._root import Root, RootRun
+    from memory._session import MemorySession, SessionState
+    from memory._store import MemoryStore
+
 
 __all__ = [
     "QUARANTINE_DIR",
@@ -87,16 +96,74 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    # the version is read from the installed distribution's metadata on first use: importing
-    # importlib.metadata costs tens of milliseconds that a command which never asks should not pay
-    if name != "__version__":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib.metadata
+_LAZY: dict[str, str] = {
+    "ArgumentInvalid": "memory._errors",
+    "Citation": "memory._results",
+    "Explained": "memory._results",
+    "Finding": "memory._finding",
+    "FindingInvalid": "memory._errors",
+    "FindingRetired": "memory._errors",
+    "FindingUnknown": "memory._errors",
+    "FlowsMemoryError": "memory._errors",
+    "Forgotten": "memory._results",
+    "HistoryDB": "memory._db",
+    "HistoryEvent": "memory._results",
+    "Learned": "memory._results",
+    "MemorySession": "memory._session",
+    "MemoryStore": "memory._store",
+    "Problem": "memory._check",
+    "QUARANTINE_DIR": "memory._check",
+    "RETIRE_STREAM": "memory._finding",
+    "Recalled": "memory._results",
+    "Root": "memory._root",
+    "RootRun": "memory._root",
+    "SCHEMA_VERSION": "memory._db",
+    "STREAM": "memory._finding",
+    "SessionClosed": "memory._errors",
+    "SessionState": "memory._session",
+    "SyncReport": "memory._results",
+    "Unjournaled": "memory._errors",
+    "Unreachable": "memory._errors",
+    "UnsupportedHeader": "memory._errors",
+    "Unwritable": "memory._errors",
+    "WrongJournal": "memory._errors",
+    "canonical": "memory._finding",
+    "check_key": "memory._finding",
+    "check_store": "memory._check",
+    "checked_commit": "memory._finding",
+    "finding_id": "memory._finding",
+    "learned_dir": "memory._paths",
+    "learned_root": "memory._paths",
+    "parse_learned": "memory._files",
+    "read_learned": "memory._files",
+    "render": "memory._finding",
+    "render_retirement": "memory._finding",
+    "repair_store": "memory._check",
+    "resolve_db": "memory._paths",
+    "resolve_journal": "memory._paths",
+    "retired_dir": "memory._paths",
+    "scope_dirs": "memory._paths",
+    "scope_hash": "memory._finding",
+    "validate": "memory._finding",
+}
 
-    try:  # the installed distribution's version (one for every package of flows-memory)
-        version = importlib.metadata.version("flows-memory")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-        version = "0+unknown"
-    globals()["__version__"] = version
-    return version
+
+def __getattr__(name: str) -> typing.Any:
+    """Import a public name (or read the version) on first use."""
+    if name == "__version__":  # importlib.metadata costs tens of milliseconds: only when asked
+        import importlib.metadata
+
+        try:  # the installed distribution's version (one for every package of flows-memory)
+            value: typing.Any = importlib.metadata.version("flows-memory")
+        except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+            value = "0+unknown"
+    elif name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'memory' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

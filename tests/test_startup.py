@@ -40,6 +40,13 @@ def test_import_flows_imports_no_runtime_no_integration_and_no_sqlite() -> None:
     assert sorted(unwanted & loaded) == []
 
 
+def test_import_memory_imports_none_of_its_modules_until_a_name_is_used() -> None:
+    loaded = _modules_after("import memory")
+    assert sorted(m for m in loaded if m.startswith(("memory.", "journal", "sqlite3"))) == []
+    loaded = _modules_after("import memory\nassert memory.MemoryStore.__module__ == 'memory._store'")
+    assert "memory._store" in loaded and "memory._check" not in loaded
+
+
 def test_a_public_name_of_flows_is_imported_on_first_use() -> None:
     loaded = _modules_after(
         "import flows\nassert flows.run.__module__ == 'flows._runtime'\nflows.__version__"
@@ -63,6 +70,8 @@ def test_a_read_only_command_imports_neither_the_runtime_nor_an_integration(
         "flows.mcp",  # other commands' modules: only the named command's parser is built
         "flows._web_cli",
         "socket",
+        "memory._check",  # the store's verifier: only `flows check` needs it
+        "journal._postgres",  # a backend the store does not use
     }
     assert sorted(unwanted & loaded) == []
     assert "sqlite3" in loaded  # the command did read the store
