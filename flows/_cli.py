@@ -10,6 +10,9 @@ from typing import Any, cast
 
 import orjson
 
+from flows._cli_common import json_out as _json_out
+from flows._cli_common import open_store as _store
+from flows._cli_common import table as _table
 from memory.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -36,20 +39,6 @@ date/time; every time in --json output is epoch milliseconds, in a key ending in
 """
 
 _ms = format_ms
-_json_out = json_out
-
-
-def _table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
-
-
-def _store(args: argparse.Namespace, *, recover: bool | None = None) -> Any:
-    from memory import MemoryStore
-
-    return MemoryStore(args.db, journal=args.journal, recover=recover)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -314,11 +303,6 @@ def build_cli(only: str | None = None) -> CommandLine:
 
         add_mcp_arguments(add("mcp", cmd_mcp, "serve the memory to AI agents over MCP (stdio, or --http)"))
     return cli
-
-
-def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
-    """Print the one diagnostic line for ``exc`` on stderr; return its exit status."""
-    return build_cli().diagnose(exc, as_json=as_json, run_id=run_id)
 
 
 def build_parser() -> argparse.ArgumentParser:

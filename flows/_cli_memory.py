@@ -16,7 +16,10 @@ from typing import Any
 import orjson
 
 import memory
-from flows._cli import _json_out, _store, _table, diagnose
+from flows._cli_common import diagnose
+from flows._cli_common import json_out as _json_out
+from flows._cli_common import open_store as _store
+from flows._cli_common import table as _table
 from memory.cli import EXIT_OK, EXIT_USAGE, format_ms
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]

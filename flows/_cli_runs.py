@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 import memory
-from flows._cli import _json_out, _store, _table, diagnose
+from flows._cli_common import diagnose
+from flows._cli_common import json_out as _json_out
+from flows._cli_common import open_store as _store
+from flows._cli_common import table as _table
 from flows._errors import FlowFailed, RunInterrupted
 from journal import JournalBackend, Record, RunInfo, RunState
 from memory.cli import (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from flows._cli import diagnose
+from flows._cli_common import diagnose
 from flows.web._errors import ServeExtraMissing, ServeTokenRequired
 from memory.cli import EXIT_OK, EXIT_USAGE
 

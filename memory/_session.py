@@ -11,18 +11,34 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from journal import JournalBackend, Lease, RunState
 from memory._errors import ArgumentInvalid, SessionClosed
 from memory._results import Forgotten, Learned
+from memory._root import Root
 
 if TYPE_CHECKING:
     import asyncio
 
-    from memory._store import MemoryStore
+T = TypeVar("T")
+
+
+class SessionStore(Protocol):
+    """What a session needs of its store (``MemoryStore`` is one): the store owns sessions, so the
+    session names only this, and the two modules do not import each other."""
+
+    def open_journal(self) -> JournalBackend: ...
+
+    def learn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned: ...
+
+    def forget(self, key: str, root: Root, *, reason: str) -> Forgotten: ...
+
+    def flush(self) -> None: ...
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
 NAME_MAX = 256
 """The longest scope, flow or source a session takes (characters)."""
@@ -52,7 +68,7 @@ def check_name(what: str, value: object) -> str:
 class SessionRoot:
     """A session's root run, begun on first need (thread-safe: concurrent writes begin one run)."""
 
-    def __init__(self, store: MemoryStore, flow: str, scope: str, source: str | None) -> None:
+    def __init__(self, store: SessionStore, flow: str, scope: str, source: str | None) -> None:
         self._store = store
         self.flow = flow
         self.scope = scope
@@ -108,7 +124,7 @@ class MemorySession:
     after it raises ``SessionClosed``. A session may be shared by threads and tasks.
     """
 
-    def __init__(self, store: MemoryStore, *, scope: str, flow: str, source: str | None) -> None:
+    def __init__(self, store: SessionStore, *, scope: str, flow: str, source: str | None) -> None:
         self._store = store
         self._root = SessionRoot(
             store,

@@ -61,6 +61,7 @@ __all__ = [
     "Option",
     "Progress",
     "UsageError",
+    "diagnose",
     "format_ms",
     "instant_ms",
     "json_out",
@@ -395,26 +396,32 @@ class CommandLine:
             sys.stdout = real_stdout
 
     def diagnose(self, exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
-        """Print the one diagnostic for ``exc`` on stderr; return its exit status.
+        """Print the one diagnostic for ``exc`` on stderr; return its exit status (see ``diagnose``)."""
+        return diagnose(self.prog, exc, as_json=as_json, run_id=run_id)
 
-        ``run_id`` names the root run the command concerns, when the error does not say.
-        """
-        if not isinstance(exc, CodedError | CodedInterrupt):
-            log.debug("uncoded failure", exc_info=exc)
-            exc = InternalError(
-                f"{type(exc).__name__}: {exc} (a bug: rerun with FLOWS_DEBUG=1 for the traceback; "
-                "please report it)"
-            )
-        fields = exc.as_json()
-        run_id = fields.get("runId") or run_id
-        if as_json:
-            sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
-        else:
-            if isinstance(exc, UsageError):
-                sys.stderr.write(exc._usage)
-            where = f" (root run {run_id})" if run_id else ""
-            sys.stderr.write(f"{self.prog}: error[{exc.code}]: {exc.message}{where}\n")
-        return _exit_status(exc)
+
+def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+    """Print the one diagnostic line for ``exc`` on stderr, as ``prog``; return its exit status.
+
+    ``run_id`` names the root run the command concerns, when the error does not say. Anything that
+    is not a coded error is reported as ``internal_error`` (a bug).
+    """
+    if not isinstance(exc, CodedError | CodedInterrupt):
+        log.debug("uncoded failure", exc_info=exc)
+        exc = InternalError(
+            f"{type(exc).__name__}: {exc} (a bug: rerun with FLOWS_DEBUG=1 for the traceback; "
+            "please report it)"
+        )
+    fields = exc.as_json()
+    run_id = fields.get("runId") or run_id
+    if as_json:
+        sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
+    else:
+        if isinstance(exc, UsageError):
+            sys.stderr.write(exc._usage)
+        where = f" (root run {run_id})" if run_id else ""
+        sys.stderr.write(f"{prog}: error[{exc.code}]: {exc.message}{where}\n")
+    return _exit_status(exc)
 
 
 def _asks_for_every_command(argv: Sequence[str]) -> bool:

@@ -1,0 +1,37 @@
+"""What every ``flows`` command module shares: opening the store, printing a table or JSON, and the
+one diagnostic line. The command modules and ``flows._cli`` (which builds the parser from them)
+import this module; it imports none of them, so the arrows between the CLI's modules point one way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from memory.cli import diagnose as _diagnose
+from memory.cli import json_out
+
+__all__ = ["PROG", "diagnose", "json_out", "open_store", "table"]
+
+PROG = "flows"
+
+
+def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
+    """``rows`` under ``headers`` as left-aligned columns two spaces apart (trailing blanks cut)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def open_store(args: argparse.Namespace, *, recover: bool | None = None) -> Any:
+    """The ``MemoryStore`` a command's ``--db`` and ``--journal`` name (imported only when opened)."""
+    from memory import MemoryStore
+
+    return MemoryStore(args.db, journal=args.journal, recover=recover)
+
+
+def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:
+    """Print the one diagnostic line for ``exc`` on stderr, as ``flows``; return its exit status."""
+    return _diagnose(PROG, exc, as_json=as_json, run_id=run_id)
