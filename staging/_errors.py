@@ -9,13 +9,22 @@ package by package (each package's module docstring draws its own branch)::
     ├── journal.JournalError          the journal kernel
     ├── memory.FlowsMemoryError       findings memory
     ├── memory.ledger.LedgerError     the agent ledger
-    ├── flows.FlowsError              the flows runtime
+    ├── flows.FlowsError              the flows runtime, and its integrations' branches:
+    │   ├── flows.mcp.McpError        the MCP server
+    │   ├── flows.web.ServeError      the dashboard
+    │   └── flows.langgraph.LangGraphAdapterError   the LangGraph adapters (a LangGraph caller's
+    │                                 built-in type, ValueError or TypeError, is a second base)
     ├── sail.SailError                the agent's config, keys, node and submission
     └── memory.cli.UsageError …       a command line the CLIs refuse, an escaped bug
 
     CodedInterrupt                    the same face on a KeyboardInterrupt (never caught as Exception)
     ├── flows.RunInterrupted          Ctrl-C stopped a flow run; the root is left interrupted
     └── memory.cli.Interrupted        Ctrl-C stopped any other command
+
+The interrupt branch is apart from ``CodedError`` on purpose: a Ctrl-C must never be swallowed by
+an ``except Exception`` (a flow body's own, or a library's), yet the CLIs report it like any coded
+error, with its code and exit status 130. So it shares the face (``_Coded``: code, message, context,
+``as_json``) but not the base.
 
 Staging's branch::
 

@@ -30,7 +30,18 @@ def test_importing_the_core_never_imports_web3_or_psycopg() -> None:
 
 
 #: every package that may define coded errors; importing them registers their subclasses
-_PACKAGES = ("staging", "journal", "memory", "memory.ledger", "memory.cli", "flows", "flows.mcp", "sail")
+_PACKAGES = (
+    "staging",
+    "journal",
+    "memory",
+    "memory.ledger",
+    "memory.cli",
+    "flows",
+    "flows.mcp",
+    "flows.web",
+    "flows.langgraph",
+    "sail",
+)
 
 
 def _coded_classes() -> list[type]:
@@ -76,6 +87,37 @@ def test_every_coded_error_has_its_own_code_and_its_row_in_the_surface_table() -
     for code in rows.values():
         if not code.endswith(("_error", "_usage", "_contention", "_storage", "_interrupt")):
             assert f"| `{code}` |" in table, f"{code} has no row saying when it is raised"
+
+
+def test_every_exception_class_with_a_code_is_in_the_one_tree() -> None:
+    """An exception class anywhere in the packages that carries a ``code`` derives from one of the
+    two bases, so the CLIs, MCP and the surface table meet it through ``CodedError``."""
+    import ast
+    import inspect
+
+    from staging import CodedError, CodedInterrupt
+    from tests.conftest import ROOT
+
+    outside = []
+    for package in {p.split(".")[0] for p in _PACKAGES}:
+        for path in (ROOT / package).rglob("*.py"):
+            module_name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            tree = ast.parse(path.read_text())
+            coded = [
+                node.name
+                for node in tree.body
+                if isinstance(node, ast.ClassDef)
+                and any(isinstance(s, ast.Assign) and "code" in ast.unparse(s.targets[0]) for s in node.body)
+            ]
+            if not coded:
+                continue
+            module = importlib.import_module(module_name)
+            for name in coded:
+                cls = getattr(module, name)
+                is_exception = inspect.isclass(cls) and issubclass(cls, BaseException)
+                if is_exception and not issubclass(cls, CodedError | CodedInterrupt):
+                    outside.append(f"{module_name}.{name}")
+    assert outside == []
 
 
 def test_every_coded_error_is_exported_by_its_package() -> None:

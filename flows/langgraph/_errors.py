@@ -2,10 +2,11 @@
 
 Where LangGraph defines an exception for a mistake (``InvalidNamespaceError`` for a bad store
 namespace), the adapters raise LangGraph's own. Everything else they raise for a user has a stable
-``code`` and derives from one base. Journal errors (``journal_lease_lost``, ``journal_unavailable``
-…) pass through unchanged. The tree::
+``code`` and derives from one base, a branch of ``flows.FlowsError`` and so of the project's one tree
+under ``staging.CodedError`` (where LangGraph's caller expects a built-in type, it is a second base).
+Journal errors (``journal_lease_lost``, ``journal_unavailable`` …) pass through unchanged. The branch::
 
-    LangGraphAdapterError          base: code, message, run_id, stream, thread_id
+    LangGraphAdapterError          langgraph_error (family): code, message, run_id, stream, thread_id
     ├── ValueUnserializable        langgraph_value_unserializable: LangGraph's serializer refused a value
     │                              (also a TypeError, as the serializer's own failure is)
     ├── ValueTooLarge              langgraph_value_too_large: one journal record would exceed the bound
@@ -20,9 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from flows._errors import FlowsError
 
-class LangGraphAdapterError(Exception):
-    """Base of the adapters' coded errors; ``code`` is stable and listed in docs/SURFACE.md."""
+
+class LangGraphAdapterError(FlowsError):
+    """Base of the adapters' coded errors (a branch of the one tree under ``staging.CodedError``);
+    ``code`` is stable and listed in docs/SURFACE.md. Context: ``run_id``, ``stream``, ``thread_id``."""
 
     code = "langgraph_error"
 
@@ -34,22 +38,9 @@ class LangGraphAdapterError(Exception):
         stream: str | None = None,
         thread_id: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.run_id = run_id
+        super().__init__(message, run_id=run_id)
         self.stream = stream
         self.thread_id = thread_id
-
-    def __str__(self) -> str:
-        return self.message
-
-    def as_json(self) -> dict[str, Any]:
-        """``{"code", "message"}`` plus the context fields that are set (camelCase)."""
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
-        for name, value in (("runId", self.run_id), ("stream", self.stream), ("threadId", self.thread_id)):
-            if value is not None:
-                out[name] = value
-        return out
 
 
 class ValueUnserializable(LangGraphAdapterError, TypeError):
