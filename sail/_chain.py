@@ -31,9 +31,10 @@ try:  # the in-process EVM's own errors (a revert there is not a web3 ContractLo
         ValidationError,
     )
 
-    _TESTER_ERRORS: tuple[type[BaseException], ...] = (BlockNotFound, TransactionFailed, ValidationError)
+    #: what the in-process EVM raises for a refused or reverted transaction (empty without it)
+    TESTER_ERRORS: tuple[type[BaseException], ...] = (BlockNotFound, TransactionFailed, ValidationError)
 except ImportError:  # pragma: no cover - eth-tester is part of the chain extra
-    _TESTER_ERRORS = ()
+    TESTER_ERRORS = ()
 
 #: what a read may fail with, short of a bug in sail: mapped to ChainUnavailable
 READ_ERRORS: tuple[type[BaseException], ...] = (
@@ -42,11 +43,11 @@ READ_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     ValueError,  # web3 raises it for some malformed RPC answers
     EthValidationError,
-    *_TESTER_ERRORS,
+    *TESTER_ERRORS,
 )
 
 #: what a call that reverted raises: over JSON-RPC, and in the in-process EVM
-_REVERTS: tuple[type[BaseException], ...] = (ContractLogicError, *_TESTER_ERRORS)
+_REVERTS: tuple[type[BaseException], ...] = (ContractLogicError, *TESTER_ERRORS)
 
 SWAP_FUNCTION = "swapExactTokensForTokens"
 _ERROR_STRING = bytes.fromhex("08c379a0")  # the selector of Solidity's Error(string)

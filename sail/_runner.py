@@ -40,7 +40,7 @@ from memory.ledger import (
     DispatchSubmitted,
     DispatchUnsent,
 )
-from sail._chain import _TESTER_ERRORS, READ_ERRORS, Chain
+from sail._chain import READ_ERRORS, TESTER_ERRORS, Chain
 from sail._errors import SailKeyUnavailable, SailSubmitFailed, SailSubmitUncertain
 from sail._strategy import Swap
 from staging import failpoint
@@ -242,7 +242,7 @@ class Runner:
 
 
 #: errors with which a node answered ``eth_sendRawTransaction``: it does not have the transaction
-_REFUSALS: tuple[type[BaseException], ...] = (Web3RPCError, EthValidationError, *_TESTER_ERRORS)
+_REFUSALS: tuple[type[BaseException], ...] = (Web3RPCError, EthValidationError, *TESTER_ERRORS)
 #: errors of the connection itself: the transaction may or may not have arrived
 _TRANSPORT: tuple[type[BaseException], ...] = (requests.RequestException, OSError)
 
