@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -254,10 +255,16 @@ def serve(setup: Callable[[str, dict[str, Any]], tuple[dict[str, Any], RoundFn]]
         if msg["op"] == "quit":
             break
         try:
+            before = resource.getrusage(resource.RUSAGE_SELF)
             start = time.perf_counter_ns()
             extra = run(msg["n"], msg["start"]) or {}
             end = time.perf_counter_ns()
+            after = resource.getrusage(resource.RUSAGE_SELF)
         except Exception as exc:
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
             raise
-        print(json.dumps({"start": start, "end": end, **extra}), flush=True)
+        cpu = {  # the worker's own CPU over the round, every thread of it: what a cut shows up in
+            "cpuUserUs": round((after.ru_utime - before.ru_utime) * 1e6),
+            "cpuSysUs": round((after.ru_stime - before.ru_stime) * 1e6),
+        }
+        print(json.dumps({"start": start, "end": end, **cpu, **extra}), flush=True)

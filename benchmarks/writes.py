@@ -62,6 +62,8 @@ class Contender:
     start: Starter
     workers: list[Worker] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    cpu_user_us: list[float] = field(default_factory=list)  # per operation, each round
+    cpu_sys_us: list[float] = field(default_factory=list)
 
 
 def _pg_location(base: Path) -> tuple[str | None, str]:
@@ -227,6 +229,10 @@ def bench_writes(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None, pee
         if c.rates and f"write.{c.name}_per_s" not in sheet.skipped:
             sheet.put(f"write.{c.name}_per_s", statistics.median(c.rates), WRITE_NAMES[c.name])
             sheet.rounds[f"write.{c.name}_per_s"] = [round(x, 1) for x in c.rates]
+        if c.cpu_user_us and f"write.{c.name}_per_s" not in sheet.skipped:
+            what, user, system = WRITE_NAMES[c.name], c.cpu_user_us, c.cpu_sys_us
+            sheet.put(f"write.{c.name}_cpu_user_us", statistics.median(user), f"{what}: user CPU µs/op")
+            sheet.put(f"write.{c.name}_cpu_sys_us", statistics.median(system), f"{what}: system CPU µs/op")
     sheet.meta["writers"] = w
     sheet.meta["write_rounds"] = sizes.rounds
 
@@ -270,3 +276,7 @@ def _round(c: Contender, r: int, sheet: Sheet) -> None:
         return
     span = max(x["end"] for x in replies) - min(x["start"] for x in replies)
     c.rates.append(c.n * len(c.workers) / (span / 1e9))
+    if all("cpuUserUs" in x for x in replies):
+        ops = c.n * len(c.workers)
+        c.cpu_user_us.append(sum(x["cpuUserUs"] for x in replies) / ops)
+        c.cpu_sys_us.append(sum(x["cpuSysUs"] for x in replies) / ops)
