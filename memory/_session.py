@@ -1,4 +1,5 @@
-"""``MemorySession``: learn and forget from any program, under a durable root run of its own.
+"""``MemorySession``: learn, forget, recall and ask why from any program, under a durable root run
+of its own.
 
 A flow's learns journal into the root run ``flows run`` drives. A session gives a plain script (or a
 service, a notebook, a CLI command) the same thing without the flows runtime: it begins its own root
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from journal import JournalBackend, Lease, RunState
 from memory._errors import ArgumentInvalid, SessionClosed
-from memory._results import Forgotten, Learned
+from memory._results import Explained, Forgotten, Learned, Recalled
 from memory._root import Root
 
 if TYPE_CHECKING:
@@ -36,6 +37,27 @@ class SessionStore(Protocol):
 
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten: ...
 
+    def recall(
+        self,
+        *,
+        scope: str | None = None,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+    ) -> list[Recalled]: ...
+
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]: ...
+
     def flush(self) -> None: ...
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
@@ -45,6 +67,16 @@ NAME_MAX = 256
 
 SESSION_FAILED = "session_failed"
 """The code recorded in a session's root run when its ``with`` block raised an error without one."""
+
+
+class _SessionScope(enum.Enum):
+    """The default of a session read's ``scope``: the session's own scope."""
+
+    OWN = "own"
+
+
+OWN_SCOPE = _SessionScope.OWN
+"""A session read's default ``scope``: the session's own (pass None for every scope)."""
 
 
 class SessionState(enum.Enum):
@@ -115,7 +147,8 @@ def _error_fields(exc: BaseException) -> dict[str, Any]:
 
 
 class MemorySession:
-    """Learn and forget under a root run of this session's own (``MemoryStore.session``).
+    """Learn, forget, recall and ask why under a root run of this session's own
+    (``MemoryStore.session``).
 
     Every write is journal-first exactly as in a flow and durable when it returns. The root run is
     begun by the first write (or by reading ``run_id``) and ended by ``close()``: ``done``; or by
@@ -225,6 +258,66 @@ class MemorySession:
         finally:
             self._leave_op()
 
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _scope(self, scope: str | _SessionScope | None) -> str | None:
+        return self._root.scope if isinstance(scope, _SessionScope) else scope
+
+    def recall(
+        self,
+        *,
+        scope: str | _SessionScope | None = OWN_SCOPE,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+    ) -> list[Recalled]:
+        """Live findings matching every filter, newest first (``MemoryStore.recall``), in the
+        session's scope unless ``scope`` names another (None: every scope). A finding this
+        session learned is returned as soon as its ``learn`` has returned, and one it forgot is
+        never returned after its ``forget`` has. Reads begin no root run and write nothing.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid, Unreachable: as ``MemoryStore.recall``.
+        """
+        self._enter_op()
+        try:
+            return self._store.recall(
+                scope=self._scope(scope),
+                source=source,
+                tags=tags,
+                meta=meta,
+                before_ms=before_ms,
+                limit=limit,
+            )
+        finally:
+            self._leave_op()
+
+    def why(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | _SessionScope | None = OWN_SCOPE,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """Live findings that share words with ``subject``, best match first (``MemoryStore.why``),
+        in the session's scope unless ``scope`` names another (None: every scope). Reads begin no
+        root run and write nothing.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid, Unreachable: as ``MemoryStore.why``.
+        """
+        self._enter_op()
+        try:
+            return self._store.why(subject, limit=limit, scope=self._scope(scope), tags=tags, meta=meta)
+        finally:
+            self._leave_op()
+
     def flush(self) -> None:
         """Wait until every learn and forget in flight (in other threads) has returned, then make
         the names of every learned file durable (``MemoryStore.flush``).
@@ -295,6 +388,37 @@ class MemorySession:
                 self._pending.discard(task)
         finally:
             self._leave_op()
+
+    async def arecall(
+        self,
+        *,
+        scope: str | _SessionScope | None = OWN_SCOPE,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        before_ms: int | None = None,
+        limit: int | None = 20,
+    ) -> list[Recalled]:
+        """``recall`` off the event loop, on the store's executor (the same arguments and errors)."""
+        found: list[Recalled] = await self._async_op(
+            self.recall, scope=scope, source=source, tags=tags, meta=meta, before_ms=before_ms, limit=limit
+        )
+        return found
+
+    async def awhy(
+        self,
+        subject: str,
+        *,
+        limit: int = 10,
+        scope: str | _SessionScope | None = OWN_SCOPE,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+    ) -> list[Explained]:
+        """``why`` off the event loop, on the store's executor (the same arguments and errors)."""
+        found: list[Explained] = await self._async_op(
+            self.why, subject, limit=limit, scope=scope, tags=tags, meta=meta
+        )
+        return found
 
     async def alearn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's executor."""

@@ -232,3 +232,46 @@ def test_scopes_lists_the_scopes_holding_findings_in_the_db_and_in_files(store: 
     with store.session(scope="alpha") as s:
         s.learn({"text": "a"})
     assert store.scopes() == ["alpha", "beta"]
+
+
+def test_a_session_recalls_and_asks_why_in_its_own_scope_unless_told_another(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="elsewhere") as other:
+        other.learn({"text": "weekend fees elsewhere", "tags": ["fees"]})
+    with store.session(scope="research") as s:
+        mine = s.learn({"text": "weekend fees are lower", "tags": ["fees"]})
+        assert [f.key for f in s.recall()] == [mine.key]
+        assert [f.key for f in s.recall(tags=["fees"])] == [mine.key]
+        assert [e.finding.key for e in s.why("weekend fees")] == [mine.key]
+        assert sorted(f.scope for f in s.recall(scope=None)) == ["elsewhere", "research"]
+        assert [e.finding.scope for e in s.why("weekend fees", scope="elsewhere")] == ["elsewhere"]
+        s.forget(mine.key, reason="wrong")
+        assert s.recall() == []
+        assert s.why("weekend fees") == []
+
+
+def test_a_session_that_only_reads_begins_no_root_run_and_reads_after_close_are_refused(
+    store: memory.MemoryStore,
+) -> None:
+    s = store.session(scope="research")
+    assert s.recall() == [] and s.why("anything") == []
+    assert s.state is memory.SessionState.NEW
+    s.close()
+    assert _runs(store) == []
+    with pytest.raises(memory.SessionClosed):
+        s.recall()
+    with pytest.raises(memory.SessionClosed):
+        s.why("anything")
+
+
+def test_a_session_recalls_and_asks_why_from_async_code(store: memory.MemoryStore) -> None:
+    async def main() -> tuple[list[str], list[str]]:
+        async with store.session(scope="research") as s:
+            learned = await s.alearn({"text": "async weekend fees"})
+            recalled = [f.key for f in await s.arecall()]
+            explained = [e.finding.key for e in await s.awhy("weekend")]
+            assert recalled == explained == [learned.key]
+            return recalled, explained
+
+    asyncio.run(main())
