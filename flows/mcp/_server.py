@@ -21,14 +21,15 @@ import orjson
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
 from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
-from flows.mcp._tools import TOOLS, call_tool
+from flows.mcp._tools import TOOLS, call_tool, name_tools
+from flows.mcp._wire import MAX_REQUEST_BYTES, error_line, oversized_message
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -43,9 +44,9 @@ RESOURCE_RECENT = 20
 
 INSTRUCTIONS = (
     "Journal-first memory. `learn` remembers a finding durably; `recall` lists findings by tag, "
-    "metadata and scope; `why` finds the findings that answer a question; `forget` and `history` "
-    "manage a finding by its key. Every finding carries its key and the citation of the journal "
-    "record it came from: cite it when you answer from memory."
+    "metadata, source, time and scope; `why` finds the findings that answer a question; `get`, "
+    "`forget` and `history` read, retire and trace a finding by its key. Every finding carries its "
+    "key and the citation of the journal record it came from: cite it when you answer from memory."
 )
 
 Scope = MutableMapping[str, Any]
@@ -70,7 +71,9 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     without a code is a bug, reported as ``mcp_tool_failed``)."""
     if not isinstance(exc, CodedError):
         exc = McpToolFailed(f"{type(exc).__name__}: {exc}")
-    return exc.as_json()
+    payload = exc.as_json()
+    payload["message"] = name_tools(str(payload.get("message", "")))
+    return payload
 
 
 def _tool_result(payload: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
@@ -248,7 +251,8 @@ async def serve_stdio(sessions: Sessions) -> int | None:
 
         tg.start_soon(stop_on_signal)
         # The SDK takes any async iterator of lines and any object with async write and flush.
-        wire_in, wire_out = cast(Any, StdinLines()), cast(Any, StdoutWire())
+        wire = StdoutWire()
+        wire_in, wire_out = cast(Any, StdinLines(wire)), cast(Any, wire)
         async with stdio_server(stdin=wire_in, stdout=wire_out) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
         tg.cancel_scope.cancel()
@@ -268,13 +272,29 @@ def _loopback_security(host: str) -> TransportSecuritySettings:
 
 
 class BearerGate:
-    """ASGI middleware in front of the MCP endpoint: refuses a request without the bearer token (when
-    one is set), and tells ``sessions`` about each HTTP session's requests and its ``DELETE``."""
+    """ASGI middleware in front of the MCP endpoint: every check comes before anything acts.
 
-    def __init__(self, app: ASGIApp, *, token: str | None, sessions: Sessions) -> None:
+    In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
+    server, against DNS rebinding), and the size of a request's body (at most ``MAX_REQUEST_BYTES``);
+    a request refused by any of them changes nothing. Only then is the session told of the request;
+    a ``DELETE`` of a session ends its root runs once the endpoint has accepted it, before the answer
+    goes back.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        sessions: Sessions,
+        security: TransportSecuritySettings | None = None,
+        max_body: int = MAX_REQUEST_BYTES,
+    ) -> None:
         self._app = app
         self._token = None if token is None else token.encode()
         self._sessions = sessions
+        self._security = None if security is None else TransportSecurityMiddleware(security)
+        self._max_body = max_body
 
     def _authorized(self, header: bytes | None) -> bool:
         if self._token is None:
@@ -291,15 +311,69 @@ class BearerGate:
         if not self._authorized(headers.get(b"authorization")):
             await _refuse(send)
             return
+        if self._security is not None:
+            # the endpoint checks these too, but only after this gate would have acted
+            refused = await self._security.validate_request(Request(scope), is_post=False)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        if scope["method"] == "POST":
+            body = await _bounded_body(receive, self._max_body, headers.get(b"content-length"))
+            if body is None:
+                await _too_large(send, self._max_body)
+                return
+            receive = _replay(body, receive)
         raw = headers.get(b"mcp-session-id")
         key = raw.decode("latin-1") if raw else None
         if key is not None and scope["method"] == "DELETE":
-            # The client ends its session: its root runs finish before the answer goes back.
-            await self._sessions.end(key)
-            await self._app(scope, receive, send)
+            await self._app(scope, receive, self._ending(key, send))
             return
         async with self._sessions.active(key):
             await self._app(scope, receive, send)
+
+    def _ending(self, key: str, send: Send) -> Send:
+        """``send``, ending session ``key`` (its root runs finish) before an accepting answer starts."""
+
+        async def send_after_ending(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and 200 <= int(message["status"]) < 300:
+                await self._sessions.end(key)
+            await send(message)
+
+        return send_after_ending
+
+
+async def _bounded_body(receive: Receive, limit: int, length: bytes | None) -> bytes | None:
+    """The whole body of a request, or None when it is longer than ``limit`` bytes (read no further)."""
+    if length is not None and length.isdigit() and int(length) > limit:
+        return None
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)  # the client went away; the endpoint sees an empty request
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> MutableMapping[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    answer = error_line(None, types.INVALID_REQUEST, oversized_message(limit), {"limit": limit})
+    await _send_json(send, 413, answer.encode(), [])
 
 
 async def _refuse(send: Send) -> None:
@@ -307,14 +381,18 @@ async def _refuse(send: Send) -> None:
         "this server needs `Authorization: Bearer <token>` with the token in its $FLOWS_MCP_TOKEN"
     )
     body = orjson.dumps({"error": error_json(err)})
+    await _send_json(send, 401, body, [(b"www-authenticate", b'Bearer realm="flows-memory"')])
+
+
+async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="flows-memory"'),
+                *headers,
             ],
         }
     )
@@ -358,12 +436,14 @@ async def serve_http(
     """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then."""
     server = build_server(sessions, idle_timeout_s=idle_timeout_s)
     host = sock.getsockname()[0]
+    security = _loopback_security(host) if loopback else None
     app = server.streamable_http_app(
         host=host,
         session_idle_timeout=idle_timeout_s,
-        transport_security=_loopback_security(host) if loopback else None,
+        transport_security=security,
+        max_request_body_size=MAX_REQUEST_BYTES,
     )
-    gate = BearerGate(app, token=token, sessions=sessions)
+    gate = BearerGate(app, token=token, sessions=sessions, security=security)
     config = uvicorn.Config(gate, log_level="warning", access_log=False, lifespan="on")
     sys.stderr.write(f"flows mcp: serving {url_of(sock)}\n")
     sys.stderr.flush()

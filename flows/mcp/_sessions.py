@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 
 from flows.mcp._errors import McpSessionEnded
-from memory import Forgotten, Learned, MemoryStore, Recalled
+from memory import FindingUnknown, Forgotten, Learned, MemoryStore, Recalled
 
 log = logging.getLogger("flows.mcp")
 
@@ -214,14 +214,35 @@ class SessionMemory:
         return out
 
     async def recall(
-        self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+        self,
+        *,
+        scope: str | None,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+        limit: int,
     ) -> list[dict[str, Any]]:
-        found = await self._store.arecall(scope=scope, tags=tags, meta=meta, limit=limit)
+        found = await self._store.arecall(
+            scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=limit
+        )
         return [finding_json(f) for f in found]
 
-    async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]:
-        answers = await self._store.awhy(subject, scope=scope, limit=limit)
+    async def why(
+        self, subject: str, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        answers = await self._store.awhy(subject, scope=scope, tags=tags, meta=meta, limit=limit)
         return [{**finding_json(a.finding), "score": a.score, "matched": list(a.matched)} for a in answers]
+
+    async def get(self, key: str) -> dict[str, Any]:
+        found = await anyio.to_thread.run_sync(self._store.get, key)
+        if found is None:
+            raise FindingUnknown(
+                f"no live finding has key {key}: it was never learned, or it was forgotten, superseded "
+                "or expired (the `history` tool tells which)",
+                key=key,
+            )
+        return finding_json(found)
 
     async def history(self, key: str) -> list[dict[str, Any]]:
         events = await anyio.to_thread.run_sync(self._store.history, key)

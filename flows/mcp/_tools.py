@@ -3,6 +3,8 @@ what each does with the memory. Nothing here knows the MCP SDK; ``_server`` adap
 
 from __future__ import annotations
 
+import argparse
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -12,6 +14,7 @@ from jsonschema.exceptions import best_match
 
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
+from memory.cli import instant_ms
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
 """A finding's key: the 32 lowercase hex characters of its content id."""
@@ -19,6 +22,11 @@ KEY_PATTERN = "^[0-9a-f]{32}$"
 RECALL_LIMIT = 20
 WHY_LIMIT = 10
 MAX_LIMIT = 500
+
+TEXT_MAX = 65536
+"""The longest text a finding takes through ``learn`` (characters). The memory layer documents a limit
+on a finding's text; this one agrees with it, and with ``MAX_REQUEST_BYTES`` (a text this long,
+however it is escaped, fits in one request)."""
 
 
 class Memory(Protocol):
@@ -31,9 +39,19 @@ class Memory(Protocol):
     ) -> dict[str, Any]: ...
     async def forget(self, key: str, reason: str) -> dict[str, Any]: ...
     async def recall(
-        self, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+        self,
+        *,
+        scope: str | None,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+        limit: int,
     ) -> list[dict[str, Any]]: ...
-    async def why(self, subject: str, *, scope: str | None, limit: int) -> list[dict[str, Any]]: ...
+    async def why(
+        self, subject: str, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+    ) -> list[dict[str, Any]]: ...
+    async def get(self, key: str) -> dict[str, Any]: ...
     async def history(self, key: str) -> list[dict[str, Any]]: ...
 
 
@@ -137,20 +155,41 @@ async def _learn(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     return await memory.learn(scope, finding, args.get("supersedes"))
 
 
+def _before_ms(tool: str, value: object) -> int | None:
+    """``before`` as epoch milliseconds: an integer as it is, a string as the CLI reads ``--before``."""
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        return instant_ms(str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise McpArgumentsInvalid(f"{tool}: argument `before` {exc}", tool=tool, argument="before") from None
+
+
 async def _recall(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     found = await memory.recall(
         scope=args.get("scope") or memory.default_scope,
         tags=list(args.get("tags", [])),
         meta=args.get("metadata"),
+        source=args.get("source"),
+        before_ms=_before_ms("recall", args.get("before")),
         limit=int(args.get("limit", RECALL_LIMIT)),
     )
     return {"findings": found}
 
 
 async def _why(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
-    scope = args.get("scope") or memory.default_scope
-    answers = await memory.why(args["subject"], scope=scope, limit=int(args.get("limit", WHY_LIMIT)))
+    answers = await memory.why(
+        args["subject"],
+        scope=args.get("scope") or memory.default_scope,
+        tags=list(args.get("tags", [])),
+        meta=args.get("metadata"),
+        limit=int(args.get("limit", WHY_LIMIT)),
+    )
     return {"answers": answers}
+
+
+async def _get(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return {"finding": await memory.get(args["key"])}
 
 
 async def _forget(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +200,37 @@ async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     return {"key": args["key"], "events": await memory.history(args["key"])}
 
 
+_ARGUMENT_ERRORS = (
+    "Arguments that break the input schema are refused with `mcp_arguments_invalid` (naming the argument)"
+)
+_FILTERS = {
+    "tags": {**_TAGS, "description": "Only findings carrying every one of these tags."},
+    "metadata": {
+        "type": "object",
+        "description": "Only findings whose metadata has each of these top-level keys with this value "
+        "(JSON equality).",
+    },
+}
+
+
+def _limit(default: int, what: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_LIMIT,
+        "description": f"At most this many {what} (default {default}).",
+    }
+
+
+_ANSWER = {
+    **_FINDING,
+    "properties": {
+        **_FINDING["properties"],
+        "score": {"type": "number"},
+        "matched": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="learn",
@@ -169,17 +239,26 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Remember a finding durably, so that later conversations and other agents can recall it. "
             "Use it for facts worth keeping: a user's preference, a decision and its reason, a result "
             "you verified. The finding is committed to an append-only journal before it becomes "
-            "visible; the result gives its `key` and `citation` (the journal record). Learning the "
-            "same finding again is harmless and returns the same key. To correct a finding, learn "
-            "the corrected one with `supersedes` set to the old key: the old one stops being "
-            "recalled but stays in the journal."
+            "visible; the result gives its `key` and `citation` (the journal record). Repeats: learning "
+            "the same text, tags, source and metadata in the same scope again returns the same key and "
+            "adds no second finding. Corrections: learn the corrected finding with `supersedes` set to "
+            "the old key; the old one stops being recalled but stays in the journal (see the `history` "
+            "tool). Forgotten findings: a finding that was forgotten or superseded stays retired: "
+            "learning it again is refused with `memory_finding_retired` (learn it with other text, "
+            "metadata or scope), except in the session that first learned it, where the call returns "
+            "that first commit and the finding stays forgotten. Errors: "
+            + _ARGUMENT_ERRORS
+            + f" (text is at most {TEXT_MAX} "
+            "characters); a blank text or metadata the memory refuses is `memory_finding_invalid`; a "
+            "`supersedes` key no finding has is `memory_finding_unknown`. A refused learn writes nothing."
         ),
         input_schema=_object(
             {
                 "text": {
                     "type": "string",
                     "minLength": 1,
-                    "description": "The finding, in one or a few sentences.",
+                    "maxLength": TEXT_MAX,
+                    "description": f"The finding, in one or a few sentences (at most {TEXT_MAX} characters).",
                 },
                 "tags": {**_TAGS, "description": "Short labels to find it by, e.g. ['billing', 'prefs']."},
                 "source": {
@@ -189,7 +268,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                 },
                 "metadata": {
                     "type": "object",
-                    "description": "Structured facts to filter by later: a JSON object of string keys.",
+                    "description": "Structured facts to filter by later: a JSON object of string keys "
+                    "(at most 16384 bytes as JSON).",
                 },
                 "supersedes": {**_KEY, "description": "The key of a finding this one replaces."},
                 "scope": _SCOPE,
@@ -215,23 +295,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="List remembered findings",
         description=(
             "List remembered findings, newest first. Filter by `tags` (a finding must carry every "
-            "tag), by `metadata` (equality on each given key) and by `scope`. Use it to look up what "
-            "is known under a label; to search by words or a question, use `why`. Each finding "
-            "carries its `key` and `citation`."
+            "tag), by `metadata` (equality on each given key), by `source`, by `before` (learned "
+            "before a time) and by `scope`. Use it to look up what is known under a label; to search "
+            "by words or a question, use the `why` tool; to fetch one finding by its key, the `get` "
+            "tool. Each finding carries its `key` and `citation`. Repeats: it only reads, so the same "
+            "call returns the same findings until something is learned or forgotten. Forgotten, "
+            "superseded and expired findings are never listed (the `history` tool shows them). "
+            "Errors: " + _ARGUMENT_ERRORS + "; a filter the memory refuses is `memory_argument_invalid`."
         ),
         input_schema=_object(
             {
-                "tags": {**_TAGS, "description": "Only findings carrying every one of these tags."},
-                "metadata": {
-                    "type": "object",
-                    "description": "Only findings whose metadata has each of these keys with these values.",
+                **_FILTERS,
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Only findings from this source.",
                 },
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_LIMIT,
-                    "description": f"At most this many findings (default {RECALL_LIMIT}).",
+                "before": {
+                    "type": ["string", "integer"],
+                    "minimum": 0,
+                    "minLength": 1,
+                    "description": "Only findings learned before this time: an ISO 8601 date or "
+                    "date-time (2026-01-31, 2026-01-31T08:00:00+00:00; without an offset, the "
+                    "server's local time), or epoch milliseconds.",
                 },
+                "limit": _limit(RECALL_LIMIT, "findings"),
                 "scope": _SCOPE,
             },
             [],
@@ -251,38 +339,26 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Find the remembered findings that best answer a subject or question, best match first. "
             "Words are matched in their different forms ('fee' finds 'fees') against each finding's "
-            "text, tags and source. Each answer carries its `key`, its `citation` (the root run, "
-            "stream, record and commit time it came from), a `score` and the `matched` words. Use "
-            "it before answering from memory, and cite what it returns."
+            "text, tags and source; `tags`, `metadata` and `scope` narrow the search as in the "
+            "`recall` tool. Each answer carries its `key`, its `citation` (the root run, stream, "
+            "record and commit time it came from), a `score` and the `matched` words. Use it before "
+            "answering from memory, and cite what it returns. Repeats: it only reads, so the same call "
+            "returns the same answers until something is learned or forgotten. Forgotten, superseded "
+            "and expired findings are never answers. Errors: " + _ARGUMENT_ERRORS + "; a filter the "
+            "memory refuses is `memory_argument_invalid`."
         ),
         input_schema=_object(
             {
                 "subject": {"type": "string", "minLength": 1, "description": "A question or a few words."},
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_LIMIT,
-                    "description": f"At most this many answers (default {WHY_LIMIT}).",
-                },
+                **_FILTERS,
+                "limit": _limit(WHY_LIMIT, "answers"),
                 "scope": _SCOPE,
             },
             ["subject"],
         ),
         output_schema={
             "type": "object",
-            "properties": {
-                "answers": {
-                    "type": "array",
-                    "items": {
-                        **_FINDING,
-                        "properties": {
-                            **_FINDING["properties"],
-                            "score": {"type": "number"},
-                            "matched": {"type": "array", "items": {"type": "string"}},
-                        },
-                    },
-                }
-            },
+            "properties": {"answers": {"type": "array", "items": _ANSWER}},
             "required": ["answers"],
         },
         run=_why,
@@ -290,12 +366,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         idempotent=True,
     ),
     ToolSpec(
+        name="get",
+        title="One finding by its key",
+        description=(
+            "The live finding whose key is `key` (from the `learn`, `recall` or `why` tool), with its "
+            "text, tags, source, metadata, scope and `citation`. Repeats: it only reads. Forgotten, "
+            "superseded and expired findings are not live: for them, and for a key no finding has, the "
+            "call fails with `memory_finding_unknown`, and the `history` tool tells what became of the "
+            "finding. Errors: " + _ARGUMENT_ERRORS + " (a key is 32 lowercase hex digits)."
+        ),
+        input_schema=_object({"key": {**_KEY, "description": "The finding's key."}}, ["key"]),
+        output_schema={"type": "object", "properties": {"finding": _FINDING}, "required": ["finding"]},
+        run=_get,
+        read_only=True,
+        idempotent=True,
+    ),
+    ToolSpec(
         name="forget",
         title="Forget a finding",
         description=(
-            "Forget a finding by its key: it no longer appears in recall, why or the resources. The "
-            "forgetting is committed to the journal with your reason; the finding's own record stays "
-            "there for audit (see `history`). Forgetting a forgotten finding again changes nothing."
+            "Forget a finding by its key: it no longer appears in the `recall`, `why` and `get` tools "
+            "or the resources. The forgetting is committed to the journal with your reason; the "
+            "finding's own record stays there for audit (see the `history` tool). Repeats: forgetting "
+            "a forgotten finding again returns the first forget and writes nothing; forgetting a "
+            "superseded finding returns its retirement, with `by` naming the key that replaced it. "
+            "Errors: " + _ARGUMENT_ERRORS + "; a key no finding has is `memory_finding_unknown`."
         ),
         input_schema=_object(
             {
@@ -328,7 +423,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="A finding's history",
         description=(
             "The life of a finding, oldest first: when it was learned, superseded (and by which key), "
-            "forgotten (and why) or expired, each event with the `citation` of its journal record."
+            "forgotten (and why) or expired, each event with the `citation` of its journal record. It "
+            "answers for forgotten and superseded findings too. Repeats: it only reads. Errors: "
+            + _ARGUMENT_ERRORS
+            + "; a key no finding has is `memory_finding_unknown`."
         ),
         input_schema=_object({"key": {**_KEY, "description": "The finding's key."}}, ["key"]),
         output_schema={
@@ -360,6 +458,22 @@ TOOLS: tuple[ToolSpec, ...] = (
 )
 
 BY_NAME: dict[str, ToolSpec] = {t.name: t for t in TOOLS}
+
+_COMMAND = re.compile(r"(?:\brun )?`flows ([a-z]+)((?: [^`]*)?)`")
+
+
+def name_tools(message: str) -> str:
+    """``message`` as a tool's client should read it: a ``flows`` command that has a tool of the
+    same name becomes that tool ("`flows history KEY`" → "the `history` tool"); any other (a
+    maintenance command such as ``flows sync``) is said to be run on the server's machine."""
+
+    def replace(m: re.Match[str]) -> str:
+        command = m.group(1)
+        if command in BY_NAME:
+            return f"the `{command}` tool"
+        return f"{m.group(0)} on the server's machine"
+
+    return _COMMAND.sub(replace, message)
 
 
 async def call_tool(memory: Memory, name: str, arguments: object) -> dict[str, Any]:

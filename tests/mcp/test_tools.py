@@ -10,11 +10,12 @@ import anyio
 import orjson
 from mcp.types import TextResourceContents
 
+from flows.mcp._tools import TEXT_MAX
 from journal import RunState
 from tests.mcp.conftest import Transport, open_transport
 from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, journal_of, learn_records, mcp_runs, run
 
-TOOLS = {"learn", "recall", "why", "forget", "history"}
+TOOLS = {"learn", "recall", "why", "get", "forget", "history"}
 
 
 def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transport: Transport) -> None:
@@ -41,8 +42,16 @@ def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transpo
         "supersedes",
         "scope",
     }
-    assert set(tools["recall"].input_schema["properties"]) == {"tags", "metadata", "limit", "scope"}
-    assert set(tools["why"].input_schema["properties"]) == {"subject", "limit", "scope"}
+    assert set(tools["recall"].input_schema["properties"]) == {
+        "tags",
+        "metadata",
+        "source",
+        "before",
+        "limit",
+        "scope",
+    }
+    assert set(tools["why"].input_schema["properties"]) == {"subject", "tags", "metadata", "limit", "scope"}
+    assert tools["get"].input_schema["required"] == ["key"]
     assert set(tools["forget"].input_schema["required"]) == {"key", "reason"}
     assert tools["history"].input_schema["required"] == ["key"]
     assert tools["recall"].annotations is not None and tools["recall"].annotations.read_only_hint is True
@@ -134,6 +143,14 @@ BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str | None]] = [
     ("forget", {"key": "0" * 32}, None),
     ("forget", {"key": "ABC", "reason": "r"}, "key"),
     ("history", {"key": None}, "key"),
+    ("learn", {"text": "y" * (TEXT_MAX + 1)}, "text"),
+    ("recall", {"before": "last tuesday"}, "before"),
+    ("recall", {"before": -1}, "before"),
+    ("recall", {"source": ""}, "source"),
+    ("why", {"subject": "x", "tags": "weather"}, "tags"),
+    ("why", {"subject": "x", "metadata": [1]}, "metadata"),
+    ("get", {"key": "ABC"}, "key"),
+    ("get", {}, None),
 ]
 
 
@@ -161,7 +178,7 @@ def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_servin
         assert error["message"].startswith(f"{tool}: ")
         assert error.get("argument") == argument, error
     assert unknown["code"] == "mcp_tool_unknown"
-    assert "learn, recall, why, forget, history" in unknown["message"]
+    assert "learn, recall, why, get, forget, history" in unknown["message"]
     blank, bad_key, too_big, long_scope = memory_errors
     assert blank["code"] == "memory_finding_invalid" and "text" in blank["message"]
     assert bad_key["code"] == "memory_finding_invalid" and bad_key["field"] == "metadata['']"
@@ -303,3 +320,91 @@ def test_recall_filters_by_every_tag_and_by_metadata_and_scope(transport: Transp
     assert [f["key"] for f in gold_here["findings"]] == [gold["key"]]
     assert [f["key"] for f in newest["findings"]] == [other["key"]]
     assert silver["key"] not in {f["key"] for f in gold_meta["findings"]}
+
+
+def test_why_and_recall_take_the_clis_filters(transport: Transport) -> None:
+    async def main() -> dict[str, Any]:
+        async with transport.connect() as session:
+            out: dict[str, Any] = {}
+            out["gold"] = await call(
+                session,
+                "learn",
+                text="gold fees rise",
+                tags=["fee", "gold"],
+                metadata={"tier": 1},
+                source="ops",
+            )
+            out["silver"] = await call(
+                session, "learn", text="silver fees fall", tags=["fee"], metadata={"tier": 2}, source="web"
+            )
+            out["why_tag"] = await call(session, "why", subject="fees", tags=["gold"])
+            out["why_meta"] = await call(session, "why", subject="fees", metadata={"tier": 2})
+            out["why_both"] = await call(session, "why", subject="fees", tags=["fee"], metadata={"tier": 3})
+            out["recall_source"] = await call(session, "recall", source="web")
+            out["recall_before_now"] = await call(session, "recall", before=out["silver"]["learnedMs"] + 1)
+            out["recall_before_gold"] = await call(session, "recall", before=out["gold"]["learnedMs"])
+            out["recall_before_1999"] = await call(session, "recall", before="1999-01-01")
+            out["recall_before_iso"] = await call(session, "recall", before="2999-01-01T00:00:00+00:00")
+            return out
+
+    out = run(main)
+    gold, silver = out["gold"]["key"], out["silver"]["key"]
+    assert [a["key"] for a in out["why_tag"]["answers"]] == [gold]
+    assert [a["key"] for a in out["why_meta"]["answers"]] == [silver]
+    assert out["why_both"]["answers"] == []
+    assert [f["key"] for f in out["recall_source"]["findings"]] == [silver]
+    assert [f["key"] for f in out["recall_before_now"]["findings"]] == [silver, gold]
+    assert out["recall_before_gold"]["findings"] == []  # strictly before
+    assert out["recall_before_1999"]["findings"] == []
+    assert [f["key"] for f in out["recall_before_iso"]["findings"]] == [silver, gold]
+
+
+def test_get_returns_one_live_finding_and_sends_to_the_history_tool_for_a_retired_one(
+    transport: Transport,
+) -> None:
+    async def main() -> dict[str, Any]:
+        async with transport.connect() as session:
+            out: dict[str, Any] = {}
+            out["learned"] = await call(session, "learn", text="the office opens at nine", tags=["office"])
+            out["got"] = await call(session, "get", key=out["learned"]["key"])
+            await call(session, "forget", key=out["learned"]["key"], reason="it moved")
+            out["forgotten"] = await call_error(session, "get", key=out["learned"]["key"])
+            out["unknown"] = await call_error(session, "get", key="0" * 32)
+        async with transport.connect() as session:
+            out["retired"] = await call_error(
+                session, "learn", text="the office opens at nine", tags=["office"]
+            )
+        return out
+
+    out = run(main)
+    found = out["got"]["finding"]
+    assert found["key"] == out["learned"]["key"] and found["text"] == "the office opens at nine"
+    assert found["tags"] == ["office"] and found["citation"] == out["learned"]["citation"]
+    for error in (out["forgotten"], out["unknown"]):
+        assert error["code"] == "memory_finding_unknown"
+        assert "the `history` tool" in error["message"]
+    # messages name the tools a client has, never the command line's commands
+    assert out["retired"]["code"] == "memory_finding_retired"
+    assert "the `history` tool" in out["retired"]["message"]
+    assert "flows history" not in out["retired"]["message"]
+
+
+def test_every_description_says_what_repeats_retired_findings_and_errors_do() -> None:
+    from flows.mcp._tools import TOOLS as SPECS
+
+    for tool in SPECS:
+        text = tool.description
+        assert "Repeats:" in text and "Errors:" in text, tool.name
+        assert "forgotten" in text.lower() or "forget" in text.lower(), tool.name
+        assert "mcp_arguments_invalid" in text, tool.name
+        assert "`flows " not in text, tool.name
+
+
+def test_messages_that_name_a_command_name_the_tool_or_the_servers_machine() -> None:
+    from flows.mcp._tools import name_tools
+
+    assert name_tools("learned; `flows history` shows why") == "learned; the `history` tool shows why"
+    assert name_tools("a key (as `flows recall` shows)") == "a key (as the `recall` tool shows)"
+    assert name_tools("run `flows check --repair` to fix it") == (
+        "run `flows check --repair` on the server's machine to fix it"
+    )

@@ -1,0 +1,158 @@
+"""What the server answers to a message the SDK would not answer: a line that is not JSON, a message of
+the wrong shape, a request over the size limit. Shared by the stdio and HTTP transports, so both bound
+a request the same way and name it with the same JSON-RPC codes.
+
+The JSON-RPC rules applied: a request's answer carries its id; when the id cannot be read (the bytes
+are not JSON, the id is not a string or an integer) the answer's id is null. Notifications (no
+``id`` member) get no answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+import orjson
+from pydantic import ValidationError
+
+MAX_REQUEST_BYTES = 1024 * 1024
+"""The largest request the server reads, in bytes (one line on stdio, one body over HTTP). A larger
+one is answered with an invalid-request error and the server goes on; the largest finding (its text,
+tags, source and metadata, at their own limits) fits well within it."""
+
+_ID_SCAN = 4096
+"""How many bytes at the start of an oversized request are searched for its id."""
+
+
+def _valid_id(value: object) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def error_line(request_id: str | int | None, code: int, message: str, data: Any = None) -> str:
+    """One JSON-RPC error, as the line the stdio transport writes."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).decode() + "\n"
+
+
+def unreadable_answer(text: str) -> str | None:
+    """The error line that answers ``text`` when the SDK would drop it; None when the SDK takes it
+    (a well-formed message, or a blank line, which asks nothing)."""
+    if not text.strip():
+        return None
+    try:
+        raw = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _not_strict_json(text)
+    if not isinstance(raw, dict):
+        return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
+    return _shape_answer(raw)
+
+
+def _shape_answer(raw: dict[str, Any]) -> str | None:
+    """The error line that answers the JSON object ``raw`` when it is a request of the wrong shape."""
+    if "id" not in raw or ("method" not in raw and ("result" in raw or "error" in raw)):
+        return None  # a notification or a response: nobody waits for an answer (the SDK logs a bad one)
+    if not _valid_id(raw["id"]):
+        # the SDK would read a request whose id is not a string or an integer as a notification
+        return error_line(
+            None, types.INVALID_REQUEST, "Invalid request: the id must be a string or an integer"
+        )
+    try:
+        types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except ValidationError as exc:
+        where = "; ".join(dict.fromkeys(_where(e) for e in exc.errors()))
+        if isinstance(raw.get("method"), str):
+            return error_line(raw["id"], types.INVALID_PARAMS, f"Invalid params: {where}")
+        return error_line(raw["id"], types.INVALID_REQUEST, f"Invalid request: {where}")
+    return None
+
+
+def _where(error: Any) -> str:
+    """Where a validation error is, without the name of the union branch it was met in."""
+    return ".".join(str(p) for p in error["loc"][1:]) or "message"
+
+
+def _not_strict_json(text: str) -> str:
+    """The answer to text a strict parser refuses: a parse error, under the request's id when a
+    lenient parser can read one (JSON whose strings hold lone surrogates, which are not Unicode)."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        return error_line(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+    request_id = raw.get("id") if isinstance(raw, dict) else None
+    message = "Parse error: a string holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+    if _valid_id(request_id):
+        return error_line(request_id, types.INVALID_PARAMS, message.replace("Parse error", "Invalid params"))
+    return error_line(None, types.PARSE_ERROR, message)
+
+
+def oversized_answer(start: bytes, limit: int = MAX_REQUEST_BYTES) -> str:
+    """The error line that answers a request longer than ``limit`` bytes, whose first bytes are
+    ``start``: under its id when the start names one at the top level."""
+    return error_line(
+        top_level_id(start[:_ID_SCAN]), types.INVALID_REQUEST, oversized_message(limit), {"limit": limit}
+    )
+
+
+def oversized_message(limit: int) -> str:
+    """The message of the error that answers a request longer than ``limit`` bytes."""
+    return f"Invalid request: a request is at most {limit} bytes; this one is longer"
+
+
+def top_level_id(start: bytes) -> str | int | None:
+    """The ``id`` member of the JSON object that ``start`` begins, if it appears whole in ``start``
+    (members nested deeper are not mistaken for it); None otherwise. Linear in ``len(start)``."""
+    depth, i, n = 0, 0, len(start)
+    while i < n:
+        c = start[i : i + 1]
+        if c == b'"':
+            end = _string_end(start, i)
+            if end is None:
+                return None
+            if depth == 1 and start[i:end] == b'"id"':
+                rest = start[end:].lstrip()
+                if rest[:1] == b":":
+                    return _scalar(rest[1:].lstrip())
+            i = end
+            continue
+        if c in (b"{", b"["):
+            depth += 1
+        elif c in (b"}", b"]"):
+            depth -= 1
+        i += 1
+    return None
+
+
+def _string_end(data: bytes, start: int) -> int | None:
+    """The index just past the JSON string that opens at ``start``; None when it does not end."""
+    i = start + 1
+    while i < len(data):
+        c = data[i]
+        if c == 0x5C:  # backslash: skip the escaped character
+            i += 2
+            continue
+        if c == 0x22:
+            return i + 1
+        i += 1
+    return None
+
+
+def _scalar(data: bytes) -> str | int | None:
+    if data[:1] == b'"':
+        end = _string_end(data, 0)
+        if end is None:
+            return None
+        try:
+            value = orjson.loads(data[:end])
+        except orjson.JSONDecodeError:
+            return None
+        return value if isinstance(value, str) else None
+    n = 1 if data[:1] == b"-" else 0
+    while n < min(len(data), 20) and 48 <= data[n] <= 57:
+        n += 1
+    if data[n : n + 1] in (b".", b"e", b"E") or not data[:n].strip(b"-"):
+        return None  # not an integer (a fraction is no id), or no number at all
+    return int(data[:n])

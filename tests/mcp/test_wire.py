@@ -1,0 +1,239 @@
+"""The wire, driven by hand: every request with an id is answered (bytes that are not JSON, messages of
+the wrong shape, strings that are not Unicode, requests over the size limit), a huge line is read in
+linear time, and the HTTP gates check before they act."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+
+from flows.mcp._wire import MAX_REQUEST_BYTES
+from journal import RunState
+from tests.mcp.harness import START_TIMEOUT_S, http_server, mcp_argv, mcp_runs, server_env, stop
+
+ANSWER_TIMEOUT_S = 10.0
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
+
+
+class RawStdio:
+    """A ``flows mcp`` process over stdio, written and read line by line."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self._buffer = b""
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def send_json(self, message: dict[str, Any]) -> None:
+        self.send(orjson.dumps(message))
+
+    def answer(self, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
+        """The next line the server writes, within ``timeout`` seconds."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(left, 0))
+            if not ready:
+                raise AssertionError(f"no answer within {timeout}s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError("the server closed its stdout")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        answer: dict[str, Any] = orjson.loads(line)
+        return answer
+
+    def ping(self, request_id: int) -> None:
+        """The server still serves: a ping is answered under its id."""
+        self.send_json({"jsonrpc": "2.0", "id": request_id, "method": "ping"})
+        assert self.answer() == {"jsonrpc": "2.0", "id": request_id, "result": {}}
+
+
+@contextlib.contextmanager
+def raw_stdio(db: Path) -> Iterator[RawStdio]:
+    """An initialized stdio server for ``db``; closing stdin on leaving, it must exit 0."""
+    errpath = db.parent / "stdio.err"
+    with errpath.open("wb") as err:
+        proc = subprocess.Popen(
+            mcp_argv(db), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=server_env()
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    wire = RawStdio(proc)
+    try:
+        wire.send_json(INITIALIZE)
+        assert wire.answer(START_TIMEOUT_S)["id"] == 0
+        wire.send_json(INITIALIZED)
+        yield wire
+        proc.stdin.close()
+        assert proc.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        stop(proc)
+        proc.stdin.close()
+        proc.stdout.close()
+    assert b"Traceback" not in errpath.read_bytes()
+
+
+def _call(request_id: object, text: str) -> bytes:
+    arguments = {"name": "learn", "arguments": {"text": text}}
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": arguments})
+
+
+UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
+    (b"not json at all", None, PARSE_ERROR),
+    (b'{"jsonrpc": "2.0", "id": 5, "method": "tools/list"', None, PARSE_ERROR),  # cut short
+    (_call(6, "X").replace(b"X", b"\\ud800"), 6, INVALID_PARAMS),  # a lone surrogate: not Unicode
+    (_call("s7", "X").replace(b"X", b"a\\udfffb"), "s7", INVALID_PARAMS),
+    (b'{"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": 5}', 8, INVALID_PARAMS),
+    (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": "learn"}', 9, INVALID_PARAMS),
+    (b'{"jsonrpc": "2.0", "id": 10, "method": 7}', 10, INVALID_REQUEST),
+    (b'{"id": 11}', 11, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}', None, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": [12], "method": "ping"}', None, INVALID_REQUEST),
+    (b"[1, 2]", None, INVALID_REQUEST),
+    (b"7", None, INVALID_REQUEST),
+]
+
+
+def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_path: Path) -> None:
+    with raw_stdio(tmp_path / "history.db") as wire:
+        for n, (line, request_id, code) in enumerate(UNANSWERED_BY_THE_SDK):
+            wire.send(line)
+            answer = wire.answer()
+            assert (answer["id"], answer["error"]["code"]) == (request_id, code), line
+            assert answer["jsonrpc"] == "2.0" and answer["error"]["message"], line
+            wire.ping(1000 + n)
+        # a notification of the wrong shape and a blank line ask nothing, and get nothing
+        wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
+        wire.send(b"")
+        wire.ping(2000)
+        # bytes that are not UTF-8 are read as the SDK reads them (replaced), and answered
+        wire.send(_call(13, "caf\xe9").replace(b"caf\\u00e9", b"caf\xe9"))
+        answer = wire.answer()
+        assert answer["id"] == 13 and "result" in answer
+    assert len(mcp_runs(tmp_path / "history.db")) == 1  # only the last call learned
+
+
+def test_a_stdio_request_over_the_limit_is_answered_under_its_id_without_being_read_whole(
+    tmp_path: Path,
+) -> None:
+    big = _call(21, "y" * (MAX_REQUEST_BYTES + 1))
+    with raw_stdio(tmp_path / "history.db") as wire:
+        wire.send(big)
+        answer = wire.answer()
+        assert answer["id"] == 21 and answer["error"]["code"] == INVALID_REQUEST
+        assert answer["error"]["data"] == {"limit": MAX_REQUEST_BYTES}
+        assert str(MAX_REQUEST_BYTES) in answer["error"]["message"]
+        wire.ping(22)
+        # one byte under the limit is read and answered by the tool (here: a text over its own limit)
+        wire.send(_call(23, "y" * (MAX_REQUEST_BYTES - len(_call(23, "")) - 1)))
+        assert wire.answer()["id"] == 23
+    assert mcp_runs(tmp_path / "history.db") == []
+
+
+def test_a_huge_stdio_line_is_read_in_linear_time(tmp_path: Path) -> None:
+    # 48 MiB took 30-45 s when each chunk was appended to the growing line and the whole line split
+    big = _call(31, "y" * (48 * 1024 * 1024))
+    with raw_stdio(tmp_path / "history.db") as wire:
+        started = time.monotonic()
+        wire.send(big)
+        answer = wire.answer(timeout=30)
+        elapsed = time.monotonic() - started
+        assert answer["id"] == 31 and answer["error"]["code"] == INVALID_REQUEST
+        wire.ping(32)
+    assert elapsed < 10, f"a 48 MiB line took {elapsed:.1f}s"
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an answer, whether plain JSON or an event stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [
+            orjson.loads(line[5:])
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[5:].strip()
+        ]
+    return [response.json()]
+
+
+def _post(client: httpx2.Client, url: str, message: Any, **headers: str) -> httpx2.Response:
+    return client.post(url, content=orjson.dumps(message), headers={**ACCEPT, **headers})
+
+
+@contextlib.contextmanager
+def _session(url: str) -> Iterator[tuple[httpx2.Client, dict[str, str]]]:
+    with httpx2.Client(timeout=START_TIMEOUT_S) as client:
+        opened = _post(client, url, INITIALIZE)
+        assert opened.status_code == 200, opened.text
+        ids = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        assert _post(client, url, INITIALIZED, **ids).status_code == 202
+        yield client, ids
+
+
+def test_an_http_request_over_the_limit_is_a_json_rpc_error_and_the_server_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with http_server(db) as server, _session(server.url) as (client, ids):
+        big = orjson.loads(_call(41, "y" * (MAX_REQUEST_BYTES + 1)))
+        refused = _post(client, server.url, big, **ids)
+        assert refused.status_code == 413
+        assert refused.json()["error"]["code"] == INVALID_REQUEST
+        assert refused.json()["error"]["data"] == {"limit": MAX_REQUEST_BYTES}
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: the body is counted as it comes
+            body = _call(42, "y" * (MAX_REQUEST_BYTES + 1))
+            for i in range(0, len(body), 65536):
+                yield body[i : i + 65536]
+
+        streamed = client.post(server.url, content=chunks(), headers={**ACCEPT, **ids})
+        assert streamed.status_code == 413 and streamed.json()["error"]["code"] == INVALID_REQUEST
+        ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 43, "method": "ping"}, **ids)
+        assert _messages(ping) == [{"jsonrpc": "2.0", "id": 43, "result": {}}]
+    assert mcp_runs(db) == []
+
+
+def test_a_delete_with_a_foreign_host_is_refused_before_it_ends_anything(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with http_server(db) as server, _session(server.url) as (client, ids):
+        learn = orjson.loads(_call(51, "the gate checks first"))
+        assert "result" in _messages(_post(client, server.url, learn, **ids))[0]
+        [root] = mcp_runs(db)
+        for refused_by in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+            refused = client.delete(server.url, headers={**ids, **refused_by})
+            assert refused.status_code in (421, 403), refused.text
+            assert [r.state for r in mcp_runs(db)] == [RunState.RUNNING]  # nothing ended
+        again = orjson.loads(_call(52, "the session is still open"))
+        assert "result" in _messages(_post(client, server.url, again, **ids))[0]
+        assert [r.run_id for r in mcp_runs(db)] == [root.run_id]  # no second root run
+        unknown = client.delete(server.url, headers={**ids, "mcp-session-id": "not-a-session"})
+        assert unknown.status_code >= 400
+        assert [r.state for r in mcp_runs(db)] == [RunState.RUNNING]
+        assert client.delete(server.url, headers=ids).status_code == 200
+        assert [r.state for r in mcp_runs(db)] == [RunState.DONE]  # ended before the answer came
