@@ -37,7 +37,6 @@ from typing import Any
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.applications import Starlette
-from starlette.datastructures import URL
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -173,6 +172,26 @@ def _environment() -> Environment:
     return env
 
 
+def same_site_path(path: str) -> str:
+    """``path`` as a path of this site only, for a redirect's target or a form's action.
+
+    A browser reads ``//host/x`` (and ``/\\host/x``, a backslash counting as a slash) as another
+    site's address, so the path is rebuilt from its segments: backslashes become slashes, empty
+    segments and ``.`` go, ``..`` climbs (never above the root), and what is left is percent-encoded,
+    so no byte of it can start another URL. The result starts with exactly one slash.
+    """
+    kept: list[str] = []
+    for segment in path.replace("\\", "/").split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if kept:
+                kept.pop()
+            continue
+        kept.append(segment)
+    return "/" + "/".join(urllib.parse.quote(s, safe="!$&'()*+,;=:@-._~") for s in kept)
+
+
 def link(path: str, **params: object) -> str:
     """``path`` with the query ``params`` that are not None, URL-encoded."""
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None and v != ""})
@@ -262,8 +281,9 @@ class Guard:
             if not hmac.compare_digest(offered.encode(), token.encode()):
                 return self.render(request, ServeUnauthorized("that token is not this server's token"))
             kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = URL(path=request.url.path, query=urllib.parse.urlencode(kept))
-            response = RedirectResponse(str(target), status_code=303)
+            query = urllib.parse.urlencode(kept)
+            target = same_site_path(request.scope["path"]) + (f"?{query}" if query else "")
+            response = RedirectResponse(target, status_code=303)
             response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
             return response
         auth = request.headers.get("authorization", "")
@@ -297,7 +317,7 @@ class Dashboard:
             "agents": self.reader.agents,
             "db_path": str(self.reader.store.db_path),
             "journal_label": self.reader.journal_label(),
-            "path": request.url.path,
+            "path": same_site_path(request.scope["path"]),  # a form's action: never another site's
             "link": link,
             "bare": False,
             "section": "",
