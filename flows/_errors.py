@@ -11,6 +11,7 @@ The tree::
     ├── StepResultInvalid   step_result_invalid: a step returned a value that is not JSON (not recorded)
     ├── FlowOutputInvalid   flow_output_invalid: the body returned a value that is not JSON
     ├── FlowChanged         flow_changed: resume found the flow file changed since the run recorded it
+    ├── SessionNotResumable flow_session_not_resumable: resume was asked for a session's root run
     └── FlowUsage           flow_usage: the runtime was called the wrong way
         ├── StepInvalid     step_invalid: a bad ``f.step`` call
         └── FlowInputInvalid  flow_input_invalid: the input is not a JSON value
@@ -43,6 +44,14 @@ class FlowLoadFailed(FlowsError):
     """The flow file could not be loaded, or it does not define exactly one flow."""
 
     code = "flow_load_failed"
+
+
+class SessionNotResumable(FlowsError):
+    """``resume`` was asked for the root run of a memory session (an MCP session's, or a script's
+    ``MemoryStore.session``): it has no body to run again. What it committed is durable already;
+    ``flows sync`` or ``flows check --repair`` publish any file it left unpublished."""
+
+    code = "flow_session_not_resumable"
 
 
 class UnawaitedStep(FlowsError):

@@ -27,6 +27,7 @@ from flows._errors import (
     FlowOutputInvalid,
     FlowUsage,
     RunInterrupted,
+    SessionNotResumable,
     UnawaitedStep,
 )
 from flows._flow import Flow, Header, load_flow
@@ -571,6 +572,13 @@ async def _aresume(
         if info.state is RunState.DONE:
             raise journal.JournalNotResumable(
                 f"root run {run_id} is done; there is nothing to resume", run_id=run_id
+            )
+        if info.meta.get("session") is True:
+            raise SessionNotResumable(
+                f"root run {run_id} is a memory session's (flow {info.flow!r}), which has no body to run "
+                "again; what it committed is durable already (`flows sync` or `flows check --repair` "
+                "publish any file it left unpublished)",
+                run_id=run_id,
             )
         flow = _flow_of(info.meta, run_id)
         recorded_digest = accepted_digest(backend, info, await _blocking(backend.read, run_id, RUN_STREAM))

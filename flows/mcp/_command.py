@@ -26,7 +26,7 @@ LOG_FORMAT = "%(name)s: %(levelname)s: %(message)s"
 """As the CLI logs with -v."""
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
-"""An HTTP session with no request for this long is ended, its root runs left resumable."""
+"""An HTTP session with no request for this long is ended, its root runs left interrupted."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         type=_seconds,
         default=DEFAULT_IDLE_TIMEOUT_S,
-        help="end an HTTP session idle this long, leaving its root runs resumable (default: 1800)",
+        help="end an HTTP session idle this long, leaving its root runs interrupted (default: 1800)",
     )
 
 

@@ -228,7 +228,7 @@ async def _reap_idle(sessions: Sessions, timeout_s: float) -> None:
     while True:
         await anyio.sleep(min(timeout_s / 4, 30.0))
         for key in sessions.idle(timeout_s):
-            log.info("session %s idle for %ss: its root runs are left resumable", key, timeout_s)
+            log.info("session %s idle for %ss: its root runs are left interrupted", key, timeout_s)
             await sessions.end(key, abandoned=True)
 
 

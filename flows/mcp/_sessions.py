@@ -52,7 +52,8 @@ def finding_json(found: Recalled) -> dict[str, Any]:
 
 class ClientGone(BaseException):
     """Ends a session whose client vanished: like an interrupted process, its root run is let go
-    (it reads ``interrupted``, resumable) rather than finished."""
+    (it reads ``interrupted``) rather than finished. It has no body to resume: ``flows resume``
+    refuses it with ``flow_session_not_resumable``."""
 
 
 class _Root:

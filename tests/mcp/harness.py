@@ -216,6 +216,23 @@ def learn_records(db: Path, run_id: str) -> Sequence[journal.Record]:
         backend.close()
 
 
+def assert_resume_explains_a_session_root(db: Path, run_id: str) -> None:
+    """The real ``flows resume RUN`` refuses a session's root run with its code, and leaves it as it was."""
+    before = [r for r in mcp_runs(db) if r.run_id == run_id]
+    result = subprocess.run(
+        [sys.executable, "-m", "flows", "--db", str(db), "resume", run_id],
+        capture_output=True,
+        text=True,
+        env=server_env(),
+        timeout=START_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 1, result
+    assert "error[flow_session_not_resumable]" in result.stderr and run_id in result.stderr
+    assert "Traceback" not in result.stderr
+    assert [r for r in mcp_runs(db) if r.run_id == run_id] == before  # nothing was written
+
+
 def server_pids(db: Path) -> list[int]:
     """The live ``flows mcp`` processes serving ``db`` (found by their command line)."""
     pids = []

@@ -19,6 +19,7 @@ from journal import RunState
 from memory import MemoryStore, check_store
 from tests.mcp.harness import (
     CALL_TIMEOUT_S,
+    assert_resume_explains_a_session_root,
     call,
     http_server,
     http_session,
@@ -65,7 +66,8 @@ async def _learn_until_killed(
 def _assert_acknowledged_learns_survive(db: Path, acked: list[dict[str, Any]]) -> None:
     assert len(acked) >= 10
     [root] = mcp_runs(db)
-    assert root.state is RunState.INTERRUPTED  # resumable, like any run whose process died
+    assert root.state is RunState.INTERRUPTED  # like any run whose process died
+    assert_resume_explains_a_session_root(db, root.run_id)  # but a session has no body to re-run
     records = {r.key: r for r in learn_records(db, root.run_id)}
     for result in acked:  # every acknowledged learn is in the journal, as acknowledged
         assert result["citation"]["runId"] == root.run_id

@@ -17,6 +17,7 @@ from journal import RunState
 from tests.mcp.harness import (
     START_TIMEOUT_S,
     TOKEN,
+    assert_resume_explains_a_session_root,
     call,
     http_server,
     http_session,
@@ -140,7 +141,9 @@ def _wait_for_state(db: Path, state: RunState) -> list[Any]:
     raise AssertionError(f"roots did not all become {state}: {mcp_runs(db)}")
 
 
-def test_an_http_session_idle_past_the_timeout_leaves_its_root_resumable(tmp_path: Path) -> None:
+def test_an_http_session_idle_past_the_timeout_leaves_its_root_interrupted_and_resume_explains(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "history.db"
     with http_server(db, "--idle-timeout", "1") as server:
 
@@ -151,8 +154,8 @@ def test_an_http_session_idle_past_the_timeout_leaves_its_root_resumable(tmp_pat
         learned = run(vanish)
         [root] = _wait_for_state(db, RunState.INTERRUPTED)
         assert server.proc.poll() is None  # the server itself goes on
-    assert root.state.resumable
     assert learned["citation"]["runId"] == root.run_id
+    assert_resume_explains_a_session_root(db, root.run_id)
 
 
 def test_stopping_the_http_server_ends_its_open_sessions_done(tmp_path: Path) -> None:
