@@ -190,13 +190,15 @@ def test_a_keyboard_interrupt_leaves_the_session_root_interrupted(
             assert other.run(s.run_id).state is RunState.INTERRUPTED
 
 
-def test_flows_resume_of_a_session_root_says_it_records_no_flow(db: Path, clock: Clock) -> None:
+def test_flows_resume_of_a_session_root_says_it_has_no_body_to_run_again(db: Path, clock: Clock) -> None:
     with memory.MemoryStore(db, clock=clock) as store:
         s = store.session(scope="a")
         s.learn({"text": "x"})
         store.open_journal().release(s._root.lease)  # as if the process had died
-        with pytest.raises(flows.FlowLoadFailed, match="records no flow source"):
+        with pytest.raises(flows.SessionNotResumable, match="no body to run again") as raised:
             flows.resume(s.run_id, store=store)
+        assert raised.value.code == "flow_session_not_resumable" and raised.value.run_id == s.run_id
+        assert store.open_journal().run(s.run_id).state is RunState.INTERRUPTED  # nothing was written
 
 
 # -- get and scopes ---------------------------------------------------------------------------
