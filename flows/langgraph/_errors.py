@@ -1,10 +1,12 @@
 """Errors of the LangGraph adapters.
 
 Where LangGraph defines an exception for a mistake (``InvalidNamespaceError`` for a bad store
-namespace), the adapters raise LangGraph's own. Everything else they raise for a user has a stable
-``code`` and derives from one base, a branch of ``flows.FlowsError`` and so of the project's one tree
-under ``staging.CodedError`` (where LangGraph's caller expects a built-in type, it is a second base).
-Journal errors (``journal_lease_lost``, ``journal_unavailable`` …) pass through unchanged. The branch::
+namespace), the adapters raise one that is both LangGraph's and coded (``NamespaceInvalid``).
+Everything they raise for a user has a stable ``code`` and derives from one base, a branch of
+``flows.FlowsError`` and so of the project's one tree under ``staging.CodedError`` (where LangGraph's
+caller expects a built-in type, it is a second base). Journal errors (``journal_lease_lost``,
+``journal_unavailable`` …) pass through unchanged. This module imports nothing of LangGraph, so the
+package can say that the extra is missing with a coded error of its own. The branch::
 
     LangGraphAdapterError          langgraph_error (family): code, message, run_id, stream, thread_id
     ├── ValueUnserializable        langgraph_value_unserializable: LangGraph's serializer refused a value
@@ -13,8 +15,16 @@ Journal errors (``journal_lease_lost``, ``journal_unavailable`` …) pass throug
     │                              (also a ValueError)
     ├── ConfigInvalid              langgraph_config_invalid: a config or argument the adapter cannot use
     │                              (also a ValueError)
-    └── RecordInvalid              langgraph_record_invalid: a journal record of a thread or of the
-                                   catalog does not have the shape this adapter writes
+    ├── FilterInvalid              langgraph_filter_invalid: a store filter key outside [a-zA-Z0-9_.-]
+    │                              or an unknown $ operator (also a ValueError)
+    ├── NamespaceInvalid           langgraph_namespace_invalid: a store namespace LangGraph refuses, or
+    │                              one the memory cannot hold (also LangGraph's InvalidNamespaceError;
+    │                              defined in ``_store``, as it derives from a LangGraph class)
+    ├── RecordInvalid              langgraph_record_invalid: a journal record of a thread or of the
+    │                              catalog does not have the shape this adapter writes, or its value
+    │                              names a type outside the allow-list
+    └── ExtraMissing               langgraph_extra_missing: LangGraph is not installed (also an
+                                   ImportError)
 """
 
 from __future__ import annotations
@@ -69,6 +79,14 @@ class ConfigInvalid(LangGraphAdapterError, ValueError):
     code = "langgraph_config_invalid"
 
 
+class FilterInvalid(LangGraphAdapterError, ValueError):
+    """A store search filter this store (like LangGraph's SQL stores) refuses: a key with
+    characters outside ``[a-zA-Z0-9_.-]``, or an operator other than $eq, $ne, $gt, $gte, $lt, $lte.
+    The message begins as LangGraph's does (``Invalid filter key: …``)."""
+
+    code = "langgraph_filter_invalid"
+
+
 class RecordInvalid(LangGraphAdapterError):
     """A journal record read back does not have the shape this adapter writes (damage, or another
     program's record in a stream the adapter owns); ``seq`` is its sequence number."""
@@ -78,3 +96,19 @@ class RecordInvalid(LangGraphAdapterError):
     def __init__(self, message: str, *, seq: int | None = None, **context: Any) -> None:
         super().__init__(message, **context)
         self.seq = seq
+
+
+class ExtraMissing(LangGraphAdapterError, ImportError):
+    """``flows.langgraph`` was imported without LangGraph installed; ``missing`` names the module.
+
+    Also an ``ImportError``, so code that tries the import and falls back keeps working.
+    """
+
+    code = "langgraph_extra_missing"
+
+    def __init__(self, missing: str) -> None:
+        super().__init__(
+            f"flows.langgraph needs LangGraph, and the module {missing!r} is not installed: "
+            "pip install 'flows-memory[langgraph]'"
+        )
+        self.missing = missing

@@ -91,6 +91,7 @@ class StoredWrite:
     value: Typed
     task_path: str
     idx: int
+    record: Record | None = None
 
 
 @dataclass
@@ -143,7 +144,7 @@ class ThreadIndex:
         if kind == "checkpoint":
             self._fold_checkpoint(p, rec)
         elif kind == "writes":
-            self._fold_writes(p)
+            self._fold_writes(p, rec)
         elif kind == "delete-thread":
             self._latest.clear()
             self.checkpoints.clear()
@@ -183,7 +184,7 @@ class ThreadIndex:
             record=rec,
         )
 
-    def _fold_writes(self, p: Mapping[str, Any]) -> None:
+    def _fold_writes(self, p: Mapping[str, Any], rec: Record) -> None:
         ns = _text(p["ns"], "ns")
         cid = _text(p["checkpoint"], "checkpoint")
         task = _text(p["task"], "task")
@@ -202,7 +203,7 @@ class ThreadIndex:
             if idx >= 0 and key in stored:
                 continue
             channel = _text(w[1], "a write's channel")
-            stored[key] = StoredWrite(task, channel, _unpack(w[2:], "a write"), path, idx)
+            stored[key] = StoredWrite(task, channel, _unpack(w[2:], "a write"), path, idx, rec)
 
     def drop_runs(self, run_ids: set[str]) -> None:
         """Forget the checkpoints whose LangGraph run id is in ``run_ids``, and their writes."""

@@ -45,9 +45,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from flows.langgraph._catalog import SCOPE, THREAD_FLOW, Catalog, Generation
+from flows.langgraph._conn import Opening
 from flows.langgraph._errors import ConfigInvalid, RecordInvalid, ValueTooLarge, ValueUnserializable
+from flows.langgraph._filters import at_path, check_filter
 from flows.langgraph._leases import ThreadLeases
 from flows.langgraph._records import STREAM, StoredCheckpoint, ThreadIndex, Typed, pack
+from flows.langgraph._serde import Refused, StrictDecoder
 from journal import (
     JournalBackend,
     JournalClosed,
@@ -153,7 +156,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``).
         journal: the journal location: a directory, or ``postgresql://…`` for several hosts
             (default: ``$FLOWS_JOURNAL``, else ``<db-dir>/flows-journal``).
-        serde: LangGraph's serializer (default: its ``JsonPlusSerializer``).
+        serde: LangGraph's serializer for writing (default: its ``JsonPlusSerializer``). Reads
+            never let the bytes choose code: every type a msgpack value names is checked against
+            LangGraph's strict allow-list plus ``allowed_types`` first (see ``_serde``).
+        allowed_types: classes (or ``(module, name)`` pairs) of your own that checkpoints may
+            hold, beside LangGraph's safe list (datetimes, UUIDs, sets, LangChain messages …).
         lease_idle_s: let go of a thread's lease after this long without a write.
         lease_wait_s: how long a write waits for another live process to let go of the thread.
         max_record_bytes: the largest record one call may append (``ValueTooLarge`` past it).
@@ -172,6 +179,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         journal: str | None = None,
         *,
         serde: SerializerProtocol | None = None,
+        allowed_types: Sequence[tuple[str, str] | type] = (),
         lease_idle_s: float = 5.0,
         lease_wait_s: float = 30.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
@@ -179,6 +187,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         max_cached_threads: int = 1024,
     ) -> None:
         super().__init__(serde=serde)
+        self._decoder = StrictDecoder(allowed_types, serde=self.serde if serde is not None else None)
         self.journal_location = resolve_journal(resolve_db(db), journal)
         self._backend: JournalBackend = open_journal(self.journal_location)
         self._catalog = Catalog(self._backend)
@@ -193,6 +202,33 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Opening[JournalSaver]:
+        """A context manager (``with`` or ``async with``) giving a ``JournalSaver`` on ``conn_string``,
+        closed when the context ends: LangGraph's ``from_conn_string``, so switching from its
+        SQLite or PostgreSQL classes is a change of class name.
+
+        Args:
+            conn_string: ``postgresql://…`` (the journal), ``:memory:`` (a temporary store removed
+                at the end), or a path: the history DB, with the journal beside it.
+            kwargs: the constructor's other keyword arguments (``db=`` names the history DB
+                for a ``postgresql://`` string, which names only the journal).
+
+        Raises:
+            ConfigInvalid: an empty or non-string ``conn_string``; and what the constructor raises.
+        """
+        history = kwargs.pop("db", None)  # the history DB beside a postgresql:// journal
+        return Opening(conn_string, lambda db, journal: cls(db or history, journal, **kwargs))
+
+    def setup(self) -> None:
+        """Nothing to set up: the journal and the memory are made as they are first used. Kept so
+        code written for LangGraph's SQL classes runs unchanged; raises JournalClosed after close."""
+        self._check_open()
+
+    async def asetup(self) -> None:
+        """``setup`` (nothing to do), for code written for LangGraph's async classes."""
+        self.setup()
 
     def close(self) -> None:
         """Let go of every lease, close the journal and the executor; safe twice."""
@@ -231,9 +267,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     # -- views of threads ----------------------------------------------------------------------
 
-    def _thread(self, thread_id: str) -> _Thread:
+    def _check_open(self) -> None:
         if self._closed:
             raise JournalClosed("this JournalSaver is closed; make a new one to go on")
+
+    def _thread(self, thread_id: str) -> _Thread:
+        self._check_open()
         with self._mutex:
             found = self._threads.get(thread_id)
             if found is None:
@@ -455,32 +494,73 @@ class JournalSaver(BaseCheckpointSaver[str]):
             stored = t.index.get(ns, checkpoint_id) if checkpoint_id else t.index.latest(ns)
             return None if stored is None else self._tuple(t, stored)
 
-    def _load(self, typed: Typed, stored: StoredCheckpoint, what: str) -> Any:
+    def _load(
+        self,
+        typed: Typed,
+        stored: StoredCheckpoint,
+        what: str,
+        shape: type | None = None,
+        rec: Record | None = None,
+    ) -> Any:
+        """Decode one value of ``stored``'s record (or of ``rec``, a writes record of it);
+        RecordInvalid naming the record when its bytes name a type outside the allow-list, do not
+        decode, or are not of ``shape``."""
         try:
-            return self.serde.loads_typed(typed)
-        except Exception as exc:  # serde raises whatever its decoder raises on damaged bytes
-            rec = stored.record
-            raise RecordInvalid(
-                f"{what} of checkpoint {stored.id} (record {rec.seq} of {rec.stream} in run "
-                f"{rec.run_id}) cannot be decoded ({exc}); the record is damaged or was written by "
-                "another serde",
-                run_id=rec.run_id,
-                stream=rec.stream,
-                seq=rec.seq,
-            ) from exc
+            value = self._decoder.loads(typed)
+        except Refused as exc:
+            problem = f"names {exc.reason}; nothing was imported or called"
+        except Exception as exc:  # the decoder raises whatever msgpack raises on damaged bytes
+            problem = f"cannot be decoded ({type(exc).__name__}: {str(exc)[:200]})"
+        else:
+            if shape is None or isinstance(value, shape):
+                return value
+            problem = f"is a {type(value).__name__}, not a {shape.__name__}"
+        raise self._invalid(stored, what, problem, rec)
+
+    @staticmethod
+    def _invalid(
+        stored: StoredCheckpoint, what: str, problem: str, rec: Record | None = None
+    ) -> RecordInvalid:
+        rec = rec or stored.record
+        return RecordInvalid(
+            f"{what} of checkpoint {stored.id[:80]!r} in record {rec.seq} of stream {rec.stream} of "
+            f"run {rec.run_id} {problem}; the record is damaged, crafted, or was written by another "
+            f"serde: inspect it with `flows journal {rec.run_id} --stream {rec.stream}`",
+            run_id=rec.run_id,
+            stream=rec.stream,
+            seq=rec.seq,
+        )
+
+    def _versions(self, checkpoint: Mapping[str, Any], stored: StoredCheckpoint) -> dict[str, Any]:
+        """The checkpoint's ``channel_versions``, checked: channel names to strings or numbers."""
+        versions = checkpoint.get("channel_versions", {})
+        if not isinstance(versions, dict) or not all(
+            isinstance(c, str) and not isinstance(v, bool) and isinstance(v, str | int | float)
+            for c, v in versions.items()
+        ):
+            raise self._invalid(
+                stored, "the checkpoint", "has channel_versions that are not channel names to versions"
+            )
+        return versions
 
     def _tuple(self, t: _Thread, stored: StoredCheckpoint) -> CheckpointTuple:
-        checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint")
-        values = t.index.values(stored.ns, checkpoint.get("channel_versions", {}))
-        checkpoint["channel_values"] = {k: self._load(v, stored, f"channel {k!r}") for k, v in values.items()}
+        checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint", dict)
+        values = t.index.values(stored.ns, self._versions(checkpoint, stored))
+        checkpoint["channel_values"] = {
+            k: self._load(v, stored, f"channel {k[:80]!r}") for k, v in values.items()
+        }
         pending = [
-            (w.task_id, w.channel, self._load(w.value, stored, f"a write to {w.channel!r}"))
+            (
+                w.task_id,
+                w.channel,
+                self._load(w.value, stored, f"a write to {w.channel[:80]!r}", rec=w.record),
+            )
             for w in t.index.pending(stored.ns, stored.id)
         ]
         return CheckpointTuple(
             config=_config(t.thread_id, stored.ns, stored.id),
             checkpoint=checkpoint,
-            metadata=self._load(stored.metadata, stored, "the metadata"),
+            metadata=self._load(stored.metadata, stored, "the metadata", dict),
             parent_config=_config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
             pending_writes=pending,
         )
@@ -503,7 +583,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first (by id): of one thread (and namespace, and id, when
-        ``config`` names them) or of every thread; ``filter`` is equality on metadata keys,
+        ``config`` names them) or of every thread; ``filter`` is equality on metadata keys (a
+        dotted key is a path into nested metadata; a key outside ``[a-zA-Z0-9_.-]`` raises
+        ``FilterInvalid``, as LangGraph's SQL savers refuse it),
         ``before`` keeps ids below its checkpoint id, ``limit`` caps the count."""
         return iter(self._list(config, filter=filter, before=before, limit=limit))
 
@@ -516,6 +598,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         limit: int | None,
     ) -> Tuples:
         configurable = (config or {}).get("configurable") or {}
+        check_filter(filter)
         thread_ids = [_thread_id(config)] if config else self._catalog.threads()
         ns = configurable.get("checkpoint_ns") if config else None
         wanted_id = get_checkpoint_id(config) if config else None
@@ -530,8 +613,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     if before_id and stored.id >= before_id:
                         continue
                     if filter:
-                        metadata = self._load(stored.metadata, stored, "the metadata")
-                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                        metadata = self._load(stored.metadata, stored, "the metadata", dict)
+                        if not all(at_path(metadata, k) == v for k, v in filter.items()):
                             continue
                     found.append((stored.id, t, stored))
         found.sort(key=lambda x: x[0], reverse=True)
@@ -682,7 +765,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         carried: set[tuple[str, str, Any]] = set()
         out: Keyed = []
         for stored in kept:
-            versions = self._load(stored.checkpoint, stored, "the checkpoint").get("channel_versions", {})
+            versions = self._versions(self._load(stored.checkpoint, stored, "the checkpoint", dict), stored)
             blobs = []
             for channel, version in versions.items():
                 typed = t.index.blobs.get((stored.ns, channel, version))

@@ -47,7 +47,14 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from flows.langgraph._errors import ConfigInvalid, ValueTooLarge, ValueUnserializable
+from flows.langgraph._conn import Opening
+from flows.langgraph._errors import (
+    ConfigInvalid,
+    LangGraphAdapterError,
+    ValueTooLarge,
+    ValueUnserializable,
+)
+from flows.langgraph._filters import at_path, check_filter, matches
 from journal import JournalBackend, JournalClosed, Lease, RunState
 from memory import MemoryStore, Recalled, RootRun
 
@@ -69,6 +76,20 @@ _INDEXED = "v."
 """A value's short top-level strings are also metadata keys ``v.<field>``, so an equality filter on
 them is answered by the memory's metadata index rather than by reading every item."""
 _INDEXED_MAX = 256
+KEY_MAX = 1024
+"""The longest item key, in characters."""
+TTL_MAX_MINUTES = 100 * 365 * 24 * 60
+"""The longest TTL, in minutes (a hundred years; an expiry must be a date the journal can write)."""
+
+
+class NamespaceInvalid(LangGraphAdapterError, InvalidNamespaceError):
+    """A namespace the store cannot hold: LangGraph's own ``InvalidNamespaceError``, with a code.
+
+    Defined beside the store rather than in ``_errors`` because it derives from a LangGraph class,
+    and ``_errors`` must import without LangGraph installed.
+    """
+
+    code = "langgraph_namespace_invalid"
 
 
 def _indexed(value: Mapping[str, Any]) -> dict[str, str]:
@@ -80,24 +101,38 @@ def _indexed(value: Mapping[str, Any]) -> dict[str, str]:
 
 
 def scope_of(namespace: tuple[str, ...]) -> str:
-    """The scope of ``namespace``; ``InvalidNamespaceError`` (LangGraph's) when it cannot be one."""
+    """The scope of ``namespace``; ``NamespaceInvalid`` (a LangGraph ``InvalidNamespaceError``)
+    when it cannot be one."""
     if not isinstance(namespace, tuple) or not namespace:
-        raise InvalidNamespaceError(f"a namespace is a non-empty tuple of labels, not {namespace!r}")
+        raise NamespaceInvalid(f"a namespace is a non-empty tuple of labels, not {namespace!r:.80}")
     for label in namespace:
-        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-            raise InvalidNamespaceError(
-                f"invalid namespace label {label!r} in {namespace}: labels are non-empty strings "
-                "without '.' or NUL"
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label or not _utf8(label):
+            raise NamespaceInvalid(
+                f"invalid namespace label {label!r:.80} in {namespace!r:.120}: labels are non-empty "
+                "strings of valid Unicode (no lone surrogate) without '.' or NUL"
             )
     if namespace[0] == "langgraph":
-        raise InvalidNamespaceError(f'the root label of a namespace cannot be "langgraph": {namespace}')
+        raise NamespaceInvalid(f'the root label of a namespace cannot be "langgraph": {namespace!r:.120}')
     scope = SCOPE_PREFIX + ".".join(namespace)
     if len(scope) > SCOPE_MAX:
-        raise InvalidNamespaceError(
+        raise NamespaceInvalid(
             f"namespace {namespace!r:.80} is {len(scope) - len(SCOPE_PREFIX)} characters joined; "
             f"at most {SCOPE_MAX - len(SCOPE_PREFIX)}"
         )
     return scope
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _key_ok(key: Any) -> bool:
+    """Whether ``key`` can name an item: a non-empty string of valid Unicode, at most KEY_MAX long."""
+    return isinstance(key, str) and 0 < len(key) <= KEY_MAX and _utf8(key)
 
 
 def _scope_if_any(namespace: tuple[str, ...]) -> str | None:
@@ -163,6 +198,17 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+def _pushed(filter: Mapping[str, Any] | None) -> dict[str, str]:
+    """The part of a filter the memory's metadata index answers: equality on a top-level string
+    short enough to be indexed (``_indexed``); the rest is checked item by item."""
+    return {
+        _INDEXED + k: v
+        for k, v in (filter or {}).items()
+        # a value that is not valid UTF-8 matches no item, and the index cannot be asked for it
+        if "." not in k and isinstance(v, str) and len(v) <= _INDEXED_MAX and len(k) <= 120 and _utf8(v)
+    }
+
+
 def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     path = condition.path
     if len(namespace) < len(path):
@@ -173,35 +219,6 @@ def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
         else zip(reversed(namespace), reversed(path), strict=False)
     )
     return all(p in ("*", n) for n, p in pairs)
-
-
-def _compare(actual: Any, wanted: Any) -> bool:
-    """LangGraph's filter semantics: equality, nested objects, and the ``$`` operators."""
-    if isinstance(wanted, dict):
-        if any(k.startswith("$") for k in wanted):
-            return all(_operator(actual, op, v) for op, v in wanted.items())
-        return isinstance(actual, dict) and all(_compare(actual.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(actual, list | tuple)
-            and len(actual) == len(wanted)
-            and all(_compare(a, w) for a, w in zip(actual, wanted, strict=True))
-        )
-    return bool(actual == wanted)
-
-
-def _operator(actual: Any, op: str, wanted: Any) -> bool:
-    if op == "$eq":
-        return bool(actual == wanted)
-    if op == "$ne":
-        return bool(actual != wanted)
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        try:
-            a, w = float(actual), float(wanted)
-        except (TypeError, ValueError):
-            return False
-        return {"$gt": a > w, "$gte": a >= w, "$lt": a < w, "$lte": a <= w}[op]
-    raise ConfigInvalid(f"unsupported filter operator {op!r}: use $eq, $ne, $gt, $gte, $lt or $lte")
 
 
 class JournalStore(BaseStore):
@@ -262,6 +279,33 @@ class JournalStore(BaseStore):
         return self._memory
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Opening[JournalStore]:
+        """A context manager (``with`` or ``async with``) giving a ``JournalStore`` on ``conn_string``,
+        closed when the context ends: LangGraph's ``from_conn_string``, so switching from its
+        SQLite or PostgreSQL classes is a change of class name.
+
+        Args:
+            conn_string: ``postgresql://…`` (the journal), ``:memory:`` (a temporary store removed
+                at the end), or a path: the history DB, with the journal beside it.
+            kwargs: the constructor's other keyword arguments (``db=`` names the history DB
+                for a ``postgresql://`` string, which names only the journal).
+
+        Raises:
+            ConfigInvalid: an empty or non-string ``conn_string``; and what the constructor raises.
+        """
+        history = kwargs.pop("db", None)  # the history DB beside a postgresql:// journal
+        return Opening(conn_string, lambda db, journal: cls(db or history, journal, **kwargs))
+
+    def setup(self) -> None:
+        """Nothing to set up: the journal and the memory are made as they are first used. Kept so
+        code written for LangGraph's SQL classes runs unchanged; raises JournalClosed after close."""
+        self._check_open()
+
+    async def asetup(self) -> None:
+        """``setup`` (nothing to do), for code written for LangGraph's async classes."""
+        self.setup()
 
     def close(self) -> None:
         """End the store's root run (``done``) and close the memory; safe twice."""
@@ -325,7 +369,12 @@ class JournalStore(BaseStore):
         results: list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
         for op in ops:
-            validate_op_namespace(op)  # LangGraph's own check of every label
+            try:
+                validate_op_namespace(op)  # LangGraph's own check of every label
+            except InvalidNamespaceError as exc:
+                raise NamespaceInvalid(str(exc)) from None
+            if isinstance(op, SearchOp):
+                check_filter(op.filter)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 results[i] = self._get(op)
@@ -357,13 +406,24 @@ class JournalStore(BaseStore):
     # -- reads ---------------------------------------------------------------------------------
 
     def _live(self, scope: str, key: str) -> list[Recalled]:
-        """The live findings of item ``key`` (newest first; more than one only after a race)."""
+        """The live findings of item ``key`` (newest first; more than one only after a race); none
+        for a key no item can have."""
+        if not _key_ok(key):
+            return []
         return [r for r in self._memory.recall(scope=scope, meta={"key": key}, limit=None) if self._ours(r)]
 
     @staticmethod
     def _ours(found: Recalled) -> bool:
+        """Whether ``found`` has the shape of an item this store writes. The memory is read back
+        from disk like the journal: an item of any other shape is skipped, never half-read."""
         meta = found.metadata
-        return isinstance(meta.get("key"), str) and isinstance(meta.get("value"), dict)
+        created, ttl = meta.get("createdMs"), meta.get("ttlMinutes")
+        return (
+            isinstance(meta.get("key"), str)
+            and isinstance(meta.get("value"), dict)
+            and (created is None or (type(created) is int and created >= 0))
+            and (ttl is None or (type(ttl) in (int, float) and 0 < ttl <= TTL_MAX_MINUTES))
+        )
 
     def _item(self, found: Recalled, namespace: tuple[str, ...], score: float | None = None) -> SearchItem:
         meta = found.metadata
@@ -420,7 +480,7 @@ class JournalStore(BaseStore):
                     if self._ours(hit.finding):
                         found.append((hit.score, hit.finding.learned_ms, hit.finding, ns))
             else:
-                pushed = {_INDEXED + k: v for k, v in (op.filter or {}).items() if isinstance(v, str)}
+                pushed = _pushed(op.filter)
                 for r in self._memory.recall(scope=scope, meta=pushed or None, limit=None):
                     if self._ours(r):
                         found.append((None, r.learned_ms, r, ns))
@@ -428,7 +488,7 @@ class JournalStore(BaseStore):
             found = [
                 f
                 for f in found
-                if all(_compare(f[2].metadata["value"].get(k), v) for k, v in op.filter.items())
+                if all(matches(at_path(f[2].metadata["value"], k), v) for k, v in op.filter.items())
             ]
         if op.query:
             found.sort(key=lambda f: (-(f[0] or 0.0), -f[1]))
@@ -487,8 +547,11 @@ class JournalStore(BaseStore):
 
     def _prepare(self, op: PutOp) -> tuple[dict[str, Any], float | None]:
         """The value as plain JSON (checked and bounded) and the item's TTL in minutes."""
-        if not isinstance(op.key, str) or not op.key:
-            raise ConfigInvalid(f"an item's key is a non-empty string, not {op.key!r:.40}")
+        if not _key_ok(op.key):
+            raise ConfigInvalid(
+                f"an item's key is a non-empty string of valid Unicode (no lone surrogate), at most "
+                f"{KEY_MAX} characters, not {op.key!r:.40}"
+            )
         if not isinstance(op.value, Mapping):
             raise ValueUnserializable(
                 f"a store value is a mapping of string keys, not {type(op.value).__name__}"
@@ -503,8 +566,15 @@ class JournalStore(BaseStore):
                 limit=VALUE_MAX_BYTES,
             )
         ttl = op.ttl  # ``put`` has already applied the TTL config's default (None: no TTL)
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
-            raise ConfigInvalid(f"a TTL is a positive number of minutes, not {ttl!r}")
+        if ttl is not None and (
+            isinstance(ttl, bool)
+            or not isinstance(ttl, int | float)
+            or not 0 < ttl <= TTL_MAX_MINUTES  # NaN fails this too
+        ):
+            raise ConfigInvalid(
+                f"a TTL is a positive, finite number of minutes up to {TTL_MAX_MINUTES:,} (a hundred "
+                f"years), not {ttl!r:.40}"
+            )
         return value, ttl
 
     def _finding(

@@ -12,7 +12,7 @@ import pytest
 from langgraph.store.base import InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
-from flows.langgraph import ConfigInvalid, JournalStore, ValueTooLarge, ValueUnserializable
+from flows.langgraph import ConfigInvalid, FilterInvalid, JournalStore, ValueTooLarge, ValueUnserializable
 from flows.langgraph._store import SCOPE_PREFIX, scope_of
 from memory import STREAM as LEARN_STREAM
 
@@ -291,7 +291,7 @@ def test_unsupported_configuration_and_filters_raise_config_invalid(
     with pytest.raises(ConfigInvalid, match="embeddings"):
         JournalStore(db=str(tmp_path / "x.db"), index={"dims": 3, "embed": lambda texts: [[0.0] * 3]})
     store.put(("f",), "k", {"v": 1})
-    with pytest.raises(ConfigInvalid, match="operator"):
+    with pytest.raises(FilterInvalid, match="Unsupported operator"):  # a ValueError, as LangGraph's
         store.search(("f",), filter={"v": {"$regex": "1"}})
 
 

@@ -1,0 +1,109 @@
+"""Inputs to ``JournalStore`` that LangGraph lets through and the memory cannot hold.
+
+A TTL that is NaN, infinite, negative or past what an expiry can say; a lone surrogate in a
+namespace label or a key; a label or key far too long: each is a coded error, raised before
+anything is written, never a raw ``ValueError``/``OverflowError``/``UnicodeEncodeError``. A bad
+namespace is also LangGraph's ``InvalidNamespaceError``. Reads of such a namespace or key find
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.store.base import InvalidNamespaceError, PutOp
+
+from flows.langgraph import ConfigInvalid, JournalStore, NamespaceInvalid
+from staging import CodedError
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JournalStore]:
+    with JournalStore(db=str(tmp_path / "history.db")) as s:
+        yield s
+
+
+def _journaled(store: JournalStore) -> int:
+    backend = store.memory.open_journal()
+    return sum(len(backend.read(r.run_id, s)) for r in backend.runs() for s in backend.streams(r.run_id))
+
+
+@pytest.mark.parametrize(
+    "ttl", [float("nan"), float("inf"), float("-inf"), -1, 0, -0.0, 10.0**300, 2**80, True]
+)
+def test_a_ttl_that_is_not_a_positive_finite_number_of_minutes_is_config_invalid(
+    store: JournalStore, ttl: Any
+) -> None:
+    store.put(("ns",), "other", {"a": 1})
+    before = _journaled(store)
+    with pytest.raises(ConfigInvalid) as caught:
+        store.put(("ns",), "k", {"a": 1}, ttl=ttl)
+    assert caught.value.code == "langgraph_config_invalid"
+    assert isinstance(caught.value, CodedError) and isinstance(caught.value, ValueError)
+    assert "TTL" in caught.value.message
+    assert _journaled(store) == before
+    assert store.get(("ns",), "k") is None
+
+
+def test_a_default_ttl_that_is_nan_is_config_invalid_at_put(tmp_path: Path) -> None:
+    with (
+        JournalStore(db=str(tmp_path / "h.db"), ttl={"default_ttl": float("nan")}) as store,
+        pytest.raises(ConfigInvalid),
+    ):
+        store.put(("ns",), "k", {"a": 1})
+
+
+BAD_NAMESPACES: dict[str, tuple[str, ...]] = {
+    "a lone surrogate": ("users", "a\ud800b"),
+    "a lone low surrogate first": ("\udc80",),
+    "a huge label": ("x" * 100_000,),
+    "many labels": tuple("x" * 10 for _ in range(100)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_NAMESPACES))
+def test_a_namespace_the_memory_cannot_hold_is_namespace_invalid_and_langgraphs_error(
+    store: JournalStore, name: str
+) -> None:
+    namespace = BAD_NAMESPACES[name]
+    for call in (
+        lambda: store.put(namespace, "k", {"a": 1}),
+        lambda: store.batch([PutOp(namespace, "k", {"a": 1})]),
+    ):
+        with pytest.raises(NamespaceInvalid) as caught:
+            call()
+        assert isinstance(caught.value, InvalidNamespaceError)
+        assert caught.value.code == "langgraph_namespace_invalid"
+        assert len(caught.value.message) < 600
+    assert store.get(namespace, "k") is None
+    assert store.search(namespace) == []
+    assert store.list_namespaces(prefix=namespace) == []
+    store.delete(namespace, "k")
+    assert _journaled(store) == 0
+
+
+def test_namespaces_langgraph_refuses_are_coded_too(store: JournalStore) -> None:
+    for namespace in [("a.b",), ("",), ("langgraph", "x"), ("a\x00",)]:
+        with pytest.raises(NamespaceInvalid):
+            store.batch([PutOp(namespace, "k", {"a": 1})])
+
+
+@pytest.mark.parametrize("key", ["k\ud800", "\udfff", "k" * 1025, ""])
+def test_a_key_the_memory_cannot_hold_is_config_invalid_and_reads_find_nothing(
+    store: JournalStore, key: str
+) -> None:
+    with pytest.raises(ConfigInvalid) as caught:
+        store.put(("ns",), key, {"a": 1})
+    assert caught.value.code == "langgraph_config_invalid"
+    assert store.get(("ns",), key) is None
+    store.delete(("ns",), key)
+    assert _journaled(store) == 0
+
+
+def test_a_lone_surrogate_in_a_query_or_filter_finds_nothing_rather_than_failing(store: JournalStore) -> None:
+    store.put(("ns",), "k", {"a": "text"})
+    store.search(("ns",), query="te\ud800xt")  # ranked: may match "te"; must not raise
+    assert store.search(("ns",), filter={"a": "te\ud800xt"}) == []
