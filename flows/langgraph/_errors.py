@@ -98,7 +98,9 @@ class RecordInvalid(LangGraphAdapterError):
         self.seq = seq
 
 
-class ExtraMissing(LangGraphAdapterError, ImportError):
+# Both bases declare ``path`` (a file for ImportError, a store path for FlowsError); neither is set
+# here, so the two never disagree at run time.
+class ExtraMissing(LangGraphAdapterError, ImportError):  # type: ignore[misc]
     """``flows.langgraph`` was imported without LangGraph installed; ``missing`` names the module.
 
     Also an ``ImportError``, so code that tries the import and falls back keeps working.
