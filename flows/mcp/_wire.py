@@ -42,12 +42,18 @@ def unreadable_answer(text: str) -> str | None:
     (a well-formed message, or a blank line, which asks nothing)."""
     if not text.strip():
         return None
+    try:  # exactly as the SDK reads the line (its JSON reader also bounds nesting)
+        read: Any = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+    except ValidationError:
+        read = None
     try:
         raw = orjson.loads(text)
     except orjson.JSONDecodeError:
         return _not_strict_json(text)
     if not isinstance(raw, dict):
         return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
+    if read is not None and not ("id" in raw and isinstance(read, types.JSONRPCNotification)):
+        return None
     return _shape_answer(raw)
 
 
@@ -67,7 +73,8 @@ def _shape_answer(raw: dict[str, Any]) -> str | None:
         if isinstance(raw.get("method"), str):
             return error_line(raw["id"], types.INVALID_PARAMS, f"Invalid params: {where}")
         return error_line(raw["id"], types.INVALID_REQUEST, f"Invalid request: {where}")
-    return None
+    # well-formed, yet the SDK's JSON reader refused it: values nested deeper than it reads
+    return error_line(raw["id"], types.INVALID_PARAMS, "Invalid params: values nested too deeply to read")
 
 
 def _where(error: Any) -> str:

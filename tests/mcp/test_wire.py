@@ -116,6 +116,8 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
     (b'{"jsonrpc": "2.0", "id": [12], "method": "ping"}', None, INVALID_REQUEST),
     (b"[1, 2]", None, INVALID_REQUEST),
     (b"7", None, INVALID_REQUEST),
+    (_call(14, "X").replace(b'"X"', b"[" * 199 + b"]" * 199), 14, INVALID_PARAMS),  # past the SDK's depth
+    (b"[" * 5000 + b"]" * 5000, None, PARSE_ERROR),
 ]
 
 
