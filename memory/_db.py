@@ -27,7 +27,7 @@ from memory._finding import meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
@@ -148,6 +148,8 @@ def _migration_5(conn: sqlite3.Connection) -> None:
 
 
 _MIGRATIONS[5] = _migration_5
+# A finding learned again after its key was retired: the revision its key hashes (NULL: 0).
+_MIGRATIONS[6] = "ALTER TABLE findings ADD COLUMN revision INTEGER;"
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~-]*")  # what ``quote(path, safe="/")`` leaves as it is
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
@@ -155,7 +157,7 @@ _FEW_KEYS = 8  # ``held`` looks up at most this many keys one by one (an IN list
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
-    " f.metadata, f.expires_ms"
+    " f.metadata, f.expires_ms, f.revision"
 )
 _NOT_RETIRED = "f.retired_ms IS NULL"
 _NOT_EXPIRED = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
@@ -168,7 +170,8 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
 
     The finding's canonical bytes are made from the row's fields directly (``canonical`` of the
     ``Finding`` they make, without building one), and the result is built once they check out."""
-    rid, key, text, source, tags_json, scope, flow, learned_ms, run_id, stream, record_id, meta, expires = row
+    rid, key, text, source, tags_json, scope, flow, learned_ms, run_id, stream, record_id, *rest = row
+    meta, expires, rev = rest
     try:
         tags = orjson.loads(tags_json)
         metadata = orjson.loads(meta) if meta else None
@@ -187,6 +190,7 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
             and type(record_id) is str
             and (metadata is None or type(metadata) is dict)
             and (expires is None or type(expires) is int)
+            and (rev is None or (type(rev) is int and rev > 0))
         )
         if ok:
             finding: dict[str, Any] = {"text": text, "source": source, "tags": tags}
@@ -194,8 +198,10 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
                 finding["metadata"] = metadata
             if expires is not None:
                 finding["expiresMs"] = expires
-            canonical = orjson.dumps(finding, option=orjson.OPT_SORT_KEYS)
-            ok = hashlib.sha256(scope.encode() + b"\0" + canonical).hexdigest()[:32] == key
+            head = scope.encode() + b"\0" + orjson.dumps(finding, option=orjson.OPT_SORT_KEYS)
+            if rev:
+                head += b"\0r" + str(rev).encode()
+            ok = hashlib.sha256(head).hexdigest()[:32] == key
     except (orjson.JSONDecodeError, TypeError, ValueError):
         ok = False
     if not ok:
@@ -216,6 +222,7 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
         citation=Citation(run_id=run_id, stream=stream, id=record_id),
         metadata=frozen_metadata(metadata) if metadata else _NO_METADATA,
         expires_ms=expires,
+        revision=rev or 0,
     )
 
 
@@ -802,13 +809,14 @@ class HistoryDB:
                 # One statement for a new finding and a newer commit of a known one.
                 row_id = conn.execute(
                     "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
-                    " record_id, synced_ms, metadata, expires_ms, retired_ms)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,(SELECT forgotten_ms FROM retirements WHERE key = ?))"
+                    " record_id, synced_ms, metadata, expires_ms, revision, retired_ms)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                    " (SELECT forgotten_ms FROM retirements WHERE key = ?))"
                     " ON CONFLICT (key) DO UPDATE SET scope=excluded.scope, flow=excluded.flow,"
                     " text=excluded.text, source=excluded.source, tags=excluded.tags,"
                     " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
                     " record_id=excluded.record_id, synced_ms=excluded.synced_ms,"
-                    " metadata=excluded.metadata, expires_ms=excluded.expires_ms"
+                    " metadata=excluded.metadata, expires_ms=excluded.expires_ms, revision=excluded.revision"
                     " RETURNING id",
                     (
                         e.key,
@@ -824,6 +832,7 @@ class HistoryDB:
                         now_ms,
                         _metadata_text(e),
                         e.expires_ms,
+                        e.revision or None,
                         e.key,
                     ),
                 ).fetchone()[0]

@@ -8,7 +8,7 @@ unchanged. The tree::
     ├── ArgumentInvalid           memory_argument_invalid: another argument (a key, a filter, a reason,
     │                             a session's scope or flow) is malformed
     ├── FindingUnknown            memory_finding_unknown: no finding has that key
-    ├── FindingRetired            memory_finding_retired: the finding was forgotten or superseded
+    ├── FindingRetired            memory_finding_retired: the finding was retired at every revision
     ├── SessionClosed             memory_session_closed: a session was used after ``close()``
     ├── Unjournaled               memory_unjournaled: learn was called with no root run
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
@@ -72,8 +72,9 @@ class FindingUnknown(FlowsMemoryError):
 
 
 class FindingRetired(FlowsMemoryError):
-    """The finding was forgotten or superseded, and a forgotten finding stays forgotten: learning it
-    again is refused (``key`` names it). Nothing is journaled or written."""
+    """The finding was forgotten or superseded at every revision its key can take (``REVISION_MAX``;
+    a finding learned again after a forget is otherwise a new memory under its next revision).
+    ``key`` names the last one. Nothing is journaled or written."""
 
     code = "memory_finding_retired"
 

@@ -21,6 +21,7 @@ from memory._finding import (
     Finding,
     check_expires,
     check_metadata,
+    check_revision,
     finding_id,
     scope_hash,
 )
@@ -29,7 +30,7 @@ from memory._safe import Folder, describe, is_damage, read_file
 from memory._stem import terms
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
-_OPTIONAL = {"metadata", "expiresMs"}
+_OPTIONAL = {"metadata", "expiresMs", "revision"}
 _RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
 
 
@@ -78,17 +79,22 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
     if not ok:
         raise _damaged(path, "a field has the wrong type")
     metadata = expires = None
+    revision = 0
     if len(obj) != len(_KEYS):
         try:
             metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
             expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
         except FindingInvalid as exc:
             raise _damaged(path, f"its {exc.field} is malformed") from None
+        try:
+            revision = check_revision(obj["revision"]) if "revision" in obj else 0
+        except ValueError:
+            raise _damaged(path, "its revision is malformed") from None
     finding = Finding(
         text=obj["text"], source=obj["source"], tags=tuple(obj["tags"]), metadata=metadata, expires_ms=expires
     )
     if (
-        finding_id(obj["scope"], finding) != obj["id"]
+        finding_id(obj["scope"], finding, revision) != obj["id"]
         or path.name != f"{obj['id']}.json"
         or path.parent.parent.parent.name != scope_hash(obj["scope"])
     ):
@@ -105,6 +111,7 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
         citation=Citation(run_id=j["runId"], stream=j["stream"], id=j["id"]),
         metadata=frozen_metadata(metadata),
         expires_ms=expires,
+        revision=revision,
     )
 
 

@@ -193,9 +193,29 @@ def canonical(finding: Finding) -> bytes:
     return orjson.dumps(finding.as_json(), option=orjson.OPT_SORT_KEYS)
 
 
-def finding_id(scope: str, finding: Finding) -> str:
-    """The finding's id in ``scope``: a hash of the scope and the canonical finding (32 hex)."""
-    return hashlib.sha256(scope.encode() + b"\0" + canonical(finding)).hexdigest()[:32]
+REVISION_MAX = 2**31 - 1
+"""The largest revision a finding's key takes."""
+
+
+def finding_id(scope: str, finding: Finding, revision: int = 0) -> str:
+    """The finding's id in ``scope``: a hash of the scope and the canonical finding (32 hex).
+
+    ``revision`` is 0 for a finding as first learned. A finding learned again after its key was
+    forgotten or superseded is a new memory: it takes the first revision (1, 2, ...) whose key is not
+    retired, and the hash covers that number too, so the forgotten key stays forgotten.
+    """
+    head = scope.encode() + b"\0" + canonical(finding)
+    if revision:
+        head += b"\0r" + str(revision).encode()
+    return hashlib.sha256(head).hexdigest()[:32]
+
+
+def check_revision(value: object) -> int:
+    """A finding's ``revision`` as read back: an integer from 1 to ``REVISION_MAX`` (0 is written as
+    no field at all). Raises ``ValueError`` otherwise."""
+    if type(value) is not int or not 0 < value <= REVISION_MAX:
+        raise ValueError(f"a finding's revision must be an integer, 1 to {REVISION_MAX}, not {value!r:.40}")
+    return value
 
 
 def check_key(key: object, what: str = "key") -> str:
@@ -214,9 +234,15 @@ def scope_hash(scope: str) -> str:
     return hashlib.sha256(scope.encode()).hexdigest()[:16]
 
 
-def learn_payload(fid: str, scope: str, flow: str, finding: Finding, learned_ms: int) -> dict[str, Any]:
-    """The payload a learn commits to the ``memory-learn`` stream."""
-    return {"id": fid, "scope": scope, "flow": flow, "finding": finding.as_json(), "learnedMs": learned_ms}
+def learn_payload(
+    fid: str, scope: str, flow: str, finding: Finding, learned_ms: int, *, revision: int = 0
+) -> dict[str, Any]:
+    """The payload a learn commits to the ``memory-learn`` stream (``revision`` only when not 0, so
+    a first learn's payload is exactly what it always was)."""
+    payload = {"id": fid, "scope": scope, "flow": flow, "finding": finding.as_json(), "learnedMs": learned_ms}
+    if revision:
+        payload["revision"] = revision
+    return payload
 
 
 def checked_commit(record: Record, location: str) -> Record:
@@ -224,7 +250,8 @@ def checked_commit(record: Record, location: str) -> Record:
 
     Every record read back from a journal is untrusted input: before a path or a file is built from
     one, its payload must be ``{id, scope, flow, finding, learnedMs}`` with a valid finding in its
-    canonical form, its id 32 lowercase hex digits equal to ``finding_id(scope, finding)``, its key
+    canonical form (and, for a finding learned again after a retirement, a ``revision``), its id 32
+    lowercase hex digits equal to ``finding_id(scope, finding, revision)``, its key
     that id and its record id the one the journal derives from the key. ``location`` names the
     journal, for the message.
 
@@ -248,8 +275,12 @@ def checked_commit(record: Record, location: str) -> Record:
 
 def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
     p = record.payload
-    if not isinstance(p, Mapping) or set(p) != _PAYLOAD:
-        return "its payload is not exactly {id, scope, flow, finding, learnedMs}"
+    if not isinstance(p, Mapping) or not (set(p) == _PAYLOAD or set(p) == _PAYLOAD | {"revision"}):
+        return "its payload is not exactly {id, scope, flow, finding, learnedMs} and an optional revision"
+    try:
+        revision = check_revision(p["revision"]) if "revision" in p else 0
+    except ValueError as exc:
+        return str(exc)
     fid, scope, flow, ms, finding = p["id"], p["scope"], p["flow"], p["learnedMs"], p["finding"]
     if not isinstance(fid, str) or not _KEY.fullmatch(fid):
         return "its id is not 32 lowercase hex digits"
@@ -265,8 +296,8 @@ def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return
         return f"its finding is invalid ({exc})"
     if item.as_json() != finding:
         return "its finding is not in its canonical form"
-    if finding_id(scope, item) != fid:
-        return "its id is not the hash of its scope and finding"
+    if finding_id(scope, item, revision) != fid:
+        return "its id is not the hash of its scope, finding and revision"
     if record.key != fid or record.id != record_id(record.run_id, record.stream, fid):
         return "its key or record id is not the one the finding's id gives"
     return None
@@ -343,6 +374,8 @@ def render(record: Record) -> bytes:
             obj["metadata"] = finding["metadata"]
         if "expiresMs" in finding:
             obj["expiresMs"] = finding["expiresMs"]
+        if "revision" in p:
+            obj["revision"] = p["revision"]
     except (KeyError, TypeError) as exc:
         raise ValueError(
             f"record {record.id} of {record.run_id} is not a memory-learn record: {exc}"

@@ -10,9 +10,10 @@ from pathlib import Path
 import journal
 from journal import JournalBackend, Record
 from memory._errors import ArgumentInvalid, FindingInvalid, FindingRetired, Unjournaled, UnsupportedHeader
-from memory._files import parse_learned
+from memory._files import parse_learned, read_retired
 from memory._finding import (
     RETIRE_STREAM,
+    REVISION_MAX,
     STREAM,
     Finding,
     check_key,
@@ -98,19 +99,48 @@ class Learner:
                 f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
             )
         item = validate(finding, default_source=root.source or root.flow)
-        fid = finding_id(root.scope, item)
+        revision, fid, replayed = self._revision(item, root)
         old = self._replaced(fid, supersedes)
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
-        retired = self._retirer.retired_path(root.scope, fid)
-        if os.path.lexists(retired):
-            learned = self._learned_retired(fid, root, final)
+        if replayed is not None:
+            learned = _learned(fid, replayed, final)
         else:
-            learned = self._learn(fid, item, root, directory, final, retired=retired)
+            retired = self._retirer.retired_path(root.scope, fid)
+            learned = self._learn(fid, item, root, directory, final, retired=retired, revision=revision)
         if old is not None and supersedes is not None and old.retired is None:
             self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
         return learned
+
+    def _revision(self, item: Finding, root: Root) -> tuple[int, str, Record | None]:
+        """The revision and key a learn of ``item`` takes, and the commit that answers it when it
+        is a resumed body's replay of a learn made before its key was retired.
+
+        A finding's key is retired for good. Learning the finding again is a new memory: it takes
+        the first revision whose key is not retired (``finding_id``). One exception keeps a resumed
+        body from bringing back what was forgotten: when this root run committed the retired key
+        itself and the retirement was made before this attempt of the run began (and not by it),
+        the learn is the replay of that commit and is answered with it, publishing nothing.
+        """
+        revision = 0
+        while True:
+            fid = finding_id(root.scope, item, revision)
+            path = self._retirer.retired_path(root.scope, fid)
+            if not os.path.lexists(path):
+                return revision, fid, None
+            if root.begun and self._retirer.before_attempt(root, read_retired(Path(path))):
+                existing = root.journal.find(root.run_id, STREAM, fid)
+                if existing is not None:
+                    return revision, fid, existing
+            if revision == REVISION_MAX:
+                raise FindingRetired(
+                    f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, metadata "
+                    "or scope",
+                    key=fid,
+                    path=path,
+                )
+            revision += 1
 
     def _replaced(self, fid: str, supersedes: str | None) -> Located | None:
         """Where the finding that ``supersedes`` names is (None when it names none); raises before
@@ -127,22 +157,16 @@ class Learner:
             raise unknown(supersedes, "the key that supersedes names,")
         return old
 
-    def _learned_retired(self, fid: str, root: Root, final: Path) -> Learned:
-        """A learn of a finding that was forgotten or superseded: this run's own commit of it (a
-        resumed body re-running a learn made before the retirement) is answered, unpublished;
-        anything else is refused."""
-        existing = root.journal.find(root.run_id, STREAM, fid) if root.begun else None
-        if existing is None:
-            raise FindingRetired(
-                f"finding {fid} was forgotten or superseded, and a forgotten finding stays forgotten; "
-                "`flows history` shows why; learn it with other text, metadata or scope",
-                key=fid,
-                path=self._retirer.retired_path(root.scope, fid),
-            )
-        return _learned(fid, existing, final)
-
     def _learn(
-        self, fid: str, item: Finding, root: Root, directory: Path, final: Path, *, retired: str
+        self,
+        fid: str,
+        item: Finding,
+        root: Root,
+        directory: Path,
+        final: Path,
+        *,
+        retired: str,
+        revision: int,
     ) -> Learned:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
@@ -154,7 +178,7 @@ class Learner:
         if existing is not None:
             self._check(root, existing, fid)
         if existing is None:
-            payload = learn_payload(fid, root.scope, root.flow, item, self._clock())
+            payload = learn_payload(fid, root.scope, root.flow, item, self._clock(), revision=revision)
             expected = Record(
                 root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
             )
@@ -183,6 +207,8 @@ class Learner:
         except BaseException:
             staged.discard()
             raise
+        if existing is None and record.payload == expected.payload:  # a fresh commit of this attempt
+            self._retirer.noted(root, committed_ms=int(expected.payload["learnedMs"]))
         failpoint("memory.after_append")
         # Another attempt committed first: publish its bytes. (A record under this key has this
         # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)

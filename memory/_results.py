@@ -47,7 +47,8 @@ class Recalled:
     """A finding as read back: from the history DB (``id`` > 0) or an unsynced file (``id`` < 0).
 
     ``key`` is its content id; ``metadata`` is read-only (empty when the finding has none);
-    ``expires_ms`` is when it stops being returned (None: never).
+    ``expires_ms`` is when it stops being returned (None: never); ``revision`` is 0, or the number
+    its key hashes when it was learned again after a retirement (``finding_id``).
     """
 
     id: int
@@ -61,6 +62,7 @@ class Recalled:
     citation: Citation
     metadata: Mapping[str, Any] = field(default_factory=lambda: frozen_metadata(None), hash=False)
     expires_ms: int | None = None
+    revision: int = 0
 
     @property
     def synced(self) -> bool:
@@ -82,6 +84,7 @@ class Recalled:
             "expiresMs": self.expires_ms,
             "citation": {**self.citation.as_json(), "committedMs": self.learned_ms},
             "journal": self.citation.as_json(),
+            **({"revision": self.revision} if self.revision else {}),
         }
 
 

@@ -10,6 +10,7 @@ key back, and ``sync`` copies it into the history DB, which then marks the findi
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -93,6 +94,42 @@ class Retirer:
         self._publisher = publisher
         self._open_journal = open_journal
         self._clock = clock
+        # (run id, lease epoch) -> that attempt's first fresh commit's time (None before one), and
+        # the keys it forgot or superseded (committed or answered): what ``before_attempt`` asks
+        self._attempts: dict[tuple[str, int], tuple[list[int | None], set[str]]] = {}
+        self._attempts_lock = threading.Lock()
+
+    # -- attempts of a root run ----------------------------------------------------------------
+
+    def noted(self, root: Root, *, committed_ms: int | None = None, key: str | None = None) -> None:
+        """Note what the current attempt of ``root`` (its run's lease epoch) did: a fresh commit
+        stamped ``committed_ms`` (the first one is when the attempt is taken to have begun), a
+        retirement of ``key`` it committed or was answered with. Nothing while ``root`` is not
+        begun (such a root committed nothing)."""
+        if not root.begun:
+            return
+        lease = root.lease
+        with self._attempts_lock:
+            found = self._attempts.get((lease.run_id, lease.epoch))
+            if found is None:
+                found = self._attempts[(lease.run_id, lease.epoch)] = ([None], set())
+            if committed_ms is not None and found[0][0] is None:
+                found[0][0] = committed_ms
+            if key is not None:
+                found[1].add(key)
+
+    def before_attempt(self, root: Root, retired: Retired) -> bool:
+        """Whether ``retired`` was made before the current attempt of ``root`` began and not by it
+        (a learn of that key by this attempt then replays an earlier attempt's commit): true when
+        the attempt has neither retired the key nor made a fresh commit before the retirement's time.
+        """
+        lease = root.lease
+        with self._attempts_lock:
+            found = self._attempts.get((lease.run_id, lease.epoch))
+        if found is None:
+            return True
+        began, keys = found
+        return retired.key not in keys and (began[0] is None or retired.forgotten_ms < began[0])
 
     # -- where a key is ------------------------------------------------------------------------
 
@@ -141,6 +178,7 @@ class Retirer:
         if found is None:
             raise unknown(key)
         if found.retired is not None:  # forgotten (or superseded) already: the first one stands
+            self.noted(root, key=key)
             return forgotten_of(found.retired)
         return forgotten_of(retired_of(self.retire(root, key, found.scope, reason=reason, by=None)))
 
@@ -155,6 +193,7 @@ class Retirer:
         """
         payload = retire_payload(key, scope, root.flow, reason=reason, by=by, forgotten_ms=self._clock())
         record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=key)
+        self.noted(root, committed_ms=payload["forgottenMs"], key=key)
         failpoint("memory.after_append")
         self.settle(record)
         return record

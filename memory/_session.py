@@ -62,6 +62,7 @@ class SessionStore(Protocol):
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
+
 NAME_MAX = 256
 """The longest scope, flow or source a session takes (characters)."""
 

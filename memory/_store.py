@@ -198,14 +198,19 @@ class MemoryStore:
         committed and published, the old one is retired (a ``memory-forget`` record with ``by``,
         then its retired file) and no read returns it again; both stay in the journal.
 
+        A finding whose key was forgotten or superseded is learned as a new memory, under the first
+        revision of it whose key is not retired (``finding_id``); the retired key stays retired. A
+        resumed attempt of a root run that committed the key before its retirement is answered with
+        that commit instead, publishing nothing (``docs/MEMORY.md``, "Retired is final").
+
         Raises:
             Unjournaled: ``root`` is None; nothing is written.
             UnsupportedHeader: the flow's header says ``memory.script: false``.
             FindingInvalid: the finding is malformed; nothing is staged or journaled.
             ArgumentInvalid: ``supersedes`` is not a key, or is the key of this very finding.
             FindingUnknown: no finding has the key ``supersedes`` names; nothing is written.
-            FindingRetired: this finding was forgotten or superseded (and this root never committed
-                it before); nothing is written.
+            FindingRetired: this finding was retired at every revision its key can take; nothing
+                is written.
             Unwritable: the file could not be staged (nothing journaled) or published.
             JournalError: any journal failure, unchanged; nothing is published.
         """

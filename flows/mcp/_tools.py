@@ -243,10 +243,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "the same text, tags, source and metadata in the same scope again returns the same key and "
             "adds no second finding. Corrections: learn the corrected finding with `supersedes` set to "
             "the old key; the old one stops being recalled but stays in the journal (see the `history` "
-            "tool). Forgotten findings: a finding that was forgotten or superseded stays retired: "
-            "learning it again is refused with `memory_finding_retired` (learn it with other text, "
-            "metadata or scope), except in the session that first learned it, where the call returns "
-            "that first commit and the finding stays forgotten. Errors: "
+            "tool). Forgotten findings: a forgotten or superseded key stays retired for good; learning "
+            "the same finding again remembers it anew as a new memory under a new key, with a record of "
+            "its own (the old key is not brought back). Errors: "
             + _ARGUMENT_ERRORS
             + f" (text is at most {TEXT_MAX} "
             "characters); a blank text or metadata the memory refuses is `memory_finding_invalid`; a "

@@ -77,15 +77,16 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
     assert json_of(_cli(db, loc, "check", "--json"))["clean"] is True
 
 
-def test_learning_a_forgotten_finding_and_forgetting_an_unknown_key_fail_with_their_codes(
+def test_learning_a_forgotten_finding_is_a_new_memory_and_forgetting_an_unknown_key_fails_with_its_code(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "history.db"
     loc = str(tmp_path / "journal")
     learned = _learn(db, loc, "a finding")
     assert _cli(db, loc, "forget", learned["key"]).returncode == 0
-    again = _cli(db, loc, "learn", "a finding", "--scope", "desk")
-    assert again.returncode == 1 and again.stderr.startswith("flows: error[memory_finding_retired]: ")
+    again = _learn(db, loc, "a finding")
+    assert again["key"] != learned["key"]
+    assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--json"))] == [again["key"]]
     unknown = _cli(db, loc, "forget", "f" * 32, "--json")
     assert unknown.returncode == 1 and orjson.loads(unknown.stderr)["code"] == "memory_finding_unknown"
     assert _cli(db, loc, "history", "f" * 32).returncode == 1

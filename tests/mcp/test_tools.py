@@ -256,7 +256,8 @@ def test_supersede_forget_and_history_cite_their_records(transport: Transport) -
             out["supersede_unknown"] = await call_error(session, "learn", text="x", supersedes=unknown)
         async with transport.connect() as session:  # another session, so another root run
             again = {"text": "the fee is 6 EUR", "tags": ["fee"]}
-            out["relearn_forgotten"] = await call_error(session, "learn", **again)
+            out["relearn_forgotten"] = await call(session, "learn", **again)
+            out["recall_after_relearn"] = await call(session, "recall", tags=["fee"])
         return out
 
     out = run(main)
@@ -269,8 +270,8 @@ def test_supersede_forget_and_history_cite_their_records(transport: Transport) -
     assert out["forgot_again"] == forgot  # forgetting twice returns the first, writes nothing
     assert out["recall_after_forget"]["findings"] == []
 
-    [root] = mcp_runs(transport.db)  # the refused learn of the second session began nothing
-    assert root.state is RunState.DONE
+    root, second = mcp_runs(transport.db)  # the second session's learn began a root run of its own
+    assert root.state is second.state is RunState.DONE
     backend = journal_of(transport.db)
     try:
         streams = {s: {r.id: r for r in backend.read(root.run_id, s)} for s in backend.streams(root.run_id)}
@@ -294,7 +295,9 @@ def test_supersede_forget_and_history_cite_their_records(transport: Transport) -
     }
     for error in (out["forget_unknown"], out["history_unknown"], out["supersede_unknown"]):
         assert error["code"] == "memory_finding_unknown", error
-    assert out["relearn_forgotten"]["code"] == "memory_finding_retired"
+    relearned = out["relearn_forgotten"]["key"]
+    assert relearned not in (out["old"]["key"], new)  # a new memory: the forgotten key stays forgotten
+    assert [f["key"] for f in out["recall_after_relearn"]["findings"]] == [relearned]
 
 
 def test_recall_filters_by_every_tag_and_by_metadata_and_scope(transport: Transport) -> None:

@@ -210,31 +210,99 @@ def test_supersede_refuses_an_unknown_a_malformed_or_its_own_key_and_writes_noth
 # -- learning a retired finding ------------------------------------------------------------------
 
 
-def test_learning_a_forgotten_finding_again_is_refused_and_writes_nothing(store: memory.MemoryStore) -> None:
+def test_learning_a_forgotten_finding_again_is_a_new_memory_and_the_forgotten_key_stays_forgotten(
+    store: memory.MemoryStore,
+) -> None:
     with store.session(scope="desk") as s:
         old = s.learn(OLD)
     with store.session(scope="desk") as s:
         s.forget(old.key, reason="wrong")
-    records = _all_records(store)
-    with store.session(scope="desk") as s, pytest.raises(memory.FindingRetired) as caught:
-        s.learn(OLD)
-    assert caught.value.code == "memory_finding_retired" and caught.value.key == old.key
-    assert _all_records(store) == records
-    assert not old.path.exists()
+    with store.session(scope="desk") as s:
+        again = s.learn(OLD)
+        twice = s.learn(OLD)
+    assert twice == again
+    assert again.key != old.key
+    assert again.key == memory.finding_id("desk", memory.validate(OLD, "session"), 1)
+    record = store.open_journal().find(again.citation.run_id, memory.STREAM, again.key)
+    assert record is not None and record.payload["revision"] == 1
+    assert again.path.read_bytes() == memory.render(record)
+    assert _visible(store, old.key) == HIDDEN
+    assert _visible(store, again.key) == SHOWN
+    assert store.get(again.key) is not None and store.get(again.key).revision == 1  # type: ignore[union-attr]
+    store.sync()
+    assert _visible(store, old.key) == HIDDEN
+    assert _visible(store, again.key) == SHOWN
+    found = store.get(again.key)
+    assert found is not None and (found.synced, found.revision) == (True, 1)
+    assert found.as_json()["revision"] == 1
+    assert memory.check_store(store) == []
 
 
-def test_a_run_that_committed_a_finding_before_it_was_forgotten_gets_its_commit_back_unpublished(
+def test_each_forget_of_a_relearned_finding_gives_the_next_learn_the_next_revision(
+    store: memory.MemoryStore,
+) -> None:
+    keys = []
+    for n in range(3):
+        with store.session(scope="desk") as s:
+            learned = s.learn(OLD)
+            keys.append(learned.key)
+            s.forget(learned.key, reason=f"wrong {n}")
+    item = memory.validate(OLD, "session")
+    assert keys == [memory.finding_id("desk", item, n) for n in range(3)]
+    assert store.recall() == []
+    with store.session(scope="desk") as s:
+        last = s.learn(OLD)
+    assert last.key == memory.finding_id("desk", item, 3)
+    assert [e.key for e in store.recall()] == [last.key]
+
+
+def test_a_session_that_learns_forgets_and_learns_again_ends_with_a_new_live_memory(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="desk") as s:
+        old = s.learn(OLD)
+        s.forget(old.key, reason="wrong")
+        again = s.learn(OLD)
+    assert again.key != old.key
+    assert [e.key for e in store.recall()] == [again.key]
+
+
+def test_a_session_that_learned_a_finding_forgotten_elsewhere_learns_it_anew(
     store: memory.MemoryStore,
 ) -> None:
     s = store.session(scope="desk")
     old = s.learn(OLD)
     with store.session(scope="desk") as other:
         other.forget(old.key, reason="wrong")
-    again = s.learn(OLD)  # as a resumed body re-running its learn
+    again = s.learn(OLD)
     s.close()
-    assert again == old
+    assert again.key != old.key and again.citation.run_id == old.citation.run_id
+    assert [e.key for e in store.recall()] == [again.key]
     assert not old.path.exists()
-    assert store.get(old.key) is None
+
+
+def test_a_resumed_attempt_replaying_a_learn_made_before_the_forget_gets_its_commit_back_unpublished(
+    store: memory.MemoryStore,
+) -> None:
+    backend = store.open_journal()
+    _, lease = backend.begin("resumable", "desk", {})
+    first = memory.RootRun(backend, lease, "resumable", "desk")
+    old = store.learn(OLD, first)
+    backend.release(lease)
+    with store.session(scope="desk") as other:
+        other.forget(old.key, reason="wrong")
+    records = _all_records(store)
+    second = memory.RootRun(backend, backend.acquire(lease.run_id), "resumable", "desk")
+    replayed = store.learn(OLD, second)  # the resumed body re-running its learn
+    assert replayed == old
+    assert store.learn(OLD, second) == old  # and again: still the replay
+    assert _all_records(store) == records
+    assert not old.path.exists()
+    assert store.recall() == []
+    assert store.forget(old.key, second, reason="again") is not None  # the body's forget, answered
+    anew = store.learn(OLD, second)  # after its own forget, the body's learn is a new memory
+    assert anew.key != old.key
+    assert [e.key for e in store.recall()] == [anew.key]
 
 
 # -- history ---------------------------------------------------------------------------------
@@ -441,3 +509,35 @@ def test_the_retired_file_is_a_pure_function_of_its_record(store: memory.MemoryS
         "forgottenMs": record.payload["forgottenMs"],
         "journal": {"runId": run_id, "stream": memory.RETIRE_STREAM, "id": record.id},
     }
+
+
+@pytest.mark.parametrize("revision", [0, -1, "1", 1.0, True, 2**31])
+def test_a_learned_file_with_a_malformed_or_wrong_revision_is_damaged(
+    store: memory.MemoryStore, revision: object
+) -> None:
+    with store.session(scope="desk") as s:
+        old = s.learn(OLD)
+        s.forget(old.key, reason="wrong")
+        again = s.learn(OLD)
+    body = orjson.loads(again.path.read_bytes())
+    body["revision"] = revision
+    again.path.write_bytes(orjson.dumps(body, option=orjson.OPT_SORT_KEYS) + b"\n")
+    with pytest.raises(memory.Unreachable) as caught:
+        memory.parse_learned(again.path, again.path.read_bytes())
+    assert caught.value.code == "memory_unreachable"
+
+
+def test_a_learn_record_whose_revision_does_not_hash_to_its_key_is_journal_corrupt(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="desk") as s:
+        old = s.learn(OLD)
+        s.forget(old.key, reason="wrong")
+        again = s.learn(OLD)
+    record = store.open_journal().find(again.citation.run_id, memory.STREAM, again.key)
+    assert record is not None
+    assert memory.checked_commit(record, "j") is record
+    for bad in (2, 0, "1"):
+        forged = journal.Record(**{**record.__dict__, "payload": {**record.payload, "revision": bad}})
+        with pytest.raises(journal.JournalCorrupt):
+            memory.checked_commit(forged, "j")
