@@ -374,9 +374,8 @@ def test_get_returns_one_live_finding_and_sends_to_the_history_tool_for_a_retire
             out["forgotten"] = await call_error(session, "get", key=out["learned"]["key"])
             out["unknown"] = await call_error(session, "get", key="0" * 32)
         async with transport.connect() as session:
-            out["retired"] = await call_error(
-                session, "learn", text="the office opens at nine", tags=["office"]
-            )
+            out["relearned"] = await call(session, "learn", text="the office opens at nine", tags=["office"])
+            out["old_after_relearn"] = await call_error(session, "get", key=out["learned"]["key"])
         return out
 
     out = run(main)
@@ -386,10 +385,10 @@ def test_get_returns_one_live_finding_and_sends_to_the_history_tool_for_a_retire
     for error in (out["forgotten"], out["unknown"]):
         assert error["code"] == "memory_finding_unknown"
         assert "the `history` tool" in error["message"]
-    # messages name the tools a client has, never the command line's commands
-    assert out["retired"]["code"] == "memory_finding_retired"
-    assert "the `history` tool" in out["retired"]["message"]
-    assert "flows history" not in out["retired"]["message"]
+        assert "flows history" not in error["message"]  # the tools a client has, never the CLI's
+    # learning it again is a new memory; the forgotten key stays forgotten
+    assert out["relearned"]["key"] != out["learned"]["key"]
+    assert out["old_after_relearn"]["code"] == "memory_finding_unknown"
 
 
 def test_every_description_says_what_repeats_retired_findings_and_errors_do() -> None:
