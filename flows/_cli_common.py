@@ -17,8 +17,19 @@ __all__ = ["PROG", "diagnose", "json_out", "open_store", "table"]
 PROG = "flows"
 
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+
+
+def cell(text: str) -> str:
+    """``text`` on one line: newlines, tabs and other control characters shown as escapes (``\\n``),
+    so a cell never breaks its table's rows or moves the terminal's cursor."""
+    return text.translate(_CONTROLS)
+
+
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
-    """``rows`` under ``headers`` as left-aligned columns two spaces apart (trailing blanks cut)."""
+    """``rows`` under ``headers`` as left-aligned columns two spaces apart (trailing blanks cut);
+    each cell on one line (``cell``)."""
+    rows = [[cell(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

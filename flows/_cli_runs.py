@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 import memory
+from flows import _langgraph_view as langgraph_view
 from flows._cli_common import diagnose
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
@@ -180,12 +181,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
         filtered = args.state or args.flow or args.since is not None
         print("no root runs match" if filtered else "no root runs yet: start one with `flows run FILE`")
     else:
-        rows = [
-            [r.run_id, r.flow, r.scope, r.state.value, _when(r.created_ms), (r.error or {}).get("code", "")]
-            for r in runs
-        ]
-        print(_table(rows, ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]))
+        print(_runs_table(runs))
     return EXIT_OK
+
+
+def _runs_table(runs: Sequence[RunInfo]) -> str:
+    """The runs as a table; a THREAD column when any is a LangGraph run, whose STATE is then the
+    one a reader wants (``open`` for a thread that can take more checkpoints)."""
+    described = [langgraph_view.describe(r) for r in runs]
+    rows = [
+        [
+            r.run_id,
+            r.flow,
+            r.scope,
+            d["state"] if d else r.state.value,
+            _when(r.created_ms),
+            (r.error or {}).get("code", ""),
+        ]
+        for r, d in zip(runs, described, strict=True)
+    ]
+    headers = ["RUN", "FLOW", "SCOPE", "STATE", "STARTED", "ERROR"]
+    if any(described):
+        rows = [
+            [*row[:3], langgraph_view.label(r, d), *row[3:]]
+            for row, r, d in zip(rows, runs, described, strict=True)
+        ]
+        headers = [*headers[:3], "THREAD", *headers[3:]]
+    return _table(rows, headers)
 
 
 # -- show -------------------------------------------------------------------------------------
@@ -254,6 +276,9 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
         (2, memory.RETIRE_STREAM, _forget_entry),
         (3, RUN_STREAM, _event_entry),
     ]
+    # a LangGraph run's own streams, and its store's learns and forgets shown as items
+    own = langgraph_view.timeline_sources(info, (memory.STREAM, memory.RETIRE_STREAM))
+    sources = [s for s in sources if s[1] not in {o[1] for o in own}] + own
     entries: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     events: Sequence[Record] = ()
     for rank, stream, make in sources:
@@ -264,9 +289,11 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
             entry = {**make(rec), "tsMs": rec.ts_ms, "citation": _citation(rec)}
             entries.append(((rec.ts_ms, rank, rec.seq), entry))
     entries.sort(key=lambda e: e[0])
+    shown = [e for _, e in entries]
+    langgraph_view.finish(info, shown)
     return {
         **_run_json_from(info, events),
-        "timeline": [e for _, e in entries],
+        "timeline": shown,
     }
 
 
@@ -284,6 +311,7 @@ def _run_json_from(r: RunInfo, events: Sequence[Record]) -> dict[str, Any]:
         "sourceSha256": r.meta.get("sourceSha256"),
         "input": r.meta.get("input"),
         "output": _output_of(events),
+        **({"langgraph": described} if (described := langgraph_view.describe(r)) else {}),
     }
 
 
@@ -310,8 +338,9 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
         else:
             detail = f"superseded by {e['by']}" if e.get("by") else _short(e.get("reason"))
         return [when, kind, str(e["key"])[:12], "-", "-", detail, record]
-    if kind == "output":
-        return [when, kind, "-", "-", "-", _short(e.get("output")), record]
+    if kind == "output" or kind in _LANGGRAPH_ROWS:
+        what, outcome = _LANGGRAPH_ROWS[kind](e) if kind != "output" else ("-", _short(e.get("output")))
+        return [when, kind, what, "-", "-", outcome, record]
     if kind == "resumed":
         changed = "code changed (allowed)" if e.get("changed") else "code unchanged"
         return [when, kind, f"epoch {e.get('epoch')}", "-", "-", changed, record]
@@ -329,6 +358,52 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _item_name(e: Mapping[str, Any]) -> str:
+    namespace = e.get("namespace")
+    where = "/".join(str(n) for n in namespace) if isinstance(namespace, list) else "?"
+    key = e.get("itemKey")
+    return f"{where} {str(key)[:40]}" if key is not None else f"{where} (finding {str(e.get('key'))[:12]})"
+
+
+def _checkpoint_row(e: Mapping[str, Any]) -> tuple[str, str]:
+    by = f" after {', '.join(e['nodes'])}" if e.get("nodes") else ""
+    wrote = f" wrote {_short(e['writes'], 50)}" if e.get("writes") else ""
+    return f"step {e.get('step')}", f"{e.get('source') or '-'}{by}{wrote} [{str(e.get('checkpoint'))[:13]}]"
+
+
+def _registration_row(e: Mapping[str, Any]) -> tuple[str, str]:
+    run = e.get("run") or "deleted: no run"
+    return f"{str(e.get('threadId'))[:40]} gen {e.get('generation')}", f"{run} ({e.get('reason')})"
+
+
+_LANGGRAPH_ROWS: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
+    "checkpoint": _checkpoint_row,
+    "writes": lambda e: (
+        str(e.get("node") or "-"),
+        f"{_short(e.get('writes'), 50)} to [{str(e.get('checkpoint'))[:13]}]",
+    ),
+    "store-put": lambda e: (_item_name(e), _short(e.get("value"))),
+    "store-delete": lambda e: (_item_name(e), "deleted"),
+    "store-replaced": lambda e: (_item_name(e), f"replaced by finding {str(e.get('by'))[:12]}"),
+    "registration": _registration_row,
+    "delete-thread": lambda e: ("-", "the thread was deleted"),
+    "delete-runs": lambda e: ("-", f"checkpoints of LangGraph runs {_short(e.get('runIds'), 50)} deleted"),
+    "compacted": lambda e: ("-", f"compacted into run {e.get('into')}"),
+}
+"""``(what, outcome)`` of each LangGraph timeline entry's kind."""
+
+
+def _show_header(shown: Mapping[str, Any]) -> str:
+    described = shown.get("langgraph")
+    if not described:
+        return f"root run {shown['runId']}: flow {shown['flow']}, scope {shown['scope']}, {shown['state']}"
+    if described["role"] == "thread":
+        what = f"LangGraph thread {described.get('threadId')!r} (generation {described.get('generation')})"
+    else:
+        what = f"LangGraph {described['role']}"
+    return f"root run {shown['runId']}: {what}, {described['state']} (journal state {shown['state']})"
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     """Show a root run: its state, input and output, and its timeline of steps, learns and events."""
     with _store(args) as store:
@@ -337,7 +412,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         _json_out(shown)
         return EXIT_OK
     digest = shown["sourceSha256"]
-    print(f"root run {shown['runId']}: flow {shown['flow']}, scope {shown['scope']}, {shown['state']}")
+    print(_show_header(shown))
     print(f"started {_when(shown['createdMs'])}, updated {_when(shown['updatedMs'])}, lease {shown['epoch']}")
     print(f"source  {shown['source'] or '-'}" + (f" (sha256 {digest})" if digest else ""))
     print(f"input   {orjson.dumps(shown['input']).decode()}")

@@ -47,6 +47,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import journal
 import memory
 import memory.ledger
+from flows import _langgraph_view as langgraph_view
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
@@ -153,6 +154,18 @@ def as_json_text(value: object) -> str:
     return orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
+def langgraph_item(found: Recalled) -> dict[str, Any] | None:
+    """A LangGraph store item (namespace, key, value, created) when ``found`` holds one, else None."""
+    if found.source != langgraph_view.STORE_SOURCE:
+        return None
+    return langgraph_view.store_item({"metadata": found.metadata}, found.scope)
+
+
+def visible_metadata(metadata: Mapping[str, Any], item: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A finding's metadata as shown: a store item's without the store's own bookkeeping."""
+    return langgraph_view.store_metadata(metadata) if item else metadata
+
+
 def _plain(value: object) -> object:
     """Read-only mappings (a finding's metadata) as dicts for orjson."""
     if isinstance(value, Mapping):
@@ -168,7 +181,14 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when_ms=when_ms, when_s=when_s, iso_ms=iso_ms, json=as_json_text)
+    env.filters.update(
+        when_ms=when_ms,
+        when_s=when_s,
+        iso_ms=iso_ms,
+        json=as_json_text,
+        langgraph_item=langgraph_item,
+        visible_metadata=visible_metadata,
+    )
     return env
 
 
