@@ -155,12 +155,28 @@ def cmd_history(args: argparse.Namespace) -> int:
             e.citation.run_id,
             e.citation.stream,
             e.citation.id,
-            (f"by {e.by}" if e.by else e.reason or ""),
+            e.flow or "",
+            _detail(e),
         ]
         for e in events
     ]
-    print(_table(rows, ["EVENT", "WHEN", "RUN", "STREAM", "RECORD", "DETAIL"]))
+    print(_table(rows, ["EVENT", "WHEN", "RUN", "STREAM", "RECORD", "FLOW", "DETAIL"]))
     return EXIT_OK
+
+
+_DETAIL_MAX = 80  # the longest learned text the history table shows (``--json`` has all of it)
+
+
+def _detail(event: memory.HistoryEvent) -> str:
+    """What the table says of an event: the key that replaced it, the reason, or the text learned."""
+    if event.by:
+        return f"by {event.by}"
+    if event.reason:
+        return event.reason
+    if event.content is not None:
+        text = " ".join(str(event.content.get("text", "")).split())
+        return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
+    return ""
 
 
 def _expires(text: str) -> int:

@@ -144,7 +144,10 @@ class HistoryEvent:
     """One event in a finding's history: ``learned`` (a commit of it), ``superseded`` (``by`` the
     key that replaced it), ``forgotten`` (with its ``reason``) or ``expired`` (its ``expiresMs``
     has passed); ``at_ms`` is when, ``citation`` the journal record that says so (for ``expired``,
-    the commit that carries the expiry)."""
+    the commit that carries the expiry). ``flow`` names who made the change (the flow of the root
+    run that committed it; None when only a DB row or file without it is left), and ``content`` is
+    what a ``learned`` event committed (the finding as JSON: ``text``, ``source``, ``tags``, and
+    ``metadata``, ``expiresMs`` when set; None for the other kinds)."""
 
     kind: str
     key: str
@@ -152,9 +155,11 @@ class HistoryEvent:
     citation: Citation
     reason: str | None = None
     by: str | None = None
+    flow: str | None = None
+    content: Mapping[str, Any] | None = field(default=None, hash=False)
 
     def as_json(self) -> dict[str, Any]:
-        """``{"kind", "key", "atMs", "citation", "reason", "by"}``."""
+        """``{"kind", "key", "atMs", "citation", "reason", "by", "flow", "content"}``."""
         return {
             "kind": self.kind,
             "key": self.key,
@@ -162,4 +167,6 @@ class HistoryEvent:
             "citation": self.citation.as_json(),
             "reason": self.reason,
             "by": self.by,
+            "flow": self.flow,
+            "content": None if self.content is None else dict(self.content),
         }

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from journal import JournalBackend, Record
 from memory._db import HistoryDB
@@ -28,7 +29,7 @@ from memory._finding import (
 )
 from memory._paths import scope_folders
 from memory._publisher import Publisher
-from memory._results import Citation, Forgotten, HistoryEvent
+from memory._results import Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
 from memory._root import Root
 from staging import failpoint
 
@@ -67,7 +68,24 @@ def retirement_event(r: Retired) -> HistoryEvent:
     """A retirement as a ``HistoryEvent``: ``superseded`` when it names the key that replaced the
     finding, else ``forgotten``."""
     kind = "forgotten" if r.by is None else "superseded"
-    return HistoryEvent(kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by)
+    return HistoryEvent(kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by, flow=r.flow)
+
+
+def _learned_event(entry: Recalled) -> HistoryEvent:
+    """The ``learned`` event of a finding the DB or a learned file holds (its journal gone)."""
+    content: dict[str, Any] = {"text": entry.text, "source": entry.source, "tags": list(entry.tags)}
+    if entry.metadata:
+        content["metadata"] = dict(entry.metadata)
+    if entry.expires_ms is not None:
+        content["expiresMs"] = entry.expires_ms
+    return HistoryEvent(
+        "learned",
+        entry.key,
+        entry.learned_ms,
+        entry.citation,
+        flow=entry.flow,
+        content=frozen_metadata(content),
+    )
 
 
 def unknown(key: str, what: str = "key") -> FindingUnknown:
@@ -237,7 +255,11 @@ class Retirer:
                 if p.get("id") != key:
                     continue
                 citation = Citation(rec.run_id, rec.stream, rec.id)
-                events.append(HistoryEvent("learned", key, int(p["learnedMs"]), citation))
+                content = frozen_metadata(p["finding"]) if isinstance(p.get("finding"), dict) else None
+                flow = p["flow"] if isinstance(p.get("flow"), str) else None
+                events.append(
+                    HistoryEvent("learned", key, int(p["learnedMs"]), citation, flow=flow, content=content)
+                )
                 expires = (p.get("finding") or {}).get("expiresMs")
                 if isinstance(expires, int) and (expiring is None or int(p["learnedMs"]) < expiring[2]):
                     expiring = (expires, citation, int(p["learnedMs"]))
@@ -257,13 +279,12 @@ class Retirer:
         """What the DB or a learned file knows of ``key`` when the journal holds none of it."""
         events: list[HistoryEvent] = []
         for row in self._db.rows_of([key]):
-            events.append(HistoryEvent("learned", key, row.learned_ms, row.citation))
+            events.append(_learned_event(row))
         if not events:
             for folder in scope_folders(self._publisher.db_path):
                 path = folder / ".trajectories" / "compacted" / f"{key}.json"
                 if os.path.lexists(path):
-                    entry = read_learned(path)
-                    events.append(HistoryEvent("learned", key, entry.learned_ms, entry.citation))
+                    events.append(_learned_event(read_learned(path)))
         retired = self._db.retirement(key)
         if retired is not None:
             events.append(retirement_event(retired))

@@ -421,8 +421,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="history",
         title="A finding's history",
         description=(
-            "The life of a finding, oldest first: when it was learned, superseded (and by which key), "
-            "forgotten (and why) or expired, each event with the `citation` of its journal record. It "
+            "The life of a finding, oldest first: when it was learned (with the `content` that was "
+            "committed: text, source, tags, metadata), superseded (and by which key), forgotten (and "
+            "why) or expired, each event with the `flow` that made it and the `citation` of its "
+            "journal record. It "
             "answers for forgotten and superseded findings too. Repeats: it only reads. Errors: "
             + _ARGUMENT_ERRORS
             + "; a key no finding has is `memory_finding_unknown`."
@@ -443,6 +445,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "citation": _CITATION,
                             "reason": {"type": ["string", "null"]},
                             "by": {"type": ["string", "null"]},
+                            "flow": {"type": ["string", "null"]},
+                            "content": {"type": ["object", "null"]},
                         },
                         "required": ["kind", "key", "atMs", "citation"],
                     },

@@ -70,8 +70,11 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
 
     history = json_of(_cli(db, loc, "history", old["key"], "--json"))
     assert [(e["kind"], e["by"]) for e in history] == [("learned", None), ("superseded", new["key"])]
+    assert history[0]["content"]["text"] == "ETH gas is cheapest at night" and history[1]["content"] is None
     human = _cli(db, loc, "history", other["key"])
     assert human.returncode == 0 and "forgotten" in human.stdout and "flat no more" in human.stdout
+    assert "FLOW" in human.stdout.splitlines()[0]
+    assert "BTC fees are flat" in human.stdout  # the learned event shows what was learned
     assert _cli(db, loc, "sync").returncode == 0
     assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--json"))] == [new["key"]]
     assert json_of(_cli(db, loc, "check", "--json"))["clean"] is True

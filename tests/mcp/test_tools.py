@@ -288,6 +288,8 @@ def test_supersede_forget_and_history_cite_their_records(transport: Transport) -
     assert kinds_old == [("learned", None), ("superseded", new)]
     kinds_new = [(e["kind"], e.get("reason")) for e in out["history_new"]["events"]]
     assert kinds_new == [("learned", None), ("forgotten", "the user asked")]
+    assert out["history_new"]["events"][0]["content"]["text"] == "the fee is 6 EUR"
+    assert [e["flow"] for e in out["history_new"]["events"]] == ["mcp", "mcp"]
     for event in [*out["history_old"]["events"], *out["history_new"]["events"]]:
         record_of(event["citation"])  # every event cites a record that is in the journal
     assert out["history_new"]["events"][0]["citation"] == {

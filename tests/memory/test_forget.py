@@ -332,6 +332,8 @@ def test_history_lists_learned_forgotten_and_expired_oldest_first_with_citations
         "citation": forgotten.citation.as_json(),
         "reason": "wrong",
         "by": None,
+        "flow": "session",
+        "content": None,
     }
     with pytest.raises(memory.FindingUnknown):
         store.history("a" * 32)
@@ -541,3 +543,33 @@ def test_a_learn_record_whose_revision_does_not_hash_to_its_key_is_journal_corru
         forged = journal.Record(**{**record.__dict__, "payload": {**record.payload, "revision": bad}})
         with pytest.raises(journal.JournalCorrupt):
             memory.checked_commit(forged, "j")
+
+
+@pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
+def test_history_shows_the_content_of_every_version_and_who_made_each_change(
+    store: memory.MemoryStore, synced: bool
+) -> None:
+    with store.session(scope="desk", flow="first") as s:
+        old = s.learn({**OLD, "metadata": {"user": "u1"}})
+    with store.session(scope="desk", flow="second") as s:
+        new = s.learn(NEW, supersedes=old.key)
+    if synced:
+        store.sync()
+    events = store.history(old.key)
+    assert [(e.kind, e.flow) for e in events] == [("learned", "first"), ("superseded", "second")]
+    assert events[0].content == {**OLD, "source": "first", "metadata": {"user": "u1"}}
+    assert events[0].as_json()["content"] == {**OLD, "source": "first", "metadata": {"user": "u1"}}
+    assert events[1].content is None and events[1].by == new.key
+    (learned,) = store.history(new.key)
+    assert (learned.flow, learned.content) == ("second", {**NEW, "source": "second"})
+
+
+def test_history_without_the_journal_shows_the_content_the_db_holds(
+    store: memory.MemoryStore, tmp_path: Path
+) -> None:
+    with store.session(scope="desk", flow="first") as s:
+        old = s.learn(OLD)
+    store.sync()
+    with memory.MemoryStore(store.db_path, journal=str(tmp_path / "another-journal")) as bare:
+        (event,) = bare.history(old.key)
+    assert (event.kind, event.flow, event.content) == ("learned", "first", {**OLD, "source": "first"})
