@@ -25,8 +25,13 @@ if typing.TYPE_CHECKING:
     )
     from memory._files import parse_learned, read_learned
     from memory._finding import (
+        METADATA_MAX_BYTES,
         RETIRE_STREAM,
+        SOURCE_MAX_BYTES,
         STREAM,
+        TAG_MAX_BYTES,
+        TAGS_MAX,
+        TEXT_MAX_BYTES,
         Finding,
         canonical,
         check_key,
@@ -45,10 +50,15 @@ if typing.TYPE_CHECKING:
 
 
 __all__ = [
+    "METADATA_MAX_BYTES",
     "QUARANTINE_DIR",
     "RETIRE_STREAM",
     "SCHEMA_VERSION",
+    "SOURCE_MAX_BYTES",
     "STREAM",
+    "TAGS_MAX",
+    "TAG_MAX_BYTES",
+    "TEXT_MAX_BYTES",
     "ArgumentInvalid",
     "Citation",
     "Explained",
@@ -108,6 +118,7 @@ _LAZY: dict[str, str] = {
     "Forgotten": "memory._results",
     "HistoryDB": "memory._db",
     "HistoryEvent": "memory._results",
+    "METADATA_MAX_BYTES": "memory._finding",
     "Learned": "memory._results",
     "MemorySession": "memory._session",
     "MemoryStore": "memory._store",
@@ -118,10 +129,14 @@ _LAZY: dict[str, str] = {
     "Root": "memory._root",
     "RootRun": "memory._root",
     "SCHEMA_VERSION": "memory._db",
+    "SOURCE_MAX_BYTES": "memory._finding",
     "STREAM": "memory._finding",
     "SessionClosed": "memory._errors",
     "SessionState": "memory._session",
     "SyncReport": "memory._results",
+    "TAGS_MAX": "memory._finding",
+    "TAG_MAX_BYTES": "memory._finding",
+    "TEXT_MAX_BYTES": "memory._finding",
     "Unjournaled": "memory._errors",
     "Unreachable": "memory._errors",
     "UnsupportedHeader": "memory._errors",

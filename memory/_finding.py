@@ -28,6 +28,14 @@ _FIELDS = {"text", "source", "tags", "metadata", "expiresMs"}
 _KEY = re.compile(r"[0-9a-f]{32}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+TEXT_MAX_BYTES = 1024 * 1024
+"""The longest ``text`` a finding takes, as UTF-8 (bytes): 1 MiB."""
+SOURCE_MAX_BYTES = 4 * 1024
+"""The longest ``source`` a finding takes, as UTF-8 (bytes)."""
+TAG_MAX_BYTES = 256
+"""The longest tag a finding takes, as UTF-8 (bytes)."""
+TAGS_MAX = 64
+"""The most tags one finding carries."""
 METADATA_MAX_BYTES = 16 * 1024
 """The largest ``metadata`` a finding takes, as canonical JSON (bytes)."""
 METADATA_MAX_DEPTH = 16
@@ -81,6 +89,17 @@ def _encodable(value: str, path: str) -> str:
     except UnicodeEncodeError:
         raise _invalid(path, "holds a lone surrogate, which is not valid UTF-8") from None
     return value
+
+
+def _bounded(value: str, path: str, limit: int, name: str) -> None:
+    """Check that ``value`` is valid UTF-8 of at most ``limit`` bytes; the message names the limit.
+
+    Raises:
+        FindingInvalid: a lone surrogate, or more than ``limit`` bytes.
+    """
+    size = len(_encodable(value, path).encode()) if not value.isascii() else len(value)
+    if size > limit:
+        raise _invalid(path, f"is {size} bytes as UTF-8; at most {limit} ({name})")
 
 
 def _json_value(value: object, path: str, depth: int) -> Any:
@@ -156,6 +175,8 @@ def validate(obj: object, default_source: str) -> Finding:
     Raises:
         FindingInvalid: ``obj`` is not a mapping; ``text`` is missing or not a non-empty string;
             ``source`` is not a non-empty string; ``tags`` is not a list of non-empty strings;
+            ``text``, ``source`` or a tag is longer than ``TEXT_MAX_BYTES``, ``SOURCE_MAX_BYTES``
+            or ``TAG_MAX_BYTES`` as UTF-8, or there are more than ``TAGS_MAX`` tags;
             ``metadata`` or ``expiresMs`` is malformed (see ``check_metadata``, ``check_expires``);
             or there is any other key. The message says which (``field`` names the path).
     """
@@ -173,16 +194,20 @@ def validate(obj: object, default_source: str) -> Finding:
     text = obj.get("text")
     if not isinstance(text, str) or not text.strip():
         raise _invalid("text", "must be a non-empty string (a finding needs `text`)")
+    _bounded(text, "text", TEXT_MAX_BYTES, "TEXT_MAX_BYTES")
     source = obj.get("source", default_source)
     if not isinstance(source, str) or not source.strip():
         raise _invalid("source", "must be a non-empty string")
+    _bounded(source, "source", SOURCE_MAX_BYTES, "SOURCE_MAX_BYTES")
     tags = obj.get("tags", [])
-    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) and t.strip() for t in tags):
+    if not isinstance(tags, list | tuple):
         raise _invalid("tags", "must be a list of non-empty strings")
-    _encodable(text, "text")
-    _encodable(source, "source")
+    if len(tags) > TAGS_MAX:
+        raise _invalid("tags", f"holds {len(tags)} tags; at most {TAGS_MAX} (TAGS_MAX)")
+    if not all(isinstance(t, str) and t.strip() for t in tags):
+        raise _invalid("tags", "must be a list of non-empty strings")
     for i, t in enumerate(tags):
-        _encodable(t, f"tags[{i}]")
+        _bounded(t, f"tags[{i}]", TAG_MAX_BYTES, "TAG_MAX_BYTES")
     metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
     expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
     return Finding(text=text, source=source, tags=tuple(tags), metadata=metadata, expires_ms=expires)

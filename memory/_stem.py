@@ -23,21 +23,29 @@ import functools
 _VOWELS = frozenset("aeiou")
 
 
-def _is_consonant(word: str, i: int) -> bool:
-    ch = word[i]
-    if ch in _VOWELS:
-        return False
-    if ch == "y":
-        return i == 0 or not _is_consonant(word, i - 1)
-    return True
+def _consonants(word: str) -> list[bool]:
+    """Whether each letter of ``word`` is a consonant in Porter's sense, in one pass.
+
+    A ``y`` is a consonant at the start or after a vowel, so a run of ``y`` alternates. Each flag
+    depends only on the one before it; computing them left to right keeps this linear in the word
+    (a recursive check per letter went one level deeper per preceding ``y`` and was quadratic).
+    """
+    flags: list[bool] = []
+    for ch in word:
+        if ch in _VOWELS:
+            flags.append(False)
+        elif ch == "y":
+            flags.append(not flags or not flags[-1])
+        else:
+            flags.append(True)
+    return flags
 
 
 def measure(stem: str) -> int:
     """Porter's m: the number of vowel-consonant sequences in ``stem`` ([C](VC)^m[V])."""
     m = 0
     previous_vowel = False
-    for i in range(len(stem)):
-        consonant = _is_consonant(stem, i)
+    for consonant in _consonants(stem):
         if consonant and previous_vowel:
             m += 1
         previous_vowel = not consonant
@@ -45,23 +53,19 @@ def measure(stem: str) -> int:
 
 
 def _has_vowel(stem: str) -> bool:
-    return any(not _is_consonant(stem, i) for i in range(len(stem)))
+    return not all(_consonants(stem))
 
 
 def _double_consonant(stem: str) -> bool:
-    return len(stem) >= 2 and stem[-1] == stem[-2] and _is_consonant(stem, len(stem) - 1)
+    return len(stem) >= 2 and stem[-1] == stem[-2] and _consonants(stem)[-1]
 
 
 def _cvc(stem: str) -> bool:
     """Porter's *o: the stem ends consonant-vowel-consonant, the last not w, x or y."""
-    n = len(stem)
-    return (
-        n >= 3
-        and _is_consonant(stem, n - 3)
-        and not _is_consonant(stem, n - 2)
-        and _is_consonant(stem, n - 1)
-        and stem[-1] not in "wxy"
-    )
+    if len(stem) < 3 or stem[-1] in "wxy":
+        return False
+    flags = _consonants(stem)
+    return flags[-3] and not flags[-2] and flags[-1]
 
 
 def _tidy(stem: str) -> str:
