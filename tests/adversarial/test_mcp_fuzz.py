@@ -168,3 +168,32 @@ def test_every_tool_answers_any_arguments_with_a_result_or_a_documented_error(
     wire.ping(next(_ids))
     assert wire.proc.poll() is None
     assert seen["result"] > 0 and len(seen) > 2, seen  # the examples reached the memory, not only the schema
+
+
+_uri = st.builds(lambda s: "flows-memory://scope/" + s, _hostile_text) | _hostile_text | _json
+
+
+def test_reading_any_resource_uri_is_a_result_or_an_invalid_params_error(wire: RawStdio) -> None:
+    seen: collections.Counter[str] = collections.Counter()
+
+    @SETTINGS
+    @given(uri=_uri)
+    def check(uri: Any) -> None:
+        request_id = next(_ids)
+        message = {"jsonrpc": "2.0", "id": request_id, "method": "resources/read", "params": {"uri": uri}}
+        wire.send(json.dumps(message, ensure_ascii=True).encode())
+        answer = wire.answer(BOUND_S)
+        assert answer["id"] == request_id, answer
+        if "result" in answer:
+            seen["result"] += 1
+            return
+        error = answer["error"]
+        data = error.get("data")
+        assert error["code"] in (-32700, -32600, -32602), answer  # the caller's fault, never internal
+        if isinstance(data, dict):
+            assert data["code"] in DOCUMENTED and data["code"] != "mcp_tool_failed", answer
+        seen[str(error["code"])] += 1
+
+    check()
+    wire.ping(next(_ids))
+    assert seen["result"] > 0 and len(seen) > 1, seen
