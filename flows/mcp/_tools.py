@@ -24,9 +24,11 @@ WHY_LIMIT = 10
 MAX_LIMIT = 500
 
 TEXT_MAX = 65536
-"""The longest text a finding takes through ``learn`` (characters). The memory layer documents a limit
-on a finding's text; this one agrees with it, and with ``MAX_REQUEST_BYTES`` (a text this long,
-however it is escaped, fits in one request)."""
+"""The longest text a finding takes through ``learn`` (characters), stated as the schema's
+``maxLength``. It is within the memory layer's own limit on a finding's text (at 4 bytes a
+character at most, 256 KiB as UTF-8), so a text the schema takes is never refused for its size
+below; and a text this long, however a client escapes it, fits in one ``MAX_REQUEST_BYTES``
+request."""
 
 
 class Memory(Protocol):
