@@ -114,12 +114,22 @@ def flow(
     return lambda body: _make(body, name, scope, memory)
 
 
+def _import_failure(path: Path, exc: BaseException) -> str:
+    """What a failed import of the flow file says: an exit at import is named as one, so nobody
+    reads ``sys.exit(0)`` in a flow file as a run that succeeded."""
+    if isinstance(exc, SystemExit):
+        code = f"sys.exit({exc.code!r})"
+        return f"{path} exited while it was imported ({code}); a flow file must only define its flow"
+    return f"{path} failed to import: {type(exc).__name__}: {exc}"
+
+
 def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
     """Import the file at ``path`` and return its flow (the one named ``name`` if it has several).
 
     Raises:
-        FlowLoadFailed: the file is missing or fails to import, or does not hold exactly one flow
-            (or none named ``name``).
+        FlowLoadFailed: the file is missing or fails to import (any exception, ``SystemExit`` and
+            ``GeneratorExit`` too), or does not hold exactly one flow (or none named ``name``).
+        KeyboardInterrupt: Ctrl-C (or the file raising it) while the file was imported.
     """
     path = Path(path).resolve()
     if not path.is_file():
@@ -136,9 +146,12 @@ def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
     sys.modules[module_name] = module
     try:  # execute the bytes that were hashed, so the recorded digest names the code that ran
         exec(compile(data, str(path), "exec"), module.__dict__)  # noqa: S102 - loading the user's flow
-    except Exception as exc:
+    except KeyboardInterrupt:  # Ctrl-C while importing: an interruption, not the file's verdict
         sys.modules.pop(module_name, None)
-        raise FlowLoadFailed(f"{path} failed to import: {type(exc).__name__}: {exc}", path=path) from exc
+        raise
+    except BaseException as exc:  # an exit at import (SystemExit, GeneratorExit) is a failed load too
+        sys.modules.pop(module_name, None)
+        raise FlowLoadFailed(_import_failure(path, exc), path=path) from exc
     found = [v for v in vars(module).values() if isinstance(v, Flow)]
     if name is not None:
         found = [f for f in found if f.header.name == name]
