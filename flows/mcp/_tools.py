@@ -14,6 +14,7 @@ from jsonschema.exceptions import best_match
 
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
+from memory import TAGS_MAX
 from memory.cli import instant_ms
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
@@ -25,10 +26,10 @@ MAX_LIMIT = 500
 
 TEXT_MAX = 65536
 """The longest text a finding takes through ``learn`` (characters), stated as the schema's
-``maxLength``. It is within the memory layer's own limit on a finding's text (at 4 bytes a
-character at most, 256 KiB as UTF-8), so a text the schema takes is never refused for its size
-below; and a text this long, however a client escapes it, fits in one ``MAX_REQUEST_BYTES``
-request."""
+``maxLength``. It is within the memory layer's own limit on a finding's text,
+``memory.TEXT_MAX_BYTES`` (at 4 bytes a character at most, 256 KiB as UTF-8), so a text the schema
+takes is never refused below for its size; and a text this long, however a client escapes it, fits
+in one ``MAX_REQUEST_BYTES`` request."""
 
 
 class Memory(Protocol):
@@ -115,7 +116,7 @@ _SCOPE = {
     "description": "The memory scope (a namespace such as a project or a user). Default: the server's "
     "--scope; without one, learn writes to scope `mcp` and reads cover every scope.",
 }
-_TAGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_TAGS = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": TAGS_MAX}
 _CITATION = {
     "type": "object",
     "description": "The durable journal record the finding came from.",

@@ -412,3 +412,19 @@ def test_messages_that_name_a_command_name_the_tool_or_the_servers_machine() -> 
     assert name_tools("run `flows check --repair` to fix it") == (
         "run `flows check --repair` on the server's machine to fix it"
     )
+
+
+def test_the_schemas_limits_sit_within_the_memorys_and_the_requests() -> None:
+    import memory
+    from flows.mcp._tools import BY_NAME
+    from flows.mcp._wire import MAX_REQUEST_BYTES
+
+    text = BY_NAME["learn"].input_schema["properties"]["text"]
+    assert text["maxLength"] == TEXT_MAX
+    assert 4 * TEXT_MAX <= memory.TEXT_MAX_BYTES  # any text the schema takes, the memory takes
+    # the largest finding, every character escaped at its longest (12 bytes for one outside the BMP,
+    # 6 for any other), still fits in one request
+    tags = memory.TAGS_MAX * memory.TAG_MAX_BYTES
+    assert 12 * TEXT_MAX + 6 * (memory.METADATA_MAX_BYTES + tags) < MAX_REQUEST_BYTES
+    for tool in ("learn", "recall", "why"):
+        assert BY_NAME[tool].input_schema["properties"]["tags"]["maxItems"] == memory.TAGS_MAX
