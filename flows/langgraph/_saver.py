@@ -17,13 +17,14 @@ Mapping (docs/LANGGRAPH.md has the whole story):
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import heapq
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -259,6 +260,18 @@ class JournalSaver(BaseCheckpointSaver[str]):
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-saver")
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> JournalSaver:
+        """A view of this saver whose reads also allow the ``(module, name)`` types listed: what
+        LangGraph's strict mode (``LANGGRAPH_STRICT_MSGPACK=true``) passes at ``compile`` for the
+        types in the graph's state schema. The view shares the journal and the threads; close the
+        original, not the view."""
+        pairs = [(str(e[0]), str(e[1])) for e in extra_allowlist if isinstance(e, tuple) and len(e) >= 2]
+        if not pairs:
+            return self
+        view = copy.copy(self)
+        view._decoder = self._decoder.extended(pairs)
+        return view
 
     @property
     def backend(self) -> JournalBackend:

@@ -74,6 +74,15 @@ class StrictDecoder:
         self._build = jsonplus._create_msgpack_ext_hook(set(extra) or None)
         self._serde = serde
 
+    def extended(self, extra: Iterable[tuple[str, ...] | type]) -> StrictDecoder:
+        """A decoder that also allows ``extra`` (classes or ``(module, name)`` pairs)."""
+        wider = StrictDecoder((), self._serde)
+        more = {_type_key(t) for t in extra}
+        wider._allowed = self._allowed | more
+        base = {k for k in self._allowed if k not in lg_msgpack.SAFE_MSGPACK_TYPES} | more
+        wider._build = jsonplus._create_msgpack_ext_hook(base or None)
+        return wider
+
     def loads(self, typed: tuple[str, bytes]) -> Any:
         """The value ``typed`` holds; ``Refused`` when its bytes name anything not allowed."""
         kind, data = typed

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import enum
 import pickle
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import ormsgpack
 import pytest
@@ -25,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
 
 import journal
 from flows.langgraph import JournalSaver, JournalStore, RecordInvalid
@@ -325,3 +327,38 @@ def test_a_crafted_store_item_is_skipped_or_read_never_a_bare_error(tmp_path: Pa
         got = store.get(("ns",), "k", refresh_ttl=True)
     assert "good" in [i.key for i in found]
     assert got is None or isinstance(got.value, dict)
+
+
+class Mood(enum.Enum):
+    """A type of the graph's own state schema."""
+
+    CALM = "calm"
+
+
+class MoodState(TypedDict):
+    mood: Mood
+
+
+def _mood_graph(saver: Any) -> Any:
+    builder = StateGraph(MoodState)
+    builder.add_node("calm", lambda s: {"mood": Mood.CALM})
+    builder.add_edge(START, "calm")
+    builder.add_edge("calm", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_state_type_of_your_own_is_refused_until_allowed_and_then_reads(tmp_path: Path) -> None:
+    db = str(tmp_path / "h.db")
+    with JournalSaver(db=db) as saver:
+        _mood_graph(saver).invoke({"mood": Mood.CALM}, config("t"))
+    with JournalSaver(db=db) as fresh, pytest.raises(RecordInvalid, match=r"Mood.*allowed_types"):
+        fresh.get_tuple(config("t"))
+    with JournalSaver(db=db, allowed_types=[Mood]) as allowed:
+        tup = allowed.get_tuple(config("t"))
+        assert tup is not None and tup.checkpoint["channel_values"]["mood"] is Mood.CALM
+    with JournalSaver(db=db) as fresh:
+        view = fresh.with_allowlist([(Mood.__module__, Mood.__qualname__)])  # what strict compile passes
+        tup = view.get_tuple(config("t"))
+        assert tup is not None and tup.checkpoint["channel_values"]["mood"] is Mood.CALM
+        with pytest.raises(RecordInvalid):
+            fresh.get_tuple(config("t"))  # the original is unchanged
