@@ -275,7 +275,26 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
             )
         )
         return
-    good.add(entry.key)
+    stale = _stale(path, cited, rec)
+    if stale is not None:
+        ctx.problems.append(stale)
+    else:
+        good.add(entry.key)
+
+
+def _stale(path: Path, cited: journal.Record, newest: journal.Record | None) -> Problem | None:
+    """The problem of a learned file holding a commit older than the newest one across runs (the
+    one rule ``commit_to_publish`` states), or None."""
+    if newest is None or (newest.run_id, newest.id) == (cited.run_id, cited.id):
+        return None
+    return Problem(
+        "learned_stale",
+        str(path),
+        f"{path} holds the commit of root run {cited.run_id}, but root run {newest.run_id} committed "
+        "the finding later, and the newest commit across runs is the one published",
+        "republish it from the newest commit",
+        True,
+    )
 
 
 def _retired_problems(ctx: _Context) -> set[str]:

@@ -66,6 +66,22 @@ def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
     return there.learned_ms < committed or (there.learned_ms == committed and ours)
 
 
+def _newer_there(final: Path, rec: Record) -> bool:
+    """Whether ``final`` is a regular file holding a commit of the same finding that another root
+    run made later than ``rec`` (the one rule, ``commit_to_publish``: across runs the newest commit
+    is the one published). A resume of an older root must leave such a file as it is."""
+    held = _regular_bytes(final, 1 << 20)
+    if held is None:
+        return False
+    try:
+        there = parse_learned(final, held)
+    except CodedError:
+        return False  # torn or damaged: the record restores it
+    if there.key != rec.payload["id"] or there.citation.run_id == rec.run_id:
+        return False
+    return (there.learned_ms, there.citation.run_id) > (int(rec.payload["learnedMs"]), rec.run_id)
+
+
 def _learned(fid: str, record: Record, final: Path) -> Learned:
     return Learned(
         id=fid,
@@ -185,9 +201,10 @@ class Learner:
         else:
             expected = existing
         data = render(expected)
-        if existing is not None and holds(final, data):
-            # Committed and published already (a resumed body): make sure the name is durable, in
-            # case the publish that made it died before its directory fsync, and say so.
+        if existing is not None and (holds(final, data) or _newer_there(final, existing)):
+            # Committed and published already (a resumed body), or a newer commit of the finding by
+            # another run is what the file holds (and keeps): make sure the name is durable, in case
+            # the publish that made it died before its directory fsync, and say so.
             if not pub.durable(final):
                 pub.sync_dir(directory, root.run_id)
             return _learned(fid, existing, final)
@@ -328,8 +345,8 @@ class Learner:
                 del committed[(scope, fid)]
                 continue
             data = render(rec)
-            if holds(final, data):
-                intact.append(final)
+            if holds(final, data) or _newer_there(final, rec):
+                intact.append(final)  # a newer commit by another run stays: newest across runs wins
             else:
                 wanted.append((final, data))
         wanted = self._not_retired(backend, wanted)

@@ -573,3 +573,52 @@ def test_history_without_the_journal_shows_the_content_the_db_holds(
     with memory.MemoryStore(store.db_path, journal=str(tmp_path / "another-journal")) as bare:
         (event,) = bare.history(old.key)
     assert (event.kind, event.flow, event.content) == ("learned", "first", {**OLD, "source": "first"})
+
+
+# -- which commit is published ---------------------------------------------------------------
+
+
+def _two_runs_commit_one_finding(
+    store: memory.MemoryStore,
+) -> tuple[journal.Lease, memory.Learned, memory.Learned]:
+    """An older root run and a newer session each commit ``OLD``; the older one's lease is let go,
+    as a crashed run's would be."""
+    backend = store.open_journal()
+    _, lease = backend.begin("resumable", "desk", {})
+    older = store.learn({**OLD, "source": "s"}, memory.RootRun(backend, lease, "resumable", "desk"))
+    backend.release(lease)
+    with store.session(scope="desk", source="s") as s:
+        newer = s.learn(OLD)
+    assert newer.key == older.key and newer.learned_ms > older.learned_ms
+    return lease, older, newer
+
+
+def test_resuming_an_older_root_leaves_the_newer_commit_of_its_finding_published(
+    store: memory.MemoryStore,
+) -> None:
+    lease, older, newer = _two_runs_commit_one_finding(store)
+    newest = newer.path.read_bytes()
+    backend = store.open_journal()
+    resumed = memory.RootRun(backend, backend.acquire(lease.run_id), "resumable", "desk")
+    assert store.republish_run(backend, lease.run_id) == 0
+    assert newer.path.read_bytes() == newest
+    assert store.learn({**OLD, "source": "s"}, resumed) == older  # the body's re-learn: its own commit
+    assert newer.path.read_bytes() == newest
+    assert memory.check_store(store) == []
+    store.sync()
+    (found,) = store.recall()
+    assert found.citation == newer.citation
+
+
+def test_check_reports_a_file_holding_an_older_commit_and_repair_publishes_the_newest(
+    store: memory.MemoryStore,
+) -> None:
+    _, older, newer = _two_runs_commit_one_finding(store)
+    record = store.open_journal().find(older.citation.run_id, memory.STREAM, older.key)
+    assert record is not None
+    newer.path.write_bytes(memory.render(record))  # what a resume published before the rule held
+    (problem,) = memory.check_store(store)
+    assert (problem.kind, problem.path) == ("learned_stale", str(newer.path))
+    memory.repair_store(store, [problem])
+    assert memory.check_store(store) == []
+    assert orjson.loads(newer.path.read_bytes())["journal"]["runId"] == newer.citation.run_id
