@@ -15,22 +15,30 @@ returns. A new log file is fsync'd, and so is its directory, when it is created.
 Recovery: an append that never returned can leave a *torn tail* — a part of its line, or, after a
 power loss, zeros or stale bytes. On a locked open (``recover``) that tail is cut, so the next
 append starts on its own line. Damage anywhere else fails closed with ``JournalCorrupt`` naming the
-file and the line; it is never skipped. The rule that tells one from the other:
+file and the line; it is never skipped.
 
-* the tail is everything from the first line that does not decode (or is out of sequence) to the
-  end of the file, provided no later line decodes (in a numbered log, as a record after it: a
-  copy of an earlier line is stale bytes a power loss left in an unsynced append);
-* except that a line whose codec says it is a *complete* record that fails its check
-  (``LineDamaged(torn=False)``, e.g. a checksum mismatch on well-formed JSON) is damage, not a
-  tear, wherever it is: no crash writes a well-formed record with a wrong checksum.
+The *watermark* decides. Whoever syncs the log records, in ``<path>.lock`` and with a checksum, how
+many bytes that sync covered: always the end of a whole line (a write seen in part is not counted),
+written after the sync returned, itself not fsync'd, so after a crash it can only be lower than the
+truth. Every acknowledged append ends at or below it, so **below the watermark nothing is ever
+cut**:
 
-The *watermark* sharpens the rule. Whoever syncs the log records, in ``<path>.lock`` and with a
-checksum, how many bytes that sync covered (written after the sync returned, itself not fsync'd, so
-after a crash it can only be lower than the truth). Every acknowledged append ends at or below it;
-so a damaged line that ends at or below it is damage, and anything past it is a torn tail however
-it looks (several lines, when appenders shared a sync). A log without a readable watermark (or one
-past the end of the file) uses the rule above. A locked open that finds no watermark syncs the log
-once and records one.
+* a line that begins below the watermark and does not decode, is out of sequence, or has no end
+  (its newline) at or below the watermark is damage;
+* a file shorter than its watermark (or missing while the watermark counts bytes) lost
+  acknowledged lines: damage, naming the first missing line. Only a cut lowers the watermark, and
+  it records the lower mark (synced) before it truncates;
+* past the watermark nothing was acknowledged: what does not decode there is a torn tail however
+  it looks (several lines, when appenders shared a sync), and it is cut from the first such line.
+
+A log without a readable watermark (never synced by this module, or its ``.lock`` damaged) falls
+back to a narrower rule: the tail is everything from the first line that does not decode (or is a
+copy of an earlier line, stale bytes a power loss left in an unsynced append) to the end of the
+file, provided no later line decodes as a record after it. A locked open that finds no watermark
+syncs the log once and records one. Everywhere, two kinds of line are damage and never a tear:
+a complete record that fails its own check (``LineDamaged(torn=False)``, e.g. a checksum mismatch
+on well-formed JSON), and in a numbered log a record whose number jumps forward (a crash leaves
+part of a line, zeros or stale bytes, never a later record in an earlier one's place).
 
 A second mark, after the first, records how far *file-system* syncs reached (``sync_to(end,
 filesystem=True)``, Linux's ``syncfs``): a sync that also made durable every write made on the log's
@@ -506,6 +514,8 @@ class LineLog(Generic[T]):
         ``bump`` raises the generation: the cut took bytes of callers still waiting on a sync
         (a poisoned end), who must fail rather than be answered by a later sync of other bytes.
         """
+        if marks.durable is not None and at < marks.durable:
+            marks = self._lower_marks(marks, at)
         poison = self._poison_of(marks)
         kept_poison = poison if poison is not None and poison < at else None
         generation = (marks.generation if marks.generation is not None else self._gen) + (1 if bump else 0)
@@ -543,6 +553,24 @@ class LineLog(Generic[T]):
             self._durable_gen = generation
         self._drop_cached_past(at, marks.generation, generation)
         return after
+
+    def _lower_marks(self, marks: _Marks, at: int) -> _Marks:
+        """Record (durably) that no byte from ``at`` on is acknowledged, before a cut there: a
+        reader never sees a file shorter than its mark, unless lines were lost."""
+        lowered = replace(
+            marks,
+            plain=None if marks.plain is None else min(marks.plain, at),
+            filesystem=None if marks.filesystem is None else min(marks.filesystem, at),
+        )
+        try:
+            self._write_marks(lowered, sync=True)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot record the cut of {self._path} at byte {at} in {self._mark}: "
+                f"{exc.strerror or exc}; check the disk, then retry",
+                path=self._mark,
+            ) from exc
+        return lowered
 
     def _drop_cached_past(self, at: int, before: int | None, generation: int) -> None:
         if self._cached_gen is None or self._cached_gen != before or at < self._base:
@@ -768,6 +796,14 @@ class LineLog(Generic[T]):
                 f"cannot stat {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         covered, ino = st.st_size, st.st_ino  # every byte written before the sync is covered
+        try:
+            # A write may be visible in part (a large one, or another process's in flight): the
+            # mark covers whole lines only, so a reader may hold every line below it to be whole.
+            covered = self._whole_lines_end(fd, covered)
+        except OSError as exc:
+            raise JournalUnwritable(
+                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
+            ) from exc
         poison = self._poison_of(marks)
         if poison is not None:
             covered = min(covered, poison)  # never claim a byte in doubt
@@ -815,6 +851,13 @@ class LineLog(Generic[T]):
             if filesystem:
                 self._durable_fs = max(self._durable_fs, covered)
         return covered
+
+    @classmethod
+    def _whole_lines_end(cls, fd: int, size: int) -> int:
+        """The end of the last whole line in the first ``size`` bytes (one byte read, as a rule)."""
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return size
+        return cls._last_newline_before(fd, size) + 1
 
     def _refuse_lost(self, end: int, generation: int, marks: _Marks, *, filesystem: bool = False) -> None:
         if not marks.holds(end, generation):
@@ -998,6 +1041,9 @@ class LineLog(Generic[T]):
             try:
                 fd = open_regular(self._path, os.O_RDONLY)
             except FileNotFoundError:
+                marks = self._read_marks(strict=False)
+                if marks.durable:
+                    raise self._missing(None, 0, marks.durable) from None
                 self._reset_cache(None, None)
                 return _NO_MARKS, False
             except OSError as exc:
@@ -1029,6 +1075,11 @@ class LineLog(Generic[T]):
         try:
             st = os.fstat(fd)
             size = st.st_size
+            if marks.durable is not None and marks.durable > size:
+                # A cut in another process lowers the mark before it truncates: look once more.
+                marks = self._read_marks(strict=False)
+                st = os.fstat(fd)
+                size = st.st_size
             if (
                 st.st_ino != self._cached_ino
                 or size < self._cached_end
@@ -1045,17 +1096,39 @@ class LineLog(Generic[T]):
             raise JournalReadInterrupted(
                 f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
-        parsed = self._parse(fd, data, start, self._trusted_mark(marks, size), self._next_seq())
+        mark = marks.durable
+        parsed = self._parse(fd, data, start, None if mark is None else min(mark, size), self._next_seq())
+        if mark is not None and mark > size:
+            raise self._missing(fd, size, mark)
         self._cached.extend(parsed.records)
         self._ends.extend(parsed.ends)
         self._cached_end = start + parsed.consumed
         return parsed.tail, self._cached_end
 
-    @staticmethod
-    def _trusted_mark(marks: _Marks, size: int) -> int | None:
-        """The watermark, unless it claims bytes the file does not have (then it is stale)."""
+    def _trusted_mark(self, fd: int, marks: _Marks, size: int) -> int | None:
+        """The watermark; ``JournalCorrupt`` when it claims bytes the file does not have.
+
+        Every byte below the mark was made durable and acknowledged, and only a cut lowers it
+        (it records the lower mark before it truncates): a file shorter than its mark lost
+        acknowledged lines (deleted, or the file cut short or replaced).
+        """
         mark = marks.durable
-        return mark if mark is not None and mark <= size else None
+        if mark is not None and mark > size:
+            # every line the file has was acknowledged: name the first damaged one, if any
+            self._parse(fd, os.pread(fd, size, 0), 0, size, None if self._sequence is None else 1)
+            raise self._missing(fd, size, mark)
+        return mark
+
+    def _missing(self, fd: int | None, size: int, mark: int) -> JournalCorrupt:
+        line_no = 1 if fd is None else self._line_number(fd, size)
+        reason = f"the file ends at byte {size} but its durable mark says {mark} bytes were acknowledged"
+        return JournalCorrupt(
+            f"{self._path} line {line_no} is missing ({reason}); the log fails closed: "
+            "restore it from a backup or inspect it with `flows check`",
+            path=self._path,
+            line=line_no,
+            reason=reason,
+        )
 
     def _next_seq(self) -> int | None:
         if self._sequence is None:
@@ -1065,7 +1138,7 @@ class LineLog(Generic[T]):
     def _anchor(self, fd: int, marks: _Marks, size: int) -> None:
         """Start an empty cache at the last complete line at or below the watermark (that line
         decoded: it was acknowledged), so a tail open reads only what follows it."""
-        mark = self._trusted_mark(marks, size)
+        mark = self._trusted_mark(fd, marks, size)
         if not mark:
             return
         last_nl = self._last_newline_before(fd, mark)
@@ -1099,14 +1172,22 @@ class LineLog(Generic[T]):
         while True:
             nl = data.find(b"\n", pos)
             if nl < 0:
+                if mark is not None and start + pos < mark:  # acknowledged bytes without their end
+                    damage = LineDamaged("the line has no end, yet the durable mark covers it", torn=False)
+                    raise self._corrupt(fd, start + pos, damage)
                 out.consumed, out.tail = pos, data[pos:]
                 return out
             try:
                 record = self._codec.decode(data[pos:nl])
                 if expected is not None and self._sequence is not None and self._sequence(record) != expected:
-                    raise LineDamaged(f"sequence {self._sequence(record)}, expected {expected}")
+                    got = self._sequence(record)
+                    # A crash leaves part of a line, zeros or stale bytes, never a later record in
+                    # an earlier one's place: a forward jump is lines lost, wherever it is.
+                    raise LineDamaged(f"sequence {got}, expected {expected}", torn=got < expected)
             except LineDamaged as damage:
-                acknowledged = mark is not None and start + nl + 1 <= mark
+                # The mark always falls at the end of a line (a sync records only whole lines),
+                # so a line that begins below it was acknowledged whole.
+                acknowledged = mark is not None and start + pos < mark
                 if not damage.torn or acknowledged or mark is None:
                     self._judge_damage(fd, data, nl, damage, at=start + pos, expected=expected, mark=mark)
                 # past the watermark: never acknowledged, so a torn tail however it looks
@@ -1219,7 +1300,8 @@ class LineLog(Generic[T]):
         """The line beginning at ``offset`` (without its newline) and its end, when ``offset`` is
         a line start and the line ends at or below the watermark and before a poisoned point."""
         marks = self._read_marks(strict=False)
-        limit = self._trusted_mark(marks, os.fstat(fd).st_size)
+        mark = marks.durable
+        limit = mark if mark is not None and mark <= os.fstat(fd).st_size else None  # else: read judges
         poison = self._poison_of(marks)
         if limit is not None and poison is not None:
             limit = min(limit, poison)
@@ -1275,6 +1357,9 @@ class LineLog(Generic[T]):
         try:
             fd = open_regular(self._path, os.O_RDONLY)
         except FileNotFoundError:
+            mark = self._read_marks(strict=False).durable
+            if mark:
+                raise self._missing(None, 0, mark) from None
             return
         except OSError as exc:
             raise JournalReadInterrupted(
@@ -1292,7 +1377,10 @@ class LineLog(Generic[T]):
     def _reverse(self, fd: int) -> Iterator[tuple[int, T]]:
         marks = self._read_marks(strict=False)
         size = os.fstat(fd).st_size
-        mark = self._trusted_mark(marks, size)
+        if marks.durable is not None and marks.durable > size:  # a cut lowers it first: look again
+            marks = self._read_marks(strict=False)
+            size = os.fstat(fd).st_size
+        mark = self._trusted_mark(fd, marks, size)
         if not mark:
             yield from self._reverse_guessing(fd, size)
             return
@@ -1319,12 +1407,21 @@ class LineLog(Generic[T]):
         for at, record in reversed(tail):
             if poison is None or at < poison:
                 yield at, record
+        below = self._sequence(tail[0][1]) if tail and self._sequence is not None else None
         for at, raw in self._backward_lines(fd, start):  # all acknowledged: every line must decode
             try:
                 record = self._codec.decode(raw)
+                if below is not None and self._sequence is not None:
+                    # each line holds the number just below the one after it (none lost or moved)
+                    got = self._sequence(record)
+                    if got != below - 1:
+                        raise LineDamaged(f"sequence {got}, expected {below - 1}", torn=False)
+                    below -= 1
             except LineDamaged as damage:
                 raise self._corrupt(fd, at, damage) from None
             yield at, record
+        if below is not None and below != 1:  # the first line is not record 1: lines were lost
+            raise self._corrupt(fd, 0, LineDamaged(f"the log begins at sequence {below}, not 1", torn=False))
 
     def _reverse_guessing(self, fd: int, size: int) -> Iterator[tuple[int, T]]:
         """Without a watermark: skip undecodable lines at the end (a torn tail) until a good one."""

@@ -11,8 +11,9 @@ files applies one rule and costs what it reads, not the file's length:
   line that decodes may only be a torn or in-flight append — text without its newline, or complete
   lines that do not decode as a tear would, all at or past the line log's durability watermark. Any
   other undecodable line there is acknowledged damage and raises ``journal.JournalCorrupt`` naming
-  the line, the same verdict a locked open gives. A line that is well-formed JSON but breaks the
-  schema is damage wherever it is.
+  the line, the same verdict a locked open gives, and so does a watermark past the last whole line
+  (an acknowledged line lost its end, or the file lost lines). A line that is well-formed JSON but
+  breaks the schema is damage wherever it is.
 """
 
 from __future__ import annotations
@@ -177,14 +178,23 @@ class LineFile(Generic[T]):
         Raises:
             journal.JournalCorrupt: a line after it is acknowledged damage (see the module docstring).
         """
-        watermark: int | None = None
-        checked_mark = False
-        for offset, raw in self.reverse_raw(fd, file_size(fd, self.path)):
+        watermark = self.watermark()  # before the size: an append in between only adds bytes
+        for _ in range(2):
+            end = self._last_good_end(fd, file_size(fd, self.path), watermark)
+            if watermark is None or watermark <= end:
+                return end
+            again = self.watermark()  # a cut lowers the mark before it truncates: look once more
+            if again == watermark:
+                break
+            watermark = again
+        reason = f"bytes up to {watermark} were acknowledged, but the whole lines end at {end}"
+        raise self._corrupt(fd, end, reason)
+
+    def _last_good_end(self, fd: int, size: int, watermark: int | None) -> int:
+        for offset, raw in self.reverse_raw(fd, size):
             try:
                 self.codec.decode(raw)
             except LineDamaged as damage:
-                if not checked_mark:
-                    watermark, checked_mark = self.watermark(), True
                 if not damage.torn or (watermark is not None and offset < watermark):
                     raise self._corrupt(fd, offset, damage.reason) from None
                 continue  # a torn or in-flight append: not a record yet

@@ -98,10 +98,15 @@ def test_a_line_past_the_watermark_is_never_taken_from_a_hint(stream: Any) -> No
     assert _lookup(root, run_id, "never-acknowledged", start) is None
 
 
-def test_a_line_past_a_stale_watermark_longer_than_the_file_is_not_taken(stream: Any) -> None:
+def test_a_watermark_longer_than_the_file_fails_the_lookup_closed(stream: Any) -> None:
+    # The mark claims acknowledged bytes the file no longer has: lines were lost, not a stale mark
+    # (a cut lowers the mark before it truncates). The hint is not taken, and the full read it
+    # falls back to names the first missing line.
     root, run_id, records, hints, path = stream
-    _set_mark(path, path.stat().st_size + 1000)  # claims bytes the file does not have: no mark
-    assert _lookup(root, run_id, records[2].id, hints[records[2].id]) == records[2]  # full read
+    _set_mark(path, path.stat().st_size + 1000)
+    with pytest.raises(JournalCorrupt) as err:
+        _lookup(root, run_id, records[2].id, hints[records[2].id])
+    assert (err.value.path, err.value.line) == (path, len(records) + 1)
 
 
 def test_a_hint_at_another_record_answers_the_cited_one(stream: Any) -> None:
