@@ -108,7 +108,7 @@ def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
             f"a {what} must be a JSON object (a mapping), not {type(payload).__name__}"
         )
     try:
-        return orjson.dumps(
+        data = orjson.dumps(
             payload if isinstance(payload, dict) else dict(payload), option=orjson.OPT_SORT_KEYS
         )
     except TypeError as exc:  # orjson.JSONEncodeError: a value JSON cannot hold
@@ -116,6 +116,37 @@ def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
             f"the {what} is not JSON both backends can store ({exc}); pass strings, numbers within "
             "64 bits, booleans, null, lists and objects with string keys"
         ) from None
+    # orjson writes integers up to 2**64 - 1; every reader (and PostgreSQL's bigint) holds signed
+    # 64 bits. Only output with 19 digits in a row can hold one out of range: look only then.
+    if _LONG_DIGITS.search(data) is not None:
+        wide = _wide_integer(payload)
+        if wide is not None:
+            raise JournalPayloadInvalid(
+                f"the {what} holds the integer {wide}, outside the signed 64-bit range "
+                f"[{INT64_MIN}, {INT64_MAX}] every journal reader holds"
+            )
+    return data
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _wide_integer(value: object) -> int | None:
+    """The first integer in ``value`` (a JSON-shaped tree) outside signed 64 bits, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return item
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
 
 
 def record_id(run_id: str, stream: str, key: str) -> str:

@@ -41,6 +41,7 @@ import psycopg.conninfo
 
 from journal._backend import JournalBackend
 from journal._errors import (
+    JournalCorrupt,
     JournalError,
     JournalLeaseHeld,
     JournalLocationInvalid,
@@ -818,10 +819,30 @@ class PostgresJournal:
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
         """Return the stream's records in order (empty for a stream never written).
 
-        Raises JournalRunNotFound, JournalNameInvalid, JournalUnavailable; nothing is cached, so
+        Raises JournalRunNotFound, JournalNameInvalid, JournalUnavailable, JournalCorrupt (the
+        rows' numbers are not 1, 2, 3 … in order); nothing is cached, so
         the next read asks the server again.
         """
-        return self._records("reading a stream", run_id, stream, "", ())
+        records = self._records("reading a stream", run_id, stream, "", ())
+        self._check_sequence(run_id, stream, records)
+        return records
+
+    def _check_sequence(self, run_id: str, stream: str, records: Sequence[Record]) -> None:
+        """Rows read back are untrusted too: a stream's numbers run 1, 2, 3 … with none missing,
+        as on files. A gap or a crafted number is ``JournalCorrupt`` naming the record's place."""
+        for place, rec in enumerate(records, 1):
+            if rec.seq != place:
+                reason = f"sequence {rec.seq}, expected {place}"
+                raise JournalCorrupt(
+                    f"the PostgreSQL journal at {self._location}: record {place} of stream {stream} of "
+                    f"root run {run_id} is damaged ({reason}); the stream fails closed: restore it "
+                    "from a backup or inspect it with `flows check`",
+                    path=self._location,
+                    line=place,
+                    reason=reason,
+                    run_id=run_id,
+                    stream=stream,
+                )
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""

@@ -180,3 +180,30 @@ def test_a_sync_records_only_whole_lines_in_the_watermark(tmp_path: Path) -> Non
     log.sync_now()
     assert log.watermark() == end
     assert list(log.read()) == records
+
+
+@pytest.mark.parametrize(
+    "crafted",
+    ["delete from journal_records where seq = 2", "update journal_records set seq = 7 where seq = 3"],
+)
+def test_postgres_rows_with_a_gap_in_seq_are_journal_corrupt_naming_run_stream_and_place(
+    postgres_dsn: str, crafted: str
+) -> None:
+    import psycopg
+
+    from journal.postgres import PostgresJournal
+
+    with PostgresJournal(postgres_dsn) as jr:
+        _, lease = jr.begin("f", "s", {})
+        for i in range(3):
+            jr.append(lease, STREAM, {"n": i})
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(crafted)
+    with PostgresJournal(postgres_dsn) as jr, pytest.raises(JournalCorrupt) as err:
+        jr.read(lease.run_id, STREAM)
+    assert (err.value.code, err.value.run_id, err.value.stream, err.value.line) == (
+        "journal_corrupt",
+        lease.run_id,
+        STREAM,
+        2 if crafted.startswith("delete") else 3,
+    )

@@ -15,7 +15,7 @@ import pytest
 
 from tests.adversarial.memory_support import error_code, flows
 
-FLOW = '''import flows
+FLOW = """import flows
 
 
 @flows.flow(scope="adv")
@@ -23,7 +23,7 @@ async def body(f):
     for i in range(3):
         await f.memory.learn({"text": f"finding {i}"})
     raise RuntimeError("fail after learning")
-'''
+"""
 
 
 def _delete_line_2(data: bytes) -> bytes:
