@@ -1063,6 +1063,14 @@ def _split(script: str) -> list[str]:
     return out
 
 
+def folder_mode(file_mode: int) -> int:
+    """The mode a store's folders take beside files of ``file_mode``: the same bits, plus the
+    execute (search) bit wherever a read bit is set, so whoever may read the learned files (the
+    DB's group, say) may also list and enter their folders: 0600 gives 0700, 0640 gives 0750,
+    0660 gives 0770, 0664 gives 0775."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
 def db_mode(path: Path) -> int:
     """The mode learned files take: the DB's permission bits (by ``stat`` only), never
     executable or world-writable; 0600 when there is no DB yet."""

@@ -16,7 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from memory._db import db_mode
+from memory._db import db_mode, folder_mode
 from memory._errors import Unwritable
 from memory._paths import learned_dir, retired_dir
 from memory._safe import Folder, describe
@@ -215,7 +215,7 @@ class Publisher:
         try:
             failpoint("memory.before_stage")
             if not ready:
-                ensure_dir(directory)
+                ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                 self._ready_dirs.add(directory)
             return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync)
         except (StagingError, OSError) as exc:
@@ -317,7 +317,7 @@ class Publisher:
             for directory in dict.fromkeys(final.parent for final, _ in batch):
                 refuse_links(self.db_path.parent, directory)
                 try:
-                    ensure_dir(directory)
+                    ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                 except OSError as exc:
                     raise Unwritable(
                         f"cannot create {directory}: {exc.strerror or exc}", path=directory

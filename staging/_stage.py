@@ -394,10 +394,22 @@ def stale_stages(
     return out
 
 
+def _set_folder_mode(folder: Path, mode: int) -> None:
+    """Give a folder just made exactly ``mode``, through a descriptor that refuses a link (a folder
+    swapped for a link since the ``mkdir`` never has its target's mode changed)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def ensure_dir(directory: str | os.PathLike[str], mode: int = 0o700) -> Path:
     """Create ``directory`` and any missing parents, fsyncing each parent that gained an entry.
 
-    Returns the directory's path. Raises ``OSError`` as ``os.mkdir`` does (other than EEXIST).
+    Each folder it creates gets exactly ``mode`` (set again after ``mkdir``, so the process's umask
+    does not narrow it); folders that already exist are left as they are. Returns the directory's
+    path. Raises ``OSError`` as ``os.mkdir`` and ``os.chmod`` do (other than EEXIST).
     """
     directory = Path(directory)
     missing: list[Path] = []
@@ -414,5 +426,6 @@ def ensure_dir(directory: str | os.PathLike[str], mode: int = 0o700) -> Path:
             if not new.is_dir():
                 raise
             continue
+        _set_folder_mode(new, mode)
         fsync_dir(new.parent)
     return directory

@@ -1,0 +1,35 @@
+"""The store's folders take a mode derived from the DB's: its bits plus the search bit wherever a
+read bit is set, so whoever may read the learned files may also list and enter their folders."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.memory_support import flows
+
+
+@pytest.mark.parametrize(
+    ("db_mode", "file_mode", "folder_mode"),
+    [(0o600, 0o600, 0o700), (0o640, 0o640, 0o750), (0o660, 0o660, 0o770), (0o664, 0o664, 0o775)],
+)
+def test_learned_folders_take_the_dbs_mode_with_search_bits_where_it_has_read_bits(
+    tmp_path: Path, db_mode: int, file_mode: int, folder_mode: int
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    db.touch()
+    os.chmod(db, db_mode)
+    result = flows(db, "learn", "a finding the DB's group may read", "--scope", "s")
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "store" / "flows-memory"
+    modes = {
+        str(p.relative_to(root)): (stat.S_ISDIR(p.stat().st_mode), stat.S_IMODE(p.stat().st_mode))
+        for p in [root, *root.rglob("*")]
+    }
+    assert {m for is_dir, m in modes.values() if is_dir} == {folder_mode}
+    assert {m for is_dir, m in modes.values() if not is_dir} == {file_mode}
+    assert len(modes) >= 5
