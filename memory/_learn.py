@@ -238,7 +238,17 @@ class Learner:
         # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
         # loss before then loses only the name or tears the file, which the store's next open, a
         # resume or ``sync`` publish again from the record.
-        pub.publish_lazily(staged, final, root.run_id, loose=loose)
+        # Another process may publish a commit of this finding by another run at the same moment:
+        # the compare and the rename happen under the folder's lock, so the newer commit is the one
+        # left in place whichever renames last (``commit_to_publish``).
+        with pub.folder_lock(directory, root.run_id):
+            newer = _newer_there(final, record)
+            if newer:
+                staged.discard()
+            else:
+                pub.publish(staged, final, root.run_id, sync=False)
+        if not newer:
+            pub.renamed_lazily(final, root.run_id, loose=loose)
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)

@@ -7,13 +7,16 @@ per store.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import stat
 import threading
 import time
 from collections import deque
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from memory._db import db_mode, folder_mode
@@ -245,6 +248,40 @@ class Publisher:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
+    @staticmethod
+    @contextlib.contextmanager
+    def folder_lock(directory: Path, run_id: str | None) -> Iterator[None]:
+        """Hold an exclusive lock on ``directory`` itself (``flock`` on its descriptor, no file added)
+        while the caller compares what a name holds and renames over it, so two processes publishing
+        commits of one finding cannot leave the older one in place. The lock is advisory and lives
+        with the descriptor: a killed holder releases it.
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot open {directory} to publish into it: {describe(exc)}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                raise Unwritable(
+                    f"cannot lock {directory} to publish into it: {describe(exc)}",
+                    path=directory,
+                    run_id=run_id,
+                    errno=exc.errno,
+                ) from exc
+            yield
+        finally:
+            os.close(fd)
+
     def publish_lazily(self, staged: Any, final: Path, run_id: str | None, *, loose: bool = False) -> None:
         """Rename ``staged`` into place at ``final`` without fsyncing its folder: the name waits in
         ``pending`` until ``flush_names`` makes it durable. ``loose``: the stage was written without
@@ -255,6 +292,15 @@ class Publisher:
             Unwritable: the rename failed, or the group's flush did (the name is in place).
         """
         self.publish(staged, final, run_id, sync=False)
+        self.renamed_lazily(final, run_id, loose=loose)
+
+    def renamed_lazily(self, final: Path, run_id: str | None, *, loose: bool = False) -> None:
+        """Note ``final`` as renamed and not yet durable (see ``publish_lazily``), flushing the names
+        that wait when enough do.
+
+        Raises:
+            Unwritable: the group's flush failed (the name is in place).
+        """
         if self.pending.renamed(final.parent, loose):
             try:
                 self.flush_names(run_id)
