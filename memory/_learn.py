@@ -6,6 +6,7 @@ import os
 import stat
 from collections.abc import Callable, Container
 from pathlib import Path
+from typing import Any
 
 import journal
 from journal import JournalBackend, Record
@@ -238,23 +239,30 @@ class Learner:
         # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
         # loss before then loses only the name or tears the file, which the store's next open, a
         # resume or ``sync`` publish again from the record.
-        # Another process may publish a commit of this finding by another run at the same moment:
-        # the compare and the rename happen under the folder's lock, so the newer commit is the one
-        # left in place whichever renames last (``commit_to_publish``).
-        with pub.folder_lock(directory, root.run_id):
-            newer = _newer_there(final, record)
-            if newer:
-                staged.discard()
-            else:
-                pub.publish(staged, final, root.run_id, sync=False)
-        if not newer:
-            pub.renamed_lazily(final, root.run_id, loose=loose)
+        self._publish_unless_newer(staged, record, final, root.run_id, loose=loose)
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
         if os.path.lexists(retired):
             pub.remove(final, root.run_id)
         return _learned(fid, record, final)
+
+    def _publish_unless_newer(
+        self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool
+    ) -> None:
+        """Rename ``staged`` (the rendering of ``record``) to ``final``, unless ``final`` holds a
+        newer commit of the finding by another run. Another process may publish one at the same
+        moment: the compare and the rename happen under the folder's lock, so the newer commit is
+        the one left in place whichever renames last (``commit_to_publish``)."""
+        pub = self._publisher
+        with pub.folder_lock(final.parent, run_id):
+            newer = _newer_there(final, record)
+            if newer:
+                staged.discard()
+            else:
+                pub.publish(staged, final, run_id, sync=False)
+        if not newer:
+            pub.renamed_lazily(final, run_id, loose=loose)
 
     @staticmethod
     def _check(root: Root, record: Record, fid: str) -> None:

@@ -15,8 +15,8 @@ import stat
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from memory._db import db_mode, folder_mode

@@ -2,7 +2,9 @@
 
 Imports go rightward only (flows and sail, side by side, never import each other), and no package
 reaches into another's private modules (``x._y``): it uses the names ``x`` exports. Nothing outside
-``journal/`` — tests and benchmarks included — touches ``journal._*``.
+``journal/`` — tests and benchmarks included — touches ``journal._*``. Within a package, no two
+modules import each other (even through others), and no module takes another's private name: what
+two modules share has one owner below both, under a public name.
 """
 
 from __future__ import annotations
@@ -140,3 +142,53 @@ def test_no_two_modules_of_one_package_import_each_other_even_through_others() -
 def test_the_circle_check_finds_a_circle_through_a_third_module() -> None:
     arrows = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
     assert _circles(arrows) == [["p.a", "p.b", "p.c"]]
+
+
+def _private_names(where: str, text: str, modules: dict[str, Path]) -> Iterator[str]:
+    """Each private name (``_x``, not a module) one module takes from another of the five packages:
+    ``from m import _x`` or ``m._x`` through a module imported by name. A module's private names
+    are its own; what two modules share lives in a module both import, under a public name."""
+    tree = ast.parse(text)
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in RANK:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] not in RANK:
+                continue
+            for a in node.names:
+                dotted = f"{node.module}.{a.name}"
+                if dotted in modules:
+                    aliases[a.asname or a.name] = dotted
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    yield f"{where}:{node.lineno} imports {dotted}"
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and f"{aliases[node.value.id]}.{node.attr}" not in modules
+        ):
+            yield f"{where}:{node.lineno} reads {aliases[node.value.id]}.{node.attr}"
+
+
+def test_no_module_takes_a_private_name_of_another_module() -> None:
+    modules = _modules()
+    found = [
+        v
+        for path in modules.values()
+        for v in _private_names(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"), modules)
+    ]
+    assert found == []
+
+
+def test_the_private_name_check_finds_both_shapes() -> None:
+    text = "from flows._timeline import _mapping\nfrom flows import _cli_common\n_cli_common._x\n"
+    assert list(_private_names("probe.py", text, _modules())) == [
+        "probe.py:1 imports flows._timeline._mapping",
+        "probe.py:3 reads flows._cli_common._x",
+    ]

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import journal
-from flows._cli_runs import _run_json_from, timeline
 from flows._runtime import RUN_STREAM
+from flows._timeline import run_json, timeline
 from flows.web._errors import ServeBadRequest
 from journal import JournalBackend, RunInfo, RunState
 
@@ -179,10 +179,7 @@ def runs_page(
             )
         start = ids.index(cursor) + 1
     page = chosen[start : start + limit]
-    rows = [
-        _run_json_from(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ())
-        for r in page
-    ]
+    rows = [run_json(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ()) for r in page]
     more = start + limit < len(chosen)
     return RunsPage(rows, page[-1].run_id if more and page else None, counts, len(chosen))
 

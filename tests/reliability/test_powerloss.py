@@ -21,6 +21,7 @@ def _summary(tally: powerloss.Tally) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # an exhaustive walk: about 100 s on a busy two-core machine, past the default
 def test_every_crash_state_of_every_workload_of_two_steps_recovers_with_nothing_lost() -> None:
     for tally in powerloss.run_exhaustive(2):
         assert tally.cases > 200, _summary(tally)
