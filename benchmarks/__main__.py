@@ -30,9 +30,10 @@ from typing import TextIO
 from benchmarks._common import FULL, QUICK, SMOKE, Sheet, Sizes, say
 from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
 from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
+from benchmarks.retrieval import NAMES as RETRIEVAL_NAMES
 from benchmarks.writes import WRITE_NAMES
 
-SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph", "scale")
+SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph", "scale", "retrieval")
 
 FIGURES: dict[str, tuple[str, ...]] = {
     "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
@@ -67,6 +68,7 @@ FIGURES: dict[str, tuple[str, ...]] = {
     ),
     "langgraph": LANGGRAPH_NAMES,
     "scale": ("scale.learn_1000_per_s", "scale.recall_1000_ms"),  # and one pair per size asked
+    "retrieval": RETRIEVAL_NAMES,
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
@@ -126,6 +128,10 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.first_recall_fresh_within_5x_sqlite": ("ratio.first_recall_vs_sqlite", "<=", 5.0),
     "goal.cli_recall_within_2x_sqlite": ("ratio.cli_recall_vs_sqlite", "<=", 2.0),
     "goal.learn_large_store_vs_small": ("ratio.learn_large_vs_small", ">=", 0.9),
+    "goal.hybrid_recall_at_5": ("retrieval.hybrid_recall_at_5", ">=", 0.85),
+    "goal.hybrid_gain_over_keyword_at_5": ("retrieval.hybrid_gain_at_5", ">=", 0.25),
+    "goal.no_forgotten_finding_returned": ("retrieval.forgotten_returned", "<=", 0.0),
+    "goal.no_superseded_finding_returned": ("retrieval.superseded_returned", "<=", 0.0),
 }
 """Stable goal names: the project's performance targets, each a figure or ratio, a comparison and a bound."""
 
@@ -329,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             bench_scale(
                 base, largest=largest, rounds=sizes.rounds, per_round=sizes.per_round, sheet=sheet, out=out
             )
+        if "retrieval" in sections:
+            from benchmarks.retrieval import bench_retrieval
+
+            bench_retrieval(base, sheet, out)
     finally:
         if args.keep:
             say(out, f"kept {base}")
