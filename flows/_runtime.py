@@ -54,6 +54,11 @@ RUN_STREAM = "run"  # the run's own events: each resume, failure and interruptio
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+async def _settle(future: asyncio.Future[T]) -> T:
+    """The outcome of a write already begun (a step's task awaits it)."""
+    return await future
+
+
 class FlowMemory:
     """``f.memory``: learn, forget, recall and why for the running flow's scope."""
 
@@ -71,7 +76,10 @@ class FlowMemory:
         """
         text = finding.get("text") if isinstance(finding, Mapping) else None
         label = text[:40] if isinstance(text, str) else repr(finding)[:40]
-        task = create_task("learn", self._store.alearn(finding, self._root, supersedes=supersedes))
+        # begun now, on the store's executor: the write does not wait for the body's next await
+        task = create_task(
+            "learn", _settle(self._store.start_learn(finding, self._root, supersedes=supersedes))
+        )
         step: Step[Learned] = Step(f"learn#{len(self.steps) + 1} {label!r}", task)
         self.steps.append(step)
         task.add_done_callback(self._on_settled)
@@ -80,7 +88,7 @@ class FlowMemory:
     def forget(self, key: str, *, reason: str) -> Step[Forgotten]:
         """Start forgetting the finding ``key`` now (see ``MemoryStore.forget``); await the returned
         step to consume its outcome. Like a learn, a forget the body never awaits fails the run."""
-        task = create_task("learn", self._store.aforget(key, self._root, reason=reason))
+        task = create_task("learn", _settle(self._store.start_forget(key, self._root, reason=reason)))
         step: Step[Forgotten] = Step(f"forget#{len(self.steps) + 1} {str(key)[:40]!r}", task)
         self.steps.append(step)
         task.add_done_callback(self._on_settled)

@@ -45,6 +45,7 @@ from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
 
 if TYPE_CHECKING:
+    import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
 T = TypeVar("T")
@@ -163,13 +164,17 @@ class MemoryStore:
         self.close()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self._submit(fn, *args, **kwargs)
+
+    def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+        """``fn(*args, **kwargs)`` handed to the store's executor now (the running loop's future)."""
         import asyncio  # only async callers pay for asyncio and the thread pool
         from concurrent.futures import ThreadPoolExecutor
 
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="flows-memory")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
+        return loop.run_in_executor(self._executor, partial(fn, *args, **kwargs))
 
     # -- learn ---------------------------------------------------------------------------------
 
@@ -219,11 +224,23 @@ class MemoryStore:
     async def alearn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's one executor; a resumed body's re-learn of a
         finding already republished (a file read, no write) is answered on the loop."""
+        return await self.start_learn(finding, root, supersedes=supersedes)
+
+    def start_learn(
+        self, finding: object, root: Root | None, *, supersedes: str | None = None
+    ) -> asyncio.Future[Learned]:
+        """``alearn``, begun before this returns: the learn is on the store's executor (or, for a
+        resumed body's re-learn of a finding already republished, answered) whether or not the
+        caller awaits the future soon. Needs a running event loop."""
+        import asyncio
+
         if supersedes is None:
             done = self._learner.republished(finding, root)
             if done is not None:
-                return done
-        return await self._off_loop(self._learner.learn, finding, root, supersedes)
+                answered: asyncio.Future[Learned] = asyncio.get_running_loop().create_future()
+                answered.set_result(done)
+                return answered
+        return self._submit(self._learner.learn, finding, root, supersedes)
 
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten:
         """Forget the finding ``key`` journal-first: append a ``memory-forget`` record (the key, its
@@ -245,7 +262,11 @@ class MemoryStore:
 
     async def aforget(self, key: str, root: Root, *, reason: str) -> Forgotten:
         """``forget`` off the event loop, on the store's one executor."""
-        return await self._off_loop(self._retirer.forget, key, root, reason)
+        return await self.start_forget(key, root, reason=reason)
+
+    def start_forget(self, key: str, root: Root, *, reason: str) -> asyncio.Future[Forgotten]:
+        """``aforget``, begun on the store's executor before this returns (see ``start_learn``)."""
+        return self._submit(self._retirer.forget, key, root, reason)
 
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it

@@ -237,3 +237,31 @@ def test_a_flow_file_misusing_the_decorator_fails_to_load_with_its_code_not_a_ty
     assert done.returncode == 1
     assert "flow_load_failed" in done.stderr and str(path) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_learn_starts_before_the_body_next_awaits(tmp_path: Path) -> None:
+    # The body blocks the event loop (no await) until the learn's file is published: only a learn
+    # handed to the store's executor when `f.memory.learn` is called can get there.
+    seen: dict[str, bool] = {}
+
+    async def body(f: flows.FlowContext) -> None:
+        step = f.memory.learn({"text": "written while the body computes"})
+        forget_later = f.memory.learn({"text": "to be forgotten while the body computes"})
+        folder = memory.learned_dir(tmp_path / "h.db", "eager")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(list(folder.glob("*.json"))) < 2:
+            time.sleep(0.01)  # blocking on purpose: the loop does not run
+        seen["learned"] = len(list(folder.glob("*.json"))) == 2
+        key = (await forget_later).id
+        gone = f.memory.forget(key, reason="the body changed its mind")
+        retired = memory.retired_dir(tmp_path / "h.db", "eager") / f"{key}.json"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not retired.exists():
+            time.sleep(0.01)
+        seen["forgotten"] = retired.exists()
+        await step
+        await gone
+
+    result = _run(body, tmp_path / "h.db", name="eager", scope="eager")
+    assert result.state == RunState.DONE, result.error
+    assert seen == {"learned": True, "forgotten": True}
