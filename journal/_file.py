@@ -65,15 +65,16 @@ from journal._model import (
     now_ms,
     payload_json,
     read_clock,
+    record_problem,
     releases,
+    shown,
+    whole,
 )
 from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
 _RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
-_RECORD_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
-_MAX_INT = 2**63 - 1
 _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
 _RUN_OPTIONAL = frozenset({"meta", "error"})
@@ -82,11 +83,6 @@ _MAX_RUN_FILE = 16 * 1024 * 1024  # a run.json larger than this is not one the j
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
-
-
-def _whole(value: object, low: int, high: int = _MAX_INT) -> bool:
-    """Whether ``value`` is an int (not a bool) in ``[low, high]``."""
-    return type(value) is int and low <= value <= high
 
 
 class RecordCodec:
@@ -107,7 +103,7 @@ class RecordCodec:
         Raises:
             ValueError: the record has a field ``decode`` would refuse (so it is never written).
         """
-        problem = _record_problem(record.seq, record.id, record.key, record.ts_ms, record.payload)
+        problem = record_problem(record.seq, record.id, record.key, record.ts_ms, record.payload)
         if problem is not None:
             raise ValueError(f"cannot encode a record with {problem}")
         body = orjson.dumps(
@@ -137,7 +133,7 @@ class RecordCodec:
             raise LineDamaged("checksum mismatch", torn=False)
         if type(obj) is not dict or obj.keys() != _RECORD_FIELDS:
             raise LineDamaged("checksummed line without exactly a record's fields", torn=False)
-        problem = _record_problem(obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"])
+        problem = record_problem(obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"])
         if problem is not None:
             raise LineDamaged(f"checksummed record with {problem}", torn=False)
         return Record(
@@ -149,10 +145,6 @@ class RecordCodec:
             ts_ms=obj["ts"],
             payload=obj["payload"],
         )
-
-
-def _shown(value: object) -> str:
-    return repr(str(value)[:40])
 
 
 def _run_problem(run_id: str, obj: object) -> str | None:
@@ -170,9 +162,9 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         and isinstance(obj["scope"], str)
         and isinstance(state, str)
         and state in _STORED_STATES
-        and _whole(epoch, 1)
-        and _whole(obj["createdMs"], 0, _MAX_MS)
-        and _whole(obj["updatedMs"], 0, _MAX_MS)
+        and whole(epoch, 1)
+        and whole(obj["createdMs"], 0, _MAX_MS)
+        and whole(obj["updatedMs"], 0, _MAX_MS)
         and (meta is None or type(meta) is dict)
         and (error is None or type(error) is dict)
     ):
@@ -181,45 +173,14 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         (obj["runId"] == run_id, "not this run's record"),
         (isinstance(obj["flow"], str), "flow is not a string"),
         (isinstance(obj["scope"], str), "scope is not a string"),
-        (isinstance(state, str) and state in _STORED_STATES, f"state {_shown(state)} is not a stored state"),
-        (_whole(epoch, 1), f"epoch {_shown(epoch)} is not a whole number from 1 within 64 bits"),
-        (_whole(obj["createdMs"], 0, _MAX_MS), f"createdMs {_shown(obj['createdMs'])} is not a time"),
-        (_whole(obj["updatedMs"], 0, _MAX_MS), f"updatedMs {_shown(obj['updatedMs'])} is not a time"),
+        (isinstance(state, str) and state in _STORED_STATES, f"state {shown(state)} is not a stored state"),
+        (whole(epoch, 1), f"epoch {shown(epoch)} is not a whole number from 1 within 64 bits"),
+        (whole(obj["createdMs"], 0, _MAX_MS), f"createdMs {shown(obj['createdMs'])} is not a time"),
+        (whole(obj["updatedMs"], 0, _MAX_MS), f"updatedMs {shown(obj['updatedMs'])} is not a time"),
         (meta is None or type(meta) is dict, "meta is not an object"),
         (error is None or type(error) is dict, "error is not an object or null"),
     )
     return next((why for ok, why in checks if not ok), None)
-
-
-def _record_problem(seq: object, rid: object, key: object, ts: object, payload: object) -> str | None:
-    """What is wrong with a record's fields, or None (the common case, checked first and fast)."""
-    if (
-        _whole(seq, 1)
-        and isinstance(rid, str)
-        and _RECORD_ID.fullmatch(rid) is not None
-        and (key is None or _valid_key(key))
-        and _whole(ts, 0)
-        and isinstance(payload, dict)
-    ):
-        return None
-    checks = (
-        (_whole(seq, 1), f"a bad seq {_shown(seq)}"),
-        (isinstance(rid, str) and _RECORD_ID.fullmatch(rid) is not None, f"a bad id {_shown(rid)}"),
-        (key is None or _valid_key(key), "a key that is not a string without control characters"),
-        (_whole(ts, 0), f"a bad ts {_shown(ts)}"),
-        (isinstance(payload, dict), f"a payload that is not an object ({type(payload).__name__})"),
-    )
-    return next((why for ok, why in checks if not ok), None)
-
-
-def _valid_key(key: object) -> bool:
-    if not isinstance(key, str):
-        return False
-    try:
-        check_key(key)
-    except JournalError:
-        return False
-    return True
 
 
 class _Stream:

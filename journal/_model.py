@@ -354,3 +354,54 @@ def check_open(closed: bool, location: str) -> None:
         raise JournalClosed(
             f"the journal at {location} is closed; open it again (journal.open_journal) to go on"
         )
+
+
+# -- fields read back ------------------------------------------------------------------------------
+# Every byte a backend reads back is untrusted: a line of a stream file, a row of a table. These are
+# the checks both backends make of a record's and a run's fields before anything uses them.
+
+RECORD_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a record id looks like (``new_record_id`` and ``record_id`` make nothing else)."""
+MAX_INT = 2**63 - 1
+
+
+def whole(value: object, low: int, high: int = MAX_INT) -> bool:
+    """Whether ``value`` is an int (not a bool) in ``[low, high]``."""
+    return type(value) is int and low <= value <= high
+
+
+def shown(value: object) -> str:
+    """A short, quoted rendering of a value read back, for a message."""
+    return repr(str(value)[:40])
+
+
+def record_problem(seq: object, rid: object, key: object, ts: object, payload: object) -> str | None:
+    """What is wrong with a record's fields, or None (the common case, checked first and fast)."""
+    if (
+        whole(seq, 1)
+        and isinstance(rid, str)
+        and RECORD_ID.fullmatch(rid) is not None
+        and (key is None or valid_key(key))
+        and whole(ts, 0)
+        and isinstance(payload, dict)
+    ):
+        return None
+    checks = (
+        (whole(seq, 1), f"a bad seq {shown(seq)}"),
+        (isinstance(rid, str) and RECORD_ID.fullmatch(rid) is not None, f"a bad id {shown(rid)}"),
+        (key is None or valid_key(key), "a key that is not a string without control characters"),
+        (whole(ts, 0), f"a bad ts {shown(ts)}"),
+        (isinstance(payload, dict), f"a payload that is not an object ({type(payload).__name__})"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def valid_key(key: object) -> bool:
+    """Whether ``key`` (read back) is a key ``check_key`` takes."""
+    if not isinstance(key, str):
+        return False
+    try:
+        check_key(key)
+    except JournalNameInvalid:
+        return False
+    return True

@@ -71,7 +71,9 @@ from journal._model import (
     now_ms,
     payload_json,
     read_clock,
+    record_problem,
     releases,
+    shown,
 )
 
 SCHEMA_VERSION = 2
@@ -172,6 +174,19 @@ _HELD = """with held as materialized (
 _LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s
     and exists (select 1 from held where held.lease_key = r.lease_key))"""
 _RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.updated_ms, r.meta, r.error"
+
+
+_STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
+
+
+def _json_or_none(text: object) -> Any:
+    """``text`` (a column read back) parsed as JSON, or None when it is not JSON text."""
+    if not isinstance(text, str | bytes):
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def redact_dsn(dsn: str) -> str:
@@ -491,7 +506,28 @@ class PostgresJournal:
     # -- rows ----------------------------------------------------------------------------------
 
     def _info(self, row: Sequence[Any]) -> RunInfo:
+        """A run's row as ``RunInfo``; a row whose fields are not what this journal writes is
+        ``JournalCorrupt`` naming the run (rows read back are untrusted, as lines of a file are)."""
         run_id, flow, scope, state, epoch, created, updated, meta, error, live = row
+        meta_obj = _json_or_none(meta)
+        error_obj = None if error is None else _json_or_none(error)
+        checks = (
+            (isinstance(flow, str) and isinstance(scope, str), "a flow or scope that is not text"),
+            (state in _STORED_STATES, f"state {shown(state)} is not a stored state"),
+            (type(meta_obj) is dict, "meta that is not a JSON object"),
+            (error is None or type(error_obj) is dict, "an error that is not a JSON object or null"),
+        )
+        problem = next((why for ok, why in checks if not ok), None)
+        if problem is not None:
+            raise JournalCorrupt(
+                f"the PostgreSQL journal at {self._location}: the row of root run {run_id!s:.80} has "
+                f"{problem}; the run fails closed: restore it from a backup or inspect it with "
+                "`flows check`",
+                path=self._location,
+                line=0,
+                reason=problem,
+                run_id=str(run_id)[:128],
+            )
         stored = RunState(state)
         if stored is RunState.RUNNING and not live:
             stored = RunState.INTERRUPTED
@@ -503,22 +539,29 @@ class PostgresJournal:
             epoch=int(epoch),
             created_ms=int(created),
             updated_ms=int(updated),
-            meta=orjson.loads(meta),
-            error=None if error is None else orjson.loads(error),
+            meta=meta_obj,
+            error=error_obj,
         )
 
-    @staticmethod
-    def _record(run_id: str, stream: str, row: Sequence[Any]) -> Record:
+    def _record(self, run_id: str, stream: str, row: Sequence[Any]) -> Record:
+        """A record's row as ``Record``, after the checks a file's line gets (a sequence number from
+        1, an id of a record id's shape, a key ``check_key`` takes, a time, a payload that is a JSON
+        object); anything else is ``JournalCorrupt`` naming run, stream and sequence number."""
         seq, rid, key, ts_ms, payload = row
-        return Record(
-            run_id=run_id,
-            stream=stream,
-            seq=int(seq),
-            id=rid,
-            key=key,
-            ts_ms=int(ts_ms),
-            payload=orjson.loads(payload),
-        )
+        obj = _json_or_none(payload)
+        problem = record_problem(seq, rid, key, ts_ms, obj)
+        if problem is not None:
+            raise JournalCorrupt(
+                f"the PostgreSQL journal at {self._location}: record {seq} of stream {stream} of root "
+                f"run {run_id} has {problem}; the stream fails closed: restore it from a backup or "
+                "inspect it with `flows check`",
+                path=self._location,
+                line=seq if type(seq) is int else 0,
+                reason=problem,
+                run_id=run_id,
+                stream=stream,
+            )
+        return Record(run_id=run_id, stream=stream, seq=seq, id=rid, key=key, ts_ms=ts_ms, payload=obj)
 
     def _not_found(self, run_id: str) -> JournalRunNotFound:
         return JournalRunNotFound(f"no root run {run_id} in {self._location}", run_id=run_id)
