@@ -186,9 +186,9 @@ def _run_problem(run_id: str, obj: object) -> str | None:
 class _Stream:
     """A stream's log and its key index, kept up to date incrementally."""
 
-    def __init__(self, path: Path, run_id: str, stream: str) -> None:
+    def __init__(self, path: Path, run_id: str, stream: str, mode: int = 0o600) -> None:
         self.log: LineLog[Record] = LineLog(
-            path, RecordCodec(run_id, stream), sequence=lambda r: r.seq, keep_open=True
+            path, RecordCodec(run_id, stream), sequence=lambda r: r.seq, keep_open=True, mode=mode
         )
         self.keys: dict[str, Record] = {}
         self.indexed = 0
@@ -255,8 +255,11 @@ class FileJournal:
         clock: returns milliseconds since the epoch (inject one in tests).
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, clock: Callable[[], int] = now_ms, mode: int = 0o600
+    ) -> None:
         self._root = Path(root)
+        self._default_mode = mode & 0o664 | 0o600  # the files' mode while the root does not exist
         self._clock = clock
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._held: dict[str, tuple[int, int]] = {}  # run_id -> (epoch, lease lock fd)
@@ -273,6 +276,7 @@ class FileJournal:
         # A journal dropped without close() still releases its leases and pinned files when it is
         # collected (its streams' logs close their own descriptors the same way).
         self._closer = _Closer(self._held, self._pinned)
+        self._mode: int | None = None  # the files' mode, from the root folder's (``_file_mode``)
 
     # -- paths and files -----------------------------------------------------------------------
 
@@ -336,8 +340,27 @@ class FileJournal:
         with self._mutex:
             found = self._streams.get(key)
             if found is None:
-                found = self._streams[key] = _Stream(self.stream_path(run_id, stream), run_id, stream)
+                found = self._streams[key] = _Stream(
+                    self.stream_path(run_id, stream), run_id, stream, self._file_mode()
+                )
             return found
+
+    def _file_mode(self) -> int:
+        """The mode of the files this journal creates: its root folder's read and write bits
+        (never execute, never world-writable), so a journal whose folder was made readable by a
+        group (as a store makes it beside a group-readable history DB) stays readable by that
+        group; the ``mode`` it was opened with while the root does not exist yet. Its folders add
+        the search bit wherever a read bit is set (``_folder_mode``)."""
+        if self._mode is None:
+            try:
+                self._mode = os.stat(self._root).st_mode & 0o664 | 0o600
+            except OSError:
+                return self._default_mode
+        return self._mode
+
+    def _folder_mode(self) -> int:
+        mode = self._file_mode()
+        return mode | ((mode & 0o444) >> 2)
 
     def _run_file(self, run_id: str, name: str) -> str:
         """``<run dir>/<name>`` as a string, for the hot path (pathlib costs more than the syscall)."""
@@ -357,7 +380,7 @@ class FileJournal:
         """
         path = self._run_file(run_id, name)
         try:
-            return open_regular(path, flags)
+            return open_regular(path, flags, self._file_mode())
         except FileNotFoundError:
             if not self._has_run(run_id):
                 raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
@@ -481,7 +504,7 @@ class FileJournal:
         data = payload_json(obj, what="run record (its flow, scope, metadata and error)")
         directory = self._run_dir(run_id)
         try:
-            staged = stage(directory, data, 0o600, hint="run.json")
+            staged = stage(directory, data, self._file_mode(), hint="run.json")
             staged.publish(directory / "run.json")
         except StagingError as exc:
             raise JournalUnwritable(
@@ -573,7 +596,7 @@ class FileJournal:
             raise JournalPayloadInvalid(f"cannot begin a run whose record has {problem}", run_id=run_id)
         directory = self._run_dir(run_id)
         try:
-            ensure_dir(directory / "streams")
+            ensure_dir(directory / "streams", self._folder_mode())
         except OSError as exc:
             raise JournalUnwritable(
                 f"cannot create {directory}: {exc.strerror or exc}", run_id=run_id, path=directory

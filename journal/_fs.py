@@ -9,6 +9,7 @@ never an ``IsADirectoryError``. Folders the journal owns are checked with ``lsta
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -66,13 +67,20 @@ def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o600) ->
             raise
         raise refused(path, what) from None
     try:
-        st_mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
     except OSError:
         os.close(fd)
         raise
-    if not stat.S_ISREG(st_mode):
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise refused(path, describe(st_mode))
+        raise refused(path, describe(st.st_mode))
+    held = stat.S_IMODE(st.st_mode)
+    if flags & os.O_CREAT and held != mode and held & ~mode == 0 and st.st_uid == os.geteuid():
+        # a file of ours with fewer bits than asked (the umask narrowed a new one, or it predates
+        # a wider mode): widened to ``mode``; a file with other bits (a person's chmod) or someone
+        # else's is left as it is
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, mode)
     return fd
 
 

@@ -11,8 +11,13 @@ from journal._file import FileJournal
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
+def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> JournalBackend:
     """Open the journal at ``location``.
+
+    ``mode`` is the mode of the files a file journal creates while its folder does not exist yet
+    (its folders add the search bit wherever a read bit is set); once the folder exists, its own
+    mode decides. A store passes its history DB's mode, so a journal beside a group-readable DB is
+    group-readable too. PostgreSQL ignores it.
 
     A ``postgresql://`` (or ``postgres://``) DSN opens the PostgreSQL backend, which needs the
     ``postgres`` extra; anything else is a directory for the file backend.
@@ -37,4 +42,4 @@ def open_journal(location: str | os.PathLike[str]) -> JournalBackend:
         raise JournalLocationInvalid(
             f"the journal location {text!r} holds a NUL character; give a directory without one"
         )
-    return FileJournal(text)
+    return FileJournal(text, mode=mode)

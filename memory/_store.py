@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import journal
 from journal import JournalBackend, Record
 from memory._citations import Citations
-from memory._db import HistoryDB
+from memory._db import HistoryDB, db_mode
 from memory._errors import Unreachable, Unwritable
 from memory._finding import (
     RETIRE_STREAM,
@@ -119,7 +119,8 @@ class MemoryStore:
         """The journal at ``journal_location``, opened once and shared."""
         with self._journal_lock:
             if self._journal is None:
-                self._journal = journal.open_journal(self.journal_location)
+                # a file journal made here takes the DB's mode, as the learned files do
+                self._journal = journal.open_journal(self.journal_location, mode=db_mode(self.db_path))
             return self._journal
 
     @property

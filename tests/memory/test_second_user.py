@@ -1,0 +1,146 @@
+"""Another account in the history DB's group reads what the owner wrote, through the real commands.
+
+The owner (root here) makes a store whose DB is 0640 and gives it to a group; a child process then
+drops to another uid in that group (no account needs to exist: setgid/setuid to bare numbers) and
+runs `recall`, `why`, `runs`, `show` and `journal`. The learned files, their folders and the file
+journal all take the DB's mode, so every command answers; a store whose DB is 0600 answers that
+account with a coded error and no traceback. The child imports every module it may need while it is
+still root (the interpreter's own files may not be readable by the other account), and warms the
+commands up on a store of its own first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+GID, UID = 4242, 4243
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second account")
+
+_AS_ANOTHER_USER = r"""
+import contextlib, importlib, io, json, os, pkgutil, sys, tempfile
+import flows, journal, memory, staging
+for pkg in (journal, staging, memory, flows):
+    for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if not info.name.startswith(("flows.web", "flows.mcp", "flows.langgraph", "flows.__main__")):
+            importlib.import_module(info.name)
+from flows._cli import main
+gid, uid, db, commands = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+warm = tempfile.mkdtemp() + "/history.db"
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    main(["learn", "--db", warm, "a warm-up finding", "--scope", "s"])
+    for command in commands:
+        main([a if a != db else warm for a in command])
+os.setgroups([gid]); os.setgid(gid); os.setuid(uid)
+results = []
+for command in commands:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(command)
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"command": command, "exit": code, "out": out.getvalue(), "err": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    # not under pytest's own temporary folder, which only root may enter
+    path = Path(tempfile.mkdtemp(prefix="flows-second-user-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _owner(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _store(base: Path, db_mode: int) -> tuple[Path, str]:
+    store = base / "store"
+    store.mkdir()
+    store.chmod(0o755)
+    db = store / "history.db"
+    db.touch()
+    db.chmod(db_mode)
+    _owner("learn", "--db", str(db), "the swap fee is 0.3 percent", "--scope", "desk")
+    _owner("sync", "--db", str(db))
+    out = _owner("learn", "--db", str(db), "the gas limit is 300000", "--scope", "desk", "--json")
+    run_id = json.loads(out)["citation"]["runId"]
+    for path in [store, *store.rglob("*")]:
+        os.chown(path, -1, GID, follow_symlinks=False)
+    return db, run_id
+
+
+def _as_member(db: Path, commands: list[list[str]]) -> list[dict[str, object]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _AS_ANOTHER_USER, str(GID), str(UID), str(db), json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results: list[dict[str, object]] = json.loads(proc.stdout)
+    return results
+
+
+def _commands(db: Path, run_id: str) -> list[list[str]]:
+    d = ["--db", str(db)]
+    return [
+        ["recall", *d, "--json"],
+        ["why", "fee", *d, "--json"],
+        ["runs", *d, "--json"],
+        ["show", run_id, *d, "--json"],
+        ["journal", run_id, *d, "--json"],
+    ]
+
+
+def test_a_member_of_the_dbs_group_reads_everything_the_owner_wrote(shared_dir: Path) -> None:
+    db, run_id = _store(shared_dir, 0o640)
+    for result in _as_member(db, _commands(db, run_id)):
+        assert result["exit"] == 0, result
+        assert "Traceback" not in str(result["err"]), result
+    recall, why, runs, show, _ = (json.loads(str(r["out"])) for r in _as_member(db, _commands(db, run_id)))
+    assert {f["text"] for f in recall} == {"the swap fee is 0.3 percent", "the gas limit is 300000"}
+    assert why and "fee" in json.dumps(why[0])
+    assert run_id in {r["runId"] for r in runs}
+    assert show["runId"] == run_id
+    journal_dir = db.parent / "flows-journal"
+    modes = {oct(p.stat().st_mode & 0o777) for p in [journal_dir, *journal_dir.rglob("*")]}
+    assert modes <= {"0o750", "0o640"}, modes
+
+
+def test_a_member_of_the_group_of_a_private_store_gets_a_coded_refusal(shared_dir: Path) -> None:
+    db, run_id = _store(shared_dir, 0o600)
+    for result in _as_member(db, _commands(db, run_id)[:2]):
+        assert result["exit"] not in (0, None), result
+        assert "Traceback" not in str(result["err"]), result
+        code = json.loads(str(result["err"]).strip().splitlines()[-1])["code"]
+        assert code in {"memory_unreachable", "journal_read_interrupted"}, result
