@@ -947,3 +947,118 @@ def run_ledger_replay(longest: int = 2) -> Tally:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return tally
+
+
+# -- damage in the middle of a stream ------------------------------------------------------------
+# A power loss never harms bytes an fsync made durable; a bad disk, a careless restore or a person
+# can. Here a crash state of a findings workload gets one more blow before recovery: a line of the
+# root run's ``memory-learn`` stream that lies wholly below the durability watermark the crash state
+# holds, with the line after it below the mark too, is deleted, zeroed in place (newline included),
+# duplicated, or swapped with the next. The verdict: every acknowledged learn still readable after
+# recovery, or a coded refusal (``journal_corrupt``) from the store's open, a read or the resume;
+# never a silent loss, never a traceback. (Past the watermark a reader cannot tell damage from the
+# tail a crash tears, holes and landed later lines included, and cuts it: the watermark's own write
+# reaches the disk with the log's next sync, so what such a cut can take is bounded by the records
+# appended since; see docs/JOURNAL.md.)
+
+DAMAGES = ("delete", "zero", "duplicate", "swap")
+
+
+def damage_mid_stream(state: Path, run_id: str, how: str, rng: random.Random) -> bool:
+    """Damage one middle line of ``run_id``'s ``memory-learn`` stream in the crash state ``state``,
+    one that ends at or below its watermark; False when there is none."""
+    db, _ = _store_paths(state)
+    path = db.parent / "flows-journal" / "runs" / run_id / "streams" / f"{memory.STREAM}.jsonl"
+    if not path.is_file():
+        return False
+    from journal import LineLog, RecordCodec
+
+    mark = LineLog(path, RecordCodec(run_id, memory.STREAM), sequence=lambda r: r.seq).watermark() or 0
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    lines = complete.splitlines(keepends=True)
+    # the line and the one after it both end at or below the mark: the middle of what was synced
+    below = [i for i in range(len(lines) - 1) if sum(map(len, lines[: i + 2])) <= mark]
+    if not below:
+        return False
+    i = rng.choice(below)
+    if how == "delete":
+        lines[i] = b""
+    elif how == "zero":
+        lines[i] = b"\0" * len(lines[i])
+    elif how == "duplicate":
+        lines[i] = lines[i] * 2
+    else:
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    path.write_bytes(b"".join(lines) + data[len(complete) :])
+    return True
+
+
+def judge_damaged(trace: Trace, k: int, state: Path, how: str, rng: random.Random) -> Verdict | None:
+    """Damage the crash state (``damage_mid_stream``), then recover and judge it; a coded
+    ``journal_corrupt`` from any step counts as refused (the store failed closed). None when the
+    state has no middle line to damage."""
+    if not damage_mid_stream(state, trace.info["run_id"], how, rng):
+        return None
+    verdict = Verdict()
+    acked = [e for e in trace.events if e.end is not None and e.end <= k]
+    attempted = [e for e in trace.events if e.start < k]
+    verdict.acknowledged = len(acked)
+    try:
+        _judge_findings(trace, acked, attempted, state, verdict, recover=True)
+    except staging.CodedError as exc:
+        if exc.code != "journal_corrupt":
+            verdict.unexpected += 1
+            verdict.notes.append(f"{how}: recovery failed with {exc.code}: {exc}")
+        else:
+            verdict.refused += 1
+            verdict.lost = verdict.doubled = verdict.fabricated = verdict.unexpected = 0
+    except Exception as exc:
+        verdict.unexpected += 1
+        verdict.notes.append(f"{how}: recovery raised {traceback.format_exception_only(exc)[-1].strip()}")
+    return verdict
+
+
+def run_mid_stream_damage(states: int = 200, length: int = 5, seed: int = 5) -> Tally:
+    """``states`` crash states of random findings workloads, each damaged in the middle of its
+    stream by one of ``DAMAGES`` (in turn), recovered and judged."""
+    rng = random.Random(seed)
+    tally = Tally(f"power loss then mid-stream damage, {states} states, workloads of {length} steps")
+    scratch = scratch_root()
+    try:
+        explorer = Explorer(tally, scratch)
+        n = 0
+        while tally.cases < states:
+            trace = explorer.record(
+                "findings", [rng.choice(("L1", "L2", "L3", "L4", "R")) for _ in range(length)]
+            )
+            for _ in range(20):
+                point = explorer.point(trace, rng.randrange(len(trace.ops) + 1))
+                tree = point.tree(*point.random_state(rng))
+                if tree is None:
+                    continue
+                n += 1
+                state = scratch / f"d{n}"
+                state.mkdir()
+                how = DAMAGES[n % len(DAMAGES)]
+                try:
+                    materialize(tree, state)
+                    verdict = judge_damaged(trace, point.k, state, how, rng)
+                finally:
+                    shutil.rmtree(state, ignore_errors=True)
+                if verdict is None:
+                    continue
+                tally.cases += 1
+                tally.acknowledged += verdict.acknowledged
+                tally.lost += verdict.lost
+                tally.doubled += verdict.doubled
+                tally.fabricated += verdict.fabricated
+                tally.unexpected += verdict.unexpected
+                tally.refused += verdict.refused
+                for note in verdict.notes:
+                    tally.note(f"{''.join(trace.steps)} @op {point.k} {how}: {note}")
+                if tally.cases >= states:
+                    break
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tally

@@ -323,3 +323,14 @@ def test_the_harness_reports_torn_files_when_the_store_open_does_not_write_them_
     fixed = _judge_after(trace, "L2", recover=True, at_end=True, every=7)
     assert fixed.clean, _summary(fixed)
     assert fixed.refused > 0, _summary(fixed)  # what a reader that recovers nothing met: refused
+
+
+@pytest.mark.slow
+def test_damage_in_the_middle_of_a_stream_after_a_crash_loses_nothing_silently() -> None:
+    # A crash state, then one middle line below its watermark deleted, zeroed with its newline,
+    # duplicated or swapped with the next: every acknowledged learn survives recovery, or the
+    # store refuses with journal_corrupt; never a silent loss.
+    tally = powerloss.run_mid_stream_damage(states=120)
+    assert tally.cases == 120
+    assert tally.clean, _summary(tally)
+    assert tally.refused > 0, _summary(tally)
