@@ -131,3 +131,21 @@ def test_each_group_the_code_names_is_an_extra_that_dev_installs(group: str) -> 
     dev = next(s for s in project["optional-dependencies"]["dev"] if s.startswith("flows-memory["))
     assert group in project["optional-dependencies"]
     assert group in dev[len("flows-memory[") : -1].split(",")
+
+
+def test_the_readme_names_every_extra_and_what_each_brings() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Installing only what you use") :]
+    section = section[: section.index("\n## ", 4)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            for name in re.findall(r"`([a-z]+)`", cells[0]):
+                rows[name] = cells[1]
+    declared = _declared()
+    assert set(rows) == set(declared) - {"core"}, "an extra is missing from the README's table, or is extra"
+    for extra in ("postgres", "web", "mcp", "langgraph", "chain", "completion"):
+        brings = {_normalise(w) for w in re.findall(r"[A-Za-z][A-Za-z0-9._-]*", rows[extra])}
+        missing = {d for d in declared[extra] if d not in brings}
+        assert not missing, f"README's {extra} row does not name {sorted(missing)}"
