@@ -34,7 +34,8 @@ storage:
   (or $FLOWS_JOURNAL) names a postgresql:// DSN. <db-dir>/flows-cache/ holds derived indexes that
   make a command's first read faster; it is safe to delete.
 
-times: printed in local time with the UTC offset; --before takes epoch milliseconds or an ISO 8601
+times: printed in local time with the UTC offset; --before, --since and --expires take a duration (7d,
+12h: ago, or from now for --expires), epoch milliseconds or an ISO 8601
 date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.
 """
 
@@ -261,7 +262,7 @@ def build_cli(only: str | None = None) -> CommandLine:
                 "--before",
                 metavar="WHEN",
                 type=instant_ms,
-                help="only findings learned before WHEN: epoch ms or an ISO 8601 date/time",
+                help="only findings learned before WHEN: a duration ago (7d), ISO 8601 or epoch ms",
             )
         default = 20 if name == "recall" else 10
         p.add_argument(

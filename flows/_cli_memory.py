@@ -20,7 +20,7 @@ from flows._cli_common import diagnose
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, EXIT_USAGE, format_ms
+from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
@@ -179,14 +179,6 @@ def _detail(event: memory.HistoryEvent) -> str:
     return ""
 
 
-def _expires(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not epoch milliseconds: {text!r}") from None
-    return value
-
-
 def add_memory_commands(add: Add) -> None:
     """Register ``learn``, ``forget`` and ``history`` with the ``flows`` parser's ``add``."""
     p = add(
@@ -205,7 +197,10 @@ def add_memory_commands(add: Add) -> None:
         help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
     )
     p.add_argument(
-        "--expires", metavar="MS", type=_expires, help="epoch ms from which it is no longer returned"
+        "--expires",
+        metavar="WHEN",
+        type=expiry_ms,
+        help="when it stops being returned: a duration from now (7d, 12h), an ISO date/time or epoch ms",
     )
     p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
     p = add(

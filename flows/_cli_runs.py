@@ -354,7 +354,7 @@ def add_run_commands(add: Add) -> None:
         "--since",
         metavar="WHEN",
         type=instant_ms,
-        help="only runs started at or after WHEN: epoch ms, or an ISO 8601 date or date-time",
+        help="only runs started at or after WHEN: a duration ago (12h), an ISO 8601 date/time or epoch ms",
     )
     p.add_argument(
         "--limit",

@@ -19,8 +19,10 @@ every command, so the two behave alike:
   to stderr; ``$FLOWS_DEBUG=1`` re-raises a failure for its traceback.
 * Shell completion through ``argcomplete`` when it is installed (the ``completion`` extra).
 
-Value types shared by both: ``limit`` (a whole number from 1 to ``LIMIT_MAX``) and ``instant_ms``
-(epoch milliseconds, or an ISO 8601 date or date-time; a time without an offset is local time), and
+Value types shared by both: ``limit`` (a whole number from 1 to ``LIMIT_MAX``), ``instant_ms``
+(epoch milliseconds, an ISO 8601 date or date-time — a time without an offset is local time — or a
+duration such as ``7d``, counted back from now) and ``expiry_ms`` (the same, a duration counted
+forward), and
 ``format_ms`` for human output (local time, with its UTC offset shown).
 
 This module sits in ``memory`` because it is the highest layer both CLIs' packages may import (they
@@ -37,6 +39,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +65,8 @@ __all__ = [
     "Progress",
     "UsageError",
     "diagnose",
+    "duration_ms",
+    "expiry_ms",
     "format_ms",
     "instant_ms",
     "json_out",
@@ -132,27 +137,52 @@ def limit(text: str) -> int:
     return int(text)
 
 
-def instant_ms(text: str) -> int:
-    """``--before``/``--since``: epoch milliseconds, or an ISO 8601 date or date-time.
+_DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+\Z")
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_TIME_FORMS = (
+    "epoch milliseconds, an ISO 8601 date/time (2026-01-31, 2026-01-31T08:00:00+00:00) or a "
+    "duration (90s, 15m, 12h, 7d, 2w, 1h30m)"
+)
+
+
+def duration_ms(text: str) -> int | None:
+    """``text`` as a duration in milliseconds (``90s``, ``15m``, ``12h``, ``7d``, ``2w``, ``1h30m``,
+    ``250ms``), or None when it is not one."""
+    text = text.strip()
+    if not _DURATION.match(text):
+        return None
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> int:
+    """``--before``/``--since``/``--expires``: epoch milliseconds, an ISO 8601 date or date-time, or
+    a duration: that long ago (``ahead``: that long from now, for an expiry).
 
     A date is its midnight; a time without an offset is local time (``$TZ``), like the times the
     CLIs print. The value must fall in 1970 … the end of signed 64-bit milliseconds.
     """
     text = text.strip()
-    if _DIGITS.match(text):
+    span = duration_ms(text)
+    if span is not None:
+        now = round(time.time() * 1000) if now_ms is None else now_ms
+        value = now + span if ahead else now - span
+    elif _DIGITS.match(text):
         value = int(text)
     else:
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be epoch milliseconds or an ISO 8601 date/time (2026-01-31, "
-                f"2026-01-31T08:00:00+00:00), got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r}") from None
         value = round(moment.astimezone().timestamp() * 1000)
     if not 0 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms, got {text!r}")
     return value
+
+
+def expiry_ms(text: str) -> int:
+    """``--expires``: as ``instant_ms``, a duration counting from now (``7d``: a week from now)."""
+    return instant_ms(text, ahead=True)
 
 
 def format_ms(ms: int | None, *, precise: bool = False) -> str:

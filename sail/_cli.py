@@ -304,7 +304,7 @@ def build_cli() -> CommandLine:
         "--since",
         type=instant_ms,
         metavar="WHEN",
-        help="only entries at or after WHEN: epoch ms or an ISO 8601 date/time",
+        help="only entries at or after WHEN: a duration ago (1d), an ISO 8601 date/time or epoch ms",
     )
 
     p = command("why", "why did it skip: recent skips with their reasons", cmd_why)

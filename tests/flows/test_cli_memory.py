@@ -135,3 +135,23 @@ def test_every_memory_command_has_help(command: str, tmp_path: Path) -> None:
     result = flows(tmp_path / "h.db", command, "--help")
     assert result.returncode == 0
     assert "--db" in result.stdout and "usage: flows" in result.stdout
+
+
+def test_times_take_durations_iso_dates_and_epoch_ms_wherever_a_time_is_taken(tmp_path: Path) -> None:
+    import time
+
+    db = tmp_path / "h.db"
+    before = int(time.time() * 1000)
+    assert flows(db, "learn", "expires in a week", "--scope", "s", "--expires", "7d").returncode == 0
+    after = int(time.time() * 1000)
+    assert flows(db, "learn", "expires on a date", "--scope", "s", "--expires", "2999-01-31").returncode == 0
+    got = {r["text"]: r["expiresMs"] for r in json_of(flows(db, "recall", "--json"))}
+    assert before + 7 * 86_400_000 <= got["expires in a week"] <= after + 7 * 86_400_000
+    assert got["expires on a date"] > after + 900 * 365 * 86_400_000
+    # learned just now: none before one hour ago, both before a date far ahead
+    assert json_of(flows(db, "recall", "--before", "1h", "--json")) == []
+    assert len(json_of(flows(db, "recall", "--before", "2999-01-01", "--json"))) == 2
+    assert len(json_of(flows(db, "runs", "--since", "1h", "--json"))) == 2
+    assert json_of(flows(db, "runs", "--since", str(after + 60_000), "--json")) == []
+    bad = flows(db, "learn", "x", "--scope", "s", "--expires", "soon")
+    assert bad.returncode == 2 and "a duration (90s, 15m, 12h, 7d, 2w, 1h30m)" in bad.stderr
