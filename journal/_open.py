@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 
 from journal._backend import JournalBackend
 from journal._errors import JournalLocationInvalid, JournalUnavailable
 from journal._file import FileJournal
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def file_location(text: str) -> str:
+    """The folder a file journal location names: a path as it is, or a ``file:`` URL
+    (``file:///abs/path``, ``file://localhost/abs/path``) as its decoded absolute path.
+
+    Raises:
+        JournalLocationInvalid: a ``file:`` URL of another host or without an absolute path, or a
+            location of a scheme no backend reads (``http://…``, ``s3://…``), which would otherwise
+            become a folder of that name.
+    """
+    if text[:5].lower() != "file:":
+        if _URL.match(text):
+            scheme = text.split(":", 1)[0]
+            raise JournalLocationInvalid(
+                f"the journal location {text[:200]!r} is a {scheme}: URL, which no journal reads; "
+                "give a folder, a file:/// URL or a postgresql:// DSN"
+            )
+        return text  # a path (a folder named "notes:2026" included)
+    parts = urllib.parse.urlsplit(text)
+    path = urllib.parse.unquote(parts.path)
+    if parts.netloc not in ("", "localhost") or not path.startswith("/") or parts.query or parts.fragment:
+        raise JournalLocationInvalid(
+            f"the journal location {text[:200]!r} is not a local file: URL; write it as "
+            "file:///absolute/path (or give the folder itself)"
+        )
+    return path
 
 
 def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> JournalBackend:
@@ -20,11 +50,12 @@ def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> Jour
     group-readable too. PostgreSQL ignores it.
 
     A ``postgresql://`` (or ``postgres://``) DSN opens the PostgreSQL backend, which needs the
-    ``postgres`` extra; anything else is a directory for the file backend.
+    ``postgres`` extra; a ``file:///`` URL or anything else is a directory for the file backend.
 
     Raises:
-        JournalLocationInvalid: the location holds NUL, or is a DSN libpq cannot parse (the
-            message never shows its password).
+        JournalLocationInvalid: the location holds NUL, is a DSN libpq cannot parse or that
+            names no database (the message never shows its password), or a URL no backend
+            reads (``file_location``).
         JournalUnavailable: a DSN, and psycopg is not installed.
     """
     text = os.fspath(location)
@@ -42,4 +73,4 @@ def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> Jour
         raise JournalLocationInvalid(
             f"the journal location {text!r} holds a NUL character; give a directory without one"
         )
-    return FileJournal(text, mode=mode)
+    return FileJournal(file_location(text), mode=mode)

@@ -236,9 +236,18 @@ def check_dsn(dsn: str) -> str:
         problem = "it holds a control character"
     else:
         try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
+            params = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
             problem = _first_line(exc)
+        else:
+            if not params.get("dbname"):
+                # libpq would fall back to $PGDATABASE or the user's name, and the journal would
+                # make its tables wherever that lands: a location names its database, always
+                shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", redact_dsn(dsn))
+                raise JournalLocationInvalid(
+                    f"the PostgreSQL journal location {shown} names no database; name it in the "
+                    "location, e.g. postgresql://user@host:5432/db (or ?dbname=db)"
+                )
     if problem is None:
         return dsn
     problem = problem.replace(dsn, "<the DSN>")

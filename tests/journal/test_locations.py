@@ -1,0 +1,64 @@
+"""A journal location is a folder, a ``file:`` URL of a local folder, or a PostgreSQL DSN that names
+its database; anything else is ``journal_location_invalid`` before anything is created."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import journal
+from journal import FileJournal, JournalLocationInvalid
+from tests.conftest import ROOT
+
+
+def _flows(cwd: Path, location: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows", *args, "--db", str(cwd / "history.db")],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_JOURNAL": location},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_file_url_names_its_folder_and_makes_no_folder_named_file(tmp_path: Path) -> None:
+    target = tmp_path / "a journal"
+    result = _flows(tmp_path, f"file://{target.as_posix().replace(' ', '%20')}", "learn", "x", "--scope", "s")
+    assert result.returncode == 0, result.stderr
+    assert (target / "runs").is_dir()
+    assert not (tmp_path / "file:").exists()
+    assert isinstance(journal.open_journal(f"file://localhost{target}"), FileJournal)
+
+
+@pytest.mark.parametrize(
+    ("location", "says"),
+    [
+        ("file://elsewhere/x", "not a local file: URL"),
+        ("file:relative/x", "not a local file: URL"),
+        ("file:///x?y=1", "not a local file: URL"),
+        ("http://example.com/journal", "is a http: URL"),
+        ("s3://bucket/journal", "is a s3: URL"),
+        ("postgresql://", "names no database"),
+        ("postgresql://postgres@127.0.0.1:5432/", "names no database"),
+        ("postgres://postgres@127.0.0.1:5432?sslmode=disable", "names no database"),
+    ],
+)
+def test_a_location_no_backend_reads_is_refused_before_anything_is_made(
+    tmp_path: Path, location: str, says: str
+) -> None:
+    with pytest.raises(JournalLocationInvalid, match=says):
+        journal.open_journal(location)
+    result = _flows(tmp_path, location, "learn", "x", "--scope", "s")
+    assert result.returncode == 1 and "journal_location_invalid" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+
+
+def test_a_folder_whose_name_holds_a_colon_is_still_a_folder(tmp_path: Path) -> None:
+    assert isinstance(journal.open_journal(str(tmp_path / "notes:2026")), FileJournal)
+    assert isinstance(journal.open_journal("relative:name"), FileJournal)
