@@ -598,17 +598,37 @@ class FileJournal:
         try:
             ensure_dir(directory / "streams", self._folder_mode())
         except OSError as exc:
+            # no run was begun: the error names the folder it could not be made in, never the id
+            # of a run that does not exist
             raise JournalUnwritable(
-                f"cannot create {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
+                f"cannot begin a root run: cannot create a run folder in {directory.parent}: "
+                f"{exc.strerror or exc}; check that the journal's folder is writable and has space",
+                path=directory.parent,
             ) from exc
-        fd = self._take_lease_lock(run_id)
+        try:
+            fd = self._take_lease_lock(run_id)
+        except JournalError as exc:
+            self._abandon(directory, exc)
+            raise
         try:
             self._store(run_id, obj)
-        except JournalError:
+        except JournalError as exc:
             os.close(fd)
+            self._abandon(directory, exc)
             raise
         self._held[run_id] = (1, fd)
         return self._info(obj), Lease(run_id, 1)
+
+    @staticmethod
+    def _abandon(directory: Path, exc: JournalError) -> None:
+        """A run that could not be begun: its half-made folder goes (best effort; with no
+        ``run.json`` no reader counts it as a run), and ``exc`` names no run."""
+        exc.run_id = None
+        for name in ("streams", "lease.lock", "run.lock"):
+            with contextlib.suppress(OSError):
+                (os.rmdir if name == "streams" else os.unlink)(directory / name)
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
     def acquire(self, run_id: str) -> Lease:
         """Take over a failed or interrupted run with a new epoch (see ``JournalBackend``)."""

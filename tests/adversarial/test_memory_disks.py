@@ -154,3 +154,20 @@ def _root(store: memory.MemoryStore) -> memory.RootRun:
     jr = store.open_journal()
     _, lease = jr.begin("adv", "adv", {})
     return memory.RootRun(jr, lease, "adv", "adv")
+
+
+@pytest.mark.parametrize("how", WAYS)
+def test_a_write_refused_by_a_read_only_store_names_no_run_that_was_never_begun(
+    tmp_path: Path, how: str
+) -> None:
+    with _read_only_store(tmp_path, how) as (s, kw):
+        for args in (("learn", "one more", "--scope", "s", "--json"), ("learn", "again", "--scope", "s")):
+            result = flows(s.db, *args, **kw)  # type: ignore[arg-type]
+            assert result.returncode == 1, result.stdout
+            assert error_code(result) in {"journal_unwritable", "memory_unwritable"}, result.stderr
+            assert "root run" not in result.stderr.replace("cannot begin a root run", ""), result.stderr
+            assert '"runId":"' not in result.stderr, result.stderr
+        runs = flows(s.db, "runs", "--json", **kw)  # type: ignore[arg-type]
+        assert runs.returncode == 0, runs.stderr
+        listed = {r["runId"] for r in orjson.loads(runs.stdout)}
+        assert all(r in listed for r in re.findall(r"\d{8}T\d{6}-[0-9a-f]{10}", result.stderr))
