@@ -96,8 +96,77 @@ class Explained:
     score: float
     matched: tuple[str, ...]
 
+    # One shape for recall and why: an answer reads like the finding it holds (``answer.text`` as
+    # ``recalled.text``), with ``score`` and ``matched`` besides; ``finding`` stays for old callers.
+
+    @property
+    def id(self) -> int:
+        """The finding's row id (see ``Recalled``)."""
+        return self.finding.id
+
+    @property
+    def key(self) -> str:
+        """The finding's key."""
+        return self.finding.key
+
+    @property
+    def text(self) -> str:
+        """The finding's text."""
+        return self.finding.text
+
+    @property
+    def source(self) -> str:
+        """Where the finding came from."""
+        return self.finding.source
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The finding's tags."""
+        return self.finding.tags
+
+    @property
+    def scope(self) -> str:
+        """The finding's scope."""
+        return self.finding.scope
+
+    @property
+    def flow(self) -> str:
+        """The flow of the root run that committed the finding."""
+        return self.finding.flow
+
+    @property
+    def learned_ms(self) -> int:
+        """When the finding was committed."""
+        return self.finding.learned_ms
+
+    @property
+    def citation(self) -> Citation:
+        """The journal record the finding came from."""
+        return self.finding.citation
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The finding's metadata (read-only)."""
+        return self.finding.metadata
+
+    @property
+    def expires_ms(self) -> int | None:
+        """When the finding stops being returned (None: never)."""
+        return self.finding.expires_ms
+
+    @property
+    def revision(self) -> int:
+        """The finding's revision (see ``Recalled``)."""
+        return self.finding.revision
+
+    @property
+    def synced(self) -> bool:
+        """True when the finding was read from the history DB."""
+        return self.finding.synced
+
     def as_json(self) -> dict[str, Any]:
-        """The finding's JSON with ``score`` and ``matched`` added."""
+        """The finding's JSON (``recall``'s shape, the same top-level fields) with ``score`` and
+        ``matched`` added."""
         return {**self.finding.as_json(), "score": self.score, "matched": list(self.matched)}
 
 
