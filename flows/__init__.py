@@ -27,6 +27,7 @@ if typing.TYPE_CHECKING:
     from flows._flow import Flow, Header, flow, load_flow, source_digest
     from flows._runtime import (
         RUN_STREAM,
+        TRACEBACK_MAX,
         FlowContext,
         FlowMemory,
         RunResult,
@@ -42,6 +43,7 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "RUN_STREAM",
     "STEPS_STREAM",
+    "TRACEBACK_MAX",
     "Backoff",
     "Flow",
     "FlowAborted",
@@ -101,6 +103,7 @@ _LAZY: dict[str, str] = {
     "StepFailed": "flows._errors",
     "StepInvalid": "flows._errors",
     "StepResultInvalid": "flows._errors",
+    "TRACEBACK_MAX": "flows._runtime",
     "UnawaitedStep": "flows._errors",
     "accepted_digest": "flows._runtime",
     "aresume": "flows._runtime",

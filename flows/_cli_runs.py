@@ -82,6 +82,10 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
 
     if not result.ok:
         assert result.error is not None
+        if args.verbose and not isinstance(result.error, CodedInterrupt):
+            from flows._runtime import traceback_text
+
+            sys.stderr.write(traceback_text(result.error) + "\n")
         if isinstance(result.error, CodedError | CodedInterrupt):
             raise result.error
         message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
@@ -317,6 +321,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"output  {orjson.dumps(shown['output']).decode()}")
     if shown["error"]:
         print(f"error   [{shown['error'].get('code')}] {shown['error'].get('message')}")
+        recorded = shown["error"].get("traceback")
+        if isinstance(recorded, str) and recorded:
+            print("        " + "\n        ".join(recorded.splitlines()))
     if not shown["timeline"]:
         print("\nnothing recorded yet")
         return EXIT_OK

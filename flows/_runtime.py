@@ -214,11 +214,29 @@ class RunResult:
         return self.output
 
 
+TRACEBACK_MAX = 16 * 1024
+"""The most characters of a failure's traceback a run records (its last frames are kept)."""
+
+
 def error_fields(exc: BaseException) -> dict[str, Any]:
     """The code and message that describe ``exc`` (``flow_failed`` when it has no code)."""
     if isinstance(exc, CodedError | CodedInterrupt):
         return {"code": exc.code, "message": exc.message}
     return {"code": FlowFailed.code, "message": f"{type(exc).__name__}: {exc}"}
+
+
+def traceback_text(exc: BaseException, limit: int = TRACEBACK_MAX) -> str:
+    """``exc``'s traceback as Python prints it, at most ``limit`` characters: when longer, its first
+    line, a note of how much was cut, and the last frames (where the failure happened)."""
+    import traceback
+
+    text = "".join(traceback.format_exception(exc)).rstrip("\n")
+    if len(text) <= limit:
+        return text
+    head, _, rest = text.partition("\n")
+    tail = rest[-(limit - len(head) - 80) :]
+    tail = tail[tail.find("\n") + 1 :]  # whole lines only
+    return f"{head}\n  … {len(text) - len(head) - len(tail)} characters of earlier frames cut …\n{tail}"
 
 
 # -- blocking calls off the loop --------------------------------------------------------------
@@ -305,7 +323,11 @@ async def _drive(flow: Flow, f: FlowContext, steps: StepRunner) -> _Ending:
 
 async def _finish_failed(backend: JournalBackend, lease: Lease, error: BaseException) -> RunResult:
     if not isinstance(error, journal.JournalContention):
+        # recorded with its traceback (bounded), which `flows run -v`, `flows show` and the
+        # dashboard's run page show
         fields = error_fields(error)
+        if error.__traceback__ is not None:  # raised somewhere (not an ending the runtime judged)
+            fields["traceback"] = traceback_text(error)
         event = {"event": "failed", "epoch": lease.epoch, "error": fields}
         with contextlib.suppress(journal.JournalError):  # the state change below still records it
             await _blocking(backend.append, lease, RUN_STREAM, event, key=f"failed-{lease.epoch}")

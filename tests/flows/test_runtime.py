@@ -101,7 +101,11 @@ def test_a_failing_body_waits_for_its_in_flight_learn_before_the_root_is_failed(
     assert elapsed >= 0.6  # the run waited for the learn to settle
     (found,) = memory.MemoryStore(tmp_path / "h.db").recall()
     info = journal_of(tmp_path / "h.db").run(result.run_id)
-    assert info.error == {"code": "flow_failed", "message": "RuntimeError: the body gave up"}
+    assert info.error is not None
+    assert {k: info.error[k] for k in ("code", "message")} == {
+        "code": "flow_failed",
+        "message": "RuntimeError: the body gave up",
+    }
     assert Path(memory.learned_dir(tmp_path / "h.db", "slow") / f"{found.key}.json").exists()
     assert info.updated_ms >= found.learned_ms + 600  # marked failed only after the publish
 
@@ -265,3 +269,29 @@ def test_a_learn_starts_before_the_body_next_awaits(tmp_path: Path) -> None:
     result = _run(body, tmp_path / "h.db", name="eager", scope="eager")
     assert result.state == RunState.DONE, result.error
     assert seen == {"learned": True, "forgotten": True}
+
+
+def test_a_failure_records_its_traceback_bounded_and_the_commands_show_it(tmp_path: Path) -> None:
+    flow_file = tmp_path / "zerodiv.py"
+    flow_file.write_text(
+        "import flows\n\n\ndef a(n):\n    return 1 / 0 if n == 0 else b(n - 1)\n\n\n"
+        "def b(n):\n    return a(n - 1)\n\n\n"
+        "@flows.flow(scope='z')\nasync def body(f):\n    a(400)\n"
+    )
+    db = tmp_path / "h.db"
+    ran = flows_cli(db, "-v", "run", str(flow_file))
+    assert ran.returncode == 1
+    assert "Traceback (most recent call last)" in ran.stderr and "ZeroDivisionError" in ran.stderr
+    (info,) = journal_of(db).runs()
+    assert info.error is not None and info.error["code"] == "flow_failed"
+    recorded = info.error["traceback"]
+    assert len(recorded) <= flows.TRACEBACK_MAX
+    assert "earlier frames cut" in recorded  # 400 frames do not fit: the last ones are kept
+    assert recorded.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "return 1 / 0" in recorded
+    shown = flows_cli(db, "show", info.run_id)
+    assert shown.returncode == 0 and "ZeroDivisionError: division by zero" in shown.stdout
+    assert "return 1 / 0" in shown.stdout
+    assert json_of(flows_cli(db, "show", info.run_id, "--json"))["error"]["traceback"] == recorded
+    quiet = flows_cli(db, "run", str(flow_file))
+    assert "Traceback" not in quiet.stderr  # without -v, the one diagnostic line

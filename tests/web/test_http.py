@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import urllib.parse
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -510,3 +511,13 @@ def test_a_finding_has_its_own_page_and_json_from_its_key(client: TestClient) ->
     assert missing.status_code == 404 and missing.json()["code"] == "serve_not_found"
     bad = client.get("/api/findings/not-a-key")
     assert bad.status_code == 400 and bad.json()["code"] == "memory_argument_invalid"
+
+
+def test_a_failed_runs_page_shows_its_recorded_traceback(client: TestClient, demo: DemoStore) -> None:
+    api = client.get(f"/api/runs/{demo.failed_run}").json()
+    recorded = api["error"]["traceback"]
+    assert recorded.startswith("Traceback (most recent call last)")
+    html = client.get(f"/runs/{demo.failed_run}").text
+    assert '<details class="traceback"><summary>traceback</summary><pre>' in html
+    last = recorded.strip().splitlines()[-1]
+    assert html_escape(last) in html
