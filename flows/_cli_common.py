@@ -36,10 +36,16 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def open_store(args: argparse.Namespace, *, recover: bool | None = None) -> Any:
-    """The ``MemoryStore`` a command's ``--db`` and ``--journal`` name (imported only when opened)."""
-    from memory import MemoryStore
+def open_store(args: argparse.Namespace, *, recover: bool | None = None, creating: bool = False) -> Any:
+    """The ``MemoryStore`` a command's ``--db`` and ``--journal`` name (imported only when opened).
 
+    The path is never guessed (``memory.check_store_location``): a command that reads refuses a
+    path with no store at it, a write refuses a ``--db`` whose folder does not exist (``creating``),
+    and both refuse a DB name beside another store's DB.
+    """
+    from memory import MemoryStore, check_store_location
+
+    check_store_location(args.db, args.journal, creating=creating)
     return MemoryStore(args.db, journal=args.journal, recover=recover)
 
 

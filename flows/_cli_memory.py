@@ -97,7 +97,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
         finding["metadata"] = metadata
     if args.expires is not None:
         finding["expiresMs"] = args.expires
-    with _store(args) as store:
+    with _store(args, creating=True) as store:
         # The finding, the key and the session are all checked before the root run is begun.
         memory.validate(finding, CLI_FLOW)
         with store.session(scope=args.scope, flow=CLI_FLOW) as session:

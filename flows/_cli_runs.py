@@ -129,7 +129,9 @@ def _drive(args: argparse.Namespace, verb: str, drive: Callable[[Progress | None
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a flow file under a new root run, with ``--input`` as ``f.input``."""
     from flows._runtime import run
+    from memory import check_store_location
 
+    check_store_location(args.db, args.journal, creating=True)
     return _drive(
         args, "ran", lambda _: run(args.file, db=args.db, journal_location=args.journal, input=args.input)
     )
@@ -138,7 +140,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     """Resume a failed or interrupted root run."""
     from flows._runtime import resume
+    from memory import check_store_location
 
+    check_store_location(args.db, args.journal, creating=False)
     return _drive(
         args,
         "resumed",

@@ -17,6 +17,7 @@ if typing.TYPE_CHECKING:
         FindingUnknown,
         FlowsMemoryError,
         SessionClosed,
+        StoreMissing,
         Unjournaled,
         Unreachable,
         UnsupportedHeader,
@@ -42,7 +43,15 @@ if typing.TYPE_CHECKING:
         scope_hash,
         validate,
     )
-    from memory._paths import learned_dir, learned_root, resolve_db, resolve_journal, retired_dir, scope_dirs
+    from memory._paths import (
+        check_store_location,
+        learned_dir,
+        learned_root,
+        resolve_db,
+        resolve_journal,
+        retired_dir,
+        scope_dirs,
+    )
     from memory._results import Citation, Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
     from memory._root import Root, RootRun
     from memory._session import MemorySession, SessionState
@@ -79,6 +88,7 @@ __all__ = [
     "RootRun",
     "SessionClosed",
     "SessionState",
+    "StoreMissing",
     "SyncReport",
     "Unjournaled",
     "Unreachable",
@@ -88,6 +98,7 @@ __all__ = [
     "canonical",
     "check_key",
     "check_store",
+    "check_store_location",
     "checked_commit",
     "finding_id",
     "learned_dir",
@@ -138,7 +149,9 @@ _LAZY: dict[str, str] = {
     "TAG_MAX_BYTES": "memory._finding",
     "TEXT_MAX_BYTES": "memory._finding",
     "Unjournaled": "memory._errors",
+    "StoreMissing": "memory._errors",
     "Unreachable": "memory._errors",
+    "check_store_location": "memory._paths",
     "UnsupportedHeader": "memory._errors",
     "Unwritable": "memory._errors",
     "WrongJournal": "memory._errors",

@@ -113,6 +113,15 @@ class Unreachable(FlowsMemoryError):
     code = "memory_unreachable"
 
 
+class StoreMissing(FlowsMemoryError):
+    """The store a command names is not there, or not where it says: no store at the path a reading
+    command was given (nothing beside it: no history DB, learned files or file journal), a write to a
+    folder that does not exist, or a history DB named beside another store's DB (a mistyped name).
+    ``path`` names what was asked for; nothing is created, read or moved."""
+
+    code = "memory_store_missing"
+
+
 class WrongJournal(FlowsMemoryError):
     """``flows check --repair`` refused: the journal it was pointed at holds none of the root runs the
     store's files and rows cite, so it is not this store's journal; nothing was changed."""

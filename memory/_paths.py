@@ -7,7 +7,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from memory._errors import Unreachable
+from memory._errors import StoreMissing, Unreachable
 from memory._finding import scope_hash
 from memory._safe import describe, kind_of
 
@@ -189,4 +189,78 @@ def wrong_folder_message(path: Path, what: str) -> str:
     return (
         f"{path} is {what}; the store reads only its own folders: `flows check --repair` moves it to "
         "flows-quarantine/ beside the store"
+    )
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _history_dbs_beside(db_path: Path) -> list[Path]:
+    """Other SQLite files (``*.db``) in ``db_path``'s folder: history DBs a mistyped name misses."""
+    found = []
+    try:
+        names = sorted(os.listdir(db_path.parent))
+    except OSError:
+        return []
+    for name in names:
+        other = db_path.parent / name
+        if not name.endswith(".db") or other == db_path:
+            continue
+        try:
+            with open(other, "rb") as fh:
+                if fh.read(16) == _SQLITE_HEADER:
+                    found.append(other)
+        except OSError:
+            continue
+    return found
+
+
+def check_store_location(
+    db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
+) -> None:
+    """Refuse a store path a command would otherwise guess at (``StoreMissing``).
+
+    * A history DB that does not exist, in a folder that holds another (``histroy.db`` beside
+      ``history.db``): the name is a typo; reads would miss the DB's findings, and a sync would make
+      a second DB and move the files' findings into it.
+    * ``creating`` is False (a command that only reads, or needs a store that has run): the DB's
+      folder does not exist, so no store can be there, unless the journal is given elsewhere
+      (``--journal`` or ``$FLOWS_JOURNAL``), which may hold runs of its own. (A folder that exists
+      and holds nothing yet is an empty store.)
+    * ``creating`` is True (a write that may begin a store): a ``--db`` (or ``$FLOWS_DB``) whose
+      folder's own folder does not exist either: a write makes at most the one folder the DB is
+      named in (``work/store/history.db`` in an existing ``work``), never a path of missing
+      folders; the default location's folders are always made.
+    """
+    db_path = resolve_db(db)
+    if db_path.exists():
+        return
+    others = _history_dbs_beside(db_path)
+    if others:
+        raise StoreMissing(
+            f"there is no history DB at {db_path}, but its folder holds {others[0]}"
+            + (f" (and {len(others) - 1} more)" if len(others) > 1 else "")
+            + f": pass --db {others[0]} (a second DB beside it would split the store)",
+            path=db_path,
+        )
+    explicit = db is not None or bool(os.environ.get("FLOWS_DB"))
+    if creating:
+        if explicit and not db_path.parent.is_dir() and not db_path.parent.parent.is_dir():
+            raise StoreMissing(
+                f"neither the folder of the history DB {db_path} nor the folder it would be made in "
+                f"exists: a write makes at most one new folder for a store; check the path, or create "
+                f"it first (mkdir -p {db_path.parent})",
+                path=db_path,
+            )
+        return
+    elsewhere = journal is not None or bool(os.environ.get("FLOWS_JOURNAL"))
+    if elsewhere or db_path.parent.is_dir():
+        return
+    default = resolve_db(None) if explicit else None
+    raise StoreMissing(
+        f"no store at {db_path}: its folder {db_path.parent} does not exist"
+        + (f" (the default store is {default})" if default is not None and default != db_path else "")
+        + "; check --db (or $FLOWS_DB), or create the store by learning into it "
+        "(`flows learn TEXT --scope S --db PATH`) or running a flow (`flows run FILE --db PATH`)",
+        path=db_path,
     )

@@ -83,7 +83,8 @@ def test_runs_table_and_json_show_state_and_the_failing_code(tmp_path: Path) -> 
 
 
 def test_why_and_recall_on_an_empty_store_are_friendly(tmp_path: Path) -> None:
-    db = tmp_path / "nothing" / "history.db"
+    db = tmp_path / "empty" / "history.db"
+    db.parent.mkdir()
     why = flows(db, "why", "anything at all")
     assert (why.returncode, why.stderr) == (0, "")
     assert "nothing learned yet answers 'anything at all'" in why.stdout
@@ -228,3 +229,28 @@ def test_only_the_named_commands_parser_is_built() -> None:
     cli = build_cli("recall")
     assert sorted(cli._sub.choices) == ["recall"]  # type: ignore[attr-defined]
     assert len(build_cli()._sub.choices) > 10  # type: ignore[attr-defined]
+
+
+def test_a_store_path_is_never_guessed(tmp_path: Path) -> None:
+    # a reading command on a folder that does not exist: a coded refusal naming the path, not "no findings"
+    missing = tmp_path / "missing" / "typo" / "history.db"
+    for command in (["recall"], ["why", "fee"], ["runs"], ["sync"], ["check"]):
+        result = flows(missing, *command)
+        assert result.returncode == 1, (command, result.stdout)
+        assert "error[memory_store_missing]" in result.stderr and str(missing) in result.stderr
+    # a write makes at most the one folder a DB is named in, never a path of missing folders
+    deep = flows(missing, "learn", "x", "--scope", "s")
+    assert deep.returncode == 1 and "memory_store_missing" in deep.stderr
+    assert not (tmp_path / "missing").exists()
+    store = tmp_path / "demo" / "history.db"
+    assert flows(store, "learn", "the fee is low", "--scope", "s").returncode == 0  # makes demo/
+    assert flows(store, "sync").returncode == 0
+    assert flows(store, "learn", "the fee rose", "--scope", "s").returncode == 0
+    # a mistyped DB name beside the store's DB: refused, nothing split or moved
+    typo = tmp_path / "demo" / "histroy.db"
+    for command in (["recall"], ["sync"], ["learn", "y", "--scope", "s"]):
+        result = flows(typo, *command)
+        assert result.returncode == 1 and "memory_store_missing" in result.stderr, command
+        assert f"--db {store}" in result.stderr
+    assert not typo.exists()
+    assert len(json_of(flows(store, "recall", "--json"))) == 2
