@@ -620,6 +620,19 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
 
+def count(tally: Tally, verdict: Verdict, where: str) -> None:
+    """Add one judged crash state's ``verdict`` to ``tally``, its notes labelled ``where``."""
+    tally.cases += 1
+    tally.acknowledged += verdict.acknowledged
+    tally.lost += verdict.lost
+    tally.doubled += verdict.doubled
+    tally.fabricated += verdict.fabricated
+    tally.unexpected += verdict.unexpected
+    tally.refused += verdict.refused
+    for note in verdict.notes:
+        tally.note(f"{where}: {note}")
+
+
 def judge(trace: Trace, k: int, state: Path, *, recover: bool = True) -> Verdict:
     """Recover the crash state in ``state`` (after ``k`` operations) and judge it against ``trace``
     (``recover=False``: the store's open makes no check for lost names, to show it is needed)."""
@@ -839,15 +852,7 @@ class Explorer:
             verdict = judge(trace, point.k, state, recover=self.recover)
         finally:
             shutil.rmtree(state, ignore_errors=True)
-        self.tally.cases += 1
-        self.tally.acknowledged += verdict.acknowledged
-        self.tally.lost += verdict.lost
-        self.tally.doubled += verdict.doubled
-        self.tally.fabricated += verdict.fabricated
-        self.tally.unexpected += verdict.unexpected
-        self.tally.refused += verdict.refused
-        for n in verdict.notes:
-            self.tally.note(f"{trace.kind} {''.join(trace.steps)} @op {point.k}: {n}")
+        count(self.tally, verdict, f"{trace.kind} {''.join(trace.steps)} @op {point.k}")
 
     def exhaust(self, trace: Trace) -> None:
         """Judge every crash state of ``trace``, at every operation (equal states once)."""
@@ -1048,15 +1053,7 @@ def run_mid_stream_damage(states: int = 200, length: int = 5, seed: int = 5) -> 
                     shutil.rmtree(state, ignore_errors=True)
                 if verdict is None:
                     continue
-                tally.cases += 1
-                tally.acknowledged += verdict.acknowledged
-                tally.lost += verdict.lost
-                tally.doubled += verdict.doubled
-                tally.fabricated += verdict.fabricated
-                tally.unexpected += verdict.unexpected
-                tally.refused += verdict.refused
-                for note in verdict.notes:
-                    tally.note(f"{''.join(trace.steps)} @op {point.k} {how}: {note}")
+                count(tally, verdict, f"{''.join(trace.steps)} @op {point.k} {how}")
                 if tally.cases >= states:
                     break
     finally:
