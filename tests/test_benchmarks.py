@@ -63,7 +63,8 @@ def test_smoke_run_reports_every_stable_name_and_peers_as_skipped(tmp_path: Path
     ):
         assert name in doc["figures"], doc["skipped"].get(name)
     # CPU per learn beside the rate (user and system µs per operation, from the workers' rusage)
-    assert doc["figures"]["write.learn_file_1w_cpu_user_us"] > 0
+    # (reported, as numbers: a smoke run's few learns may fall within one tick of CPU accounting)
+    assert doc["figures"]["write.learn_file_1w_cpu_user_us"] >= 0
     assert doc["figures"]["write.learn_file_1w_cpu_sys_us"] >= 0
     assert doc["figures"]["write.floor_append_1w_cpu_sys_us"] >= 0
 
