@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
@@ -30,23 +29,9 @@ from memory._publisher import Publisher, holds
 from memory._results import Citation, Learned
 from memory._retire import Located, Retirer, unknown
 from memory._root import Root
+from memory._safe import regular_prefix
 from memory._syncing import scan_journal
 from staging import CodedError, failpoint
-
-
-def _regular_bytes(path: Path, limit: int) -> bytes | None:
-    """The first ``limit`` bytes of ``path`` if it is a regular file that can be read (never
-    through a link, never blocking on a FIFO), else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
@@ -55,7 +40,7 @@ def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
     finding (a power loss can tear a file whose bytes were written without fsync, and the record
     holds every byte it must hold). Anything else there (a link, a FIFO, a folder, a file that
     cannot be read) is left for ``flows check``."""
-    held = _regular_bytes(final, max(len(data) + 1, 1 << 20))
+    held = regular_prefix(final, max(len(data) + 1, 1 << 20))
     if held is None or held == data:
         return False
     try:
@@ -71,7 +56,7 @@ def _newer_there(final: Path, rec: Record) -> bool:
     """Whether ``final`` is a regular file holding a commit of the same finding that another root
     run made later than ``rec`` (the one rule, ``commit_to_publish``: across runs the newest commit
     is the one published). A resume of an older root must leave such a file as it is."""
-    held = _regular_bytes(final, 1 << 20)
+    held = regular_prefix(final, 1 << 20)
     if held is None:
         return False
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memory._errors import StoreMissing, Unreachable
 from memory._finding import scope_hash
-from memory._safe import describe, kind_of
+from memory._safe import describe, kind_of, regular_prefix
 
 LEARNED_ROOT = "flows-memory"
 JOURNAL_DIR = "flows-journal"
@@ -206,12 +206,8 @@ def _history_dbs_beside(db_path: Path) -> list[Path]:
         other = db_path.parent / name
         if not name.endswith(".db") or other == db_path:
             continue
-        try:
-            with open(other, "rb") as fh:
-                if fh.read(16) == _SQLITE_HEADER:
-                    found.append(other)
-        except OSError:
-            continue
+        if regular_prefix(other, 16) == _SQLITE_HEADER:  # never through a link, never on a FIFO
+            found.append(other)
     return found
 
 

@@ -188,3 +188,18 @@ class Folder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def regular_prefix(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """The first ``limit`` bytes of ``path`` if it is a regular file that can be read (never
+    through a link, never blocking on a FIFO), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.flows.helpers import flows
 
 GID, UID = 4242, 4243
 
@@ -67,17 +68,10 @@ def shared_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _owner(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "flows", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+def _owner(db: Path, *args: str) -> str:
+    result = flows(db, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def _store(base: Path, db_mode: int) -> tuple[Path, str]:
@@ -87,9 +81,9 @@ def _store(base: Path, db_mode: int) -> tuple[Path, str]:
     db = store / "history.db"
     db.touch()
     db.chmod(db_mode)
-    _owner("learn", "--db", str(db), "the swap fee is 0.3 percent", "--scope", "desk")
-    _owner("sync", "--db", str(db))
-    out = _owner("learn", "--db", str(db), "the gas limit is 300000", "--scope", "desk", "--json")
+    _owner(db, "learn", "the swap fee is 0.3 percent", "--scope", "desk")
+    _owner(db, "sync")
+    out = _owner(db, "learn", "the gas limit is 300000", "--scope", "desk", "--json")
     run_id = json.loads(out)["citation"]["runId"]
     for path in [store, *store.rglob("*")]:
         os.chown(path, -1, GID, follow_symlinks=False)
