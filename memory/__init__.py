@@ -10,8 +10,11 @@ import typing
 if typing.TYPE_CHECKING:
     from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
     from memory._db import SCHEMA_VERSION, HistoryDB
+    from memory._embed import Embedder, FunctionEmbedder, default_embedder, embedder_of
     from memory._errors import (
         ArgumentInvalid,
+        EmbedderFailed,
+        EmbedderUnavailable,
         FindingInvalid,
         FindingRetired,
         FindingUnknown,
@@ -56,6 +59,7 @@ if typing.TYPE_CHECKING:
     from memory._root import Root, RootRun
     from memory._session import MemorySession, SessionState
     from memory._store import MemoryStore
+    from memory._vectors import discard_vectors
 
 
 __all__ = [
@@ -70,6 +74,9 @@ __all__ = [
     "TEXT_MAX_BYTES",
     "ArgumentInvalid",
     "Citation",
+    "Embedder",
+    "EmbedderFailed",
+    "EmbedderUnavailable",
     "Explained",
     "Finding",
     "FindingInvalid",
@@ -77,6 +84,7 @@ __all__ = [
     "FindingUnknown",
     "FlowsMemoryError",
     "Forgotten",
+    "FunctionEmbedder",
     "HistoryDB",
     "HistoryEvent",
     "Learned",
@@ -100,6 +108,9 @@ __all__ = [
     "check_store",
     "check_store_location",
     "checked_commit",
+    "default_embedder",
+    "discard_vectors",
+    "embedder_of",
     "finding_id",
     "learned_dir",
     "learned_root",
@@ -120,6 +131,13 @@ __all__ = [
 _LAZY: dict[str, str] = {
     "ArgumentInvalid": "memory._errors",
     "Citation": "memory._results",
+    "Embedder": "memory._embed",
+    "EmbedderFailed": "memory._errors",
+    "EmbedderUnavailable": "memory._errors",
+    "FunctionEmbedder": "memory._embed",
+    "default_embedder": "memory._embed",
+    "discard_vectors": "memory._vectors",
+    "embedder_of": "memory._embed",
     "Explained": "memory._results",
     "Finding": "memory._finding",
     "FindingInvalid": "memory._errors",

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import journal
-from memory._errors import Unreachable, Unwritable, WrongJournal
+from memory._errors import FlowsMemoryError, Unreachable, Unwritable, WrongJournal
 from memory._files import is_learned_name, parse_learned, parse_retired
 from memory._finding import (
     RETIRE_STREAM,
@@ -480,6 +480,39 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     return ctx
 
 
+def _vector_problems(ctx: _Context) -> None:
+    """Stored vectors of anything but the live findings, malformed vectors, and a vectors file that
+    cannot be read. Skipped when the live findings cannot be listed (that damage is reported)."""
+    from memory._vectors import vector_problems, vectors_path
+
+    if not os.path.lexists(vectors_path(ctx.store.db_path)):
+        return
+    try:
+        live = {e.key for e in ctx.store.recall(limit=None)}
+    except FlowsMemoryError:
+        return
+    problems, damaged = vector_problems(ctx.store.db_path, live)
+    where = str(vectors_path(ctx.store.db_path))
+    if damaged is not None:
+        ctx.problems.append(
+            Problem(
+                "vectors_damaged", where, damaged, "delete it (vectors are derived again when needed)", True
+            )
+        )
+    for p in problems:
+        ctx.problems.append(
+            Problem(
+                "vector_stale",
+                where,
+                f"the vector of {p.key} (embedder {p.model}) is {p.what}"
+                if p.what.startswith("not ")
+                else f"a vector is kept for {p.key} (embedder {p.model}), and {p.what}",
+                "delete it (a live finding's vector is derived again when needed)",
+                True,
+            )
+        )
+
+
 def _stage_dirs(ctx: _Context) -> list[Path]:
     """The folders stages are made in: each scope's learned-file folder and each run's folder of a
     file journal, none of them a link (a linked folder's stages are not the store's to sweep)."""
@@ -552,7 +585,7 @@ def check_store(
             error).
         Unreachable: a folder of the store cannot be listed.
     """
-    phases, done = 7, 0
+    phases, done = 8, 0
 
     def tick() -> None:
         nonlocal done
@@ -564,6 +597,8 @@ def check_store(
     _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
     tick()
     _sail_problems(ctx, [Path(d) for d in sail_dirs])
+    tick()
+    _vector_problems(ctx)
     tick()
     return ctx.problems
 
@@ -609,8 +644,12 @@ def repair_store(
             ) from exc
         actions.append(f"quarantined {path} to {target}")
 
+    problems = list(problems)
+    vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
+    if vectors:
+        actions += _repair_vectors(ctx)
     for problem in problems:
-        if not problem.repairable:
+        if not problem.repairable or problem in vectors:
             continue
         path = Path(problem.path)
         if problem.kind == "stage_stale":
@@ -627,6 +666,27 @@ def repair_store(
                 actions.append(f"republished {path} from record {record.id} of root run {record.run_id}")
             elif os.path.lexists(path):
                 move_aside(path)
+    return actions
+
+
+def _repair_vectors(ctx: _Context) -> list[str]:
+    """Delete the vectors ``_vector_problems`` finds now (the file when it is damaged), and derive the
+    live findings' vectors again when the store has an embedder."""
+    from memory._vectors import repair_vectors, vector_problems, vectors_path
+
+    live = {e.key for e in ctx.store.recall(limit=None)}
+    problems, damaged = vector_problems(ctx.store.db_path, live)
+    where = vectors_path(ctx.store.db_path)
+    actions = []
+    if damaged is not None:
+        repair_vectors(ctx.store.db_path, [], True)
+        actions.append(f"deleted the damaged vectors file {where}")
+    elif problems:
+        gone = repair_vectors(ctx.store.db_path, problems, False)
+        actions.append(f"deleted {gone} vector(s) of findings that are not live from {where}")
+    if ctx.store.embedder is not None:
+        made = ctx.store.derive_vectors(again=True)
+        actions.append(f"derived the vectors of {made} live finding(s) with {ctx.store.embedder.name}")
     return actions
 
 

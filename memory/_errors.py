@@ -14,6 +14,10 @@ unchanged. The tree::
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
     ├── Unwritable                memory_unwritable: staging or publishing the learned file failed
     ├── Unreachable               memory_unreachable: a learned file or the history DB cannot be read
+    ├── EmbedderUnavailable       memory_embedder_unavailable: a search by meaning was asked for and no
+    │                             embedder can be loaded (the ``semantic`` extra is not installed)
+    ├── EmbedderFailed            memory_embedder_failed: the embedder raised, or returned what is not
+    │                             one finite vector of its ``dims`` per text
     └── WrongJournal              memory_wrong_journal: repair refused: the journal holds none of the
                                   runs the store cites
 """
@@ -111,6 +115,21 @@ class Unreachable(FlowsMemoryError):
     """A learned file (or the history DB) could not be read or has the wrong shape."""
 
     code = "memory_unreachable"
+
+
+class EmbedderUnavailable(FlowsMemoryError):
+    """A search by meaning (``mode="semantic"`` or ``"hybrid"``, ``--mode``, an embedder named in
+    ``FLOWS_EMBEDDER``) needs an embedder that cannot be loaded: the ``semantic`` extra is not
+    installed, or a named embedder cannot be imported. Nothing was read."""
+
+    code = "memory_embedder_unavailable"
+
+
+class EmbedderFailed(FlowsMemoryError):
+    """The embedder raised, or returned something other than one finite vector of its ``dims`` per
+    text (the message says which). The question was not answered; no vector was stored."""
+
+    code = "memory_embedder_failed"
 
 
 class StoreMissing(FlowsMemoryError):

@@ -90,11 +90,17 @@ class Recalled:
 
 @dataclass(frozen=True)
 class Explained:
-    """An answer of ``why``: a finding, how well it matched, and which words matched."""
+    """An answer of ``why``: a finding, how well it matched, which words matched, and why it matched:
+    ``matched_by`` is ``words`` (the question's words), ``meaning`` (its vector's similarity) or
+    ``both``; ``similarity`` is the cosine similarity when meaning was asked (None otherwise).
+    ``score`` orders answers within one call only: a count of weighted words (keyword), the
+    similarity (semantic) or a reciprocal-rank fusion of the two (hybrid)."""
 
     finding: Recalled
     score: float
     matched: tuple[str, ...]
+    matched_by: str = "words"
+    similarity: float | None = None
 
     # One shape for recall and why: an answer reads like the finding it holds (``answer.text`` as
     # ``recalled.text``), with ``score`` and ``matched`` besides; ``finding`` stays for old callers.
@@ -167,7 +173,13 @@ class Explained:
     def as_json(self) -> dict[str, Any]:
         """The finding's JSON (``recall``'s shape, the same top-level fields) with ``score`` and
         ``matched`` added."""
-        return {**self.finding.as_json(), "score": self.score, "matched": list(self.matched)}
+        return {
+            **self.finding.as_json(),
+            "score": self.score,
+            "matched": list(self.matched),
+            "matchedBy": self.matched_by,
+            "similarity": self.similarity,
+        }
 
 
 @dataclass(frozen=True)

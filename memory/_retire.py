@@ -97,6 +97,10 @@ def unknown(key: str, what: str = "key") -> FindingUnknown:
     )
 
 
+def _nothing(keys: list[str]) -> None:
+    return None
+
+
 class Retirer:
     """Forgets and supersedes findings of the store whose files ``publisher`` places, and reads
     their history from the journal ``open_journal`` returns."""
@@ -116,6 +120,8 @@ class Retirer:
         # the keys it forgot or superseded (committed or answered): what ``before_attempt`` asks
         self._attempts: dict[tuple[str, int], tuple[list[int | None], set[str]]] = {}
         self._attempts_lock = threading.Lock()
+        # told the keys each settled retirement took out of reads (the store drops their vectors)
+        self.on_retired: Callable[[list[str]], None] = _nothing
 
     # -- attempts of a root run ----------------------------------------------------------------
 
@@ -226,6 +232,7 @@ class Retirer:
         pub = self._publisher
         pub.place(pub.retired_dir(scope) / f"{key}.json", render_retirement(record), record.run_id)
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
+        self.on_retired([key])
 
     def publish_missing(self, records: Iterable[Record]) -> int:
         """Settle each retirement in ``records`` whose retired file is missing; returns how many.

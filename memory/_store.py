@@ -23,6 +23,7 @@ import journal
 from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
+from memory._embed import Embedder, checked_embedder
 from memory._errors import Unreachable, Unwritable
 from memory._finding import (
     RETIRE_STREAM,
@@ -92,7 +93,9 @@ class MemoryStore:
         file_index: bool = True,
         read_only: bool = False,
         recover: bool | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
+        self.embedder = None if embedder is None else checked_embedder(embedder)
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
         self.read_only = read_only
@@ -106,7 +109,10 @@ class MemoryStore:
         self._citations = Citations(self.open_journal)
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock)
         self._learner = Learner(self._publisher, self._retirer, clock)
-        self._search = Search(self._db, self._publisher, clock, self._citations, file_index=file_index)
+        self._search = Search(
+            self._db, self._publisher, clock, self._citations, file_index=file_index, embedder=self.embedder
+        )
+        self._retirer.on_retired = self._search.discard_vectors
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
@@ -154,6 +160,7 @@ class MemoryStore:
         except Unwritable as exc:
             log.warning("closing the store: %s", exc)
         self._db.close()
+        self._search.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None
@@ -412,19 +419,38 @@ class MemoryStore:
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        mode: str | None = None,
     ) -> list[Explained]:
-        """Live findings whose text, tags or source share words with ``subject``, best match first.
+        """Live findings that answer ``subject``, best first.
 
-        Findings matching more of the subject's words come first; among equals, a word matching a
-        tag or the source weighs more than one in the text; remaining ties go to the newest.
-        ``tags`` and ``meta`` filter as in ``recall``. Each answer carries the finding's citation,
-        flow and commit time.
+        ``mode`` says how they match: ``keyword`` (the subject's words, stemmed: findings matching
+        more of them first; a word in a tag or the source weighs more than one in the text; ties go
+        to the newest), ``semantic`` (the cosine similarity of the subject's vector and each
+        finding's, from the store's ``embedder``), or ``hybrid`` (both rankings fused by reciprocal
+        rank). The default is ``hybrid`` when the store has an embedder, ``keyword`` otherwise.
+        ``scope``, ``tags``, ``meta``, ``source`` and ``before_ms`` filter as in ``recall``, before
+        anything is ranked. Each answer carries the finding's citation, flow and commit time, and
+        says whether it matched by words, by meaning or both.
 
         Raises:
-            ArgumentInvalid: a filter has the wrong type.
+            ArgumentInvalid: a filter or the mode is malformed.
+            EmbedderUnavailable: ``semantic`` or ``hybrid`` was asked of a store with no embedder.
+            EmbedderFailed: the embedder raised or returned malformed vectors.
             Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
-        return self._read(self._search.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
+        return self._read(
+            self._search.why,
+            subject,
+            limit=limit,
+            scope=scope,
+            tags=tags,
+            meta=meta,
+            source=source,
+            before_ms=before_ms,
+            mode=mode,
+        )
 
     async def awhy(
         self,
@@ -434,10 +460,34 @@ class MemoryStore:
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        mode: str | None = None,
     ) -> list[Explained]:
         """``why`` off the event loop (the same arguments, the same errors)."""
-        call = partial(self.why, subject, limit=limit, scope=scope, tags=tags, meta=meta)
+        call = partial(
+            self.why,
+            subject,
+            limit=limit,
+            scope=scope,
+            tags=tags,
+            meta=meta,
+            source=source,
+            before_ms=before_ms,
+            mode=mode,
+        )
         return await self._off_loop(call)
+
+    def derive_vectors(self, scope: str | None = None, *, again: bool = False) -> int:
+        """Compute and keep the vectors of every live finding (of ``scope``) that has none for the
+        store's embedder, ahead of the first search by meaning; returns how many findings are live.
+        ``again`` first drops the vectors this process remembers (after the file was repaired).
+
+        Raises:
+            EmbedderUnavailable: the store has no embedder.
+            EmbedderFailed: the embedder raised or returned malformed vectors.
+        """
+        return self._read(self._search.derive_vectors, scope, again=again)
 
     def get(self, key: str) -> Recalled | None:
         """The live finding whose key is ``key`` (from the DB, else its unsynced file), or None

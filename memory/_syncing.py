@@ -205,6 +205,8 @@ class Syncer:
         fresh = [r for r in retired if r.key not in known]
         for i in range(0, len(fresh), SYNC_BATCH):
             self._db.retire(fresh[i : i + SYNC_BATCH], self._clock())
+        if fresh:
+            self._retirer.on_retired([r.key for r in fresh])
         gone = known | {r.key for r in retired}
         files = self._files()
         ingested = dropped = 0

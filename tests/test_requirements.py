@@ -28,6 +28,8 @@ GROUPS: dict[str, str] = {
     "journal/_postgres.py": "postgres",
     "staging": "core",
     "memory": "core",
+    "memory/_vectors.py": "semantic",
+    "memory/_embed.py": "semantic",
     "memory/cli.py": "completion",  # argcomplete, imported only when tab completion asks
     "flows": "core",
     "flows/_web_cli.py": "web",  # uvicorn, imported only by `flows serve`

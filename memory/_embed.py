@@ -1,0 +1,243 @@
+"""Embedders: what turns a finding's text (and a question) into a vector, for ``why`` by meaning.
+
+An embedder is any object with a stable ``name`` (model and version: vectors are stored under it, so
+a new name means new vectors), ``dims`` and ``embed(texts) -> one vector per text``. ``embedder_of``
+wraps a plain function; ``default_embedder`` loads the offline default (WordLlama's 256-dimension
+weights, shipped in its wheel, loaded from the package's own folder with no network).
+
+Nothing here imports a model or numpy until an embedder is built: ``import memory`` and a keyword
+``why`` never load them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from memory._errors import ArgumentInvalid, EmbedderFailed, EmbedderUnavailable
+
+EMBED_TEXT_MAX = 8192
+"""Characters of a text the default embedder reads (a finding's text is at most 64 KiB; the model
+averages its tokens, so the first 8,192 characters carry what a longer text means)."""
+
+ENV = "FLOWS_EMBEDDER"
+"""The environment variable that names the CLI's and the MCP server's embedder: ``default`` (the
+offline default), ``none`` (keyword only), or ``module:attribute`` (an embedder, or a function that
+returns one)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What ``MemoryStore(embedder=...)`` takes.
+
+    ``name`` must change whenever the vectors would (another model, version or dimension): vectors
+    are kept under it and never mixed across names. ``embed`` gets a batch of texts and returns one
+    vector of ``dims`` floats per text, in order (a numpy array or lists of floats).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dims(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Any: ...
+
+
+class FunctionEmbedder:
+    """An ``Embedder`` made of a function from a list of texts to a list of vectors."""
+
+    def __init__(self, fn: Callable[[list[str]], Any], *, name: str, dims: int) -> None:
+        if not callable(fn):
+            raise ArgumentInvalid(f"an embedder function must be callable, not {fn!r:.80}")
+        check_shape(name, dims)
+        self._fn = fn
+        self.name = name
+        self.dims = dims
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return self._fn(list(texts))
+
+    def __repr__(self) -> str:
+        return f"FunctionEmbedder(name={self.name!r}, dims={self.dims})"
+
+
+def embedder_of(fn: Callable[[list[str]], Any], *, name: str, dims: int) -> Embedder:
+    """An embedder from a function of a list of texts (``name``: a stable name of the model and its
+    version; ``dims``: the length of each vector)."""
+    return FunctionEmbedder(fn, name=name, dims=dims)
+
+
+def check_shape(name: object, dims: object) -> None:
+    """Refuse an embedder whose ``name`` or ``dims`` cannot key stored vectors."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
+        raise ArgumentInvalid(f"an embedder's name must be 1-200 printable characters, not {name!r:.80}")
+    if type(dims) is not int or not 1 <= dims <= 8192:
+        raise ArgumentInvalid(f"an embedder's dims must be an int from 1 to 8192, not {dims!r:.80}")
+
+
+def checked_embedder(embedder: object) -> Embedder:
+    """``embedder`` if it has an ``Embedder``'s shape, else ``ArgumentInvalid`` saying what is missing."""
+    if not isinstance(embedder, Embedder):
+        raise ArgumentInvalid(
+            f"embedder must have name, dims and embed(texts) (see memory.Embedder), not {embedder!r:.80}"
+        )
+    check_shape(embedder.name, embedder.dims)
+    return embedder
+
+
+class WordLlamaEmbedder:
+    """The offline default: WordLlama's ``l2_supercat`` token embeddings at 256 dimensions, averaged
+    over a text's tokens and scaled to unit length. The weights (MIT licence) and the tokenizer ship
+    in the ``wordllama`` wheel and are read from its folder with ``safetensors`` and ``tokenizers``;
+    the ``wordllama`` package itself is never imported (it imports an HTTP client, and its loader
+    looks for the tokenizer in another folder and then tries a download), so nothing is downloaded
+    and no socket is opened. The pooling is the model's own: the mean of the tokens' rows."""
+
+    dims = 256
+
+    def __init__(self) -> None:
+        import importlib.util
+
+        try:
+            import numpy as np
+            from safetensors import safe_open
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbedderUnavailable(
+                f"the default embedder needs the semantic extra ({exc}); install it with "
+                "pip install 'flows-memory[semantic]', or pass your own embedder"
+            ) from exc
+        spec = importlib.util.find_spec("wordllama")  # where it is, without running its code
+        if spec is None or not spec.submodule_search_locations:
+            raise EmbedderUnavailable(
+                "the default embedder's weights come with the wordllama package, which is not "
+                "installed: pip install 'flows-memory[semantic]', or pass your own embedder"
+            )
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        weights = folder / "weights" / "l2_supercat_256.safetensors"
+        tokens = folder / "tokenizers" / "l2_supercat_tokenizer_config.json"
+        for path in (weights, tokens):
+            if not path.is_file():
+                raise EmbedderUnavailable(
+                    f"the wordllama package has no {path.name} in {path.parent}; reinstall it "
+                    "(pip install --force-reinstall 'flows-memory[semantic]')",
+                    path=path,
+                )
+        try:
+            tokenizer = Tokenizer.from_file(str(tokens))
+            with safe_open(str(weights), framework="np", device="cpu") as f:
+                table = f.get_tensor("embedding.weight")
+        except Exception as exc:  # a damaged wheel: say so, never fall back to a download
+            raise EmbedderUnavailable(f"cannot load the default embedder: {exc}", path=weights) from exc
+        if table.ndim != 2 or table.shape[1] != self.dims:
+            raise EmbedderUnavailable(
+                f"{weights.name} holds a {table.shape} table, not (n, 256)", path=weights
+            )
+        self._np = np
+        self._table = np.ascontiguousarray(table, dtype=np.float32)
+        self._tokenizer = tokenizer
+        self.name = f"wordllama-l2_supercat-256@{_dist_version('wordllama')}"
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        np = self._np
+        clipped = [t[:EMBED_TEXT_MAX] for t in texts]
+        out = np.zeros((len(clipped), self.dims), dtype=np.float32)
+        last = self._table.shape[0] - 1
+        for i, encoding in enumerate(self._tokenizer.encode_batch(clipped, add_special_tokens=False)):
+            ids = np.clip(np.asarray(encoding.ids, dtype=np.int64), 0, last)
+            if ids.size:
+                out[i] = self._table[ids].mean(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+    def __repr__(self) -> str:
+        return f"WordLlamaEmbedder(name={self.name!r})"
+
+
+def _dist_version(name: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_DEFAULT: list[WordLlamaEmbedder] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_embedder() -> Embedder:
+    """The offline default embedder (loaded once per process, about 0.4 s and 16 MB).
+
+    Raises:
+        EmbedderUnavailable: the ``semantic`` extra is not installed or its weights are missing.
+    """
+    with _DEFAULT_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(WordLlamaEmbedder())
+        return _DEFAULT[0]
+
+
+def embedder_named(spec: str | None) -> Embedder | None:
+    """The embedder a configuration names (``FLOWS_EMBEDDER``, ``--embedder``): None for ``none`` or
+    nothing, the default for ``default``, else ``module:attribute`` (an embedder, or a function
+    of no arguments returning one)."""
+    spec = (spec or "").strip()
+    if not spec or spec == "none":
+        return None
+    if spec == "default":
+        return default_embedder()
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ArgumentInvalid(
+            f"an embedder is named 'default', 'none' or 'module:attribute', not {spec!r:.80} "
+            f"(from --embedder or {ENV})"
+        )
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise EmbedderUnavailable(f"cannot load the embedder {spec!r}: {exc}") from exc
+    if not isinstance(found, Embedder) and callable(found):
+        found = found()
+    return checked_embedder(found)
+
+
+def embedder_from_env() -> Embedder | None:
+    """The embedder ``FLOWS_EMBEDDER`` names (None when unset or ``none``)."""
+    return embedder_named(os.environ.get(ENV))
+
+
+def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
+    """``embedder.embed(texts)`` as a float32 array of shape (len(texts), dims), each row of unit
+    length (a zero vector stays zero); ``EmbedderFailed`` when it raises or returns another shape,
+    a non-number, or a non-finite value."""
+    import numpy as np
+
+    try:
+        raw = embedder.embed(list(texts))
+    except EmbedderFailed:
+        raise
+    except Exception as exc:
+        raise EmbedderFailed(f"the embedder {embedder.name!r} raised {type(exc).__name__}: {exc}") from exc
+    try:
+        out = np.asarray(raw, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbedderFailed(f"the embedder {embedder.name!r} returned what is not numbers: {exc}") from exc
+    want = (len(texts), embedder.dims)
+    if out.shape != want:
+        raise EmbedderFailed(
+            f"the embedder {embedder.name!r} returned shape {out.shape} for {len(texts)} texts; "
+            f"{want} was expected (one vector of its dims per text)"
+        )
+    if not bool(np.isfinite(out).all()):
+        raise EmbedderFailed(f"the embedder {embedder.name!r} returned a NaN or infinite value")
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)

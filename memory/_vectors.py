@@ -1,0 +1,323 @@
+"""Vectors: derived state that lets ``why`` find a finding by meaning, never a source of truth.
+
+A finding's vector is computed from its text and tags the first time a search by meaning needs it,
+and kept in ``<db-dir>/flows-cache/vectors.sqlite3`` under the finding's key and the embedder's
+name (a key's content never changes, so its vector never goes stale; another embedder has its own
+rows). A search ranks only the live findings the read would return (``Search`` hands them in), so
+a vector of a forgotten, superseded, expired or unknown key is never returned, whatever the file
+holds. ``forget`` and ``sync`` delete the vectors of what they retire; ``flows check`` reports
+vectors of anything but the live findings and ``--repair`` deletes them (they are derived again on
+the next search). Losing the file loses nothing: it is rebuilt as needed.
+
+Vectors are stored as little-endian float16 of unit length (half the bytes of float32; a cosine
+over them differs by well under 0.01). Each host derives its own from the findings it reads, so a
+shared PostgreSQL journal needs no vector extension.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sqlite3
+import stat
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memory._embed import Embedder, checked_vectors
+from memory._filecache import cache_dir
+from memory._results import Recalled
+
+if TYPE_CHECKING:  # numpy is imported when a VectorIndex is made (the semantic extra)
+    import numpy as np
+
+VECTORS_FILE = "vectors.sqlite3"
+RECIPE = "text+tags/1"
+"""What a finding's vector is made of (its text, then its tags on a line); part of the stored
+model name, so a change of recipe derives new vectors."""
+
+BATCH = 256
+_MEMORY_MAX = 250_000  # vectors remembered in-process (float16: 128 MB at 256 dims) before a reset
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS vectors (
+    model TEXT NOT NULL,
+    key   TEXT NOT NULL,
+    vec   BLOB NOT NULL,
+    PRIMARY KEY (model, key)
+) WITHOUT ROWID
+"""
+
+
+def vectors_path(db_path: Path) -> Path:
+    """Where a store's vectors live: ``<db-dir>/flows-cache/vectors.sqlite3``."""
+    return cache_dir(db_path) / VECTORS_FILE
+
+
+def embed_text(finding: Recalled) -> str:
+    """What a finding's vector is computed from: its text, and its tags on a second line."""
+    return finding.text + ("\n" + " ".join(finding.tags) if finding.tags else "")
+
+
+def model_of(embedder: Embedder) -> str:
+    """The name vectors are stored under: the embedder's name and the recipe of what it read."""
+    return f"{embedder.name}#{RECIPE}"
+
+
+def _decode(blob: object, dims: int) -> np.ndarray | None:
+    """A stored vector as float16, or None when it is not ``dims`` finite float16 values."""
+    import numpy as np
+
+    if not isinstance(blob, bytes) or len(blob) != 2 * dims:
+        return None
+    row = np.frombuffer(blob, dtype="<f2")
+    if not bool(np.isfinite(row).all()):
+        return None
+    return row
+
+
+def _is_vector(blob: object) -> bool:
+    """Whether ``blob`` is a non-empty run of finite little-endian float16 values (numpy not needed)."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 2:
+        return False
+    return all(math.isfinite(x) for x in struct.unpack(f"<{len(blob) // 2}e", blob))
+
+
+def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
+    """The vectors file, opened (and made, with its private folder, when ``create``); None when it
+    is not there to read, or is not a regular file in a real folder (a link is never followed)."""
+    folder = path.parent
+    try:
+        if create:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return None
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+    except OSError:
+        return None
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            return None
+    try:
+        if create:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+        conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA secure_delete = ON")  # a deleted vector's bytes are overwritten
+        conn.execute(_SCHEMA)
+        return conn
+    except (OSError, sqlite3.Error):
+        return None
+
+
+class VectorIndex:
+    """The vectors of one store for one embedder: remembered in-process, kept in the vectors file
+    when it can be written (a reader without write access derives them in memory only)."""
+
+    def __init__(self, db_path: Path, embedder: Embedder) -> None:
+        import numpy
+
+        self._np = numpy
+        self.embedder = embedder
+        self.model = model_of(embedder)
+        self._path = vectors_path(db_path)
+        self._dims = embedder.dims
+        self._mem: dict[str, np.ndarray] = {}
+        self._conn: sqlite3.Connection | None = None
+        self._opened = False
+        self._lock = threading.RLock()
+
+    def _db(self) -> sqlite3.Connection | None:
+        if not self._opened:
+            self._opened = True
+            self._conn = _connect(self._path, create=True)
+        return self._conn
+
+    def _stored(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of ``keys`` (a damaged one is left out: it is derived again)."""
+        conn = self._db()
+        found: dict[str, np.ndarray] = {}
+        if conn is None:
+            return found
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                for key, blob in conn.execute(
+                    f"SELECT key, vec FROM vectors WHERE model = ? AND key IN ({marks})", [self.model, *chunk]
+                ):
+                    row = _decode(blob, self._dims)
+                    if row is not None:
+                        found[key] = row
+        except sqlite3.Error:
+            self._give_up()
+        return found
+
+    def _store(self, rows: Sequence[tuple[str, np.ndarray]]) -> None:
+        conn = self._db()
+        if conn is None or not rows:
+            return
+        try:
+            with conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(
+                    "INSERT OR REPLACE INTO vectors (model, key, vec) VALUES (?, ?, ?)",
+                    [(self.model, k, v.astype("<f2").tobytes()) for k, v in rows],
+                )
+        except sqlite3.Error:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """The vectors file cannot be used (damaged, read-only, full): go on in memory only.
+        ``flows check`` reports the file and ``--repair`` replaces it."""
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+
+    def vectors(self, findings: Sequence[Recalled]) -> np.ndarray:
+        """One unit vector per finding (float32, shape (n, dims)), derived where none is kept."""
+        with self._lock:
+            mem = self._mem
+            missing = [f for f in findings if f.key not in mem]
+            if missing:
+                if len(mem) + len(missing) > _MEMORY_MAX:
+                    mem.clear()
+                    missing = list(findings)
+                mem.update(self._stored([f.key for f in missing]))
+                todo = [f for f in missing if f.key not in mem]
+                for i in range(0, len(todo), BATCH):
+                    chunk = todo[i : i + BATCH]
+                    made = checked_vectors(self.embedder, [embed_text(f) for f in chunk])
+                    rows = [(f.key, made[j].astype(self._np.float16)) for j, f in enumerate(chunk)]
+                    self._store(rows)
+                    mem.update(rows)
+            if not findings:
+                return self._np.zeros((0, self._dims), dtype=self._np.float32)
+            return self._np.stack([mem[f.key] for f in findings]).astype(self._np.float32)
+
+    def rank(self, question: str, findings: Sequence[Recalled]) -> list[tuple[Recalled, float]]:
+        """``findings`` with their cosine similarity to ``question``, most similar first (ties: newest)."""
+        if not findings:
+            return []
+        q = checked_vectors(self.embedder, [question])[0]
+        sims = self.vectors(findings) @ q
+        order = sorted(range(len(findings)), key=lambda i: (-float(sims[i]), -findings[i].learned_ms))
+        return [(findings[i], float(sims[i])) for i in order]
+
+    def discard(self, keys: Iterable[str]) -> int:
+        """Forget the vectors of ``keys`` here and in the vectors file (every embedder's)."""
+        keys = list(keys)
+        with self._lock:
+            for k in keys:
+                self._mem.pop(k, None)
+            conn = self._db()
+        return _delete(conn, keys) if conn is not None else 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._give_up()
+            self._mem.clear()
+
+
+def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> int:
+    gone = 0
+    try:
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                gone += conn.execute(f"DELETE FROM vectors WHERE key IN ({marks})", chunk).rowcount
+        if gone:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
+    except sqlite3.Error:
+        return gone
+    return gone
+
+
+def discard_vectors(db_path: str | os.PathLike[str], keys: Iterable[str]) -> int:
+    """Delete the stored vectors of ``keys`` (every embedder's) from a store's vectors file, their
+    bytes overwritten; the number of rows deleted (0 when there is no file)."""
+    keys = list(keys)
+    conn = _connect(vectors_path(Path(db_path)), create=False) if keys else None
+    if conn is None:
+        return 0
+    try:
+        return _delete(conn, keys)
+    finally:
+        conn.close()
+
+
+_NOT_LIVE = "its finding is not live (forgotten, superseded, expired or unknown)"
+
+
+@dataclass(frozen=True)
+class VectorProblem:
+    """A row of the vectors file that is not the vector of a live finding, or not a vector."""
+
+    model: str
+    key: str
+    what: str
+
+
+def vector_problems(db_path: Path, live: set[str]) -> tuple[list[VectorProblem], str | None]:
+    """Every stored vector whose key is not a live finding, or whose bytes are not a finite vector
+    of the size the model's other rows have; and a reason when the file cannot be read at all."""
+    path = vectors_path(db_path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], f"cannot look at {path}: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return [], f"{path} is not a regular file"
+    conn = _connect(path, create=False)
+    if conn is None:
+        return [], f"cannot open {path}"
+    problems: list[VectorProblem] = []
+    sizes: dict[str, int] = {}
+    try:
+        for model, key, blob in conn.execute("SELECT model, key, vec FROM vectors ORDER BY model, key"):
+            size = len(blob) if isinstance(blob, bytes) else -1
+            want = sizes.setdefault(model, size)
+            if size != want or not _is_vector(blob):
+                problems.append(VectorProblem(model, key, "not a finite vector of its model's size"))
+            elif key not in live:
+                problems.append(VectorProblem(model, key, _NOT_LIVE))
+    except sqlite3.Error as exc:
+        return problems, f"{path} is damaged: {exc}"
+    finally:
+        conn.close()
+    return problems, None
+
+
+def repair_vectors(db_path: Path, problems: Sequence[VectorProblem], damaged: bool) -> int:
+    """Delete the rows ``vector_problems`` found (the whole file when it is damaged); they are
+    derived again on the next search by meaning. The number of rows (or 1 for the file) removed."""
+    path = vectors_path(db_path)
+    if damaged:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        return 1
+    conn = _connect(path, create=False)
+    if conn is None or not problems:
+        return 0
+    try:
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            for p in problems:
+                conn.execute("DELETE FROM vectors WHERE model = ? AND key = ?", (p.model, p.key))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return len(problems)
+    finally:
+        conn.close()

@@ -1,0 +1,396 @@
+"""``why`` by meaning: the embedder interface, the offline default, derived vectors that never
+outlive their findings, and hybrid ranking with every filter applied first."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory
+from memory._vectors import vectors_path
+from tests.memory.conftest import Clock
+
+REPO = Path(__file__).resolve().parents[2]
+
+ALLERGY = "The user is allergic to peanuts"
+FINDINGS = [
+    ALLERGY,
+    "The user lives in Berlin",
+    "Deploys happen on Fridays after the standup",
+    "The billing service retries a failed charge three times",
+]
+
+
+@pytest.fixture(scope="module")
+def default() -> memory.Embedder:
+    return memory.default_embedder()
+
+
+class Toy:
+    """A deterministic embedder: each text's bytes hashed into ``dims`` buckets (words that are the
+    same land together); it counts its calls and the texts it was given."""
+
+    def __init__(self, name: str = "toy@1", dims: int = 32) -> None:
+        self.name = name
+        self.dims = dims
+        self.seen: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.seen.extend(texts)
+        out = []
+        for t in texts:
+            v = [0.0] * self.dims
+            for w in t.lower().split():
+                v[zlib.crc32(w.encode()) % self.dims] += 1.0
+            out.append(v)
+        return out
+
+
+def _store(db: Path, embedder: Any, clock: Clock | None = None) -> memory.MemoryStore:
+    return memory.MemoryStore(db, embedder=embedder, clock=clock or Clock())
+
+
+@pytest.fixture
+def semantic(db: Path, default: memory.Embedder) -> Iterator[memory.MemoryStore]:
+    with _store(db, default) as s:
+        with s.session(scope="u") as session:
+            for text in FINDINGS:
+                session.learn({"text": text})
+        yield s
+
+
+def _keys(answers: Sequence[memory.Explained]) -> list[str]:
+    return [a.text for a in answers]
+
+
+# -- finding by meaning ---------------------------------------------------------------------------
+
+
+def test_a_paraphrase_finds_the_finding_by_meaning_where_words_find_nothing(semantic: memory.MemoryStore) -> None:
+    assert semantic.why("nuts", mode="keyword") == []
+    assert _keys(semantic.why("nuts", limit=1)) == [ALLERGY]
+    assert _keys(semantic.why("does alice have any allergies?", limit=1)) == [ALLERGY]
+    assert _keys(semantic.why("what food should I avoid for this user?", limit=1)) == [ALLERGY]
+    top = semantic.why("what food should I avoid for this user?", limit=1)[0]
+    assert top.matched_by == "both" and top.matched == ("user",) and top.similarity is not None
+    assert top.citation.run_id and top.as_json()["matchedBy"] == "both"
+
+
+def test_each_answer_says_whether_words_meaning_or_both_matched(semantic: memory.MemoryStore) -> None:
+    by_meaning = semantic.why("nuts", limit=1, mode="semantic")[0]
+    assert (by_meaning.text, by_meaning.matched_by, by_meaning.matched) == (ALLERGY, "meaning", ())
+    assert by_meaning.score == by_meaning.similarity
+    by_words = semantic.why("standup", mode="keyword")[0]
+    assert (by_words.matched_by, by_words.similarity) == ("words", None)
+
+
+def test_the_default_mode_is_hybrid_with_an_embedder_and_keyword_without(db: Path) -> None:
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "alpha beta"})
+        assert s.why("alpha")[0].similarity is not None  # hybrid: similarity is reported
+    with memory.MemoryStore(db) as s:
+        assert s.embedder is None
+        assert s.why("alpha")[0].similarity is None
+        for mode in ("semantic", "hybrid"):
+            with pytest.raises(memory.EmbedderUnavailable) as err:
+                s.why("alpha", mode=mode)
+            assert err.value.code == "memory_embedder_unavailable" and "embedder=" in str(err.value)
+        with pytest.raises(memory.ArgumentInvalid):
+            s.why("alpha", mode="fuzzy")
+
+
+def test_filters_apply_before_ranking_on_rows_and_unsynced_files(db: Path) -> None:
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="a", source="cli") as a:
+            a.learn({"text": "red apple pie", "tags": ["food"], "metadata": {"user": "bo"}})
+        with s.session(scope="a", source="web") as a:
+            a.learn({"text": "apple", "tags": ["fruit"], "metadata": {"user": "al"}})
+        with s.session(scope="b") as b:
+            b.learn({"text": "apple"})
+        for synced in (False, True):
+            if synced:
+                s.sync()
+            assert _keys(s.why("apple", mode="semantic", scope="b")) == ["apple"]
+            assert _keys(s.why("apple", mode="semantic", scope="a", tags=["food"])) == ["red apple pie"]
+            assert _keys(s.why("apple", mode="semantic", meta={"user": "bo"})) == ["red apple pie"]
+            assert _keys(s.why("apple", mode="hybrid", source="cli")) == ["red apple pie"]
+            first = s.recall(scope="a", source="cli")[0].learned_ms
+            assert _keys(s.why("apple", mode="semantic", scope="a", before_ms=first + 1)) == ["red apple pie"]
+            assert {a.synced for a in s.why("apple", mode="semantic")} == {synced}
+
+
+# -- vectors are derived, never truth --------------------------------------------------------------
+
+
+def _vector_rows(db: Path) -> list[tuple[str, str]]:
+    path = vectors_path(db)
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as conn:
+        return sorted(conn.execute("SELECT model, key FROM vectors"))
+
+
+def test_forgotten_superseded_and_expired_findings_are_never_returned_and_forget_drops_the_vector(
+    db: Path,
+) -> None:
+    toy = Toy()
+    clock = Clock()
+    with _store(db, toy, clock) as s:
+        with s.session(scope="u") as session:
+            gone = session.learn({"text": "secret plan"}).key
+            old = session.learn({"text": "plan old"}).key
+            new = session.learn({"text": "plan new"}, supersedes=old).key
+            soon = session.learn({"text": "plan soon", "expiresMs": clock.now + 10_000}).key
+            s.derive_vectors()
+            assert {k for _, k in _vector_rows(db)} == {gone, new, soon}  # old retired before any search
+            session.forget(gone, reason="asked")
+        assert gone not in {k for _, k in _vector_rows(db)}
+        clock.now += 100_000  # ``soon`` has expired
+        for mode in ("semantic", "hybrid"):
+            assert [a.key for a in s.why("secret plan", mode=mode, limit=50)] == [new]
+
+
+def test_a_crafted_vector_cannot_bring_back_a_dead_finding(db: Path) -> None:
+    """A vector row planted for a forgotten key (and the question's own vector planted for it) ranks
+    nothing: only live findings are ever scored."""
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            dead = session.learn({"text": "zebra"}).key
+            session.learn({"text": "lion"})
+            s.derive_vectors()
+            session.forget(dead, reason="asked")
+        s.sync()
+        model = f"{toy.name}#text+tags/1"
+        question = memory.embedder_of(toy.embed, name="q", dims=toy.dims).embed(["zebra"])[0]
+        blob = memory._embed.checked_vectors(toy, ["zebra"])[0].astype("<f2").tobytes()
+        assert len(question) == toy.dims
+        with sqlite3.connect(vectors_path(db)) as conn:
+            conn.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", (model, dead, blob))
+            conn.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", (model, "0" * 32, blob))
+        with _store(db, toy) as fresh:
+            assert [a.text for a in fresh.why("zebra", mode="semantic", limit=10)] == ["lion"]
+            problems = memory.check_store(fresh)
+            stale = [p for p in problems if p.kind == "vector_stale"]
+            assert {dead, "0" * 32} == {k for p in stale for k in (dead, "0" * 32) if k in p.message}
+            actions = memory.repair_store(fresh, problems)
+            assert any("deleted 2 vector" in a for a in actions)
+            assert [p.kind for p in memory.check_store(fresh)] == []
+
+
+def test_a_damaged_vector_is_derived_again_and_a_damaged_file_is_reported_and_replaced(db: Path) -> None:
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            key = session.learn({"text": "lion"}).key
+        s.derive_vectors()
+    model = f"{toy.name}#text+tags/1"
+    with sqlite3.connect(vectors_path(db)) as conn:  # NaNs in place of the vector
+        conn.execute("UPDATE vectors SET vec = ? WHERE key = ?", (b"\xff\x7f" * toy.dims, key))
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]
+        assert "lion" in toy.seen  # derived again rather than trusted
+    with sqlite3.connect(vectors_path(db)) as conn:
+        assert conn.execute("SELECT vec FROM vectors WHERE model = ? AND key = ?", (model, key)).fetchone()[0] != (
+            b"\xff\x7f" * toy.dims
+        )
+    vectors_path(db).write_bytes(b"this is not a database" * 100)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{vectors_path(db)}{suffix}").unlink(missing_ok=True)
+    with _store(db, toy) as s:
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]  # in memory only
+        problems = memory.check_store(s)
+        assert [p.kind for p in problems] == ["vectors_damaged"]
+        memory.repair_store(s, problems)
+        assert memory.check_store(s) == []
+        assert _vector_rows(db) == [(model, key)]  # derived again by the repair
+
+
+def test_a_link_in_the_vectors_file_place_is_never_followed(db: Path, tmp_path: Path) -> None:
+    toy = Toy()
+    target = tmp_path / "elsewhere.sqlite3"
+    target.write_bytes(b"")
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+        vectors_path(db).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, vectors_path(db))
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]
+    assert target.read_bytes() == b""
+
+
+def test_vectors_are_kept_per_embedder_name(db: Path) -> None:
+    one, two = Toy("toy@1"), Toy("toy@2", dims=16)
+    with _store(db, one) as s:
+        with s.session(scope="u") as session:
+            key = session.learn({"text": "lion"}).key
+        s.derive_vectors()
+    with _store(db, two) as s:
+        assert [a.key for a in s.why("lion", mode="semantic")] == [key]
+    assert _vector_rows(db) == [("toy@1#text+tags/1", key), ("toy@2#text+tags/1", key)]
+    one.seen.clear()
+    with _store(db, one) as s:
+        s.why("lion", mode="semantic")
+    assert one.seen == ["lion"]  # the question only: the finding's vector was kept
+
+
+def test_discard_vectors_erases_every_embedders_vector_of_a_key(db: Path) -> None:
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            key = session.learn({"text": "lion"}).key
+            other = session.learn({"text": "tiger"}).key
+        s.derive_vectors()
+    assert memory.discard_vectors(db, [key]) == 1
+    assert [k for _, k in _vector_rows(db)] == [other]
+    raw = vectors_path(db).read_bytes()
+    assert bytes.fromhex(key[:8]) not in raw and key.encode() not in raw
+
+
+# -- the embedder interface ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("returned", "what"),
+    [
+        (lambda texts: [[1.0, 0.0]] * len(texts), "shape"),
+        (lambda texts: [[float("nan")] * 4] * len(texts), "NaN"),
+        (lambda texts: [["a"] * 4] * len(texts), "not numbers"),
+        (lambda texts: [[1.0] * 4] * (len(texts) + 1), "shape"),
+    ],
+)
+def test_an_embedder_that_returns_garbage_fails_closed(db: Path, returned: Any, what: str) -> None:
+    bad = memory.embedder_of(returned, name="bad@1", dims=4)
+    with _store(db, bad) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+        with pytest.raises(memory.EmbedderFailed) as err:
+            s.why("lion", mode="semantic")
+        assert err.value.code == "memory_embedder_failed" and what in str(err.value)
+    assert _vector_rows(db) == []
+
+
+def test_an_embedder_that_raises_fails_closed_and_words_still_answer(db: Path) -> None:
+    def boom(texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("model server down")
+
+    with _store(db, memory.embedder_of(boom, name="boom@1", dims=4)) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+        with pytest.raises(memory.EmbedderFailed, match="model server down"):
+            s.why("lion")
+        assert [a.text for a in s.why("lion", mode="keyword")] == ["lion"]
+
+
+def test_an_embedder_without_name_dims_or_embed_is_refused(db: Path) -> None:
+    for bad in (object(), memory.embedder_of(lambda t: t, name="x", dims=2)):
+        if isinstance(bad, memory.FunctionEmbedder):
+            bad.dims = 0  # type: ignore[misc]
+        with pytest.raises(memory.ArgumentInvalid):
+            memory.MemoryStore(db, embedder=bad)
+    with pytest.raises(memory.ArgumentInvalid):
+        memory.embedder_of(lambda t: t, name="", dims=2)
+
+
+def test_hostile_text_is_embedded_within_bounds(semantic: memory.MemoryStore) -> None:
+    huge = "peanut " * 200_000 + "\x00\udcff"
+    answers = semantic.why(huge, limit=1, mode="semantic")
+    assert [a.text for a in answers] == [ALLERGY]
+    assert semantic.why("   ", mode="semantic") == []
+
+
+# -- offline, and loaded only when used -----------------------------------------------------------
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=120,
+    )
+
+
+def test_the_default_embedder_loads_and_embeds_without_opening_a_socket() -> None:
+    done = _python(
+        """
+        import sys
+        events = []
+        def hook(event, args):
+            if event.startswith("socket.") or event in ("urllib.Request", "http.client.connect"):
+                events.append(event)
+                raise PermissionError(f"no network in this test: {event}")
+        sys.addaudithook(hook)
+        import memory
+        e = memory.default_embedder()
+        v = e.embed(["The user is allergic to peanuts", "nuts"])
+        assert v.shape == (2, 256), v.shape
+        print("events", events, e.name)
+        """,
+        HF_HUB_OFFLINE="0",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "events [] wordllama-l2_supercat-256@" in done.stdout
+
+
+def test_import_memory_and_a_keyword_why_load_no_model_or_numpy(db: Path) -> None:
+    with memory.MemoryStore(db) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+    done = _python(
+        f"""
+        import sys, memory
+        s = memory.MemoryStore({str(db)!r})
+        assert [a.text for a in s.why("lion")] == ["lion"]
+        s.forget if False else None
+        loaded = sorted(m for m in ("numpy", "wordllama", "tokenizers", "safetensors", "memory._vectors")
+                        if m in sys.modules)
+        print("loaded", loaded)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "loaded []" in done.stdout
+
+
+def test_processes_deriving_vectors_at_once_agree(db: Path) -> None:
+    with memory.MemoryStore(db) as s:
+        with s.session(scope="u") as session:
+            for i in range(300):
+                session.learn({"text": f"finding number {i} about lions"})
+    code = f"""
+        import memory
+        from tests.memory.test_semantic import Toy
+        with memory.MemoryStore({str(db)!r}, embedder=Toy()) as s:
+            got = s.why("lions", mode="semantic", limit=300)
+        print(len(got))
+        """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [e for _, e in outs]
+    assert [o.strip() for o, _ in outs] == ["300"] * 4
+    assert len(_vector_rows(db)) == 300
