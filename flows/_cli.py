@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import orjson
 
+from flows._cli_common import add_embedder_option
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
@@ -110,7 +111,14 @@ def cmd_why(args: argparse.Namespace) -> int:
 
     with _store(args) as store:
         answers = store.why(
-            args.subject, limit=args.limit, scope=args.scope, tags=args.tag or (), meta=meta_pairs(args.meta)
+            args.subject,
+            limit=args.limit,
+            scope=args.scope,
+            tags=args.tag or (),
+            meta=meta_pairs(args.meta),
+            source=args.source,
+            before_ms=args.before,
+            mode=args.mode,
         )
         flows_of: dict[str, str] = {}
         for a in answers:
@@ -125,12 +133,21 @@ def cmd_why(args: argparse.Namespace) -> int:
         e, c = a.finding, a.finding.citation
         print(f"{n}. {e.text}")
         print(f"   key: {e.key}")
-        print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {', '.join(a.matched)}")
+        print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {_how(a)}")
         print(
             f"   from flow {e.flow!r}, root run {c.run_id}, stream {c.stream}, record {c.id}, "
             f"committed {_ms(e.learned_ms)} ({'synced' if e.synced else 'not yet synced'})"
         )
     return EXIT_OK
+
+
+def _how(a: Any) -> str:
+    """Why an answer matched: its words, its meaning (with the similarity), or both."""
+    words = f"words {', '.join(a.matched)}" if a.matched else ""
+    meaning = f"meaning {a.similarity:.2f}" if a.similarity is not None else ""
+    if a.matched_by == "words" or not meaning:
+        return words or "-"
+    return meaning if a.matched_by == "meaning" or not words else f"{words}; {meaning}"
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -255,15 +272,22 @@ def build_cli(only: str | None = None) -> CommandLine:
         p = add(name, bad_input_exits_2(fn), help_)
         add_filter_options(p)
         if name == "why":
-            p.add_argument("subject", help="words to match against findings' text, tags and source")
-        else:
-            p.add_argument("--source", metavar="S", help="only findings from this source")
+            p.add_argument("subject", help="a question or words to match against findings")
             p.add_argument(
-                "--before",
-                metavar="WHEN",
-                type=instant_ms,
-                help="only findings learned before WHEN: a duration ago (7d), ISO 8601 or epoch ms",
+                "--mode",
+                choices=("hybrid", "keyword", "semantic"),
+                help="match by words (keyword), by meaning (semantic: needs an embedder, the offline "
+                "default unless --embedder names another) or both (hybrid); default: hybrid when an "
+                "embedder is configured, else keyword",
             )
+            add_embedder_option(p)
+        p.add_argument("--source", metavar="S", help="only findings from this source")
+        p.add_argument(
+            "--before",
+            metavar="WHEN",
+            type=instant_ms,
+            help="only findings learned before WHEN: a duration ago (7d), ISO 8601 or epoch ms",
+        )
         default = 20 if name == "recall" else 10
         p.add_argument(
             "--limit",
@@ -287,6 +311,7 @@ def build_cli(only: str | None = None) -> CommandLine:
     p.add_argument(
         "--sweep-age", metavar="SECONDS", type=float, default=3600.0, help="stage age that counts as stale"
     )
+    add_embedder_option(p)  # with --repair: derive the live findings' vectors again
     p = add("demo", cmd_demo, "run the embedded demo: learn, crash, resume, ask why")
     p.add_argument(
         "--keep",

@@ -6,6 +6,7 @@ import this module; it imports none of them, so the arrows between the CLI's mod
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +38,8 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
 
 
 def open_store(args: argparse.Namespace, *, recover: bool | None = None, creating: bool = False) -> Any:
-    """The ``MemoryStore`` a command's ``--db`` and ``--journal`` name (imported only when opened).
+    """The ``MemoryStore`` a command's ``--db`` and ``--journal`` name (imported only when opened),
+    with the embedder its ``--embedder`` / ``--mode`` ask for (``embedder_for``).
 
     The path is never guessed (``memory.check_store_location``): a command that reads refuses a
     path with no store at it, a write refuses a ``--db`` whose folder does not exist (``creating``),
@@ -46,7 +48,35 @@ def open_store(args: argparse.Namespace, *, recover: bool | None = None, creatin
     from memory import MemoryStore, check_store_location
 
     check_store_location(args.db, args.journal, creating=creating)
-    return MemoryStore(args.db, journal=args.journal, recover=recover)
+    embedder = embedder_for(args) if hasattr(args, "embedder") else None  # why and check take one
+    return MemoryStore(args.db, journal=args.journal, recover=recover, embedder=embedder)
+
+
+def embedder_for(args: argparse.Namespace) -> Any:
+    """The embedder a command is configured with: ``--embedder``, else ``$FLOWS_EMBEDDER``; the
+    offline default when neither names one and ``--mode`` asks for meaning; None otherwise (and
+    nothing of the embedders is imported)."""
+    spec = getattr(args, "embedder", None) or os.environ.get("FLOWS_EMBEDDER")
+    mode = getattr(args, "mode", None)
+    if not spec and mode not in ("semantic", "hybrid"):
+        return None
+    from memory._embed import embedder_named
+
+    found = embedder_named(spec or "default")
+    if found is None and mode in ("semantic", "hybrid"):
+        found = embedder_named("default")
+    return found
+
+
+def add_embedder_option(p: argparse.ArgumentParser) -> None:
+    """``--embedder NAME``: the embedder of a search by meaning (or of ``check --repair``)."""
+    p.add_argument(
+        "--embedder",
+        metavar="NAME",
+        help="how findings are embedded for a search by meaning: 'default' (the offline model of the "
+        "semantic extra), 'none', or MODULE:ATTRIBUTE (an embedder, or a function returning one); "
+        "default: $FLOWS_EMBEDDER, else none",
+    )
 
 
 def diagnose(exc: BaseException, *, as_json: bool, run_id: str | None = None) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._embed import Embedder
+from memory._embed import Embedder, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
 from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
@@ -150,18 +150,23 @@ questions where reciprocal-rank fusion (k=60) reached 72%: the words only break 
 
 
 def _fuse(
-    by_words: Sequence[Explained], by_meaning: Sequence[tuple[Recalled, float]], pool: int, limit: int
+    by_words: Sequence[Explained],
+    by_meaning: Sequence[tuple[Recalled, float]],
+    pool: int,
+    limit: int,
+    floor: float,
 ) -> list[Explained]:
     """The hybrid answers: every finding of the meaning ranking (each live candidate, with its
     similarity), scored by similarity plus the weighted keyword score, best first. ``matched_by``
     says ``words`` for one that shares words with the question but is not among the ``pool`` most
-    similar, ``meaning`` for one among them that shares no word, ``both`` for the rest."""
+    similar above ``floor``, ``meaning`` for one among them that shares no word, ``both`` for the
+    rest; a finding that is neither is not an answer."""
     words = {x.finding.key: x for x in by_words}
     best = max((x.score for x in by_words), default=0.0) or 1.0
     out = []
     for rank, (e, sim) in enumerate(by_meaning):
         w = words.get(e.key)
-        near = rank < pool
+        near = rank < pool and sim > floor
         if w is None and not near:
             continue
         out.append(
@@ -510,8 +515,11 @@ class Search:
                 meta=meta,
             )
         )
-        ranked = self._vector_index().rank(subject, live)
+        index = self._vector_index()
+        floor = similarity_floor(index.embedder)
+        ranked = index.rank(subject, live)
         if mode == "semantic":
+            ranked = [(e, sim) for e, sim in ranked if sim > floor]
             return [
                 Explained(
                     finding=e,
@@ -537,7 +545,7 @@ class Search:
             if wanted
             else []
         )
-        return _fuse(by_words, ranked, pool, limit)
+        return _fuse(by_words, ranked, pool, limit, floor)
 
     def _mode(self, mode: str | None) -> str:
         """The ``why`` mode asked for, or the default: hybrid with an embedder, keyword without."""

@@ -56,6 +56,9 @@ class SessionStore(Protocol):
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        mode: str | None = None,
     ) -> list[Explained]: ...
 
     def flush(self) -> None: ...
@@ -304,18 +307,31 @@ class MemorySession:
         scope: str | _SessionScope | None = OWN_SCOPE,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        mode: str | None = None,
     ) -> list[Explained]:
-        """Live findings that share words with ``subject``, best match first (``MemoryStore.why``),
-        in the session's scope unless ``scope`` names another (None: every scope). Reads begin no
-        root run and write nothing.
+        """Live findings that answer ``subject``, best match first, by words, meaning or both
+        (``MemoryStore.why``: ``mode`` defaults to hybrid when the store has an embedder), in the
+        session's scope unless ``scope`` names another (None: every scope). Reads begin no root run
+        and write nothing.
 
         Raises:
             SessionClosed: after ``close()``.
-            ArgumentInvalid, Unreachable: as ``MemoryStore.why``.
+            ArgumentInvalid, EmbedderUnavailable, EmbedderFailed, Unreachable: as ``MemoryStore.why``.
         """
         self._enter_op()
         try:
-            return self._store.why(subject, limit=limit, scope=self._scope(scope), tags=tags, meta=meta)
+            return self._store.why(
+                subject,
+                limit=limit,
+                scope=self._scope(scope),
+                tags=tags,
+                meta=meta,
+                source=source,
+                before_ms=before_ms,
+                mode=mode,
+            )
         finally:
             self._leave_op()
 
@@ -414,10 +430,21 @@ class MemorySession:
         scope: str | _SessionScope | None = OWN_SCOPE,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        mode: str | None = None,
     ) -> list[Explained]:
         """``why`` off the event loop, on the store's executor (the same arguments and errors)."""
         found: list[Explained] = await self._async_op(
-            self.why, subject, limit=limit, scope=scope, tags=tags, meta=meta
+            self.why,
+            subject,
+            limit=limit,
+            scope=scope,
+            tags=tags,
+            meta=meta,
+            source=source,
+            before_ms=before_ms,
+            mode=mode,
         )
         return found
 

@@ -104,6 +104,9 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="end an HTTP session idle this long, leaving its root runs interrupted (default: 1800)",
     )
+    from flows._cli_common import add_embedder_option
+
+    add_embedder_option(parser)  # with one, the why tool matches by meaning too (hybrid)
 
 
 def _token(address: Address) -> str | None:
@@ -147,7 +150,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     # A server reports the failures it survives (a tool's bug) on stderr, even without -v.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=LOG_FORMAT)
-    store = MemoryStore(args.db, journal=args.journal)
+    from flows._cli_common import embedder_for
+
+    store = MemoryStore(args.db, journal=args.journal, embedder=embedder_for(args))
     stopped_by: int | None = None
     try:
         _check_store(store)

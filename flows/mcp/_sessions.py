@@ -230,10 +230,26 @@ class SessionMemory:
         return [finding_json(f) for f in found]
 
     async def why(
-        self, subject: str, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+        self,
+        subject: str,
+        *,
+        scope: str | None,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        limit: int,
+        mode: str | None = None,
     ) -> list[dict[str, Any]]:
-        answers = await self._store.awhy(subject, scope=scope, tags=tags, meta=meta, limit=limit)
-        return [{**finding_json(a.finding), "score": a.score, "matched": list(a.matched)} for a in answers]
+        answers = await self._store.awhy(subject, scope=scope, tags=tags, meta=meta, limit=limit, mode=mode)
+        return [
+            {
+                **finding_json(a.finding),
+                "score": a.score,
+                "matched": list(a.matched),
+                "matchedBy": a.matched_by,
+                "similarity": a.similarity,
+            }
+            for a in answers
+        ]
 
     async def get(self, key: str) -> dict[str, Any]:
         found = await anyio.to_thread.run_sync(self._store.get, key)

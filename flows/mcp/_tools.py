@@ -52,7 +52,14 @@ class Memory(Protocol):
         limit: int,
     ) -> list[dict[str, Any]]: ...
     async def why(
-        self, subject: str, *, scope: str | None, tags: list[str], meta: Mapping[str, Any] | None, limit: int
+        self,
+        subject: str,
+        *,
+        scope: str | None,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        limit: int,
+        mode: str | None = None,
     ) -> list[dict[str, Any]]: ...
     async def get(self, key: str) -> dict[str, Any]: ...
     async def history(self, key: str) -> list[dict[str, Any]]: ...
@@ -187,6 +194,7 @@ async def _why(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
         tags=list(args.get("tags", [])),
         meta=args.get("metadata"),
         limit=int(args.get("limit", WHY_LIMIT)),
+        mode=args.get("mode"),
     )
     return {"answers": answers}
 
@@ -231,6 +239,8 @@ _ANSWER = {
         **_FINDING["properties"],
         "score": {"type": "number"},
         "matched": {"type": "array", "items": {"type": "string"}},
+        "matchedBy": {"type": "string", "enum": ["words", "meaning", "both"]},
+        "similarity": {"type": ["number", "null"]},
     },
 }
 
@@ -341,13 +351,17 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Find the remembered findings that best answer a subject or question, best match first. "
             "Words are matched in their different forms ('fee' finds 'fees') against each finding's "
-            "text, tags and source; `tags`, `metadata` and `scope` narrow the search as in the "
-            "`recall` tool. Each answer carries its `key`, its `citation` (the root run, stream, "
-            "record and commit time it came from), a `score` and the `matched` words. Use it before "
+            "text, tags and source; when the server has an embedder, findings are also found by "
+            "meaning ('nuts' finds a peanut allergy) and `mode` picks `keyword`, `semantic` or "
+            "`hybrid` (the default then; `keyword` without one). `tags`, `metadata` and `scope` narrow "
+            "the search first, as in the `recall` tool. Each answer carries its `key`, its `citation` "
+            "(the root run, stream, record and commit time it came from), a `score`, the `matched` "
+            "words, `matchedBy` (`words`, `meaning` or `both`) and its `similarity`. Use it before "
             "answering from memory, and cite what it returns. Repeats: it only reads, so the same call "
             "returns the same answers until something is learned or forgotten. Forgotten, superseded "
             "and expired findings are never answers. Errors: " + _ARGUMENT_ERRORS + "; a filter the "
-            "memory refuses is `memory_argument_invalid`."
+            "memory refuses is `memory_argument_invalid`; a `mode` by meaning on a server without an "
+            "embedder is `memory_embedder_unavailable`."
         ),
         input_schema=_object(
             {
@@ -355,6 +369,12 @@ TOOLS: tuple[ToolSpec, ...] = (
                 **_FILTERS,
                 "limit": _limit(WHY_LIMIT, "answers"),
                 "scope": _SCOPE,
+                "mode": {
+                    "type": "string",
+                    "enum": ["hybrid", "keyword", "semantic"],
+                    "description": "Match by words, by meaning, or both (default: hybrid when the server "
+                    "has an embedder, else keyword).",
+                },
             },
             ["subject"],
         ),

@@ -55,7 +55,10 @@ def populate(db: Path, texts: list[str], *, scope: str = "adv", flow: str = "adv
 
 
 def flows(
-    db: Path, *args: str, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT_S,
+    db: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = CLI_TIMEOUT_S,
     preexec: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m flows ARGS --db DB`` (``$FLOWS_JOURNAL`` unset unless ``env`` sets it),

@@ -30,7 +30,8 @@ def flows(
     db: Path, *args: str, installed: bool = False, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run ``flows ARGS --db DB`` and return the completed process."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {k: v for k, v in os.environ.items() if k != "FLOWS_EMBEDDER"}
+    full_env = {**full_env, "PYTHONPATH": str(ROOT), **(env or {})}
     full_env.pop("FLOWS_JOURNAL", None)
     return subprocess.run(
         [*flows_cmd(installed), *args, "--db", str(db)],

@@ -50,7 +50,14 @@ def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transpo
         "limit",
         "scope",
     }
-    assert set(tools["why"].input_schema["properties"]) == {"subject", "tags", "metadata", "limit", "scope"}
+    assert set(tools["why"].input_schema["properties"]) == {
+        "subject",
+        "tags",
+        "metadata",
+        "limit",
+        "scope",
+        "mode",
+    }
     assert tools["get"].input_schema["required"] == ["key"]
     assert set(tools["forget"].input_schema["required"]) == {"key", "reason"}
     assert tools["history"].input_schema["required"] == ["key"]

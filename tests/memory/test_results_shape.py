@@ -30,5 +30,7 @@ def test_a_why_answer_reads_like_the_recalled_finding_it_holds(tmp_path: Path) -
         assert getattr(answer, name) == getattr(recalled, name), name
     assert answer.finding == recalled  # the older spelling still reads
     shown, listed = answer.as_json(), recalled.as_json()
-    assert {k: v for k, v in shown.items() if k not in ("score", "matched", "matchedBy", "similarity")} == listed
+    assert {
+        k: v for k, v in shown.items() if k not in ("score", "matched", "matchedBy", "similarity")
+    } == listed
     assert shown["matched"] and shown["score"] > 0

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import memory
+from memory._embed import checked_vectors
 from memory._vectors import vectors_path
 from tests.memory.conftest import Clock
 
@@ -75,7 +76,9 @@ def _keys(answers: Sequence[memory.Explained]) -> list[str]:
 # -- finding by meaning ---------------------------------------------------------------------------
 
 
-def test_a_paraphrase_finds_the_finding_by_meaning_where_words_find_nothing(semantic: memory.MemoryStore) -> None:
+def test_a_paraphrase_finds_the_finding_by_meaning_where_words_find_nothing(
+    semantic: memory.MemoryStore,
+) -> None:
     assert semantic.why("nuts", mode="keyword") == []
     assert _keys(semantic.why("nuts", limit=1)) == [ALLERGY]
     assert _keys(semantic.why("does alice have any allergies?", limit=1)) == [ALLERGY]
@@ -169,19 +172,18 @@ def test_a_crafted_vector_cannot_bring_back_a_dead_finding(db: Path) -> None:
     with _store(db, toy) as s:
         with s.session(scope="u") as session:
             dead = session.learn({"text": "zebra"}).key
-            session.learn({"text": "lion"})
+            session.learn({"text": "zebra lion tiger"})
             s.derive_vectors()
             session.forget(dead, reason="asked")
         s.sync()
         model = f"{toy.name}#text+tags/1"
-        question = memory.embedder_of(toy.embed, name="q", dims=toy.dims).embed(["zebra"])[0]
-        blob = memory._embed.checked_vectors(toy, ["zebra"])[0].astype("<f2").tobytes()
-        assert len(question) == toy.dims
+        blob = checked_vectors(toy, ["zebra"])[0].astype("<f2").tobytes()  # the question's own
         with sqlite3.connect(vectors_path(db)) as conn:
             conn.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", (model, dead, blob))
             conn.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", (model, "0" * 32, blob))
         with _store(db, toy) as fresh:
-            assert [a.text for a in fresh.why("zebra", mode="semantic", limit=10)] == ["lion"]
+            for mode in ("semantic", "hybrid"):
+                assert [a.text for a in fresh.why("zebra", mode=mode, limit=10)] == ["zebra lion tiger"]
             problems = memory.check_store(fresh)
             stale = [p for p in problems if p.kind == "vector_stale"]
             assert {dead, "0" * 32} == {k for p in stale for k in (dead, "0" * 32) if k in p.message}
@@ -204,9 +206,9 @@ def test_a_damaged_vector_is_derived_again_and_a_damaged_file_is_reported_and_re
         assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]
         assert "lion" in toy.seen  # derived again rather than trusted
     with sqlite3.connect(vectors_path(db)) as conn:
-        assert conn.execute("SELECT vec FROM vectors WHERE model = ? AND key = ?", (model, key)).fetchone()[0] != (
-            b"\xff\x7f" * toy.dims
-        )
+        assert conn.execute("SELECT vec FROM vectors WHERE model = ? AND key = ?", (model, key)).fetchone()[
+            0
+        ] != (b"\xff\x7f" * toy.dims)
     vectors_path(db).write_bytes(b"this is not a database" * 100)
     for suffix in ("-wal", "-shm"):
         Path(f"{vectors_path(db)}{suffix}").unlink(missing_ok=True)
@@ -283,6 +285,11 @@ def test_an_embedder_that_returns_garbage_fails_closed(db: Path, returned: Any, 
     assert _vector_rows(db) == []
 
 
+def test_semantic_answers_stop_at_the_embedders_similarity_floor(semantic: memory.MemoryStore) -> None:
+    assert [a.text for a in semantic.why("nuts", mode="semantic")] == [ALLERGY]  # not the unrelated three
+    assert all(a.similarity is not None and a.similarity > 0.1 for a in semantic.why("xylophone berlin"))
+
+
 def test_an_embedder_that_raises_fails_closed_and_words_still_answer(db: Path) -> None:
     def boom(texts: list[str]) -> list[list[float]]:
         raise RuntimeError("model server down")
@@ -318,6 +325,7 @@ def test_hostile_text_is_embedded_within_bounds(semantic: memory.MemoryStore) ->
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
+        check=False,
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -349,9 +357,8 @@ def test_the_default_embedder_loads_and_embeds_without_opening_a_socket() -> Non
 
 
 def test_import_memory_and_a_keyword_why_load_no_model_or_numpy(db: Path) -> None:
-    with memory.MemoryStore(db) as s:
-        with s.session(scope="u") as session:
-            session.learn({"text": "lion"})
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        session.learn({"text": "lion"})
     done = _python(
         f"""
         import sys, memory
@@ -368,10 +375,9 @@ def test_import_memory_and_a_keyword_why_load_no_model_or_numpy(db: Path) -> Non
 
 
 def test_processes_deriving_vectors_at_once_agree(db: Path) -> None:
-    with memory.MemoryStore(db) as s:
-        with s.session(scope="u") as session:
-            for i in range(300):
-                session.learn({"text": f"finding number {i} about lions"})
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        for i in range(300):
+            session.learn({"text": f"finding number {i} about lions"})
     code = f"""
         import memory
         from tests.memory.test_semantic import Toy

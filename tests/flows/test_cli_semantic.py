@@ -1,0 +1,76 @@
+"""`flows why` by meaning: --mode, --embedder and $FLOWS_EMBEDDER, the filters it shares with
+`recall`, what each answer says about how it matched, and `flows check --repair` deriving vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory._vectors import vectors_path
+from tests.flows.helpers import flows, json_of
+
+ALLERGY = "The user is allergic to peanuts"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    for text, tag in (
+        (ALLERGY, "health"),
+        ("The user lives in Berlin", "home"),
+        ("Deploys happen on Fridays", "ops"),
+    ):
+        assert flows(db, "learn", text, "--scope", "u", "--tag", tag).returncode == 0
+    return db
+
+
+def test_why_by_meaning_from_the_command_line(db: Path) -> None:
+    assert json_of(flows(db, "why", "nuts", "--json")) == []  # keyword by default: no shared word
+    answer = json_of(flows(db, "why", "nuts", "--mode", "hybrid", "--json"))[0]
+    assert (answer["text"], answer["matchedBy"]) == (ALLERGY, "meaning")
+    assert answer["similarity"] > 0.1 and answer["citation"]["stream"] == "memory-learn"
+    table = flows(db, "why", "what food should this user avoid", "--mode", "semantic", "--limit", "1")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.startswith(f"1. {ALLERGY}\n") and "matched: meaning 0." in table.stdout
+    hybrid = flows(db, "why", "does the user have allergies", env={"FLOWS_EMBEDDER": "default"})
+    assert hybrid.stdout.startswith(f"1. {ALLERGY}\n") and "matched: words user; meaning 0." in hybrid.stdout
+
+
+def test_why_filters_apply_before_meaning(db: Path) -> None:
+    got = json_of(flows(db, "why", "nuts", "--mode", "semantic", "--tag", "home", "--json"))
+    assert [a["text"] for a in got] == []  # the allergy is not tagged home; nothing else is like nuts
+    got = json_of(
+        flows(db, "why", "where does the user live", "--mode", "semantic", "--tag", "home", "--json")
+    )
+    assert [a["text"] for a in got] == ["The user lives in Berlin"]
+    assert json_of(flows(db, "why", "nuts", "--mode", "hybrid", "--source", "elsewhere", "--json")) == []
+    assert json_of(flows(db, "why", "nuts", "--mode", "hybrid", "--before", "2000-01-01", "--json")) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "code"),
+    [
+        ("nope", "memory_argument_invalid"),
+        ("no_such_module_here:make", "memory_embedder_unavailable"),
+        ("os:getcwd", "memory_argument_invalid"),  # a function that returns no embedder
+    ],
+)
+def test_a_bad_embedder_name_is_a_coded_error(db: Path, spec: str, code: str) -> None:
+    done = flows(db, "why", "nuts", "--embedder", spec, "--json")
+    assert done.returncode != 0 and f'"code":"{code}"' in done.stderr.replace(" ", "")
+    assert not vectors_path(db).exists()
+
+
+def test_check_repair_derives_the_vectors_again(db: Path) -> None:
+    assert flows(db, "why", "nuts", "--mode", "semantic").returncode == 0
+    vectors_path(db).write_bytes(b"garbage" * 500)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{vectors_path(db)}{suffix}").unlink(missing_ok=True)
+    checked = flows(db, "check", "--json")
+    assert checked.returncode != 0 and "vectors_damaged" in checked.stdout
+    repaired = flows(db, "check", "--repair", "--embedder", "default")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "derived the vectors of 3 live finding(s)" in repaired.stdout
+    assert flows(db, "check").returncode == 0
