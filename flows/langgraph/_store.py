@@ -11,17 +11,19 @@ Mapping (docs/LANGGRAPH.md has the whole story):
   again a finding it retired, and a value may well come back after an update);
 * ``put`` is a journal-first learn; an update supersedes the item's live finding, a delete forgets
   it, so every version stays in the journal with its history and citation;
-* ``search(query=…)`` is the memory's ranked ``why``; without a query, items newest first.
+* ``search(query=…)`` is the memory's ranked ``why`` (hybrid, by meaning and words, when ``index`` has
+  an ``embed``; by words otherwise); without a query, items newest first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -46,6 +48,7 @@ from langgraph.store.base import (
     tokenize_path,
     validate_op_namespace,
 )
+from langgraph.store.base.embed import ensure_embeddings
 
 from flows.langgraph._conn import Opening
 from flows.langgraph._errors import (
@@ -56,7 +59,7 @@ from flows.langgraph._errors import (
 )
 from flows.langgraph._filters import at_path, check_filter, matches
 from journal import JournalBackend, JournalClosed, Lease, RunState
-from memory import MemoryStore, Recalled, RootRun
+from memory import ArgumentInvalid, Embedder, MemoryStore, Recalled, RootRun, embedder_of
 
 T = TypeVar("T")
 
@@ -194,6 +197,44 @@ def _plain(value: Any, path: str, depth: int = 0) -> Any:
     )
 
 
+def embedder_of_index(index: IndexConfig | Mapping[str, Any] | None) -> Embedder | None:
+    """The memory's embedder for LangGraph's ``index`` (None without ``embed``); ``ConfigInvalid``
+    when ``embed`` and ``dims`` do not come together or ``embed`` cannot be loaded."""
+    if not index:
+        return None
+    embed, dims = index.get("embed"), index.get("dims")
+    if embed is None and dims is None:
+        return None
+    if embed is None or type(dims) is not int or dims < 1:
+        raise ConfigInvalid(
+            f"index needs both 'embed' and 'dims' (a positive int) for a search by meaning, not {dims!r:.40}"
+        )
+    name = index.get("name")
+    if inspect.iscoroutinefunction(embed):
+        fn: Callable[[list[str]], Any] = partial(_run_async, embed)
+    else:
+        try:
+            fn = ensure_embeddings(embed).embed_documents
+        except (ImportError, ValueError, TypeError) as exc:
+            raise ConfigInvalid(f"index 'embed' cannot be used: {exc}") from exc
+    if name is None:
+        what = (
+            embed
+            if isinstance(embed, str)
+            else getattr(embed, "model", None) or getattr(embed, "__qualname__", type(embed).__qualname__)
+        )
+        name = f"langgraph:{getattr(embed, '__module__', '') or type(embed).__module__}.{what}/{dims}"
+    try:
+        return embedder_of(fn, name=str(name), dims=dims)
+    except ArgumentInvalid as exc:
+        raise ConfigInvalid(f"index: {exc}") from exc
+
+
+def _run_async(embed: Callable[[list[str]], Awaitable[Any]], texts: list[str]) -> Any:
+    """An async embedding function called from the store's worker thread (which runs no loop)."""
+    return asyncio.run(embed(texts))  # type: ignore[arg-type]
+
+
 def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
@@ -231,8 +272,12 @@ class JournalStore(BaseStore):
         journal: the journal location (default: ``$FLOWS_JOURNAL``, else ``<db-dir>/flows-journal``).
         ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for items put without one, and
             ``refresh_on_read`` (a read of an item with a TTL re-learns it with a new expiry).
-        index: LangGraph's ``IndexConfig``; only ``fields`` is used (which parts of a value are
-            the text ``search(query=…)`` ranks). Embeddings are refused: ranking is lexical.
+        index: LangGraph's ``IndexConfig``: ``fields`` (which parts of a value are the text
+            ``search(query=…)`` ranks) and, for a search by meaning, ``embed`` (a LangChain
+            ``Embeddings``, or a sync or async function of a list of texts) with ``dims``; an
+            optional ``name`` keys the vectors (default: the embedder's class or function and
+            ``dims``; give a new name when the model behind it changes). With ``embed``,
+            ``search(query=…)`` is the memory's hybrid ``why`` (meaning and words); without, words.
         sync_every: after this many writes the store syncs the memory (learned files into the
             history DB), which keeps reads from parsing ever more unsynced files; 0: never.
 
@@ -255,14 +300,9 @@ class JournalStore(BaseStore):
         max_workers: int = 8,
         sync_every: int = 16,
     ) -> None:
-        if index is not None and (index.get("embed") is not None or index.get("dims") is not None):
-            raise ConfigInvalid(
-                "JournalStore ranks search(query=…) with the memory's word-based why, not embeddings: "
-                "pass index={'fields': [...]} or no index"
-            )
         self.ttl_config = ttl
         self._fields = [(f, tokenize_path(f)) for f in (index or {}).get("fields") or [] if f != "$"]
-        self._memory = MemoryStore(db, journal=journal)
+        self._memory = MemoryStore(db, journal=journal, embedder=embedder_of_index(index))
         self._root: tuple[JournalBackend, Lease] | None = None
         self._mutex = threading.Lock()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}

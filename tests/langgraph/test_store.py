@@ -288,8 +288,10 @@ def test_a_bad_batch_writes_none_of_its_puts(store: JournalStore) -> None:
 def test_unsupported_configuration_and_filters_raise_config_invalid(
     store: JournalStore, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConfigInvalid, match="embeddings"):
-        JournalStore(db=str(tmp_path / "x.db"), index={"dims": 3, "embed": lambda texts: [[0.0] * 3]})
+    with pytest.raises(ConfigInvalid, match="both 'embed' and 'dims'"):
+        JournalStore(db=str(tmp_path / "x.db"), index={"embed": lambda texts: [[0.0] * 3]})
+    with pytest.raises(ConfigInvalid, match="langchain"):
+        JournalStore(db=str(tmp_path / "x.db"), index={"dims": 3, "embed": "openai:text-embedding-3-small"})
     store.put(("f",), "k", {"v": 1})
     with pytest.raises(FilterInvalid, match="Unsupported operator"):  # a ValueError, as LangGraph's
         store.search(("f",), filter={"v": {"$regex": "1"}})
