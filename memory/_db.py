@@ -644,6 +644,56 @@ class HistoryDB:
             params.append(limit)
         return self._query(sql, params)
 
+    def recall_keys(
+        self,
+        *,
+        scope: str | None,
+        source: str | None,
+        before_ms: int | None,
+        now_ms: int,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The keys of the rows ``recall`` would return with no limit (newest first), without
+        building the rows: what a search by meaning ranks before it reads the few it returns."""
+        pairs = list(meta.items()) if meta else []
+        shape = (
+            len(tags),
+            len(pairs),
+            scope is not None,
+            source is not None,
+            before_ms is not None,
+            True,
+            False,
+        )
+        sql = _recall_sql(shape).replace(f"SELECT {_COLUMNS} ", "SELECT f.key ", 1)
+        params: list[Any] = list(tags)
+        for pair in pairs:
+            params.extend(pair)
+        params += [v for v in (scope, source, before_ms) if v is not None]
+        params.append(now_ms)
+        conn = self._read_conn()
+        if conn is None:
+            return []
+        try:
+            keys = [r[0] for r in conn.execute(sql, params)]
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
+        if getattr(self._local, "snapshot", None) is None:
+            self._unchanged()
+        return keys
+
+    def live_rows(self, keys: Sequence[str], now_ms: int) -> list[Recalled]:
+        """The rows of ``keys`` that are live (not retired, not expired at ``now_ms``)."""
+        out: list[Recalled] = []
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            out += self._query(
+                f"SELECT {_COLUMNS} FROM findings f WHERE f.key IN ({marks}) AND {_LIVE}", [*chunk, now_ms]
+            )
+        return out
+
     def search(
         self, words: Sequence[Collection[str]], *, scope: str | None, limit: int, now_ms: int | None = None
     ) -> list[Recalled]:

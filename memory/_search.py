@@ -149,39 +149,6 @@ Measured on the retrieval benchmark, this blend put the right finding in the top
 questions where reciprocal-rank fusion (k=60) reached 72%: the words only break near ties."""
 
 
-def _fuse(
-    by_words: Sequence[Explained],
-    by_meaning: Sequence[tuple[Recalled, float]],
-    pool: int,
-    limit: int,
-    floor: float,
-) -> list[Explained]:
-    """The hybrid answers: every finding of the meaning ranking (each live candidate, with its
-    similarity), scored by similarity plus the weighted keyword score, best first. ``matched_by``
-    says ``words`` for one that shares words with the question but is not among the ``pool`` most
-    similar above ``floor``, ``meaning`` for one among them that shares no word, ``both`` for the
-    rest; a finding that is neither is not an answer."""
-    words = {x.finding.key: x for x in by_words}
-    best = max((x.score for x in by_words), default=0.0) or 1.0
-    out = []
-    for rank, (e, sim) in enumerate(by_meaning):
-        w = words.get(e.key)
-        near = rank < pool and sim > floor
-        if w is None and not near:
-            continue
-        out.append(
-            Explained(
-                finding=e,
-                score=sim + (WORDS_WEIGHT * w.score / best if w is not None else 0.0),
-                matched=w.matched if w is not None else (),
-                matched_by="meaning" if w is None else "both" if near else "words",
-                similarity=sim,
-            )
-        )
-    out.sort(key=_best_first, reverse=True)
-    return out[:limit]
-
-
 def subject_terms(subject: str) -> dict[str, frozenset[str]]:
     """The words of a question worth matching (``subject_words``), in order, each with its index terms."""
     return {w: frozenset(terms(w)) for w in sorted(subject_words(subject))}
@@ -503,49 +470,156 @@ class Search:
             )[:limit]
         if not subject.strip() or limit == 0:
             return []
-        pool = max(50, 5 * limit)
-        live = self._again_if_stale(
-            lambda: self._recall(
-                source=source,
-                tag=None,
-                before_ms=before_ms,
-                limit=None,
+        return self._again_if_stale(
+            lambda: self._by_meaning(
+                subject,
+                wanted,
+                limit,
+                mode=mode,
                 scope=scope,
-                tags=every_tag,
-                meta=meta,
+                every_tag=every_tag,
+                wanted_meta=wanted_meta,
+                source=source,
+                before_ms=before_ms,
             )
         )
+
+    def _by_meaning(
+        self,
+        subject: str,
+        wanted: Mapping[str, frozenset[str]],
+        limit: int,
+        *,
+        mode: str,
+        scope: str | None,
+        every_tag: Sequence[str],
+        wanted_meta: Mapping[str, str],
+        source: str | None,
+        before_ms: int | None,
+    ) -> list[Explained]:
+        """``why`` by meaning (``semantic``) or by meaning and words (``hybrid``): the live findings
+        the filters keep are listed by key, ranked by their vectors' similarity, and only the best
+        are read in full (and, unsynced, checked against their files and records)."""
+        import numpy as np
+
+        from memory._vectors import top_indexes
+
+        pool = max(50, 5 * limit)
         index = self._vector_index()
         floor = similarity_floor(index.embedder)
-        ranked = index.rank(subject, live)
-        if mode == "semantic":
-            ranked = [(e, sim) for e, sim in ranked if sim > floor]
-            return [
+        now = self._clock()
+        keys, unsynced, listings = self._candidates(
+            scope=scope,
+            source=source,
+            before_ms=before_ms,
+            every_tag=every_tag,
+            wanted_meta=wanted_meta,
+            now=now,
+        )
+        sims = index.similarities(subject, keys, self._texts_of(unsynced))
+        top = pool if mode == "hybrid" else 2 * limit + 8  # more than asked: one may be retired meanwhile
+        near = {keys[i]: float(sims[i]) for i in top_indexes(np, sims, top) if sims[i] > floor}
+        by_words: dict[str, Explained] = {}
+        if mode == "hybrid" and wanted:
+            found = self._by_words(
+                wanted,
+                pool,
+                scope=scope,
+                every_tag=every_tag,
+                wanted_meta=wanted_meta,
+                source=source,
+                before_ms=before_ms,
+            )
+            by_words = {x.finding.key: x for x in found[:pool]}
+        sim_of = dict(near)
+        if by_words:
+            at = {k: i for i, k in enumerate(keys)}
+            sim_of.update((k, float(sims[at[k]])) for k in by_words if k in at and k not in near)
+        findings = self._resolve([k for k in near if k not in by_words], unsynced, now)
+        findings.update({k: x.finding for k, x in by_words.items()})
+        best = max((x.score for x in by_words.values()), default=0.0) or 1.0
+        out = []
+        for key, e in findings.items():
+            w = by_words.get(key)
+            sim = sim_of.get(key, 0.0)
+            if mode == "semantic":
+                matched = _score_terms(self._terms(e), wanted)[1] if wanted else ()
+                out.append(
+                    Explained(finding=e, score=sim, matched=matched, matched_by="meaning", similarity=sim)
+                )
+                continue
+            out.append(
                 Explained(
                     finding=e,
-                    score=sim,
-                    matched=_score_terms(self._terms(e), wanted)[1] if wanted else (),
-                    matched_by="meaning",
+                    score=sim + (WORDS_WEIGHT * w.score / best if w is not None else 0.0),
+                    matched=w.matched if w is not None else (),
+                    matched_by="meaning" if w is None else "both" if key in near else "words",
                     similarity=sim,
                 )
-                for e, sim in ranked[:limit]
-            ]
-        by_words = (
-            self._again_if_stale(
-                lambda: self._by_words(
-                    wanted,
-                    pool,
-                    scope=scope,
-                    every_tag=every_tag,
-                    wanted_meta=wanted_meta,
-                    source=source,
-                    before_ms=before_ms,
-                )
-            )[:pool]
-            if wanted
-            else []
-        )
-        return _fuse(by_words, ranked, pool, limit, floor)
+            )
+        out.sort(key=_best_first, reverse=True)
+        answers = out[:limit]
+        fresh = [x.finding for x in answers if x.finding.id < 0 and x.finding.key not in by_words]
+        if fresh:
+            for listing in listings:
+                listing.check(fresh)  # the files of what the read returns, unchanged since indexed
+            self._served(fresh)
+        return answers
+
+    def _candidates(
+        self,
+        *,
+        scope: str | None,
+        source: str | None,
+        before_ms: int | None,
+        every_tag: Sequence[str],
+        wanted_meta: Mapping[str, str],
+        now: int,
+    ) -> tuple[list[str], dict[str, Recalled], list[Listing | IndexedListing]]:
+        """The keys of every live finding the filters keep (what ``recall`` with no limit returns),
+        without building the DB's rows; the unsynced ones among them, by key; the listings."""
+        listings, retired = self._sources(scope)
+        disk = [
+            e
+            for listing in listings
+            for e in listing.entries
+            if (scope is None or e.scope == scope)
+            and (source is None or e.source == source)
+            and (before_ms is None or e.learned_ms < before_ms)
+            and (e.expires_ms is None or e.expires_ms > now)
+            and e.key not in retired
+            and (not every_tag or all(t in e.tags for t in every_tag))
+            and (not wanted_meta or meta_matches(e, wanted_meta))
+        ]
+        with self._db.snapshot():  # files first, then the DB in one snapshot (see recall)
+            rows = self._db.recall_keys(
+                scope=scope, source=source, before_ms=before_ms, now_ms=now, tags=every_tag, meta=wanted_meta
+            )
+            kept = self._not_held(disk, None, key=_key)
+        unsynced = {e.key: e for e in kept}
+        return [k for k in rows if k not in retired] + list(unsynced), unsynced, listings
+
+    def _texts_of(self, unsynced: Mapping[str, Recalled]) -> Callable[[list[str]], Mapping[str, str]]:
+        """What a finding's vector is derived from, for keys that have none: an unsynced finding's
+        own, a row's read from the DB."""
+        from memory._vectors import embed_text
+
+        def texts(keys: list[str]) -> Mapping[str, str]:
+            out = {k: embed_text(unsynced[k]) for k in keys if k in unsynced}
+            rest = [k for k in keys if k not in unsynced]
+            for i in range(0, len(rest), 500):
+                out.update((r.key, embed_text(r)) for r in self._db.rows_of(rest[i : i + 500]))
+            return out
+
+        return texts
+
+    def _resolve(
+        self, keys: Sequence[str], unsynced: Mapping[str, Recalled], now: int
+    ) -> dict[str, Recalled]:
+        """The findings of ``keys`` that are still live, in order: unsynced ones as listed, rows read
+        again (one retired or expired since it was listed is left out)."""
+        rows = {r.key: r for r in self._db.live_rows([k for k in keys if k not in unsynced], now)}
+        return {k: rows[k] if k in rows else unsynced[k] for k in keys if k in rows or k in unsynced}
 
     def _mode(self, mode: str | None) -> str:
         """The ``why`` mode asked for, or the default: hybrid with an embedder, keyword without."""

@@ -23,10 +23,10 @@ import sqlite3
 import stat
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory._embed import Embedder, checked_vectors
 from memory._filecache import cache_dir
@@ -65,18 +65,6 @@ def embed_text(finding: Recalled) -> str:
 def model_of(embedder: Embedder) -> str:
     """The name vectors are stored under: the embedder's name and the recipe of what it read."""
     return f"{embedder.name}#{RECIPE}"
-
-
-def _decode(blob: object, dims: int) -> np.ndarray | None:
-    """A stored vector as float16, or None when it is not ``dims`` finite float16 values."""
-    import numpy as np
-
-    if not isinstance(blob, bytes) or len(blob) != 2 * dims:
-        return None
-    row = np.frombuffer(blob, dtype="<f2")
-    if not bool(np.isfinite(row).all()):
-        return None
-    return row
 
 
 def _is_vector(blob: object) -> bool:
@@ -118,8 +106,10 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
 
 
 class VectorIndex:
-    """The vectors of one store for one embedder: remembered in-process, kept in the vectors file
-    when it can be written (a reader without write access derives them in memory only)."""
+    """The vectors of one store for one embedder: held in-process as one float16 matrix (a row per
+    key), kept in the vectors file when it can be written (a reader without write access derives
+    them in memory only). The first search of a process reads the model's stored vectors in one
+    scan when it needs many of them, else by key."""
 
     def __init__(self, db_path: Path, embedder: Embedder) -> None:
         import numpy
@@ -129,7 +119,9 @@ class VectorIndex:
         self.model = model_of(embedder)
         self._path = vectors_path(db_path)
         self._dims = embedder.dims
-        self._mem: dict[str, np.ndarray] = {}
+        self._rows: dict[str, int] = {}
+        self._matrix = numpy.zeros((0, self._dims), dtype=numpy.float16)
+        self._scanned = False
         self._conn: sqlite3.Connection | None = None
         self._opened = False
         self._lock = threading.RLock()
@@ -140,36 +132,70 @@ class VectorIndex:
             self._conn = _connect(self._path, create=True)
         return self._conn
 
-    def _stored(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        """The stored vectors of ``keys`` (a damaged one is left out: it is derived again)."""
+    def _keep(self, keys: Sequence[str], block: np.ndarray) -> None:
+        """Hold ``block`` (float16, a row per key) in the matrix; a key held already is replaced."""
+        np = self._np
+        fresh = [i for i, k in enumerate(keys) if k not in self._rows]
+        for i, k in enumerate(keys):
+            row = self._rows.get(k)
+            if row is not None:
+                self._matrix[row] = block[i]
+        if not fresh:
+            return
+        n = len(self._rows)
+        need = n + len(fresh)
+        if need > self._matrix.shape[0]:
+            grown = np.zeros((max(need, 2 * self._matrix.shape[0], 1024), self._dims), dtype=np.float16)
+            grown[:n] = self._matrix[:n]
+            self._matrix = grown
+        self._matrix[n:need] = block[fresh]
+        for j, i in enumerate(fresh):
+            self._rows[keys[i]] = n + j
+
+    def _load(self, keys: Sequence[str] | None) -> None:
+        """Read stored vectors (of ``keys``, or the model's every one) into the matrix; a row that
+        is not a finite vector of ``dims`` is left out (it is derived again)."""
         conn = self._db()
-        found: dict[str, np.ndarray] = {}
         if conn is None:
-            return found
+            return
+        np = self._np
+        size = 2 * self._dims
         try:
-            for i in range(0, len(keys), 500):
-                chunk = list(keys[i : i + 500])
-                marks = ",".join("?" * len(chunk))
-                for key, blob in conn.execute(
-                    f"SELECT key, vec FROM vectors WHERE model = ? AND key IN ({marks})", [self.model, *chunk]
-                ):
-                    row = _decode(blob, self._dims)
-                    if row is not None:
-                        found[key] = row
+            if keys is None:
+                cursor: Iterable[tuple[str, bytes]] = conn.execute(
+                    "SELECT key, vec FROM vectors WHERE model = ?", (self.model,)
+                )
+                chunks: Iterable[Iterable[tuple[str, bytes]]] = [cursor]
+            else:
+                by_key = "SELECT key, vec FROM vectors WHERE model = ? AND key IN ({})"
+                chunks = (
+                    conn.execute(by_key.format(",".join("?" * len(part))), [self.model, *part])
+                    for part in (list(keys[i : i + 500]) for i in range(0, len(keys), 500))
+                )
+            for rows in chunks:
+                found = [(k, v) for k, v in rows if isinstance(v, bytes) and len(v) == size]
+                if not found:
+                    continue
+                block = np.frombuffer(b"".join(v for _, v in found), dtype="<f2").reshape(
+                    len(found), self._dims
+                )
+                good = np.isfinite(block).all(axis=1)
+                names = [k for (k, _), ok in zip(found, good, strict=True) if ok]
+                self._keep(names, block[good].astype(np.float16))
         except sqlite3.Error:
             self._give_up()
-        return found
 
-    def _store(self, rows: Sequence[tuple[str, np.ndarray]]) -> None:
+    def _store(self, keys: Sequence[str], block: np.ndarray) -> None:
         conn = self._db()
-        if conn is None or not rows:
+        if conn is None or not keys:
             return
+        data = block.astype("<f2")
         try:
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(
                     "INSERT OR REPLACE INTO vectors (model, key, vec) VALUES (?, ?, ?)",
-                    [(self.model, k, v.astype("<f2").tobytes()) for k, v in rows],
+                    [(self.model, k, data[i].tobytes()) for i, k in enumerate(keys)],
                 )
         except sqlite3.Error:
             self._give_up()
@@ -182,49 +208,94 @@ class VectorIndex:
                 self._conn.close()
         self._conn = None
 
+    def _rows_of(self, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]) -> np.ndarray:
+        """The matrix rows of ``keys``' vectors, each derived (from ``texts(missing keys)``, the text
+        ``embed_text`` gives of each) and kept where none is held."""
+        rows = self._rows
+        missing = [k for k in keys if k not in rows]
+        if missing and len(rows) + len(missing) > _MEMORY_MAX:  # start again with these alone
+            self._rows = rows = {}
+            self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
+            self._scanned = True  # a scan would bring back what was just let go
+            missing = list(keys)
+        if missing:
+            if not self._scanned and len(missing) > 2_000:
+                self._scanned = True
+                self._load(None)
+            else:
+                self._load(missing)
+            todo = [k for k in missing if k not in rows]
+            for i in range(0, len(todo), BATCH):
+                chunk = todo[i : i + BATCH]
+                found = texts(chunk)
+                unknown = [k for k in chunk if k not in found]
+                if unknown:  # retired since it was listed: it gets a zero vector, never stored
+                    self._keep(unknown, self._np.zeros((len(unknown), self._dims), dtype=self._np.float16))
+                chunk = [k for k in chunk if k in found]
+                if not chunk:
+                    continue
+                made = checked_vectors(self.embedder, [found[k] for k in chunk]).astype(self._np.float16)
+                self._store(chunk, made)
+                self._keep(chunk, made)
+        return self._np.fromiter((rows[k] for k in keys), dtype=self._np.int64, count=len(keys))
+
     def vectors(self, findings: Sequence[Recalled]) -> np.ndarray:
         """One unit vector per finding (float32, shape (n, dims)), derived where none is kept."""
         with self._lock:
-            mem = self._mem
-            missing = [f for f in findings if f.key not in mem]
-            if missing:
-                if len(mem) + len(missing) > _MEMORY_MAX:
-                    mem.clear()
-                    missing = list(findings)
-                mem.update(self._stored([f.key for f in missing]))
-                todo = [f for f in missing if f.key not in mem]
-                for i in range(0, len(todo), BATCH):
-                    chunk = todo[i : i + BATCH]
-                    made = checked_vectors(self.embedder, [embed_text(f) for f in chunk])
-                    rows = [(f.key, made[j].astype(self._np.float16)) for j, f in enumerate(chunk)]
-                    self._store(rows)
-                    mem.update(rows)
-            if not findings:
-                return self._np.zeros((0, self._dims), dtype=self._np.float32)
-            return self._np.stack([mem[f.key] for f in findings]).astype(self._np.float32)
+            idx = self._rows_of(
+                [f.key for f in findings], _texts_of(findings)
+            )  # first: it may grow the matrix
+            out: np.ndarray = self._matrix[idx].astype(self._np.float32)
+            return out
 
-    def rank(self, question: str, findings: Sequence[Recalled]) -> list[tuple[Recalled, float]]:
-        """``findings`` with their cosine similarity to ``question``, most similar first (ties: newest)."""
-        if not findings:
-            return []
-        q = checked_vectors(self.embedder, [question])[0]
-        sims = self.vectors(findings) @ q
-        order = sorted(range(len(findings)), key=lambda i: (-float(sims[i]), -findings[i].learned_ms))
-        return [(findings[i], float(sims[i])) for i in order]
+    def similarities(
+        self, question: str, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]
+    ) -> np.ndarray:
+        """The cosine similarity of ``question`` to each key's finding (float32, in ``keys``' order);
+        ``texts`` gives the text of findings whose vector must be derived."""
+        q = checked_vectors(self.embedder, [question])[0].astype(self._np.float32)
+        with self._lock:
+            if not keys:
+                return self._np.zeros(0, dtype=self._np.float32)
+            idx = self._rows_of(keys, texts)
+            sims: np.ndarray = self._matrix[idx].astype(self._np.float32) @ q  # BLAS works in float32
+            return sims
 
     def discard(self, keys: Iterable[str]) -> int:
         """Forget the vectors of ``keys`` here and in the vectors file (every embedder's)."""
         keys = list(keys)
         with self._lock:
             for k in keys:
-                self._mem.pop(k, None)
+                row = self._rows.pop(k, None)
+                if row is not None:
+                    self._matrix[row] = 0  # the row is never read again; its bytes go too
             conn = self._db()
         return _delete(conn, keys) if conn is not None else 0
 
     def close(self) -> None:
         with self._lock:
             self._give_up()
-            self._mem.clear()
+            self._rows = {}
+            self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
+            self._scanned = False
+
+
+def _texts_of(findings: Sequence[Recalled]) -> Callable[[list[str]], Mapping[str, str]]:
+    by_key = {f.key: f for f in findings}
+    return lambda keys: {k: embed_text(by_key[k]) for k in keys if k in by_key}
+
+
+def top_indexes(np: Any, sims: np.ndarray, top: int) -> list[int]:
+    """Indexes of (at least) the ``top`` highest ``sims``, ties at the cut included, best first."""
+    n = len(sims)
+    if top <= 0 or n == 0:
+        return []
+    if top < n:
+        cut = np.argpartition(-sims, top - 1)[:top]
+        picked = np.nonzero(sims >= sims[cut].min())[0]
+    else:
+        picked = np.arange(n)
+    return sorted(picked.tolist(), key=lambda i: -float(sims[i]))
 
 
 def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> int:
