@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         if "retrieval" in sections:
             from benchmarks.retrieval import bench_retrieval
 
-            bench_retrieval(base, sheet, out)
+            bench_retrieval(base, sheet, out, sizes)
     finally:
         if args.keep:
             say(out, f"kept {base}")

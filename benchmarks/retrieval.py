@@ -11,6 +11,10 @@ questions are answered from the history DB as a long-lived store answers them.
 For each ``why`` mode the store offers (``keyword`` always; ``semantic`` and ``hybrid`` once an
 embedder is configured) it reports recall@1, recall@5 and the mean reciprocal rank over the top 10,
 and how many times a forgotten or superseded finding was returned (the goal is none, ever).
+Then the scale of a search by meaning: a store of ``sizes.synced + sizes.unsynced`` synthetic findings
+(100,000 in the quick and full runs, a tenth of them unsynced), its vectors derived once (per second),
+a fresh store's first semantic ``why`` and a warm one's (median of 7), a warm hybrid ``why``, and beside
+them the bare floor: numpy's top 10 over the same vectors already in one float32 matrix.
 ``python -m benchmarks --only retrieval``.
 """
 
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import memory
-from benchmarks._common import Sheet, say
+from benchmarks._common import Sheet, Sizes, say
 
 DATA = Path(__file__).resolve().parent / "data" / "retrieval.txt"
 MODES = ("keyword", "semantic", "hybrid")
@@ -37,6 +41,13 @@ NAMES = (
     "retrieval.superseded_returned",
     "retrieval.findings",
     "retrieval.questions",
+    "retrieval.scale_findings",
+    "retrieval.derive_per_s",
+    "retrieval.semantic_fresh_ms",
+    "retrieval.semantic_warm_ms",
+    "retrieval.hybrid_warm_ms",
+    "retrieval.numpy_topk_ms",
+    "retrieval.semantic_warm_over_numpy",
 )
 
 MAY_BE_ZERO = frozenset(
@@ -147,7 +158,68 @@ def score(
     return {"recall_at_1": at1 / n, "recall_at_5": at5 / n, "mrr": rr / n, **hits}
 
 
-def bench_retrieval(base: Path, sheet: Sheet, out: TextIO | None) -> None:
+_SCALE = (
+    "scale_findings",
+    "derive_per_s",
+    "semantic_fresh_ms",
+    "semantic_warm_ms",
+    "hybrid_warm_ms",
+    "numpy_topk_ms",
+    "semantic_warm_over_numpy",
+)
+
+
+def _bench_scale(base: Path, embedder: Any, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
+    import statistics
+
+    import numpy as np
+
+    from benchmarks.reads import build_dataset
+
+    n = sizes.synced + sizes.unsynced
+    db = base / "history.db"
+    build_dataset(db, sizes.synced, sizes.unsynced)
+    question = "which ledger entries paid the highest gas fees"
+    with memory.MemoryStore(db, embedder=embedder) as store:
+        t0 = time.perf_counter()
+        store.derive_vectors()
+        derive_s = time.perf_counter() - t0
+    with memory.MemoryStore(db, embedder=embedder) as store:
+        t0 = time.perf_counter()
+        store.why(question, mode="semantic")
+        fresh_ms = (time.perf_counter() - t0) * 1000
+        warm, hybrid = [], []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            store.why(question, mode="semantic")
+            warm.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            store.why(question, mode="hybrid")
+            hybrid.append((time.perf_counter() - t0) * 1000)
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((n, embedder.dims)).astype(np.float32)
+    floor = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        q = np.asarray(embedder.embed([question]), dtype=np.float32)[0]
+        sims = matrix @ q
+        top = np.argpartition(-sims, 9)[:10]
+        sorted(top.tolist(), key=lambda i: -float(sims[i]))
+        floor.append((time.perf_counter() - t0) * 1000)
+    sheet.put("retrieval.scale_findings", float(n), "findings of the scale store (a tenth unsynced)")
+    sheet.put("retrieval.derive_per_s", n / derive_s, "vectors derived per second (default embedder)")
+    sheet.put("retrieval.semantic_fresh_ms", fresh_ms, "a fresh store's first semantic why (ms)")
+    sheet.put("retrieval.semantic_warm_ms", statistics.median(warm), "a warm semantic why (ms, median)")
+    sheet.put("retrieval.hybrid_warm_ms", statistics.median(hybrid), "a warm hybrid why (ms, median)")
+    sheet.put("retrieval.numpy_topk_ms", statistics.median(floor), "numpy top 10 over a float32 matrix (ms)")
+    sheet.put(
+        "retrieval.semantic_warm_over_numpy",
+        statistics.median(warm) / statistics.median(floor),
+        "warm semantic why / the bare numpy floor",
+    )
+
+
+def bench_retrieval(base: Path, sheet: Sheet, out: TextIO | None, sizes: Sizes) -> None:
     """Build the data set's store and score every ``why`` mode it offers."""
     data = load()
     base.mkdir(parents=True, exist_ok=True)
@@ -187,6 +259,12 @@ def bench_retrieval(base: Path, sheet: Sheet, out: TextIO | None) -> None:
     sheet.put("retrieval.questions", float(len(data.asked)), "questions with one right answer")
     sheet.put("retrieval.forgotten_returned", totals["forgotten"], "a forgotten finding in any top 10")
     sheet.put("retrieval.superseded_returned", totals["superseded"], "a superseded finding in any top 10")
+    if embedder is not None:
+        _bench_scale(base / "retrieval-scale", embedder, sizes, sheet, out)
+    else:
+        for name in NAMES:
+            if name.split(".")[1] in _SCALE:
+                sheet.skip(name, why_not)
     if "retrieval.hybrid_recall_at_5" in sheet.figures:
         gain = sheet.figures["retrieval.hybrid_recall_at_5"] - sheet.figures["retrieval.keyword_recall_at_5"]
         sheet.put("retrieval.hybrid_gain_at_5", gain, "hybrid recall@5 minus keyword recall@5")

@@ -122,6 +122,7 @@ class VectorIndex:
         self._rows: dict[str, int] = {}
         self._matrix = numpy.zeros((0, self._dims), dtype=numpy.float16)
         self._scanned = False
+        self._last: tuple[Sequence[str], np.ndarray] | None = None  # the last keys asked and their rows
         self._conn: sqlite3.Connection | None = None
         self._opened = False
         self._lock = threading.RLock()
@@ -211,6 +212,9 @@ class VectorIndex:
     def _rows_of(self, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]) -> np.ndarray:
         """The matrix rows of ``keys``' vectors, each derived (from ``texts(missing keys)``, the text
         ``embed_text`` gives of each) and kept where none is held."""
+        last = self._last
+        if last is not None and last[0] == keys:  # the same live findings as the last search
+            return last[1]
         rows = self._rows
         missing = [k for k in keys if k not in rows]
         if missing and len(rows) + len(missing) > _MEMORY_MAX:  # start again with these alone
@@ -237,7 +241,9 @@ class VectorIndex:
                 made = checked_vectors(self.embedder, [found[k] for k in chunk]).astype(self._np.float16)
                 self._store(chunk, made)
                 self._keep(chunk, made)
-        return self._np.fromiter((rows[k] for k in keys), dtype=self._np.int64, count=len(keys))
+        idx = self._np.fromiter((rows[k] for k in keys), dtype=self._np.int64, count=len(keys))
+        self._last = (list(keys), idx)
+        return idx
 
     def vectors(self, findings: Sequence[Recalled]) -> np.ndarray:
         """One unit vector per finding (float32, shape (n, dims)), derived where none is kept."""
@@ -265,6 +271,7 @@ class VectorIndex:
         """Forget the vectors of ``keys`` here and in the vectors file (every embedder's)."""
         keys = list(keys)
         with self._lock:
+            self._last = None
             for k in keys:
                 row = self._rows.pop(k, None)
                 if row is not None:
@@ -278,6 +285,7 @@ class VectorIndex:
             self._rows = {}
             self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
             self._scanned = False
+            self._last = None
 
 
 def _texts_of(findings: Sequence[Recalled]) -> Callable[[list[str]], Mapping[str, str]]:
