@@ -56,6 +56,18 @@ def _home(args: argparse.Namespace) -> Path:
     return Path(args.home or os.environ.get("SAIL_HOME") or Path.cwd())
 
 
+def _agent(args: argparse.Namespace) -> tuple[Path, SailConfig]:
+    """The agent's home and its config: every command but ``init`` and ``demo`` needs both, so a
+    mistyped ``--home`` is ``sail_config_missing`` naming the path, never an empty answer.
+
+    Raises:
+        SailConfigMissing: the home has no ``.sail/config.toml``.
+        SailConfigInvalid: the config cannot be read or is ill-formed.
+    """
+    home = _home(args)
+    return home, load_config(home)
+
+
 _dump = json_out
 
 
@@ -176,28 +188,30 @@ def _tick(home: Path, clock: Callable[[], float]) -> TickResult:
     return result
 
 
-def _selected(args: argparse.Namespace) -> list[Entry]:
+def _selected(home: Path, args: argparse.Namespace) -> list[Entry]:
     return [
         e
-        for e in Ledger(sail_dir(_home(args))).scan()
+        for e in Ledger(sail_dir(home)).scan()
         if (not args.kind or e.kind == args.kind) and (args.since is None or e.ts * 1000 >= args.since)
     ]
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """What has my agent actually done: the ledger, oldest first, one row per trade."""
-    entries = _selected(args)
+    home, _ = _agent(args)
+    entries = _selected(home, args)
     if args.json:
         _dump([e.to_wire() for e in entries])
         return 0
-    for line in ledger_rows(entries, ActivityLog(sail_dir(_home(args))).scan(NOTE_EVENTS)):
+    for line in ledger_rows(entries, ActivityLog(sail_dir(home)).scan(NOTE_EVENTS)):
         print(line)
     return 0
 
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Why did it skip: the most recent skips, newest first, with their reasons."""
-    skips = recent_skips(Ledger(sail_dir(_home(args))), args.limit)
+    home, _ = _agent(args)
+    skips = recent_skips(Ledger(sail_dir(home)), args.limit)
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
@@ -210,8 +224,8 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Does it remember its last trade: the last tick, the last confirmed act, what holds the next."""
-    home = _home(args)
-    status = agent_status(home, load_config(home))
+    home, config = _agent(args)
+    status = agent_status(home, config)
     if args.json:
         _dump(status)
         return 0

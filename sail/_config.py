@@ -118,6 +118,12 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
     try:
         raw = tomllib.loads(_read_regular(path).decode("utf-8"))
     except FileNotFoundError:
+        if not Path(home).is_dir():  # a mistyped --home: say which folder is not there
+            raise SailConfigMissing(
+                f"no agent home at {home} (no such folder, so no config at {path}); check --home or "
+                "$SAIL_HOME, or run `sail init` there",
+                path=path,
+            ) from None
         raise SailConfigMissing(f"no agent config at {path}; run `sail init` first", path=path) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SailConfigInvalid(f"cannot read {path}: {exc}", path=path) from exc

@@ -4,9 +4,12 @@ Starts anvil (npm ``@foundry-rs/anvil``) on 127.0.0.1, deploys the repo's contra
 router), funds the agent with 60 USDC, writes ``DIR/.sail/config.toml`` (25 USDC into WETH every
 hour, minimum 25 USDC), and runs ``sail tick`` as a fresh process per tick. Chain time is moved with
 ``evm_increaseTime`` and each tick is given the chain's time as its clock (``--now``), so an
-hour passes in a moment. The script produces, in order: a confirmed swap, a cadence skip, a swap
-that reverts (the owner has pulled the router's WETH), a confirmed swap (refilled), a cadence skip,
-and a balance skip (10 USDC left). anvil is stopped at the end, whatever happens.
+hour passes in a moment. The chain is born that much (and a few minutes more) in the past, so its
+clock ends the demo just behind this machine's: the ``sail tick`` it suggests, on the machine's
+clock, follows the ledger in order (the cadence has passed; the balance skip holds). The script
+produces, in order: a confirmed swap, a cadence skip, a swap that reverts (the owner has pulled the
+router's WETH), a confirmed swap (refilled), a cadence skip, and a balance skip (10 USDC left).
+anvil is stopped at the end, whatever happens.
 
 The node is the home's embedded chain (its state in ``DIR/.sail/chain/``), and the config it leaves
 says ``rpc_url = "embedded"``: the next ``sail tick --home DIR`` (with the agent's key, printed)
@@ -20,6 +23,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +41,19 @@ from sail._node import ANVIL_KEYS, embedded_chain
 
 HOUR = 3600
 AMOUNT = 25 * 10**6
+#: how far behind this machine's clock the chain's clock ends the demo (deploys add a few seconds)
+_CATCH_UP_MARGIN_S = 300
+
+
+#: the demo's ticks: seconds the chain's clock moves first, what happens, the owner's move before it
+_STEPS: tuple[tuple[int, str, str | None], ...] = (
+    (0, "first tick: nothing in the ledger, so it swaps", None),
+    (60, "a minute later: reconciles the swap (confirmed), then cadence skip", None),
+    (HOUR, "an hour on, the owner has pulled the router's WETH: the swap reverts", "pull"),
+    (60, "reconciles the revert; no confirmed act for an hour, so it swaps again", "refill"),
+    (60, "reconciles that swap (confirmed), then cadence skip", None),
+    (HOUR, "an hour on: 10 USDC left, under the 25 USDC minimum: balance skip", None),
+)
 
 
 def init_embedded(
@@ -95,8 +112,11 @@ def run_demo(home: Path, *, out: IO[str], progress: Callable[[int, int], None] |
     """
     home.mkdir(parents=True, exist_ok=True)
     owner_key, agent_key = ANVIL_KEYS
+    steps = _STEPS
+    # born in the past by all the time the script moves it forward: it ends behind this machine's clock
+    genesis = int(time.time()) - sum(advance for advance, _, _ in steps) - _CATCH_UP_MARGIN_S
     try:
-        with embedded_chain(sail_dir(home)) as node:
+        with embedded_chain(sail_dir(home), genesis_ts=genesis) as node:
             w3 = Web3(Web3.HTTPProvider(node.url))
             owner, agent = Account.from_key(owner_key).address, Account.from_key(agent_key).address
             market = deploy_market(w3, owner, agent, agent_usdc=60 * 10**6)
@@ -129,15 +149,9 @@ def run_demo(home: Path, *, out: IO[str], progress: Callable[[int, int], None] |
             def refill() -> object:
                 return send(w3, weth.functions.mint(market.router, 10**18), owner)
 
-            steps: list[tuple[int, str, Callable[[], object] | None]] = [
-                (0, "first tick: nothing in the ledger, so it swaps", None),
-                (60, "a minute later: reconciles the swap (confirmed), then cadence skip", None),
-                (HOUR, "an hour on, the owner has pulled the router's WETH: the swap reverts", pull),
-                (60, "reconciles the revert; no confirmed act for an hour, so it swaps again", refill),
-                (60, "reconciles that swap (confirmed), then cadence skip", None),
-                (HOUR, "an hour on: 10 USDC left, under the 25 USDC minimum: balance skip", None),
-            ]
-            for n, (advance, label, before) in enumerate(steps, 1):
+            moves: dict[str, Callable[[], object]] = {"pull": pull, "refill": refill}
+            for n, (advance, label, move) in enumerate(steps, 1):
+                before = None if move is None else moves[move]
                 if progress is not None:
                     progress(n, len(steps))
                 if before is not None:

@@ -87,6 +87,8 @@ class AnvilNode:
         chain_id: the chain id to serve.
         startup_timeout: seconds to wait for the node to answer.
         state: a file to load the chain from and dump it to when the node stops (SIGTERM).
+        genesis_ts: the genesis block's time (unix seconds) of a new chain; its clock runs on from
+            there at the machine's pace (ignored by a chain loaded from ``state``).
     """
 
     def __init__(
@@ -96,9 +98,11 @@ class AnvilNode:
         chain_id: int = 31337,
         startup_timeout: float = 30.0,
         state: Path | None = None,
+        genesis_ts: int | None = None,
     ) -> None:
         self.binary = binary
         self.state = state
+        self.genesis_ts = genesis_ts
         self.chain_id = chain_id
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -126,6 +130,8 @@ class AnvilNode:
             "--chain-id",
             str(self.chain_id),
         ]
+        if self.genesis_ts is not None and (self.state is None or not self.state.exists()):
+            argv += ["--timestamp", str(self.genesis_ts)]
         if self.state is not None:
             # load the chain from the file and dump it back on exit, with past blocks' states, so
             # balanceOf at a receipt's block still answers after a restart
@@ -192,13 +198,13 @@ class AnvilNode:
 
 
 @contextlib.contextmanager
-def embedded_chain(sail_dir: Path) -> Iterator[AnvilNode]:
+def embedded_chain(sail_dir: Path, *, genesis_ts: int | None = None) -> Iterator[AnvilNode]:
     """The agent's embedded chain: anvil over ``<sail_dir>/chain/anvil-state.json``, for one process.
 
     An in-process EVM dies with its process, and every tick is a fresh process; so the embedded
     chain is anvil on loopback whose state is loaded at start and dumped at stop. One process at a
     time holds it (``chain/anvil.lock``): two nodes over one state file would lose each other's
-    blocks.
+    blocks. ``genesis_ts`` dates a chain created here (see ``AnvilNode``).
 
     Raises:
         SailNodeUnavailable: anvil cannot be had, or the chain is held by another process for 120 s.
@@ -211,7 +217,7 @@ def embedded_chain(sail_dir: Path) -> Iterator[AnvilNode]:
     except (portalocker.exceptions.LockException, OSError) as exc:
         raise SailNodeUnavailable(f"the embedded chain in {directory} is busy or unusable: {exc}") from exc
     try:
-        with AnvilNode(state=directory / "anvil-state.json") as node:
+        with AnvilNode(state=directory / "anvil-state.json", genesis_ts=genesis_ts) as node:
             yield node
     finally:
         lock.release()

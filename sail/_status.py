@@ -59,9 +59,9 @@ def ahead(seconds: int | None) -> int | None:
 def chain_ahead_line(seconds: int, of: str) -> str:
     """The line ``status`` and ``tick`` print when the chain's clock runs ahead of ``of``."""
     return (
-        f"clock: the chain's clock is {span(seconds)} ({seconds}s) ahead of {of}, as after `sail demo`, "
-        "which moves the chain's time forward; acts are stamped by the chain's clock, so cadence counts "
-        "from a time still to come here (pass --now with the chain's time to tick by it)"
+        f"clock: the chain's clock is {span(seconds)} ({seconds}s) ahead of {of}, as on a dev chain "
+        "whose time was moved forward (evm_increaseTime); acts are stamped by the chain's clock, so "
+        "cadence counts from a time still to come here (pass --now with the chain's time to tick by it)"
     )
 
 
@@ -95,7 +95,7 @@ def agent_status(home: Path, config: SailConfig, *, clock: Callable[[], float] =
 
     ``clockAheadS`` is how many seconds the newest time recorded here (an act, a skip, a tick) is
     ahead of ``clock``, this machine's, when more than ``CLOCK_SLACK_S``; else null. Only a chain
-    whose clock runs ahead stamps such times (a dev chain moved forward, as by ``sail demo``).
+    whose clock runs ahead stamps such times (a dev chain moved forward with ``evm_increaseTime``).
 
     Raises:
         journal.JournalCorrupt: the ledger or activity log is damaged where it is read.

@@ -20,6 +20,7 @@ from web3 import EthereumTesterProvider, Web3
 
 from memory.ledger import ActivityLog, Ledger
 from sail._chain import Chain
+from sail._config import SailConfig, save_config
 from sail._deploy import Deployment, deploy_market, send
 from sail._runner import Runner
 from sail._strategy import DcaStrategy
@@ -98,6 +99,24 @@ class World:
 
     def ledger(self) -> Ledger:
         return Ledger(self.sail_dir)
+
+    def save_config(self, **overrides: Any) -> Path:
+        """Write the home's ``.sail/config.toml`` for this market (the reading commands need it);
+        returns the home."""
+        strategy = self.strategy()
+        fields: dict[str, Any] = {
+            "rpc_url": "http://127.0.0.1:9",  # the reading commands never use the chain
+            "router": strategy.router,
+            "token_in": strategy.token_in,
+            "token_out": strategy.token_out,
+            "amount_in": strategy.amount_in,
+            "interval_s": strategy.interval_s,
+            "min_balance": strategy.min_balance,
+            "permission": strategy.permission,
+        }
+        fields.update(overrides)
+        save_config(self.sail_dir.parent, SailConfig(**fields))
+        return self.sail_dir.parent
 
     def balance(self, token: str) -> int:
         return Chain(self.w3).balance_of(token, self.agent.address)

@@ -189,6 +189,36 @@ def test_a_missing_config_is_a_coded_error_with_exit_1(
     assert err == f"sail: error[sail_config_missing]: no agent config at {config}; run `sail init` first\n"
 
 
+@pytest.mark.parametrize("command", ["ledger", "why", "status", "tick"])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_mistyped_home_is_config_missing_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, json_flag: list[str]
+) -> None:
+    typo = tmp_path / "TYPO"
+    status, out, err = run(capsys, command, "--home", str(typo), *json_flag)
+    assert status == 1
+    config = typo / ".sail" / "config.toml"
+    if json_flag:
+        told = json.loads(err)
+        assert told["code"] == "sail_config_missing" and str(typo) in told["message"]
+        assert out == ""
+    else:
+        assert out == ""
+        assert err.startswith(f"sail: error[sail_config_missing]: no agent home at {typo} ")
+        assert str(config) in err
+    assert not typo.exists()  # nothing was created there
+
+
+@pytest.mark.parametrize("command", ["ledger", "why", "status"])
+def test_a_home_with_a_ledger_but_no_config_is_config_missing(
+    home: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    (home / ".sail" / "config.toml").unlink()
+    status, out, err = run(capsys, command, "--home", str(home))
+    assert (status, out) == (1, "")
+    assert err.startswith("sail: error[sail_config_missing]: no agent config at ")
+
+
 def test_a_bad_config_key_is_named(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = home / ".sail" / "config.toml"
     path.write_text(path.read_text() + 'colour = "blue"\n')
@@ -218,6 +248,13 @@ def test_a_malformed_key_is_refused_without_echoing_it(
 def test_a_damaged_ledger_is_reported_with_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    save_config(
+        tmp_path / "damaged",
+        SailConfig(
+            rpc_url="http://127.0.0.1:1", router=ROUTER, token_in=USDC, token_out=WETH,
+            amount_in=25_000_000, interval_s=3600, min_balance=25_000_000,
+        ),
+    )  # fmt: skip
     ledger = Ledger(tmp_path / "damaged" / ".sail")
     with ledger.writer() as w:
         for ts in (1, 2):

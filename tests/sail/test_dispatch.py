@@ -295,7 +295,7 @@ def test_a_revert_reason_is_decoded_kept_in_the_activity_log_and_shown_by_sail_l
     assert [(r.event, r.reason) for r in reverts] == [("dispatch_reverted", "INSUFFICIENT_BALANCE")]  # once
     from sail._cli import main
 
-    assert main(["ledger", "--home", str(world.sail_dir.parent)]) == 0
+    assert main(["ledger", "--home", str(world.save_config())]) == 0
     out = capsys.readouterr().out
     (row,) = [line for line in out.splitlines() if "reverted" in line]
     assert "(reverted: INSUFFICIENT_BALANCE)" in row and f"{sent.tx_hash[:6]}…{sent.tx_hash[-4:]}" in row
