@@ -30,7 +30,7 @@ from memory.cli import (
     progress,
     stdout_to_stderr,
 )
-from memory.ledger import ActivityLog, Entry, Ledger, Skipped
+from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped, learned_tokens
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
@@ -42,6 +42,7 @@ from sail._status import (
     format_status,
     ledger_rows,
     recent_skips,
+    renderer,
     when,
 )
 from sail._ticklog import TickRecorder
@@ -198,27 +199,33 @@ def _selected(home: Path, args: argparse.Namespace) -> list[Entry]:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """What has my agent actually done: the ledger, oldest first, one row per trade."""
-    home, _ = _agent(args)
+    home, config = _agent(args)
     entries = _selected(home, args)
     if args.json:
         _dump([e.to_wire() for e in entries])
         return 0
-    for line in ledger_rows(entries, ActivityLog(sail_dir(home)).scan(NOTE_EVENTS)):
+    ledger = Ledger(sail_dir(home))
+    tokens = learned_tokens((e for e in entries if isinstance(e, Acted)), ledger.state().tokens)
+    render = renderer(config.token_in, tokens)
+    for line in ledger_rows(entries, ActivityLog(sail_dir(home)).scan(NOTE_EVENTS), render):
         print(line)
     return 0
 
 
 def cmd_why(args: argparse.Namespace) -> int:
     """Why did it skip: the most recent skips, newest first, with their reasons."""
-    home, _ = _agent(args)
-    skips = recent_skips(Ledger(sail_dir(home)), args.limit)
+    home, config = _agent(args)
+    ledger = Ledger(sail_dir(home))
+    skips = recent_skips(ledger, args.limit)
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
         print("no skips recorded")
     else:
+        render = renderer(config.token_in, ledger.state().tokens)
         for skip in skips:
-            print(f"{when(skip.ts)}  block {skip.block if skip.block is not None else '-'}  {skip.reason}")
+            block = skip.block if skip.block is not None else "-"
+            print(f"{when(skip.ts)}  block {block}  {render(skip.reason)}")
     return 0
 
 
@@ -229,7 +236,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _dump(status)
         return 0
-    for line in format_status(status):
+    render = renderer(config.token_in, Ledger(sail_dir(home)).state().tokens)
+    for line in format_status(status, render):
         print(line)
     return 0
 

@@ -33,6 +33,8 @@ from memory.ledger import (
     Ledger,
     Outcome,
     Skipped,
+    TokenBook,
+    reason_text,
     tick_history,
 )
 from sail._config import SailConfig, sail_dir
@@ -85,6 +87,26 @@ def short(tx_hash: str) -> str:
 
 def _fits(value: int) -> int | None:
     return value if 0 <= value <= INT64_MAX else None
+
+
+# -- figures for people ----------------------------------------------------------------------------
+
+Render = Callable[[str], str]
+
+
+def renderer(token: str | None, tokens: TokenBook) -> Render:
+    """How a display shows a skip reason: its figures in ``token``'s units beside the raw ones
+    (``balance 10.0 USDC (10000000) < min 25.0 USDC``); the ledger keeps the reason as it is."""
+
+    def render(reason: str) -> str:
+        return reason_text(reason, token, tokens)
+
+    return render
+
+
+def as_stored(reason: str) -> str:
+    """A reason shown as the ledger stores it."""
+    return reason
 
 
 # -- status ----------------------------------------------------------------------------------------
@@ -141,9 +163,9 @@ def _blocked_by(open_dispatches: Sequence[Any], newest: Entry | None) -> dict[st
     return None
 
 
-def format_status(status: dict[str, Any]) -> list[str]:
-    """The status as lines of text (local times with their offset)."""
-    lines = [f"last tick: {_describe_tick(status['lastTick'])}"]
+def format_status(status: dict[str, Any], render: Render = as_stored) -> list[str]:
+    """The status as lines of text (local times with their offset; reasons through ``render``)."""
+    lines = [f"last tick: {_describe_tick(status['lastTick'], render)}"]
     failed = status["failedTicksSinceSuccess"]
     more = "" if status["failedTicksCountedAll"] else " or more"
     lines.append(f"failed ticks since the last successful one: {failed}{more}")
@@ -152,7 +174,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
         lines.append("last confirmed act: none")
     else:
         lines.append(f"last confirmed act: {_at(last['tsMs'])}, block {last['block']}, tx {last['txHash']}")
-    lines.append(f"next trade: {_describe_next(status, last)}")
+    lines.append(f"next trade: {_describe_next(status, last, render)}")
     lines.append(f"dispatches awaiting reconcile: {len(status['openDispatches'])}")
     lines.append(f"ledger: {status['ledger']}")
     if status["clockAheadS"] is not None:
@@ -160,7 +182,7 @@ def format_status(status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _describe_tick(tick: dict[str, Any] | None) -> str:
+def _describe_tick(tick: dict[str, Any] | None, render: Render) -> str:
     if tick is None:
         return "none recorded"
     head = f"{_at(tick['tsMs'])}, {tick['outcome']}"
@@ -169,17 +191,18 @@ def _describe_tick(tick: dict[str, Any] | None) -> str:
     if tick["outcome"] == "failed":
         return f"{head} [{tick['code']}] {tick['message']}"
     if tick["outcome"] == "skipped":
-        return f"{head} ({tick['reason']})"
+        return f"{head} ({render(tick['reason'])})"
     return f"{head} (tx {tick['txHash']})"
 
 
-def _describe_next(status: dict[str, Any], last: dict[str, Any] | None) -> str:
+def _describe_next(status: dict[str, Any], last: dict[str, Any] | None, render: Render) -> str:
     blocked = status["blockedBy"]
     if blocked is not None:
         if blocked["kind"] == "dispatch":
             return f"blocked until it is resolved: {blocked['reason']}"
         return (
-            f"blocked: {blocked['reason']} (as of the tick at {_at(blocked['sinceMs'])}; the owner must act)"
+            f"blocked: {render(blocked['reason'])} (as of the tick at {_at(blocked['sinceMs'])}; "
+            "the owner must act)"
         )
     if last is None:
         return "eligible now (subject to balance, allowance and quote)"
@@ -248,9 +271,11 @@ def _notes(records: Iterable[ActivityRecord]) -> _Notes:
     return notes
 
 
-def ledger_rows(entries: Sequence[Entry], records: Iterable[ActivityRecord]) -> list[str]:
+def ledger_rows(
+    entries: Sequence[Entry], records: Iterable[ActivityRecord], render: Render = as_stored
+) -> list[str]:
     """The ledger as an aligned table, one row per skip and per trade, every time in one zone (the
-    local zone's offset now, named in the header)."""
+    local zone's offset now, named in the header); skip reasons through ``render``."""
     zone = datetime.now().astimezone().tzinfo or UTC
     stamp = _stamper(zone)
     notes = _notes(records)
@@ -258,7 +283,7 @@ def ledger_rows(entries: Sequence[Entry], records: Iterable[ActivityRecord]) -> 
     by_hash: dict[str, _Row] = {}
     for entry in entries:
         if isinstance(entry, Skipped):
-            rows.append(_Row(stamp(entry.ts), _block(entry.block), "skipped", entry.reason, "", ""))
+            rows.append(_Row(stamp(entry.ts), _block(entry.block), "skipped", render(entry.reason), "", ""))
             continue
         key = entry.tx_hash.lower()
         row = by_hash.get(key)

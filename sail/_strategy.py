@@ -39,9 +39,14 @@ class TickState:
 
 @dataclass(frozen=True)
 class Skip:
-    """Do nothing this tick, because ``reason`` (ledgered as a ``skipped`` entry)."""
+    """Do nothing this tick, because ``reason`` (ledgered as a ``skipped`` entry).
+
+    ``token`` is the token whose base units the reason's figures are (balance, allowance), so the
+    tick can log its decimals and symbol for the displays; None when the reason has no figures.
+    """
 
     reason: str
+    token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,10 +114,10 @@ class DcaStrategy:
         balance = state.chain.balance_of(self.token_in, state.agent)
         needed = max(self.min_balance, self.amount_in)
         if balance < needed:
-            return Skip(balance_reason(balance, needed))
+            return Skip(balance_reason(balance, needed), token=self.token_in)
         allowed = state.chain.allowance(self.token_in, state.agent, self.router)
         if allowed < self.amount_in:
-            return Skip(allowance_reason(allowed, self.amount_in, self.router))
+            return Skip(allowance_reason(allowed, self.amount_in, self.router), token=self.token_in)
         try:
             quoted = state.chain.quote(self.router, self.amount_in, (self.token_in, self.token_out))
         except QuoteUnavailable as exc:

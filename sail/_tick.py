@@ -104,6 +104,9 @@ def tick(
             oldest = min(state.open, key=lambda d: d.ts)
             decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
         if isinstance(decision, Skip):
+            if decision.token is not None:  # its figures are that token's units: say which, once
+                with contextlib.suppress(ChainUnavailable):
+                    _remember_token(writer, activity, chain, decision.token, now())
             entry = Skipped(
                 ts=now(), block=_head_or_none(chain), chain_id=chain.chain_id(), reason=decision.reason
             )

@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from memory.ledger import (
     Acted,
     ActivityCodec,
     ActivityRecord,
+    DispatchSettled,
     DispatchSubmitted,
     Entry,
     LastAct,
@@ -41,6 +42,8 @@ from memory.ledger import (
     Outcome,
     Skipped,
     TickHistory,
+    learned_tokens,
+    reason_text,
     tick_history,
 )
 
@@ -162,27 +165,72 @@ class Agent:
 
     # -- status -----------------------------------------------------------------------------------
 
-    def interval(self) -> Interval:
-        """``interval_s`` from ``.sail/config.toml``, read without following a link or blocking."""
+    def _config(self) -> tuple[dict[str, Any] | None, str | None]:
+        """``.sail/config.toml`` as TOML (or why it cannot be read), read without following a link
+        or blocking."""
         try:
             fd = os.open(self.config_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return Interval(None, f"no agent config at {self.config_path} (run `sail init`)")
+            return None, f"no agent config at {self.config_path} (run `sail init`)"
         except OSError as exc:
-            return Interval(None, f"cannot read {self.config_path}: {exc.strerror or exc}")
+            return None, f"cannot read {self.config_path}: {exc.strerror or exc}"
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > _CONFIG_MAX_BYTES:
-                return Interval(None, f"{self.config_path} is not a regular file of at most 1 MiB")
-            raw = tomllib.loads(os.read(fd, _CONFIG_MAX_BYTES).decode("utf-8"))
+                return None, f"{self.config_path} is not a regular file of at most 1 MiB"
+            return tomllib.loads(os.read(fd, _CONFIG_MAX_BYTES).decode("utf-8")), None
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            return Interval(None, f"cannot read {self.config_path}: {exc}")
+            return None, f"cannot read {self.config_path}: {exc}"
         finally:
             os.close(fd)
+
+    def interval(self) -> Interval:
+        """``interval_s`` from ``.sail/config.toml``, read without following a link or blocking."""
+        raw, problem = self._config()
+        if raw is None:
+            return Interval(None, problem)
         value = raw.get("interval_s")
         if type(value) is not int or value < 0:
             return Interval(None, f"{self.config_path} has no valid interval_s")
         return Interval(value, None)
+
+    def token_in(self) -> str | None:
+        """The token the agent spends (``token_in`` in its config), or None when it cannot be read."""
+        raw, _ = self._config()
+        value = None if raw is None else raw.get("token_in")
+        return value if isinstance(value, str) else None
+
+    def renderer(self, acted: Iterable[Acted] = ()) -> Callable[[str], str]:
+        """How the page shows a skip reason: its figures in the spent token's units beside the raw
+        ones (``balance 10.0 USDC (10000000) < min 25.0 USDC``), the token's decimals and symbol from
+        the verified snapshot (never written here) and the amounts ``acted`` rendered.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those the snapshot's check reads.
+        """
+        book = learned_tokens(acted, Ledger(self.sail_dir).state(save=False).tokens)
+        token = self.token_in()
+
+        def render(reason: str) -> str:
+            return reason_text(reason, token, book)
+
+        return render
+
+    def revert_reasons(self, tx_hashes: Iterable[str]) -> dict[str, str | None]:
+        """Why each of ``tx_hashes`` reverted, from the activity log's ``dispatch_reverted`` lines
+        (read backwards, at most ``MAX_SCAN`` of them, until all are found); None where it gave none."""
+        wanted = {h.lower() for h in tx_hashes}
+        found: dict[str, str | None] = {}
+        if not wanted:
+            return found
+        for n, (_, record) in enumerate(self._activity.backwards()):
+            if n >= MAX_SCAN or len(found) == len(wanted):
+                break
+            if isinstance(record, DispatchSettled) and record.event == "dispatch_reverted":
+                key = record.tx_hash.lower()
+                if key in wanted and found.get(key) is None:
+                    found[key] = record.reason
+        return found
 
     def open_dispatches(self) -> list[str]:
         """Tx hashes of recent dispatches the ledger holds no final entry for (bounded reads)."""
@@ -260,27 +308,12 @@ def _stamped_when_written(entry: Entry) -> bool:
 
 def tokens_of(entries: list[Acted]) -> dict[str, Token]:
     """Each token's symbol and decimals, learned from the amounts the entries rendered."""
-    tokens: dict[str, Token] = {}
-    for e in entries:
-        for address, amount in ((e.token_in, e.amount_in), (e.token_out, e.amount_out)):
-            if address is None or amount is None or address.lower() in tokens:
-                continue
-            token = _token_from(address, amount.base_units, amount.human)
-            if token is not None:
-                tokens[address.lower()] = token
-    return tokens
+    return {
+        address: Token(address, symbol, decimals)
+        for address, (decimals, symbol) in learned_tokens(entries).items()
+    }
 
 
-def _token_from(address: str, base_units: int, human: str) -> Token | None:
-    """Solve ``human == base_units / 10**decimals`` for the decimals (None when nothing fits)."""
-    number, _, symbol = human.partition(" ")
-    if base_units == 0:
-        return None  # zero fits every number of decimals
-    try:
-        value = Decimal(number)
-    except InvalidOperation:
-        return None
-    for decimals in range(0, 78):
-        if Decimal(base_units).scaleb(-decimals) == value:
-            return Token(address, symbol, decimals)
-    return None
+def short_hash(tx_hash: str) -> str:
+    """A hash shortened for the page, ``0x1234…abcd`` (the page puts the whole one in its title)."""
+    return f"{tx_hash[:6]}…{tx_hash[-4:]}" if len(tx_hash) > 12 else tx_hash

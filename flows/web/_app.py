@@ -51,7 +51,7 @@ from flows import _langgraph_view as langgraph_view
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
-from flows.web._agent import CHART_SCAN, LEDGER_PAGE, Agent, Token, tokens_of
+from flows.web._agent import CHART_SCAN, LEDGER_PAGE, Agent, Token, short_hash, tokens_of
 from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
 from flows.web._findings import (
     MAX_WHY,
@@ -188,6 +188,7 @@ def _environment() -> Environment:
         json=as_json_text,
         langgraph_item=langgraph_item,
         visible_metadata=visible_metadata,
+        short_hash=short_hash,
     )
     return env
 
@@ -560,6 +561,11 @@ class Dashboard:
             (address, tokens.get(address), _chart.chart(address, points, tokens))
             for address, points in series.items()
         ]
+        reverted = [
+            e.tx_hash
+            for _, e in rows
+            if isinstance(e, memory.ledger.Acted) and e.outcome is memory.ledger.Outcome.REVERTED
+        ]
         return "agent.html", {
             "title": f"Agent {agent.name}",
             "section": f"agent-{agent.number}",
@@ -569,6 +575,8 @@ class Dashboard:
             "older_url": None if older is None else link(f"/agents/{agent.number}", before=older),
             "status": agent.status(),
             "skips": agent.recent_skips(),
+            "say": agent.renderer(acted),
+            "reverts": agent.revert_reasons(reverted),
             "acted_count": len(acted),
             "charts": charts,
             "chart_scan": CHART_SCAN,

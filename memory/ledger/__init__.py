@@ -27,6 +27,7 @@ from memory.ledger._activity import (
     TokenMetadata,
 )
 from memory.ledger._codec import LedgerCodec
+from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text, solve_decimals
 from memory.ledger._entries import (
     ACTED_KEYS,
     QUOTE_RETURNED_ZERO,
@@ -115,15 +116,20 @@ __all__ = [
     "TickHistory",
     "TickOutcome",
     "TickStarted",
+    "TokenBook",
     "TokenInfo",
     "TokenMetadata",
     "allowance_reason",
+    "amount_text",
     "balance_reason",
     "cadence_reason",
     "entry_from_wire",
     "format_human",
+    "learned_tokens",
     "quote_unavailable_reason",
+    "reason_text",
     "reconcile",
+    "solve_decimals",
     "tick_history",
     "tick_json",
     "transferred_to",

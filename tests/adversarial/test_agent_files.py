@@ -28,25 +28,16 @@ USDC, WETH, ROUTER, AGENT = ("0x" + c * 40 for c in "1234")
 KEY = "0x" + "00" * 31 + "02"
 MAX_U64 = 2**64 - 1
 
-#: what each command reads (its files must be regular; the others it never opens)
-READS = {
-    "ledger": {"memory/ledger.jsonl", "memory/ledger.jsonl.lock", "activity.jsonl", "activity.jsonl.lock"},
-    "why": {"memory/ledger.jsonl", "memory/ledger.jsonl.lock"},
-    "status": {
-        "memory/ledger.jsonl",
-        "memory/ledger.jsonl.lock",
-        "activity.jsonl",
-        "activity.jsonl.lock",
-        "memory/state.json",
-    },
-    "tick": {
-        "memory/ledger.jsonl",
-        "memory/ledger.jsonl.lock",
-        "activity.jsonl",
-        "activity.jsonl.lock",
-        "memory/state.json",
-    },
+#: what each command reads (its files must be regular; the others it never opens): every command
+#: reads the snapshot (``why`` and ``ledger`` for the token metadata their figures are shown in)
+_EVERY_FILE = {
+    "memory/ledger.jsonl",
+    "memory/ledger.jsonl.lock",
+    "activity.jsonl",
+    "activity.jsonl.lock",
+    "memory/state.json",
 }
+READS = {"ledger": _EVERY_FILE, "why": _EVERY_FILE, "status": _EVERY_FILE, "tick": _EVERY_FILE}
 TARGETS = sorted(READS["tick"])
 
 DRIVER = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import orjson
@@ -284,7 +285,40 @@ def test_every_skip_reason_is_ledgered_once_in_its_standard_form(
     assert entry == Skipped(
         ts=world.clock.now, block=world.w3.eth.block_number, chain_id=world.w3.eth.chain_id, reason=expected
     )
-    assert ActivityLog(world.sail_dir).read() == []
+    if reason.startswith(("balance", "allowance")):  # its figures are USDC's: the tick says so, once
+        (metadata,) = ActivityLog(world.sail_dir).read()
+        assert metadata == TokenMetadata(world.clock.now, world.market.usdc, 6, "USDC")
+    else:
+        assert ActivityLog(world.sail_dir).read() == []
+
+
+def test_the_owner_reads_a_skips_figures_in_usdc_beside_the_base_units_the_ledger_keeps(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first tick skips on balance: no swap ever logged the token, yet every display names it."""
+    world.tick(min_balance=10**12)
+    world.clock.now += 60
+    world.tick(min_balance=10**12)
+    stored = "balance 500000000 < min 1000000000000"
+    shown = "balance 500.0 USDC (500000000) < min 1000000.0 USDC"
+    home = world.save_config(min_balance=10**12)
+    lines = world.ledger().path.read_text().splitlines()
+    assert [json.loads(line)["reason"] for line in lines] == [stored, stored]  # the ledger is as stored
+    from sail._cli import main
+
+    assert main(["why", "--home", str(home)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and all(line.endswith(f"  {shown}") for line in out)
+    assert main(["why", "--home", str(home), "--json"]) == 0
+    assert [s["reason"] for s in json.loads(capsys.readouterr().out)] == [stored, stored]
+    assert main(["status", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert f"next trade: blocked: {shown} (as of the tick at " in out
+    assert main(["status", "--home", str(home), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["blockedBy"]["reason"] == stored
+    assert main(["ledger", "--home", str(home)]) == 0
+    assert capsys.readouterr().out.count(f"skipped  {shown}") == 2
+    assert world.ledger().path.read_text().splitlines() == lines  # nothing was rewritten
 
 
 def test_a_dispatch_whose_node_is_unreachable_is_unverified_then_resolved(world: World) -> None:

@@ -190,6 +190,9 @@ def agent_entries() -> list[Acted | Skipped]:
     ]
 
 
+#: why the demo's second swap reverted (the owner had pulled the router's WETH)
+REVERT_REASON = "INSUFFICIENT_BALANCE"
+
 #: the message of the agent's last tick, which failed (it holds markup, shown as text)
 FAILED_TICK_MESSAGE = "cannot reach the node at http://127.0.0.1:8545 <script>alert(1)</script>"
 
@@ -220,7 +223,8 @@ def agent_home(home: Path) -> Path:
                 )
             )
             event = "dispatch_executed" if e.outcome is Outcome.CONFIRMED else "dispatch_reverted"
-            activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013))
+            reason = None if e.outcome is Outcome.CONFIRMED else REVERT_REASON
+            activity.append(DispatchSettled(e.ts - 9, event, e.tx_hash, e.block or 0, 142_013, reason))
             activity.append(TickFinished(e.ts + 1, pid, "submitted", tx_hash=e.tx_hash))
         else:
             activity.append(TickFinished(e.ts + 1, pid, "skipped", reason=e.reason))

@@ -151,8 +151,10 @@ def test_the_agent_page_shows_the_last_tick_and_its_outcome(server: str, tmp_pat
 
 def test_the_agent_page_shows_the_ledger_and_a_point_per_acted_entry(server: str, tmp_path: Path) -> None:
     dom = browse(f"{server}agents/0", "agent", tmp_path)
-    assert re.search(r'<tr class="entry acted outcome-reverted".*?0x0{63}2</code>', dom, re.S)
-    assert "balance 10000000 &lt; min 25000000" in dom
+    row = re.search(r'<tr class="entry acted outcome-reverted".*?</tr>', dom, re.S)
+    assert row is not None and "(reverted: INSUFFICIENT_BALANCE)" in row.group(0)
+    assert re.search(r'<code class="tx" title="0x0{63}2">0x0000…0002</code>', row.group(0))
+    assert "balance 10.0 USDC (10000000) &lt; min 25.0 USDC" in dom
     charts = re.findall(r'<svg class="chart".*?</svg>', dom, re.S)
     assert len(charts) == 2
     assert all(len(re.findall(r'<circle class="point', svg)) == 3 for svg in charts)

@@ -22,6 +22,7 @@ from tests.web.conftest import client_for
 from tests.web.stores import (
     FAILED_TICK_MESSAGE,
     FORGET_REASON,
+    REVERT_REASON,
     SCRIPT_META_KEY,
     SCRIPT_TAG,
     SCRIPT_TEXT,
@@ -421,7 +422,7 @@ def test_the_last_tick_is_read_back_only_to_the_last_good_one_and_says_what_it_d
     with client_for(ServeConfig(sail_homes=(home,))) as c:
         status = c.get("/api/agents/0/status").json()
         assert status["lastTick"]["outcome"] == "submitted" and status["failedTicksSinceSuccess"] == 0
-        assert f'acted: tx <code class="tx">0x{9:064x}</code>' in c.get("/agents/0").text
+        assert f'acted: tx <code class="tx" title="0x{9:064x}">0x0000…0009</code>' in c.get("/agents/0").text
         log.append(TickStarted(T0 + 10 * 3600, 301))
         log.append(TickFinished(T0 + 10 * 3600 + 1, 301, "skipped", reason="cadence: last acted 1s ago"))
         log.append(TickStarted(T0 + 11 * 3600, 302))  # began, not finished: running (or killed)
@@ -443,7 +444,10 @@ def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_e
     html = client.get("/agents/0").text
     assert html.count('<tr class="entry acted') == 3 and html.count('<tr class="entry skipped"') == 3
     assert "swap 25.0 USDC → 0.00982134 WETH" in html
-    assert f"0x{1:064x}" in html and "balance 10000000 &lt; min 25000000" in html
+    assert f'<code class="tx" title="0x{1:064x}">0x0000…0001</code>' in html
+    assert "balance 10.0 USDC (10000000) &lt; min 25.0 USDC" in html
+    assert "balance 10000000 &lt; min 25000000" not in html  # shown converted, kept as stored
+    assert f"(reverted: {REVERT_REASON})" in html
     charts = re.findall(r"<svg class=\"chart\".*?</svg>", html, re.S)
     assert len(charts) == 2  # USDC and WETH
     for svg in charts:
