@@ -79,8 +79,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
 
 
 def _finding_rows(items: Sequence[Any]) -> str:
-    rows = [[str(e.id), e.key, _ms(e.learned_ms), e.source, ",".join(e.tags), e.text[:60]] for e in items]
-    return _table(rows, ["ID", "KEY", "LEARNED", "SOURCE", "TAGS", "TEXT"])
+    rows = [[e.memory_id, e.key, _ms(e.learned_ms), e.source, ",".join(e.tags), e.text[:60]] for e in items]
+    return _table(rows, ["MEMORY", "KEY", "LEARNED", "SOURCE", "TAGS", "TEXT"])
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
@@ -132,7 +132,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     for n, a in enumerate(answers, 1):
         e, c = a.finding, a.finding.citation
         print(f"{n}. {e.text}")
-        print(f"   key: {e.key}")
+        print(f"   memory: {e.memory_id}   key: {e.key}")
         print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {_how(a)}")
         print(
             f"   from flow {e.flow!r}, root run {c.run_id}, stream {c.stream}, record {c.id}, "

@@ -60,7 +60,7 @@ def embedder_for(args: argparse.Namespace) -> Any:
     mode = getattr(args, "mode", None)
     if not spec and mode not in ("semantic", "hybrid"):
         return None
-    from memory._embed import embedder_named
+    from memory import embedder_named
 
     found = embedder_named(spec or "default")
     if found is None and mode in ("semantic", "hybrid"):

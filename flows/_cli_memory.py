@@ -87,8 +87,8 @@ def _citation(c: memory.Citation) -> str:
 # -- learn ------------------------------------------------------------------------------------
 
 
-def cmd_learn(args: argparse.Namespace) -> int:
-    """Learn one finding under a root run of its own (flow ``cli``)."""
+def _finding_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The finding ``learn`` and ``update`` take from their options."""
     finding: dict[str, Any] = {"text": args.text, "tags": args.tag or []}
     if args.source is not None:
         finding["source"] = args.source
@@ -97,6 +97,12 @@ def cmd_learn(args: argparse.Namespace) -> int:
         finding["metadata"] = metadata
     if args.expires is not None:
         finding["expiresMs"] = args.expires
+    return finding
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    """Learn one finding under a root run of its own (flow ``cli``)."""
+    finding = _finding_of(args)
     with _store(args, creating=True) as store:
         # The finding, the key and the session are all checked before the root run is begun.
         memory.validate(finding, CLI_FLOW)
@@ -105,6 +111,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
     if args.json:
         _json_out(
             {
+                "memoryId": learned.memory_id,
                 "key": learned.key,
                 "scope": args.scope,
                 "supersedes": args.supersedes,
@@ -116,6 +123,44 @@ def cmd_learn(args: argparse.Namespace) -> int:
     else:
         replaced = f"; it supersedes {args.supersedes}" if args.supersedes else ""
         print(f"learned {learned.key} in scope {args.scope!r}{replaced}")
+        print(f"   {_citation(learned.citation)}, committed {format_ms(learned.learned_ms)}")
+    return EXIT_OK
+
+
+# -- update -----------------------------------------------------------------------------------
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    """Journal a new version of a memory, under a root run of its own (flow ``cli``)."""
+    finding = _finding_of(args)
+    with _store(args) as store:
+        memory.check_key(args.memory_id, "memory id")
+        live = store.current(args.memory_id)
+        if live is None:
+            raise memory.FindingUnknown(
+                f"memory {args.memory_id} has no live version to update: it was never learned, or it "
+                "was forgotten (`flows history` tells which); learn the finding again to start a new memory",
+                key=args.memory_id,
+            )
+        memory.validate(finding, CLI_FLOW)
+        with store.session(scope=live.scope, flow=CLI_FLOW) as session:
+            learned = session.update(args.memory_id, finding)
+    if args.json:
+        _json_out(
+            {
+                "memoryId": learned.memory_id,
+                "key": learned.key,
+                "scope": live.scope,
+                "supersedes": live.key if learned.key != live.key else None,
+                "learnedMs": learned.learned_ms,
+                "citation": {**learned.citation.as_json(), "committedMs": learned.learned_ms},
+                "path": str(learned.path),
+            }
+        )
+    elif learned.key == live.key:
+        print(f"memory {learned.memory_id} already holds that content, as {learned.key}; nothing written")
+    else:
+        print(f"updated memory {learned.memory_id}: version {learned.key} supersedes {live.key}")
         print(f"   {_citation(learned.citation)}, committed {format_ms(learned.learned_ms)}")
     return EXIT_OK
 
@@ -142,7 +187,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Everything the journal says of one finding, oldest first."""
+    """Everything the journal says of one memory, every version, oldest first."""
     with _store(args) as store:
         events = store.history(args.key)
     if args.json:
@@ -151,6 +196,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     rows = [
         [
             e.kind,
+            e.key,
             format_ms(e.at_ms),
             e.citation.run_id,
             e.citation.stream,
@@ -160,7 +206,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         ]
         for e in events
     ]
-    print(_table(rows, ["EVENT", "WHEN", "RUN", "STREAM", "RECORD", "FLOW", "DETAIL"]))
+    print(f"memory {events[0].memory or events[0].key}: {len({e.key for e in events})} version(s)")
+    print(_table(rows, ["EVENT", "KEY", "WHEN", "RUN", "STREAM", "RECORD", "FLOW", "DETAIL"]))
     return EXIT_OK
 
 
@@ -204,6 +251,27 @@ def add_memory_commands(add: Add) -> None:
     )
     p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
     p = add(
+        "update",
+        bad_input_exits_2(cmd_update),
+        "journal a new version of a memory (it keeps its memory id; history lists every version)",
+    )
+    p.add_argument("memory_id", metavar="MEMORY_ID", help="the memory's id (as `flows recall` shows it)")
+    p.add_argument("text", help="the new version's text")
+    p.add_argument("--tag", metavar="T", action="append", help="a tag (repeat for more)")
+    p.add_argument("--source", metavar="S", help="where it came from (default: cli)")
+    p.add_argument(
+        "--meta",
+        metavar="K=V",
+        action="append",
+        help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
+    )
+    p.add_argument(
+        "--expires",
+        metavar="WHEN",
+        type=expiry_ms,
+        help="when it stops being returned: a duration from now (7d, 12h), an ISO date/time or epoch ms",
+    )
+    p = add(
         "forget",
         bad_input_exits_2(cmd_forget),
         "forget a finding by its key (journaled, then gone from reads)",
@@ -215,6 +283,6 @@ def add_memory_commands(add: Add) -> None:
     p = add(
         "history",
         bad_input_exits_2(cmd_history),
-        "a finding's history: learned, superseded, forgotten, expired",
+        "a memory's history: every version, with its content, learned, superseded, forgotten, expired",
     )
-    p.add_argument("key", metavar="KEY", help="the finding's key")
+    p.add_argument("key", metavar="KEY", help="the memory's id, or the key of any of its versions")

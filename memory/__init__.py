@@ -10,7 +10,7 @@ import typing
 if typing.TYPE_CHECKING:
     from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
     from memory._db import SCHEMA_VERSION, HistoryDB
-    from memory._embed import Embedder, FunctionEmbedder, default_embedder, embedder_of
+    from memory._embed import Embedder, FunctionEmbedder, default_embedder, embedder_named, embedder_of
     from memory._errors import (
         ArgumentInvalid,
         EmbedderFailed,
@@ -110,6 +110,7 @@ __all__ = [
     "checked_commit",
     "default_embedder",
     "discard_vectors",
+    "embedder_named",
     "embedder_of",
     "finding_id",
     "learned_dir",
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "FunctionEmbedder": "memory._embed",
     "default_embedder": "memory._embed",
     "discard_vectors": "memory._vectors",
+    "embedder_named": "memory._embed",
     "embedder_of": "memory._embed",
     "Explained": "memory._results",
     "Finding": "memory._finding",

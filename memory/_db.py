@@ -23,11 +23,11 @@ import orjson
 
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable
 from memory._files import Retired, index_terms
-from memory._finding import meta_value_key
+from memory._finding import is_key, meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
@@ -151,13 +151,35 @@ _MIGRATIONS[5] = _migration_5
 # A finding learned again after its key was retired: the revision its key hashes (NULL: 0).
 _MIGRATIONS[6] = "ALTER TABLE findings ADD COLUMN revision INTEGER;"
 
+
+def _migration_7(conn: sqlite3.Connection) -> None:
+    """The memory a finding is a version of, when not its own key (a supersede's or an update's new
+    version), and the lookup of a memory's versions by it. Rows written before are given theirs
+    from the supersedes the DB records (oldest first: a chain of supersedes is one memory), which
+    is what a learn records now."""
+    conn.execute("ALTER TABLE findings ADD COLUMN memory TEXT")
+    conn.execute("CREATE INDEX findings_by_memory ON findings (memory) WHERE memory IS NOT NULL")
+    memory_of: dict[str, str] = {}
+    for old, new in conn.execute(
+        "SELECT key, by_key FROM retirements WHERE by_key IS NOT NULL ORDER BY forgotten_ms, rowid"
+    ).fetchall():
+        if isinstance(old, str) and isinstance(new, str) and new != old and new not in memory_of:
+            memory_of[new] = memory_of.get(old, old)
+    conn.executemany(
+        "UPDATE findings SET memory = ? WHERE key = ? AND memory IS NULL",
+        [(m, k) for k, m in memory_of.items() if m != k],
+    )
+
+
+_MIGRATIONS[7] = _migration_7
+
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~-]*")  # what ``quote(path, safe="/")`` leaves as it is
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
 _FEW_KEYS = 8  # ``held`` looks up at most this many keys one by one (an IN list costs more to prepare)
 
 _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
-    " f.metadata, f.expires_ms, f.revision"
+    " f.metadata, f.expires_ms, f.revision, f.memory"
 )
 _NOT_RETIRED = "f.retired_ms IS NULL"
 _NOT_EXPIRED = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
@@ -171,7 +193,7 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
     The finding's canonical bytes are made from the row's fields directly (``canonical`` of the
     ``Finding`` they make, without building one), and the result is built once they check out."""
     rid, key, text, source, tags_json, scope, flow, learned_ms, run_id, stream, record_id, *rest = row
-    meta, expires, rev = rest
+    meta, expires, rev, memory = rest
     try:
         tags = orjson.loads(tags_json)
         metadata = orjson.loads(meta) if meta else None
@@ -191,6 +213,7 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
             and (metadata is None or type(metadata) is dict)
             and (expires is None or type(expires) is int)
             and (rev is None or (type(rev) is int and rev > 0))
+            and (memory is None or (type(memory) is str and is_key(memory) and memory != key))
         )
         if ok:
             finding: dict[str, Any] = {"text": text, "source": source, "tags": tags}
@@ -223,6 +246,7 @@ def _row(row: Sequence[Any], path: Path) -> Recalled:
         metadata=frozen_metadata(metadata) if metadata else _NO_METADATA,
         expires_ms=expires,
         revision=rev or 0,
+        memory=memory,
     )
 
 
@@ -859,15 +883,15 @@ class HistoryDB:
                 # One statement for a new finding and a newer commit of a known one.
                 row_id = conn.execute(
                     "INSERT INTO findings (key, scope, flow, text, source, tags, learned_ms, run_id, stream,"
-                    " record_id, synced_ms, metadata, expires_ms, revision, retired_ms)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                    " record_id, synced_ms, metadata, expires_ms, revision, memory, retired_ms)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
                     " (SELECT forgotten_ms FROM retirements WHERE key = ?))"
                     " ON CONFLICT (key) DO UPDATE SET scope=excluded.scope, flow=excluded.flow,"
                     " text=excluded.text, source=excluded.source, tags=excluded.tags,"
                     " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
                     " record_id=excluded.record_id, synced_ms=excluded.synced_ms,"
-                    " metadata=excluded.metadata, expires_ms=excluded.expires_ms, revision=excluded.revision"
-                    " RETURNING id",
+                    " metadata=excluded.metadata, expires_ms=excluded.expires_ms, revision=excluded.revision,"
+                    " memory=excluded.memory RETURNING id",
                     (
                         e.key,
                         e.scope,
@@ -883,6 +907,7 @@ class HistoryDB:
                         _metadata_text(e),
                         e.expires_ms,
                         e.revision or None,
+                        e.memory,
                         e.key,
                     ),
                 ).fetchone()[0]
@@ -965,6 +990,33 @@ class HistoryDB:
         """The scope of the finding ``key`` if the DB holds it (live or not), else None."""
         found = self._keys("SELECT scope FROM findings WHERE key IN ({})", [key])
         return found[0] if found else None
+
+    def memory_of(self, key: str) -> str | None:
+        """The memory id of the finding ``key`` if the DB holds it (live or not), else None."""
+        found = self._keys("SELECT coalesce(memory, key) FROM findings WHERE key IN ({})", [key])
+        return found[0] if found else None
+
+    def live_versions(self, memory_id: str, now_ms: int) -> list[Recalled]:
+        """The live rows that are versions of ``memory_id``, newest first."""
+        return self._query(
+            f"SELECT {_COLUMNS} FROM findings f WHERE (f.key = ? OR f.memory = ?) AND {_LIVE}"
+            " ORDER BY f.learned_ms DESC, f.id DESC",
+            (memory_id, memory_id, now_ms),
+        )
+
+    def versions(self, memory_id: str) -> list[str]:
+        """The keys of every row that is a version of ``memory_id`` (live or not), oldest first."""
+        conn = self._read_conn()
+        if conn is None:
+            return []
+        try:
+            rows = conn.execute(
+                "SELECT key FROM findings WHERE key = ? OR memory = ? ORDER BY learned_ms, id",
+                (memory_id, memory_id),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
+        return [r[0] for r in rows]
 
     def retired_keys(self) -> set[str]:
         """Every key the DB records as retired."""

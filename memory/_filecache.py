@@ -68,7 +68,7 @@ _HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
 _HINTS_WHOLE = 128 * 1024  # a hints file up to this size (4,000 entries) is read whole, not probed
 _HINT_TABLES = 64  # hints files read whole kept in memory (a table is what the file held then)
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
-_VERSION = 4
+_VERSION = 5
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
 _KEY_BYTES = 32
 _TAG_BYTES = 32
@@ -222,6 +222,7 @@ def _entry_row(e: Recalled) -> list[Any]:
         meta,
         e.expires_ms,
         e.revision,
+        e.memory,
     ]
 
 
@@ -231,7 +232,7 @@ def _row_entry(row: Any) -> Recalled:
     The row's types are not checked one by one: the index's tag shows this code wrote it, from an
     entry a full read returned, and a row of the wrong shape fails here and is read from its file.
     """
-    eid, key, text, source, tags, scope, flow, ms, run_id, stream, rid, meta, expires, revision = row
+    eid, key, text, source, tags, scope, flow, ms, run_id, stream, rid, meta, expires, revision, memory = row
     return Recalled(
         id=eid,
         key=key,
@@ -245,6 +246,7 @@ def _row_entry(row: Any) -> Recalled:
         metadata=frozen_metadata(meta) if meta else _NO_METADATA,
         expires_ms=expires,
         revision=revision,
+        memory=memory,
     )
 
 

@@ -23,6 +23,7 @@ from memory._finding import (
     check_metadata,
     check_revision,
     finding_id,
+    is_key,
     scope_hash,
 )
 from memory._results import Citation, Recalled, frozen_metadata
@@ -30,7 +31,7 @@ from memory._safe import Folder, describe, is_damage, read_file
 from memory._stem import terms
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
-_OPTIONAL = {"metadata", "expiresMs", "revision"}
+_OPTIONAL = {"metadata", "expiresMs", "revision", "memory"}
 _RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
 
 
@@ -78,9 +79,12 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
     )
     if not ok:
         raise _damaged(path, "a field has the wrong type")
-    metadata = expires = None
+    metadata = expires = memory = None
     revision = 0
     if len(obj) != len(_KEYS):
+        memory = obj.get("memory")
+        if memory is not None and (not isinstance(memory, str) or not is_key(memory) or memory == obj["id"]):
+            raise _damaged(path, "its memory id is malformed")
         try:
             metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
             expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
@@ -112,6 +116,7 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
         metadata=frozen_metadata(metadata),
         expires_ms=expires,
         revision=revision,
+        memory=memory,
     )
 
 

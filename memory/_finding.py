@@ -243,6 +243,11 @@ def check_revision(value: object) -> int:
     return value
 
 
+def is_key(value: str) -> bool:
+    """Whether ``value`` is a finding key's shape: 32 lowercase hex digits."""
+    return _KEY.fullmatch(value) is not None
+
+
 def check_key(key: object, what: str = "key") -> str:
     """Return ``key`` if it is a finding's key (32 lowercase hex digits); raise ``ArgumentInvalid``
     naming ``what`` otherwise."""
@@ -260,13 +265,29 @@ def scope_hash(scope: str) -> str:
 
 
 def learn_payload(
-    fid: str, scope: str, flow: str, finding: Finding, learned_ms: int, *, revision: int = 0
+    fid: str,
+    scope: str,
+    flow: str,
+    finding: Finding,
+    learned_ms: int,
+    *,
+    revision: int = 0,
+    memory: str | None = None,
 ) -> dict[str, Any]:
-    """The payload a learn commits to the ``memory-learn`` stream (``revision`` only when not 0, so
-    a first learn's payload is exactly what it always was)."""
-    payload = {"id": fid, "scope": scope, "flow": flow, "finding": finding.as_json(), "learnedMs": learned_ms}
+    """The payload a learn commits to the ``memory-learn`` stream (``revision`` only when not 0, and
+    ``memory``, the id of the memory a new version belongs to, only when it is not the finding's
+    own key, so a first learn's payload is exactly what it always was)."""
+    payload: dict[str, Any] = {
+        "id": fid,
+        "scope": scope,
+        "flow": flow,
+        "finding": finding.as_json(),
+        "learnedMs": learned_ms,
+    }
     if revision:
         payload["revision"] = revision
+    if memory is not None and memory != fid:
+        payload["memory"] = memory
     return payload
 
 
@@ -300,12 +321,16 @@ def checked_commit(record: Record, location: str) -> Record:
 
 def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
     p = record.payload
-    if not isinstance(p, Mapping) or not (set(p) == _PAYLOAD or set(p) == _PAYLOAD | {"revision"}):
-        return "its payload is not exactly {id, scope, flow, finding, learnedMs} and an optional revision"
+    if not isinstance(p, Mapping) or not _PAYLOAD <= set(p) <= _PAYLOAD | {"revision", "memory"}:
+        return "its payload is not {id, scope, flow, finding, learnedMs} and an optional revision and memory"
     try:
         revision = check_revision(p["revision"]) if "revision" in p else 0
     except ValueError as exc:
         return str(exc)
+    if "memory" in p and (
+        not isinstance(p["memory"], str) or not _KEY.fullmatch(p["memory"]) or p["memory"] == p["id"]
+    ):
+        return "its memory is not 32 lowercase hex digits other than its id"
     fid, scope, flow, ms, finding = p["id"], p["scope"], p["flow"], p["learnedMs"], p["finding"]
     if not isinstance(fid, str) or not _KEY.fullmatch(fid):
         return "its id is not 32 lowercase hex digits"
@@ -401,6 +426,8 @@ def render(record: Record) -> bytes:
             obj["expiresMs"] = finding["expiresMs"]
         if "revision" in p:
             obj["revision"] = p["revision"]
+        if "memory" in p:
+            obj["memory"] = p["memory"]
     except (KeyError, TypeError) as exc:
         raise ValueError(
             f"record {record.id} of {record.run_id} is not a memory-learn record: {exc}"

@@ -69,11 +69,13 @@ def _newer_there(final: Path, rec: Record) -> bool:
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
+    memory = record.payload.get("memory")
     return Learned(
         id=fid,
         citation=Citation(record.run_id, record.stream, record.id),
         path=final,
         learned_ms=int(record.payload["learnedMs"]),
+        memory=memory if isinstance(memory, str) else None,
     )
 
 
@@ -110,7 +112,10 @@ class Learner:
             learned = _learned(fid, replayed, final)
         else:
             retired = self._retirer.retired_path(root.scope, fid)
-            learned = self._learn(fid, item, root, directory, final, retired=retired, revision=revision)
+            memory = (old.memory or supersedes) if old is not None else None
+            learned = self._learn(
+                fid, item, root, directory, final, retired=retired, revision=revision, memory=memory
+            )
         if old is not None and supersedes is not None and old.retired is None:
             self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
         return learned
@@ -169,6 +174,7 @@ class Learner:
         *,
         retired: str,
         revision: int,
+        memory: str | None = None,
     ) -> Learned:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
@@ -180,7 +186,9 @@ class Learner:
         if existing is not None:
             self._check(root, existing, fid)
         if existing is None:
-            payload = learn_payload(fid, root.scope, root.flow, item, self._clock(), revision=revision)
+            payload = learn_payload(
+                fid, root.scope, root.flow, item, self._clock(), revision=revision, memory=memory
+            )
             expected = Record(
                 root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
             )

@@ -35,11 +35,17 @@ class Learned:
     citation: Citation
     path: Path
     learned_ms: int
+    memory: str | None = None
 
     @property
     def key(self) -> str:
         """The finding's key: its content id (32 lowercase hex), the name of its learned file."""
         return self.id
+
+    @property
+    def memory_id(self) -> str:
+        """The memory this finding is a version of: the key of its first version."""
+        return self.memory or self.id
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,9 @@ class Recalled:
 
     ``key`` is its content id; ``metadata`` is read-only (empty when the finding has none);
     ``expires_ms`` is when it stops being returned (None: never); ``revision`` is 0, or the number
-    its key hashes when it was learned again after a retirement (``finding_id``).
+    its key hashes when it was learned again after a retirement (``finding_id``). ``memory_id``
+    names the memory this finding is a version of: the key of its first version, which every
+    supersede and ``update`` carries on (a first version's is its own key).
     """
 
     id: int
@@ -63,15 +71,22 @@ class Recalled:
     metadata: Mapping[str, Any] = field(default_factory=lambda: frozen_metadata(None), hash=False)
     expires_ms: int | None = None
     revision: int = 0
+    memory: str | None = None  # the memory this version belongs to, when not its own key
 
     @property
     def synced(self) -> bool:
         """True when the finding was read from the history DB."""
         return self.id > 0
 
+    @property
+    def memory_id(self) -> str:
+        """The id of the memory this finding is a version of (its first version's key)."""
+        return self.memory or self.key
+
     def as_json(self) -> dict[str, Any]:
         """The finding with camelCase keys, as the CLI prints it with ``--json``."""
         return {
+            "memoryId": self.memory_id,
             "id": self.id,
             "key": self.key,
             "text": self.text,
@@ -114,6 +129,11 @@ class Explained:
     def key(self) -> str:
         """The finding's key."""
         return self.finding.key
+
+    @property
+    def memory_id(self) -> str:
+        """The id of the memory the finding is a version of."""
+        return self.finding.memory_id
 
     @property
     def text(self) -> str:
@@ -225,7 +245,8 @@ class HistoryEvent:
     """One event in a finding's history: ``learned`` (a commit of it), ``superseded`` (``by`` the
     key that replaced it), ``forgotten`` (with its ``reason``) or ``expired`` (its ``expiresMs``
     has passed); ``at_ms`` is when, ``citation`` the journal record that says so (for ``expired``,
-    the commit that carries the expiry). ``flow`` names who made the change (the flow of the root
+    the commit that carries the expiry). ``memory`` is the memory the key is a version of (a
+    history lists every version of one memory). ``flow`` names who made the change (the flow of the root
     run that committed it; None when only a DB row or file without it is left), and ``content`` is
     what a ``learned`` event committed (the finding as JSON: ``text``, ``source``, ``tags``, and
     ``metadata``, ``expiresMs`` when set; None for the other kinds)."""
@@ -238,11 +259,13 @@ class HistoryEvent:
     by: str | None = None
     flow: str | None = None
     content: Mapping[str, Any] | None = field(default=None, hash=False)
+    memory: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """``{"kind", "key", "atMs", "citation", "reason", "by", "flow", "content"}``."""
+        """``{"kind", "memoryId", "key", "atMs", "citation", "reason", "by", "flow", "content"}``."""
         return {
             "kind": self.kind,
+            "memoryId": self.memory or self.key,
             "key": self.key,
             "atMs": self.at_ms,
             "citation": self.citation.as_json(),

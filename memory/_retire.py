@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ class Located:
 
     scope: str
     retired: Retired | None
+    memory: str | None = None  # the memory id of the finding, when a learned file, row or record says
 
 
 def forgotten_of(retired: Retired) -> Forgotten:
@@ -64,11 +65,13 @@ def retired_of(record: Record) -> Retired:
     )
 
 
-def retirement_event(r: Retired) -> HistoryEvent:
+def retirement_event(r: Retired, memory: str | None = None) -> HistoryEvent:
     """A retirement as a ``HistoryEvent``: ``superseded`` when it names the key that replaced the
     finding, else ``forgotten``."""
     kind = "forgotten" if r.by is None else "superseded"
-    return HistoryEvent(kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by, flow=r.flow)
+    return HistoryEvent(
+        kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by, flow=r.flow, memory=memory or r.key
+    )
 
 
 def _learned_event(entry: Recalled) -> HistoryEvent:
@@ -85,6 +88,7 @@ def _learned_event(entry: Recalled) -> HistoryEvent:
         entry.citation,
         flow=entry.flow,
         content=frozen_metadata(content),
+        memory=entry.memory_id,
     )
 
 
@@ -95,6 +99,13 @@ def unknown(key: str, what: str = "key") -> FindingUnknown:
         "it; `flows recall --json` lists the keys",
         key=key,
     )
+
+
+def _memory_of(payload: Mapping[str, Any]) -> str | None:
+    """The memory id a ``memory-learn`` payload names: its ``memory``, else its own ``id``."""
+    memory = payload.get("memory")
+    fid = payload.get("id")
+    return memory if isinstance(memory, str) else fid if isinstance(fid, str) else None
 
 
 def _nothing(keys: list[str]) -> None:
@@ -174,22 +185,24 @@ class Retirer:
             path = folder / ".trajectories" / "retired" / f"{key}.json"
             if os.path.lexists(path):
                 found = read_retired(path)
-                return Located(found.scope, found)
+                return Located(found.scope, found, self._db.memory_of(key))
         for folder in folders:
             path = folder / ".trajectories" / "compacted" / f"{key}.json"
             if os.path.lexists(path):
-                return Located(read_learned(path).scope, None)
+                entry = read_learned(path)
+                return Located(entry.scope, None, entry.memory_id)
         retired = self._db.retirement(key)
         if retired is not None:
-            return Located(retired.scope, retired)
+            return Located(retired.scope, retired, self._db.memory_of(key))
         scope = self._db.scope_of(key)
         if scope is not None:
-            return Located(scope, None)
+            return Located(scope, None, self._db.memory_of(key))
         backend = self._open_journal()
         for run in backend.runs():
             for rec in backend.read(run.run_id, STREAM):
                 if rec.payload.get("id") == key and isinstance(rec.payload.get("scope"), str):
-                    return Located(rec.payload["scope"], None)
+                    memory = rec.payload.get("memory")
+                    return Located(rec.payload["scope"], None, memory if isinstance(memory, str) else key)
         return None
 
     # -- retiring ------------------------------------------------------------------------------
@@ -249,40 +262,55 @@ class Retirer:
     # -- history -------------------------------------------------------------------------------
 
     def history(self, key: str, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
-        """See ``MemoryStore.history``."""
+        """See ``MemoryStore.history``: every version of the memory ``key`` is (or is a version of)."""
         check_key(key)
         now = self._clock()
         backend = self._open_journal()
-        events: list[HistoryEvent] = []
-        expiring: tuple[int, Citation, int] | None = None  # expiresMs, the first commit, its time
+        learns: list[Record] = []
+        retires: list[Record] = []
         run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
         for run_id in run_ids:
-            for rec in backend.read(run_id, STREAM):
-                p = rec.payload
-                if p.get("id") != key:
-                    continue
-                citation = Citation(rec.run_id, rec.stream, rec.id)
-                content = frozen_metadata(p["finding"]) if isinstance(p.get("finding"), dict) else None
-                flow = p["flow"] if isinstance(p.get("flow"), str) else None
-                events.append(
-                    HistoryEvent("learned", key, int(p["learnedMs"]), citation, flow=flow, content=content)
-                )
-                expires = (p.get("finding") or {}).get("expiresMs")
-                if isinstance(expires, int) and (expiring is None or int(p["learnedMs"]) < expiring[2]):
-                    expiring = (expires, citation, int(p["learnedMs"]))
-            for rec in backend.read(run_id, RETIRE_STREAM):
-                if rec.payload.get("id") == key:
-                    events.append(retirement_event(retired_of(rec)))
+            learns += [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
+            retires += [r for r in backend.read(run_id, RETIRE_STREAM) if isinstance(r.payload, Mapping)]
+        memory = next((_memory_of(r.payload) for r in learns if r.payload.get("id") == key), None)
+        if memory is None:
+            memory = self._db.memory_of(key) or key
+        versions = {key, memory} | {
+            str(r.payload.get("id")) for r in learns if _memory_of(r.payload) == memory
+        }
+        versions.update(self._db.versions(memory))
+        events: list[HistoryEvent] = []
+        expiring: dict[str, tuple[int, Citation, int]] = {}  # key -> expiresMs, the first commit, its time
+        for rec in learns:
+            p = rec.payload
+            fid = p.get("id")
+            if fid not in versions or not isinstance(fid, str):
+                continue
+            citation = Citation(rec.run_id, rec.stream, rec.id)
+            content = frozen_metadata(p["finding"]) if isinstance(p.get("finding"), dict) else None
+            flow = p["flow"] if isinstance(p.get("flow"), str) else None
+            ms = int(p["learnedMs"])
+            events.append(
+                HistoryEvent("learned", fid, ms, citation, flow=flow, content=content, memory=memory)
+            )
+            expires = (p.get("finding") or {}).get("expiresMs")
+            if isinstance(expires, int) and (fid not in expiring or ms < expiring[fid][2]):
+                expiring[fid] = (expires, citation, ms)
+        for rec in retires:
+            if rec.payload.get("id") in versions:
+                events.append(retirement_event(retired_of(rec), memory))
         if not events:
-            events = self._history_from_store(key)
+            for k in sorted(versions):
+                events += self._history_from_store(k, memory)
         if not events:
             raise unknown(key)
-        if expiring is not None and expiring[0] <= now:
-            events.append(HistoryEvent("expired", key, expiring[0], expiring[1]))
+        for fid, (expires, citation, _) in expiring.items():
+            if expires <= now:
+                events.append(HistoryEvent("expired", fid, expires, citation, memory=memory))
         events.sort(key=lambda e: (e.at_ms, _KIND_ORDER[e.kind], e.citation.run_id))
         return events
 
-    def _history_from_store(self, key: str) -> list[HistoryEvent]:
+    def _history_from_store(self, key: str, memory: str | None = None) -> list[HistoryEvent]:
         """What the DB or a learned file knows of ``key`` when the journal holds none of it."""
         events: list[HistoryEvent] = []
         for row in self._db.rows_of([key]):
@@ -294,5 +322,5 @@ class Retirer:
                     events.append(_learned_event(read_learned(path)))
         retired = self._db.retirement(key)
         if retired is not None:
-            events.append(retirement_event(retired))
+            events.append(retirement_event(retired, memory))
         return events

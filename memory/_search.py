@@ -426,6 +426,35 @@ class Search:
         self._served([found])
         return found
 
+    def current(self, memory_id: str) -> Recalled | None:
+        """The newest live version of the memory ``memory_id`` (from the DB, else an unsynced file),
+        or None when it has none."""
+        return self._again_if_stale(lambda: self._current(memory_id))
+
+    def _current(self, memory_id: str) -> Recalled | None:
+        now = self._clock()
+        listings, retired = self._sources(None)  # files first, then the DB (see recall)
+        disk = [
+            e
+            for listing in listings
+            for e in listing.entries
+            if e.memory_id == memory_id
+            and e.key not in retired
+            and (e.expires_ms is None or e.expires_ms > now)
+        ]
+        with self._db.snapshot():
+            rows = [r for r in self._db.live_versions(memory_id, now) if r.key not in retired]
+            kept = self._not_held(disk, None, key=_key)
+        found = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
+        if not found:
+            return None
+        best = found[0]
+        if best.id < 0:
+            for listing in listings:
+                listing.check([best])
+            self._served([best])
+        return best
+
     def scopes(self) -> list[str]:
         """See ``MemoryStore.scopes``."""
         candidates = set(self._db.scopes())
@@ -500,8 +529,6 @@ class Search:
         """``why`` by meaning (``semantic``) or by meaning and words (``hybrid``): the live findings
         the filters keep are listed by key, ranked by their vectors' similarity, and only the best
         are read in full (and, unsynced, checked against their files and records)."""
-        import numpy as np
-
         from memory._vectors import top_indexes
 
         pool = max(50, 5 * limit)
@@ -518,7 +545,7 @@ class Search:
         )
         sims = index.similarities(subject, keys, self._texts_of(unsynced))
         top = pool if mode == "hybrid" else 2 * limit + 8  # more than asked: one may be retired meanwhile
-        near = {keys[i]: float(sims[i]) for i in top_indexes(np, sims, top) if sims[i] > floor}
+        near = {keys[i]: float(sims[i]) for i in top_indexes(sims, top) if sims[i] > floor}
         by_words: dict[str, Explained] = {}
         if mode == "hybrid" and wanted:
             found = self._by_words(

@@ -37,6 +37,8 @@ class SessionStore(Protocol):
 
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten: ...
 
+    def update(self, memory_id: str, finding: object, root: Root | None) -> Learned: ...
+
     def recall(
         self,
         *,
@@ -246,6 +248,21 @@ class MemorySession:
         finally:
             self._leave_op()
 
+    def update(self, memory_id: str, finding: Mapping[str, Any]) -> Learned:
+        """Journal a new version of the memory ``memory_id`` in the session's scope, superseding its
+        live version (``MemoryStore.update``); the result keeps the memory id.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid, FindingUnknown, FindingInvalid: refused; nothing is journaled or written.
+            Unwritable, JournalError: as ``MemoryStore.learn``.
+        """
+        self._enter_op()
+        try:
+            return self._store.update(memory_id, finding, self._root)
+        finally:
+            self._leave_op()
+
     def forget(self, key: str, *, reason: str) -> Forgotten:
         """Forget the finding ``key``, journal-first (see ``MemoryStore.forget``); it may be of any
         scope. Forgetting a finding already forgotten returns the first forget and writes nothing.
@@ -451,6 +468,11 @@ class MemorySession:
     async def alearn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Learned:
         """``learn`` off the event loop, on the store's executor."""
         learned: Learned = await self._async_op(self._store.learn, finding, self._root, supersedes=supersedes)
+        return learned
+
+    async def aupdate(self, memory_id: str, finding: Mapping[str, Any]) -> Learned:
+        """``update`` off the event loop, on the store's executor."""
+        learned: Learned = await self._async_op(self._store.update, memory_id, finding, self._root)
         return learned
 
     async def aforget(self, key: str, *, reason: str) -> Forgotten:

@@ -24,15 +24,17 @@ from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
-from memory._errors import Unreachable, Unwritable
+from memory._errors import FindingUnknown, Unreachable, Unwritable
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
     check_key,
     checked_commit,
     checked_retirement,
+    finding_id,
     render,
     render_retirement,
+    validate,
 )
 from memory._learn import Learner
 from memory._paths import resolve_db, resolve_journal
@@ -249,6 +251,63 @@ class MemoryStore:
                 answered.set_result(done)
                 return answered
         return self._submit(self._learner.learn, finding, root, supersedes)
+
+    def update(self, memory_id: str, finding: object, root: Root | None) -> Learned:
+        """Journal a new version of the memory ``memory_id`` (the key of its first version; any
+        version's key names its memory too): ``finding`` is learned and supersedes the memory's
+        live version, and keeps its memory id (``Recalled.memory_id``). ``history`` lists every
+        version. Updating to the content the memory holds already returns its version.
+
+        Raises:
+            ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
+            FindingUnknown: the memory has no live version (never learned, or forgotten: learn it
+                again, which starts a new memory).
+            FindingInvalid, Unjournaled, UnsupportedHeader, Unwritable, JournalError: as ``learn``.
+        """
+        memory = self._memory_id(check_key(memory_id, "memory id"))
+        live = self._read(self._search.current, memory)
+        if live is None:
+            raise FindingUnknown(
+                f"memory {memory} has no live version to update: it was never learned, or it was "
+                "forgotten (see `flows history`); learn the finding again to start a new memory",
+                key=memory,
+            )
+        item = validate(finding, default_source=root.source or root.flow) if root is not None else None
+        if item is not None and root is not None and finding_id(root.scope, item, live.revision) == live.key:
+            path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
+            return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
+        return self._learner.learn(finding, root, live.key)
+
+    async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
+        """``update`` off the event loop (the same arguments, the same errors)."""
+        return await self._off_loop(self.update, memory_id, finding, root)
+
+    def current(self, memory_id: str) -> Recalled | None:
+        """The live version of the memory ``memory_id`` (or of the memory the key ``memory_id`` is a
+        version of), or None when it has none.
+
+        Raises:
+            ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
+        """
+        return self._read(self._search.current, self._memory_id(check_key(memory_id, "memory id")))
+
+    def _memory_id(self, key: str) -> str:
+        """The memory ``key`` names: its own (a memory id), or the one its version belongs to. A
+        superseded version whose memory no file or row records is followed to the version that
+        replaced it (the supersede's ``by``), whose record does."""
+        seen: set[str] = set()
+        at = key
+        while at not in seen and len(seen) < 10_000:
+            seen.add(at)
+            located = self._read(self._retirer.locate, at)
+            if located is None:
+                break
+            if located.memory is not None:
+                return located.memory
+            if located.retired is None or located.retired.by is None:
+                break
+            at = located.retired.by
+        return key
 
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten:
         """Forget the finding ``key`` journal-first: append a ``memory-forget`` record (the key, its

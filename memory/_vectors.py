@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memory._embed import Embedder, checked_vectors
 from memory._filecache import cache_dir
@@ -293,8 +293,10 @@ def _texts_of(findings: Sequence[Recalled]) -> Callable[[list[str]], Mapping[str
     return lambda keys: {k: embed_text(by_key[k]) for k in keys if k in by_key}
 
 
-def top_indexes(np: Any, sims: np.ndarray, top: int) -> list[int]:
+def top_indexes(sims: np.ndarray, top: int) -> list[int]:
     """Indexes of (at least) the ``top`` highest ``sims``, ties at the cut included, best first."""
+    import numpy as np
+
     n = len(sims)
     if top <= 0 or n == 0:
         return []

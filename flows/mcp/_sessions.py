@@ -70,6 +70,11 @@ class _Root:
             learned = await self.session.alearn(finding, supersedes=supersedes)
         return learned
 
+    async def update(self, memory_id: str, finding: Mapping[str, Any]) -> Learned:
+        with anyio.CancelScope(shield=True):
+            learned = await self.session.aupdate(memory_id, finding)
+        return learned
+
     async def forget(self, key: str, reason: str) -> Forgotten:
         with anyio.CancelScope(shield=True):
             forgotten = await self.session.aforget(key, reason=reason)
@@ -196,9 +201,30 @@ class SessionMemory:
         root = await self._sessions.root_of(self._key, self._session, scope)
         learned = await root.learn(finding, supersedes)
         return {
+            "memoryId": learned.memory_id,
             "key": learned.key,
             "scope": scope,
             "supersedes": supersedes,
+            "learnedMs": learned.learned_ms,
+            "citation": citation_json(learned.citation, learned.learned_ms),
+        }
+
+    async def update(self, memory_id: str, finding: Mapping[str, Any]) -> dict[str, Any]:
+        # Journaled under the session's root run in the live version's scope.
+        live = await anyio.to_thread.run_sync(self._store.current, memory_id)
+        if live is None:
+            raise FindingUnknown(
+                f"memory {memory_id} has no live version to update: it was never learned, or it was "
+                "forgotten (the `history` tool tells which); learn the finding again to start a new memory",
+                key=memory_id,
+            )
+        root = await self._sessions.root_of(self._key, self._session, live.scope)
+        learned = await root.update(memory_id, finding)
+        return {
+            "memoryId": learned.memory_id,
+            "key": learned.key,
+            "scope": live.scope,
+            "supersedes": live.key if learned.key != live.key else None,
             "learnedMs": learned.learned_ms,
             "citation": citation_json(learned.citation, learned.learned_ms),
         }

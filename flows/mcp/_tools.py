@@ -41,6 +41,7 @@ class Memory(Protocol):
         self, scope: str, finding: Mapping[str, Any], supersedes: str | None
     ) -> dict[str, Any]: ...
     async def forget(self, key: str, reason: str) -> dict[str, Any]: ...
+    async def update(self, memory_id: str, finding: Mapping[str, Any]) -> dict[str, Any]: ...
     async def recall(
         self,
         *,
@@ -138,6 +139,7 @@ _CITATION = {
 _FINDING: dict[str, Any] = {
     "type": "object",
     "properties": {
+        "memoryId": {**_KEY, "description": "the memory's id: the same for every version; pass it to update"},
         "key": {**_KEY, "description": "the finding's key: pass it to forget, history or supersedes"},
         "text": {"type": "string"},
         "source": {"type": "string"},
@@ -163,6 +165,11 @@ async def _learn(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     finding: dict[str, Any] = {k: args[k] for k in ("text", "source", "tags", "metadata") if k in args}
     scope = args.get("scope") or memory.default_scope or DEFAULT_SCOPE
     return await memory.learn(scope, finding, args.get("supersedes"))
+
+
+async def _update(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    finding: dict[str, Any] = {k: args[k] for k in ("text", "source", "tags", "metadata") if k in args}
+    return await memory.update(args["memoryId"], finding)
 
 
 def _before_ms(tool: str, value: object) -> int | None:
@@ -244,6 +251,19 @@ _ANSWER = {
     },
 }
 
+_LEARNED = {
+    "type": "object",
+    "properties": {
+        "memoryId": _KEY,
+        "key": _KEY,
+        "scope": {"type": "string"},
+        "supersedes": {"type": ["string", "null"]},
+        "learnedMs": {"type": "integer"},
+        "citation": _CITATION,
+    },
+    "required": ["memoryId", "key", "scope", "citation"],
+}
+
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="learn",
@@ -288,18 +308,49 @@ TOOLS: tuple[ToolSpec, ...] = (
             },
             ["text"],
         ),
-        output_schema={
-            "type": "object",
-            "properties": {
-                "key": _KEY,
-                "scope": {"type": "string"},
-                "supersedes": {"type": ["string", "null"]},
-                "learnedMs": {"type": "integer"},
-                "citation": _CITATION,
-            },
-            "required": ["key", "scope", "citation"],
-        },
+        output_schema=_LEARNED,
         run=_learn,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="update",
+        title="Correct a memory",
+        description=(
+            "Correct a remembered finding under its one identity: the new text (with its tags, source "
+            "and metadata) becomes the memory's live version, the old version stops being recalled, "
+            "and both stay in the journal (the `history` tool lists every version with its content). "
+            "`memoryId` is the `memoryId` that learn, recall and why return (any version's `key` "
+            "names its memory too). The result's `key` is the new version's; its `memoryId` is "
+            "unchanged. Repeats: updating to the content the memory already holds returns that version "
+            "and writes nothing. Errors: " + _ARGUMENT_ERRORS + "; a memory with no live version "
+            "(never learned, or forgotten: learn it again to start a new memory) is "
+            "`memory_finding_unknown`; a blank text or metadata the memory refuses is "
+            "`memory_finding_invalid`. A refused update writes nothing."
+        ),
+        input_schema=_object(
+            {
+                "memoryId": {
+                    **_KEY,
+                    "description": "The memory to correct (its memoryId, or a version's key).",
+                },
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": TEXT_MAX,
+                    "description": f"The corrected finding (at most {TEXT_MAX} characters).",
+                },
+                "tags": {**_TAGS, "description": "The new version's tags."},
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Where the correction came from.",
+                },
+                "metadata": {"type": "object", "description": "The new version's metadata."},
+            },
+            ["memoryId", "text"],
+        ),
+        output_schema=_LEARNED,
+        run=_update,
         idempotent=True,
     ),
     ToolSpec(
@@ -442,12 +493,13 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="history",
-        title="A finding's history",
+        title="A memory's history",
         description=(
-            "The life of a finding, oldest first: when it was learned (with the `content` that was "
-            "committed: text, source, tags, metadata), superseded (and by which key), forgotten (and "
-            "why) or expired, each event with the `flow` that made it and the `citation` of its "
-            "journal record. It "
+            "The life of a memory, oldest first, across every version of it (`key` may be its "
+            "`memoryId` or any version's key): when each version was learned (with the `content` that "
+            "was committed: text, source, tags, metadata), superseded (and by which key), forgotten "
+            "(and why) or expired, each event with its version's `key`, the `flow` that made it and "
+            "the `citation` of its journal record. It "
             "answers for forgotten and superseded findings too. Repeats: it only reads. Errors: "
             + _ARGUMENT_ERRORS
             + "; a key no finding has is `memory_finding_unknown`."

@@ -95,7 +95,9 @@ _PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "tags": st.lists(_word, max_size=3),
     "metadata": st.dictionaries(st.text(min_size=1, max_size=8), st.integers(-5, 5) | _word, max_size=3),
     "key": _known,
+    "memoryId": _known,
     "supersedes": _known,
+    "mode": st.sampled_from(["hybrid", "keyword", "semantic"]),
     "limit": st.integers(1, 500),
     "before": st.integers(0, 2**45) | st.sampled_from(["2026-01-31", "2999-01-01T00:00:00+00:00"]),
 }

@@ -29,7 +29,7 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
     old = _learn(
         db, loc, "ETH gas is cheapest at night", "--tag", "gas", "--tag", "eth", "--meta", "symbol=ETH"
     )
-    assert set(old) == {"key", "scope", "supersedes", "learnedMs", "citation", "path"}
+    assert set(old) == {"memoryId", "key", "scope", "supersedes", "learnedMs", "citation", "path"}
     assert old["citation"]["stream"] == memory.STREAM
     (run,) = json_of(_cli(db, loc, "runs", "--json"))
     assert (run["runId"], run["flow"], run["scope"], run["state"]) == (
@@ -52,7 +52,7 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
         other["key"]
     ]
     table = _cli(db, loc, "recall")
-    assert table.stdout.splitlines()[0].split()[:2] == ["ID", "KEY"] and old["key"] in table.stdout
+    assert table.stdout.splitlines()[0].split()[:2] == ["MEMORY", "KEY"] and old["key"] in table.stdout
     why = _cli(db, loc, "why", "cheap gas", "--meta", "symbol=ETH")
     assert f"key: {old['key']}" in why.stdout and other["key"] not in why.stdout
 
@@ -69,11 +69,21 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
     assert json_of(_cli(db, loc, "recall", "--tag", "fees", "--json")) == []
 
     history = json_of(_cli(db, loc, "history", old["key"], "--json"))
-    assert [(e["kind"], e["by"]) for e in history] == [("learned", None), ("superseded", new["key"])]
-    assert history[0]["content"]["text"] == "ETH gas is cheapest at night" and history[1]["content"] is None
+    # every version of the memory, oldest first, each learn with its content
+    assert [(e["kind"], e["key"], e["by"]) for e in history] == [
+        ("learned", old["key"], None),
+        ("learned", new["key"], None),
+        ("superseded", old["key"], new["key"]),
+    ]
+    assert {e["memoryId"] for e in history} == {old["key"]} and new["memoryId"] == old["key"]
+    assert history[0]["content"]["text"] == "ETH gas is cheapest at night" and history[2]["content"] is None
+    assert history[1]["content"]["text"] == "ETH gas is cheaper after the upgrade"
     human = _cli(db, loc, "history", other["key"])
     assert human.returncode == 0 and "forgotten" in human.stdout and "flat no more" in human.stdout
-    assert "FLOW" in human.stdout.splitlines()[0]
+    assert (
+        human.stdout.startswith(f"memory {other['key']}: 1 version(s)\n")
+        and "FLOW" in human.stdout.splitlines()[1]
+    )
     assert "BTC fees are flat" in human.stdout  # the learned event shows what was learned
     assert _cli(db, loc, "sync").returncode == 0
     assert [r["key"] for r in json_of(_cli(db, loc, "recall", "--json"))] == [new["key"]]

@@ -142,10 +142,16 @@ def test_put_update_delete_are_a_learn_a_supersede_and_a_forget_with_citations(s
     store.delete(("docs",), "d1")
     assert store.get(("docs",), "d1") is None
     assert store.finding(("docs",), "d1") is None
-    kinds = [e.kind for e in store.memory.history(first.key)]
-    assert kinds == ["learned", "superseded"]
-    kinds = [e.kind for e in store.memory.history(second.key)]
-    assert kinds == ["learned", "forgotten"]
+    # one memory: the item's versions, oldest first, whichever version's key is asked
+    kinds = [(e.kind, e.key) for e in store.memory.history(first.key)]
+    assert kinds == [
+        ("learned", first.key),
+        ("learned", second.key),
+        ("superseded", first.key),
+        ("forgotten", second.key),
+    ]
+    assert store.memory.history(second.key) == store.memory.history(first.key)
+    assert second.memory_id == first.key
 
 
 def test_putting_the_same_value_again_journals_nothing(store: JournalStore) -> None:

@@ -15,7 +15,7 @@ from journal import RunState
 from tests.mcp.conftest import Transport, open_transport
 from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, journal_of, learn_records, mcp_runs, run
 
-TOOLS = {"learn", "recall", "why", "get", "forget", "history"}
+TOOLS = {"learn", "update", "recall", "why", "get", "forget", "history"}
 
 
 def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transport: Transport) -> None:
@@ -185,7 +185,7 @@ def test_bad_arguments_are_tool_errors_with_our_code_and_the_server_keeps_servin
         assert error["message"].startswith(f"{tool}: ")
         assert error.get("argument") == argument, error
     assert unknown["code"] == "mcp_tool_unknown"
-    assert "learn, recall, why, get, forget, history" in unknown["message"]
+    assert "learn, update, recall, why, get, forget, history" in unknown["message"]
     blank, bad_key, too_big, long_scope = memory_errors
     assert blank["code"] == "memory_finding_invalid" and "text" in blank["message"]
     assert bad_key["code"] == "memory_finding_invalid" and bad_key["field"] == "metadata['']"
@@ -291,15 +291,21 @@ def test_supersede_forget_and_history_cite_their_records(transport: Transport) -
 
     assert record_of(forgot["citation"]).ts_ms <= forgot["forgottenMs"] + 1000
     assert forgot["citation"]["committedMs"] == forgot["forgottenMs"]
-    kinds_old = [(e["kind"], e.get("by")) for e in out["history_old"]["events"]]
-    assert kinds_old == [("learned", None), ("superseded", new)]
-    kinds_new = [(e["kind"], e.get("reason")) for e in out["history_new"]["events"]]
-    assert kinds_new == [("learned", None), ("forgotten", "the user asked")]
-    assert out["history_new"]["events"][0]["content"]["text"] == "the fee is 6 EUR"
-    assert [e["flow"] for e in out["history_new"]["events"]] == ["mcp", "mcp"]
+    # either key answers with the whole memory: every version, oldest first
+    assert out["history_old"] == {**out["history_new"], "key": out["old"]["key"]}
+    kinds = [(e["kind"], e["key"], e.get("by"), e.get("reason")) for e in out["history_new"]["events"]]
+    assert kinds == [
+        ("learned", out["old"]["key"], None, None),
+        ("learned", new, None, None),
+        ("superseded", out["old"]["key"], new, None),
+        ("forgotten", new, None, "the user asked"),
+    ]
+    assert out["history_new"]["events"][1]["content"]["text"] == "the fee is 6 EUR"
+    assert {e["memoryId"] for e in out["history_new"]["events"]} == {out["old"]["key"]}
+    assert [e["flow"] for e in out["history_new"]["events"]] == ["mcp"] * 4
     for event in [*out["history_old"]["events"], *out["history_new"]["events"]]:
         record_of(event["citation"])  # every event cites a record that is in the journal
-    assert out["history_new"]["events"][0]["citation"] == {
+    assert out["history_new"]["events"][1]["citation"] == {
         k: v for k, v in out["new"]["citation"].items() if k != "committedMs"
     }
     for error in (out["forget_unknown"], out["history_unknown"], out["supersede_unknown"]):

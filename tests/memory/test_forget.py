@@ -175,10 +175,14 @@ def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_s
     assert streams == [(memory.STREAM, new.key), (memory.RETIRE_STREAM, old.key)]
     assert {r.key for r in _all_records(store) if r.stream == memory.STREAM} == {old.key, new.key}
 
-    history = store.history(old.key)
-    assert [(e.kind, e.by) for e in history] == [("learned", None), ("superseded", new.key)]
+    history = store.history(old.key)  # every version of the memory old.key began
+    assert [(e.kind, e.key, e.by) for e in history] == [
+        ("learned", old.key, None),
+        ("learned", new.key, None),
+        ("superseded", old.key, new.key),
+    ]
     assert history[0].citation == old.citation
-    assert [e.kind for e in store.history(new.key)] == ["learned"]
+    assert store.history(new.key) == history and {e.memory for e in history} == {old.key}
     with store.session(scope="desk") as s:
         answered = s.forget(old.key, reason="x")
     assert (answered.by, answered.reason) == (new.key, f"superseded by {new.key}")
@@ -327,6 +331,7 @@ def test_history_lists_learned_forgotten_and_expired_oldest_first_with_citations
     body = events[1].as_json()
     assert body == {
         "kind": "forgotten",
+        "memoryId": learned.key,
         "key": learned.key,
         "atMs": forgotten.forgotten_ms,
         "citation": forgotten.citation.as_json(),
@@ -556,12 +561,16 @@ def test_history_shows_the_content_of_every_version_and_who_made_each_change(
     if synced:
         store.sync()
     events = store.history(old.key)
-    assert [(e.kind, e.flow) for e in events] == [("learned", "first"), ("superseded", "second")]
+    assert [(e.kind, e.flow) for e in events] == [
+        ("learned", "first"),
+        ("learned", "second"),
+        ("superseded", "second"),
+    ]
     assert events[0].content == {**OLD, "source": "first", "metadata": {"user": "u1"}}
     assert events[0].as_json()["content"] == {**OLD, "source": "first", "metadata": {"user": "u1"}}
-    assert events[1].content is None and events[1].by == new.key
-    (learned,) = store.history(new.key)
-    assert (learned.flow, learned.content) == ("second", {**NEW, "source": "second"})
+    assert events[2].content is None and events[2].by == new.key
+    assert (events[1].key, events[1].content) == (new.key, {**NEW, "source": "second"})
+    assert store.history(new.key) == events
 
 
 def test_history_without_the_journal_shows_the_content_the_db_holds(

@@ -1,0 +1,149 @@
+"""One identity per memory: the first learn mints the memory id (its key), every supersede and
+``update`` keeps it, listings show it beside the version key, ``history`` of any version lists them
+all with their content; ids survive a sync and an old DB's migration; a crafted memory field in a
+record, a learned file or a DB row is damage, never an identity."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+
+import journal
+import memory
+from tests.flows.helpers import flows, json_of
+
+
+@pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
+def test_update_keeps_the_memory_id_and_history_lists_every_version(
+    store: memory.MemoryStore, synced: bool
+) -> None:
+    with store.session(scope="alice", flow="prefs") as s:
+        first = s.learn({"text": "alice likes tea", "tags": ["drink"]})
+        if synced:
+            store.sync()
+        second = s.update(first.key, {"text": "alice likes green tea", "tags": ["drink"]})
+        if synced:
+            store.sync()
+        third = s.update(second.key, {"text": "alice likes coffee"})  # any version's key names it
+    assert first.memory_id == second.memory_id == third.memory_id == first.key
+    assert len({first.key, second.key, third.key}) == 3
+    (live,) = store.recall(scope="alice")
+    assert (live.key, live.memory_id, live.as_json()["memoryId"]) == (third.key, first.key, first.key)
+    assert store.current(second.key) == live and store.why("coffee")[0].memory_id == first.key
+    events = store.history(second.key)
+    assert [(e.kind, e.key) for e in events] == [
+        ("learned", first.key),
+        ("learned", second.key),
+        ("superseded", first.key),
+        ("learned", third.key),
+        ("superseded", second.key),
+    ]
+    assert [e.content["text"] for e in events if e.content] == [
+        "alice likes tea",
+        "alice likes green tea",
+        "alice likes coffee",
+    ]
+    assert {e.memory for e in events} == {first.key} and {e.flow for e in events} == {"prefs"}
+
+
+def test_update_to_the_same_content_writes_nothing_and_an_update_of_nothing_is_refused(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="s") as s:
+        first = s.learn({"text": "same"})
+        again = s.update(first.key, {"text": "same"})
+        assert again.key == first.key and again.citation == first.citation
+        with pytest.raises(memory.FindingUnknown):
+            s.update("0" * 32, {"text": "x"})
+        with pytest.raises(memory.ArgumentInvalid):
+            s.update("not-a-key", {"text": "x"})
+        s.forget(first.key, reason="gone")
+        with pytest.raises(memory.FindingUnknown, match="learn the finding again"):
+            s.update(first.key, {"text": "back"})
+        anew = s.learn({"text": "same"})  # a forget ends the memory: learning again starts a new one
+    assert anew.memory_id == anew.key != first.key
+    assert store.recall(scope="s")[0].memory_id == anew.key
+
+
+def test_memory_ids_survive_a_migration_from_the_previous_schema(store: memory.MemoryStore) -> None:
+    with store.session(scope="s") as s:
+        first = s.learn({"text": "v1"})
+        second = s.update(first.key, {"text": "v2"})
+    store.sync()
+    store.close()
+    with sqlite3.connect(store.db_path) as conn:  # the DB as the previous schema left it
+        conn.execute("DROP INDEX findings_by_memory")
+        conn.execute("ALTER TABLE findings DROP COLUMN memory")
+        conn.execute("PRAGMA user_version = 6")
+    with memory.MemoryStore(store.db_path) as reopened:
+        reopened.sync()
+        assert reopened.db.schema_version() == memory.SCHEMA_VERSION
+        (row,) = reopened.recall(scope="s")
+        # the migration gives a row the old schema wrote its memory, from the supersedes recorded
+        assert (row.key, row.memory_id) == (second.key, first.key)
+        assert reopened.current(first.key) == row
+
+
+def test_a_crafted_memory_field_is_damage_everywhere(store: memory.MemoryStore) -> None:
+    with store.session(scope="s") as s:
+        first = s.learn({"text": "v1"})
+        second = s.update(first.key, {"text": "v2"})
+    path = store.get(second.key).citation  # type: ignore[union-attr]
+    assert path.stream == memory.STREAM
+    record = store.open_journal().find(second.memory_id and path.run_id, memory.STREAM, second.key)
+    assert record is not None and record.payload["memory"] == first.key
+    for bad in (second.key, "A" * 32, 7, "x"):
+        forged = journal.Record(
+            record.run_id,
+            record.stream,
+            record.seq,
+            record.id,
+            record.key,
+            record.ts_ms,
+            {**record.payload, "memory": bad},
+        )
+        with pytest.raises(journal.JournalCorrupt, match="memory"):
+            memory.checked_commit(forged, "j")
+    learned = memory.learned_dir(store.db_path, "s") / f"{second.key}.json"
+    original = learned.read_bytes()
+    learned.write_bytes(orjson.dumps({**orjson.loads(original), "memory": second.key}))
+    with pytest.raises(memory.Unreachable, match="memory id"):
+        memory.read_learned(learned)
+    learned.write_bytes(original)
+    store.sync()
+    with sqlite3.connect(store.db_path) as conn:
+        conn.execute("UPDATE findings SET memory = key WHERE key = ?", (second.key,))
+    with pytest.raises(memory.Unreachable, match="damaged"):
+        memory.MemoryStore(store.db_path).recall(scope="s")
+
+
+def test_flows_update_and_the_listings_show_the_memory_id(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    first = json_of(flows(db, "learn", "the fee is 5 EUR", "--scope", "billing", "--json"))
+    assert first["memoryId"] == first["key"]
+    updated = json_of(flows(db, "update", first["memoryId"], "the fee is 6 EUR", "--tag", "fees", "--json"))
+    assert (updated["memoryId"], updated["supersedes"], updated["scope"]) == (
+        first["key"],
+        first["key"],
+        "billing",
+    )
+    (row,) = json_of(flows(db, "recall", "--json"))
+    assert (row["memoryId"], row["key"], row["text"]) == (first["key"], updated["key"], "the fee is 6 EUR")
+    table = flows(db, "recall").stdout.splitlines()
+    assert table[0].split()[:2] == ["MEMORY", "KEY"] and table[1].split()[:2] == [
+        first["key"],
+        updated["key"],
+    ]
+    human = flows(db, "update", first["key"], "the fee is 6 EUR", "--tag", "fees")
+    assert "already holds that content" in human.stdout
+    history = flows(db, "history", updated["key"])
+    assert history.stdout.startswith(f"memory {first['key']}: 2 version(s)\n")
+    assert flows(db, "sync").returncode == 0
+    again = json_of(flows(db, "update", first["key"], "the fee is 7 EUR", "--json"))
+    assert again["memoryId"] == first["key"]
+    gone = flows(db, "update", "f" * 32, "x", "--json")
+    assert gone.returncode == 1 and "memory_finding_unknown" in gone.stderr
