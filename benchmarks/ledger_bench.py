@@ -200,7 +200,7 @@ class _Agent:
         assert agent_status(self.home, self.config)["lastConfirmed"] is not None
 
     def why(self) -> None:
-        from sail._status import recent_skips
+        from memory.ledger import recent_skips
 
         assert len(recent_skips(Ledger(self.sail_dir), 10)) == 10
 

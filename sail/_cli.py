@@ -30,7 +30,7 @@ from memory.cli import (
     progress,
     stdout_to_stderr,
 )
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped, learned_tokens
+from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped, learned_tokens, recent_skips
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
@@ -41,7 +41,6 @@ from sail._status import (
     chain_ahead_line,
     format_status,
     ledger_rows,
-    recent_skips,
     renderer,
     when,
 )
@@ -236,8 +235,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _dump(status)
         return 0
-    render = renderer(config.token_in, Ledger(sail_dir(home)).state().tokens)
-    for line in format_status(status, render):
+    tokens = {t: (v["decimals"], v["symbol"]) for t, v in status["tokens"].items()}
+    for line in format_status(status, renderer(config.token_in, tokens)):
         print(line)
     return 0
 

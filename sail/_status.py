@@ -20,29 +20,26 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory.cli import INT64_MAX, format_ms
+from memory.cli import format_ms
+from memory.ledger import CLOCK_SLACK_S as LEDGER_CLOCK_SLACK_S
 from memory.ledger import (
     Acted,
-    ActivityLog,
     ActivityRecord,
     DispatchDropped,
     DispatchMismatch,
     DispatchSettled,
     DispatchUnsent,
     Entry,
-    Ledger,
     Outcome,
     Skipped,
     TokenBook,
+    agent_state,
     reason_text,
-    tick_history,
 )
 from sail._config import SailConfig, sail_dir
 
-#: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
-_BLOCKING = {"balance": "balance", "allowance": "allowance", "quote": "quote"}
-#: how far the chain's clock may run ahead of this machine's before ``status`` and ``tick`` say so
-CLOCK_SLACK_S = 60
+#: how far the chain's clock may run ahead of this machine's before ``tick`` says so (as ``status``)
+CLOCK_SLACK_S = LEDGER_CLOCK_SLACK_S
 
 
 def span(seconds: int) -> str:
@@ -75,18 +72,9 @@ def when(ts: int) -> str:
         return f"ts {ts}"
 
 
-def ms(ts: int) -> int | None:
-    """``ts`` in epoch milliseconds, or None beyond what a JSON time carries."""
-    return _fits(ts * 1000)
-
-
 def short(tx_hash: str) -> str:
     """A hash shortened for a table: ``0x1234…abcd``."""
     return f"{tx_hash[:6]}…{tx_hash[-4:]}" if len(tx_hash) > 12 else tx_hash
-
-
-def _fits(value: int) -> int | None:
-    return value if 0 <= value <= INT64_MAX else None
 
 
 # -- figures for people ----------------------------------------------------------------------------
@@ -113,54 +101,14 @@ def as_stored(reason: str) -> str:
 
 
 def agent_status(home: Path, config: SailConfig, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
-    """The status of the agent at ``home`` as a JSON-ready object (see ``format_status``).
-
-    ``clockAheadS`` is how many seconds the newest time recorded here (an act, a skip, a tick) is
-    ahead of ``clock``, this machine's, when more than ``CLOCK_SLACK_S``; else null. Only a chain
-    whose clock runs ahead stamps such times (a dev chain moved forward with ``evm_increaseTime``).
+    """The status of the agent at ``home`` as a JSON-ready object: ``memory.ledger.agent_state``,
+    the one reader the dashboard's agent page and API use too (see ``format_status``).
 
     Raises:
         journal.JournalCorrupt: the ledger or activity log is damaged where it is read.
         LedgerNotAFile: a file of the agent is not a regular file.
     """
-    directory = sail_dir(home)
-    ledger = Ledger(directory)
-    state = ledger.state()
-    newest = next(ledger.iter_reverse(), None)
-    history = tick_history(ActivityLog(directory).iter_reverse())  # the reader the dashboard shares
-    last = state.last_confirmed
-    blocked = _blocked_by(state.open, newest)
-    next_ms = None if blocked is not None or last is None else ms(last.ts + config.interval_s)
-    stamps = [t.ts for t in (last, newest, history.last) if t is not None]
-    clock_ahead = ahead(max(stamps) - int(clock())) if stamps else None
-    return {
-        "lastConfirmed": None
-        if last is None
-        else {"tsMs": ms(last.ts), "block": last.block, "txHash": last.tx_hash},
-        "intervalS": config.interval_s,
-        "nextEligibleMs": next_ms,
-        "blockedBy": blocked,
-        "openDispatches": [d.tx_hash for d in state.open],
-        **history.as_json(),
-        "ledger": str(ledger.path),
-        "clockAheadS": clock_ahead,
-    }
-
-
-def _blocked_by(open_dispatches: Sequence[Any], newest: Entry | None) -> dict[str, Any] | None:
-    """What holds the next trade other than the clock: an unresolved dispatch, or the last skip."""
-    if open_dispatches:
-        oldest = min(open_dispatches, key=lambda d: d.ts)
-        return {
-            "kind": "dispatch",
-            "reason": f"unresolved dispatch {oldest.tx_hash}, signed at {when(oldest.ts)}",
-            "sinceMs": ms(oldest.ts),
-        }
-    if isinstance(newest, Skipped):
-        kind = _BLOCKING.get(newest.reason.split(" ", 1)[0])
-        if kind is not None:
-            return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
-    return None
+    return agent_state(sail_dir(home), interval_s=config.interval_s, clock=clock)
 
 
 def format_status(status: dict[str, Any], render: Render = as_stored) -> list[str]:
@@ -175,11 +123,22 @@ def format_status(status: dict[str, Any], render: Render = as_stored) -> list[st
     else:
         lines.append(f"last confirmed act: {_at(last['tsMs'])}, block {last['block']}, tx {last['txHash']}")
     lines.append(f"next trade: {_describe_next(status, last, render)}")
-    lines.append(f"dispatches awaiting reconcile: {len(status['openDispatches'])}")
+    lines.append(f"dispatches awaiting reconcile: {_describe_dispatches(status['dispatches'])}")
     lines.append(f"ledger: {status['ledger']}")
     if status["clockAheadS"] is not None:
         lines.append(chain_ahead_line(status["clockAheadS"], "this machine's (the newest time above)"))
     return lines
+
+
+def _describe_dispatches(dispatches: list[dict[str, Any]]) -> str:
+    holding = [d for d in dispatches if d["holdsTrade"]]
+    text = str(len(holding))
+    if holding:
+        text += " (" + ", ".join(f"{short(d['txHash'])} {d['state']}" for d in holding) + ")"
+    unsent = len(dispatches) - len(holding)
+    if unsent:
+        text += f"; {unsent} resolved as never sent, nonce still free (not holding the next trade)"
+    return text
 
 
 def _describe_tick(tick: dict[str, Any] | None, render: Render) -> str:
@@ -199,7 +158,7 @@ def _describe_next(status: dict[str, Any], last: dict[str, Any] | None, render: 
     blocked = status["blockedBy"]
     if blocked is not None:
         if blocked["kind"] == "dispatch":
-            return f"blocked until it is resolved: {blocked['reason']}"
+            return f"blocked until it is resolved: {blocked['reason']} (signed at {_at(blocked['sinceMs'])})"
         return (
             f"blocked: {render(blocked['reason'])} (as of the tick at {_at(blocked['sinceMs'])}; "
             "the owner must act)"
@@ -216,19 +175,6 @@ def _at(epoch_ms: int | None) -> str:
 
 
 # -- why ------------------------------------------------------------------------------------------
-
-
-def recent_skips(ledger: Ledger, limit: int) -> list[Skipped]:
-    """The ``limit`` most recent skips, newest first (read backwards; fails closed like every read)."""
-    skips: list[Skipped] = []
-    if limit <= 0:
-        return skips
-    for entry in ledger.iter_reverse():
-        if isinstance(entry, Skipped):
-            skips.append(entry)
-            if len(skips) >= limit:
-                break
-    return skips
 
 
 # -- ledger ---------------------------------------------------------------------------------------

@@ -1,20 +1,16 @@
 """The agent pages' data: one agent home's ledger, cadence, skips and balances, read-only.
 
-Nothing here writes: the ledger's own ``last_confirmed`` brings its snapshot up to date on disk, so
-the dashboard does not call it, and reads the ledger's tail instead. Every read costs the lines it
-reads, never the whole ledger:
+Nothing here writes. What the agent's state is — the last confirmed act, every dispatch not yet
+resolved and its state, what holds the next trade, the last tick, the recent skips — comes from the
+memory layer's one reader (``memory.ledger.agent_state``, ``recent_skips``), the very one ``sail
+status`` and ``sail why`` use, called with ``save=False``: it reads the verified snapshot and the
+logs' last lines (a missing or disagreeing snapshot is rebuilt in memory from both files, never
+written back here). The rest costs the lines it reads, never the whole ledger:
 
 * the ledger timeline pages backwards by byte offset (``TailReader``): a page costs its lines;
-* the last confirmed act is found by reading backwards with the ledger's own rule ("last" by ``ts``,
-  and a line stamped by its tick's clock more than an hour older than the best act ends the search),
-  up to ``MAX_SCAN`` lines;
 * the balances chart reads the acted entries among the last ``CHART_SCAN`` lines (skips are not
   decoded: a byte check picks the acted lines), at most ``CHART_POINTS`` of them;
-* the open dispatches are the ``dispatch_submitted`` records among the activity log's last
-  ``MAX_SCAN`` lines whose tx hash has no final entry in the ledger's last ``MAX_SCAN`` lines;
-* the last tick and its outcome are read from the activity log backwards with the memory layer's
-  ``tick_history`` (what ``sail status`` uses), only as far as the last tick that did not fail
-  (at most ``MAX_TICKS_SCANNED`` tick records).
+* a reverted trade's reason is read from the activity log backwards (at most ``MAX_SCAN`` lines).
 """
 
 from __future__ import annotations
@@ -34,27 +30,22 @@ from memory.ledger import (
     ActivityCodec,
     ActivityRecord,
     DispatchSettled,
-    DispatchSubmitted,
     Entry,
-    LastAct,
     Ledger,
     LedgerCodec,
-    Outcome,
     Skipped,
-    TickHistory,
+    agent_state,
     learned_tokens,
     reason_text,
-    tick_history,
+    recent_skips,
 )
 
 LEDGER_PAGE = 50
 MAX_SCAN = 100_000
 CHART_SCAN = 20_000
 CHART_POINTS = 200
-CLOCK_SKEW_S = 3600  # the ledger's own bound on how far a line's ts may run ahead of its writing
 _CONFIG_MAX_BYTES = 1 << 20
 _ACTED = b'"kind":"acted"'
-_OWNER_REASONS = ("balance", "allowance", "quote")  # skips that wait on the owner, not the clock
 
 
 @dataclass(frozen=True)
@@ -121,29 +112,9 @@ class Agent:
         return rows, None
 
     def recent_skips(self, limit: int = 10) -> list[Skipped]:
-        """The ``limit`` most recent skips, newest first (what ``sail why`` shows)."""
-        skips: list[Skipped] = []
-        for n, (_, entry) in enumerate(self._ledger.backwards()):
-            if n >= MAX_SCAN or len(skips) >= limit:
-                break
-            if isinstance(entry, Skipped):
-                skips.append(entry)
-        return skips
-
-    def last_confirmed(self) -> LastAct | None:
-        """The last confirmed act by ``ts`` within the last ``MAX_SCAN`` lines, or None."""
-        best: Acted | None = None
-        for n, (_, entry) in enumerate(self._ledger.backwards()):
-            if n >= MAX_SCAN:
-                break
-            if isinstance(entry, Acted) and entry.outcome is Outcome.CONFIRMED:
-                if best is None or entry.ts > best.ts:
-                    best = entry
-            elif best is not None and _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < best.ts:
-                break  # everything written before this line has an older ts than ``best``
-        if best is None:
-            return None
-        return LastAct(ts=best.ts, block=best.block or 0, tx_hash=best.tx_hash)
+        """The ``limit`` most recent skips, newest first: ``memory.ledger.recent_skips``, what
+        ``sail why`` shows."""
+        return recent_skips(Ledger(self.sail_dir), limit)
 
     def acted_window(self) -> list[Acted]:
         """The acted entries among the last ``CHART_SCAN`` lines, at most ``CHART_POINTS``, oldest first."""
@@ -232,78 +203,18 @@ class Agent:
                     found[key] = record.reason
         return found
 
-    def open_dispatches(self) -> list[str]:
-        """Tx hashes of recent dispatches the ledger holds no final entry for (bounded reads)."""
-        submitted: list[str] = []
-        for n, (_, record) in enumerate(self._activity.backwards()):
-            if n >= MAX_SCAN:
-                break
-            if isinstance(record, DispatchSubmitted) and record.tx_hash.lower() not in submitted:
-                submitted.append(record.tx_hash.lower())
-        if not submitted:
-            return []
-        waiting = set(submitted)
-        for n, (_, entry) in enumerate(self._ledger.backwards()):
-            if n >= MAX_SCAN or not waiting:
-                break
-            if isinstance(entry, Acted) and entry.is_final:
-                waiting.discard(entry.tx_hash.lower())
-        return [h for h in reversed(submitted) if h in waiting]
-
-    def ticks(self) -> TickHistory:
-        """The last tick (its time and outcome) and the failed ticks since the last good one.
-
-        Raises:
-            journal.JournalCorrupt: a damaged line among those read.
-        """
-        return tick_history(record for _, record in self._activity.backwards())
-
-    def blocked_by(self, open_dispatches: list[str]) -> dict[str, Any] | None:
-        """What holds the next trade other than the clock: a dispatch not yet reconciled, or the
-        newest entry being a skip that waits on the owner (balance, allowance, quote)."""
-        if open_dispatches:
-            reason = f"unresolved dispatch {open_dispatches[0]}"
-            return {"kind": "dispatch", "reason": reason, "sinceMs": None}
-        newest = next((e for _, e in self._ledger.backwards()), None)
-        if isinstance(newest, Skipped):
-            kind = newest.reason.split(" ", 1)[0]
-            if kind in _OWNER_REASONS:
-                return {"kind": kind, "reason": newest.reason, "sinceMs": newest.ts * 1000}
-        return None
-
     def status(self) -> dict[str, Any]:
-        """What ``sail status --json`` says: the last confirmed act, the next eligible time (None
-        while something other than the clock blocks it: ``blockedBy``), the dispatches awaiting
-        reconcile, the last tick and its outcome (``lastTick``, ``failedTicksSinceSuccess``,
-        ``failedTicksCountedAll``), the ledger's path; ``intervalProblem`` when the config cannot
-        say the interval.
+        """What ``sail status --json`` says, field by field: ``memory.ledger.agent_state``, the one
+        reader of the agent's state, with the interval from the config (``intervalProblem`` when the
+        config cannot say it), writing nothing (not even a rebuilt snapshot).
 
         Raises:
             journal.JournalCorrupt: a damaged line among those read.
         """
-        last = self.last_confirmed()
         interval = self.interval()
-        open_dispatches = self.open_dispatches()
-        blocked = self.blocked_by(open_dispatches)
-        return {
-            "lastConfirmed": None
-            if last is None
-            else {"tsMs": last.ts * 1000, "block": last.block, "txHash": last.tx_hash},
-            "intervalS": interval.seconds,
-            "nextEligibleMs": None
-            if last is None or interval.seconds is None or blocked is not None
-            else (last.ts + interval.seconds) * 1000,
-            "blockedBy": blocked,
-            "openDispatches": open_dispatches,
-            **self.ticks().as_json(),
-            "ledger": str(self.ledger_path),
-            "intervalProblem": interval.problem,
-        }
-
-
-def _stamped_when_written(entry: Entry) -> bool:
-    """True for lines whose ``ts`` is the writing tick's clock (skips, unverified acts)."""
-    return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)
+        return agent_state(
+            self.sail_dir, interval_s=interval.seconds, interval_problem=interval.problem, save=False
+        )
 
 
 def tokens_of(entries: list[Acted]) -> dict[str, Token]:

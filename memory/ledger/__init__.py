@@ -69,10 +69,12 @@ from memory.ledger._reconcile import (
     transferred_to,
 )
 from memory.ledger._snapshot import LastAct, OpenDispatch, Snapshot
+from memory.ledger._status import CLOCK_SLACK_S, agent_state, dispatch_state, recent_skips
 from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
 
 __all__ = [
     "ACTED_KEYS",
+    "CLOCK_SLACK_S",
     "DEFAULT_UNSENT_AFTER_S",
     "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
@@ -119,15 +121,18 @@ __all__ = [
     "TokenBook",
     "TokenInfo",
     "TokenMetadata",
+    "agent_state",
     "allowance_reason",
     "amount_text",
     "balance_reason",
     "cadence_reason",
+    "dispatch_state",
     "entry_from_wire",
     "format_human",
     "learned_tokens",
     "quote_unavailable_reason",
     "reason_text",
+    "recent_skips",
     "reconcile",
     "solve_decimals",
     "tick_history",

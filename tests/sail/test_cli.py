@@ -106,9 +106,12 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
         "nextEligibleMs": None,
         "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "sinceMs": 9_000_000},
         "openDispatches": [],
+        "dispatches": [],
+        "intervalProblem": None,
         "lastTick": None,
         "failedTicksSinceSuccess": 0,
         "failedTicksCountedAll": True,
+        "tokens": {},
         "ledger": "",
         "clockAheadS": None,
     }

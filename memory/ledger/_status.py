@@ -1,0 +1,174 @@
+"""The agent's state as its owner reads it: one reader, for ``sail status``, ``sail why`` and the
+dashboard's agent page and API alike.
+
+``agent_state`` answers from the verified snapshot (the last confirmed act, every dispatch not yet
+resolved and those resolved as never sent, token metadata), the ledger's newest line and the
+activity log's last ticks, so it costs the same on a ten-line ledger and on a million-line one while
+the snapshot holds (a missing or disagreeing one is rebuilt from both files, as every reader does).
+With ``save=False`` it writes nothing, not even a rebuilt snapshot (the dashboard is read-only).
+
+A dispatch is in one of these states, by the last thing the activity log and the ledger say of it:
+
+============  ===================================================================  ===========
+state         what is known                                                        holds trade
+============  ===================================================================  ===========
+signed        written ahead (``dispatch_signed``); no node is known to have it      yes
+submitted     a node accepted it (``dispatch_submitted``); no receipt read yet      yes
+settled       its receipt was read (``dispatch_executed``/``_reverted``); no line   yes
+unverified    the ledger holds it ``unverified`` (the chain could not be read)      yes
+unsent        resolved as never sent (``dispatch_unsent``); its nonce still free    no
+============  ===================================================================  ===========
+
+A dispatch ledgered with a final outcome, or resolved as ``dispatch_dropped``, is no longer listed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memory.ledger._activity import ActivityLog
+from memory.ledger._entries import Skipped
+from memory.ledger._ledger import Ledger
+from memory.ledger._snapshot import OpenDispatch, Snapshot
+from memory.ledger._ticks import tick_history
+
+#: how far the newest time recorded may run ahead of the machine's clock before the state says so
+CLOCK_SLACK_S = 60
+#: how many ledger lines ``recent_skips`` reads back at most
+MAX_SKIP_SCAN = 100_000
+_INT64_MAX = 2**63 - 1
+#: the reasons, among the standard forms, that say the next trade waits on the owner, not the clock
+_OWNER_REASONS = ("balance", "allowance", "quote")
+_PHRASES = {
+    "signed": "signed, not known to have reached a node; the next tick resolves it from the chain",
+    "submitted": "accepted by a node, no receipt read yet",
+    "settled": "its receipt was read; the next tick ledgers it",
+    "unverified": "ledgered unverified, the chain could not be read; the next tick resolves it",
+}
+
+
+def ms(ts: int) -> int | None:
+    """``ts`` (unix seconds) in epoch milliseconds, or None beyond what a JSON time carries."""
+    value = ts * 1000
+    return value if 0 <= value <= _INT64_MAX else None
+
+
+def dispatch_state(dispatch: OpenDispatch) -> str:
+    """``signed``, ``submitted``, ``settled`` or ``unverified`` for a dispatch still open."""
+    if dispatch.unverified:
+        return "unverified"
+    if dispatch.settled:
+        return "settled"
+    return "submitted" if dispatch.broadcast else "signed"
+
+
+def _dispatch_json(dispatch: OpenDispatch, state: str) -> dict[str, Any]:
+    return {
+        "txHash": dispatch.tx_hash,
+        "state": state,
+        "nonce": dispatch.nonce,
+        "sinceMs": ms(dispatch.ts),
+        "holdsTrade": state != "unsent",
+    }
+
+
+def dispatches_json(snap: Snapshot) -> list[dict[str, Any]]:
+    """Every dispatch the snapshot knows not finally resolved, oldest first, with its state."""
+    listed = [(d, dispatch_state(d)) for d in snap.open] + [(d, "unsent") for d in snap.unsent]
+    listed.sort(key=lambda pair: (pair[0].ts, pair[0].line.offset))
+    return [_dispatch_json(d, state) for d, state in listed]
+
+
+def agent_state(
+    sail_dir: str | Path,
+    *,
+    interval_s: int | None,
+    interval_problem: str | None = None,
+    clock: Callable[[], float] = time.time,
+    save: bool = True,
+) -> dict[str, Any]:
+    """The agent's state as a JSON-ready object: what ``sail status --json`` prints and the
+    dashboard's ``/api/agents/N/status`` serves, field by field.
+
+    * ``lastConfirmed``: ``{"tsMs", "block", "txHash"}`` of the last confirmed act, or null;
+    * ``intervalS``, ``intervalProblem`` (why the interval is unknown, else null);
+    * ``nextEligibleMs``: the last act plus the interval, null while something else holds the next
+      trade, with no act yet, or with the interval unknown;
+    * ``blockedBy``: ``{"kind", "reason", "sinceMs"}`` — ``dispatch`` (the oldest dispatch that
+      holds the trade), or ``balance``/``allowance``/``quote`` when the newest ledger entry is such
+      a skip (its reason as stored) — or null;
+    * ``openDispatches``: the tx hashes that hold the trade; ``dispatches``: every dispatch listed
+      above with its ``state``, ``nonce``, ``sinceMs`` and ``holdsTrade``;
+    * ``lastTick``, ``failedTicksSinceSuccess``, ``failedTicksCountedAll`` (``tick_history``);
+    * ``tokens``: ``{address: {"decimals", "symbol"}}`` the activity log recorded;
+    * ``ledger``: the ledger's path; ``clockAheadS``: seconds the newest time recorded (the last
+      act, the newest entry, the last tick) runs ahead of ``clock`` past ``CLOCK_SLACK_S``, else null.
+
+    Raises:
+        journal.JournalCorrupt: the ledger or the activity log is damaged where it is read.
+        LedgerNotAFile: a file of the agent is not a regular file.
+    """
+    directory = Path(sail_dir)
+    ledger = Ledger(directory)
+    snap = ledger.state(save=save)
+    newest = next(ledger.iter_reverse(), None)
+    history = tick_history(ActivityLog(directory).iter_reverse())
+    last = snap.last_confirmed
+    blocked = blocked_by(snap, newest)
+    next_ms = None
+    if blocked is None and last is not None and interval_s is not None:
+        next_ms = ms(last.ts + interval_s)
+    stamps = [t.ts for t in (last, newest, history.last) if t is not None]
+    ahead = max(stamps) - int(clock()) if stamps else None
+    return {
+        "lastConfirmed": None
+        if last is None
+        else {"tsMs": ms(last.ts), "block": last.block, "txHash": last.tx_hash},
+        "intervalS": interval_s,
+        "intervalProblem": interval_problem,
+        "nextEligibleMs": next_ms,
+        "blockedBy": blocked,
+        "openDispatches": [d["txHash"] for d in dispatches_json(snap) if d["holdsTrade"]],
+        "dispatches": dispatches_json(snap),
+        **history.as_json(),
+        "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(snap.tokens.items())},
+        "ledger": str(ledger.path),
+        "clockAheadS": ahead if ahead is not None and ahead > CLOCK_SLACK_S else None,
+    }
+
+
+def blocked_by(snap: Snapshot, newest: object) -> dict[str, Any] | None:
+    """What holds the next trade other than the clock: the oldest dispatch not yet resolved, or the
+    newest ledger entry being a skip that waits on the owner."""
+    if snap.open:
+        oldest = min(snap.open, key=lambda d: (d.ts, d.line.offset))
+        state = dispatch_state(oldest)
+        return {
+            "kind": "dispatch",
+            "reason": f"unresolved dispatch {oldest.tx_hash} ({state}: {_PHRASES[state]})",
+            "sinceMs": ms(oldest.ts),
+        }
+    if isinstance(newest, Skipped):
+        kind = newest.reason.split(" ", 1)[0]
+        if kind in _OWNER_REASONS:
+            return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
+    return None
+
+
+def recent_skips(ledger: Ledger, limit: int, *, max_lines: int = MAX_SKIP_SCAN) -> list[Skipped]:
+    """The ``limit`` most recent skips, newest first, among the ledger's last ``max_lines`` lines
+    (what ``sail why`` and the dashboard show; read backwards, failing closed like every read)."""
+    skips: list[Skipped] = []
+    if limit <= 0:
+        return skips
+    for n, entry in enumerate(ledger.iter_reverse()):
+        if n >= max_lines:
+            break
+        if isinstance(entry, Skipped):
+            skips.append(entry)
+            if len(skips) >= limit:
+                break
+    return skips
