@@ -89,6 +89,8 @@ class AnvilNode:
         state: a file to load the chain from and dump it to when the node stops (SIGTERM).
         genesis_ts: the genesis block's time (unix seconds) of a new chain; its clock runs on from
             there at the machine's pace (ignored by a chain loaded from ``state``).
+        prune_history: keep only this many recent blocks' states (``--prune-history``), as most
+            hosted nodes do: a read at an older block fails.
     """
 
     def __init__(
@@ -99,10 +101,12 @@ class AnvilNode:
         startup_timeout: float = 30.0,
         state: Path | None = None,
         genesis_ts: int | None = None,
+        prune_history: int | None = None,
     ) -> None:
         self.binary = binary
         self.state = state
         self.genesis_ts = genesis_ts
+        self.prune_history = prune_history
         self.chain_id = chain_id
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -130,11 +134,13 @@ class AnvilNode:
             "--chain-id",
             str(self.chain_id),
         ]
+        if self.prune_history is not None:
+            argv += ["--prune-history", str(self.prune_history)]
         if self.genesis_ts is not None and (self.state is None or not self.state.exists()):
             argv += ["--timestamp", str(self.genesis_ts)]
         if self.state is not None:
             # load the chain from the file and dump it back on exit, with past blocks' states, so
-            # balanceOf at a receipt's block still answers after a restart
+            # a revert's reason can still be replayed on the state before its block after a restart
             argv += ["--state", str(self.state), "--preserve-historical-states"]
         try:
             self._proc = subprocess.Popen(

@@ -18,6 +18,8 @@ amountOut      amount    null       null
 balancesAfter  map       null       null
 =============  ========  =========  ===============================================
 
+``balancesAfter`` maps ``tokenIn`` and ``tokenOut`` to the agent's ``balanceOf`` each, read at the
+latest block while the entry is reconciled (fresh reads, never at ``block``: see docs/SAIL.md).
 ``permission`` is the protocol's permission id the dispatch ran under, or null when none was
 configured. A ``skipped`` entry's ``block`` is the chain head the tick saw, or null when the chain
 could not be read.

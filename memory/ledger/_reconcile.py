@@ -9,7 +9,9 @@ ahead of sending, in the activity log; or, in older logs, submitted) is looked u
   never from the log's copy; a difference between the two is recorded (``dispatch_mismatch``), and a
   transaction sent by another account is not ours (``dispatch_not_ours``). Status 0 → ``reverted``
   (its revert reason logged), else ``confirmed``: ``amountOut`` from the ERC-20 ``Transfer`` logs
-  *emitted by the tokenOut contract* to the agent, ``balancesAfter`` by ``balanceOf`` at the block;
+  *emitted by the tokenOut contract* to the agent, ``balancesAfter`` by ``balanceOf`` at the latest
+  block when it is reconciled (fresh reads: never the receipt's block, which a node that keeps only
+  recent state cannot serve; so they hold whatever else moved the agent's tokens since the swap);
 * **pending** (a node has it), or unreadable after the node accepted it → ``unverified``, written
   once; later ticks look again and append the resolution as a new entry (the old line stays);
 * **unknown to the node**: its nonce decides. Still unused ``unsent_after_s`` after signing → it was
@@ -129,8 +131,8 @@ class ChainReader(Protocol):
         """The token's decimals and symbol."""
         ...
 
-    def balance_of(self, token: str, owner: str, block: int) -> int:
-        """``balanceOf(owner)`` at ``block``."""
+    def balance_of(self, token: str, owner: str, block: int | None = None) -> int:
+        """``balanceOf(owner)`` at ``block``; at the latest block when None (all reconcile asks for)."""
         ...
 
 
@@ -342,9 +344,10 @@ def _ledger_mined(
         return
     received = transferred_to(receipt.logs, token=call.token_out, recipient=record.sender)
     amount_out = _amount(run, call.token_out, received, required=True)
+    # fresh reads: the latest block now, never the receipt's (a node that keeps only recent state,
+    # as most hosted ones do, cannot serve an old block, and the agent must never stick on one)
     balances = {
-        token: run.reader.balance_of(token, record.sender, receipt.block)
-        for token in (call.token_in, call.token_out)
+        token: run.reader.balance_of(token, record.sender) for token in (call.token_in, call.token_out)
     }
     run.ledger(
         Acted(outcome=Outcome.CONFIRMED, amount_out=amount_out, balances_after=balances, **common)  # type: ignore[arg-type]

@@ -228,9 +228,9 @@ class FakeChain:
         """USDC or WETH."""
         return TokenInfo(6, "USDC") if token == _USDC else TokenInfo(18, "WETH")
 
-    def balance_of(self, token: str, owner: str, block: int) -> int:
+    def balance_of(self, token: str, owner: str, block: int | None = None) -> int:
         """Some balance."""
-        return 1_000 + block
+        return 1_000 + (block or 0)
 
 
 # -- judging --------------------------------------------------------------------------------------
