@@ -20,7 +20,7 @@ from flows._cli_common import diagnose
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms
+from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms, instant_ms
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
@@ -168,8 +168,23 @@ def cmd_update(args: argparse.Namespace) -> int:
 # -- forget -----------------------------------------------------------------------------------
 
 
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(
+        args.scope is not None or args.tag or args.meta or args.source is not None or args.before is not None
+    )
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
-    """Forget one finding by its key, under a root run of its own (flow ``cli``)."""
+    """Forget one finding by its key, or every finding a filter matches with one record, under a
+    root run of its own (flow ``cli``)."""
+    if args.key is not None and _filtered(args):
+        raise memory.ArgumentInvalid(
+            "give a KEY or a filter (--scope, --tag, --meta, --source, --before), not both"
+        )
+    if args.key is None:
+        return _forget_where(args)
+    if args.dry_run or args.yes:
+        raise memory.ArgumentInvalid("--dry-run and --yes go with a filter; a KEY is forgotten as given")
     with _store(args) as store:
         memory.check_key(args.key)
         scope = store.scope_of(args.key) or CLI_FLOW  # the root run's scope: the finding's own
@@ -180,6 +195,47 @@ def cmd_forget(args: argparse.Namespace) -> int:
     else:
         print(f"forgot {forgotten.key}: {forgotten.reason}")
         print(f"   {_citation(forgotten.citation)}, committed {format_ms(forgotten.forgotten_ms)}")
+    return EXIT_OK
+
+
+def _forget_where(args: argparse.Namespace) -> int:
+    if not _filtered(args):
+        raise memory.ArgumentInvalid(
+            "forget needs a KEY, or a filter (--scope, --tag, --meta, --source, --before) for every "
+            "finding it matches"
+        )
+    filters: dict[str, Any] = {
+        "reason": args.reason,
+        "tags": args.tag or (),
+        "meta": meta_pairs(args.meta),
+        "source": args.source,
+        "before_ms": args.before,
+    }
+    with _store(args) as store, store.session(scope=args.scope or CLI_FLOW, flow=CLI_FLOW) as session:
+        # listed first, without a root run; the forget itself lists again under it
+        planned = session.forget_where(scope=args.scope, dry_run=True, **filters)
+        if args.dry_run or not planned.keys:
+            done = planned
+        elif not args.yes:
+            raise memory.ArgumentInvalid(
+                f"this forgets {len(planned.keys)} finding(s) matching {dict(planned.filter)}: add --yes "
+                "to forget them (one journal record), or --dry-run to list them"
+            )
+        else:
+            done = session.forget_where(scope=args.scope, **filters)
+    if args.json:
+        _json_out(done.as_json())
+        return EXIT_OK
+    if done.dry_run:
+        print(f"would forget {len(done.keys)} finding(s) matching {dict(done.filter)} (nothing written):")
+        for key in done.keys:
+            print(f"   {key}")
+    elif not done.keys:
+        print(f"no live finding matches {dict(done.filter)}; nothing written")
+    else:
+        assert done.citation is not None and done.forgotten_ms is not None
+        print(f"forgot {len(done.keys)} finding(s) matching {dict(done.filter)}: {done.reason}")
+        print(f"   {_citation(done.citation)}, committed {format_ms(done.forgotten_ms)}")
     return EXIT_OK
 
 
@@ -276,9 +332,32 @@ def add_memory_commands(add: Add) -> None:
         bad_input_exits_2(cmd_forget),
         "forget a finding by its key (journaled, then gone from reads)",
     )
-    p.add_argument("key", metavar="KEY", help="the finding's key (as `flows recall` shows it)")
+    p.add_argument(
+        "key",
+        metavar="KEY",
+        nargs="?",
+        help="the finding's key (as `flows recall` shows it); or give a filter",
+    )
     p.add_argument(
         "--reason", metavar="TEXT", default="forgotten from the command line", help="why (recorded)"
+    )
+    p.add_argument("--scope", metavar="S", help="filter: every live finding of this scope")
+    p.add_argument(
+        "--tag", metavar="T", action="append", help="filter: carrying this tag (repeat: every one)"
+    )
+    p.add_argument("--meta", metavar="K=V", action="append", help="filter: with this metadata value (repeat)")
+    p.add_argument("--source", metavar="S", help="filter: from this source")
+    p.add_argument(
+        "--before",
+        metavar="WHEN",
+        type=instant_ms,
+        help="filter: learned before WHEN (a duration ago, 7d; ISO 8601; epoch ms)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with a filter: list what would be forgotten, write nothing"
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="with a filter: forget everything it matches (one record)"
     )
     p = add(
         "history",

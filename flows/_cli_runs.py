@@ -243,7 +243,8 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
             detail = _short(e["text"])
         else:
             detail = f"superseded by {e['by']}" if e.get("by") else _short(e.get("reason"))
-        return [when, kind, str(e["key"])[:12], "-", "-", detail, record]
+        what = f"{len(e['keys'])} keys" if "keys" in e else str(e["key"])[:12]  # "keys": by filter
+        return [when, kind, what, "-", "-", detail, record]
     if kind == "output" or kind in _LANGGRAPH_ROWS:
         what, outcome = _LANGGRAPH_ROWS[kind](e) if kind != "output" else ("-", _short(e.get("output")))
         return [when, kind, what, "-", "-", outcome, record]

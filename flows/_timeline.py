@@ -60,6 +60,16 @@ def _learn_entry(rec: Record) -> dict[str, Any]:
 
 def _forget_entry(rec: Record) -> dict[str, Any]:
     p = rec.payload
+    ids = p.get("ids")
+    if isinstance(ids, list):  # a forget by filter: one record, every key it retired
+        keys = [pair[0] for pair in ids if isinstance(pair, list) and pair]
+        return {
+            "kind": "forget",
+            "keys": keys,
+            "filter": p.get("filter"),
+            "reason": p.get("reason"),
+            "by": None,
+        }
     return {"kind": "forget", "key": p.get("id"), "reason": p.get("reason"), "by": p.get("by")}
 
 

@@ -29,6 +29,7 @@ if typing.TYPE_CHECKING:
     )
     from memory._files import parse_learned, read_learned
     from memory._finding import (
+        FORGET_MANY_MAX,
         METADATA_MAX_BYTES,
         RETIRE_STREAM,
         SOURCE_MAX_BYTES,
@@ -43,6 +44,7 @@ if typing.TYPE_CHECKING:
         finding_id,
         render,
         render_retirement,
+        retirements_in,
         scope_hash,
         validate,
     )
@@ -55,7 +57,16 @@ if typing.TYPE_CHECKING:
         retired_dir,
         scope_dirs,
     )
-    from memory._results import Citation, Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
+    from memory._results import (
+        Citation,
+        Explained,
+        Forgotten,
+        ForgottenMany,
+        HistoryEvent,
+        Learned,
+        Recalled,
+        SyncReport,
+    )
     from memory._root import Root, RootRun
     from memory._session import MemorySession, SessionState
     from memory._store import MemoryStore
@@ -63,6 +74,7 @@ if typing.TYPE_CHECKING:
 
 
 __all__ = [
+    "FORGET_MANY_MAX",
     "METADATA_MAX_BYTES",
     "QUARANTINE_DIR",
     "RETIRE_STREAM",
@@ -84,6 +96,7 @@ __all__ = [
     "FindingUnknown",
     "FlowsMemoryError",
     "Forgotten",
+    "ForgottenMany",
     "FunctionEmbedder",
     "HistoryDB",
     "HistoryEvent",
@@ -120,6 +133,7 @@ __all__ = [
     "render",
     "render_retirement",
     "repair_store",
+    "retirements_in",
     "resolve_db",
     "resolve_journal",
     "retired_dir",
@@ -147,6 +161,8 @@ _LAZY: dict[str, str] = {
     "FindingUnknown": "memory._errors",
     "FlowsMemoryError": "memory._errors",
     "Forgotten": "memory._results",
+    "ForgottenMany": "memory._results",
+    "FORGET_MANY_MAX": "memory._finding",
     "HistoryDB": "memory._db",
     "HistoryEvent": "memory._results",
     "METADATA_MAX_BYTES": "memory._finding",
@@ -187,6 +203,7 @@ _LAZY: dict[str, str] = {
     "render": "memory._finding",
     "render_retirement": "memory._finding",
     "repair_store": "memory._check",
+    "retirements_in": "memory._finding",
     "resolve_db": "memory._paths",
     "resolve_journal": "memory._paths",
     "retired_dir": "memory._paths",

@@ -46,11 +46,11 @@ from memory._finding import (
     RETIRE_STREAM,
     STREAM,
     checked_commit,
-    checked_retirement,
     commit_to_publish,
     render,
     render_retirement,
     retirement_to_publish,
+    retirements_in,
 )
 from memory._paths import learned_dir, retired_dir, scan_scopes
 from memory._publisher import refuse_links
@@ -95,8 +95,10 @@ class _Context:
     unread: set[str] = field(default_factory=set)  # runs whose memory-learn stream is damaged
     folders: list[Path] = field(default_factory=list)  # the scopes' learned-file folders, no links
     retired_folders: list[Path] = field(default_factory=list)  # their retired-file folders, no links
-    retirements: dict[tuple[str, str], journal.Record] = field(default_factory=dict)
+    # (run id, record id, key) -> the retirement of that key a record makes
+    retirements: dict[tuple[str, str, str], journal.Record] = field(default_factory=dict)
     retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
+    batches: dict[tuple[str, str], journal.Record] = field(default_factory=dict)  # forgets by filter
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -143,15 +145,18 @@ def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
 
 def _retire_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
     """Keep the retirements among ``records``; report any record that is not one."""
-    for rec in records:
+    for record in records:
         try:
-            checked_retirement(rec, ctx.location)
+            views = retirements_in(record, ctx.location)
         except journal.JournalCorrupt as exc:
             ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
             continue
-        ctx.retirements[(rec.run_id, rec.id)] = rec
-        key = rec.payload["id"]
-        ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
+        if views and views[0] is not record:
+            ctx.batches[(record.run_id, record.id)] = record
+        for rec in views:
+            key = rec.payload["id"]
+            ctx.retirements[(rec.run_id, rec.id, key)] = rec
+            ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
 
 
 def _unrepairable(kind: str, path: object, message: str) -> Problem:
@@ -355,7 +360,7 @@ def _check_retired(ctx: _Context, folder: Folder, name: str, good: set[str]) -> 
         ctx.problems.append(Problem("retired_damaged", str(path), str(exc), repair, True))
         return
     ctx.cited.add(entry.citation.run_id)
-    cited = ctx.retirements.get((entry.citation.run_id, entry.citation.id))
+    cited = ctx.retirements.get((entry.citation.run_id, entry.citation.id, entry.key))
     if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
         ctx.problems.append(_unverified(path, entry.citation.run_id))
     elif cited is None:
@@ -660,13 +665,23 @@ def repair_store(
         else:
             record = _home_record(ctx, path)
             if record is not None:
-                if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
-                    move_aside(path)  # a FIFO, a folder or a link: the rename could not replace it
-                store.republish(record)
+                _republish(ctx, record, path, move_aside)
                 actions.append(f"republished {path} from record {record.id} of root run {record.run_id}")
             elif os.path.lexists(path):
                 move_aside(path)
     return actions
+
+
+def _republish(ctx: _Context, record: journal.Record, path: Path, move_aside: Callable[[Path], None]) -> None:
+    """Publish the file ``record`` renders at ``path`` (a forget by filter's retired file from its
+    record, for the one key), moving aside first what the rename could not replace."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        move_aside(path)  # a FIFO, a folder or a link: the rename could not replace it
+    batch = ctx.batches.get((record.run_id, record.id))
+    if batch is None:
+        ctx.store.republish(record)
+    else:  # one key of a forget by filter: that key's retired file
+        ctx.store.republish(batch, record.payload["id"])
 
 
 def _repair_vectors(ctx: _Context) -> list[str]:

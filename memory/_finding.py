@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -473,6 +473,106 @@ def retire_payload(
     """The payload a forget (``by`` None) or a supersede (``by`` the new key) commits to
     ``RETIRE_STREAM``: which finding is retired (``id``, ``scope``), by which flow, why, and when."""
     return {"id": key, "scope": scope, "flow": flow, "reason": reason, "by": by, "forgottenMs": forgotten_ms}
+
+
+FORGET_MANY_MAX = 100_000
+"""The most findings one forget by filter retires (one record names them all)."""
+
+_BATCH = frozenset({"ids", "flow", "reason", "filter", "forgottenMs"})
+
+
+def batch_key(ids: Sequence[tuple[str, str]]) -> str:
+    """The key of a forget by filter's record: a digest of the keys it retires (so the same
+    deletion in one root run is one record, as a keyed append makes it)."""
+    return hashlib.sha256("\n".join(sorted(k for k, _ in ids)).encode()).hexdigest()[:32]
+
+
+def retire_many_payload(
+    ids: Sequence[tuple[str, str]], flow: str, *, reason: str, filter: Mapping[str, Any], forgotten_ms: int
+) -> dict[str, Any]:
+    """The payload a forget by filter commits to ``RETIRE_STREAM``: every (key, scope) it retires,
+    sorted by key, the filter that chose them, by which flow, why, and when. One record: the whole
+    deletion commits at once or not at all."""
+    return {
+        "ids": [[k, s] for k, s in sorted(ids)],
+        "flow": flow,
+        "reason": reason,
+        "filter": dict(filter),
+        "forgottenMs": forgotten_ms,
+    }
+
+
+def _batch_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
+    p = record.payload
+    if set(p) != _BATCH:
+        return "its payload is not exactly {ids, flow, reason, filter, forgottenMs}"
+    ids, reason, ms = p["ids"], p["reason"], p["forgottenMs"]
+    if not isinstance(ids, list) or not 1 <= len(ids) <= FORGET_MANY_MAX:
+        return f"its ids are not a list of 1 to {FORGET_MANY_MAX} (key, scope) pairs"
+    for pair in ids:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and _KEY.fullmatch(pair[0]) is not None
+            and isinstance(pair[1], str)
+        ):
+            return "an entry of its ids is not a (32 lowercase hex key, scope) pair"
+    keys = [pair[0] for pair in ids]
+    if keys != sorted(set(keys)):
+        return "its ids are not sorted by key without repeats"
+    if not isinstance(p["flow"], str) or not isinstance(reason, str) or not reason:
+        return "its flow or reason is not a string"
+    if not isinstance(p["filter"], Mapping):
+        return "its filter is not an object"
+    if type(ms) is not int or not 0 <= ms <= _INT_MAX:
+        return "its forgottenMs is not a time in milliseconds"
+    want = batch_key([(k, "") for k in keys])
+    if record.key != want or record.id != record_id(record.run_id, record.stream, want):
+        return "its key or record id is not the one its ids give"
+    return None
+
+
+def retirements_in(record: Record, location: str) -> list[Record]:
+    """The retirements a ``RETIRE_STREAM`` record makes, each as a record of one key: the record
+    itself for a forget or a supersede (``checked_retirement``); for a forget by filter, one view
+    per key it retires, citing the same record (its run, stream and id) with that key's payload
+    (``{id, scope, flow, reason, by: null, forgottenMs}``), so everything that renders, publishes or
+    reads a retirement handles it as it handles a forget. Checked before any path is built.
+
+    Raises:
+        JournalCorrupt: the record is neither shape; names the run, the stream and the line.
+    """
+    p = record.payload
+    if not (isinstance(p, Mapping) and "ids" in p):
+        return [checked_retirement(record, location)]
+    why = _batch_problem(record)
+    if why is not None:
+        raise JournalCorrupt(
+            f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run "
+            f"{record.run_id} in the journal {location} is not a forget by filter: {why}; nothing is "
+            "built from it. Restore the journal from a backup; `flows check` lists every such record",
+            path=location,
+            line=record.seq,
+            reason=why,
+            run_id=record.run_id,
+            stream=record.stream,
+        )
+    return [
+        replace(
+            record,
+            key=key,
+            payload={
+                "id": key,
+                "scope": scope,
+                "flow": p["flow"],
+                "reason": p["reason"],
+                "by": None,
+                "forgottenMs": p["forgottenMs"],
+            },
+        )
+        for key, scope in p["ids"]
+    ]
 
 
 def render_retirement(record: Record) -> bytes:

@@ -18,11 +18,11 @@ from memory._finding import (
     Finding,
     check_key,
     checked_commit,
-    checked_retirement,
     commit_to_publish,
     finding_id,
     learn_payload,
     render,
+    retirements_in,
     validate,
 )
 from memory._publisher import Publisher, holds
@@ -293,9 +293,11 @@ class Learner:
             checked_commit(rec, backend.location)  # before any path is built from it
             key = (rec.payload["scope"], rec.payload["id"])
             committed[key] = commit_to_publish(committed.get(key), rec)
-        retirements = backend.read(run_id, RETIRE_STREAM)
-        for rec in retirements:
-            checked_retirement(rec, backend.location)  # before a retired file's path is built
+        retirements = [  # checked before a retired file's path is built
+            view
+            for rec in backend.read(run_id, RETIRE_STREAM)
+            for view in retirements_in(rec, backend.location)
+        ]
         self._retirer.publish_missing(retirements)
         return committed
 

@@ -236,6 +236,31 @@ class Forgotten:
         }
 
 
+@dataclass(frozen=True)
+class ForgottenMany:
+    """What a forget by filter returns: the keys it retired (sorted), the filter, why, and the one
+    record that retired them all (None, with no time, when nothing matched or it was a dry run)."""
+
+    keys: tuple[str, ...]
+    reason: str
+    filter: Mapping[str, Any] = field(hash=False)
+    citation: Citation | None = None
+    forgotten_ms: int | None = None
+    dry_run: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"count", "keys", "reason", "filter", "forgottenMs", "citation", "dryRun"}``."""
+        return {
+            "count": len(self.keys),
+            "keys": list(self.keys),
+            "reason": self.reason,
+            "filter": dict(self.filter),
+            "forgottenMs": self.forgotten_ms,
+            "citation": None if self.citation is None else self.citation.as_json(),
+            "dryRun": self.dry_run,
+        }
+
+
 HISTORY_KINDS = ("learned", "superseded", "forgotten", "expired")
 """The kinds of ``HistoryEvent``, in the order events of one instant are listed."""
 

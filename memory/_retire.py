@@ -15,17 +15,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from journal import JournalBackend, Record
+from journal import JournalBackend, JournalCorrupt, Record
 from memory._db import HistoryDB
 from memory._errors import FindingUnknown
 from memory._files import Retired, read_learned, read_retired
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
+    batch_key,
     check_key,
     check_reason,
     render_retirement,
+    retire_many_payload,
     retire_payload,
+    retirements_in,
 )
 from memory._paths import scope_folders
 from memory._publisher import Publisher
@@ -106,6 +109,18 @@ def _memory_of(payload: Mapping[str, Any]) -> str | None:
     memory = payload.get("memory")
     fid = payload.get("id")
     return memory if isinstance(memory, str) else fid if isinstance(fid, str) else None
+
+
+def _retirements(backend: JournalBackend, run_id: str) -> list[Record]:
+    """Every retirement the run's records make, one per key (a damaged record is left for
+    ``flows check`` to report: a history shows the rest)."""
+    out: list[Record] = []
+    for record in backend.read(run_id, RETIRE_STREAM):
+        try:
+            out += retirements_in(record, backend.location)
+        except JournalCorrupt:
+            continue
+    return out
 
 
 def _nothing(keys: list[str]) -> None:
@@ -235,7 +250,30 @@ class Retirer:
         self.settle(record)
         return record
 
-    def settle(self, record: Record) -> None:
+    def forget_many(
+        self, root: Root, ids: list[tuple[str, str]], *, reason: str, filter: Mapping[str, Any]
+    ) -> Record:
+        """Commit one record that retires every (key, scope) of ``ids``, then publish each key's
+        retired file (unless one is there: the first retirement of a key stands) and remove its
+        learned file; returns the record.
+
+        Raises:
+            JournalError: the append failed, unchanged; nothing is published.
+            Unwritable: a retired file could not be published (the commit stands; ``sync``,
+                ``flows check --repair`` or a resume publish the rest).
+        """
+        forgotten_ms = self._clock()
+        payload = retire_many_payload(ids, root.flow, reason=reason, filter=filter, forgotten_ms=forgotten_ms)
+        record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=batch_key(ids))
+        views = retirements_in(record, root.journal.location)
+        for view in views:
+            self.noted(root, committed_ms=forgotten_ms, key=view.payload["id"])
+        failpoint("memory.after_append")
+        self.publish_missing(views, notify=False)
+        self.on_retired([v.payload["id"] for v in views])
+        return record
+
+    def settle(self, record: Record, *, notify: bool = True) -> None:
         """Publish the retired file of ``record`` and remove its finding's learned file.
 
         Raises:
@@ -245,9 +283,10 @@ class Retirer:
         pub = self._publisher
         pub.place(pub.retired_dir(scope) / f"{key}.json", render_retirement(record), record.run_id)
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
-        self.on_retired([key])
+        if notify:
+            self.on_retired([key])
 
-    def publish_missing(self, records: Iterable[Record]) -> int:
+    def publish_missing(self, records: Iterable[Record], *, notify: bool = True) -> int:
         """Settle each retirement in ``records`` whose retired file is missing; returns how many.
 
         A retired file that is there but damaged is left for ``flows check`` (reads fail closed on it).
@@ -255,7 +294,7 @@ class Retirer:
         done = 0
         for record in records:
             if not os.path.lexists(self.retired_path(record.payload["scope"], record.payload["id"])):
-                self.settle(record)
+                self.settle(record, notify=notify)
                 done += 1
         return done
 
@@ -271,7 +310,7 @@ class Retirer:
         run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
         for run_id in run_ids:
             learns += [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
-            retires += [r for r in backend.read(run_id, RETIRE_STREAM) if isinstance(r.payload, Mapping)]
+            retires += _retirements(backend, run_id)
         memory = next((_memory_of(r.payload) for r in learns if r.payload.get("id") == key), None)
         if memory is None:
             memory = self._db.memory_of(key) or key

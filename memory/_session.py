@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from journal import JournalBackend, Lease, RunState
 from memory._errors import ArgumentInvalid, SessionClosed
-from memory._results import Explained, Forgotten, Learned, Recalled
+from memory._results import Explained, Forgotten, ForgottenMany, Learned, Recalled
 from memory._root import Root
 
 if TYPE_CHECKING:
@@ -38,6 +38,19 @@ class SessionStore(Protocol):
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten: ...
 
     def update(self, memory_id: str, finding: object, root: Root | None) -> Learned: ...
+
+    def forget_where(
+        self,
+        root: Root,
+        *,
+        reason: str,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> ForgottenMany: ...
 
     def recall(
         self,
@@ -260,6 +273,41 @@ class MemorySession:
         self._enter_op()
         try:
             return self._store.update(memory_id, finding, self._root)
+        finally:
+            self._leave_op()
+
+    def forget_where(
+        self,
+        *,
+        reason: str,
+        scope: str | _SessionScope | None = OWN_SCOPE,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> ForgottenMany:
+        """Forget every live finding the filter matches with one journal record (see
+        ``MemoryStore.forget_where``), in the session's scope unless ``scope`` names another (None:
+        every scope, which then needs another filter).
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid: as ``MemoryStore.forget_where``; nothing is journaled or written.
+            Unwritable, JournalError: as ``MemoryStore.forget``.
+        """
+        self._enter_op()
+        try:
+            return self._store.forget_where(
+                self._root,
+                reason=reason,
+                scope=self._scope(scope),
+                tags=tags,
+                meta=meta,
+                source=source,
+                before_ms=before_ms,
+                dry_run=dry_run,
+            )
         finally:
             self._leave_op()
 

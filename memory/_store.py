@@ -24,23 +24,33 @@ from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
-from memory._errors import FindingUnknown, Unreachable, Unwritable
+from memory._errors import ArgumentInvalid, FindingUnknown, Unreachable, Unwritable
 from memory._finding import (
+    FORGET_MANY_MAX,
     RETIRE_STREAM,
     STREAM,
     check_key,
+    check_reason,
     checked_commit,
-    checked_retirement,
     finding_id,
     render,
-    render_retirement,
+    retirements_in,
     validate,
 )
 from memory._learn import Learner
 from memory._paths import resolve_db, resolve_journal
 from memory._publisher import Publisher
 from memory._recovery import Recovery
-from memory._results import Explained, Forgotten, HistoryEvent, Learned, Recalled, SyncReport
+from memory._results import (
+    Citation,
+    Explained,
+    Forgotten,
+    ForgottenMany,
+    HistoryEvent,
+    Learned,
+    Recalled,
+    SyncReport,
+)
 from memory._retire import Retirer
 from memory._root import Root
 from memory._search import Search
@@ -335,6 +345,58 @@ class MemoryStore:
         """``aforget``, begun on the store's executor before this returns (see ``start_learn``)."""
         return self._submit(self._retirer.forget, key, root, reason)
 
+    def forget_where(
+        self,
+        root: Root,
+        *,
+        reason: str,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> ForgottenMany:
+        """Forget every live finding the filter matches (everything about one user, say) with ONE
+        journal record that names the filter and every key it retires: the whole deletion commits
+        at once, or nothing does. The filter is ``recall``'s (every tag, every metadata pair, the
+        scope, the source, learned before ``before_ms``), and at least one part is required: an
+        empty filter, which would forget everything, is refused. ``dry_run`` lists what it would
+        forget and writes nothing. Findings forgotten already are not named again.
+
+        Raises:
+            ArgumentInvalid: no filter, a malformed one, a malformed reason, or more than
+                ``FORGET_MANY_MAX`` matches (narrow the filter).
+            JournalError, Unwritable: as ``forget``.
+        """
+        check_reason(reason)
+        if scope is None and not tags and not meta and source is None and before_ms is None:
+            raise ArgumentInvalid(
+                "forget by filter needs at least one of scope, tags, meta, source or before: an "
+                "empty filter would forget every memory of the store"
+            )
+        found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
+        if len(found) > FORGET_MANY_MAX:
+            raise ArgumentInvalid(
+                f"the filter matches {len(found)} findings, more than one forget takes ({FORGET_MANY_MAX}): "
+                "narrow it (a scope, a tag, --before)"
+            )
+        chosen: dict[str, Any] = {}
+        for name, value in (("scope", scope), ("source", source), ("beforeMs", before_ms)):
+            if value is not None:
+                chosen[name] = value
+        if tags:
+            chosen["tags"] = list(tags)
+        if meta:
+            chosen["meta"] = dict(meta)
+        keys = tuple(sorted(e.key for e in found))
+        if dry_run or not keys:
+            return ForgottenMany(keys, reason, chosen, dry_run=dry_run)
+        ids = sorted((e.key, e.scope) for e in found)
+        record = self._retirer.forget_many(root, ids, reason=reason, filter=chosen)
+        citation = Citation(record.run_id, record.stream, record.id)
+        return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
+
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
@@ -368,25 +430,36 @@ class MemoryStore:
     def _restore_missing(self, backend: JournalBackend, run_id: str) -> int:
         return self._learner.restore_missing(backend, run_id, self._db.held)
 
-    def republish(self, record: Record) -> Path:
+    def republish(self, record: Record, key: str | None = None) -> Path:
         """Publish the learned file of ``record`` (a ``memory-learn`` commit) in its scope's folder,
         rendered from the record alone and replacing whatever is at that name; returns its path.
 
         ``flows check --repair`` restores a missing, damaged or wrong file with it. Never writes to
-        the journal.
+        the journal. A retirement record publishes its retired file the same way; a forget by
+        filter publishes the retired files it names that are missing (the first retirement of a key
+        stands), or, given ``key``, that key's file whatever is there.
 
         Raises:
-            ValueError: ``record`` is not from the ``memory-learn`` or ``memory-forget`` stream.
+            ValueError: ``record`` is not from the ``memory-learn`` or ``memory-forget`` stream, or
+                does not retire ``key``.
             JournalCorrupt: ``record`` is not a finding's commit (or retirement) of the exact shape
                 (``checked_commit``, ``checked_retirement``); nothing is written.
             Unwritable: the file could not be staged or published.
         """
         if record.stream == RETIRE_STREAM:
-            checked_retirement(record, self.open_journal().location)
-            data = render_retirement(record)
-            final = self._publisher.retired_dir(record.payload["scope"]) / f"{record.payload['id']}.json"
-            self._retirer.settle(record)
-            return final
+            views = retirements_in(record, self.open_journal().location)
+            if views[0] is record:  # a forget or a supersede: its file, whatever is there
+                self._retirer.settle(record)
+            elif key is not None:  # one key of a forget by filter: its file, whatever is there
+                views = [v for v in views if v.payload["id"] == key] or views[:0]
+                for view in views:
+                    self._retirer.settle(view)
+                if not views:
+                    raise ValueError(f"record {record.id} of {record.run_id} does not retire {key}")
+            else:  # a forget by filter: the keys whose retired file is missing (the first stands)
+                self._retirer.publish_missing(views)
+            first = views[0].payload
+            return self._publisher.retired_dir(first["scope"]) / f"{first['id']}.json"
         if record.stream != STREAM:
             raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
         checked_commit(record, self.open_journal().location)

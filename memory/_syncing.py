@@ -19,10 +19,10 @@ from memory._finding import (
     RETIRE_STREAM,
     STREAM,
     checked_commit,
-    checked_retirement,
     commit_to_publish,
     render,
     retirement_to_publish,
+    retirements_in,
 )
 from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
@@ -67,9 +67,10 @@ def scan_journal(
                 fid = checked_commit(rec, backend.location).payload["id"]
                 scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
         if retirements:
-            for rec in backend.read(run.run_id, RETIRE_STREAM):
-                key = checked_retirement(rec, backend.location).payload["id"]
-                scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)
+            for record in backend.read(run.run_id, RETIRE_STREAM):
+                for rec in retirements_in(record, backend.location):
+                    key = rec.payload["id"]
+                    scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)
         if progress:
             progress(n, len(runs))
     return scan

@@ -1,0 +1,169 @@
+"""Forget by filter: one journal record names the filter and every key it retires; exactly the
+matching set goes, across scopes only when asked; a crash after the record loses none of it (every
+recovery path publishes the rest); a crafted batch record is damage; the CLI asks for --yes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import journal
+import memory
+from staging import _failpoints
+from tests.flows.helpers import flows, json_of
+
+
+def _people(store: memory.MemoryStore) -> dict[str, list[str]]:
+    made: dict[str, list[str]] = {}
+    for scope in ("alice", "bob"):
+        with store.session(scope=scope) as s:
+            for i in range(5):
+                tags = ["pref"] if i % 2 else ["fact"]
+                k = s.learn(
+                    {"text": f"{scope} note {i}", "tags": tags, "metadata": {"user": scope, "n": i}}
+                ).key
+                made.setdefault(scope, []).append(k)
+    with store.session(scope="shared") as s:
+        made["shared"] = [s.learn({"text": "alice and bob share a desk", "metadata": {"user": "alice"}}).key]
+    return made
+
+
+def _retire_records(store: memory.MemoryStore) -> list[journal.Record]:
+    backend = store.open_journal()
+    return [r for run in backend.runs() for r in backend.read(run.run_id, memory.RETIRE_STREAM)]
+
+
+@pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
+def test_exactly_the_matching_set_goes_with_one_record(store: memory.MemoryStore, synced: bool) -> None:
+    made = _people(store)
+    if synced:
+        store.sync()
+    with store.session(scope="alice") as s:
+        dry = s.forget_where(reason="asked", tags=["pref"], dry_run=True)
+        assert dry.dry_run and dry.citation is None and len(dry.keys) == 2
+        assert _retire_records(store) == []
+        done = s.forget_where(reason="alice asked to be forgotten", tags=["pref"])
+    assert done.keys == dry.keys and done.citation is not None
+    (record,) = _retire_records(store)
+    assert [k for k, _ in record.payload["ids"]] == list(done.keys)
+    assert record.payload["filter"] == {"scope": "alice", "tags": ["pref"]}
+    left = {e.key for e in store.recall(limit=None)}
+    assert left == set(made["alice"]) - set(done.keys) | set(made["bob"]) | set(made["shared"])
+    # every user's memories, across scopes, by metadata: the shared desk note goes too, bob's stay
+    with store.session(scope="alice") as s:
+        everything = s.forget_where(reason="erase alice", scope=None, meta={"user": "alice"})
+        assert s.forget_where(reason="again", scope=None, meta={"user": "alice"}).keys == ()
+    assert set(everything.keys) == (set(made["alice"]) - set(done.keys)) | set(made["shared"])
+    assert {e.key for e in store.recall(limit=None)} == set(made["bob"])
+    for key in everything.keys:
+        assert store.get(key) is None and store.history(key)[-1].kind == "forgotten"
+    store.sync()
+    assert {e.key for e in store.recall(limit=None)} == set(made["bob"])
+    assert memory.check_store(store) == []
+
+
+def test_an_empty_filter_is_refused(store: memory.MemoryStore) -> None:
+    _people(store)
+    with store.session(scope="alice") as s, pytest.raises(memory.ArgumentInvalid, match="every memory"):
+        s.forget_where(reason="oops", scope=None)
+    assert _retire_records(store) == []
+
+
+@contextlib.contextmanager
+def _crash_after_the_append(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The forget fails right after its record is durable, before any retired file is published."""
+    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.after_append=EIO")
+    _failpoints.reset()
+    try:
+        yield
+    finally:
+        monkeypatch.delenv("FLOWS_FAILPOINTS")
+        _failpoints.reset()
+
+
+def test_a_crash_after_the_record_loses_nothing_of_it(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _people(store)
+    with _crash_after_the_append(monkeypatch), store.session(scope="bob") as s, pytest.raises(OSError):
+        s.forget_where(reason="bob asked", tags=["fact"])
+    (record,) = _retire_records(store)
+    keys = [k for k, _ in record.payload["ids"]]
+    problems = memory.check_store(store)
+    assert {p.kind for p in problems} == {"retirement_unpublished", "learned_forgotten"}
+    assert len([p for p in problems if p.kind == "retirement_unpublished"]) == len(keys)
+    memory.repair_store(store, problems)
+    assert memory.check_store(store) == []
+    assert {e.key for e in store.recall(scope="bob")} == set(made["bob"]) - set(keys)
+
+
+def test_materialize_and_sync_publish_what_a_crash_left(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _people(store)
+    with _crash_after_the_append(monkeypatch), store.session(scope="bob") as s, pytest.raises(OSError):
+        s.forget_where(reason="bob asked", scope="bob")
+    store.sync()
+    assert store.recall(scope="bob") == [] and len(store.recall(limit=None)) == len(made["alice"]) + 1
+
+
+def test_a_crafted_batch_record_is_damage(store: memory.MemoryStore) -> None:
+    _people(store)
+    with store.session(scope="alice") as s:
+        s.forget_where(reason="x", tags=["pref"])
+    (record,) = _retire_records(store)
+    p = record.payload
+    for payload in (
+        {**p, "ids": []},
+        {**p, "ids": [["../../etc", "alice"]]},
+        {**p, "ids": list(reversed(p["ids"]))},
+        {**p, "ids": [*p["ids"], p["ids"][0]]},
+        {**p, "reason": ""},
+        {**p, "extra": 1},
+        {**p, "ids": [[p["ids"][0][0], 7]]},
+    ):
+        forged = dataclasses.replace(record, payload=payload)
+        with pytest.raises(journal.JournalCorrupt):
+            memory.retirements_in(forged, "j")
+    views = memory.retirements_in(record, "j")
+    assert [v.payload["id"] for v in views] == [k for k, _ in p["ids"]]
+    assert {(v.run_id, v.stream, v.id) for v in views} == {(record.run_id, record.stream, record.id)}
+
+
+def test_the_cli_lists_then_asks_for_yes(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    for i in range(3):
+        assert (
+            flows(db, "learn", f"carol fact {i}", "--scope", "carol", "--meta", "user=carol").returncode == 0
+        )
+    assert flows(db, "learn", "dave fact", "--scope", "dave").returncode == 0
+    dry = json_of(flows(db, "forget", "--scope", "carol", "--dry-run", "--json"))
+    assert (dry["count"], dry["dryRun"], dry["citation"]) == (3, True, None)
+    refused = flows(db, "forget", "--scope", "carol")
+    assert refused.returncode == 2 and "--yes" in refused.stderr and "3 finding(s)" in refused.stderr
+    assert flows(db, "forget").returncode == 2  # neither a key nor a filter
+    assert flows(db, "forget", dry["keys"][0], "--scope", "carol").returncode == 2  # both
+    done = json_of(flows(db, "forget", "--meta", "user=carol", "--yes", "--json"))
+    assert (done["count"], done["filter"]) == (3, {"meta": {"user": "carol"}})
+    assert [r["text"] for r in json_of(flows(db, "recall", "--json"))] == ["dave fact"]
+    history = json_of(flows(db, "history", dry["keys"][0], "--json"))
+    assert history[-1]["kind"] == "forgotten" and history[-1]["citation"]["id"] == done["citation"]["id"]
+
+
+def test_the_run_views_show_a_forget_by_filter(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    for i in range(2):
+        assert flows(db, "learn", f"erin fact {i}", "--scope", "erin").returncode == 0
+    done = json_of(flows(db, "forget", "--scope", "erin", "--yes", "--json"))
+    run_id = done["citation"]["runId"]
+    shown = flows(db, "show", run_id)
+    assert shown.returncode == 0 and "2 keys" in shown.stdout, shown.stdout + shown.stderr
+    timeline = json_of(flows(db, "show", run_id, "--json"))
+    (forget,) = [e for e in timeline["timeline"] if e["kind"] == "forget"]
+    assert sorted(forget["keys"]) == sorted(done["keys"]) and forget["filter"] == {"scope": "erin"}
