@@ -76,7 +76,7 @@ from journal._model import (
     shown,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -160,6 +160,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             end
             $$""",
         ),
+    ),
+    (
+        3,
+        # A stream's newest record in every run, in one index-only walk (``stream_heads``): what a
+        # store sharing this journal asks before each read, to learn of other hosts' forgets.
+        ("create index journal_records_by_stream on journal_records (stream, run_id, seq)",),
     ),
 )
 
@@ -879,10 +885,11 @@ class PostgresJournal:
         self._check_sequence(run_id, stream, records)
         return records
 
-    def _check_sequence(self, run_id: str, stream: str, records: Sequence[Record]) -> None:
-        """Rows read back are untrusted too: a stream's numbers run 1, 2, 3 … with none missing,
-        as on files. A gap or a crafted number is ``JournalCorrupt`` naming the record's place."""
-        for place, rec in enumerate(records, 1):
+    def _check_sequence(self, run_id: str, stream: str, records: Sequence[Record], *, first: int = 1) -> None:
+        """Rows read back are untrusted too: a stream's numbers run 1, 2, 3 … (from ``first``) with
+        none missing, as on files. A gap or a crafted number is ``JournalCorrupt`` naming the
+        record's place."""
+        for place, rec in enumerate(records, first):
             if rec.seq != place:
                 reason = f"sequence {rec.seq}, expected {place}"
                 raise JournalCorrupt(
@@ -895,6 +902,30 @@ class PostgresJournal:
                     run_id=run_id,
                     stream=stream,
                 )
+
+    def stream_heads(self, stream: str) -> dict[str, int]:
+        """For every run with records in ``stream``: the sequence number of its last one (one
+        query on an index of (stream, run, seq)). With ``read_after``, what a reader needs to see
+        every record of a stream appended by any host since it last looked, exactly once: a run's
+        numbers are given under its lock, so a record below a run's head is never added later."""
+        check_name("stream name", stream)
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(
+                "select run_id, max(seq) from journal_records where stream = %s group by run_id", (stream,)
+            ).fetchall()
+
+        rows = self._call("listing the heads of a stream", call, stream=stream, reading=True)
+        return {str(run): int(seq) for run, seq in rows}
+
+    def read_after(self, run_id: str, stream: str, seq: int) -> Sequence[Record]:
+        """The stream's records after number ``seq``, in order (checked as ``read`` checks them:
+        their numbers must run on from ``seq`` with none missing)."""
+        if type(seq) is not int or seq < 0:
+            raise ValueError(f"seq must be an int of 0 or more, not {seq!r:.40}")
+        records = self._records("reading a stream", run_id, stream, " and x.seq > %s", (seq,))
+        self._check_sequence(run_id, stream, records, first=seq + 1)
+        return records
 
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""

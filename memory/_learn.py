@@ -105,6 +105,19 @@ class Learner:
         item = validate(finding, default_source=root.source or root.flow)
         revision, fid, replayed = self._revision(item, root)
         old = self._replaced(fid, supersedes)
+        if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
+            # the finding it replaces was forgotten or replaced by another meanwhile: learning this
+            # one would bring back what that retirement took away
+            raise FindingRetired(
+                f"{supersedes} was retired before this supersede ("
+                + (
+                    f"forgotten: {old.retired.reason}"
+                    if old.retired.by is None
+                    else f"superseded by {old.retired.by}"
+                )
+                + "); nothing was written: read the memory again and decide on its current version",
+                key=str(supersedes),
+            )
         pub = self._publisher
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
@@ -134,8 +147,19 @@ class Learner:
         while True:
             fid = finding_id(root.scope, item, revision)
             path = self._retirer.retired_path(root.scope, fid)
-            if not os.path.lexists(path):
+            elsewhere = self._retirer.shared.current().get(fid)
+            if not os.path.lexists(path) and elsewhere is None:
                 return revision, fid, None
+            if not os.path.lexists(path) and elsewhere is not None:  # forgotten by another host
+                if revision == REVISION_MAX:
+                    raise FindingRetired(
+                        f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, "
+                        "metadata or scope",
+                        key=fid,
+                        path=path,
+                    )
+                revision += 1
+                continue
             if root.begun and self._retirer.before_attempt(root, read_retired(Path(path))):
                 existing = root.journal.find(root.run_id, STREAM, fid)
                 if existing is not None:

@@ -127,6 +127,56 @@ def _nothing(keys: list[str]) -> None:
     return None
 
 
+_NONE: Mapping[str, Retired] = {}
+
+
+class SharedRetirements:
+    """The retirements every store sharing this journal has committed, learned of before each read
+    and learn: on a journal that can list a stream's newest record per run (PostgreSQL's
+    ``stream_heads``), one query says which runs forgot something since the last look, and only
+    those records are read (``read_after``), checked and expanded (``retirements_in``). So a read on
+    this host never returns a finding whose forget another host has acknowledged, and a learn never
+    brings one back under its old key. A file journal belongs to one host: it has no such list, and
+    its stores see each other's forgets on ``sync`` (which publishes every retirement's file)."""
+
+    def __init__(self, open_journal: Callable[[], JournalBackend]) -> None:
+        self._open_journal = open_journal
+        self._seen: dict[str, int] = {}  # run id -> the last record of its stream read here
+        self._by_key: dict[str, Retired] = {}
+        self._lock = threading.Lock()
+
+    def current(self) -> Mapping[str, Retired]:
+        """Every retirement in the journal by key (the earliest of a key); empty on a journal that
+        cannot list them.
+
+        Raises:
+            JournalError: the journal cannot be read: a read fails closed rather than answer with a
+                finding another host may have forgotten.
+        """
+        backend = self._open_journal()
+        heads_of = getattr(backend, "stream_heads", None)
+        read_after = getattr(backend, "read_after", None)
+        if heads_of is None or read_after is None:
+            return _NONE
+        heads: Mapping[str, int] = heads_of(RETIRE_STREAM)
+        with self._lock:
+            for run_id, head in heads.items():
+                seen = self._seen.get(run_id, 0)
+                if head <= seen:
+                    continue
+                for record in read_after(run_id, RETIRE_STREAM, seen):
+                    for view in retirements_in(record, backend.location):
+                        found = retired_of(view)
+                        kept = self._by_key.get(found.key)
+                        if kept is None or (found.forgotten_ms, found.citation.run_id) < (
+                            kept.forgotten_ms,
+                            kept.citation.run_id,
+                        ):
+                            self._by_key[found.key] = found
+                self._seen[run_id] = head
+            return self._by_key
+
+
 class Retirer:
     """Forgets and supersedes findings of the store whose files ``publisher`` places, and reads
     their history from the journal ``open_journal`` returns."""
@@ -148,6 +198,7 @@ class Retirer:
         self._attempts_lock = threading.Lock()
         # told the keys each settled retirement took out of reads (the store drops their vectors)
         self.on_retired: Callable[[list[str]], None] = _nothing
+        self.shared = SharedRetirements(open_journal)
 
     # -- attempts of a root run ----------------------------------------------------------------
 
@@ -195,6 +246,14 @@ class Retirer:
             Unreachable: a file or the DB that holds the key cannot be read.
             JournalError: the journal cannot be read (only asked when the store does not know it).
         """
+        elsewhere = self.shared.current().get(key)  # any store sharing the journal (this one too)
+        return (
+            self._locate(key)
+            if elsewhere is None
+            else Located(elsewhere.scope, elsewhere, self._db.memory_of(key))
+        )
+
+    def _locate(self, key: str) -> Located | None:
         folders = scope_folders(self._publisher.db_path)
         for folder in folders:
             path = folder / ".trajectories" / "retired" / f"{key}.json"

@@ -12,7 +12,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -171,6 +171,33 @@ def _score_terms(found: Terms, wanted: Mapping[str, frozenset[str]]) -> tuple[fl
     return (len(matched) + weight / 10 if matched else 0.0), tuple(matched)
 
 
+def _no_shared() -> Mapping[str, Retired]:
+    return {}
+
+
+class _Union(Mapping[str, Retired]):
+    """This store's retired files and the journal's other retirements, as one mapping by key
+    (this store's file first), without copying either."""
+
+    def __init__(self, local: Mapping[str, Retired], shared: Mapping[str, Retired]) -> None:
+        self._local = local
+        self._shared = shared
+
+    def __getitem__(self, key: str) -> Retired:
+        found = self._local.get(key)
+        return self._shared[key] if found is None else found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._local or key in self._shared
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._local
+        yield from (k for k in self._shared if k not in self._local)
+
+    def __len__(self) -> int:
+        return len(self._local) + sum(1 for k in self._shared if k not in self._local)
+
+
 class Search:
     """``recall`` and ``why`` over ``db`` and the learned files ``publisher`` places.
 
@@ -187,6 +214,7 @@ class Search:
         *,
         file_index: bool = True,
         embedder: Embedder | None = None,
+        shared: Callable[[], Mapping[str, Retired]] | None = None,
     ) -> None:
         self._db = db
         self._publisher = publisher
@@ -205,6 +233,7 @@ class Search:
         self._held_mutex = threading.Lock()
         self._embedder = embedder
         self._vectors: VectorIndex | None = None
+        self._shared = shared or _no_shared
 
     def _sources(
         self, scope: str | None, *, whole: bool = False
@@ -213,18 +242,20 @@ class Search:
         read may return), from one look at ``<db-dir>/flows-memory``. A listing comes from the
         files' index while it lists the folder as it is (the files of the entries a read returns
         checked before it returns them), unless ``whole`` asks for every entry parsed."""
+        shared = self._shared()  # other hosts' forgets, on a journal they share (see SharedRetirements)
         if scope is not None:
             listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
-            return [listing], self._disk.retired(self._publisher.retired_dir(scope)).by_key
+            local = self._disk.retired(self._publisher.retired_dir(scope)).by_key
+            return [listing], _Union(local, shared) if shared else local
         learned, retired_dirs = self._scope_tree()
         listings = [self._disk.listing(d, whole=whole) for d in learned]
         parts = [by_key for d in retired_dirs if (by_key := self._disk.retired(d).by_key)]
         if len(parts) == 1:
-            return listings, parts[0]
+            return listings, _Union(parts[0], shared) if shared else parts[0]
         merged: dict[str, Retired] = {}
         for by_key in parts:
             merged.update(by_key)
-        return listings, merged
+        return listings, _Union(merged, shared) if shared else merged
 
     def _terms_of_row(self, row: Recalled) -> Terms:
         """``terms_of`` a DB row, remembered by key (a key's text, tags and source never change)."""

@@ -122,7 +122,13 @@ class MemoryStore:
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock)
         self._learner = Learner(self._publisher, self._retirer, clock)
         self._search = Search(
-            self._db, self._publisher, clock, self._citations, file_index=file_index, embedder=self.embedder
+            self._db,
+            self._publisher,
+            clock,
+            self._citations,
+            file_index=file_index,
+            embedder=self.embedder,
+            shared=self._retirer.shared.current,
         )
         self._retirer.on_retired = self._search.discard_vectors
         self._syncer = Syncer(

@@ -59,7 +59,7 @@ from flows.langgraph._errors import (
 )
 from flows.langgraph._filters import at_path, check_filter, matches
 from journal import JournalBackend, JournalClosed, Lease, RunState
-from memory import ArgumentInvalid, Embedder, MemoryStore, Recalled, RootRun, embedder_of
+from memory import ArgumentInvalid, Embedder, FindingRetired, MemoryStore, Recalled, RootRun, embedder_of
 
 T = TypeVar("T")
 
@@ -484,7 +484,10 @@ class JournalStore(BaseStore):
             return None
         found = live[0]
         if self._refreshing(op.refresh_ttl) and found.metadata.get("ttlMinutes") is not None:
-            found = self._refresh(scope, op.key, found)
+            fresh = self._refresh(scope, op.key, found)
+            if fresh is None:
+                return None  # deleted (by another process) between the read and its refresh
+            found = fresh
         item = self._item(found, op.namespace)
         return Item(
             value=item.value,
@@ -542,7 +545,8 @@ class JournalStore(BaseStore):
             fresh = (
                 self._refresh(scope, r.metadata["key"], r) if refresh and r.metadata.get("ttlMinutes") else r
             )
-            out.append(self._item(fresh, ns, score))
+            if fresh is not None:  # None: deleted meanwhile, by another process
+                out.append(self._item(fresh, ns, score))
         return out
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -651,7 +655,12 @@ class JournalStore(BaseStore):
             if live and ttl is None and self._same(live[0], finding):
                 return  # the item already holds exactly this: nothing to journal
             root = self._root_for(scope)
-            self._memory.learn(finding, root, supersedes=live[0].key if live else None)
+            try:
+                self._memory.learn(finding, root, supersedes=live[0].key if live else None)
+            except FindingRetired as exc:  # deleted by another process since it was read: a new item
+                if not live or exc.key != live[0].key:
+                    raise
+                self._memory.learn(finding, root)
             for stale in live[1:]:  # two processes put the item at once: keep the newest
                 self._memory.forget(stale.key, root, reason="superseded by a concurrent put of the same item")
 
@@ -673,8 +682,10 @@ class JournalStore(BaseStore):
         new = {k: v for k, v in finding["metadata"].items() if k != "rev"}
         return found.text == finding["text"] and had == new and found.expires_ms is None and not found.tags
 
-    def _refresh(self, scope: str, key: str, found: Recalled) -> Recalled:
-        """Re-learn an item with a TTL so its expiry starts again (a read that refreshes)."""
+    def _refresh(self, scope: str, key: str, found: Recalled) -> Recalled | None:
+        """Re-learn an item with a TTL so its expiry starts again (a read that refreshes); None when
+        the version read was deleted (or replaced) meanwhile, by any process: a refresh never brings
+        back what a delete took away (the memory refuses to supersede a retired finding)."""
         ttl = found.metadata["ttlMinutes"]
         op = PutOp(namespace=namespace_of(scope) or (), key=key, value=found.metadata["value"], ttl=ttl)
         with self._key_lock(scope, key):
@@ -682,9 +693,13 @@ class JournalStore(BaseStore):
                 op, dict(found.metadata["value"]), ttl, found.metadata.get("createdMs", 0)
             )
             finding["text"] = found.text
-            self._memory.learn(finding, self._root_for(scope), supersedes=found.key)
+            try:
+                self._memory.learn(finding, self._root_for(scope), supersedes=found.key)
+            except FindingRetired as exc:
+                if exc.key != found.key:
+                    raise
         live = self._live(scope, key)
-        return live[0] if live else found
+        return live[0] if live else None
 
     def __repr__(self) -> str:
         return f"JournalStore(db={str(self._memory.db_path)!r}, journal={self._memory.journal_location!r})"

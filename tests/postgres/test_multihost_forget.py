@@ -1,0 +1,78 @@
+"""Two hosts (separate ``<db-dir>``s) sharing one PostgreSQL journal: a forget, or a forget by
+filter, acknowledged on one host is honoured by the very next read and learn on the other, whether
+the finding was synced there or not; retired stays retired on every path (sync, materialize,
+``check --repair``); a supersede racing a forget never brings the finding back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import memory
+
+
+def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
+    return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
+
+
+@pytest.mark.parametrize("synced_on_a", [False, True], ids=["unsynced", "synced"])
+def test_a_forget_on_b_is_honoured_by_the_next_read_and_learn_on_a(
+    tmp_path: Path, postgres_dsn: str, synced_on_a: bool
+) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="team") as s:
+        key = s.learn({"text": "the door code is 4711", "tags": ["secret"]}).key
+        other = s.learn({"text": "lunch is at noon"}).key
+    if synced_on_a:
+        a.sync()
+    b.materialize()
+    assert {e.key for e in a.recall(scope="team")} == {key, other}
+    assert [x.key for x in a.why("door code")] == [key]
+    with b.session(scope="team") as s:
+        s.forget(key, reason="rotated")
+    # the very next read on A, with nothing synced or materialized there since
+    assert {e.key for e in a.recall(scope="team")} == {other}
+    assert a.why("door code") == [] and a.get(key) is None and a.current(key) is None
+    # learning it again on A is a new memory under the next revision, never the old key back
+    with a.session(scope="team") as s:
+        again = s.learn({"text": "the door code is 4711", "tags": ["secret"]})
+        assert again.key != key
+        forgotten = s.forget(key, reason="twice")  # A sees B's forget as the first one
+    assert forgotten.reason == "rotated"
+    kinds = [(e.kind, e.key) for e in a.history(key)]
+    assert kinds == [("learned", key), ("forgotten", key)]
+    for store in (a, b):
+        store.sync()
+        assert {e.key for e in store.recall(scope="team")} == {other, again.key}
+        assert memory.check_store(store) == []
+
+
+def test_a_forget_by_filter_on_b_reaches_a(tmp_path: Path, postgres_dsn: str) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="users") as s:
+        keys = [s.learn({"text": f"carol fact {i}", "metadata": {"user": "carol"}}).key for i in range(4)]
+        dave = s.learn({"text": "dave fact", "metadata": {"user": "dave"}}).key
+    a.sync()
+    b.materialize()
+    b.sync()
+    with b.session(scope="users") as s:
+        done = s.forget_where(reason="carol asked", meta={"user": "carol"})
+    assert sorted(done.keys) == sorted(keys)
+    assert [e.key for e in a.recall(scope="users")] == [dave]
+    a.sync()
+    assert [e.key for e in a.recall(scope="users")] == [dave]
+
+
+def test_a_supersede_of_a_finding_forgotten_elsewhere_is_refused(tmp_path: Path, postgres_dsn: str) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="docs") as s:
+        key = s.learn({"text": "draft one"}).key
+    b.materialize()
+    with b.session(scope="docs") as s:
+        s.forget(key, reason="deleted")
+    with a.session(scope="docs") as s, pytest.raises(memory.FindingRetired, match="retired before"):
+        s.learn({"text": "draft two"}, supersedes=key)
+    assert a.recall(scope="docs") == []
+    with a.session(scope="docs") as s, pytest.raises(memory.FindingUnknown):
+        s.update(key, {"text": "draft three"})
