@@ -129,8 +129,9 @@ def test_a_finding_page_shows_its_history_each_event_linked_to_its_record(
     events = re.findall(
         r'<li class="event kind-(\w+)">.*?href="/runs/([^"?]+)\?record=(\w+)#rec-\3"', dom, re.S
     )
-    assert [kind for kind, _, _ in events] == ["learned", "superseded"]
-    _, run, record = events[1]
+    # the memory's every version: the first learned, its replacement learned, the first superseded
+    assert [kind for kind, _, _ in events] == ["learned", "learned", "superseded"]
+    _, run, record = events[2]
     assert run == demo.revise_run
     target = browse(f"{server}runs/{run}?record={record}", "finding-history-record", tmp_path)
     assert f'<tr id="rec-{record}" class="entry kind-forget selected">' in target

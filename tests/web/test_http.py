@@ -279,7 +279,11 @@ def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_reco
 ) -> None:
     expected = cli_json(capsys, flows_main, "history", demo.superseded, "--db", str(demo.db), "--json")
     assert client.get(f"/api/findings/{demo.superseded}/history").json() == expected
-    assert [e["kind"] for e in expected] == ["learned", "superseded"]
+    assert [(e["kind"], e["key"]) for e in expected] == [
+        ("learned", demo.superseded),
+        ("learned", demo.replacement),
+        ("superseded", demo.superseded),
+    ]
     html = client.get(f"/findings/{demo.superseded}").text
     assert '<span class="badge finding-superseded" id="finding-state">superseded</span>' in html
     assert f'Superseded by <a href="/findings/{demo.replacement}">' in html
@@ -290,7 +294,7 @@ def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_reco
         assert href in html, event["kind"]
         run = client.get(f"/runs/{cite['runId']}", params={"record": cite["id"]}).text
         assert f'id="rec-{cite["id"]}" class="entry kind-' in run and " selected" in run
-    assert expected[1]["citation"]["runId"] == demo.revise_run
+    assert expected[2]["citation"]["runId"] == demo.revise_run
     assert client.get(f"/api/findings/{demo.superseded}").status_code == 404  # not live
     replacement = client.get(f"/findings/{demo.replacement}").text
     assert 'id="finding-state">live</span>' in replacement and 'class="badge kind-learned"' in replacement
