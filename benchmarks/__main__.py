@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TextIO
 
 from benchmarks._common import FULL, QUICK, SMOKE, Sheet, Sizes, say
+from benchmarks.identity import NAMES as IDENTITY_NAMES
 from benchmarks.langgraph_bench import NAMES as LANGGRAPH_NAMES
 from benchmarks.langgraph_bench import RATIOS as LANGGRAPH_RATIOS
 from benchmarks.retrieval import NAMES as RETRIEVAL_NAMES
 from benchmarks.writes import WRITE_NAMES
 
-SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph", "scale", "retrieval")
+SECTIONS = ("writes", "reads", "resume", "ledger", "langgraph", "scale", "retrieval", "identity")
 
 FIGURES: dict[str, tuple[str, ...]] = {
     "writes": tuple(f"write.{name}_per_s" for name in WRITE_NAMES),
@@ -69,11 +70,13 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "langgraph": LANGGRAPH_NAMES,
     "scale": ("scale.learn_1000_per_s", "scale.recall_1000_ms"),  # and one pair per size asked
     "retrieval": RETRIEVAL_NAMES,
+    "identity": IDENTITY_NAMES,
 }
 """Every figure's stable name, by section: each is in ``figures`` or, with its reason, in ``skipped``."""
 
 RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_1w_vs_floor": ("write.learn_file_1w_per_s", "write.floor_journal_first_1w_per_s"),
+    "ratio.update_1w_vs_learn_1w": ("write.update_file_1w_per_s", "write.learn_file_1w_per_s"),
     "ratio.learn_1w_vs_sqlite3": ("write.learn_file_1w_per_s", "write.sqlite3_full_1w_per_s"),
     "ratio.learn_1w_vs_one_flush_floor": ("write.learn_file_1w_per_s", "write.floor_one_flush_1w_per_s"),
     "ratio.one_flush_floor_vs_sqlite3": ("write.floor_one_flush_1w_per_s", "write.sqlite3_full_1w_per_s"),
@@ -104,6 +107,7 @@ RATIOS: dict[str, tuple[str, str]] = {
 
 GOALS: dict[str, tuple[str, str, float]] = {
     "goal.learn_1w_vs_floor": ("ratio.learn_1w_vs_floor", ">=", 0.85),
+    "goal.update_1w_vs_learn_1w": ("ratio.update_1w_vs_learn_1w", ">=", 0.9),
     "goal.learn_1w_vs_eventsourcing": ("ratio.learn_1w_vs_eventsourcing", ">=", 1.0),
     "goal.learn_1w_vs_langgraph_wal": ("ratio.learn_1w_vs_langgraph_wal", ">=", 1.0),
     "goal.learn_1w_ahead_of_langgraph": ("ratio.learn_1w_vs_langgraph", ">", 1.0),
@@ -259,6 +263,33 @@ def _bench_ledger(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) ->
     sheet.meta["ledger_entries"] = sizes.ledger_entries
 
 
+def _memory_sections(
+    sections: tuple[str, ...],
+    base: Path,
+    sizes: Sizes,
+    sheet: Sheet,
+    out: TextIO | None,
+    *,
+    scale_findings: int | None,
+) -> None:
+    """The sections about a store's size and what it answers and forgets: scale, retrieval, identity."""
+    if "scale" in sections:
+        from benchmarks.scale import bench_scale
+
+        largest = scale_findings or sizes.scale_findings
+        bench_scale(
+            base, largest=largest, rounds=sizes.rounds, per_round=sizes.per_round, sheet=sheet, out=out
+        )
+    if "retrieval" in sections:
+        from benchmarks.retrieval import bench_retrieval
+
+        bench_retrieval(base, sheet, out, sizes)
+    if "identity" in sections:
+        from benchmarks.identity import bench_identity
+
+        bench_identity(base, sizes, sheet, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the asked sections; print the table, or the JSON document with ``--json``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
@@ -328,17 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks.langgraph_bench import bench_langgraph
 
             bench_langgraph(base / "langgraph", sizes, sheet, out)
-        if "scale" in sections:
-            from benchmarks.scale import bench_scale
-
-            largest = args.scale_findings or sizes.scale_findings
-            bench_scale(
-                base, largest=largest, rounds=sizes.rounds, per_round=sizes.per_round, sheet=sheet, out=out
-            )
-        if "retrieval" in sections:
-            from benchmarks.retrieval import bench_retrieval
-
-            bench_retrieval(base, sheet, out, sizes)
+        _memory_sections(sections, base, sizes, sheet, out, scale_findings=args.scale_findings)
     finally:
         if args.keep:
             say(out, f"kept {base}")

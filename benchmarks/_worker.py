@@ -110,6 +110,32 @@ def _learn(params: dict[str, Any]) -> Run:
     return run
 
 
+def _update(params: dict[str, Any]) -> Run:
+    """``update`` of memories learned at setup (untimed), round-robin: each op finds a memory's
+    live version and journals its next one (a learn that supersedes it)."""
+    import journal
+    import memory
+
+    store = memory.MemoryStore(params["db"], journal=params["journal"])
+    jr = store.open_journal()
+    root = memory.RootRun(jr, journal.Lease(params["run_id"], params["epoch"]), "bench", params["scope"])
+    who = params["who"]
+    ids = [
+        store.learn({"text": f"memory {who}-{i} as first learned", "tags": ["bench"]}, root).memory_id
+        for i in range(params["memories"])
+    ]
+
+    def run(n: int, start: int) -> None:
+        for i in range(start, start + n):
+            store.update(
+                ids[i % len(ids)],
+                {"text": f"memory {who}-{i % len(ids)} version {i}", "tags": ["bench"]},
+                root,
+            )
+
+    return run
+
+
 def _flow(params: dict[str, Any]) -> Run:
     import flows
     import memory
@@ -159,6 +185,8 @@ def setup(kind: str, params: dict[str, Any]) -> tuple[dict[str, Any], Run]:
         return {}, _raw(params, kind)
     if kind == "learn":
         return {}, _learn(params)
+    if kind == "update":
+        return {}, _update(params)
     if kind == "flow":
         return {}, _flow(params)
     if kind == "sqlite":

@@ -225,7 +225,7 @@ def bench_retrieval(base: Path, sheet: Sheet, out: TextIO | None, sizes: Sizes) 
     base.mkdir(parents=True, exist_ok=True)
     embedder = None
     try:
-        from memory import default_embedder  # type: ignore[attr-defined]
+        from memory import default_embedder
 
         embedder = default_embedder()
     except (ImportError, AttributeError) as exc:

@@ -39,6 +39,7 @@ WRITE_NAMES = {
     "learn_file_8t": "learn, file journal, 8 threads on one root",
     "learn_flow_8t": "learn in one flow (8 executor threads), file journal",
     "learn_file_8p": "learn, file journal, 8 processes on one root",
+    "update_file_1w": "MemoryStore.update (a new version of a memory), file journal, 1 writer",
     "learn_pg_1w": "learn, PostgreSQL journal, 1 writer",
     "learn_pg_8p": "learn, PostgreSQL journal, 8 processes on one root",
     "sqlite3_full_1w": "sqlite3, 1 insert/txn, WAL, synchronous=FULL, 1 writer",
@@ -162,6 +163,13 @@ def _learn(base: Path, sizes: Sizes, sheet: Sheet, stack: contextlib.ExitStack) 
 
         n = sizes.per_round if procs == threads == 1 else nw * threads
         out.append(Contender(name, n, _group("learn", procs, params)))
+    root = stack.enter_context(_root(base / "update" / "history.db", journals["file"]("update")))
+    update = {**root, "scope": "bench", "who": "w0", "memories": max(10, sizes.per_round // 4)}
+
+    def updater(i: int, update: dict[str, Any] = update) -> dict[str, Any]:
+        return update
+
+    out.append(Contender("update_file_1w", sizes.per_round, _group("update", 1, updater)))
     flow = {"db": str(base / "flow" / "history.db"), "journal": journals["file"]("flow"), "scope": "bench"}
     out.append(Contender("learn_flow_8t", nw * w, _group("flow", 1, lambda i: flow)))
     return out

@@ -328,7 +328,20 @@ class Retirer:
         for view in views:
             self.noted(root, committed_ms=forgotten_ms, key=view.payload["id"])
         failpoint("memory.after_append")
-        self.publish_missing(views, notify=False)
+        pub = self._publisher
+        missing = [
+            v for v in views if not os.path.lexists(self.retired_path(v.payload["scope"], v.payload["id"]))
+        ]
+        # the retired files in batches (one data sync, the renames, one fsync per folder), durable
+        # before the learned files go
+        pub.publish_batches(
+            [
+                (pub.retired_dir(v.payload["scope"]) / f"{v.payload['id']}.json", render_retirement(v))
+                for v in missing
+            ]
+        )
+        for v in missing:
+            pub.remove(pub.scope_dir(v.payload["scope"]) / f"{v.payload['id']}.json", record.run_id)
         self.on_retired([v.payload["id"] for v in views])
         return record
 

@@ -21,7 +21,7 @@ from memory._db import HistoryDB
 from memory._embed import Embedder, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
-from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, terms_of, words
+from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, read_learned, terms_of, words
 from memory._finding import check_filters, meta_value_key
 from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher
@@ -234,6 +234,7 @@ class Search:
         self._embedder = embedder
         self._vectors: VectorIndex | None = None
         self._shared = shared or _no_shared
+        self._latest: dict[str, tuple[str, str]] = {}  # memory id -> (key, scope) of its last version
 
     def _sources(
         self, scope: str | None, *, whole: bool = False
@@ -460,7 +461,47 @@ class Search:
     def current(self, memory_id: str) -> Recalled | None:
         """The newest live version of the memory ``memory_id`` (from the DB, else an unsynced file),
         or None when it has none."""
-        return self._again_if_stale(lambda: self._current(memory_id))
+        fast = self._latest_version(memory_id)
+        if fast is not None:
+            return fast
+        found = self._again_if_stale(lambda: self._current(memory_id))
+        if found is not None:
+            self.noted_version(found)
+        return found
+
+    def noted_version(self, entry: Recalled | tuple[str, str, str]) -> None:
+        """Remember the newest version of a memory this process wrote or read: (memory id, key,
+        scope), so the next ``current`` of it looks at that one file first."""
+        memory, key, scope = (
+            (entry.memory_id, entry.key, entry.scope) if isinstance(entry, Recalled) else entry
+        )
+        if len(self._latest) > 10_000:
+            self._latest.clear()
+        self._latest[memory] = (key, scope)
+
+    def _latest_version(self, memory_id: str) -> Recalled | None:
+        """The version of ``memory_id`` this process last wrote or read, when it is still an unsynced,
+        live, unretired learned file of that memory (its file read and checked, and its citation):
+        two stats and one small read, where a full ``current`` lists the folders. None otherwise."""
+        noted = self._latest.get(memory_id)
+        if noted is None:
+            return None
+        key, scope = noted
+        path = self._publisher.scope_dir(scope) / f"{key}.json"
+        retired = self._publisher.retired_dir(scope) / f"{key}.json"
+        if os.path.lexists(retired) or key in self._shared() or not os.path.lexists(path):
+            return None
+        try:
+            entry = read_learned(path)
+        except Unreachable:
+            return None
+        now = self._clock()
+        if entry.memory_id != memory_id or (entry.expires_ms is not None and entry.expires_ms <= now):
+            return None
+        if self._held_keys([key]):
+            return None  # synced: the DB decides (the full walk)
+        self._served([entry])
+        return entry
 
     def _current(self, memory_id: str) -> Recalled | None:
         now = self._clock()

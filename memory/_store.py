@@ -280,8 +280,8 @@ class MemoryStore:
                 again, which starts a new memory).
             FindingInvalid, Unjournaled, UnsupportedHeader, Unwritable, JournalError: as ``learn``.
         """
-        memory = self._memory_id(check_key(memory_id, "memory id"))
-        live = self._read(self._search.current, memory)
+        live = self.current(memory_id)
+        memory = live.memory_id if live is not None else memory_id
         if live is None:
             raise FindingUnknown(
                 f"memory {memory} has no live version to update: it was never learned, or it was "
@@ -292,7 +292,10 @@ class MemoryStore:
         if item is not None and root is not None and finding_id(root.scope, item, live.revision) == live.key:
             path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
             return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
-        return self._learner.learn(finding, root, live.key)
+        learned = self._learner.learn(finding, root, live.key)
+        assert root is not None  # learn refused it otherwise
+        self._search.noted_version((learned.memory_id, learned.key, root.scope))
+        return learned
 
     async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
         """``update`` off the event loop (the same arguments, the same errors)."""
@@ -305,7 +308,12 @@ class MemoryStore:
         Raises:
             ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
         """
-        return self._read(self._search.current, self._memory_id(check_key(memory_id, "memory id")))
+        key = check_key(memory_id, "memory id")
+        found = self._read(self._search.current, key)  # a memory id, as listings show it
+        if found is not None:
+            return found
+        memory = self._memory_id(key)  # a version's key: its memory's
+        return None if memory == key else self._read(self._search.current, memory)
 
     def _memory_id(self, key: str) -> str:
         """The memory ``key`` names: its own (a memory id), or the one its version belongs to. A
