@@ -1,4 +1,4 @@
-"""The ``sail`` command line: init, tick, ledger, why, status, demo.
+"""The ``sail`` command line: init, tick, ledger, why, status, journal, demo.
 
 The conventions (global options before or after the command, diagnostics, exit statuses, Ctrl-C, a
 closed pipe, ``--version``, completion) are ``memory.cli``'s, shared with ``flows``. Listing commands'
@@ -30,7 +30,16 @@ from memory.cli import (
     progress,
     stdout_to_stderr,
 )
-from memory.ledger import Acted, ActivityLog, Entry, Ledger, Skipped, learned_tokens, recent_skips
+from memory.ledger import (
+    Acted,
+    ActivityLog,
+    Entry,
+    Ledger,
+    Skipped,
+    learned_tokens,
+    narrate,
+    recent_skips,
+)
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailKeyUnavailable
 from sail._extra import import_chain_module
@@ -241,6 +250,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_journal(args: argparse.Namespace) -> int:
+    """The narrative journal: the ledger told per day in plain sentences, each citing its lines."""
+    home, config = _agent(args)
+    since = None if args.since is None else -(-args.since // 1000)  # the first whole second at or after
+    until = None if args.until is None else -(-args.until // 1000)
+    if since is not None and until is not None and until <= since:
+        raise UsageError("journal --until must come after --since")
+    narrative = narrate(
+        Ledger(sail_dir(home)),
+        token_in=config.token_in,
+        interval_s=config.interval_s,
+        since=since,
+        until=until,
+        gap_s=args.gap,
+    )
+    if args.json:
+        _dump(narrative.as_json())
+        return 0
+    for line in narrative.lines():
+        print(line)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Deploy the contracts on a local anvil and run ticks as fresh processes."""
     if not args.home:
@@ -267,6 +299,16 @@ def _unix_seconds(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
     if not 0 <= number <= INT64_MAX // 1000:
         raise argparse.ArgumentTypeError(f"must be unix seconds from 0 to {INT64_MAX // 1000}, got {value}")
+    return number
+
+
+def _seconds(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
+    if not 1 <= number <= INT64_MAX // 1000:
+        raise argparse.ArgumentTypeError(f"must be seconds from 1 to {INT64_MAX // 1000}, got {value}")
     return number
 
 
@@ -334,6 +376,26 @@ def build_cli() -> CommandLine:
     )
 
     command("status", "does it remember its last trade", cmd_status)
+
+    p = command("journal", "the narrative: what it did, per day, each sentence citing its lines", cmd_journal)
+    p.add_argument(
+        "--since",
+        type=instant_ms,
+        metavar="WHEN",
+        help="only entries at or after WHEN: a duration ago (1d), an ISO 8601 date/time or epoch ms",
+    )
+    p.add_argument(
+        "--until",
+        type=instant_ms,
+        metavar="WHEN",
+        help="only entries before WHEN: a duration ago (1d), an ISO 8601 date/time or epoch ms",
+    )
+    p.add_argument(
+        "--gap",
+        type=_seconds,
+        metavar="SECONDS",
+        help="tell spans with no ledgered decision longer than this (default: twice the interval)",
+    )
     command("demo", "deploy the contracts on a local chain and run ticks as fresh processes", cmd_demo)
     return cli
 

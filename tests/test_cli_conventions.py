@@ -113,7 +113,7 @@ COMMANDS = {
         "serve",
         "mcp",
     ],
-    "sail": ["init", "tick", "ledger", "why", "status", "demo"],
+    "sail": ["init", "tick", "ledger", "why", "status", "journal", "demo"],
 }
 BOTH = pytest.mark.parametrize("prog", ["flows", "sail"])
 
@@ -368,7 +368,7 @@ def test_every_sail_command_with_json_prints_only_json_on_stdout(tmp_path: Path)
     seen["tick"] = _pure_json(
         cli("sail", "tick", "--home", str(home), "--json", SAIL_PRIVATE_KEY=key), "tick"
     )
-    for command in ("ledger", "why", "status"):
+    for command in ("ledger", "why", "status", "journal"):
         seen[command] = _pure_json(cli("sail", command, "--home", str(home), "--json"), command)
     assert sorted(seen) == sorted(COMMANDS["sail"])
     assert seen["demo"]["ok"] is True  # type: ignore[index]

@@ -56,6 +56,7 @@ from memory.ledger._errors import (
     LedgerNotAFile,
 )
 from memory.ledger._ledger import Ledger, LedgerWriter
+from memory.ledger._narrative import DEFAULT_GAP_S, Cite, Day, Narrative, Sentence, narrate
 from memory.ledger._reconcile import (
     DEFAULT_UNSENT_AFTER_S,
     TRANSFER_TOPIC,
@@ -75,6 +76,7 @@ from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, t
 __all__ = [
     "ACTED_KEYS",
     "CLOCK_SLACK_S",
+    "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
     "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
@@ -89,6 +91,8 @@ __all__ = [
     "ChainReader",
     "ChainTransaction",
     "ChainUnavailable",
+    "Cite",
+    "Day",
     "DispatchDropped",
     "DispatchMismatch",
     "DispatchNotOurs",
@@ -107,10 +111,12 @@ __all__ = [
     "LedgerNotAFile",
     "LedgerWriter",
     "LogRecord",
+    "Narrative",
     "OpenDispatch",
     "OtherActivity",
     "Outcome",
     "Receipt",
+    "Sentence",
     "Skipped",
     "Snapshot",
     "SwapCall",
@@ -130,6 +136,7 @@ __all__ = [
     "entry_from_wire",
     "format_human",
     "learned_tokens",
+    "narrate",
     "quote_unavailable_reason",
     "reason_text",
     "recent_skips",

@@ -32,7 +32,7 @@ import orjson
 
 from journal import JournalCorrupt, LineDamaged, LineLog
 from memory.ledger._errors import ActivityInvalidRecord
-from memory.ledger._lines import LineFile, ready_to_append, require_regular
+from memory.ledger._lines import LineFile, line_sha256, ready_to_append, require_regular
 from memory.ledger._snapshot import OpenDispatch
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
@@ -577,6 +577,29 @@ class ActivityLog:
                     obj = None
                 if not isinstance(obj, dict) or obj.get("event") in events:
                     yield self.lines.decode(raw, offset, fd)
+        finally:
+            os.close(fd)
+
+    def numbered(self, events: frozenset[str]) -> Iterator[tuple[int, str, ActivityRecord]]:
+        """The records whose ``event`` is in ``events``, oldest first, each with its line number
+        (from 1, counting every line) and its line's SHA-256 (as ``scan`` reads them).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those decoded, or an acknowledged last line.
+            LedgerNotAFile: the log or its lock is not a regular file.
+        """
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for number, (offset, raw) in enumerate(self.lines.forward_raw(fd, 0, end), start=1):
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if not isinstance(obj, dict) or obj.get("event") in events:
+                    yield number, line_sha256(raw), self.lines.decode(raw, offset, fd)
         finally:
             os.close(fd)
 

@@ -28,7 +28,7 @@ from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._index import StateBuilder
-from memory.ledger._lines import Line, LineFile, ready_to_append, require_regular
+from memory.ledger._lines import Line, LineFile, line_sha256, ready_to_append, require_regular
 from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
 
 #: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
@@ -102,6 +102,25 @@ class Ledger:
             end = self.lines.readable_end(fd)
             for line in self.lines.forward(fd, 0, end):
                 yield line.record
+        finally:
+            os.close(fd)
+
+    def numbered(self) -> Iterator[tuple[int, str, Entry]]:
+        """Every entry, oldest first, with its line number (from 1) and its line's SHA-256 (its bytes
+        without the newline): what a citation names, so a reader can check the line it came from.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line (path and line named), or a damaged acknowledged
+                last line (judged as a locked open would).
+            LedgerNotAFile: the ledger or its lock is not a regular file.
+        """
+        fd = self.lines.open()
+        if fd is None:
+            return
+        try:
+            end = self.lines.readable_end(fd)
+            for number, line in enumerate(self.lines.forward(fd, 0, end), start=1):
+                yield number, line_sha256(line.raw), line.record
         finally:
             os.close(fd)
 

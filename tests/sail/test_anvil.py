@@ -6,6 +6,7 @@ ticks, so what they remember comes from the ledger on disk and the chain.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -188,6 +189,27 @@ def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_pa
         )
         assert shown.returncode == 0, shown.stderr
         assert "clock: " not in shown.stdout and "ahead of this" not in shown.stdout
+    # the narrative of what the real chain's ledger holds, each sentence citing lines that check out
+    told = subprocess.run(
+        [sys.executable, "-m", "sail", "journal", "--json", "--home", str(home)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert told.returncode == 0, told.stderr
+    sentences = [s for day in json.loads(told.stdout)["days"] for s in day["sentences"]]
+    text = " ".join(s["text"] for s in sentences)
+    assert text.count("Swapped 25.0 USDC for 0.01 WETH at 2500 USDC per WETH, confirmed in block ") == 2
+    assert "Tried to swap 25.0 USDC for WETH; it reverted in block " in text and "(reason: " in text
+    assert "Blocked on balance from " in text and "balance 10.0 USDC (10000000) < min 25.0 USDC" in text
+    files = {
+        "ledger": (home / ".sail" / "memory" / "ledger.jsonl").read_bytes().split(b"\n"),
+        "activity": (home / ".sail" / "activity.jsonl").read_bytes().split(b"\n"),
+    }
+    for cite in (c for s in sentences for c in s["cites"]):
+        assert hashlib.sha256(files[cite["file"]][cite["line"] - 1]).hexdigest() == cite["sha256"]
 
 
 def _balance_abi() -> list[dict[str, object]]:

@@ -192,7 +192,7 @@ def test_a_missing_config_is_a_coded_error_with_exit_1(
     assert err == f"sail: error[sail_config_missing]: no agent config at {config}; run `sail init` first\n"
 
 
-@pytest.mark.parametrize("command", ["ledger", "why", "status", "tick"])
+@pytest.mark.parametrize("command", ["ledger", "why", "status", "journal", "tick"])
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_a_mistyped_home_is_config_missing_for_every_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, json_flag: list[str]
@@ -212,7 +212,7 @@ def test_a_mistyped_home_is_config_missing_for_every_command(
     assert not typo.exists()  # nothing was created there
 
 
-@pytest.mark.parametrize("command", ["ledger", "why", "status"])
+@pytest.mark.parametrize("command", ["ledger", "why", "status", "journal"])
 def test_a_home_with_a_ledger_but_no_config_is_config_missing(
     home: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
@@ -286,7 +286,7 @@ def test_init_with_an_rpc_url_needs_the_market(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_every_command_has_help() -> None:
-    for command in ("init", "tick", "ledger", "why", "status", "demo"):
+    for command in ("init", "tick", "ledger", "why", "status", "journal", "demo"):
         assert main([command, "--help"]) == 0
 
 
