@@ -27,6 +27,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ from journal._model import (
     new_record_id,
     new_run_id,
     now_ms,
+    padded_payload,
     payload_json,
     read_clock,
     record_problem,
@@ -83,6 +85,33 @@ _MAX_RUN_FILE = 16 * 1024 * 1024  # a run.json larger than this is not one the j
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
+
+
+def _replace_file(path: Path, data: bytes, mode: int, run_id: str) -> None:
+    """Write ``data`` to a hidden copy beside ``path``, fsync it, rename it over ``path``, fsync the
+    folder: the file is the old one or the new one after any crash."""
+    tmp = path.with_name(f".{path.name}.rewrite-{os.getpid()}-{threading.get_ident()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise JournalUnwritable(
+            f"cannot rewrite {path}: {exc.strerror or exc}", path=path, run_id=run_id
+        ) from exc
 
 
 class RecordCodec:
@@ -913,6 +942,65 @@ class FileJournal:
             if st.st_size > 0 or not stat.S_ISREG(st.st_mode):
                 names.append(name)
         return sorted(names)
+
+    def rewrite_payloads(
+        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+    ) -> int:
+        """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure): each
+        line keeps its id, sequence number, key, time and exact length (the payload is padded with
+        spaces under ``pad``), so no offset, watermark or hint moves, and gets a new checksum. The
+        file is replaced whole under the log's lock: a copy with the new lines is written beside it,
+        fsync'd, renamed over it and the folder fsync'd, so a crash leaves the old file or the new
+        one, never a mix. Returns how many records were rewritten.
+
+        Raises:
+            JournalLeaseHeld: the run is running (a live holder may append to the old file).
+            JournalCorrupt: a line of the stream is damaged (nothing is rewritten).
+            ValueError: a new payload is longer than the line it replaces.
+            JournalUnwritable: the copy could not be written or renamed.
+        """
+        self._check_open()
+        info = self.run(run_id)
+        if info.state is RunState.RUNNING:
+            raise JournalLeaseHeld(
+                f"root run {run_id} is running: its records are rewritten once it has ended", run_id=run_id
+            )
+        handle = self._stream(run_id, stream)
+        codec = RecordCodec(run_id, stream)
+        with handle.mutex, handle.log.locked():
+            path = handle.log.path
+            fd = open_regular(path, os.O_RDONLY)
+            try:
+                data = b""
+                while chunk := os.read(fd, 1 << 20):
+                    data += chunk
+            finally:
+                os.close(fd)
+            lines = data.split(b"\n")
+            changed = 0
+            for i, line in enumerate(lines[:-1]):  # the last piece: empty, or a torn tail kept as it is
+                try:
+                    rec = codec.decode(line)
+                except LineDamaged as exc:
+                    raise JournalCorrupt(
+                        f"{path} line {i + 1} is damaged ({exc}): nothing rewritten",
+                        path=path,
+                        line=i + 1,
+                        reason=str(exc),
+                        run_id=run_id,
+                        stream=stream,
+                    ) from None
+                if rec.seq in payloads:
+
+                    def encoded(p: Mapping[str, Any], rec: Record = rec) -> bytes:
+                        return codec.encode(replace(rec, payload=dict(p)))
+
+                    new = padded_payload(encoded, payloads[rec.seq], pad, len(line))
+                    lines[i] = codec.encode(replace(rec, payload=new))
+                    changed += 1
+            if changed:
+                _replace_file(path, b"\n".join(lines), self._file_mode(), run_id)
+        return changed
 
     def run(self, run_id: str) -> RunInfo:
         """Return the run (see ``JournalBackend``)."""

@@ -177,6 +177,23 @@ class RunState(enum.StrEnum):
         return self in (RunState.FAILED, RunState.INTERRUPTED)
 
 
+def padded_payload(
+    encode: Callable[[Mapping[str, Any]], bytes], payload: Mapping[str, Any], pad: str, size: int
+) -> dict[str, Any]:
+    """``payload`` with ``pad`` set to the spaces that make ``encode`` of it exactly ``size`` bytes
+    (a record rewritten in place keeps its line's length, so no offset, watermark or hint moves).
+
+    Raises:
+        ValueError: even with an empty pad the payload encodes longer than ``size``.
+    """
+    out = {**payload, pad: ""}
+    need = size - len(encode(out))
+    if need < 0:
+        raise ValueError(f"the new payload is {-need} bytes longer than the line it replaces")
+    out[pad] = " " * need
+    return out
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """A root run as the journal knows it.

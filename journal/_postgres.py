@@ -903,6 +903,52 @@ class PostgresJournal:
                     stream=stream,
                 )
 
+    def rewrite_payloads(
+        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+    ) -> int:
+        """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure), each
+        row rewritten in one transaction (its id, number, key and time kept; ``pad`` set to an empty
+        string, as on files where it keeps a line's length), then the table vacuumed so the old row
+        versions are pruned. Returns how many rows were rewritten.
+
+        Raises:
+            JournalLeaseHeld: the run is running (its holder may still be appending).
+            JournalRunNotFound, JournalUnavailable, JournalUnwritable.
+        """
+        check_name("run id", run_id)
+        check_name("stream name", stream)
+        if self.run(run_id).state is RunState.RUNNING:
+            raise JournalLeaseHeld(
+                f"root run {run_id} is running: its records are rewritten once it has ended", run_id=run_id
+            )
+        rows = [
+            (payload_json({**p, pad: ""}).decode(), run_id, stream, int(seq)) for seq, p in payloads.items()
+        ]
+
+        def call(cur: psycopg.Cursor[Any]) -> int:
+            done = 0
+            for row in rows:
+                cur.execute(
+                    "update journal_records set payload = %s where run_id = %s and stream = %s and seq = %s",
+                    row,
+                )
+                done += cur.rowcount
+            return done
+
+        with self._transaction("rewriting records", run_id=run_id, stream=stream) as cur:
+            done = call(cur)
+        self._vacuum()
+        return done
+
+    def _vacuum(self) -> None:
+        """Prune the old versions of rewritten rows (best effort: a vacuum needs the table's owner)."""
+
+        def call(cur: psycopg.Cursor[Any]) -> None:
+            cur.execute("vacuum journal_records")
+
+        with contextlib.suppress(JournalError):
+            self._call("vacuuming the records", call)
+
     def stream_heads(self, stream: str) -> dict[str, int]:
         """For every run with records in ``stream``: the sequence number of its last one (one
         query on an index of (stream, run, seq)). With ``read_after``, what a reader needs to see
