@@ -239,6 +239,33 @@ def _forget_where(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- erase ------------------------------------------------------------------------------------
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a memory, every version, under a root run of its own (flow ``cli``)."""
+    memory.check_key(args.key)
+    with _store(args) as store:
+        events = store.history(args.key)
+        keys = sorted({e.key for e in events if e.kind != "erased"})
+        if not args.yes:
+            raise memory.ArgumentInvalid(
+                f"erasing memory {events[0].memory or args.key} removes the content of its {len(keys)} "
+                "version(s) from the journal and everywhere the store keeps it, for good: add --yes"
+            )
+        scope = store.scope_of(args.key) or CLI_FLOW
+        with store.session(scope=scope, flow=CLI_FLOW) as session:
+            erased = session.erase(args.key, reason=args.reason)
+    if args.json:
+        _json_out(erased.as_json())
+    else:
+        done = f"{len(erased.keys)} version(s), {erased.rewritten} journal record(s) rewritten"
+        print(f"erased memory {erased.memory}: {done}")
+        if erased.citation is not None:
+            print(f"   {_citation(erased.citation)}")
+    return EXIT_OK
+
+
 # -- history ----------------------------------------------------------------------------------
 
 
@@ -359,6 +386,14 @@ def add_memory_commands(add: Add) -> None:
     p.add_argument(
         "--yes", action="store_true", help="with a filter: forget everything it matches (one record)"
     )
+    p = add(
+        "erase",
+        bad_input_exits_2(cmd_erase),
+        "erase a memory for good: its content leaves the journal and every copy; a record of it stays",
+    )
+    p.add_argument("key", metavar="KEY", help="the memory's id, or the key of any of its versions")
+    p.add_argument("--reason", metavar="TEXT", default="erased from the command line", help="why (recorded)")
+    p.add_argument("--yes", action="store_true", help="erase (without it, nothing is done)")
     p = add(
         "history",
         bad_input_exits_2(cmd_history),

@@ -81,6 +81,20 @@ class JournalBackend(Protocol):
         """
         ...
 
+    def rewrite_payloads(
+        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+    ) -> int:
+        """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure); each
+        record keeps its id, number, key and time. Files keep each line's length (the payload is
+        padded with spaces under ``pad``) and replace the file whole (the old one or the new one
+        after any crash); PostgreSQL updates the rows in one transaction. Returns how many records
+        were rewritten.
+
+        Raises JournalLeaseHeld (the run is running), JournalCorrupt (a line is damaged: nothing is
+        rewritten), ValueError (a payload longer than its line), and the storage errors.
+        """
+        ...
+
     def shares_filesystem(self, path: str) -> bool:
         """Whether ``append(..., sync_filesystem=True)`` makes writes to files under ``path``
         durable: the journal is on ``path``'s file system and can sync all of it at once."""

@@ -8,9 +8,10 @@ import importlib as _importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from memory._check import QUARANTINE_DIR, Problem, check_store, repair_store
+    from memory._check import Problem, check_store, repair_store
     from memory._db import SCHEMA_VERSION, HistoryDB
     from memory._embed import Embedder, FunctionEmbedder, default_embedder, embedder_named, embedder_of
+    from memory._erase import Erased
     from memory._errors import (
         ArgumentInvalid,
         EmbedderFailed,
@@ -29,6 +30,7 @@ if typing.TYPE_CHECKING:
     )
     from memory._files import parse_learned, read_learned
     from memory._finding import (
+        ERASE_STREAM,
         FORGET_MANY_MAX,
         METADATA_MAX_BYTES,
         RETIRE_STREAM,
@@ -42,6 +44,7 @@ if typing.TYPE_CHECKING:
         check_key,
         checked_commit,
         finding_id,
+        is_erased,
         render,
         render_retirement,
         retirements_in,
@@ -49,6 +52,7 @@ if typing.TYPE_CHECKING:
         validate,
     )
     from memory._paths import (
+        QUARANTINE_DIR,
         check_store_location,
         learned_dir,
         learned_root,
@@ -74,6 +78,7 @@ if typing.TYPE_CHECKING:
 
 
 __all__ = [
+    "ERASE_STREAM",
     "FORGET_MANY_MAX",
     "METADATA_MAX_BYTES",
     "QUARANTINE_DIR",
@@ -89,6 +94,7 @@ __all__ = [
     "Embedder",
     "EmbedderFailed",
     "EmbedderUnavailable",
+    "Erased",
     "Explained",
     "Finding",
     "FindingInvalid",
@@ -126,6 +132,7 @@ __all__ = [
     "embedder_named",
     "embedder_of",
     "finding_id",
+    "is_erased",
     "learned_dir",
     "learned_root",
     "parse_learned",
@@ -155,6 +162,9 @@ _LAZY: dict[str, str] = {
     "embedder_named": "memory._embed",
     "embedder_of": "memory._embed",
     "Explained": "memory._results",
+    "ERASE_STREAM": "memory._finding",
+    "Erased": "memory._erase",
+    "is_erased": "memory._finding",
     "Finding": "memory._finding",
     "FindingInvalid": "memory._errors",
     "FindingRetired": "memory._errors",
@@ -170,7 +180,7 @@ _LAZY: dict[str, str] = {
     "MemorySession": "memory._session",
     "MemoryStore": "memory._store",
     "Problem": "memory._check",
-    "QUARANTINE_DIR": "memory._check",
+    "QUARANTINE_DIR": "memory._paths",
     "RETIRE_STREAM": "memory._finding",
     "Recalled": "memory._results",
     "Root": "memory._root",

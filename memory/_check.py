@@ -30,11 +30,12 @@ the journal holds none of the runs the store cites: a wrong ``--journal`` or a f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,22 +44,22 @@ import journal
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable, WrongJournal
 from memory._files import is_learned_name, parse_learned, parse_retired
 from memory._finding import (
+    ERASE_STREAM,
     RETIRE_STREAM,
     STREAM,
     checked_commit,
     commit_to_publish,
+    is_erased,
     render,
     render_retirement,
     retirement_to_publish,
     retirements_in,
 )
-from memory._paths import learned_dir, retired_dir, scan_scopes
+from memory._paths import QUARANTINE_DIR, learned_dir, retired_dir, scan_scopes
 from memory._publisher import refuse_links
 from memory._safe import Folder, describe
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
-
-QUARANTINE_DIR = "flows-quarantine"
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class _Context:
     retirements: dict[tuple[str, str, str], journal.Record] = field(default_factory=dict)
     retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
     batches: dict[tuple[str, str], journal.Record] = field(default_factory=dict)  # forgets by filter
+    erasures: list[journal.Record] = field(default_factory=list)  # memory-erase records
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -126,6 +128,8 @@ def _journal_problems(ctx: _Context) -> None:
                     _learn_records(ctx, records)
                 elif stream == RETIRE_STREAM:
                     _retire_records(ctx, records)
+                elif stream == ERASE_STREAM:
+                    ctx.erasures += [r for r in records if isinstance(r.payload, Mapping)]
     finally:
         backend.close()
 
@@ -133,6 +137,8 @@ def _journal_problems(ctx: _Context) -> None:
 def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
     """Keep the finding commits among ``records``; report any record that is not one."""
     for rec in records:
+        if is_erased(rec):
+            continue  # an erased commit: nothing to publish, nothing to check against
         try:
             checked_commit(rec, ctx.location)
         except journal.JournalCorrupt as exc:
@@ -485,6 +491,40 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     return ctx
 
 
+def _erase_problems(ctx: _Context) -> None:
+    """An erase record whose keys still have content somewhere: a commit that is no tombstone, a
+    history-DB row or a learned file (an erase a crash or a running run left unfinished)."""
+    for rec in ctx.erasures:
+        keys = rec.payload.get("keys")
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            continue
+        left = [k for k in keys if k in ctx.latest]
+        with contextlib.suppress(FlowsMemoryError):  # an unreadable DB is its own problem
+            left += [r.key for r in ctx.store.db.rows_of(keys) if r.key not in left]
+        if left:
+            ctx.problems.append(
+                Problem(
+                    "erase_incomplete",
+                    ctx.location,
+                    f"memory {rec.payload.get('memory')} was erased (record {rec.id} of root run "
+                    f"{rec.run_id}) but {len(left)} of its findings still hold content (e.g. {left[0]})",
+                    "finish the erasure",
+                    True,
+                )
+            )
+
+
+def _finish_erasures(ctx: _Context) -> list[str]:
+    actions = []
+    for rec in ctx.erasures:
+        keys = rec.payload.get("keys")
+        if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+            done = ctx.store.finish_erasure(keys)
+            memory = rec.payload.get("memory")
+            actions.append(f"finished the erasure of memory {memory} ({done} journal record(s) rewritten)")
+    return actions
+
+
 def _vector_problems(ctx: _Context) -> None:
     """Stored vectors of anything but the live findings, malformed vectors, and a vectors file that
     cannot be read. Skipped when the live findings cannot be listed (that damage is reported)."""
@@ -604,6 +644,7 @@ def check_store(
     _sail_problems(ctx, [Path(d) for d in sail_dirs])
     tick()
     _vector_problems(ctx)
+    _erase_problems(ctx)
     tick()
     return ctx.problems
 
@@ -650,6 +691,9 @@ def repair_store(
         actions.append(f"quarantined {path} to {target}")
 
     problems = list(problems)
+    if any(p.kind == "erase_incomplete" for p in problems):
+        actions += _finish_erasures(ctx)
+    problems = [p for p in problems if p.kind != "erase_incomplete"]
     vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
     if vectors:
         actions += _repair_vectors(ctx)

@@ -29,7 +29,7 @@ from pathlib import Path
 from journal import JournalBackend, JournalNameInvalid, JournalRunNotFound, Record
 from memory._errors import Unreachable
 from memory._filecache import FileCache
-from memory._finding import STREAM, checked_commit, render
+from memory._finding import STREAM, checked_commit, is_erased, render
 from memory._results import Citation, Recalled
 
 _MAX_RUNS = 10_000  # runs whose records are kept; past it the cache starts again
@@ -157,7 +157,7 @@ class Citations:
             if record is None:
                 raise self._unjournaled(path, entry)
             # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
-            if render(checked_commit(record, self._open_journal().location)) != data:
+            if is_erased(record) or render(checked_commit(record, self._open_journal().location)) != data:
                 raise self._mismatch(path, entry)
 
     @staticmethod

@@ -969,6 +969,39 @@ class HistoryDB:
             _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
             raise self._error(exc, "write", Unwritable) from exc
 
+    def erase(self, keys: Sequence[str]) -> int:
+        """Delete the rows of ``keys`` and their index entries (tags, metadata, full text) with their
+        bytes overwritten (``secure_delete``), merge the full-text index so no segment keeps their
+        terms, and truncate the write-ahead log, so no page of the DB or its log holds them; the
+        retirements stay (they hold no content). How many rows went (0 when there is no DB)."""
+        if not keys or not self.exists():
+            return 0
+        conn = self._connect()
+        gone = 0
+        try:
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("BEGIN IMMEDIATE")
+            for i in range(0, len(keys), 500):
+                chunk = list(keys[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                ids = [r[0] for r in conn.execute(f"SELECT id FROM findings WHERE key IN ({marks})", chunk)]
+                if not ids:
+                    continue
+                id_marks = ",".join("?" * len(ids))
+                conn.execute(f"DELETE FROM findings_stems WHERE rowid IN ({id_marks})", ids)
+                conn.execute(f"DELETE FROM finding_tags WHERE finding IN ({id_marks})", ids)
+                conn.execute(f"DELETE FROM finding_meta WHERE finding IN ({id_marks})", ids)
+                gone += conn.execute(f"DELETE FROM findings WHERE id IN ({id_marks})", ids).rowcount
+            conn.execute("INSERT INTO findings_stems (findings_stems) VALUES ('optimize')")
+            conn.execute("COMMIT")
+            self._writes += 1
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise self._error(exc, "write", Unwritable) from exc
+        self._rows.clear()  # rows read earlier by this process
+        return gone
+
     def retirement(self, key: str) -> Retired | None:
         """The retirement the DB records for ``key``, or None."""
         conn = self._read_conn()

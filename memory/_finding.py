@@ -291,6 +291,32 @@ def learn_payload(
     return payload
 
 
+PAD = "pad"
+ERASE_STREAM = "memory-erase"
+"""The stream of erase records: what was erased, when, by whom, why, and digests; no content."""
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_TOMBSTONE = frozenset({"id", "scope", "flow", "learnedMs", "erased", PAD})
+_TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
+
+
+def is_erased(record: Record) -> bool:
+    """Whether ``record`` is an erased ``memory-learn`` commit (a tombstone of exactly that shape:
+    anything else with an ``erased`` field is not one, and is checked as a commit, which fails)."""
+    p = record.payload
+    if not isinstance(p, Mapping) or "erased" not in p:
+        return False
+    keys = set(p)
+    return (
+        _TOMBSTONE - {PAD} <= keys <= _TOMBSTONE | _TOMBSTONE_OPTIONAL
+        and isinstance(p["id"], str)
+        and _KEY.fullmatch(p["id"]) is not None
+        and isinstance(p["erased"], str)
+        and _HEX16.fullmatch(p["erased"]) is not None
+        and (PAD not in p or (isinstance(p[PAD], str) and not p[PAD].strip(" ")))
+        and record.key == p["id"]
+    )
+
+
 def checked_commit(record: Record, location: str) -> Record:
     """Return ``record`` when it is a ``memory-learn`` commit of exactly the shape ``learn`` writes.
 

@@ -20,6 +20,7 @@ from memory._finding import (
     checked_commit,
     commit_to_publish,
     finding_id,
+    is_erased,
     learn_payload,
     render,
     retirements_in,
@@ -285,6 +286,8 @@ class Learner:
     def _check(root: Root, record: Record, fid: str) -> None:
         """A commit the journal handed back for ``fid`` is this finding's, of the exact shape, in
         this root's scope: only then are its bytes published (``JournalCorrupt`` otherwise)."""
+        if is_erased(record):
+            raise FindingRetired(f"finding {fid} was forgotten and erased; nothing is published", key=fid)
         checked_commit(record, root.journal.location)
         if record.payload["id"] != fid or record.payload["scope"] != root.scope:
             raise journal.JournalCorrupt(
@@ -314,6 +317,8 @@ class Learner:
         comes back)."""
         committed: dict[tuple[str, str], Record] = {}
         for rec in backend.read(run_id, STREAM):
+            if is_erased(rec):
+                continue
             checked_commit(rec, backend.location)  # before any path is built from it
             key = (rec.payload["scope"], rec.payload["id"])
             committed[key] = commit_to_publish(committed.get(key), rec)

@@ -15,6 +15,10 @@ LEARNED_ROOT = "flows-memory"
 JOURNAL_DIR = "flows-journal"
 
 
+QUARANTINE_DIR = "flows-quarantine"
+"""Where ``flows check --repair`` moves what is not what the store expects at its place."""
+
+
 def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
     """The history DB: ``db`` if given, else ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``
     (``~/.local/share/flows/history.db`` when ``$XDG_DATA_HOME`` is unset)."""

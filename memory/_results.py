@@ -261,7 +261,7 @@ class ForgottenMany:
         }
 
 
-HISTORY_KINDS = ("learned", "superseded", "forgotten", "expired")
+HISTORY_KINDS = ("learned", "superseded", "forgotten", "expired", "erased")
 """The kinds of ``HistoryEvent``, in the order events of one instant are listed."""
 
 

@@ -20,6 +20,7 @@ from memory._db import HistoryDB
 from memory._errors import FindingUnknown
 from memory._files import Retired, read_learned, read_retired
 from memory._finding import (
+    ERASE_STREAM,
     RETIRE_STREAM,
     STREAM,
     batch_key,
@@ -36,7 +37,7 @@ from memory._results import Citation, Forgotten, HistoryEvent, Recalled, frozen_
 from memory._root import Root
 from staging import failpoint
 
-_KIND_ORDER = {"learned": 0, "superseded": 1, "forgotten": 2, "expired": 3}
+_KIND_ORDER = {"learned": 0, "superseded": 1, "forgotten": 2, "expired": 3, "erased": 4}
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,26 @@ def _memory_of(payload: Mapping[str, Any]) -> str | None:
     memory = payload.get("memory")
     fid = payload.get("id")
     return memory if isinstance(memory, str) else fid if isinstance(fid, str) else None
+
+
+def _erased_events(erasures: Iterable[Record], memory: str) -> list[HistoryEvent]:
+    """The ``erased`` events of ``memory``: when, by whom and why; never what it said."""
+    out = []
+    for rec in erasures:
+        p = rec.payload
+        if isinstance(p, Mapping) and p.get("memory") == memory and isinstance(p.get("erasedMs"), int):
+            out.append(
+                HistoryEvent(
+                    "erased",
+                    memory,
+                    int(p["erasedMs"]),
+                    Citation(rec.run_id, rec.stream, rec.id),
+                    reason=p["reason"] if isinstance(p.get("reason"), str) else None,
+                    flow=p["flow"] if isinstance(p.get("flow"), str) else None,
+                    memory=memory,
+                )
+            )
+    return out
 
 
 def _retirements(backend: JournalBackend, run_id: str) -> list[Record]:
@@ -380,9 +401,11 @@ class Retirer:
         learns: list[Record] = []
         retires: list[Record] = []
         run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
+        erasures: list[Record] = []
         for run_id in run_ids:
             learns += [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
             retires += _retirements(backend, run_id)
+            erasures += backend.read(run_id, ERASE_STREAM)
         memory = next((_memory_of(r.payload) for r in learns if r.payload.get("id") == key), None)
         if memory is None:
             memory = self._db.memory_of(key) or key
@@ -410,6 +433,7 @@ class Retirer:
         for rec in retires:
             if rec.payload.get("id") in versions:
                 events.append(retirement_event(retired_of(rec), memory))
+        events += _erased_events(erasures, memory)
         if not events:
             for k in sorted(versions):
                 events += self._history_from_store(k, memory)

@@ -761,6 +761,17 @@ class Search:
         if vectors is not None:
             vectors.close()
 
+    def forget_cached(self, keys: set[str]) -> None:
+        """Drop what this process remembers of ``keys`` (row terms, held keys, last versions)."""
+        with self._held_mutex:
+            for k in keys:
+                self._row_terms.pop(k, None)
+                self._held_cache.pop(k, None)
+                self._live_cache.pop(k, None)
+            for memory, (key, _) in list(self._latest.items()):
+                if key in keys:
+                    del self._latest[memory]
+
     def derive_vectors(self, scope: str | None = None, *, again: bool = False) -> int:
         """Derive (and keep) the vector of every live finding that has none yet; how many are live.
         ``again``: first forget the vectors this process remembers and reopen the vectors file."""

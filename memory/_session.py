@@ -24,6 +24,8 @@ from memory._root import Root
 if TYPE_CHECKING:
     import asyncio
 
+    from memory._erase import Erased
+
 T = TypeVar("T")
 
 
@@ -38,6 +40,8 @@ class SessionStore(Protocol):
     def forget(self, key: str, root: Root, *, reason: str) -> Forgotten: ...
 
     def update(self, memory_id: str, finding: object, root: Root | None) -> Learned: ...
+
+    def erase(self, key: str, root: Root, *, reason: str) -> Erased: ...
 
     def forget_where(
         self,
@@ -308,6 +312,21 @@ class MemorySession:
                 before_ms=before_ms,
                 dry_run=dry_run,
             )
+        finally:
+            self._leave_op()
+
+    def erase(self, key: str, *, reason: str) -> Erased:
+        """Erase the memory ``key`` names, every version (``MemoryStore.erase``), under this
+        session's root run, which holds the erase record.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ArgumentInvalid, FindingUnknown, JournalLeaseHeld, JournalError, Unwritable: as
+                ``MemoryStore.erase``.
+        """
+        self._enter_op()
+        try:
+            return self._store.erase(key, self._root, reason=reason)
         finally:
             self._leave_op()
 

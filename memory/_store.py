@@ -26,6 +26,7 @@ from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
 from memory._errors import ArgumentInvalid, FindingUnknown, Unreachable, Unwritable
 from memory._finding import (
+    ERASE_STREAM,
     FORGET_MANY_MAX,
     RETIRE_STREAM,
     STREAM,
@@ -33,12 +34,13 @@ from memory._finding import (
     check_reason,
     checked_commit,
     finding_id,
+    is_erased,
     render,
     retirements_in,
     validate,
 )
 from memory._learn import Learner
-from memory._paths import resolve_db, resolve_journal
+from memory._paths import QUARANTINE_DIR, resolve_db, resolve_journal
 from memory._publisher import Publisher
 from memory._recovery import Recovery
 from memory._results import (
@@ -56,10 +58,13 @@ from memory._root import Root
 from memory._search import Search
 from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
+from staging import failpoint
 
 if TYPE_CHECKING:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
+
+    from memory._erase import Erased
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -108,6 +113,7 @@ class MemoryStore:
         embedder: Embedder | None = None,
     ) -> None:
         self.embedder = None if embedder is None else checked_embedder(embedder)
+        self._clock = clock
         self.db_path = resolve_db(db)
         self.journal_location = resolve_journal(self.db_path, journal)
         self.read_only = read_only
@@ -411,6 +417,99 @@ class MemoryStore:
         citation = Citation(record.run_id, record.stream, record.id)
         return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
 
+    def erase(self, key: str, root: Root, *, reason: str) -> Erased:
+        """Erase the memory ``key`` names (every version of it): forgotten first, then one
+        ``memory-erase`` record (memory id, keys, when, by which flow, why, and a digest of each
+        erased commit), then its content removed from the history DB (rows, index and log, bytes
+        overwritten), the learned files, stages, the files' index and the vectors, and last each of
+        its journal commits rewritten as a tombstone (``memory._erase``). Idempotent: erasing
+        again writes no second record and finishes what a crash left.
+
+        Raises:
+            ArgumentInvalid: ``key`` or ``reason`` is malformed.
+            FindingUnknown: nothing knows the key.
+            JournalLeaseHeld: a commit of it is in a root run that is still running (erase once it
+                has ended); the memory is forgotten and the record committed, the rest is left for
+                the next erase or ``flows check --repair``.
+            JournalError, Unwritable: the journal or a file could not be written; as above.
+        """
+        from memory._erase import audit_key, audit_payload, audits, commits_of
+
+        check_key(key)
+        check_reason(reason)
+        events = self.history(key)
+        memory = events[0].memory or key
+        keys = sorted({e.key for e in events if e.kind != "erased"})
+        for k in keys:
+            live = self.get(k)
+            if live is not None:
+                self._retirer.forget(k, root, reason)
+        backend = self.open_journal()
+        targets = commits_of(backend, set(keys))
+        done = [
+            r
+            for r in audits(backend)
+            if r.payload["memory"] == memory and set(keys) <= set(r.payload["keys"])
+        ]
+        citation = None
+        if not done:
+            payload = audit_payload(
+                memory, keys, targets, reason=reason, flow=root.flow, erased_ms=self._clock()
+            )
+            record = root.journal.append(root.lease, ERASE_STREAM, payload, key=audit_key(memory, keys))
+            citation = Citation(record.run_id, record.stream, record.id)
+        failpoint("memory.erase_after_record")
+        rewritten = self.finish_erasure(keys, targets)
+        from memory._erase import Erased
+
+        return Erased(memory, tuple(keys), citation, rewritten)
+
+    def finish_erasure(self, keys: Sequence[str], targets: Sequence[Record] | None = None) -> int:
+        """Remove the content of the findings ``keys`` from every derived place, then rewrite
+        their journal commits that still hold it (``targets``, else looked up) as tombstones; how
+        many commits were rewritten. What ``erase`` does after its record, and what
+        ``flows check --repair`` does for an erase a crash left unfinished.
+
+        Raises:
+            JournalLeaseHeld: a commit is in a root run still running (the derived places are done).
+            JournalError, Unwritable: as ``erase``.
+        """
+        from memory._erase import (
+            cache_files_holding,
+            commits_of,
+            quarantined_holding,
+            rewrite,
+            stages_holding,
+        )
+        from memory._filecache import cache_dir
+        from memory._paths import scope_folders
+        from memory._vectors import VECTORS_FILE
+
+        wanted = set(keys)
+        backend = self.open_journal()
+        if targets is None:
+            targets = commits_of(backend, wanted)
+        self._db.erase(sorted(wanted))
+        pub = self._publisher
+        scopes = {str(r.payload["scope"]) for r in targets}
+        for scope in scopes:
+            for k in wanted:
+                pub.remove(pub.scope_dir(scope) / f"{k}.json", None)
+        folders = [
+            f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
+        ]
+        for path in stages_holding(folders, wanted):
+            path.unlink(missing_ok=True)
+        for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, wanted):
+            path.unlink(missing_ok=True)  # copies `flows check --repair` moved aside
+        failpoint("memory.erase_after_derived")
+        for path in cache_files_holding(cache_dir(self.db_path), wanted, keep=[VECTORS_FILE]):
+            path.unlink(missing_ok=True)
+        self._search.discard_vectors(sorted(wanted))
+        self._search.forget_cached(wanted)
+        failpoint("memory.erase_before_rewrite")
+        return rewrite(backend, targets)
+
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
@@ -476,6 +575,8 @@ class MemoryStore:
             return self._publisher.retired_dir(first["scope"]) / f"{first['id']}.json"
         if record.stream != STREAM:
             raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
+        if is_erased(record):
+            raise ValueError(f"record {record.id} of {record.run_id} was erased: there is nothing to publish")
         checked_commit(record, self.open_journal().location)
         data = render(record)
         final = self._publisher.scope_dir(record.payload["scope"]) / f"{record.payload['id']}.json"

@@ -20,6 +20,7 @@ from memory._finding import (
     STREAM,
     checked_commit,
     commit_to_publish,
+    is_erased,
     render,
     retirement_to_publish,
     retirements_in,
@@ -64,6 +65,8 @@ def scan_journal(
     for n, run in enumerate(runs, 1):
         if learns:
             for rec in backend.read(run.run_id, STREAM):
+                if is_erased(rec):
+                    continue
                 fid = checked_commit(rec, backend.location).payload["id"]
                 scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
         if retirements:

@@ -1,0 +1,214 @@
+"""Erasure: a memory's content removed from everything the store writes, with an audit record.
+
+``erase(key)`` takes the memory ``key`` names (every version of it): it forgets the live version,
+commits one ``memory-erase`` record (the memory id, the keys, when, by which flow, why, and a
+digest of each erased commit; no content), then removes the content from every derived place (the
+history DB's rows and their full-text index, with SQLite's ``secure_delete`` and the write-ahead log
+truncated; learned files; stages; the files' index; the vectors) and last rewrites each
+``memory-learn`` record of it in the journal as a *tombstone*: the same id, sequence number, key and
+time, the payload reduced to ``{id, scope, flow, learnedMs, erased: digest}`` (with ``memory`` and
+``revision`` when the commit had them), padded to the line's length on a file journal
+(``JournalBackend.rewrite_payloads``). Every reader treats a tombstone as a commit of nothing
+(``is_erased``): it is never rendered, materialised or returned.
+
+A crash anywhere leaves the memory forgotten (the forget is the first step) and either fully erased
+or reported: ``flows check`` finds an erase record whose memory still has content somewhere
+(``erase_incomplete``) and ``--repair`` (or the same ``erase`` again) finishes it. Erasing again
+appends no second record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from journal import JournalBackend, Record, record_id
+from memory._finding import ERASE_STREAM, PAD, STREAM, is_erased
+
+_KEY = re.compile(r"[0-9a-f]{32}")
+_TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
+_AUDIT = frozenset({"memory", "keys", "reason", "flow", "erasedMs", "records"})
+
+
+def digest(payload: Mapping[str, Any]) -> str:
+    """A short digest of what a commit held (its canonical JSON): what the audit keeps of it."""
+    return hashlib.sha256(orjson.dumps(dict(payload), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def tombstone(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The payload a ``memory-learn`` commit keeps once erased: who and when, not what."""
+    out: dict[str, Any] = {
+        "id": payload["id"],
+        "scope": payload["scope"],
+        "flow": payload["flow"],
+        "learnedMs": payload["learnedMs"],
+        "erased": digest(payload),
+    }
+    for name in _TOMBSTONE_OPTIONAL:
+        if name in payload:
+            out[name] = payload[name]
+    return out
+
+
+def audit_key(memory: str, keys: Iterable[str]) -> str:
+    """The key of a memory's erase record (one per memory and set of keys in a run)."""
+    return hashlib.sha256(("\n".join([memory, *sorted(keys)])).encode()).hexdigest()[:32]
+
+
+def audit_payload(
+    memory: str, keys: Sequence[str], targets: Sequence[Record], *, reason: str, flow: str, erased_ms: int
+) -> dict[str, Any]:
+    """The erase record: the memory, its keys, each erased commit (run, sequence, digest), why, by
+    which flow, when. No content."""
+    return {
+        "memory": memory,
+        "keys": sorted(keys),
+        "reason": reason,
+        "flow": flow,
+        "erasedMs": erased_ms,
+        "records": [[r.run_id, r.seq, digest(r.payload)] for r in targets],
+    }
+
+
+def audits(backend: JournalBackend) -> list[Record]:
+    """Every erase record of the journal that has the shape ``audit_payload`` gives."""
+    found = []
+    for run in backend.runs():
+        for rec in backend.read(run.run_id, ERASE_STREAM):
+            p = rec.payload
+            if (
+                isinstance(p, Mapping)
+                and set(p) == _AUDIT
+                and isinstance(p["memory"], str)
+                and isinstance(p["keys"], list)
+                and all(isinstance(k, str) and _KEY.fullmatch(k) for k in p["keys"])
+                and rec.id == record_id(rec.run_id, rec.stream, str(rec.key))
+            ):
+                found.append(rec)
+    return found
+
+
+def commits_of(backend: JournalBackend, keys: set[str]) -> list[Record]:
+    """Every ``memory-learn`` commit of ``keys`` still holding content (not a tombstone)."""
+    out = []
+    for run in backend.runs():
+        for rec in backend.read(run.run_id, STREAM):
+            if isinstance(rec.payload, Mapping) and rec.payload.get("id") in keys and not is_erased(rec):
+                out.append(rec)
+    return out
+
+
+def rewrite(backend: JournalBackend, targets: Sequence[Record]) -> int:
+    """Replace each of ``targets`` in the journal with its tombstone; how many were rewritten."""
+    by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for rec in targets:
+        by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = tombstone(rec.payload)
+    done = 0
+    for (run_id, stream), payloads in sorted(by_run.items()):
+        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)
+    return done
+
+
+def stages_holding(folders: Iterable[Path], keys: set[str]) -> list[Path]:
+    """The hidden stage files in ``folders`` that hold a commit of any of ``keys`` (a learn or a
+    publish a crash left behind), read without following links."""
+    wanted = [k.encode() for k in keys]
+    found = []
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("."):
+                continue
+            path = folder / name
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 22:
+                    continue
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    data = os.read(fd, 1 << 22)
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+            if any(k in data for k in wanted):
+                found.append(path)
+    return found
+
+
+def cache_files_holding(folder: Path, keys: set[str], keep: Iterable[str]) -> list[Path]:
+    """The regular files of the derived-index folder that mention any of ``keys`` (the files'
+    index of unsynced findings), but not those named in ``keep`` (handled on their own)."""
+    wanted = [k.encode() for k in keys]
+    kept = set(keep)
+    found = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        path = folder / name
+        if name in kept or any(name.startswith(k) for k in kept):
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if any(k in data for k in wanted):
+            found.append(path)
+    return found
+
+
+def quarantined_holding(folder: Path, keys: set[str]) -> list[Path]:
+    """The files ``flows check --repair`` moved aside under ``folder`` that are (or hold) a finding
+    of ``keys``: a learned file named after its key, or any file that mentions one."""
+    wanted = [k.encode() for k in keys]
+    found = []
+    for dirpath, _, names in os.walk(folder):  # never follows links
+        for name in names:
+            path = Path(dirpath) / name
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if name[: -len(".json")] in keys or (
+                    st.st_size <= 1 << 22 and any(k in path.read_bytes() for k in wanted)
+                ):
+                    found.append(path)
+            except OSError:
+                continue
+    return found
+
+
+@dataclass(frozen=True)
+class Erased:
+    """What ``erase`` returns: the memory, every key erased, the erase record (None when an earlier
+    erase of it had recorded everything and this one only finished it), and how many journal
+    records were rewritten as tombstones."""
+
+    memory: str
+    keys: tuple[str, ...]
+    citation: Any
+    rewritten: int
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"memoryId", "keys", "citation", "rewritten"}``."""
+        return {
+            "memoryId": self.memory,
+            "keys": list(self.keys),
+            "citation": None if self.citation is None else self.citation.as_json(),
+            "rewritten": self.rewritten,
+        }
