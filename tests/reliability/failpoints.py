@@ -50,7 +50,8 @@ FLOW_FILE = Path(__file__).with_name("sweep_flow.py")
 ERRNOS = ("ENOSPC", "EIO", "EACCES", "EROFS")
 FAULTS_QUICK = ("kill", "ENOSPC:once", "EIO")
 FAULTS_FULL = ("kill", *(f"{e}{mode}" for e in ERRNOS for mode in (":once", "")))
-OPERATIONS = ("learn", "resume", "sync", "ledger append", "reconcile")
+OPERATIONS = ("learn", "resume", "sync", "update", "forget by filter", "erase", "ledger append", "reconcile")
+MEMORY_OPS = ("update", "forget by filter", "erase")  # on findings a flow learned, in a session
 FINDINGS = 3
 _CALL = re.compile(r"\b(?:failpoint|hit)\(\"([a-z_]+\.[a-z_]+)\"\)")
 
@@ -97,9 +98,10 @@ def setup(op: str, base: Path) -> None:
         with _env(RELIABILITY_STOP_AFTER="2", RELIABILITY_ACKS=str(acks)):
             result = flows.run(FLOW_FILE, db=db)
         assert result.state is RunState.FAILED, result
-    elif op == "sync":
+    elif op in ("sync", *MEMORY_OPS):
         with _env(RELIABILITY_ACKS=str(acks)):
             assert flows.run(FLOW_FILE, db=db).ok
+        acks.unlink()  # what the operation acknowledges is judged, not the learns before it
     elif op == "reconcile":
         log = ActivityLog(sail)
         for n in range(FINDINGS):
@@ -121,6 +123,8 @@ def perform(op: str, base: Path, plan: str) -> None:
     if op == "sync":
         with memory.MemoryStore(db) as store:
             store.sync()
+    elif op in MEMORY_OPS:
+        _perform_memory(op, db, acks)
     elif op == "ledger append":
         for n in range(FINDINGS):
             with Ledger(sail).writer() as w:
@@ -138,6 +142,13 @@ def perform(op: str, base: Path, plan: str) -> None:
 def recover(op: str, base: Path) -> None:
     """The normal recovery after ``op``: resume unfinished roots, or run the next tick."""
     db, sail, _ = _paths(base)
+    if op in MEMORY_OPS:  # a session has no body to resume: check --repair is the recovery
+        with memory.MemoryStore(db) as store:
+            problems = memory.check_store(store)
+            if problems:
+                memory.repair_store(store, problems)
+            store.sync()
+        return
     if op in ("learn", "resume", "sync"):
         with memory.MemoryStore(db) as store:
             pending = [r.run_id for r in store.open_journal().runs() if r.state is not RunState.DONE]
@@ -153,6 +164,30 @@ def recover(op: str, base: Path) -> None:
     else:
         with Ledger(sail).writer() as w:
             reconcile(w, ActivityLog(sail), FakeChain(), clock=lambda: 1_752_400_000, receipt_timeout=0)
+
+
+def _fid(n: int) -> str:
+    from tests.reliability import sweep_flow
+
+    return memory.finding_id(
+        "sweep", memory.validate({"text": sweep_flow.text(n), "tags": ["sweep"]}, "sweep")
+    )
+
+
+def _perform_memory(op: str, db: Path, acks: Path) -> None:
+    from tests.reliability import sweep_flow
+
+    with memory.MemoryStore(db) as store, store.session(scope="sweep", flow="sweep") as s:
+        if op == "update":
+            for n in range(FINDINGS):
+                s.update(_fid(n), {"text": sweep_flow.text(n) + " revised", "tags": ["sweep"]})
+                _ack(acks, f"update {n}")
+        elif op == "forget by filter":
+            s.forget_where(reason="the sweep forgets them all", tags=["sweep"])
+            _ack(acks, "forgot")
+        else:
+            s.erase(_fid(0), reason="the sweep erases one")
+            _ack(acks, "erased")
 
 
 def _only_run(db: Path) -> str:
@@ -243,7 +278,9 @@ def judge(op: str, base: Path, tally: Tally, label: str) -> None:
     tally.acknowledged += len(acked)
     with memory.MemoryStore(db) as store:
         problems = memory.check_store(store, sail_dirs=[sail] if sail.exists() else [])
-        if op in ("learn", "resume", "sync"):
+        if op in MEMORY_OPS:
+            _judge_memory(op, store, acked, tally, label)
+        elif op in ("learn", "resume", "sync"):
             _judge_findings(store, acked, tally, label)
         elif sail.exists():
             _judge_ledger(op, sail, acked, tally, label)
@@ -287,6 +324,61 @@ def _judge_findings(store: memory.MemoryStore, acked: list[str], tally: Tally, l
     if set(recalled) != set(wanted) or any(r.state is not RunState.DONE for r in runs):
         tally.unexpected += 1
         tally.note(f"{label}: after recovery {len(recalled)} of {len(wanted)} findings, runs {runs}")
+
+
+def _judge_memory(op: str, store: memory.MemoryStore, acked: list[str], tally: Tally, label: str) -> None:
+    """After recovery: an acknowledged update, forget or erase holds; an unacknowledged one is
+    all or nothing (a forget by filter never half done, an erase never half done); nothing
+    forgotten comes back; nothing is made up or doubled."""
+    from tests.reliability import sweep_flow
+
+    live = store.recall(limit=None)
+    texts = Counter(e.text for e in live)
+    memories = Counter(e.memory_id for e in live)
+    if any(n > 1 for n in memories.values()) or any(n > 1 for n in texts.values()):
+        tally.doubled += 1
+        tally.note(f"{label}: a memory has two live versions: {sorted(texts)}")
+    known = {sweep_flow.text(n) for n in range(FINDINGS)} | {
+        sweep_flow.text(n) + " revised" for n in range(FINDINGS)
+    }
+    if set(texts) - known:
+        tally.fabricated += 1
+        tally.note(f"{label}: findings nobody learned: {sorted(set(texts) - known)}")
+    if op == "update":
+        for n in range(FINDINGS):
+            now = store.current(_fid(n))
+            if now is None:
+                tally.lost += 1
+                tally.note(f"{label}: memory {n} has no live version")
+            elif f"update {n}" in acked and not now.text.endswith(" revised"):
+                tally.lost += 1
+                tally.note(f"{label}: acknowledged update {n} is not the live version")
+    elif op == "forget by filter":
+        if "forgot" in acked and live:
+            tally.lost += 1  # a forget acknowledged, and findings it retired still answer
+            tally.note(f"{label}: {len(live)} findings back after an acknowledged forget by filter")
+        elif len(live) not in (0, FINDINGS):
+            tally.unexpected += 1
+            tally.note(f"{label}: a forget by filter half done: {len(live)} of {FINDINGS} left")
+    else:
+        gone = _fid(0) not in {e.key for e in live}
+        text = sweep_flow.text(0).encode()
+        left = [p for p in _store_files(store) if text in p.read_bytes()]
+        erased = any(
+            rec.payload.get("memory") == _fid(0)
+            for run in store.open_journal().runs()
+            for rec in store.open_journal().read(run.run_id, memory.ERASE_STREAM)
+        )
+        if ("erased" in acked or erased) and (left or not gone):
+            tally.lost += 1
+            tally.note(f"{label}: erased, but its text is still in {left[:1]} or it still answers")
+        if len(live) != FINDINGS - (1 if gone else 0):
+            tally.unexpected += 1
+            tally.note(f"{label}: {len(live)} findings left")
+
+
+def _store_files(store: memory.MemoryStore) -> list[Path]:
+    return [p for p in store.db_path.parent.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
 def _judge_ledger(op: str, sail: Path, acked: list[str], tally: Tally, label: str) -> None:
