@@ -101,6 +101,7 @@ class _Context:
     retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
     batches: dict[tuple[str, str], journal.Record] = field(default_factory=dict)  # forgets by filter
     erasures: list[journal.Record] = field(default_factory=list)  # memory-erase records
+    supersedes: list[journal.Record] = field(default_factory=list)  # commits naming the version they replace
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -145,6 +146,8 @@ def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
             ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
             continue
         ctx.records[(rec.run_id, rec.id)] = rec
+        if "supersedes" in rec.payload:
+            ctx.supersedes.append(rec)
         fid = rec.payload["id"]
         ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
 
@@ -491,6 +494,31 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     return ctx
 
 
+def _unfinished_supersedes(ctx: _Context) -> list[tuple[str, str]]:
+    """(old key, new key) of each commit that supersedes a version no retirement retires (a crash
+    between the new version's commit and the old one's retirement), the new one not retired either."""
+    out = []
+    for rec in ctx.supersedes:
+        old, new = rec.payload["supersedes"], rec.payload["id"]
+        if old not in ctx.retired and new not in ctx.retired and (old, new) not in out:
+            out.append((old, new))
+    return out
+
+
+def _supersede_problems(ctx: _Context) -> None:
+    for old, new in _unfinished_supersedes(ctx):
+        ctx.problems.append(
+            Problem(
+                "supersede_unfinished",
+                ctx.location,
+                f"finding {new} was committed as the new version of {old}, which no retirement retires "
+                "(a crash between the two): both answer",
+                f"retire {old} as superseded by {new}",
+                True,
+            )
+        )
+
+
 def _erase_problems(ctx: _Context) -> None:
     """An erase record whose keys still have content somewhere: a commit that is no tombstone, a
     history-DB row or a learned file (an erase a crash or a running run left unfinished)."""
@@ -512,6 +540,22 @@ def _erase_problems(ctx: _Context) -> None:
                     True,
                 )
             )
+
+
+def _finish_records(ctx: _Context, kinds: set[str]) -> list[str]:
+    """Finish what a crash left half recorded: supersedes first (a memory with two live versions),
+    then erasures."""
+    actions = _finish_supersedes(ctx) if "supersede_unfinished" in kinds else []
+    return actions + (_finish_erasures(ctx) if "erase_incomplete" in kinds else [])
+
+
+def _finish_supersedes(ctx: _Context) -> list[str]:
+    actions = []
+    for old, new in _unfinished_supersedes(ctx):
+        with ctx.store.session(scope=ctx.store.scope_of(old) or "repair", flow="repair") as session:
+            if session.retire_superseded(old, new):
+                actions.append(f"retired {old} as superseded by {new}")
+    return actions
 
 
 def _finish_erasures(ctx: _Context) -> list[str]:
@@ -644,6 +688,7 @@ def check_store(
     _sail_problems(ctx, [Path(d) for d in sail_dirs])
     tick()
     _vector_problems(ctx)
+    _supersede_problems(ctx)
     _erase_problems(ctx)
     tick()
     return ctx.problems
@@ -691,9 +736,8 @@ def repair_store(
         actions.append(f"quarantined {path} to {target}")
 
     problems = list(problems)
-    if any(p.kind == "erase_incomplete" for p in problems):
-        actions += _finish_erasures(ctx)
-    problems = [p for p in problems if p.kind != "erase_incomplete"]
+    actions += _finish_records(ctx, {p.kind for p in problems})
+    problems = [p for p in problems if p.kind not in ("erase_incomplete", "supersede_unfinished")]
     vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
     if vectors:
         actions += _repair_vectors(ctx)

@@ -273,6 +273,7 @@ def learn_payload(
     *,
     revision: int = 0,
     memory: str | None = None,
+    supersedes: str | None = None,
 ) -> dict[str, Any]:
     """The payload a learn commits to the ``memory-learn`` stream (``revision`` only when not 0, and
     ``memory``, the id of the memory a new version belongs to, only when it is not the finding's
@@ -288,6 +289,8 @@ def learn_payload(
         payload["revision"] = revision
     if memory is not None and memory != fid:
         payload["memory"] = memory
+    if supersedes is not None:  # the version this one replaces: its retirement is the other half
+        payload["supersedes"] = supersedes
     return payload
 
 
@@ -347,7 +350,11 @@ def checked_commit(record: Record, location: str) -> Record:
 
 def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
     p = record.payload
-    if not isinstance(p, Mapping) or not _PAYLOAD <= set(p) <= _PAYLOAD | {"revision", "memory"}:
+    if not isinstance(p, Mapping) or not _PAYLOAD <= set(p) <= _PAYLOAD | {
+        "revision",
+        "memory",
+        "supersedes",
+    }:
         return "its payload is not {id, scope, flow, finding, learnedMs} and an optional revision and memory"
     try:
         revision = check_revision(p["revision"]) if "revision" in p else 0
@@ -357,6 +364,12 @@ def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return
         not isinstance(p["memory"], str) or not _KEY.fullmatch(p["memory"]) or p["memory"] == p["id"]
     ):
         return "its memory is not 32 lowercase hex digits other than its id"
+    if "supersedes" in p and (
+        not isinstance(p["supersedes"], str)
+        or not _KEY.fullmatch(p["supersedes"])
+        or p["supersedes"] == p["id"]
+    ):
+        return "its supersedes is not 32 lowercase hex digits other than its id"
     fid, scope, flow, ms, finding = p["id"], p["scope"], p["flow"], p["learnedMs"], p["finding"]
     if not isinstance(fid, str) or not _KEY.fullmatch(fid):
         return "its id is not 32 lowercase hex digits"

@@ -128,7 +128,15 @@ class Learner:
             retired = self._retirer.retired_path(root.scope, fid)
             memory = (old.memory or supersedes) if old is not None else None
             learned = self._learn(
-                fid, item, root, directory, final, retired=retired, revision=revision, memory=memory
+                fid,
+                item,
+                root,
+                directory,
+                final,
+                retired=retired,
+                revision=revision,
+                memory=memory,
+                supersedes=supersedes if old is not None else None,
             )
         if old is not None and supersedes is not None and old.retired is None:
             self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
@@ -200,6 +208,7 @@ class Learner:
         retired: str,
         revision: int,
         memory: str | None = None,
+        supersedes: str | None = None,
     ) -> Learned:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
@@ -212,7 +221,14 @@ class Learner:
             self._check(root, existing, fid)
         if existing is None:
             payload = learn_payload(
-                fid, root.scope, root.flow, item, self._clock(), revision=revision, memory=memory
+                fid,
+                root.scope,
+                root.flow,
+                item,
+                self._clock(),
+                revision=revision,
+                memory=memory,
+                supersedes=supersedes,
             )
             expected = Record(
                 root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload

@@ -43,6 +43,8 @@ class SessionStore(Protocol):
 
     def erase(self, key: str, root: Root, *, reason: str) -> Erased: ...
 
+    def retire_superseded(self, key: str, by: str, root: Root) -> bool: ...
+
     def forget_where(
         self,
         root: Root,
@@ -312,6 +314,15 @@ class MemorySession:
                 before_ms=before_ms,
                 dry_run=dry_run,
             )
+        finally:
+            self._leave_op()
+
+    def retire_superseded(self, key: str, by: str) -> bool:
+        """Finish a supersede a crash left half done: retire ``key`` as superseded ``by`` (see
+        ``MemoryStore.retire_superseded``), under this session's root run."""
+        self._enter_op()
+        try:
+            return self._store.retire_superseded(key, by, self._root)
         finally:
             self._leave_op()
 

@@ -417,6 +417,26 @@ class MemoryStore:
         citation = Citation(record.run_id, record.stream, record.id)
         return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
 
+    def retire_superseded(self, key: str, by: str, root: Root) -> bool:
+        """Commit the retirement of ``key`` as superseded ``by`` its newer version, when nothing has
+        retired it yet: the half of a supersede (or an update) a crash left undone after the new
+        version's commit, which names the version it replaces. False when it was retired already.
+        ``flows check --repair`` calls it (``supersede_unfinished``).
+
+        Raises:
+            FindingUnknown: nothing knows ``key``.
+            JournalError, Unwritable: as ``forget``.
+        """
+        check_key(key)
+        check_key(by, "by")
+        located = self._read(self._retirer.locate, key)
+        if located is None:
+            raise FindingUnknown(f"no finding has key {key}", key=key)
+        if located.retired is not None:
+            return False
+        self._retirer.retire(root, key, located.scope, reason=None, by=by)
+        return True
+
     def erase(self, key: str, root: Root, *, reason: str) -> Erased:
         """Erase the memory ``key`` names (every version of it): forgotten first, then one
         ``memory-erase`` record (memory id, keys, when, by which flow, why, and a digest of each
