@@ -807,14 +807,30 @@ class MemoryStore:
         """Ingest learned files into the history DB, then drop the disk copies it now holds.
 
         With ``materialize`` (the default) it first publishes files for findings the journal holds
-        that this host has neither as a file nor as a row. Idempotent; safe while flows learn: a
-        file replaced by a learn during the sync is kept, never dropped.
+        that this host has neither as a file nor as a row, and removes this host's copies (rows,
+        files, caches, vectors) of every memory the journal records as erased, on any host.
+        Idempotent; safe while flows learn: a file replaced by a learn during the sync is kept,
+        never dropped.
 
         Raises:
             Unreachable: a learned file is damaged (named); nothing after it is ingested.
             Unwritable: the DB cannot be written.
         """
-        return self._syncer.sync(materialize=materialize, progress=progress)
+        report = self._syncer.sync(materialize=materialize, progress=progress)
+        if materialize:
+            self._purge_erased()
+        return report
+
+    def _purge_erased(self) -> None:
+        """Remove this host's copies of what any host erased (the journal's erase records): its
+        rows, files, caches and vectors; the journal itself was rewritten by the erase."""
+        from memory._erase import audits
+
+        backend = self.open_journal()
+        for record in audits(backend):
+            keys = [k for k in record.payload["keys"] if isinstance(k, str)]
+            if self._db.rows_of(keys) or any(self.get(k) is not None for k in keys):
+                self.finish_erasure(keys, targets=[])
 
     async def async_sync(self) -> SyncReport:
         """``sync`` off the event loop."""

@@ -76,3 +76,28 @@ def test_a_supersede_of_a_finding_forgotten_elsewhere_is_refused(tmp_path: Path,
     assert a.recall(scope="docs") == []
     with a.session(scope="docs") as s, pytest.raises(memory.FindingUnknown):
         s.update(key, {"text": "draft three"})
+
+
+def test_an_erase_on_b_leaves_nothing_on_a_after_its_next_sync(tmp_path: Path, postgres_dsn: str) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    mark = "ZQXHOSTERASE"
+    with a.session(scope="users") as s:
+        key = s.learn({"text": f"erin's address {mark}", "tags": ["addr"]}).key
+        s.learn({"text": "erin likes jazz"})
+    a.sync()
+    assert [x.key for x in a.why("address")] == [key]
+    b.materialize()
+    with b.session(scope="privacy") as s:
+        s.erase(key, reason="erin asked")
+    assert a.get(key) is None and a.why("address") == []  # the very next read on A
+    a.sync()
+    held = [p for p in (tmp_path / "a").rglob("*") if p.is_file() and mark.encode() in p.read_bytes()]
+    assert held == [] and [e.text for e in a.recall(scope="users")] == ["erin likes jazz"]
+    import psycopg
+
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute(
+            "select count(*) from journal_records where payload like %s", (f"%{mark}%",)
+        ).fetchone()
+    assert rows == (0,)
+    assert memory.check_store(a) == [] and memory.check_store(b) == []
