@@ -139,8 +139,38 @@ class Learner:
                 supersedes=supersedes if old is not None else None,
             )
         if old is not None and supersedes is not None and old.retired is None:
-            self._retirer.retire(root, supersedes, old.scope, reason=None, by=fid)
+            self._finish_supersede(root, supersedes, old.scope, fid)
         return learned
+
+    def _finish_supersede(self, root: Root, old: str, scope: str, fid: str) -> None:
+        """Retire ``old`` as superseded by ``fid``, just committed. When another process or host
+        retired ``old`` between the look before the commit and now (a delete racing this update),
+        that retirement stands and ``fid`` must not outlive it: ``fid`` is forgotten too and the
+        supersede is refused (``FindingRetired``), as if it had come a moment later."""
+        now = self._retirer.locate(old)
+        if now is None or now.retired is None or now.retired.by == fid:
+            self._retirer.retire(root, old, scope, reason=None, by=fid)
+            now = self._retirer.locate(old)
+            if now is None or now.retired is None or now.retired.by == fid:
+                return
+        assert now is not None and now.retired is not None
+        what = (
+            f"forgotten: {now.retired.reason}"
+            if now.retired.by is None
+            else f"superseded by {now.retired.by}"
+        )
+        self._retirer.retire(
+            root,
+            fid,
+            root.scope,
+            reason=f"{old} was retired while this version of it was written ({what})",
+            by=None,
+        )
+        raise FindingRetired(
+            f"{old} was retired while this supersede was written ({what}); the new version {fid} was "
+            "forgotten with it: read the memory again and decide on its current version",
+            key=old,
+        )
 
     def _revision(self, item: Finding, root: Root) -> tuple[int, str, Record | None]:
         """The revision and key a learn of ``item`` takes, and the commit that answers it when it

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from journal import JournalBackend, JournalCorrupt, Record
@@ -327,6 +328,11 @@ class Retirer:
         record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=key)
         self.noted(root, committed_ms=payload["forgottenMs"], key=key)
         failpoint("memory.after_append")
+        path = self.retired_path(scope, key)
+        if by is not None and os.path.lexists(path):
+            there = read_retired(Path(path))
+            if (there.citation.run_id, there.citation.id) != (record.run_id, record.id):
+                return record  # retired by another first: that retirement stands (the caller sees it)
         self.settle(record)
         return record
 

@@ -669,8 +669,14 @@ class JournalStore(BaseStore):
         if scope is None:
             return
         with self._key_lock(scope, op.key):
-            live = self._live(scope, op.key)
-            if live:
+            # Again while a version is live: one another process wrote as this delete ran (a put, a
+            # read that refreshed the TTL) answers a forget of the version it replaced with that
+            # supersede, and must go too. Each round forgets what it saw; the next finds only
+            # versions written after it, so a few rounds settle any race.
+            for _ in range(8):
+                live = self._live(scope, op.key)
+                if not live:
+                    return
                 root = self._root_for(scope)
                 for found in live:
                     self._memory.forget(found.key, root, reason="deleted through the LangGraph store")
