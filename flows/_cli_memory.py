@@ -357,7 +357,7 @@ def add_memory_commands(add: Add) -> None:
     p = add(
         "forget",
         bad_input_exits_2(cmd_forget),
-        "forget a finding by its key (journaled, then gone from reads)",
+        "forget a finding by its key, or all a filter matches (journaled, then gone from reads)",
     )
     p.add_argument(
         "key",
