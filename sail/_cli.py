@@ -31,11 +31,13 @@ from memory.cli import (
     stdout_to_stderr,
 )
 from memory.ledger import (
+    MAX_DAYS,
     Acted,
     ActivityLog,
     Entry,
     Ledger,
     Skipped,
+    last_days,
     learned_tokens,
     narrate,
     recent_skips,
@@ -257,8 +259,13 @@ def cmd_journal(args: argparse.Namespace) -> int:
     until = None if args.until is None else -(-args.until // 1000)
     if since is not None and until is not None and until <= since:
         raise UsageError("journal --until must come after --since")
+    ledger = Ledger(sail_dir(home))
+    if args.days is not None:
+        if since is not None:
+            raise UsageError("journal takes --days or --since, not both")
+        since = last_days(ledger, args.days)
     narrative = narrate(
-        Ledger(sail_dir(home)),
+        ledger,
         token_in=config.token_in,
         interval_s=config.interval_s,
         since=since,
@@ -309,6 +316,16 @@ def _seconds(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number of seconds: {value!r}") from None
     if not 1 <= number <= INT64_MAX // 1000:
         raise argparse.ArgumentTypeError(f"must be seconds from 1 to {INT64_MAX // 1000}, got {value}")
+    return number
+
+
+def _days(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {value!r}") from None
+    if not 1 <= number <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"must be days from 1 to {MAX_DAYS}, got {value}")
     return number
 
 
@@ -395,6 +412,12 @@ def build_cli() -> CommandLine:
         type=_seconds,
         metavar="SECONDS",
         help="tell spans with no ledgered decision longer than this (default: twice the interval)",
+    )
+    p.add_argument(
+        "--days",
+        type=_days,
+        metavar="N",
+        help=f"only the last N UTC days, up to the last entry's (1 to {MAX_DAYS}; reads the ledger's tail)",
     )
     command("demo", "deploy the contracts on a local chain and run ticks as fresh processes", cmd_demo)
     return cli

@@ -10,7 +10,9 @@ written back here). The rest costs the lines it reads, never the whole ledger:
 * the ledger timeline pages backwards by byte offset (``TailReader``): a page costs its lines;
 * the balances chart reads the acted entries among the last ``CHART_SCAN`` lines (skips are not
   decoded: a byte check picks the acted lines), at most ``CHART_POINTS`` of them;
-* a reverted trade's reason is read from the activity log backwards (at most ``MAX_SCAN`` lines).
+* a reverted trade's reason is read from the activity log backwards (at most ``MAX_SCAN`` lines);
+* the narrative journal tells the last ``JOURNAL_DAYS`` UTC days (``memory.ledger.narrate``, what
+  ``sail journal --days N`` prints).
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ from memory.ledger import (
     Entry,
     Ledger,
     LedgerCodec,
+    Narrative,
     Skipped,
     agent_state,
+    last_days,
     learned_tokens,
+    narrate,
     reason_text,
     recent_skips,
 )
@@ -44,6 +49,8 @@ LEDGER_PAGE = 50
 MAX_SCAN = 100_000
 CHART_SCAN = 20_000
 CHART_POINTS = 200
+#: the days the agent page's journal tells by default (the last entry's, and the one before)
+JOURNAL_DAYS = 2
 _CONFIG_MAX_BYTES = 1 << 20
 _ACTED = b'"kind":"acted"'
 
@@ -202,6 +209,22 @@ class Agent:
                 if key in wanted and found.get(key) is None:
                     found[key] = record.reason
         return found
+
+    def journal(self, days: int = JOURNAL_DAYS) -> Narrative:
+        """The narrative journal of the last ``days`` UTC days (up to the last entry's): what ``sail
+        journal --days N --json`` prints, with the config's spent token and interval, writing nothing.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        ledger = Ledger(self.sail_dir)
+        since = last_days(ledger, days)
+        return narrate(
+            ledger,
+            token_in=self.token_in(),
+            interval_s=self.interval().seconds,
+            since=since,
+        )
 
     def status(self) -> dict[str, Any]:
         """What ``sail status --json`` says, field by field: ``memory.ledger.agent_state``, the one

@@ -16,6 +16,7 @@ Routes (all ``GET``; anything else is 405):
 ``/api/agents/{n}/status``             ``sail status --json``
 ``/api/agents/{n}/why``                ``sail why --json``; ``limit``
 ``/api/agents/{n}/balances``           the chart's points per token
+``/api/agents/{n}/journal``            ``sail journal --days N --json``; ``days`` (default 2)
 =====================================  ===========================================================
 
 A JSON list that goes on has a ``Link: <…>; rel="next"`` header, so each body keeps the CLI's shape.
@@ -51,7 +52,7 @@ from flows import _langgraph_view as langgraph_view
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
-from flows.web._agent import CHART_SCAN, LEDGER_PAGE, Agent, Token, short_hash, tokens_of
+from flows.web._agent import CHART_SCAN, JOURNAL_DAYS, LEDGER_PAGE, Agent, Token, short_hash, tokens_of
 from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
 from flows.web._findings import (
     MAX_WHY,
@@ -577,6 +578,8 @@ class Dashboard:
             "skips": agent.recent_skips(),
             "say": agent.renderer(acted),
             "reverts": agent.revert_reasons(reverted),
+            "journal": agent.journal(JOURNAL_DAYS),
+            "journal_days": JOURNAL_DAYS,
             "acted_count": len(acted),
             "charts": charts,
             "chart_scan": CHART_SCAN,
@@ -598,6 +601,10 @@ class Dashboard:
     def why_api(self, request: Request) -> tuple[object, str | None]:
         limit = _int_param(request, "limit", 10, 1, 1000)
         return [s.to_wire() for s in self._agent(request).recent_skips(limit)], None
+
+    def journal_api(self, request: Request) -> tuple[object, str | None]:
+        days = _int_param(request, "days", JOURNAL_DAYS, 1, memory.ledger.MAX_DAYS)
+        return self._agent(request).journal(days).as_json(), None
 
     def balances_api(self, request: Request) -> tuple[object, str | None]:
         _, tokens, series = self._balances(self._agent(request))
@@ -639,6 +646,7 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/api/agents/{number:int}/status", d.api(d.status_api)),
         Route("/api/agents/{number:int}/why", d.api(d.why_api)),
         Route("/api/agents/{number:int}/balances", d.api(d.balances_api)),
+        Route("/api/agents/{number:int}/journal", d.api(d.journal_api)),
         Mount("/static", StaticFiles(packages=[("flows.web", "static")]), name="static"),
     ]
     app = Starlette(

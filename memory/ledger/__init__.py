@@ -56,7 +56,16 @@ from memory.ledger._errors import (
     LedgerNotAFile,
 )
 from memory.ledger._ledger import Ledger, LedgerWriter
-from memory.ledger._narrative import DEFAULT_GAP_S, Cite, Day, Narrative, Sentence, narrate
+from memory.ledger._narrative import (
+    DEFAULT_GAP_S,
+    MAX_DAYS,
+    Cite,
+    Day,
+    Narrative,
+    Sentence,
+    last_days,
+    narrate,
+)
 from memory.ledger._reconcile import (
     DEFAULT_UNSENT_AFTER_S,
     TRANSFER_TOPIC,
@@ -78,6 +87,7 @@ __all__ = [
     "CLOCK_SLACK_S",
     "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
+    "MAX_DAYS",
     "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",
@@ -135,6 +145,7 @@ __all__ = [
     "dispatch_state",
     "entry_from_wire",
     "format_human",
+    "last_days",
     "learned_tokens",
     "narrate",
     "quote_unavailable_reason",

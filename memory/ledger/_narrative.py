@@ -37,6 +37,9 @@ from memory.ledger._ledger import Ledger
 
 #: a span with no ledgered decision longer than this is a gap, when the interval is not known
 DEFAULT_GAP_S = 7200
+#: the most days a "last days" window spans (``sail journal --days``, the dashboard's journal)
+MAX_DAYS = 366
+_DAY_S = 86_400
 _KINDS = {
     "cadence:": "cadence",
     "balance": "balance",
@@ -185,6 +188,23 @@ def narrate(
         by_day.setdefault(_date(s.ts), []).append(s)
     days = tuple(Day(date, tuple(items)) for date, items in sorted(by_day.items()))
     return Narrative(str(ledger.path), since, until, bound, days)
+
+
+def last_days(ledger: Ledger, days: int = 1) -> int | None:
+    """Where the narrative of the ledger's last ``days`` UTC days starts: midnight (UTC) of the day
+    of the last entry, ``days - 1`` days back; None for an empty ledger. Reads the last line only.
+
+    Raises:
+        ValueError: ``days`` is not within 1 to ``MAX_DAYS``.
+        journal.JournalCorrupt: a damaged last line.
+        LedgerNotAFile: the ledger is not a regular file.
+    """
+    if not 1 <= days <= MAX_DAYS:
+        raise ValueError(f"days must be 1 to {MAX_DAYS}, got {days}")
+    last = next(iter(ledger.iter_reverse()), None)
+    if last is None:
+        return None
+    return max(0, last.ts - last.ts % _DAY_S - (days - 1) * _DAY_S)
 
 
 # -- trades -----------------------------------------------------------------------------------------

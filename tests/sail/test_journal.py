@@ -224,6 +224,21 @@ def test_since_and_until_bound_the_window(home: Path, capsys: pytest.CaptureFixt
     )
 
 
+def test_days_tells_the_last_days_up_to_the_last_entry(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = journal(capsys, home, "--days", "1")
+    assert last == journal(capsys, home, "--since", "2026-01-02")
+    assert last["since"] == DAY + 24 * HOUR and [d["date"] for d in last["days"]] == ["2026-01-02"]
+    assert journal(capsys, home, "--days", "2") == journal(capsys, home, "--since", "2026-01-01")
+    assert journal(capsys, home, "--days", "2")["days"] == journal(capsys, home)["days"]
+    for bad in ("0", "367", "x"):
+        status, _, err = run(capsys, "journal", "--home", str(home), "--days", bad)
+        assert status == 2 and "--days" in err
+    status, _, err = run(capsys, "journal", "--home", str(home), "--days", "1", "--since", "1d")
+    assert status == 2 and "--days or --since" in err
+
+
 def test_a_damaged_ledger_fails_closed(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = home / ".sail" / "memory" / "ledger.jsonl"
     lines = path.read_bytes().split(b"\n")

@@ -468,6 +468,51 @@ def test_the_balances_api_has_one_point_per_acted_entry(client: TestClient) -> N
     assert [p["outcome"] for p in usdc["points"]] == ["confirmed", "reverted", "confirmed"]
 
 
+def test_the_journal_api_is_what_sail_journal_days_json_prints(
+    client: TestClient, agent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    told = client.get("/api/agents/0/journal").json()
+    assert told == cli_json(capsys, sail_main, "journal", "--home", str(agent), "--days", "2", "--json")
+    assert told["since"] == T0 - 86_400 and [d["date"] for d in told["days"]] == ["2025-12-31", "2026-01-01"]
+    assert [s["kind"] for s in told["days"][0]["sentences"]] == ["gap"]  # no tick the day before
+    assert told == cli_json(
+        capsys, sail_main, "journal", "--home", str(agent), "--since", "2025-12-31T00:00:00Z", "--json"
+    )
+    one = client.get("/api/agents/0/journal", params={"days": "1"}).json()
+    assert one["since"] == T0 and one["days"] == told["days"][1:]
+    for bad in ("0", "367", "x"):
+        response = client.get("/api/agents/0/journal", params={"days": bad})
+        assert response.status_code == 400 and response.json()["code"] == "serve_bad_request"
+
+
+def test_the_agent_page_tells_the_journal_each_sentence_citing_its_lines(
+    client: TestClient, agent: Path
+) -> None:
+    html = client.get("/agents/0").text
+    section = re.search(r'<section class="journal" id="journal">(.*?)</section>', html, re.S)
+    assert section is not None
+    told = client.get("/api/agents/0/journal").json()
+    sentences = [s for d in told["days"] for s in d["sentences"]]
+    assert len(re.findall(r'<li class="sentence kind-', section.group(1))) == len(sentences) > 0
+    for s in sentences:
+        assert html_escape(s["text"], quote=False) in section.group(1)
+        for c in s["cites"]:
+            mark = "L" if c["file"] == "ledger" else "A"
+            title = f'{c["file"]} line {c["line"]} sha256 {c["sha256"]}'
+            assert f'title="{title}">{mark}{c["line"]}</code>' in html
+    assert f"reason: {REVERT_REASON}" in section.group(1)
+    assert "Blocked on balance" in section.group(1) and "10.0 USDC (10000000)" in section.group(1)
+
+
+def test_an_empty_agent_page_says_its_journal_has_no_entries(tmp_path: Path) -> None:
+    empty = tmp_path / "fresh"
+    (empty / ".sail").mkdir(parents=True)
+    with client_for(ServeConfig(sail_homes=(empty,))) as c:
+        assert c.get("/api/agents/0/journal").json()["days"] == []
+        assert "no entries yet" in c.get("/agents/0").text.split('id="journal"')[1]
+        c.app.state.reader.close()  # type: ignore[attr-defined]
+
+
 def test_an_unknown_agent_is_a_coded_404(client: TestClient) -> None:
     response = client.get("/api/agents/7/status")
     assert response.status_code == 404 and response.json()["code"] == "serve_not_found"
