@@ -3,7 +3,7 @@
 Sections (``--only`` picks some): ``writes`` (the fsync floor, learn with 1 and 8 writers on the file
 and PostgreSQL journals, and the peers: sqlite3, eventsourcing, LangGraph, DBOS, rounds interleaved),
 ``reads`` (recall / why over 100,000 findings against SQLite, the peers' reads, resident memory),
-``resume`` (republishing 10,000 committed findings), ``ledger`` (the agent's tick, status and why on
+``resume`` (republishing 10,000 committed findings), ``ledger`` (the agent's tick, status, why and journal on
 a 1,000,000-line ledger against a 10-line one), ``langgraph`` (the LangGraph adapters against LangGraph's
 SQLite ones), ``scale`` (learn and recall by store size, up to ``--scale-findings``). ``reads`` also
 measures fresh processes: the first recall and ``flows recall`` end to end against sqlite3. The
@@ -63,6 +63,9 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "ledger.status_small_ms",
         "ledger.why_large_ms",
         "ledger.why_small_ms",
+        "ledger.journal_large_ms",
+        "ledger.journal_small_ms",
+        "ledger.journal_day_alone_ms",
         "ledger.lookup_snapshot_ms",
         "ledger.lookup_no_snapshot_ms",
         "ledger.full_rescan_ms",
@@ -99,6 +102,8 @@ RATIOS: dict[str, tuple[str, str]] = {
     "ratio.ledger_tick_large_vs_small": ("ledger.tick_large_ms", "ledger.tick_small_ms"),
     "ratio.ledger_status_large_vs_small": ("ledger.status_large_ms", "ledger.status_small_ms"),
     "ratio.ledger_why_large_vs_small": ("ledger.why_large_ms", "ledger.why_small_ms"),
+    "ratio.ledger_journal_large_vs_small": ("ledger.journal_large_ms", "ledger.journal_small_ms"),
+    "ratio.ledger_journal_large_vs_day_alone": ("ledger.journal_large_ms", "ledger.journal_day_alone_ms"),
     **LANGGRAPH_RATIOS,
     "ratio.first_recall_vs_sqlite": ("cold.first_recall_ms", "cold.sqlite_first_query_ms"),
     "ratio.cli_recall_vs_sqlite": ("cold.cli_recall_ms", "cold.sqlite_cli_ms"),
@@ -129,6 +134,7 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.ledger_tick_within_1_5x": ("ratio.ledger_tick_large_vs_small", "<=", 1.5),
     "goal.ledger_status_within_1_5x": ("ratio.ledger_status_large_vs_small", "<=", 1.5),
     "goal.ledger_why_within_1_5x": ("ratio.ledger_why_large_vs_small", "<=", 1.5),
+    "goal.ledger_journal_within_1_5x": ("ratio.ledger_journal_large_vs_small", "<=", 1.5),
     "goal.first_recall_fresh_within_5x_sqlite": ("ratio.first_recall_vs_sqlite", "<=", 5.0),
     "goal.cli_recall_within_2x_sqlite": ("ratio.cli_recall_vs_sqlite", "<=", 2.0),
     "goal.learn_large_store_vs_small": ("ratio.learn_large_vs_small", ">=", 0.9),
@@ -235,7 +241,8 @@ def _commit() -> str | None:
 
 
 def _bench_ledger(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
-    """The agent's tick, status and why on a large ledger against a small one, and the cadence lookup."""
+    """The agent's tick, status, why and journal on a large ledger against a small one, and the
+    cadence lookup."""
     from benchmarks.ledger_bench import SMALL, measure
 
     m, rounds = measure(base / "ledger", sizes.ledger_entries, sizes.ledger_runs)
@@ -248,11 +255,18 @@ def _bench_ledger(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) ->
         ("tick", "sail tick, a cadence skip on the in-process EVM"),
         ("status", "sail status"),
         ("why", "sail why, the 10 newest skips"),
+        ("journal", "sail journal --days 1 --json, the last day's narrative"),
     ):
         for scale, lines in (("large", sizes.ledger_entries), ("small", SMALL)):
             figure = f"ledger.{what}_{scale}_ms"
             sheet.put(figure, m[f"{what}_{scale}_ms"], f"{note}, {lines:,} lines")
             sheet.rounds[figure] = rounds[f"{what}_{scale}_ms"]
+    sheet.put(
+        "ledger.journal_day_alone_ms",
+        m["journal_day_ms"],
+        f"sail journal --days 1 --json on the last day alone ({m['journal_day_lines']:.0f} lines)",
+    )
+    sheet.rounds["ledger.journal_day_alone_ms"] = rounds["journal_day_ms"]
     sheet.put("ledger.lookup_snapshot_ms", m["with_snapshot_ms"], "last confirmed act, valid snapshot")
     sheet.put(
         "ledger.lookup_no_snapshot_ms",

@@ -15,6 +15,11 @@ Then, each as a fresh process would (new objects, nothing cached in memory), med
   so the chain answers only the head and the chain id;
 * **status** — ``sail status`` (``sail._status.agent_status``);
 * **why** — ``sail why`` (the 10 most recent skips);
+* **journal** — ``sail journal --days 1 --json``: the narrative of the last UTC day (``last_days``,
+  ``narrate``, ``as_json``), every sentence citing its lines by number and digest; and the same on
+  a third agent whose ledger is that last day alone (its lines copied, so the same narrative work
+  over a short file): the large ledger's last day holds a day of ticks, the 10-line one ten, so the
+  first ratio measures the day's length as much as the ledger's, the second the ledger's alone;
 * the last confirmed act with the snapshot (``Ledger.last_confirmed()``), and without it (a rebuild
   from both files, then written), and a full rescan (``Ledger.entries()``), on the large ledger.
 
@@ -175,6 +180,23 @@ class _Agent:
             amount_in=25_000_000, interval_s=INTERVAL, min_balance=25_000_000,
         )  # fmt: skip
 
+    @classmethod
+    def day_alone(cls, base: Path, large: _Agent) -> _Agent:
+        """An agent whose ledger is ``large``'s last UTC day alone (the lines copied as they are)."""
+        from memory.ledger import last_days
+
+        since = last_days(Ledger(large.sail_dir), 1)
+        assert since is not None
+        lines = [raw for _, _, entry, raw in _tail_lines(large.sail_dir) if entry.ts >= since - 7200]
+        sail_dir = base / ".sail"
+        Ledger(sail_dir).path.parent.mkdir(parents=True)
+        Ledger(sail_dir).path.write_bytes(b"".join(raw + b"\n" for raw in reversed(lines)))
+        ActivityLog(sail_dir).path.write_bytes(_templates()["token"] % {b"ts": T0} + b"\n")
+        day = cls.__new__(cls)
+        day.home, day.sail_dir, day.now, day.chain, day.config = base, sail_dir, large.now, None, large.config
+        Ledger(sail_dir).state()
+        return day
+
     def tick(self) -> None:
         """``sail tick``: record the start, tick, record the outcome (fresh objects each time)."""
         from eth_account import Account
@@ -199,10 +221,31 @@ class _Agent:
 
         assert agent_status(self.home, self.config)["lastConfirmed"] is not None
 
+    def journal(self) -> None:
+        from memory.ledger import last_days, narrate
+
+        ledger = Ledger(self.sail_dir)
+        told = narrate(
+            ledger,
+            token_in=TOKEN_IN,
+            interval_s=INTERVAL,
+            since=last_days(ledger, 1),
+        ).as_json()
+        assert told["days"] and told["days"][-1]["sentences"]
+
     def why(self) -> None:
         from memory.ledger import recent_skips
 
         assert len(recent_skips(Ledger(self.sail_dir), 10)) == 10
+
+
+def _tail_lines(sail_dir: Path) -> list[tuple[int, str, Any, bytes]]:
+    """The ledger's last 2,000 lines, newest first, as ``(offset, "", entry, raw)``."""
+    codec = LedgerCodec()
+    data = Ledger(sail_dir).path.read_bytes()
+    start = max(0, len(data) - 2000 * 400)
+    raws = data[start:].split(b"\n")[(1 if start else 0) : -1]
+    return [(0, "", codec.decode(raw), raw) for raw in reversed(raws)]
 
 
 def _ms(fn: Callable[[], object]) -> float:
@@ -237,14 +280,17 @@ def measure(
     for agent in (large, small):  # the first reads build the snapshots (untimed)
         agent.tick()
         agent.status()
+    day = _Agent.day_alone(base / "day", large)
+    out["journal_day_lines"] = float(Ledger(day.sail_dir).path.read_bytes().count(b"\n"))
     rounds: dict[str, list[float]] = {}
     deadline = time.monotonic() + budget_s
     for n in range(runs):
         if n >= MIN_ROUNDS and time.monotonic() > deadline:
             break  # a slow machine (or a line log that reads every line) keeps the run short
-        for what in ("tick", "status", "why"):
+        for what in ("tick", "status", "why", "journal"):
             for name, agent in (("large", large), ("small", small)):
                 rounds.setdefault(f"{what}_{name}_ms", []).append(_ms(getattr(agent, what)))
+        rounds.setdefault("journal_day_ms", []).append(_ms(day.journal))
     out.update({name: statistics.median(samples) for name, samples in rounds.items()})
     ledger = Ledger(large.sail_dir)
     expected = ledger.last_confirmed()
@@ -260,9 +306,15 @@ def measure(
 
 
 def ratio(rounds: dict[str, list[float]], what: str) -> float:
-    """The median over rounds of large / small for ``what`` (tick, status or why)."""
+    """The median over rounds of large / small for ``what`` (tick, status, why or journal)."""
     pairs = zip(rounds[f"{what}_large_ms"], rounds[f"{what}_small_ms"], strict=True)
     return statistics.median(large / small for large, small in pairs)
+
+
+def day_ratio(rounds: dict[str, list[float]]) -> float:
+    """The median over rounds of the journal on the large ledger / on its last day alone."""
+    pairs = zip(rounds["journal_large_ms"], rounds["journal_day_ms"], strict=True)
+    return statistics.median(large / day for large, day in pairs)
 
 
 def main() -> None:
@@ -277,12 +329,17 @@ def main() -> None:
         f"built {args.entries:,} ticks (ledger {m['size_mib']:.0f} MiB, activity {m['activity_mib']:.0f} MiB)"
         f" in {m['built_s']:.1f} s; medians of {args.runs}"
     )
-    for what in ("tick", "status", "why"):
+    for what in ("tick", "status", "why", "journal"):
         large, small = m[f"{what}_large_ms"], m[f"{what}_small_ms"]
         print(
             f"{what:<7} {args.entries:>9,} lines {large:9.2f} ms   {SMALL} lines {small:8.2f} ms"
             f"   ratio {ratio(rounds, what):.2f}"
         )
+    lines = int(m["journal_day_lines"])
+    print(
+        f"journal {args.entries:>9,} lines {m['journal_large_ms']:9.2f} ms   the last day alone"
+        f" ({lines} lines) {m['journal_day_ms']:8.2f} ms   ratio {day_ratio(rounds):.2f}"
+    )
     print(f"last confirmed act, valid snapshot:   {m['with_snapshot_ms']:9.3f} ms")
     print(f"  snapshot deleted (rebuild + write): {m['without_snapshot_ms']:9.0f} ms")
     print(f"  full rescan (every line decoded):   {m['rescan_ms']:9.0f} ms")

@@ -103,6 +103,9 @@ def test_the_peers_venv_absent_is_a_skip_with_the_setup_command(tmp_path: Path) 
     doc = json.loads(proc.stdout)
     assert "benchmarks/setup_peers.sh" in doc["skipped"]["read.langgraph_tag_ms"]
     assert "ledger.lookup_snapshot_ms" in doc["figures"]
+    for name in ("ledger.journal_large_ms", "ledger.journal_small_ms", "ledger.journal_day_alone_ms"):
+        assert name in doc["figures"], name
+    assert "ratio.ledger_journal_large_vs_small" in doc["ratios"]
 
 
 def test_the_retrieval_data_set_is_large_enough_and_every_question_has_one_answer() -> None:

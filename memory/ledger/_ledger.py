@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import portalocker
@@ -142,6 +143,20 @@ class Ledger:
         finally:
             os.close(fd)
 
+    @contextlib.contextmanager
+    def tail(self) -> Iterator[Tail]:
+        """Both files open at one moment with their verified snapshot (caught up in memory, never
+        written), to read backwards with every line's number: the snapshot says how many lines each
+        covered prefix holds, so a read of the tail costs the lines it reads, not the file.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those the snapshot's check reads.
+            LedgerNotAFile: a file of the agent is not a regular file.
+        """
+        with self._opened() as files:
+            snap, _ = self._current(files)
+            yield Tail(self, files, snap)
+
     def last_confirmed(self) -> LastAct | None:
         """The agent's last ``acted`` entry with outcome ``confirmed``, or None.
 
@@ -220,6 +235,9 @@ class Ledger:
         loaded = _snapshot.load(self.snapshot_path)
         if loaded is not None and self._verified(loaded, files):
             behind = files.ledger_end - loaded.ledger.size + files.activity_end - loaded.activity.size
+            if loaded.ledger.lines is None or loaded.activity.lines is None:
+                # a version 2 snapshot: count its prefixes' lines once, and have it written back
+                return self._fold(files, loaded), behind + SAVE_AFTER_BYTES + 1
             return (loaded, 0) if behind == 0 else (self._fold(files, loaded), behind)
         return self._fold(files, None), files.ledger_end + files.activity_end + SAVE_AFTER_BYTES + 1
 
@@ -247,21 +265,25 @@ class Ledger:
         cost of parsing them. Damage in such a line mid-file is for full reads to find.
         """
         builder = StateBuilder(start)
+        activity_lines = 0 if start is None else _counted(self._activity, files.activity_fd, start.activity)
         if files.activity_fd is not None:
             begin = 0 if start is None else start.activity.size
             for offset, raw in self._activity.forward_raw(files.activity_fd, begin, files.activity_end):
+                activity_lines += 1
                 if _field(raw, "event") not in _INERT_EVENTS:
                     builder.fold_activity(
                         Line(offset, raw, self._activity.decode(raw, offset, files.activity_fd))
                     )
+        ledger_lines = 0 if start is None else _counted(self.lines, files.ledger_fd, start.ledger)
         if files.ledger_fd is not None:
             begin = 0 if start is None else start.ledger.size
             for offset, raw in self.lines.forward_raw(files.ledger_fd, begin, files.ledger_end):
+                ledger_lines += 1
                 if _field(raw, "kind") != "skipped":
                     builder.fold_ledger(Line(offset, raw, self.lines.decode(raw, offset, files.ledger_fd)))
         return builder.freeze(
-            Coverage.of(files.ledger_fd, files.ledger_end, self.path),
-            Coverage.of(files.activity_fd, files.activity_end, self.activity_path),
+            Coverage.of(files.ledger_fd, files.ledger_end, self.path, ledger_lines),
+            Coverage.of(files.activity_fd, files.activity_end, self.activity_path, activity_lines),
         )
 
     def _verified(self, snap: Snapshot, files: _Open) -> bool:
@@ -335,6 +357,58 @@ class Ledger:
                 _snapshot.save(self.snapshot_path, writer.state)
 
 
+class Tail:
+    """The ledger and the activity log as ``Ledger.tail()`` opened them, read newest first.
+
+    ``snapshot`` is their verified state; its prefixes end where the files' readable ends were
+    measured, and say how many lines they hold.
+    """
+
+    def __init__(self, ledger: Ledger, files: _Open, snapshot: Snapshot) -> None:
+        self._ledger = ledger
+        self._files = files
+        self.snapshot = snapshot
+
+    def ledger(self) -> Iterator[tuple[int, str, Entry]]:
+        """Every entry, newest first, with its line number (from 1) and its line's SHA-256.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        fd, number = self._files.ledger_fd, self.snapshot.ledger.lines
+        if fd is None or number is None:
+            return
+        lines = self._ledger.lines
+        for offset, raw in lines.reverse_raw(fd, self._files.ledger_end):
+            yield number, line_sha256(raw), lines.decode(raw, offset, fd)
+            number -= 1
+
+    def activity(
+        self, events: frozenset[str], *, back_to: int | None = None
+    ) -> Iterator[tuple[int, str, ActivityRecord]]:
+        """The activity records whose ``event`` is in ``events``, newest first, each with its line
+        number (counting every line) and its line's SHA-256; other lines are not decoded. With
+        ``back_to``, the read stops at the first line stamped before it (every record's ``ts`` is
+        its writer's clock).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those decoded.
+        """
+        fd, number = self._files.activity_fd, self.snapshot.activity.lines
+        if fd is None or number is None:
+            return
+        lines = self._ledger._activity
+        marks = tuple(f'"{event}"'.encode() for event in events)
+        for offset, raw in lines.reverse_raw(fd, self._files.activity_end):
+            if back_to is not None:
+                ts = _field(raw, "ts")
+                if type(ts) is int and ts < back_to:
+                    return
+            if any(mark in raw for mark in marks) and _field(raw, "event") in events:
+                yield number, line_sha256(raw), lines.decode(raw, offset, fd)
+            number -= 1
+
+
 class LedgerWriter:
     """Appends entries while its ``Ledger.writer()`` block holds the lock.
 
@@ -385,6 +459,13 @@ class LedgerWriter:
 
 #: activity events that never change the snapshot's state
 _INERT_EVENTS = frozenset({"tick_started", "tick_finished"})
+
+
+def _counted(lines: LineFile[Any], fd: int | None, prefix: Coverage) -> int:
+    """How many lines ``prefix`` holds: as the snapshot says, else counted (a version 2 snapshot)."""
+    if prefix.lines is not None:
+        return prefix.lines
+    return 0 if fd is None or prefix.size == 0 else lines.count_lines(fd, prefix.size)
 
 
 def _field(raw: bytes, name: str) -> object:

@@ -293,6 +293,10 @@ class LineFile(Generic[T]):
             reason=reason,
         )
 
+    def count_lines(self, fd: int, end: int) -> int:
+        """How many newlines the first ``end`` bytes hold (reads them: the whole prefix)."""
+        return self._line_number(fd, end) - 1
+
     def _line_number(self, fd: int, offset: int) -> int:
         """1-based number of the line starting at ``offset`` (reads the prefix: failure path only)."""
         count, pos = 0, 0

@@ -30,10 +30,10 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
-from memory.ledger._activity import ActivityLog, DispatchSettled
+from memory.ledger._activity import ActivityRecord, DispatchSettled
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text
 from memory.ledger._entries import Acted, Amount, Entry, Outcome, Skipped
-from memory.ledger._ledger import Ledger
+from memory.ledger._ledger import CLOCK_SKEW_S, Ledger
 
 #: a span with no ledgered decision longer than this is a gap, when the interval is not known
 DEFAULT_GAP_S = 7200
@@ -49,6 +49,9 @@ _KINDS = {
 }
 _HOLDS = ("balance", "allowance", "quote", "unresolved dispatch")  # not the clock: the owner or a dispatch
 _ORDER = {"trade": 0, "blocked": 1, "skips": 2, "gap": 3}
+_REVERTED = frozenset({"dispatch_reverted"})
+#: how far before ``since`` a read from the tail looks (twice the stamps' allowed skew)
+_MARGIN_S = 2 * CLOCK_SKEW_S
 
 
 @dataclass(frozen=True)
@@ -168,14 +171,13 @@ def narrate(
         journal.JournalCorrupt: a damaged line in the ledger or the activity log.
         LedgerNotAFile: a file of the agent is not a regular file.
     """
-    lines = [
-        _Line(n, digest, entry)
-        for n, digest, entry in ledger.numbered()
-        if (since is None or entry.ts >= since) and (until is None or entry.ts < until)
-    ]
-    known = ledger.state(save=False).tokens if tokens is None else tokens
+    with ledger.tail() as tail:
+        lines = _window(tail.ledger(), since, until)
+        known = tail.snapshot.tokens if tokens is None else tokens
+        wanted = {_hash(ln) for ln in lines if _reverted(ln)}
+        back_to = None if since is None else since - _MARGIN_S
+        reverts = _revert_reasons(tail.activity(_REVERTED, back_to=back_to), wanted) if wanted else {}
     book = learned_tokens((ln.entry for ln in lines if isinstance(ln.entry, Acted)), known)
-    reverts = _revert_reasons(ActivityLog(ledger.sail_dir), {_hash(ln) for ln in lines if _reverted(ln)})
     bound = gap_s if gap_s is not None else (2 * interval_s if interval_s else DEFAULT_GAP_S)
     sentences = [
         *(_trade(ln, reverts, book) for ln in lines if isinstance(ln.entry, Acted)),
@@ -218,16 +220,47 @@ def _hash(line: _Line) -> str:
     return line.entry.tx_hash.lower() if isinstance(line.entry, Acted) else ""
 
 
-def _revert_reasons(activity: ActivityLog, hashes: set[str]) -> dict[str, tuple[str | None, Cite]]:
-    """The reason the activity log recorded for each reverted tx hash (its last word), and its line."""
+def _window(
+    newest_first: Iterable[tuple[int, str, Entry]], since: int | None, until: int | None
+) -> list[_Line]:
+    """The entries stamped in ``[since, until)``, oldest first, read from the ledger's end.
+
+    The read stops at the first skip or unverified entry (stamped by its tick's clock when written)
+    older than ``since`` by more than ``_MARGIN_S``: every line before it was written before then,
+    and no line's stamp runs ahead of its writing by more than ``CLOCK_SKEW_S`` (a confirmed act is
+    stamped with its block's time, before it is written).
+    """
+    found: list[_Line] = []
+    for number, digest, entry in newest_first:
+        if (since is None or entry.ts >= since) and (until is None or entry.ts < until):
+            found.append(_Line(number, digest, entry))
+        elif since is not None and _stamped_when_written(entry) and entry.ts + _MARGIN_S < since:
+            break
+    found.reverse()
+    return found
+
+
+def _stamped_when_written(entry: Entry) -> bool:
+    return isinstance(entry, Skipped) or (isinstance(entry, Acted) and entry.outcome is Outcome.UNVERIFIED)
+
+
+def _revert_reasons(
+    newest_first: Iterable[tuple[int, str, ActivityRecord]], hashes: set[str]
+) -> dict[str, tuple[str | None, Cite]]:
+    """The reason the activity log recorded for each reverted tx hash, and its line: the last
+    record that gave one, else the first record (read newest first, until each has its reason)."""
     found: dict[str, tuple[str | None, Cite]] = {}
-    if not hashes:
-        return found
-    for number, digest, record in activity.numbered(frozenset({"dispatch_reverted"})):
+    settled: set[str] = set()
+    for number, digest, record in newest_first:
         if isinstance(record, DispatchSettled) and record.tx_hash.lower() in hashes:
             key = record.tx_hash.lower()
-            if record.reason is not None or key not in found:
-                found[key] = (record.reason, Cite("activity", number, digest))
+            if key in settled:
+                continue
+            found[key] = (record.reason, Cite("activity", number, digest))
+            if record.reason is not None:
+                settled.add(key)
+                if len(settled) == len(hashes):
+                    break
     return found
 
 

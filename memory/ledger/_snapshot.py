@@ -9,7 +9,8 @@ log from the start. It holds, for a prefix of each of the two files:
   sent whose nonce is still free (``unsent``), each with the offset and SHA-256 of its line in the
   activity log, whether the node accepted it, and whether the ledger already says ``unverified``;
 * token metadata read earlier (``tokens``), for human amounts while the chain is unreachable;
-* the prefixes it covers: ``size`` in bytes and the SHA-256 of the prefix's first and last 4 KiB;
+* the prefixes it covers: ``size`` in bytes, ``lines`` (how many lines the prefix holds, so a reader
+  of the tail knows each line's number) and the SHA-256 of the prefix's first and last 4 KiB;
 * a SHA-256 of all of the above (``digest``).
 
 Verification costs a few small reads, whatever the files' length: the digest (a hand-edited field
@@ -17,6 +18,9 @@ fails it), each covered prefix still at the start of its file, the line of ``las
 each open dispatch still at its offset with its digest, decoding to what the snapshot says. Any
 disagreement, and the snapshot is rebuilt from the files. It is written by stage-and-rename, so a
 reader sees an old snapshot or a new one, never a part; a missing or malformed one is stale.
+
+Version 3 added ``lines``. A version 2 snapshot is still read (its prefixes' line counts unknown): the
+reader that uses it counts them once, and the next snapshot written is version 3.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 2
+VERSION = 3
+#: the versions ``load`` reads (2: without the prefixes' line counts)
+READABLE = frozenset({2, 3})
 _EDGE = 4096
 
 
@@ -57,22 +63,24 @@ class LineRef:
 
 @dataclass(frozen=True)
 class Coverage:
-    """A prefix of a file: its ``size`` and the SHA-256 of its first and last 4 KiB."""
+    """A prefix of a file: its ``size``, the SHA-256 of its first and last 4 KiB, and how many
+    ``lines`` it holds (None when a version 2 snapshot did not say)."""
 
     size: int
     head_sha256: str
     tail_sha256: str
+    lines: int | None = None
 
     @classmethod
-    def of(cls, fd: int | None, size: int, path: Path) -> Coverage:
-        """The coverage of the first ``size`` bytes of the file open at ``fd``."""
+    def of(cls, fd: int | None, size: int, path: Path, lines: int | None = None) -> Coverage:
+        """The coverage of the first ``size`` bytes of the file open at ``fd`` (``lines`` long)."""
         if fd is None or size == 0:
             empty = hashlib.sha256(b"").hexdigest()
-            return cls(0, empty, empty)
+            return cls(0, empty, empty, 0)
         head = pread(fd, min(size, _EDGE), 0, path)
         start = max(0, size - _EDGE)
         tail = pread(fd, size - start, start, path)
-        return cls(size, hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest())
+        return cls(size, hashlib.sha256(head).hexdigest(), hashlib.sha256(tail).hexdigest(), lines)
 
     def holds(self, fd: int | None, end: int, path: Path) -> bool:
         """Whether the file (readable up to ``end``) still starts with this prefix, on a line boundary."""
@@ -80,7 +88,12 @@ class Coverage:
             return False
         if self.size and (fd is None or pread(fd, 1, self.size - 1, path) != b"\n"):
             return False
-        return Coverage.of(fd, self.size, path) == self
+        other = Coverage.of(fd, self.size, path)
+        return (other.size, other.head_sha256, other.tail_sha256) == (
+            self.size,
+            self.head_sha256,
+            self.tail_sha256,
+        )
 
 
 @dataclass(frozen=True)
@@ -146,7 +159,7 @@ def _digest(body: dict[str, Any]) -> str:
 
 
 def _coverage_wire(c: Coverage) -> dict[str, Any]:
-    return {"size": c.size, "headSha256": c.head_sha256, "tailSha256": c.tail_sha256}
+    return {"size": c.size, "lines": c.lines, "headSha256": c.head_sha256, "tailSha256": c.tail_sha256}
 
 
 def _dispatch_wire(d: OpenDispatch) -> dict[str, Any]:
@@ -175,7 +188,7 @@ def load(path: Path) -> Snapshot | None:
         raw = b"".join(iter(lambda: os.read(fd, 1 << 16), b""))
         obj: Any = orjson.loads(raw)
         digest = obj.pop("digest")
-        if obj.get("version") != VERSION or digest != _digest(obj):
+        if obj.get("version") not in READABLE or digest != _digest(obj):
             return None
         return _from_wire(obj)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
@@ -201,7 +214,13 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
 
 
 def _coverage(obj: dict[str, Any]) -> Coverage:
-    return Coverage(_int(obj["size"]), _str(obj["headSha256"]), _str(obj["tailSha256"]))
+    lines = obj.get("lines")  # version 2 did not have it
+    return Coverage(
+        _int(obj["size"]),
+        _str(obj["headSha256"]),
+        _str(obj["tailSha256"]),
+        None if lines is None else _int(lines),
+    )
 
 
 def _dispatch(obj: dict[str, Any]) -> OpenDispatch:

@@ -257,3 +257,109 @@ def test_the_narrative_is_the_memory_layers_and_needs_no_chain(home: Path) -> No
     told = narrate(Ledger(home / ".sail"), token_in=USDC, interval_s=HOUR)
     assert [d.date for d in told.days] == ["2026-01-01", "2026-01-02"]
     assert told.lines()[0].startswith("the narrative of ")
+
+
+# -- read from the tail --------------------------------------------------------------------------
+
+
+def long_home(tmp_path: Path, days: int = 3) -> Path:
+    """``days`` days of ticks every 5 minutes, a swap every 50 ticks (some reverted), each confirmed
+    swap stamped with its block's time, up to 20 minutes before the skip written just ahead of it."""
+    save_config(
+        tmp_path,
+        SailConfig(
+            rpc_url="http://127.0.0.1:9", router=ROUTER, token_in=USDC, token_out=WETH,
+            amount_in=25_000_000, interval_s=HOUR, min_balance=25_000_000,
+        ),
+    )  # fmt: skip
+    sail = tmp_path / ".sail"
+    activity = ActivityLog(sail)
+    activity.append(TokenMetadata(DAY, USDC, 6, "USDC"))
+    with Ledger(sail).writer() as w:
+        for i in range(days * 288):
+            ts = DAY + 300 * i
+            if i % 50 == 49:
+                outcome = Outcome.REVERTED if i % 100 == 99 else Outcome.CONFIRMED
+                if outcome is Outcome.REVERTED:
+                    activity.append(
+                        DispatchSettled(ts + 1, "dispatch_reverted", f"0x{i:064x}", i, 1, f"R{i}")
+                    )
+                w.append(swap(ts - 60 * (i % 20), i, outcome))
+            else:
+                w.append(skip(ts, cadence_reason(300, HOUR)))
+    return tmp_path
+
+
+def test_a_window_read_from_the_tail_cites_exactly_the_lines_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = long_home(tmp_path)
+    path = home / ".sail" / "memory" / "ledger.jsonl"
+    raw = path.read_bytes().split(b"\n")[:-1]
+    stamps = [json.loads(line)["ts"] for line in raw]
+    activity = (home / ".sail" / "activity.jsonl").read_bytes().split(b"\n")
+    for since, until in ((DAY + 86_400, None), (DAY + 86_400 + 3 * HOUR, DAY + 2 * 86_400 - 7 * HOUR)):
+        argv = ["--since", str(since * 1000)] + ([] if until is None else ["--until", str(until * 1000)])
+        told = journal(capsys, home, *argv)
+        cited = {
+            c["line"]
+            for d in told["days"]
+            for s in d["sentences"]
+            for c in s["cites"]
+            if c["file"] == "ledger"
+        }
+        inside = {n for n, ts in enumerate(stamps, 1) if ts >= since and (until is None or ts < until)}
+        assert cited == inside
+        for c in (c for d in told["days"] for s in d["sentences"] for c in s["cites"]):
+            line = (raw if c["file"] == "ledger" else activity)[c["line"] - 1]
+            assert hashlib.sha256(line).hexdigest() == c["sha256"], c
+        reasons = [s["text"] for d in told["days"] for s in d["sentences"] if "reverted" in s["text"]]
+        assert reasons and all("(reason: R" in t for t in reasons)
+    assert journal(capsys, home, "--days", "1") == journal(capsys, home, "--since", "2026-01-03")
+
+
+def test_a_window_reads_the_tail_only_a_full_read_fails_closed_on_a_damaged_earlier_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = long_home(tmp_path)
+    journal(capsys, home)  # the snapshot is there (a tick's writer saved it)
+    path = home / ".sail" / "memory" / "ledger.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    assert b'"kind":"skipped"' in lines[100]
+    lines[100] = lines[100].replace(b'"kind":"skipped"', b'"kind":"SKIPPED"')  # line 101, mid-file
+    path.write_bytes(b"\n".join(lines))
+    status, _, err = run(capsys, "journal", "--home", str(home))
+    assert status == 1 and "journal_corrupt" in err and "line 101" in err
+    last = journal(capsys, home, "--days", "1")
+    assert [d["date"] for d in last["days"]] == ["2026-01-03"]
+    lines[100] = lines[100].replace(b'"kind":"SKIPPED"', b'"kind":"skipped"')
+    path.write_bytes(b"\n".join(lines))
+
+
+def test_the_snapshot_counts_each_files_lines_and_an_old_snapshot_still_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = long_home(tmp_path, days=1)
+    snap_path = home / ".sail" / "memory" / "state.json"
+    snap = json.loads(snap_path.read_bytes())
+    ledger_lines = (home / ".sail" / "memory" / "ledger.jsonl").read_bytes().count(b"\n")
+    activity_lines = (home / ".sail" / "activity.jsonl").read_bytes().count(b"\n")
+    assert (snap["version"], snap["ledger"]["lines"], snap["activity"]["lines"]) == (
+        3, ledger_lines, activity_lines,
+    )  # fmt: skip
+    expected = journal(capsys, home, "--days", "1")
+    # the same snapshot as version 2 wrote it: no line counts
+    old = {k: v for k, v in snap.items() if k != "digest"}
+    old["version"] = 2
+    for part in ("ledger", "activity"):
+        old[part] = {k: v for k, v in old[part].items() if k != "lines"}
+    old["digest"] = hashlib.sha256(
+        json.dumps(old, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    snap_path.write_text(json.dumps(old))
+    assert journal(capsys, home, "--days", "1") == expected  # read, counted, not written
+    assert json.loads(snap_path.read_bytes())["version"] == 2
+    Ledger(home / ".sail").state()  # a reader that saves writes the current version
+    again = json.loads(snap_path.read_bytes())
+    assert (again["version"], again["ledger"]["lines"]) == (3, ledger_lines)
+    assert journal(capsys, home, "--days", "1") == expected
