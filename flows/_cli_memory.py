@@ -309,6 +309,24 @@ def _detail(event: memory.HistoryEvent) -> str:
     return ""
 
 
+def _add_finding_options(p: argparse.ArgumentParser) -> None:
+    """The options of a finding's fields, which ``learn`` and ``update`` share."""
+    p.add_argument("--tag", metavar="T", action="append", help="a tag (repeat for more)")
+    p.add_argument("--source", metavar="S", help="where it came from (default: cli)")
+    p.add_argument(
+        "--meta",
+        metavar="K=V",
+        action="append",
+        help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
+    )
+    p.add_argument(
+        "--expires",
+        metavar="WHEN",
+        type=expiry_ms,
+        help="when it stops being returned: a duration from now (7d, 12h), an ISO date/time or epoch ms",
+    )
+
+
 def add_memory_commands(add: Add) -> None:
     """Register ``learn``, ``forget`` and ``history`` with the ``flows`` parser's ``add``."""
     p = add(
@@ -318,20 +336,7 @@ def add_memory_commands(add: Add) -> None:
     )
     p.add_argument("text", help="the finding's text")
     p.add_argument("--scope", metavar="S", required=True, help="the scope it is learned in")
-    p.add_argument("--tag", metavar="T", action="append", help="a tag (repeat for more)")
-    p.add_argument("--source", metavar="S", help="where it came from (default: cli)")
-    p.add_argument(
-        "--meta",
-        metavar="K=V",
-        action="append",
-        help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
-    )
-    p.add_argument(
-        "--expires",
-        metavar="WHEN",
-        type=expiry_ms,
-        help="when it stops being returned: a duration from now (7d, 12h), an ISO date/time or epoch ms",
-    )
+    _add_finding_options(p)
     p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
     p = add(
         "update",
@@ -340,20 +345,7 @@ def add_memory_commands(add: Add) -> None:
     )
     p.add_argument("memory_id", metavar="MEMORY_ID", help="the memory's id (as `flows recall` shows it)")
     p.add_argument("text", help="the new version's text")
-    p.add_argument("--tag", metavar="T", action="append", help="a tag (repeat for more)")
-    p.add_argument("--source", metavar="S", help="where it came from (default: cli)")
-    p.add_argument(
-        "--meta",
-        metavar="K=V",
-        action="append",
-        help="a metadata key and value (V is JSON when it parses, else text; repeat for more)",
-    )
-    p.add_argument(
-        "--expires",
-        metavar="WHEN",
-        type=expiry_ms,
-        help="when it stops being returned: a duration from now (7d, 12h), an ISO date/time or epoch ms",
-    )
+    _add_finding_options(p)
     p = add(
         "forget",
         bad_input_exits_2(cmd_forget),

@@ -320,6 +320,21 @@ def is_erased(record: Record) -> bool:
     )
 
 
+def _not_a(what: str, record: Record, location: str, why: str) -> JournalCorrupt:
+    """The ``JournalCorrupt`` for a record read back that is not ``what`` it should be (``why``),
+    naming its run, stream and line: nothing is built from it."""
+    return JournalCorrupt(
+        f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run {record.run_id} "
+        f"in the journal {location} is not {what}: {why}; nothing is built from it. Restore the journal "
+        "from a backup; `flows check` lists every such record",
+        path=location,
+        line=record.seq,
+        reason=why,
+        run_id=record.run_id,
+        stream=record.stream,
+    )
+
+
 def checked_commit(record: Record, location: str) -> Record:
     """Return ``record`` when it is a ``memory-learn`` commit of exactly the shape ``learn`` writes.
 
@@ -336,16 +351,7 @@ def checked_commit(record: Record, location: str) -> Record:
     why = _commit_problem(record)
     if why is None:
         return record
-    raise JournalCorrupt(
-        f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run {record.run_id} "
-        f"in the journal {location} is not a finding's commit: {why}; nothing is built from it. Restore "
-        "the journal from a backup; `flows check` lists every such record",
-        path=location,
-        line=record.seq,
-        reason=why,
-        run_id=record.run_id,
-        stream=record.stream,
-    )
+    raise _not_a("a finding's commit", record, location, why)
 
 
 def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
@@ -407,16 +413,7 @@ def checked_retirement(record: Record, location: str) -> Record:
     why = _retirement_problem(record)
     if why is None:
         return record
-    raise JournalCorrupt(
-        f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run {record.run_id} "
-        f"in the journal {location} is not a finding's retirement: {why}; nothing is built from it. "
-        "Restore the journal from a backup; `flows check` lists every such record",
-        path=location,
-        line=record.seq,
-        reason=why,
-        run_id=record.run_id,
-        stream=record.stream,
-    )
+    raise _not_a("a finding's retirement", record, location, why)
 
 
 def _retirement_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
@@ -587,16 +584,7 @@ def retirements_in(record: Record, location: str) -> list[Record]:
         return [checked_retirement(record, location)]
     why = _batch_problem(record)
     if why is not None:
-        raise JournalCorrupt(
-            f"record {record.id!r} (line {record.seq}) of stream {record.stream} of root run "
-            f"{record.run_id} in the journal {location} is not a forget by filter: {why}; nothing is "
-            "built from it. Restore the journal from a backup; `flows check` lists every such record",
-            path=location,
-            line=record.seq,
-            reason=why,
-            run_id=record.run_id,
-            stream=record.stream,
-        )
+        raise _not_a("a forget by filter", record, location, why)
     return [
         replace(
             record,
