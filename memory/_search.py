@@ -171,6 +171,33 @@ def _score_terms(found: Terms, wanted: Mapping[str, frozenset[str]]) -> tuple[fl
     return (len(matched) + weight / 10 if matched else 0.0), tuple(matched)
 
 
+def _keeps(
+    *,
+    scope: str | None,
+    source: str | None,
+    before_ms: int | None,
+    now: int,
+    retired: Mapping[str, Retired],
+    every_tag: Sequence[str],
+    wanted_meta: Mapping[str, str],
+) -> Callable[[Recalled], bool]:
+    """Whether an unsynced entry is live and passes a read's filters (``recall``'s own walk keeps
+    these tests inline, on its hot path)."""
+
+    def keep(e: Recalled) -> bool:
+        return (
+            (scope is None or e.scope == scope)
+            and (e.expires_ms is None or e.expires_ms > now)
+            and e.key not in retired
+            and (source is None or e.source == source)
+            and (before_ms is None or e.learned_ms < before_ms)
+            and (not every_tag or all(t in e.tags for t in every_tag))
+            and (not wanted_meta or meta_matches(e, wanted_meta))
+        )
+
+    return keep
+
+
 def _no_shared() -> Mapping[str, Retired]:
     return {}
 
@@ -678,18 +705,16 @@ class Search:
         """The keys of every live finding the filters keep (what ``recall`` with no limit returns),
         without building the DB's rows; the unsynced ones among them, by key; the listings."""
         listings, retired = self._sources(scope)
-        disk = [
-            e
-            for listing in listings
-            for e in listing.entries
-            if (scope is None or e.scope == scope)
-            and (source is None or e.source == source)
-            and (before_ms is None or e.learned_ms < before_ms)
-            and (e.expires_ms is None or e.expires_ms > now)
-            and e.key not in retired
-            and (not every_tag or all(t in e.tags for t in every_tag))
-            and (not wanted_meta or meta_matches(e, wanted_meta))
-        ]
+        keep = _keeps(
+            scope=scope,
+            source=source,
+            before_ms=before_ms,
+            now=now,
+            retired=retired,
+            every_tag=every_tag,
+            wanted_meta=wanted_meta,
+        )
+        disk = [e for listing in listings for e in listing.entries if keep(e)]
         with self._db.snapshot():  # files first, then the DB in one snapshot (see recall)
             rows = self._db.recall_keys(
                 scope=scope, source=source, before_ms=before_ms, now_ms=now, tags=every_tag, meta=wanted_meta
@@ -802,16 +827,15 @@ class Search:
         now = self._clock()
         listings, retired = self._sources(scope, whole=True)
 
-        def live(e: Recalled) -> bool:
-            return (
-                (scope is None or e.scope == scope)
-                and (e.expires_ms is None or e.expires_ms > now)
-                and e.key not in retired
-                and (source is None or e.source == source)
-                and (before_ms is None or e.learned_ms < before_ms)
-                and (not every_tag or all(t in e.tags for t in every_tag))
-                and (not wanted_meta or meta_matches(e, wanted_meta))
-            )
+        live = _keeps(
+            scope=scope,
+            source=source,
+            before_ms=before_ms,
+            now=now,
+            retired=retired,
+            every_tag=every_tag,
+            wanted_meta=wanted_meta,
+        )
 
         filtered = bool(
             scope is not None
