@@ -17,8 +17,10 @@ shared PostgreSQL journal needs no vector extension.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
+import re
 import sqlite3
 import stat
 import struct
@@ -36,6 +38,22 @@ if TYPE_CHECKING:  # numpy is imported when a VectorIndex is made (the semantic 
     import numpy as np
 
 VECTORS_FILE = "vectors.sqlite3"
+SNAPSHOT_PREFIX = "vectors-"
+"""Snapshots of a model's vectors (``vectors-<digest of the model name>.npy``), mapped by a fresh
+process; derived from the vectors file, deleted whenever a vector is discarded."""
+_KEY32 = re.compile(r"[0-9a-f]{32}")
+
+
+def snapshots(folder: Path) -> list[Path]:
+    """The vectors' snapshot files in ``folder``."""
+    try:
+        return [
+            folder / n for n in os.listdir(folder) if n.startswith(SNAPSHOT_PREFIX) and n.endswith(".npy")
+        ]
+    except OSError:
+        return []
+
+
 RECIPE = "text+tags/1"
 """What a finding's vector is made of (its text, then its tags on a line); part of the stored
 model name, so a change of recipe derives new vectors."""
@@ -121,6 +139,7 @@ class VectorIndex:
         self._dims = embedder.dims
         self._rows: dict[str, int] = {}
         self._matrix = numpy.zeros((0, self._dims), dtype=numpy.float16)
+        self._used = 0  # the matrix's rows in use
         self._scanned = False
         self._last: tuple[Sequence[str], np.ndarray] | None = None  # the last keys asked and their rows
         self._conn: sqlite3.Connection | None = None
@@ -140,15 +159,18 @@ class VectorIndex:
         for i, k in enumerate(keys):
             row = self._rows.get(k)
             if row is not None:
+                if not self._matrix.flags.writeable:  # the snapshot, mapped read-only: copy it first
+                    self._matrix = np.array(self._matrix)
                 self._matrix[row] = block[i]
         if not fresh:
             return
-        n = len(self._rows)
+        n = self._used  # rows in use (a snapshot's rows of a bad key or vector included)
         need = n + len(fresh)
-        if need > self._matrix.shape[0]:
+        if need > self._matrix.shape[0] or not self._matrix.flags.writeable:
             grown = np.zeros((max(need, 2 * self._matrix.shape[0], 1024), self._dims), dtype=np.float16)
             grown[:n] = self._matrix[:n]
             self._matrix = grown
+        self._used = need
         self._matrix[n:need] = block[fresh]
         for j, i in enumerate(fresh):
             self._rows[keys[i]] = n + j
@@ -186,6 +208,65 @@ class VectorIndex:
         except sqlite3.Error:
             self._give_up()
 
+    def _snapshot_path(self) -> Path:
+        return (
+            self._path.parent / f"{SNAPSHOT_PREFIX}{hashlib.sha256(self.model.encode()).hexdigest()[:16]}.npy"
+        )
+
+    def _open_snapshot(self) -> bool:
+        """Map the model's snapshot (every vector it held when a process last read them all) as the
+        matrix, read-only: a fresh process's first search pages the vectors in from the page cache
+        rather than decoding them from the vectors file. Its rows are checked (a key's shape, a
+        finite vector) like any stored vector; False when there is none fit to use."""
+        np = self._np
+        path = self._snapshot_path()
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return False
+            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError):
+            return False
+        dtype = getattr(mapped, "dtype", None)
+        if dtype is None or dtype.names != ("key", "vec") or dtype["vec"].shape != (self._dims,):
+            return False
+        if dtype["key"] != np.dtype("S32") or dtype["vec"].base != np.dtype("<f2"):
+            return False
+        vec = mapped["vec"]
+        good = np.isfinite(vec).all(axis=1)
+        rows: dict[str, int] = {}
+        for i, raw in enumerate(mapped["key"].tolist()):
+            key = raw.decode("ascii", "replace")
+            if good[i] and _KEY32.fullmatch(key):
+                rows[key] = i
+        self._matrix = vec
+        self._used = len(vec)
+        self._rows = rows
+        self._last = None
+        return True
+
+    def _write_snapshot(self) -> None:
+        """Write the model's vectors held now as its snapshot (beside the vectors file, replaced
+        atomically), for the next fresh process; best effort."""
+        np = self._np
+        if self._conn is None or len(self._rows) < 2_000:
+            return
+        keys = list(self._rows)
+        block = np.zeros(len(keys), dtype=[("key", "S32"), ("vec", "<f2", (self._dims,))])
+        block["key"] = [k.encode() for k in keys]
+        block["vec"] = self._matrix[
+            np.fromiter((self._rows[k] for k in keys), dtype=np.int64, count=len(keys))
+        ]
+        path = self._snapshot_path()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                np.save(fh, block, allow_pickle=False)
+            os.chmod(tmp, 0o600)
+            os.rename(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
     def _store(self, keys: Sequence[str], block: np.ndarray) -> None:
         conn = self._db()
         if conn is None or not keys:
@@ -220,12 +301,19 @@ class VectorIndex:
         if missing and len(rows) + len(missing) > _MEMORY_MAX:  # start again with these alone
             self._rows = rows = {}
             self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
+            self._used = 0
             self._scanned = True  # a scan would bring back what was just let go
             missing = list(keys)
         if missing:
             if not self._scanned and len(missing) > 2_000:
                 self._scanned = True
-                self._load(None)
+                if not rows and self._open_snapshot():
+                    rows = self._rows
+                    self._load([k for k in missing if k not in rows])  # learned since the snapshot
+                else:
+                    self._load(None)
+                    self._write_snapshot()
+                    rows = self._rows
             else:
                 self._load(missing)
             todo = [k for k in missing if k not in rows]
@@ -241,6 +329,8 @@ class VectorIndex:
                 made = checked_vectors(self.embedder, [found[k] for k in chunk]).astype(self._np.float16)
                 self._store(chunk, made)
                 self._keep(chunk, made)
+            if len(todo) > 2_000:  # many derived at once (a first search, derive_vectors): keep a snapshot
+                self._write_snapshot()
         idx = self._np.fromiter((rows[k] for k in keys), dtype=self._np.int64, count=len(keys))
         self._last = (list(keys), idx)
         return idx
@@ -274,8 +364,11 @@ class VectorIndex:
             self._last = None
             for k in keys:
                 row = self._rows.pop(k, None)
-                if row is not None:
+                if row is not None and self._matrix.flags.writeable:
                     self._matrix[row] = 0  # the row is never read again; its bytes go too
+            for path in snapshots(self._path.parent):  # they may hold these keys' vectors
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             conn = self._db()
         return _delete(conn, keys) if conn is not None else 0
 
@@ -284,6 +377,7 @@ class VectorIndex:
             self._give_up()
             self._rows = {}
             self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
+            self._used = 0
             self._scanned = False
             self._last = None
 
@@ -328,6 +422,10 @@ def discard_vectors(db_path: str | os.PathLike[str], keys: Iterable[str]) -> int
     """Delete the stored vectors of ``keys`` (every embedder's) from a store's vectors file, their
     bytes overwritten; the number of rows deleted (0 when there is no file)."""
     keys = list(keys)
+    if keys:
+        for path in snapshots(vectors_path(Path(db_path)).parent):  # they may hold these keys' vectors
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     conn = _connect(vectors_path(Path(db_path)), create=False) if keys else None
     if conn is None:
         return 0

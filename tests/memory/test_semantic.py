@@ -400,3 +400,53 @@ def test_processes_deriving_vectors_at_once_agree(db: Path) -> None:
     assert [p.returncode for p in procs] == [0] * 4, [e for _, e in outs]
     assert [o.strip() for o, _ in outs] == ["300"] * 4
     assert len(_vector_rows(db)) == 300
+
+
+# -- a fresh process maps the vectors' snapshot -----------------------------------------------------
+
+
+def _many(db: Path, n: int = 2_100) -> list[str]:
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        return [session.learn({"text": f"finding {i} about zebras"}).key for i in range(n)]
+
+
+def test_a_fresh_store_maps_the_snapshot_and_a_forget_deletes_it(db: Path) -> None:
+    from memory._vectors import snapshots
+
+    keys = _many(db)
+    toy = Toy()
+    with _store(db, toy) as s:
+        s.derive_vectors()
+    (snap,) = snapshots(vectors_path(db).parent)
+    with sqlite3.connect(vectors_path(db)) as conn:  # the file's rows gone: only the snapshot holds them
+        conn.execute("DELETE FROM vectors")
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        assert len(s.why("zebras", mode="semantic", limit=5)) == 5
+    assert toy.seen == ["zebras"]  # nothing derived again: the snapshot answered
+    with _store(db, toy) as s, s.session(scope="u") as session:
+        session.forget(keys[0], reason="gone")
+    assert snapshots(vectors_path(db).parent) == [] and not snap.exists()
+
+
+def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
+    import numpy as np
+
+    from memory._vectors import snapshots
+
+    keys = _many(db)
+    toy = Toy()
+    with _store(db, toy) as s:
+        s.derive_vectors()
+    (snap,) = snapshots(vectors_path(db).parent)
+    block = np.load(snap, allow_pickle=False)
+    block["vec"][0] = np.nan
+    block["key"][1] = b"../../etc/passwd" + b"x" * 16
+    np.save(snap, block, allow_pickle=False)
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("DELETE FROM vectors")
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        s.why("zebras", mode="semantic")
+    assert len(toy.seen) == 3 and "zebras" in toy.seen  # the question and the two bad rows' findings
+    assert {t for t in toy.seen if t != "zebras"} <= {f"finding {i} about zebras" for i in range(len(keys))}
