@@ -264,6 +264,10 @@ def cmd_journal(args: argparse.Namespace) -> int:
         if since is not None:
             raise UsageError("journal takes --days or --since, not both")
         since = last_days(ledger, args.days)
+    if args.learn:
+        return _learn_journal(args, home, config, ledger, (since, until))
+    if args.db is not None or args.scope is not None or args.memory_journal is not None:
+        raise UsageError("journal --db, --journal and --scope go with --learn")
     narrative = narrate(
         ledger,
         token_in=config.token_in,
@@ -276,6 +280,41 @@ def cmd_journal(args: argparse.Namespace) -> int:
         _dump(narrative.as_json())
         return 0
     for line in narrative.lines():
+        print(line)
+    return 0
+
+
+def _learn_journal(
+    args: argparse.Namespace,
+    home: Path,
+    config: SailConfig,
+    ledger: Ledger,
+    window: tuple[int | None, int | None],
+) -> int:
+    """``journal --learn``: each finished day's sentences learned into flows-memory."""
+    from memory import MemoryStore, check_store_location
+    from sail._learn import default_scope, learn_journal
+
+    scope = args.scope or default_scope(home)
+    check_store_location(args.db, args.memory_journal, creating=True)
+    store = MemoryStore(args.db, journal=args.memory_journal)
+    try:
+        report = learn_journal(
+            ledger,
+            token_in=config.token_in,
+            interval_s=config.interval_s,
+            store=store,
+            scope=scope,
+            since=window[0],
+            until=window[1],
+            gap_s=args.gap,
+        )
+    finally:
+        store.close()
+    if args.json:
+        _dump(report.as_json())
+        return 0
+    for line in report.lines():
         print(line)
     return 0
 
@@ -412,6 +451,26 @@ def build_cli() -> CommandLine:
         type=_seconds,
         metavar="SECONDS",
         help="tell spans with no ledgered decision longer than this (default: twice the interval)",
+    )
+    p.add_argument(
+        "--learn",
+        action="store_true",
+        help="learn each finished UTC day's sentences into flows-memory as findings in the agent's scope "
+        "(each citing its lines); findings already there are not learned again",
+    )
+    p.add_argument(
+        "--scope",
+        metavar="SCOPE",
+        help="with --learn: the findings' scope (default: sail:<home's name>)",
+    )
+    p.add_argument(
+        "--db", metavar="PATH", help="with --learn: the history DB (default: $FLOWS_DB or the XDG data dir)"
+    )
+    p.add_argument(
+        "--journal",
+        dest="memory_journal",
+        metavar="LOCATION",
+        help="with --learn: the store's journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)",
     )
     p.add_argument(
         "--days",

@@ -65,6 +65,7 @@ from memory.ledger._narrative import (
     Sentence,
     last_days,
     narrate,
+    narrate_days,
 )
 from memory.ledger._reconcile import (
     DEFAULT_UNSENT_AFTER_S,
@@ -148,6 +149,7 @@ __all__ = [
     "last_days",
     "learned_tokens",
     "narrate",
+    "narrate_days",
     "quote_unavailable_reason",
     "reason_text",
     "recent_skips",

@@ -171,14 +171,68 @@ def narrate(
         journal.JournalCorrupt: a damaged line in the ledger or the activity log.
         LedgerNotAFile: a file of the agent is not a regular file.
     """
+    lines, reverts, known = _read(ledger, since, until)
+    bound = gap_s if gap_s is not None else (2 * interval_s if interval_s else DEFAULT_GAP_S)
+    book = learned_tokens(
+        (ln.entry for ln in lines if isinstance(ln.entry, Acted)), known if tokens is None else tokens
+    )
+    days = _tell(lines, reverts, book, token_in, bound=bound, since=since, until=until)
+    return Narrative(str(ledger.path), since, until, bound, days)
+
+
+def narrate_days(
+    ledger: Ledger,
+    *,
+    token_in: str | None,
+    interval_s: int | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    gap_s: int | None = None,
+) -> list[Narrative]:
+    """Each UTC day of ``[since, until)`` that holds an entry, told on its own: the narrative of
+    that day's window alone (a span running past midnight ends with the day), from one read of the
+    ledger. A day's narrative never changes once the day is over (no later entry is stamped in it).
+
+    Raises:
+        journal.JournalCorrupt: a damaged line in the ledger or the activity log.
+        LedgerNotAFile: a file of the agent is not a regular file.
+    """
+    lines, reverts, known = _read(ledger, since, until)
+    bound = gap_s if gap_s is not None else (2 * interval_s if interval_s else DEFAULT_GAP_S)
+    book = learned_tokens((ln.entry for ln in lines if isinstance(ln.entry, Acted)), known)
+    by_day: dict[int, list[_Line]] = {}
+    for line in lines:
+        by_day.setdefault(line.entry.ts - line.entry.ts % _DAY_S, []).append(line)
+    told = []
+    for start, members in sorted(by_day.items()):
+        begin = start if since is None else max(since, start)
+        end = start + _DAY_S if until is None else min(until, start + _DAY_S)
+        days = _tell(members, reverts, book, token_in, bound=bound, since=begin, until=end)
+        told.append(Narrative(str(ledger.path), begin, end, bound, days))
+    return told
+
+
+def _read(
+    ledger: Ledger, since: int | None, until: int | None
+) -> tuple[list[_Line], dict[str, tuple[str | None, Cite]], TokenBook]:
     with ledger.tail() as tail:
         lines = _window(tail.ledger(), since, until)
-        known = tail.snapshot.tokens if tokens is None else tokens
         wanted = {_hash(ln) for ln in lines if _reverted(ln)}
         back_to = None if since is None else since - _MARGIN_S
         reverts = _revert_reasons(tail.activity(_REVERTED, back_to=back_to), wanted) if wanted else {}
-    book = learned_tokens((ln.entry for ln in lines if isinstance(ln.entry, Acted)), known)
-    bound = gap_s if gap_s is not None else (2 * interval_s if interval_s else DEFAULT_GAP_S)
+        return lines, reverts, tail.snapshot.tokens
+
+
+def _tell(
+    lines: list[_Line],
+    reverts: dict[str, tuple[str | None, Cite]],
+    book: TokenBook,
+    token_in: str | None,
+    *,
+    bound: int,
+    since: int | None,
+    until: int | None,
+) -> tuple[Day, ...]:
     sentences = [
         *(_trade(ln, reverts, book) for ln in lines if isinstance(ln.entry, Acted)),
         *_skip_groups(lines, token_in, book),
@@ -188,8 +242,7 @@ def narrate(
     by_day: dict[str, list[Sentence]] = {}
     for s in sorted(sentences, key=lambda s: (s.ts, _ORDER[s.kind], s.cites[0].line)):
         by_day.setdefault(_date(s.ts), []).append(s)
-    days = tuple(Day(date, tuple(items)) for date, items in sorted(by_day.items()))
-    return Narrative(str(ledger.path), since, until, bound, days)
+    return tuple(Day(date, tuple(items)) for date, items in sorted(by_day.items()))
 
 
 def last_days(ledger: Ledger, days: int = 1) -> int | None:

@@ -363,3 +363,72 @@ def test_the_snapshot_counts_each_files_lines_and_an_old_snapshot_still_reads(
     again = json.loads(snap_path.read_bytes())
     assert (again["version"], again["ledger"]["lines"]) == (3, ledger_lines)
     assert journal(capsys, home, "--days", "1") == expected
+
+
+# -- learned into flows-memory -------------------------------------------------------------------
+
+
+def flows_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    from flows._cli import main as flows_main
+
+    status = flows_main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return json.loads(out)
+
+
+def test_learn_puts_each_finished_days_sentences_in_memory_once_and_why_answers_from_them(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "store" / "history.db")
+    (tmp_path / "store").mkdir()
+    # each finished day told on its own window: here the same as both days' window at once
+    told = journal(capsys, home, "--since", "2026-01-01", "--until", "2026-01-03")
+    sentences = [(d["date"], s) for d in told["days"] for s in d["sentences"]]
+    first = journal(capsys, home, "--learn", "--db", db)
+    assert first["scope"] == f"sail:{home.name}" and first["days"] == ["2026-01-01", "2026-01-02"]
+    assert len(first["learned"]) == len(sentences) == 13 and first["known"] == []
+    runs = flows_json(capsys, "runs", "--db", db)
+    # again: nothing new learned, no root run begun
+    again = journal(capsys, home, "--learn", "--db", db)
+    assert (again["learned"], sorted(again["known"])) == ([], sorted(first["learned"]))
+    assert flows_json(capsys, "runs", "--db", db) == runs
+    status, out, _ = run(capsys, "journal", "--home", str(home), "--learn", "--db", db)
+    assert (
+        status == 0
+        and out.startswith("learned 0 findings from 2 finished days")
+        and "(13 already there)" in out
+    )
+
+    ledger_lines = (home / ".sail" / "memory" / "ledger.jsonl").read_bytes().split(b"\n")
+    answers = flows_json(capsys, "why", "why did the agent stop trading", "--db", db)
+    top = answers[0]
+    assert "the agent stopped trading: Blocked on" in top["text"], top
+    assert top["scope"] == f"sail:{home.name}" and top["source"] == "sail journal"
+    cites = top["metadata"]["cites"]
+    assert cites and top["metadata"]["journal"]["kind"] == "blocked"
+    for cite in cites:
+        file, line, digest = cite.split(":")
+        if file == "ledger":
+            assert hashlib.sha256(ledger_lines[int(line) - 1]).hexdigest() == digest
+    assert top["citation"]["stream"] == "memory-learn" and top["flow"] == "sail-journal"  # its journal record
+    told_texts = {s["text"] for _, s in sentences}
+    assert top["text"].split(": ", 1)[1] in told_texts
+    friday = flows_json(capsys, "why", "why did the agent stop trading on Friday", "--db", db)[0]
+    assert friday["text"].startswith("On Friday 2026-01-02") and "Blocked on allowance" in friday["text"]
+
+
+def test_learn_leaves_today_for_when_it_is_over_and_refuses_store_options_without_it(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    now = int(time.time())
+    with Ledger(home / ".sail").writer() as w:
+        w.append(skip(now - 5, cadence_reason(5, HOUR)))
+    db = str(tmp_path / "history.db")
+    learned = journal(capsys, home, "--learn", "--db", db)
+    today = time.strftime("%Y-%m-%d", time.gmtime(now))
+    assert today not in learned["days"] and learned["days"][:2] == ["2026-01-01", "2026-01-02"]
+    status, _, err = run(capsys, "journal", "--home", str(home), "--db", db)
+    assert status == 2 and "go with --learn" in err
