@@ -109,8 +109,10 @@ def test_after_erase_no_byte_of_the_content_is_left(tmp_path: Path, journal_loca
         "memory.erase_before_rewrite",
     ],
 )
-def test_an_erase_killed_at_any_point_is_finished_by_the_next(tmp_path: Path, point: str) -> None:
-    location = str(tmp_path / "store" / "flows-journal")
+def test_an_erase_killed_at_any_point_is_finished_by_the_next(
+    tmp_path: Path, point: str, journal_location: str
+) -> None:
+    location = journal_location
     store = _store(tmp_path, location)
     first, _ = _learn_versions(store)
     store.close()
@@ -142,7 +144,7 @@ def test_an_erase_killed_at_any_point_is_finished_by_the_next(tmp_path: Path, po
             assert all(MARK not in e.text for e in after.recall(limit=None))
             with after.session(scope="cli") as s:
                 s.erase(first, reason="again")
-        assert _files_holding(tmp_path, MARK) == []
+        assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(after, MARK) == 0
         assert [p.kind for p in memory.check_store(after)] == []
 
 
