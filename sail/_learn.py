@@ -19,7 +19,8 @@ finding in the agent's scope, learned through a ``MemorySession`` (its own root 
 Each day is told on its own window (``memory.ledger.narrate_days``), so a finished day's sentences
 never change: the findings' keys are the same on every run, and a finding whose key the store
 already holds live is not learned again (re-running learns nothing; a run with nothing new begins
-no root run).
+no root run). A run reads the ledger from the start of the last day already learned into the scope
+(the newest finding's), not from the ledger's start.
 """
 
 from __future__ import annotations
@@ -108,6 +109,19 @@ def _finding(sentence: Sentence, date: str, place: int, ledger: Path) -> dict[st
     return {"text": text, "source": SOURCE, "tags": tags, "metadata": metadata}
 
 
+def _last_learned_day(store: Any, scope: str) -> int | None:
+    """Where the last day learned into ``scope`` starts (its findings are told again, and known),
+    so a run reads the ledger from there on, not from its start; None when none was learned."""
+    newest = store.recall(scope=scope, source=SOURCE, tags=[TAG], limit=1)
+    if not newest:
+        return None
+    date = newest[0].metadata.get("journal", {}).get("date")
+    try:
+        return int(datetime.strptime(str(date), "%Y-%m-%d").replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return None
+
+
 def learn_journal(
     ledger: Ledger,
     *,
@@ -134,6 +148,9 @@ def learn_journal(
     today = now - now % _DAY_S
     end = today if until is None else min(until, today)
     report = LearnedJournal(scope, str(store.db_path))
+    resume = _last_learned_day(store, scope)
+    if resume is not None:
+        since = resume if since is None else max(since, resume)
     if since is not None and end <= since:
         return report
     told = narrate_days(ledger, token_in=token_in, interval_s=interval_s, since=since, until=end, gap_s=gap_s)

@@ -190,8 +190,10 @@ def narrate_days(
     gap_s: int | None = None,
 ) -> list[Narrative]:
     """Each UTC day of ``[since, until)`` that holds an entry, told on its own: the narrative of
-    that day's window alone (a span running past midnight ends with the day), from one read of the
-    ledger. A day's narrative never changes once the day is over (no later entry is stamped in it).
+    that day's window alone (a span running past midnight ends with the day; token symbols from the
+    recorded metadata and that day's own trades), from one read of the ledger. So a day's narrative
+    is the same whatever window it was read in, and never changes once the day is over (no later
+    entry is stamped in it) unless the activity log records a token's metadata meanwhile.
 
     Raises:
         journal.JournalCorrupt: a damaged line in the ledger or the activity log.
@@ -199,7 +201,6 @@ def narrate_days(
     """
     lines, reverts, known = _read(ledger, since, until)
     bound = gap_s if gap_s is not None else (2 * interval_s if interval_s else DEFAULT_GAP_S)
-    book = learned_tokens((ln.entry for ln in lines if isinstance(ln.entry, Acted)), known)
     by_day: dict[int, list[_Line]] = {}
     for line in lines:
         by_day.setdefault(line.entry.ts - line.entry.ts % _DAY_S, []).append(line)
@@ -207,6 +208,7 @@ def narrate_days(
     for start, members in sorted(by_day.items()):
         begin = start if since is None else max(since, start)
         end = start + _DAY_S if until is None else min(until, start + _DAY_S)
+        book = learned_tokens((ln.entry for ln in members if isinstance(ln.entry, Acted)), known)
         days = _tell(members, reverts, book, token_in, bound=bound, since=begin, until=end)
         told.append(Narrative(str(ledger.path), begin, end, bound, days))
     return told

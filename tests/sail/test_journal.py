@@ -391,13 +391,14 @@ def test_learn_puts_each_finished_days_sentences_in_memory_once_and_why_answers_
     runs = flows_json(capsys, "runs", "--db", db)
     # again: nothing new learned, no root run begun
     again = journal(capsys, home, "--learn", "--db", db)
-    assert (again["learned"], sorted(again["known"])) == ([], sorted(first["learned"]))
+    day_two = [k for k, (date, _) in zip(first["learned"], sentences, strict=True) if date == "2026-01-02"]
+    assert (again["days"], again["learned"], again["known"]) == (["2026-01-02"], [], day_two)
     assert flows_json(capsys, "runs", "--db", db) == runs
     status, out, _ = run(capsys, "journal", "--home", str(home), "--learn", "--db", db)
     assert (
         status == 0
-        and out.startswith("learned 0 findings from 2 finished days")
-        and "(13 already there)" in out
+        and out.startswith("learned 0 findings from 1 finished days")
+        and f"({len(day_two)} already there)" in out
     )
 
     ledger_lines = (home / ".sail" / "memory" / "ledger.jsonl").read_bytes().split(b"\n")
@@ -432,3 +433,19 @@ def test_learn_leaves_today_for_when_it_is_over_and_refuses_store_options_withou
     assert today not in learned["days"] and learned["days"][:2] == ["2026-01-01", "2026-01-02"]
     status, _, err = run(capsys, "journal", "--home", str(home), "--db", db)
     assert status == 2 and "go with --learn" in err
+
+
+def test_learn_reads_from_the_last_day_it_learned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = long_home(tmp_path / "agent")
+    db = str(tmp_path / "history.db")
+    first = journal(capsys, home, "--learn", "--db", db)
+    assert first["days"] == ["2026-01-01", "2026-01-02", "2026-01-03"] and first["learned"]
+    path = home / ".sail" / "memory" / "ledger.jsonl"
+    intact = path.read_bytes()
+    lines = intact.split(b"\n")
+    lines[100] = lines[100].replace(b'"kind":"skipped"', b'"kind":"SKIPPED"')  # on the first day
+    path.write_bytes(b"\n".join(lines))
+    again = journal(capsys, home, "--learn", "--db", db)  # reads the last day learned only
+    assert (again["days"], again["learned"]) == (["2026-01-03"], [])
+    assert set(again["known"]) < set(first["learned"])
+    path.write_bytes(intact)
