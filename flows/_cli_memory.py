@@ -243,7 +243,14 @@ def _forget_where(args: argparse.Namespace) -> int:
 
 
 def cmd_erase(args: argparse.Namespace) -> int:
-    """Erase a memory, every version, under a root run of its own (flow ``cli``)."""
+    """Erase a memory, every version, or every memory a filter matches, under a root run of its own
+    (flow ``cli``)."""
+    if args.key is not None and _filtered(args):
+        raise memory.ArgumentInvalid(
+            "give a KEY or a filter (--scope, --tag, --meta, --source, --before), not both"
+        )
+    if args.key is None:
+        return _erase_where(args)
     memory.check_key(args.key)
     with _store(args) as store:
         events = store.history(args.key)
@@ -263,6 +270,42 @@ def cmd_erase(args: argparse.Namespace) -> int:
         print(f"erased memory {erased.memory}: {done}")
         if erased.citation is not None:
             print(f"   {_citation(erased.citation)}")
+    return EXIT_OK
+
+
+def _erase_where(args: argparse.Namespace) -> int:
+    if not _filtered(args):
+        raise memory.ArgumentInvalid(
+            "erase needs a KEY, or a filter (--scope, --tag, --meta, --source, --before) for every "
+            "memory with a commit it matches"
+        )
+    filters: dict[str, Any] = {
+        "reason": args.reason,
+        "scope": args.scope,
+        "tags": args.tag or (),
+        "meta": meta_pairs(args.meta),
+        "source": args.source,
+        "before_ms": args.before,
+    }
+    with _store(args) as store, store.session(scope=args.scope or CLI_FLOW, flow=CLI_FLOW) as session:
+        planned = session.erase_where(dry_run=True, **filters)
+        if args.dry_run or not planned:
+            done = planned
+        elif not args.yes:
+            raise memory.ArgumentInvalid(
+                f"this erases {len(planned)} memor{'y' if len(planned) == 1 else 'ies'} for good (their "
+                "content leaves the journal and every copy): add --yes, or --dry-run to list them"
+            )
+        else:
+            done = session.erase_where(**filters)
+    if args.json:
+        _json_out({"memoryIds": done, "count": len(done), "dryRun": bool(args.dry_run)})
+    elif args.dry_run:
+        print(f"would erase {len(done)} memor{'y' if len(done) == 1 else 'ies'} (nothing written):")
+        for m in done:
+            print(f"   {m}")
+    else:
+        print(f"erased {len(done)} memor{'y' if len(done) == 1 else 'ies'}")
     return EXIT_OK
 
 
@@ -307,6 +350,20 @@ def _detail(event: memory.HistoryEvent) -> str:
         text = " ".join(str(event.content.get("text", "")).split())
         return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 1] + "…"
     return ""
+
+
+def _add_filter_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The filter options of ``forget`` and ``erase`` (``what`` they reach)."""
+    p.add_argument("--scope", metavar="S", help=f"filter: {what} of this scope")
+    p.add_argument("--tag", metavar="T", action="append", help="filter: carrying this tag (repeat: all)")
+    p.add_argument("--meta", metavar="K=V", action="append", help="filter: this metadata value (repeat)")
+    p.add_argument("--source", metavar="S", help="filter: from this source")
+    p.add_argument(
+        "--before",
+        metavar="WHEN",
+        type=instant_ms,
+        help="filter: learned before WHEN (a duration ago, 7d; ISO 8601; epoch ms)",
+    )
 
 
 def _add_finding_options(p: argparse.ArgumentParser) -> None:
@@ -360,18 +417,7 @@ def add_memory_commands(add: Add) -> None:
     p.add_argument(
         "--reason", metavar="TEXT", default="forgotten from the command line", help="why (recorded)"
     )
-    p.add_argument("--scope", metavar="S", help="filter: every live finding of this scope")
-    p.add_argument(
-        "--tag", metavar="T", action="append", help="filter: carrying this tag (repeat: every one)"
-    )
-    p.add_argument("--meta", metavar="K=V", action="append", help="filter: with this metadata value (repeat)")
-    p.add_argument("--source", metavar="S", help="filter: from this source")
-    p.add_argument(
-        "--before",
-        metavar="WHEN",
-        type=instant_ms,
-        help="filter: learned before WHEN (a duration ago, 7d; ISO 8601; epoch ms)",
-    )
+    _add_filter_options(p, "every live finding")
     p.add_argument(
         "--dry-run", action="store_true", help="with a filter: list what would be forgotten, write nothing"
     )
@@ -383,8 +429,12 @@ def add_memory_commands(add: Add) -> None:
         bad_input_exits_2(cmd_erase),
         "erase a memory for good: its content leaves the journal and every copy; a record of it stays",
     )
-    p.add_argument("key", metavar="KEY", help="the memory's id, or the key of any of its versions")
+    p.add_argument(
+        "key", metavar="KEY", nargs="?", help="the memory's id, or any of its versions' keys; or a filter"
+    )
     p.add_argument("--reason", metavar="TEXT", default="erased from the command line", help="why (recorded)")
+    _add_filter_options(p, "every memory with a commit")
+    p.add_argument("--dry-run", action="store_true", help="with a filter: list the memories, erase nothing")
     p.add_argument("--yes", action="store_true", help="erase (without it, nothing is done)")
     p = add(
         "history",

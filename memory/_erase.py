@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from journal import JournalBackend, Record, record_id
-from memory._finding import ERASE_STREAM, PAD, STREAM, is_erased
+from memory._finding import ERASE_STREAM, PAD, STREAM, checked_commit, is_erased, meta_value_key
 
 _KEY = re.compile(r"[0-9a-f]{32}")
 _TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
@@ -104,6 +104,37 @@ def commits_of(backend: JournalBackend, keys: set[str]) -> list[Record]:
             if isinstance(rec.payload, Mapping) and rec.payload.get("id") in keys and not is_erased(rec):
                 out.append(rec)
     return out
+
+
+def commits_matching(
+    backend: JournalBackend,
+    *,
+    scope: str | None,
+    tags: Sequence[str],
+    meta: Mapping[str, str],
+    source: str | None,
+    before_ms: int | None,
+) -> list[str]:
+    """The keys of every commit still holding content that the filter matches (every tag, every
+    metadata pair compared as ``meta_value_key`` compares them, the scope, the source, committed
+    before ``before_ms``), in journal order, each once. Each record is checked before it is read."""
+    out: dict[str, None] = {}
+    for run in backend.runs():
+        for rec in backend.read(run.run_id, STREAM):
+            if is_erased(rec):
+                continue
+            p = checked_commit(rec, backend.location).payload
+            finding = p["finding"]
+            got = finding.get("metadata") or {}
+            if (
+                (scope is None or p["scope"] == scope)
+                and (source is None or finding["source"] == source)
+                and (before_ms is None or p["learnedMs"] < before_ms)
+                and all(t in finding["tags"] for t in tags)
+                and all(k in got and meta_value_key(got[k]) == v for k, v in meta.items())
+            ):
+                out[p["id"]] = None
+    return list(out)
 
 
 def rewrite(backend: JournalBackend, targets: Sequence[Record]) -> int:

@@ -45,6 +45,19 @@ class SessionStore(Protocol):
 
     def retire_superseded(self, key: str, by: str, root: Root) -> bool: ...
 
+    def erase_where(
+        self,
+        root: Root,
+        *,
+        reason: str,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> list[str]: ...
+
     def forget_where(
         self,
         root: Root,
@@ -308,6 +321,35 @@ class MemorySession:
                 self._root,
                 reason=reason,
                 scope=self._scope(scope),
+                tags=tags,
+                meta=meta,
+                source=source,
+                before_ms=before_ms,
+                dry_run=dry_run,
+            )
+        finally:
+            self._leave_op()
+
+    def erase_where(
+        self,
+        *,
+        reason: str,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Erase every memory with a commit the filter matches, forgotten ones included (see
+        ``MemoryStore.erase_where``); its ``scope`` is a filter, not the session's (None: every
+        scope); returns the memory ids."""
+        self._enter_op()
+        try:
+            return self._store.erase_where(
+                self._root,
+                reason=reason,
+                scope=scope,
                 tags=tags,
                 meta=meta,
                 source=source,

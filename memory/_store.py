@@ -30,6 +30,7 @@ from memory._finding import (
     FORGET_MANY_MAX,
     RETIRE_STREAM,
     STREAM,
+    check_filters,
     check_key,
     check_reason,
     checked_commit,
@@ -483,6 +484,53 @@ class MemoryStore:
         from memory._erase import Erased
 
         return Erased(memory, tuple(keys), citation, rewritten)
+
+    def erase_where(
+        self,
+        root: Root,
+        *,
+        reason: str,
+        scope: str | None = None,
+        tags: Sequence[str] = (),
+        meta: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        before_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Erase every memory with a commit the filter matches (``recall``'s filter, applied to
+        every commit the journal holds, forgotten and superseded ones included: everything about one
+        user, whatever became of it); at least one part is required. Returns the memory ids it
+        erased (or, with ``dry_run``, would erase), each by ``erase``.
+
+        Raises:
+            ArgumentInvalid: no filter, or a malformed one; and what ``erase`` raises.
+        """
+        from memory._erase import commits_matching
+
+        check_reason(reason)
+        if scope is None and not tags and not meta and source is None and before_ms is None:
+            raise ArgumentInvalid(
+                "erase by filter needs at least one of scope, tags, meta, source or before: an empty "
+                "filter would erase every memory of the store"
+            )
+        every_tag, wanted_meta = check_filters(tags, meta)
+        keys = commits_matching(
+            self.open_journal(),
+            scope=scope,
+            tags=every_tag,
+            meta=wanted_meta,
+            source=source,
+            before_ms=before_ms,
+        )
+        memories: list[str] = []
+        for key in keys:
+            memory = self._memory_id(key)
+            if memory not in memories:
+                memories.append(memory)
+        if not dry_run:
+            for memory in memories:
+                self.erase(memory, root, reason=reason)
+        return memories
 
     def finish_erasure(self, keys: Sequence[str], targets: Sequence[Record] | None = None) -> int:
         """Remove the content of the findings ``keys`` from every derived place, then rewrite

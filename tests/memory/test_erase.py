@@ -174,3 +174,28 @@ def test_the_cli_asks_for_yes_and_erases(tmp_path: Path) -> None:
     assert _files_holding(tmp_path, MARK) == []
     history = json_of(flows(db, "history", learned["key"], "--json"))
     assert [e["kind"] for e in history] == ["learned", "forgotten", "erased"]
+
+
+def test_erase_by_filter_reaches_forgotten_and_superseded_memories_and_nothing_else(tmp_path: Path) -> None:
+    from tests.flows.helpers import flows, json_of
+
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    store = _store(tmp_path, str(db.parent / "flows-journal"))
+    with store.session(scope="users") as s:
+        a = s.learn({"text": f"carol's card {MARK}a", "metadata": {"user": "carol"}})
+        s.update(a.key, {"text": f"carol's new card {MARK}b", "metadata": {"user": "carol"}})
+        b = s.learn({"text": f"carol's old street {MARK}c", "metadata": {"user": "carol"}})
+        s.forget(b.key, reason="moved")  # forgotten: its text is still in the journal
+        s.learn({"text": "dave's card", "metadata": {"user": "dave"}})
+    store.close()
+    with pytest.raises(memory.ArgumentInvalid), memory.MemoryStore(db) as st, st.session(scope="x") as s:
+        s.erase_where(reason="all", scope=None)
+    dry = json_of(flows(db, "erase", "--meta", "user=carol", "--dry-run", "--json"))
+    assert dry["count"] == 2 and _files_holding(tmp_path, MARK)
+    refused = flows(db, "erase", "--meta", "user=carol")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = json_of(flows(db, "erase", "--meta", "user=carol", "--yes", "--json"))
+    assert sorted(done["memoryIds"]) == sorted(dry["memoryIds"]) == sorted([a.memory_id, b.memory_id])
+    assert _files_holding(tmp_path, MARK) == []
+    assert [r["text"] for r in json_of(flows(db, "recall", "--json"))] == ["dave's card"]
