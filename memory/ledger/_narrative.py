@@ -23,6 +23,7 @@ the line number from 1 and the SHA-256 of the line's bytes without its newline (
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ DEFAULT_GAP_S = 7200
 #: the most days a "last days" window spans (``sail journal --days``, the dashboard's journal)
 MAX_DAYS = 366
 _DAY_S = 86_400
+_YEAR_10000 = 253_402_300_800  # 10000-01-01 UTC: past the calendar
 _KINDS = {
     "cadence:": "cadence",
     "balance": "balance",
@@ -493,8 +495,15 @@ def _utc(ts: int) -> datetime | None:
 
 
 def _date(ts: int) -> str:
+    if 0 <= ts < _YEAR_10000:
+        return _date_of_day(ts // _DAY_S)  # one strftime per day, not per line
     moment = _utc(ts)
     return "beyond the calendar" if moment is None else moment.strftime("%Y-%m-%d")
+
+
+@functools.lru_cache(maxsize=4096)
+def _date_of_day(day: int) -> str:
+    return datetime.fromtimestamp(day * _DAY_S, UTC).strftime("%Y-%m-%d")
 
 
 def _clock(ts: int) -> str:

@@ -417,6 +417,9 @@ def test_learn_puts_each_finished_days_sentences_in_memory_once_and_why_answers_
     assert top["text"].split(": ", 1)[1] in told_texts
     friday = flows_json(capsys, "why", "why did the agent stop trading on Friday", "--db", db)[0]
     assert friday["text"].startswith("On Friday 2026-01-02") and "Blocked on allowance" in friday["text"]
+    # with an embedder too (the offline default model): words and meaning fused
+    fused = flows_json(capsys, "why", "why did the agent stop trading", "--db", db, "--mode", "hybrid")
+    assert fused[0]["metadata"]["journal"]["kind"] == "blocked" and fused[0]["matchedBy"] == "both"
 
 
 def test_learn_leaves_today_for_when_it_is_over_and_refuses_store_options_without_it(
