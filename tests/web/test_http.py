@@ -498,7 +498,7 @@ def test_the_agent_page_tells_the_journal_each_sentence_citing_its_lines(
         assert html_escape(s["text"], quote=False) in section.group(1)
         for c in s["cites"]:
             mark = "L" if c["file"] == "ledger" else "A"
-            title = f'{c["file"]} line {c["line"]} sha256 {c["sha256"]}'
+            title = f"{c['file']} line {c['line']} sha256 {c['sha256']}"
             assert f'title="{title}">{mark}{c["line"]}</code>' in html
     assert f"reason: {REVERT_REASON}" in section.group(1)
     assert "Blocked on balance" in section.group(1) and "10.0 USDC (10000000)" in section.group(1)
