@@ -53,6 +53,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/api/agents/{}/status": (),
     "/api/agents/{}/why": ("limit",),
     "/api/agents/{}/balances": (),
+    "/api/agents/{}/journal": ("days",),
     "/": (),
 }
 
