@@ -166,6 +166,7 @@ class SharedRetirements:
         self._seen: dict[str, int] = {}  # run id -> the last record of its stream read here
         self._by_key: dict[str, Retired] = {}
         self._lock = threading.Lock()
+        self._listless = False
 
     def current(self) -> Mapping[str, Retired]:
         """Every retirement in the journal by key (the earliest of a key); empty on a journal that
@@ -175,10 +176,13 @@ class SharedRetirements:
             JournalError: the journal cannot be read: a read fails closed rather than answer with a
                 finding another host may have forgotten.
         """
+        if self._listless:
+            return _NONE
         backend = self._open_journal()
         heads_of = getattr(backend, "stream_heads", None)
         read_after = getattr(backend, "read_after", None)
         if heads_of is None or read_after is None:
+            self._listless = True  # a file journal: one host's, no list to ask (see the class)
             return _NONE
         heads: Mapping[str, int] = heads_of(RETIRE_STREAM)
         with self._lock:
