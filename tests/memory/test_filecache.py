@@ -489,16 +489,16 @@ def test_an_index_a_read_found_stale_is_written_again(
 ) -> None:
     """A section unlike its digest sends the read to the files; the index is then written again
     (its rows were fine, its stamp the folder's), so the next process reads from it, not from every
-    file. The files were aged by their mtime, but ``utime`` set their ctime to now: the racy window
-    is shrunk so that a slow machine, reaching this read within it, still indexes them."""
-    monkeypatch.setattr(memory._filecache, "_RACY_NS", 1)
+    file."""
     (index,) = _index_files(db)
     data = index.read_bytes()
     newest = _newest_first(db)[0]
-    if section == "posting":  # the first byte of the first posting list
+    if section == "posting":  # the first byte of t1's posting list: the one the read below asks for
+        # (the first list is the newest row's tag, and learns within one millisecond order by key)
         opened = FileCache(db.parent / CACHE_DIR, db.parent / "flows-memory")._open(learned)
         assert opened is not None
-        at = opened._base + opened.header["postings"]
+        offset = int(opened.section(opened.header["tags"])["t1"].split()[0])
+        at = opened._base + opened.header["postings"] + offset
     else:
         at = data.index(read_learned(newest).text.encode() if section == "page" else b'"t1":"')
     forged = data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
