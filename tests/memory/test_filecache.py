@@ -19,12 +19,17 @@ import memory
 from memory._filecache import CACHE_DIR, FileCache, _entry_row, _row_entry
 from memory._files import learned_names, read_learned
 from tests.conftest import ROOT
+from tests.memory.conftest import Clock
 
 SCOPE = "scope-a"
 
 
 def _learn(db: Path, n: int) -> None:
-    with memory.MemoryStore(db) as store, store.session(scope=SCOPE, flow="probe") as s:
+    # a clock that steps: learns in one millisecond would order by key, not by when they were made
+    with (
+        memory.MemoryStore(db, clock=Clock(start=time.time_ns() // 1_000_000 - 10_000_000)) as store,
+        store.session(scope=SCOPE, flow="probe") as s,
+    ):
         for i in range(n):
             s.learn({"text": f"finding {i} about fog", "tags": [f"t{i % 3}"]})
 
