@@ -71,6 +71,23 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+def _require_filter(
+    verb: str,
+    *,
+    scope: str | None,
+    tags: Sequence[str],
+    meta: object,
+    source: str | None,
+    before_ms: int | None,
+) -> None:
+    """Refuse a forget or an erase by filter with no filter at all: it would reach every memory."""
+    if scope is None and not tags and not meta and source is None and before_ms is None:
+        raise ArgumentInvalid(
+            f"{verb} by filter needs at least one of scope, tags, meta, source or before: an empty "
+            f"filter would {verb} every memory of the store"
+        )
+
+
 def _now_ms() -> int:
     return journal.now_ms()
 
@@ -391,11 +408,7 @@ class MemoryStore:
             JournalError, Unwritable: as ``forget``.
         """
         check_reason(reason)
-        if scope is None and not tags and not meta and source is None and before_ms is None:
-            raise ArgumentInvalid(
-                "forget by filter needs at least one of scope, tags, meta, source or before: an "
-                "empty filter would forget every memory of the store"
-            )
+        _require_filter("forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
         found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
         if len(found) > FORGET_MANY_MAX:
             raise ArgumentInvalid(
@@ -508,11 +521,7 @@ class MemoryStore:
         from memory._erase import commits_matching
 
         check_reason(reason)
-        if scope is None and not tags and not meta and source is None and before_ms is None:
-            raise ArgumentInvalid(
-                "erase by filter needs at least one of scope, tags, meta, source or before: an empty "
-                "filter would erase every memory of the store"
-            )
+        _require_filter("erase", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
         every_tag, wanted_meta = check_filters(tags, meta)
         keys = commits_matching(
             self.open_journal(),
