@@ -67,6 +67,7 @@ _HINT_TAG = 16
 _HINT_SLOT = _HINT_ID + 8 + _HINT_TAG
 _HINTS_WHOLE = 128 * 1024  # a hints file up to this size (4,000 entries) is read whole, not probed
 _HINT_TABLES = 64  # hints files read whole kept in memory (a table is what the file held then)
+_HINT_WRITERS = 8  # runs whose saved entries are kept for their next save (a store writes to few)
 _MAX_HINTS = 64 * 1024 * 1024  # a hints file larger than this is not read (nor written)
 _VERSION = 5
 _PAGE = 64  # rows per page: a tag query with a small limit decodes a few pages
@@ -349,6 +350,10 @@ class FileCache:
         self._learned_root = learned_root
         self._key: bytes | None = None
         self._hint_tables: dict[str, bytes] = {}  # small hints files read whole, by path
+        # the entries this object last wrote to each hints file, by (record id, offset): a run's
+        # hints are written again whole as it grows, and each entry's keyed tag is made once
+        self._hint_slots: dict[str, tuple[tuple[bytes, str], dict[tuple[str, int], bytes]]] = {}
+        self._hints_mutex = threading.Lock()
 
     # -- the key ---------------------------------------------------------------------------------
 
@@ -476,14 +481,24 @@ class FileCache:
             return
         if len(_HINTS_MAGIC) + len(hints) * _HINT_SLOT > _MAX_HINTS:
             return
-        slots = sorted(
-            _hint_id(rid) + at.to_bytes(8, "big") + _hint_tag(key, (location, run_id, stream), rid, at)
+        path = self._hints_path(run_id, stream)
+        with self._hints_mutex:
+            tagged_with, made = self._hint_slots.pop(path, ((key, location), {}))
+        if tagged_with != (key, location):  # the key file was made again since, or another journal
+            made = {}
+        of = (location, run_id, stream)
+        entries = {
+            (rid, at): made.get((rid, at))
+            or _hint_id(rid) + at.to_bytes(8, "big") + _hint_tag(key, of, rid, at)
             for rid, at in hints.items()
             if type(at) is int and 0 <= at < 1 << 63
-        )
-        path = self._hints_path(run_id, stream)
+        }
         self._hint_tables.pop(path, None)
-        self._write_atomically(path, _HINTS_MAGIC + b"".join(slots))
+        self._write_atomically(path, _HINTS_MAGIC + b"".join(sorted(entries.values())))
+        with self._hints_mutex:
+            if len(self._hint_slots) >= _HINT_WRITERS:
+                self._hint_slots.clear()
+            self._hint_slots[path] = ((key, location), entries)
 
     # -- one directory's index -------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import orjson
 
@@ -33,6 +34,10 @@ from memory._stem import terms
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
 _OPTIONAL = {"metadata", "expiresMs", "revision", "memory"}
 _RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
+_MEMO_BYTES = 16 * 1024 * 1024  # the bytes of files a ``ParseMemo`` keeps beside what they parsed to
+
+P = TypeVar("P")
+StatKey = tuple[int, int, int, int]  # a file's size, mtime_ns, ctime_ns and inode
 
 
 def disk_id(key: str) -> int:
@@ -288,7 +293,7 @@ def read_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, lis
             except OSError as exc:
                 raise unreadable(path, exc) from exc
             if data is not None:
-                out.append((path, data, parse_learned(path, data)))
+                out.append((path, data, _PARSED_LEARNED(path, data)))
     return st, out
 
 
@@ -451,9 +456,84 @@ def read_retired_folder(base: Path, directory: Path) -> tuple[os.stat_result | N
             except OSError as exc:
                 raise unreadable(path, exc, "retired file") from exc
             if data is not None:
-                entry = parse_retired(path, data)
+                entry = _PARSED_RETIRED(path, data)
                 found[entry.key] = entry
     return st, found
+
+
+class ParseMemo(Generic[P]):
+    """``parse(path, data)`` for files read again and again, parsing only bytes not seen before at
+    that path: parsing is a pure function of the path and the bytes, so the file is still read
+    each time (what it holds now is what is judged) and bytes equal to the last read's give the
+    same result. Keeps at most ``_MEMO_BYTES`` of file bytes, then starts again."""
+
+    def __init__(self, parse: Callable[[Path, bytes], P]) -> None:
+        self._parse = parse
+        self._seen: dict[str, tuple[bytes, P]] = {}
+        self._bytes = 0
+        self._mutex = threading.Lock()
+
+    def __call__(self, path: Path, data: bytes) -> P:
+        key = str(path)
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] == data:
+            return hit[1]
+        parsed = self._parse(path, data)  # raises on damage, and nothing is remembered
+        with self._mutex:
+            if self._bytes + len(data) > _MEMO_BYTES:
+                self._seen.clear()
+                self._bytes = 0
+            old = self._seen.get(key)
+            self._bytes += len(data) - (len(old[0]) if old is not None else 0)
+            self._seen[key] = (data, parsed)
+        return parsed
+
+
+_PARSED_LEARNED = ParseMemo(parse_learned)
+"""``parse_learned`` as every reader of this process calls it (a path names one file of one store)."""
+_PARSED_RETIRED = ParseMemo(parse_retired)
+"""``parse_retired`` likewise."""
+
+
+RetiredFile = tuple[StatKey | None, Retired]
+"""A retired file as last read: its stat key when it was settled then (else None), and what it says."""
+
+
+def _reread_retired(
+    folder: Folder,
+    directory: Path,
+    names: Iterable[str],
+    known: Mapping[str, RetiredFile],
+    parse: Callable[[Path, bytes], Retired],
+) -> dict[str, RetiredFile]:
+    """The retired files ``names`` of the open ``folder`` (at ``directory``), by name: a file whose
+    stat key is the settled one it had when last read (``known``) is not read again; every other
+    file is read (a damaged one raises ``Unreachable``, as a full read would)."""
+    settled_ns = time.time_ns() - int(_RACY_S * 1e9)
+    out: dict[str, RetiredFile] = {}
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=folder.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # gone since the listing
+        except OSError as exc:
+            raise unreadable(directory / name, exc, "retired file") from exc
+        key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        hit = known.get(name)
+        if hit is not None and hit[0] == key:
+            out[name] = hit
+            continue
+        path = directory / name
+        try:
+            data = folder.read(name, str(path))
+        except OSError as exc:
+            raise unreadable(path, exc, "retired file") from exc
+        if data is None:
+            continue
+        settled = st.st_mtime_ns < settled_ns and st.st_ctime_ns < settled_ns
+        # a file replaced between the stat and the read is keyed by the stat: read again next time
+        out[name] = (key if settled else None, parse(path, data))
+    return out
 
 
 class RetiredListing:
@@ -481,13 +561,17 @@ class DiskIndex:
     engine, which never does that) is seen by the next read that would return it, or after the
     next change to its directory. Folders are opened without following links (``read_folder``); the
     cheap check of a cached listing is an ``lstat``, so a link put in the folder's place is never
-    mistaken for it.
+    mistaken for it. A retired folder that changed is listed again, but only its files whose stat
+    key is not the settled one they had when last read are read again (they are only ever added,
+    and a change in place changes the key's ctime). A file's bytes equal to the ones it held when
+    last parsed are not parsed again (``ParseMemo``).
     """
 
     def __init__(self, base: Path, files: FileCache | None = None) -> None:
         self._base = base
         self._cache: dict[Path, Listing | IndexedListing] = {}
         self._retired: dict[Path, RetiredListing] = {}
+        self._retired_files: dict[Path, Mapping[str, RetiredFile]] = {}  # each folder's last read
         self._distrusted: set[Path] = set()
         self._mutex = threading.Lock()
         self._files = files  # the index a fresh process starts from (None: read every file)
@@ -518,13 +602,27 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        seen, found = read_retired_folder(self._base, directory)
-        if seen is None:
+        try:
+            folder = Folder.open(self._base, directory)
+        except OSError as exc:
+            raise unreadable(exc.filename or directory, exc, "retired folder") from exc
+        if folder is None:
             return _NO_RETIRED
-        st = seen
-        listing = RetiredListing(st.st_mtime_ns, st.st_ino, found)
-        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
-            with self._mutex:
+        with self._mutex:
+            known = self._retired_files.get(directory, {})
+        with folder:
+            try:
+                st = folder.stat()
+                names = [n for n in folder.names() if is_learned_name(n)]
+            except OSError as exc:
+                raise unreadable(directory, exc, "retired folder") from exc
+            # Only the files added or changed since the last look are read: the folder grows by
+            # one file per retirement, for good.
+            files = _reread_retired(folder, directory, names, known, _PARSED_RETIRED)
+        listing = RetiredListing(st.st_mtime_ns, st.st_ino, {r.key: r for _, r in files.values()})
+        with self._mutex:
+            self._retired_files[directory] = files
+            if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
                 self._retired[directory] = listing
         return listing
 
@@ -606,7 +704,7 @@ class DiskIndex:
                     data = folder.read(path.name, str(path))
                 except OSError as exc:
                     raise unreadable(path, exc) from exc
-                return None if data is None else parse_learned(path, data)  # gone: sync dropped it
+                return None if data is None else _PARSED_LEARNED(path, data)  # None: sync dropped it
 
             with self._mutex:
                 distrusted = directory in self._distrusted

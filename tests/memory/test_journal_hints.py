@@ -143,3 +143,35 @@ def test_a_link_in_the_hints_file_place_is_not_followed(tmp_path: Path) -> None:
     path.rename(aside)
     path.symlink_to(aside)
     assert cache.journal_hint(LOCATION, RUN, STREAM, f"{3:016x}") is None
+
+
+def test_a_run_saved_again_as_it_grows_makes_each_entry_once_and_writes_what_a_fresh_store_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store saves a run's hints again, whole, each time a read finds a record they did not know:
+    the keyed tag of an entry saved before is not made again, and the file is the one a store
+    saving the grown run first would write (a moved offset gets a new entry)."""
+    import memory._filecache as filecache
+
+    cache = _cache(tmp_path)
+    hints = _hints(100)
+    cache.save_journal_hints(LOCATION, RUN, STREAM, dict(list(hints.items())[:60]))
+    tagged: list[str] = []
+    real = filecache._hint_tag
+
+    def counting(key: bytes, of: tuple[str, str, str], record_id: str, at: int) -> bytes:
+        tagged.append(record_id)
+        return real(key, of, record_id, at)
+
+    monkeypatch.setattr(filecache, "_hint_tag", counting)
+    moved = {**hints, f"{7:016x}": 99_999}
+    cache.save_journal_hints(LOCATION, RUN, STREAM, moved)
+    assert sorted(tagged) == sorted([*list(hints)[60:], f"{7:016x}"])
+    grown = _file(tmp_path).read_bytes()
+    _cache(tmp_path).save_journal_hints(LOCATION, RUN, STREAM, moved)
+    assert _file(tmp_path).read_bytes() == grown
+    fresh = _cache(tmp_path)
+    assert all(fresh.journal_hint(LOCATION, RUN, STREAM, rid) == at for rid, at in moved.items())
+    cache.save_journal_hints("/elsewhere/flows-journal", RUN, STREAM, moved)  # another journal's tags
+    assert _cache(tmp_path).journal_hint("/elsewhere/flows-journal", RUN, STREAM, f"{3:016x}") == 307
+    assert _cache(tmp_path).journal_hint(LOCATION, RUN, STREAM, f"{3:016x}") is None

@@ -1,0 +1,113 @@
+"""What a read reads again after a write: a retired file it has read, settled and unchanged since, is
+not read again, and a file changed in any way is; a learned or retired file whose bytes are the ones
+it held is not parsed again, and bytes that changed are judged afresh."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import memory
+import memory._files as files
+from memory._safe import Folder
+from tests.memory.conftest import Clock
+
+
+@pytest.fixture
+def store(db: Path, clock: Clock) -> Iterator[memory.MemoryStore]:
+    with memory.MemoryStore(db, clock=clock) as s:
+        yield s
+
+
+def _retire(store: memory.MemoryStore, n: int, start: int = 0) -> list[str]:
+    """Learn and forget ``n`` findings in scope ``desk``; their keys."""
+    with store.session(scope="desk") as s:
+        keys = [s.learn({"text": f"finding {start + i} of the desk"}).key for i in range(n)]
+        for key in keys:
+            s.forget(key, reason="wrong")
+    return keys
+
+
+def _settle() -> None:
+    """Wait out the window within which a file's times may not yet tell a later change apart."""
+    time.sleep(files._RACY_S * 2)
+
+
+def test_a_read_after_a_retirement_reads_only_the_new_retired_file(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _retire(store, 20)
+    _settle()
+    assert store.recall(scope="desk", limit=None) == []  # every retired file read once
+    read: list[str] = []
+    real = Folder.read
+
+    def counting(self: Folder, name: str, shown: str | None = None) -> bytes | None:
+        if self.path.name == "retired":
+            read.append(name)
+        return real(self, name, shown)
+
+    monkeypatch.setattr(Folder, "read", counting)
+    (new,) = _retire(store, 1, start=20)
+    read.clear()
+    assert store.recall(scope="desk", limit=None) == []
+    assert read == [f"{new}.json"]
+
+
+@pytest.mark.parametrize("same_mtime", [False, True], ids=["rewritten", "rewritten-mtime-restored"])
+def test_a_retired_file_damaged_in_place_after_a_read_fails_the_next_read(
+    store: memory.MemoryStore, same_mtime: bool
+) -> None:
+    """Damage of the same size, even with its mtime set back, changes the file's ctime: the next
+    read after the folder changes reads it again and fails closed rather than let its finding
+    through."""
+    (first,) = _retire(store, 1)
+    _settle()
+    assert store.recall(scope="desk", limit=None) == []
+    path = memory.retired_dir(store.db_path, "desk") / f"{first}.json"
+    before = path.stat()
+    data = path.read_bytes()
+    path.write_bytes(b"{" + data[1:-2] + b"!\n")  # same size, no longer JSON
+    if same_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _retire(store, 1, start=1)  # the folder changes
+    with pytest.raises(memory.Unreachable, match="retired file"):
+        store.recall(scope="desk", limit=None)
+
+
+def test_a_parse_is_remembered_by_path_and_bytes(tmp_path: Path) -> None:
+    calls: list[bytes] = []
+
+    def parse(path: Path, data: bytes) -> tuple[str, bytes]:
+        calls.append(data)
+        if data == b"damaged":
+            raise ValueError("damaged")
+        return (path.name, data)
+
+    memo = files.ParseMemo(parse)
+    first = memo(tmp_path / "a.json", b"one")
+    assert memo(tmp_path / "a.json", b"one") is first
+    assert memo(tmp_path / "b.json", b"one") == ("b.json", b"one")  # another path: parsed
+    with pytest.raises(ValueError, match="damaged"):
+        memo(tmp_path / "a.json", b"damaged")  # other bytes: parsed, and they fail
+    with pytest.raises(ValueError, match="damaged"):
+        memo(tmp_path / "a.json", b"damaged")  # a failure is never remembered
+    assert memo(tmp_path / "a.json", b"one") is first
+    assert calls == [b"one", b"one", b"damaged", b"damaged"]
+
+
+def test_a_learned_file_rewritten_within_the_racy_window_is_judged_by_its_new_bytes(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="desk") as s:
+        learned = s.learn({"text": "the fee is low"})
+    (found,) = store.recall(scope="desk", limit=None)
+    assert found.key == learned.key
+    data = learned.path.read_bytes()
+    learned.path.write_bytes(data.replace(b"low", b"lew"))  # still a finding's shape, not its name
+    with pytest.raises(memory.Unreachable, match="damaged"):
+        store.recall(scope="desk", limit=None)
