@@ -71,6 +71,7 @@ import bisect
 import contextlib
 import fcntl
 import os
+import stat
 import struct
 import threading
 import time
@@ -296,6 +297,10 @@ class LineLog(Generic[T]):
         self._cached_end = 0
         self._cached_ino: int | None = None
         self._cached_gen: int | None = None
+        # What the last read found: the file (device, inode, size), its marks and the cache after
+        # (see ``_unchanged``); None until a read succeeds.
+        self._read_stamp: tuple[object, ...] | None = None
+        self._scanned: tuple[int, int, int, _Marks] | None = None  # the last scan's file and marks
         self._fd: int | None = None
         self._owner: int | None = None
         self._settled = False  # a recovery ran under the current hold
@@ -1032,8 +1037,40 @@ class LineLog(Generic[T]):
                 return self._cached[: bisect.bisect_right(self._ends, poison)]
             return self._cached
 
+    def _cache_state(self) -> tuple[object, ...]:
+        return (self._cached_end, self._cached_gen, self._cached_ino, self._base, len(self._cached))
+
+    def _unchanged(self) -> _Marks | None:
+        """The marks, when the log is as this object's last read left it: the file at the path is
+        the one read then (device and inode), of the size it had when that read began and read to
+        its end then (no torn tail), its marks (watermarks, generation, poison) are the same, and
+        the cache is untouched since. Append-only, its whole lines cut only under a new generation,
+        the file then holds no byte that read did not see, so one ``lstat`` and one read of the
+        marks answer, where a read opens and ``fstat``s the log. None otherwise, or when the marks
+        cannot be verified."""
+        stamp = self._read_stamp
+        if stamp is None:
+            return None
+        try:
+            st = os.lstat(self._path_str)
+        except OSError:
+            return None  # the full read says what is wrong
+        marks = self._read_marks(strict=False)
+        if (
+            marks.generation is None
+            or not stat.S_ISREG(st.st_mode)
+            or stamp != (st.st_dev, st.st_ino, st.st_size, marks, *self._cache_state())
+        ):
+            return None
+        return marks
+
     def _read_once(self) -> tuple[_Marks, bool]:
         """Bring the cache up to date; return the marks and whether new bytes were read."""
+        if self._k.log is None:  # a reader: unchanged since its last read, nothing to open
+            same = self._unchanged()
+            if same is not None:
+                return same, False
+        self._read_stamp = None
         kept = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
         if kept is not None:
             fd = kept
@@ -1053,7 +1090,10 @@ class LineLog(Generic[T]):
         try:
             marks = self._read_marks(strict=False)
             before = (self._cached_end, self._cached_gen)
+            self._scanned = None
             self._scan(fd, marks, full=True)
+            if self._scanned is not None:
+                self._read_stamp = (*self._scanned, *self._cache_state())
             return marks, (self._cached_end, self._cached_gen) != before
         finally:
             if fd != kept:
@@ -1103,6 +1143,9 @@ class LineLog(Generic[T]):
         self._cached.extend(parsed.records)
         self._ends.extend(parsed.ends)
         self._cached_end = start + parsed.consumed
+        # Only a file read to its end with nothing left over can be known unchanged by its size: a
+        # torn tail may be cut (no new generation) and the same number of bytes appended after it.
+        self._scanned = (st.st_dev, st.st_ino, size, marks) if self._cached_end == size else None
         return parsed.tail, self._cached_end
 
     def _trusted_mark(self, fd: int, marks: _Marks, size: int) -> int | None:

@@ -194,3 +194,72 @@ def test_a_failed_append_leaves_no_part_of_its_line(tmp_path: Path, monkeypatch:
     staging.failpoint.__globals__["_plan"] = None
     assert path.read_bytes() == good
     assert os.path.getsize(path) == len(good)
+
+
+def _opens_of(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The opens of ``path`` from now on (a list that fills as they happen)."""
+    opened: list[str] = []
+    real = os.open
+
+    def counting(file: str | os.PathLike[str], *args: object, **kwargs: object) -> int:
+        if os.fspath(file) == str(path):
+            opened.append(os.fspath(file))
+        return real(file, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", counting)
+    return opened
+
+
+def test_a_reader_of_an_unchanged_log_does_not_open_it_and_sees_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 3)
+    reader = _log(path)
+    first = list(reader.read())
+    opened = _opens_of(path, monkeypatch)
+    assert list(reader.read()) == first == [_rec(1), _rec(2), _rec(3)]
+    assert opened == []
+    writer = _log(path)
+    with writer.locked():
+        writer.recover()
+        writer.append(_rec(4))
+    assert list(reader.read()) == [*first, _rec(4)]
+
+
+def test_a_log_replaced_by_another_of_the_same_size_is_read_anew(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 3)
+    reader = _log(path)
+    assert [r.payload for r in reader.read()] == [{"t": "x"}] * 3
+    other = tmp_path / "other" / "log.jsonl"
+    other_log = _log(other)
+    with other_log.locked():
+        other_log.recover()
+        for i in range(1, 4):
+            other_log.append(_rec(i, "y"))
+    assert other.stat().st_size == path.stat().st_size
+    os.replace(other, path)
+    os.replace(f"{other}.lock", f"{path}.lock")
+    assert [r.payload for r in reader.read()] == [{"t": "y"}] * 3
+
+
+def test_a_torn_tail_replaced_by_a_whole_line_of_its_length_is_read(tmp_path: Path) -> None:
+    """A torn tail is cut without a new generation, so a line of the same length written in its
+    place leaves the size and the marks as they were (and here the mtime too): a reader that saw
+    the tail reads the file again rather than trust its size."""
+    path = tmp_path / "log.jsonl"
+    _write(_log(path), 2)
+    line = RecordCodec("run", "s").encode(_rec(3)) + b"\n"
+    with path.open("ab") as f:
+        f.write(line[:-1] + b"#")
+    reader = _log(path)
+    assert list(reader.read()) == [_rec(1), _rec(2)]
+    before = path.stat()
+    with path.open("r+b") as f:
+        f.truncate(before.st_size - len(line))
+        f.seek(0, os.SEEK_END)
+        f.write(line)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert list(reader.read()) == [_rec(1), _rec(2), _rec(3)]
