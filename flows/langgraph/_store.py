@@ -407,7 +407,7 @@ class JournalStore(BaseStore):
         self._check_open()
         ops = list(ops)
         results: list[Result] = [None] * len(ops)
-        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        puts: dict[tuple[tuple[str, ...], str], tuple[PutOp, tuple[dict[str, Any], float | None] | None]] = {}
         for op in ops:
             try:
                 validate_op_namespace(op)  # LangGraph's own check of every label
@@ -423,15 +423,16 @@ class JournalStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results[i] = self._list_namespaces(op)
             elif isinstance(op, PutOp):
+                prepared = None
                 if op.value is not None:
                     scope_of(op.namespace)
-                    self._prepare(op)  # bad values fail the batch before anything is written
+                    prepared = self._prepare(op)  # bad values fail the batch before anything is written
                 puts.pop((op.namespace, op.key), None)
-                puts[(op.namespace, op.key)] = op
+                puts[(op.namespace, op.key)] = (op, prepared)
             else:
                 raise ConfigInvalid(f"unknown store operation {type(op).__name__}")
-        for op in puts.values():
-            self._put(op)
+        for op, prepared in puts.values():
+            self._put(op, prepared)
             self._wrote()
         return results
 
@@ -641,14 +642,17 @@ class JournalStore(BaseStore):
             finding["expiresMs"] = self._clock() + int(ttl * 60_000)
         return finding
 
-    def _put(self, op: PutOp) -> None:
+    def _put(self, op: PutOp, prepared: tuple[dict[str, Any], float | None] | None) -> None:
+        """Write ``op``: a delete when its value is None, else a learn of ``prepared`` (what
+        ``_prepare`` made of ``op``) that supersedes the item's live version."""
         if op.value is None:
             self._delete(op)
             return
+        assert prepared is not None  # ``batch`` prepares every put of a value
         scope = scope_of(op.namespace)
+        value, ttl = prepared
         with self._key_lock(scope, op.key):
             live = self._live(scope, op.key)
-            value, ttl = self._prepare(op)
             created = live[0].metadata.get("createdMs") if live else None
             created_ms = created if isinstance(created, int) else self._clock()
             finding = self._finding(op, value, ttl, created_ms)
