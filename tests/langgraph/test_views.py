@@ -49,8 +49,11 @@ def _build(db: Path) -> None:
     builder.add_edge("act", END)
     with JournalSaver(db=str(db)) as saver, JournalStore(db=str(db)) as store:
         graph = builder.compile(checkpointer=saver, store=store)
-        graph.invoke({"log": []}, config("t-1"))
-        graph.invoke({"log": []}, config("gone"))
+        # durability "sync": each step's writes are committed before the next step runs, so the
+        # timeline's commit order is the steps' order (LangGraph's default, "async", commits them
+        # from background threads, in whichever order those run)
+        graph.invoke({"log": []}, config("t-1"), durability="sync")
+        graph.invoke({"log": []}, config("gone"), durability="sync")
         saver.delete_thread("gone")
         store.put(("notes", "u1"), "n2", {"text": "short"})
         store.delete(("notes", "u1"), "n2")
