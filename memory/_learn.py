@@ -94,6 +94,9 @@ class Learner:
         self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
+        # told (memory id, key, scope) of each version a learn wrote or found committed, so the
+        # next lookup of that memory's live version reads one file instead of walking the folders
+        self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
 
     def learn(self, finding: object, root: Root | None, supersedes: str | None = None) -> Learned:
         """See ``MemoryStore.learn``."""
@@ -140,6 +143,7 @@ class Learner:
             )
         if old is not None and supersedes is not None and old.retired is None:
             self._finish_supersede(root, supersedes, old.scope, fid)
+        self.on_learned((learned.memory_id, fid, root.scope))
         return learned
 
     def _finish_supersede(self, root: Root, old: str, scope: str, fid: str) -> None:

@@ -262,6 +262,7 @@ class Search:
         self._vectors: VectorIndex | None = None
         self._shared = shared or _no_shared
         self._latest: dict[str, tuple[str, str]] = {}  # memory id -> (key, scope) of its last version
+        self._version_of: dict[str, str] = {}  # a noted version's key -> its memory id
 
     def _sources(
         self, scope: str | None, *, whole: bool = False
@@ -504,7 +505,16 @@ class Search:
         )
         if len(self._latest) > 10_000:
             self._latest.clear()
+            self._version_of.clear()
         self._latest[memory] = (key, scope)
+        self._version_of[key] = memory
+
+    def noted_current(self, key: str) -> Recalled | None:
+        """The live version of the memory ``key`` names (as its memory id, or as the key of a version
+        this process noted), when the version this process last noted of it is still live
+        (``_latest_version``); None otherwise (then only a full ``current`` can tell)."""
+        memory = key if key in self._latest else self._version_of.get(key)
+        return None if memory is None else self._latest_version(memory)
 
     def _latest_version(self, memory_id: str) -> Recalled | None:
         """The version of ``memory_id`` this process last wrote or read, when it is still an unsynced,

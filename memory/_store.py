@@ -155,6 +155,7 @@ class MemoryStore:
             shared=self._retirer.shared.current,
         )
         self._retirer.on_retired = self._search.discard_vectors
+        self._learner.on_learned = self._search.noted_version
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
@@ -316,10 +317,7 @@ class MemoryStore:
         if item is not None and root is not None and finding_id(root.scope, item, live.revision) == live.key:
             path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
             return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
-        learned = self._learner.learn(finding, root, live.key)
-        assert root is not None  # learn refused it otherwise
-        self._search.noted_version((learned.memory_id, learned.key, root.scope))
-        return learned
+        return self._learner.learn(finding, root, live.key)
 
     async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
         """``update`` off the event loop (the same arguments, the same errors)."""
@@ -333,6 +331,9 @@ class MemoryStore:
             ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
         """
         key = check_key(memory_id, "memory id")
+        noted = self._read(self._search.noted_current, key)  # a version this process wrote or read
+        if noted is not None:
+            return noted
         found = self._read(self._search.current, key)  # a memory id, as listings show it
         if found is not None:
             return found

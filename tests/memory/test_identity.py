@@ -68,6 +68,32 @@ def test_update_to_the_same_content_writes_nothing_and_an_update_of_nothing_is_r
     assert store.recall(scope="s")[0].memory_id == anew.key
 
 
+def test_the_update_of_a_memory_this_store_just_learned_reads_one_file_not_every_folder(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an update finds the memory's live version first; for a version this store learned, that is
+    # its one file (the folder walk costs a read of every unsynced file, per update), and a version
+    # another process retired meanwhile is still seen (the walk then decides, and refuses)
+    walks: list[str] = []
+    real = memory._search.Search._current
+
+    def counted(self: memory._search.Search, memory_id: str) -> memory.Recalled | None:
+        walks.append(memory_id)
+        return real(self, memory_id)
+
+    with store.session(scope="s") as s:
+        first = s.learn({"text": "the first version"})
+        other = s.learn({"text": "another memory"})
+        monkeypatch.setattr(memory._search.Search, "_current", counted)
+        second = s.update(first.key, {"text": "the second version"})
+        s.update(second.key, {"text": "the third version"})
+        assert walks == []
+        s.forget(other.key, reason="retired before its update")
+        with pytest.raises(memory.FindingUnknown):
+            s.update(other.key, {"text": "too late"})
+        assert walks == [other.key]
+
+
 def test_memory_ids_survive_a_migration_from_the_previous_schema(store: memory.MemoryStore) -> None:
     with store.session(scope="s") as s:
         first = s.learn({"text": "v1"})
