@@ -142,6 +142,7 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "goal.hybrid_gain_over_keyword_at_5": ("retrieval.hybrid_gain_at_5", ">=", 0.25),
     "goal.no_forgotten_finding_returned": ("retrieval.forgotten_returned", "<=", 0.0),
     "goal.no_superseded_finding_returned": ("retrieval.superseded_returned", "<=", 0.0),
+    "goal.erase_within_1_s": ("identity.erase_s", "<=", 1.0),
 }
 """Stable goal names: the project's performance targets, each a figure or ratio, a comparison and a bound."""
 
@@ -299,9 +300,10 @@ def _memory_sections(
 
         bench_retrieval(base, sheet, out, sizes)
     if "identity" in sections:
-        from benchmarks.identity import bench_identity
+        from benchmarks.identity import bench_erase, bench_identity
 
         bench_identity(base, sizes, sheet, out)
+        bench_erase(base, sizes, sheet, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,11 +82,12 @@ class Sizes:
     ledger_entries: int
     ledger_runs: int
     scale_findings: int  # the largest store of the scale section (findings already in its DB)
+    erase_records: int  # the journal records (and DB rows) of the store one erase is timed in
 
 
-FULL = Sizes("full", 7, 500, 150, 8, 90_000, 10_000, 500, 10_000, 1_000_000, 21, 100_000)
-QUICK = Sizes("quick", 3, 200, 60, 8, 90_000, 10_000, 200, 2_000, 1_000_000, 7, 100_000)
-SMOKE = Sizes("smoke", 2, 5, 2, 2, 450, 50, 5, 40, 2_000, 3, 2_000)
+FULL = Sizes("full", 7, 500, 150, 8, 90_000, 10_000, 500, 10_000, 1_000_000, 21, 100_000, 1_000_000)
+QUICK = Sizes("quick", 3, 200, 60, 8, 90_000, 10_000, 200, 2_000, 1_000_000, 7, 100_000, 100_000)
+SMOKE = Sizes("smoke", 2, 5, 2, 2, 450, 50, 5, 40, 2_000, 3, 2_000, 2_000)
 
 
 @dataclass

@@ -78,11 +78,16 @@ def audit_payload(
     }
 
 
-def audits(backend: JournalBackend) -> list[Record]:
-    """Every erase record of the journal that has the shape ``audit_payload`` gives."""
+def _run_ids(backend: JournalBackend, runs: Iterable[str] | None) -> Iterable[str]:
+    return [r.run_id for r in backend.runs()] if runs is None else sorted(runs)
+
+
+def audits(backend: JournalBackend, runs: Iterable[str] | None = None) -> list[Record]:
+    """Every erase record of the journal (of ``runs``, when given) that has the shape
+    ``audit_payload`` gives."""
     found = []
-    for run in backend.runs():
-        for rec in backend.read(run.run_id, ERASE_STREAM):
+    for run_id in _run_ids(backend, runs):
+        for rec in backend.read(run_id, ERASE_STREAM):
             p = rec.payload
             if (
                 isinstance(p, Mapping)
@@ -96,11 +101,12 @@ def audits(backend: JournalBackend) -> list[Record]:
     return found
 
 
-def commits_of(backend: JournalBackend, keys: set[str]) -> list[Record]:
-    """Every ``memory-learn`` commit of ``keys`` still holding content (not a tombstone)."""
+def commits_of(backend: JournalBackend, keys: set[str], runs: Iterable[str] | None = None) -> list[Record]:
+    """Every ``memory-learn`` commit of ``keys`` still holding content (not a tombstone), in every
+    run or in ``runs``."""
     out = []
-    for run in backend.runs():
-        for rec in backend.read(run.run_id, STREAM):
+    for run_id in _run_ids(backend, runs):
+        for rec in backend.read(run_id, STREAM):
             if isinstance(rec.payload, Mapping) and rec.payload.get("id") in keys and not is_erased(rec):
                 out.append(rec)
     return out

@@ -40,6 +40,7 @@ from memory._finding import (
     retirements_in,
     validate,
 )
+from memory._keyindex import KEYS_FILE, JournalKeys
 from memory._learn import Learner
 from memory._paths import QUARANTINE_DIR, resolve_db, resolve_journal
 from memory._publisher import Publisher
@@ -155,6 +156,7 @@ class MemoryStore:
             shared=self._retirer.shared.current,
         )
         self._retirer.on_retired = self._search.discard_vectors
+        self._journal_keys = JournalKeys(self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM))
         self._learner.on_learned = self._search.noted_version
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
@@ -204,6 +206,7 @@ class MemoryStore:
             log.warning("closing the store: %s", exc)
         self._db.close()
         self._search.close()
+        self._journal_keys.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None
@@ -472,18 +475,24 @@ class MemoryStore:
 
         check_key(key)
         check_reason(reason)
-        events = self.history(key)
+        backend = self.open_journal()
+        runs = self._journal_keys.runs_of(backend, key)  # the runs to read (None: every run)
+        events = self.history(key, runs=runs)
+        if runs is not None and any(e.citation.run_id not in runs for e in events):
+            # the DB or a file cites a commit in a run the index did not name: it is stale or was
+            # tampered with, so every run is read
+            runs = None
+            events = self.history(key)
         memory = events[0].memory or key
         keys = sorted({e.key for e in events if e.kind != "erased"})
         for k in keys:
             live = self.get(k)
             if live is not None:
                 self._retirer.forget(k, root, reason)
-        backend = self.open_journal()
-        targets = commits_of(backend, set(keys))
+        targets = commits_of(backend, set(keys), runs)
         done = [
             r
-            for r in audits(backend)
+            for r in audits(backend, runs)
             if r.payload["memory"] == memory and set(keys) <= set(r.payload["keys"])
         ]
         citation = None
@@ -581,7 +590,7 @@ class MemoryStore:
         for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, wanted):
             path.unlink(missing_ok=True)  # copies `flows check --repair` moved aside
         failpoint("memory.erase_after_derived")
-        for path in cache_files_holding(cache_dir(self.db_path), wanted, keep=[VECTORS_FILE]):
+        for path in cache_files_holding(cache_dir(self.db_path), wanted, keep=[VECTORS_FILE, KEYS_FILE]):
             path.unlink(missing_ok=True)
         self._search.discard_vectors(sorted(wanted))
         self._search.forget_cached(wanted)

@@ -199,3 +199,90 @@ def test_erase_by_filter_reaches_forgotten_and_superseded_memories_and_nothing_e
     assert sorted(done["memoryIds"]) == sorted(dry["memoryIds"]) == sorted([a.memory_id, b.memory_id])
     assert _files_holding(tmp_path, MARK) == []
     assert [r["text"] for r in json_of(flows(db, "recall", "--json"))] == ["dave's card"]
+
+
+def _runs_read(store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The runs whose ``memory-learn`` stream the store's journal is asked to read from now on."""
+    backend = store.open_journal()
+    real = backend.read
+    seen: set[str] = set()
+
+    def read(run_id: str, stream: str) -> object:
+        if stream == memory.STREAM:
+            seen.add(run_id)
+        return real(run_id, stream)
+
+    monkeypatch.setattr(backend, "read", read)
+    return seen
+
+
+def test_an_erase_reads_the_runs_holding_the_memory_and_finds_every_commit_of_it(
+    tmp_path: Path, journal_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the journal's key index narrows an erase to the runs that hold the memory; runs added after
+    # the index was last brought up to date (another commit of the same finding in a later run, a
+    # new version in another) are found all the same, and no other run is read
+    store = _store(tmp_path, journal_location)
+    others = []
+    for i in range(6):
+        with store.session(scope="bob", flow=f"other{i}") as s:
+            others.append(s.learn({"text": f"unrelated finding {i}"}))
+    with store.session(scope="alice", flow="first") as s:
+        target = s.learn({"text": f"alice's secret {MARK}1", "tags": [f"{MARK}t"], "source": "chat"})
+    with store.session(scope="cli") as s:
+        s.erase(others[0].key, reason="builds the index")
+    with store.session(scope="alice", flow="again") as s:  # a second commit of the same finding
+        again = s.learn({"text": f"alice's secret {MARK}1", "tags": [f"{MARK}t"], "source": "chat"})
+        assert again.key == target.key
+    with store.session(scope="alice", flow="newer") as s:
+        s.update(target.key, {"text": f"alice's secret {MARK}2"})
+    runs = {r.flow: r.run_id for r in store.open_journal().runs()}
+    seen = _runs_read(store, monkeypatch)
+    with store.session(scope="cli") as s:
+        erased = s.erase(target.key, reason="alice asked")
+    assert erased.rewritten == 3
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    assert {runs["first"], runs["again"], runs["newer"]} <= seen
+    assert not seen & {runs[f"other{i}"] for i in range(1, 6)}
+    assert memory.check_store(store) == []
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "link", "emptied"])
+def test_a_damaged_journal_key_index_is_built_again_and_the_erase_is_complete(
+    tmp_path: Path, damage: str
+) -> None:
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    with store.session(scope="alice") as s:
+        target = s.learn({"text": f"alice's secret {MARK}1"})
+        spare = s.learn({"text": "spare"})
+    with store.session(scope="cli") as s:
+        s.erase(spare.key, reason="builds the index")
+    index = tmp_path / "store" / "flows-cache" / "journal-keys.sqlite3"
+    assert index.is_file() and MARK.encode() not in index.read_bytes()  # keys and runs, no content
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+    if damage == "garbage":
+        index.write_bytes(b"\x00garbage" * 4096)
+    elif damage == "link":
+        index.unlink()
+        (tmp_path / "elsewhere").write_bytes(b"")
+        index.symlink_to(tmp_path / "elsewhere")
+    else:  # a valid index that lists every stream as read, with no keys: a stale or forged one
+        import sqlite3
+
+        conn = sqlite3.connect(index)
+        conn.execute("DELETE FROM keyed")
+        conn.commit()
+        conn.close()
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    with store.session(scope="cli") as s:
+        # (emptied: the index names no run of the memory, while the history DB cites its commit's
+        # run: the erase reads every run)
+        s.erase(target.key, reason="alice asked")
+    assert _files_holding(tmp_path, MARK) == []
+    assert memory.check_store(store) == []
+    store.close()
+    if damage != "link":  # a link is never followed, nor replaced: every erase reads every run
+        assert index.is_file() and not index.is_symlink()
