@@ -153,7 +153,7 @@ class Learner:
         supersede is refused (``FindingRetired``), as if it had come a moment later."""
         now = self._retirer.locate(old)
         if now is None or now.retired is None or now.retired.by == fid:
-            self._retirer.retire(root, old, scope, reason=None, by=fid)
+            self._retirer.retire(root, old, scope, reason=None, by=fid, lazy=True)
             now = self._retirer.locate(old)
             if now is None or now.retired is None or now.retired.by == fid:
                 return

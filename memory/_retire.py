@@ -319,9 +319,17 @@ class Retirer:
             return forgotten_of(found.retired)
         return forgotten_of(retired_of(self.retire(root, key, found.scope, reason=reason, by=None)))
 
-    def retire(self, root: Root, key: str, scope: str, *, reason: str | None, by: str | None) -> Record:
+    def retire(
+        self, root: Root, key: str, scope: str, *, reason: str | None, by: str | None, lazy: bool = False
+    ) -> Record:
         """Commit the retirement of ``key`` (of ``scope``) to the root run, then publish its
         retired file and remove the finding's learned file; returns the commit.
+
+        ``lazy`` (a supersede): the retired file's name, and its bytes where the journal shares its
+        file system, are made durable later with the learned files' names (``flush_names``: a
+        group of them, a run's end, a session's flush), not before this returns. The record is
+        durable first either way; a power loss that takes the file is undone by the store's next
+        open, which publishes the retirements of every run that did not end cleanly.
 
         Raises:
             JournalError: the append failed, unchanged; nothing is published.
@@ -337,8 +345,23 @@ class Retirer:
             there = read_retired(Path(path))
             if (there.citation.run_id, there.citation.id) != (record.run_id, record.id):
                 return record  # retired by another first: that retirement stands (the caller sees it)
-        self.settle(record)
+        if lazy:
+            self._settle_lazily(record, root)
+        else:
+            self.settle(record)
         return record
+
+    def _settle_lazily(self, record: Record, root: Root) -> None:
+        """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
+        left for ``flush_names`` (see ``retire``)."""
+        scope, key = record.payload["scope"], record.payload["id"]
+        pub = self._publisher
+        directory = pub.retired_dir(scope)
+        loose = pub.ready(directory) and root.journal.shares_filesystem(str(directory))
+        staged = pub.stage(directory, render_retirement(record), record.run_id, sync=not loose)
+        pub.publish_lazily(staged, directory / f"{key}.json", record.run_id, loose=loose)
+        pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
+        self.on_retired([key])
 
     def forget_many(
         self, root: Root, ids: list[tuple[str, str]], *, reason: str, filter: Mapping[str, Any]

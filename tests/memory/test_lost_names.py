@@ -185,6 +185,33 @@ def test_a_finding_superseded_in_the_same_run_is_not_published_again(db: Path) -
         assert [e.key for e in store.recall(limit=None)] == [b.id]
 
 
+@pytest.mark.parametrize("synced", [False, True], ids=["file", "db-row"])
+def test_the_lost_retired_file_of_an_update_is_published_again_by_the_open(db: Path, synced: bool) -> None:
+    # an update's retired file is named lazily, with the learned files: a power loss can take its
+    # name and undo the removal of the old version's file, the record staying durable; the next
+    # open publishes it again, so the old version is never read again (from its file or its row)
+    with memory.MemoryStore(db, clock=Clock()) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {})
+        root = memory.RootRun(jr, lease, "probe", "scope-a")
+        a = store.learn(A, root)
+        kept = a.path.read_bytes()
+        if synced:
+            store.sync()
+        b = store.update(a.memory_id, B, root)
+        retired = db.parent / "flows-memory" / a.path.parent.parent.parent.name / ".trajectories" / "retired"
+        (gone,) = list(retired.iterdir())
+        jr.release(lease)
+    gone.unlink()  # the name lost
+    if not synced:
+        a.path.write_bytes(kept)  # the old version's removal undone
+    _reboot(db)
+    with memory.MemoryStore(db) as store:
+        assert gone.exists() and not a.path.exists()
+        assert [e.key for e in store.recall(limit=None)] == [b.key]
+        assert store.current(a.memory_id).key == b.key
+
+
 def test_a_finding_the_history_db_holds_gets_no_file_again(db: Path) -> None:
     _, (a,) = _learn_and_stop(db, [A], "interrupted")
     with memory.MemoryStore(db) as store:
