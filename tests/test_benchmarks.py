@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import retrieval
 from benchmarks.__main__ import FIGURES, GOALS, RATIOS, SECTIONS
+from benchmarks.writes import WRITE_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".bench-venv" / "bin" / "python"
@@ -67,6 +68,23 @@ def test_smoke_run_reports_every_stable_name_and_peers_as_skipped(tmp_path: Path
     assert doc["figures"]["write.learn_file_1w_cpu_user_us"] >= 0
     assert doc["figures"]["write.learn_file_1w_cpu_sys_us"] >= 0
     assert doc["figures"]["write.floor_append_1w_cpu_sys_us"] >= 0
+    _check_cpu(doc)
+    for name in ("learn_file_1w", "learn_file_8t", "learn_file_8p", "update_file_1w", "sqlite3_full_1w"):
+        assert f"write.{name}_cpu_user_us" in doc["figures"], name
+
+
+def _check_cpu(doc: dict) -> None:
+    """Every write contender measured has its user and system CPU µs per operation beside its rate,
+    described; one skipped has neither."""
+    for name in WRITE_NAMES:
+        rate = f"write.{name}_per_s"
+        for kind in ("user", "sys"):
+            cpu = f"write.{name}_cpu_{kind}_us"
+            if rate in doc["figures"]:
+                assert isinstance(doc["figures"].get(cpu), float) and doc["figures"][cpu] >= 0, cpu
+                assert doc["notes"][cpu].endswith(f"{'user' if kind == 'user' else 'system'} CPU µs/op"), cpu
+            else:
+                assert cpu not in doc["figures"], cpu
 
 
 @pytest.mark.slow
@@ -75,6 +93,7 @@ def test_smoke_run_with_the_peers_installed(tmp_path: Path) -> None:
     doc = _smoke(tmp_path, "--only", "writes")
     for name in ("write.eventsourcing_1w_per_s", "write.langgraph_put_1w_per_s", "write.dbos_step_1w_per_s"):
         assert name in doc["figures"], doc["skipped"].get(name)
+    _check_cpu(doc)  # the peers' workers report their CPU too
 
 
 def test_the_peers_venv_absent_is_a_skip_with_the_setup_command(tmp_path: Path) -> None:
