@@ -655,6 +655,7 @@ class FileCache:
         prefix = os.path.join(directory, "")
         for fname in names:
             fst = _lstat(prefix + fname)
+            settled = fst is not None and fst.st_mtime_ns < settled_ns and fst.st_ctime_ns < settled_ns
             hit = old.get(fname)
             entry = _served(hit, fst, fname)
             if entry is None:
@@ -663,6 +664,10 @@ class FileCache:
                 entry = read(path)  # every check of a read, and its errors
                 if entry is None:
                     complete = False
+                    continue
+                if not settled:  # not indexed: no row to make, no stat to take again
+                    entries.append(entry)
+                    stale = complete = False  # a racy file: read again next time
                     continue
                 # keyed only by a stat taken on both sides of the read: a file replaced meanwhile
                 # is left out, and read again next time
@@ -673,7 +678,7 @@ class FileCache:
             else:
                 row = hit[1]  # type: ignore[index]
             entries.append(entry)
-            if fst is not None and fst.st_mtime_ns < settled_ns and fst.st_ctime_ns < settled_ns:
+            if fst is not None and settled:
                 rows.append((fname, _stat_key(fst), row))
             else:
                 stale = complete = False  # a racy file: read again next time
