@@ -88,7 +88,10 @@ def _entries(rec: Record, streams: tuple[str, str, str]) -> list[tuple[str, str 
 class JournalKeys:
     """The index of one store (see the module). Thread-safe; each process keeps its own connection."""
 
-    def __init__(self, db_path: Path, streams: tuple[str, str, str]) -> None:
+    def __init__(self, db_path: Path, streams: tuple[str, str, str], *, enabled: bool = True) -> None:
+        """``enabled`` False: a store that must write nothing keeps no index (every use reads
+        every run)."""
+        self._enabled = enabled
         self._path = keys_path(db_path)
         self._streams = streams
         self._conn: sqlite3.Connection | None = None
@@ -157,7 +160,7 @@ class JournalKeys:
         Raises:
             JournalError: a stream the index had to read again could not be read.
         """
-        stamps = self._stamper(backend)
+        stamps = self._stamper(backend) if self._enabled else None
         if stamps is None:
             return None
         with self._lock:

@@ -156,7 +156,9 @@ class MemoryStore:
             shared=self._retirer.shared.current,
         )
         self._retirer.on_retired = self._search.discard_vectors
-        self._journal_keys = JournalKeys(self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM))
+        self._journal_keys = JournalKeys(
+            self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
+        )
         self._learner.on_learned = self._search.noted_version
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
@@ -476,13 +478,7 @@ class MemoryStore:
         check_key(key)
         check_reason(reason)
         backend = self.open_journal()
-        runs = self._journal_keys.runs_of(backend, key)  # the runs to read (None: every run)
-        events = self.history(key, runs=runs)
-        if runs is not None and any(e.citation.run_id not in runs for e in events):
-            # the DB or a file cites a commit in a run the index did not name: it is stale or was
-            # tampered with, so every run is read
-            runs = None
-            events = self.history(key)
+        events, runs = self._history_narrowed(key)
         memory = events[0].memory or key
         keys = sorted({e.key for e in events if e.kind != "erased"})
         for k in keys:
@@ -602,16 +598,35 @@ class MemoryStore:
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
         and ``expired`` once its ``expiresMs`` has passed; each with its citation.
 
-        ``runs`` are the ids of the root runs to look in (default: every run the journal lists,
-        which on the file journal reads every ``run.json``); a reader that keeps the list of runs
-        current itself (the dashboard) passes it.
+        ``runs`` are the ids of the root runs to look in (default: the runs the journal's key index
+        names, brought up to date by a look at every run's streams, ``memory._keyindex``; every run
+        where the store keeps no index); a reader that keeps the list of runs current itself (the
+        dashboard) passes it.
 
         Raises:
             ArgumentInvalid: ``key`` is not a key.
             FindingUnknown: neither the journal nor the store knows ``key``.
             JournalError: the journal cannot be read, unchanged.
         """
-        return self._read(self._retirer.history, key, runs)
+        if runs is not None:
+            return self._read(self._retirer.history, key, runs)
+        return self._history_narrowed(key)[0]
+
+    def _history_narrowed(self, key: str) -> tuple[list[HistoryEvent], set[str] | None]:
+        """``history(key)`` read from the runs the journal's key index names (``_keyindex``), and
+        those runs; from every run (and None) when there is no index, the key is unknown to it, or
+        the history DB or a learned file cites a commit in a run it did not name (stale, or tampered
+        with)."""
+        check_key(key)
+        runs = self._journal_keys.runs_of(self.open_journal(), key)
+        if runs is not None:
+            try:
+                events = self._read(self._retirer.history, key, runs)
+            except FindingUnknown:
+                events = []
+            if events and all(e.citation.run_id in runs for e in events):
+                return events, runs
+        return self._read(self._retirer.history, key, None), None
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """Publish, in batches, the learned file of every finding ``run_id`` committed whose file

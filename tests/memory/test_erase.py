@@ -286,3 +286,37 @@ def test_a_damaged_journal_key_index_is_built_again_and_the_erase_is_complete(
     store.close()
     if damage != "link":  # a link is never followed, nor replaced: every erase reads every run
         assert index.is_file() and not index.is_symlink()
+
+
+def test_history_reads_the_runs_of_the_memory_and_a_reader_that_writes_nothing_keeps_no_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    with store.session(scope="alice", flow="first") as s:
+        first = s.learn({"text": "alice likes tea"})
+    for i in range(4):
+        with store.session(scope="bob", flow=f"other{i}") as s:
+            s.learn({"text": f"unrelated {i}"})
+    with store.session(scope="alice", flow="second") as s:
+        second = s.update(first.key, {"text": "alice likes green tea"})
+    store.close()
+    index = db.parent / "flows-cache" / "journal-keys.sqlite3"
+    for how in ({"read_only": True}, {"file_index": False}):
+        location = str(tmp_path / "journal")
+        with memory.MemoryStore(db, journal=location, **how) as reader:  # type: ignore[arg-type]
+            learned = [e.key for e in reader.history(second.key) if e.kind == "learned"]
+            assert learned == [first.key, second.key]
+        assert not index.exists()
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    runs = {r.flow: r.run_id for r in store.open_journal().runs()}
+    store.history(first.key)  # builds the index
+    seen = _runs_read(store, monkeypatch)
+    events = store.history(first.key)
+    assert [(e.kind, e.key) for e in events] == [
+        ("learned", first.key),
+        ("learned", second.key),
+        ("superseded", first.key),
+    ]
+    assert seen == {runs["first"], runs["second"]}
+    store.close()
