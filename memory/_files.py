@@ -430,7 +430,9 @@ class Listing:
 
 def read_retired_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, dict[str, Retired]]:
     """Every retired file of ``directory`` (a folder below ``base``, opened without following a
-    link), by key, with the folder's own ``stat`` (None when it does not exist).
+    link), by key, with the folder's own ``stat`` (None when it does not exist). The folder is
+    listed each time; of its files, only those added or changed since this process last read it
+    are read (``_RetiredReads``).
 
     Raises:
         Unreachable: a folder on the way or a retired file is a link or not what it should be, a
@@ -442,23 +444,14 @@ def read_retired_folder(base: Path, directory: Path) -> tuple[os.stat_result | N
         raise unreadable(exc.filename or directory, exc, "retired folder") from exc
     if folder is None:
         return None, {}
-    found: dict[str, Retired] = {}
     with folder:
         try:
             st = folder.stat()
             names = [n for n in folder.names() if is_learned_name(n)]
         except OSError as exc:
             raise unreadable(directory, exc, "retired folder") from exc
-        for name in names:
-            path = directory / name
-            try:
-                data = folder.read(name, str(path))
-            except OSError as exc:
-                raise unreadable(path, exc, "retired file") from exc
-            if data is not None:
-                entry = _PARSED_RETIRED(path, data)
-                found[entry.key] = entry
-    return st, found
+        files = _RETIRED_READS.read(folder, directory, names)
+    return st, {r.key: r for _, r in files.values()}
 
 
 class ParseMemo(Generic[P]):
@@ -536,6 +529,35 @@ def _reread_retired(
     return out
 
 
+class _RetiredReads:
+    """What each retired folder of this process's stores held when last read, by folder: its files'
+    settled stat keys and what they say, so a folder read again costs a stat per file and a read
+    of each file added or changed since (it grows by one file per retirement, for good). A change
+    in place changes a file's ctime, which nothing can set back; a file too fresh for its times to
+    tell a later change apart (``_RACY_S``) is read again each time."""
+
+    _MAX_FOLDERS = 4096
+
+    def __init__(self) -> None:
+        self._known: dict[Path, dict[str, RetiredFile]] = {}
+        self._mutex = threading.Lock()
+
+    def read(self, folder: Folder, directory: Path, names: Iterable[str]) -> dict[str, RetiredFile]:
+        """The retired files ``names`` of the open ``folder`` at ``directory``, by name (raising
+        ``Unreachable`` on a damaged one, as a full read does)."""
+        with self._mutex:
+            known = self._known.get(directory, {})
+        files = _reread_retired(folder, directory, names, known, _PARSED_RETIRED)
+        with self._mutex:
+            if len(self._known) >= self._MAX_FOLDERS and directory not in self._known:
+                self._known.clear()
+            self._known[directory] = files
+        return files
+
+
+_RETIRED_READS = _RetiredReads()
+
+
 class RetiredListing:
     """One retired folder's parsed files, by key."""
 
@@ -561,9 +583,8 @@ class DiskIndex:
     engine, which never does that) is seen by the next read that would return it, or after the
     next change to its directory. Folders are opened without following links (``read_folder``); the
     cheap check of a cached listing is an ``lstat``, so a link put in the folder's place is never
-    mistaken for it. A retired folder that changed is listed again, but only its files whose stat
-    key is not the settled one they had when last read are read again (they are only ever added,
-    and a change in place changes the key's ctime). A file's bytes equal to the ones it held when
+    mistaken for it. A retired folder that changed is listed again, but only its files added or
+    changed since are read (``read_retired_folder``). A file's bytes equal to the ones it held when
     last parsed are not parsed again (``ParseMemo``).
     """
 
@@ -571,7 +592,6 @@ class DiskIndex:
         self._base = base
         self._cache: dict[Path, Listing | IndexedListing] = {}
         self._retired: dict[Path, RetiredListing] = {}
-        self._retired_files: dict[Path, Mapping[str, RetiredFile]] = {}  # each folder's last read
         self._distrusted: set[Path] = set()
         self._mutex = threading.Lock()
         self._files = files  # the index a fresh process starts from (None: read every file)
@@ -602,27 +622,13 @@ class DiskIndex:
         if hit is not None and hit.mtime_ns == st.st_mtime_ns and hit.ino == st.st_ino:
             return hit
         scanned_at = time.time_ns()
-        try:
-            folder = Folder.open(self._base, directory)
-        except OSError as exc:
-            raise unreadable(exc.filename or directory, exc, "retired folder") from exc
-        if folder is None:
+        seen, found = read_retired_folder(self._base, directory)  # the files changed since, only
+        if seen is None:
             return _NO_RETIRED
-        with self._mutex:
-            known = self._retired_files.get(directory, {})
-        with folder:
-            try:
-                st = folder.stat()
-                names = [n for n in folder.names() if is_learned_name(n)]
-            except OSError as exc:
-                raise unreadable(directory, exc, "retired folder") from exc
-            # Only the files added or changed since the last look are read: the folder grows by
-            # one file per retirement, for good.
-            files = _reread_retired(folder, directory, names, known, _PARSED_RETIRED)
-        listing = RetiredListing(st.st_mtime_ns, st.st_ino, {r.key: r for _, r in files.values()})
-        with self._mutex:
-            self._retired_files[directory] = files
-            if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+        st = seen
+        listing = RetiredListing(st.st_mtime_ns, st.st_ino, found)
+        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+            with self._mutex:
                 self._retired[directory] = listing
         return listing
 

@@ -43,6 +43,30 @@ def test_a_read_after_a_retirement_reads_only_the_new_retired_file(
     _retire(store, 20)
     _settle()
     assert store.recall(scope="desk", limit=None) == []  # every retired file read once
+    read = _counting_retired_reads(monkeypatch)
+    (new,) = _retire(store, 1, start=20)
+    read.clear()
+    assert store.recall(scope="desk", limit=None) == []
+    assert read == [f"{new}.json"]
+
+
+def test_a_sync_after_a_retirement_reads_only_the_new_retired_file(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sync`` takes every retirement into the history DB, so it lists every retired folder; it
+    reads only the files added or changed since this process last read them."""
+    _retire(store, 20)
+    _settle()
+    store.sync()
+    read = _counting_retired_reads(monkeypatch)
+    (new,) = _retire(store, 1, start=20)
+    store.sync()
+    assert read == [f"{new}.json"]
+    assert store.recall(scope="desk", limit=None) == []
+
+
+def _counting_retired_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the retired files read from now on (a list that fills as they are)."""
     read: list[str] = []
     real = Folder.read
 
@@ -52,10 +76,7 @@ def test_a_read_after_a_retirement_reads_only_the_new_retired_file(
         return real(self, name, shown)
 
     monkeypatch.setattr(Folder, "read", counting)
-    (new,) = _retire(store, 1, start=20)
-    read.clear()
-    assert store.recall(scope="desk", limit=None) == []
-    assert read == [f"{new}.json"]
+    return read
 
 
 @pytest.mark.parametrize("same_mtime", [False, True], ids=["rewritten", "rewritten-mtime-restored"])
