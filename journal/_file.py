@@ -1015,6 +1015,20 @@ class FileJournal:
                 is not a run id), or a run's ``run.json`` is damaged.
             JournalReadInterrupted: the folder could not be listed.
         """
+        out = [self.run(name) for name in self.run_ids()]
+        out.sort(key=lambda r: (r.created_ms, r.run_id), reverse=True)
+        return out
+
+    def run_ids(self) -> list[str]:
+        """The id of every run, in no order, without reading any ``run.json`` or probing any lock
+        (what ``runs`` lists, for a reader that needs only the ids); a run whose ``begin`` never
+        finished is not listed.
+
+        Raises:
+            JournalCorrupt: something in the runs folder is not a run (a link, a file, a name that
+                is not a run id).
+            JournalReadInterrupted: the folder could not be listed.
+        """
         self._check_open()
         directory = self._runs_dir()
         try:
@@ -1044,8 +1058,7 @@ class FileJournal:
                 raise JournalReadInterrupted(
                     f"cannot look at run {name}: {exc.strerror or exc}", run_id=name, path=directory / name
                 ) from exc
-            out.append(self.run(name))
-        out.sort(key=lambda r: (r.created_ms, r.run_id), reverse=True)
+            out.append(name)
         return out
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -28,9 +28,6 @@ from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
 SCHEMA_VERSION = 8
-_FTS_SECURE_DELETE = sqlite3.sqlite_version_info >= (3, 42, 0)
-"""Whether this SQLite's full-text index can remove a deleted row's terms at once ('secure-delete');
-before 3.42 an erase merges the whole index instead ('optimize': seconds at a million rows)."""
 _MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
@@ -980,11 +977,10 @@ class HistoryDB:
 
     def erase(self, keys: Sequence[str]) -> int:
         """Delete the rows of ``keys`` and their index entries (tags, metadata, full text) with their
-        bytes overwritten (``secure_delete``), make the full-text index drop their terms (its
-        'secure-delete' option on SQLite 3.42 and later; before it, a merge of the whole index, which
-        costs seconds at a million rows), and truncate the write-ahead log, so no page of the DB or
-        its log holds them; the retirements stay (they hold no content). How many rows went (0 when
-        there is no DB)."""
+        bytes overwritten (``secure_delete``), merge the full-text index so no segment or page key
+        keeps their terms (a second or more at a million rows), and truncate the write-ahead log, so
+        no page of the DB or its log holds them; the retirements stay (they hold no content). How
+        many rows went (0 when there is no DB)."""
         if not keys or not self.exists():
             return 0
         conn = self._connect()
@@ -992,8 +988,6 @@ class HistoryDB:
         try:
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("BEGIN IMMEDIATE")
-            if _FTS_SECURE_DELETE:  # a delete then removes the row's terms from the index itself
-                conn.execute("INSERT INTO findings_stems (findings_stems, rank) VALUES ('secure-delete', 1)")
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
                 marks = ",".join("?" * len(chunk))
@@ -1005,8 +999,10 @@ class HistoryDB:
                 conn.execute(f"DELETE FROM finding_tags WHERE finding IN ({id_marks})", ids)
                 conn.execute(f"DELETE FROM finding_meta WHERE finding IN ({id_marks})", ids)
                 gone += conn.execute(f"DELETE FROM findings WHERE id IN ({id_marks})", ids).rowcount
-            if not _FTS_SECURE_DELETE:
-                conn.execute("INSERT INTO findings_stems (findings_stems) VALUES ('optimize')")
+            # The whole index merged: FTS5's 'secure-delete' option (SQLite 3.42 and later) drops a
+            # row's terms from its segment, but a term that began a page stays as that page's key
+            # in the index's directory (seen with SQLite 3.51): only a merge rewrites both.
+            conn.execute("INSERT INTO findings_stems (findings_stems) VALUES ('optimize')")
             conn.execute("COMMIT")
             self._writes += 1
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

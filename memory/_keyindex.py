@@ -183,18 +183,18 @@ class JournalKeys:
 
     def _file_stamps(self, backend: JournalBackend) -> Iterable[tuple[str, str, str | None]]:
         assert isinstance(backend, FileJournal)
-        for run in backend.runs():
+        for run_id in backend.run_ids():
             for stream in self._streams:
                 try:
-                    st = os.lstat(backend.stream_path(run.run_id, stream))
+                    st = os.lstat(backend.stream_path(run_id, stream))
                 except FileNotFoundError:
-                    yield run.run_id, stream, None
+                    yield run_id, stream, None
                     continue
                 except OSError:
-                    yield run.run_id, stream, "?"  # read it: the journal says what is wrong
+                    yield run_id, stream, "?"  # read it: the journal says what is wrong
                     continue
                 kind = "f" if stat.S_ISREG(st.st_mode) else "?"
-                yield run.run_id, stream, f"{kind}{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+                yield run_id, stream, f"{kind}{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
     def _head_stamps(self, backend: JournalBackend) -> Iterable[tuple[str, str, str | None]]:
         heads = {stream: backend.stream_heads(stream) for stream in self._streams}  # type: ignore[attr-defined]
