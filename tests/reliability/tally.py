@@ -12,6 +12,8 @@ HEADERS = (
     "lost",
     "doubled",
     "fabricated",
+    "resurrected",
+    "erased bytes left",
     "unexpected errors",
     "refused before recovery",
 )
@@ -30,6 +32,11 @@ class Tally:
     lost: int = 0
     doubled: int = 0
     fabricated: int = 0
+    resurrected: int = 0
+    """Findings a forget, a supersede or an erase retired that a read returned again."""
+    unerased: int = 0
+    """States where bytes of an erased memory's text were left in a file of the store after
+    recovery (or in the journal with no erase record to report them)."""
     unexpected: int = 0
     refused: int = 0
     """Reads that failed closed (a coded error naming a torn file whose finding the journal
@@ -38,8 +45,16 @@ class Tally:
 
     @property
     def clean(self) -> bool:
-        """True when nothing was lost, doubled or fabricated and nothing unexpected was raised."""
-        return not (self.lost or self.doubled or self.fabricated or self.unexpected)
+        """True when nothing was lost, doubled, fabricated, resurrected or left behind by an erase,
+        and nothing unexpected was raised."""
+        return not (
+            self.lost
+            or self.doubled
+            or self.fabricated
+            or self.resurrected
+            or self.unerased
+            or self.unexpected
+        )
 
     def note(self, text: str) -> None:
         """Remember ``text`` as one of the first failures (at most 20 are kept)."""
@@ -53,6 +68,8 @@ class Tally:
         self.lost += other.lost
         self.doubled += other.doubled
         self.fabricated += other.fabricated
+        self.resurrected += other.resurrected
+        self.unerased += other.unerased
         self.unexpected += other.unexpected
         self.refused += other.refused
         for n in other.notes:
@@ -67,6 +84,8 @@ class Tally:
             str(self.lost),
             str(self.doubled),
             str(self.fabricated),
+            str(self.resurrected),
+            str(self.unerased),
             str(self.unexpected),
             str(self.refused),
         )

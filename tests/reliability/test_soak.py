@@ -21,16 +21,17 @@ def test_the_report_is_one_table_with_every_figure() -> None:
     good = Tally("a", cases=3, acknowledged=7, refused=2)
     bad = Tally("b", cases=1, lost=1)
     assert table([good, bad]).splitlines() == [
-        "| scenario | cases | acknowledged | lost | doubled | fabricated | unexpected errors "
-        "| refused before recovery |",
-        "|----------|------:|-------------:|-----:|--------:|-----------:|------------------:"
-        "|------------------------:|",
-        "| a        |     3 |            7 |    0 |       0 |          0 |                 0 "
-        "|                       2 |",
-        "| b        |     1 |            0 |    1 |       0 |          0 |                 0 "
-        "|                       0 |",
+        "| scenario | cases | acknowledged | lost | doubled | fabricated | resurrected | erased bytes left "
+        "| unexpected errors | refused before recovery |",
+        "|----------|------:|-------------:|-----:|--------:|-----------:|------------:|------------------:"
+        "|------------------:|------------------------:|",
+        "| a        |     3 |            7 |    0 |       0 |          0 |           0 |                 0 "
+        "|                 0 |                       2 |",
+        "| b        |     1 |            0 |    1 |       0 |          0 |           0 |                 0 "
+        "|                 0 |                       0 |",
     ]
     assert good.clean and not bad.clean  # a read refused closed is not a failure
+    assert not Tally("c", resurrected=1).clean and not Tally("d", unerased=1).clean
 
 
 def test_the_command_refuses_unknown_arguments() -> None:
