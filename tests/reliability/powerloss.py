@@ -151,15 +151,24 @@ _WRAPPED = (
 )
 
 
+def _beside(path: Any, dir_fd: int | None) -> Any:
+    """``path`` as the kernel resolves it: relative to the folder ``dir_fd`` holds open, if given
+    (a learned file's removal names it in its folder's descriptor)."""
+    if dir_fd is None or os.path.isabs(os.fspath(path)):
+        return path
+    return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fspath(path))
+
+
 def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-        rel = rec._rel(path) if dir_fd is None else None
-        existed = rel is not None and os.path.lexists(path)
+        full = _beside(path, dir_fd)
+        rel = rec._rel(full)
+        existed = rel is not None and os.path.lexists(full)
         fd: int = real["open"](path, flags, mode, dir_fd=dir_fd)
         if rel is None:
             return fd
         st = os.fstat(fd)
-        if os.path.isdir(path):
+        if os.path.isdir(full):
             rec._fds[fd] = ("dir", rel, False)
             return fd
         if existed:
@@ -209,7 +218,8 @@ def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, C
     def two_names(name: str) -> Callable[..., None]:
         def move(src: Any, dst: Any, **kwargs: Any) -> None:
             real[name](src, dst, **kwargs)
-            a, b = rec._rel(src), rec._rel(dst)
+            a = rec._rel(_beside(src, kwargs.get("src_dir_fd")))
+            b = rec._rel(_beside(dst, kwargs.get("dst_dir_fd")))
             if a is None or b is None:
                 return
             (pa, na), (pb, nb) = rec._split(a), rec._split(b)
@@ -220,8 +230,9 @@ def _wrappers(rec: Recorder, real: dict[str, Callable[..., Any]]) -> dict[str, C
         return move
 
     def unlink(path: Any, *, dir_fd: int | None = None) -> None:
+        full = _beside(path, dir_fd)
         real["unlink"](path, dir_fd=dir_fd)
-        rel = rec._rel(path)
+        rel = rec._rel(full)
         if rel is not None:
             parent, name = rec._split(rel)
             rec.ops.append(Op("entry", parent, ("unlink", name)))

@@ -3,6 +3,7 @@ the harness sees a missing directory fsync."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -220,6 +221,20 @@ def test_an_unsynced_append_is_torn_with_zeros_garbage_stale_bytes_and_replayed_
     assert b"one\ntwo-an" + b"\0" * 7 in logs
     assert b"one\none\none\none\no" in logs  # a replayed copy of the line before
     assert any(log.startswith(b"one\ntwo-an") and log[10:] not in (b"", b"\0" * 7) for log in logs)
+
+
+def test_the_recorder_logs_a_removal_made_through_a_folders_descriptor(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x")
+    rec = powerloss.Recorder(tmp_path)
+    with rec.recording():
+        fd = os.open(tmp_path / "d", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.unlink("f", dir_fd=fd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    assert rec.ops == [Op("entry", "d", ("unlink", "f")), Op("fsync", "d")]
 
 
 def _record(seq: int, text: str) -> Record:
