@@ -31,7 +31,10 @@ from typing import Any
 import orjson
 
 from journal import JournalBackend, Record, record_id
+from memory._errors import Unwritable
 from memory._finding import ERASE_STREAM, PAD, STREAM, checked_commit, is_erased, meta_value_key
+from memory._safe import describe
+from staging import fsync_dir
 
 _KEY = re.compile(r"[0-9a-f]{32}")
 _TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
@@ -228,6 +231,26 @@ def quarantined_holding(folder: Path, keys: set[str]) -> list[Path]:
             except OSError:
                 continue
     return found
+
+
+def sync_folders(folders: Iterable[Path]) -> None:
+    """Make the removals made in ``folders`` durable (one fsync each), so that no power loss brings
+    back an erased copy after the journal's commits have become tombstones.
+
+    Raises:
+        Unwritable: a folder could not be fsync'd.
+    """
+    for folder in sorted(folders):
+        try:
+            fsync_dir(folder)
+        except FileNotFoundError:
+            continue  # the folder went with what it held
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot make the erasure's removals in {folder} durable: {describe(exc)}",
+                path=folder,
+                errno=exc.errno,
+            ) from exc
 
 
 @dataclass(frozen=True)

@@ -563,6 +563,7 @@ class MemoryStore:
             quarantined_holding,
             rewrite,
             stages_holding,
+            sync_folders,
         )
         from memory._filecache import cache_dir
         from memory._paths import scope_folders
@@ -575,21 +576,29 @@ class MemoryStore:
         self._db.erase(sorted(wanted))
         pub = self._publisher
         scopes = {str(r.payload["scope"]) for r in targets}
+        gone: set[Path] = set()  # the folders files were removed from (by the forget, or here)
         for scope in scopes:
             for k in wanted:
                 pub.remove(pub.scope_dir(scope) / f"{k}.json", None)
+            gone.add(pub.scope_dir(scope))
         folders = [
             f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
         ]
         for path in stages_holding(folders, wanted):
             path.unlink(missing_ok=True)
+            gone.add(path.parent)
         for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, wanted):
             path.unlink(missing_ok=True)  # copies `flows check --repair` moved aside
+            gone.add(path.parent)
         failpoint("memory.erase_after_derived")
         for path in cache_files_holding(cache_dir(self.db_path), wanted, keep=[VECTORS_FILE, KEYS_FILE]):
             path.unlink(missing_ok=True)
+            gone.add(path.parent)
         self._search.discard_vectors(sorted(wanted))
         self._search.forget_cached(wanted)
+        # Once the commits are tombstones, check no longer reports the erasure as unfinished: a
+        # removal a power loss undid then would leave the content on disk, unreported.
+        sync_folders(gone)
         failpoint("memory.erase_before_rewrite")
         return rewrite(backend, targets)
 

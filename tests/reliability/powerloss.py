@@ -6,10 +6,17 @@ runs, ``Recorder`` wraps the ``os`` functions the durable writers call (``open``
 call is applied to a real directory as usual *and* logged. A crash after the first ``k`` logged
 operations is then any state the durability model below allows; each one is materialised into a
 fresh directory, recovered the normal way (the store's open, which publishes again the files of
-committed findings whose names were lost; resume the root run; a locked open of a ledger), and
-judged: ``check_store`` clean, and no acknowledged write lost, doubled or fabricated; every
-acknowledged learn readable, its file byte-identical to the rendering of its record, once the store
-is open; and nothing readable without a record, even by a reader that recovers nothing.
+committed findings whose names were lost; resume the root run; ``flows check --repair`` for what
+a session's update, forget or erase left half done, the recovery a session has; a locked open of a
+ledger), and judged: ``check_store`` clean, and no acknowledged write lost, doubled or fabricated;
+every acknowledged learn readable, its file byte-identical to the rendering of its record, once the
+store is open; nothing readable without a record, even by a reader that recovers nothing; nothing
+an acknowledged update, forget or erase retired readable again (recall, why, current), by any
+reader; and after an erase that was acknowledged, or whose record survived, no byte of the erased
+memory's text in any file under the store's folder (its journal, files, caches, quarantine).
+
+The wrapped calls are looked up on the ``os`` module at call time by the durable writers; a call
+relative to a folder's descriptor (``dir_fd``) is resolved through ``/proc/self/fd``.
 
 The durability model (stricter than ext4 ``data=ordered``, on purpose):
 
@@ -52,7 +59,7 @@ import orjson
 
 import memory
 import staging._stage
-from journal import RunState
+from journal import JournalBackend, RunState
 from memory.ledger import Acted, Amount, Ledger, Outcome, Skipped
 from tests.reliability.tally import Tally
 
@@ -402,6 +409,29 @@ class CrashPoint:
             {o: rng.choice(opts) for o, opts in zip(files, file_options, strict=True)},
         )
 
+    def covering_states(self, rng: random.Random) -> Iterator[tuple[dict[str, int], dict[int, FileChoice]]]:
+        """Every choice of every volatile object at this point, each in one state whose other
+        objects are drawn at random; and the two ends: nothing volatile survived, all of it did.
+
+        Where the product of every object's choices (``states``) is too large to walk: a session's
+        update, forget or erase leaves many small files unsynced at once (watermarks, the files'
+        index), and the product passes 10^9 states at a single point of a three-step workload."""
+        dirs, dir_options, files, file_options = self.choices()
+        whole = [max(c for c in opts if c[1] is None) for opts in file_options]
+        yield dict.fromkeys(dirs, 0), {o: (0, None) for o in files}
+        yield (
+            {d: opts[-1] for d, opts in zip(dirs, dir_options, strict=True)},
+            dict(zip(files, whole, strict=True)),
+        )
+        for d, opts in zip(dirs, dir_options, strict=True):
+            for n in opts:
+                some_dirs, some_files = self.random_state(rng)
+                yield {**some_dirs, d: n}, some_files
+        for o, choices in zip(files, file_options, strict=True):
+            for choice in choices:
+                some_dirs, some_files = self.random_state(rng)
+                yield some_dirs, {**some_files, o: choice}
+
     def tree(self, dirs: dict[str, int], files: dict[int, FileChoice]) -> dict[str, bytes | None] | None:
         """The files (path -> bytes) and directories (path -> None) of one crash state.
 
@@ -553,21 +583,52 @@ def _store_paths(base: Path) -> tuple[Path, Path]:
     return base / "data" / "history.db", base / "sail"
 
 
+MEMORY_ONE = "finding number 1"
+"""The text every version of memory 1 (``L1``'s finding, then its updates) holds, and nothing else
+does: what a grep for an erased memory's bytes looks for."""
+SESSION_FLOW = "powerloss-cli"
+CHANGE_STEPS = ("U", "W", "E")
+
+
+def version(n: int) -> dict[str, Any]:
+    """The finding the ``n``-th ``U`` step of a workload makes the new version of memory 1."""
+    return {"text": f"{MEMORY_ONE} version {n + 1}", "tags": ["power"]}
+
+
+def memory_one() -> str:
+    """The id of memory 1: the key of its first version, ``L1``'s finding."""
+    return fid_of("L1")
+
+
 def record_findings(steps: Sequence[str], base: Path) -> Trace:
-    """Run a findings workload (``L<n>`` learn finding n, ``R`` give up the lease and resume, ``D``
-    end the root run done as the flows runtime does: the store's names made durable, then
-    ``finish``; a learn after it is refused, so not acknowledged)."""
+    """Run a findings workload in one root run (``L<n>`` learn finding n, ``R`` give up the lease
+    and resume, ``D`` end the root run done as the flows runtime does: the store's names made
+    durable, then ``finish``; a learn after it is refused, so not acknowledged) and sessions of
+    their own, as ``flows update``/``forget``/``erase`` make them: ``U`` a new version of memory 1,
+    ``W`` forget by filter (every live finding tagged ``power``, one record), ``E`` erase memory 1
+    (every version; the root run is ended first, as ``D``, because an erase waits for the runs
+    holding its commits to end). A session's step is acknowledged when its operation returns;
+    the session is closed (names made durable, its run marked done) after that."""
     trace = Trace("findings", tuple(steps))
     db, _ = _store_paths(base)
     rec = Recorder(base)
+    updates = 0
     with memory.MemoryStore(db, clock=Clock()) as store, rec.recording():
         jr = store.open_journal()
         start = len(rec.ops)
         info, lease = jr.begin(FLOW, SCOPE, {"source": None})
         trace.events.append(Event("begin", start, len(rec.ops), info.run_id))
         trace.info["run_id"] = info.run_id
+        done = False  # the root run ended (D, or the end an erase waits for)
         for step in steps:
+            if step == "E" and not done:
+                start = len(rec.ops)
+                store.flush()
+                jr.finish(lease, RunState.DONE)
+                done = True
+                trace.events.append(Event("D", start, len(rec.ops), None))
             start = len(rec.ops)
+            session = None
             try:
                 if step == "R":
                     jr.release(lease)
@@ -576,18 +637,40 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
                 elif step == "D":
                     store.flush()
                     jr.finish(lease, RunState.DONE)
+                    done = True
                     detail = None
+                elif step in CHANGE_STEPS:
+                    session = store.session(scope=SCOPE, flow=SESSION_FLOW)
+                    detail = _change(store, session, step, updates)
+                    updates += step == "U"
                 else:
                     store.learn(finding(step), memory.RootRun(jr, lease, FLOW, SCOPE))
                     detail = fid_of(step)
             except Exception as exc:  # a step that fails is simply not acknowledged
                 trace.events.append(Event(step, start, None, repr(exc)))
+                if session is not None:
+                    with contextlib.suppress(Exception):
+                        session.close()
                 continue
             trace.events.append(Event(step, start, len(rec.ops), detail))
+            if session is not None:
+                session.close()
         jr.release(lease)
     trace.ops = rec.ops
     trace.info["names"] = rec.names
     return trace
+
+
+def _change(store: memory.MemoryStore, session: memory.MemorySession, step: str, updates: int) -> Any:
+    """Run one session step; its detail: ``U`` (the version it replaced, the new one), ``W`` and
+    ``E`` the keys they retired or erased."""
+    if step == "U":
+        live = store.current(memory_one())
+        learned = session.update(memory_one(), version(updates + 1))
+        return (live.key if live is not None else None, learned.key)
+    if step == "W":
+        return session.forget_where(reason="the workload forgets them all", tags=["power"]).keys
+    return session.erase(memory_one(), reason="the workload erases memory 1").keys
 
 
 def record_ledger(steps: Sequence[str], base: Path) -> Trace:
@@ -626,6 +709,8 @@ class Verdict:
     lost: int = 0
     doubled: int = 0
     fabricated: int = 0
+    resurrected: int = 0
+    unerased: int = 0
     unexpected: int = 0
     refused: int = 0
     notes: list[str] = field(default_factory=list)
@@ -638,6 +723,8 @@ def count(tally: Tally, verdict: Verdict, where: str) -> None:
     tally.lost += verdict.lost
     tally.doubled += verdict.doubled
     tally.fabricated += verdict.fabricated
+    tally.resurrected += verdict.resurrected
+    tally.unerased += verdict.unerased
     tally.unexpected += verdict.unexpected
     tally.refused += verdict.refused
     for note in verdict.notes:
@@ -663,6 +750,70 @@ def judge(trace: Trace, k: int, state: Path, *, recover: bool = True) -> Verdict
     return verdict
 
 
+REPORTED_KINDS = frozenset(
+    {"supersede_unfinished", "erase_incomplete", "retirement_unpublished", "learned_forgotten"}
+)
+"""What ``flows check`` may report after a power loss in a session's update, forget or erase, and
+``--repair`` finishes (the recovery a session has: it has no body to resume). A retired finding's
+learned file is removed without an fsync (its retired file keeps it out of every read), so a power
+loss may bring the file back after an acknowledged forget: ``learned_forgotten``."""
+
+
+@dataclass
+class Promises:
+    """What the workload's acknowledged steps promise at a crash point, and what the one step in
+    flight (begun, not returned) may or may not have done."""
+
+    changes: bool  # the workload has session steps (else the checks of them are skipped)
+    made: set[str]  # every key any step made (a learn's, an update's), resumed or not
+    retired: set[str]  # keys an acknowledged update, forget or erase retired: never readable again
+    erased: bool  # an acknowledged erase: no byte of memory 1 anywhere after recovery
+    in_flight: Event | None
+    memory_one: set[str | None]  # memory 1's live version after recovery may be any of these
+
+    def excused(self) -> set[str]:
+        """Keys an acknowledged learn made that need not be readable (retired, or retired by the
+        step in flight)."""
+        return self.retired | self.maybe_retired()
+
+    def maybe_retired(self) -> set[str]:
+        """What the step in flight retires if it landed."""
+        e = self.in_flight
+        if e is None or e.step not in CHANGE_STEPS:
+            return set()
+        return {e.detail[0]} if e.step == "U" else set(e.detail)
+
+
+def promises(trace: Trace, acked: list[Event], attempted: list[Event]) -> Promises:
+    """The promises of ``acked`` (and of the one step in flight among ``attempted``)."""
+    flight = [e for e in attempted if e.end is not None and e not in acked]
+    assert len(flight) <= 1, flight
+    made = {fid_of(s) for s in trace.steps if s.startswith("L")}
+    made |= {e.detail[1] for e in trace.events if e.step == "U" and e.end is not None}
+    retired: set[str] = set()
+    one: str | None = None
+    for e in acked:
+        if e.step == "L1":
+            one = e.detail
+        elif e.step == "U":
+            retired.add(e.detail[0])
+            one = e.detail[1]
+        elif e.step in ("W", "E"):
+            retired |= set(e.detail)
+            one = None if e.step == "E" or one in e.detail else one
+    changes = any(s in CHANGE_STEPS for s in trace.steps)
+    erased = any(e.step == "E" for e in acked)
+    now = Promises(changes, made, retired, erased, flight[0] if flight else None, {one})
+    flying = now.in_flight
+    if flying is not None and flying.step == "U":
+        now.memory_one.add(flying.detail[1])
+    elif flying is not None and (flying.step == "E" or (flying.step == "W" and one in flying.detail)):
+        now.memory_one.add(None)
+    elif flying is not None and flying.step == "L1" and one is None:
+        now.memory_one.add(flying.detail)
+    return now
+
+
 def _judge_findings(
     trace: Trace, acked: list[Event], attempted: list[Event], state: Path, v: Verdict, *, recover: bool
 ) -> None:
@@ -670,17 +821,29 @@ def _judge_findings(
     run_id = trace.info["run_id"]
     learn_steps = [s for s in trace.steps if s.startswith("L")]
     tried = {fid_of(e.step) for e in attempted if e.step.startswith("L")}
+    tried |= {e.detail[1] for e in attempted if e.step == "U" and e.end is not None}
+    owed = promises(trace, acked, attempted)
     # A reader in another process before anything is recovered: whatever it reads has a record;
-    # a file the crash tore (its bytes were written without fsync) fails its read, coded.
+    # a file the crash tore (its bytes were written without fsync) fails its read, coded; nothing
+    # an acknowledged forget, update or erase retired comes back.
     with memory.MemoryStore(db, recover=False, file_index=False) as reader:
-        _unjournaled(reader, run_id, v, when="after the crash, before any recovery", torn_ok=True)
+        readable = _unjournaled(
+            reader, v, when="after the crash, before any recovery", torn_ok=True, every=owed.changes
+        )
+        if readable is not None:
+            _resurrected(reader, readable, owed, v, when="after the crash, before any recovery")
     with memory.MemoryStore(db, clock=Clock(1_800_000_000_000), recover=recover) as store:
         jr = store.open_journal()
         runs = {r.run_id: r for r in jr.runs()}
         # Before any resume: what was acknowledged must be there once the store is open.
-        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after the store's open")
+        _count(
+            store, run_id in runs, run_id, acked, tried=tried, owed=owed, v=v, when="after the store's open"
+        )
         unacked = tried - {e.detail for e in acked if e.step.startswith("L")}
+        unacked |= {e.detail[1] for e in attempted if e.step == "U" and e not in acked and e.end is not None}
         for p in memory.check_store(store):
+            if p.kind in REPORTED_KINDS:
+                continue  # reported, and repaired below
             if p.kind != "record_unpublished" or Path(p.path).stem not in unacked:
                 v.unexpected += 1
                 v.notes.append(f"after the store's open: {p.kind} {p.message}")
@@ -694,13 +857,129 @@ def _judge_findings(
             root = memory.RootRun(jr, lease, FLOW, SCOPE)
             for step in learn_steps:
                 store.learn(finding(step), root)
+            store.flush()
             jr.finish(lease, RunState.DONE)
             tried |= {fid_of(s) for s in learn_steps}
-        _count(store, run_id in runs, run_id, acked, tried=tried, v=v, when="after resume")
+            if "L1" in learn_steps and memory_one() not in owed.excused():
+                owed.memory_one.add(memory_one())  # the body learns it, if it had not
+        if owed.changes:
+            _erasure_reported(store, owed, v)
+        # A session has no body to resume: what its step left half done, `flows check` reports
+        # and `--repair` finishes.
         problems = memory.check_store(store)
+        if problems and all(p.kind in REPORTED_KINDS for p in problems):
+            memory.repair_store(store, problems)
+            problems = memory.check_store(store)
+        _count(
+            store,
+            run_id in runs,
+            run_id,
+            acked,
+            tried=tried,
+            owed=owed,
+            v=v,
+            when="after recovery",
+            final=True,
+        )
         if problems:
             v.unexpected += len(problems)
-            v.notes += [f"after resume: {p.kind} {p.message}" for p in problems]
+            v.notes += [f"after recovery: {p.kind} {p.message}" for p in problems]
+        if owed.changes:
+            _judge_memory_one(store, state, owed, v)
+
+
+def _erase_record(store: memory.MemoryStore) -> bool:
+    """Whether the journal holds an erase record of memory 1."""
+    jr = store.open_journal()
+    return any(
+        rec.payload.get("memory") == memory_one()
+        for run in jr.runs()
+        for rec in jr.read(run.run_id, memory.ERASE_STREAM)
+    )
+
+
+def _holding(state: Path, text: str = MEMORY_ONE) -> list[Path]:
+    """Every file under ``state`` (the store's folder, its journal, its caches) holding ``text``."""
+    wanted = text.encode()
+    return sorted(
+        p for p in state.rglob("*") if p.is_file() and not p.is_symlink() and wanted in p.read_bytes()
+    )
+
+
+def _erasure_reported(store: memory.MemoryStore, owed: Promises, v: Verdict) -> None:
+    """Before the repair: an erase record whose memory still has bytes somewhere is reported."""
+    if not _erase_record(store):
+        return
+    left = _holding(store.db_path.parent)
+    kinds = {p.kind for p in memory.check_store(store)}
+    if left and "erase_incomplete" not in kinds:
+        v.unerased += 1
+        v.notes.append(
+            f"an erase record, bytes of memory 1 in {left[0].name}, and check reports {sorted(kinds)}"
+        )
+
+
+def _judge_memory_one(store: memory.MemoryStore, state: Path, owed: Promises, v: Verdict) -> None:
+    """After recovery: memory 1's live version is one the steps allow; an erase (acknowledged, or
+    in flight and recorded) left no byte of it anywhere; one in flight with no record left it whole."""
+    live = store.current(memory_one())
+    got = live.key if live is not None else None
+    if got not in owed.memory_one:
+        if got is not None and got in owed.retired:
+            v.resurrected += 1
+        elif got is None or (owed.memory_one - {None}):
+            v.lost += 1
+        else:
+            v.fabricated += 1
+        v.notes.append(f"memory 1's live version is {got}, not one of {sorted(map(str, owed.memory_one))}")
+    recorded = _erase_record(store)
+    left = _holding(state)
+    if owed.erased or recorded:
+        if left and not v.unerased:  # one per state
+            v.unerased += 1
+            v.notes.append(
+                f"memory 1 was erased, and its bytes are in {[str(p.relative_to(state)) for p in left]}"
+            )
+    elif owed.in_flight is not None and owed.in_flight.step == "E":
+        stream = [p for p in left if p.name == f"{memory.STREAM}.jsonl"]
+        if not stream:
+            v.unerased += 1
+            v.notes.append("an erase in flight with no record took memory 1's content from the journal")
+
+
+def _readable(store: memory.MemoryStore, every: bool = True) -> Counter[str]:
+    """The keys every read returns: recall, and (``every``) why and current (a key twice in one
+    read counts twice)."""
+    keys = Counter(e.key for e in store.recall(limit=None, scope=None))
+    if not every:
+        return keys
+    why = Counter(e.finding.key for e in store.why("finding number", limit=1000))
+    keys.update({k: n - keys[k] for k, n in why.items() if n > keys[k]})
+    one = store.current(memory_one())
+    if one is not None and one.key not in keys:
+        keys[one.key] = 1
+    return keys
+
+
+def _resurrected(
+    store: memory.MemoryStore,
+    readable: set[str],
+    owed: Promises,
+    v: Verdict,
+    *,
+    when: str,
+    final: bool = False,
+) -> None:
+    """Count what ``store`` reads that an acknowledged step retired (``final``, after recovery: or
+    any retirement the journal holds, a step in flight that landed included; before, such a
+    step's record may stand with its retired files not yet published, which check reports)."""
+    back = readable & owed.retired
+    for key in readable - back if final else ():
+        if any(e.key == key and e.kind in ("superseded", "forgotten", "erased") for e in store.history(key)):
+            back.add(key)
+    if back:
+        v.resurrected += len(back)
+        v.notes.append(f"{when}: {len(back)} retired findings readable again")
 
 
 def _count(
@@ -710,61 +989,89 @@ def _count(
     acked: list[Event],
     *,
     tried: set[str],
+    owed: Promises,
     v: Verdict,
     when: str,
+    final: bool = False,
 ) -> None:
     if not has_run:
         if acked:
             v.lost += len(acked)
             v.notes.append(f"{when}: root run {run_id} is gone")
         return
-    records = store.open_journal().read(run_id, memory.STREAM)
+    jr = store.open_journal()
+    records = jr.read(run_id, memory.STREAM)
     keys = Counter(r.key for r in records)
     first = {r.key: r for r in reversed(records)}
-    recalled = {e.key for e in store.recall(limit=None, scope=None)}
+    known = set(keys) | _session_keys(jr, run_id, v, when=when)
+    readable = _readable(store, owed.changes)
+    recalled = set(readable)
+    excused = owed.excused()
     for e in acked:
-        if e.step.startswith("L") and (keys[e.detail] == 0 or e.detail not in recalled):
+        if not e.step.startswith("L"):
+            continue
+        if keys[e.detail] == 0 or (e.detail not in recalled and e.detail not in excused):
             v.lost += 1
             v.notes.append(
                 f"{when}: acknowledged {e.step} has {keys[e.detail]} records, recalled={e.detail in recalled}"
             )
-        elif e.step.startswith("L"):
+        elif e.detail in recalled:
             path = memory.learned_dir(store.db_path, SCOPE) / f"{e.detail}.json"
             if path.read_bytes() != memory.render(first[e.detail]):
                 v.unexpected += 1
                 v.notes.append(f"{when}: acknowledged {e.step}'s file is not its record's rendering")
-    _unjournaled(store, run_id, v, when=when)
-    extra = sum(n - 1 for n in keys.values() if n > 1)
+    _unjournaled(store, v, when=when, every=owed.changes)
+    _resurrected(store, recalled, owed, v, when=when, final=final and owed.changes)
+    extra = sum(n - 1 for n in keys.values() if n > 1) + sum(n - 1 for n in readable.values() if n > 1)
+    if (
+        final and owed.changes
+    ):  # before the repair, an update in flight may have left two live versions, reported
+        lives = Counter(e.memory_id for e in store.recall(limit=None, scope=None))
+        extra += sum(n - 1 for n in lives.values() if n > 1)
     if extra:
         v.doubled += extra
-        v.notes.append(f"{when}: {extra} doubled records")
-    made_up = (set(keys) | recalled) - tried
+        v.notes.append(f"{when}: {extra} doubled records, reads or live versions")
+    made_up = (known | recalled) - tried - owed.made
     if made_up:
         v.fabricated += len(made_up)
         v.notes.append(f"{when}: {len(made_up)} findings nobody learned")
 
 
+def _session_keys(jr: JournalBackend, root: str, v: Verdict, *, when: str) -> set[str]:
+    """The keys the sessions' runs (every run but ``root``) committed; a key twice in one counts
+    as doubled."""
+    known: set[str] = set()
+    for run in jr.runs():
+        if run.run_id != root:
+            keys = Counter(r.key for r in jr.read(run.run_id, memory.STREAM))
+            if any(n > 1 for n in keys.values()):
+                v.doubled += sum(n - 1 for n in keys.values() if n > 1)
+                v.notes.append(f"{when}: doubled records in session run {run.run_id}")
+            known |= {k for k in keys if k is not None}
+    return known
+
+
 def _unjournaled(
-    store: memory.MemoryStore, run_id: str, v: Verdict, *, when: str, torn_ok: bool = False
-) -> None:
-    """Count the findings ``store`` reads that no record commits (``torn_ok``: a read refused with
-    ``memory_unreachable`` for a learned file whose finding a record commits is counted as
-    refused, not as a failure: the file was torn, and the read failed closed)."""
+    store: memory.MemoryStore, v: Verdict, *, when: str, torn_ok: bool = False, every: bool = True
+) -> set[str] | None:
+    """Count the findings ``store`` reads that no record of any run commits (``torn_ok``: a read
+    refused with ``memory_unreachable`` for a learned file whose finding a record commits is
+    counted as refused, not as a failure: the file was torn, and the read failed closed); return
+    what it read (None when refused)."""
     jr = store.open_journal()
-    keys = (
-        {r.key for r in jr.read(run_id, memory.STREAM)} if run_id in {r.run_id for r in jr.runs()} else set()
-    )
+    keys = {r.key for run in jr.runs() for r in jr.read(run.run_id, memory.STREAM) if not memory.is_erased(r)}
     try:
-        readable = {e.key for e in store.recall(limit=None, scope=None)}
+        readable = set(_readable(store, every))
     except memory.Unreachable as exc:
         path = exc.context().get("path")
         if not torn_ok or path is None or Path(str(path)).stem not in keys:
             raise
         v.refused += 1
-        return
+        return None
     if readable - keys:
         v.fabricated += len(readable - keys)
         v.notes.append(f"{when}: {len(readable - keys)} findings readable without a record")
+    return readable
 
 
 def _judge_ledger(acked: list[Event], attempted: list[Event], state: Path, v: Verdict) -> None:
@@ -873,6 +1180,15 @@ class Explorer:
             for dirs, files in point.states():
                 self.judge_state(trace, point, dirs, files, seen)
 
+    def cover(self, trace: Trace, rng: random.Random, points: Sequence[int] | None = None) -> None:
+        """Judge the covering states (``CrashPoint.covering_states``) of ``trace`` at every
+        operation (or at ``points``), equal states once."""
+        seen: set[bytes] = set()
+        for k in range(len(trace.ops) + 1) if points is None else points:
+            point = self.point(trace, k)
+            for dirs, files in point.covering_states(rng):
+                self.judge_state(trace, point, dirs, files, seen)
+
     def sample(self, trace: Trace, rng: random.Random, n: int) -> None:
         """Judge ``n`` crash states of ``trace`` drawn at random."""
         for _ in range(n):
@@ -887,6 +1203,13 @@ def workloads(alphabet: Sequence[str], longest: int) -> list[tuple[str, ...]]:
 
 FINDING_STEPS = ("L1", "L2", "R", "D")
 LEDGER_STEPS = ("S", "A")
+RANDOM_FINDING_STEPS = ("L1", "L2", "L3", "L4", "R", "D", *CHANGE_STEPS)
+CHANGE_PREFIX = ("L1", "L2")
+
+
+def change_workloads(longest: int) -> list[tuple[str, ...]]:
+    """``L1 L2``, then every sequence of 1 to ``longest`` session steps (``U``, ``W``, ``E``)."""
+    return [CHANGE_PREFIX + w for w in workloads(CHANGE_STEPS, longest)]
 
 
 def run_exhaustive(
@@ -926,9 +1249,47 @@ def run_random(states: int = 1000, length: int = 8, seed: int = 7) -> Tally:
         per_trace = 50
         while tally.cases < states:
             kind = rng.choice(("findings", "ledger"))
-            alphabet = ("L1", "L2", "L3", "L4", "R", "D") if kind == "findings" else LEDGER_STEPS
+            alphabet = RANDOM_FINDING_STEPS if kind == "findings" else LEDGER_STEPS
             trace = explorer.record(kind, [rng.choice(alphabet) for _ in range(length)])
             explorer.sample(trace, rng, min(per_trace, states - tally.cases))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tally
+
+
+def run_random_changes(per_workload: int = 20, longest: int = 2, seed: int = 13) -> Tally:
+    """``per_workload`` random crash states of each workload of ``change_workloads(longest)``."""
+    rng = random.Random(seed)
+    chosen = change_workloads(longest)
+    steps = ",".join(CHANGE_STEPS)
+    tally = Tally(f"power loss, {per_workload} random states each, L1 L2 then <= {longest} of {{{steps}}}")
+    scratch = scratch_root()
+    try:
+        explorer = Explorer(tally, scratch)
+        for w in chosen:
+            explorer.sample(explorer.record("findings", w), rng, per_workload)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return tally
+
+
+def run_covering(longest: int = 2, seed: int = 3, steps: Sequence[Sequence[str]] | None = None) -> Tally:
+    """The covering states (every choice of every file and folder, the others at random) at every
+    operation of every workload of ``change_workloads(longest)`` (or of ``steps``): updates,
+    forgets by filter and erases, each in a session of its own, after a root run's learns."""
+    rng = random.Random(seed)
+    chosen = [tuple(w) for w in steps] if steps is not None else change_workloads(longest)
+    what = (
+        f"L1 L2 then <= {longest} of {{{','.join(CHANGE_STEPS)}}}"
+        if steps is None
+        else ", ".join(" ".join(w) for w in chosen)
+    )
+    tally = Tally(f"power loss, every choice of every file and folder at every point, {what}")
+    scratch = scratch_root()
+    try:
+        explorer = Explorer(tally, scratch)
+        for w in chosen:
+            explorer.cover(explorer.record("findings", w), rng)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return tally
