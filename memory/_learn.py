@@ -108,7 +108,7 @@ class Learner:
             )
         item = validate(finding, default_source=root.source or root.flow)
         revision, fid, replayed = self._revision(item, root)
-        old = self._replaced(fid, supersedes)
+        old = self._replaced(fid, supersedes, root.scope)
         if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
             # the finding it replaces was forgotten or replaced by another meanwhile: learning this
             # one would bring back what that retirement took away
@@ -151,10 +151,10 @@ class Learner:
         retired ``old`` between the look before the commit and now (a delete racing this update),
         that retirement stands and ``fid`` must not outlive it: ``fid`` is forgotten too and the
         supersede is refused (``FindingRetired``), as if it had come a moment later."""
-        now = self._retirer.locate(old)
+        now = self._retirer.locate(old, scope)
         if now is None or now.retired is None or now.retired.by == fid:
             self._retirer.retire(root, old, scope, reason=None, by=fid, lazy=True)
-            now = self._retirer.locate(old)
+            now = self._retirer.locate(old, scope)
             if now is None or now.retired is None or now.retired.by == fid:
                 return
         assert now is not None and now.retired is not None
@@ -216,9 +216,10 @@ class Learner:
                 )
             revision += 1
 
-    def _replaced(self, fid: str, supersedes: str | None) -> Located | None:
-        """Where the finding that ``supersedes`` names is (None when it names none); raises before
-        anything is written when it is malformed, unknown, or the finding being learned."""
+    def _replaced(self, fid: str, supersedes: str | None, scope: str) -> Located | None:
+        """Where the finding that ``supersedes`` names is (None when it names none; looked for in
+        ``scope``, the learn's, first); raises before anything is written when it is malformed,
+        unknown, or the finding being learned."""
         if supersedes is None:
             return None
         check_key(supersedes, "supersedes")
@@ -226,7 +227,7 @@ class Learner:
             raise ArgumentInvalid(
                 f"supersedes names the finding being learned ({fid}); a finding cannot replace itself"
             )
-        old = self._retirer.locate(supersedes)
+        old = self._retirer.locate(supersedes, scope)
         if old is None:
             raise unknown(supersedes, "the key that supersedes names,")
         return old

@@ -264,20 +264,39 @@ class Retirer:
         """The path of the retired file that would keep ``key`` of ``scope`` out of every read."""
         return os.path.join(self._publisher.retired_dir(scope), f"{key}.json")
 
-    def locate(self, key: str) -> Located | None:
+    def locate(self, key: str, scope: str | None = None) -> Located | None:
         """The scope of the finding ``key`` and its retirement, looked for in the retired and
-        learned files, then the DB, then the journal; None when nothing knows it.
+        learned files, then the DB, then the journal; None when nothing knows it. ``scope``, when
+        the caller knows the likely one, is looked in first (two names), before every folder is.
 
         Raises:
             Unreachable: a file or the DB that holds the key cannot be read.
             JournalError: the journal cannot be read (only asked when the store does not know it).
         """
         elsewhere = self.shared.current().get(key)  # any store sharing the journal (this one too)
+        if elsewhere is None and scope is not None:
+            hinted = self._locate_in(key, scope)
+            if hinted is not None:
+                return hinted
         return (
             self._locate(key)
             if elsewhere is None
             else Located(elsewhere.scope, elsewhere, self._db.memory_of(key))
         )
+
+    def _locate_in(self, key: str, scope: str) -> Located | None:
+        """``_locate`` in the files of ``scope`` alone (a key hashes its scope, so a file of it
+        there is the one); None when neither file is there."""
+        pub = self._publisher
+        path = os.path.join(pub.retired_dir(scope), f"{key}.json")
+        if os.path.lexists(path):
+            found = read_retired(Path(path))
+            return Located(found.scope, found, self._db.memory_of(key))
+        path = os.path.join(pub.scope_dir(scope), f"{key}.json")
+        if os.path.lexists(path):
+            entry = read_learned(Path(path))
+            return Located(entry.scope, None, entry.memory_id)
+        return None
 
     def _locate(self, key: str) -> Located | None:
         folders = scope_folders(self._publisher.db_path)

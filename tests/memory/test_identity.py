@@ -173,3 +173,16 @@ def test_flows_update_and_the_listings_show_the_memory_id(tmp_path: Path) -> Non
     assert again["memoryId"] == first["key"]
     gone = flows(db, "update", "f" * 32, "x", "--json")
     assert gone.returncode == 1 and "memory_finding_unknown" in gone.stderr
+
+
+def test_an_update_from_another_scope_finds_the_version_it_replaces(store: memory.MemoryStore) -> None:
+    # the version an update replaces is looked for in the updating session's scope first, then in
+    # every scope: one learned in another scope is found, and retired, all the same
+    with store.session(scope="team-a") as a:
+        first = a.learn({"text": "the deploy window is friday"})
+    with store.session(scope="team-b") as b:
+        second = b.update(first.key, {"text": "the deploy window is thursday"})
+    assert second.memory_id == first.key
+    assert store.recall(scope="team-a") == []
+    assert [e.key for e in store.recall(scope="team-b")] == [second.key]
+    assert [(e.kind, e.key) for e in store.history(first.key)][-1] == ("superseded", first.key)
