@@ -20,6 +20,7 @@ def scenarios(quick: bool) -> list[Tally]:
     out: list[Tally] = []
     if quick:
         out += powerloss.run_exhaustive(3)
+        out.append(powerloss.run_covering(1))
         out.append(powerloss.run_random(states=1000, length=8))
         out.append(failpoints.run_sweep(failpoints.FAULTS_QUICK))
         out.append(soak.run_soak(seconds=20, stores=2, per_store=2))
@@ -28,6 +29,7 @@ def scenarios(quick: bool) -> list[Tally]:
             3, alphabets={"findings": ("L1", "L2", "L3", "R")}, kinds=("findings",)
         )
         out += powerloss.run_exhaustive(4, kinds=("ledger",))
+        out.append(powerloss.run_covering(2))
         out.append(powerloss.run_random(states=10_000, length=12))
         out.append(failpoints.run_sweep(failpoints.FAULTS_FULL))
         out.append(soak.run_soak(seconds=120, stores=3, per_store=3))

@@ -587,12 +587,18 @@ MEMORY_ONE = "finding number 1"
 """The text every version of memory 1 (``L1``'s finding, then its updates) holds, and nothing else
 does: what a grep for an erased memory's bytes looks for."""
 SESSION_FLOW = "powerloss-cli"
-CHANGE_STEPS = ("U", "W", "E")
+CHANGE_STEPS = ("U", "W", "E", "X")
+ERASING_STEPS = ("E", "X")
 
 
 def version(n: int) -> dict[str, Any]:
     """The finding the ``n``-th ``U`` step of a workload makes the new version of memory 1."""
     return {"text": f"{MEMORY_ONE} version {n + 1}", "tags": ["power"]}
+
+
+def marker(step: str) -> str:
+    """The text every version of the memory ``L<n>`` began holds, and no other memory does."""
+    return f"finding number {int(step[1:])}"
 
 
 def memory_one() -> str:
@@ -606,9 +612,11 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
     durable, then ``finish``; a learn after it is refused, so not acknowledged) and sessions of
     their own, as ``flows update``/``forget``/``erase`` make them: ``U`` a new version of memory 1,
     ``W`` forget by filter (every live finding tagged ``power``, one record), ``E`` erase memory 1
-    (every version; the root run is ended first, as ``D``, because an erase waits for the runs
-    holding its commits to end). A session's step is acknowledged when its operation returns;
-    the session is closed (names made durable, its run marked done) after that."""
+    (every version), ``X`` erase by filter (every memory with a commit tagged ``power``, forgotten
+    ones included, one erase record each); before ``E`` and ``X`` the root run is ended, as ``D``,
+    because an erase waits for the runs holding its commits to end. A session's step is
+    acknowledged when its operation returns; the session is closed (names made durable, its run
+    marked done) after that."""
     trace = Trace("findings", tuple(steps))
     db, _ = _store_paths(base)
     rec = Recorder(base)
@@ -621,7 +629,7 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
         trace.info["run_id"] = info.run_id
         done = False  # the root run ended (D, or the end an erase waits for)
         for step in steps:
-            if step == "E" and not done:
+            if step in ERASING_STEPS and not done:
                 start = len(rec.ops)
                 store.flush()
                 jr.finish(lease, RunState.DONE)
@@ -663,14 +671,16 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
 
 def _change(store: memory.MemoryStore, session: memory.MemorySession, step: str, updates: int) -> Any:
     """Run one session step; its detail: ``U`` (the version it replaced, the new one), ``W`` and
-    ``E`` the keys they retired or erased."""
+    ``E`` the keys they retired or erased, ``X`` the memories it erased."""
     if step == "U":
         live = store.current(memory_one())
         learned = session.update(memory_one(), version(updates + 1))
         return (live.key if live is not None else None, learned.key)
     if step == "W":
         return session.forget_where(reason="the workload forgets them all", tags=["power"]).keys
-    return session.erase(memory_one(), reason="the workload erases memory 1").keys
+    if step == "E":
+        return session.erase(memory_one(), reason="the workload erases memory 1").keys
+    return tuple(session.erase_where(reason="the workload erases them all", tags=["power"]))
 
 
 def record_ledger(steps: Sequence[str], base: Path) -> Trace:
@@ -767,9 +777,10 @@ class Promises:
     changes: bool  # the workload has session steps (else the checks of them are skipped)
     made: set[str]  # every key any step made (a learn's, an update's), resumed or not
     retired: set[str]  # keys an acknowledged update, forget or erase retired: never readable again
-    erased: bool  # an acknowledged erase: no byte of memory 1 anywhere after recovery
+    erased: set[str]  # memories an acknowledged erase took: no byte of them anywhere after recovery
     in_flight: Event | None
     memory_one: set[str | None]  # memory 1's live version after recovery may be any of these
+    acked_keys: set[str]  # the keys acknowledged learns and updates made
 
     def excused(self) -> set[str]:
         """Keys an acknowledged learn made that need not be readable (retired, or retired by the
@@ -781,6 +792,8 @@ class Promises:
         e = self.in_flight
         if e is None or e.step not in CHANGE_STEPS:
             return set()
+        if e.step == "X":
+            return set(self.acked_keys)
         return {e.detail[0]} if e.step == "U" else set(e.detail)
 
 
@@ -791,23 +804,33 @@ def promises(trace: Trace, acked: list[Event], attempted: list[Event]) -> Promis
     made = {fid_of(s) for s in trace.steps if s.startswith("L")}
     made |= {e.detail[1] for e in trace.events if e.step == "U" and e.end is not None}
     retired: set[str] = set()
+    erased: set[str] = set()
+    keys: set[str] = set()
     one: str | None = None
     for e in acked:
-        if e.step == "L1":
-            one = e.detail
+        if e.step.startswith("L"):
+            keys.add(e.detail)
+            one = e.detail if e.step == "L1" else one
         elif e.step == "U":
+            keys.add(e.detail[1])
             retired.add(e.detail[0])
             one = e.detail[1]
+        elif e.step == "X":  # every commit is tagged power: every memory made so far
+            retired |= keys
+            erased |= set(e.detail)
+            one = None
         elif e.step in ("W", "E"):
             retired |= set(e.detail)
+            erased |= {memory_one()} if e.step == "E" else set()
             one = None if e.step == "E" or one in e.detail else one
     changes = any(s in CHANGE_STEPS for s in trace.steps)
-    erased = any(e.step == "E" for e in acked)
-    now = Promises(changes, made, retired, erased, flight[0] if flight else None, {one})
+    now = Promises(changes, made, retired, erased, flight[0] if flight else None, {one}, keys)
     flying = now.in_flight
     if flying is not None and flying.step == "U":
         now.memory_one.add(flying.detail[1])
-    elif flying is not None and (flying.step == "E" or (flying.step == "W" and one in flying.detail)):
+    elif flying is not None and (
+        flying.step in ERASING_STEPS or (flying.step == "W" and one in flying.detail)
+    ):
         now.memory_one.add(None)
     elif flying is not None and flying.step == "L1" and one is None:
         now.memory_one.add(flying.detail)
@@ -863,7 +886,7 @@ def _judge_findings(
             if "L1" in learn_steps and memory_one() not in owed.excused():
                 owed.memory_one.add(memory_one())  # the body learns it, if it had not
         if owed.changes:
-            _erasure_reported(store, owed, v)
+            _erasure_reported(trace, store, v)
         # A session has no body to resume: what its step left half done, `flows check` reports
         # and `--repair` finishes.
         problems = memory.check_store(store)
@@ -885,20 +908,21 @@ def _judge_findings(
             v.unexpected += len(problems)
             v.notes += [f"after recovery: {p.kind} {p.message}" for p in problems]
         if owed.changes:
-            _judge_memory_one(store, state, owed, v)
+            _judge_memory_one(store, owed, v)
+            _judge_erasures(trace, store, state, owed, v)
 
 
-def _erase_record(store: memory.MemoryStore) -> bool:
-    """Whether the journal holds an erase record of memory 1."""
+def _erased_memories(store: memory.MemoryStore) -> set[str]:
+    """The memories the journal holds an erase record of."""
     jr = store.open_journal()
-    return any(
-        rec.payload.get("memory") == memory_one()
+    return {
+        str(rec.payload.get("memory"))
         for run in jr.runs()
         for rec in jr.read(run.run_id, memory.ERASE_STREAM)
-    )
+    }
 
 
-def _holding(state: Path, text: str = MEMORY_ONE) -> list[Path]:
+def _holding(state: Path, text: str) -> list[Path]:
     """Every file under ``state`` (the store's folder, its journal, its caches) holding ``text``."""
     wanted = text.encode()
     return sorted(
@@ -906,22 +930,25 @@ def _holding(state: Path, text: str = MEMORY_ONE) -> list[Path]:
     )
 
 
-def _erasure_reported(store: memory.MemoryStore, owed: Promises, v: Verdict) -> None:
+def _memories(trace: Trace) -> dict[str, str]:
+    """The memories a workload's learns begin, by id: the step that learns each."""
+    return {fid_of(s): s for s in trace.steps if s.startswith("L")}
+
+
+def _erasure_reported(trace: Trace, store: memory.MemoryStore, v: Verdict) -> None:
     """Before the repair: an erase record whose memory still has bytes somewhere is reported."""
-    if not _erase_record(store):
+    recorded = _erased_memories(store) & set(_memories(trace))
+    left = [p for m in sorted(recorded) for p in _holding(store.db_path.parent, marker(_memories(trace)[m]))]
+    if not left:
         return
-    left = _holding(store.db_path.parent)
     kinds = {p.kind for p in memory.check_store(store)}
-    if left and "erase_incomplete" not in kinds:
+    if "erase_incomplete" not in kinds:
         v.unerased += 1
-        v.notes.append(
-            f"an erase record, bytes of memory 1 in {left[0].name}, and check reports {sorted(kinds)}"
-        )
+        v.notes.append(f"an erase record, erased bytes in {left[0].name}, and check reports {sorted(kinds)}")
 
 
-def _judge_memory_one(store: memory.MemoryStore, state: Path, owed: Promises, v: Verdict) -> None:
-    """After recovery: memory 1's live version is one the steps allow; an erase (acknowledged, or
-    in flight and recorded) left no byte of it anywhere; one in flight with no record left it whole."""
+def _judge_memory_one(store: memory.MemoryStore, owed: Promises, v: Verdict) -> None:
+    """After recovery: memory 1's live version is one the steps allow."""
     live = store.current(memory_one())
     got = live.key if live is not None else None
     if got not in owed.memory_one:
@@ -932,19 +959,26 @@ def _judge_memory_one(store: memory.MemoryStore, state: Path, owed: Promises, v:
         else:
             v.fabricated += 1
         v.notes.append(f"memory 1's live version is {got}, not one of {sorted(map(str, owed.memory_one))}")
-    recorded = _erase_record(store)
-    left = _holding(state)
-    if owed.erased or recorded:
-        if left and not v.unerased:  # one per state
+
+
+def _judge_erasures(trace: Trace, store: memory.MemoryStore, state: Path, owed: Promises, v: Verdict) -> None:
+    """After recovery: an erase acknowledged, or in flight and recorded, left no byte of its
+    memory anywhere; one in flight with no record of a memory left that memory's commits whole."""
+    recorded = _erased_memories(store)
+    jr = store.open_journal()
+    run_id = trace.info["run_id"]
+    root = jr.read(run_id, memory.STREAM) if run_id in {r.run_id for r in jr.runs()} else []
+    tombstones = {r.key for r in root if memory.is_erased(r)}
+    for m, step in sorted(_memories(trace).items()):
+        if m in owed.erased or m in recorded:
+            left = _holding(state, marker(step))
+            if left and not v.unerased:  # one per state
+                v.unerased += 1
+                where = [str(p.relative_to(state)) for p in left]
+                v.notes.append(f"memory {step} was erased, and its bytes are in {where}")
+        elif m in tombstones and not v.unerased:
             v.unerased += 1
-            v.notes.append(
-                f"memory 1 was erased, and its bytes are in {[str(p.relative_to(state)) for p in left]}"
-            )
-    elif owed.in_flight is not None and owed.in_flight.step == "E":
-        stream = [p for p in left if p.name == f"{memory.STREAM}.jsonl"]
-        if not stream:
-            v.unerased += 1
-            v.notes.append("an erase in flight with no record took memory 1's content from the journal")
+            v.notes.append(f"memory {step} has a tombstone and no erase record")
 
 
 def _readable(store: memory.MemoryStore, every: bool = True) -> Counter[str]:
