@@ -413,8 +413,9 @@ class Retirer:
                 for v in missing
             ]
         )
-        for v in missing:
-            pub.remove(pub.scope_dir(v.payload["scope"]) / f"{v.payload['id']}.json", record.run_id)
+        pub.remove_many(
+            [pub.scope_dir(v.payload["scope"]) / f"{v.payload['id']}.json" for v in missing], record.run_id
+        )
         self.on_retired([v.payload["id"] for v in views])
         return record
 

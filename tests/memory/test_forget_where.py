@@ -53,6 +53,10 @@ def test_exactly_the_matching_set_goes_with_one_record(store: memory.MemoryStore
     assert record.payload["filter"] == {"scope": "alice", "tags": ["pref"]}
     left = {e.key for e in store.recall(limit=None)}
     assert left == set(made["alice"]) - set(done.keys) | set(made["bob"]) | set(made["shared"])
+    # the retired findings' learned files are gone (one opening of their folder), the rest stay
+    files = {p.stem for p in (store.db_path.parent / "flows-memory").rglob("compacted/*.json")}
+    assert not files & set(done.keys)
+    assert synced or files == left
     # every user's memories, across scopes, by metadata: the shared desk note goes too, bob's stay
     with store.session(scope="alice") as s:
         everything = s.forget_where(reason="erase alice", scope=None, meta={"user": "alice"})
