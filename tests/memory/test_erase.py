@@ -320,3 +320,50 @@ def test_history_reads_the_runs_of_the_memory_and_a_reader_that_writes_nothing_k
     ]
     assert seen == {runs["first"], runs["second"]}
     store.close()
+
+
+def test_processes_building_the_key_index_at_once_each_erase_completely(tmp_path: Path) -> None:
+    # three processes erase three memories at the same moment on a store whose key index does not
+    # exist yet: each builds or brings it up to date under SQLite's lock, each erasure is complete,
+    # and the index they leave names exactly the runs of a memory learned afterwards
+    location = str(tmp_path / "journal")
+    store = _store(tmp_path, location)
+    keys = []
+    for i in range(3):
+        for j in range(4):
+            with store.session(scope=f"user{i}", flow=f"f{i}-{j}") as s:
+                learned = s.learn({"text": f"{MARK}{i} note {j}", "source": "chat"})
+                if j == 0:
+                    keys.append(learned.key)
+    store.close()
+    code = """
+        import sys
+        import memory
+        store = memory.MemoryStore(sys.argv[1], journal=sys.argv[2])
+        with store.session(scope="cli") as s:
+            s.erase(sys.argv[3], reason="at once")
+        store.close()
+        """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), str(store.db_path), location, key],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for key in keys
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for i in range(3):  # the erased notes are nowhere; the others stay
+        assert _files_holding(tmp_path, f"{MARK}{i} note 0") == []
+        assert _files_holding(tmp_path, f"{MARK}{i} note 1")
+    store = _store(tmp_path, location)
+    with store.session(scope="late", flow="late") as s:
+        late = s.learn({"text": "learned after the erasures"})
+    runs = {r.flow: r.run_id for r in store.open_journal().runs()}
+    assert store._journal_keys.runs_of(store.open_journal(), late.key) == {runs["late"]}
+    assert memory.check_store(store) == []
+    store.close()
