@@ -859,8 +859,13 @@ class FileJournal:
     def read(self, run_id: str, stream: str) -> Sequence[Record]:
         """Return the stream's records in order (see ``JournalBackend``)."""
         self._check_open()
+        return self._records(run_id, stream, None)
+
+    def _records(self, run_id: str, stream: str, handle: _Stream | None) -> Sequence[Record]:
+        """``read`` of an open journal (``handle``: the stream's, when the caller has it)."""
         try:
-            handle = self._stream(run_id, stream)
+            if handle is None:
+                handle = self._stream(run_id, stream)
             if not self._has_run(run_id):
                 raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
             return handle.log.read()
@@ -873,7 +878,7 @@ class FileJournal:
         self._check_open()
         check_key(key)
         handle = self._stream(run_id, stream)
-        records = self.read(run_id, stream)
+        records = self._records(run_id, stream, handle)
         with handle.mutex:
             handle.index(records)
             return handle.keys.get(key)
@@ -1064,7 +1069,8 @@ class FileJournal:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        check_open(self._closed, self.location)
+        if self._closed:
+            check_open(True, self.location)
 
     def close(self) -> None:
         """Release every lease this object holds; safe to call twice."""

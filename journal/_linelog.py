@@ -1025,17 +1025,26 @@ class LineLog(Generic[T]):
             JournalReadInterrupted: the file could not be read.
         """
         with self._mutex:
-            for _ in range(3):  # a cut in another process between our reads: read again
-                marks, moved = self._read_once()
-                if not moved:
-                    break
-                after = self._read_marks(strict=False)
-                if after.generation == marks.generation:
-                    break
+            # a reader of a log unchanged since its last read has nothing to open
+            marks = self._unchanged() if self._k.log is None else None
+            if marks is None:
+                marks = self._read_again()
             poison = self._poison_of(marks)
             if poison is not None and self._ends and self._ends[-1] > poison:
                 return self._cached[: bisect.bisect_right(self._ends, poison)]
             return self._cached
+
+    def _read_again(self) -> _Marks:
+        """Bring the cache up to date from the file (``_read_once``), again while a cut in another
+        process came between the reads; return the marks."""
+        for _ in range(3):
+            marks, moved = self._read_once()
+            if not moved:
+                break
+            after = self._read_marks(strict=False)
+            if after.generation == marks.generation:
+                break
+        return marks
 
     def _cache_state(self) -> tuple[object, ...]:
         return (self._cached_end, self._cached_gen, self._cached_ino, self._base, len(self._cached))
@@ -1066,10 +1075,6 @@ class LineLog(Generic[T]):
 
     def _read_once(self) -> tuple[_Marks, bool]:
         """Bring the cache up to date; return the marks and whether new bytes were read."""
-        if self._k.log is None:  # a reader: unchanged since its last read, nothing to open
-            same = self._unchanged()
-            if same is not None:
-                return same, False
         self._read_stamp = None
         kept = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
         if kept is not None:

@@ -45,9 +45,19 @@ THREADS_STREAM = "threads"
 _RETRIES = 8  # catalog appends retried after a fence (a resume of the catalog, or its retirement)
 
 
+_DIGESTS: dict[str, str] = {}  # thread id -> its digest, for the threads this process asks about
+_MAX_DIGESTS = 4096
+
+
 def thread_digest(thread_id: str) -> str:
     """32 hex characters naming ``thread_id`` in keys (thread ids may hold any character)."""
-    return hashlib.blake2b(thread_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    found = _DIGESTS.get(thread_id)
+    if found is None:
+        found = hashlib.blake2b(thread_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        if len(_DIGESTS) >= _MAX_DIGESTS:
+            _DIGESTS.clear()
+        _DIGESTS[thread_id] = found
+    return found
 
 
 def registration_key(thread_id: str, gen: int) -> str:

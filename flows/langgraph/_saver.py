@@ -125,10 +125,13 @@ class _Thread:
         self.index = ThreadIndex()
 
 
+_THREAD_ID_TYPES = (str, int, UUID)
+
+
 def _thread_id(config: RunnableConfig | None, what: str = "config") -> str:
     configurable = (config or {}).get("configurable") or {}
     value = configurable.get("thread_id")
-    if isinstance(value, bool) or not isinstance(value, str | int | UUID):
+    if isinstance(value, bool) or not isinstance(value, _THREAD_ID_TYPES):
         raise ConfigInvalid(
             f"the {what} has no usable configurable.thread_id (got {value!r}): pass "
             '{"configurable": {"thread_id": "..."}}'
