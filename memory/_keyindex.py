@@ -152,7 +152,7 @@ class JournalKeys:
             with contextlib.suppress(OSError):
                 os.unlink(f"{self._path}{suffix}")
 
-    def runs_of(self, backend: JournalBackend, key: str) -> set[str] | None:
+    def runs_of(self, backend: JournalBackend, key: str, *, again: bool = True) -> set[str] | None:
         """The runs holding a record of the memory ``key`` names (any version's commit, forget or
         erasure), after bringing the index up to date; None when this journal keeps no index here
         (the caller reads every run).
@@ -167,12 +167,21 @@ class JournalKeys:
             conn = self._db()
             if conn is None:
                 return None
+            runs: set[str] | None = None
             try:
-                self._refresh(conn, backend, stamps)
-                return self._runs(conn, key)
+                listed = self._refresh(conn, backend, stamps)
+                found = self._runs(conn, key)
             except sqlite3.Error as exc:
                 self._drop(exc)
-                return None
+            else:
+                strays = found - listed  # rows naming no run of the journal: damage, or a forgery
+                if strays:
+                    self._drop(ValueError(f"it names runs the journal does not hold: {list(strays)[:3]!r}"))
+                else:
+                    runs = found
+        if runs is None and again:  # built again from the journal, once
+            return self.runs_of(backend, key, again=False)
+        return runs
 
     def _stamper(self, backend: JournalBackend) -> Any:
         if isinstance(backend, FileJournal):
@@ -203,7 +212,8 @@ class JournalKeys:
                 head = heads[stream].get(run.run_id)
                 yield run.run_id, stream, None if head is None else str(head)
 
-    def _refresh(self, conn: sqlite3.Connection, backend: JournalBackend, stamps: Any) -> None:
+    def _refresh(self, conn: sqlite3.Connection, backend: JournalBackend, stamps: Any) -> set[str]:
+        """Bring the index up to date with the journal; the ids of the runs it lists."""
         known = dict(((r, s), t) for r, s, t in conn.execute("SELECT run_id, stream, stamp FROM streams"))
         seen: set[tuple[str, str]] = set()
         for run_id, stream, stamp in stamps(backend):
@@ -230,6 +240,7 @@ class JournalKeys:
                 conn.execute("DELETE FROM keyed WHERE run_id = ? AND stream = ?", (run_id, stream))
                 conn.execute("DELETE FROM streams WHERE run_id = ? AND stream = ?", (run_id, stream))
             conn.execute("COMMIT")
+        return {run_id for run_id, _ in seen}
 
     def _runs(self, conn: sqlite3.Connection, key: str) -> set[str]:
         learn = self._streams[0]

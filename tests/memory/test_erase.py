@@ -248,7 +248,7 @@ def test_an_erase_reads_the_runs_holding_the_memory_and_finds_every_commit_of_it
     store.close()
 
 
-@pytest.mark.parametrize("damage", ["garbage", "link", "emptied"])
+@pytest.mark.parametrize("damage", ["garbage", "link", "emptied", "forged-run"])
 def test_a_damaged_journal_key_index_is_built_again_and_the_erase_is_complete(
     tmp_path: Path, damage: str
 ) -> None:
@@ -269,11 +269,16 @@ def test_a_damaged_journal_key_index_is_built_again_and_the_erase_is_complete(
         index.unlink()
         (tmp_path / "elsewhere").write_bytes(b"")
         index.symlink_to(tmp_path / "elsewhere")
-    else:  # a valid index that lists every stream as read, with no keys: a stale or forged one
+    else:  # a valid index that lists every stream as read, with no keys, or naming a run that
+        # is not in the journal (a path, an integer): stale or forged
         import sqlite3
 
         conn = sqlite3.connect(index)
         conn.execute("DELETE FROM keyed")
+        if damage == "forged-run":
+            for run in ("../../elsewhere", 7):
+                row = (target.key, target.key, run, "memory-learn")
+                conn.execute("INSERT INTO keyed VALUES (?, ?, ?, ?)", row)
         conn.commit()
         conn.close()
     store = _store(tmp_path, str(tmp_path / "journal"))
