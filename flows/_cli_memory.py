@@ -20,7 +20,7 @@ from flows._cli_common import diagnose
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms, instant_ms
+from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms, instant_ms, progress
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
@@ -253,6 +253,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
         return _erase_where(args)
     memory.check_key(args.key)
     with _store(args) as store:
+        with progress("erase: journal streams indexed", enabled=not args.json) as show:
+            store.index_journal(show)  # the first time, a read of every run: shown
         events = store.history(args.key)
         keys = sorted({e.key for e in events if e.kind != "erased"})
         if not args.yes:
@@ -315,6 +317,8 @@ def _erase_where(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     """Everything the journal says of one memory, every version, oldest first."""
     with _store(args) as store:
+        with progress("history: journal streams indexed", enabled=not args.json) as show:
+            store.index_journal(show)  # the first time, a read of every run: shown
         events = store.history(args.key)
     if args.json:
         _json_out([e.as_json() for e in events])

@@ -30,7 +30,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,27 @@ class JournalKeys:
             with contextlib.suppress(OSError):
                 os.unlink(f"{self._path}{suffix}")
 
+    def refresh(self, backend: JournalBackend, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Bring the index up to date now, telling ``progress(done, total)`` of the streams it reads
+        again (the first use of a store's index reads every run); whether the store keeps one.
+
+        Raises:
+            JournalError: a stream could not be read.
+        """
+        stamps = self._stamper(backend) if self._enabled else None
+        if stamps is None:
+            return False
+        with self._lock:
+            conn = self._db()
+            if conn is None:
+                return False
+            try:
+                self._refresh(conn, backend, stamps, progress)
+            except sqlite3.Error as exc:
+                self._drop(exc)
+                return False
+        return True
+
     def runs_of(self, backend: JournalBackend, key: str, *, again: bool = True) -> set[str] | None:
         """The runs holding a record of the memory ``key`` names (any version's commit, forget or
         erasure), after bringing the index up to date; None when this journal keeps no index here
@@ -212,15 +233,25 @@ class JournalKeys:
                 head = heads[stream].get(run.run_id)
                 yield run.run_id, stream, None if head is None else str(head)
 
-    def _refresh(self, conn: sqlite3.Connection, backend: JournalBackend, stamps: Any) -> set[str]:
+    def _refresh(
+        self,
+        conn: sqlite3.Connection,
+        backend: JournalBackend,
+        stamps: Any,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> set[str]:
         """Bring the index up to date with the journal; the ids of the runs it lists."""
         known = dict(((r, s), t) for r, s, t in conn.execute("SELECT run_id, stream, stamp FROM streams"))
         seen: set[tuple[str, str]] = set()
+        stale = []
         for run_id, stream, stamp in stamps(backend):
             seen.add((run_id, stream))
             want = stamp or "-"
-            if known.get((run_id, stream)) == want and stamp != "?":
-                continue
+            if known.get((run_id, stream)) != want or stamp == "?":
+                stale.append((run_id, stream, stamp, want))
+        for done, (run_id, stream, stamp, want) in enumerate(stale, 1):
+            if progress is not None and (done % 50 == 0 or done == len(stale)):
+                progress(done, len(stale))
             records = backend.read(run_id, stream) if stamp is not None else ()
             rows = [(k, m, run_id, stream) for rec in records for k, m in _entries(rec, self._streams)]
             conn.execute("BEGIN IMMEDIATE")

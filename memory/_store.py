@@ -621,6 +621,19 @@ class MemoryStore:
             return self._read(self._retirer.history, key, runs)
         return self._history_narrowed(key)[0]
 
+    def index_journal(self, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Bring the journal's key index up to date now (``memory._keyindex``: which runs hold
+        records of which memory, what ``history`` and ``erase`` read through), telling
+        ``progress(done, total)`` of the streams it reads; the first time a store does this it
+        reads every run. Whether the store keeps the index (not for a reader that must write
+        nothing). ``history`` and ``erase`` do it themselves; a caller that wants to show the first
+        time's progress calls this first.
+
+        Raises:
+            JournalError: a stream could not be read.
+        """
+        return self._journal_keys.refresh(self.open_journal(), progress)
+
     def _history_narrowed(self, key: str) -> tuple[list[HistoryEvent], set[str] | None]:
         """``history(key)`` read from the runs the journal's key index names (``_keyindex``), and
         those runs; from every run (and None) when there is no index, the key is unknown to it, or

@@ -372,3 +372,22 @@ def test_processes_building_the_key_index_at_once_each_erase_completely(tmp_path
     assert store._journal_keys.runs_of(store.open_journal(), late.key) == {runs["late"]}
     assert memory.check_store(store) == []
     store.close()
+
+
+def test_indexing_the_journal_tells_its_progress_and_reads_only_what_changed(tmp_path: Path) -> None:
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    for i in range(3):
+        with store.session(scope="s", flow=f"f{i}") as s:
+            s.learn({"text": f"note {i}"})
+    told: list[tuple[int, int]] = []
+    assert store.index_journal(lambda done, total: told.append((done, total)))
+    # three runs, each with its memory-learn stream and an absent forget and erase stream
+    assert told and told[-1][0] == told[-1][1] == 9
+    told.clear()
+    assert store.index_journal(lambda done, total: told.append((done, total))) and told == []
+    with store.session(scope="s", flow="later") as s:
+        s.learn({"text": "a later note"})
+    assert store.index_journal(lambda done, total: told.append((done, total))) and told == [(3, 3)]
+    store.close()
+    with memory.MemoryStore(store.db_path, journal=str(tmp_path / "journal"), read_only=True) as reader:
+        assert not reader.index_journal()
