@@ -652,8 +652,8 @@ def record_findings(steps: Sequence[str], base: Path) -> Trace:
                     detail = _change(store, session, step, updates)
                     updates += step == "U"
                 else:
-                    store.learn(finding(step), memory.RootRun(jr, lease, FLOW, SCOPE))
-                    detail = fid_of(step)
+                    # its key: fid_of(step), or a new revision's when that one was retired
+                    detail = store.learn(finding(step), memory.RootRun(jr, lease, FLOW, SCOPE)).key
             except Exception as exc:  # a step that fails is simply not acknowledged
                 trace.events.append(Event(step, start, None, repr(exc)))
                 if session is not None:
@@ -781,6 +781,7 @@ class Promises:
     in_flight: Event | None
     memory_one: set[str | None]  # memory 1's live version after recovery may be any of these
     acked_keys: set[str]  # the keys acknowledged learns and updates made
+    superseded: set[str]  # the old versions acknowledged updates retired (their retired files lazily named)
 
     def excused(self) -> set[str]:
         """Keys an acknowledged learn made that need not be readable (retired, or retired by the
@@ -802,18 +803,21 @@ def promises(trace: Trace, acked: list[Event], attempted: list[Event]) -> Promis
     flight = [e for e in attempted if e.end is not None and e not in acked]
     assert len(flight) <= 1, flight
     made = {fid_of(s) for s in trace.steps if s.startswith("L")}
+    made |= {e.detail for e in trace.events if e.step.startswith("L") and e.end is not None}
     made |= {e.detail[1] for e in trace.events if e.step == "U" and e.end is not None}
     retired: set[str] = set()
     erased: set[str] = set()
+    superseded: set[str] = set()
     keys: set[str] = set()
     one: str | None = None
     for e in acked:
         if e.step.startswith("L"):
             keys.add(e.detail)
-            one = e.detail if e.step == "L1" else one
+            one = e.detail if e.detail == memory_one() else one
         elif e.step == "U":
             keys.add(e.detail[1])
             retired.add(e.detail[0])
+            superseded.add(e.detail[0])
             one = e.detail[1]
         elif e.step == "X":  # every commit is tagged power: every memory made so far
             retired |= keys
@@ -824,7 +828,7 @@ def promises(trace: Trace, acked: list[Event], attempted: list[Event]) -> Promis
             erased |= {memory_one()} if e.step == "E" else set()
             one = None if e.step == "E" or one in e.detail else one
     changes = any(s in CHANGE_STEPS for s in trace.steps)
-    now = Promises(changes, made, retired, erased, flight[0] if flight else None, {one}, keys)
+    now = Promises(changes, made, retired, erased, flight[0] if flight else None, {one}, keys, superseded)
     flying = now.in_flight
     if flying is not None and flying.step == "U":
         now.memory_one.add(flying.detail[1])
@@ -832,7 +836,7 @@ def promises(trace: Trace, acked: list[Event], attempted: list[Event]) -> Promis
         flying.step in ERASING_STEPS or (flying.step == "W" and one in flying.detail)
     ):
         now.memory_one.add(None)
-    elif flying is not None and flying.step == "L1" and one is None:
+    elif flying is not None and flying.detail == memory_one() and one is None:
         now.memory_one.add(flying.detail)
     return now
 
@@ -843,7 +847,7 @@ def _judge_findings(
     db, _ = _store_paths(state)
     run_id = trace.info["run_id"]
     learn_steps = [s for s in trace.steps if s.startswith("L")]
-    tried = {fid_of(e.step) for e in attempted if e.step.startswith("L")}
+    tried = {e.detail if e.end is not None else fid_of(e.step) for e in attempted if e.step.startswith("L")}
     tried |= {e.detail[1] for e in attempted if e.step == "U" and e.end is not None}
     owed = promises(trace, acked, attempted)
     # A reader in another process before anything is recovered: whatever it reads has a record;
@@ -853,8 +857,11 @@ def _judge_findings(
         readable = _unjournaled(
             reader, v, when="after the crash, before any recovery", torn_ok=True, every=owed.changes
         )
-        if readable is not None:
-            _resurrected(reader, readable, owed, v, when="after the crash, before any recovery")
+        if readable is not None:  # an update names the old version's retired file lazily: the
+            # store's next open publishes it again if a power loss took it (docs/MEMORY.md)
+            _resurrected(
+                reader, readable - owed.superseded, owed, v, when="after the crash, before any recovery"
+            )
     with memory.MemoryStore(db, clock=Clock(1_800_000_000_000), recover=recover) as store:
         jr = store.open_journal()
         runs = {r.run_id: r for r in jr.runs()}
@@ -931,14 +938,30 @@ def _holding(state: Path, text: str) -> list[Path]:
 
 
 def _memories(trace: Trace) -> dict[str, str]:
-    """The memories a workload's learns begin, by id: the step that learns each."""
-    return {fid_of(s): s for s in trace.steps if s.startswith("L")}
+    """The memories a workload's learns begin, by id: the step that learns each (a learn of a
+    retired finding begins a new memory, under a revision's key)."""
+    found = {fid_of(s): s for s in trace.steps if s.startswith("L")}
+    found.update({e.detail: e.step for e in trace.events if e.step.startswith("L") and e.end is not None})
+    return found
+
+
+def _erased_texts(trace: Trace, store: memory.MemoryStore, erased: set[str]) -> list[str]:
+    """The texts (``marker``) whose every memory the journal committed is among ``erased``."""
+    jr = store.open_journal()
+    committed = {r.key for run in jr.runs() for r in jr.read(run.run_id, memory.STREAM)}
+    memories = _memories(trace)
+    out = []
+    for text in sorted({marker(step) for step in memories.values()}):
+        group = {m for m, step in memories.items() if marker(step) == text and m in committed}
+        if group and group <= erased:
+            out.append(text)
+    return out
 
 
 def _erasure_reported(trace: Trace, store: memory.MemoryStore, v: Verdict) -> None:
     """Before the repair: an erase record whose memory still has bytes somewhere is reported."""
-    recorded = _erased_memories(store) & set(_memories(trace))
-    left = [p for m in sorted(recorded) for p in _holding(store.db_path.parent, marker(_memories(trace)[m]))]
+    texts = _erased_texts(trace, store, _erased_memories(store))
+    left = [p for text in texts for p in _holding(store.db_path.parent, text)]
     if not left:
         return
     kinds = {p.kind for p in memory.check_store(store)}
@@ -962,23 +985,25 @@ def _judge_memory_one(store: memory.MemoryStore, owed: Promises, v: Verdict) -> 
 
 
 def _judge_erasures(trace: Trace, store: memory.MemoryStore, state: Path, owed: Promises, v: Verdict) -> None:
-    """After recovery: an erase acknowledged, or in flight and recorded, left no byte of its
-    memory anywhere; one in flight with no record of a memory left that memory's commits whole."""
+    """After recovery: where every memory holding a text (``marker``) that the journal committed
+    was erased (acknowledged, or in flight and recorded), no byte of the text is left anywhere; a
+    memory with no erase record has no tombstone (an erase in flight left it untouched)."""
     recorded = _erased_memories(store)
-    jr = store.open_journal()
-    run_id = trace.info["run_id"]
-    root = jr.read(run_id, memory.STREAM) if run_id in {r.run_id for r in jr.runs()} else []
-    tombstones = {r.key for r in root if memory.is_erased(r)}
-    for m, step in sorted(_memories(trace).items()):
-        if m in owed.erased or m in recorded:
-            left = _holding(state, marker(step))
-            if left and not v.unerased:  # one per state
-                v.unerased += 1
-                where = [str(p.relative_to(state)) for p in left]
-                v.notes.append(f"memory {step} was erased, and its bytes are in {where}")
-        elif m in tombstones and not v.unerased:
+    for text in _erased_texts(trace, store, owed.erased | recorded):
+        left = _holding(state, text)
+        if left and not v.unerased:  # one per state
             v.unerased += 1
-            v.notes.append(f"memory {step} has a tombstone and no erase record")
+            v.notes.append(
+                f"{text!r} was erased, and its bytes are in {[str(p.relative_to(state)) for p in left]}"
+            )
+    jr = store.open_journal()
+    tombstones = {
+        r.key for run in jr.runs() for r in jr.read(run.run_id, memory.STREAM) if memory.is_erased(r)
+    }
+    bare = {m for m in _memories(trace) if m in tombstones and m not in recorded}
+    if bare and not v.unerased:
+        v.unerased += 1
+        v.notes.append(f"memories {sorted(bare)} have a tombstone and no erase record")
 
 
 def _readable(store: memory.MemoryStore, every: bool = True) -> Counter[str]:
