@@ -378,7 +378,7 @@ class Learner:
             for rec in backend.read(run_id, RETIRE_STREAM)
             for view in retirements_in(rec, backend.location)
         ]
-        self._retirer.publish_missing(retirements)
+        self._retirer.publish_missing(retirements, torn=True)  # a lazily named one may be torn
         return committed
 
     def _not_retired(

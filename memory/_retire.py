@@ -18,8 +18,8 @@ from typing import Any
 
 from journal import JournalBackend, JournalCorrupt, Record
 from memory._db import HistoryDB
-from memory._errors import FindingUnknown
-from memory._files import Retired, read_learned, read_retired
+from memory._errors import FindingUnknown, Unreachable
+from memory._files import Retired, parse_retired, read_learned, read_retired
 from memory._finding import (
     ERASE_STREAM,
     RETIRE_STREAM,
@@ -36,6 +36,7 @@ from memory._paths import scope_folders
 from memory._publisher import Publisher
 from memory._results import Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
 from memory._root import Root
+from memory._safe import regular_prefix
 from staging import failpoint
 
 _KIND_ORDER = {"learned": 0, "superseded": 1, "forgotten": 2, "expired": 3, "erased": 4}
@@ -131,6 +132,22 @@ def _erased_events(erasures: Iterable[Record], memory: str) -> list[HistoryEvent
                 )
             )
     return out
+
+
+def _torn(path: str, record: Record) -> bool:
+    """Whether ``path`` is a regular file that holds neither the rendering of the retirement
+    ``record`` nor a retirement another record made (the first retirement stands): a torn or
+    damaged copy, which the record restores. A link, a FIFO, a folder or a file that cannot be read
+    is left for ``flows check``."""
+    data = render_retirement(record)
+    held = regular_prefix(Path(path), max(len(data) + 1, 1 << 20))
+    if held is None or held == data:
+        return False
+    try:
+        there = parse_retired(Path(path), held)
+    except Unreachable:
+        return True
+    return (there.citation.run_id, there.citation.id) == (record.run_id, record.id)
 
 
 def _retirements(backend: JournalBackend, run_id: str) -> list[Record]:
@@ -432,14 +449,19 @@ class Retirer:
         if notify:
             self.on_retired([key])
 
-    def publish_missing(self, records: Iterable[Record], *, notify: bool = True) -> int:
-        """Settle each retirement in ``records`` whose retired file is missing; returns how many.
+    def publish_missing(self, records: Iterable[Record], *, notify: bool = True, torn: bool = False) -> int:
+        """Settle each retirement in ``records`` whose retired file is missing (``torn``: or is a
+        regular file its record's rendering a power loss tore, ``_torn``); returns how many.
 
-        A retired file that is there but damaged is left for ``flows check`` (reads fail closed on it).
+        Any other retired file that is there but damaged is left for ``flows check`` (reads fail
+        closed on it). ``torn`` is for the walks of runs that did not end cleanly (the store's open,
+        a resume): an update names its retired file lazily, its bytes unsynced where the journal
+        shares their file system, so a power loss can keep the name and tear the bytes.
         """
         done = 0
         for record in records:
-            if not os.path.lexists(self.retired_path(record.payload["scope"], record.payload["id"])):
+            path = self.retired_path(record.payload["scope"], record.payload["id"])
+            if not os.path.lexists(path) or (torn and _torn(path, record)):
                 self.settle(record, notify=notify)
                 done += 1
         return done

@@ -441,3 +441,28 @@ def test_the_harness_reports_forgotten_findings_read_again_when_the_retired_file
     forget = next(e for e in kept.events if e.step == "W")
     assert forget.end is not None
     assert _cover(kept, range(forget.end, forget.end + 1)).clean
+
+
+def test_a_retired_file_an_update_named_lazily_and_a_power_loss_tore_is_written_again_by_the_store_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An update names the old version's retired file lazily: where the journal shares the folder's
+    # file system its bytes are staged without fsync, made durable with the names later. A power
+    # loss just after the update returned can keep the name and tear the bytes; the store's open
+    # writes the file again from its record (as it does a torn learned file). Without that, every
+    # read of the scope fails closed on it until `flows check --repair`.
+    import memory._retire
+
+    if not staging.HAVE_SYNCFS:
+        pytest.skip("the unsynced stage needs syncfs")
+    trace = powerloss.record_findings(["L1", "L2", "U", "U"], tmp_path)
+    update = [e for e in trace.events if e.step == "U"][-1]
+    assert update.end is not None
+    monkeypatch.setattr(memory._retire, "_torn", lambda path, record: False)
+    broken = _cover(trace, range(update.end, update.end + 1))
+    monkeypatch.undo()
+    assert broken.unexpected > 0, _summary(broken)
+    assert any("retired file" in n and "damaged" in n for n in broken.notes), broken.notes
+    fixed = _cover(trace, range(update.end, update.end + 1))
+    assert fixed.clean, _summary(fixed)
+    assert fixed.refused > 0, _summary(fixed)  # a reader that recovers nothing: refused, coded
