@@ -16,7 +16,7 @@ import stat
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import orjson
@@ -187,6 +187,7 @@ _COLUMNS = (
     "f.id, f.key, f.text, f.source, f.tags, f.scope, f.flow, f.learned_ms, f.run_id, f.stream, f.record_id,"
     " f.metadata, f.expires_ms, f.revision, f.memory"
 )
+_STAMP = "f.id, f.learned_ms, f.run_id, f.record_id"  # what says a row built before is unchanged
 _NOT_RETIRED = "f.retired_ms IS NULL"
 _NOT_EXPIRED = "(f.expires_ms IS NULL OR f.expires_ms > ?)"
 _LIVE = f"{_NOT_RETIRED} AND {_NOT_EXPIRED}"
@@ -656,9 +657,14 @@ class HistoryDB:
             now_ms is not None,
             limit is not None,
         )
-        sql = self._recall_sql.get(shape)
+        # Inside a snapshot a bounded read selects each row's stamp first (see ``_stamped``).
+        snapshot = limit is not None and getattr(self._local, "snapshot", None) is not None
+        sql = self._recall_sql.get((shape, snapshot))
         if sql is None:
-            sql = self._recall_sql[shape] = _recall_sql(shape)
+            sql = _recall_sql(shape)
+            if snapshot:  # rows this object has built are not read again (see ``_stamped``)
+                sql = sql.replace(f"SELECT {_COLUMNS} ", f"SELECT {_STAMP} ", 1)
+            self._recall_sql[(shape, snapshot)] = sql
         params: list[Any] = wanted
         for pair in pairs:
             params.extend(pair)
@@ -672,7 +678,55 @@ class HistoryDB:
             params.append(now_ms)
         if limit is not None:
             params.append(limit)
-        return self._query(sql, params)
+        return self._stamped(sql, params) if snapshot else self._query(sql, params)
+
+    def _stamped(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
+        """The rows ``sql`` (selecting ``_STAMP``) finds, in order, inside a snapshot: a row this
+        object built before, with the same commit time and citation, is that row still (its finding
+        never changes: its key is the finding's hash); the others are read in full (and checked,
+        ``_row``) by one more statement of the same snapshot. Returning the finding's text, tags and
+        metadata only for rows not yet built is what makes a warm recall cheap."""
+        conn = self._read_conn()
+        if conn is None:
+            return []
+        try:
+            raw = conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
+        rows = self._rows
+        out: list[Recalled | None] = []
+        missing: list[int] = []
+        for rid, learned_ms, run_id, record_id in raw:
+            hit = rows.get(rid)
+            if (
+                hit is None
+                or hit.learned_ms != learned_ms
+                or hit.citation.id != record_id
+                or hit.citation.run_id != run_id
+            ):
+                missing.append(rid)
+                hit = None
+            out.append(hit)
+        if not missing:
+            return cast("list[Recalled]", out)  # every one a hit
+        built: dict[int, Recalled] = {}
+        for i in range(0, len(missing), 500):
+            chunk = missing[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            built.update(
+                (r.id, r)
+                for r in self._query(f"SELECT {_COLUMNS} FROM findings f WHERE f.id IN ({marks})", chunk)
+            )
+        found = [hit if hit is not None else built.get(r[0]) for hit, r in zip(out, raw, strict=True)]
+        if any(r is None for r in found):
+            self._unchanged()  # a read without SQLite's lock that the DB changed under: read again
+            raise Unreachable(
+                f"the history DB {self.path} is damaged (rows its tag or time index names are not in "
+                "its table): move it aside and run `flows sync`, which rebuilds it from the learned "
+                "files and the journal",
+                path=self.path,
+            )
+        return cast("list[Recalled]", found)  # none is None
 
     def recall_keys(
         self,

@@ -11,7 +11,7 @@ import pytest
 
 import memory
 import staging
-from tests.memory.conftest import Failpoints
+from tests.memory.conftest import Clock, Failpoints
 
 # (text, source, tags) learned in this order, one clock step (1 s) apart.
 FINDINGS = [
@@ -149,6 +149,27 @@ def test_after_a_sync_the_db_rows_are_returned_and_the_disk_copies_are_gone(
         (r.key, r.citation, r.learned_ms) for r in before
     ]
     assert not any(p.exists() for p in (x.path for x in learned))
+
+
+def test_a_row_read_before_and_committed_again_since_is_returned_as_the_db_now_holds_it(
+    store: memory.MemoryStore, root: memory.RootRun, db: Path, clock: Clock
+) -> None:
+    """A warm read builds each row once and then reads only its stamp (time and citation): a row
+    another process committed again since (the same finding learned in a later run, synced) is
+    read in full again, not answered from what this process built."""
+    store.learn({"text": "the cache is cold at dawn", "tags": ["cache"]}, root)
+    store.sync()
+    [before] = store.recall(tag="cache")
+    with memory.MemoryStore(db, clock=clock) as other:
+        jr = other.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {"source": "probe.py"})
+        later = memory.RootRun(jr, lease, "probe", "scope-a")
+        again = other.learn({"text": "the cache is cold at dawn", "tags": ["cache"]}, later)
+        other.sync()
+    [after] = store.recall(tag="cache")
+    assert after.key == before.key
+    assert (after.citation, after.learned_ms) == (again.citation, again.learned_ms)
+    assert after.citation != before.citation
 
 
 def test_a_finding_the_db_holds_is_read_once_from_the_db_while_its_disk_copy_remains(
