@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 import os
 import threading
 import time
@@ -104,6 +105,9 @@ def _storable(*values: str | None) -> bool:
 
 def _key(e: Recalled) -> str:
     return e.key
+
+
+_by_time_and_id = operator.attrgetter("learned_ms", "id")  # a merge's order, newest first when reversed
 
 
 def meta_matches(entry: Recalled, wanted: Mapping[str, str]) -> bool:
@@ -454,9 +458,9 @@ class Search:
                 last = rows[-1].learned_ms
                 disk = itertools.takewhile(lambda e: e.learned_ms >= last, disk)
             kept = self._not_held(disk, limit, key=_key)
-        merged = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
+        merged = sorted([*rows, *kept], key=_by_time_and_id, reverse=True) if kept else rows
         found = merged if limit is None else merged[:limit]
-        unsynced = [e for e in found if e.id < 0]
+        unsynced = [e for e in found if e.id < 0] if kept else ()
         if unsynced:
             for listing in listings:
                 listing.check(unsynced)  # the files of what the read returns, unchanged since indexed
