@@ -945,15 +945,29 @@ def _memories(trace: Trace) -> dict[str, str]:
     return found
 
 
+def _written_again(trace: Trace) -> set[str]:
+    """The texts (``marker``) a learn or an update began to write after the workload's first erase
+    began: a refused learn stages its file before the journal refuses it, and those are new bytes
+    of the same text, not the erased ones."""
+    first = min((e.start for e in trace.events if e.step in ERASING_STEPS), default=None)
+    if first is None:
+        return set()
+    later = [e for e in trace.events if e.start >= first and e.step not in ERASING_STEPS]
+    return {marker(e.step) for e in later if e.step.startswith("L")} | (
+        {MEMORY_ONE} if any(e.step == "U" for e in later) else set()
+    )
+
+
 def _erased_texts(trace: Trace, store: memory.MemoryStore, erased: set[str]) -> list[str]:
-    """The texts (``marker``) whose every memory the journal committed is among ``erased``."""
+    """The texts (``marker``) whose every memory the journal committed is among ``erased``, and
+    that nothing wrote again after an erase (``_written_again``)."""
     jr = store.open_journal()
     committed = {r.key for run in jr.runs() for r in jr.read(run.run_id, memory.STREAM)}
     memories = _memories(trace)
     out = []
     for text in sorted({marker(step) for step in memories.values()}):
         group = {m for m, step in memories.items() if marker(step) == text and m in committed}
-        if group and group <= erased:
+        if group and group <= erased and text not in _written_again(trace):
             out.append(text)
     return out
 
