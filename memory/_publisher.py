@@ -178,19 +178,7 @@ class Publisher:
         Raises:
             Unwritable: the file is there and cannot be removed, or a folder on the way is a link.
         """
-        try:
-            folder = Folder.open(self.db_path.parent, final.parent)
-            if folder is None:
-                return False
-            with folder:
-                os.unlink(final.name, dir_fd=folder.fd)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise Unwritable(
-                f"cannot remove {final}: {describe(exc)}", path=final, run_id=run_id, errno=exc.errno
-            ) from exc
-        return True
+        return self.remove_many([final], run_id) == 1
 
     def remove_many(self, finals: list[Path], run_id: str | None) -> int:
         """``remove`` each of ``finals``, opening each folder once (a forget by filter of
@@ -204,6 +192,7 @@ class Publisher:
             by_folder.setdefault(final.parent, []).append(final.name)
         gone = 0
         for directory, names in by_folder.items():
+            at = directory
             try:
                 try:
                     folder = Folder.open(self.db_path.parent, directory)
@@ -213,6 +202,7 @@ class Publisher:
                     continue
                 with folder:
                     for name in names:
+                        at = directory / name
                         try:
                             os.unlink(name, dir_fd=folder.fd)
                             gone += 1
@@ -220,10 +210,7 @@ class Publisher:
                             continue
             except OSError as exc:
                 raise Unwritable(
-                    f"cannot remove a learned file in {directory}: {describe(exc)}",
-                    path=directory,
-                    run_id=run_id,
-                    errno=exc.errno,
+                    f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
                 ) from exc
         return gone
 
