@@ -391,3 +391,22 @@ def test_indexing_the_journal_tells_its_progress_and_reads_only_what_changed(tmp
     store.close()
     with memory.MemoryStore(store.db_path, journal=str(tmp_path / "journal"), read_only=True) as reader:
         assert not reader.index_journal()
+
+
+def test_a_commit_added_to_an_indexed_run_is_found_by_the_erase(
+    tmp_path: Path, journal_location: str
+) -> None:
+    # the key index reads a run again once its stream changed (a file's stat, PostgreSQL's newest
+    # record): a second commit of the finding, made in a run indexed before it, is erased too
+    store = _store(tmp_path, journal_location)
+    finding = {"text": f"gina's badge {MARK}", "source": "hr"}
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn(finding).key
+    with store.session(scope="users", flow="later") as s:
+        s.learn({"text": "something else"})
+        assert store.index_journal()
+        assert s.learn(finding).key == key
+    with store.session(scope="privacy") as s:
+        assert s.erase(key, reason="gina asked").rewritten == 2
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    store.close()

@@ -101,3 +101,32 @@ def test_an_erase_on_b_leaves_nothing_on_a_after_its_next_sync(tmp_path: Path, p
         ).fetchone()
     assert rows == (0,)
     assert memory.check_store(a) == [] and memory.check_store(b) == []
+
+
+def test_an_erase_on_a_reaches_a_commit_another_host_made_after_a_built_its_key_index(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    # A's key index of the shared journal is brought up to date by each host's newest record per
+    # stream: a commit of the same finding that B made after A built the index is found and erased
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    mark = "ZQXLATERHOST"
+    finding = {"text": f"frank's phone {mark}", "source": "crm"}
+    with a.session(scope="users", flow="first") as s:
+        key = s.learn(finding).key
+    with b.session(scope="users", flow="later") as s:
+        s.learn({"text": "something else"})
+        assert a.index_journal()  # B's run is indexed, without the finding
+        assert s.learn(finding).key == key  # a second commit of it, in that run, after
+    with a.session(scope="privacy") as s:
+        erased = s.erase(key, reason="frank asked")
+    assert erased.rewritten == 2
+    import psycopg
+
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute(
+            "select count(*) from journal_records where payload like %s", (f"%{mark}%",)
+        ).fetchone()
+    assert rows == (0,)
+    b.sync()
+    held = [p for p in tmp_path.rglob("*") if p.is_file() and mark.encode() in p.read_bytes()]
+    assert held == []
