@@ -101,6 +101,7 @@ class _Context:
     retired: dict[str, journal.Record] = field(default_factory=dict)  # key -> the first retirement
     batches: dict[tuple[str, str], journal.Record] = field(default_factory=dict)  # forgets by filter
     erasures: list[journal.Record] = field(default_factory=list)  # memory-erase records
+    erased_files: set[str] = field(default_factory=set)  # keys an erase named whose learned file is there
     supersedes: list[journal.Record] = field(default_factory=list)  # commits naming the version they replace
 
 
@@ -183,6 +184,13 @@ def _unrepairable(kind: str, path: object, message: str) -> Problem:
 def _file_problems(ctx: _Context) -> set[str]:
     """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
+    erased = {
+        k
+        for rec in ctx.erasures
+        if isinstance(rec.payload.get("keys"), list)
+        for k in rec.payload["keys"]
+        if isinstance(k, str)
+    }
     try:
         folders, wrong = scan_scopes(ctx.store.db_path)
         ctx.retired_folders, wrong_retired = scan_scopes(ctx.store.db_path, leaf="retired")
@@ -213,7 +221,11 @@ def _file_problems(ctx: _Context) -> set[str]:
             except OSError as exc:
                 raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
             for name in names:
-                if name[: -len(".json")] in ctx.retired:
+                if name[: -len(".json")] in erased:
+                    # never quarantined (which keeps the text): an unfinished erasure, whose
+                    # repair deletes it (`_erase_problems`)
+                    ctx.erased_files.add(name[: -len(".json")])
+                elif name[: -len(".json")] in ctx.retired:
                     ctx.problems.append(_forgotten(ctx, folder.path / name))
                 else:
                     _check_file(ctx, folder, name, good)
@@ -526,7 +538,7 @@ def _erase_problems(ctx: _Context) -> None:
         keys = rec.payload.get("keys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             continue
-        left = [k for k in keys if k in ctx.latest]
+        left = [k for k in keys if k in ctx.latest or k in ctx.erased_files]
         with contextlib.suppress(FlowsMemoryError):  # an unreadable DB is its own problem
             left += [r.key for r in ctx.store.db.rows_of(keys) if r.key not in left]
         if left:

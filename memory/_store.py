@@ -576,11 +576,12 @@ class MemoryStore:
         self._db.erase(sorted(wanted))
         pub = self._publisher
         scopes = {str(r.payload["scope"]) for r in targets}
-        gone: set[Path] = set()  # the folders files were removed from (by the forget, or here)
-        for scope in scopes:
-            for k in wanted:
-                pub.remove(pub.scope_dir(scope) / f"{k}.json", None)
-            gone.add(pub.scope_dir(scope))
+        gone: set[Path] = {pub.scope_dir(scope) for scope in scopes}  # folders files left (the forget's too)
+        # every scope folder's learned file of each key: a commit's scope names its folder, but a
+        # copy with no commit left to name it (a tombstoned one, a backup restored) is found too
+        learned = [f / ".trajectories" / "compacted" for f in scope_folders(self.db_path)]
+        pub.remove_many([d / f"{k}.json" for d in learned for k in sorted(wanted)], None)
+        gone.update(learned)
         folders = [
             f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
         ]

@@ -410,3 +410,23 @@ def test_a_commit_added_to_an_indexed_run_is_found_by_the_erase(
         assert s.erase(key, reason="gina asked").rewritten == 2
     assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
     store.close()
+
+
+def test_a_learned_file_of_an_erased_memory_that_comes_back_is_deleted_never_quarantined(
+    tmp_path: Path,
+) -> None:
+    # a copy restored from a backup after the erase: check reports the erasure as unfinished, and
+    # the repair deletes the file (moving it to flows-quarantine/ would keep the text)
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    with store.session(scope="alice") as s:
+        learned = s.learn({"text": f"alice's secret {MARK}1"})
+    backup = learned.path.read_bytes()
+    with store.session(scope="cli") as s:
+        s.erase(learned.key, reason="alice asked")
+    assert _files_holding(tmp_path, MARK) == []
+    learned.path.write_bytes(backup)
+    problems = memory.check_store(store)
+    assert [p.kind for p in problems] == ["erase_incomplete"]
+    memory.repair_store(store, problems)
+    assert _files_holding(tmp_path, MARK) == [] and memory.check_store(store) == []
+    store.close()
