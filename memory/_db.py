@@ -602,14 +602,24 @@ class HistoryDB:
         """The connection reads use, or None when there is no DB (or no schema) to read."""
         return self._reader() if self.exists() else None
 
-    def _query(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """Every row ``sql`` returns, or None when there is no DB to read.
+
+        Raises:
+            Unreachable: SQLite failed the read.
+        """
         conn = self._read_conn()
         if conn is None:
-            return []
+            return None
         try:
-            raw = conn.execute(sql, params).fetchall()
+            return conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
+        raw = self._fetch(sql, params)
+        if raw is None:
+            return []
         if getattr(self._local, "snapshot", None) is None:
             self._unchanged()
         out = []
@@ -686,13 +696,9 @@ class HistoryDB:
         never changes: its key is the finding's hash); the others are read in full (and checked,
         ``_row``) by one more statement of the same snapshot. Returning the finding's text, tags and
         metadata only for rows not yet built is what makes a warm recall cheap."""
-        conn = self._read_conn()
-        if conn is None:
+        raw = self._fetch(sql, params)
+        if raw is None:
             return []
-        try:
-            raw = conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise self._error(exc, "read", Unreachable) from exc
         rows = self._rows
         out: list[Recalled | None] = []
         missing: list[int] = []
