@@ -159,19 +159,8 @@ class JournalKeys:
         Raises:
             JournalError: a stream could not be read.
         """
-        stamps = self._stamper(backend) if self._enabled else None
-        if stamps is None:
-            return False
         with self._lock:
-            conn = self._db()
-            if conn is None:
-                return False
-            try:
-                self._refresh(conn, backend, stamps, progress)
-            except sqlite3.Error as exc:
-                self._drop(exc)
-                return False
-        return True
+            return self._refreshed(backend, progress) is not None
 
     def runs_of(self, backend: JournalBackend, key: str, *, again: bool = True) -> set[str] | None:
         """The runs holding a record of the memory ``key`` names (any version's commit, forget or
@@ -181,28 +170,45 @@ class JournalKeys:
         Raises:
             JournalError: a stream the index had to read again could not be read.
         """
-        stamps = self._stamper(backend) if self._enabled else None
-        if stamps is None:
-            return None
+        runs: set[str] | None = None
         with self._lock:
-            conn = self._db()
-            if conn is None:
-                return None
-            runs: set[str] | None = None
-            try:
-                listed = self._refresh(conn, backend, stamps)
-                found = self._runs(conn, key)
-            except sqlite3.Error as exc:
-                self._drop(exc)
-            else:
-                strays = found - listed  # rows naming no run of the journal: damage, or a forgery
-                if strays:
-                    self._drop(ValueError(f"it names runs the journal does not hold: {list(strays)[:3]!r}"))
+            fresh = self._refreshed(backend, None)
+            if fresh is not None:
+                conn, listed = fresh
+                try:
+                    found = self._runs(conn, key)
+                except sqlite3.Error as exc:
+                    self._drop(exc)
                 else:
-                    runs = found
-        if runs is None and again:  # built again from the journal, once
+                    strays = found - listed  # rows naming no run of the journal: damage, a forgery
+                    if strays:
+                        named = list(strays)[:3]
+                        self._drop(ValueError(f"it names runs the journal does not hold: {named!r}"))
+                    else:
+                        runs = found
+        if runs is None and again and self._kept(backend):  # built again from the journal, once
             return self.runs_of(backend, key, again=False)
         return runs
+
+    def _kept(self, backend: JournalBackend) -> bool:
+        """Whether this store keeps an index of ``backend`` at all."""
+        return self._enabled and self._stamper(backend) is not None
+
+    def _refreshed(
+        self, backend: JournalBackend, progress: Callable[[int, int], None] | None
+    ) -> tuple[sqlite3.Connection, set[str]] | None:
+        """The index brought up to date, and the runs the journal lists; None when none is kept
+        here, or it was unusable (then deleted). The caller holds the lock."""
+        if not self._kept(backend):
+            return None
+        conn = self._db()
+        if conn is None:
+            return None
+        try:
+            return conn, self._refresh(conn, backend, self._stamper(backend), progress)
+        except sqlite3.Error as exc:
+            self._drop(exc)
+            return None
 
     def _stamper(self, backend: JournalBackend) -> Any:
         if isinstance(backend, FileJournal):

@@ -91,7 +91,6 @@ class Learner:
         self._publisher = publisher
         self._retirer = retirer
         self._clock = clock
-        self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
         # told (memory id, key, scope) of each version a learn wrote or found committed, so the
@@ -284,7 +283,7 @@ class Learner:
         # fsync; its bytes are made durable with its name, later (``flush_names``). With a journal
         # elsewhere (another file system, PostgreSQL) the stage is synced first, as before: the
         # power-loss model proves the unsynced stage with a file journal on the store's own disk.
-        loose = existing is None and self._shares_filesystem(root.journal, directory)
+        loose = existing is None and self._publisher.shares_filesystem(root.journal, directory)
         staged = pub.stage(directory, data, root.run_id, sync=not loose)
         try:
             if existing is not None:
@@ -351,16 +350,6 @@ class Learner:
                 run_id=record.run_id,
                 stream=record.stream,
             )
-
-    def _shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
-        """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
-        per backend and directory, after the directory exists)."""
-        if not self._publisher.ready(directory):
-            return False
-        found = self._shared_fs.get((backend, directory))
-        if found is None:
-            found = self._shared_fs[(backend, directory)] = backend.shares_filesystem(str(directory))
-        return found
 
     def _commits(self, backend: JournalBackend, run_id: str) -> dict[tuple[str, str], Record]:
         """The commit to publish of each finding ``run_id`` learned, by (scope, finding id), once

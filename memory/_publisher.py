@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from journal import JournalBackend
 from memory._db import db_mode, folder_mode
 from memory._errors import Unwritable
 from memory._paths import learned_dir, retired_dir
@@ -142,6 +143,7 @@ class Publisher:
         self._scope_dirs: dict[str, Path] = {}
         self._retired_dirs: dict[str, Path] = {}
         self._ready_dirs: set[Path] = set()
+        self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         self._durable_names: set[Path] = set()
         self.pending = PendingNames()
 
@@ -213,6 +215,16 @@ class Publisher:
                     f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
                 ) from exc
         return gone
+
+    def shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
+        """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
+        per backend and directory, after the directory exists)."""
+        if directory not in self._ready_dirs:
+            return False
+        found = self._shared_fs.get((backend, directory))
+        if found is None:
+            found = self._shared_fs[(backend, directory)] = backend.shares_filesystem(str(directory))
+        return found
 
     def ready(self, directory: Path) -> bool:
         """Whether ``directory`` was checked for links and created by this publisher."""

@@ -305,28 +305,31 @@ class Retirer:
         """``_locate`` in the files of ``scope`` alone (a key hashes its scope, so a file of it
         there is the one); None when neither file is there."""
         pub = self._publisher
-        path = os.path.join(pub.retired_dir(scope), f"{key}.json")
-        if os.path.lexists(path):
-            found = read_retired(Path(path))
-            return Located(found.scope, found, self._db.memory_of(key))
-        path = os.path.join(pub.scope_dir(scope), f"{key}.json")
-        if os.path.lexists(path):
-            entry = read_learned(Path(path))
-            return Located(entry.scope, None, entry.memory_id)
+        return self._in_files(key, [pub.retired_dir(scope)], [pub.scope_dir(scope)])
+
+    def _in_files(self, key: str, retired_dirs: list[Path], learned_dirs: list[Path]) -> Located | None:
+        """Where ``key``'s retired file (first) or learned file is, among these folders, read."""
+        for directory in retired_dirs:
+            path = directory / f"{key}.json"
+            if os.path.lexists(path):
+                found = read_retired(path)
+                return Located(found.scope, found, self._db.memory_of(key))
+        for directory in learned_dirs:
+            path = directory / f"{key}.json"
+            if os.path.lexists(path):
+                entry = read_learned(path)
+                return Located(entry.scope, None, entry.memory_id)
         return None
 
     def _locate(self, key: str) -> Located | None:
         folders = scope_folders(self._publisher.db_path)
-        for folder in folders:
-            path = folder / ".trajectories" / "retired" / f"{key}.json"
-            if os.path.lexists(path):
-                found = read_retired(path)
-                return Located(found.scope, found, self._db.memory_of(key))
-        for folder in folders:
-            path = folder / ".trajectories" / "compacted" / f"{key}.json"
-            if os.path.lexists(path):
-                entry = read_learned(path)
-                return Located(entry.scope, None, entry.memory_id)
+        in_files = self._in_files(
+            key,
+            [f / ".trajectories" / "retired" for f in folders],
+            [f / ".trajectories" / "compacted" for f in folders],
+        )
+        if in_files is not None:
+            return in_files
         retired = self._db.retirement(key)
         if retired is not None:
             return Located(retired.scope, retired, self._db.memory_of(key))
@@ -393,7 +396,7 @@ class Retirer:
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
         directory = pub.retired_dir(scope)
-        loose = pub.ready(directory) and root.journal.shares_filesystem(str(directory))
+        loose = pub.shares_filesystem(root.journal, directory)
         staged = pub.stage(directory, render_retirement(record), record.run_id, sync=not loose)
         pub.publish_lazily(staged, directory / f"{key}.json", record.run_id, loose=loose)
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)

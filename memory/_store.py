@@ -579,12 +579,11 @@ class MemoryStore:
         gone: set[Path] = {pub.scope_dir(scope) for scope in scopes}  # folders files left (the forget's too)
         # every scope folder's learned file of each key: a commit's scope names its folder, but a
         # copy with no commit left to name it (a tombstoned one, a backup restored) is found too
-        learned = [f / ".trajectories" / "compacted" for f in scope_folders(self.db_path)]
+        scope_dirs = scope_folders(self.db_path)
+        learned = [f / ".trajectories" / "compacted" for f in scope_dirs]
         pub.remove_many([d / f"{k}.json" for d in learned for k in sorted(wanted)], None)
         gone.update(learned)
-        folders = [
-            f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
-        ]
+        folders = [f / ".trajectories" / sub for f in scope_dirs for sub in ("compacted", "retired")]
         for path in stages_holding(folders, wanted):
             path.unlink(missing_ok=True)
             gone.add(path.parent)
