@@ -94,6 +94,7 @@ class _Context:
     location: str = ""  # the journal, as its backend names it
     unlisted: journal.JournalError | None = None  # why the journal's runs could not be listed
     unread: set[str] = field(default_factory=set)  # runs whose memory-learn stream is damaged
+    unread_retired: set[str] = field(default_factory=set)  # runs whose memory-forget stream is damaged
     folders: list[Path] = field(default_factory=list)  # the scopes' learned-file folders, no links
     retired_folders: list[Path] = field(default_factory=list)  # their retired-file folders, no links
     # (run id, record id, key) -> the retirement of that key a record makes
@@ -118,13 +119,17 @@ def _journal_problems(ctx: _Context) -> None:
             return
         for run in runs:
             ctx.runs.add(run.run_id)
-            for stream in backend.streams(run.run_id):
+            # the memory's own streams are read even when not listed: an emptied stream file is
+            # not listed, and only its read says that its durable mark held records
+            for stream in sorted({*backend.streams(run.run_id), STREAM, RETIRE_STREAM, ERASE_STREAM}):
                 try:
                     records = backend.read(run.run_id, stream)
                 except journal.JournalCorrupt as exc:
                     ctx.problems.append(_unrepairable("stream_corrupt", exc.path, str(exc)))
                     if stream == STREAM:
                         ctx.unread.add(run.run_id)
+                    elif stream == RETIRE_STREAM:
+                        ctx.unread_retired.add(run.run_id)
                     continue
                 if stream == STREAM:
                     _learn_records(ctx, records)
@@ -382,7 +387,8 @@ def _check_retired(ctx: _Context, folder: Folder, name: str, good: set[str]) -> 
         return
     ctx.cited.add(entry.citation.run_id)
     cited = ctx.retirements.get((entry.citation.run_id, entry.citation.id, entry.key))
-    if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
+    unread = ctx.unread | ctx.unread_retired
+    if cited is None and (ctx.unlisted is not None or entry.citation.run_id in unread):
         ctx.problems.append(_unverified(path, entry.citation.run_id))
     elif cited is None:
         ctx.problems.append(

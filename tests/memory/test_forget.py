@@ -631,3 +631,27 @@ def test_check_reports_a_file_holding_an_older_commit_and_repair_publishes_the_n
     memory.repair_store(store, [problem])
     assert memory.check_store(store) == []
     assert orjson.loads(newer.path.read_bytes())["journal"]["runId"] == newer.citation.run_id
+
+
+def test_an_emptied_forget_stream_is_reported_and_its_retired_file_is_never_moved(tmp_path: Path) -> None:
+    # a memory-forget stream cut to nothing below its durable mark: the listing of the run's
+    # streams skips an empty file, so check reads the memory's streams by name; it reports the
+    # damage, never calls the retired file unjournaled, and --repair leaves it (the finding stays
+    # forgotten) rather than moving it aside and bringing the finding back
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s", flow="learner") as s:
+            gone = s.learn({"text": "a finding to forget"})
+            kept = s.learn({"text": "a finding to keep"})
+        with store.session(scope="s", flow="forgetter") as s:
+            s.forget(gone.key, reason="wrong")
+        backend = store.open_journal()
+        (run,) = [r for r in backend.runs() if r.flow == "forgetter"]
+        backend.stream_path(run.run_id, memory.RETIRE_STREAM).write_bytes(b"")
+    with memory.MemoryStore(db) as store:
+        problems = memory.check_store(store)
+        kinds = {p.kind for p in problems}
+        assert "stream_corrupt" in kinds and "retired_unjournaled" not in kinds
+        assert "retired_unverified" in kinds
+        memory.repair_store(store, problems)
+        assert [e.key for e in store.recall(limit=None)] == [kept.key]
