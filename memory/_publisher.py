@@ -11,6 +11,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import stat
 import threading
 import time
@@ -23,8 +24,18 @@ from journal import JournalBackend
 from memory._db import db_mode, folder_mode
 from memory._errors import Unwritable
 from memory._paths import learned_dir, retired_dir
+from memory._reaper import REAPER
 from memory._safe import Folder, describe
-from staging import StagingError, ensure_dir, failpoint, publish_many, stage, sync_dir_shared, syncfs
+from staging import (
+    STAGE_PREFIX,
+    StagingError,
+    ensure_dir,
+    failpoint,
+    publish_many,
+    stage,
+    sync_dir_shared,
+    syncfs,
+)
 
 SYNC_BATCH = 500
 """Files published (or ingested by ``sync``) per batch."""
@@ -36,6 +47,24 @@ last one fsyncs their folders (one fsync per folder covers every name waiting in
 NAMES_WAIT_S = 0.1
 """Nor does a name wait longer than this while learns go on: the first learn that finds the oldest
 waiting name this old fsyncs the folders (a ``syncfs`` of a later learn settles them sooner)."""
+
+
+def _set_aside(name: str, folder_fd: int, hidden: list[str]) -> bool:
+    """Rename ``name`` (a regular file or a link) in the folder ``folder_fd`` to a hidden stage
+    name, appended to ``hidden``; False, touching nothing, when it is anything else (its unlink then
+    fails or succeeds as it would).
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        OSError: the rename failed.
+    """
+    if not stat.S_ISREG(mode := os.lstat(name, dir_fd=folder_fd).st_mode) and not stat.S_ISLNK(mode):
+        return False
+    aside = f"{STAGE_PREFIX}{secrets.token_hex(8)}.gone"
+    os.rename(name, aside, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    hidden.append(aside)
+    failpoint("memory.after_set_aside")  # a crash here leaves the hidden name: a stage, swept
+    return True
 
 
 def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None:
@@ -175,16 +204,19 @@ class Publisher:
 
         The removal is not fsync'd: every file removed this way is one a retired file already keeps
         out of every read, so a removal a power loss undoes changes no answer (``sync`` and ``flows
-        check --repair`` finish it).
+        check --repair`` finish it). A regular file (or a link) is renamed to a hidden stage name in
+        its folder and unlinked in the background (``memory._reaper``: an unlink can wait for the
+        device to discard the file's blocks); anything else is unlinked here, or refused.
 
         Raises:
             Unwritable: the file is there and cannot be removed, or a folder on the way is a link.
         """
         return self.remove_many([final], run_id) == 1
 
-    def remove_many(self, finals: list[Path], run_id: str | None) -> int:
+    def remove_many(self, finals: list[Path], run_id: str | None, *, now: bool = False) -> int:
         """``remove`` each of ``finals``, opening each folder once (a forget by filter of
         thousands of findings, most of them synced and so without a file); how many were there.
+        ``now``: unlink each file before returning (an erase: no byte may outlive it).
 
         Raises:
             Unwritable: as ``remove``.
@@ -203,13 +235,17 @@ class Publisher:
                 if folder is None:
                     continue
                 with folder:
+                    hidden: list[str] = []
                     for name in names:
                         at = directory / name
                         try:
-                            os.unlink(name, dir_fd=folder.fd)
+                            if now or not _set_aside(name, folder.fd, hidden):
+                                os.unlink(name, dir_fd=folder.fd)
                             gone += 1
                         except FileNotFoundError:
                             continue
+                    if hidden:
+                        REAPER.put(os.dup(folder.fd), hidden)
             except OSError as exc:
                 raise Unwritable(
                     f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno

@@ -44,6 +44,7 @@ from memory._keyindex import KEYS_FILE, JournalKeys
 from memory._learn import Learner
 from memory._paths import QUARANTINE_DIR, resolve_db, resolve_journal
 from memory._publisher import Publisher
+from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
 from memory._results import (
     Citation,
@@ -197,8 +198,10 @@ class MemoryStore:
 
     def close(self) -> None:
         """Make the learned files' names durable (best effort: a name a failure leaves waiting is
-        one of a run not marked done, which the next open restores after a power loss), then close
-        the DB connection, the journal and the executor (safe twice)."""
+        one of a run not marked done, which the next open restores after a power loss), wait for
+        the background unlinks of the files removed so far (``memory._reaper``, at most
+        ``DRAIN_AT_EXIT_S``), then close the DB connection, the journal and the executor (safe
+        twice)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -206,6 +209,7 @@ class MemoryStore:
             self._publisher.flush_names()
         except Unwritable as exc:
             log.warning("closing the store: %s", exc)
+        REAPER.drain(DRAIN_AT_EXIT_S)
         self._db.close()
         self._search.close()
         self._journal_keys.close()
@@ -581,7 +585,7 @@ class MemoryStore:
         # copy with no commit left to name it (a tombstoned one, a backup restored) is found too
         scope_dirs = scope_folders(self.db_path)
         learned = [f / ".trajectories" / "compacted" for f in scope_dirs]
-        pub.remove_many([d / f"{k}.json" for d in learned for k in sorted(wanted)], None)
+        pub.remove_many([d / f"{k}.json" for d in learned for k in sorted(wanted)], None, now=True)
         gone.update(learned)
         folders = [f / ".trajectories" / sub for f in scope_dirs for sub in ("compacted", "retired")]
         for path in stages_holding(folders, wanted):

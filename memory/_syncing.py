@@ -27,6 +27,7 @@ from memory._finding import (
 )
 from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
+from memory._reaper import REAPER
 from memory._results import Recalled, SyncReport
 from memory._retire import Retirer
 from memory._safe import Folder, describe, is_damage
@@ -92,10 +93,11 @@ def latest_commits(
     return scan_journal(backend, progress, retirements=False).latest
 
 
-def _drop(folder: Folder, name: str, ingested: bytes, retired: bool = False) -> bool:
+def _drop(folder: Folder, name: str, ingested: bytes, retired: bool, hidden: list[str]) -> bool:
     """Remove ``name`` from ``folder`` if it still holds ``ingested``; a newer file published
     meanwhile stays, unless the finding is ``retired`` (then no file of it has a place).
-    Everything goes through the folder's descriptor, never a path."""
+    Everything goes through the folder's descriptor, never a path. The file is renamed to a hidden
+    stage name, appended to ``hidden`` for the background unlink (``memory._reaper``)."""
     fd = folder.fd
     claim = f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{name}"
     try:
@@ -111,7 +113,7 @@ def _drop(folder: Folder, name: str, ingested: bytes, retired: bool = False) -> 
             os.link(claim, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
         os.unlink(claim, dir_fd=fd)
         return False
-    os.unlink(claim, dir_fd=fd)
+    hidden.append(claim)
     return True
 
 
@@ -257,7 +259,12 @@ class Syncer:
                 if folder is None:
                     continue
                 with folder:
-                    done = sum(_drop(folder, name, data, retired) for name, data, retired in names)
+                    hidden: list[str] = []
+                    try:
+                        done = sum(_drop(folder, n, data, retired, hidden) for n, data, retired in names)
+                    finally:
+                        if hidden:
+                            REAPER.put(os.dup(folder.fd), hidden)
                     if done:
                         folder.fsync()
             except OSError as exc:
