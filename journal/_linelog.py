@@ -1000,6 +1000,8 @@ class LineLog(Generic[T]):
         finally:
             if fd != self._k.mark:
                 os.close(fd)
+        if marks.generation is not None:  # what these bytes parse back to: the next read need not
+            self._last_marks = (raw, marks)
 
     def _set_watermark(self, value: int, *, filesystem: bool = False) -> None:
         """Record ``value`` as the (plain, or both) watermark, leaving the rest (tests use it)."""
