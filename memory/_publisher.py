@@ -40,13 +40,17 @@ from staging import (
 SYNC_BATCH = 500
 """Files published (or ingested by ``sync``) per batch."""
 
-NAMES_GROUP = 128
+NAMES_GROUP = 1024
 """A learn's rename is not fsync'd on its own: once this many names wait, the learn that adds the
-last one fsyncs their folders (one fsync per folder covers every name waiting in it)."""
+last one fsyncs their folders (one fsync per folder covers every name waiting in it; with loose
+files, one ``syncfs``). The record of each is durable already: the group bounds only what a power
+loss may make the store's next open publish again. A ``syncfs`` also writes back every other dirty
+page of the file system, several milliseconds on a shared disk, so it is paid once per many learns."""
 
-NAMES_WAIT_S = 0.1
+NAMES_WAIT_S = 1.0
 """Nor does a name wait longer than this while learns go on: the first learn that finds the oldest
-waiting name this old fsyncs the folders (a ``syncfs`` of a later learn settles them sooner)."""
+waiting name this old flushes the group (``flush_names``). One second, well inside the file system's
+own periodic commit of names (ext4 commits every five seconds by default)."""
 
 
 def _set_aside(name: str, folder_fd: int, hidden: list[str]) -> bool:
