@@ -216,10 +216,11 @@ class _Parsed(Generic[T]):
 class _Kept:
     """The descriptors a ``keep_open`` log holds between holds (``None`` while not open)."""
 
-    __slots__ = ("log", "mark", "read_mark")
+    __slots__ = ("log", "log_ino", "mark", "read_mark")
 
     def __init__(self) -> None:
         self.log: int | None = None
+        self.log_ino = -1  # the inode ``log`` holds open (a descriptor's file never changes)
         self.mark: int | None = None
         self.read_mark: int | None = None
 
@@ -229,6 +230,7 @@ class _Kept:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.log = self.mark = self.read_mark = None
+        self.log_ino = -1
 
     def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         """Only its log refers to this object: when the log is collected, so is this, and its
@@ -374,11 +376,18 @@ class LineLog(Generic[T]):
             JournalUnwritable: the log could not be created or opened.
         """
         with self._mutex:
-            fd = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
+            fd = self._k.log if self._k.log is not None and self._still_here() else None
             if fd is None:
                 fd = self._open_for_append()
                 if self._keep_open:
                     self._forget_kept()
+                    try:
+                        self._k.log_ino = os.fstat(fd).st_ino
+                    except OSError as exc:
+                        os.close(fd)
+                        raise JournalUnwritable(
+                            f"cannot stat {self._path}: {exc.strerror or exc}", path=self._path
+                        ) from exc
                     self._k.log = fd
             self._fd, self._owner, self._settled = fd, threading.get_ident(), False
             try:
@@ -389,10 +398,11 @@ class LineLog(Generic[T]):
                 if fd != self._k.log:
                     os.close(fd)
 
-    def _still_here(self, fd: int) -> bool:
-        """Whether ``fd`` is still the file at the log's path (not replaced, removed or a link)."""
+    def _still_here(self) -> bool:
+        """Whether the kept descriptor is still the file at the log's path (not replaced, removed
+        or a link): one ``lstat``, against the inode noted when it was opened."""
         try:
-            return os.lstat(self._path_str).st_ino == os.fstat(fd).st_ino
+            return os.lstat(self._path_str).st_ino == self._k.log_ino
         except OSError:
             return False
 
@@ -1078,7 +1088,7 @@ class LineLog(Generic[T]):
     def _read_once(self) -> tuple[_Marks, bool]:
         """Bring the cache up to date; return the marks and whether new bytes were read."""
         self._read_stamp = None
-        kept = self._k.log if self._k.log is not None and self._still_here(self._k.log) else None
+        kept = self._k.log if self._k.log is not None and self._still_here() else None
         if kept is not None:
             fd = kept
         else:
