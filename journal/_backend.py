@@ -111,6 +111,15 @@ class JournalBackend(Protocol):
         """Return the record appended with ``key`` (the first and only one), or None."""
         ...
 
+    def stamp(self, run_id: str, stream: str) -> object | None:
+        """A token for the stream as this object last read it, cheaper than a ``read``: two equal
+        tokens (never None) mean the stream did not change between the two calls, so a caller that
+        took a token before it read knows, from an equal one later, that its read is still
+        current. None when the backend cannot tell cheaply (the stream not read yet, changed
+        since, kept open by a writer here; PostgreSQL always): then read.
+        """
+        ...
+
     def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
         """Return the record with id ``record_id`` in the stream, or None when the stream does not
         hold it; the same answer as searching ``read`` for it, at the cost of one record.

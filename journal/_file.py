@@ -883,6 +883,14 @@ class FileJournal:
             handle.index(records)
             return handle.keys.get(key)
 
+    def stamp(self, run_id: str, stream: str) -> object | None:
+        """A token for the stream as last read (see ``JournalBackend``): the log's own record of
+        that read, while the file is still the one it read, of that size, with the same marks
+        (``LineLog.stamp``: one ``lstat`` and one read of the marks)."""
+        self._check_open()
+        handle = self._streams.get((run_id, stream))
+        return None if handle is None else handle.log.stamp()
+
     def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
         """Return the record ``record_id`` of the stream, or None (see ``JournalBackend``).
 

@@ -1046,6 +1046,19 @@ class LineLog(Generic[T]):
                 return self._cached[: bisect.bisect_right(self._ends, poison)]
             return self._cached
 
+    def stamp(self) -> tuple[object, ...] | None:
+        """A token naming what the last ``read`` returned, while the file is still exactly what
+        that read saw (``_unchanged``: the same file, size and marks, read to its end then); None
+        otherwise, or while this object keeps the log open for appending (its reads go to the file).
+
+        Two equal tokens mean no byte of the log changed between the two calls: a caller that
+        took a token, then read, and later gets an equal token knows its read is still the whole
+        log, and need not read again. One ``lstat`` and one read of the marks."""
+        with self._mutex:
+            if self._k.log is not None or self._unchanged() is None:
+                return None
+            return self._read_stamp
+
     def _read_again(self) -> _Marks:
         """Bring the cache up to date from the file (``_read_once``), again while a cut in another
         process came between the reads; return the marks."""

@@ -979,6 +979,11 @@ class PostgresJournal:
         found = self._records("finding a record", run_id, stream, " and x.key = %s", (key,))
         return found[0] if found else None
 
+    def stamp(self, run_id: str, stream: str) -> object | None:
+        """None: a table tells nothing cheaper than a query (see ``JournalBackend``)."""
+        self._check_open()
+        return None
+
     def lookup(self, run_id: str, stream: str, record_id: str, *, hint: int | None = None) -> Record | None:
         """Return the record ``record_id`` of the stream, or None: one query on the run's unique
         index of record ids (``hint`` is not needed here and is ignored; see ``JournalBackend``)."""

@@ -119,10 +119,13 @@ class _Thread:
         self.gen: Generation | None = None
         self.index = ThreadIndex()
         self.mutex = threading.RLock()
+        # the journal's tokens taken before the read that made ``index`` current (``_stamp``)
+        self.stamp: tuple[object, ...] | None = None
 
     def reset(self, gen: Generation | None = None) -> None:
         self.gen = gen
         self.index = ThreadIndex()
+        self.stamp = None
 
 
 _THREAD_ID_TYPES = (str, int, UUID)
@@ -320,10 +323,35 @@ class JournalSaver(BaseCheckpointSaver[str]):
         info = self._backend.run(lease.run_id)
         return info.epoch == lease.epoch and info.state in (RunState.RUNNING, RunState.INTERRUPTED)
 
+    def _stamp(self, t: _Thread) -> tuple[object, ...] | None:
+        """The journal's tokens for everything ``_refresh`` reads for ``t``: the catalogs and the
+        streams of its generation's runs (``JournalBackend.stamp``); None when one cannot be had."""
+        gen = t.gen
+        if gen is None or not gen.runs:
+            return None
+        catalogs = self._catalog.stamp()
+        if catalogs is None:
+            return None
+        out: list[object] = [gen, catalogs]
+        for run in gen.runs:
+            token = self._backend.stamp(run, STREAM)
+            if token is None:
+                return None
+            out.append(token)
+        return tuple(out)
+
     def _refresh(self, t: _Thread) -> None:
-        """Bring ``t`` up to date with the journal (call with ``t.mutex`` held)."""
+        """Bring ``t`` up to date with the journal (call with ``t.mutex`` held).
+
+        A thread whose catalogs and stream give the tokens they gave before its last refresh read
+        them is current without reading: nothing those reads saw has changed since (one ``lstat``
+        and one read of the marks per file, on the file journal)."""
         if self._authoritative(t):
             return
+        stamp = self._stamp(t)  # before reading: a change after it makes the next token differ
+        if stamp is not None and stamp == t.stamp:
+            return
+        t.stamp = None
         for _ in range(_ATTEMPTS):
             gen = self._catalog.current(t.thread_id)
             if gen != t.gen:
@@ -332,6 +360,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 return
             self._read(t, gen)
             if t.index.compacted_into is None:
+                t.stamp = stamp  # names the generation it was taken for: another one never matches
                 return
             # pruned into a newer generation, registered before the tombstone was written: look again
             if self._catalog.current(t.thread_id) == gen:
@@ -386,6 +415,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ) from exc
 
     def _append_own(self, t: _Thread, hold: _Hold, payloads: Sequence[tuple[Payload, str]]) -> Records:
+        t.stamp = None
         out = []
         for payload, key in payloads:
             rec = self._backend.append(hold.lease, STREAM, payload, key=key)
@@ -865,7 +895,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._leases.adopt(new_lease)
         self._backend.append(hold.lease, STREAM, {"kind": "compacted", "into": info.run_id})
         self._leases.retire(hold.lease)
-        t.gen, t.index = fresh.gen, fresh.index
+        t.gen, t.index, t.stamp = fresh.gen, fresh.index, None
 
     # -- async twins ---------------------------------------------------------------------------
 

@@ -158,6 +158,7 @@ def test_every_call_on_a_closed_journal_is_journal_closed_but_location_release_a
         "shares_filesystem": lambda: backend.shares_filesystem(where),
         "read": lambda: backend.read(info.run_id, "a"),
         "find": lambda: backend.find(info.run_id, "a", "one"),
+        "stamp": lambda: backend.stamp(info.run_id, "a"),
         "streams": lambda: backend.streams(info.run_id),
         "run": lambda: backend.run(info.run_id),
         "runs": backend.runs,
@@ -623,3 +624,26 @@ def test_lookup_refuses_bad_names_and_an_unknown_run(jr: JournalBackend) -> None
         jr.lookup(info.run_id, "a", 5)  # type: ignore[arg-type]
     with pytest.raises(journal.JournalRunNotFound):
         jr.hints("no-such-run", "a")
+
+
+def test_a_stamp_matches_only_while_the_stream_is_as_the_last_read_left_it(journal_location: str) -> None:
+    with journal.open_journal(journal_location) as writer, journal.open_journal(journal_location) as reader:
+        info, lease = writer.begin("f", "s", {})
+        writer.append(lease, "a", {"n": 1, "text": "something to erase later"})
+        assert reader.stamp(info.run_id, "a") is None  # never read: nothing to vouch for
+        assert len(reader.read(info.run_id, "a")) == 1
+        token = reader.stamp(info.run_id, "a")
+        if journal_location.startswith("postgresql"):
+            assert token is None  # a table says nothing cheaper than a query
+            return
+        assert token is not None and reader.stamp(info.run_id, "a") == token
+        writer.append(lease, "a", {"n": 2})  # another journal object appends
+        assert reader.stamp(info.run_id, "a") != token
+        assert [r.payload["n"] for r in reader.read(info.run_id, "a")] == [1, 2]
+        again = reader.stamp(info.run_id, "a")
+        assert again is not None and again != token
+        # an erasure replaces the file with one of the same size: not the stream that was read
+        writer.finish(lease, RunState.DONE)
+        assert writer.rewrite_payloads(info.run_id, "a", {1: {"n": 0}}, pad="pad") == 1
+        assert reader.stamp(info.run_id, "a") is None
+        assert [r.payload["n"] for r in reader.read(info.run_id, "a")] == [0, 2]

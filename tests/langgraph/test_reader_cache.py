@@ -1,0 +1,103 @@
+"""A reader holding no lease answers ``get_tuple`` from what it read last while the journal says
+nothing changed (``JournalBackend.stamp``), and never once something did: another process's put,
+a delete, a new generation registered in the catalog without a word in the old run's stream."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from flows.langgraph import JournalSaver
+from flows.langgraph._catalog import SCOPE, THREAD_FLOW
+from journal import open_journal
+from tests.conftest import ROOT
+from tests.langgraph.helpers import config, put_chain
+
+_PUT = """
+import sys
+from flows.langgraph import JournalSaver
+from tests.langgraph.helpers import checkpoint, config
+with JournalSaver(journal=sys.argv[1]) as saver:
+    latest = saver.get_tuple(config("t"))
+    cp = checkpoint({"x": sys.argv[2]}, {"x": int(sys.argv[3])})
+    saver.put(config("t", latest.config["configurable"]["checkpoint_id"]), cp, {"step": 9}, {"x": int(sys.argv[3])})
+"""
+
+
+def _settled(reader: JournalSaver, thread_id: str) -> dict[str, object]:
+    """Read the thread until the reader answers from its cache (a token taken, then matched)."""
+    for _ in range(3):
+        found = reader.get_tuple(config(thread_id))
+        assert found is not None
+    return found.checkpoint["channel_values"]
+
+
+def test_the_next_get_tuple_sees_another_processs_put(journal_location: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with JournalSaver(journal=journal_location) as writer:
+        put_chain(writer, "t", [{"x": "a"}, {"x": "b"}])
+    with JournalSaver(journal=journal_location) as reader:
+        for i, value in enumerate(["c", "d", "e"]):
+            assert _settled(reader, "t") == {"x": ["b", "c", "d"][i]}
+            done = subprocess.run(
+                [sys.executable, "-c", _PUT, journal_location, value, str(3 + i)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            latest = reader.get_tuple(config("t"))
+            assert latest is not None and latest.checkpoint["channel_values"] == {"x": value}
+            assert latest.metadata["step"] == 9
+
+
+def test_the_next_get_tuple_sees_a_delete_and_a_prune_by_another_saver(journal_location: str) -> None:
+    # A second saver has its own journal object: it shares no cache with the reader, as another
+    # process would.
+    with JournalSaver(journal=journal_location) as writer, JournalSaver(journal=journal_location) as reader:
+        put_chain(writer, "t", [{"x": 1}, {"x": 2}, {"x": 3}])
+        assert _settled(reader, "t") == {"x": 3}
+        writer.prune(["t"])
+        assert len(list(reader.list(config("t")))) == 1
+        assert _settled(reader, "t") == {"x": 3}
+        writer.delete_thread("t")
+        assert reader.get_tuple(config("t")) is None
+        put_chain(writer, "t", [{"x": "new"}])
+        assert _settled(reader, "t") == {"x": "new"}
+
+
+def test_a_generation_registered_without_touching_the_old_stream_is_seen(journal_location: str) -> None:
+    """A pruner that dies between registering the new generation and its tombstone in the old
+    run leaves the old stream as it was; the catalog alone says where the thread went, so the
+    reader's cached answer must depend on the catalog too."""
+    with JournalSaver(journal=journal_location) as writer, JournalSaver(journal=journal_location) as reader:
+        put_chain(writer, "t", [{"x": "old"}])
+        assert _settled(reader, "t") == {"x": "old"}
+        gen = writer._catalog.current("t")
+        assert gen is not None
+        with open_journal(journal_location) as jr:
+            info, lease = jr.begin(THREAD_FLOW, SCOPE, {"langgraph": {"thread": "t", "generation": gen.gen + 1}})
+            jr.release(lease)
+        writer._catalog.register("t", gen.gen + 1, info.run_id, "prune")
+        with JournalSaver(journal=journal_location) as mover:
+            put_chain(mover, "t", [{"x": "moved"}])  # goes to the new generation's run
+            assert [t.checkpoint["channel_values"] for t in mover.list(config("t"))] == [{"x": "moved"}]
+            assert mover.citation(config("t")).run_id == info.run_id  # type: ignore[union-attr]
+        latest = reader.get_tuple(config("t"))
+        assert latest is not None and latest.checkpoint["channel_values"] == {"x": "moved"}
+
+
+def test_a_cached_answer_is_a_new_object_each_time(journal_location: str) -> None:
+    with JournalSaver(journal=journal_location) as writer, JournalSaver(journal=journal_location) as reader:
+        put_chain(writer, "t", [{"x": [1, 2]}])
+        first = reader.get_tuple(config("t"))
+        assert first is not None
+        first.checkpoint["channel_values"]["x"].append(3)
+        first.metadata["step"] = 99
+        for _ in range(3):
+            again = reader.get_tuple(config("t"))
+            assert again is not None
+            assert again.checkpoint["channel_values"] == {"x": [1, 2]}
+            assert again.metadata["step"] == 0
