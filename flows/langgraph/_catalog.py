@@ -240,16 +240,16 @@ class Catalog:
         """A token for the catalogs as this object last read them (``JournalBackend.stamp`` of
         each one's ``threads`` stream, with the list of catalogs): equal tokens mean ``current``
         would answer as it did after the first. None when the journal cannot tell cheaply."""
-        with self._mutex:
-            if not self._catalogs:
+        catalogs = self._catalogs  # replaced whole, never changed in place: no lock to read it
+        if not catalogs:
+            return None
+        out: list[object] = []
+        for catalog in catalogs:
+            token = self._backend.stamp(catalog.run_id, THREADS_STREAM)
+            if token is None:
                 return None
-            out: list[object] = []
-            for catalog in self._catalogs:
-                token = self._backend.stamp(catalog.run_id, THREADS_STREAM)
-                if token is None:
-                    return None
-                out += (catalog.run_id, token)
-            return tuple(out)
+            out += (catalog.run_id, token)
+        return tuple(out)
 
     def relist(self) -> None:
         """Forget which catalogs exist and list them again (a registration was expected and missing)."""

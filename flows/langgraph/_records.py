@@ -234,7 +234,9 @@ class ThreadIndex:
 
     def pending(self, ns: str, cid: str) -> list[StoredWrite]:
         """The checkpoint's pending writes in LangGraph's replay order (task path, task id, idx)."""
-        stored = self.writes.get((ns, cid), {})
+        stored = self.writes.get((ns, cid))
+        if not stored:
+            return []
         return sorted(stored.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
 
     def values(self, ns: str, versions: Mapping[str, Any]) -> dict[str, Typed]:

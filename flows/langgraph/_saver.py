@@ -535,8 +535,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         namespace; None when there is none. Pending writes come in LangGraph's replay order."""
         thread_id, ns = _thread_id(config), _namespace(config)
         checkpoint_id = get_checkpoint_id(config)
-        t = self._view(thread_id)
+        t = self._thread(thread_id)
         with t.mutex:
+            self._refresh(t)
             stored = t.index.get(ns, checkpoint_id) if checkpoint_id else t.index.latest(ns)
             return None if stored is None else self._tuple(t, stored)
 
@@ -547,10 +548,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
         what: str,
         shape: type | None = None,
         rec: Record | None = None,
+        *,
+        name: str | None = None,
     ) -> Any:
         """Decode one value of ``stored``'s record (or of ``rec``, a writes record of it);
-        RecordInvalid naming the record when its bytes name a type outside the allow-list, do not
-        decode, or are not of ``shape``."""
+        RecordInvalid naming the record (and ``what``, followed by ``name`` when given) when its
+        bytes name a type outside the allow-list, do not decode, or are not of ``shape``."""
         try:
             value = self._decoder.loads(typed)
         except Refused as exc:
@@ -561,6 +564,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             if shape is None or isinstance(value, shape):
                 return value
             problem = f"is a {type(value).__name__}, not a {shape.__name__}"
+        if name is not None:
+            what = f"{what} {name[:80]!r}"
         raise self._invalid(stored, what, problem, rec)
 
     @staticmethod
@@ -590,25 +595,20 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return versions
 
     def _tuple(self, t: _Thread, stored: StoredCheckpoint) -> CheckpointTuple:
-        checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint", dict)
+        load = self._load
+        checkpoint: Checkpoint = load(stored.checkpoint, stored, "the checkpoint", dict)
         values = t.index.values(stored.ns, self._versions(checkpoint, stored))
-        checkpoint["channel_values"] = {
-            k: self._load(v, stored, f"channel {k[:80]!r}") for k, v in values.items()
-        }
+        checkpoint["channel_values"] = {k: load(v, stored, "channel", name=k) for k, v in values.items()}
         pending = [
-            (
-                w.task_id,
-                w.channel,
-                self._load(w.value, stored, f"a write to {w.channel[:80]!r}", rec=w.record),
-            )
+            (w.task_id, w.channel, load(w.value, stored, "a write to", rec=w.record, name=w.channel))
             for w in t.index.pending(stored.ns, stored.id)
         ]
         return CheckpointTuple(
-            config=_config(t.thread_id, stored.ns, stored.id),
-            checkpoint=checkpoint,
-            metadata=self._load(stored.metadata, stored, "the metadata", dict),
-            parent_config=_config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
-            pending_writes=pending,
+            _config(t.thread_id, stored.ns, stored.id),
+            checkpoint,
+            load(stored.metadata, stored, "the metadata", dict),
+            _config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
+            pending,
         )
 
     def citation(self, config: RunnableConfig) -> Citation | None:

@@ -101,6 +101,14 @@ class StrictDecoder:
         raise Refused(f"the value kind {kind[:40]!r} is not one the saver writes ({', '.join(_KINDS)})")
 
     def _unpack(self, data: bytes) -> Any:
+        try:  # with a hook made once; on any failure again, with one that records why
+            return ormsgpack.unpackb(data, ext_hook=self._checked, option=ormsgpack.OPT_NON_STR_KEYS)
+        except Exception:
+            return self._unpack_saying_why(data)
+
+    def _unpack_saying_why(self, data: bytes) -> Any:
+        """Decode ``data`` with a hook that records a refusal (the decoder hides what a hook
+        raised in its own ValueError): ``Refused`` saying why, or the decoder's error."""
         refused: list[str] = []
         hook = self._hook(refused)
         try:
@@ -109,6 +117,11 @@ class StrictDecoder:
             if refused:  # the decoder wraps what the hook raised in its own ValueError
                 raise Refused(refused[0]) from None
             raise
+
+    def _checked(self, code: int, data: bytes) -> Any:
+        """The extension hook of a first decode: check, then build (no record of a refusal)."""
+        self._check(code, data, self._checked)
+        return self._build(code, data)
 
     def _hook(self, refused: list[str]) -> Callable[[int, bytes], Any]:
         def hook(code: int, data: bytes) -> Any:

@@ -19,9 +19,9 @@ import sys
 from flows.langgraph import JournalSaver
 from tests.langgraph.helpers import checkpoint, config
 with JournalSaver(journal=sys.argv[1]) as saver:
-    latest = saver.get_tuple(config("t"))
-    cp = checkpoint({"x": sys.argv[2]}, {"x": int(sys.argv[3])})
-    saver.put(config("t", latest.config["configurable"]["checkpoint_id"]), cp, {"step": 9}, {"x": int(sys.argv[3])})
+    parent = saver.get_tuple(config("t")).config["configurable"]["checkpoint_id"]
+    v = int(sys.argv[3])
+    saver.put(config("t", parent), checkpoint({"x": sys.argv[2]}, {"x": v}), {"step": 9}, {"x": v})
 """
 
 
@@ -43,6 +43,7 @@ def test_the_next_get_tuple_sees_another_processs_put(journal_location: str) -> 
             done = subprocess.run(
                 [sys.executable, "-c", _PUT, journal_location, value, str(3 + i)],
                 env=env,
+                check=False,
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -78,7 +79,8 @@ def test_a_generation_registered_without_touching_the_old_stream_is_seen(journal
         gen = writer._catalog.current("t")
         assert gen is not None
         with open_journal(journal_location) as jr:
-            info, lease = jr.begin(THREAD_FLOW, SCOPE, {"langgraph": {"thread": "t", "generation": gen.gen + 1}})
+            meta = {"langgraph": {"thread": "t", "generation": gen.gen + 1}}
+            info, lease = jr.begin(THREAD_FLOW, SCOPE, meta)
             jr.release(lease)
         writer._catalog.register("t", gen.gen + 1, info.run_id, "prune")
         with JournalSaver(journal=journal_location) as mover:
