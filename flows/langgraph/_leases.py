@@ -62,10 +62,10 @@ class ThreadLeases:
         self._closed = False
 
     def holds(self, run_id: str) -> Lease | None:
-        """The lease held on ``run_id``, or None."""
-        with self._cond:
-            held = self._held.get(run_id)
-            return held.lease if held else None
+        """The lease held on ``run_id``, or None (no lock: one read of a dict whose entries are
+        replaced whole)."""
+        held = self._held.get(run_id)
+        return held.lease if held else None
 
     def adopt(self, lease: Lease) -> None:
         """Keep ``lease`` (from ``begin``) as if it had been acquired here."""
