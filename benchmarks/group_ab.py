@@ -1,0 +1,63 @@
+"""``python -m benchmarks.group_ab [--blocks B] [--per-block K] [--dir DISK]``: what the size of the
+group of learned names that one ``syncfs`` makes durable is worth, measured in one process.
+
+Blocks of ``K`` learns alternate between the group as it was (``NAMES_GROUP`` 128 names,
+``NAMES_WAIT_S`` 100 ms) and the present one (1,024 names, 1 s), on one store and one root run, so
+both see the same disk at the same minutes; each block starts with every waiting name flushed. A
+``syncfs`` writes back every dirty page of the file system, other programs' too, so on a shared disk
+it costs several milliseconds. Prints each kind's median rate and the median of the per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import memory
+import memory._publisher as publisher
+from benchmarks._common import print_paired
+from journal import RunState
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the paired blocks and print the figures."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.group_ab", description=__doc__)
+    ap.add_argument("--blocks", type=int, default=24, help="blocks in all (even: half of each kind)")
+    ap.add_argument("--per-block", type=int, default=300)
+    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
+    args = ap.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="flows-group-ab-", dir=args.dir)
+    present = (publisher.NAMES_GROUP, publisher.NAMES_WAIT_S)
+    kinds = {"128 names or 100 ms": (128, 0.1), f"{present[0]} names or {present[1]:g} s": present}
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    try:
+        with memory.MemoryStore(os.path.join(base, "history.db")) as store:
+            jr = store.open_journal()
+            _, lease = jr.begin("group-ab", "bench", {})
+            root = memory.RootRun(jr, lease, "group-ab", "bench")
+            store.learn({"text": "warm-up"}, root)
+            n = 0
+            for block in range(args.blocks):
+                kind = list(kinds)[block % 2]
+                publisher.NAMES_GROUP, publisher.NAMES_WAIT_S = kinds[kind]
+                store.flush()
+                texts = [f"finding {i}" for i in range(n, n + args.per_block)]
+                n += args.per_block
+                t0 = time.perf_counter()
+                for text in texts:
+                    store.learn({"text": text, "tags": ["bench"]}, root)
+                rates[kind].append(args.per_block / (time.perf_counter() - t0))
+            store.flush()
+            jr.finish(lease, RunState.DONE)
+    finally:
+        publisher.NAMES_GROUP, publisher.NAMES_WAIT_S = present
+        shutil.rmtree(base, ignore_errors=True)
+    print_paired(rates, "present / before")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

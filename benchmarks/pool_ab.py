@@ -1,0 +1,92 @@
+"""``python -m benchmarks.pool_ab [--blocks B] [--per-block K] [--pool P] [--dir DISK]``: whether a
+pool of hidden stage files created ahead of need would make a learn faster, measured in one process.
+
+An experiment, not the engine: the stage a learn writes without fsync is taken from a pool of ``P``
+empty hidden files (``.stage-…``, created, given their mode and held open ``P`` at a time when the
+pool runs dry), so a learn's stage is a ``write`` and a ``close`` instead of an exclusive create,
+a ``fchmod``, a ``write`` and a ``close``. Blocks of ``K`` learns alternate the engine's stage with the
+pooled one on one store and one root run (the order stage, durable record, rename is the same).
+Prints each kind's median rate and the median of the per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import memory
+from benchmarks._common import print_paired
+from journal import RunState
+from memory._db import db_mode
+from memory._publisher import Publisher
+from staging import Staged, write_all
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the paired blocks and print the figures."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.pool_ab", description=__doc__)
+    ap.add_argument("--blocks", type=int, default=24, help="blocks in all (even: half of each kind)")
+    ap.add_argument("--per-block", type=int, default=200)
+    ap.add_argument("--pool", type=int, default=64, help="files created at once when the pool is empty")
+    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
+    args = ap.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="flows-pool-ab-", dir=args.dir)
+    engine_stage = Publisher.stage
+    pooled = [False]
+    pools: dict[Path, list[tuple[str, int]]] = {}
+
+    def stage(self: Publisher, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
+        if sync or not pooled[0] or not self.ready(directory):
+            return engine_stage(self, directory, data, run_id, sync=sync)
+        pool = pools.setdefault(directory, [])
+        if not pool:
+            mode, tag = db_mode(self.db_path), secrets.token_hex(6)
+            for j in range(args.pool):
+                path = f"{directory}/.stage-{tag}-{j}.pool"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+                os.fchmod(fd, mode)
+                pool.append((path, fd))
+            pool.reverse()
+        path, fd = pool.pop()
+        write_all(fd, data)
+        os.close(fd)
+        return Staged(where=path, size=len(data))
+
+    rates: dict[str, list[float]] = {"stage per learn": [], "pooled stage": []}
+    Publisher.stage = stage  # type: ignore[method-assign]
+    try:
+        with memory.MemoryStore(os.path.join(base, "history.db")) as store:
+            jr = store.open_journal()
+            _, lease = jr.begin("pool-ab", "bench", {})
+            root = memory.RootRun(jr, lease, "pool-ab", "bench")
+            store.learn({"text": "warm-up"}, root)
+            n = 0
+            for block in range(args.blocks):
+                kind = list(rates)[block % 2]
+                pooled[0] = block % 2 == 1
+                texts = [f"finding {i}" for i in range(n, n + args.per_block)]
+                n += args.per_block
+                t0 = time.perf_counter()
+                for text in texts:
+                    store.learn({"text": text, "tags": ["bench"]}, root)
+                rates[kind].append(args.per_block / (time.perf_counter() - t0))
+            store.flush()
+            jr.finish(lease, RunState.DONE)
+    finally:
+        Publisher.stage = engine_stage  # type: ignore[method-assign]
+        for pool in pools.values():
+            for _, fd in pool:
+                os.close(fd)
+        shutil.rmtree(base, ignore_errors=True)
+    print_paired(rates, "pooled / per learn")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
