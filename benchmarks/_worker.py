@@ -125,6 +125,8 @@ def _update(params: dict[str, Any]) -> Run:
         for i in range(params["memories"])
     ]
 
+    from memory._reaper import REAPER
+
     def run(n: int, start: int) -> None:
         for i in range(start, start + n):
             store.update(
@@ -132,6 +134,9 @@ def _update(params: dict[str, Any]) -> Run:
                 {"text": f"memory {who}-{i % len(ids)} version {i}", "tags": ["bench"]},
                 root,
             )
+        # the old versions' files are unlinked in the background: the round ends when they are
+        # gone, so their device time is the round's, never the next contender's
+        REAPER.drain()
 
     return run
 

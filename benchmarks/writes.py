@@ -39,7 +39,8 @@ WRITE_NAMES = {
     "learn_file_8t": "learn, file journal, 8 threads on one root",
     "learn_flow_8t": "learn in one flow (8 executor threads), file journal",
     "learn_file_8p": "learn, file journal, 8 processes on one root",
-    "update_file_1w": "MemoryStore.update (a new version of a memory), file journal, 1 writer",
+    "update_file_1w": "MemoryStore.update (a new version of a memory), file journal, 1 writer (each round "
+    "waits for the background unlinks of the old versions' files it set aside)",
     "learn_pg_1w": "learn, PostgreSQL journal, 1 writer",
     "learn_pg_8p": "learn, PostgreSQL journal, 8 processes on one root",
     "sqlite3_full_1w": "sqlite3, 1 insert/txn, WAL, synchronous=FULL, 1 writer",
