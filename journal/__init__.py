@@ -23,7 +23,7 @@ from journal._errors import (
     JournalUsageError,
 )
 from journal._file import FileJournal, RecordCodec
-from journal._linelog import LineCodec, LineDamaged, LineLog
+from journal._linelog import LineCodec, LineDamaged, LineLog, LineMarks
 from journal._model import (
     Lease,
     Record,
@@ -63,6 +63,7 @@ __all__ = [
     "LineCodec",
     "LineDamaged",
     "LineLog",
+    "LineMarks",
     "Record",
     "RecordCodec",
     "RunInfo",

@@ -130,7 +130,7 @@ def _unpack_state(raw: bytes) -> tuple[int | None, ...] | None:
 
 
 @dataclass(frozen=True)
-class _Marks:
+class LineMarks:
     """What ``<path>.lock`` says: how far syncs reached, what is poisoned, the generation."""
 
     plain: int | None
@@ -150,7 +150,7 @@ class _Marks:
         return max(self.plain, self.filesystem)
 
     @classmethod
-    def parse(cls, raw: bytes) -> _Marks:
+    def parse(cls, raw: bytes) -> LineMarks:
         state = _unpack_state(raw[24:_MARKS_LEN])
         plain, filesystem = _unpack_mark(raw[:12]), _unpack_mark(raw[12:24])
         if state is None:
@@ -175,8 +175,8 @@ class _Marks:
         return 0 < since <= _CUTS and all(c is not None and end <= c for c in self.cuts[:since])
 
 
-_NO_MARKS = _Marks(None, None, None, 0)
-_UNKNOWN_MARKS = _Marks(None, None, None, None)
+_NO_MARKS = LineMarks(None, None, None, 0)
+_UNKNOWN_MARKS = LineMarks(None, None, None, None)
 
 
 class LineDamaged(Exception):
@@ -277,7 +277,7 @@ class LineLog(Generic[T]):
         # a reader's descriptor of the mark file. They close with close(), or when the log is
         # collected: a caller that drops a log without closing it leaks no descriptor.
         self._k = _Kept()  # closes its descriptors when collected with this log
-        self._last_marks: tuple[bytes, _Marks] | None = None  # the bytes last parsed, and what they say
+        self._last_marks: tuple[bytes, LineMarks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
         self._mode = mode
         self._sequence = sequence
@@ -302,7 +302,7 @@ class LineLog(Generic[T]):
         # What the last read found: the file (device, inode, size), its marks and the cache after
         # (see ``_unchanged``); None until a read succeeds.
         self._read_stamp: tuple[object, ...] | None = None
-        self._scanned: tuple[int, int, int, _Marks] | None = None  # the last scan's file and marks
+        self._scanned: tuple[int, int, int, LineMarks] | None = None  # the last scan's file and marks
         self._fd: int | None = None
         self._owner: int | None = None
         self._settled = False  # a recovery ran under the current hold
@@ -504,7 +504,7 @@ class LineLog(Generic[T]):
         self._gen = marks.generation or 0
         self._settled = True
 
-    def _clear_poison(self, fd: int) -> _Marks:
+    def _clear_poison(self, fd: int) -> LineMarks:
         """Cut the log back to its poisoned point (or repair a torn state); return the marks."""
         with self._syncing, self._flocked(fd):
             marks = self._read_marks(strict=True)
@@ -512,18 +512,18 @@ class LineLog(Generic[T]):
             if poison is not None:
                 return self._cut_locked(fd, poison, marks, bump=True)
             if marks.generation is None:  # only damage makes it unreadable under the flock
-                fixed = _Marks(
+                fixed = LineMarks(
                     marks.plain, marks.filesystem, None, self._gen + 1, fs_poison=0, fs_poison_gen=self._gen
                 )
                 self._write_marks(fixed)
                 return fixed
             return marks
 
-    def _cut(self, fd: int, at: int, *, bump: bool) -> _Marks:
+    def _cut(self, fd: int, at: int, *, bump: bool) -> LineMarks:
         with self._syncing, self._flocked(fd):
             return self._cut_locked(fd, at, self._read_marks(strict=True), bump=bump)
 
-    def _cut_locked(self, fd: int, at: int, marks: _Marks, *, bump: bool) -> _Marks:
+    def _cut_locked(self, fd: int, at: int, marks: LineMarks, *, bump: bool) -> LineMarks:
         """Cut the log at ``at``, sync it, record the marks; under ``_syncing`` and the flock.
 
         ``bump`` raises the generation: the cut took bytes of callers still waiting on a sync
@@ -538,7 +538,7 @@ class LineLog(Generic[T]):
             cuts = (at, *marks.cuts[: _CUTS - 1])
         else:  # bytes past ``at`` are gone for every caller, whenever it wrote
             cuts = tuple(None if c is None else min(c, at) for c in marks.cuts)
-        after = _Marks(
+        after = LineMarks(
             plain=at,  # the sync below makes every byte before ``at`` durable
             filesystem=None if marks.filesystem is None else min(marks.filesystem, at),
             poison=kept_poison,
@@ -569,7 +569,7 @@ class LineLog(Generic[T]):
         self._drop_cached_past(at, marks.generation, generation)
         return after
 
-    def _lower_marks(self, marks: _Marks, at: int) -> _Marks:
+    def _lower_marks(self, marks: LineMarks, at: int) -> LineMarks:
         """Record (durably) that no byte from ``at`` on is acknowledged, before a cut there: a
         reader never sees a file shorter than its mark, unless lines were lost."""
         lowered = replace(
@@ -752,7 +752,7 @@ class LineLog(Generic[T]):
         durable = self._durable_fs if filesystem else self._durable
         return durable >= end and self._durable_ino == self._cached_ino and self._durable_gen == generation
 
-    def _covers(self, marks: _Marks, end: int, filesystem: bool, generation: int) -> bool:
+    def _covers(self, marks: LineMarks, end: int, filesystem: bool, generation: int) -> bool:
         """Whether ``marks`` say the first ``end`` bytes, of this generation, are durable."""
         if not marks.holds(end, generation):
             return False
@@ -802,7 +802,7 @@ class LineLog(Generic[T]):
                 f"{self._path} was synced, then failed: {exc.strerror or exc}", path=self._path
             ) from exc
 
-    def _sync_and_mark(self, fd: int, marks: _Marks, filesystem: bool) -> int:
+    def _sync_and_mark(self, fd: int, marks: LineMarks, filesystem: bool) -> int:
         """Sync, record the new mark, and return how many bytes the sync covered."""
         try:
             st = os.fstat(fd)
@@ -837,7 +837,7 @@ class LineLog(Generic[T]):
             ) from exc
         # Acknowledge only what the mark records: a later failure poisons from the mark, so a
         # byte acknowledged above it could be cut.
-        after = _Marks(
+        after = LineMarks(
             plain=covered,
             filesystem=covered if filesystem else marks.filesystem,
             poison=marks.poison,
@@ -874,7 +874,7 @@ class LineLog(Generic[T]):
             return size
         return cls._last_newline_before(fd, size) + 1
 
-    def _refuse_lost(self, end: int, generation: int, marks: _Marks, *, filesystem: bool = False) -> None:
+    def _refuse_lost(self, end: int, generation: int, marks: LineMarks, *, filesystem: bool = False) -> None:
         if not marks.holds(end, generation):
             raise JournalUnwritable(
                 f"{self._path} was cut back after a failed sync, and this append's line was part of "
@@ -897,14 +897,14 @@ class LineLog(Generic[T]):
                 path=self._path,
             )
 
-    def _poison_of(self, marks: _Marks) -> int | None:
+    def _poison_of(self, marks: LineMarks) -> int | None:
         """Where the doubtful bytes begin: the mark file's word, or this process's own record."""
         poison = marks.poison
         if self._poisoned is not None and self._poisoned[0] == marks.generation:
             poison = self._poisoned[1] if poison is None else min(poison, self._poisoned[1])
         return poison
 
-    def _fs_poison_of(self, marks: _Marks) -> tuple[int, int] | None:
+    def _fs_poison_of(self, marks: LineMarks) -> tuple[int, int] | None:
         """(offset, up to generation) of a failed file-system sync: the mark file's, or our own."""
         found = None
         if marks.fs_poison is not None and marks.fs_poison_gen is not None:
@@ -914,14 +914,14 @@ class LineLog(Generic[T]):
             found = own if found is None else (min(found[0], own[0]), max(found[1], own[1]))
         return found
 
-    def _fs_refused(self, marks: _Marks, end: int, generation: int) -> bool:
+    def _fs_refused(self, marks: LineMarks, end: int, generation: int) -> bool:
         """Whether a failed file-system sync leaves a caller's file-system sync unanswerable: it
         wrote in a generation the failure reached, and its line ends past the file-system mark
         the failure found (everything it wrote elsewhere before may be lost)."""
         found = self._fs_poison_of(marks)
         return found is not None and generation <= found[1] and end > found[0]
 
-    def _poison(self, marks: _Marks, at: int | None, *, filesystem: bool = False) -> None:
+    def _poison(self, marks: LineMarks, at: int | None, *, filesystem: bool = False) -> None:
         """Record that the bytes from ``at`` (default: the watermark) on are in doubt, and with
         ``filesystem`` that file-system syncs up to now failed past the file-system mark. Call
         under ``_syncing`` and the flock."""
@@ -958,7 +958,7 @@ class LineLog(Generic[T]):
         """How far file-system syncs (``sync_to(end, filesystem=True)``) reached, or None."""
         return self._read_marks(strict=False).filesystem
 
-    def _read_marks(self, *, strict: bool) -> _Marks:
+    def _read_marks(self, *, strict: bool) -> LineMarks:
         """The marks; missing reads as none. An unreadable file is unknown, or with ``strict``
         (a decision depends on it) ``JournalUnwritable``. A non-regular file is ``JournalCorrupt``."""
         try:
@@ -985,11 +985,11 @@ class LineLog(Generic[T]):
         last = self._last_marks
         if last is not None and last[0] == raw:
             return last[1]
-        marks = _Marks.parse(raw)
+        marks = LineMarks.parse(raw)
         self._last_marks = (raw, marks)
         return marks
 
-    def _write_marks(self, marks: _Marks, *, sync: bool = False) -> None:
+    def _write_marks(self, marks: LineMarks, *, sync: bool = False) -> None:
         """Write every slot of the mark file. Call under ``_syncing`` and the flock.
 
         Raises:
@@ -1059,7 +1059,7 @@ class LineLog(Generic[T]):
                 return None
             return self._read_stamp
 
-    def _read_again(self) -> _Marks:
+    def _read_again(self) -> LineMarks:
         """Bring the cache up to date from the file (``_read_once``), again while a cut in another
         process came between the reads; return the marks."""
         for _ in range(3):
@@ -1074,7 +1074,7 @@ class LineLog(Generic[T]):
     def _cache_state(self) -> tuple[object, ...]:
         return (self._cached_end, self._cached_gen, self._cached_ino, self._base, len(self._cached))
 
-    def _unchanged(self) -> _Marks | None:
+    def _unchanged(self) -> LineMarks | None:
         """The marks, when the log is as this object's last read left it: the file at the path is
         the one read then (device and inode), of the size it had when that read began and read to
         its end then (no torn tail), its marks (watermarks, generation, poison) are the same, and
@@ -1098,7 +1098,7 @@ class LineLog(Generic[T]):
             return None
         return marks
 
-    def _read_once(self) -> tuple[_Marks, bool]:
+    def _read_once(self) -> tuple[LineMarks, bool]:
         """Bring the cache up to date; return the marks and whether new bytes were read."""
         self._read_stamp = None
         kept = self._k.log if self._k.log is not None and self._still_here() else None
@@ -1136,7 +1136,7 @@ class LineLog(Generic[T]):
         self._base = self._cached_end = 0
         self._cached_ino, self._cached_gen = ino, generation
 
-    def _scan(self, fd: int, marks: _Marks, *, full: bool) -> tuple[bytes, int]:
+    def _scan(self, fd: int, marks: LineMarks, *, full: bool) -> tuple[bytes, int]:
         """Bring the cache up to date from ``fd``; return the tail after it and where it begins.
 
         With ``full`` the cache holds every record from the start of the file; without, a cache
@@ -1178,7 +1178,7 @@ class LineLog(Generic[T]):
         self._scanned = (st.st_dev, st.st_ino, size, marks) if self._cached_end == size else None
         return parsed.tail, self._cached_end
 
-    def _trusted_mark(self, fd: int, marks: _Marks, size: int) -> int | None:
+    def _trusted_mark(self, fd: int, marks: LineMarks, size: int) -> int | None:
         """The watermark; ``JournalCorrupt`` when it claims bytes the file does not have.
 
         Every byte below the mark was made durable and acknowledged, and only a cut lowers it
@@ -1208,7 +1208,7 @@ class LineLog(Generic[T]):
             return None
         return self._sequence(self._cached[-1]) + 1 if self._cached else 1
 
-    def _anchor(self, fd: int, marks: _Marks, size: int) -> None:
+    def _anchor(self, fd: int, marks: LineMarks, size: int) -> None:
         """Start an empty cache at the last complete line at or below the watermark (that line
         decoded: it was acknowledged), so a tail open reads only what follows it."""
         mark = self._trusted_mark(fd, marks, size)

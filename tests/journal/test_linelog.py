@@ -280,10 +280,8 @@ _MARK_VALUES = st.one_of(st.none(), st.integers(0, 2**63 - 1))
 def test_marks_with_a_generation_read_back_exactly_as_written(**fields: object) -> None:
     # A log remembers the marks it wrote as what their bytes say, so its next read of unchanged
     # bytes skips the parse: that holds only if every such value survives the round trip.
-    from journal._linelog import _Marks
-
-    marks = _Marks(**fields)  # type: ignore[arg-type]
-    assert _Marks.parse(marks.pack()) == marks
+    marks = journal.LineMarks(**fields)  # type: ignore[arg-type]
+    assert journal.LineMarks.parse(marks.pack()) == marks
 
 
 def test_a_log_reads_the_marks_another_writer_wrote_after_its_own(tmp_path: Path) -> None:
