@@ -55,7 +55,10 @@ def _step_entry(rec: Record) -> dict[str, Any]:
 def _learn_entry(rec: Record) -> dict[str, Any]:
     p = rec.payload
     finding = _mapping(p.get("finding"))
-    return {"kind": "learn", "key": p.get("id"), "text": finding.get("text"), "tags": finding.get("tags")}
+    entry = {"kind": "learn", "key": p.get("id"), "text": finding.get("text"), "tags": finding.get("tags")}
+    if "supersedes" in p:  # a new version of a memory: the version it replaced
+        entry["supersedes"] = p.get("supersedes")
+    return entry
 
 
 def _forget_entry(rec: Record) -> dict[str, Any]:

@@ -47,7 +47,6 @@ from memory._finding import (
     ERASE_STREAM,
     RETIRE_STREAM,
     STREAM,
-    checked_commit,
     commit_to_publish,
     is_erased,
     render,
@@ -144,13 +143,16 @@ def _journal_problems(ctx: _Context) -> None:
 def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
     """Keep the finding commits among ``records``; report any record that is not one."""
     for rec in records:
-        if is_erased(rec):
-            continue  # an erased commit: nothing to publish, nothing to check against
         try:
-            checked_commit(rec, ctx.location)
+            views = retirements_in(rec, ctx.location)  # an update's commit retires what it supersedes
         except journal.JournalCorrupt as exc:
             ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
             continue
+        for view in views:
+            ctx.batches[(rec.run_id, rec.id)] = rec  # its retired file is published from the commit
+            _retirement(ctx, view)
+        if is_erased(rec):
+            continue  # an erased commit: nothing to publish, nothing to check against
         ctx.records[(rec.run_id, rec.id)] = rec
         if "supersedes" in rec.payload:
             ctx.supersedes.append(rec)
@@ -169,9 +171,14 @@ def _retire_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
         if views and views[0] is not record:
             ctx.batches[(record.run_id, record.id)] = record
         for rec in views:
-            key = rec.payload["id"]
-            ctx.retirements[(rec.run_id, rec.id, key)] = rec
-            ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
+            _retirement(ctx, rec)
+
+
+def _retirement(ctx: _Context, rec: journal.Record) -> None:
+    """Keep ``rec``, the retirement of one key (a record or a view of one)."""
+    key = rec.payload["id"]
+    ctx.retirements[(rec.run_id, rec.id, key)] = rec
+    ctx.retired[key] = retirement_to_publish(ctx.retired.get(key), rec)
 
 
 def _unrepairable(kind: str, path: object, message: str) -> Problem:

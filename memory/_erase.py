@@ -32,12 +32,19 @@ import orjson
 
 from journal import JournalBackend, Record, record_id
 from memory._errors import Unwritable
-from memory._finding import ERASE_STREAM, PAD, STREAM, checked_commit, is_erased, meta_value_key
+from memory._finding import (
+    ERASE_STREAM,
+    PAD,
+    STREAM,
+    TOMBSTONE_OPTIONAL,
+    checked_commit,
+    is_erased,
+    meta_value_key,
+)
 from memory._safe import describe
 from staging import fsync_dir
 
 _KEY = re.compile(r"[0-9a-f]{32}")
-_TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
 _AUDIT = frozenset({"memory", "keys", "reason", "flow", "erasedMs", "records"})
 
 
@@ -55,7 +62,7 @@ def tombstone(payload: Mapping[str, Any]) -> dict[str, Any]:
         "learnedMs": payload["learnedMs"],
         "erased": digest(payload),
     }
-    for name in _TOMBSTONE_OPTIONAL:
+    for name in TOMBSTONE_OPTIONAL:
         if name in payload:
             out[name] = payload[name]
     return out

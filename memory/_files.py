@@ -211,7 +211,7 @@ def parse_retired(path: Path, data: bytes) -> Retired:
         and isinstance(j, dict)
         and set(j) == {"runId", "stream", "id"}
         and all(isinstance(v, str) for v in j.values())
-        and j["stream"] == RETIRE_STREAM
+        and (j["stream"] == RETIRE_STREAM or (j["stream"] == STREAM and by is not None))
     )
     if not ok:
         raise _retired_damaged(path, "a field has the wrong type")

@@ -274,10 +274,13 @@ def learn_payload(
     revision: int = 0,
     memory: str | None = None,
     supersedes: str | None = None,
+    supersedes_scope: str | None = None,
 ) -> dict[str, Any]:
     """The payload a learn commits to the ``memory-learn`` stream (``revision`` only when not 0, and
     ``memory``, the id of the memory a new version belongs to, only when it is not the finding's
-    own key, so a first learn's payload is exactly what it always was)."""
+    own key, so a first learn's payload is exactly what it always was). ``supersedes_scope``, the
+    scope of the version ``supersedes`` names, makes the commit that version's retirement too
+    (``supersede_in``): one record, one flush, for an update."""
     payload: dict[str, Any] = {
         "id": fid,
         "scope": scope,
@@ -289,8 +292,10 @@ def learn_payload(
         payload["revision"] = revision
     if memory is not None and memory != fid:
         payload["memory"] = memory
-    if supersedes is not None:  # the version this one replaces: its retirement is the other half
+    if supersedes is not None:  # the version this one replaces
         payload["supersedes"] = supersedes
+        if supersedes_scope is not None:  # and this record retires it (else a record of its own)
+            payload["supersedesScope"] = supersedes_scope
     return payload
 
 
@@ -299,7 +304,9 @@ ERASE_STREAM = "memory-erase"
 """The stream of erase records: what was erased, when, by whom, why, and digests; no content."""
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 _TOMBSTONE = frozenset({"id", "scope", "flow", "learnedMs", "erased", PAD})
-_TOMBSTONE_OPTIONAL = frozenset({"memory", "revision"})
+TOMBSTONE_OPTIONAL = frozenset({"memory", "revision", "supersedes", "supersedesScope"})
+"""What an erased commit keeps besides who and when, when it had them: its memory and revision, and
+the version it superseded with that version's scope (its retirement stays: ``supersede_in``)."""
 
 
 def is_erased(record: Record) -> bool:
@@ -310,9 +317,12 @@ def is_erased(record: Record) -> bool:
         return False
     keys = set(p)
     return (
-        _TOMBSTONE - {PAD} <= keys <= _TOMBSTONE | _TOMBSTONE_OPTIONAL
+        _TOMBSTONE - {PAD} <= keys <= _TOMBSTONE | TOMBSTONE_OPTIONAL
         and isinstance(p["id"], str)
         and _KEY.fullmatch(p["id"]) is not None
+        and isinstance(p["flow"], str)
+        and type(p["learnedMs"]) is int
+        and _version_problem(p) is None
         and isinstance(p["erased"], str)
         and _HEX16.fullmatch(p["erased"]) is not None
         and (PAD not in p or (isinstance(p[PAD], str) and not p[PAD].strip(" ")))
@@ -354,18 +364,8 @@ def checked_commit(record: Record, location: str) -> Record:
     raise _not_a("a finding's commit", record, location, why)
 
 
-def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
-    p = record.payload
-    if not isinstance(p, Mapping) or not _PAYLOAD <= set(p) <= _PAYLOAD | {
-        "revision",
-        "memory",
-        "supersedes",
-    }:
-        return "its payload is not {id, scope, flow, finding, learnedMs} and an optional revision and memory"
-    try:
-        revision = check_revision(p["revision"]) if "revision" in p else 0
-    except ValueError as exc:
-        return str(exc)
+def _version_problem(p: Mapping[str, Any]) -> str | None:
+    """What is wrong with a commit's ``memory``, ``supersedes`` and ``supersedesScope``, if any."""
     if "memory" in p and (
         not isinstance(p["memory"], str) or not _KEY.fullmatch(p["memory"]) or p["memory"] == p["id"]
     ):
@@ -376,6 +376,27 @@ def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return
         or p["supersedes"] == p["id"]
     ):
         return "its supersedes is not 32 lowercase hex digits other than its id"
+    if "supersedesScope" in p and ("supersedes" not in p or not isinstance(p["supersedesScope"], str)):
+        return "its supersedesScope is not a string beside a supersedes"
+    return None
+
+
+def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
+    p = record.payload
+    if not isinstance(p, Mapping) or not _PAYLOAD <= set(p) <= _PAYLOAD | {
+        "revision",
+        "memory",
+        "supersedes",
+        "supersedesScope",
+    }:
+        return "its payload is not {id, scope, flow, finding, learnedMs} and an optional revision and memory"
+    try:
+        revision = check_revision(p["revision"]) if "revision" in p else 0
+    except ValueError as exc:
+        return str(exc)
+    why = _version_problem(p)
+    if why is not None:
+        return why
     fid, scope, flow, ms, finding = p["id"], p["scope"], p["flow"], p["learnedMs"], p["finding"]
     if not isinstance(fid, str) or not _KEY.fullmatch(fid):
         return "its id is not 32 lowercase hex digits"
@@ -569,16 +590,46 @@ def _batch_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return 
     return None
 
 
+def supersede_in(record: Record) -> Record | None:
+    """The retirement a ``memory-learn`` commit makes of the version it supersedes, when the commit
+    is that retirement too (it names the version's scope, ``supersedesScope``): a view citing the
+    commit (its run, stream and id) with the payload a supersede's own record would have
+    (``{id, scope, flow, reason: null, by, forgottenMs}``, ``by`` the commit's key, ``forgottenMs``
+    its ``learnedMs``). None for any other commit. The commit must have been checked
+    (``checked_commit``), or be an erased one (``is_erased``: its tombstone keeps both names, so
+    the retirement outlives the content)."""
+    p = record.payload
+    if "supersedesScope" not in p:
+        return None
+    old = p["supersedes"]
+    return replace(
+        record,
+        key=old,
+        payload={
+            "id": old,
+            "scope": p["supersedesScope"],
+            "flow": p["flow"],
+            "reason": None,
+            "by": p["id"],
+            "forgottenMs": p["learnedMs"],
+        },
+    )
+
+
 def retirements_in(record: Record, location: str) -> list[Record]:
     """The retirements a ``RETIRE_STREAM`` record makes, each as a record of one key: the record
     itself for a forget or a supersede (``checked_retirement``); for a forget by filter, one view
     per key it retires, citing the same record (its run, stream and id) with that key's payload
     (``{id, scope, flow, reason, by: null, forgottenMs}``), so everything that renders, publishes or
-    reads a retirement handles it as it handles a forget. Checked before any path is built.
+    reads a retirement handles it as it handles a forget. A ``STREAM`` record (a commit) makes the
+    one retirement ``supersede_in`` gives, or none. Checked before any path is built.
 
     Raises:
-        JournalCorrupt: the record is neither shape; names the run, the stream and the line.
+        JournalCorrupt: the record is none of these shapes; names the run, the stream and the line.
     """
+    if record.stream == STREAM:
+        view = supersede_in(record if is_erased(record) else checked_commit(record, location))
+        return [] if view is None else [view]
     p = record.payload
     if not (isinstance(p, Mapping) and "ids" in p):
         return [checked_retirement(record, location)]

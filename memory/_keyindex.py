@@ -69,6 +69,9 @@ def _entries(rec: Record, streams: tuple[str, str, str]) -> list[tuple[str, str 
         key, memory = p.get("id"), p.get("memory")
         if isinstance(key, str):
             out.append((key, memory if isinstance(memory, str) else key))
+            old = p.get("supersedes")
+            if isinstance(old, str) and "supersedesScope" in p:  # the commit retires that version
+                out.append((old, memory if isinstance(memory, str) else key))
     elif rec.stream == retire:
         if isinstance(p.get("id"), str):
             out.append((p["id"], None))

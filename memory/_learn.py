@@ -28,7 +28,7 @@ from memory._finding import (
 )
 from memory._publisher import Publisher, holds
 from memory._results import Citation, Learned
-from memory._retire import Located, Retirer, unknown
+from memory._retire import Located, Retirer, lists_heads, unknown
 from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
@@ -125,11 +125,15 @@ class Learner:
         directory = pub.scope_dir(root.scope)
         final = directory / f"{fid}.json"
         if replayed is not None:
+            record = replayed
             learned = _learned(fid, replayed, final)
         else:
             retired = self._retirer.retired_path(root.scope, fid)
             memory = (old.memory or supersedes) if old is not None else None
-            learned = self._learn(
+            # On a journal of one host the commit retires the version it supersedes: one record
+            # and one flush (on a journal hosts share, the retirement is a record of its own)
+            one = old is not None and old.retired is None and not lists_heads(root.journal)
+            learned, record = self._learn(
                 fid,
                 item,
                 root,
@@ -139,24 +143,34 @@ class Learner:
                 revision=revision,
                 memory=memory,
                 supersedes=supersedes if old is not None else None,
+                supersedes_scope=old.scope if one and old is not None else None,
             )
         if old is not None and supersedes is not None and old.retired is None:
-            self._finish_supersede(root, supersedes, old.scope, fid)
+            views = retirements_in(record, root.journal.location)
+            if views and views[0].payload["id"] == supersedes:
+                self._retirer.settle_supersede(views[0], root)
+                self._refuse_if_retired(root, supersedes, old.scope, fid)
+            else:
+                self._finish_supersede(root, supersedes, old.scope, fid)
         self.on_learned((learned.memory_id, fid, root.scope))
         return learned
 
     def _finish_supersede(self, root: Root, old: str, scope: str, fid: str) -> None:
-        """Retire ``old`` as superseded by ``fid``, just committed. When another process or host
-        retired ``old`` between the look before the commit and now (a delete racing this update),
-        that retirement stands and ``fid`` must not outlive it: ``fid`` is forgotten too and the
-        supersede is refused (``FindingRetired``), as if it had come a moment later."""
+        """Retire ``old`` as superseded by ``fid``, just committed, with a record of its own; then
+        ``_refuse_if_retired``."""
         now = self._retirer.locate(old, scope)
         if now is None or now.retired is None or now.retired.by == fid:
             self._retirer.retire(root, old, scope, reason=None, by=fid, lazy=True)
-            now = self._retirer.locate(old, scope)
-            if now is None or now.retired is None or now.retired.by == fid:
-                return
-        assert now is not None and now.retired is not None
+        self._refuse_if_retired(root, old, scope, fid)
+
+    def _refuse_if_retired(self, root: Root, old: str, scope: str, fid: str) -> None:
+        """When another process or host retired ``old`` between the look before ``fid``'s commit
+        and now (a delete racing this update), that retirement stands and ``fid`` must not outlive
+        it: ``fid`` is forgotten too and the supersede is refused (``FindingRetired``), as if it had
+        come a moment later."""
+        now = self._retirer.locate(old, scope)
+        if now is None or now.retired is None or now.retired.by == fid:
+            return
         what = (
             f"forgotten: {now.retired.reason}"
             if now.retired.by is None
@@ -243,7 +257,8 @@ class Learner:
         revision: int,
         memory: str | None = None,
         supersedes: str | None = None,
-    ) -> Learned:
+        supersedes_scope: str | None = None,
+    ) -> tuple[Learned, Record]:
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -263,6 +278,7 @@ class Learner:
                 revision=revision,
                 memory=memory,
                 supersedes=supersedes,
+                supersedes_scope=supersedes_scope,
             )
             expected = Record(
                 root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
@@ -276,7 +292,7 @@ class Learner:
             # the publish that made it died before its directory fsync, and say so.
             if not pub.durable(final):
                 pub.sync_dir(directory, root.run_id)
-            return _learned(fid, existing, final)
+            return _learned(fid, existing, final), existing
         # The record holds every byte the file will: once it is durable, the file is derived state
         # that the store's next open, a resume or ``sync`` can write again from it. So the one device
         # flush of a learn is the journal's own sync of its log, and the stage is written without
@@ -313,7 +329,7 @@ class Learner:
         # published its retired file first, removes this file itself if it looks after the rename.)
         if os.path.lexists(retired):
             pub.remove(final, root.run_id)
-        return _learned(fid, record, final)
+        return _learned(fid, record, final), record
 
     def _publish_unless_newer(
         self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool
@@ -356,13 +372,16 @@ class Learner:
         the run's own retirements have their retired files (so none of the findings they retire
         comes back)."""
         committed: dict[tuple[str, str], Record] = {}
+        retirements: list[Record] = []
         for rec in backend.read(run_id, STREAM):
+            # checked before any path is built from it; an update's commit (erased or not) retires
+            # the version it supersedes
+            retirements += retirements_in(rec, backend.location)
             if is_erased(rec):
                 continue
-            checked_commit(rec, backend.location)  # before any path is built from it
             key = (rec.payload["scope"], rec.payload["id"])
             committed[key] = commit_to_publish(committed.get(key), rec)
-        retirements = [  # checked before a retired file's path is built
+        retirements += [  # checked before a retired file's path is built
             view
             for rec in backend.read(run_id, RETIRE_STREAM)
             for view in retirements_in(rec, backend.location)

@@ -1,10 +1,12 @@
 """Retiring findings journal-first: ``forget``, the retiring half of a supersede, and ``history``.
 
-A retirement is a record in the root run's ``memory-forget`` stream, keyed by the key of the finding it
-retires. Once it is committed, a *retired file* rendered from it is published in the finding's scope
-(``<scope-folder>/.trajectories/retired/<key>.json``) and the finding's learned file is removed. The
-retired file stays for good: every read leaves out the keys it names, ``learn`` refuses to bring the
-key back, and ``sync`` copies it into the history DB, which then marks the finding's row.
+A retirement is a record in the root run's ``memory-forget`` stream, keyed by the key of the finding
+it retires, or, for the version an update supersedes on a journal of one host, the update's own
+commit (``supersede_in``: one record and one flush). Once it is committed, a *retired file* rendered
+from it is published in the finding's scope (``<scope-folder>/.trajectories/retired/<key>.json``)
+and the finding's learned file is removed. The retired file stays for good: every read leaves out
+the keys it names, ``learn`` refuses to bring the key back, and ``sync`` copies it into the history
+DB, which then marks the finding's row.
 """
 
 from __future__ import annotations
@@ -150,16 +152,28 @@ def _torn(path: str, record: Record) -> bool:
     return (there.citation.run_id, there.citation.id) == (record.run_id, record.id)
 
 
-def _retirements(backend: JournalBackend, run_id: str) -> list[Record]:
-    """Every retirement the run's records make, one per key (a damaged record is left for
-    ``flows check`` to report: a history shows the rest)."""
+def _retirements(
+    backend: JournalBackend, run_id: str, learns: Iterable[Record] | None = None
+) -> list[Record]:
+    """Every retirement the run's records make, one per key, its updates' commits' included
+    (``learns``: the run's ``memory-learn`` records, when read already). A damaged record is left
+    for ``flows check`` to report: a history shows the rest."""
     out: list[Record] = []
-    for record in backend.read(run_id, RETIRE_STREAM):
+    learned = backend.read(run_id, STREAM) if learns is None else learns
+    for record in [*learned, *backend.read(run_id, RETIRE_STREAM)]:
         try:
             out += retirements_in(record, backend.location)
         except JournalCorrupt:
             continue
     return out
+
+
+def lists_heads(backend: JournalBackend) -> bool:
+    """Whether ``backend`` can list each stream's newest record per run (``stream_heads``): a
+    journal hosts share, whose stores learn of each other's retirements from its ``memory-forget``
+    heads (``SharedRetirements``). There an update's retirement of the version it supersedes is a
+    record of that stream; on a journal of one host it is the update's commit itself."""
+    return all(getattr(backend, name, None) is not None for name in ("stream_heads", "read_after"))
 
 
 def _nothing(keys: list[str]) -> None:
@@ -196,12 +210,11 @@ class SharedRetirements:
         if self._listless:
             return _NONE
         backend = self._open_journal()
-        heads_of = getattr(backend, "stream_heads", None)
-        read_after = getattr(backend, "read_after", None)
-        if heads_of is None or read_after is None:
+        if not lists_heads(backend):
             self._listless = True  # a file journal: one host's, no list to ask (see the class)
             return _NONE
-        heads: Mapping[str, int] = heads_of(RETIRE_STREAM)
+        read_after = backend.read_after  # type: ignore[attr-defined]
+        heads: Mapping[str, int] = backend.stream_heads(RETIRE_STREAM)  # type: ignore[attr-defined]
         with self._lock:
             for run_id, head in heads.items():
                 seen = self._seen.get(run_id, 0)
@@ -390,6 +403,20 @@ class Retirer:
             self.settle(record)
         return record
 
+    def settle_supersede(self, view: Record, root: Root) -> None:
+        """Publish (lazily, as ``retire`` with ``lazy``) the retired file of ``view``, the
+        retirement an update's commit makes of the version it supersedes (``supersede_in``), and
+        remove that version's learned file; unless a retired file of another retirement of it is
+        there already: that one stands (the caller sees it)."""
+        key = view.payload["id"]
+        self.noted(root, key=key)
+        path = self.retired_path(view.payload["scope"], key)
+        if os.path.lexists(path):
+            there = read_retired(Path(path))
+            if (there.citation.run_id, there.citation.id) != (view.run_id, view.id):
+                return
+        self._settle_lazily(view, root)
+
     def _settle_lazily(self, record: Record, root: Root) -> None:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
         left for ``flush_names`` (see ``retire``)."""
@@ -481,8 +508,9 @@ class Retirer:
         run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
         erasures: list[Record] = []
         for run_id in run_ids:
-            learns += [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
-            retires += _retirements(backend, run_id)
+            run_learns = [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
+            learns += run_learns
+            retires += _retirements(backend, run_id, run_learns)
             erasures += backend.read(run_id, ERASE_STREAM)
         memory = next((_memory_of(r.payload) for r in learns if r.payload.get("id") == key), None)
         if memory is None:

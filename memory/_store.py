@@ -674,6 +674,8 @@ class MemoryStore:
     def republish(self, record: Record, key: str | None = None) -> Path:
         """Publish the learned file of ``record`` (a ``memory-learn`` commit) in its scope's folder,
         rendered from the record alone and replacing whatever is at that name; returns its path.
+        Given ``key``, the version an update's commit supersedes (and retires, ``supersede_in``):
+        that version's retired file instead.
 
         ``flows check --repair`` restores a missing, damaged or wrong file with it. Never writes to
         the journal. A retirement record publishes its retired file the same way; a forget by
@@ -703,6 +705,12 @@ class MemoryStore:
             return self._publisher.retired_dir(first["scope"]) / f"{first['id']}.json"
         if record.stream != STREAM:
             raise ValueError(f"record {record.id} of {record.run_id} is not a {STREAM} record")
+        if key is not None and key != record.payload.get("id"):  # an update's commit: the retired file
+            retiring = [v for v in retirements_in(record, self.open_journal().location) if v.key == key]
+            if not retiring:
+                raise ValueError(f"record {record.id} of {record.run_id} does not retire {key}")
+            self._retirer.settle(retiring[0])
+            return self._publisher.retired_dir(retiring[0].payload["scope"]) / f"{key}.json"
         if is_erased(record):
             raise ValueError(f"record {record.id} of {record.run_id} was erased: there is nothing to publish")
         checked_commit(record, self.open_journal().location)

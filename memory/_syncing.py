@@ -51,7 +51,8 @@ def scan_journal(
     learns: bool = True,
     retirements: bool = True,
 ) -> JournalScan:
-    """Read every run's ``memory-learn`` (with ``learns``) and ``memory-forget`` (with
+    """Read every run's ``memory-learn`` (with ``learns``, or ``retirements``: an update's commit
+    retires the version it supersedes, ``supersede_in``) and ``memory-forget`` (with
     ``retirements``) streams; ``progress(done, runs)`` is called after each run is read.
 
     Every record is checked to the exact shape before anything is built from it.
@@ -63,18 +64,22 @@ def scan_journal(
     """
     scan = JournalScan()
     runs = backend.runs()
+    views: list[Record] = []
     for n, run in enumerate(runs, 1):
-        if learns:
+        if learns or retirements:
             for rec in backend.read(run.run_id, STREAM):
-                if is_erased(rec):
-                    continue
-                fid = checked_commit(rec, backend.location).payload["id"]
-                scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
+                if retirements:
+                    views += retirements_in(rec, backend.location)
+                if learns and not is_erased(rec):
+                    fid = checked_commit(rec, backend.location).payload["id"]
+                    scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
         if retirements:
             for record in backend.read(run.run_id, RETIRE_STREAM):
-                for rec in retirements_in(record, backend.location):
-                    key = rec.payload["id"]
-                    scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)
+                views += retirements_in(record, backend.location)
+            for rec in views:
+                key = rec.payload["id"]
+                scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)
+            views.clear()
         if progress:
             progress(n, len(runs))
     return scan

@@ -238,6 +238,9 @@ def _keys_named(backend: JournalBackend, run_id: str) -> frozenset[str]:
             key = rec.payload.get("id")
             if isinstance(key, str):
                 keys.add(key)
+            old = rec.payload.get("supersedes")  # an update's commit retires the version it replaced
+            if stream == STREAM and isinstance(old, str) and "supersedesScope" in rec.payload:
+                keys.add(old)
             ids = rec.payload.get("ids")  # a forget by filter names every key it retired
             if isinstance(ids, list):
                 keys.update(p[0] for p in ids if isinstance(p, list) and p and isinstance(p[0], str))

@@ -94,6 +94,29 @@ def test_a_crafted_learn_record_fails_as_journal_corrupt_before_any_path_is_buil
     assert not Path(f"{ESCAPED}.json").exists()
 
 
+# An update's commit retires the version it names: with the right key and id, only these are wrong.
+CRAFTED_SUPERSEDES: dict[str, dict[str, Any]] = {
+    "supersedesScope without supersedes": _payload(supersedesScope="adv"),
+    "supersedesScope is not a string": _payload(supersedes="b" * 32, supersedesScope=["adv"]),
+    "supersedes climbs out of the folder": _payload(supersedes="../../../../escaped", supersedesScope="adv"),
+    "supersedes is its own id": _payload(supersedes=FID, supersedesScope="adv"),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+@pytest.mark.parametrize("case", sorted(CRAFTED_SUPERSEDES))
+def test_a_crafted_supersede_in_a_commit_fails_as_journal_corrupt_before_any_path_is_built(
+    tmp_path: Path, case: str, operation: str
+) -> None:
+    db, run_id, line = _crafted_run(tmp_path, CRAFTED_SUPERSEDES[case], key=FID)
+    before = snapshot(tmp_path)
+    with memory.MemoryStore(db) as store, pytest.raises(journal.JournalCorrupt) as caught:
+        OPERATIONS[operation](store, run_id)
+    _assert_corrupt(caught.value, run_id, line)
+    assert "supersedes" in str(caught.value)
+    assert snapshot(tmp_path) == before
+
+
 def test_repair_never_republishes_a_crafted_record(tmp_path: Path) -> None:
     db, run_id, line = _crafted_run(tmp_path, CRAFTED["id climbs out of the folder"])
     with memory.MemoryStore(db) as store:

@@ -158,7 +158,7 @@ def test_a_finding_only_the_journal_holds_can_be_forgotten(store: memory.MemoryS
 
 @pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
 def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_stay_journaled(
-    store: memory.MemoryStore, synced: bool
+    store: memory.MemoryStore, synced: bool, backend_name: str
 ) -> None:
     with store.session(scope="desk") as s:
         old = s.learn(OLD)
@@ -172,7 +172,13 @@ def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_s
     assert store.get(old.key) is None and store.get(new.key) is not None
     streams = [(r.stream, r.key) for r in store.open_journal().read(run_id, memory.STREAM)]
     streams += [(r.stream, r.key) for r in store.open_journal().read(run_id, memory.RETIRE_STREAM)]
-    assert streams == [(memory.STREAM, new.key), (memory.RETIRE_STREAM, old.key)]
+    commit = store.open_journal().read(run_id, memory.STREAM)[0]
+    if backend_name == "file":  # one host's journal: the new version's commit is the retirement
+        assert streams == [(memory.STREAM, new.key)]
+        assert (commit.payload["supersedes"], commit.payload["supersedesScope"]) == (old.key, "desk")
+    else:  # a journal hosts share: a retirement record of its own, where other hosts look
+        assert streams == [(memory.STREAM, new.key), (memory.RETIRE_STREAM, old.key)]
+        assert "supersedesScope" not in commit.payload
     assert {r.key for r in _all_records(store) if r.stream == memory.STREAM} == {old.key, new.key}
 
     history = store.history(old.key)  # every version of the memory old.key began
@@ -182,6 +188,8 @@ def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_s
         ("superseded", old.key, new.key),
     ]
     assert history[0].citation == old.citation
+    if backend_name == "file":
+        assert history[2].citation == new.citation  # the retirement cites the commit that made it
     assert store.history(new.key) == history and {e.memory for e in history} == {old.key}
     with store.session(scope="desk") as s:
         answered = s.forget(old.key, reason="x")
@@ -500,22 +508,36 @@ def test_a_flow_forgets_and_supersedes_through_f_memory(db: Path, tmp_path: Path
     assert failed.error.steps == (f"forget#1 '{old.key}'",)
 
 
-def test_the_retired_file_is_a_pure_function_of_its_record(store: memory.MemoryStore) -> None:
+def test_the_retired_file_is_a_pure_function_of_its_record(
+    store: memory.MemoryStore, backend_name: str
+) -> None:
     with store.session(scope="desk") as s:
         old = s.learn(OLD)
         new = s.learn(NEW, supersedes=old.key)
         run_id = s.run_id
-    (record,) = store.open_journal().read(run_id, memory.RETIRE_STREAM)
-    body = orjson.loads((memory.retired_dir(store.db_path, "desk") / f"{old.key}.json").read_bytes())
+    if backend_name == "file":  # the new version's commit retires the old one
+        record = store.open_journal().read(run_id, memory.STREAM)[-1]
+        assert store.open_journal().read(run_id, memory.RETIRE_STREAM) == []
+        forgotten_ms = record.payload["learnedMs"]
+    else:
+        (record,) = store.open_journal().read(run_id, memory.RETIRE_STREAM)
+        forgotten_ms = record.payload["forgottenMs"]
+    path = memory.retired_dir(store.db_path, "desk") / f"{old.key}.json"
+    body = orjson.loads(path.read_bytes())
     assert body == {
         "id": old.key,
         "scope": "desk",
         "flow": "session",
         "reason": None,
         "by": new.key,
-        "forgottenMs": record.payload["forgottenMs"],
-        "journal": {"runId": run_id, "stream": memory.RETIRE_STREAM, "id": record.id},
+        "forgottenMs": forgotten_ms,
+        "journal": {"runId": run_id, "stream": record.stream, "id": record.id},
     }
+    expected = path.read_bytes()
+    path.unlink()  # what --repair publishes again is the same bytes, from the same record
+    assert [p.kind for p in memory.check_store(store)] == ["retirement_unpublished"]
+    memory.repair_store(store, memory.check_store(store))
+    assert path.read_bytes() == expected and memory.check_store(store) == []
 
 
 @pytest.mark.parametrize("revision", [0, -1, "1", 1.0, True, 2**31])

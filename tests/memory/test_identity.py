@@ -186,3 +186,63 @@ def test_an_update_from_another_scope_finds_the_version_it_replaces(store: memor
     assert store.recall(scope="team-a") == []
     assert [e.key for e in store.recall(scope="team-b")] == [second.key]
     assert [(e.kind, e.key) for e in store.history(first.key)][-1] == ("superseded", first.key)
+
+
+_UPDATE = r"""
+import sys
+import memory
+db, memory_id = sys.argv[1:3]
+with memory.MemoryStore(db) as store, store.session(scope="desk", flow="updater") as s:
+    s.update(memory_id, {"text": "the new version", "tags": ["t"]})
+print("acknowledged", flush=True)
+"""
+
+
+@pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
+def test_an_update_killed_after_its_one_commit_is_finished_by_repair_or_sync_with_one_live_version(
+    tmp_path: Path, synced: bool
+) -> None:
+    """On a file journal the new version's commit is the old one's retirement: killed right after
+    it, before any file, the update is all or nothing to every reader (the old version until
+    ``flows check --repair`` or ``sync`` publishes both files, the new one after; never two live
+    versions, never none), and check is clean after."""
+    import signal
+
+    from tests.conftest import run_python
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="desk") as s:
+            old = s.learn({"text": "the old version", "tags": ["t"]})
+        if synced:
+            store.sync()
+    killed = run_python(_UPDATE, str(db), old.key, env={"FLOWS_FAILPOINTS": "memory.after_append=kill"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with memory.MemoryStore(db) as store:
+        assert [e.text for e in store.recall(limit=None)] == ["the old version"]
+        (commit,) = [
+            r
+            for run in store.open_journal().runs()
+            for r in store.open_journal().read(run.run_id, memory.STREAM)
+            if r.payload.get("supersedes") == old.key
+        ]
+        assert commit.payload["supersedesScope"] == "desk"
+        assert all(
+            not store.open_journal().read(run.run_id, memory.RETIRE_STREAM)
+            for run in store.open_journal().runs()
+        )
+        problems = memory.check_store(store)
+        kinds = {p.kind for p in problems}
+        assert {"retirement_unpublished", "record_unpublished"} <= kinds, problems
+        assert kinds <= {"retirement_unpublished", "record_unpublished", "learned_forgotten"}, problems
+        memory.repair_store(store, problems)
+        for _ in ("after repair", "after sync"):
+            assert [(e.text, e.memory_id) for e in store.recall(limit=None)] == [("the new version", old.key)]
+            assert store.get(old.key) is None
+            assert [(e.kind, e.key == old.key) for e in store.history(old.key)] == [
+                ("learned", True),
+                ("learned", False),
+                ("superseded", True),
+            ]
+            assert memory.check_store(store) == []
+            store.sync()

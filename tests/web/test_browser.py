@@ -134,7 +134,9 @@ def test_a_finding_page_shows_its_history_each_event_linked_to_its_record(
     _, run, record = events[2]
     assert run == demo.revise_run
     target = browse(f"{server}runs/{run}?record={record}", "finding-history-record", tmp_path)
-    assert f'<tr id="rec-{record}" class="entry kind-forget selected">' in target
+    # on a file journal the replacement's commit is the retirement: its row says what it replaces
+    row = re.search(rf'<tr id="rec-{record}" class="entry kind-learn selected">.*?</tr>', target, re.S)
+    assert row is not None and f'replaces <a href="/findings/{demo.superseded}">' in row.group(0)
     forgotten = browse(f"{server}findings/{demo.forgotten}", "finding-forgotten", tmp_path)
     assert 'id="finding-state">forgotten</span>' in forgotten and "<script" not in forgotten
     assert "Forgotten: &lt;script&gt;alert('gone')&lt;/script&gt; wrong in the tropics" in forgotten
