@@ -10,7 +10,8 @@ What is checked:
 * every learned file is a regular file (not a link, FIFO or folder), parses, cites a record that
   exists, and is exactly that record's rendering, and is not the file of a finding the journal says
   was forgotten or superseded;
-* every retired file is a regular file, parses, cites a ``memory-forget`` record that exists, and is
+* every retired file is a regular file, parses, cites a ``memory-forget`` record (or, for a version
+  an update replaced, the update's ``memory-learn`` commit) that exists and retires it, and is
   exactly its rendering; every finding the journal retires has its retired file;
 * every finding the journal records, and does not retire, has its learned file or its history-DB row;
 * every history-DB row cites a record that exists;
