@@ -285,9 +285,10 @@ class HistoryDB:
         self._local = threading.local()
         self._writes = 0
         self._seen = False
-        # Rows already turned into results, by row id. A row's finding never changes (its key is
-        # the finding's hash); a newer commit changes its citation and time, which are compared.
-        self._rows: dict[int, Recalled] = {}
+        # Rows already turned into results, by their stamp (``_STAMP``: row id, commit time and
+        # citation). A row's finding never changes (its key is the finding's hash); a newer commit
+        # changes its citation and time, so a row committed again has a stamp not seen before.
+        self._rows: dict[tuple[int, int, str, str], Recalled] = {}
         self._recall_sql: dict[tuple[Any, ...], str] = {}
 
     def exists(self) -> bool:
@@ -625,16 +626,12 @@ class HistoryDB:
         out = []
         rows = self._rows
         for r in raw:
-            hit = rows.get(r[0])
-            if (
-                hit is None
-                or hit.learned_ms != r[7]
-                or hit.citation.id != r[10]
-                or hit.citation.run_id != r[8]
-            ):
+            stamp = (r[0], r[7], r[8], r[10])  # as ``_STAMP`` selects it
+            hit = rows.get(stamp)
+            if hit is None:
                 if len(rows) > 100_000:
                     rows.clear()
-                hit = rows[r[0]] = _row(r, self.path)
+                hit = rows[stamp] = _row(r, self.path)
             out.append(hit)
         return out
 
@@ -696,25 +693,17 @@ class HistoryDB:
         never changes: its key is the finding's hash); the others are read in full (and checked,
         ``_row``) by one more statement of the same snapshot. Returning the finding's text, tags and
         metadata only for rows not yet built is what makes a warm recall cheap."""
-        raw = self._fetch(sql, params)
-        if raw is None:
+        snap = self._local.snapshot  # inside a snapshot: its connection, or _ABSENT (no DB)
+        if snap is _ABSENT:
             return []
-        rows = self._rows
-        out: list[Recalled | None] = []
-        missing: list[int] = []
-        for rid, learned_ms, run_id, record_id in raw:
-            hit = rows.get(rid)
-            if (
-                hit is None
-                or hit.learned_ms != learned_ms
-                or hit.citation.id != record_id
-                or hit.citation.run_id != run_id
-            ):
-                missing.append(rid)
-                hit = None
-            out.append(hit)
-        if not missing:
-            return cast("list[Recalled]", out)  # every one a hit
+        try:
+            raw = snap.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
+        out = list(map(self._rows.get, raw))  # a stamp seen before: that row, as built then
+        if all(out):  # (a Recalled is always true)
+            return cast("list[Recalled]", out)
+        missing = [r[0] for r, hit in zip(raw, out, strict=True) if hit is None]
         built: dict[int, Recalled] = {}
         for i in range(0, len(missing), 500):
             chunk = missing[i : i + 500]

@@ -385,11 +385,19 @@ class Search:
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
         _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
-        return self._again_if_stale(
-            lambda: self._recall(
-                source=source, tag=tag, before_ms=before_ms, limit=limit, scope=scope, tags=tags, meta=meta
-            )
-        )
+        while True:  # ``_again_if_stale``, without a closure per read
+            try:
+                return self._recall(
+                    source=source,
+                    tag=tag,
+                    before_ms=before_ms,
+                    limit=limit,
+                    scope=scope,
+                    tags=tags,
+                    meta=meta,
+                )
+            except StaleIndex as exc:
+                self._disk.distrust(exc.directory)
 
     def _again_if_stale(self, read: Callable[[], E]) -> E:
         """``read()``, made again while a files' index turns out to list a file that changed or
@@ -412,9 +420,13 @@ class Search:
         tags: Sequence[str],
         meta: Mapping[str, Any] | None,
     ) -> list[Recalled]:
-        every_tag, wanted_meta = check_filters(tags, meta)
-        if tag is not None:
-            every_tag = (tag, *(t for t in every_tag if t != tag)) if every_tag else (tag,)
+        if meta is None and tags == ():  # the usual read: at most one tag (the types are checked)
+            every_tag: tuple[str, ...] = () if tag is None else (tag,)
+            wanted_meta: dict[str, str] = {}
+        else:
+            every_tag, wanted_meta = check_filters(tags, meta)
+            if tag is not None:
+                every_tag = (tag, *(t for t in every_tag if t != tag)) if every_tag else (tag,)
         if not _storable(source, scope, *every_tag):
             return []  # a filter no stored finding can equal
         now = self._clock()
