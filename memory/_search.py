@@ -22,8 +22,20 @@ from memory._db import HistoryDB
 from memory._embed import Embedder, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
-from memory._files import DiskIndex, Listing, Retired, Terms, newest_first, read_learned, terms_of, words
+from memory._files import (
+    _RACY_S,
+    DiskIndex,
+    Listing,
+    Retired,
+    RetiredListing,
+    Terms,
+    newest_first,
+    read_learned,
+    terms_of,
+    words,
+)
 from memory._finding import check_filters, meta_value_key
+from memory._held import MAX_SCOPES, HeldTree, hold
 from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher
 from memory._results import Explained, Recalled
@@ -257,6 +269,8 @@ class Search:
         self._citations = citations
         citations.use_hints(files)
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
+        self._held: HeldTree | None = None  # the folders of a read of every scope, held open
+        self._hold_after_ns = 0  # no try to hold them before then
         self._held_cache: dict[str, bool] = {}
         self._live_cache: dict[str, bool] = {}
         self._row_terms: dict[str, Terms] = {}
@@ -278,17 +292,71 @@ class Search:
         shared = self._shared()  # other hosts' forgets, on a journal they share (see SharedRetirements)
         if scope is not None:
             listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
-            local = self._disk.retired(self._publisher.retired_dir(scope)).by_key
-            return [listing], _Union(local, shared) if shared else local
+            mine = self._disk.retired(self._publisher.retired_dir(scope)).by_key
+            return [listing], _Union(mine, shared) if shared else mine
+        held = None if whole else self._held
+        if held is not None:
+            if held.unchanged():  # every folder as it was: what was read there still holds
+                return held.listings, _Union(held.retired, shared) if shared else held.retired
+            self._held = None
         learned, retired_dirs = self._scope_tree()
         listings = [self._disk.listing(d, whole=whole) for d in learned]
-        parts = [by_key for d in retired_dirs if (by_key := self._disk.retired(d).by_key)]
+        retired_listings = [self._disk.retired(d) for d in retired_dirs]
+        parts = [r.by_key for r in retired_listings if r.by_key]
+        local: Mapping[str, Retired]
         if len(parts) == 1:
-            return listings, _Union(parts[0], shared) if shared else parts[0]
-        merged: dict[str, Retired] = {}
-        for by_key in parts:
-            merged.update(by_key)
-        return listings, _Union(merged, shared) if shared else merged
+            local = parts[0]
+        else:
+            local = {}
+            for by_key in parts:
+                local.update(by_key)
+        if not whole and learned:
+            self._hold(learned, retired_dirs, listings, retired_listings, local)
+        return listings, _Union(local, shared) if shared else local
+
+    def _hold(
+        self,
+        learned: list[Path],
+        retired_dirs: list[Path],
+        listings: list[Listing | IndexedListing],
+        retired_listings: list[RetiredListing],
+        local: Mapping[str, Retired],
+    ) -> None:
+        """Hold the folders of a read of every scope open (``memory._held``) when what it found
+        there could be remembered: the scope folders' list, each listing and each retired folder
+        older than ``_RACY_S``. Later reads then check them with one ``fstat`` each."""
+        cached = self._scope_listing
+        if (
+            cached is None
+            or cached[1] is not learned
+            or cached[3] != len(learned)
+            or len(learned) > MAX_SCOPES
+        ):
+            return
+        now = time.time_ns()
+        settled = now - int(_RACY_S * 1e9)
+        scopes: list[tuple[str, tuple[int, int], tuple[int, int] | None]] = []
+        for directory, listing, retired, retired_listing in zip(
+            learned, listings, retired_dirs, retired_listings, strict=True
+        ):
+            folder = directory.parent.parent
+            if (
+                listing.mtime_ns > settled
+                or retired_listing.mtime_ns > settled
+                or folder.parent != self._learned_root
+                or retired != folder / ".trajectories" / "retired"
+                or directory != folder / ".trajectories" / "compacted"
+            ):
+                return
+            there = retired_listing.ino != 0  # a retired folder that was not there has no inode
+            stamp = (retired_listing.mtime_ns, retired_listing.ino) if there else None
+            scopes.append((folder.name, (listing.mtime_ns, listing.ino), stamp))
+        if now < self._hold_after_ns:
+            return  # a try failed just now (a folder changed too recently): not on every read
+        root = (cached[0][0], cached[0][1])
+        self._held = hold(self._publisher.db_path.parent, root, scopes, listings, local)
+        if self._held is None:
+            self._hold_after_ns = now + int(_RACY_S * 1e9)
 
     def _terms_of_row(self, row: Recalled) -> Terms:
         """``terms_of`` a DB row, remembered by key (a key's text, tags and source never change)."""
@@ -397,6 +465,7 @@ class Search:
                     meta=meta,
                 )
             except StaleIndex as exc:
+                self._held = None
                 self._disk.distrust(exc.directory)
 
     def _again_if_stale(self, read: Callable[[], E]) -> E:
@@ -407,6 +476,7 @@ class Search:
             try:
                 return read()
             except StaleIndex as exc:
+                self._held = None
                 self._disk.distrust(exc.directory)
 
     def _recall(
@@ -806,7 +876,9 @@ class Search:
         discard_vectors(self._publisher.db_path, keys)
 
     def close(self) -> None:
-        """Close the vectors file, if one was opened (reopened on the next search by meaning)."""
+        """Close the vectors file, if one was opened (reopened on the next search by meaning), and
+        the folders held open (opened again by a later read of every scope)."""
+        self._held = None
         with self._held_mutex:
             vectors, self._vectors = self._vectors, None
         if vectors is not None:
