@@ -289,6 +289,7 @@ class HistoryDB:
         # citation). A row's finding never changes (its key is the finding's hash); a newer commit
         # changes its citation and time, so a row committed again has a stamp not seen before.
         self._rows: dict[tuple[int, int, str, str], Recalled] = {}
+        self._reads: dict[tuple[Any, ...], tuple[list[Any], list[Recalled]]] = {}  # see ``_stamped``
         self._recall_sql: dict[tuple[Any, ...], str] = {}
 
     def exists(self) -> bool:
@@ -681,18 +682,21 @@ class HistoryDB:
             params.append(source)
         if before_ms is not None:
             params.append(before_ms)
+        read = (sql, limit, *params) if snapshot else None  # the same read at another time
         if now_ms is not None:
             params.append(now_ms)
         if limit is not None:
             params.append(limit)
-        return self._stamped(sql, params) if snapshot else self._query(sql, params)
+        return self._query(sql, params) if read is None else self._stamped(sql, params, read)
 
-    def _stamped(self, sql: str, params: Sequence[Any]) -> list[Recalled]:
+    def _stamped(self, sql: str, params: Sequence[Any], read: tuple[Any, ...]) -> list[Recalled]:
         """The rows ``sql`` (selecting ``_STAMP``) finds, in order, inside a snapshot: a row this
         object built before, with the same commit time and citation, is that row still (its finding
         never changes: its key is the finding's hash); the others are read in full (and checked,
         ``_row``) by one more statement of the same snapshot. Returning the finding's text, tags and
-        metadata only for rows not yet built is what makes a warm recall cheap."""
+        metadata only for rows not yet built is what makes a warm recall cheap. The same ``read``
+        (the statement and its filters) answered with the same stamps as last time is the same
+        rows: one comparison of the two lists instead of a lookup per row."""
         snap = self._local.snapshot  # inside a snapshot: its connection, or _ABSENT (no DB)
         if snap is _ABSENT:
             return []
@@ -700,9 +704,12 @@ class HistoryDB:
             raw = snap.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
+        last = self._reads.get(read)
+        if last is not None and last[0] == raw:
+            return list(last[1])
         out = list(map(self._rows.get, raw))  # a stamp seen before: that row, as built then
         if all(out):  # (a Recalled is always true)
-            return cast("list[Recalled]", out)
+            return self._answered(read, raw, cast("list[Recalled]", out))
         missing = [r[0] for r, hit in zip(raw, out, strict=True) if hit is None]
         built: dict[int, Recalled] = {}
         for i in range(0, len(missing), 500):
@@ -721,7 +728,14 @@ class HistoryDB:
                 "files and the journal",
                 path=self.path,
             )
-        return cast("list[Recalled]", found)  # none is None
+        return self._answered(read, raw, cast("list[Recalled]", found))  # none is None
+
+    def _answered(self, read: tuple[Any, ...], raw: list[Any], rows: list[Recalled]) -> list[Recalled]:
+        """Remember ``rows`` as the answer of ``read`` to the stamps ``raw`` (``_stamped``)."""
+        if len(self._reads) >= 512:
+            self._reads.clear()
+        self._reads[read] = (raw, rows)
+        return list(rows)
 
     def recall_keys(
         self,
@@ -869,7 +883,8 @@ class HistoryDB:
         """Changes when the DB's content may have changed: another connection's commit moves
         SQLite's ``data_version``; this object's own writes, and a reader connection dropped for a
         change seen under it, move the second number."""
-        conn = self._read_conn()
+        snap = getattr(self._local, "snapshot", None)  # inside one: its connection (or _ABSENT)
+        conn = self._read_conn() if snap is None else None if snap is _ABSENT else snap
         if conn is None:
             return (-1, self._writes)
         try:
@@ -1059,6 +1074,7 @@ class HistoryDB:
             _rollback(conn)
             raise self._error(exc, "write", Unwritable) from exc
         self._rows.clear()  # rows read earlier by this process
+        self._reads.clear()
         return gone
 
     def retirement(self, key: str) -> Retired | None:
@@ -1189,11 +1205,12 @@ class _Snapshot:
         if not self._outer:
             return
         db = self._db
-        db._local.snapshot = None
+        local = db._local
+        local.snapshot = None
         if self._conn is not None:
             _rollback(self._conn)
-        if kind is None:
-            db._unchanged()
+        if kind is None and getattr(local, "guard", None) is not None:
+            db._unchanged()  # a read made without SQLite's lock
 
 
 def _recall_sql(shape: tuple[int, int, bool, bool, bool, bool, bool]) -> str:
