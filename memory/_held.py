@@ -3,18 +3,20 @@
 A read of every scope looks at three folders by path each time (``flows-memory`` for new scopes,
 each scope's learned-file folder, each scope's retired-file folder), a path walk of a dozen
 components each. Once those folders have stood unchanged long enough to trust their listings
-(``_RACY_S``: mtimes are coarse), ``hold`` opens the whole tree once, one component at a time and
-never through a link: the DB's folder, ``flows-memory``, each scope folder, its ``.trajectories``,
-its learned-file folder and its retired-file folder when there is one. ``HeldTree.unchanged`` then
-``fstat``s each descriptor: no path is resolved.
+(``_RACY_S``: mtimes are coarse), ``hold`` opens the tree once, one component at a time and never
+through a link, and keeps open: the DB's folder, ``flows-memory``, and for each scope its
+``.trajectories``, its learned-file folder and its retired-file folder when there is one.
+``HeldTree.unchanged`` then ``fstat``s each descriptor: no path is resolved.
 
 Why that sees every change a path would: an entry created, removed or renamed in a folder changes
-the folder's mtime (a learn's rename, a forget's retired file, a sync's removal, a new scope); a
-folder renamed or moved (replaced by another under its name) changes its own ctime, and a folder
-removed drops its link count to 0. So while every held folder's mtime, ctime and link count are
-the ones seen, each path of the tree still names the folder held, and each folder holds the entries
-it held. The one change it cannot see is above the DB's folder (the store's parent folders renamed
-or replaced): the history DB's SQLite connection keeps reading the file it opened then too.
+the folder's mtime (a learn's rename, a forget's retired file, a sync's removal, a new scope, a
+retired-file folder made); a folder renamed or moved (replaced by another under its name) changes
+its own ctime and its parent's mtime, and a folder removed drops its link count to 0. So every
+folder on the way to a listed one is held, or its parent is (a scope folder: ``flows-memory``), and
+while every held folder's mtime, ctime and link count are the ones seen, each path of the tree
+still names the folder held, and each folder holds the entries it held. The one change it cannot
+see is above the DB's folder (the store's parent folders renamed or replaced): the history DB's
+SQLite connection keeps reading the file it opened then too.
 """
 
 from __future__ import annotations
@@ -116,7 +118,11 @@ def hold(
         wanted.append(None)
         top = enter(LEARNED_ROOT, fds[0], root)
         for name, learned, retired_at in scopes:
-            trajectories = enter(".trajectories", enter(name, top, None), None)
+            folder = os.open(name, _DIR_FLAGS, dir_fd=top)  # only on the way (see the module)
+            try:
+                trajectories = enter(".trajectories", folder, None)
+            finally:
+                os.close(folder)
             enter("compacted", trajectories, learned)
             if retired_at is not None:
                 enter("retired", trajectories, retired_at)

@@ -112,3 +112,18 @@ def test_the_store_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path
         os.rename(store_dir, tmp_path / "moved")
         os.rename(replacement, store_dir)
         assert _texts(reader) == ["two"]
+
+
+def test_a_scope_s_trajectories_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path) -> None:
+    """The scope folder above it is not held: the replaced folder's own ctime says it moved."""
+    db = tmp_path / "history.db"
+    _learn(db, "desk", "one")
+    [folder] = (tmp_path / "flows-memory").iterdir()
+    saved = tmp_path / "saved"
+    shutil.copytree(folder / ".trajectories", saved)  # a copy holding "one" alone
+    _learn(db, "desk", "two")
+    with memory.MemoryStore(db) as reader:
+        _warm(reader, ["one", "two"])
+        os.rename(folder / ".trajectories", folder / ".replaced")
+        os.rename(saved, folder / ".trajectories")
+        assert _texts(reader) == ["one"]
