@@ -271,6 +271,7 @@ class Search:
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held: HeldTree | None = None  # the folders of a read of every scope, held open
         self._hold_after_ns = 0  # no try to hold them before then
+        self._scope_reused = False  # whether the last read found the scope folders' list remembered
         self._held_cache: dict[str, bool] = {}
         self._live_cache: dict[str, bool] = {}
         self._row_terms: dict[str, Terms] = {}
@@ -327,7 +328,8 @@ class Search:
         older than ``_RACY_S``. Later reads then check them with one ``fstat`` each."""
         cached = self._scope_listing
         if (
-            cached is None
+            not self._scope_reused  # a read that follows another, not a process's one read
+            or cached is None
             or cached[1] is not learned
             or cached[3] != len(learned)
             or len(learned) > MAX_SCOPES
@@ -406,7 +408,9 @@ class Search:
         stamp = (st.st_mtime_ns, st.st_ino)
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
+            self._scope_reused = True
             return cached[1], cached[2]
+        self._scope_reused = False
         found, retired, names = scope_tree(self._publisher.db_path)
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, retired, names)
