@@ -34,13 +34,14 @@ from memory._safe import _DIR_FLAGS
 MAX_SCOPES = 8  # more scope folders than this are looked at by path (a descriptor each is kept)
 
 Stamp = tuple[int, int]  # a folder's (mtime_ns, inode), as the listings record it
+_UNSETTLED = (-1, -1, -1)  # the DB's folder's stamp while it changed too lately to be trusted
 
 
 class HeldTree:
     """Descriptors of the folders a read of every scope looked at, with each one's (mtime, ctime,
     link count) then, and what the read found there: its listings and its retired files by key."""
 
-    __slots__ = ("_db_dir", "_fds", "_stamps", "listings", "retired")
+    __slots__ = ("_db_dir", "_db_dir_id", "_fds", "_stamps", "listings", "retired")
 
     def __init__(
         self,
@@ -51,6 +52,8 @@ class HeldTree:
         retired: Mapping[str, Any],
     ) -> None:
         self._db_dir = db_dir
+        first = os.fstat(fds[0])
+        self._db_dir_id = (first.st_ino, first.st_dev)  # the DB's folder held
         self._fds = fds
         self._stamps = stamps
         self.listings = listings
@@ -60,9 +63,13 @@ class HeldTree:
         """Whether every held folder is as it was (see the module): its listings still hold."""
         try:
             fds, stamps = self._fds, self._stamps
-            st = os.fstat(fds[0])
-            if (st.st_mtime_ns, st.st_ctime_ns, st.st_nlink) != stamps[0] and not self._same_db_dir(st):
-                return False
+            if stamps[0] is _UNSETTLED:  # the DB's folder changed lately: looked at by path
+                if not self._same_db_dir():
+                    return False
+            else:
+                st = os.fstat(fds[0])
+                if (st.st_mtime_ns, st.st_ctime_ns, st.st_nlink) != stamps[0] and not self._same_db_dir():
+                    return False
             for fd, stamp in zip(fds[1:], stamps[1:], strict=True):
                 st = os.fstat(fd)
                 if (st.st_mtime_ns, st.st_ctime_ns, st.st_nlink) != stamp:
@@ -71,16 +78,16 @@ class HeldTree:
             return False
         return True
 
-    def _same_db_dir(self, st: os.stat_result) -> bool:
-        """Whether the DB's folder, whose stamp changed, is still the folder at its path. Its own
-        entries come and go (SQLite's ``-wal`` and ``-shm`` with the first and last connection)
-        and this tree reads none of them, so a change there is looked at by path: the same folder
-        is held on, and stamped anew once the change has settled."""
+    def _same_db_dir(self) -> bool:
+        """Whether the folder at the DB's folder's path is still the one held. Its own entries come
+        and go (SQLite's ``-wal`` and ``-shm`` with the first and last connection, other files put
+        beside the DB) and this tree reads none of them, so after a change there it is looked at by
+        path, one ``stat`` a read, until the change has settled; then its stamp is taken again."""
         here = os.stat(self._db_dir)
-        if (here.st_ino, here.st_dev) != (st.st_ino, st.st_dev):
+        if (here.st_ino, here.st_dev) != self._db_dir_id:
             return False
-        if max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - int(_RACY_S * 1e9):
-            self._stamps[0] = (st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+        settled = max(here.st_mtime_ns, here.st_ctime_ns) < time.time_ns() - int(_RACY_S * 1e9)
+        self._stamps[0] = (here.st_mtime_ns, here.st_ctime_ns, here.st_nlink) if settled else _UNSETTLED
         return True
 
     def __del__(self) -> None:  # closed once no read uses it (a read in progress holds a reference)
@@ -134,7 +141,7 @@ def hold(
                 else:
                     return None  # one was made since the read looked: read by path again
         settled = time.time_ns() - int(_RACY_S * 1e9)
-        stamps: list[tuple[int, int, int]] = [(-1, -1, -1)]  # the DB's folder: checked by path once
+        stamps: list[tuple[int, int, int]] = [_UNSETTLED]  # the DB's folder: by path till it settles
         for fd, stamp in zip(fds[1:], wanted[1:], strict=True):
             st = os.fstat(fd)
             if max(st.st_mtime_ns, st.st_ctime_ns) > settled or (

@@ -109,6 +109,8 @@ def test_the_store_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path
     _learn(replacement / "history.db", "desk", "two")
     with memory.MemoryStore(db) as reader:
         _warm(reader, ["one"])
+        time.sleep(_SETTLE_S)  # the DB's folder settled too (its -wal and -shm came with the reader)
+        assert _texts(reader) == ["one"]  # its stamp taken: the next read fstats it
         os.rename(store_dir, tmp_path / "moved")
         os.rename(replacement, store_dir)
         assert _texts(reader) == ["two"]
