@@ -141,6 +141,35 @@ def print_paired(rates: dict[str, list[float]], ratio_label: str) -> None:
     print(f"{ratio_label:>{width}}: median {statistics.median(pairs):.2f}  ({each})")
 
 
+def learn_blocks(
+    base: str, flow: str, kinds: Sequence[str], blocks: int, per_block: int, *, switch: Callable[[str], None]
+) -> dict[str, list[float]]:
+    """Learn ``per_block`` distinct findings per block into one root run of a store made in
+    ``base`` (after one untimed warm-up learn), the blocks taking ``kinds`` in turn (``switch(kind)``
+    before each block's clock starts); the learns per second of each block, by kind."""
+    import memory
+    from journal import RunState
+
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with memory.MemoryStore(os.path.join(base, "history.db")) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin(flow, "bench", {})
+        root = memory.RootRun(jr, lease, flow, "bench")
+        store.learn({"text": "warm-up"}, root)
+        for block in range(blocks):
+            kind = kinds[block % len(kinds)]
+            switch(kind)
+            store.flush()
+            texts = [f"finding {i}" for i in range(block * per_block, (block + 1) * per_block)]
+            t0 = time.perf_counter()
+            for text in texts:
+                store.learn({"text": text, "tags": ["bench"]}, root)
+            rates[kind].append(per_block / (time.perf_counter() - t0))
+        store.flush()
+        jr.finish(lease, RunState.DONE)
+    return rates
+
+
 def median_ms(fn: Callable[[], object], calls: int) -> float:
     """Median wall time of ``calls`` calls of ``fn``, in milliseconds."""
     times = []

@@ -11,15 +11,11 @@ it costs several milliseconds. Prints each kind's median rate and the median of 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
-import time
 
-import memory
 import memory._publisher as publisher
-from benchmarks._common import print_paired
-from journal import RunState
+from benchmarks._common import learn_blocks, print_paired
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,26 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     base = tempfile.mkdtemp(prefix="flows-group-ab-", dir=args.dir)
     present = (publisher.NAMES_GROUP, publisher.NAMES_WAIT_S)
     kinds = {"128 names or 100 ms": (128, 0.1), f"{present[0]} names or {present[1]:g} s": present}
-    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+
+    def switch(kind: str) -> None:
+        publisher.NAMES_GROUP, publisher.NAMES_WAIT_S = kinds[kind]
+
     try:
-        with memory.MemoryStore(os.path.join(base, "history.db")) as store:
-            jr = store.open_journal()
-            _, lease = jr.begin("group-ab", "bench", {})
-            root = memory.RootRun(jr, lease, "group-ab", "bench")
-            store.learn({"text": "warm-up"}, root)
-            n = 0
-            for block in range(args.blocks):
-                kind = list(kinds)[block % 2]
-                publisher.NAMES_GROUP, publisher.NAMES_WAIT_S = kinds[kind]
-                store.flush()
-                texts = [f"finding {i}" for i in range(n, n + args.per_block)]
-                n += args.per_block
-                t0 = time.perf_counter()
-                for text in texts:
-                    store.learn({"text": text, "tags": ["bench"]}, root)
-                rates[kind].append(args.per_block / (time.perf_counter() - t0))
-            store.flush()
-            jr.finish(lease, RunState.DONE)
+        rates = learn_blocks(base, "group-ab", list(kinds), args.blocks, args.per_block, switch=switch)
     finally:
         publisher.NAMES_GROUP, publisher.NAMES_WAIT_S = present
         shutil.rmtree(base, ignore_errors=True)

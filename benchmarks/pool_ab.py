@@ -16,13 +16,10 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import memory
-from benchmarks._common import print_paired
-from journal import RunState
+from benchmarks._common import learn_blocks, print_paired
 from memory._db import db_mode
 from memory._publisher import Publisher
 from staging import Staged, write_all
@@ -58,26 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         os.close(fd)
         return Staged(where=path, size=len(data))
 
-    rates: dict[str, list[float]] = {"stage per learn": [], "pooled stage": []}
+    kinds = ["stage per learn", "pooled stage"]
+
+    def switch(kind: str) -> None:
+        pooled[0] = kind == "pooled stage"
+
     Publisher.stage = stage  # type: ignore[method-assign]
     try:
-        with memory.MemoryStore(os.path.join(base, "history.db")) as store:
-            jr = store.open_journal()
-            _, lease = jr.begin("pool-ab", "bench", {})
-            root = memory.RootRun(jr, lease, "pool-ab", "bench")
-            store.learn({"text": "warm-up"}, root)
-            n = 0
-            for block in range(args.blocks):
-                kind = list(rates)[block % 2]
-                pooled[0] = block % 2 == 1
-                texts = [f"finding {i}" for i in range(n, n + args.per_block)]
-                n += args.per_block
-                t0 = time.perf_counter()
-                for text in texts:
-                    store.learn({"text": text, "tags": ["bench"]}, root)
-                rates[kind].append(args.per_block / (time.perf_counter() - t0))
-            store.flush()
-            jr.finish(lease, RunState.DONE)
+        rates = learn_blocks(base, "pool-ab", kinds, args.blocks, args.per_block, switch=switch)
     finally:
         Publisher.stage = engine_stage  # type: ignore[method-assign]
         for pool in pools.values():
