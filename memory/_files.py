@@ -33,7 +33,7 @@ from memory._stem import terms
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
 _OPTIONAL = {"metadata", "expiresMs", "revision", "memory"}
-_RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
+RACY_S = 0.05  # directory mtimes are coarse: trust a cached listing only when the dir is older
 _MEMO_BYTES = 16 * 1024 * 1024  # the bytes of files a ``ParseMemo`` keeps beside what they parsed to
 
 P = TypeVar("P")
@@ -502,7 +502,7 @@ def _reread_retired(
     """The retired files ``names`` of the open ``folder`` (at ``directory``), by name: a file whose
     stat key is the settled one it had when last read (``known``) is not read again; every other
     file is read (a damaged one raises ``Unreachable``, as a full read would)."""
-    settled_ns = time.time_ns() - int(_RACY_S * 1e9)
+    settled_ns = time.time_ns() - int(RACY_S * 1e9)
     out: dict[str, RetiredFile] = {}
     for name in names:
         try:
@@ -534,7 +534,7 @@ class _RetiredReads:
     settled stat keys and what they say, so a folder read again costs a stat per file and a read
     of each file added or changed since (it grows by one file per retirement, for good). A change
     in place changes a file's ctime, which nothing can set back; a file too fresh for its times to
-    tell a later change apart (``_RACY_S``) is read again each time."""
+    tell a later change apart (``RACY_S``) is read again each time."""
 
     _MAX_FOLDERS = 4096
 
@@ -575,7 +575,7 @@ class DiskIndex:
 
     Every write of the engine reaches a learned file by rename, which changes the directory's
     mtime, so a new, replaced or removed file invalidates the cached listing. A listing made within
-    ``_RACY_S`` of the directory's mtime is not trusted (mtimes are coarse). A fresh process starts
+    ``RACY_S`` of the directory's mtime is not trusted (mtimes are coarse). A fresh process starts
     from the files' index (``memory._filecache``): while the folder's stamp is the one the index was
     written under, the index lists the folder's files and each read checks only the files it
     returns (an ``IndexedListing``); otherwise it stats every file and reads the changed ones, so
@@ -627,7 +627,7 @@ class DiskIndex:
             return _NO_RETIRED
         st = seen
         listing = RetiredListing(st.st_mtime_ns, st.st_ino, found)
-        if scanned_at - st.st_mtime_ns > _RACY_S * 1e9:
+        if scanned_at - st.st_mtime_ns > RACY_S * 1e9:
             with self._mutex:
                 self._retired[directory] = listing
         return listing
@@ -656,7 +656,7 @@ class DiskIndex:
         if self._files is not None and trusted and not whole:
             indexed = self._indexed(directory)
             if indexed is not None:
-                if scanned_at - indexed.mtime_ns > _RACY_S * 1e9:
+                if scanned_at - indexed.mtime_ns > RACY_S * 1e9:
                     with self._mutex:
                         self._cache[directory] = indexed
                 return indexed
@@ -664,7 +664,7 @@ class DiskIndex:
         if seen is None:
             return Listing(0, 0, ())
         listing = Listing(seen.st_mtime_ns, seen.st_ino, entries)
-        if scanned_at - seen.st_mtime_ns > _RACY_S * 1e9:
+        if scanned_at - seen.st_mtime_ns > RACY_S * 1e9:
             with self._mutex:
                 self._cache[directory] = listing
         return listing

@@ -3,7 +3,7 @@
 A read of every scope looks at three folders by path each time (``flows-memory`` for new scopes,
 each scope's learned-file folder, each scope's retired-file folder), a path walk of a dozen
 components each. Once those folders have stood unchanged long enough to trust their listings
-(``_RACY_S``: mtimes are coarse), ``hold`` opens the tree once, one component at a time and never
+(``RACY_S``: mtimes are coarse), ``hold`` opens the tree once, one component at a time and never
 through a link, and keeps open: the DB's folder, ``flows-memory``, and for each scope its
 ``.trajectories``, its learned-file folder and its retired-file folder when there is one.
 ``HeldTree.unchanged`` then ``fstat``s each descriptor: no path is resolved.
@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memory._files import _RACY_S
+from memory._files import RACY_S
 from memory._paths import LEARNED_ROOT
-from memory._safe import _DIR_FLAGS
+from memory._safe import DIR_FLAGS
 
 MAX_SCOPES = 8  # more scope folders than this are looked at by path (a descriptor each is kept)
 
@@ -86,7 +86,7 @@ class HeldTree:
         here = os.stat(self._db_dir)
         if (here.st_ino, here.st_dev) != self._db_dir_id:
             return False
-        settled = max(here.st_mtime_ns, here.st_ctime_ns) < time.time_ns() - int(_RACY_S * 1e9)
+        settled = max(here.st_mtime_ns, here.st_ctime_ns) < time.time_ns() - int(RACY_S * 1e9)
         self._stamps[0] = (here.st_mtime_ns, here.st_ctime_ns, here.st_nlink) if settled else _UNSETTLED
         return True
 
@@ -109,13 +109,13 @@ def hold(
 
     ``root``: ``flows-memory``'s (mtime, inode) as the read saw it; ``scopes``: each scope folder's
     name, its learned-file folder's stamp and its retired-file folder's (None: there was none).
-    Each folder opened must have that stamp, and every one an mtime older than ``_RACY_S``.
+    Each folder opened must have that stamp, and every one an mtime older than ``RACY_S``.
     """
     fds: list[int] = []
     wanted: list[Stamp | None] = []
 
     def enter(name: str, at: int, stamp: Stamp | None) -> int:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=at)
+        fd = os.open(name, DIR_FLAGS, dir_fd=at)
         fds.append(fd)
         wanted.append(stamp)
         return fd
@@ -125,7 +125,7 @@ def hold(
         wanted.append(None)
         top = enter(LEARNED_ROOT, fds[0], root)
         for name, learned, retired_at in scopes:
-            folder = os.open(name, _DIR_FLAGS, dir_fd=top)  # only on the way (see the module)
+            folder = os.open(name, DIR_FLAGS, dir_fd=top)  # only on the way (see the module)
             try:
                 trajectories = enter(".trajectories", folder, None)
             finally:
@@ -140,7 +140,7 @@ def hold(
                     pass
                 else:
                     return None  # one was made since the read looked: read by path again
-        settled = time.time_ns() - int(_RACY_S * 1e9)
+        settled = time.time_ns() - int(RACY_S * 1e9)
         stamps: list[tuple[int, int, int]] = [_UNSETTLED]  # the DB's folder: by path till it settles
         for fd, stamp in zip(fds[1:], wanted[1:], strict=True):
             st = os.fstat(fd)

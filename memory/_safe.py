@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class NotRegular(OSError):
@@ -139,7 +139,7 @@ class Folder:
             raise OSError(exc.errno, exc.strerror, base_str) from None
         for n, part in enumerate(parts):
             try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                child = os.open(part, DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 os.close(fd)
                 return None

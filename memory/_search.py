@@ -23,7 +23,7 @@ from memory._embed import Embedder, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
 from memory._files import (
-    _RACY_S,
+    RACY_S,
     DiskIndex,
     Listing,
     Retired,
@@ -325,7 +325,7 @@ class Search:
     ) -> None:
         """Hold the folders of a read of every scope open (``memory._held``) when what it found
         there could be remembered: the scope folders' list, each listing and each retired folder
-        older than ``_RACY_S``. Later reads then check them with one ``fstat`` each."""
+        older than ``RACY_S``. Later reads then check them with one ``fstat`` each."""
         cached = self._scope_listing
         if (
             not self._scope_reused  # a read that follows another, not a process's one read
@@ -336,7 +336,7 @@ class Search:
         ):
             return
         now = time.time_ns()
-        settled = now - int(_RACY_S * 1e9)
+        settled = now - int(RACY_S * 1e9)
         scopes: list[tuple[str, tuple[int, int], tuple[int, int] | None]] = []
         for directory, listing, retired, retired_listing in zip(
             learned, listings, retired_dirs, retired_listings, strict=True
@@ -358,7 +358,7 @@ class Search:
         root = (cached[0][0], cached[0][1])
         self._held = hold(self._publisher.db_path.parent, root, scopes, listings, local)
         if self._held is None:
-            self._hold_after_ns = now + int(_RACY_S * 1e9)
+            self._hold_after_ns = now + int(RACY_S * 1e9)
 
     def _terms_of_row(self, row: Recalled) -> Terms:
         """``terms_of`` a DB row, remembered by key (a key's text, tags and source never change)."""

@@ -34,7 +34,7 @@ def _retire(store: memory.MemoryStore, n: int, start: int = 0) -> list[str]:
 
 def _settle() -> None:
     """Wait out the window within which a file's times may not yet tell a later change apart."""
-    time.sleep(files._RACY_S * 2)
+    time.sleep(files.RACY_S * 2)
 
 
 def test_a_read_after_a_retirement_reads_only_the_new_retired_file(
