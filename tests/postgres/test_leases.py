@@ -118,10 +118,12 @@ def test_a_stalled_holder_loses_its_expired_lease_and_its_next_append_is_refused
 
 
 def test_the_heartbeat_keeps_a_live_holders_lease_past_its_ttl(open_pg: OpenPg, postgres_dsn: str) -> None:
-    holder = open_pg(lease_ttl_s=0.3)
+    # a TTL long enough that a renewal delayed by a busy machine (a full test run on 2 cores) is
+    # still in time, short enough that only renewals can keep the lease over the sleep
+    holder = open_pg(lease_ttl_s=1.0)
     other = open_pg()
     info, lease = holder.begin("f", "s", {})
-    time.sleep(1.0)  # three TTLs: only renewals keep it
+    time.sleep(3.0)  # three TTLs: only renewals keep it
     assert other.run(info.run_id).state == RunState.RUNNING
     with pytest.raises(journal.JournalLeaseHeld):
         other.acquire(info.run_id)
