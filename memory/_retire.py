@@ -392,11 +392,8 @@ class Retirer:
         record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=key)
         self.noted(root, committed_ms=payload["forgottenMs"], key=key)
         failpoint("memory.after_append")
-        path = self.retired_path(scope, key)
-        if by is not None and os.path.lexists(path):
-            there = read_retired(Path(path))
-            if (there.citation.run_id, there.citation.id) != (record.run_id, record.id):
-                return record  # retired by another first: that retirement stands (the caller sees it)
+        if by is not None and self._retired_by_another(record):
+            return record  # retired by another first: that retirement stands (the caller sees it)
         if lazy:
             self._settle_lazily(record, root)
         else:
@@ -408,14 +405,18 @@ class Retirer:
         retirement an update's commit makes of the version it supersedes (``supersede_in``), and
         remove that version's learned file; unless a retired file of another retirement of it is
         there already: that one stands (the caller sees it)."""
-        key = view.payload["id"]
-        self.noted(root, key=key)
-        path = self.retired_path(view.payload["scope"], key)
-        if os.path.lexists(path):
-            there = read_retired(Path(path))
-            if (there.citation.run_id, there.citation.id) != (view.run_id, view.id):
-                return
-        self._settle_lazily(view, root)
+        self.noted(root, key=view.payload["id"])
+        if not self._retired_by_another(view):
+            self._settle_lazily(view, root)
+
+    def _retired_by_another(self, record: Record) -> bool:
+        """Whether the retired file of the key ``record`` retires is there and cites another
+        retirement (the first one published stands)."""
+        path = self.retired_path(record.payload["scope"], record.payload["id"])
+        if not os.path.lexists(path):
+            return False
+        there = read_retired(Path(path))
+        return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
     def _settle_lazily(self, record: Record, root: Root) -> None:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)

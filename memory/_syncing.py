@@ -24,6 +24,7 @@ from memory._finding import (
     render,
     retirement_to_publish,
     retirements_in,
+    supersede_in,
 )
 from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
@@ -68,10 +69,14 @@ def scan_journal(
     for n, run in enumerate(runs, 1):
         if learns or retirements:
             for rec in backend.read(run.run_id, STREAM):
-                if retirements:
-                    views += retirements_in(rec, backend.location)
-                if learns and not is_erased(rec):
-                    fid = checked_commit(rec, backend.location).payload["id"]
+                erased = is_erased(rec)
+                if not erased:
+                    checked_commit(rec, backend.location)  # once, before anything is built from it
+                view = supersede_in(rec) if retirements else None
+                if view is not None:  # an update's commit (erased or not) retires what it replaced
+                    views.append(view)
+                if learns and not erased:
+                    fid = rec.payload["id"]
                     scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
         if retirements:
             for record in backend.read(run.run_id, RETIRE_STREAM):
