@@ -469,8 +469,7 @@ class Search:
                     meta=meta,
                 )
             except StaleIndex as exc:
-                self._held = None
-                self._disk.distrust(exc.directory)
+                self._stale(exc)
 
     def _again_if_stale(self, read: Callable[[], E]) -> E:
         """``read()``, made again while a files' index turns out to list a file that changed or
@@ -480,8 +479,13 @@ class Search:
             try:
                 return read()
             except StaleIndex as exc:
-                self._held = None
-                self._disk.distrust(exc.directory)
+                self._stale(exc)
+
+    def _stale(self, exc: StaleIndex) -> None:
+        """What a read that found a files' index stale does before it reads again: let go of the
+        held folders and distrust that folder's index."""
+        self._held = None
+        self._disk.distrust(exc.directory)
 
     def _recall(
         self,
