@@ -6,7 +6,8 @@ served and never synced. Reads check each unsynced entry they are about to retur
 entry's fields against the record's); ``sync`` checks every file it ingests, byte for byte
 (``verify``). The records of each run are read once and kept; a citation not found among them
 makes the run be read again (the journal's reads are incremental), so a file published after the
-last read is still found. A record is never expected to leave an append-only journal: one found
+last read is still found; a commit this process appended is known as it returns
+(``committed``). A record is never expected to leave an append-only journal: one found
 once is trusted for the life of the store object.
 
 A fresh process need not read a whole run to check one citation. The journal gives, for each
@@ -81,6 +82,17 @@ class Citations:
         if record is not None and self._hint_store is not None and hint is None:
             self._save_hints(backend, run_id)
         return record
+
+    def committed(self, record: Record) -> None:
+        """Know ``record``, a ``memory-learn`` commit this process's journal append just returned,
+        as read: the next check of the file that cites it reads no stream and writes no hints."""
+        with self._mutex:
+            known = self._runs.get(record.run_id)
+            if known is None:
+                if len(self._runs) >= _MAX_RUNS:
+                    self._runs.clear()
+                known = self._runs[record.run_id] = (0, {})
+            known[1][record.id] = record
 
     def use_hints(self, store: FileCache | None) -> None:
         """Keep the journal's hints in ``store`` (None: keep none, read every run whole)."""

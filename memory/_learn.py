@@ -24,6 +24,7 @@ from memory._finding import (
     learn_payload,
     render,
     retirements_in,
+    supersede_in,
     validate,
 )
 from memory._publisher import Publisher, holds
@@ -96,18 +97,28 @@ class Learner:
         # told (memory id, key, scope) of each version a learn wrote or found committed, so the
         # next lookup of that memory's live version reads one file instead of walking the folders
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
+        # told each commit a learn appended or found (``Citations.committed``)
+        self.on_committed: Callable[[Record], None] = lambda record: None
 
-    def learn(self, finding: object, root: Root | None, supersedes: str | None = None) -> Learned:
-        """See ``MemoryStore.learn``."""
+    def learn(
+        self,
+        finding: object,
+        root: Root | None,
+        supersedes: str | None = None,
+        *,
+        live: tuple[Finding, Located] | None = None,
+    ) -> Learned:
+        """See ``MemoryStore.learn``. ``live``: ``finding`` validated, and where the live version
+        ``supersedes`` names is, as an update has just read them (not looked for again)."""
         if root is None:
             raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
         if not root.script:
             raise UnsupportedHeader(
                 f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
             )
-        item = validate(finding, default_source=root.source or root.flow)
+        item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         revision, fid, replayed = self._revision(item, root)
-        old = self._replaced(fid, supersedes, root.scope)
+        old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
         if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
             # the finding it replaces was forgotten or replaced by another meanwhile: learning this
             # one would bring back what that retirement took away
@@ -146,12 +157,16 @@ class Learner:
                 supersedes_scope=old.scope if one and old is not None else None,
             )
         if old is not None and supersedes is not None and old.retired is None:
-            views = retirements_in(record, root.journal.location)
-            if views and views[0].payload["id"] == supersedes:
-                self._retirer.settle_supersede(views[0], root)
-                self._refuse_if_retired(root, supersedes, old.scope, fid)
+            # a commit ``_learn`` returns is this attempt's own or one it checked; a replayed one
+            # is checked here
+            view = supersede_in(record) if replayed is None else None
+            views = retirements_in(record, root.journal.location) if replayed is not None else [view]
+            if views and views[0] is not None and views[0].payload["id"] == supersedes:
+                published = self._retirer.settle_supersede(views[0], root)
+                self._refuse_if_retired(root, supersedes, old.scope, fid, published)
             else:
                 self._finish_supersede(root, supersedes, old.scope, fid)
+        self.on_committed(record)
         self.on_learned((learned.memory_id, fid, root.scope))
         return learned
 
@@ -163,19 +178,20 @@ class Learner:
             self._retirer.retire(root, old, scope, reason=None, by=fid, lazy=True)
         self._refuse_if_retired(root, old, scope, fid)
 
-    def _refuse_if_retired(self, root: Root, old: str, scope: str, fid: str) -> None:
+    def _refuse_if_retired(
+        self, root: Root, old: str, scope: str, fid: str, published: bytes | None = None
+    ) -> None:
         """When another process or host retired ``old`` between the look before ``fid``'s commit
         and now (a delete racing this update), that retirement stands and ``fid`` must not outlive
         it: ``fid`` is forgotten too and the supersede is refused (``FindingRetired``), as if it had
-        come a moment later."""
-        now = self._retirer.locate(old, scope)
-        if now is None or now.retired is None or now.retired.by == fid:
+        come a moment later. ``published``: the retired file this update wrote for ``old``, which
+        answers at once while it is still there, unchanged."""
+        if published is not None and self._retirer.still_ours(old, scope, published):
             return
-        what = (
-            f"forgotten: {now.retired.reason}"
-            if now.retired.by is None
-            else f"superseded by {now.retired.by}"
-        )
+        now = self._retirer.retirement(old, scope)
+        if now is None or now.by == fid:
+            return
+        what = f"forgotten: {now.reason}" if now.by is None else f"superseded by {now.by}"
         self._retirer.retire(
             root,
             fid,
@@ -229,10 +245,12 @@ class Learner:
                 )
             revision += 1
 
-    def _replaced(self, fid: str, supersedes: str | None, scope: str) -> Located | None:
-        """Where the finding that ``supersedes`` names is (None when it names none; looked for in
-        ``scope``, the learn's, first); raises before anything is written when it is malformed,
-        unknown, or the finding being learned."""
+    def _replaced(
+        self, fid: str, supersedes: str | None, scope: str, known: Located | None = None
+    ) -> Located | None:
+        """Where the finding that ``supersedes`` names is (None when it names none; ``known`` when
+        the caller has just found it; else looked for in ``scope``, the learn's, first); raises
+        before anything is written when it is malformed, unknown, or the finding being learned."""
         if supersedes is None:
             return None
         check_key(supersedes, "supersedes")
@@ -240,7 +258,7 @@ class Learner:
             raise ArgumentInvalid(
                 f"supersedes names the finding being learned ({fid}); a finding cannot replace itself"
             )
-        old = self._retirer.locate(supersedes, scope)
+        old = known if known is not None else self._retirer.locate(supersedes, scope)
         if old is None:
             raise unknown(supersedes, "the key that supersedes names,")
         return old

@@ -21,66 +21,103 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import threading
+import time
 
 DRAIN_AT_EXIT_S = 10.0
 """How long the interpreter's exit waits for the unlinks still queued (the rest stay as stale
 stages)."""
 
+BATCH = 128
+"""Names queued before the thread wakes to unlink them."""
+
+LINGER_S = 1.0
+"""The longest a queued removal waits for a batch to fill before it is unlinked anyway."""
+
 
 class Reaper:
-    """A queue of (folder descriptor, hidden names) and one daemon thread that unlinks them."""
+    """A queue of (folder descriptor, hidden names) and one daemon thread that unlinks them.
+
+    The thread wakes once per ``BATCH`` names queued, or ``LINGER_S`` after the oldest one queued, or
+    when ``drain`` asks: a thread woken for every removal costs its process more than the unlink
+    it spares the caller (each wake hands the interpreter's lock back and forth several times),
+    where a batch is unlinked in one stretch while the caller goes on.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._queue: queue.SimpleQueue[tuple[int, list[str]]] = queue.SimpleQueue()
-        self._pending = 0
+        self._wake = threading.Condition(self._lock)
+        self._queue: list[tuple[int, list[str]]] = []
+        self._names = 0  # names in the queue
+        self._oldest = 0.0  # when the oldest queued removal was queued (monotonic)
+        self._busy = False  # the thread is unlinking a batch taken off the queue
+        self._draining = 0  # callers waiting in ``drain``
         self._thread: threading.Thread | None = None
 
     def put(self, folder_fd: int, names: list[str]) -> None:
         """Unlink ``names`` in the folder ``folder_fd`` (a descriptor this call now owns and
         closes) in the background."""
         with self._lock:
-            self._pending += 1
+            first = not self._queue
+            if first:
+                self._oldest = time.monotonic()
+            self._queue.append((folder_fd, names))
+            self._names += len(names)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="flows-memory-reaper", daemon=True)
                 self._thread.start()
-        self._queue.put((folder_fd, names))
+            elif first or self._names >= BATCH:  # the thread sets its linger, or takes the batch
+                self._wake.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every queued unlink is done (at most ``timeout`` seconds); whether it was."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+        with self._wake:
+            self._draining += 1
+            self._wake.notify_all()
+            try:
+                return self._wake.wait_for(lambda: not self._queue and not self._busy, timeout)
+            finally:
+                self._draining -= 1
+
+    def _due(self) -> float | None:
+        """0 when the queue is to be unlinked now; else how long to wait (None: until told)."""
+        if not self._queue:
+            return None
+        if self._names >= BATCH or self._draining:
+            return 0
+        return max(0.0, self._oldest + LINGER_S - time.monotonic())
 
     def _run(self) -> None:
         while True:
-            fd, names = self._queue.get()
+            with self._wake:
+                while (due := self._due()) != 0:
+                    self._wake.wait(due)
+                batch, self._queue, self._names = self._queue, [], 0
+                self._busy = True
             try:
-                for name in names:
+                for fd, names in batch:
                     try:
-                        os.unlink(name, dir_fd=fd)
-                    except OSError:  # gone already (an erase, a sweep), or not removable: a stage
-                        continue
+                        for name in names:
+                            try:
+                                os.unlink(name, dir_fd=fd)
+                            except OSError:  # gone already (an erase, a sweep), or not removable: a stage
+                                continue
+                    finally:
+                        os.close(fd)
             finally:
-                os.close(fd)
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+                with self._wake:
+                    self._busy = False
+                    self._wake.notify_all()
 
     def _forget_in_child(self) -> None:
         """After a fork: the child has no thread; the parent's queue is the parent's to finish."""
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        old, self._queue = self._queue, queue.SimpleQueue()
-        while True:
-            try:
-                fd, _ = old.get_nowait()
-            except queue.Empty:
-                break
+        self._wake = threading.Condition(self._lock)
+        old, self._queue, self._names = self._queue, [], 0
+        for fd, _ in old:
             os.close(fd)
-        self._pending = 0
+        self._busy = False
+        self._draining = 0
         self._thread = None
 
 

@@ -35,7 +35,7 @@ from memory._finding import (
     retirements_in,
 )
 from memory._paths import scope_folders
-from memory._publisher import Publisher
+from memory._publisher import Publisher, holds
 from memory._results import Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
 from memory._root import Root
 from memory._safe import regular_prefix
@@ -314,6 +314,22 @@ class Retirer:
             else Located(elsewhere.scope, elsewhere, self._db.memory_of(key))
         )
 
+    def retirement(self, key: str, scope: str) -> Retired | None:
+        """``locate(key, scope).retired``, reading only the retired file when it is there (the
+        finding's memory is not asked for).
+
+        Raises:
+            Unreachable, JournalError: as ``locate``.
+        """
+        elsewhere = self.shared.current().get(key)
+        if elsewhere is not None:
+            return elsewhere
+        path = self.retired_path(scope, key)
+        if os.path.lexists(path):
+            return read_retired(Path(path))
+        found = self.locate(key, scope)
+        return None if found is None else found.retired
+
     def _locate_in(self, key: str, scope: str) -> Located | None:
         """``_locate`` in the files of ``scope`` alone (a key hashes its scope, so a file of it
         there is the one); None when neither file is there."""
@@ -400,14 +416,20 @@ class Retirer:
             self.settle(record)
         return record
 
-    def settle_supersede(self, view: Record, root: Root) -> None:
+    def settle_supersede(self, view: Record, root: Root) -> bytes | None:
         """Publish (lazily, as ``retire`` with ``lazy``) the retired file of ``view``, the
         retirement an update's commit makes of the version it supersedes (``supersede_in``), and
         remove that version's learned file; unless a retired file of another retirement of it is
-        there already: that one stands (the caller sees it)."""
+        there already: that one stands (the caller sees it). The bytes published, or None."""
         self.noted(root, key=view.payload["id"])
-        if not self._retired_by_another(view):
-            self._settle_lazily(view, root)
+        if self._retired_by_another(view):
+            return None
+        return self._settle_lazily(view, root)
+
+    def still_ours(self, key: str, scope: str, published: bytes) -> bool:
+        """Whether the retired file of ``key`` still holds ``published`` (what ``settle_supersede``
+        wrote) and no other host retired it: no other retirement has taken its place."""
+        return key not in self.shared.current() and holds(Path(self.retired_path(scope, key)), published)
 
     def _retired_by_another(self, record: Record) -> bool:
         """Whether the retired file of the key ``record`` retires is there and cites another
@@ -418,17 +440,19 @@ class Retirer:
         there = read_retired(Path(path))
         return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
-    def _settle_lazily(self, record: Record, root: Root) -> None:
+    def _settle_lazily(self, record: Record, root: Root) -> bytes:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
-        left for ``flush_names`` (see ``retire``)."""
+        left for ``flush_names`` (see ``retire``); the retired file's bytes."""
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
         directory = pub.retired_dir(scope)
         loose = pub.shares_filesystem(root.journal, directory)
-        staged = pub.stage(directory, render_retirement(record), record.run_id, sync=not loose)
+        data = render_retirement(record)
+        staged = pub.stage(directory, data, record.run_id, sync=not loose)
         pub.publish_lazily(staged, directory / f"{key}.json", record.run_id, loose=loose)
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
         self.on_retired([key])
+        return data
 
     def forget_many(
         self, root: Root, ids: list[tuple[str, str]], *, reason: str, filter: Mapping[str, Any]

@@ -56,7 +56,7 @@ from memory._results import (
     Recalled,
     SyncReport,
 )
-from memory._retire import Retirer
+from memory._retire import Located, Retirer
 from memory._root import Root
 from memory._search import Search
 from memory._session import MemorySession
@@ -161,6 +161,7 @@ class MemoryStore:
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
         self._learner.on_learned = self._search.noted_version
+        self._learner.on_committed = self._citations.committed
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
@@ -326,7 +327,9 @@ class MemoryStore:
         if item is not None and root is not None and finding_id(root.scope, item, live.revision) == live.key:
             path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
             return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
-        return self._learner.learn(finding, root, live.key)
+        # what was just read is handed on: the learn neither validates nor looks for it again
+        read = (item, Located(live.scope, None, live.memory_id)) if item is not None else None
+        return self._learner.learn(finding, root, live.key, live=read)
 
     async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
         """``update`` off the event loop (the same arguments, the same errors)."""

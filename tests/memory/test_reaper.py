@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import time
 from pathlib import Path
 
 import memory
@@ -77,3 +78,26 @@ def test_a_forked_child_unlinks_the_files_it_removes(tmp_path: Path) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert not (folder / f"{second}.json").exists() and _hidden(folder) == []
+
+
+def test_removals_are_unlinked_in_batches_and_a_lone_one_after_its_linger(tmp_path: Path) -> None:
+    """The thread wakes per batch (``BATCH`` removals) or ``LINGER_S`` after the oldest: a lone
+    removal in a long-lived process is still unlinked, without a drain, a close or an exit."""
+    from memory import _reaper
+
+    db = tmp_path / "store" / "history.db"
+    folder = memory.learned_dir(db, "desk")
+    with memory.MemoryStore(db) as store, store.session(scope="desk") as s:
+        keys = [s.learn({"text": f"finding {i}", "tags": ["t"]}).key for i in range(_reaper.BATCH + 1)]
+        assert REAPER.drain(10)
+        s.forget(keys[0], reason="a lone removal")
+        assert len(_hidden(folder)) == 1  # queued, not unlinked on the caller's path
+        deadline = time.monotonic() + _reaper.LINGER_S + 5
+        while _hidden(folder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _hidden(folder) == []  # unlinked once it lingered, with nobody draining
+        s.forget_where(tags=["t"], reason="a batch")
+        deadline = time.monotonic() + _reaper.LINGER_S / 2
+        while _hidden(folder) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _hidden(folder) == []  # a full batch is unlinked at once, well before the linger
