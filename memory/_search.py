@@ -42,7 +42,7 @@ from memory._results import Explained, Recalled
 from memory._stem import terms
 
 if TYPE_CHECKING:
-    from memory._vectors import VectorIndex
+    from memory._vectors import VectorDiscards, VectorIndex
 
 E = TypeVar("E")
 
@@ -279,6 +279,7 @@ class Search:
         self._held_mutex = threading.Lock()
         self._embedder = embedder
         self._vectors: VectorIndex | None = None
+        self._discards: VectorDiscards | None = None  # the vectors of retired keys, when none is open
         self._shared = shared or _no_shared
         self._latest: dict[str, tuple[str, str]] = {}  # memory id -> (key, scope) of its last version
         self._version_of: dict[str, str] = {}  # a noted version's key -> its memory id
@@ -879,9 +880,11 @@ class Search:
         if self._vectors is not None:
             self._vectors.discard(keys)
             return
-        from memory._vectors import discard_vectors
+        if self._discards is None:
+            from memory._vectors import VectorDiscards
 
-        discard_vectors(self._publisher.db_path, keys)
+            self._discards = VectorDiscards(self._publisher.db_path)
+        self._discards(keys)
 
     def close(self) -> None:
         """Close the vectors file, if one was opened (reopened on the next search by meaning), and

@@ -25,6 +25,7 @@ import sqlite3
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from memory._embed import Embedder, checked_vectors
 from memory._filecache import cache_dir
+from memory._files import RACY_S
 from memory._results import Recalled
 
 if TYPE_CHECKING:  # numpy is imported when a VectorIndex is made (the semantic extra)
@@ -421,18 +423,52 @@ def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> int:
 def discard_vectors(db_path: str | os.PathLike[str], keys: Iterable[str]) -> int:
     """Delete the stored vectors of ``keys`` (every embedder's) from a store's vectors file, their
     bytes overwritten; the number of rows deleted (0 when there is no file)."""
-    keys = list(keys)
-    if keys:
-        for path in snapshots(vectors_path(Path(db_path)).parent):  # they may hold these keys' vectors
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-    conn = _connect(vectors_path(Path(db_path)), create=False) if keys else None
+    return _discard(Path(db_path), list(keys))[0]
+
+
+def _discard(db_path: Path, keys: list[str]) -> tuple[int, bool]:
+    """``discard_vectors``, and whether a snapshot or the vectors file was there."""
+    if not keys:
+        return 0, True
+    found = snapshots(vectors_path(db_path).parent)
+    for path in found:  # they may hold these keys' vectors
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    conn = _connect(vectors_path(db_path), create=False)
     if conn is None:
-        return 0
+        return 0, bool(found)
     try:
-        return _delete(conn, keys)
+        return _delete(conn, keys), True
     finally:
         conn.close()
+
+
+class VectorDiscards:
+    """``discard_vectors`` for one store, which does not look again while the cache folder is
+    unchanged since a look found neither a vectors file nor a snapshot there (its mtime, when it
+    was older than ``RACY_S`` at that look: a file made since would have changed it). A store
+    never searched by meaning pays one ``lstat`` per retirement, not a listing and two."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._db_path = db_path
+        self._quiet: int | None = None  # the cache folder's mtime when a look found nothing
+
+    def __call__(self, keys: list[str]) -> int:
+        if not keys:
+            return 0
+        try:
+            st = os.lstat(vectors_path(self._db_path).parent)
+        except FileNotFoundError:
+            return 0  # no cache folder: no vectors file, no snapshot
+        except OSError:
+            st = None
+        if st is not None and st.st_mtime_ns == self._quiet:
+            return 0
+        looked = time.time_ns()
+        gone, there = _discard(self._db_path, keys)
+        racy = st is None or looked - st.st_mtime_ns <= RACY_S * 1e9
+        self._quiet = None if there or racy or st is None else st.st_mtime_ns
+        return gone
 
 
 _NOT_LIVE = "its finding is not live (forgotten, superseded, expired or unknown)"

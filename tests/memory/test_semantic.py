@@ -450,3 +450,24 @@ def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
         s.why("zebras", mode="semantic")
     assert len(toy.seen) == 3 and "zebras" in toy.seen  # the question and the two bad rows' findings
     assert {t for t in toy.seen if t != "zebras"} <= {f"finding {i} about zebras" for i in range(len(keys))}
+
+
+def test_a_store_that_found_no_vectors_still_drops_those_another_store_derived_since(db: Path) -> None:
+    """A store with no vectors open skips the look for a vectors file while the cache folder is
+    unchanged since one found none: a file another store derives afterwards changes the folder,
+    so the next forget drops its vector."""
+    import time
+
+    from memory._files import RACY_S
+
+    with memory.MemoryStore(db, embedder=None) as plain, plain.session(scope="u") as session:
+        first = session.learn({"text": "forgotten before any vector"}).key
+        second = session.learn({"text": "forgotten after the vectors were derived"}).key
+        (db.parent / "flows-cache").mkdir(exist_ok=True)
+        time.sleep(RACY_S * 2)  # the cache folder settles: its look can be trusted
+        session.forget(first, reason="asked")  # looks, finds nothing, remembers the folder's stamp
+        with _store(db, Toy()) as other:
+            other.derive_vectors()
+        assert second in {k for _, k in _vector_rows(db)}
+        session.forget(second, reason="asked")
+    assert second not in {k for _, k in _vector_rows(db)}
