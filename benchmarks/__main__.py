@@ -80,6 +80,10 @@ FIGURES: dict[str, tuple[str, ...]] = {
 RATIOS: dict[str, tuple[str, str]] = {
     "ratio.learn_1w_vs_floor": ("write.learn_file_1w_per_s", "write.floor_journal_first_1w_per_s"),
     "ratio.update_1w_vs_learn_1w": ("write.update_file_1w_per_s", "write.learn_file_1w_per_s"),
+    "ratio.update_floor_vs_one_flush_floor": (
+        "write.floor_one_flush_update_1w_per_s",
+        "write.floor_one_flush_1w_per_s",
+    ),
     "ratio.learn_1w_vs_sqlite3": ("write.learn_file_1w_per_s", "write.sqlite3_full_1w_per_s"),
     "ratio.learn_1w_vs_one_flush_floor": ("write.learn_file_1w_per_s", "write.floor_one_flush_1w_per_s"),
     "ratio.one_flush_floor_vs_sqlite3": ("write.floor_one_flush_1w_per_s", "write.sqlite3_full_1w_per_s"),

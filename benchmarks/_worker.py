@@ -9,6 +9,9 @@ Kinds (``python -m benchmarks._worker KIND PARAMS``):
 * ``floor``: the raw journal-first sequence, both halves (three fsyncs), no library code;
 * ``oneflush``: the raw sequence a learn makes now: a new file written without fsync, the line
   appended and fsync'd under the lock, the rename (no directory fsync): one device flush;
+* ``oneflush_update``: the raw sequence an update makes on a file journal, the ``oneflush`` one and
+  then the old version's retirement: its retired file written without fsync and renamed into the
+  retired folder, its learned file renamed to a hidden name, those names unlinked 128 at a time;
 * ``learn``: ``MemoryStore.learn`` of distinct findings on the root run ``run_id``/``epoch`` (given the
   lease token, as another process on the same root); ``threads`` > 1 learns on that many threads;
 * ``flow``: a flow run per round (``flows.run``) whose body starts every learn before awaiting any,
@@ -82,6 +85,46 @@ def _raw(params: dict[str, Any], kind: str) -> Run:
                     os.close(dfd)
             else:
                 _new_file(directory, f"{who}-{i}.json", data)
+
+    return run
+
+
+def _raw_update(params: dict[str, Any]) -> Run:
+    directory = Path(params["dir"])
+    retired = directory.parent / "retired"
+    directory.mkdir(parents=True, exist_ok=True)
+    retired.mkdir(parents=True, exist_ok=True)
+    journal_fd = os.open(params["journal"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    who, memories = params["who"], params.get("memories", 50)
+    live = {m: f"{who}-{m}-first.json" for m in range(memories)}
+    for name in live.values():  # the first versions, untimed
+        (directory / name).write_bytes(b"{}\n")
+    gone: list[str] = []
+
+    def staged(folder: Path, data: bytes) -> Path:
+        path = folder / f".stage-{os.urandom(8).hex()}.finding"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.write(fd, data)
+        os.close(fd)
+        return path
+
+    def run(n: int, start: int) -> None:
+        for i in range(start, start + n):
+            m = i % memories
+            old = live[m]
+            data = orjson.dumps({"id": f"{who}-{i}", "text": f"raw version {i}", "supersedes": old}) + b"\n"
+            stage = staged(directory, data)
+            _append_line(journal_fd, data)
+            live[m] = f"{who}-{m}-{i}.json"
+            os.replace(stage, directory / live[m])
+            os.replace(staged(retired, data), retired / old)
+            hidden = f".stage-{os.urandom(8).hex()}.gone"
+            os.rename(directory / old, directory / hidden)
+            gone.append(hidden)
+            if len(gone) >= 128:
+                for name in gone:
+                    os.unlink(directory / name)
+                gone.clear()
 
     return run
 
@@ -188,6 +231,8 @@ def setup(kind: str, params: dict[str, Any]) -> tuple[dict[str, Any], Run]:
     """Build the contender ``kind``; return what it reports when ready and its round function."""
     if kind in ("append", "file", "floor", "oneflush"):
         return {}, _raw(params, kind)
+    if kind == "oneflush_update":
+        return {}, _raw_update(params)
     if kind == "learn":
         return {}, _learn(params)
     if kind == "update":

@@ -35,6 +35,8 @@ WRITE_NAMES = {
     "floor_journal_first_1w": "raw journal-first sequence (3 fsyncs), 1 writer",
     "floor_journal_first_8p": "raw journal-first sequence, 8 processes",
     "floor_one_flush_1w": "raw one-flush sequence (unsynced file, line + fsync, rename), 1 writer",
+    "floor_one_flush_update_1w": "raw one-flush sequence of an update (that one, then a retired file "
+    "written and renamed, the old file renamed aside, unlinked 128 at a time), 1 writer",
     "learn_file_1w": "MemoryStore.learn, file journal, 1 writer",
     "learn_file_8t": "learn, file journal, 8 threads on one root",
     "learn_flow_8t": "learn in one flow (8 executor threads), file journal",
@@ -125,6 +127,7 @@ def _floor(base: Path, sizes: Sizes) -> list[Contender]:
         ("floor_journal_first_1w", "floor", 1),
         ("floor_journal_first_8p", "floor", sizes.writers),
         ("floor_one_flush_1w", "oneflush", 1),
+        ("floor_one_flush_update_1w", "oneflush_update", 1),
     ):
         d = base / "raw" / name
 

@@ -110,6 +110,9 @@ def holds(path: Path, data: bytes) -> bool:
         os.close(fd)
 
 
+_REMOVAL_DIRS = 16  # folders kept open for removals; past it they are all closed and opened anew
+
+
 class PendingNames:
     """The folders holding names a learn renamed into place but did not fsync, in rename order.
 
@@ -179,6 +182,9 @@ class Publisher:
         self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         self._durable_names: set[Path] = set()
         self.pending = PendingNames()
+        # folders ``remove_many`` opened, kept open: folder -> (descriptor, (device, inode))
+        self._removal_dirs: dict[Path, tuple[int, tuple[int, int]]] = {}
+        self._removing = threading.Lock()  # held while a kept descriptor is used or closed
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -232,29 +238,73 @@ class Publisher:
         for directory, names in by_folder.items():
             at = directory
             try:
-                try:
-                    folder = Folder.open(self.db_path.parent, directory)
-                except FileNotFoundError:
-                    continue
-                if folder is None:
-                    continue
-                with folder:
+                with self._removing:
+                    fd = self._removal_fd(directory)
+                    if fd is None:
+                        continue
                     hidden: list[str] = []
                     for name in names:
                         at = directory / name
                         try:
-                            if now or not _set_aside(name, folder.fd, hidden):
-                                os.unlink(name, dir_fd=folder.fd)
+                            if now or not _set_aside(name, fd, hidden):
+                                os.unlink(name, dir_fd=fd)
                             gone += 1
                         except FileNotFoundError:
                             continue
                     if hidden:
-                        REAPER.put(os.dup(folder.fd), hidden)
+                        REAPER.put(os.dup(fd), hidden)
             except OSError as exc:
                 raise Unwritable(
                     f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
                 ) from exc
         return gone
+
+    def _removal_fd(self, directory: Path) -> int | None:
+        """A descriptor of ``directory``, opened one component at a time with no link on the way
+        (``Folder.open``; None when it is missing), and kept: the next removal in it uses the
+        descriptor while the path still names that folder (one ``lstat``: the same device and
+        inode, not a link), where a walk opens five folders. A folder replaced since, by a link or
+        another folder, or a link put on the way to it, names another inode: it is walked again
+        (and refused, as before, when a link is there). Called with ``_removing`` held.
+
+        Raises:
+            OSError: as ``Folder.open``.
+        """
+        held = self._removal_dirs.get(directory)
+        if held is not None:
+            try:
+                st = os.lstat(directory)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held[1]:
+                return held[0]
+            del self._removal_dirs[directory]
+            os.close(held[0])
+        try:
+            folder = Folder.open(self.db_path.parent, directory)
+        except FileNotFoundError:
+            return None
+        if folder is None:
+            return None
+        try:
+            st = os.fstat(folder.fd)
+        except OSError:
+            folder.close()
+            raise
+        if len(self._removal_dirs) >= _REMOVAL_DIRS:
+            self._close_removal_dirs()
+        self._removal_dirs[directory] = (folder.fd, (st.st_dev, st.st_ino))
+        return folder.fd
+
+    def _close_removal_dirs(self) -> None:
+        for fd, _ in self._removal_dirs.values():
+            os.close(fd)
+        self._removal_dirs.clear()
+
+    def close(self) -> None:
+        """Close the folders kept open for removals (opened again by the next one; safe twice)."""
+        with self._removing:
+            self._close_removal_dirs()
 
     def shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
         """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once

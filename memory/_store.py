@@ -211,6 +211,7 @@ class MemoryStore:
         except Unwritable as exc:
             log.warning("closing the store: %s", exc)
         REAPER.drain(DRAIN_AT_EXIT_S)
+        self._publisher.close()
         self._db.close()
         self._search.close()
         self._journal_keys.close()

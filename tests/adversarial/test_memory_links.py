@@ -7,6 +7,7 @@ ingested or deleted."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -188,3 +189,40 @@ def test_a_history_db_file_that_is_not_a_regular_file_fails_the_read_naming_it(
         store.recall(limit=10)
     assert caught.value.path == path
     assert "never follows links or opens anything else" in str(caught.value)
+
+
+@pytest.mark.parametrize("level", [".trajectories", "compacted"])
+def test_a_folder_linked_after_a_removal_kept_it_open_is_refused_by_the_next_one(
+    tmp_path: Path, level: str
+) -> None:
+    """A forget keeps its learned-file folder open for the next removal: a link put in that
+    folder's place, or on the way to it, after the first removal is still refused by the next one
+    (the same store object), and the other store's file of the same name stays."""
+    mine = populate(tmp_path / "mine" / "history.db", ["first mine", "second mine"], scope="adv")
+    theirs = populate(tmp_path / "theirs" / "history.db", ["their private finding"], scope="adv")
+    first, second = sorted(mine.keys, key=lambda k: mine.keys[k])
+    with memory.MemoryStore(mine.db) as store, store.session(scope="adv", flow="adv") as s:
+        s.forget(first, reason="kept the folder open")
+        planted = (mine.folder / f"{second}.json").read_bytes()  # a copy the read through the link finds
+        (theirs.folder / f"{second}.json").write_bytes(planted)
+        _relink(mine, theirs, level)
+        with pytest.raises(memory.Unwritable) as raised:
+            s.forget(second, reason="through a link")
+    assert raised.value.code == "memory_unwritable" and "link" in str(raised.value)
+    assert (theirs.folder / f"{second}.json").read_bytes() == planted
+
+
+def test_a_folder_replaced_by_another_after_a_removal_kept_it_open_is_removed_from(tmp_path: Path) -> None:
+    """The learned-file folder replaced by a real folder (restored from a copy) after a removal
+    kept the old one open: the next removal takes the file from the folder the path names now."""
+    mine = populate(tmp_path / "mine" / "history.db", ["first mine", "second mine"], scope="adv")
+    first, second = sorted(mine.keys, key=lambda k: mine.keys[k])
+    with memory.MemoryStore(mine.db) as store, store.session(scope="adv", flow="adv") as s:
+        s.forget(first, reason="kept the folder open")
+        copy = mine.folder.with_name("compacted.copy")
+        shutil.copytree(mine.folder, copy)
+        os.rename(mine.folder, mine.folder.with_name("compacted.old"))
+        os.rename(copy, mine.folder)
+        s.forget(second, reason="in the folder there now")
+        assert not (mine.folder / f"{second}.json").exists()
+        assert [e.key for e in store.recall(limit=None)] == []
