@@ -246,3 +246,27 @@ def test_an_update_killed_after_its_one_commit_is_finished_by_repair_or_sync_wit
             ]
             assert memory.check_store(store) == []
             store.sync()
+
+
+def test_a_version_rewritten_after_this_process_learned_it_is_refused_by_its_own_reads(
+    tmp_path: Path,
+) -> None:
+    """The commit a learn appended is known to the store's citation checks as it returns (no
+    stream is read again), and a file of that version changed since still differs from it: the
+    same store refuses it by name, in ``current``, ``update`` and ``recall``, and writes nothing."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="desk") as s:
+        learned = s.learn({"text": "the original words", "tags": ["t"]})
+        assert store.current(learned.memory_id) is not None  # read back once: checked and served
+        learned.path.write_bytes(learned.path.read_bytes().replace(b"original", b"replaced"))
+        for read in (
+            lambda: store.current(learned.memory_id),
+            lambda: s.update(learned.memory_id, {"text": "a next version", "tags": ["t"]}),
+            lambda: store.recall(scope="desk", limit=None),
+        ):
+            with pytest.raises(memory.Unreachable) as raised:
+                read()
+            assert raised.value.code == "memory_unreachable" and learned.key in str(raised.value)
+        assert [p.name for p in learned.path.parent.iterdir() if not p.name.startswith(".")] == [
+            learned.path.name
+        ]
