@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import journal
+from memory._erase import keys_in_stages
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable, WrongJournal
 from memory._files import is_learned_name, parse_learned, parse_retired
 from memory._finding import (
@@ -242,6 +243,8 @@ def _file_problems(ctx: _Context) -> set[str]:
                     ctx.problems.append(_forgotten(ctx, folder.path / name))
                 else:
                     _check_file(ctx, folder, name, good)
+        if erased:  # a removed file's hidden name a power loss brought back, holding erased content
+            ctx.erased_files.update(keys_in_stages([directory], erased))
     return good
 
 

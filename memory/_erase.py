@@ -23,7 +23,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,9 +166,17 @@ def rewrite(backend: JournalBackend, targets: Sequence[Record]) -> int:
 
 def stages_holding(folders: Iterable[Path], keys: set[str]) -> list[Path]:
     """The hidden stage files in ``folders`` that hold a commit of any of ``keys`` (a learn or a
-    publish a crash left behind), read without following links."""
+    publish a crash left behind, a removed file not yet unlinked), read without following links."""
+    return [path for path, _ in _stages_holding(folders, keys)]
+
+
+def keys_in_stages(folders: Iterable[Path], keys: set[str]) -> set[str]:
+    """Which of ``keys`` a hidden stage file in ``folders`` holds (``stages_holding``)."""
+    return {k for _, data in _stages_holding(folders, keys) for k in keys if k.encode() in data}
+
+
+def _stages_holding(folders: Iterable[Path], keys: set[str]) -> Iterator[tuple[Path, bytes]]:
     wanted = [k.encode() for k in keys]
-    found = []
     for folder in folders:
         try:
             names = os.listdir(folder)
@@ -190,8 +198,7 @@ def stages_holding(folders: Iterable[Path], keys: set[str]) -> list[Path]:
             except OSError:
                 continue
             if any(k in data for k in wanted):
-                found.append(path)
-    return found
+                yield path, data
 
 
 def cache_files_holding(folder: Path, keys: set[str], keep: Iterable[str]) -> list[Path]:

@@ -947,10 +947,15 @@ class MemoryStore:
         from memory._erase import audits
 
         backend = self.open_journal()
-        for record in audits(backend):
+        erasures = audits(backend)
+        for record in erasures:
             keys = [k for k in record.payload["keys"] if isinstance(k, str)]
             if self._db.rows_of(keys) or any(self.get(k) is not None for k in keys):
                 self.finish_erasure(keys, targets=[])
+        if erasures:
+            # the files this sync removed wait for the background unlink: one may hold what an
+            # erase took (a retirement of it published here just now), so none outlives the sync
+            REAPER.drain(DRAIN_AT_EXIT_S)
 
     async def async_sync(self) -> SyncReport:
         """``sync`` off the event loop."""

@@ -107,7 +107,9 @@ def _drop(folder: Folder, name: str, ingested: bytes, retired: bool, hidden: lis
     """Remove ``name`` from ``folder`` if it still holds ``ingested``; a newer file published
     meanwhile stays, unless the finding is ``retired`` (then no file of it has a place).
     Everything goes through the folder's descriptor, never a path. The file is renamed to a hidden
-    stage name, appended to ``hidden`` for the background unlink (``memory._reaper``)."""
+    stage name, appended to ``hidden`` for the background unlink (``memory._reaper``); a retired
+    finding's is unlinked at once (it may be one an erase on another host took: its bytes must not
+    wait for a batch)."""
     fd = folder.fd
     claim = f"{STAGE_PREFIX}sync-{secrets.token_hex(6)}.{name}"
     try:
@@ -123,7 +125,10 @@ def _drop(folder: Folder, name: str, ingested: bytes, retired: bool, hidden: lis
             os.link(claim, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
         os.unlink(claim, dir_fd=fd)
         return False
-    hidden.append(claim)
+    if retired:
+        os.unlink(claim, dir_fd=fd)
+    else:
+        hidden.append(claim)
     return True
 
 
