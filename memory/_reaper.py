@@ -20,6 +20,7 @@ check --repair`` sweeps. At interpreter exit the thread is given a bounded time 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -103,7 +104,8 @@ class Reaper:
                             except OSError:  # gone already (an erase, a sweep), or not removable: a stage
                                 continue
                     finally:
-                        os.close(fd)
+                        with contextlib.suppress(OSError):  # the thread outlives any one bad descriptor
+                            os.close(fd)
             finally:
                 with self._wake:
                     self._busy = False
@@ -115,7 +117,8 @@ class Reaper:
         self._wake = threading.Condition(self._lock)
         old, self._queue, self._names = self._queue, [], 0
         for fd, _ in old:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._busy = False
         self._draining = 0
         self._thread = None
