@@ -621,11 +621,11 @@ class Search:
         key, scope = noted
         path = self._publisher.scope_dir(scope) / f"{key}.json"
         retired = self._publisher.retired_dir(scope) / f"{key}.json"
-        if os.path.lexists(retired) or key in self._shared() or not os.path.lexists(path):
+        if os.path.lexists(retired) or key in self._shared():
             return None
         try:
             entry = read_learned(path)
-        except Unreachable:
+        except Unreachable:  # gone (or damaged): only a full ``current`` can tell
             return None
         now = self._clock()
         if entry.memory_id != memory_id or (entry.expires_ms is not None and entry.expires_ms <= now):
