@@ -665,8 +665,12 @@ class HistoryDB:
             now_ms is not None,
             limit is not None,
         )
-        # Inside a snapshot a bounded read selects each row's stamp first (see ``_stamped``).
-        snapshot = limit is not None and getattr(self._local, "snapshot", None) is not None
+        # Inside a snapshot a bounded read selects each row's stamp first (see ``_stamped``), once
+        # this object has built rows it could reuse: before that (a process's first read), every
+        # row would be read again by a second statement, so the rows are read by one.
+        snapshot = (
+            limit is not None and bool(self._rows) and getattr(self._local, "snapshot", None) is not None
+        )
         sql = self._recall_sql.get((shape, snapshot))
         if sql is None:
             sql = _recall_sql(shape)

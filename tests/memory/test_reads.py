@@ -386,3 +386,28 @@ def test_the_public_api_takes_typed_keyword_arguments_not_a_catch_all() -> None:
     for name in ("arecall", "awhy"):
         params = inspect.signature(getattr(memory.MemoryStore, name)).parameters
         assert {"tags", "meta", "scope", "limit"} <= set(params), name
+
+
+def test_a_first_bounded_read_reads_its_rows_with_one_statement_and_later_ones_by_their_stamps(
+    db: Path, store: memory.MemoryStore, root: memory.RootRun
+) -> None:
+    """Inside a read's snapshot a bounded recall selects the rows' stamps, and reads in full only
+    the rows not built before; a process's first read has built none, so it reads the rows whole
+    with one statement (not the stamps, then every row again). The answers are the same."""
+    _learn_all(store, root)
+    store.sync()
+    statements: list[str] = []
+    with memory.MemoryStore(db) as fresh:
+        conn = fresh.db._reader()
+        assert conn is not None
+        conn.set_trace_callback(statements.append)
+        first = fresh.recall(tag="cache", limit=10)
+        selects = [s for s in statements if s.startswith("SELECT") and "finding_tags" in s]
+        assert len(selects) == 1 and "f.text" in selects[0]
+        assert not any(" IN (" in s for s in statements)
+        statements.clear()
+        assert fresh.recall(tag="cache", limit=10) == first
+        selects = [s for s in statements if s.startswith("SELECT") and "finding_tags" in s]
+        assert len(selects) == 1 and "f.text" not in selects[0]  # the stamps: every row was built
+    assert _texts(first) == ["the cache warms within a minute", "the cache is cold at dawn"]
+    assert first == store.recall(tag="cache", limit=10)
