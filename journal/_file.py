@@ -72,7 +72,7 @@ from journal._model import (
     shown,
     whole,
 )
-from staging import HAVE_SYNCFS, StagingError, ensure_dir, stage
+from staging import StagingError, ensure_dir, have_syncfs, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
 _RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
@@ -712,7 +712,7 @@ class FileJournal:
         """True where ``syncfs`` exists and ``path`` is on the journal's file system (see
         ``JournalBackend``); False when either cannot be told (a missing path, say)."""
         self._check_open()
-        if not HAVE_SYNCFS:
+        if not have_syncfs():
             return False
         try:
             if self._dev is None:
@@ -753,7 +753,7 @@ class FileJournal:
         """
         self._check_open()
         if sync_filesystem:
-            check_sync(HAVE_SYNCFS, "this platform has no syncfs", self.location)
+            check_sync(have_syncfs(), "this platform has no syncfs", self.location)
         if key is not None:
             check_key(key)
         # A canonical copy: the record holds what a read returns, whatever the caller does next.

@@ -83,7 +83,7 @@ from typing import Generic, Protocol, TypeVar
 
 from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
 from journal._fs import open_regular
-from staging import HAVE_SYNCFS, ensure_dir, failpoint, fsync_dir, syncfs, write_all
+from staging import ensure_dir, failpoint, fsync_dir, have_syncfs, syncfs, write_all
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -718,7 +718,7 @@ class LineLog(Generic[T]):
                 if they did survive).
             ValueError: ``filesystem`` where syncfs is missing.
         """
-        if filesystem and not HAVE_SYNCFS:
+        if filesystem and not have_syncfs():
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
         gen = self._gen if generation is None else generation
         if self._known_durable(end, filesystem, gen):
@@ -742,7 +742,7 @@ class LineLog(Generic[T]):
         Raises:
             JournalUnwritable: the sync failed, or the bytes up to ``end`` are not acknowledged.
         """
-        if filesystem and not HAVE_SYNCFS:
+        if filesystem and not have_syncfs():
             raise ValueError("a file-system sync needs syncfs, which this platform lacks")
         with self._syncing:
             self._sync_locked(end, filesystem, self._gen if generation is None else generation, force=True)

@@ -4,11 +4,11 @@ from staging._errors import CodedError, CodedInterrupt, PublishFailed, StageFail
 from staging._failpoints import hit as failpoint
 from staging._stage import (
     DEFAULT_SWEEP_AGE_S,
-    HAVE_SYNCFS,
     STAGE_PREFIX,
     Staged,
     ensure_dir,
     fsync_dir,
+    have_syncfs,
     is_stage_name,
     publish_many,
     stage,
@@ -32,6 +32,7 @@ __all__ = [
     "ensure_dir",
     "failpoint",
     "fsync_dir",
+    "have_syncfs",
     "is_stage_name",
     "publish_many",
     "stage",
@@ -43,7 +44,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
+HAVE_SYNCFS: bool
+"""Whether ``syncfs`` is available (Linux); looked up on first use (``have_syncfs``), since the
+lookup imports ctypes, which a process that never writes should not pay for at start-up."""
+
+
+def __getattr__(name: str) -> object:
+    if name == "HAVE_SYNCFS":
+        have = globals()["HAVE_SYNCFS"] = have_syncfs()
+        return have
     # the version is read from the installed distribution's metadata on first use: importing
     # importlib.metadata costs tens of milliseconds that a command which never asks should not pay
     if name != "__version__":

@@ -11,7 +11,6 @@ name survives power loss. A stage's name starts with ``STAGE_PREFIX``; readers s
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import secrets
@@ -21,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from staging._errors import PublishFailed, StageFailed
 from staging._failpoints import hit
@@ -101,19 +101,54 @@ def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
 _fs_syncs: dict[int, _SharedSync] = {}
 
 
+_NOT_LOADED: Any = object()
+
+# Linux's ``syncfs`` and whether there is one: loaded through ctypes on first use (module
+# ``__getattr__`` below), since importing ctypes costs a few milliseconds that a process which never
+# writes (``flows recall``, ``flows why``) should not pay at start-up.
+_syncfs: Callable[[int], int] | None
+HAVE_SYNCFS: bool
+"""Whether ``syncfs`` is available (Linux): one call makes every write on a file system durable."""
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn: Callable[[int], int] = libc.syncfs
-    except (OSError, AttributeError):
-        return None
+    """Look ``syncfs`` up in the C library (once: later calls find it in the module's globals).
+    A ``_syncfs`` already set (a test's stand-in) is kept; ``HAVE_SYNCFS`` says what the platform has."""
+    found: Callable[[int], int] | None = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            found = libc.syncfs
+        except (OSError, AttributeError):
+            found = None
+    names = globals()
+    names.setdefault("HAVE_SYNCFS", found is not None)
+    fn: Callable[[int], int] | None = names.setdefault("_syncfs", found)
     return fn
 
 
-_syncfs = _load_syncfs() if sys.platform.startswith("linux") else None
+def __getattr__(name: str) -> Any:
+    if name in ("_syncfs", "HAVE_SYNCFS"):
+        _load_syncfs()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-HAVE_SYNCFS = _syncfs is not None
-"""Whether ``syncfs`` is available (Linux): one call makes every write on a file system durable."""
+
+def _the_syncfs() -> Callable[[int], int] | None:
+    """``syncfs`` as the module holds it now (loaded on first use), or None where there is none."""
+    fn = globals().get("_syncfs", _NOT_LOADED)
+    return _load_syncfs() if fn is _NOT_LOADED else cast("Callable[[int], int] | None", fn)
+
+
+def have_syncfs() -> bool:
+    """``HAVE_SYNCFS``, looked up on first use (see ``_load_syncfs``)."""
+    have = globals().get("HAVE_SYNCFS")
+    if have is None:
+        _load_syncfs()
+        have = globals()["HAVE_SYNCFS"]
+    return bool(have)
 
 
 def syncfs(fd: int) -> None:
@@ -125,9 +160,12 @@ def syncfs(fd: int) -> None:
     Raises:
         OSError: the sync failed.
     """
-    if _syncfs is None:
+    fn = _the_syncfs()
+    if fn is None:
         os.fsync(fd)
-    elif _syncfs(fd) != 0:
+    elif fn(fd) != 0:
+        import ctypes  # loaded with ``fn``
+
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
 
@@ -150,7 +188,7 @@ def sync_file_shared(fd: int) -> None:
         if state.done >= ticket:
             return
         covering = state.covering()
-        if covering == ticket or _syncfs is None:  # nobody queued behind: a plain fsync
+        if covering == ticket or _the_syncfs() is None:  # nobody queued behind: a plain fsync
             os.fsync(fd)
             return
         syncfs(fd)
@@ -328,7 +366,7 @@ def _sync_all(paths: Sequence[str]) -> None:
         fd = os.open(paths[0], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             hit("staging.before_fsync")
-            if _syncfs is None or len(paths) == 1:
+            if _the_syncfs() is None or len(paths) == 1:
                 os.fsync(fd)
                 for p in paths[1:]:
                     other = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)

@@ -7,6 +7,7 @@ that use them. These tests run a fresh interpreter and look at ``sys.modules`` a
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import orjson
@@ -81,3 +82,36 @@ def test_version_is_still_printed_when_asked_for() -> None:
     result = run_python("from flows._cli import main\nmain(['--version'])")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("flows ") and result.stdout.strip() != "flows"
+
+
+@pytest.mark.parametrize("command", [["why", "fog"], ["recall", "--limit", "10"]])
+def test_a_read_of_a_store_with_synced_and_unsynced_findings_loads_no_ctypes(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``syncfs`` is looked up through ctypes on the first write that syncs, not at import: a read
+    (its citation check of an unsynced file included) never loads ctypes."""
+    import memory
+
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="f") as s:
+        s.learn({"text": "fog lifts by ten", "tags": ["fog"]})
+        store.sync()
+        s.learn({"text": "fog returns at dusk", "tags": ["fog"]})
+    argv = ["--db", str(db), *command]
+    loaded = _modules_after(f"from flows._cli import main\nassert main({argv!r}) == 0")
+    assert "sqlite3" in loaded and "ctypes" not in loaded
+
+
+def test_syncfs_is_looked_up_on_first_use_and_a_stand_in_set_before_is_kept() -> None:
+    result = run_python(
+        "import sys, staging, staging._stage as st\n"
+        "assert 'ctypes' not in sys.modules\n"
+        "fake = lambda fd: 0\n"
+        "st._syncfs = fake\n"
+        "have = staging.HAVE_SYNCFS\n"
+        "assert st._syncfs is fake and st._the_syncfs() is fake\n"
+        "print(have, staging.have_syncfs(), st.HAVE_SYNCFS, 'ctypes' in sys.modules)"
+    )
+    assert result.returncode == 0, result.stderr
+    linux = sys.platform.startswith("linux")
+    assert result.stdout.split() == [str(linux), str(linux), str(linux), str(linux)]
