@@ -59,7 +59,6 @@ from memory._results import (
 from memory._retire import Located, Retirer
 from memory._root import Root
 from memory._search import Search
-from memory._session import MemorySession
 from memory._syncing import Syncer, latest_commits
 from staging import failpoint
 
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from memory._erase import Erased
+    from memory._session import MemorySession
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -252,6 +252,8 @@ class MemoryStore:
             ArgumentInvalid: ``scope``, ``flow`` or ``source`` is not a non-empty string (at most
                 256 characters, no NUL).
         """
+        from memory._session import MemorySession  # a read-only command never opens a session
+
         return MemorySession(self, scope=scope, flow=flow, source=source)
 
     def learn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned:

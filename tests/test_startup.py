@@ -72,6 +72,7 @@ def test_a_read_only_command_imports_neither_the_runtime_nor_an_integration(
         "flows._web_cli",
         "socket",
         "memory._check",  # the store's verifier: only `flows check` needs it
+        "memory._session",  # sessions learn: a read never opens one
         "journal._postgres",  # a backend the store does not use
     }
     assert sorted(unwanted & loaded) == []
