@@ -241,6 +241,10 @@ class _Unused:
         return self
 
 
+RUN_COMMANDS = ("run", "resume", "runs", "show")
+"""The commands ``flows._cli_runs`` adds (``build_cli`` imports it only for one of them)."""
+
+
 def build_cli(only: str | None = None) -> CommandLine:
     """The ``flows`` command line: its global options and every command (with ``only``, the one
     command so named, the others built only if the parse needs them: see ``CommandLine.parse``)."""
@@ -258,9 +262,11 @@ def build_cli(only: str | None = None) -> CommandLine:
         return cli.command(name, fn, help_)
 
     from flows._cli_memory import add_filter_options, add_memory_commands, bad_input_exits_2
-    from flows._cli_runs import add_run_commands  # run, resume, runs, show
 
-    add_run_commands(add)
+    if only is None or only in RUN_COMMANDS:  # another command need not import their module
+        from flows._cli_runs import add_run_commands
+
+        add_run_commands(add)
     add_memory_commands(add)  # learn, forget, history
     p = add("journal", cmd_journal, "show a root run's journal records")
     p.add_argument("run_id", metavar="RUN_ID")

@@ -73,6 +73,7 @@ def test_a_read_only_command_imports_neither_the_runtime_nor_an_integration(
         "socket",
         "memory._check",  # the store's verifier: only `flows check` needs it
         "memory._session",  # sessions learn: a read never opens one
+        "flows._cli_runs",  # run, resume, runs, show: built only when named
         "journal._postgres",  # a backend the store does not use
     }
     assert sorted(unwanted & loaded) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import orjson
@@ -229,6 +230,24 @@ def test_only_the_named_commands_parser_is_built() -> None:
     cli = build_cli("recall")
     assert sorted(cli._sub.choices) == ["recall"]  # type: ignore[attr-defined]
     assert len(build_cli()._sub.choices) > 10  # type: ignore[attr-defined]
+
+
+def test_each_command_is_built_alone_and_the_run_commands_are_the_ones_their_module_adds() -> None:
+    """``build_cli(only)`` imports the run commands' module only for one of ``RUN_COMMANDS``: that
+    list must name exactly what the module adds, or a command would go missing when built alone."""
+    from flows._cli import RUN_COMMANDS, build_cli
+    from flows._cli_runs import add_run_commands
+
+    added: list[str] = []
+
+    def add(name: str, *_: object) -> argparse.ArgumentParser:
+        added.append(name)
+        return argparse.ArgumentParser()
+
+    add_run_commands(add)
+    assert sorted(added) == sorted(RUN_COMMANDS)
+    for name in build_cli()._sub.choices:  # type: ignore[attr-defined]
+        assert sorted(build_cli(name)._sub.choices) == [name]  # type: ignore[attr-defined]
 
 
 def test_a_store_path_is_never_guessed(tmp_path: Path) -> None:
