@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -126,6 +127,16 @@ def say(out: TextIO | None, text: str = "") -> None:
     """Print progress and tables (to stderr under ``--json``, so stdout stays one JSON document)."""
     if out is not None:
         print(text, file=out, flush=True)
+
+
+def paired_parser(name: str, doc: str | None, *, blocks: int, per_block: int) -> argparse.ArgumentParser:
+    """The options every paired-blocks benchmark (``python -m benchmarks.<name>``) takes: how many
+    blocks, how many learns per block, and the disk to measure on."""
+    ap = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc)
+    ap.add_argument("--blocks", type=int, default=blocks, help="blocks in all (even: half of each kind)")
+    ap.add_argument("--per-block", type=int, default=per_block)
+    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
+    return ap
 
 
 def print_paired(rates: dict[str, list[float]], ratio_label: str) -> None:

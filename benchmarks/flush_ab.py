@@ -13,7 +13,6 @@ median rate and the median of the per-pair ratios.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ import time
 from typing import Any
 
 import memory
-from benchmarks._common import print_paired
+from benchmarks._common import paired_parser, print_paired
 from journal import JournalBackend, RunState
 
 
@@ -40,10 +39,7 @@ class _SyncingFilesystem:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the paired blocks and print the figures."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.flush_ab", description=__doc__)
-    ap.add_argument("--blocks", type=int, default=20, help="blocks in all (even: half of each kind)")
-    ap.add_argument("--per-block", type=int, default=150)
-    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
+    ap = paired_parser("flush_ab", __doc__, blocks=20, per_block=150)
     args = ap.parse_args(argv)
     base = tempfile.mkdtemp(prefix="flows-flush-ab-", dir=args.dir)
     rates: dict[str, list[float]] = {"syncfs per learn": [], "log fsync per learn": []}

@@ -10,20 +10,16 @@ it costs several milliseconds. Prints each kind's median rate and the median of 
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 
 import memory._publisher as publisher
-from benchmarks._common import learn_blocks, print_paired
+from benchmarks._common import learn_blocks, paired_parser, print_paired
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the paired blocks and print the figures."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.group_ab", description=__doc__)
-    ap.add_argument("--blocks", type=int, default=24, help="blocks in all (even: half of each kind)")
-    ap.add_argument("--per-block", type=int, default=300)
-    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
+    ap = paired_parser("group_ab", __doc__, blocks=24, per_block=300)
     args = ap.parse_args(argv)
     base = tempfile.mkdtemp(prefix="flows-group-ab-", dir=args.dir)
     present = (publisher.NAMES_GROUP, publisher.NAMES_WAIT_S)

@@ -11,7 +11,6 @@ the per-pair ratios.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -20,17 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import memory
 import memory._publisher as publisher
-from benchmarks._common import print_paired
+from benchmarks._common import paired_parser, print_paired
 from journal import RunState
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the paired blocks and print the figures."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.names_ab", description=__doc__)
+    ap = paired_parser("names_ab", __doc__, blocks=24, per_block=150)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--blocks", type=int, default=24, help="blocks in all (even: half of each kind)")
-    ap.add_argument("--per-block", type=int, default=150)
-    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
     args = ap.parse_args(argv)
     base = tempfile.mkdtemp(prefix="flows-names-ab-", dir=args.dir)
     wait = publisher.NAMES_WAIT_S

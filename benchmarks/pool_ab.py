@@ -11,7 +11,6 @@ Prints each kind's median rate and the median of the per-pair ratios.
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import shutil
@@ -19,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import learn_blocks, print_paired
+from benchmarks._common import learn_blocks, paired_parser, print_paired
 from memory._db import db_mode
 from memory._publisher import Publisher
 from staging import Staged, write_all
@@ -27,11 +26,8 @@ from staging import Staged, write_all
 
 def main(argv: list[str] | None = None) -> int:
     """Run the paired blocks and print the figures."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.pool_ab", description=__doc__)
-    ap.add_argument("--blocks", type=int, default=24, help="blocks in all (even: half of each kind)")
-    ap.add_argument("--per-block", type=int, default=200)
+    ap = paired_parser("pool_ab", __doc__, blocks=24, per_block=200)
     ap.add_argument("--pool", type=int, default=64, help="files created at once when the pool is empty")
-    ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
     args = ap.parse_args(argv)
     base = tempfile.mkdtemp(prefix="flows-pool-ab-", dir=args.dir)
     engine_stage = Publisher.stage
