@@ -9,6 +9,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 import memory
 
 _SETTLE_S = 0.1  # longer than the racy window: the folders' listings are trusted, and held
@@ -84,18 +86,21 @@ def test_a_new_scope_and_a_sync_made_elsewhere_are_seen_by_the_next_read(tmp_pat
         assert all(e.synced for e in found)
 
 
-def test_a_learned_file_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path) -> None:
+@pytest.mark.parametrize("replaced", [".trajectories/compacted", ".trajectories"])
+def test_a_scope_s_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path, replaced: str) -> None:
+    """The learned-file folder, or the scope's ``.trajectories`` (the scope folder above it is not
+    held: the replaced folder's own ctime says it moved), replaced by a copy taken earlier."""
     db = tmp_path / "history.db"
     _learn(db, "desk", "one")
     [folder] = (tmp_path / "flows-memory").iterdir()
-    trajectories = folder / ".trajectories"
+    target = folder / replaced
     saved = tmp_path / "saved"
-    shutil.copytree(trajectories / "compacted", saved)  # a copy holding "one" alone
+    shutil.copytree(target, saved)  # a copy holding "one" alone
     _learn(db, "desk", "two")
     with memory.MemoryStore(db) as reader:
         _warm(reader, ["one", "two"])
-        os.rename(trajectories / "compacted", trajectories / ".replaced")
-        os.rename(saved, trajectories / "compacted")
+        os.rename(target, target.with_name(".replaced"))
+        os.rename(saved, target)
         assert _texts(reader) == ["one"]
 
 
@@ -114,18 +119,3 @@ def test_the_store_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path
         os.rename(store_dir, tmp_path / "moved")
         os.rename(replacement, store_dir)
         assert _texts(reader) == ["two"]
-
-
-def test_a_scope_s_trajectories_folder_replaced_between_two_reads_is_read_anew(tmp_path: Path) -> None:
-    """The scope folder above it is not held: the replaced folder's own ctime says it moved."""
-    db = tmp_path / "history.db"
-    _learn(db, "desk", "one")
-    [folder] = (tmp_path / "flows-memory").iterdir()
-    saved = tmp_path / "saved"
-    shutil.copytree(folder / ".trajectories", saved)  # a copy holding "one" alone
-    _learn(db, "desk", "two")
-    with memory.MemoryStore(db) as reader:
-        _warm(reader, ["one", "two"])
-        os.rename(folder / ".trajectories", folder / ".replaced")
-        os.rename(saved, folder / ".trajectories")
-        assert _texts(reader) == ["one"]
