@@ -159,10 +159,12 @@ class Learner:
         if old is not None and supersedes is not None and old.retired is None:
             # a commit ``_learn`` returns is this attempt's own or one it checked; a replayed one
             # is checked here
-            view = supersede_in(record) if replayed is None else None
-            views = retirements_in(record, root.journal.location) if replayed is not None else [view]
-            if views and views[0] is not None and views[0].payload["id"] == supersedes:
-                published = self._retirer.settle_supersede(views[0], root)
+            if replayed is None:
+                view = supersede_in(record)
+            else:
+                view = next(iter(retirements_in(record, root.journal.location)), None)
+            if view is not None and view.payload["id"] == supersedes:
+                published = self._retirer.settle_supersede(view, root)
                 self._refuse_if_retired(root, supersedes, old.scope, fid, published)
             else:
                 self._finish_supersede(root, supersedes, old.scope, fid)
