@@ -201,12 +201,7 @@ class Catalog:
             rec = self._backend.find(catalog.run_id, THREADS_STREAM, key)
             if rec is None:
                 continue
-            reg = parse_registration(rec)
-            regs = self._known.setdefault(thread_id, {}).setdefault(gen, [])
-            if all(r.catalog != reg.catalog for r in regs):
-                regs.append(reg)
-                order = {c.run_id: i for i, c in enumerate(self._catalogs or [])}
-                regs.sort(key=lambda r: order.get(r.catalog, len(order)))
+            self._remember(parse_registration(rec))
             found = True
         return found
 
@@ -272,14 +267,23 @@ class Catalog:
         """Record ``run_id`` (None: nothing) as generation ``gen`` of the thread; return the
         registration that won (another process's, when it registered this generation first).
 
+        A registration that landed in a catalog retired by a creation race also wins: a process that
+        listed the catalogs before an older one became visible registered in its own, and that
+        catalog is retired (no later append lands there) before the others are looked in, so the
+        first registration of a generation is found wherever it is and is never doubled.
+
         Raises the journal's errors; JournalLeaseLost only when the catalog kept being fenced.
         """
         payload: Mapping[str, Any] = {"thread": thread_id, "gen": gen, "run": run_id, "reason": reason}
+        key = registration_key(thread_id, gen)
         with self._mutex:
             last: JournalLeaseLost | None = None
             for _ in range(_RETRIES):
                 catalog = self._canonical(create=True)
                 assert catalog is not None
+                earlier = self._registered_elsewhere(catalog.run_id, key)
+                if earlier is not None:
+                    return earlier
                 try:
                     rec = self._backend.append(
                         Lease(catalog.run_id, catalog.epoch),
@@ -291,10 +295,25 @@ class Catalog:
                     last = exc
                     self._list()
                     continue
-                reg = parse_registration(rec)
-                regs = self._known.setdefault(thread_id, {}).setdefault(gen, [])
-                if all(r.catalog != reg.catalog for r in regs):
-                    regs.append(reg)
-                return reg
+                return self._remember(parse_registration(rec))
             assert last is not None
             raise last
+
+    def _registered_elsewhere(self, canonical: str, key: str) -> Registration | None:
+        """The registration under ``key`` in a catalog other than ``canonical`` (one retired by a
+        creation race), oldest catalog first; None when only ``canonical`` could hold it."""
+        for other in self._catalogs or []:
+            if other.run_id != canonical:
+                rec = self._backend.find(other.run_id, THREADS_STREAM, key)
+                if rec is not None:
+                    return self._remember(parse_registration(rec))
+        return None
+
+    def _remember(self, reg: Registration) -> Registration:
+        """Keep ``reg`` among its generation's registrations, in catalog order (oldest first)."""
+        regs = self._known.setdefault(reg.thread_id, {}).setdefault(reg.gen, [])
+        if all(r.catalog != reg.catalog for r in regs):
+            regs.append(reg)
+            order = {c.run_id: i for i, c in enumerate(self._catalogs or [])}
+            regs.sort(key=lambda r: order.get(r.catalog, len(order)))
+        return reg

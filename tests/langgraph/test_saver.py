@@ -18,6 +18,7 @@ from flows.langgraph._catalog import (
     CATALOG_FLOW,
     SCOPE,
     THREADS_STREAM,
+    Catalog,
     registration_key,
 )
 from flows.langgraph._records import STREAM
@@ -314,6 +315,35 @@ def test_a_catalog_retired_by_a_creation_race_still_answers_for_its_threads(jour
             tup = b.get_tuple(config(thread))
             assert tup is not None and tup.checkpoint["channel_values"] == {"x": x}, thread
         assert set(b._catalog.threads()) == {"only-in-a", "only-in-b"}
+
+
+def test_a_generation_registered_in_a_catalog_about_to_be_retired_is_not_registered_again(
+    journal_location: str,
+) -> None:
+    with open_journal(journal_location) as jr:
+        # Two catalogs were created at once. This process lists both and finds no registration;
+        # another process, which listed the catalogs before the older one was visible, registers the
+        # thread's first generation in the younger one before this process retires it.
+        for _ in range(2):
+            _, lease = jr.begin(CATALOG_FLOW, SCOPE, {"langgraph": "catalog"})
+            jr.release(lease)
+        older, younger = catalog_runs(jr)
+        cat = Catalog(jr)
+        assert cat.threads() == []  # listed and looked in: nothing yet, nothing retired
+        jr.append(
+            Lease(younger.run_id, younger.epoch),
+            THREADS_STREAM,
+            {"thread": "t", "gen": 1, "run": "run-of-the-other", "reason": "put"},
+            key=registration_key("t", 1),
+        )
+
+        won = cat.register("t", 1, "run-of-this-one", "put")
+
+        assert (won.run_id, won.catalog) == ("run-of-the-other", younger.run_id)
+        assert jr.find(older.run_id, THREADS_STREAM, registration_key("t", 1)) is None
+        assert jr.run(younger.run_id).state is RunState.FAILED  # retired before it was looked in
+        gen = Catalog(jr).current("t")
+        assert gen is not None and gen.runs == ("run-of-the-other",)
 
 
 def _checkpoint_record(cp: Any) -> dict[str, Any]:
