@@ -346,6 +346,34 @@ def test_a_generation_registered_in_a_catalog_about_to_be_retired_is_not_registe
         assert gen is not None and gen.runs == ("run-of-the-other",)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"thread": "t", "gen": 2, "run": "run-of-the-other", "reason": "put"},  # not the keyed one
+        {"thread": "t", "gen": True, "run": "run-of-the-other", "reason": "put"},
+        {"thread": "t", "gen": 1, "run": ["not", "a", "run"], "reason": "put"},
+    ],
+)
+def test_a_crafted_registration_in_a_retired_catalog_fails_the_registration_closed(
+    journal_location: str, payload: dict[str, Any]
+) -> None:
+    with open_journal(journal_location) as jr:
+        for _ in range(2):
+            _, lease = jr.begin(CATALOG_FLOW, SCOPE, {"langgraph": "catalog"})
+            jr.release(lease)
+        older, younger = catalog_runs(jr)
+        cat = Catalog(jr)
+        assert cat.threads() == []
+        jr.append(Lease(younger.run_id, younger.epoch), THREADS_STREAM, payload, key=registration_key("t", 1))
+
+        with pytest.raises(RecordInvalid) as caught:
+            cat.register("t", 1, "run-of-this-one", "put")
+
+        assert caught.value.code == "langgraph_record_invalid"
+        assert younger.run_id in str(caught.value)  # names the catalog run to inspect
+        assert jr.find(older.run_id, THREADS_STREAM, registration_key("t", 1)) is None  # nothing doubled
+
+
 def _checkpoint_record(cp: Any) -> dict[str, Any]:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
