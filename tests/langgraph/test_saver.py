@@ -317,25 +317,29 @@ def test_a_catalog_retired_by_a_creation_race_still_answers_for_its_threads(jour
         assert set(b._catalog.threads()) == {"only-in-a", "only-in-b"}
 
 
+def _registered_late(
+    jr: journal.JournalBackend, payload: dict[str, Any]
+) -> tuple[journal.RunInfo, journal.RunInfo, Catalog]:
+    """Two catalogs created at once, and a ``Catalog`` that listed both and found no registration;
+    then another process, which listed the catalogs before the older one was visible, appends
+    ``payload`` under thread ``t``'s first generation key in the younger one, before this process
+    retires it. Returns the older and younger catalog runs and the ``Catalog``."""
+    for _ in range(2):
+        _, lease = jr.begin(CATALOG_FLOW, SCOPE, {"langgraph": "catalog"})
+        jr.release(lease)
+    older, younger = catalog_runs(jr)
+    cat = Catalog(jr)
+    assert cat.threads() == []  # listed and looked in: nothing yet, nothing retired
+    jr.append(Lease(younger.run_id, younger.epoch), THREADS_STREAM, payload, key=registration_key("t", 1))
+    return older, younger, cat
+
+
 def test_a_generation_registered_in_a_catalog_about_to_be_retired_is_not_registered_again(
     journal_location: str,
 ) -> None:
     with open_journal(journal_location) as jr:
-        # Two catalogs were created at once. This process lists both and finds no registration;
-        # another process, which listed the catalogs before the older one was visible, registers the
-        # thread's first generation in the younger one before this process retires it.
-        for _ in range(2):
-            _, lease = jr.begin(CATALOG_FLOW, SCOPE, {"langgraph": "catalog"})
-            jr.release(lease)
-        older, younger = catalog_runs(jr)
-        cat = Catalog(jr)
-        assert cat.threads() == []  # listed and looked in: nothing yet, nothing retired
-        jr.append(
-            Lease(younger.run_id, younger.epoch),
-            THREADS_STREAM,
-            {"thread": "t", "gen": 1, "run": "run-of-the-other", "reason": "put"},
-            key=registration_key("t", 1),
-        )
+        payload = {"thread": "t", "gen": 1, "run": "run-of-the-other", "reason": "put"}
+        older, younger, cat = _registered_late(jr, payload)
 
         won = cat.register("t", 1, "run-of-this-one", "put")
 
@@ -358,13 +362,7 @@ def test_a_crafted_registration_in_a_retired_catalog_fails_the_registration_clos
     journal_location: str, payload: dict[str, Any]
 ) -> None:
     with open_journal(journal_location) as jr:
-        for _ in range(2):
-            _, lease = jr.begin(CATALOG_FLOW, SCOPE, {"langgraph": "catalog"})
-            jr.release(lease)
-        older, younger = catalog_runs(jr)
-        cat = Catalog(jr)
-        assert cat.threads() == []
-        jr.append(Lease(younger.run_id, younger.epoch), THREADS_STREAM, payload, key=registration_key("t", 1))
+        older, younger, cat = _registered_late(jr, payload)
 
         with pytest.raises(RecordInvalid) as caught:
             cat.register("t", 1, "run-of-this-one", "put")
