@@ -195,15 +195,14 @@ class Catalog:
 
     def _probe(self, thread_id: str, gen: int) -> bool:
         """Look for generation ``gen`` of the thread in every catalog; True when one has it."""
-        found = False
         key = registration_key(thread_id, gen)
-        for catalog in self._catalogs or []:
-            rec = self._backend.find(catalog.run_id, THREADS_STREAM, key)
-            if rec is None:
-                continue
-            self._remember(parse_registration(rec))
-            found = True
-        return found
+        found = [self._look(catalog.run_id, key) for catalog in self._catalogs or []]
+        return any(reg is not None for reg in found)
+
+    def _look(self, catalog: str, key: str) -> Registration | None:
+        """The registration under ``key`` in ``catalog`` (kept in ``_known``), or None."""
+        rec = self._backend.find(catalog, THREADS_STREAM, key)
+        return None if rec is None else self._remember(parse_registration(rec))
 
     def _current(self, thread_id: str) -> Generation | None:
         if self._catalogs is None:
@@ -303,10 +302,8 @@ class Catalog:
         """The registration under ``key`` in a catalog other than ``canonical`` (one retired by a
         creation race), oldest catalog first; None when only ``canonical`` could hold it."""
         for other in self._catalogs or []:
-            if other.run_id != canonical:
-                rec = self._backend.find(other.run_id, THREADS_STREAM, key)
-                if rec is not None:
-                    return self._remember(parse_registration(rec))
+            if other.run_id != canonical and (reg := self._look(other.run_id, key)) is not None:
+                return reg
         return None
 
     def _remember(self, reg: Registration) -> Registration:
