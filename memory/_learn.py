@@ -33,7 +33,7 @@ from memory._retire import Located, Retirer, lists_heads, unknown
 from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
-from staging import CodedError, failpoint
+from staging import CodedError, OpenDir, failpoint
 
 
 def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
@@ -54,11 +54,12 @@ def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
     return there.learned_ms < committed or (there.learned_ms == committed and ours)
 
 
-def _newer_there(final: Path, rec: Record) -> bool:
+def _newer_there(final: Path, rec: Record, at: OpenDir | None = None) -> bool:
     """Whether ``final`` is a regular file holding a commit of the same finding that another root
     run made later than ``rec`` (the one rule, ``commit_to_publish``: across runs the newest commit
-    is the one published). A resume of an older root must leave such a file as it is."""
-    held = regular_prefix(final, 1 << 20)
+    is the one published). A resume of an older root must leave such a file as it is. ``at``: its
+    folder held open, which the file is read through."""
+    held = regular_prefix(final, 1 << 20) if at is None else regular_prefix(final.name, 1 << 20, dir_fd=at.fd)
     if held is None:
         return False
     try:
@@ -359,8 +360,8 @@ class Learner:
         moment: the compare and the rename happen under the folder's lock, so the newer commit is
         the one left in place whichever renames last (``commit_to_publish``)."""
         pub = self._publisher
-        with pub.folder_lock(final.parent, run_id):
-            newer = _newer_there(final, record)
+        with pub.folder_lock(final.parent, run_id, staged.at):
+            newer = _newer_there(final, record, staged.at)
             if newer:
                 staged.discard()
             else:

@@ -28,6 +28,7 @@ from memory._reaper import REAPER
 from memory._safe import Folder, describe
 from staging import (
     STAGE_PREFIX,
+    OpenDir,
     StagingError,
     ensure_dir,
     failpoint,
@@ -110,7 +111,7 @@ def holds(path: Path, data: bytes) -> bool:
         os.close(fd)
 
 
-_REMOVAL_DIRS = 16  # folders kept open for removals; past it they are all closed and opened anew
+_HELD_DIRS = 16  # folders kept open; past it they are all let go and opened anew
 
 
 class PendingNames:
@@ -172,6 +173,11 @@ class Publisher:
 
     Files take the DB's mode. Remembers the scope folders it computed, the folders it checked for
     links and created (``ready``), and the files it published or fsync'd durably (``durable``).
+
+    Every file it writes, renames or removes goes through a descriptor of its folder (``held``),
+    opened one component at a time with no link on the way, never through the folder's path: a
+    folder of the store swapped for a link (or a link put on the way to it) after the first write
+    in a long-lived process cannot send the next one outside the store.
     """
 
     def __init__(self, db_path: Path) -> None:
@@ -182,9 +188,8 @@ class Publisher:
         self._shared_fs: dict[tuple[JournalBackend, Path], bool] = {}
         self._durable_names: set[Path] = set()
         self.pending = PendingNames()
-        # folders ``remove_many`` opened, kept open: folder -> (descriptor, (device, inode))
-        self._removal_dirs: dict[Path, tuple[int, tuple[int, int]]] = {}
-        self._removing = threading.Lock()  # held while a kept descriptor is used or closed
+        self._held: dict[Path, OpenDir] = {}  # folders opened for writes and removals, kept open
+        self._holding = threading.Lock()
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -238,73 +243,69 @@ class Publisher:
         for directory, names in by_folder.items():
             at = directory
             try:
-                with self._removing:
-                    fd = self._removal_fd(directory)
-                    if fd is None:
+                held = self.held(directory)
+                if held is None:
+                    continue
+                fd = held.fd  # ``held`` is referenced below: the descriptor stays open
+                hidden: list[str] = []
+                for name in names:
+                    at = directory / name
+                    try:
+                        if now or not _set_aside(name, fd, hidden):
+                            os.unlink(name, dir_fd=fd)
+                        gone += 1
+                    except FileNotFoundError:
                         continue
-                    hidden: list[str] = []
-                    for name in names:
-                        at = directory / name
-                        try:
-                            if now or not _set_aside(name, fd, hidden):
-                                os.unlink(name, dir_fd=fd)
-                            gone += 1
-                        except FileNotFoundError:
-                            continue
-                    if hidden:
-                        REAPER.put(os.dup(fd), hidden)
+                if hidden:
+                    REAPER.put(os.dup(fd), hidden)
             except OSError as exc:
                 raise Unwritable(
                     f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
                 ) from exc
         return gone
 
-    def _removal_fd(self, directory: Path) -> int | None:
-        """A descriptor of ``directory``, opened one component at a time with no link on the way
-        (``Folder.open``; None when it is missing), and kept: the next removal in it uses the
-        descriptor while the path still names that folder (one ``lstat``: the same device and
-        inode, not a link), where a walk opens five folders. A folder replaced since, by a link or
-        another folder, or a link put on the way to it, names another inode: it is walked again
-        (and refused, as before, when a link is there). Called with ``_removing`` held.
+    def held(self, directory: Path) -> OpenDir | None:
+        """``directory`` held open, opened one component at a time with no link on the way
+        (``Folder.open``; None when it is missing), and kept: later calls return it while the path
+        still names that folder (one ``lstat``: the same device and inode, a folder), where a walk
+        opens five folders. A folder replaced since, by a link or another folder, or a link put on
+        the way to it, names another inode: it is walked again (and refused when a link is there).
+        A folder let go stays open for the stages and removals still using it.
 
         Raises:
-            OSError: as ``Folder.open``.
+            OSError: as ``Folder.open`` (``ELOOP`` for a link on the way).
         """
-        held = self._removal_dirs.get(directory)
+        with self._holding:
+            held = self._held.get(directory)
         if held is not None:
             try:
                 st = os.lstat(directory)
             except OSError:
                 st = None
-            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held[1]:
-                return held[0]
-            del self._removal_dirs[directory]
-            os.close(held[0])
-        try:
-            folder = Folder.open(self.db_path.parent, directory)
-        except FileNotFoundError:
-            return None
+            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held.ident:
+                return held
+        folder = Folder.open(self.db_path.parent, directory)
         if folder is None:
+            with self._holding:
+                self._held.pop(directory, None)
             return None
         try:
-            st = os.fstat(folder.fd)
+            held = OpenDir(directory, folder.fd)
         except OSError:
             folder.close()
             raise
-        if len(self._removal_dirs) >= _REMOVAL_DIRS:
-            self._close_removal_dirs()
-        self._removal_dirs[directory] = (folder.fd, (st.st_dev, st.st_ino))
-        return folder.fd
-
-    def _close_removal_dirs(self) -> None:
-        for fd, _ in self._removal_dirs.values():
-            os.close(fd)
-        self._removal_dirs.clear()
+        folder.fd = -1  # the descriptor is ``held``'s now
+        with self._holding:
+            if len(self._held) >= _HELD_DIRS:
+                self._held.clear()
+            self._held[directory] = held
+        return held
 
     def close(self) -> None:
-        """Close the folders kept open for removals (opened again by the next one; safe twice)."""
-        with self._removing:
-            self._close_removal_dirs()
+        """Let go of the folders kept open (each closes once no stage or removal uses it; opened
+        again by the next write; safe twice)."""
+        with self._holding:
+            self._held.clear()
 
     def shares_filesystem(self, backend: JournalBackend, directory: Path) -> bool:
         """Whether ``backend``'s append can make files staged in ``directory`` durable (asked once
@@ -344,14 +345,21 @@ class Publisher:
             if not ready:
                 ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                 self._ready_dirs.add(directory)
-            return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync)
+            at = self.held(directory)
+            if at is None:
+                raise FileNotFoundError(errno.ENOENT, "the folder is missing", str(directory))
+            return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync, at=at)
         except (StagingError, OSError) as exc:
             if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
                 self._ready_dirs.discard(directory)
                 return self.stage(directory, data, run_id)  # synced: the folder is new
-            path = getattr(exc, "path", directory)
+            if isinstance(exc, StagingError):
+                path, why = exc.path, str(exc)
+            else:
+                path, why = Path(exc.filename or directory), describe(exc)
+            where = "" if path == directory or isinstance(exc, StagingError) else f"{path}: "
             raise Unwritable(
-                f"cannot stage a learned file in {directory}: {exc}",
+                f"cannot stage a learned file in {directory}: {where}{why}",
                 path=path,
                 run_id=run_id,
                 errno=getattr(exc, "errno", None),
@@ -372,19 +380,24 @@ class Publisher:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
-    @staticmethod
     @contextlib.contextmanager
-    def folder_lock(directory: Path, run_id: str | None) -> Iterator[None]:
+    def folder_lock(self, directory: Path, run_id: str | None, at: OpenDir | None = None) -> Iterator[None]:
         """Hold an exclusive lock on ``directory`` itself (``flock`` on its descriptor, no file added)
         while the caller compares what a name holds and renames over it, so two processes publishing
         commits of one finding cannot leave the older one in place. The lock is advisory and lives
-        with the descriptor: a killed holder releases it.
+        with the descriptor: a killed holder releases it. ``at``: the folder held open (``held``),
+        which a stage made in it names; the lock is taken on that folder, opened anew from its
+        descriptor (a lock per open, so threads of this process exclude each other too).
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
         """
         try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            if at is None:
+                at = self.held(directory)
+                if at is None:
+                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at.fd)
         except OSError as exc:
             raise Unwritable(
                 f"cannot open {directory} to publish into it: {describe(exc)}",
@@ -462,7 +475,7 @@ class Publisher:
                 if synced and os.stat(directory).st_dev in synced:
                     continue
                 failpoint("memory.before_flush_names")
-                sync_dir_shared(directory)
+                self._sync_held(directory)
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -472,7 +485,7 @@ class Publisher:
     @staticmethod
     def _unsynced(directory: Path, run_id: str | None, exc: OSError) -> Unwritable:
         return Unwritable(
-            f"cannot sync {directory}: {exc.strerror or exc}", path=directory, run_id=run_id, errno=exc.errno
+            f"cannot sync {directory}: {describe(exc)}", path=directory, run_id=run_id, errno=exc.errno
         )
 
     def publish_batches(self, wanted: list[tuple[Path, bytes]]) -> None:
@@ -484,34 +497,50 @@ class Publisher:
         """
         for i in range(0, len(wanted), SYNC_BATCH):
             batch = wanted[i : i + SYNC_BATCH]
+            dirs: dict[Path, OpenDir] = {}
             for directory in dict.fromkeys(final.parent for final, _ in batch):
                 refuse_links(self.db_path.parent, directory)
                 try:
                     ensure_dir(directory, folder_mode(db_mode(self.db_path)))
+                    at = self.held(directory)
+                    if at is None:
+                        raise FileNotFoundError(errno.ENOENT, "removed as it was made", str(directory))
                 except OSError as exc:
                     raise Unwritable(
-                        f"cannot create {directory}: {exc.strerror or exc}", path=directory
+                        f"cannot create {directory}: {describe(exc)}", path=directory, errno=exc.errno
                     ) from exc
+                dirs[directory] = at
             try:
-                publish_many(batch, db_mode(self.db_path))
+                publish_many(batch, db_mode(self.db_path), dirs=dirs)
                 self._durable_names.update(final for final, _ in batch)
             except StagingError as exc:
                 raise Unwritable(
                     f"cannot publish learned files: {exc}", path=exc.path, errno=exc.errno
                 ) from exc
 
-    @staticmethod
-    def sync_dir(directory: Path, run_id: str | None) -> None:
+    def _sync_held(self, directory: Path) -> None:
+        """Fsync ``directory`` through its descriptor (``held``), shared with concurrent callers.
+
+        Raises:
+            FileNotFoundError: the folder is gone (it holds no name to keep).
+            OSError: a link on the way (``ELOOP``), or the fsync failed.
+        """
+        at = self.held(directory)
+        if at is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+        sync_dir_shared(directory, at)
+
+    def sync_dir(self, directory: Path, run_id: str | None) -> None:
         """Fsync ``directory`` (shared with concurrent callers), making the names in it durable.
 
         Raises:
-            Unwritable: the fsync failed.
+            Unwritable: the fsync failed, or a folder on the way is a link.
         """
         try:
-            sync_dir_shared(directory)
+            self._sync_held(directory)
         except OSError as exc:
             raise Unwritable(
-                f"cannot fsync {directory}: {exc.strerror or exc}",
+                f"cannot fsync {directory}: {describe(exc)}",
                 path=directory,
                 run_id=run_id,
                 errno=exc.errno,

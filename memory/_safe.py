@@ -190,11 +190,11 @@ class Folder:
         self.close()
 
 
-def regular_prefix(path: str | os.PathLike[str], limit: int) -> bytes | None:
-    """The first ``limit`` bytes of ``path`` if it is a regular file that can be read (never
-    through a link, never blocking on a FIFO), else None."""
+def regular_prefix(path: str | os.PathLike[str], limit: int, *, dir_fd: int | None = None) -> bytes | None:
+    """The first ``limit`` bytes of ``path`` (relative to ``dir_fd`` when given) if it is a regular
+    file that can be read (never through a link, never blocking on a FIFO), else None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     try:

@@ -5,6 +5,7 @@ from staging._failpoints import hit as failpoint
 from staging._stage import (
     DEFAULT_SWEEP_AGE_S,
     STAGE_PREFIX,
+    OpenDir,
     Staged,
     ensure_dir,
     fsync_dir,
@@ -25,6 +26,7 @@ __all__ = [
     "STAGE_PREFIX",
     "CodedError",
     "CodedInterrupt",
+    "OpenDir",
     "PublishFailed",
     "StageFailed",
     "Staged",

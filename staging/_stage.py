@@ -17,7 +17,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -37,6 +37,32 @@ DEFAULT_SWEEP_AGE_S = 3600.0
 def is_stage_name(name: str) -> bool:
     """Return True when ``name`` (a file name, not a path) is a staged file's name."""
     return name.startswith(STAGE_PREFIX)
+
+
+class OpenDir:
+    """A directory held open by its descriptor ``fd``: stages made in it (``stage(..., at=)``),
+    their renames and its fsyncs go through ``fd``, never through ``path`` (kept for messages), so a
+    link swapped in for the directory, or for a folder above it, after it was opened cannot redirect
+    them. The descriptor is closed when the last reference goes (a stage in flight keeps one), or
+    by ``close``."""
+
+    __slots__ = ("fd", "ident", "path")
+
+    def __init__(self, path: str | os.PathLike[str], fd: int) -> None:
+        self.path = os.fspath(path)
+        self.fd = fd
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)  # what ``path`` names while it names this directory
+
+    def close(self) -> None:
+        """Close the descriptor now (safe twice)."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close()
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -80,8 +106,9 @@ _dir_syncs: dict[str, _SharedSync] = {}
 _dir_syncs_mutex = threading.Lock()
 
 
-def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
-    """Make the names changed in ``directory`` so far durable, sharing the fsync with other threads.
+def sync_dir_shared(directory: str | os.PathLike[str], at: OpenDir | None = None) -> None:
+    """Make the names changed in ``directory`` so far durable, sharing the fsync with other threads
+    (through ``at``'s descriptor when given, not the path).
 
     Returns once an fsync of the directory that began after this call completed. Raises ``OSError``
     as ``fsync_dir`` does (the failed fsync covers nobody; each waiter then tries its own).
@@ -94,7 +121,10 @@ def sync_dir_shared(directory: str | os.PathLike[str]) -> None:
         if state.done >= ticket:
             return
         covering = state.covering()
-        fsync_dir(directory)
+        if at is None:
+            fsync_dir(directory)
+        else:
+            os.fsync(at.fd)
         state.done = covering
 
 
@@ -210,6 +240,9 @@ class Staged:
     where: str
     """Where the staged bytes are (a hidden name in the destination's directory), as a string."""
     size: int
+    at: OpenDir | None = field(default=None, repr=False)
+    """The directory held open that the stage was made in, when one was given: the rename and the
+    directory's fsync go through it."""
     _done: bool = field(default=False, repr=False)
 
     @property
@@ -239,12 +272,16 @@ class Staged:
         if directory != os.path.dirname(self.where):
             raise ValueError(f"{final} is not in the stage's directory {os.path.dirname(self.where)}")
         self._done = True
+        at = self.at
         try:
             hit("staging.before_rename")
-            os.replace(self.where, final_path)
+            if at is None:
+                os.replace(self.where, final_path)
+            else:
+                os.replace(os.path.basename(self.where), final.name, src_dir_fd=at.fd, dst_dir_fd=at.fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(self.where)
+                self._unlink()
             raise PublishFailed(
                 f"could not publish {final}: {exc.strerror or exc}; "
                 "check the directory's space and permissions",
@@ -254,7 +291,7 @@ class Staged:
         try:
             hit("staging.after_rename")
             if sync_dir:
-                sync_dir_shared(directory)
+                sync_dir_shared(directory, at)
         except OSError as exc:
             raise PublishFailed(
                 f"published {final} but could not fsync its directory: {exc.strerror or exc}",
@@ -269,11 +306,23 @@ class Staged:
             return
         self._done = True
         with contextlib.suppress(FileNotFoundError):
+            self._unlink()
+
+    def _unlink(self) -> None:
+        if self.at is None:
             os.unlink(self.where)
+        else:
+            os.unlink(os.path.basename(self.where), dir_fd=self.at.fd)
 
 
 def stage(
-    directory: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, hint: str = "", sync: bool = True
+    directory: str | os.PathLike[str],
+    data: bytes,
+    mode: int = 0o600,
+    *,
+    hint: str = "",
+    sync: bool = True,
+    at: OpenDir | None = None,
 ) -> Staged:
     """Write ``data`` to a new hidden file in ``directory`` and fsync it.
 
@@ -283,6 +332,8 @@ def stage(
         mode: the file's permission bits (the umask does not narrow them).
         hint: a readable fragment for the stage's name (e.g. the final name), for debugging.
         sync: False leaves the data unsynced; only ``publish_many`` should ask for that.
+        at: ``directory`` held open: the stage is made through its descriptor (and so are the
+            publish and the directory's fsync), not by resolving ``directory`` again.
 
     Returns:
         The staged handle; call ``publish`` or ``discard`` on it.
@@ -293,10 +344,11 @@ def stage(
     """
     directory = os.fspath(directory)
     safe_hint = hint if hint.isalnum() else "".join(c for c in hint if c.isalnum() or c in "-_.")
-    path = os.path.join(directory, f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint[:64]}")
+    name = f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint[:64]}"
+    path = os.path.join(directory, name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, mode)
+        fd = os.open(path, flags, mode) if at is None else os.open(name, flags, mode, dir_fd=at.fd)
     except OSError as exc:
         raise StageFailed(
             f"could not stage a file in {directory}: {exc.strerror or exc}; "
@@ -313,7 +365,7 @@ def stage(
     except OSError as exc:
         os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            os.unlink(path) if at is None else os.unlink(name, dir_fd=at.fd)
         raise StageFailed(
             f"could not write the stage {path}: {exc.strerror or exc}; check free space and the disk",
             path=path,
@@ -321,10 +373,12 @@ def stage(
         ) from exc
     os.close(fd)
     hit("staging.after_stage")
-    return Staged(where=path, size=len(data))
+    return Staged(where=path, size=len(data), at=at)
 
 
-def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None:
+def publish_many(
+    items: Sequence[tuple[Path, bytes]], mode: int = 0o600, *, dirs: Mapping[Path, OpenDir] | None = None
+) -> None:
     """Stage and publish many files with few syncs: write every stage, make all their data durable
     at once (``syncfs``; an fsync each where it is missing), rename each into place, then fsync
     each directory once. Same guarantees as ``stage`` + ``publish`` per file: no name becomes
@@ -333,21 +387,26 @@ def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None
     Args:
         items: (final path, bytes) pairs; each final path's directory must exist.
         mode: the files' permission bits.
+        dirs: directories held open, by path: a file whose directory is here is staged, renamed
+            and fsync'd through its descriptor (``stage(..., at=)``).
 
     Raises:
         StageFailed, PublishFailed: as ``stage`` and ``publish``; stages not yet published are
             removed, files already published stay.
     """
+    held = dirs or {}
     staged: list[tuple[Staged, Path]] = []
     try:
         for final, data in items:
-            staged.append((stage(final.parent, data, mode, hint=final.name, sync=False), final))
-        _sync_all([s.where for s, _ in staged])
+            at = held.get(final.parent)
+            staged.append((stage(final.parent, data, mode, hint=final.name, sync=False, at=at), final))
+        _sync_all([s for s, _ in staged])
         for s, final in staged:
             s.publish(final, sync_dir=False)
         for directory in dict.fromkeys(final.parent for _, final in staged):
             try:
-                fsync_dir(directory)
+                at = held.get(directory)
+                fsync_dir(directory) if at is None else os.fsync(at.fd)
             except OSError as exc:
                 raise PublishFailed(
                     f"published into {directory} but could not fsync it: {exc.strerror or exc}",
@@ -359,17 +418,25 @@ def publish_many(items: Sequence[tuple[Path, bytes]], mode: int = 0o600) -> None
             s.discard()
 
 
-def _sync_all(paths: Sequence[str]) -> None:
-    if not paths:
+def _open_stage(s: Staged) -> int:
+    """A read descriptor of the staged file ``s`` (through its held directory when it has one)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    if s.at is None:
+        return os.open(s.where, flags)
+    return os.open(os.path.basename(s.where), flags, dir_fd=s.at.fd)
+
+
+def _sync_all(stages: Sequence[Staged]) -> None:
+    if not stages:
         return
     try:
-        fd = os.open(paths[0], os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = _open_stage(stages[0])
         try:
             hit("staging.before_fsync")
-            if _the_syncfs() is None or len(paths) == 1:
+            if _the_syncfs() is None or len(stages) == 1:
                 os.fsync(fd)
-                for p in paths[1:]:
-                    other = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                for s in stages[1:]:
+                    other = _open_stage(s)
                     try:
                         os.fsync(other)
                     finally:
@@ -381,7 +448,7 @@ def _sync_all(paths: Sequence[str]) -> None:
     except OSError as exc:
         raise StageFailed(
             f"could not make staged files durable: {exc.strerror or exc}; check free space and the disk",
-            path=os.path.dirname(paths[0]),
+            path=os.path.dirname(stages[0].where),
             errno=exc.errno,
         ) from exc
 

@@ -105,3 +105,74 @@ def test_learned_files_take_the_db_mode_without_exec_or_world_write(tmp_path: Pa
     with memory.MemoryStore(db) as store:
         learned = store.learn({"text": "mode"}, _root(store))
     assert stat.S_IMODE(learned.path.stat().st_mode) == 0o664
+
+
+def _swap_for_link(folder: Path, outside: Path) -> Path:
+    """Move ``folder`` into ``outside`` and put a link to a copy of it (also in ``outside``) in its
+    place: the path now resolves outside the store, to a folder holding what the store's held."""
+    import shutil
+
+    moved = outside / "moved"
+    os.rename(folder, moved)
+    shutil.copytree(moved, outside / "copy", symlinks=True)
+    folder.symlink_to(outside / "copy", target_is_directory=True)
+    return outside / "copy"
+
+
+def _files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*") if not p.is_dir()}
+
+
+# which folder a long-lived process finds swapped for a link: the learned files' own, the scope's,
+# or ``flows-memory`` (every scope's)
+_SWAPPED = {
+    "learned folder": lambda db: memory.learned_dir(db, "s"),
+    "scope folder": lambda db: memory.learned_dir(db, "s").parent.parent,
+    "flows-memory": lambda db: memory.learned_dir(db, "s").parent.parent.parent,
+}
+
+
+@pytest.mark.parametrize("which", list(_SWAPPED))
+def test_a_folder_swapped_for_a_link_after_the_first_learn_is_never_written_through(
+    tmp_path: Path, which: str
+) -> None:
+    """The first learn checks the way to its folder; a long-lived process must not trust that
+    check for the next learn, update or forget: none of them may write outside the store."""
+    db = tmp_path / "store" / "history.db"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with memory.MemoryStore(db) as store:
+        root = _root(store)
+        first = store.learn({"text": "learned before the swap"}, root)
+        second = store.learn({"text": "to forget after the swap"}, root)
+        copy = _swap_for_link(_SWAPPED[which](db), outside)
+        before = _files_under(outside)
+        with pytest.raises(memory.Unwritable, match="symbolic link"):
+            store.learn({"text": "learned after the swap"}, root)
+        # an update or a forget reads first: the read or the write refuses the link
+        refused = (memory.Unwritable, memory.Unreachable)
+        with pytest.raises(refused, match="symbolic link"):
+            store.update(first.id, {"text": "updated after the swap"}, root)
+        with pytest.raises(refused, match="symbolic link"):
+            store.forget(second.id, root, reason="after the swap")
+        keys = [r.payload["id"] for r in store.open_journal().read(root.run_id, memory.STREAM)]
+        assert keys == [first.id, second.id]  # nothing staged outside, so nothing journaled
+    assert _files_under(outside) == before, "a file was written outside the store"
+    assert all(not p.name.startswith(".stage-") for p in _files_under(copy))
+
+
+def test_a_folder_replaced_by_another_folder_is_written_to_where_its_path_names(tmp_path: Path) -> None:
+    """A folder moved away and made again under its name (no link) is the store's folder now: the
+    next learn goes there, never into the folder held open before."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        root = _root(store)
+        store.learn({"text": "before the move"}, root)
+        folder = memory.learned_dir(db, "s")
+        moved = tmp_path / "moved"
+        os.rename(folder, moved)
+        folder.mkdir(mode=0o700)
+        learned = store.learn({"text": "after the move"}, root)
+        assert learned.path.parent == folder and learned.path.is_file()
+        assert not (moved / learned.path.name).exists()
+        assert learned.id in {r.key for r in store.recall(scope="s")}

@@ -153,3 +153,45 @@ def test_threads_staging_at_once_share_their_data_syncs(
     )
     assert "syncfs" in calls
     assert len(calls) < 40, calls
+
+
+def _held_then_swapped(tmp_path: Path) -> tuple[staging.OpenDir, Path, Path]:
+    """A folder held open, then moved away with a link to another folder put in its place."""
+    folder, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    held = staging.OpenDir(folder, os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+    moved = tmp_path / "moved"
+    os.rename(folder, moved)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    return held, moved, elsewhere
+
+
+def test_a_stage_made_in_a_held_folder_goes_there_whatever_its_path_names_since(tmp_path: Path) -> None:
+    held, moved, elsewhere = _held_then_swapped(tmp_path)
+    staged = staging.stage(tmp_path / "store", b"held", hint="f.json", at=held)
+    staged.publish(tmp_path / "store" / "f.json")
+    kept = staging.stage(tmp_path / "store", b"discarded", at=held)
+    kept.discard()
+    assert os.listdir(elsewhere) == []
+    assert os.listdir(moved) == ["f.json"] and (moved / "f.json").read_bytes() == b"held"
+
+
+def test_publish_many_stages_renames_and_syncs_through_the_folders_held(tmp_path: Path) -> None:
+    held, moved, elsewhere = _held_then_swapped(tmp_path)
+    finals = [(tmp_path / "store" / f"{i}.json", f"{i}".encode()) for i in range(3)]
+    staging.publish_many(finals, dirs={tmp_path / "store": held})
+    assert os.listdir(elsewhere) == []
+    assert sorted(os.listdir(moved)) == ["0.json", "1.json", "2.json"]
+
+
+def test_a_held_folder_closes_its_descriptor_with_its_last_reference(tmp_path: Path) -> None:
+    held = staging.OpenDir(tmp_path, os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    fd = held.fd
+    staged = staging.stage(tmp_path, b"x", at=held)
+    del held
+    os.fstat(fd)  # the stage still uses it
+    staged.publish(tmp_path / "x")
+    del staged
+    with pytest.raises(OSError):
+        os.fstat(fd)
