@@ -41,7 +41,6 @@ index, exactly as it could rewrite the learned files and the journal themselves.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import os
@@ -56,6 +55,7 @@ from typing import Any
 import orjson
 
 from memory._results import Citation, Recalled, frozen_metadata
+from memory._safe import write_beside
 
 CACHE_DIR = "flows-cache"
 """``<db-dir>/flows-cache``: derived indexes, safe to delete at any time."""
@@ -394,29 +394,9 @@ class FileCache:
         return key
 
     def _write_atomically(self, path: str | Path, data: bytes, *, exclusive: bool = False) -> bool:
-        """Write ``data`` to ``path`` through a temporary file; False (nothing left) on any failure."""
-        tmp = self._root / f".tmp-{secrets.token_hex(8)}"
-        try:
-            os.makedirs(self._root, mode=0o700, exist_ok=True)
-            if not stat.S_ISDIR(os.lstat(self._root).st_mode):
-                return False  # a link in the cache folder's place: never written through
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            if exclusive:
-                os.link(tmp, path)  # fails when it exists: the first key made is the key
-                os.unlink(tmp)
-            else:
-                os.replace(tmp, path)
-            return True
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            return False
+        """Write ``data`` to ``path`` (a file of the cache folder) through a temporary file
+        (``write_beside``); False (nothing left) on any failure."""
+        return write_beside(self._root, os.path.basename(path), data, exclusive=exclusive)
 
     # -- where the journal's records are -------------------------------------------------------
 

@@ -17,17 +17,16 @@ never stands in for the journal (``flows check``, ``sync`` and a resume look at 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from journal import FileJournal, JournalBackend, RunState
 from memory._filecache import CACHE_DIR
+from memory._safe import write_beside
 from staging import CodedError
 
 log = logging.getLogger(__name__)
@@ -151,18 +150,4 @@ class Recovery:
     def _write_memo(memo: Path, data: bytes) -> None:
         """Replace the memo (temporary file, then rename; not fsync'd: a memo a power loss takes
         only makes the next open walk again). Best effort."""
-        folder = memo.parent
-        tmp = folder / f".tmp-{secrets.token_hex(8)}"
-        try:
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                return  # a link in the cache folder's place: never written through
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, memo)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        write_beside(memo.parent, memo.name, data)

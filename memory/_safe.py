@@ -14,11 +14,14 @@ The functions here raise ``OSError``; ``OSError.filename`` names the path that f
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -203,3 +206,45 @@ def regular_prefix(path: str | os.PathLike[str], limit: int, *, dir_fd: int | No
         return None
     finally:
         os.close(fd)
+
+
+def write_beside(
+    folder: str | os.PathLike[str],
+    name: str,
+    data: bytes | Callable[[BinaryIO], None],
+    *,
+    exclusive: bool = False,
+) -> bool:
+    """Write the file ``name`` of ``folder`` (a derived file: a cache, an index, a memo) through a
+    temporary file of random name, then a rename over ``name`` (``exclusive``: a link, which fails
+    when ``name`` exists). ``data`` is the bytes, or a function that writes them to a binary file.
+    ``folder`` is made (private) when missing; every other step goes through one descriptor of it,
+    opened without following a link, and the file is created exclusively (``O_EXCL | O_NOFOLLOW``,
+    mode 0600): a link in the folder's place, or planted at any name, is never written through.
+    Not fsync'd. Best effort: False, nothing left behind, on any failure."""
+    tmp = f".tmp-{secrets.token_hex(8)}"
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        at = os.open(folder, DIR_FLAGS)
+    except OSError:
+        return False  # a link (or a file, or no room) in the folder's place
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=at)
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(data, bytes):
+                fh.write(data)
+            else:
+                data(fh)
+        if exclusive:
+            os.link(tmp, name, src_dir_fd=at, dst_dir_fd=at, follow_symlinks=False)
+            os.unlink(tmp, dir_fd=at)
+        else:
+            os.replace(tmp, name, src_dir_fd=at, dst_dir_fd=at)
+        return True
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=at)
+        return False
+    finally:
+        os.close(at)

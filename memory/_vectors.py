@@ -35,6 +35,7 @@ from memory._embed import Embedder, checked_vectors
 from memory._filecache import cache_dir
 from memory._files import RACY_S
 from memory._results import Recalled
+from memory._safe import write_beside
 
 if TYPE_CHECKING:  # numpy is imported when a VectorIndex is made (the semantic extra)
     import numpy as np
@@ -259,15 +260,7 @@ class VectorIndex:
             np.fromiter((self._rows[k] for k in keys), dtype=np.int64, count=len(keys))
         ]
         path = self._snapshot_path()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                np.save(fh, block, allow_pickle=False)
-            os.chmod(tmp, 0o600)
-            os.rename(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        write_beside(path.parent, path.name, lambda fh: np.save(fh, block, allow_pickle=False))
 
     def _store(self, keys: Sequence[str], block: np.ndarray) -> None:
         conn = self._db()

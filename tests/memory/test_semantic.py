@@ -3,8 +3,10 @@ outlive their findings, and hybrid ranking with every filter applied first."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
@@ -471,3 +473,29 @@ def test_a_store_that_found_no_vectors_still_drops_those_another_store_derived_s
         assert second in {k for _, k in _vector_rows(db)}
         session.forget(second, reason="asked")
     assert second not in {k for _, k in _vector_rows(db)}
+
+
+def test_the_vectors_snapshot_is_written_through_no_link_planted_beside_it(tmp_path: Path) -> None:
+    """Deriving many vectors at once keeps a snapshot beside the vectors file, written through a
+    temporary file. A link planted where a temporary file could be named (the name a process would
+    once have used, from its pid) is never written through: what it points at stays as it was."""
+    from memory._vectors import SNAPSHOT_PREFIX, model_of, vectors_path
+
+    db = tmp_path / "store" / "history.db"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not the store's")
+    toy = Toy("toy-snapshot@1")
+    with _store(db, toy) as store, store.session(scope="many") as session:
+        for i in range(2_100):
+            session.learn({"text": f"finding number {i} about fees"})
+        folder = vectors_path(db).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(model_of(toy).encode()).hexdigest()[:16]
+        snapshot = folder / f"{SNAPSHOT_PREFIX}{digest}.npy"
+        (folder / f".{snapshot.name}.{os.getpid()}.tmp").symlink_to(victim)
+        assert store.derive_vectors("many") >= 2_000
+    assert victim.read_bytes() == b"not the store's"
+    made = [p for p in folder.iterdir() if p.name.endswith(".npy")]
+    assert made and all(p.is_file() and not p.is_symlink() for p in made)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in made)
+    assert not [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
