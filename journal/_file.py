@@ -176,6 +176,16 @@ class RecordCodec:
         )
 
 
+def _nonempty(entry: os.DirEntry[str]) -> bool:
+    """Whether the folder entry ``entry`` holds bytes (a link or anything else counts: it is not
+    what a ``begin`` that never finished leaves)."""
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return st.st_size > 0 or not stat.S_ISREG(st.st_mode)
+
+
 def _run_problem(run_id: str, obj: object) -> str | None:
     """What is wrong with a run record read from ``run.json``, or None."""
     if type(obj) is not dict:
@@ -442,6 +452,7 @@ class FileJournal:
         try:
             fd = self._open_run_file(run_id, "run.json", os.O_RDONLY, reading=True)
         except FileNotFoundError:
+            self._refuse_headless(run_id)
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
         try:
             data = self._read_all(fd)
@@ -452,6 +463,33 @@ class FileJournal:
         finally:
             os.close(fd)
         return self._parse_run(run_id, path, data)
+
+    def _refuse_headless(self, run_id: str) -> None:
+        """Raise ``JournalCorrupt`` when run ``run_id`` has no ``run.json`` but a stream of it holds
+        bytes. A ``begin`` that never finished leaves at most an empty ``streams`` folder (nothing is
+        appended before ``run.json`` is in place); records without it mean the run record was
+        removed, and reading the run as absent would drop its records (a forget among them) from
+        every answer."""
+        directory = os.path.join(self._runs_dir(), run_id, "streams")
+        try:
+            with os.scandir(directory) as entries:
+                held = [e.name for e in entries if not e.is_dir(follow_symlinks=False) and _nonempty(e)]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise JournalReadInterrupted(
+                f"cannot look at run {run_id}: {exc.strerror or exc}", run_id=run_id, path=directory
+            ) from exc
+        if held:
+            raise JournalCorrupt(
+                f"run {run_id} has records ({sorted(held)[0]}) but no run.json: its run record was "
+                f"removed, so its records cannot be read; restore run.json from a backup, or move the "
+                f"folder {os.path.dirname(directory)} out of the journal to drop the run and its records",
+                path=os.path.join(os.path.dirname(directory), "run.json"),
+                line=0,
+                reason="run record missing",
+                run_id=run_id,
+            )
 
     @staticmethod
     def _read_all(fd: int) -> bytes:
@@ -1066,6 +1104,7 @@ class FileJournal:
             try:
                 os.lstat(os.path.join(self._run_dir(name), "run.json"))
             except FileNotFoundError:
+                self._refuse_headless(name)
                 continue  # begin never finished
             except OSError as exc:
                 raise JournalReadInterrupted(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -213,3 +214,38 @@ def test_any_damage_to_a_journal_folder_gives_true_answers_or_documented_errors_
             assert is_true(got), f"{name} after {damage} answered {got!r}"
     assert _snapshot(outside) == before, f"a write outside the journal after {damage}"
     assert sorted(p.name for p in base.iterdir()) == ["journal", "outside"]
+
+
+def test_a_run_whose_run_record_was_removed_but_whose_records_remain_fails_closed(tmp_path: Path) -> None:
+    """Records are appended only after ``run.json`` is in place: a run folder whose streams hold
+    records without it was damaged, not left by an unfinished ``begin``, and is never read as
+    absent (its records, a forget among them, would drop out of every answer)."""
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "memory-forget", {"id": "k"})
+    jr.finish(lease, RunState.DONE)
+    jr.close()
+    os.unlink(tmp_path / "j" / "runs" / info.run_id / "run.json")
+    fresh = FileJournal(tmp_path / "j")
+    for ask in (fresh.runs, fresh.run_ids, lambda: fresh.run(info.run_id)):
+        try:
+            ask()
+        except journal.JournalCorrupt as exc:
+            assert exc.reason == "run record missing" and exc.run_id == info.run_id
+            assert "run.json" in str(exc) and "restore" in str(exc)
+        else:
+            raise AssertionError(f"{ask} read a run with records and no run.json as absent")
+
+
+def test_a_begin_that_never_finished_is_still_no_run(tmp_path: Path) -> None:
+    """What a ``begin`` killed before its ``run.json`` leaves (a run folder, an empty ``streams``
+    folder, an empty stream file at most) is not listed and is no error."""
+    jr = FileJournal(tmp_path / "j")
+    info, _ = jr.begin("f", "s", {})
+    jr.close()
+    half = tmp_path / "j" / "runs" / "20260101T000000-0123456789"
+    (half / "streams").mkdir(parents=True)
+    (half / "streams" / "memory-learn.jsonl").touch()
+    assert [r.run_id for r in FileJournal(tmp_path / "j").runs()] == [info.run_id]
+    with pytest.raises(journal.JournalRunNotFound):
+        FileJournal(tmp_path / "j").run(half.name)

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+import journal
 import memory
 from tests.adversarial.memory_support import Store, error_code, flows, populate, snapshot
 
@@ -158,3 +159,24 @@ def test_a_kept_hint_never_serves_a_file_whose_record_is_gone(tmp_path: Path) ->
     finally:
         fresh.close()
     assert caught.value.code == "memory_unreachable"
+
+
+def test_a_forget_whose_run_record_was_removed_is_never_undone_by_repair(tmp_path: Path) -> None:
+    """The run that forgot a finding loses its ``run.json`` (its records remain): the retired file
+    cites a run the journal must not read as absent, or ``check --repair`` would quarantine the
+    retired file and publish the forgotten finding again. Every command fails closed instead."""
+    s = populate(tmp_path / "store" / "history.db", ["kept", "forgotten for good"])
+    gone = next(k for k, t in s.keys.items() if t == "forgotten for good")
+    with memory.MemoryStore(s.db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", s.scope, {})
+        store.forget(gone, memory.RootRun(jr, lease, "adv", s.scope), reason="wrong")
+        jr.finish(lease, journal.RunState.DONE)
+    (s.journal_dir / "runs" / lease.run_id / "run.json").unlink()
+    for args in (("check", "--repair", "--json"), ("recall", "--json"), ("why", "forgotten", "--json")):
+        result = flows(s.db, *args)
+        assert "forgotten for good" not in result.stdout, args
+        if result.returncode != 0:
+            assert error_code(result) == "journal_corrupt", (args, result.stderr)
+    assert not (s.folder / f"{gone}.json").exists()
+    assert (memory.retired_dir(s.db, s.scope) / f"{gone}.json").exists()
