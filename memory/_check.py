@@ -442,20 +442,35 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
     except Unreachable as exc:  # which findings the DB holds is unknown: reported once, below
         ctx.problems.append(_db_unreadable(ctx, exc))
         return
+    # A retirement sits in a run's memory-forget stream, or in its memory-learn stream (an update's
+    # commit retires what it supersedes): while any of those cannot be read, a record without its
+    # file may be one that was forgotten, and publishing it would bring the finding back.
+    unread = sorted(ctx.unread | ctx.unread_retired)
     for fid, rec in ctx.latest.items():
         if fid in held or fid in good or fid in ctx.retired:
             continue
         path = learned_dir(ctx.store.db_path, rec.payload["scope"]) / f"{fid}.json"
         if any(p.path == str(path) for p in ctx.problems):
             continue  # already reported as a damaged or wrong file
-        ctx.problems.append(
-            Problem(
-                "record_unpublished",
-                str(path),
-                f"record {rec.id} of root run {rec.run_id} has neither its learned file nor a history-DB row",
-                "republish it from its journal record",
-                True,
+        missing = (
+            f"record {rec.id} of root run {rec.run_id} has neither its learned file nor a history-DB row"
+        )
+        if unread:
+            ctx.problems.append(
+                Problem(
+                    "record_unpublished",
+                    str(path),
+                    f"{missing}; it is not published again while the retirements of root run "
+                    f"{', '.join(unread)} cannot be read (see the journal's problem above): one of "
+                    "them may have forgotten it",
+                    "nothing until the journal is restored: a finding is never published while a "
+                    "retirement of it may be unread",
+                    False,
+                )
             )
+            continue
+        ctx.problems.append(
+            Problem("record_unpublished", str(path), missing, "republish it from its journal record", True)
         )
 
 

@@ -180,3 +180,33 @@ def test_a_forget_whose_run_record_was_removed_is_never_undone_by_repair(tmp_pat
             assert error_code(result) == "journal_corrupt", (args, result.stderr)
     assert not (s.folder / f"{gone}.json").exists()
     assert (memory.retired_dir(s.db, s.scope) / f"{gone}.json").exists()
+
+
+@pytest.mark.parametrize("stream", ["memory-forget", "memory-learn"])
+def test_repair_publishes_no_record_while_a_retirement_may_be_unread(tmp_path: Path, stream: str) -> None:
+    """The retired file of a forgotten (or superseded) finding is lost, and so is the journal stream
+    that holds its retirement (a forget's, or an update's commit): ``check --repair`` cannot tell
+    the finding was retired, so it publishes no record without its file until the journal is
+    restored, and the finding never comes back."""
+    s = populate(tmp_path / "store" / "history.db", ["kept", "retired for good"])
+    gone = next(k for k, t in s.keys.items() if t == "retired for good")
+    with memory.MemoryStore(s.db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", s.scope, {})
+        root = memory.RootRun(jr, lease, "adv", s.scope)
+        if stream == "memory-forget":
+            store.forget(gone, root, reason="wrong")
+        else:
+            store.update(gone, {"text": "its correction", "tags": ["adv"]}, root)
+        jr.finish(lease, journal.RunState.DONE)
+    shutil.rmtree(memory.retired_dir(s.db, s.scope))
+    (s.journal_dir / "runs" / lease.run_id / "streams" / f"{stream}.jsonl").write_bytes(b"")
+    result = flows(s.db, "check", "--repair", "--json")
+    assert result.returncode == 1
+    report = orjson.loads(result.stdout)
+    held_back = [p for p in report["remaining"] if p["kind"] == "record_unpublished"]
+    assert any(gone in p["path"] for p in held_back), report
+    assert all(not p["repairable"] and lease.run_id in p["message"] for p in held_back)
+    for args in (("recall", "--json"), ("why", "retired", "--json")):
+        assert "retired for good" not in flows(s.db, *args).stdout, args
+    assert not (s.folder / f"{gone}.json").exists()
