@@ -65,12 +65,16 @@ class OpenDir:
             self.close()
 
 
-def fsync_dir(directory: str | os.PathLike[str]) -> None:
-    """Fsync a directory so the names created, renamed or removed in it are durable.
+def fsync_dir(directory: str | os.PathLike[str], at: OpenDir | None = None) -> None:
+    """Fsync a directory so the names created, renamed or removed in it are durable (through
+    ``at``'s descriptor when given: ``directory`` is then only its name).
 
     Raises:
         OSError: when the directory cannot be opened or fsync'd.
     """
+    if at is not None:
+        os.fsync(at.fd)
+        return
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -121,10 +125,7 @@ def sync_dir_shared(directory: str | os.PathLike[str], at: OpenDir | None = None
         if state.done >= ticket:
             return
         covering = state.covering()
-        if at is None:
-            fsync_dir(directory)
-        else:
-            os.fsync(at.fd)
+        fsync_dir(directory, at)
         state.done = covering
 
 
@@ -406,7 +407,7 @@ def publish_many(
         for directory in dict.fromkeys(final.parent for _, final in staged):
             try:
                 at = held.get(directory)
-                fsync_dir(directory) if at is None else os.fsync(at.fd)
+                fsync_dir(directory, at)
             except OSError as exc:
                 raise PublishFailed(
                     f"published into {directory} but could not fsync it: {exc.strerror or exc}",

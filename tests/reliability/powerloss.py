@@ -1374,10 +1374,10 @@ def without_publish_dir_fsync(where: str = "") -> Iterator[None]:
     directories whose path contains ``where``, when given)."""
     real = staging._stage.fsync_dir
 
-    def maybe(directory: Any) -> None:
+    def maybe(directory: Any, at: Any = None) -> None:
         caller = sys._getframe(1).f_code.co_name
         if caller not in ("publish", "sync_dir_shared") or where not in os.fspath(directory):
-            real(directory)
+            real(directory, at)
 
     staging._stage.fsync_dir = maybe
     try:

@@ -428,9 +428,9 @@ def test_the_harness_reports_forgotten_findings_read_again_when_the_retired_file
     # (before any recovery) reads the forgotten findings again.
     real = staging._stage.fsync_dir
 
-    def all_but_retired(directory: str | os.PathLike[str]) -> None:
+    def all_but_retired(directory: str | os.PathLike[str], at: staging.OpenDir | None = None) -> None:
         if "retired" not in os.fspath(directory):
-            real(directory)
+            real(directory, at)
 
     monkeypatch.setattr(staging._stage, "fsync_dir", all_but_retired)
     trace = powerloss.record_findings(["L1", "L2", "W"], tmp_path)
