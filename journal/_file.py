@@ -307,6 +307,9 @@ class FileJournal:
         self._checked_dirs: set[str] = set()  # run dirs seen to be real directories, not links
         self._run_paths: dict[str, Path] = {}  # their paths
         self._checked_streams: set[str] = set()  # runs whose ``streams`` was seen to be one too
+        # (device, inode) of each run folder and ``streams`` folder as first checked: every later
+        # use checks that its path still names that folder (``_guard``)
+        self._idents: dict[tuple[str, str], tuple[str, int, int]] = {}  # -> (path, device, inode)
         self._run_strs: dict[str, str] = {}
         self._mutex = threading.Lock()
         self._closed = False
@@ -353,9 +356,51 @@ class FileJournal:
             return known
         path = self._runs_dir() / check_name("run id", run_id)
         if self._checked(path, run_id):  # a link or a file planted there raised
+            self._note_ident(run_id, "", path)
             self._checked_dirs.add(run_id)
             self._run_paths[run_id] = path
         return path
+
+    def _note_ident(self, run_id: str, folder: str, path: Path) -> None:
+        """Remember which folder ``path`` (run ``run_id``'s folder, or its ``folder``) names now."""
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            self._idents[(run_id, folder)] = (str(path), st.st_dev, st.st_ino)
+
+    def _guard(self, run_id: str) -> None:
+        """Check that the run's folder, and its ``streams`` folder, are still the folders this
+        journal checked first (one ``lstat`` each): a folder swapped since for a link, or replaced
+        by another folder, is ``journal_corrupt``, so nothing is appended, recorded or read through
+        it (a record acknowledged into a folder outside the journal would be lost to every reader).
+        A folder gone since is left for the open that follows to report."""
+        for folder in ("", "streams"):
+            held = self._idents.get((run_id, folder))
+            if held is None:
+                continue
+            path = held[0]
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise JournalReadInterrupted(
+                    f"cannot look at {path}: {exc.strerror or exc}", run_id=run_id, path=path
+                ) from exc
+            if st.st_ino != held[2] or st.st_dev != held[1] or not stat.S_ISDIR(st.st_mode):
+                what = (
+                    "a symbolic link"
+                    if stat.S_ISLNK(st.st_mode)
+                    else "another folder (or a symbolic link was put on the way to it)"
+                )
+                raise JournalCorrupt(
+                    f"{path} was replaced by {what} while this journal used it: nothing is appended, "
+                    "recorded or read through it; put the run's own folder back (a link is never "
+                    "followed)",
+                    path=path,
+                    line=0,
+                    reason="folder replaced",
+                    run_id=run_id,
+                )
 
     def _has_run(self, run_id: str) -> bool:
         if run_id not in self._checked_dirs:
@@ -365,6 +410,8 @@ class FileJournal:
     def _streams_dir(self, run_id: str) -> Path:
         path = self._run_dir(run_id) / "streams"
         if run_id not in self._checked_streams and self._checked(path, run_id):
+            if run_id in self._checked_dirs:
+                self._note_ident(run_id, "streams", path)
             self._checked_streams.add(run_id)
         return path
 
@@ -433,6 +480,7 @@ class FileJournal:
 
     @contextlib.contextmanager
     def _run_lock(self, run_id: str) -> Iterator[None]:
+        self._guard(run_id)  # every change of a run is made under its lock: checked once here
         try:
             fd = self._open_run_file(run_id, "run.lock", os.O_RDWR | os.O_CREAT, reading=False)
         except FileNotFoundError:
@@ -447,6 +495,7 @@ class FileJournal:
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_file(run_id, "run.json")
+        self._guard(run_id)
         # Read afresh: the fence must see the epoch another process just wrote (``_load_pinned``
         # skips the read only while the path names the very file it holds open).
         try:
@@ -570,6 +619,7 @@ class FileJournal:
     def _store(self, run_id: str, obj: Mapping[str, Any]) -> None:
         data = payload_json(obj, what="run record (its flow, scope, metadata and error)")
         directory = self._run_dir(run_id)
+        self._guard(run_id)
         try:
             staged = stage(directory, data, self._file_mode(), hint="run.json")
             staged.publish(directory / "run.json")
@@ -906,6 +956,7 @@ class FileJournal:
                 handle = self._stream(run_id, stream)
             if not self._has_run(run_id):
                 raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
+            self._guard(run_id)
             return handle.log.read()
         except JournalError as exc:
             exc.run_id, exc.stream = run_id, stream
@@ -942,6 +993,7 @@ class FileJournal:
         if hint is not None:
             try:
                 handle = self._stream(run_id, stream)
+                self._guard(run_id)
                 found = handle.log.read_at(hint)
             except JournalError as exc:
                 exc.run_id, exc.stream = run_id, stream
@@ -973,6 +1025,7 @@ class FileJournal:
         directory = self._streams_dir(run_id)
         if not self._has_run(run_id):
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
+        self._guard(run_id)
         try:
             entries = list(os.scandir(directory))
         except FileNotFoundError:

@@ -176,3 +176,35 @@ def test_a_folder_replaced_by_another_folder_is_written_to_where_its_path_names(
         assert learned.path.parent == folder and learned.path.is_file()
         assert not (moved / learned.path.name).exists()
         assert learned.id in {r.key for r in store.recall(scope="s")}
+
+
+@pytest.mark.parametrize("which", ["run folder", "streams folder", "runs folder"])
+def test_a_journal_folder_swapped_for_a_link_while_in_use_is_never_written_or_read_through(
+    tmp_path: Path, which: str
+) -> None:
+    """A journal checks its folders the first time it uses a run; a run folder (or its streams, or
+    every run's folder) swapped for a link afterwards must not take the next append, run record or
+    read: each fails with ``journal_corrupt`` and nothing lands outside the journal."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "kept", {"n": 1})
+    assert [r.payload for r in jr.read(info.run_id, "kept")] == [{"n": 1}]
+    run_dir = tmp_path / "j" / "runs" / info.run_id
+    folder = {"run folder": run_dir, "streams folder": run_dir / "streams", "runs folder": run_dir.parent}
+    copy = _swap_for_link(folder[which], outside)
+    before = {p: p.read_bytes() for p in _files_under(outside)}
+    for act in (
+        lambda: jr.append(lease, "kept", {"n": 2}),
+        lambda: jr.append(lease, "new", {"n": 3}),
+        lambda: jr.read(info.run_id, "kept"),
+        lambda: jr.streams(info.run_id),
+        lambda: jr.finish(lease, journal.RunState.DONE),
+    ):
+        with pytest.raises(journal.JournalCorrupt) as caught:
+            act()
+        assert caught.value.reason == "folder replaced" and "symbolic link" in str(caught.value)
+        assert caught.value.run_id == info.run_id
+    assert {p: p.read_bytes() for p in _files_under(outside)} == before
+    assert copy.exists()
