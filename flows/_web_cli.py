@@ -94,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ServeExtraMissing(
             f"flows serve needs the web extra ({exc.name} is missing): pip install 'flows-memory[web]'"
         ) from exc
+    from flows._uvicorn import announcing_server
     from flows.web._net import bind
 
     sock = bind(args.host, args.port)
@@ -101,14 +102,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     config = ServeConfig(db=args.db, journal=args.journal, sail_homes=tuple(args.sail_home), token=token)
     app = create_app(config)
-    if args.json:
-        sys.stdout.write(
-            orjson.dumps({"url": url, "readOnly": True, "token": token is not None}).decode() + "\n"
-        )
-    else:
-        sys.stdout.write(f"flows serve: {url} (read-only; Ctrl-C stops it)\n")
-    sys.stdout.flush()
-    server = uvicorn.Server(
+
+    def announce() -> None:  # once serving, Ctrl-C handled by the server (``announcing_server``)
+        if args.json:
+            sys.stdout.write(
+                orjson.dumps({"url": url, "readOnly": True, "token": token is not None}).decode() + "\n"
+            )
+        else:
+            sys.stdout.write(f"flows serve: {url} (read-only; Ctrl-C stops it)\n")
+        sys.stdout.flush()
+
+    server = announcing_server(
         uvicorn.Config(
             app,
             log_level="warning",
@@ -116,7 +120,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             proxy_headers=False,
             server_header=False,
             lifespan="off",
-        )
+        ),
+        announce,
     )
     try:
         server.run(sockets=[sock])

@@ -162,11 +162,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         else:
             sock = server.listen(address.host, address.port)
             with sock:
-                if args.json:  # stdout is free over HTTP: where to connect, as serve says it
-                    sys.stdout.write(
-                        orjson.dumps({"url": server.url_of(sock), "token": token is not None}).decode() + "\n"
-                    )
-                    sys.stdout.flush()
+
+                def announce() -> None:
+                    if args.json:  # stdout is free over HTTP: where to connect, as serve says it
+                        url = server.url_of(sock)
+                        sys.stdout.write(
+                            orjson.dumps({"url": url, "token": token is not None}).decode() + "\n"
+                        )
+                        sys.stdout.flush()
+
                 server.run(
                     lambda: server.serve_http(
                         sessions,
@@ -174,6 +178,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                         loopback=address.loopback,
                         token=token,
                         idle_timeout_s=args.idle_timeout,
+                        announce=announce,
                     )
                 )
     finally:

@@ -25,6 +25,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
+from flows._uvicorn import announcing_server
 from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
@@ -431,9 +432,16 @@ def url_of(sock: socket.socket) -> str:
 
 
 async def serve_http(
-    sessions: Sessions, sock: socket.socket, *, loopback: bool, token: str | None, idle_timeout_s: float
+    sessions: Sessions,
+    sock: socket.socket,
+    *,
+    loopback: bool,
+    token: str | None,
+    idle_timeout_s: float,
+    announce: Callable[[], None] = lambda: None,
 ) -> None:
-    """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then."""
+    """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then.
+    ``announce`` is called once the server serves (``announcing_server``)."""
     server = build_server(sessions, idle_timeout_s=idle_timeout_s)
     host = sock.getsockname()[0]
     security = _loopback_security(host) if loopback else None
@@ -445,9 +453,13 @@ async def serve_http(
     )
     gate = BearerGate(app, token=token, sessions=sessions, security=security)
     config = uvicorn.Config(gate, log_level="warning", access_log=False, lifespan="on")
-    sys.stderr.write(f"flows mcp: serving {url_of(sock)}\n")
-    sys.stderr.flush()
-    await uvicorn.Server(config).serve(sockets=[sock])
+
+    def serving() -> None:
+        announce()
+        sys.stderr.write(f"flows mcp: serving {url_of(sock)}\n")
+        sys.stderr.flush()
+
+    await announcing_server(config, serving).serve(sockets=[sock])
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
