@@ -284,7 +284,10 @@ class Publisher:
                 st = None
             if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held.ident:
                 return held
-        folder = Folder.open(self.db_path.parent, directory)
+        try:
+            folder = Folder.open(self.db_path.parent, directory)
+        except FileNotFoundError:  # removed as it was walked
+            folder = None
         if folder is None:
             with self._holding:
                 self._held.pop(directory, None)
