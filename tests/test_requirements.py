@@ -33,6 +33,7 @@ GROUPS: dict[str, str] = {
     "memory/cli.py": "completion",  # argcomplete, imported only when tab completion asks
     "flows": "core",
     "flows/_web_cli.py": "web",  # uvicorn, imported only by `flows serve`
+    "flows/_uvicorn.py": "web",  # uvicorn, for `flows serve` and `flows mcp --http` (both extras carry it)
     "flows/web": "web",
     "flows/mcp": "mcp",
     "flows/langgraph": "langgraph",
