@@ -265,6 +265,7 @@ def _first_line_then_stop(argv: list[str], what: str) -> object:
             proc.kill()
             proc.wait()
     assert rest == b"", (what, rest)
+    assert proc.returncode == 130, (what, proc.returncode)  # Ctrl-C, as every command exits on it
     return announced
 
 
