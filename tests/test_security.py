@@ -157,6 +157,11 @@ def test_a_folder_swapped_for_a_link_after_the_first_learn_is_never_written_thro
             store.forget(second.id, root, reason="after the swap")
         keys = [r.payload["id"] for r in store.open_journal().read(root.run_id, memory.STREAM)]
         assert keys == [first.id, second.id]  # nothing staged outside, so nothing journaled
+        # a forget journaled before its removal of the old file was refused keeps the finding out
+        # of every read with its retired file, in the store (only the learned files' folder moved)
+        if list(store.open_journal().read(root.run_id, memory.RETIRE_STREAM)):
+            assert which == "learned folder"
+            assert (memory.retired_dir(db, "s") / f"{second.id}.json").is_file()
     assert _files_under(outside) == before, "a file was written outside the store"
     assert all(not p.name.startswith(".stage-") for p in _files_under(copy))
 
