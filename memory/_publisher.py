@@ -293,7 +293,7 @@ class Publisher:
                 self._held.pop(directory, None)
             return None
         try:
-            held = OpenDir(directory, folder.fd)
+            held = OpenDir(folder.fd)
         except OSError:
             folder.close()
             raise
@@ -303,6 +303,18 @@ class Publisher:
                 self._held.clear()
             self._held[directory] = held
         return held
+
+    def held_or_missing(self, directory: Path) -> OpenDir:
+        """``held``, with a missing folder raised as ``FileNotFoundError``.
+
+        Raises:
+            FileNotFoundError: the folder (or one on the way) is missing.
+            OSError: as ``held``.
+        """
+        at = self.held(directory)
+        if at is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+        return at
 
     def close(self) -> None:
         """Let go of the folders kept open (each closes once no stage or removal uses it; opened
@@ -348,9 +360,7 @@ class Publisher:
             if not ready:
                 ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                 self._ready_dirs.add(directory)
-            at = self.held(directory)
-            if at is None:
-                raise FileNotFoundError(errno.ENOENT, "the folder is missing", str(directory))
+            at = self.held_or_missing(directory)
             return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync, at=at)
         except (StagingError, OSError) as exc:
             if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
@@ -359,10 +369,10 @@ class Publisher:
             if isinstance(exc, StagingError):
                 path, why = exc.path, str(exc)
             else:
-                path, why = Path(exc.filename or directory), describe(exc)
-            where = "" if path == directory or isinstance(exc, StagingError) else f"{path}: "
+                path = Path(exc.filename or directory)
+                why = describe(exc) if path == directory else f"{path}: {describe(exc)}"
             raise Unwritable(
-                f"cannot stage a learned file in {directory}: {where}{why}",
+                f"cannot stage a learned file in {directory}: {why}",
                 path=path,
                 run_id=run_id,
                 errno=getattr(exc, "errno", None),
@@ -397,9 +407,7 @@ class Publisher:
         """
         try:
             if at is None:
-                at = self.held(directory)
-                if at is None:
-                    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
+                at = self.held_or_missing(directory)
             fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at.fd)
         except OSError as exc:
             raise Unwritable(
@@ -505,9 +513,7 @@ class Publisher:
                 refuse_links(self.db_path.parent, directory)
                 try:
                     ensure_dir(directory, folder_mode(db_mode(self.db_path)))
-                    at = self.held(directory)
-                    if at is None:
-                        raise FileNotFoundError(errno.ENOENT, "removed as it was made", str(directory))
+                    at = self.held_or_missing(directory)
                 except OSError as exc:
                     raise Unwritable(
                         f"cannot create {directory}: {describe(exc)}", path=directory, errno=exc.errno
@@ -528,10 +534,7 @@ class Publisher:
             FileNotFoundError: the folder is gone (it holds no name to keep).
             OSError: a link on the way (``ELOOP``), or the fsync failed.
         """
-        at = self.held(directory)
-        if at is None:
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
-        sync_dir_shared(directory, at)
+        sync_dir_shared(directory, self.held_or_missing(directory))
 
     def sync_dir(self, directory: Path, run_id: str | None) -> None:
         """Fsync ``directory`` (shared with concurrent callers), making the names in it durable.

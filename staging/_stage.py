@@ -40,16 +40,15 @@ def is_stage_name(name: str) -> bool:
 
 
 class OpenDir:
-    """A directory held open by its descriptor ``fd``: stages made in it (``stage(..., at=)``),
-    their renames and its fsyncs go through ``fd``, never through ``path`` (kept for messages), so a
-    link swapped in for the directory, or for a folder above it, after it was opened cannot redirect
-    them. The descriptor is closed when the last reference goes (a stage in flight keeps one), or
-    by ``close``."""
+    """A directory held open by its descriptor ``fd`` (this object owns it): stages made in it
+    (``stage(..., at=)``), their renames and its fsyncs go through ``fd``, never through a path, so
+    a link swapped in for the directory, or for a folder above it, after it was opened cannot
+    redirect them. The descriptor is closed when the last reference goes (a stage in flight keeps
+    one), or by ``close``."""
 
-    __slots__ = ("fd", "ident", "path")
+    __slots__ = ("fd", "ident")
 
-    def __init__(self, path: str | os.PathLike[str], fd: int) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, fd: int) -> None:
         self.fd = fd
         st = os.fstat(fd)
         self.ident = (st.st_dev, st.st_ino)  # what ``path`` names while it names this directory

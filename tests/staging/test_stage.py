@@ -160,7 +160,7 @@ def _held_then_swapped(tmp_path: Path) -> tuple[staging.OpenDir, Path, Path]:
     folder, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
     folder.mkdir()
     elsewhere.mkdir()
-    held = staging.OpenDir(folder, os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+    held = staging.OpenDir(os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
     moved = tmp_path / "moved"
     os.rename(folder, moved)
     folder.symlink_to(elsewhere, target_is_directory=True)
@@ -186,7 +186,7 @@ def test_publish_many_stages_renames_and_syncs_through_the_folders_held(tmp_path
 
 
 def test_a_held_folder_closes_its_descriptor_with_its_last_reference(tmp_path: Path) -> None:
-    held = staging.OpenDir(tmp_path, os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    held = staging.OpenDir(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
     fd = held.fd
     staged = staging.stage(tmp_path, b"x", at=held)
     del held
