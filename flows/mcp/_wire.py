@@ -10,6 +10,7 @@ are not JSON, the id is not a string or an integer) the answer's id is null. Not
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import mcp_types as types
@@ -24,6 +25,10 @@ tags, source and metadata, at their own limits) fits well within it."""
 _ID_SCAN = 4096
 """How many bytes at the start of an oversized request are searched for its id."""
 
+_MAX_DIGITS = 4000
+"""The longest integer literal read from a line the strict parser refused (Python converts longer
+ones only on request, and in time quadratic in their length)."""
+
 
 def _valid_id(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -34,7 +39,10 @@ def error_line(request_id: str | int | None, code: int, message: str, data: Any 
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).decode() + "\n"
+    answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    if isinstance(request_id, int) and not -(2**63) <= request_id < 2**64:
+        return json.dumps(answer, separators=(",", ":")) + "\n"  # past orjson's range
+    return orjson.dumps(answer).decode() + "\n"
 
 
 def unreadable_answer(text: str) -> str | None:
@@ -48,8 +56,16 @@ def unreadable_answer(text: str) -> str | None:
         read = None
     try:
         raw = orjson.loads(text)
+        if isinstance(raw, dict) and isinstance(raw.get("id"), float):
+            raw = _lenient(text)[0]  # orjson reads an integer past 64 bits as a float: read it whole
     except orjson.JSONDecodeError:
-        return _not_strict_json(text)
+        # NaN, an infinity, a number past a double's range or past 4,000 digits (which the SDK reads,
+        # as it does over HTTP, so the tool's own checks answer), or a lone surrogate (which it drops)
+        raw, odd = _lenient(text)
+        if raw is None:
+            return error_line(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+        if read is None:
+            return _not_strict_json(raw, odd)
     if not isinstance(raw, dict):
         return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
     if read is not None and not ("id" in raw and isinstance(read, types.JSONRPCNotification)):
@@ -82,15 +98,49 @@ def _where(error: Any) -> str:
     return ".".join(str(p) for p in error["loc"][1:]) or "message"
 
 
-def _not_strict_json(text: str) -> str:
-    """The answer to text a strict parser refuses: a parse error, under the request's id when a
-    lenient parser can read one (JSON whose strings hold lone surrogates, which are not Unicode)."""
+def _lenient(text: str) -> tuple[Any, bool]:
+    """``text`` read by a lenient parser (None when even it cannot read it), and whether it holds a
+    number JSON does not allow: ``NaN``, ``Infinity``, one too large for a double, or an integer too
+    long to convert (read as None, never converted: converting is quadratic in its length)."""
+    odd = False
+
+    def constant(_: str) -> float:
+        nonlocal odd
+        odd = True
+        return 0.0
+
+    def floating(literal: str) -> float:
+        nonlocal odd
+        value = float(literal)
+        if not math.isfinite(value):
+            odd = True
+        return value
+
+    def integer(literal: str) -> int | None:
+        nonlocal odd
+        if len(literal) > _MAX_DIGITS:
+            odd = True
+            return None
+        return int(literal)
+
     try:
-        raw = json.loads(text)
+        return json.loads(text, parse_constant=constant, parse_float=floating, parse_int=integer), odd
     except (ValueError, RecursionError):
-        return error_line(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+        return None, odd
+
+
+def _not_strict_json(raw: Any, odd: bool) -> str:
+    """The answer to JSON that neither a strict parser nor the SDK reads (``raw``, as a lenient parser
+    read it; ``odd``: it holds a number JSON has not), under the request's id when it has one: its
+    strings hold lone surrogates, which are not Unicode, or its numbers are not finite or too long."""
     request_id = raw.get("id") if isinstance(raw, dict) else None
-    message = "Parse error: a string holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+    if odd:
+        message = (
+            "Parse error: a number is NaN, infinite, too large for a double or longer than "
+            f"{_MAX_DIGITS:,} digits, which is not JSON: send finite numbers"
+        )
+    else:
+        message = "Parse error: a string holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
     if _valid_id(request_id):
         return error_line(request_id, types.INVALID_PARAMS, message.replace("Parse error", "Invalid params"))
     return error_line(None, types.PARSE_ERROR, message)
@@ -158,8 +208,8 @@ def _scalar(data: bytes) -> str | int | None:
             return None
         return value if isinstance(value, str) else None
     n = 1 if data[:1] == b"-" else 0
-    while n < min(len(data), 20) and 48 <= data[n] <= 57:
+    while n < len(data) and 48 <= data[n] <= 57:
         n += 1
-    if data[n : n + 1] in (b".", b"e", b"E") or not data[:n].strip(b"-"):
-        return None  # not an integer (a fraction is no id), or no number at all
+    if n == len(data) or data[n : n + 1] in (b".", b"e", b"E") or not data[:n].strip(b"-"):
+        return None  # cut off where it may go on, not an integer (a fraction is no id), or no number
     return int(data[:n])

@@ -5,6 +5,7 @@ linear time, and the HTTP gates check before they act."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import subprocess
@@ -65,7 +66,7 @@ class RawStdio:
                 raise AssertionError("the server closed its stdout")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        answer: dict[str, Any] = orjson.loads(line)
+        answer: dict[str, Any] = json.loads(line)  # not orjson: it reads an integer past 64 bits as a float
         return answer
 
     def ping(self, request_id: int) -> None:
@@ -118,6 +119,16 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
     (b"7", None, INVALID_REQUEST),
     (_call(14, "X").replace(b'"X"', b"[" * 199 + b"]" * 199), 14, INVALID_PARAMS),  # past the SDK's depth
     (b"[" * 5000 + b"]" * 5000, None, PARSE_ERROR),
+    # a number JSON has not, where the SDK cannot read the message either: under its id, named
+    (b'{"jsonrpc": "2.0", "id": 15, "method": "tools/call", "params": NaN}', 15, INVALID_PARAMS),
+    (b'{"jsonrpc": "2.0", "id": 16, "method": "ping", "params": ' + b"9" * 5000 + b"}", 16, INVALID_PARAMS),
+    # an integer id past 64 bits is an id all the same (orjson alone would read it as a float)
+    (b'{"jsonrpc": "2.0", "id": 100000000000000000000000001, "method": 7}', 10**26 + 1, INVALID_REQUEST),
+    (
+        _call(1, "X").replace(b'"id":1', b'"id":18446744073709551616').replace(b"X", b"\\ud800"),
+        2**64,
+        INVALID_PARAMS,
+    ),
 ]
 
 
@@ -128,11 +139,21 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
             answer = wire.answer()
             assert (answer["id"], answer["error"]["code"]) == (request_id, code), line
             assert answer["jsonrpc"] == "2.0" and answer["error"]["message"], line
+            if b"NaN" in line or b"9" * 5000 in line:
+                assert "number is NaN, infinite" in answer["error"]["message"], line
+            elif b"\\ud800" in line or b"\\udfff" in line:
+                assert "lone surrogate" in answer["error"]["message"], line
             wire.ping(1000 + n)
         # a notification of the wrong shape and a blank line ask nothing, and get nothing
         wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
         wire.send(b"")
         wire.ping(2000)
+        # numbers JSON has not, in a message the SDK reads: the tool's own checks answer, as over HTTP
+        for n, number in enumerate([b"NaN", b"-Infinity", b"1e400", b"9" * 400]):
+            wire.send(_call(3000 + n, "X").replace(b'"X"', number))
+            answer = wire.answer()
+            assert answer["id"] == 3000 + n and answer["result"]["isError"] is True, number[:20]
+            assert answer["result"]["structuredContent"]["error"]["code"] == "mcp_arguments_invalid"
         # bytes that are not UTF-8 are read as the SDK reads them (replaced), and answered
         wire.send(_call(13, "caf\xe9").replace(b"caf\\u00e9", b"caf\xe9"))
         answer = wire.answer()
@@ -151,6 +172,9 @@ def test_a_stdio_request_over_the_limit_is_answered_under_its_id_without_being_r
         assert answer["error"]["data"] == {"limit": MAX_REQUEST_BYTES}
         assert str(MAX_REQUEST_BYTES) in answer["error"]["message"]
         wire.ping(22)
+        # an id longer than twenty digits is answered whole, never cut to its first twenty
+        wire.send(big.replace(b'"id":21', b'"id":123456789012345678901234'))
+        assert wire.answer()["id"] == 123456789012345678901234
         # one byte under the limit is read and answered by the tool (here: a text over its own limit)
         wire.send(_call(23, "y" * (MAX_REQUEST_BYTES - len(_call(23, "")) - 1)))
         assert wire.answer()["id"] == 23
