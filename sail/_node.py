@@ -23,6 +23,7 @@ from typing import Any
 import portalocker
 import requests
 
+from memory.ledger import require_regular
 from sail._errors import SailNodeUnavailable
 from staging import ensure_dir
 
@@ -214,8 +215,11 @@ def embedded_chain(sail_dir: Path, *, genesis_ts: int | None = None) -> Iterator
 
     Raises:
         SailNodeUnavailable: anvil cannot be had, or the chain is held by another process for 120 s.
+        LedgerNotAFile: the chain's lock or state file is a link, FIFO, directory or device: anvil
+            would load and dump the chain through a link (outside the home), or block on a FIFO.
     """
     directory = ensure_dir(sail_dir / "chain")
+    require_regular(directory / "anvil.lock", directory / "anvil-state.json")
     log.info("taking the embedded chain's lock %s (one sail process at a time)", directory / "anvil.lock")
     try:
         lock = portalocker.Lock(str(directory / "anvil.lock"), mode="a", timeout=120)

@@ -56,6 +56,7 @@ from memory.ledger._errors import (
     LedgerNotAFile,
 )
 from memory.ledger._ledger import Ledger, LedgerWriter
+from memory.ledger._lines import require_regular
 from memory.ledger._narrative import (
     DEFAULT_GAP_S,
     MAX_DAYS,
@@ -154,6 +155,7 @@ __all__ = [
     "reason_text",
     "recent_skips",
     "reconcile",
+    "require_regular",
     "solve_decimals",
     "tick_history",
     "tick_json",

@@ -126,6 +126,28 @@ def test_a_non_regular_file_where_the_agent_keeps_one_is_a_coded_error_never_a_h
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dir", "link"])
+@pytest.mark.parametrize("target", ["anvil-state.json", "anvil.lock"])
+def test_the_embedded_chain_neither_loads_nor_dumps_through_a_link_nor_blocks_on_a_fifo(
+    tmp_path: Path, target: str, kind: str
+) -> None:
+    home = agent_home(tmp_path)
+    config = home / ".sail" / "config.toml"
+    config.write_text(config.read_text().replace('rpc_url = "http://127.0.0.1:9"', 'rpc_url = "embedded"'))
+    chain = home / ".sail" / "chain"
+    chain.mkdir()
+    victim = tmp_path / "spare"
+    replace_with(chain / target, kind, victim)
+    if kind == "link":
+        victim.write_bytes(b"a file outside the home")
+    (status, err, _) = run_sail(home, "tick")["tick"]
+    assert status == 1 and err.startswith("sail: error[ledger_not_a_file]: "), err
+    assert str(chain / target) in err and err.count("\n") == 1
+    if kind == "link":  # anvil never ran: it would have loaded the target and dumped the chain into it
+        assert victim.read_bytes() == b"a file outside the home"
+    assert not (chain / "anvil-state.json").is_file() or target == "anvil-state.json"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "link"])
 def test_a_config_that_is_not_a_regular_file_is_invalid_never_a_hang(tmp_path: Path, kind: str) -> None:
     home = agent_home(tmp_path)
     replace_with(home / ".sail" / "config.toml", kind, tmp_path / "spare")
