@@ -89,10 +89,16 @@ _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of t
 
 def _replace_file(path: Path, data: bytes, mode: int, run_id: str) -> None:
     """Write ``data`` to a hidden copy beside ``path``, fsync it, rename it over ``path``, fsync the
-    folder: the file is the old one or the new one after any crash."""
+    folder: the file is the old one or the new one after any crash.
+
+    The copy's name is this thread's own (process and thread), so whatever already lies there is a
+    leftover of a crash or was planted: it is removed unread, never written through (a link) nor
+    waited on (a FIFO), and the copy is created anew."""
     tmp = path.with_name(f".{path.name}.rewrite-{os.getpid()}-{threading.get_ident()}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         try:
             view = memoryview(data)
             while view:

@@ -236,3 +236,45 @@ def test_the_line_log_refuses_a_non_regular_log_or_lock_with_journal_corrupt(
             assert isinstance(got, JournalCorrupt), (name, got)
             assert got.path == target
     assert _snapshot(outside) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to a file", "file"])
+def test_an_erasure_rewrite_never_writes_through_nor_blocks_on_what_lies_at_its_copy_name(
+    tmp_path: Path, kind: str
+) -> None:
+    """The copy an erasure writes beside the stream has a name anyone can predict (the process and
+    thread): a FIFO there would hang the erasure, a link be followed, a leftover be reused. Whatever
+    lies there is removed unread, and the copy is made anew."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target-file").write_bytes(b"outside the journal\n")
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"text": "a secret to erase"})
+    jr.finish(lease, journal.RunState.DONE)
+    stream = tmp_path / "j" / "runs" / info.run_id / "streams" / "s.jsonl"
+    go, outcome = threading.Event(), []
+
+    def erase() -> None:
+        go.wait(BOUND_S)
+        try:
+            outcome.append(jr.rewrite_payloads(info.run_id, "s", {1: {"text": "erased"}}, pad="pad"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=erase, daemon=True)
+    thread.start()
+    copy = stream.with_name(f".{stream.name}.rewrite-{os.getpid()}-{thread.ident}")
+    with planted(copy, kind, outside):
+        go.set()
+        thread.join(BOUND_S)
+        if thread.is_alive():
+            os.close(os.open(copy, os.O_RDWR | os.O_NONBLOCK))
+            thread.join(BOUND_S)
+            pytest.fail(f"the erasure hung on a {kind} at its copy's name")
+        assert outcome == [1], outcome
+        assert not copy.exists() and not copy.is_symlink()
+        copy.touch()  # for ``planted`` to remove on leaving
+    assert (outside / "target-file").read_bytes() == b"outside the journal\n"
+    assert [r.payload["text"] for r in FileJournal(tmp_path / "j").read(info.run_id, "s")] == ["erased"]
+    assert b"a secret" not in stream.read_bytes()
