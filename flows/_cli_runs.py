@@ -152,6 +152,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             journal_location=args.journal,
             progress=show,
             allow_changed=args.allow_changed,
+            flow_file=args.flow_file,
         ),
     )
 
@@ -358,6 +359,14 @@ def add_run_commands(add: Add) -> None:
         "--allow-changed",
         action="store_true",
         help="resume even if the flow file changed: recorded steps replay by key, new ones run",
+    )
+    p.add_argument(
+        "--file",
+        metavar="FILE",
+        dest="flow_file",
+        default=None,
+        help="the flow file to run (default: the path the run recorded); it must hash as the run "
+        "recorded, checked before any of it runs, unless --allow-changed",
     )
     p = add("runs", cmd_runs, "list root runs, newest first")
     p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")

@@ -123,8 +123,13 @@ def _import_failure(path: Path, exc: BaseException) -> str:
     return f"{path} failed to import: {type(exc).__name__}: {exc}"
 
 
-def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
+def load_flow(
+    path: str | os.PathLike[str], name: str | None = None, *, check: Callable[[str], None] | None = None
+) -> Flow:
     """Import the file at ``path`` and return its flow (the one named ``name`` if it has several).
+
+    ``check``, when given, is called with the SHA-256 of the bytes read before any of them runs: what
+    it raises (a resume's ``FlowChanged``) propagates, and nothing of the file has run.
 
     Raises:
         FlowLoadFailed: the file is missing or fails to import (any exception, ``SystemExit`` and
@@ -142,6 +147,8 @@ def load_flow(path: str | os.PathLike[str], name: str | None = None) -> Flow:
         data = path.read_bytes()
     except OSError as exc:
         raise FlowLoadFailed(f"cannot read {path}: {exc.strerror or exc}", path=path) from exc
+    if check is not None:
+        check(source_digest(data))
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:  # execute the bytes that were hashed, so the recorded digest names the code that ran

@@ -534,24 +534,64 @@ def run(
     )
 
 
-def _flow_of(meta: Mapping[str, Any], run_id: str) -> Flow:
+def _flow_of(
+    meta: Mapping[str, Any],
+    run_id: str,
+    recorded: str | None,
+    *,
+    allow_changed: bool,
+    flow_file: str | os.PathLike[str] | None,
+) -> Flow:
+    """The flow a resume runs: from ``flow_file`` when given, else from the file the run's record
+    names, its bytes checked against the digest the run ``recorded`` before any of them runs (a
+    changed file, or a run that recorded no digest, is ``FlowChanged`` unless ``allow_changed``):
+    the journal names the file, so it must not be able to make a resume import another one."""
     source = meta.get("source")
     header = meta.get("header") or {}
-    if not source or not isinstance(source, str) or not isinstance(header, Mapping):
+    if not isinstance(header, Mapping):
+        raise FlowLoadFailed(f"root run {run_id} records a flow header that is not an object", run_id=run_id)
+    if flow_file is None and (not source or not isinstance(source, str)):
         raise FlowLoadFailed(
-            f"root run {run_id} records no flow source, so it cannot be resumed", run_id=run_id
+            f"root run {run_id} records no flow source: name its flow file with --file FILE "
+            "(flow_file=) to resume it",
+            run_id=run_id,
         )
+    path = Path(flow_file) if flow_file is not None else Path(str(source))
+
+    def check(current: str) -> None:
+        if allow_changed or current == recorded:
+            return
+        if recorded is None:
+            raise FlowChanged(
+                f"root run {run_id} records no digest of its flow file, so nothing shows that "
+                f"{path} is the file it ran; none of it was run: resume with --allow-changed "
+                "(allow_changed=True) to run the file as it is now",
+                recorded="",
+                current=current,
+                run_id=run_id,
+                path=path,
+            )
+        raise FlowChanged(
+            f"the flow file {path} is not the one root run {run_id} recorded (recorded sha256 "
+            f"{recorded}, now {current}); none of it was run: resume with --allow-changed "
+            "(allow_changed=True) to replay its recorded steps by key and run new ones",
+            recorded=recorded,
+            current=current,
+            run_id=run_id,
+            path=path,
+        )
+
     try:
-        flow = load_flow(Path(source), header.get("name"))
+        flow = load_flow(path, header.get("name"), check=check)
     except FlowLoadFailed as exc:
         exc.run_id = run_id
         raise
-    recorded = Header(
+    recorded_header = Header(
         name=header.get("name", flow.header.name),
         scope=header.get("scope", flow.header.scope),
         script=bool((header.get("memory") or {}).get("script", True)),
     )
-    return Flow(recorded, flow.body, flow.source, flow.source_sha256)
+    return Flow(recorded_header, flow.body, flow.source, flow.source_sha256)
 
 
 def _digest_field(value: object, backend: JournalBackend, run_id: str, where: str, line: int) -> str | None:
@@ -592,6 +632,7 @@ async def _aresume(
     store: MemoryStore | None,
     progress: Progress | None,
     allow_changed: bool,
+    flow_file: str | os.PathLike[str] | None,
     started: _Started,
 ) -> RunResult:
     own = store is None
@@ -610,20 +651,12 @@ async def _aresume(
                 "publish any file it left unpublished)",
                 run_id=run_id,
             )
-        flow = _flow_of(info.meta, run_id)
         recorded_digest = accepted_digest(backend, info, await _blocking(backend.read, run_id, RUN_STREAM))
+        flow = _flow_of(
+            info.meta, run_id, recorded_digest, allow_changed=allow_changed, flow_file=flow_file
+        )
         current = flow.digest()
         changed = recorded_digest is not None and current != recorded_digest
-        if changed and not allow_changed:
-            raise FlowChanged(
-                f"the flow file {flow.source} changed since root run {run_id} recorded it (recorded "
-                f"sha256 {recorded_digest}, now {current}); resume with --allow-changed "
-                "(allow_changed=True) to replay its recorded steps by key and run new ones",
-                recorded=str(recorded_digest),
-                current=str(current),
-                run_id=run_id,
-                path=flow.source,
-            )
         lease = await _blocking(backend.acquire, run_id, undo=backend.release)
         started.run_id = run_id
         try:  # committed learns' files in batches, so the body's re-learns find them in place
@@ -635,6 +668,8 @@ async def _aresume(
                 "recordedSha256": recorded_digest,
                 "changed": changed,
             }
+            if flow_file is not None:
+                event["source"] = str(flow.source)
             await _blocking(backend.append, lease, RUN_STREAM, event, key=f"resumed-{lease.epoch}")
             recorded = await _blocking(backend.read, run_id, STEPS_STREAM)
         except BaseException:
@@ -656,19 +691,23 @@ async def aresume(
     store: MemoryStore | None = None,
     progress: Progress | None = None,
     allow_changed: bool = False,
+    flow_file: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Take a new lease on a failed or interrupted root run and re-run its body on the running loop.
 
     Learns already committed republish their files without journaling again; steps already
     recorded return their recorded outcome without running; ``f.input`` is the recorded input.
     ``progress``, if given, is called with (learns settled, learns started) as each learn settles.
-    The flow file must hash as the run recorded it unless ``allow_changed`` (then recorded steps
-    are still replayed by key, new ones run, and the new digest is recorded).
+    The flow file (the one the run recorded, or ``flow_file``: the same file moved, or named by you
+    rather than by the journal) must hash as the run recorded it, checked before any of it runs,
+    unless ``allow_changed`` (then recorded steps are still replayed by key, new ones run, and the
+    new digest is recorded).
 
     Raises:
         JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
         FlowLoadFailed: the recorded flow file cannot be loaded.
-        FlowChanged: the flow file changed and ``allow_changed`` is False; nothing was written.
+        FlowChanged: the flow file changed (or the run recorded no digest of it) and
+            ``allow_changed`` is False; none of the file ran and nothing was written.
         RunInterrupted, asyncio.CancelledError: as for ``arun``.
     """
     return await _aresume(
@@ -678,6 +717,7 @@ async def aresume(
         store=store,
         progress=progress,
         allow_changed=allow_changed,
+        flow_file=flow_file,
         started=_Started(),
     )
 
@@ -690,6 +730,7 @@ def resume(
     store: MemoryStore | None = None,
     progress: Progress | None = None,
     allow_changed: bool = False,
+    flow_file: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Resume a failed or interrupted root run on an event loop of its own; see ``aresume``.
 
@@ -704,6 +745,7 @@ def resume(
             store=store,
             progress=progress,
             allow_changed=allow_changed,
+            flow_file=flow_file,
             started=started,
         ),
         "resume",

@@ -4,6 +4,7 @@ flow input and output; the flow file's digest on resume; ``arun``/``aresume`` in
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -483,6 +484,78 @@ def test_a_changed_flow_file_is_refused_unless_allowed_then_recorded_steps_repla
         }
     finally:
         backend.close()
+
+
+def test_a_refused_resume_runs_none_of_the_changed_file(
+    tmp_path: Path, where: dict[str, Any], journal_location: str
+) -> None:
+    counter, fail, ran = tmp_path / "counter.txt", tmp_path / "fail", tmp_path / "imported"
+    fail.touch()
+    flow = _flow_file(tmp_path)
+    first = flows.run(flow, input={"steps": 1, "counter": str(counter), "fail": str(fail)}, **where)
+    # the new version does something the moment it is imported
+    flow.write_text(STEPS_FLOW + f"\nimport pathlib\npathlib.Path({str(ran)!r}).write_text('imported')\n")
+    with pytest.raises(flows.FlowChanged) as err:
+        flows.resume(first.run_id, **where)
+    assert "none of it was run" in str(err.value)
+    assert not ran.exists()  # the digest is checked on the bytes read, before any of them runs
+    resumed = flows.resume(first.run_id, allow_changed=True, **where)
+    assert ran.exists() and resumed.state == RunState.FAILED
+
+
+def _rewrite_meta(journal_location: str, run_id: str, change: Any) -> None:
+    """Change a run's recorded metadata where it lies, as someone who can write the journal could."""
+    if "://" not in journal_location:
+        path = Path(journal_location) / "runs" / run_id / "run.json"
+        record = json.loads(path.read_bytes())
+        change(record["meta"])
+        path.write_text(json.dumps(record))
+        return
+    import psycopg
+
+    with psycopg.connect(journal_location, autocommit=True) as conn:
+        (meta,) = conn.execute("select meta from journal_runs where run_id = %s", (run_id,)).fetchone()
+        meta = json.loads(meta)
+        change(meta)
+        conn.execute("update journal_runs set meta = %s where run_id = %s", (json.dumps(meta), run_id))
+
+
+@pytest.mark.parametrize("digest", ["dropped", "of the other file"])
+def test_a_run_record_naming_another_file_cannot_make_a_resume_import_it(
+    tmp_path: Path, where: dict[str, Any], journal_location: str, digest: str
+) -> None:
+    """The journal names the flow file; whoever can write the journal must not be able to make a
+    resume import a file of their choosing: its bytes must hash as the run recorded (a record with
+    no digest proves nothing), checked before any of them runs, or the user names the file."""
+    counter, fail, ran = tmp_path / "counter.txt", tmp_path / "fail", tmp_path / "imported"
+    fail.touch()
+    flow = _flow_file(tmp_path)
+    first = flows.run(flow, input={"steps": 1, "counter": str(counter), "fail": str(fail)}, **where)
+    other = tmp_path / "elsewhere.py"
+    other.write_text(f"import pathlib\npathlib.Path({str(ran)!r}).write_text('imported')\n")
+
+    def point_elsewhere(meta: dict[str, Any]) -> None:
+        meta["source"] = str(other)
+        if digest == "dropped":
+            del meta["sourceSha256"]
+
+    _rewrite_meta(journal_location, first.run_id, point_elsewhere)
+    with pytest.raises(flows.FlowChanged) as err:
+        flows.resume(first.run_id, **where)
+    assert str(other) in str(err.value) and not ran.exists()
+    if digest == "dropped":
+        assert "records no digest" in str(err.value)
+    # the user names the file instead: the one the run ran, which hashes as recorded
+    resumed = flows.resume(first.run_id, flow_file=flow, **where) if digest != "dropped" else None
+    if resumed is not None:
+        assert resumed.state == RunState.FAILED and not ran.exists()
+        backend = journal.open_journal(journal_location)
+        try:
+            event = backend.read(first.run_id, flows.RUN_STREAM)[-2]
+            assert event.payload["event"] == "resumed" and event.payload["source"] == str(flow.resolve())
+            assert event.payload["changed"] is False
+        finally:
+            backend.close()
 
 
 def test_a_resume_after_an_allowed_change_compares_with_the_newly_accepted_file(tmp_path: Path) -> None:

@@ -342,9 +342,9 @@ def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_ch
     refused = flows_cli(db, "resume", run["runId"])
     assert refused.returncode == 1
     assert refused.stderr.splitlines() == [
-        f"flows: error[flow_changed]: the flow file {flow.resolve()} changed since root run {run['runId']} "
-        f"recorded it (recorded sha256 {old}, now {new}); resume with --allow-changed (allow_changed=True) "
-        f"to replay its recorded steps by key and run new ones (root run {run['runId']})"
+        f"flows: error[flow_changed]: the flow file {flow.resolve()} is not the one root run {run['runId']} "
+        f"recorded (recorded sha256 {old}, now {new}); none of it was run: resume with --allow-changed "
+        f"(allow_changed=True) to replay its recorded steps by key and run new ones (root run {run['runId']})"
     ]
     assert json_of(flows_cli(db, "runs", "--json"))[0]["epoch"] == 1
 
@@ -355,3 +355,32 @@ def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_ch
         for e in json_of(flows_cli(db, "show", run["runId"], "--json"))["timeline"]
     ]
     assert kinds == [("step", None), ("failed", None), ("resumed", True), ("step", None), ("output", None)]
+
+
+def test_resume_file_runs_the_flow_from_where_it_was_moved_and_refuses_another(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    flow = tmp_path / "moving.py"
+    flow.write_text(
+        "import os\nimport flows\n\n\n@flows.flow(name='moving')\nasync def body(f):\n"
+        "    a = await f.step('a', lambda: 'done once')\n"
+        "    if os.path.exists(f.input):\n        raise RuntimeError('not yet')\n"
+        "    return a\n"
+    )
+    flag = tmp_path / "flag"
+    flag.touch()
+    assert flows_cli(db, "run", str(flow), "--input", f'"{flag}"').returncode == 1
+    (run,) = json_of(flows_cli(db, "runs", "--json"))
+    moved = tmp_path / "elsewhere" / "moving.py"
+    moved.parent.mkdir()
+    flow.rename(moved)
+    flag.unlink()
+    lost = flows_cli(db, "resume", run["runId"])
+    assert lost.returncode == 1 and "flow_load_failed" in lost.stderr and str(flow) in lost.stderr
+    other = tmp_path / "other.py"
+    other.write_text(moved.read_text().replace("done once", "something else"))
+    refused = flows_cli(db, "resume", run["runId"], "--file", str(other))
+    assert refused.returncode == 1 and "error[flow_changed]" in refused.stderr
+    assert str(other) in refused.stderr
+    resumed = flows_cli(db, "resume", run["runId"], "--file", str(moved), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_of(resumed)["output"] == "done once"
