@@ -172,11 +172,45 @@ def stages_holding(folders: Iterable[Path], keys: set[str]) -> list[Path]:
 
 def keys_in_stages(folders: Iterable[Path], keys: set[str]) -> set[str]:
     """Which of ``keys`` a hidden stage file in ``folders`` holds (``stages_holding``)."""
-    return {k for _, data in _stages_holding(folders, keys) for k in keys if k.encode() in data}
+    return {k for _, found in _stages_holding(folders, keys) for k in found}
 
 
-def _stages_holding(folders: Iterable[Path], keys: set[str]) -> Iterator[tuple[Path, bytes]]:
-    wanted = [k.encode() for k in keys]
+_SCAN_CHUNK = 1 << 20
+
+
+def keys_in_file(path: Path, keys: Iterable[str]) -> set[str]:
+    """Which of ``keys`` the regular file ``path`` mentions, read to its end a megabyte at a time
+    (never whole, never skipped for its size: a finding of control characters is six times longer as
+    JSON), opened without following a link or blocking; none for anything else or an unreadable
+    file."""
+    wanted = {k: k.encode() for k in keys}
+    if not wanted:
+        return set()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return set()
+    found: set[str] = set()
+    overlap = max(len(k) for k in wanted.values()) - 1  # a key split across two reads is found too
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return set()
+        tail = b""
+        while len(found) < len(wanted):
+            chunk = os.read(fd, _SCAN_CHUNK)
+            if not chunk:
+                break
+            window = tail + chunk
+            found.update(k for k, b in wanted.items() if k not in found and b in window)
+            tail = window[-overlap:] if overlap else b""
+    except OSError:
+        return found
+    finally:
+        os.close(fd)
+    return found
+
+
+def _stages_holding(folders: Iterable[Path], keys: set[str]) -> Iterator[tuple[Path, set[str]]]:
     for folder in folders:
         try:
             names = os.listdir(folder)
@@ -185,26 +219,14 @@ def _stages_holding(folders: Iterable[Path], keys: set[str]) -> Iterator[tuple[P
         for name in names:
             if not name.startswith("."):
                 continue
-            path = folder / name
-            try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 22:
-                    continue
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-                try:
-                    data = os.read(fd, 1 << 22)
-                finally:
-                    os.close(fd)
-            except OSError:
-                continue
-            if any(k in data for k in wanted):
-                yield path, data
+            found = keys_in_file(folder / name, keys)
+            if found:
+                yield folder / name, found
 
 
 def cache_files_holding(folder: Path, keys: set[str], keep: Iterable[str]) -> list[Path]:
     """The regular files of the derived-index folder that mention any of ``keys`` (the files'
     index of unsynced findings), but not those named in ``keep`` (handled on their own)."""
-    wanted = [k.encode() for k in keys]
     kept = set(keep)
     found = []
     try:
@@ -212,38 +234,27 @@ def cache_files_holding(folder: Path, keys: set[str], keep: Iterable[str]) -> li
     except OSError:
         return []
     for name in names:
-        path = folder / name
         if name in kept or any(name.startswith(k) for k in kept):
             continue
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            data = path.read_bytes()
-        except OSError:
-            continue
-        if any(k in data for k in wanted):
-            found.append(path)
+        if keys_in_file(folder / name, keys):
+            found.append(folder / name)
     return found
 
 
 def quarantined_holding(folder: Path, keys: set[str]) -> list[Path]:
     """The files ``flows check --repair`` moved aside under ``folder`` that are (or hold) a finding
     of ``keys``: a learned file named after its key, or any file that mentions one."""
-    wanted = [k.encode() for k in keys]
     found = []
     for dirpath, _, names in os.walk(folder):  # never follows links
         for name in names:
             path = Path(dirpath) / name
             try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode):
+                if not stat.S_ISREG(os.lstat(path).st_mode):
                     continue
-                if name[: -len(".json")] in keys or (
-                    st.st_size <= 1 << 22 and any(k in path.read_bytes() for k in wanted)
-                ):
-                    found.append(path)
             except OSError:
                 continue
+            if name[: -len(".json")] in keys or keys_in_file(path, keys):
+                found.append(path)
     return found
 
 

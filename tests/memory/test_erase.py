@@ -430,3 +430,35 @@ def test_a_learned_file_of_an_erased_memory_that_comes_back_is_deleted_never_qua
     memory.repair_store(store, problems)
     assert _files_holding(tmp_path, MARK) == [] and memory.check_store(store) == []
     store.close()
+
+
+def test_an_erase_finds_its_content_in_a_leftover_larger_than_any_bound(tmp_path: Path) -> None:
+    """A finding's text of control characters is six times longer as JSON: a file a crash left
+    behind with it (here, a forget's old file set aside, not yet unlinked) runs to megabytes, and
+    is read to its end, never skipped for its size."""
+    store = _store(tmp_path, str(tmp_path / "journal"))
+    with store.session(scope="alice") as s:
+        big = s.learn({"text": f"{MARK} " + "\x01" * 800_000})
+    store.close()
+    code = f"""
+        import memory
+        store = memory.MemoryStore({str(store.db_path)!r}, journal={str(tmp_path / "journal")!r})
+        with store.session(scope="alice") as s:
+            s.forget({big.key!r}, reason="killed while its file was set aside")
+        """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.after_set_aside=kill"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+    left = [Path(p) for p in _files_holding(tmp_path / "store", MARK)]
+    assert any(p.name.startswith(".") and p.stat().st_size > 4 << 20 for p in left), left
+    with memory.MemoryStore(store.db_path, journal=str(tmp_path / "journal")) as after:
+        with after.session(scope="cli") as s:
+            s.erase(big.key, reason="erase what the crash left")
+        assert _files_holding(tmp_path, MARK) == []
