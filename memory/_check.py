@@ -506,6 +506,42 @@ def _db_problems(ctx: _Context) -> None:
             )
 
 
+def _unbacked_marks(ctx: _Context) -> list[tuple[str, str, str]]:
+    """The retirements the DB records (and so marks on rows, hiding their findings from every read)
+    that no record of the journal makes: (key, run id, record id). A run whose retirements could
+    not be read (or no run list) leaves its marks unjudged: that damage is reported on its own."""
+    if ctx.unlisted is not None:
+        return []
+    unread = ctx.unread | ctx.unread_retired
+    return [
+        (key, run_id, rid)
+        for key, run_id, rid in ctx.store.db.retirement_marks()
+        if (run_id, rid, key) not in ctx.retirements and run_id not in unread
+    ]
+
+
+def _mark_problems(ctx: _Context) -> None:
+    if any(p.kind == "db_unreadable" for p in ctx.problems):
+        return
+    try:
+        marks = _unbacked_marks(ctx)
+    except Unreachable as exc:
+        ctx.problems.append(_db_unreadable(ctx, exc))
+        return
+    for key, run_id, rid in marks:
+        ctx.problems.append(
+            Problem(
+                "retirement_unjournaled",
+                str(ctx.store.db_path),
+                f"the history DB marks finding {key} retired by record {rid} of root run {run_id}, "
+                f"which the journal {ctx.location} does not hold as a retirement of it: the finding is "
+                "left out of every read",
+                "unmark it (a retirement the journal does hold is marked again by the next sync)",
+                True,
+            )
+        )
+
+
 def _foreign_journal(ctx: _Context) -> str | None:
     """Why the journal cannot be this store's (it holds none of the runs the store cites), or None."""
     if ctx.unlisted is not None or not ctx.cited or ctx.cited & ctx.runs:
@@ -531,6 +567,7 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     _record_problems(ctx, good)
     tick()
     _db_problems(ctx)
+    _mark_problems(ctx)
     tick()
     foreign = _foreign_journal(ctx)
     if foreign is not None:
@@ -749,7 +786,8 @@ def repair_store(
 
     Republishes from the journal, quarantines files that cite no record and whatever is not what
     the store expects at its place (a link is moved itself, never followed), sweeps stale stages.
-    Never touches the journal, the DB's rows or a ledger.
+    Never touches the journal, the DB's rows (but for unmarking a retirement no record backs) or a
+    ledger.
 
     Raises:
         WrongJournal: the journal holds none of the root runs the store cites (a wrong
@@ -785,6 +823,11 @@ def repair_store(
     vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
     if vectors:
         actions += _repair_vectors(ctx)
+    if any(p.kind == "retirement_unjournaled" for p in problems):
+        marks = _unbacked_marks(ctx)
+        ctx.store.db.unretire([key for key, _, _ in marks])
+        actions += [f"unmarked finding {key}, which no record of the journal retires" for key, _, _ in marks]
+    problems = [p for p in problems if p.kind != "retirement_unjournaled"]
     for problem in problems:
         if not problem.repairable or problem in vectors:
             continue

@@ -30,7 +30,8 @@ from pathlib import Path
 from journal import JournalBackend, JournalNameInvalid, JournalRunNotFound, Record
 from memory._errors import Unreachable
 from memory._filecache import FileCache
-from memory._finding import STREAM, checked_commit, is_erased, render
+from memory._files import Retired
+from memory._finding import RETIRE_STREAM, STREAM, checked_commit, is_erased, render, retirements_in
 from memory._results import Citation, Recalled
 
 _MAX_RUNS = 10_000  # runs whose records are kept; past it the cache starts again
@@ -44,8 +45,10 @@ class Citations:
         self._open_journal = open_journal
         self._hint_store: FileCache | None = None
         self._hints: dict[str, dict[str, int]] = {}  # run id -> its records' hints, as saved here
-        self._runs: dict[str, tuple[int, dict[str, Record]]] = {}  # run id -> (records read, by id)
+        # (run id, stream) -> (records read, by id): ``memory-learn`` commits, ``memory-forget`` retirements
+        self._runs: dict[tuple[str, str], tuple[int, dict[str, Record]]] = {}
         self._checked: dict[Citation, Recalled] = {}  # entries ``check`` passed, by citation
+        self._retirements: set[Retired] = set()  # retired files ``check_retired`` passed
         self._mutex = threading.Lock()
 
     def cited(self, entry: Recalled) -> Record | None:
@@ -54,13 +57,18 @@ class Citations:
         Raises:
             JournalError: the run's stream could not be read (its own error, unchanged).
         """
-        run_id, rid = entry.citation.run_id, entry.citation.id
+        return self._lookup(entry.citation.run_id, STREAM, entry.citation.id)
+
+    def _lookup(self, run_id: str, stream: str, rid: str) -> Record | None:
+        """Record ``rid`` of the run's ``stream`` (``memory-learn``: through a kept hint first), or
+        None when the journal does not hold it; the stream's records are read once and kept, and
+        read again when one asked for is not among them."""
         with self._mutex:
-            known = self._runs.get(run_id)
+            known = self._runs.get((run_id, stream))
         if known is not None and rid in known[1]:
             return known[1][rid]
         backend = self._open_journal()
-        hint = self._hint(backend, run_id, rid)
+        hint = self._hint(backend, run_id, rid) if stream == STREAM else None
         if hint is not None:
             try:
                 found = backend.lookup(run_id, STREAM, rid, hint=hint)
@@ -69,29 +77,30 @@ class Citations:
             if found is not None:
                 return found
         try:
-            records = backend.read(run_id, STREAM)
+            records = backend.read(run_id, stream)
         except (JournalRunNotFound, JournalNameInvalid):
             records = ()
         with self._mutex:
-            known = self._runs.get(run_id)
+            known = self._runs.get((run_id, stream))
             if known is None or known[0] != len(records):
                 if len(self._runs) >= _MAX_RUNS:
                     self._runs.clear()
-                known = self._runs[run_id] = (len(records), {r.id: r for r in records})
+                known = self._runs[(run_id, stream)] = (len(records), {r.id: r for r in records})
         record = known[1].get(rid)
-        if record is not None and self._hint_store is not None and hint is None:
+        if record is not None and stream == STREAM and self._hint_store is not None and hint is None:
             self._save_hints(backend, run_id)
         return record
 
     def committed(self, record: Record) -> None:
-        """Know ``record``, a ``memory-learn`` commit this process's journal append just returned,
-        as read: the next check of the file that cites it reads no stream and writes no hints."""
+        """Know ``record``, a ``memory-learn`` commit or ``memory-forget`` retirement this process's
+        journal append just returned, as read: the next check of the file that cites it reads no
+        stream and writes no hints."""
         with self._mutex:
-            known = self._runs.get(record.run_id)
+            known = self._runs.get((record.run_id, record.stream))
             if known is None:
                 if len(self._runs) >= _MAX_RUNS:
                     self._runs.clear()
-                known = self._runs[record.run_id] = (0, {})
+                known = self._runs[(record.run_id, record.stream)] = (0, {})
             known[1][record.id] = record
 
     def use_hints(self, store: FileCache | None) -> None:
@@ -171,6 +180,50 @@ class Citations:
             # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
             if is_erased(record) or render(checked_commit(record, self._open_journal().location)) != data:
                 raise self._mismatch(path, entry)
+
+    def check_retired(self, retired: Retired, path: Path) -> None:
+        """Check that the retired file ``retired`` (read from ``path``) is what the record it cites
+        says: a retirement of that finding (a forget, a forget by filter naming it, or the update
+        that superseded it) with the same scope, flow, reason, successor and time. A retired file
+        keeps a finding out of every read for good, so one that no record backs (forged, or copied
+        from another finding's) must never hide a finding the journal holds as live.
+
+        Raises:
+            Unreachable: the journal does not hold the record, or it retires something else.
+            JournalCorrupt: the cited record is of no retirement's shape.
+            JournalError: the run's stream could not be read, unchanged.
+        """
+        if retired in self._retirements:
+            return
+        c = retired.citation
+        backend = self._open_journal()
+        record = self._lookup(c.run_id, c.stream, c.id) if c.stream in (STREAM, RETIRE_STREAM) else None
+        views = [] if record is None else retirements_in(record, backend.location)
+        view = next((v.payload for v in views if v.payload.get("id") == retired.key), None)
+        if view is None or (
+            view.get("scope"),
+            view.get("flow"),
+            view.get("reason"),
+            view.get("by"),
+            view.get("forgottenMs"),
+        ) != (retired.scope, retired.flow, retired.reason, retired.by, retired.forgotten_ms):
+            what = (
+                f"which the journal {backend.location} does not hold"
+                if record is None
+                else f"which in the journal {backend.location} does not retire finding {retired.key} as "
+                "the file says"
+            )
+            raise Unreachable(
+                f"retired file {path} cites record {c.id} of root run {c.run_id} ({c.stream}), {what}, "
+                "so it retires nothing: `flows check --repair` moves it to flows-quarantine/ beside the "
+                "store",
+                path=path,
+                run_id=c.run_id,
+            )
+        with self._mutex:
+            if len(self._retirements) >= _MAX_CHECKED:
+                self._retirements.clear()
+            self._retirements.add(retired)
 
     @staticmethod
     def _mismatch(path: Path, entry: Recalled) -> Unreachable:

@@ -1043,6 +1043,23 @@ class HistoryDB:
             _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
             raise self._error(exc, "write", Unwritable) from exc
 
+    def unretire(self, keys: Sequence[str]) -> None:
+        """Drop the retirements recorded for ``keys`` and unmark their rows, in one transaction (what
+        ``flows check --repair`` does to a mark no journal record backs)."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for key in keys:
+                conn.execute("DELETE FROM retirements WHERE key = ?", (key,))
+                conn.execute("UPDATE findings SET retired_ms = NULL WHERE key = ?", (key,))
+            conn.execute("COMMIT")
+            self._writes += 1
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise self._error(exc, "write", Unwritable) from exc
+        self._rows.clear()
+        self._reads.clear()
+
     def erase(self, keys: Sequence[str]) -> int:
         """Delete the rows of ``keys`` and their index entries (tags, metadata, full text) with their
         bytes overwritten (``secure_delete``), merge the full-text index so no segment or page key
@@ -1129,6 +1146,19 @@ class HistoryDB:
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
         return [r[0] for r in rows]
+
+    def retirement_marks(self) -> list[tuple[str, str, str]]:
+        """Every retirement the DB records, as (key, run id, record id) of the record it cites."""
+        conn = self._read_conn()
+        if conn is None:
+            return []
+        try:
+            return [
+                (str(k), str(r), str(i))
+                for k, r, i in conn.execute("SELECT key, run_id, record_id FROM retirements ORDER BY key")
+            ]
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read", Unreachable) from exc
 
     def retired_keys(self) -> set[str]:
         """Every key the DB records as retired."""

@@ -255,6 +255,8 @@ class Retirer:
         # told the keys each settled retirement took out of reads (the store drops their vectors)
         self.on_retired: Callable[[list[str]], None] = _nothing
         self.shared = SharedRetirements(open_journal)
+        # told each retirement record this process appends (``Citations.committed``)
+        self.on_committed: Callable[[Record], None] = lambda record: None
 
     # -- attempts of a root run ----------------------------------------------------------------
 
@@ -406,6 +408,7 @@ class Retirer:
         """
         payload = retire_payload(key, scope, root.flow, reason=reason, by=by, forgotten_ms=self._clock())
         record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=key)
+        self.on_committed(record)
         self.noted(root, committed_ms=payload["forgottenMs"], key=key)
         failpoint("memory.after_append")
         if by is not None and self._retired_by_another(record):
@@ -469,6 +472,7 @@ class Retirer:
         forgotten_ms = self._clock()
         payload = retire_many_payload(ids, root.flow, reason=reason, filter=filter, forgotten_ms=forgotten_ms)
         record = root.journal.append(root.lease, RETIRE_STREAM, payload, key=batch_key(ids))
+        self.on_committed(record)
         views = retirements_in(record, root.journal.location)
         for view in views:
             self.noted(root, committed_ms=forgotten_ms, key=view.payload["id"])

@@ -194,17 +194,18 @@ def _keeps(
     before_ms: int | None,
     now: int,
     retired: Mapping[str, Retired],
+    hides: Callable[[Mapping[str, Retired], str], bool],
     every_tag: Sequence[str],
     wanted_meta: Mapping[str, str],
 ) -> Callable[[Recalled], bool]:
     """Whether an unsynced entry is live and passes a read's filters (``recall``'s own walk keeps
-    these tests inline, on its hot path)."""
+    these tests inline, on its hot path); ``hides`` checks a retirement before it counts."""
 
     def keep(e: Recalled) -> bool:
         return (
             (scope is None or e.scope == scope)
             and (e.expires_ms is None or e.expires_ms > now)
-            and e.key not in retired
+            and (e.key not in retired or not hides(retired, e.key))
             and (source is None or e.source == source)
             and (before_ms is None or e.learned_ms < before_ms)
             and (not every_tag or all(t in e.tags for t in every_tag))
@@ -524,7 +525,7 @@ class Search:
             and (source is None or e.source == source)
             and (before_ms is None or e.learned_ms < before_ms)
             and (e.expires_ms is None or e.expires_ms > now)
-            and e.key not in retired
+            and (e.key not in retired or not self._hides(retired, e.key))
             and (not rest or all(t in e.tags for t in rest))
             and (not wanted_meta or meta_matches(e, wanted_meta))
         )
@@ -542,7 +543,7 @@ class Search:
                 now_ms=now,
             )
             if retired:
-                rows = [r for r in rows if r.key not in retired]
+                rows = [r for r in rows if r.key not in retired or not self._hides(retired, r.key)]
             if limit is not None:
                 rows = rows[:limit]
             if limit and len(rows) >= limit:  # older entries than the last row cannot make the cut
@@ -565,7 +566,7 @@ class Search:
     def _get(self, key: str) -> Recalled | None:
         now = self._clock()
         listings, retired = self._sources(None)  # files first, then the DB (see recall)
-        if key in retired:
+        if self._hides(retired, key):
             return None
         with self._db.snapshot():
             found = self._db.get(key, now)
@@ -643,11 +644,15 @@ class Search:
             for listing in listings
             for e in listing.entries
             if e.memory_id == memory_id
-            and e.key not in retired
+            and (e.key not in retired or not self._hides(retired, e.key))
             and (e.expires_ms is None or e.expires_ms > now)
         ]
         with self._db.snapshot():
-            rows = [r for r in self._db.live_versions(memory_id, now) if r.key not in retired]
+            rows = [
+                r
+                for r in self._db.live_versions(memory_id, now)
+                if r.key not in retired or not self._hides(retired, r.key)
+            ]
             kept = self._not_held(disk, None, key=_key)
         found = sorted([*rows, *kept], key=lambda e: (e.learned_ms, e.id), reverse=True)
         if not found:
@@ -816,6 +821,7 @@ class Search:
             before_ms=before_ms,
             now=now,
             retired=retired,
+            hides=self._hides,
             every_tag=every_tag,
             wanted_meta=wanted_meta,
         )
@@ -826,7 +832,8 @@ class Search:
             )
             kept = self._not_held(disk, None, key=_key)
         unsynced = {e.key: e for e in kept}
-        return [k for k in rows if k not in retired] + list(unsynced), unsynced, listings
+        live = [k for k in rows if k not in retired or not self._hides(retired, k)]
+        return live + list(unsynced), unsynced, listings
 
     def _texts_of(self, unsynced: Mapping[str, Recalled]) -> Callable[[list[str]], Mapping[str, str]]:
         """What a finding's vector is derived from, for keys that have none: an unsynced finding's
@@ -942,6 +949,7 @@ class Search:
             before_ms=before_ms,
             now=now,
             retired=retired,
+            hides=self._hides,
             every_tag=every_tag,
             wanted_meta=wanted_meta,
         )
@@ -973,6 +981,17 @@ class Search:
         scored.sort(key=_best_first, reverse=True)
         self._served(x.finding for x in scored[:limit] if x.finding.id < 0)
         return scored
+
+    def _hides(self, retired: Mapping[str, Retired], key: str) -> bool:
+        """Whether ``retired`` keeps ``key`` out of a read: it names the key, and its retirement is
+        what the record it cites says (checked once per process, ``Citations.check_retired``). A
+        retired file no record backs fails the read (``Unreachable``, naming it) rather than hide a
+        finding the journal holds as live."""
+        found = retired.get(key)
+        if found is None:
+            return False
+        self._citations.check_retired(found, self._publisher.retired_dir(found.scope) / f"{key}.json")
+        return True
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a

@@ -210,3 +210,113 @@ def test_repair_publishes_no_record_while_a_retirement_may_be_unread(tmp_path: P
     for args in (("recall", "--json"), ("why", "retired", "--json")):
         assert "retired for good" not in flows(s.db, *args).stdout, args
     assert not (s.folder / f"{gone}.json").exists()
+
+
+@pytest.mark.parametrize("forgery", ["another finding's record", "a record nobody wrote", "another reason"])
+def test_sync_never_lets_a_forged_retired_file_hide_a_live_finding_for_good(
+    tmp_path: Path, forgery: str
+) -> None:
+    """A retired file keeps a finding out of every read, and ``sync`` makes that a mark on its row:
+    one that no record backs (copied from another finding's, citing a record nobody wrote, or
+    saying other than its record) must never mark a live finding's row, where ``check`` would no
+    longer see it."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s") as sess:
+            gone = sess.learn({"text": "forgotten on purpose"})
+            live = sess.learn({"text": "a finding nobody forgot"})
+            sess.forget(gone.key, reason="on purpose")
+        folder = store.db_path.parent / "flows-memory"
+        (real,) = folder.glob("*/.trajectories/retired/*.json")
+        data = orjson.loads(real.read_bytes())
+        data["id"] = live.key
+        if forgery == "a record nobody wrote":
+            data["journal"]["id"] = "0123456789abcdef"
+        if forgery == "another reason":  # the record's own finding, told otherwise
+            data["id"] = gone.key
+            data["reason"] = "forged"
+        forged = real.with_name(f"{data['id']}.json")
+        forged.write_bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS) + b"\n")
+        with pytest.raises(memory.Unreachable) as caught:
+            store.sync()
+        assert str(forged) in str(caught.value) and "retires nothing" in str(caught.value)
+        problems = memory.check_store(store)
+        assert problems and str(forged) in str(problems)
+        memory.repair_store(store, problems)
+        store.sync()
+        texts = [r.text for r in store.recall(scope="s", limit=None)]
+        assert texts == ["a finding nobody forgot"], texts
+        assert memory.check_store(store) == []
+
+
+def test_a_row_marked_retired_by_no_record_is_reported_and_unmarked_by_repair(tmp_path: Path) -> None:
+    """A mark on a row (what an older sync of a forged retired file left, or a DB edited by hand)
+    hides a finding from every read: ``flows check`` finds it against the journal, and repair
+    unmarks it, while a mark the journal backs stays."""
+    import sqlite3
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s") as sess:
+            gone = sess.learn({"text": "forgotten on purpose"})
+            live = sess.learn({"text": "a finding nobody forgot"})
+            sess.forget(gone.key, reason="on purpose")
+        store.sync()
+        assert memory.check_store(store) == []
+        conn = sqlite3.connect(db)
+        with conn:
+            conn.execute(
+                "INSERT INTO retirements SELECT ?, scope, flow, reason, by_key, forgotten_ms, run_id, stream,"
+                " record_id, synced_ms FROM retirements WHERE key = ?",
+                (live.key, gone.key),
+            )
+            conn.execute("UPDATE findings SET retired_ms = 1 WHERE key = ?", (live.key,))
+        conn.close()
+    with memory.MemoryStore(db) as store:
+        assert store.recall(scope="s", limit=None) == []  # hidden by the mark alone
+        problems = memory.check_store(store)
+        assert [p.kind for p in problems] == ["retirement_unjournaled"]
+        assert live.key in problems[0].message and gone.key not in problems[0].message
+        actions = memory.repair_store(store, problems)
+        assert actions == [f"unmarked finding {live.key}, which no record of the journal retires"]
+        assert [r.text for r in store.recall(scope="s", limit=None)] == ["a finding nobody forgot"]
+        assert memory.check_store(store) == []
+        assert store.history(gone.key)[-1].kind == "forgotten"  # the backed mark stays
+
+
+@pytest.mark.parametrize("synced", [False, True])
+def test_reads_never_let_a_forged_retired_file_hide_a_live_finding(tmp_path: Path, synced: bool) -> None:
+    """A retired file copied under a live finding's key (citing a real forget of another) leaves
+    nothing out silently: every read it would hide the finding from fails, naming the file, and
+    reads of other scopes go on."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s") as sess:
+            gone = sess.learn({"text": "forgotten on purpose"})
+            live = sess.learn({"text": "a finding nobody forgot"})
+        with store.session(scope="other") as sess:
+            sess.learn({"text": "a finding of another scope"})
+        if synced:
+            store.sync()
+        with store.session(scope="s") as sess:
+            sess.forget(gone.key, reason="on purpose")
+        (real,) = (store.db_path.parent / "flows-memory").glob("*/.trajectories/retired/*.json")
+        data = orjson.loads(real.read_bytes())
+        data["id"] = live.key
+        forged = real.with_name(f"{live.key}.json")
+        forged.write_bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS) + b"\n")
+    with memory.MemoryStore(db) as store:  # a fresh process's reads
+        reads = {
+            "recall": lambda: store.recall(scope="s"),
+            "why": lambda: store.why("nobody forgot"),
+            "get": lambda: store.get(live.key),
+            "current": lambda: store.current(live.memory_id),
+        }
+        for name, read in reads.items():
+            with pytest.raises(memory.Unreachable) as caught:
+                read()
+            assert str(forged) in str(caught.value) and "retires nothing" in str(caught.value), name
+        assert [r.text for r in store.recall(scope="other")] == ["a finding of another scope"]
+        memory.repair_store(store, memory.check_store(store))
+        assert [r.text for r in store.recall(scope="s")] == ["a finding nobody forgot"]
+        assert store.get(gone.key) is None  # the real retirement still holds
