@@ -269,6 +269,7 @@ class Search:
         self._disk = DiskIndex(base, files)
         self._citations = citations
         citations.use_hints(files)
+        self._checked_retired: dict[str, Retired] = {}  # what ``_hides`` checked, by key
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held: HeldTree | None = None  # the folders of a read of every scope, held open
         self._hold_after_ns = 0  # no try to hold them before then
@@ -990,7 +991,11 @@ class Search:
         found = retired.get(key)
         if found is None:
             return False
-        self._citations.check_retired(found, self._publisher.retired_dir(found.scope) / f"{key}.json")
+        if self._checked_retired.get(key) is not found:  # the very object checked last: a dict lookup
+            self._citations.check_retired(found, self._publisher.retired_dir(found.scope) / f"{key}.json")
+            if len(self._checked_retired) >= 200_000:
+                self._checked_retired.clear()
+            self._checked_retired[key] = found
         return True
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
