@@ -212,6 +212,15 @@ def test_repair_publishes_no_record_while_a_retirement_may_be_unread(tmp_path: P
     assert not (s.folder / f"{gone}.json").exists()
 
 
+def _one_forgotten_one_live(store: memory.MemoryStore) -> tuple[memory.Learned, memory.Learned]:
+    """Two findings of scope ``s``, the first forgotten (so a real retired file is there to copy)."""
+    with store.session(scope="s") as sess:
+        gone = sess.learn({"text": "forgotten on purpose"})
+        live = sess.learn({"text": "a finding nobody forgot"})
+        sess.forget(gone.key, reason="on purpose")
+    return gone, live
+
+
 @pytest.mark.parametrize("forgery", ["another finding's record", "a record nobody wrote", "another reason"])
 def test_sync_never_lets_a_forged_retired_file_hide_a_live_finding_for_good(
     tmp_path: Path, forgery: str
@@ -222,10 +231,7 @@ def test_sync_never_lets_a_forged_retired_file_hide_a_live_finding_for_good(
     longer see it."""
     db = tmp_path / "store" / "history.db"
     with memory.MemoryStore(db) as store:
-        with store.session(scope="s") as sess:
-            gone = sess.learn({"text": "forgotten on purpose"})
-            live = sess.learn({"text": "a finding nobody forgot"})
-            sess.forget(gone.key, reason="on purpose")
+        gone, live = _one_forgotten_one_live(store)
         folder = store.db_path.parent / "flows-memory"
         (real,) = folder.glob("*/.trajectories/retired/*.json")
         data = orjson.loads(real.read_bytes())
@@ -257,10 +263,7 @@ def test_a_row_marked_retired_by_no_record_is_reported_and_unmarked_by_repair(tm
 
     db = tmp_path / "store" / "history.db"
     with memory.MemoryStore(db) as store:
-        with store.session(scope="s") as sess:
-            gone = sess.learn({"text": "forgotten on purpose"})
-            live = sess.learn({"text": "a finding nobody forgot"})
-            sess.forget(gone.key, reason="on purpose")
+        gone, live = _one_forgotten_one_live(store)
         store.sync()
         assert memory.check_store(store) == []
         conn = sqlite3.connect(db)

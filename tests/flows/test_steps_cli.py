@@ -321,12 +321,13 @@ def test_show_of_an_unknown_run_is_a_one_line_error(tmp_path: Path) -> None:
     assert line.startswith("flows: error[journal_run_not_found]: ")
 
 
-def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_changed(tmp_path: Path) -> None:
-    db = tmp_path / "store" / "history.db"
-    flow = tmp_path / "changing.py"
+def _failed_run(tmp_path: Path, db: Path, name: str, result: str) -> tuple[Path, Path, dict[str, Any]]:
+    """A flow file ``name``.py whose one step returns ``result`` and which fails while a flag file
+    is there; run once (failing). Returns the file, the flag and the run's row."""
+    flow = tmp_path / f"{name}.py"
     flow.write_text(
-        "import os\nimport flows\n\n\n@flows.flow(name='changing')\nasync def body(f):\n"
-        "    a = await f.step('a', lambda: 'first version')\n"
+        f"import os\nimport flows\n\n\n@flows.flow(name={name!r})\nasync def body(f):\n"
+        f"    a = await f.step('a', lambda: {result!r})\n"
         "    if os.path.exists(f.input):\n        raise RuntimeError('not yet')\n"
         "    return a\n"
     )
@@ -334,6 +335,12 @@ def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_ch
     flag.touch()
     assert flows_cli(db, "run", str(flow), "--input", f'"{flag}"').returncode == 1
     (run,) = json_of(flows_cli(db, "runs", "--json"))
+    return flow, flag, run
+
+
+def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_changed(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    flow, flag, run = _failed_run(tmp_path, db, "changing", "first version")
     old = flows.source_digest(flow.read_bytes())
     flow.write_text(flow.read_text().replace("return a", "return [a, await f.step('b', lambda: 'new')]"))
     new = flows.source_digest(flow.read_bytes())
@@ -359,17 +366,7 @@ def test_resume_of_a_changed_file_is_refused_naming_both_digests_unless_allow_ch
 
 def test_resume_file_runs_the_flow_from_where_it_was_moved_and_refuses_another(tmp_path: Path) -> None:
     db = tmp_path / "store" / "history.db"
-    flow = tmp_path / "moving.py"
-    flow.write_text(
-        "import os\nimport flows\n\n\n@flows.flow(name='moving')\nasync def body(f):\n"
-        "    a = await f.step('a', lambda: 'done once')\n"
-        "    if os.path.exists(f.input):\n        raise RuntimeError('not yet')\n"
-        "    return a\n"
-    )
-    flag = tmp_path / "flag"
-    flag.touch()
-    assert flows_cli(db, "run", str(flow), "--input", f'"{flag}"').returncode == 1
-    (run,) = json_of(flows_cli(db, "runs", "--json"))
+    flow, flag, run = _failed_run(tmp_path, db, "moving", "done once")
     moved = tmp_path / "elsewhere" / "moving.py"
     moved.parent.mkdir()
     flow.rename(moved)
