@@ -10,7 +10,7 @@ from typing import Any
 import journal
 from journal import JournalBackend, Record
 from memory._errors import ArgumentInvalid, FindingInvalid, FindingRetired, Unjournaled, UnsupportedHeader
-from memory._files import parse_learned, read_retired
+from memory._files import parse_learned
 from memory._finding import (
     RETIRE_STREAM,
     REVISION_MAX,
@@ -235,7 +235,8 @@ class Learner:
                     )
                 revision += 1
                 continue
-            if root.begun and self._retirer.before_attempt(root, read_retired(Path(path))):
+            retired = self._retirer.read_checked(path)  # a forged one never moves a learn's key
+            if root.begun and self._retirer.before_attempt(root, retired):
                 existing = root.journal.find(root.run_id, STREAM, fid)
                 if existing is not None:
                     return revision, fid, existing

@@ -257,6 +257,8 @@ class Retirer:
         self.shared = SharedRetirements(open_journal)
         # told each retirement record this process appends (``Citations.committed``)
         self.on_committed: Callable[[Record], None] = lambda record: None
+        # checks a retired file read back against the record it cites (``Citations.check_retired``)
+        self.check_retired: Callable[[Retired, Path], None] = lambda retired, path: None
 
     # -- attempts of a root run ----------------------------------------------------------------
 
@@ -291,6 +293,18 @@ class Retirer:
         return retired.key not in keys and (began[0] is None or retired.forgotten_ms < began[0])
 
     # -- where a key is ------------------------------------------------------------------------
+
+    def read_checked(self, path: str | Path) -> Retired:
+        """The retired file at ``path``, checked against the record it cites: one that no record
+        backs is never taken as a retirement (a forget answered with it, a supersede refused by it).
+
+        Raises:
+            Unreachable: the file cannot be read, is damaged, or no record backs it.
+            JournalError: the journal could not be read.
+        """
+        found = read_retired(Path(path))
+        self.check_retired(found, Path(path))
+        return found
 
     def retired_path(self, scope: str, key: str) -> str:
         """The path of the retired file that would keep ``key`` of ``scope`` out of every read."""
@@ -328,7 +342,7 @@ class Retirer:
             return elsewhere
         path = self.retired_path(scope, key)
         if os.path.lexists(path):
-            return read_retired(Path(path))
+            return self.read_checked(path)
         found = self.locate(key, scope)
         return None if found is None else found.retired
 
@@ -343,7 +357,7 @@ class Retirer:
         for directory in retired_dirs:
             path = directory / f"{key}.json"
             if os.path.lexists(path):
-                found = read_retired(path)
+                found = self.read_checked(path)
                 return Located(found.scope, found, self._db.memory_of(key))
         for directory in learned_dirs:
             path = directory / f"{key}.json"
@@ -440,7 +454,7 @@ class Retirer:
         path = self.retired_path(record.payload["scope"], record.payload["id"])
         if not os.path.lexists(path):
             return False
-        there = read_retired(Path(path))
+        there = self.read_checked(path)
         return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
     def _settle_lazily(self, record: Record, root: Root) -> bytes:

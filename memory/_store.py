@@ -163,6 +163,7 @@ class MemoryStore:
         self._learner.on_learned = self._search.noted_version
         self._learner.on_committed = self._citations.committed
         self._retirer.on_committed = self._citations.committed
+        self._retirer.check_retired = self._citations.check_retired
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )

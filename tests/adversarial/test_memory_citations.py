@@ -315,11 +315,18 @@ def test_reads_never_let_a_forged_retired_file_hide_a_live_finding(tmp_path: Pat
             "get": lambda: store.get(live.key),
             "current": lambda: store.current(live.memory_id),
         }
-        for name, read in reads.items():
-            with pytest.raises(memory.Unreachable) as caught:
-                read()
-            assert str(forged) in str(caught.value) and "retires nothing" in str(caught.value), name
+        with store.session(scope="s") as sess:  # nor does a write take it for a retirement
+            writes = {
+                "forget": lambda: sess.forget(live.key, reason="answered with the forgery?"),
+                "update": lambda: sess.update(live.key, {"text": "a correction"}),
+                "learn again": lambda: sess.learn({"text": "a finding nobody forgot"}),
+            }
+            for name, read in {**reads, **writes}.items():
+                with pytest.raises(memory.Unreachable) as caught:
+                    read()
+                assert str(forged) in str(caught.value) and "retires nothing" in str(caught.value), name
         assert [r.text for r in store.recall(scope="other")] == ["a finding of another scope"]
         memory.repair_store(store, memory.check_store(store))
         assert [r.text for r in store.recall(scope="s")] == ["a finding nobody forgot"]
         assert store.get(gone.key) is None  # the real retirement still holds
+        assert [e.kind for e in store.history(live.key)] == ["learned"]  # no write went through
