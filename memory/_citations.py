@@ -1,4 +1,4 @@
-"""Checking a learned file against the journal record it cites.
+"""Checking a learned file, or a retired file, against the journal record it cites.
 
 A learned file is only a finding if the journal holds the record it cites and the file is that
 record's rendering: a well-formed file citing nothing (forged, or its run deleted) is damage, never
@@ -19,6 +19,11 @@ which reads that one line and takes it only when it is the cited record, acknowl
 and otherwise reads the stream as before: a wrong, stale or forged hint costs time, never a file
 served whose record is not in the journal. The hints are written after a
 full read of a run found a citation the hints did not know.
+
+A retired file keeps a finding out of every read, so it is checked the same way before it is
+taken as a retirement (``check_retired``): by ``sync`` before it marks a row, by a read at the
+moment it would leave a finding out, by a write before it answers with it. The ``memory-forget``
+records of each run are kept like the commits, and a process's own are known as it appends them.
 """
 
 from __future__ import annotations
