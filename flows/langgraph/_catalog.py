@@ -130,6 +130,7 @@ class Catalog:
         self._mutex = threading.RLock()
         self._catalogs: list[RunInfo] | None = None  # every catalog run seen, oldest first
         self._known: dict[str, dict[int, list[Registration]]] = {}
+        self._owners: dict[str, str] = {}  # thread run -> the thread its own metadata names (checked)
 
     # -- finding the catalog -------------------------------------------------------------------
 
@@ -228,7 +229,44 @@ class Catalog:
                 canonical = self._canonical(create=False)
                 if not self._still_canonical(canonical.run_id if canonical else None):
                     found = self._current(thread_id)
+            if found is not None:
+                self._check_owners(found)
             return found
+
+    def _check_owners(self, found: Generation) -> None:
+        """Each run ``found`` names must be a thread run whose own metadata (written when it was
+        begun) names this thread. The catalog is shared, and anyone who can append to it could
+        register another thread's run: its reads would then show that thread's checkpoints, and its
+        writes land among them. Checked once per run and process.
+
+        Raises:
+            RecordInvalid: a registered run is another thread's, or no thread run at all.
+        """
+        for run in found.runs:
+            if self._owners.get(run) == found.thread_id:
+                continue
+            try:
+                info = self._backend.run(run)
+            except JournalRunNotFound:
+                continue  # nothing to read there: the reads that follow say so
+            meta = info.meta.get("langgraph")
+            owner = meta.get("thread") if isinstance(meta, Mapping) else None
+            if info.flow != THREAD_FLOW or owner != found.thread_id:
+                what = (
+                    f"belongs to thread {owner!r}"
+                    if isinstance(owner, str) and info.flow == THREAD_FLOW
+                    else f"is a run of flow {info.flow!r}, not a thread's"
+                )
+                raise RecordInvalid(
+                    f"the catalog registers run {run} for thread {found.thread_id!r}, but that run "
+                    f"{what}; its checkpoints are not served for this thread. Inspect the catalog with "
+                    "`flows runs --flow langgraph-catalog` and its `threads` stream",
+                    thread_id=found.thread_id,
+                    run_id=run,
+                )
+            if len(self._owners) >= _MAX_DIGESTS:
+                self._owners.clear()
+            self._owners[run] = found.thread_id
 
     def stamp(self) -> tuple[object, ...] | None:
         """A token for the catalogs as this object last read them (``JournalBackend.stamp`` of

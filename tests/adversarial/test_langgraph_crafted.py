@@ -362,3 +362,48 @@ def test_a_state_type_of_your_own_is_refused_until_allowed_and_then_reads(tmp_pa
         assert tup is not None and tup.checkpoint["channel_values"]["mood"] is Mood.CALM
         with pytest.raises(RecordInvalid):
             fresh.get_tuple(config("t"))  # the original is unchanged
+
+
+@pytest.mark.parametrize("victim", ["another thread's run", "a run of another flow"])
+def test_a_registration_naming_another_threads_run_serves_and_takes_nothing(
+    journal_location: str, victim: str
+) -> None:
+    """The catalog is shared: anyone who can append to it can register, for thread ``alice``, a run
+    that is not hers. Her reads must not show that run's checkpoints, nor her writes land in it."""
+    from flows.langgraph._catalog import registration_key
+
+    with JournalSaver(journal=journal_location) as saver:
+        put_chain(saver, "alice", [{"v": "alice's"}])
+        put_chain(saver, "bob", [{"v": "bob's secret"}])
+    backend = journal.open_journal(journal_location)
+    try:
+        (catalog,) = catalog_runs(backend)
+        if victim == "another thread's run":
+            (target,) = [r.run_id for r in thread_runs(backend) if r.meta["langgraph"]["thread"] == "bob"]
+        else:
+            info, lease = backend.begin("someone-else", "x", {"langgraph": {"thread": "alice"}})
+            backend.append(lease, STREAM, {"not": "a checkpoint"})
+            target = info.run_id
+        crafted = {"thread": "alice", "gen": 2, "run": target, "reason": "crafted"}
+        backend.append(
+            journal.Lease(catalog.run_id, catalog.epoch), THREADS_STREAM, crafted,
+            key=registration_key("alice", 2),
+        )  # fmt: skip
+        before = [r.payload for r in backend.read(target, STREAM)]
+    finally:
+        backend.close()
+    with JournalSaver(journal=journal_location) as fresh:
+        for act in (
+            lambda: fresh.get_tuple(config("alice")),
+            lambda: list(fresh.list(config("alice"))),
+            lambda: put_chain(fresh, "alice", [{"v": "written into bob's run?"}]),
+        ):
+            with pytest.raises(RecordInvalid) as caught:
+                act()
+            assert target in str(caught.value) and "'alice'" in str(caught.value)
+        assert fresh.get_tuple(config("bob")).checkpoint["channel_values"] == {"v": "bob's secret"}
+    backend = journal.open_journal(journal_location)
+    try:
+        assert [r.payload for r in backend.read(target, STREAM)] == before  # nothing landed there
+    finally:
+        backend.close()
