@@ -11,6 +11,7 @@ from typing import Any, cast
 import orjson
 
 from flows._cli_common import add_embedder_option
+from flows._cli_common import cell as _cell
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
@@ -27,6 +28,7 @@ from memory.cli import (
     progress,
     stdout_to_stderr,
 )
+from memory.cli import shown as _shown
 
 _EPILOG = """\
 storage:
@@ -131,9 +133,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         return EXIT_OK
     for n, a in enumerate(answers, 1):
         e, c = a.finding, a.finding.citation
-        print(f"{n}. {e.text}")
+        print(f"{n}. {_cell(e.text)}")  # a finding's text is data: its control characters are escaped
         print(f"   memory: {e.memory_id}   key: {e.key}")
-        print(f"   tags: {', '.join(e.tags) or '-'}   source: {e.source}   matched: {_how(a)}")
+        tags = _cell(", ".join(e.tags)) or "-"
+        print(f"   tags: {tags}   source: {_cell(e.source)}   matched: {_cell(_how(a))}")
         print(
             f"   from flow {e.flow!r}, root run {c.run_id}, stream {c.stream}, record {c.id}, "
             f"committed {_ms(e.learned_ms)} ({'synced' if e.synced else 'not yet synced'})"
@@ -194,12 +197,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             }
         )
     else:
-        for p in problems:
-            print(f"{p.kind}: {p.path}\n    {p.message}\n    --repair would: {p.repair}")
+        for p in problems:  # paths are names anyone could give a file: escaped, like all data shown
+            print(_shown(f"{p.kind}: {p.path}\n    {p.message}\n    --repair would: {p.repair}"))
         for line in actions:
-            print(f"repair: {line}")
+            print(_shown(f"repair: {line}"))
         if not remaining:
-            print(f"store {store.db_path.parent} is clean" + (" after repair" if actions else ""))
+            print(_shown(f"store {store.db_path.parent} is clean" + (" after repair" if actions else "")))
         else:
             print(
                 f"{len(remaining)} problem(s) remain"

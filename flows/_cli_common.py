@@ -13,12 +13,17 @@ from typing import Any
 from memory.cli import diagnose as _diagnose
 from memory.cli import json_out
 
-__all__ = ["PROG", "diagnose", "json_out", "open_store", "table"]
+__all__ = ["PROG", "cell", "diagnose", "json_out", "open_store", "table"]
 
 PROG = "flows"
 
 
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+# C0, DEL and C1 (U+0080-U+009F: a terminal may take U+009B for ESC [): never written raw
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+}
 
 
 def cell(text: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 import memory
-from flows._cli_common import diagnose
+from flows._cli_common import cell, diagnose
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
@@ -193,7 +193,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if args.json:
         _json_out(forgotten.as_json())
     else:
-        print(f"forgot {forgotten.key}: {forgotten.reason}")
+        print(f"forgot {forgotten.key}: {cell(forgotten.reason)}")
         print(f"   {_citation(forgotten.citation)}, committed {format_ms(forgotten.forgotten_ms)}")
     return EXIT_OK
 

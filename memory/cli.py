@@ -13,6 +13,8 @@ every command, so the two behave alike:
   (``CodedError.as_json()``, plus ``runId``) with stdout left empty. Usage errors too: code
   ``usage``, exit 2.
 * Exit statuses: 0 done, 1 failed, 2 usage, 130 interrupted (Ctrl-C).
+* Human output writes data read back (a finding's text, a ledger's reason) with its control
+  characters escaped (``shown``): never raw to a terminal.
 * A reader that goes away (``flows runs | head -1``) is not an error: what is still to be printed is
   dropped, nothing is said on stderr, and the command finishes with its own status.
 * ``-v`` (info) / ``-vv`` (debug), or ``$FLOWS_LOG=<level>``, send the library's ``logging`` records
@@ -72,6 +74,7 @@ __all__ = [
     "json_out",
     "limit",
     "progress",
+    "shown",
     "stdout_to_stderr",
 ]
 
@@ -195,6 +198,21 @@ def format_ms(ms: int | None, *, precise: bool = False) -> str:
 
 
 # -- output ------------------------------------------------------------------------------------
+
+
+# every control character but the newline: C0, DEL and C1 (a terminal may take U+009B for ESC [)
+_SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A} | {
+    0x09: "\\t",
+    0x0D: "\\r",
+}
+
+
+def shown(text: str) -> str:
+    """``text`` as human output writes it: every control character but the newline as an escape
+    (``\\x1b``, ``\\t``), so data read back from a store, a ledger or a chain (a finding's text, a
+    contract's revert reason, a token's symbol) never moves the terminal's cursor, sets its title or
+    writes its clipboard."""
+    return text.translate(_SHOWN)
 
 
 def json_out(obj: Any, file: TextIO | None = None) -> None:
@@ -450,7 +468,9 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
         if isinstance(exc, UsageError):
             sys.stderr.write(exc._usage)
         where = f" (root run {run_id})" if run_id else ""
-        sys.stderr.write(f"{prog}: error[{exc.code}]: {exc.message}{where}\n")
+        # one line, whatever the message quotes (a path, a value): its control characters escaped
+        message = shown(exc.message).replace("\n", "\\n")
+        sys.stderr.write(f"{prog}: error[{exc.code}]: {message}{where}\n")
     return _exit_status(exc)
 
 

@@ -28,6 +28,7 @@ from memory.cli import (
     json_out,
     limit,
     progress,
+    shown,
     stdout_to_stderr,
 )
 from memory.ledger import (
@@ -61,6 +62,12 @@ if TYPE_CHECKING:
     from sail._tick import TickResult
 
 _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_balance")
+
+
+def _say(text: object = "") -> None:
+    """Print one line of human output, its control characters escaped (``shown``): what a ledger or
+    the chain says is data, never instructions to the terminal."""
+    print(shown(str(text)))
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -114,8 +121,8 @@ def cmd_init(args: argparse.Namespace) -> int:
             if args.json:  # anvil's dev key 1 is public: printing it gives nothing away
                 _dump({"config": str(config_path(home)), "chain": str(chain), "agentKey": ANVIL_KEYS[1]}, out)
                 return 0
-        print(f"wrote {config_path(home)} (embedded chain in {chain})")
-        print(f"the agent is anvil's public dev account 1: export SAIL_PRIVATE_KEY={ANVIL_KEYS[1]}")
+        _say(f"wrote {config_path(home)} (embedded chain in {chain})")
+        _say(f"the agent is anvil's public dev account 1: export SAIL_PRIVATE_KEY={ANVIL_KEYS[1]}")
         return 0
     config = SailConfig(
         rpc_url=args.rpc,
@@ -134,7 +141,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if args.json:
         _dump({"config": str(written), "chain": None, "agentKey": None})
     else:
-        print(f"wrote {written}")
+        _say(f"wrote {written}")
     return 0
 
 
@@ -173,15 +180,15 @@ def cmd_tick(args: argparse.Namespace) -> int:
         _dump(summary)
         return 0
     for entry in result.reconciled:
-        print(f"reconciled: {_describe(entry)}")
+        _say(f"reconciled: {_describe(entry)}")
     if result.skipped is not None:
-        print(f"skipped: {result.skipped.reason}")
+        _say(f"skipped: {result.skipped.reason}")
     if result.dispatched is not None:
         settled = result.dispatched.settled
         seen = "receipt not seen yet" if settled is None else settled.event
-        print(f"submitted: {result.dispatched.tx_hash} ({seen}; ledgered by a later tick)")
+        _say(f"submitted: {result.dispatched.tx_hash} ({seen}; ledgered by a later tick)")
     if summary["chainAheadS"] is not None:
-        print(chain_ahead_line(summary["chainAheadS"], "this tick's"))
+        _say(chain_ahead_line(summary["chainAheadS"], "this tick's"))
     return 0
 
 
@@ -218,7 +225,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     tokens = learned_tokens((e for e in entries if isinstance(e, Acted)), ledger.state().tokens)
     render = renderer(config.token_in, tokens)
     for line in ledger_rows(entries, ActivityLog(sail_dir(home)).scan(NOTE_EVENTS), render):
-        print(line)
+        _say(line)
     return 0
 
 
@@ -230,12 +237,12 @@ def cmd_why(args: argparse.Namespace) -> int:
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
-        print("no skips recorded")
+        _say("no skips recorded")
     else:
         render = renderer(config.token_in, ledger.state().tokens)
         for skip in skips:
             block = skip.block if skip.block is not None else "-"
-            print(f"{when(skip.ts)}  block {block}  {render(skip.reason)}")
+            _say(f"{when(skip.ts)}  block {block}  {render(skip.reason)}")
     return 0
 
 
@@ -248,7 +255,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     tokens = {t: (v["decimals"], v["symbol"]) for t, v in status["tokens"].items()}
     for line in format_status(status, renderer(config.token_in, tokens)):
-        print(line)
+        _say(line)
     return 0
 
 
@@ -280,7 +287,7 @@ def cmd_journal(args: argparse.Namespace) -> int:
         _dump(narrative.as_json())
         return 0
     for line in narrative.lines():
-        print(line)
+        _say(line)
     return 0
 
 
@@ -315,7 +322,7 @@ def _learn_journal(
         _dump(report.as_json())
         return 0
     for line in report.lines():
-        print(line)
+        _say(line)
     return 0
 
 

@@ -204,3 +204,17 @@ def test_numbers_beyond_what_the_files_hold_are_usage_or_config_errors(tmp_path:
     done = run_python(code, "status", "--home", str(home))
     assert done.returncode == 1 and done.stderr.startswith("sail: error[sail_config_invalid]: ")
     assert done.stderr.count("\n") == 1
+
+
+def test_what_the_ledger_says_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    """A skip's reason, an act's amounts: the ledger's words carry what the chain said (a contract's
+    revert reason, a token's symbol), and a terminal must never take them for instructions."""
+    home = agent_home(tmp_path)
+    hostile = "\x1b[31m\x1b]0;title\x07\x9b2J"
+    with Ledger(home / ".sail").writer() as w:
+        w.append(Skipped(ts=2000, block=2, chain_id=1, reason=f"reverted: {hostile}"))
+    for command, (status, err, out) in run_sail(home, "ledger", "why", "status").items():
+        assert status == 0, (command, err)
+        assert "reverted" in out or command == "status", (command, out)
+        for raw in ("\x1b", "\x07", "\x9b"):
+            assert raw not in out and raw not in err, (command, raw, out)

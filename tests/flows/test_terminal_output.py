@@ -1,0 +1,65 @@
+"""What the CLI prints for a person is data read back from the store: a finding's text, tags, source
+and metadata, a forget's reason. Control characters in them (an escape sequence that recolours,
+retitles or clears the terminal, a bell, a C1 CSI) are written as escapes, never raw, by every
+command that shows them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import memory
+from tests.flows.helpers import flows as flows_cli
+
+HOSTILE = "\x1b[31m\x1b]0;title\x07\x9b2J"
+RAW = ("\x1b", "\x07", "\x9b")
+
+
+def test_no_command_writes_a_findings_control_characters_raw(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s", flow="f") as sess:
+            live = sess.learn(
+                {
+                    "text": f"pressure falls {HOSTILE} before rain",
+                    "tags": [f"t{HOSTILE}"],
+                    "source": f"src{HOSTILE}",
+                    "metadata": {"k": f"v{HOSTILE}"},
+                }
+            )
+            gone = sess.learn({"text": "forgotten fact about pressure"})
+            sess.forget(gone.key, reason=f"because {HOSTILE}")
+        run_id = live.citation.run_id
+    commands = [
+        ["recall"],
+        ["why", "pressure"],
+        ["history", live.key],
+        ["history", gone.key],
+        ["show", run_id],
+        ["journal", run_id, "--stream", memory.STREAM],
+        ["forget", gone.key],  # already forgotten: answered with the stored reason
+    ]
+    for args in commands:
+        done = flows_cli(db, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "pressure" in done.stdout or "because" in done.stdout, (args, done.stdout)
+        for raw in RAW:
+            assert raw not in done.stdout and raw not in done.stderr, (args, raw, done.stdout)
+
+
+def test_a_file_name_with_control_characters_is_escaped_in_check_and_in_errors(tmp_path: Path) -> None:
+    """A name anyone could give a file in the store reaches the terminal in ``flows check``'s report
+    and in the one-line error of a read that meets it: escaped in both, the error still one line."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="s") as sess:
+            sess.learn({"text": "a fact"})
+    (folder,) = (db.parent / "flows-memory").glob("*/.trajectories/compacted")
+    (folder / f"x{HOSTILE}\n.json").write_bytes(b"not json")
+    check = flows_cli(db, "check")
+    assert check.returncode == 1 and "learned_damaged" in check.stdout
+    read = flows_cli(db, "recall")
+    assert read.returncode == 1 and read.stderr.startswith("flows: error[memory_unreachable]: ")
+    assert read.stderr.count("\n") == 1, read.stderr
+    for done in (check, read):
+        for raw in RAW:
+            assert raw not in done.stdout and raw not in done.stderr, (raw, done.stdout, done.stderr)
