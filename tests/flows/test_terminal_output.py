@@ -50,9 +50,8 @@ def test_a_file_name_with_control_characters_is_escaped_in_check_and_in_errors(t
     """A name anyone could give a file in the store reaches the terminal in ``flows check``'s report
     and in the one-line error of a read that meets it: escaped in both, the error still one line."""
     db = tmp_path / "store" / "history.db"
-    with memory.MemoryStore(db) as store:
-        with store.session(scope="s") as sess:
-            sess.learn({"text": "a fact"})
+    with memory.MemoryStore(db) as store, store.session(scope="s") as sess:
+        sess.learn({"text": "a fact"})
     (folder,) = (db.parent / "flows-memory").glob("*/.trajectories/compacted")
     (folder / f"x{HOSTILE}\n.json").write_bytes(b"not json")
     check = flows_cli(db, "check")
