@@ -12,24 +12,17 @@ from typing import Any
 
 from memory.cli import diagnose as _diagnose
 from memory.cli import json_out
+from memory.cli import shown as _shown
 
 __all__ = ["PROG", "cell", "diagnose", "json_out", "open_store", "table"]
 
 PROG = "flows"
 
 
-# C0, DEL and C1 (U+0080-U+009F: a terminal may take U+009B for ESC [): never written raw
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-}
-
-
 def cell(text: str) -> str:
     """``text`` on one line: newlines, tabs and other control characters shown as escapes (``\\n``),
-    so a cell never breaks its table's rows or moves the terminal's cursor."""
-    return text.translate(_CONTROLS)
+    so a cell never breaks its table's rows or moves the terminal's cursor (``memory.cli.shown``)."""
+    return _shown(text, one_line=True)
 
 
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:

@@ -225,7 +225,7 @@ class Syncer:
         known = self._db.retired_keys()
         fresh = [r for r in retired if r.key not in known]
         for r in fresh:  # a retired file no record backs never marks a row: it would hide it for good
-            self._citations.check_retired(r, self._publisher.retired_dir(r.scope) / f"{r.key}.json")
+            self._citations.check_retired(r, Path(self._retirer.retired_path(r.scope, r.key)))
         for i in range(0, len(fresh), SYNC_BATCH):
             self._db.retire(fresh[i : i + SYNC_BATCH], self._clock())
         if fresh:

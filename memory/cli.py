@@ -200,19 +200,21 @@ def format_ms(ms: int | None, *, precise: bool = False) -> str:
 # -- output ------------------------------------------------------------------------------------
 
 
-# every control character but the newline: C0, DEL and C1 (a terminal may take U+009B for ESC [)
-_SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A} | {
+# every control character: C0, DEL and C1 (a terminal may take U+009B for ESC [)
+_SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
     0x09: "\\t",
+    0x0A: "\\n",
     0x0D: "\\r",
 }
+_SHOWN_LINES = {c: e for c, e in _SHOWN.items() if c != 0x0A}  # the same, newlines kept
 
 
-def shown(text: str) -> str:
-    """``text`` as human output writes it: every control character but the newline as an escape
-    (``\\x1b``, ``\\t``), so data read back from a store, a ledger or a chain (a finding's text, a
-    contract's revert reason, a token's symbol) never moves the terminal's cursor, sets its title or
-    writes its clipboard."""
-    return text.translate(_SHOWN)
+def shown(text: str, *, one_line: bool = False) -> str:
+    """``text`` as human output writes it: every control character but the newline (and, with
+    ``one_line``, the newline too) as an escape (``\\x1b``, ``\\t``, ``\\n``), so data read back from
+    a store, a ledger or a chain (a finding's text, a contract's revert reason, a token's symbol)
+    never moves the terminal's cursor, sets its title or writes its clipboard."""
+    return text.translate(_SHOWN if one_line else _SHOWN_LINES)
 
 
 def json_out(obj: Any, file: TextIO | None = None) -> None:
@@ -469,8 +471,7 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
             sys.stderr.write(exc._usage)
         where = f" (root run {run_id})" if run_id else ""
         # one line, whatever the message quotes (a path, a value): its control characters escaped
-        message = shown(exc.message).replace("\n", "\\n")
-        sys.stderr.write(f"{prog}: error[{exc.code}]: {message}{where}\n")
+        sys.stderr.write(f"{prog}: error[{exc.code}]: {shown(exc.message, one_line=True)}{where}\n")
     return _exit_status(exc)
 
 
