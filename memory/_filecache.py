@@ -530,6 +530,13 @@ class FileCache:
         except (StaleIndex, IndexError, TypeError):
             return {}
 
+    @staticmethod
+    def may_list(st: os.stat_result, now_ns: int) -> bool:
+        """Whether an index could list a folder whose ``stat`` is ``st`` at ``now_ns``: a stamp is
+        written only for a folder settled at that scan, so a folder changed within ``_RACY_NS``
+        has changed since any stamp (a read need not open the folder to look for its index)."""
+        return max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - _RACY_NS
+
     def listing(self, directory: Path, st: os.stat_result) -> IndexedListing | None:
         """The index of ``directory`` as a listing, when it was written while the folder had the
         stamp it has now (``st``): its rows are then exactly the folder's learned files. None when
@@ -604,14 +611,15 @@ class FileCache:
         directory: Path,
         st: os.stat_result,
         names: Sequence[str],
-        read: Callable[[Path], Recalled | None],
+        read: Callable[[Path], tuple[Recalled | None, os.stat_result | None]],
         *,
         rewrite: bool = False,
     ) -> tuple[Recalled, ...]:
         """Every entry of ``names`` in ``directory`` (whose ``stat``, taken before ``names`` was
         listed, is ``st``): from the index where a file's stat key is unchanged, else through
-        ``read`` (whose errors propagate: a damaged file fails the read; None, a file gone since
-        the listing, is left out).
+        ``read``, which answers a file's entry and the ``fstat`` of what it read (its errors
+        propagate: a damaged file fails the read; an entry of None, a file gone since the listing,
+        is left out).
 
         Rewrites the index when it disagreed with the files, its stamp is not the folder's, or
         ``rewrite`` says a read found it stale (a section unlike its digest or of the wrong shape,
@@ -634,34 +642,25 @@ class FileCache:
         complete = True
         prefix = os.path.join(directory, "")
         for fname in names:
-            fst = _lstat(prefix + fname)
-            settled = fst is not None and fst.st_mtime_ns < settled_ns and fst.st_ctime_ns < settled_ns
             hit = old.get(fname)
+            # a file the index has a row for is looked at first (``lstat``): read only if changed
+            fst = _lstat(prefix + fname) if hit is not None else None
             entry = _served(hit, fst, fname)
+            served = entry is not None
             if entry is None:
                 stale = True
-                path = directory / fname
-                entry = read(path)  # every check of a read, and its errors
+                # every check of a read, and its errors; keyed by the ``fstat`` of the very file
+                # read, so a file replaced since the listing is keyed as what was read
+                entry, fst = read(directory / fname)
                 if entry is None:
                     complete = False
                     continue
-                if not settled:  # not indexed: no row to make, no stat to take again
-                    entries.append(entry)
-                    stale = complete = False  # a racy file: read again next time
-                    continue
-                # keyed only by a stat taken on both sides of the read: a file replaced meanwhile
-                # is left out, and read again next time
-                after = _lstat(path)
-                if fst is None or after is None or _stat_key(after) != _stat_key(fst):
-                    fst = None
-                row = _entry_row(entry)
-            else:
-                row = hit[1]  # type: ignore[index]
             entries.append(entry)
-            if fst is not None and settled:
+            if fst is not None and fst.st_mtime_ns < settled_ns and fst.st_ctime_ns < settled_ns:
+                row = hit[1] if served else _entry_row(entry)  # type: ignore[index]
                 rows.append((fname, _stat_key(fst), row))
             else:
-                stale = complete = False  # a racy file: read again next time
+                stale = complete = False  # a racy file: not indexed, read again next time
         settled = max(st.st_mtime_ns, st.st_ctime_ns) < settled_ns
         stamp = stamp_of(st) if complete and settled else None
         had = index.header.get("stamp") if index is not None else None

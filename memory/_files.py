@@ -653,7 +653,7 @@ class DiskIndex:
         ):
             return hit
         scanned_at = time.time_ns()
-        if self._files is not None and trusted and not whole:
+        if self._files is not None and trusted and not whole and self._files.may_list(st, scanned_at):
             indexed = self._indexed(directory)
             if indexed is not None:
                 if scanned_at - indexed.mtime_ns > RACY_S * 1e9:
@@ -705,12 +705,14 @@ class DiskIndex:
             except OSError as exc:
                 raise unreadable(directory, exc) from exc
 
-            def read(path: Path) -> Recalled | None:
+            def read(path: Path) -> tuple[Recalled | None, os.stat_result | None]:
                 try:
-                    data = folder.read(path.name, str(path))
+                    got = folder.read_stat(path.name, str(path))
                 except OSError as exc:
                     raise unreadable(path, exc) from exc
-                return None if data is None else _PARSED_LEARNED(path, data)  # None: sync dropped it
+                if got is None:
+                    return None, None  # sync dropped it
+                return _PARSED_LEARNED(path, got[0]), got[1]
 
             with self._mutex:
                 distrusted = directory in self._distrusted

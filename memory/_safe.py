@@ -70,17 +70,22 @@ def is_damage(exc: OSError) -> bool:
 
 def read_fd(fd: int, path: str | os.PathLike[str]) -> bytes:
     """Read the whole regular file open at ``fd`` (raising ``NotRegular`` for anything else)."""
+    return read_fd_stat(fd, path)[0]
+
+
+def read_fd_stat(fd: int, path: str | os.PathLike[str]) -> tuple[bytes, os.stat_result]:
+    """``read_fd``, and the ``fstat`` of the file it read (taken before the read)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegular(errno.EINVAL, f"it is {kind_of(st.st_mode)}, not a regular file", os.fspath(path))
     want = st.st_size + 1  # one more than the size: a short read is the whole file
     data = os.read(fd, want)
     if len(data) < want:
-        return data
+        return data, st
     chunks = [data]  # it grew since the fstat: read on to its end
     while chunk := os.read(fd, 65536):
         chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join(chunks), st
 
 
 def read_file(
@@ -94,6 +99,15 @@ def read_file(
         OSError: a link (``ELOOP``), a socket (``ENXIO``), permission or I/O; ``filename`` is
             ``shown`` (or ``path``).
     """
+    read = read_file_stat(path, dir_fd=dir_fd, shown=shown)
+    return None if read is None else read[0]
+
+
+def read_file_stat(
+    path: str | os.PathLike[str], *, dir_fd: int | None = None, shown: str | None = None
+) -> tuple[bytes, os.stat_result] | None:
+    """``read_file``, and the ``fstat`` of the very file it read: a stat key that names those
+    bytes, with no window for a rename between a separate stat and the read."""
     where = shown if shown is not None else os.fspath(path)
     try:
         fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
@@ -102,7 +116,7 @@ def read_file(
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, where) from None
     try:
-        return read_fd(fd, where)
+        return read_fd_stat(fd, where)
     except NotRegular:
         raise
     except OSError as exc:
@@ -171,6 +185,11 @@ class Folder:
         """The bytes of the regular file ``name`` in the folder, or None when it is missing
         (see ``read_file``; ``shown`` is its path for messages, by default built from ``name``)."""
         return read_file(name, dir_fd=self.fd, shown=shown if shown is not None else str(self.path / name))
+
+    def read_stat(self, name: str, shown: str | None = None) -> tuple[bytes, os.stat_result] | None:
+        """``read``, and the ``fstat`` of the file it read (``read_file_stat``)."""
+        where = shown if shown is not None else str(self.path / name)
+        return read_file_stat(name, dir_fd=self.fd, shown=where)
 
     def stat(self) -> os.stat_result:
         """The folder's own ``stat``."""

@@ -58,14 +58,15 @@ def _index_files(db: Path) -> list[Path]:
 
 
 class Counting:
-    """``read_learned``, counting the files it reads."""
+    """``read_learned`` and the file's stat, counting the files it reads."""
 
     def __init__(self) -> None:
         self.paths: list[Path] = []
 
-    def __call__(self, path: Path) -> memory.Recalled:
+    def __call__(self, path: Path) -> tuple[memory.Recalled, os.stat_result]:
         self.paths.append(path)
-        return read_learned(path)
+        st = os.lstat(path)
+        return read_learned(path), st
 
 
 @pytest.fixture
