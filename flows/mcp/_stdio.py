@@ -13,18 +13,30 @@ is answered with a JSON-RPC parse error (id null), a message of the wrong shape 
 or invalid params under its id when it has a usable one, and a line longer than ``MAX_REQUEST_BYTES``
 with an invalid-request error (its id read from the line's start), its bytes skipped without being
 kept. Reading is linear in the line's length.
+
+The end of stdin ends the session only once every request read before it is answered (``Asked``): a
+client may send its requests, close its end and then read the answers (``flows mcp < requests``),
+and the SDK, told of the end, would cancel the calls still running and answer none of them. A
+request the client cancelled (``notifications/cancelled``) is not waited for, as the SDK never
+answers one; nor are answers that can no longer be written (the client closed stdout too). If no
+answer comes for ``END_WAIT_S`` seconds while some are awaited, the session ends without them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import queue
 import threading
+from collections import Counter
+from typing import Any
 
 import anyio
+import orjson
 
+from flows.mcp._sessions import END_WAIT_S
 from flows.mcp._wire import MAX_REQUEST_BYTES, oversized_answer, unreadable_answer
 
 CHUNK = 65536
@@ -40,6 +52,82 @@ def _claim(fd: int, replacement: int) -> int:
     return private
 
 
+def _message(text: str) -> dict[str, Any] | None:
+    """The JSON object ``text`` holds (integers past 64 bits read whole); None for anything else."""
+    try:
+        read = orjson.loads(text)
+        if isinstance(read, dict) and isinstance(read.get("id"), float):
+            read = json.loads(text)  # orjson reads an integer past 64 bits as a float
+    except (orjson.JSONDecodeError, ValueError, RecursionError):
+        try:
+            read = json.loads(text)  # NaN, infinities, numbers past a double: the SDK reads them too
+        except (ValueError, RecursionError):
+            return None
+    return read if isinstance(read, dict) else None
+
+
+def _request_key(request_id: object) -> object:
+    """A request id as the SDK correlates it: an integer, or a string that reads as one, is one id."""
+    if isinstance(request_id, str):
+        try:
+            return int(request_id)
+        except ValueError:
+            return request_id
+    return request_id
+
+
+class Asked:
+    """The requests handed to the SDK and not yet answered, by id (a count each: an id may be used
+    twice), so the end of stdin can wait for their answers."""
+
+    def __init__(self) -> None:
+        self._open: Counter[object] = Counter()
+        self._changed = asyncio.Event()
+        self._broken = False
+
+    def read(self, text: str) -> None:
+        """Note what the client's line ``text`` (one the SDK takes) asks for."""
+        message = _message(text)
+        if message is None:
+            return
+        method = message.get("method")
+        if "id" in message and isinstance(method, str):
+            request_id = message["id"]
+            if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
+                self._open[_request_key(request_id)] += 1
+        elif method == "notifications/cancelled" and isinstance(message.get("params"), dict):
+            self._settle(message["params"].get("requestId"))  # the SDK never answers it
+
+    def wrote(self, text: str, delivered: bool) -> None:
+        """Note the server's line ``text``, written when ``delivered`` (else the wire is gone)."""
+        if not delivered:
+            self._broken = True
+        message = _message(text)
+        if message is not None and "method" not in message and ("result" in message or "error" in message):
+            self._settle(message.get("id"))
+        self._changed.set()
+
+    def _settle(self, request_id: object) -> None:
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            return
+        key = _request_key(request_id)
+        if self._open[key] > 1:
+            self._open[key] -= 1
+        else:
+            self._open.pop(key, None)
+        self._changed.set()
+
+    async def answered(self, quiet_s: float = END_WAIT_S) -> None:
+        """Return once every request noted is answered (or cancelled), the wire is gone, or no
+        answer has come for ``quiet_s`` seconds."""
+        while self._open and not self._broken:
+            self._changed.clear()
+            with anyio.move_on_after(quiet_s) as waited:
+                await self._changed.wait()
+            if waited.cancelled_caught:
+                return
+
+
 class StdinLines:
     """The lines of stdin, as an async iterator of text (what the SDK's transport reads).
 
@@ -49,6 +137,7 @@ class StdinLines:
     def __init__(self, wire: StdoutWire, limit: int = MAX_REQUEST_BYTES) -> None:
         self._loop = asyncio.get_running_loop()
         self._wire = wire
+        self._asked = wire.asked
         self._limit = limit
         self._lines: asyncio.Queue[bytes | tuple[object, bytes]] = asyncio.Queue()
         self._room = threading.Semaphore(1)
@@ -109,10 +198,12 @@ class StdinLines:
                 await self._wire.write(oversized_answer(line[1], self._limit))
                 continue
             if not line:
+                await self._asked.answered()  # the requests read before the end are answered first
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")  # as the SDK's own stdio transport reads
             answer = unreadable_answer(text)
             if answer is None:
+                self._asked.read(text)
                 return text
             await self._wire.write(answer)
 
@@ -122,6 +213,7 @@ class StdoutWire:
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.asked = Asked()
         self._fd = _claim(1, 2)
         self._out: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]]] = queue.SimpleQueue()
         threading.Thread(target=self._drain, name="flows-mcp-stdout", daemon=True).start()
@@ -157,7 +249,9 @@ class StdoutWire:
         try:
             await done
         except OSError as exc:
+            self.asked.wrote(text, delivered=False)
             raise anyio.ClosedResourceError from exc
+        self.asked.wrote(text, delivered=True)
 
     async def flush(self) -> None:
         """Nothing to flush: every write is on the wire when it returns."""

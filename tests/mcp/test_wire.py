@@ -17,6 +17,7 @@ from typing import Any
 import httpx2
 import orjson
 
+import memory
 from flows.mcp._wire import MAX_REQUEST_BYTES
 from journal import RunState
 from tests.mcp.harness import START_TIMEOUT_S, http_server, mcp_argv, mcp_runs, server_env, stop
@@ -263,3 +264,69 @@ def test_a_delete_with_a_foreign_host_is_refused_before_it_ends_anything(tmp_pat
         assert [r.state for r in mcp_runs(db)] == [RunState.RUNNING]
         assert client.delete(server.url, headers=ids).status_code == 200
         assert [r.state for r in mcp_runs(db)] == [RunState.DONE]  # ended before the answer came
+
+
+def _piped(
+    db: Path, lines: list[bytes], *, close_stdout: bool = False
+) -> tuple[int, list[dict[str, Any]], float]:
+    """Run ``flows mcp`` with ``lines`` (after the handshake) written at once and stdin then closed,
+    as ``flows mcp < requests`` does; its exit code, every answer it wrote, and how long it took."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        mcp_argv(db), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env()
+    )
+    wire = b"".join(orjson.dumps(m) + b"\n" for m in (INITIALIZE, INITIALIZED)) + b"".join(
+        x + b"\n" for x in lines
+    )
+    if close_stdout:
+        assert proc.stdout is not None
+        proc.stdout.close()
+        proc.stdout = None
+    out, err = proc.communicate(wire, timeout=120)
+    assert b"Traceback" not in err, err.decode()[-2000:]
+    answers = [json.loads(line) for line in (out or b"").splitlines()]
+    return proc.returncode, answers, time.monotonic() - started
+
+
+def test_stdio_answers_every_request_read_before_stdin_closes(tmp_path: Path) -> None:
+    """A client may write its requests, close stdin and then read: each one is answered, the learns
+    among them are on record, and the server then exits 0 (the SDK alone cancels what is running)."""
+    db = tmp_path / "history.db"
+    learns = [_call(n, f"finding {n} about piped requests") for n in range(1, 121)]
+    others = [
+        orjson.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": f"r{n}",
+                "method": "tools/call",
+                "params": {"name": "recall", "arguments": {"limit": 3}},
+            }
+        )
+        for n in range(40)
+    ]
+    lines = [*learns[:40], *others, *learns[40:]]  # reads among the learns, all in flight at once
+    lines.append(orjson.dumps({"jsonrpc": "2.0", "id": "7", "method": "ping"}))  # "7" and 7 are one id
+    code, answers, _ = _piped(db, lines)
+    assert code == 0
+    by_id: dict[object, int] = {}
+    for answer in answers:
+        by_id[answer["id"]] = by_id.get(answer["id"], 0) + 1
+    expected = [0, *range(1, 121), *(f"r{n}" for n in range(40)), "7"]
+    assert sorted(map(str, by_id)) == sorted(map(str, expected)) and set(by_id.values()) == {1}
+    keys = {a["result"]["structuredContent"]["key"] for a in answers if isinstance(a["id"], int) and a["id"]}
+    with memory.MemoryStore(db) as store:
+        assert {e.key for e in store.recall(limit=None)} == keys and len(keys) == 120
+
+
+def test_stdio_with_both_ends_closed_stops_without_waiting_for_answers(tmp_path: Path) -> None:
+    """A client gone for good (stdin and stdout closed) is not waited for: the server exits at once,
+    and what it acknowledged nowhere is still either on record or not written at all."""
+    db = tmp_path / "history.db"
+    code, answers, took = _piped(
+        db, [_call(n, f"finding {n} nobody reads") for n in range(1, 61)], close_stdout=True
+    )
+    assert answers == [] and took < 20
+    assert code in (0, 1)
+    with memory.MemoryStore(db) as store:
+        assert len(store.recall(limit=None)) <= 60
+        assert memory.check_store(store) == []
