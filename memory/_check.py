@@ -105,6 +105,7 @@ class _Context:
     erasures: list[journal.Record] = field(default_factory=list)  # memory-erase records
     erased_files: set[str] = field(default_factory=set)  # keys an erase named whose learned file is there
     supersedes: list[journal.Record] = field(default_factory=list)  # commits naming the version they replace
+    lost: dict[str, journal.Record] = field(default_factory=dict)  # updates that lost their race, by key
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -241,11 +242,40 @@ def _file_problems(ctx: _Context) -> set[str]:
                     ctx.erased_files.add(name[: -len(".json")])
                 elif name[: -len(".json")] in ctx.retired:
                     ctx.problems.append(_forgotten(ctx, folder.path / name))
+                elif name[: -len(".json")] in ctx.lost:
+                    ctx.problems.append(_lost_file(ctx, folder.path / name))
                 else:
                     _check_file(ctx, folder, name, good)
         if erased:  # a removed file's hidden name a power loss brought back, holding erased content
             ctx.erased_files.update(keys_in_stages([directory], erased))
     return good
+
+
+def _lost_updates(ctx: _Context) -> None:
+    """Note each update commit that lost its race (``MemoryStore.update_lost``): the version it
+    replaces was retired first by another, and a crash kept it from forgetting itself. It never
+    lived, so its file is never republished, and one that is there is moved aside."""
+    for fid, rec in ctx.latest.items():
+        if "supersedes" not in rec.payload or fid in ctx.retired:
+            continue
+        try:
+            if ctx.store.update_lost(rec, ctx.retired):
+                ctx.lost[fid] = rec
+        except Unreachable:
+            continue  # the standing retired file is damaged: reported as such (``_retired_problems``)
+
+
+def _lost_file(ctx: _Context, path: Path) -> Problem:
+    rec = ctx.lost[path.name[: -len(".json")]]
+    return Problem(
+        "learned_forgotten",
+        str(path),
+        f"{path} is the learned file of an update (record {rec.id} of root run {rec.run_id}) whose "
+        f"version it replaces, {rec.payload['supersedes']}, was retired first by another: the update "
+        "lost its race, and that version never lived",
+        f"move it to {QUARANTINE_DIR}/",
+        True,
+    )
 
 
 def _fits(ctx: _Context, path: Path) -> journal.Record | None:
@@ -447,7 +477,7 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
     # file may be one that was forgotten, and publishing it would bring the finding back.
     unread = sorted(ctx.unread | ctx.unread_retired)
     for fid, rec in ctx.latest.items():
-        if fid in held or fid in good or fid in ctx.retired:
+        if fid in held or fid in good or fid in ctx.retired or fid in ctx.lost:
             continue
         path = learned_dir(ctx.store.db_path, rec.payload["scope"]) / f"{fid}.json"
         if any(p.path == str(path) for p in ctx.problems):
@@ -559,6 +589,7 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     (``tick`` after each of the five)."""
     ctx = _Context(store, {}, {}, [])
     _journal_problems(ctx)
+    _lost_updates(ctx)
     tick()
     good = _file_problems(ctx)
     tick()
@@ -888,4 +919,6 @@ def _home_record(ctx: _Context, path: Path) -> journal.Record | None:
         retirement = ctx.retired.get(key)
         home = None if retirement is None else retired_dir(ctx.store.db_path, retirement.payload["scope"])
         return retirement if home == path.parent else None
-    return None if key in ctx.retired else _fits(ctx, path)  # never republish a retired finding
+    if key in ctx.retired or key in ctx.lost:
+        return None  # never republish a retired finding, nor an update that lost its race
+    return _fits(ctx, path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Container
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,28 @@ class Learner:
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         revision, fid, replayed = self._revision(item, root)
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
+        if old is None or replayed is not None:
+            return self._learn_version(item, root, supersedes, (revision, fid, replayed), old)
+        # Updates of one scope's versions take turns on this host, from the look at the version
+        # they replace to its retired file (and, when another retirement came first, the new
+        # version's own forget): no update reads, or builds on, a version that another has already
+        # replaced or that is about to lose its race, so one memory never splits into two lines.
+        with self._publisher.update_turn(old.scope, root.run_id):
+            now = self._retirer.retirement(str(supersedes), old.scope)
+            fresh = replace(old, retired=now)
+            return self._learn_version(item, root, supersedes, (revision, fid, replayed), fresh)
+
+    def _learn_version(
+        self,
+        item: Finding,
+        root: Root,
+        supersedes: str | None,
+        keyed: tuple[int, str, Record | None],
+        old: Located | None,
+    ) -> Learned:
+        """``learn`` once the version ``supersedes`` names is found (``old``), under its scope's lock
+        when it is an update of it; ``keyed``: the revision, key and replayed commit (``_revision``)."""
+        revision, fid, replayed = keyed
         if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
             # the finding it replaces was forgotten or replaced by another meanwhile: learning this
             # one would bring back what that retirement took away
@@ -439,6 +462,9 @@ class Learner:
             final = pub.scope_dir(scope) / f"{fid}.json"
             if os.path.lexists(self._retirer.retired_path(scope, fid)):
                 continue
+            if self._retirer.lost(rec):  # an update that died before it saw it lost: it never lived
+                pub.remove(final, run_id)
+                continue
             data = render(rec)
             if not os.path.lexists(final):
                 missing.append(fid)
@@ -463,8 +489,8 @@ class Learner:
         intact: list[Path] = []
         for (scope, fid), rec in list(committed.items()):
             final = pub.scope_dir(scope) / f"{fid}.json"
-            if os.path.lexists(self._retirer.retired_path(scope, fid)):
-                pub.remove(final, run_id)  # retired: its file has no place (a crash left it)
+            if os.path.lexists(self._retirer.retired_path(scope, fid)) or self._retirer.lost(rec):
+                pub.remove(final, run_id)  # retired, or an update that lost: no place (a crash left it)
                 del committed[(scope, fid)]
                 continue
             data = render(rec)

@@ -168,6 +168,15 @@ class PendingNames:
             return self._seq, folders, list(dict.fromkeys(w[1] for w in waiting if w[3]))
 
 
+class _Turn:
+    """A scope's turn for updates in this process: a re-entrant mutex for its threads, and how deep
+    the holding thread is (the folder's ``flock`` is taken at depth 1)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.RLock()
+        self.depth = 0
+
+
 class Publisher:
     """Stages and publishes the learned files of the store whose history DB is ``db_path``.
 
@@ -190,6 +199,7 @@ class Publisher:
         self.pending = PendingNames()
         self._held: dict[Path, OpenDir] = {}  # folders opened for writes and removals, kept open
         self._holding = threading.Lock()
+        self._turns: dict[Path, _Turn] = {}  # a scope's turn for updates (``update_turn``)
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -344,6 +354,23 @@ class Publisher:
         """Remember ``finals`` as durable (their folders were fsync'd since they were named)."""
         self._durable_names.update(finals)
 
+    def ensure_folder(self, directory: Path, run_id: str | None) -> None:
+        """Create ``directory`` (checked for links on the way) unless this publisher did already.
+
+        Raises:
+            Unwritable: a link in the path, or the folder could not be created.
+        """
+        if directory in self._ready_dirs:
+            return
+        refuse_links(self.db_path.parent, directory, run_id)
+        try:
+            ensure_dir(directory, folder_mode(db_mode(self.db_path)))
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot create {directory}: {describe(exc)}", path=directory, run_id=run_id, errno=exc.errno
+            ) from exc
+        self._ready_dirs.add(directory)
+
     def stage(self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
         """Stage ``data`` in ``directory`` (created, and checked for links, once per store).
 
@@ -392,6 +419,36 @@ class Publisher:
             raise Unwritable(
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
+
+    @contextlib.contextmanager
+    def update_turn(self, scope: str, run_id: str | None) -> Iterator[None]:
+        """Hold the turn of ``scope`` for updates: an exclusive lock on the scope's folder of folders
+        (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
+        so processes and threads updating versions of the scope take turns, from the look at the
+        version an update replaces to that version's retired file. Re-entrant within a thread (an
+        update holds it while it reads the memory's version and while its learn settles).
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
+        self.ensure_folder(self.scope_dir(scope), run_id)  # a synced scope may have no folder left
+        directory = self.scope_dir(scope).parent
+        with self._holding:
+            turn = self._turns.setdefault(directory, _Turn())
+        with turn.mutex:
+            if turn.depth:
+                turn.depth += 1
+                try:
+                    yield
+                finally:
+                    turn.depth -= 1
+                return
+            with self.folder_lock(directory, run_id):
+                turn.depth = 1
+                try:
+                    yield
+                finally:
+                    turn.depth = 0
 
     @contextlib.contextmanager
     def folder_lock(self, directory: Path, run_id: str | None, at: OpenDir | None = None) -> Iterator[None]:

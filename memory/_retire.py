@@ -401,7 +401,12 @@ class Retirer:
         if found.retired is not None:  # forgotten (or superseded) already: the first one stands
             self.noted(root, key=key)
             return forgotten_of(found.retired)
-        return forgotten_of(retired_of(self.retire(root, key, found.scope, reason=reason, by=None)))
+        record = self.retire(root, key, found.scope, reason=reason, by=None)
+        if self._retired_by_another(record):  # another retired it as this forget ran: that one stands
+            standing = self.retirement(key, found.scope)
+            if standing is not None:
+                return forgotten_of(standing)
+        return forgotten_of(retired_of(record))
 
     def retire(
         self, root: Root, key: str, scope: str, *, reason: str | None, by: str | None, lazy: bool = False
@@ -443,6 +448,26 @@ class Retirer:
             return None
         return self._settle_lazily(view, root)
 
+    def lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
+        """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race:
+        the version it supersedes was retired first by another (a forget, an erase, another update),
+        as that version's standing retired file says, or, with none published, the retirement
+        ``chosen`` for it (``retirement_to_publish``). The update that wrote it forgets it on seeing
+        that (``Learner._refuse_if_retired``); when a crash kept it from looking, the new version
+        must not come back either, so no path publishes it."""
+        p = record.payload
+        old = p.get("supersedes")
+        if not isinstance(old, str):
+            return False
+        standing = self.shared.current().get(old)
+        path = self.retired_path(p.get("supersedesScope", p["scope"]), old)
+        if standing is None and os.path.lexists(path):
+            standing = self.read_checked(path)
+        if standing is not None:
+            return bool(standing.by != p["id"])
+        first = None if chosen is None else chosen.get(old)
+        return first is not None and bool(first.payload.get("by") != p["id"])
+
     def still_ours(self, key: str, scope: str, published: bytes) -> bool:
         """Whether the retired file of ``key`` still holds ``published`` (what ``settle_supersede``
         wrote) and no other host retired it: no other retirement has taken its place."""
@@ -457,19 +482,36 @@ class Retirer:
         there = self.read_checked(path)
         return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
-    def _settle_lazily(self, record: Record, root: Root) -> bytes:
+    def _settle_lazily(self, record: Record, root: Root) -> bytes | None:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
-        left for ``flush_names`` (see ``retire``); the retired file's bytes."""
+        left for ``flush_names`` (see ``retire``); the retired file's bytes, or None when another
+        retirement's file was there first (it stands; nothing is published)."""
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
         directory = pub.retired_dir(scope)
         loose = pub.shares_filesystem(root.journal, directory)
         data = render_retirement(record)
         staged = pub.stage(directory, data, record.run_id, sync=not loose)
-        pub.publish_lazily(staged, directory / f"{key}.json", record.run_id, loose=loose)
+        if not self._publish_first(staged, record, directory / f"{key}.json", lazy=True):
+            return None
+        pub.renamed_lazily(directory / f"{key}.json", record.run_id, loose=loose)
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
         self.on_retired([key])
         return data
+
+    def _publish_first(self, staged: Any, record: Record, final: Path, *, lazy: bool = False) -> bool:
+        """Rename ``staged`` (the retired file of ``record``) to ``final`` unless a retired file of
+        another retirement of the key is there: the first one published stands. The look and the
+        rename are one step under the retired folder's lock, so of two processes retiring one key at
+        once (two updates of a memory, an update and a forget or an erase) exactly one publishes,
+        and the other sees that one (False: ``staged`` is discarded)."""
+        pub = self._publisher
+        with pub.folder_lock(final.parent, record.run_id, staged.at):
+            if self._retired_by_another(record):
+                staged.discard()
+                return False
+            pub.publish(staged, final, record.run_id, sync=not lazy)
+        return True
 
     def forget_many(
         self, root: Root, ids: list[tuple[str, str]], *, reason: str, filter: Mapping[str, Any]
@@ -492,32 +534,43 @@ class Retirer:
             self.noted(root, committed_ms=forgotten_ms, key=view.payload["id"])
         failpoint("memory.after_append")
         pub = self._publisher
-        missing = [
-            v for v in views if not os.path.lexists(self.retired_path(v.payload["scope"], v.payload["id"]))
-        ]
-        # the retired files in batches (one data sync, the renames, one fsync per folder), durable
-        # before the learned files go
-        pub.publish_batches(
-            [
-                (pub.retired_dir(v.payload["scope"]) / f"{v.payload['id']}.json", render_retirement(v))
-                for v in missing
-            ]
-        )
+        missing: list[Record] = []
+        by_folder: dict[Path, list[Record]] = {}
+        for v in views:
+            by_folder.setdefault(pub.retired_dir(v.payload["scope"]), []).append(v)
+        for directory, group in by_folder.items():
+            # the retired files in batches (one data sync, the renames, one fsync per folder),
+            # durable before the learned files go; the look for a retirement published first and
+            # the renames under the folder's lock, as every retirement's (``_publish_first``)
+            pub.ensure_folder(directory, record.run_id)
+            with pub.folder_lock(directory, record.run_id):
+                mine = [v for v in group if not os.path.lexists(directory / f"{v.payload['id']}.json")]
+                pub.publish_batches(
+                    [(directory / f"{v.payload['id']}.json", render_retirement(v)) for v in mine]
+                )
+            missing += mine
         pub.remove_many(
             [pub.scope_dir(v.payload["scope"]) / f"{v.payload['id']}.json" for v in missing], record.run_id
         )
         self.on_retired([v.payload["id"] for v in views])
         return record
 
-    def settle(self, record: Record, *, notify: bool = True) -> None:
-        """Publish the retired file of ``record`` and remove its finding's learned file.
+    def settle(self, record: Record, *, notify: bool = True, replace: bool = False) -> None:
+        """Publish the retired file of ``record`` and remove its finding's learned file, unless a
+        retired file of another retirement of the key was published first (it stands); ``replace``:
+        whatever is there (a repair's republish of a damaged or torn file).
 
         Raises:
             Unwritable: the retired file could not be published or the learned file removed.
         """
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
-        pub.place(pub.retired_dir(scope) / f"{key}.json", render_retirement(record), record.run_id)
+        directory = pub.retired_dir(scope)
+        staged = pub.stage(directory, render_retirement(record), record.run_id)
+        if replace:
+            pub.publish(staged, directory / f"{key}.json", record.run_id)
+        elif not self._publish_first(staged, record, directory / f"{key}.json"):
+            return  # another retirement of the key was published first: it stands
         pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
         if notify:
             self.on_retired([key])
@@ -534,8 +587,9 @@ class Retirer:
         done = 0
         for record in records:
             path = self.retired_path(record.payload["scope"], record.payload["id"])
-            if not os.path.lexists(path) or (torn and _torn(path, record)):
-                self.settle(record, notify=notify)
+            there = os.path.lexists(path)
+            if not there or (torn and _torn(path, record)):
+                self.settle(record, notify=notify, replace=there)  # a torn one is this record's own
                 done += 1
         return done
 

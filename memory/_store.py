@@ -11,6 +11,7 @@ parts, each in its own module:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
-from memory._errors import ArgumentInvalid, FindingUnknown, Unreachable, Unwritable
+from memory._errors import ArgumentInvalid, FindingRetired, FindingUnknown, Unreachable, Unwritable
 from memory._finding import (
     ERASE_STREAM,
     FORGET_MANY_MAX,
@@ -70,6 +71,10 @@ if TYPE_CHECKING:
     from memory._session import MemorySession
 
 T = TypeVar("T")
+
+UPDATE_ATTEMPTS = 16
+"""How many times an update reads its memory's version again when another update replaced the one it
+read before it could (updates of one scope take turns on a host, so each turn goes to one of them)."""
 log = logging.getLogger(__name__)
 
 
@@ -320,21 +325,55 @@ class MemoryStore:
                 again, which starts a new memory).
             FindingInvalid, Unjournaled, UnsupportedHeader, Unwritable, JournalError: as ``learn``.
         """
+        item = validate(finding, default_source=root.source or root.flow) if root is not None else None
+        for attempt in range(UPDATE_ATTEMPTS):
+            seen = self._live_version(memory_id)
+            # the version to replace is read again in its scope's turn, where no other update of this
+            # host is between reading a version and retiring it
+            with self._publisher.update_turn(seen.scope, None if root is None else root.run_id):
+                live = self._live_version(memory_id)
+                if live.scope != seen.scope:
+                    continue  # moved to another scope meanwhile: take that scope's turn
+                scope = None if root is None else root.scope
+                same = scope is not None and item is not None and finding_id(scope, item, live.revision)
+                if same == live.key:
+                    path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
+                    return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
+                # what was just read is handed on: the learn neither validates nor looks for it again
+                read = (item, Located(live.scope, None, live.memory_id)) if item is not None else None
+                try:
+                    return self._learner.learn(finding, root, live.key, live=read)
+                except FindingRetired as exc:
+                    # retired by another host, or by a forget, after the look: read the memory again
+                    # (a forgotten one then has no live version)
+                    if exc.key != live.key or attempt == UPDATE_ATTEMPTS - 1:
+                        raise
+        raise FindingRetired(
+            f"memory {memory_id} changed under every one of {UPDATE_ATTEMPTS} attempts to update it; "
+            "nothing was written: try the update again",
+            key=memory_id,
+        )
+
+    def update_lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
+        """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race: the
+        version it replaces was retired first by another (``chosen``: the retirement to publish of
+        each key, when no retired file stands yet). Such a version is never published.
+
+        Raises:
+            Unreachable: the standing retired file is damaged or backed by no record.
+        """
+        return self._retirer.lost(record, chosen)
+
+    def _live_version(self, memory_id: str) -> Recalled:
+        """``current(memory_id)``, or ``FindingUnknown`` when the memory has no live version."""
         live = self.current(memory_id)
-        memory = live.memory_id if live is not None else memory_id
         if live is None:
             raise FindingUnknown(
-                f"memory {memory} has no live version to update: it was never learned, or it was "
+                f"memory {memory_id} has no live version to update: it was never learned, or it was "
                 "forgotten (see `flows history`); learn the finding again to start a new memory",
-                key=memory,
+                key=memory_id,
             )
-        item = validate(finding, default_source=root.source or root.flow) if root is not None else None
-        if item is not None and root is not None and finding_id(root.scope, item, live.revision) == live.key:
-            path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
-            return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
-        # what was just read is handed on: the learn neither validates nor looks for it again
-        read = (item, Located(live.scope, None, live.memory_id)) if item is not None else None
-        return self._learner.learn(finding, root, live.key, live=read)
+        return live
 
     async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
         """``update`` off the event loop (the same arguments, the same errors)."""
@@ -485,18 +524,53 @@ class MemoryStore:
                 the next erase or ``flows check --repair``.
             JournalError, Unwritable: the journal or a file could not be written; as above.
         """
-        from memory._erase import audit_key, audit_payload, audits, commits_of
-
         check_key(key)
         check_reason(reason)
         backend = self.open_journal()
-        events, runs = self._history_narrowed(key)
-        memory = events[0].memory or key
-        keys = sorted({e.key for e in events if e.kind != "erased"})
-        for k in keys:
-            live = self.get(k)
-            if live is not None:
-                self._retirer.forget(k, root, reason)
+        held: set[str] = set()
+        for _ in range(UPDATE_ATTEMPTS):
+            # in the turn of each scope a live version of the memory is in, so no update of this host
+            # is between reading one of its versions and writing the next: every version is seen
+            with contextlib.ExitStack() as turns:
+                for scope in sorted(held):
+                    turns.enter_context(self._publisher.update_turn(scope, root.run_id))
+                events, runs = self._history_narrowed(key)
+                keys = sorted({e.key for e in events if e.kind != "erased"})
+                now = self.current(events[0].memory or key)
+                if now is not None and now.key not in keys:  # a version newer than the key index
+                    events, runs = self._read(self._retirer.history, key, None), None
+                    keys = sorted({e.key for e in events if e.kind != "erased"})
+                live = [found for found in map(self.get, keys) if found is not None]
+                # the scopes of every version, live or not: a read outside their turns may catch an
+                # update between publishing its version and retiring the one before (none live)
+                scopes = {found.scope for found in live} | {
+                    located.scope for located in map(self._retirer.locate, keys) if located is not None
+                }
+                if scopes <= held:
+                    return self._erase_seen(backend, root, reason, (events, runs, keys), live)
+                held |= scopes
+        raise FindingRetired(
+            f"memory {key} kept gaining versions in new scopes while it was being erased; nothing "
+            "more was done: erase it again",
+            key=key,
+        )
+
+    def _erase_seen(
+        self,
+        backend: JournalBackend,
+        root: Root,
+        reason: str,
+        seen: tuple[list[HistoryEvent], set[str] | None, list[str]],
+        live: list[Recalled],
+    ) -> Erased:
+        """``erase`` once the memory's history (events, the runs to read, its keys) and its live
+        versions are read, in their scopes' turns."""
+        from memory._erase import Erased, audit_key, audit_payload, audits, commits_of
+
+        events, runs, keys = seen
+        memory = events[0].memory or keys[0]
+        for found in live:
+            self._retirer.forget(found.key, root, reason)
         targets = commits_of(backend, set(keys), runs)
         done = [
             r
@@ -512,8 +586,6 @@ class MemoryStore:
             citation = Citation(record.run_id, record.stream, record.id)
         failpoint("memory.erase_after_record")
         rewritten = self.finish_erasure(keys, targets)
-        from memory._erase import Erased
-
         return Erased(memory, tuple(keys), citation, rewritten)
 
     def erase_where(
@@ -700,11 +772,11 @@ class MemoryStore:
         if record.stream == RETIRE_STREAM:
             views = retirements_in(record, self.open_journal().location)
             if views[0] is record:  # a forget or a supersede: its file, whatever is there
-                self._retirer.settle(record)
+                self._retirer.settle(record, replace=True)
             elif key is not None:  # one key of a forget by filter: its file, whatever is there
                 views = [v for v in views if v.payload["id"] == key] or views[:0]
                 for view in views:
-                    self._retirer.settle(view)
+                    self._retirer.settle(view, replace=True)
                 if not views:
                     raise ValueError(f"record {record.id} of {record.run_id} does not retire {key}")
             else:  # a forget by filter: the keys whose retired file is missing (the first stands)
@@ -717,7 +789,7 @@ class MemoryStore:
             retiring = [v for v in retirements_in(record, self.open_journal().location) if v.key == key]
             if not retiring:
                 raise ValueError(f"record {record.id} of {record.run_id} does not retire {key}")
-            self._retirer.settle(retiring[0])
+            self._retirer.settle(retiring[0], replace=True)
             return self._publisher.retired_dir(retiring[0].payload["scope"]) / f"{key}.json"
         if is_erased(record):
             raise ValueError(f"record {record.id} of {record.run_id} was erased: there is nothing to publish")

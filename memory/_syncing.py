@@ -180,7 +180,7 @@ class Syncer:
         held = self._db.held(latest)
         wanted: list[tuple[Path, bytes]] = []
         for fid, rec in latest.items():
-            if fid in held or fid in scan.retired:
+            if fid in held or fid in scan.retired or self._retirer.lost(rec, scan.retired):
                 continue
             final = self._publisher.scope_dir(rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
