@@ -327,12 +327,16 @@ class MemoryStore:
         """
         item = validate(finding, default_source=root.source or root.flow) if root is not None else None
         for attempt in range(UPDATE_ATTEMPTS):
-            seen = self._live_version(memory_id)
-            # the version to replace is read again in its scope's turn, where no other update of this
-            # host is between reading a version and retiring it
-            with self._publisher.update_turn(seen.scope, None if root is None else root.run_id):
+            # the version to replace is read in its scope's turn, where no other update of this host
+            # is between reading a version and retiring it (a read outside may catch one there)
+            seen = self.current(memory_id)
+            located = self._retirer.locate(memory_id) if seen is None else None
+            scope = seen.scope if seen is not None else None if located is None else located.scope
+            if scope is None:
+                raise self._no_live_version(memory_id)
+            with self._publisher.update_turn(scope, None if root is None else root.run_id):
                 live = self._live_version(memory_id)
-                if live.scope != seen.scope:
+                if live.scope != scope:
                     continue  # moved to another scope meanwhile: take that scope's turn
                 scope = None if root is None else root.scope
                 same = scope is not None and item is not None and finding_id(scope, item, live.revision)
@@ -368,12 +372,16 @@ class MemoryStore:
         """``current(memory_id)``, or ``FindingUnknown`` when the memory has no live version."""
         live = self.current(memory_id)
         if live is None:
-            raise FindingUnknown(
-                f"memory {memory_id} has no live version to update: it was never learned, or it was "
-                "forgotten (see `flows history`); learn the finding again to start a new memory",
-                key=memory_id,
-            )
+            raise self._no_live_version(memory_id)
         return live
+
+    @staticmethod
+    def _no_live_version(memory_id: str) -> FindingUnknown:
+        return FindingUnknown(
+            f"memory {memory_id} has no live version to update: it was never learned, or it was "
+            "forgotten (see `flows history`); learn the finding again to start a new memory",
+            key=memory_id,
+        )
 
     async def aupdate(self, memory_id: str, finding: object, root: Root | None) -> Learned:
         """``update`` off the event loop (the same arguments, the same errors)."""

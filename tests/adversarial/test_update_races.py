@@ -1,0 +1,135 @@
+"""Updates of one memory racing in other processes: the memory keeps one line of versions (one live
+version, each version replaced at most once), every update by memory id is acknowledged, an erase
+racing updates leaves no version and no byte of them, and an update killed after its commit that
+lost to a forget never comes back (sync, check --repair)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import journal
+import memory
+from tests.conftest import ROOT
+
+UPDATER = r"""
+import sys, memory
+db, memory_id, who, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with memory.MemoryStore(db) as store, store.session(scope="s", flow=f"w{who}") as session:
+    for i in range(n):
+        try:
+            print("ACK", session.update(memory_id, {"text": f"SECRET w{who} update {i}"}).key, flush=True)
+        except memory.FlowsMemoryError as exc:
+            print("ERR", exc.code, flush=True)
+"""
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def _updaters(db: Path, memory_id: str, procs: int, each: int) -> list[subprocess.Popen[str]]:
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", UPDATER, str(db), memory_id, str(w), str(each)],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(procs)
+    ]
+
+
+def _one_line(store: memory.MemoryStore, memory_id: str) -> list[memory.Recalled]:
+    """The memory's live versions, after checking that no version was replaced twice."""
+    replaced = Counter(e.key for e in store.history(memory_id) if e.kind == "superseded")
+    assert [k for k, n in replaced.items() if n > 1] == [], "a version replaced by two updates"
+    return [e for e in store.recall(scope="s", limit=None) if e.memory_id == memory_id]
+
+
+def test_racing_updates_in_processes_keep_one_live_version(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
+        memory_id = session.learn({"text": "the first version"}).key
+    outs = [p.communicate(timeout=300)[0] for p in _updaters(db, memory_id, 6, 15)]
+    lines = [line.split() for out in outs for line in out.splitlines()]
+    assert [line for line in lines if line[0] != "ACK"] == []  # an update names the memory: none refused
+    acked = {line[1] for line in lines}
+    assert len(acked) == 90
+    with memory.MemoryStore(db) as store:
+        live = _one_line(store, memory_id)
+        assert len(live) == 1 and live[0].key in acked
+        store.sync()
+    with memory.MemoryStore(db) as store:
+        assert [e.key for e in _one_line(store, memory_id)] == [live[0].key]
+        assert memory.check_store(store) == []
+
+
+def test_an_erase_racing_updates_leaves_no_version_and_no_byte(tmp_path: Path) -> None:
+    for attempt in range(6):
+        db = tmp_path / str(attempt) / "history.db"
+        db.parent.mkdir()
+        with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
+            memory_id = session.learn({"text": "SECRET base"}).key
+        procs = _updaters(db, memory_id, 8, 6)
+        assert procs[0].stdout is not None
+        procs[0].stdout.readline()  # the updates are under way
+        # a version in an updater's running root run: forgotten now, its record rewritten below
+        with (
+            memory.MemoryStore(db) as store,
+            store.session(scope="s", flow="eraser") as session,
+            contextlib.suppress(journal.JournalLeaseHeld),
+        ):
+            session.erase(memory_id, reason="the user asked")
+        for p in procs:
+            p.communicate(timeout=300)
+        with memory.MemoryStore(db) as store:
+            assert _one_line(store, memory_id) == []  # no update after the erase's forget lives
+        with memory.MemoryStore(db) as store, store.session(scope="s", flow="eraser") as session:
+            session.erase(memory_id, reason="the user asked")  # every run has ended: finished now
+        with memory.MemoryStore(db) as store:
+            assert _one_line(store, memory_id) == []
+            assert memory.check_store(store) == []
+        files = [p for p in db.parent.rglob("*") if p.is_file() and not p.is_symlink()]
+        holding = [p for p in files if b"SECRET" in p.read_bytes()]
+        assert holding == [], f"attempt {attempt}: erased text in {holding}"
+
+
+KILLED_UPDATE = r"""
+import sys, memory
+db, memory_id = sys.argv[1], sys.argv[2]
+with memory.MemoryStore(db) as store, store.session(scope="s", flow="updater") as session:
+    print("ACK", session.update(memory_id, {"text": "version two"}).key, flush=True)
+"""
+
+
+def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: Path) -> None:
+    """The updater reads the live version, then (held up before it stages) another process forgets
+    that version and is answered; the updater commits and is killed right after the append, before
+    it can see that it lost. Its version must stay out of every read: a store's open, sync, repair."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
+        memory_id = session.learn({"text": "version one"}).key
+    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep1500,memory.after_append=kill"}
+    updater = subprocess.Popen(
+        [sys.executable, "-c", KILLED_UPDATE, str(db), memory_id],
+        env=_env(failpoints),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.9)  # it has read version one and waits before staging version two
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="forgetter") as session:
+        session.forget(memory_id, reason="the user asked")
+    out, _ = updater.communicate(timeout=60)
+    assert updater.returncode == -9 and "ACK" not in out
+    with memory.MemoryStore(db) as store:
+        assert store.recall(scope="s", limit=None) == []
+        store.sync()
+        assert store.recall(scope="s", limit=None) == []
+        memory.repair_store(store, memory.check_store(store))
+        assert store.recall(scope="s", limit=None) == [] and memory.check_store(store) == []
