@@ -133,3 +133,40 @@ def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: P
         assert store.recall(scope="s", limit=None) == []
         memory.repair_store(store, memory.check_store(store))
         assert store.recall(scope="s", limit=None) == [] and memory.check_store(store) == []
+
+
+REFRESHING_READER = r"""
+import sys
+from flows.langgraph import JournalStore
+store = JournalStore(db=sys.argv[1], ttl={"refresh_on_read": True, "default_ttl": 60})
+print("READ", store.get(("users", "u1"), "k", refresh_ttl=True), flush=True)
+"""
+
+
+def test_a_langgraph_read_killed_while_refreshing_a_deleted_item_never_brings_it_back(tmp_path: Path) -> None:
+    """A read that refreshes an item's TTL is an update of it: held up before it stages, it loses to
+    a delete another process makes and is answered for, then is killed right after its commit. The
+    item stays deleted for every store, after a fresh open, a sync and a repair."""
+    from flows.langgraph import JournalStore
+
+    db = tmp_path / "history.db"
+    ns, ttl = ("users", "u1"), {"refresh_on_read": True, "default_ttl": 60}
+    with JournalStore(db=str(db), ttl=ttl) as store:
+        store.put(ns, "k", {"name": "alice", "secret": "s1"}, ttl=60)
+    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep1500,memory.after_append=kill"}
+    argv = [sys.executable, "-c", REFRESHING_READER, str(db)]
+    reader = subprocess.Popen(argv, env=_env(failpoints), stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # it has read the item and waits before staging the refresh
+    with JournalStore(db=str(db), ttl=ttl) as store:
+        store.delete(ns, "k")
+        assert store.get(ns, "k") is None
+    out, _ = reader.communicate(timeout=60)
+    assert reader.returncode == -9 and "READ" not in out
+    with JournalStore(db=str(db), ttl=ttl) as store:
+        assert store.get(ns, "k") is None
+    with memory.MemoryStore(db) as mem:
+        mem.sync()
+        memory.repair_store(mem, memory.check_store(mem))
+        assert memory.check_store(mem) == []
+    with JournalStore(db=str(db), ttl=ttl) as store:
+        assert store.get(ns, "k") is None
