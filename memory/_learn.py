@@ -128,7 +128,8 @@ class Learner:
         # version's own forget): no update reads, or builds on, a version that another has already
         # replaced or that is about to lose its race, so one memory never splits into two lines.
         with self._publisher.update_turn(old.scope, root.run_id):
-            now = self._retirer.retirement(str(supersedes), old.scope)
+            # a retirement seen before stands; one published since is looked for again here
+            now = old.retired or self._retirer.published_retirement(str(supersedes), old.scope)
             fresh = replace(old, retired=now)
             return self._learn_version(item, root, supersedes, (revision, fid, replayed), fresh)
 

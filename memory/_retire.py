@@ -346,6 +346,16 @@ class Retirer:
         found = self.locate(key, scope)
         return None if found is None else found.retired
 
+    def published_retirement(self, key: str, scope: str) -> Retired | None:
+        """The retirement of ``key`` another host committed, or its retired file's in ``scope``
+        (checked against its record); None when neither is there. What an update looks at again in
+        its turn: a retirement made since the version was read is published there."""
+        elsewhere = self.shared.current().get(key)
+        if elsewhere is not None:
+            return elsewhere
+        path = self.retired_path(scope, key)
+        return self.read_checked(path) if os.path.lexists(path) else None
+
     def _locate_in(self, key: str, scope: str) -> Located | None:
         """``_locate`` in the files of ``scope`` alone (a key hashes its scope, so a file of it
         there is the one); None when neither file is there."""
