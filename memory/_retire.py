@@ -464,7 +464,8 @@ class Retirer:
         as that version's standing retired file says, or, with none published, the retirement
         ``chosen`` for it (``retirement_to_publish``). The update that wrote it forgets it on seeing
         that (``Learner._refuse_if_retired``); when a crash kept it from looking, the new version
-        must not come back either, so no path publishes it."""
+        must not come back either, so no path publishes it. A damaged retired file tells nothing:
+        False (every read of its scope fails closed on it until ``flows check --repair``)."""
         p = record.payload
         old = p.get("supersedes")
         if not isinstance(old, str):
@@ -472,7 +473,10 @@ class Retirer:
         standing = self.shared.current().get(old)
         path = self.retired_path(p.get("supersedesScope", p["scope"]), old)
         if standing is None and os.path.lexists(path):
-            standing = self.read_checked(path)
+            try:
+                standing = self.read_checked(path)
+            except Unreachable:
+                return False  # damaged: reads fail closed on it, and check reports and mends it
         if standing is not None:
             return bool(standing.by != p["id"])
         first = None if chosen is None else chosen.get(old)

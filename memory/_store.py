@@ -361,11 +361,8 @@ class MemoryStore:
     def update_lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
         """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race: the
         version it replaces was retired first by another (``chosen``: the retirement to publish of
-        each key, when no retired file stands yet). Such a version is never published.
-
-        Raises:
-            Unreachable: the standing retired file is damaged or backed by no record.
-        """
+        each key, when no retired file stands yet). Such a version is never published. False when
+        the standing retired file is damaged (reads fail closed on it; check mends it)."""
         return self._retirer.lost(record, chosen)
 
     def _live_version(self, memory_id: str) -> Recalled:
