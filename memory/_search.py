@@ -606,6 +606,13 @@ class Search:
         self._latest[memory] = (key, scope)
         self._version_of[key] = memory
 
+    def noted_scope(self, key: str) -> str | None:
+        """The scope of the version of the memory ``key`` names that this process last noted (a
+        hint, read nowhere: an update takes that scope's turn, then reads the version in it)."""
+        memory = key if key in self._latest else self._version_of.get(key)
+        noted = None if memory is None else self._latest.get(memory)
+        return None if noted is None else noted[1]
+
     def noted_current(self, key: str) -> Recalled | None:
         """The live version of the memory ``key`` names (as its memory id, or as the key of a version
         this process noted), when the version this process last noted of it is still live

@@ -329,9 +329,11 @@ class MemoryStore:
         for attempt in range(UPDATE_ATTEMPTS):
             # the version to replace is read in its scope's turn, where no other update of this host
             # is between reading a version and retiring it (a read outside may catch one there)
-            seen = self.current(memory_id)
-            located = self._retirer.locate(memory_id) if seen is None else None
-            scope = seen.scope if seen is not None else None if located is None else located.scope
+            scope = self._search.noted_scope(check_key(memory_id, "memory id")) if attempt == 0 else None
+            if scope is None:
+                seen = self.current(memory_id)
+                located = self._retirer.locate(memory_id) if seen is None else None
+                scope = seen.scope if seen is not None else None if located is None else located.scope
             if scope is None:
                 raise self._no_live_version(memory_id)
             with self._publisher.update_turn(scope, None if root is None else root.run_id):
