@@ -91,7 +91,7 @@ def test_the_update_of_a_memory_this_store_just_learned_reads_one_file_not_every
         s.forget(other.key, reason="retired before its update")
         with pytest.raises(memory.FindingUnknown):
             s.update(other.key, {"text": "too late"})
-        assert walks == [other.key] * 2  # once to find its scope, once more in the scope's update turn
+        assert walks == [other.key]
 
 
 def test_memory_ids_survive_a_migration_from_the_previous_schema(store: memory.MemoryStore) -> None:
