@@ -133,14 +133,20 @@ def _optional(name: str, value: object, kind: type) -> None:
         raise ArgumentInvalid(f"{name} must be {kind.__name__} or None, not {value!r:.80}")
 
 
+READ_INT_MIN, READ_INT_MAX = -(2**63), 2**63 - 1
+"""The range of a read's ``before_ms`` and ``limit`` (``limit`` from 0): a signed 64-bit integer, what
+the history DB can compare with, so a read answers the same before and after a sync."""
+
+
 def _check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
-    """Refuse a read whose filters have the wrong types (``ArgumentInvalid`` naming the filter)."""
+    """Refuse a read whose filters have the wrong types or are out of range (``ArgumentInvalid``
+    naming the filter and its bound)."""
     if (
         (scope is None or type(scope) is str)
         and (source is None or type(source) is str)
         and (tag is None or type(tag) is str)
-        and (before_ms is None or type(before_ms) is int)
-        and (limit is None or (type(limit) is int and limit >= 0))
+        and (before_ms is None or (type(before_ms) is int and READ_INT_MIN <= before_ms <= READ_INT_MAX))
+        and (limit is None or (type(limit) is int and 0 <= limit <= READ_INT_MAX))
     ):
         return  # the usual call, checked without a function call per filter
     for name, value in (("scope", scope), ("source", source), ("tag", tag)):
@@ -149,6 +155,17 @@ def _check_read(*, scope: object, source: object, tag: object, before_ms: object
     _optional("limit", limit, int)
     if isinstance(limit, int) and limit < 0:
         raise ArgumentInvalid(f"limit must be 0 or more (None for no limit), not {limit}")
+    if isinstance(limit, int) and limit > READ_INT_MAX:
+        raise ArgumentInvalid(f"limit must be at most 2**63 - 1 (None for no limit), not {_big(limit)}")
+    if isinstance(before_ms, int) and not READ_INT_MIN <= before_ms <= READ_INT_MAX:
+        raise ArgumentInvalid(
+            f"before_ms must be a signed 64-bit integer (-2**63 to 2**63 - 1 ms), not {_big(before_ms)}"
+        )
+
+
+def _big(value: int) -> str:
+    """An out-of-range integer for a message: itself, or its size when it is too long to show."""
+    return str(value) if abs(value) < 10**30 else f"an integer of {value.bit_length()} bits"
 
 
 def _best_first(x: Explained) -> tuple[float, int, int]:

@@ -142,6 +142,34 @@ def test_a_bad_filter_is_refused_naming_it(store: memory.MemoryStore, bad: dict[
             store.why("x", **bad)
 
 
+OUT_OF_RANGE: list[dict[str, Any]] = [
+    {"limit": 10**30},
+    {"limit": 2**63},
+    {"before_ms": 10**30},
+    {"before_ms": 2**63},
+    {"before_ms": -(2**63) - 1},
+]
+
+
+@pytest.mark.parametrize("bad", OUT_OF_RANGE, ids=[str(b) for b in OUT_OF_RANGE])
+def test_a_limit_or_before_ms_past_64_bits_is_refused_naming_its_bound_before_and_after_a_sync(
+    store: memory.MemoryStore, bad: dict[str, Any]
+) -> None:
+    with store.session(scope="desk") as s:
+        s.learn({"text": "hello world"})
+    (name,) = bad
+    for _ in ("unsynced", "synced"):
+        with pytest.raises(memory.ArgumentInvalid, match=rf"{name} must .*2\*\*63 - 1") as caught:
+            store.recall(**bad)
+        assert caught.value.code == "memory_argument_invalid"
+        with pytest.raises(memory.ArgumentInvalid, match=name):
+            store.why("hello", **bad)
+        if name == "before_ms":
+            with pytest.raises(memory.ArgumentInvalid, match=name):
+                store.forget_where(None, reason="r", dry_run=True, **bad)
+        store.sync()
+
+
 def test_a_history_db_of_schema_3_gains_metadata_filters_for_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     # a row's key must hash its finding (rows are checked when read)
