@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from journal import JournalBackend, Lease, RunState
+from journal import JournalBackend, Lease, RunState, check_label
 from memory._errors import ArgumentInvalid, SessionClosed
 from memory._results import Explained, Forgotten, ForgottenMany, Learned, Recalled
 from memory._root import Root
@@ -126,12 +126,24 @@ class SessionState(enum.Enum):
 
 
 def check_name(what: str, value: object) -> str:
-    """Return ``value`` if it is a usable scope, flow or source name; raise ``ArgumentInvalid``."""
+    """Return ``value`` if it is a usable scope, flow or source name; raise ``ArgumentInvalid``, or
+    for a scope or flow the journal cannot store (a control character, a lone surrogate) its
+    ``JournalNameInvalid``, before anything is learned or begun."""
     if not isinstance(value, str) or not value.strip() or len(value) > NAME_MAX or "\0" in value:
         raise ArgumentInvalid(
             f"a session's {what} must be a non-empty string of at most {NAME_MAX} characters "
             f"without NUL, not {value!r:.80}"
         )
+    if what != "source":
+        return check_label(what, value)
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ArgumentInvalid(
+                f"a session's source {value!r:.80} holds a lone surrogate, which is not valid UTF-8: "
+                "pass text"
+            ) from None
     return value
 
 

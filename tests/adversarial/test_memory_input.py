@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 import memory
+import staging
 from tests.adversarial.memory_support import error_code, flows, populate, snapshot, without_dac_override
 from tests.conftest import ROOT
 
@@ -52,6 +53,34 @@ def test_a_flow_learning_a_lone_surrogate_fails_with_the_invalid_finding_code(tm
     result = flows(tmp_path / "store" / "history.db", "run", str(flow))
     assert result.returncode == 1
     assert error_code(result) == "memory_finding_invalid"
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("scope", "journal_name_invalid"),
+        ("flow", "journal_name_invalid"),
+        ("source", "memory_argument_invalid"),
+    ],
+)
+def test_a_sessions_scope_flow_or_source_with_a_lone_surrogate_is_refused_naming_it(
+    tmp_path: Path, name: str, code: str
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    names = {"scope": "desk", name: "caf\udce9"}  # no source: a session's flow is its findings' source
+    with memory.MemoryStore(db) as store:
+        with pytest.raises(staging.CodedError) as caught, store.session(**names) as s:
+            s.learn({"text": "x"})
+        assert caught.value.code == code
+        assert name in str(caught.value) and "finding" not in str(caught.value)
+        assert store.recall(scope=None) == []
+
+
+def test_a_cli_scope_of_undecodable_bytes_a_lone_surrogate_is_journal_name_invalid(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    result = _flows_bytes(db, b"learn", b"x", b"--scope", b"caf\xe9")
+    assert result.returncode == 2, result.stderr
+    assert b"error[journal_name_invalid]" in result.stderr and b"scope" in result.stderr
 
 
 def _flows_bytes(db: Path, *args: bytes) -> subprocess.CompletedProcess[bytes]:
