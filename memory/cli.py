@@ -148,6 +148,8 @@ _TIME_FORMS = (
     "duration (90s, 15m, 12h, 7d, 2w, 1h30m)"
 )
 
+_RANGE = "an ISO 8601 date from 1970-01-01 to 9999-12-31, after its offset"
+
 
 def duration_ms(text: str) -> int | None:
     """``text`` as a duration in milliseconds (``90s``, ``15m``, ``12h``, ``7d``, ``2w``, ``1h30m``,
@@ -171,15 +173,18 @@ def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> 
         now = round(time.time() * 1000) if now_ms is None else now_ms
         value = now + span if ahead else now - span
     elif _DIGITS.match(text):
-        value = int(text)
+        value = int(text) if len(text.lstrip("0")) <= 20 else INT64_MAX + 1  # past 64 bits: refused below
     else:
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r}") from None
-        value = round(moment.astimezone().timestamp() * 1000)
+        try:
+            value = round(moment.astimezone().timestamp() * 1000)
+        except (OverflowError, ValueError, OSError):  # its offset (or $TZ) moves it past year 1 … 9999
+            value = -1
     if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r}")
     return value
 
 

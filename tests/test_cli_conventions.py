@@ -5,6 +5,7 @@ Every test runs the real command in a fresh process, as a user or a script would
 
 from __future__ import annotations
 
+import argparse
 import os
 import pty
 import re
@@ -21,7 +22,7 @@ import orjson
 import portalocker
 import pytest
 
-from memory.cli import instant_ms
+from memory.cli import expiry_ms, instant_ms
 from memory.ledger import Ledger, Skipped
 from sail._config import EMBEDDED, SailConfig, save_config
 from tests.conftest import ROOT
@@ -173,7 +174,13 @@ def test_a_bad_limit_is_a_usage_error_in_text_and_in_json(prog: str, bad: str, t
 
 
 @BOTH
-@pytest.mark.parametrize("bad", [str(2**64), "yesterday", "2026-13-01"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        *(str(2**64), "yesterday", "2026-13-01"),
+        *("9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00", "0001-01-01"),
+    ],
+)
 def test_a_bad_date_is_a_usage_error(prog: str, bad: str, tmp_path: Path) -> None:
     result = cli(prog, *DATED[prog], bad, "--json", *_where(prog, tmp_path / "h.db", tmp_path))
     assert (result.returncode, result.stdout) == (2, "")
@@ -185,6 +192,16 @@ def test_dates_are_epoch_milliseconds_or_iso_8601() -> None:
     assert instant_ms("2026-01-31T00:00:00+00:00") == 1769817600000
     assert instant_ms("2026-01-31T01:00:00+01:00") == 1769817600000
     assert instant_ms(str(2**63 - 1)) == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "bad", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00", "0001-01-01", "1" * 5000, "9" * 21]
+)
+def test_a_date_its_offset_moves_out_of_range_is_refused_saying_the_range(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r"from 1970 to .*9999-12-31"):
+        instant_ms(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="9999-12-31"):
+        expiry_ms(bad)
 
 
 @BOTH
