@@ -21,8 +21,10 @@ from memory.cli import (
     LIMIT_MAX,
     CommandLine,
     Option,
+    db_path,
     format_ms,
     instant_ms,
+    journal_location,
     json_out,
     limit,
     progress,
@@ -227,9 +229,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # -- parser and dispatch -------------------------------------------------------------------------
 
 _OPTIONS = (
-    Option(("--db",), "history DB (default: $FLOWS_DB or the XDG data dir)", metavar="PATH"),
+    Option(("--db",), "history DB (default: $FLOWS_DB or the XDG data dir)", metavar="PATH", type=db_path),
     Option(
-        ("--journal",), "journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)", metavar="LOCATION"
+        ("--journal",),
+        "journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)",
+        metavar="LOCATION",
+        type=journal_location,
     ),
 )
 

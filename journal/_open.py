@@ -19,10 +19,15 @@ def file_location(text: str) -> str:
     (``file:///abs/path``, ``file://localhost/abs/path``) as its decoded absolute path.
 
     Raises:
-        JournalLocationInvalid: a ``file:`` URL of another host or without an absolute path, or a
-            location of a scheme no backend reads (``http://…``, ``s3://…``), which would otherwise
-            become a folder of that name.
+        JournalLocationInvalid: an empty location, a ``file:`` URL of another host or without an
+            absolute path, or a location of a scheme no backend reads (``http://…``, ``s3://…``),
+            which would otherwise become a folder of that name.
     """
+    if not text:
+        raise JournalLocationInvalid(
+            "the journal location is empty (it would be the current folder): give a folder, a file:/// "
+            "URL or a postgresql:// DSN"
+        )
     if text[:5].lower() != "file:":
         if _URL.match(text):
             scheme = text.split(":", 1)[0]

@@ -7,7 +7,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from memory._errors import StoreMissing, Unreachable
+from memory._errors import ArgumentInvalid, StoreMissing, Unreachable
 from memory._finding import scope_hash
 from memory._safe import describe, kind_of, regular_prefix
 
@@ -19,16 +19,59 @@ QUARANTINE_DIR = "flows-quarantine"
 """Where ``flows check --repair`` moves what is not what the store expects at its place."""
 
 
+DB_NAME_MAX = 247
+"""The longest history DB file name, in bytes: a file system's 255, less SQLite's ``-journal``."""
+DB_FOLDER_MAX = 3839
+"""The longest path of a history DB's folder, in bytes: ``PATH_MAX`` (4096) less room for the
+store's own files under it (``flows-memory/<scope>/.trajectories/…``, ``flows-journal/runs/…``)."""
+
+
 def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
     """The history DB: ``db`` if given, else ``$FLOWS_DB``, else ``$XDG_DATA_HOME/flows/history.db``
-    (``~/.local/share/flows/history.db`` when ``$XDG_DATA_HOME`` is unset)."""
+    (``~/.local/share/flows/history.db`` when ``$XDG_DATA_HOME`` is unset).
+
+    Raises:
+        ArgumentInvalid: ``db`` is empty (it would name the current folder), or the path holds NUL,
+            a name over 255 bytes (the DB's own over ``DB_NAME_MAX``) or a folder path over
+            ``DB_FOLDER_MAX`` bytes: no file could be made there.
+    """
     if db is not None:
-        return Path(db).expanduser().absolute()
+        if not os.fspath(db):
+            raise ArgumentInvalid(
+                "the history DB path is empty: give the DB's file (--db PATH), e.g. ./store/history.db"
+            )
+        return _usable(Path(db).expanduser().absolute())
     env = os.environ.get("FLOWS_DB")
     if env:
-        return Path(env).expanduser().absolute()
+        return _usable(Path(env).expanduser().absolute())
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home).expanduser().absolute() / "flows" / "history.db"
+    return _usable(Path(data_home).expanduser().absolute() / "flows" / "history.db")
+
+
+def _usable(path: Path) -> Path:
+    """``path`` when a history DB and its store could be made there; else ``ArgumentInvalid``."""
+    raw = os.fsencode(path)
+    if len(raw) <= 255 and b"\0" not in raw:
+        return path  # the usual path: every name in it is short enough
+    shown = repr(os.fsdecode(raw[:200]))[1:-1] + ("…" if len(raw) > 200 else "")
+    if b"\0" in raw:
+        raise ArgumentInvalid(
+            f"the history DB path {shown} holds a NUL character: give a path without one", path=path
+        )
+    folder, name = os.path.split(raw)
+    if len(name) > DB_NAME_MAX:
+        raise ArgumentInvalid(
+            f"the history DB file name in {shown} is {len(name)} bytes, longer than {DB_NAME_MAX} "
+            "(255 less SQLite's -journal): give a shorter name",
+            path=path,
+        )
+    if len(folder) > DB_FOLDER_MAX or any(len(part) > 255 for part in folder.split(b"/")):
+        raise ArgumentInvalid(
+            f"the history DB's folder in {shown} has a name over 255 bytes or is longer than "
+            f"{DB_FOLDER_MAX} bytes, which leaves no room for the store's files: give a shorter path",
+            path=path,
+        )
+    return path
 
 
 def resolve_journal(db_path: Path, journal: str | os.PathLike[str] | None = None) -> str:

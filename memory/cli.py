@@ -66,11 +66,13 @@ __all__ = [
     "Option",
     "Progress",
     "UsageError",
+    "db_path",
     "diagnose",
     "duration_ms",
     "expiry_ms",
     "format_ms",
     "instant_ms",
+    "journal_location",
     "json_out",
     "limit",
     "progress",
@@ -126,6 +128,7 @@ class Option:
     help: str
     metavar: str | None = None
     switch: bool = False
+    type: Callable[[str], Any] | None = None
 
 
 # -- value types -------------------------------------------------------------------------------
@@ -186,6 +189,28 @@ def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> 
     if not 0 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r}")
     return value
+
+
+def db_path(text: str) -> str:
+    """``--db``: a path a history DB could be made at (``memory.resolve_db``): not empty (the current
+    folder), without NUL, no name over 255 bytes (the DB's own over 247), not too long a folder."""
+    from memory._errors import ArgumentInvalid
+    from memory._paths import resolve_db
+
+    try:
+        resolve_db(text)
+    except ArgumentInvalid as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def journal_location(text: str) -> str:
+    """``--journal``: a journal location, not empty (which would be the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "the journal location is empty: give a folder, a file:/// URL or a postgresql:// DSN"
+        )
+    return text
 
 
 def expiry_ms(text: str) -> int:
@@ -375,6 +400,8 @@ class CommandLine:
                 kwargs["action"] = "store_true"
             else:
                 kwargs["metavar"] = opt.metavar
+                if opt.type is not None:
+                    kwargs["type"] = opt.type
             if not top:
                 kwargs["default"] = argparse.SUPPRESS
             group.add_argument(*opt.flags, **kwargs)

@@ -24,7 +24,9 @@ from memory.cli import (
     CommandLine,
     Option,
     UsageError,
+    db_path,
     instant_ms,
+    journal_location,
     json_out,
     limit,
     progress,
@@ -471,12 +473,16 @@ def build_cli() -> CommandLine:
         help="with --learn: the findings' scope (default: sail:<home's name>)",
     )
     p.add_argument(
-        "--db", metavar="PATH", help="with --learn: the history DB (default: $FLOWS_DB or the XDG data dir)"
+        "--db",
+        metavar="PATH",
+        type=db_path,
+        help="with --learn: the history DB (default: $FLOWS_DB or the XDG data dir)",
     )
     p.add_argument(
         "--journal",
         dest="memory_journal",
         metavar="LOCATION",
+        type=journal_location,
         help="with --learn: the store's journal directory or postgresql:// DSN (default: $FLOWS_JOURNAL)",
     )
     p.add_argument(

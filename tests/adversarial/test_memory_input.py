@@ -165,3 +165,42 @@ def test_a_learn_into_a_store_this_user_may_not_write_is_unwritable(tmp_path: Pa
     assert result.returncode == 1
     assert error_code(result) == "memory_unwritable"
     assert "Permission denied" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("n" * 300 + ".db", "longer than 247"),
+        ("n" * 250, "longer than 247"),
+        ("d" * 256 + "/history.db", "folder"),
+        ("a\0b.db", "NUL"),
+    ],
+)
+def test_a_db_path_no_file_could_have_is_refused_naming_it(tmp_path: Path, name: str, says: str) -> None:
+    db = tmp_path / name
+    with pytest.raises(memory.ArgumentInvalid, match=says) as caught:
+        memory.MemoryStore(db)
+    assert caught.value.code == "memory_argument_invalid"
+    if "\0" in name:
+        return  # argv cannot carry a NUL
+    for args in (("recall",), ("learn", "x", "--scope", "s"), ("check",), ("runs",), ("sync",)):
+        result = flows(db, *args, "--json")
+        assert result.returncode == 2, (args, result.stderr)
+        assert error_code(result) == "usage" and "--db" in result.stderr and says in result.stderr, args
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_empty_db_or_journal_is_refused_and_nothing_is_made(tmp_path: Path) -> None:
+    (tmp_path / "cwd").mkdir()
+    with pytest.raises(memory.ArgumentInvalid, match="empty"):
+        memory.MemoryStore("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for where in (("--db", ""), ("--db", str(tmp_path / "store.db"), "--journal", "")):
+        for args in (("learn", "x", "--scope", "s"), ("recall",)):
+            result = subprocess.run(
+                [sys.executable, "-m", "flows", *args, *where, "--json"],
+                capture_output=True, text=True, env=env, cwd=tmp_path / "cwd", timeout=60, check=False,
+            )
+            assert result.returncode == 2, (where, args, result.stderr)
+            assert error_code(result) == "usage" and "empty" in result.stderr
+    assert os.listdir(tmp_path) == ["cwd"] and os.listdir(tmp_path / "cwd") == []

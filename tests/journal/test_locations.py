@@ -59,6 +59,15 @@ def test_a_location_no_backend_reads_is_refused_before_anything_is_made(
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
 
 
+def test_an_empty_location_is_refused_not_taken_for_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(JournalLocationInvalid, match="empty"):
+        journal.open_journal("")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+
+
 def test_a_folder_whose_name_holds_a_colon_is_still_a_folder(tmp_path: Path) -> None:
     assert isinstance(journal.open_journal(str(tmp_path / "notes:2026")), FileJournal)
     assert isinstance(journal.open_journal("relative:name"), FileJournal)
