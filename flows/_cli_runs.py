@@ -179,8 +179,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         _json_out(listed)
     elif not runs:
-        filtered = args.state or args.flow or args.since is not None
-        print("no root runs match" if filtered else "no root runs yet: start one with `flows run FILE`")
+        filtered = args.state is not None or args.flow is not None or args.since is not None
+        print(
+            "no root runs match the filter (--state, --flow, --since)"
+            if filtered
+            else "no root runs yet: start one with `flows run FILE`"
+        )
     else:
         print(_runs_table(runs))
     return EXIT_OK

@@ -501,7 +501,7 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
     else:
         if isinstance(exc, UsageError):
             sys.stderr.write(exc._usage)
-        where = f" (root run {run_id})" if run_id else ""
+        where = f" (root run {shown(run_id, one_line=True)})" if run_id else ""
         # one line, whatever the message quotes (a path, a value): its control characters escaped
         sys.stderr.write(f"{prog}: error[{exc.code}]: {shown(exc.message, one_line=True)}{where}\n")
     return _exit_status(exc)

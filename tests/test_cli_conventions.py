@@ -555,3 +555,19 @@ def test_flows_demo_keeps_its_store_and_prints_commands_that_run(tmp_path: Path)
         assert result.returncode == 0, (command, result.stderr)
         assert result.stdout.strip()
     assert (kept / "history.db").exists()
+
+
+@pytest.mark.parametrize("command", ["show", "journal"])
+def test_an_error_line_shows_the_run_id_it_names_escaped_on_one_line(store: Path, command: str) -> None:
+    run_id = "abc\x1b[31mRED\nSECONDLINE"
+    result = cli("flows", command, run_id, "--db", str(store))
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and "\x1b" not in result.stderr, result.stderr
+    assert result.stderr.endswith("(root run abc\\x1b[31mRED\\nSECONDLINE)\n")
+
+
+def test_runs_filtered_to_nothing_says_the_filter_matched_nothing(store: Path) -> None:
+    for args in (("--flow", ""), ("--state", "running")):
+        result = cli("flows", "runs", *args, "--db", str(store))
+        assert result.returncode == 0
+        assert result.stdout.startswith("no root runs match the filter"), (args, result.stdout)
