@@ -32,6 +32,7 @@ if typing.TYPE_CHECKING:
     from memory._finding import (
         ERASE_STREAM,
         FORGET_MANY_MAX,
+        META_FILTER_MAX,
         METADATA_MAX_BYTES,
         RETIRE_STREAM,
         SOURCE_MAX_BYTES,
@@ -81,6 +82,7 @@ __all__ = [
     "ERASE_STREAM",
     "FORGET_MANY_MAX",
     "METADATA_MAX_BYTES",
+    "META_FILTER_MAX",
     "QUARANTINE_DIR",
     "RETIRE_STREAM",
     "SCHEMA_VERSION",
@@ -187,6 +189,7 @@ _LAZY: dict[str, str] = {
     "RootRun": "memory._root",
     "SCHEMA_VERSION": "memory._db",
     "SOURCE_MAX_BYTES": "memory._finding",
+    "META_FILTER_MAX": "memory._finding",
     "STREAM": "memory._finding",
     "SessionClosed": "memory._errors",
     "SessionState": "memory._session",

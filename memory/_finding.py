@@ -35,7 +35,10 @@ SOURCE_MAX_BYTES = 4 * 1024
 TAG_MAX_BYTES = 256
 """The longest tag a finding takes, as UTF-8 (bytes)."""
 TAGS_MAX = 64
-"""The most tags one finding carries."""
+"""The most tags one finding carries (and so the most a read filter may ask for)."""
+META_FILTER_MAX = 256
+"""The most metadata pairs a read filter may ask for (each is one test of the history DB's query,
+which SQLite bounds)."""
 METADATA_MAX_BYTES = 16 * 1024
 """The largest ``metadata`` a finding takes, as canonical JSON (bytes)."""
 METADATA_MAX_DEPTH = 16
@@ -717,8 +720,9 @@ def check_filters(tags: object, meta: object) -> tuple[tuple[str, ...], dict[str
 
     Raises:
         ArgumentInvalid: ``tags`` is not a list of non-empty strings (a lone string is refused:
-            it would be read as its letters); ``meta`` is not an object of metadata keys and JSON
-            values (see ``check_metadata``).
+            it would be read as its letters) or holds more than ``TAGS_MAX``; ``meta`` is not an
+            object of metadata keys and JSON values (see ``check_metadata``) or holds more than
+            ``META_FILTER_MAX`` pairs.
     """
     if not tags and meta is None and isinstance(tags, list | tuple):
         return (), {}  # the usual read: no filter
@@ -726,12 +730,23 @@ def check_filters(tags: object, meta: object) -> tuple[tuple[str, ...], dict[str
         raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {tags!r:.80}")
     if not all(isinstance(t, str) and t.strip() for t in tags):
         raise ArgumentInvalid(f"tags must be a list of non-empty strings, not {list(tags)!r:.80}")
+    every_tag = tuple(dict.fromkeys(tags))
+    if len(every_tag) > TAGS_MAX:
+        raise ArgumentInvalid(
+            f"a read filter has {len(every_tag)} tags; at most {TAGS_MAX} (TAGS_MAX), the most one "
+            "finding carries: no finding could match more"
+        )
     if meta is None:
-        return tuple(dict.fromkeys(tags)), {}
+        return every_tag, {}
     if not isinstance(meta, Mapping):
         raise ArgumentInvalid(f"meta must be an object of metadata keys and values, not {meta!r:.80}")
+    if len(meta) > META_FILTER_MAX:
+        raise ArgumentInvalid(
+            f"a read filter has {len(meta)} metadata pairs; at most {META_FILTER_MAX} (META_FILTER_MAX): "
+            "filter on fewer keys"
+        )
     try:
         plain = _json_object(meta, "meta", 0)
     except FindingInvalid as exc:
         raise ArgumentInvalid(exc.message.replace("a finding's", "a read filter's", 1)) from None
-    return tuple(dict.fromkeys(tags)), {k: meta_value_key(v) for k, v in plain.items()}
+    return every_tag, {k: meta_value_key(v) for k, v in plain.items()}

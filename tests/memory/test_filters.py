@@ -170,6 +170,26 @@ def test_a_limit_or_before_ms_past_64_bits_is_refused_naming_its_bound_before_an
         store.sync()
 
 
+def test_a_filter_of_the_most_tags_and_pairs_answers_and_one_more_is_refused_before_and_after_a_sync(
+    store: memory.MemoryStore,
+) -> None:
+    tags = [f"t{i}" for i in range(memory.TAGS_MAX)]
+    meta = {f"k{i}": i for i in range(memory.META_FILTER_MAX)}
+    with store.session(scope="desk") as s:
+        s.learn({"text": "hello world", "tags": tags})
+    for _ in ("unsynced", "synced"):
+        assert len(store.recall(tags=tags)) == 1
+        assert store.recall(tags=tags, meta=meta, tag="other") == []
+        assert len(store.why("hello", tags=tags)) == 1
+        for bad in ({"tags": [*tags, "one more"]}, {"meta": {**meta, "one": "more"}}):
+            with pytest.raises(memory.ArgumentInvalid, match="_MAX") as caught:
+                store.recall(**bad)
+            assert caught.value.code == "memory_argument_invalid"
+            with pytest.raises(memory.ArgumentInvalid, match="_MAX"):
+                store.why("hello", **bad)
+        store.sync()
+
+
 def test_a_history_db_of_schema_3_gains_metadata_filters_for_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     # a row's key must hash its finding (rows are checked when read)
