@@ -34,7 +34,7 @@ from memory._files import (
     terms_of,
     words,
 )
-from memory._finding import check_filters, meta_value_key
+from memory._finding import TEXT_MAX_BYTES, check_filters, meta_value_key
 from memory._held import MAX_SCOPES, HeldTree, hold
 from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher
@@ -711,6 +711,14 @@ class Search:
         """See ``MemoryStore.why``."""
         if not isinstance(subject, str):
             raise ArgumentInvalid(f"why takes a subject string, not {subject!r:.80}")
+        size = len(subject)
+        if size > TEXT_MAX_BYTES // 4:  # it may be longer than any finding's text: count its bytes
+            size = len(subject.encode("utf-8", "surrogatepass"))
+        if size > TEXT_MAX_BYTES:
+            raise ArgumentInvalid(
+                f"why's subject is {size} bytes; at most "
+                f"{TEXT_MAX_BYTES} (TEXT_MAX_BYTES, a finding's longest text): ask with fewer words"
+            )
         _check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=limit)
         mode = self._mode(mode)
         every_tag, wanted_meta = check_filters(tags, meta)

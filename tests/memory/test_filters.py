@@ -190,6 +190,18 @@ def test_a_filter_of_the_most_tags_and_pairs_answers_and_one_more_is_refused_bef
         store.sync()
 
 
+def test_a_why_subject_over_the_finding_text_limit_is_refused_before_any_work(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="desk") as s:
+        s.learn({"text": "hello world"})
+    assert store.why("hello " + "z" * (memory.TEXT_MAX_BYTES - 6)) != []
+    for subject in ("hello " + "z" * memory.TEXT_MAX_BYTES, "hello \udce9" * (memory.TEXT_MAX_BYTES // 8)):
+        with pytest.raises(memory.ArgumentInvalid, match="TEXT_MAX_BYTES") as caught:
+            store.why(subject)
+        assert caught.value.code == "memory_argument_invalid"
+
+
 def test_a_history_db_of_schema_3_gains_metadata_filters_for_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     # a row's key must hash its finding (rows are checked when read)
