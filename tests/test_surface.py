@@ -167,3 +167,17 @@ def test_every_package_reports_the_installed_version(package: str) -> None:
     from importlib import metadata
 
     assert importlib.import_module(package).__version__ == metadata.version("flows-memory")
+
+
+def test_the_codes_a_memory_command_refuses_as_bad_input_are_documented_with_exit_2() -> None:
+    """``flows learn``, ``update``, ``forget``, ``recall``… exit 2 for a malformed finding or argument
+    (``flows._cli_memory.bad_input_exits_2``); the table says so (1 only when a flow body raises it)."""
+    from tests.conftest import ROOT
+
+    rows = {
+        cells[1].strip(" `"): cells[-2].strip()
+        for line in (ROOT / "docs" / "SURFACE.md").read_text().splitlines()
+        if line.startswith("| `") and len(cells := line.split("|")) > 4
+    }
+    for code in ("memory_finding_invalid", "memory_argument_invalid"):
+        assert rows[code].startswith("2"), (code, rows[code])
