@@ -270,12 +270,25 @@ def check_store_location(
       folder does not exist, so no store can be there, unless the journal is given elsewhere
       (``--journal`` or ``$FLOWS_JOURNAL``), which may hold runs of its own. (A folder that exists
       and holds nothing yet is an empty store.)
-    * ``creating`` is True (a write that may begin a store): a ``--db`` (or ``$FLOWS_DB``) whose
+    * ``creating`` is True (a write that may begin a store): the DB's path holds something other
+      than a regular file (a folder, a FIFO, a device such as ``/dev/null``, a link), which every
+      read refuses (``Unreachable``); or a ``--db`` (or ``$FLOWS_DB``) whose
       folder's own folder does not exist either: a write makes at most the one folder the DB is
       named in (``work/store/history.db`` in an existing ``work``), never a path of missing
       folders; the default location's folders are always made.
     """
     db_path = resolve_db(db)
+    if creating:  # a write refuses what every read would (``HistoryDB``), before it makes anything
+        try:
+            mode = os.lstat(db_path).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # missing (made by the write), or for the write itself to report
+        if not stat.S_ISREG(mode):
+            raise Unreachable(
+                f"{db_path} is {kind_of(mode)}, not the history DB's file; the store never follows "
+                "links or opens anything else: give --db a file's path (or move it aside)",
+                path=db_path,
+            )
     if db_path.exists():
         return
     others = _history_dbs_beside(db_path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -153,3 +154,36 @@ def test_a_retired_file_that_is_not_a_regular_file_fails_reads_and_repair_restor
     assert flows(db, "check", "--repair").returncode == 0
     assert victim.read_bytes() == original
     assert [e["text"] for e in orjson.loads(flows(db, "recall", "--json").stdout)] == [kept]
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder", "link"])
+def test_a_write_refuses_a_history_db_that_is_not_a_regular_file_as_reads_do_making_nothing(
+    tmp_path: Path, kind: str
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    if kind == "link":
+        (tmp_path / "elsewhere.db").write_bytes(b"")
+        db.symlink_to(tmp_path / "elsewhere.db")
+    else:
+        MAKERS[kind](db)
+    flow = tmp_path / "flow.py"
+    flow.write_text(
+        'import flows\n\n\n@flows.flow()\nasync def body(f):\n    await f.memory.learn({"text": "x"})\n'
+    )
+    for args in (("learn", "x", "--scope", "s"), ("run", str(flow)), ("recall",)):
+        result = flows(db, *args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert error_code(result) == "memory_unreachable" and str(db) in result.stderr, args
+    assert sorted(os.listdir(db.parent)) == ["history.db"]
+
+
+def test_a_write_to_a_device_makes_nothing_beside_it(tmp_path: Path) -> None:
+    db = tmp_path / "null"
+    try:
+        os.mknod(db, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's device, made here
+    except PermissionError:
+        pytest.skip("making a device needs root")
+    result = flows(db, "learn", "x", "--scope", "s")
+    assert result.returncode == 1 and error_code(result) == "memory_unreachable"
+    assert "character device" in result.stderr and os.listdir(tmp_path) == ["null"]
