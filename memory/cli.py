@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import logging
 import os
@@ -115,6 +116,13 @@ class InternalError(CodedError):
     """An exception without a code escaped a command: a bug to report, with the traceback."""
 
     code = "internal_error"
+
+
+class OutputUnwritable(CodedError):
+    """stdout could not be written (closed, a full disk, an I/O error): the command ran to its end
+    all the same, and what it wrote to the store is on record; only its output is lost."""
+
+    code = "output_unwritable"
 
 
 @dataclass(frozen=True)
@@ -302,48 +310,64 @@ def stdout_to_stderr() -> Iterator[TextIO]:
 class _ReaderSafe(io.TextIOBase):
     """stdout that outlives its reader: after EPIPE, later writes go nowhere instead of raising."""
 
-    def __init__(self, inner: TextIO) -> None:
+    def __init__(self, inner: TextIO | None) -> None:
         self._inner = inner
-        self.reader_gone = False
+        self.reader_gone = inner is None
+        # why stdout could not be written (closed at the start, a full disk, an I/O error): the
+        # command goes on to its end, its output going nowhere, and ``main`` then reports it
+        self.failed: OSError | None = None if inner is not None else OSError(errno.EBADF, "stdout is closed")
+
+    def _failed(self, exc: OSError) -> None:
+        self.failed = exc
+        self._gone()
 
     def _gone(self) -> None:
         self.reader_gone = True
+        if self._inner is None:
+            return
         with contextlib.suppress(OSError, ValueError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._inner.fileno())
             os.close(devnull)
 
     def write(self, text: str) -> int:
-        if self.reader_gone:
+        if self.reader_gone or self._inner is None:
             return len(text)
         try:
             return self._inner.write(text)
         except BrokenPipeError:
             self._gone()
-            return len(text)
+        except OSError as exc:
+            self._failed(exc)
+        return len(text)
 
     def flush(self) -> None:
-        if self.reader_gone:
+        if self.reader_gone or self._inner is None:
             return
         try:
             self._inner.flush()
         except BrokenPipeError:
             self._gone()
+        except OSError as exc:
+            self._failed(exc)
 
     def fileno(self) -> int:
+        if self._inner is None:
+            raise OSError(errno.EBADF, "stdout is closed")
         return self._inner.fileno()
 
     def close_inner(self) -> None:
         """Close the wrapped stream (its descriptor too, unless it was opened with closefd=False)."""
-        with contextlib.suppress(BrokenPipeError):
-            self._inner.close()
+        if self._inner is not None:
+            with contextlib.suppress(OSError):
+                self._inner.close()
 
     def isatty(self) -> bool:
-        return self._inner.isatty()
+        return self._inner is not None and self._inner.isatty()
 
     @property
     def encoding(self) -> str:  # type: ignore[override]  # TextIOBase declares it an attribute
-        return self._inner.encoding
+        return "utf-8" if self._inner is None else self._inner.encoding
 
 
 # -- the parser --------------------------------------------------------------------------------
@@ -461,10 +485,15 @@ class CommandLine:
                     raise UsageError(f"a command is required; see `{self.prog} --help`")
                 status = int(args.handler(args))
                 sys.stdout.flush()
+                if guarded.failed is not None:
+                    raise _output_lost(guarded.failed, status)
                 return status
             except SystemExit as exc:  # --help, --version
                 sys.stdout.flush()
-                return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+                status = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+                if guarded.failed is not None:
+                    return self.diagnose(_output_lost(guarded.failed, status), as_json=wants_json)
+                return status
             except CodedInterrupt as exc:  # a Ctrl-C that says what it stopped (a flow run)
                 return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
             except KeyboardInterrupt:
@@ -505,6 +534,15 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
         # one line, whatever the message quotes (a path, a value): its control characters escaped
         sys.stderr.write(f"{prog}: error[{exc.code}]: {shown(exc.message, one_line=True)}{where}\n")
     return _exit_status(exc)
+
+
+def _output_lost(exc: OSError, status: int) -> OutputUnwritable:
+    how = "ran to its end" if status == 0 else f"ended with status {status}"
+    return OutputUnwritable(
+        f"cannot write to stdout ({exc.strerror or exc}); the command {how} and whatever it wrote to "
+        "the store or a ledger is on record, only its output is lost: give stdout a file or a "
+        "terminal to see it"
+    )
 
 
 def _asks_for_every_command(argv: Sequence[str]) -> bool:

@@ -22,6 +22,7 @@ import orjson
 import portalocker
 import pytest
 
+import memory
 from memory.cli import expiry_ms, instant_ms
 from memory.ledger import Ledger, Skipped
 from sail._config import EMBEDDED, SailConfig, save_config
@@ -571,3 +572,25 @@ def test_runs_filtered_to_nothing_says_the_filter_matched_nothing(store: Path) -
         result = cli("flows", "runs", *args, "--db", str(store))
         assert result.returncode == 0
         assert result.stdout.startswith("no root runs match the filter"), (args, result.stdout)
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_a_learn_whose_stdout_fails_says_so_with_a_code_and_its_finding_is_on_record(
+    store: Path, stdout: str
+) -> None:
+    """stdout closed (``>&-``) or a full device (``>/dev/full``): the learn commits all the same,
+    and the one line on stderr says the output was lost, not that the learn failed (no
+    ``internal_error``)."""
+    argv = [sys.executable, "-m", "flows", "--db", str(store), "learn", f"learned with stdout {stdout}"]
+    argv += ["--scope", "s"]
+    if stdout == "closed":
+        proc = subprocess.run(
+            ["bash", "-c", 'exec "$@" >&-', "bash", *argv], stderr=subprocess.PIPE, env=_env(), check=False
+        )
+    else:
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, env=_env(), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().startswith("flows: error[output_unwritable]: cannot write to stdout")
+    with memory.MemoryStore(store) as mem:
+        assert f"learned with stdout {stdout}" in [e.text for e in mem.recall(limit=None)]
