@@ -65,6 +65,7 @@ __all__ = [
     "InternalError",
     "Interrupted",
     "Option",
+    "OutputUnwritable",
     "Progress",
     "UsageError",
     "db_path",
