@@ -187,3 +187,28 @@ def test_a_write_to_a_device_makes_nothing_beside_it(tmp_path: Path) -> None:
     result = flows(db, "learn", "x", "--scope", "s")
     assert result.returncode == 1 and error_code(result) == "memory_unreachable"
     assert "character device" in result.stderr and os.listdir(tmp_path) == ["null"]
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link"])
+def test_a_learn_through_the_api_into_a_db_path_no_read_can_open_is_refused_before_anything_is_made(
+    tmp_path: Path, kind: str
+) -> None:
+    """``MemoryStore(path)`` whose path is a folder, a FIFO or a link: every read refuses it, so a
+    learn does too, before it makes a journal or a learned file beside it."""
+    db = tmp_path / "history.db"
+    if kind == "folder":
+        db.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(db)
+    else:
+        (tmp_path / "elsewhere.db").write_bytes(b"")
+        db.symlink_to(tmp_path / "elsewhere.db")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with (
+        memory.MemoryStore(db) as store,
+        pytest.raises(memory.Unreachable) as err,
+        store.session(scope="s") as session,
+    ):
+        session.learn({"text": "into a store no read can open"})
+    assert err.value.path == db and "not the history DB's file" in err.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
