@@ -258,6 +258,22 @@ def _history_dbs_beside(db_path: Path) -> list[Path]:
     return found
 
 
+def refuse_odd_db(db_path: Path) -> None:
+    """Refuse a history DB path that holds something other than a regular file (a folder, a FIFO,
+    a device, a link), which every read refuses (``HistoryDB``), before a write makes anything
+    beside it (``Unreachable``, naming the path). A missing path is for the write to make."""
+    try:
+        mode = os.lstat(db_path).st_mode
+    except OSError:
+        return  # missing (made by the write), or for the write itself to report
+    if not stat.S_ISREG(mode):
+        raise Unreachable(
+            f"{db_path} is {kind_of(mode)}, not the history DB's file; the store never follows links "
+            "or opens anything else: give --db (or MemoryStore) a file's path, or move it aside",
+            path=db_path,
+        )
+
+
 def check_store_location(
     db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
 ) -> None:
@@ -279,16 +295,7 @@ def check_store_location(
     """
     db_path = resolve_db(db)
     if creating:  # a write refuses what every read would (``HistoryDB``), before it makes anything
-        try:
-            mode = os.lstat(db_path).st_mode
-        except OSError:
-            mode = stat.S_IFREG  # missing (made by the write), or for the write itself to report
-        if not stat.S_ISREG(mode):
-            raise Unreachable(
-                f"{db_path} is {kind_of(mode)}, not the history DB's file; the store never follows "
-                "links or opens anything else: give --db a file's path (or move it aside)",
-                path=db_path,
-            )
+        refuse_odd_db(db_path)
     if db_path.exists():
         return
     others = _history_dbs_beside(db_path)

@@ -337,12 +337,9 @@ class Retirer:
         Raises:
             Unreachable, JournalError: as ``locate``.
         """
-        elsewhere = self.shared.current().get(key)
-        if elsewhere is not None:
-            return elsewhere
-        path = self.retired_path(scope, key)
-        if os.path.lexists(path):
-            return self.read_checked(path)
+        published = self.published_retirement(key, scope)
+        if published is not None:
+            return published
         found = self.locate(key, scope)
         return None if found is None else found.retired
 
@@ -470,13 +467,10 @@ class Retirer:
         old = p.get("supersedes")
         if not isinstance(old, str):
             return False
-        standing = self.shared.current().get(old)
-        path = self.retired_path(p.get("supersedesScope", p["scope"]), old)
-        if standing is None and os.path.lexists(path):
-            try:
-                standing = self.read_checked(path)
-            except Unreachable:
-                return False  # damaged: reads fail closed on it, and check reports and mends it
+        try:
+            standing = self.published_retirement(old, p.get("supersedesScope", p["scope"]))
+        except Unreachable:
+            return False  # damaged: reads fail closed on it, and check reports and mends it
         if standing is not None:
             return bool(standing.by != p["id"])
         first = None if chosen is None else chosen.get(old)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -44,7 +43,7 @@ from memory._finding import (
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
 from memory._learn import Learner
-from memory._paths import QUARANTINE_DIR, resolve_db, resolve_journal
+from memory._paths import QUARANTINE_DIR, refuse_odd_db, resolve_db, resolve_journal
 from memory._publisher import Publisher
 from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
@@ -60,7 +59,6 @@ from memory._results import (
 )
 from memory._retire import Located, Retirer
 from memory._root import Root
-from memory._safe import kind_of
 from memory._search import Search
 from memory._syncing import Syncer, latest_commits
 from staging import failpoint
@@ -183,25 +181,10 @@ class MemoryStore:
         """The journal at ``journal_location``, opened once and shared."""
         with self._journal_lock:
             if self._journal is None:
-                self._refuse_odd_db()
+                refuse_odd_db(self.db_path)  # before a write makes a journal beside it
                 # a file journal made here takes the DB's mode, as the learned files do
                 self._journal = journal.open_journal(self.journal_location, mode=db_mode(self.db_path))
             return self._journal
-
-    def _refuse_odd_db(self) -> None:
-        """Refuse a DB path that holds something other than a regular file (a folder, a FIFO, a
-        device, a link), which every read of the store refuses, before a write makes its journal or
-        files beside it (``Unreachable``, naming the path)."""
-        try:
-            mode = os.lstat(self.db_path).st_mode
-        except OSError:
-            return  # missing (a write makes it), or for the DB's own open to report
-        if not stat.S_ISREG(mode):
-            raise Unreachable(
-                f"{self.db_path} is {kind_of(mode)}, not the history DB's file; the store never follows "
-                "links or opens anything else: give MemoryStore (or --db) a file's path, or move it aside",
-                path=self.db_path,
-            )
 
     @property
     def db(self) -> HistoryDB:
