@@ -82,6 +82,7 @@ _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
 _MAX_IDLE = 8  # pooled connections kept open between calls
 _MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
+_TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
 
 # Each step brings the schema from version n-1 to n; applied in order, in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -948,6 +949,25 @@ class PostgresJournal:
 
         with contextlib.suppress(JournalError):
             self._call("vacuuming the records", call)
+
+    @contextlib.contextmanager
+    def turn(self, name: str) -> Iterator[None]:
+        """Hold the turn named ``name`` among every process on every host sharing this journal's
+        schema: an advisory lock taken in a transaction of its own, held open until the block ends
+        (a killed holder's session ends, and its turn with it). Callers take several turns in one
+        order. Not re-entrant: a second ``turn`` of one name in one process waits for the first.
+
+        Raises:
+            JournalUnavailable, JournalUnwritable: the lock could not be taken.
+        """
+        if not isinstance(name, str) or not 0 < len(name) <= 1024:
+            raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {name!r:.60}")
+        with self._transaction(f"taking the turn {name!r}") as cur:
+            cur.execute(
+                "select pg_advisory_xact_lock(%s, hashtext(current_schema() || ':' || %s))",
+                (_TURN_LOCK, name),
+            )
+            yield
 
     def stream_heads(self, stream: str) -> dict[str, int]:
         """For every run with records in ``stream``: the sequence number of its last one (one

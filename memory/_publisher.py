@@ -16,7 +16,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +168,10 @@ class PendingNames:
             return self._seq, folders, list(dict.fromkeys(w[1] for w in waiting if w[3]))
 
 
+def _no_turn(scope: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 class _Turn:
     """A scope's turn for updates in this process: a re-entrant mutex for its threads, and how deep
     the holding thread is (the folder's ``flock`` is taken at depth 1)."""
@@ -200,6 +204,9 @@ class Publisher:
         self._held: dict[Path, OpenDir] = {}  # folders opened for writes and removals, kept open
         self._holding = threading.Lock()
         self._turns: dict[Path, _Turn] = {}  # a scope's turn for updates (``update_turn``)
+        # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
+        # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
+        self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -426,10 +433,12 @@ class Publisher:
         (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
         so processes and threads updating versions of the scope take turns, from the look at the
         version an update replaces to that version's retired file. Re-entrant within a thread (an
-        update holds it while it reads the memory's version and while its learn settles).
+        update holds it while it reads the memory's version and while its learn settles). On a
+        journal that hosts share, the scope's turn among them is taken too (``hosts_turn``), inside.
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
+            JournalError: the turn among the hosts could not be taken.
         """
         self.ensure_folder(self.scope_dir(scope), run_id)  # a synced scope may have no folder left
         directory = self.scope_dir(scope).parent
@@ -443,7 +452,7 @@ class Publisher:
                 finally:
                     turn.depth -= 1
                 return
-            with self.folder_lock(directory, run_id):
+            with self.folder_lock(directory, run_id), self.hosts_turn(scope):
                 turn.depth = 1
                 try:
                     yield

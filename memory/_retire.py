@@ -405,6 +405,16 @@ class Retirer:
         found = self.locate(key)
         if found is None:
             raise unknown(key)
+        if found.retired is None and lists_heads(self._open_journal()):
+            # hosts share the journal: looked at again in the scope's turn among them, so that no
+            # update on another host retires it between the look and this record (both would then
+            # stand in the journal, and which came first would be for the clocks to say)
+            with self._publisher.update_turn(found.scope, root.run_id):
+                found = self.locate(key, found.scope) or found
+                return self._forget_found(key, root, reason, found)
+        return self._forget_found(key, root, reason, found)
+
+    def _forget_found(self, key: str, root: Root, reason: str, found: Located) -> Forgotten:
         if found.retired is not None:  # forgotten (or superseded) already: the first one stands
             self.noted(root, key=key)
             return forgotten_of(found.retired)

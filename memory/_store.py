@@ -57,7 +57,7 @@ from memory._results import (
     Recalled,
     SyncReport,
 )
-from memory._retire import Located, Retirer
+from memory._retire import Located, Retirer, lists_heads
 from memory._root import Root
 from memory._search import Search
 from memory._syncing import Syncer, latest_commits
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from memory._erase import Erased
+    from memory._files import Retired
     from memory._session import MemorySession
 
 T = TypeVar("T")
@@ -162,6 +163,7 @@ class MemoryStore:
             shared=self._retirer.shared.current,
         )
         self._retirer.on_retired = self._search.discard_vectors
+        self._publisher.hosts_turn = self._hosts_turn
         self._journal_keys = JournalKeys(
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
@@ -185,6 +187,18 @@ class MemoryStore:
                 # a file journal made here takes the DB's mode, as the learned files do
                 self._journal = journal.open_journal(self.journal_location, mode=db_mode(self.db_path))
             return self._journal
+
+    def _hosts_turn(self, scope: str) -> contextlib.AbstractContextManager[None]:
+        """The turn of ``scope`` among the hosts sharing this store's journal, which an update (and
+        a forget or an erase) holds inside this host's (``Publisher.update_turn``): on a journal
+        hosts share, two hosts retiring one version at once would each append a retirement, and
+        which of them stands would be settled by the clocks of their records, after one of them
+        had answered. A journal of one host needs none."""
+        backend = self.open_journal()
+        turn = getattr(backend, "turn", None)
+        if turn is None or not lists_heads(backend):
+            return contextlib.nullcontext()
+        return turn(f"memory-scope:{scope}")  # type: ignore[no-any-return]
 
     @property
     def db(self) -> HistoryDB:
@@ -402,7 +416,49 @@ class MemoryStore:
         if found is not None:
             return found
         memory = self._memory_id(key)  # a version's key: its memory's
-        return None if memory == key else self._read(self._search.current, memory)
+        found = None if memory == key else self._read(self._search.current, memory)
+        if found is None and self._read(self._adopt_newer, key):
+            found = self._read(self._search.current, memory)
+        return found
+
+    def _adopt_newer(self, key: str) -> bool:
+        """On a journal that hosts share: when the version ``key`` was superseded, on another host,
+        by versions this host has not published yet (they reach its folders on ``sync``), publish
+        the newest one's learned file from its commit now, so that ``current`` and an update by
+        memory id find the memory's live version here instead of calling it forgotten. The chain
+        of supersedes is read from the journal's retirements (``SharedRetirements``); the commit is
+        checked like every record read back, and an update that lost its race or an erased
+        version is never published. True when a file was published.
+
+        Raises:
+            JournalError: the journal cannot be read, or the commit is not of the exact shape.
+            Unwritable: the file could not be published.
+        """
+        shared = self._retirer.shared.current()
+        standing: Retired | None = None
+        at, seen = key, set[str]()
+        while at not in seen and len(seen) < 10_000:
+            seen.add(at)
+            retired = shared.get(at)
+            if retired is None:
+                break
+            if retired.by is None:
+                return False  # forgotten: the memory has no live version anywhere
+            standing, at = retired, retired.by
+        if standing is None or at in shared:
+            return False
+        backend = self.open_journal()
+        record = backend.find(standing.citation.run_id, STREAM, at)
+        if record is None or is_erased(record):
+            return False
+        checked_commit(record, backend.location)
+        if record.payload["id"] != at or self.update_lost(record):
+            return False
+        path = self._publisher.scope_dir(record.payload["scope"]) / f"{at}.json"
+        if os.path.lexists(path) or self._db.held([at]):
+            return False  # here already: the reads above decide
+        self.republish(record)
+        return True
 
     def _memory_id(self, key: str) -> str:
         """The memory ``key`` names: its own (a memory id), or the one its version belongs to. A
@@ -492,7 +548,23 @@ class MemoryStore:
         if dry_run or not keys:
             return ForgottenMany(keys, reason, chosen, dry_run=dry_run)
         ids = sorted((e.key, e.scope) for e in found)
-        record = self._retirer.forget_many(root, ids, reason=reason, filter=chosen)
+        with contextlib.ExitStack() as turns:
+            if lists_heads(self.open_journal()):
+                # hosts share the journal: the matches are read again in the turns of their scopes,
+                # so no update on another host retires one between the look and the record (its
+                # retirement and this one would then both stand in the journal); what has gone
+                # meanwhile is left out, and what is new is left for the next forget
+                for held in sorted({e.scope for e in found}):
+                    turns.enter_context(self._publisher.update_turn(held, root.run_id))
+                now = self.recall(
+                    scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None
+                )
+                live = {(e.key, e.scope) for e in now}
+                ids = [pair for pair in ids if pair in live]
+                if not ids:
+                    return ForgottenMany((), reason, chosen)
+                keys = tuple(sorted(key for key, _ in ids))
+            record = self._retirer.forget_many(root, ids, reason=reason, filter=chosen)
         citation = Citation(record.run_id, record.stream, record.id)
         return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
 

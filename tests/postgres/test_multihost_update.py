@@ -1,0 +1,118 @@
+"""Two hosts (separate ``<db-dir>``s) updating one memory through one PostgreSQL journal.
+
+A host's update by memory id builds on the version another host wrote, synced here or not; updates
+racing on both hosts take turns through the journal, so every one is answered, each answered
+version is the live one or was superseded by a later one, and both hosts agree on the live version.
+A forget racing them never leaves an answered update hidden behind a retirement that came later.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
+    return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
+
+
+def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(tmp_path: Path, postgres_dsn: str) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="team") as s:
+        mid = s.learn({"text": "the meeting is on monday"}).memory_id
+    b.materialize()
+    with a.session(scope="team") as s:
+        second = s.update(mid, {"text": "the meeting is on tuesday"})
+    # B has not synced: it still reads the memory as one memory, at A's version
+    now = b.current(mid)
+    assert now is not None and now.key == second.key and now.text == "the meeting is on tuesday"
+    with b.session(scope="team") as s:
+        third = s.update(mid, {"text": "the meeting is on wednesday"})
+    assert third.memory_id == mid
+    for store in (a, b):
+        live = store.current(mid)
+        assert live is not None and live.key == third.key
+        kinds = [(e.kind, e.key) for e in store.history(mid) if e.kind != "learned"]
+        assert ("superseded", second.key) in kinds
+        store.sync()
+        assert [e.key for e in store.recall(scope="team")] == [third.key]
+        assert memory.check_store(store) == []
+    a.close()
+    b.close()
+
+
+_UPDATER = """
+import sys
+import memory
+dsn, db, mid, name, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+store = memory.MemoryStore(db, journal=dsn)
+print("ready", flush=True)
+sys.stdin.readline()
+with store.session(scope="race", flow=name) as s:
+    for i in range(n):
+        try:
+            print("acked", s.update(mid, {"text": f"{name} wrote version {i}"}).key, flush=True)
+        except memory.FlowsMemoryError as exc:
+            print("refused", exc.code, str(exc).replace(chr(10), " ")[:300], flush=True)
+store.close()
+"""
+
+
+@pytest.mark.slow
+def test_updates_racing_on_two_hosts_are_all_answered_and_agree(tmp_path: Path, postgres_dsn: str) -> None:
+    dbs = {name: tmp_path / name / "history.db" for name in ("a", "b")}
+    with memory.MemoryStore(dbs["a"], journal=postgres_dsn) as a, a.session(scope="race") as s:
+        mid = s.learn({"text": "version zero"}).memory_id
+    with memory.MemoryStore(dbs["b"], journal=postgres_dsn) as b:
+        b.materialize()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _UPDATER, postgres_dsn, str(db), mid, f"{name}{w}", "12"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name, db in dbs.items()
+        for w in range(2)
+    ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.close()
+    outs = []
+    for p in procs:
+        assert p.stdout is not None
+        outs.append(p.stdout.read())
+        p.stdout.close()
+    assert [p.wait(180) for p in procs] == [0] * len(procs)
+    lines = [line.split(" ", 2) for out in outs for line in out.splitlines()]
+    assert [line for line in lines if line[0] != "acked"] == []
+    acked = {line[1] for line in lines}
+    assert len(acked) == 12 * len(procs)
+    live = set()
+    for db in dbs.values():
+        with memory.MemoryStore(db, journal=postgres_dsn) as store:
+            store.sync()
+            now = store.current(mid)
+            assert now is not None and now.key in acked
+            live.add(now.key)
+            assert [e.key for e in store.recall(scope="race")] == [now.key]
+            kinds: dict[str, set[str]] = {}
+            for e in store.history(mid):
+                kinds.setdefault(e.key, set()).add(e.kind)
+            # every answered version is the live one or was superseded by a later one: none lost
+            assert [k for k in acked if k != now.key and "superseded" not in kinds.get(k, set())] == []
+            assert memory.check_store(store) == []
+    assert len(live) == 1
