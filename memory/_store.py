@@ -417,7 +417,9 @@ class MemoryStore:
             return found
         memory = self._memory_id(key)  # a version's key: its memory's
         found = None if memory == key else self._read(self._search.current, memory)
-        if found is None and self._read(self._adopt_newer, key):
+        for _ in range(UPDATE_ATTEMPTS):  # the version published may be superseded in the meantime
+            if found is not None or not self._read(self._adopt_newer, key):
+                break
             found = self._read(self._search.current, memory)
         return found
 
@@ -428,7 +430,8 @@ class MemoryStore:
         memory id find the memory's live version here instead of calling it forgotten. The chain
         of supersedes is read from the journal's retirements (``SharedRetirements``); the commit is
         checked like every record read back, and an update that lost its race or an erased
-        version is never published. True when a file was published.
+        version is never published. True when that version is in place here now (published by
+        this call, or by another process since the caller's read), so the caller reads again.
 
         Raises:
             JournalError: the journal cannot be read, or the commit is not of the exact shape.
@@ -455,9 +458,8 @@ class MemoryStore:
         if record.payload["id"] != at or self.update_lost(record):
             return False
         path = self._publisher.scope_dir(record.payload["scope"]) / f"{at}.json"
-        if os.path.lexists(path) or self._db.held([at]):
-            return False  # here already: the reads above decide
-        self.republish(record)
+        if not os.path.lexists(path) and not self._db.held([at]):  # else here already: read again
+            self.republish(record)
         return True
 
     def _memory_id(self, key: str) -> str:

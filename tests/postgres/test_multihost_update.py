@@ -24,7 +24,9 @@ def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
     return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
 
 
-def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(tmp_path: Path, postgres_dsn: str) -> None:
+def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
     a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
     with a.session(scope="team") as s:
         mid = s.learn({"text": "the meeting is on monday"}).memory_id
@@ -66,6 +68,37 @@ store.close()
 """
 
 
+def _start(script: str, *args: str) -> subprocess.Popen[str]:
+    """A helper process, once it has opened its store (it then waits for a line on stdin)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _go(procs: list[subprocess.Popen[str]]) -> None:
+    """Let every process of ``procs`` go at once."""
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+
+
+def _finish(proc: subprocess.Popen[str]) -> str:
+    """What ``proc`` printed, once it has exited 0."""
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.stdout.close()
+    assert proc.wait(120) == 0
+    return out
+
+
 @pytest.mark.slow
 def test_updates_racing_on_two_hosts_are_all_answered_and_agree(tmp_path: Path, postgres_dsn: str) -> None:
     dbs = {name: tmp_path / name / "history.db" for name in ("a", "b")}
@@ -73,30 +106,13 @@ def test_updates_racing_on_two_hosts_are_all_answered_and_agree(tmp_path: Path, 
         mid = s.learn({"text": "version zero"}).memory_id
     with memory.MemoryStore(dbs["b"], journal=postgres_dsn) as b:
         b.materialize()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _UPDATER, postgres_dsn, str(db), mid, f"{name}{w}", "12"],
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        _start(_UPDATER, postgres_dsn, str(db), mid, f"{name}{w}", "12")
         for name, db in dbs.items()
         for w in range(2)
     ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.close()
-    outs = []
-    for p in procs:
-        assert p.stdout is not None
-        outs.append(p.stdout.read())
-        p.stdout.close()
-    assert [p.wait(180) for p in procs] == [0] * len(procs)
+    _go(procs)
+    outs = [_finish(p) for p in procs]
     lines = [line.split(" ", 2) for out in outs for line in out.splitlines()]
     assert [line for line in lines if line[0] != "acked"] == []
     acked = {line[1] for line in lines}
@@ -116,3 +132,56 @@ def test_updates_racing_on_two_hosts_are_all_answered_and_agree(tmp_path: Path, 
             assert [k for k in acked if k != now.key and "superseded" not in kinds.get(k, set())] == []
             assert memory.check_store(store) == []
     assert len(live) == 1
+
+
+_FORGETTER = """
+import sys, time
+import memory
+dsn, db, mid, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+store = memory.MemoryStore(db, journal=dsn)
+print("ready", flush=True)
+sys.stdin.readline()
+time.sleep(delay)
+with store.session(scope="race", flow="forgetter") as s:
+    now = store.current(mid)
+    assert now is not None, "the memory has a live version on some host all along"
+    done = s.forget(now.key, reason="forgotten in the race")
+    print(now.key, done.reason if done.reason is not None else "superseded", flush=True)
+store.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1])
+def test_a_forget_racing_updates_on_another_host_retires_a_version_at_most_once(
+    tmp_path: Path, postgres_dsn: str, delay: float
+) -> None:
+    a_db, b_db = tmp_path / "a" / "history.db", tmp_path / "b" / "history.db"
+    with memory.MemoryStore(a_db, journal=postgres_dsn) as a, a.session(scope="race") as s:
+        mid = s.learn({"text": "version zero"}).memory_id
+    with memory.MemoryStore(b_db, journal=postgres_dsn) as b:
+        b.materialize()
+    updater = _start(_UPDATER, postgres_dsn, str(a_db), mid, "a", "30")
+    forgetter = _start(_FORGETTER, postgres_dsn, str(b_db), mid, str(delay))
+    _go([updater, forgetter])
+    updates = [line.split(" ", 2) for line in _finish(updater).splitlines()]
+    key, answer = _finish(forgetter).strip().split(" ", 1)
+    acked = [line[1] for line in updates if line[0] == "acked"]
+    with memory.MemoryStore(a_db, journal=postgres_dsn) as store:
+        store.sync()
+        kinds: dict[str, list[str]] = {}
+        for e in store.history(mid):
+            kinds.setdefault(e.key, []).append(e.kind)
+        # one retirement per version, whoever made it: never forgotten and superseded both
+        assert [k for k, seen in kinds.items() if {"forgotten", "superseded"} <= set(seen)] == []
+        retired_as = "forgotten" if answer == "forgotten in the race" else "superseded"
+        assert retired_as in kinds[key]
+        now = store.current(mid)
+        if retired_as == "forgotten":  # the forget stood: nothing was built on that version after it
+            assert now is None
+            assert (acked[-1] if acked else mid) == key
+            assert [line[0] for line in updates] == ["acked"] * len(acked) + ["refused"] * (30 - len(acked))
+        else:  # superseded first: the forget answered with that, and the updates all went on
+            assert [line for line in updates if line[0] != "acked"] == []
+            assert now is not None and now.key == acked[-1]
+        assert memory.check_store(store) == []
