@@ -63,6 +63,7 @@ if typing.TYPE_CHECKING:
         scope_dirs,
     )
     from memory._results import (
+        HISTORY_KINDS,
         Citation,
         Explained,
         Forgotten,
@@ -81,6 +82,7 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "ERASE_STREAM",
     "FORGET_MANY_MAX",
+    "HISTORY_KINDS",
     "METADATA_MAX_BYTES",
     "META_FILTER_MAX",
     "QUARANTINE_DIR",
@@ -177,6 +179,7 @@ _LAZY: dict[str, str] = {
     "FORGET_MANY_MAX": "memory._finding",
     "HistoryDB": "memory._db",
     "HistoryEvent": "memory._results",
+    "HISTORY_KINDS": "memory._results",
     "METADATA_MAX_BYTES": "memory._finding",
     "Learned": "memory._results",
     "MemorySession": "memory._session",

@@ -261,20 +261,23 @@ class ForgottenMany:
         }
 
 
-HISTORY_KINDS = ("learned", "superseded", "forgotten", "expired", "erased")
+HISTORY_KINDS = ("learned", "lost", "superseded", "forgotten", "expired", "erased")
 """The kinds of ``HistoryEvent``, in the order events of one instant are listed."""
 
 
 @dataclass(frozen=True)
 class HistoryEvent:
-    """One event in a finding's history: ``learned`` (a commit of it), ``superseded`` (``by`` the
-    key that replaced it), ``forgotten`` (with its ``reason``) or ``expired`` (its ``expiresMs``
-    has passed); ``at_ms`` is when, ``citation`` the journal record that says so (for ``expired``,
-    the commit that carries the expiry). ``memory`` is the memory the key is a version of (a
-    history lists every version of one memory). ``flow`` names who made the change (the flow of the root
-    run that committed it; None when only a DB row or file without it is left), and ``content`` is
-    what a ``learned`` event committed (the finding as JSON: ``text``, ``source``, ``tags``, and
-    ``metadata``, ``expiresMs`` when set; None for the other kinds)."""
+    """One event in a finding's history: ``learned`` (a commit of it), ``lost`` (the commit of an
+    update that lost its race: the version it would replace was retired first by another, which its
+    ``reason`` names with that retirement's record; the version was never published and never
+    lived), ``superseded`` (``by`` the key that replaced it), ``forgotten`` (with its ``reason``),
+    ``expired`` (its ``expiresMs`` has passed) or ``erased``; ``at_ms`` is when, ``citation`` the
+    journal record that says so (for ``expired``, the commit that carries the expiry). ``memory`` is
+    the memory the key is a version of (a history lists every version of one memory). ``flow`` names
+    who made the change (the flow of the root run that committed it; None when only a DB row or file
+    without it is left), and ``content`` is what a ``learned`` or ``lost`` event committed (the
+    finding as JSON: ``text``, ``source``, ``tags``, and ``metadata``, ``expiresMs`` when set; None
+    for the other kinds)."""
 
     kind: str
     key: str

@@ -29,19 +29,22 @@ from memory._finding import (
     batch_key,
     check_key,
     check_reason,
+    checked_commit,
+    is_erased,
     render_retirement,
     retire_many_payload,
     retire_payload,
+    retirement_to_publish,
     retirements_in,
 )
 from memory._paths import scope_folders
 from memory._publisher import Publisher, holds
-from memory._results import Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
+from memory._results import HISTORY_KINDS, Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
 from memory._root import Root
 from memory._safe import regular_prefix
 from staging import failpoint
 
-_KIND_ORDER = {"learned": 0, "superseded": 1, "forgotten": 2, "expired": 3, "erased": 4}
+_KIND_ORDER = {kind: n for n, kind in enumerate(HISTORY_KINDS)}
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,17 @@ def retirement_event(r: Retired, memory: str | None = None) -> HistoryEvent:
     kind = "forgotten" if r.by is None else "superseded"
     return HistoryEvent(
         kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by, flow=r.flow, memory=memory or r.key
+    )
+
+
+def _lost_reason(beaten: Retired) -> str:
+    """What a ``lost`` history event says: the version the update would replace was retired first,
+    by which record, so the update's version was never published."""
+    how = f"forgotten: {beaten.reason}" if beaten.by is None else f"superseded by {beaten.by}"
+    c = beaten.citation
+    return (
+        f"this update lost its race and its version was never published: the version it replaces, "
+        f"{beaten.key}, was retired first ({how}) by record {c.id} of root run {c.run_id}"
     )
 
 
@@ -471,20 +485,26 @@ class Retirer:
         as that version's standing retired file says, or, with none published, the retirement
         ``chosen`` for it (``retirement_to_publish``). The update that wrote it forgets it on seeing
         that (``Learner._refuse_if_retired``); when a crash kept it from looking, the new version
-        must not come back either, so no path publishes it. A damaged retired file tells nothing:
-        False (every read of its scope fails closed on it until ``flows check --repair``)."""
+        must not come back either, so no path publishes it, and ``history`` lists it as ``lost``.
+        A damaged retired file tells nothing: False (every read of its scope fails closed on it
+        until ``flows check --repair``)."""
+        return self.lost_to(record, chosen) is not None
+
+    def lost_to(self, record: Record, chosen: Mapping[str, Record] | None = None) -> Retired | None:
+        """The retirement of the version ``record`` supersedes that was made first by another, when
+        ``record`` is an update that lost its race (see ``lost``); None when it did not lose."""
         p = record.payload
         old = p.get("supersedes")
         if not isinstance(old, str):
-            return False
+            return None
         try:
             standing = self.published_retirement(old, p.get("supersedesScope", p["scope"]))
         except Unreachable:
-            return False  # damaged: reads fail closed on it, and check reports and mends it
+            return None  # damaged: reads fail closed on it, and check reports and mends it
         if standing is not None:
-            return bool(standing.by != p["id"])
+            return standing if standing.by != p["id"] else None
         first = None if chosen is None else chosen.get(old)
-        return first is not None and bool(first.payload.get("by") != p["id"])
+        return retired_of(first) if first is not None and first.payload.get("by") != p["id"] else None
 
     def still_ours(self, key: str, scope: str, published: bytes) -> bool:
         """Whether the retired file of ``key`` still holds ``published`` (what ``settle_supersede``
@@ -616,7 +636,6 @@ class Retirer:
     def history(self, key: str, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """See ``MemoryStore.history``: every version of the memory ``key`` is (or is a version of)."""
         check_key(key)
-        now = self._clock()
         backend = self._open_journal()
         learns: list[Record] = []
         retires: list[Record] = []
@@ -634,8 +653,39 @@ class Retirer:
             str(r.payload.get("id")) for r in learns if _memory_of(r.payload) == memory
         }
         versions.update(self._db.versions(memory))
+        chosen: dict[str, Record] = {}  # key -> the retirement of it to publish (``lost``)
+        for rec in retires:
+            chosen[rec.payload["id"]] = retirement_to_publish(chosen.get(rec.payload["id"]), rec)
+        events, lost = self._commit_events(learns, versions, memory, backend.location, chosen)
+        for rec in retires:
+            # the supersede a lost update committed never took effect: the first retirement stands
+            if rec.payload.get("id") in versions and (rec.payload["id"], rec.payload["by"]) not in lost:
+                events.append(retirement_event(retired_of(rec), memory))
+        events += _erased_events(erasures, memory)
+        if not events:
+            for k in sorted(versions):
+                events += self._history_from_store(k, memory)
+        if not events:
+            raise unknown(key)
+        events.sort(key=lambda e: (e.at_ms, _KIND_ORDER[e.kind], e.citation.run_id))
+        return events
+
+    def _commit_events(
+        self,
+        learns: Iterable[Record],
+        versions: set[str],
+        memory: str,
+        location: str,
+        chosen: Mapping[str, Record],
+    ) -> tuple[list[HistoryEvent], set[tuple[str, str]]]:
+        """The events of the commits in ``learns`` of the keys ``versions``: ``learned`` for each,
+        ``expired`` once the first commit's ``expiresMs`` has passed, and ``lost`` for the commit of
+        an update that lost its race (``lost_to``, with ``chosen`` the retirement to publish of each
+        key): its version never lived. Also each (version replaced, key) such an update names."""
+        now = self._clock()
         events: list[HistoryEvent] = []
         expiring: dict[str, tuple[int, Citation, int]] = {}  # key -> expiresMs, the first commit, its time
+        lost: set[tuple[str, str]] = set()
         for rec in learns:
             p = rec.payload
             fid = p.get("id")
@@ -645,26 +695,38 @@ class Retirer:
             content = frozen_metadata(p["finding"]) if isinstance(p.get("finding"), dict) else None
             flow = p["flow"] if isinstance(p.get("flow"), str) else None
             ms = int(p["learnedMs"])
+            beaten = self._lost_in(rec, location, chosen)
+            if beaten is not None:
+                lost.add((beaten.key, fid))
+                why = _lost_reason(beaten)
+                events.append(
+                    HistoryEvent("lost", fid, ms, citation, why, flow=flow, content=content, memory=memory)
+                )
+                continue
             events.append(
                 HistoryEvent("learned", fid, ms, citation, flow=flow, content=content, memory=memory)
             )
             expires = (p.get("finding") or {}).get("expiresMs")
             if isinstance(expires, int) and (fid not in expiring or ms < expiring[fid][2]):
                 expiring[fid] = (expires, citation, ms)
-        for rec in retires:
-            if rec.payload.get("id") in versions:
-                events.append(retirement_event(retired_of(rec), memory))
-        events += _erased_events(erasures, memory)
-        if not events:
-            for k in sorted(versions):
-                events += self._history_from_store(k, memory)
-        if not events:
-            raise unknown(key)
         for fid, (expires, citation, _) in expiring.items():
             if expires <= now:
                 events.append(HistoryEvent("expired", fid, expires, citation, memory=memory))
-        events.sort(key=lambda e: (e.at_ms, _KIND_ORDER[e.kind], e.citation.run_id))
-        return events
+        return events, lost
+
+    def _lost_in(self, record: Record, location: str, chosen: Mapping[str, Record]) -> Retired | None:
+        """``lost_to(record, chosen)`` for a commit a history reads: the retirement that beat it
+        when it is an update that lost its race; None for any other commit, or one that is not of a
+        commit's shape (``flows check`` reports it)."""
+        if "supersedes" not in record.payload:
+            return None
+        try:
+            checked = record if is_erased(record) else checked_commit(record, location)
+        except JournalCorrupt:
+            return None
+        if not isinstance(checked.payload.get("scope"), str):
+            return None
+        return self.lost_to(checked, chosen)
 
     def _history_from_store(self, key: str, memory: str | None = None) -> list[HistoryEvent]:
         """What the DB or a learned file knows of ``key`` when the journal holds none of it."""

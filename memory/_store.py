@@ -771,7 +771,9 @@ class MemoryStore:
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
         (``learned``), its retirement (``superseded`` with ``by``, ``forgotten`` with ``reason``),
-        and ``expired`` once its ``expiresMs`` has passed; each with its citation.
+        and ``expired`` once its ``expiresMs`` has passed; each with its citation. The commit of an
+        update that lost its race (``update_lost``) is ``lost``, not ``learned``: its ``reason``
+        names the retirement that stood; its version never lived.
 
         ``runs`` are the ids of the root runs to look in (default: the runs the journal's key index
         names, brought up to date by a look at every run's streams, ``memory._keyindex``; every run

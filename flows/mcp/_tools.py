@@ -14,7 +14,7 @@ from jsonschema.exceptions import best_match
 
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
-from memory import TAGS_MAX
+from memory import HISTORY_KINDS, TAGS_MAX
 from memory.cli import instant_ms
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
@@ -498,7 +498,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "The life of a memory, oldest first, across every version of it (`key` may be its "
             "`memoryId` or any version's key): when each version was learned (with the `content` that "
             "was committed: text, source, tags, metadata), superseded (and by which key), forgotten "
-            "(and why) or expired, each event with its version's `key`, the `flow` that made it and "
+            "(and why), expired or erased, and each update that lost its race (`lost`: the version it "
+            "would replace was retired first, as its `reason` says; it never lived), each event with "
+            "its version's `key`, the `flow` that made it and "
             "the `citation` of its journal record. It "
             "answers for forgotten and superseded findings too. Repeats: it only reads. Errors: "
             + _ARGUMENT_ERRORS
@@ -514,7 +516,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "items": {
                         "type": "object",
                         "properties": {
-                            "kind": {"enum": ["learned", "superseded", "forgotten", "expired"]},
+                            "kind": {"enum": list(HISTORY_KINDS)},
                             "key": _KEY,
                             "atMs": {"type": "integer"},
                             "citation": _CITATION,

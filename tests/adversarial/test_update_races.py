@@ -129,6 +129,10 @@ def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: P
     assert updater.returncode == -9 and "ACK" not in out
     with memory.MemoryStore(db) as store:
         assert store.recall(scope="s", limit=None) == []
+        # its commit is in the journal, but its version never lived: lost, never learned
+        # (stamped before it staged, so it may be listed before the forget that beat it)
+        events = sorted((e.kind, e.key == memory_id) for e in store.history(memory_id))
+        assert events == [("forgotten", True), ("learned", True), ("lost", False)], events
         store.sync()
         assert store.recall(scope="s", limit=None) == []
         memory.repair_store(store, memory.check_store(store))

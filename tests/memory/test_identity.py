@@ -270,3 +270,53 @@ def test_a_version_rewritten_after_this_process_learned_it_is_refused_by_its_own
         assert [p.name for p in learned.path.parent.iterdir() if not p.name.startswith(".")] == [
             learned.path.name
         ]
+
+
+def test_an_update_that_lost_its_race_is_lost_in_history_never_learned(tmp_path: Path) -> None:
+    """An update whose commit names a version another retired first (a forget here; the race of
+    ``tests/adversarial/test_update_races.py``, crafted) never lived: ``history`` (and ``flows
+    history``) lists its commit as ``lost``, saying which retirement stood and citing that record,
+    never as a ``learned`` version, and lists no supersede of the old version by it."""
+    import time
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="desk", flow="prep") as s:
+            old = s.learn({"text": "the old version", "tags": ["t"]})
+        with store.session(scope="desk", flow="forgetter") as s:
+            forgot = s.forget(old.key, reason="the user asked")
+        item = memory.validate({"text": "the new version", "tags": ["t"]}, "desk")
+        new_key = memory.finding_id("desk", item)
+        jr = store.open_journal()
+        _, lease = jr.begin("updater", "desk", {})
+        payload = {
+            "id": new_key,
+            "scope": "desk",
+            "flow": "updater",
+            "finding": item.as_json(),
+            "learnedMs": int(time.time() * 1000) + 1,
+            "memory": old.key,
+            "supersedes": old.key,
+            "supersedesScope": "desk",
+        }
+        commit = jr.append(lease, memory.STREAM, payload, key=new_key)  # killed before it looked
+        assert store.update_lost(commit)
+        for key in (old.key, new_key):
+            events = store.history(key)
+            assert [(e.kind, e.key) for e in events] == [
+                ("learned", old.key),
+                ("forgotten", old.key),
+                ("lost", new_key),
+            ]
+            lost = events[-1]
+            assert (lost.citation.run_id, lost.citation.id) == (lease.run_id, commit.id)
+            assert lost.reason is not None and "never published" in lost.reason
+            assert f"record {forgot.citation.id} of root run {forgot.citation.run_id}" in lost.reason
+            assert lost.by is None and lost.memory == old.key
+        assert store.recall(limit=None) == [] and memory.check_store(store) == []
+    shown = json_of(flows(db, "history", new_key, "--json"))
+    assert [(e["kind"], e["key"]) for e in shown][-1] == ("lost", new_key)
+    table = flows(db, "history", old.key)
+    assert table.returncode == 0, table.stderr
+    (row,) = [line for line in table.stdout.splitlines() if new_key in line]
+    assert row.startswith("lost ") and "never published" in row
