@@ -138,9 +138,10 @@ READ_INT_MIN, READ_INT_MAX = -(2**63), 2**63 - 1
 the history DB can compare with, so a read answers the same before and after a sync."""
 
 
-def _check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
+def check_read(*, scope: object, source: object, tag: object, before_ms: object, limit: object) -> None:
     """Refuse a read whose filters have the wrong types or are out of range (``ArgumentInvalid``
-    naming the filter and its bound)."""
+    naming the filter and its bound); the one check of the filters every read, forget by filter and
+    erase by filter takes."""
     if (
         (scope is None or type(scope) is str)
         and (source is None or type(source) is str)
@@ -476,7 +477,7 @@ class Search:
         meta: Mapping[str, Any] | None = None,
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
-        _check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
         while True:  # ``_again_if_stale``, without a closure per read
             try:
                 return self._recall(
@@ -719,7 +720,7 @@ class Search:
                 f"why's subject is {size} bytes; at most "
                 f"{TEXT_MAX_BYTES} (TEXT_MAX_BYTES, a finding's longest text): ask with fewer words"
             )
-        _check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=limit)
+        check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=limit)
         mode = self._mode(mode)
         every_tag, wanted_meta = check_filters(tags, meta)
         if not _storable(scope, source, *every_tag):

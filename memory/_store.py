@@ -59,7 +59,7 @@ from memory._results import (
 )
 from memory._retire import Located, Retirer, lists_heads
 from memory._root import Root
-from memory._search import Search
+from memory._search import Search, check_read
 from memory._syncing import Syncer, latest_commits
 from staging import failpoint
 
@@ -79,7 +79,7 @@ read before it could (updates of one scope take turns on a host, so each turn go
 log = logging.getLogger(__name__)
 
 
-def _require_filter(
+def _check_where(
     verb: str,
     *,
     scope: str | None,
@@ -87,13 +87,23 @@ def _require_filter(
     meta: object,
     source: str | None,
     before_ms: int | None,
-) -> None:
-    """Refuse a forget or an erase by filter with no filter at all: it would reach every memory."""
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The one check of a forget's or an erase's filter: each part of the type and in the range a
+    read takes (``check_read``: ``before_ms`` a signed 64-bit integer, never a bool or a float;
+    ``check_filters``), and at least one part given, since an empty filter would reach every memory.
+    Returns the tags and metadata pairs as ``check_filters`` does.
+
+    Raises:
+        ArgumentInvalid: a part is malformed or out of range, or no part is given.
+    """
+    check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=None)
+    every_tag, wanted_meta = check_filters(tags, meta)
     if scope is None and not tags and not meta and source is None and before_ms is None:
         raise ArgumentInvalid(
             f"{verb} by filter needs at least one of scope, tags, meta, source or before: an empty "
             f"filter would {verb} every memory of the store"
         )
+    return every_tag, wanted_meta
 
 
 def _now_ms() -> int:
@@ -531,7 +541,7 @@ class MemoryStore:
             JournalError, Unwritable: as ``forget``.
         """
         check_reason(reason)
-        _require_filter("forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
+        _check_where("forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
         found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
         if len(found) > FORGET_MANY_MAX:
             raise ArgumentInvalid(
@@ -693,8 +703,9 @@ class MemoryStore:
         from memory._erase import commits_matching
 
         check_reason(reason)
-        _require_filter("erase", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
-        every_tag, wanted_meta = check_filters(tags, meta)
+        every_tag, wanted_meta = _check_where(
+            "erase", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms
+        )
         keys = commits_matching(
             self.open_journal(),
             scope=scope,

@@ -462,3 +462,37 @@ def test_an_erase_finds_its_content_in_a_leftover_larger_than_any_bound(tmp_path
         with after.session(scope="cli") as s:
             s.erase(big.key, reason="erase what the crash left")
         assert _files_holding(tmp_path, MARK) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"before_ms": 2**63},
+        {"before_ms": -(2**63) - 1},
+        {"before_ms": 2**200},
+        {"before_ms": True},
+        {"before_ms": 1.5},
+        {"before_ms": "soon"},
+        {"scope": 7},
+        {"source": b"raw"},
+    ],
+    ids=["past-2**63", "below-minus-2**63", "huge", "bool", "float", "text", "scope-int", "source-bytes"],
+)
+def test_erase_by_filter_checks_its_filter_as_forget_by_filter_does(
+    tmp_path: Path, bad: dict[str, object]
+) -> None:
+    """``erase_where`` takes the one check a forget by filter (and every read) takes: a ``before_ms``
+    outside a signed 64-bit integer, a bool, a float, or a part of the wrong type is
+    ``memory_argument_invalid`` with the same message, and nothing is erased."""
+    with memory.MemoryStore(tmp_path / "history.db") as store:
+        with store.session(scope="alice") as s:
+            kept = s.learn({"text": f"alice's secret {MARK}", "tags": ["pref"]})
+        refused = {}
+        for verb in ("forget_where", "erase_where"):
+            with store.session(scope="alice") as s, pytest.raises(memory.ArgumentInvalid) as caught:
+                getattr(s, verb)(reason="asked", tags=["pref"], **bad)
+            assert caught.value.code == "memory_argument_invalid"
+            refused[verb] = caught.value.message
+        assert refused["erase_where"] == refused["forget_where"]
+        assert [e.key for e in store.recall(limit=None)] == [kept.key]
+        assert [e.kind for e in store.history(kept.key)] == ["learned"]
