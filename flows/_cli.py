@@ -269,7 +269,7 @@ def build_cli(only: str | None = None) -> CommandLine:
             return cast(argparse.ArgumentParser, _Unused())
         return cli.command(name, fn, help_)
 
-    from flows._cli_memory import add_filter_options, add_memory_commands, bad_input_exits_2
+    from flows._cli_memory import add_filter_options, add_memory_commands
 
     if only is None or only in RUN_COMMANDS:  # another command need not import their module
         from flows._cli_runs import add_run_commands
@@ -283,7 +283,7 @@ def build_cli(only: str | None = None) -> CommandLine:
         ("recall", cmd_recall, "list findings, newest first"),
         ("why", cmd_why, "which findings answer a subject, and where each came from"),
     ):
-        p = add(name, bad_input_exits_2(fn), help_)
+        p = add(name, fn, help_)
         add_filter_options(p)
         if name == "why":
             p.add_argument("subject", help="a question or words to match against findings")

@@ -9,39 +9,23 @@ happens before anything is journaled or written.
 from __future__ import annotations
 
 import argparse
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 import memory
-from flows._cli_common import cell, diagnose
+from flows._cli_common import cell
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, EXIT_USAGE, expiry_ms, format_ms, instant_ms, progress
+from memory.cli import EXIT_OK, expiry_ms, format_ms, instant_ms, progress
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
 
 CLI_FLOW = "cli"
 """The flow name of the root run a ``flows learn`` or ``flows forget`` journals into."""
-
-
-def bad_input_exits_2(handler: Handler) -> Handler:
-    """Run ``handler``; a malformed argument or finding it meets is diagnosed with its own code and
-    exits 2 (a usage error), like argparse's own refusals."""
-
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except (memory.ArgumentInvalid, memory.FindingInvalid) as exc:
-            diagnose(exc, as_json=args.json)
-            return EXIT_USAGE
-
-    return run
 
 
 def meta_pairs(items: Sequence[str] | None) -> dict[str, Any] | None:
@@ -392,7 +376,7 @@ def add_memory_commands(add: Add) -> None:
     """Register ``learn``, ``forget`` and ``history`` with the ``flows`` parser's ``add``."""
     p = add(
         "learn",
-        bad_input_exits_2(cmd_learn),
+        cmd_learn,
         "learn a finding under a root run of its own (flow 'cli'); print its key and citation",
     )
     p.add_argument("text", help="the finding's text")
@@ -401,7 +385,7 @@ def add_memory_commands(add: Add) -> None:
     p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
     p = add(
         "update",
-        bad_input_exits_2(cmd_update),
+        cmd_update,
         "journal a new version of a memory (it keeps its memory id; history lists every version)",
     )
     p.add_argument("memory_id", metavar="MEMORY_ID", help="the memory's id (as `flows recall` shows it)")
@@ -409,7 +393,7 @@ def add_memory_commands(add: Add) -> None:
     _add_finding_options(p)
     p = add(
         "forget",
-        bad_input_exits_2(cmd_forget),
+        cmd_forget,
         "forget a finding by its key, or all a filter matches (journaled, then gone from reads)",
     )
     p.add_argument(
@@ -430,7 +414,7 @@ def add_memory_commands(add: Add) -> None:
     )
     p = add(
         "erase",
-        bad_input_exits_2(cmd_erase),
+        cmd_erase,
         "erase a memory for good: its content leaves the journal and every copy; a record of it stays",
     )
     p.add_argument(
@@ -442,7 +426,7 @@ def add_memory_commands(add: Add) -> None:
     p.add_argument("--yes", action="store_true", help="erase (without it, nothing is done)")
     p = add(
         "history",
-        bad_input_exits_2(cmd_history),
+        cmd_history,
         "a memory's history: every version, with its content, learned, superseded, forgotten, expired",
     )
     p.add_argument("key", metavar="KEY", help="the memory's id, or the key of any of its versions")

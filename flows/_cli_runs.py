@@ -20,6 +20,7 @@ from flows._errors import FlowFailed, RunInterrupted
 from flows._timeline import run_json, timeline
 from journal import RunInfo, RunState
 from memory.cli import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     LIMIT_MAX,
@@ -86,8 +87,13 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
             from flows._runtime import traceback_text
 
             sys.stderr.write(traceback_text(result.error) + "\n")
-        if isinstance(result.error, CodedError | CodedInterrupt):
+        if isinstance(result.error, CodedInterrupt):
             raise result.error
+        if isinstance(result.error, CodedError):
+            # the run failed: 1, whatever the body's error (a malformed argument given to the
+            # command itself is 2: ``memory.cli``'s exit status for its code)
+            diagnose(result.error, as_json=args.json, run_id=result.run_id)
+            return EXIT_FAILED
         message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
         raise FlowFailed(message, run_id=result.run_id) from result.error
     if args.json:

@@ -51,6 +51,7 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from journal import JournalNameInvalid
+from memory._errors import ArgumentInvalid, FindingInvalid
 from staging import CodedError, CodedInterrupt
 
 __all__ = [
@@ -563,7 +564,8 @@ def _asks_for_every_command(argv: Sequence[str]) -> bool:
 
 _EXIT_EPILOG = """
 exit status: 0 done, 1 failed (one line on stderr: <prog>: error[<code>]: <what to do>), 2 usage
-(also when no command is given), 130 interrupted. A reader that goes away (| head) is not an error.
+or a bad argument (also when no command is given), 130 interrupted. A reader that goes away
+(| head) is not an error.
 """
 
 
@@ -573,9 +575,13 @@ def _run_id_of(args: argparse.Namespace | None) -> str | None:
 
 
 def _exit_status(exc: CodedError | CodedInterrupt) -> int:
+    """The exit status of a command that ends with ``exc``, as docs/SURFACE.md's table gives it for
+    its code: 2 for a bad command line or argument (``usage``, an unsafe run id, a malformed
+    argument or finding, ``$FLOWS_DB`` included, whichever command meets it), 130 interrupted, else
+    1. A flow body's own error is its run's failure, which its command reports as 1 itself."""
     if isinstance(exc, CodedInterrupt):
         return EXIT_INTERRUPTED
-    if isinstance(exc, UsageError | JournalNameInvalid):  # an unsafe run id is a bad argument
+    if isinstance(exc, UsageError | JournalNameInvalid | ArgumentInvalid | FindingInvalid):
         return EXIT_USAGE
     return EXIT_FAILED
 

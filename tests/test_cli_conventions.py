@@ -205,6 +205,54 @@ def test_a_date_its_offset_moves_out_of_range_is_refused_saying_the_range(bad: s
         expiry_ms(bad)
 
 
+KEY = "0" * 32
+#: each flows command that opens the store, with the arguments it needs
+STORE_COMMANDS = {
+    "run": ["run", "FLOW"],
+    "resume": ["resume", "r1"],
+    "runs": ["runs"],
+    "show": ["show", "r1"],
+    "learn": ["learn", "a finding", "--scope", "s"],
+    "update": ["update", KEY, "a new version"],
+    "forget": ["forget", KEY],
+    "erase": ["erase", KEY, "--yes"],
+    "history": ["history", KEY],
+    "journal": ["journal", "r1"],
+    "recall": ["recall"],
+    "why": ["why", "anything"],
+    "sync": ["sync"],
+    "check": ["check"],
+    "serve": ["serve", "--port", "0"],
+    "mcp": ["mcp"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+def test_a_bad_flows_db_is_a_bad_argument_exiting_2_from_every_command(command: str, tmp_path: Path) -> None:
+    """A ``$FLOWS_DB`` no file could have (a file name over 247 bytes) is ``memory_argument_invalid``,
+    which docs/SURFACE.md's table says exits 2: so it does, from every command that opens the store
+    (``check``, ``sync`` and ``runs`` exited 1)."""
+    assert sorted(STORE_COMMANDS) == sorted(set(COMMANDS["flows"]) - {"demo"})  # demo keeps its own store
+    flow = write_flow(tmp_path / "f.py", "return 1")
+    argv = [str(flow) if a == "FLOW" else a for a in STORE_COMMANDS[command]]
+    bad = str(tmp_path / ("a" * 300 + ".db"))
+    result = cli("flows", *argv, "--json", FLOWS_DB=bad)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert orjson.loads(result.stderr.splitlines()[-1])["code"] == "memory_argument_invalid"
+    text = cli("flows", *argv, FLOWS_DB=bad)
+    assert text.returncode == 2 and "error[memory_argument_invalid]" in text.stderr
+
+
+def test_a_flow_body_meeting_a_bad_argument_fails_its_run_with_1(tmp_path: Path) -> None:
+    """The same code from a flow body is the run's failure, not the command line's: exit 1."""
+    db = tmp_path / "store" / "history.db"
+    flow = write_flow(tmp_path / "f.py", 'await f.memory.forget("not a key", reason="x")')
+    result = cli("flows", "run", str(flow), "--json", "--db", str(db))
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    error = orjson.loads(result.stderr.splitlines()[-1])
+    assert error["code"] == "memory_argument_invalid" and error["runId"]
+
+
 @BOTH
 def test_global_options_work_before_and_after_the_command(prog: str, store: Path, home: Path) -> None:
     where = _where(prog, store, home)

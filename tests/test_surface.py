@@ -170,8 +170,8 @@ def test_every_package_reports_the_installed_version(package: str) -> None:
 
 
 def test_the_codes_a_memory_command_refuses_as_bad_input_are_documented_with_exit_2() -> None:
-    """``flows learn``, ``update``, ``forget``, ``recall``… exit 2 for a malformed finding or argument
-    (``flows._cli_memory.bad_input_exits_2``); the table says so (1 only when a flow body raises it)."""
+    """Every command exits 2 for a malformed finding or argument (``memory.cli``'s exit status for
+    the code); the table says so (1 only when a flow body raises it: its run failed)."""
     from tests.conftest import ROOT
 
     rows = {
