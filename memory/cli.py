@@ -52,6 +52,7 @@ import orjson
 
 from journal import JournalNameInvalid
 from memory._errors import ArgumentInvalid, FindingInvalid
+from memory._finding import EXPIRES_MAX
 from staging import CodedError, CodedInterrupt
 
 __all__ = [
@@ -174,31 +175,36 @@ def duration_ms(text: str) -> int | None:
 
 
 def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> int:
-    """``--before``/``--since``/``--expires``: epoch milliseconds, an ISO 8601 date or date-time, or
-    a duration: that long ago (``ahead``: that long from now, for an expiry).
+    """``--before``/``--since``: epoch milliseconds, an ISO 8601 date or date-time, or a duration:
+    that long ago (``ahead``: that long from now).
 
     A date is its midnight; a time without an offset is local time (``$TZ``), like the times the
     CLIs print. The value must fall in 1970 … the end of signed 64-bit milliseconds.
     """
+    value = _instant(text, now_ms=now_ms, ahead=ahead)
+    if not 0 <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r}")
+    return value
+
+
+def _instant(text: str, *, now_ms: int | None, ahead: bool) -> int:
+    """``text`` as epoch milliseconds (see ``instant_ms``), out of range or not: -1 for an ISO date
+    its offset moves before year 1 or past 9999, ``INT64_MAX + 1`` for digits past 64 bits."""
     text = text.strip()
     span = duration_ms(text)
     if span is not None:
         now = round(time.time() * 1000) if now_ms is None else now_ms
-        value = now + span if ahead else now - span
-    elif _DIGITS.match(text):
-        value = int(text) if len(text.lstrip("0")) <= 20 else INT64_MAX + 1  # past 64 bits: refused below
-    else:
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r}") from None
-        try:
-            value = round(moment.astimezone().timestamp() * 1000)
-        except (OverflowError, ValueError, OSError):  # its offset (or $TZ) moves it past year 1 … 9999
-            value = -1
-    if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r}")
-    return value
+        return now + span if ahead else now - span
+    if _DIGITS.match(text):
+        return int(text) if len(text.lstrip("0")) <= 20 else INT64_MAX + 1  # past 64 bits: refused
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r}") from None
+    try:
+        return round(moment.astimezone().timestamp() * 1000)
+    except (OverflowError, ValueError, OSError):  # its offset (or $TZ) moves it past year 1 … 9999
+        return -1
 
 
 def db_path(text: str) -> str:
@@ -223,9 +229,17 @@ def journal_location(text: str) -> str:
     return text
 
 
-def expiry_ms(text: str) -> int:
-    """``--expires``: as ``instant_ms``, a duration counting from now (``7d``: a week from now)."""
-    return instant_ms(text, ahead=True)
+def expiry_ms(text: str, *, now_ms: int | None = None) -> int:
+    """``--expires``: as ``instant_ms``, a duration counting from now (``7d``: a week from now), in
+    the range a finding's ``expiresMs`` takes (1 to ``EXPIRES_MAX``, 2**53 - 1: the largest integer
+    every JSON reader keeps exact), so a time past it is refused here, as the other dates are."""
+    value = _instant(text, now_ms=now_ms, ahead=True)
+    if not 0 < value <= EXPIRES_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be from 1 to {EXPIRES_MAX} ms (2^53 - 1, the latest expiry a finding takes; "
+            f"{_RANGE}; or a duration from now that ends by then), got {text!r}"
+        )
+    return value
 
 
 def format_ms(ms: int | None, *, precise: bool = False) -> str:

@@ -253,6 +253,25 @@ def test_a_flow_body_meeting_a_bad_argument_fails_its_run_with_1(tmp_path: Path)
     assert error["code"] == "memory_argument_invalid" and error["runId"]
 
 
+def test_an_expiry_past_2_to_the_53_ms_is_refused_at_the_argument_saying_the_range(tmp_path: Path) -> None:
+    """``--expires`` takes what a finding's ``expiresMs`` takes, 1 to 2^53 - 1 ms: a later time (epoch
+    ms, or a duration that ends past it) is a usage error naming that range, as an out-of-range date
+    is, never a ``memory_finding_invalid`` after the parse; nothing is written."""
+    assert expiry_ms(str(2**53 - 1)) == 2**53 - 1
+    assert expiry_ms("7d", now_ms=1000) == 1000 + 7 * 86_400_000
+    for bad in (str(2**53), str(2**63 - 1), "0"):
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"from 1 to {2**53 - 1} ms"):
+            expiry_ms(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"from 1 to {2**53 - 1} ms"):
+        expiry_ms("1w", now_ms=2**53 - 1)
+    db = tmp_path / "store" / "history.db"
+    result = cli("flows", "learn", "x", "--scope", "s", "--expires", str(2**53), "--json", "--db", str(db))
+    assert (result.returncode, result.stdout) == (2, "")
+    error = orjson.loads(result.stderr)
+    assert error["code"] == "usage" and f"from 1 to {2**53 - 1} ms" in error["message"]
+    assert not db.parent.exists()
+
+
 @BOTH
 def test_global_options_work_before_and_after_the_command(prog: str, store: Path, home: Path) -> None:
     where = _where(prog, store, home)

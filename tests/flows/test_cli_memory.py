@@ -114,7 +114,11 @@ BAD = [
     (("learn", "x", "--scope", "desk", "--meta", "k" * 129 + "=1"), "memory_finding_invalid"),
     (("learn", "x", "--scope", "desk", "--tag", ""), "memory_finding_invalid"),
     (("learn", "x", "--scope", "desk", "--supersedes", "abc"), "memory_argument_invalid"),
-    (("learn", "x", "--scope", "desk", "--expires", "0"), "memory_finding_invalid"),
+    (("learn", "x", "--scope", "desk", "--expires", "0"), "usage"),  # the argument's range: 1 to 2^53 - 1
+    (("learn", "x", "--scope", "desk", "--expires", str(2**53)), "usage"),
+    (("learn", "x", "--scope", "desk", "--expires", "1970-01-01T00:00:00+00:00"), "usage"),
+    (("learn", "x", "--scope", "desk", "--expires", "15000000w"), "usage"),  # ends past 2^53 ms
+    (("update", "0" * 32, "x", "--expires", str(2**63 - 1)), "usage"),
     (("learn", "x", "--scope", "desk", "--expires", "soon"), "usage"),
     (("learn", "x"), "usage"),
     (("forget", "abc"), "memory_argument_invalid"),
