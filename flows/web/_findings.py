@@ -262,13 +262,14 @@ class FindingDetail:
         """``live``, or the event that ended it: ``forgotten``, ``superseded`` or ``expired``."""
         if self.live is not None:
             return "live"
-        ended = [e for e in self.history if e.kind != "learned"]
-        return ended[0].kind if ended else "gone"
+        ended = self.ended
+        return ended.kind if ended is not None else "gone"
 
     @property
     def ended(self) -> HistoryEvent | None:
-        """The event that took the finding out of every read, if one did."""
-        return next((e for e in self.history if e.kind != "learned"), None)
+        """The event that took this version out of every read, if one did (the history is its
+        memory's, every version's: only this version's own events count)."""
+        return next((e for e in self.history if e.key == self.key and e.kind != "learned"), None)
 
 
 def finding_detail(
@@ -277,8 +278,8 @@ def finding_detail(
     """The finding ``key`` with its history (looked for in ``runs``, the ids of the root runs that
     name it: ``KeyIndex``); None when nothing knows the key.
 
-    A finding no longer live is shown from its first commit's record in the journal (its text,
-    tags, source and metadata, as learned).
+    A finding no longer live is shown from its own commit's record in the journal (its text, tags,
+    source and metadata, as learned), never from another version's of its memory.
 
     Raises:
         memory.ArgumentInvalid: ``key`` is not a key.
@@ -293,7 +294,7 @@ def finding_detail(
         history = []
     learned = None
     if live is None:
-        first = next((e for e in history if e.kind == "learned"), None)
+        first = next((e for e in history if e.kind == "learned" and e.key == key), None)
         if first is not None:
             learned = _learned_record(backend, first)
     return FindingDetail(key, live, learned, history)

@@ -574,3 +574,24 @@ def test_a_failed_runs_page_shows_its_recorded_traceback(client: TestClient, dem
     assert '<details class="traceback"><summary>traceback</summary><pre>' in html
     last = recorded.strip().splitlines()[-1]
     assert html_escape(last) in html
+
+
+def test_each_version_of_a_memory_has_its_own_page_with_its_own_text_and_end(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="notes", flow="editor") as s:
+        first = s.learn({"text": "the library opens at eight"})
+        second = s.update(first.memory_id, {"text": "the library opens at nine"})
+        third = s.update(first.memory_id, {"text": "the library opens at ten"})
+        s.forget(third.key, reason="the library closed for good")
+    with client_for(ServeConfig(db=str(db))) as client:
+        pages = {v.key: client.get(f"/findings/{v.key}").text for v in (first, second, third)}
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+    said = {first.key: "eight", second.key: "nine", third.key: "ten"}
+    for key, html in pages.items():
+        shown = re.search(r'<p class="text big was">([^<]*)</p>', html)
+        assert shown is not None and shown.group(1) == f"the library opens at {said[key]}", key
+    assert 'id="finding-state">superseded</span>' in pages[second.key]
+    assert f'Superseded by <a href="/findings/{third.key}">' in pages[second.key]
+    assert f'Superseded by <a href="/findings/{second.key}">' in pages[first.key]
+    assert 'id="finding-state">forgotten</span>' in pages[third.key]
+    assert "Forgotten: the library closed for good" in pages[third.key]
