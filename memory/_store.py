@@ -157,6 +157,8 @@ class MemoryStore:
         self._db = HistoryDB(self.db_path, read_only=read_only)
         self._journal: JournalBackend | None = None
         self._journal_lock = threading.Lock()
+        self._caught_up: dict[str, int] | None = None  # run id -> its last learn read (``catch_up``)
+        self._catching_up = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
@@ -1083,6 +1085,56 @@ class MemoryStore:
     def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
         """For each finding id in the journal, the ``memory-learn`` commit to publish (newest across runs)."""
         return latest_commits(self.open_journal(), progress)
+
+    def catch_up(self) -> int:
+        """On a journal that hosts share (PostgreSQL): publish the learned file of every finding
+        committed since this store last caught up, by any host or process, that this host has
+        neither as a file nor as a row; returns how many. The first call of a store object is a
+        whole ``materialize``; later ones ask the journal which runs' ``memory-learn`` streams grew
+        (``stream_heads``: one indexed query) and read only the records after the last one read
+        (``read_after``), each checked as every record read back. What is retired, or an update
+        that lost its race, gets no file. Nothing on a file journal (one host's: its stores see
+        each other's learns at once) or on a read-only store. The LangGraph store calls it before
+        every batch, so an item put on one host is read, updated and deleted as one item on all.
+
+        Raises:
+            JournalError: the journal cannot be read, or a record is not of the exact shape.
+            Unwritable: a file could not be published.
+        """
+        if self.read_only:
+            return 0
+        backend = self.open_journal()
+        if not lists_heads(backend):
+            return 0
+        with self._catching_up:
+            heads: Mapping[str, int] = backend.stream_heads(STREAM)  # type: ignore[attr-defined]
+            if self._caught_up is None:  # before the scan: what is appended during it is read again
+                made = self.materialize()
+                self._caught_up = dict(heads)
+                return made
+            latest: dict[str, Record] = {}
+            for run_id, head in heads.items():
+                seen = self._caught_up.get(run_id, 0)
+                if head <= seen:
+                    continue
+                for rec in backend.read_after(run_id, STREAM, seen):  # type: ignore[attr-defined]
+                    if is_erased(rec):
+                        continue
+                    checked_commit(rec, backend.location)
+                    fid = rec.payload["id"]
+                    kept = latest.get(fid)
+                    if kept is None or rec.payload["learnedMs"] >= kept.payload["learnedMs"]:
+                        latest[fid] = rec
+            shared = self._retirer.shared.current()
+            fresh = {
+                fid: rec
+                for fid, rec in latest.items()
+                if fid not in shared
+                and not os.path.lexists(self._retirer.retired_path(rec.payload["scope"], fid))
+            }
+            made = self._syncer.publish_commits(fresh, {})
+            self._caught_up.update(heads)
+            return made
 
     def materialize(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Publish a learned file for each finding the journal holds but neither the DB nor the

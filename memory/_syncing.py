@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,11 +176,17 @@ class Syncer:
         scan = scan_journal(self._open_journal(), progress)
         # Retired files first: a finding the journal says is forgotten never gets a file here.
         made = self._retirer.publish_missing(scan.retired.values())
-        latest = scan.latest
+        return made + self.publish_commits(scan.latest, scan.retired)
+
+    def publish_commits(self, latest: Mapping[str, Record], retired: Mapping[str, Record]) -> int:
+        """Publish the learned file of each commit of ``latest`` (checked ``memory-learn`` commits,
+        the newest of each finding) that this host has neither as a row nor as that file, unless
+        it is retired (``retired``: the retirement to publish of each key) or an update that lost
+        its race; returns how many."""
         held = self._db.held(latest)
         wanted: list[tuple[Path, bytes]] = []
         for fid, rec in latest.items():
-            if fid in held or fid in scan.retired or self._retirer.lost(rec, scan.retired):
+            if fid in held or fid in retired or self._retirer.lost(rec, retired):
                 continue
             final = self._publisher.scope_dir(rec.payload["scope"]) / f"{fid}.json"
             data = render(rec)
@@ -194,7 +200,7 @@ class Syncer:
         # Many files at once (a lost store, another host's findings): stage them all, one data
         # sync, the renames, one directory fsync per scope.
         self._publisher.publish_batches(wanted)
-        return made + len(wanted)
+        return len(wanted)
 
     def _files(self) -> list[tuple[Path, bytes, Recalled]]:
         """Every learned file of every scope, parsed and checked against its journal record."""

@@ -415,6 +415,8 @@ class JournalStore(BaseStore):
                 raise NamespaceInvalid(str(exc)) from None
             if isinstance(op, SearchOp):
                 check_filter(op.filter)
+        # on a journal hosts share, what other hosts put since the last batch is read first
+        self._memory.catch_up()
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):
                 results[i] = self._get(op)

@@ -185,3 +185,35 @@ def test_a_forget_racing_updates_on_another_host_retires_a_version_at_most_once(
             assert [line for line in updates if line[0] != "acked"] == []
             assert now is not None and now.key == acked[-1]
         assert memory.check_store(store) == []
+
+
+def test_catch_up_publishes_what_other_hosts_committed_since_and_nothing_retired(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="team") as s:
+        kept = s.learn({"text": "the build runs at night"})
+        gone = s.learn({"text": "the old wiki is at /wiki"})
+        s.forget(gone.key, reason="moved")
+    assert b.recall(scope="team") == []  # learns reach another host when it catches up (or syncs)
+    # the first one is a whole materialize: the live finding's file, and the forgotten one's retired
+    # file (never its learned file)
+    assert b.catch_up() == 2
+    assert [e.key for e in b.recall(scope="team")] == [kept.key]
+    assert b.catch_up() == 0
+    with a.session(scope="team") as s:
+        newer = s.update(kept.memory_id, {"text": "the build runs at dawn"})
+        fresh = s.learn({"text": "standup is at ten"})
+        forgotten = s.learn({"text": "lunch is at one"})
+        s.forget(forgotten.key, reason="wrong")
+    assert b.catch_up() == 2  # only the records after the last look: the new version and one learn
+    assert sorted(e.key for e in b.recall(scope="team")) == sorted([newer.key, fresh.key])
+    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, read_only=True) as ro:
+        assert ro.catch_up() == 0  # a read-only store writes nothing
+    with memory.MemoryStore(tmp_path / "c" / "history.db", journal=str(tmp_path / "j")) as one:
+        assert one.catch_up() == 0  # a file journal is one host's
+    b.sync()
+    assert sorted(e.key for e in b.recall(scope="team")) == sorted([newer.key, fresh.key])
+    assert memory.check_store(b) == []
+    a.close()
+    b.close()
