@@ -26,6 +26,7 @@ from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
 from memory._errors import ArgumentInvalid, FindingRetired, FindingUnknown, Unreachable, Unwritable
+from memory._files import parse_learned
 from memory._finding import (
     ERASE_STREAM,
     FORGET_MANY_MAX,
@@ -358,7 +359,7 @@ class MemoryStore:
             # is between reading a version and retiring it (a read outside may catch one there)
             scope = self._search.noted_scope(check_key(memory_id, "memory id")) if attempt == 0 else None
             if scope is None:
-                seen = self.current(memory_id)
+                seen = self._current(memory_id, publish=True)
                 located = self._retirer.locate(memory_id) if seen is None else None
                 scope = seen.scope if seen is not None else None if located is None else located.scope
             if scope is None:
@@ -395,8 +396,9 @@ class MemoryStore:
         return self._retirer.lost(record, chosen)
 
     def _live_version(self, memory_id: str) -> Recalled:
-        """``current(memory_id)``, or ``FindingUnknown`` when the memory has no live version."""
-        live = self.current(memory_id)
+        """``current(memory_id)`` (a version another host wrote published here first), or
+        ``FindingUnknown`` when the memory has no live version."""
+        live = self._current(memory_id, publish=True)
         if live is None:
             raise self._no_live_version(memory_id)
         return live
@@ -417,9 +419,17 @@ class MemoryStore:
         """The live version of the memory ``memory_id`` (or of the memory the key ``memory_id`` is a
         version of), or None when it has none.
 
+        On a journal hosts share, a version another host wrote and this one has not synced is
+        read from its commit (``_adopt_newer``); nothing is written.
+
         Raises:
             ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
         """
+        return self._current(memory_id, publish=False)
+
+    def _current(self, memory_id: str, *, publish: bool) -> Recalled | None:
+        """``current``; with ``publish`` (an update, about to build on it), a version read from
+        another host's commit is published here first, its file rendered from that commit."""
         key = check_key(memory_id, "memory id")
         noted = self._read(self._search.noted_current, key)  # a version this process wrote or read
         if noted is not None:
@@ -430,24 +440,31 @@ class MemoryStore:
         memory = self._memory_id(key)  # a version's key: its memory's
         found = None if memory == key else self._read(self._search.current, memory)
         for _ in range(UPDATE_ATTEMPTS):  # the version published may be superseded in the meantime
-            if found is not None or not self._read(self._adopt_newer, key):
+            if found is not None:
                 break
+            newer = self._read(self._adopt_newer, key)
+            if newer is None:
+                break
+            path = self._publisher.scope_dir(newer.payload["scope"]) / f"{newer.payload['id']}.json"
+            if not publish:
+                entry = parse_learned(path, render(newer))
+                expired = entry.expires_ms is not None and entry.expires_ms <= self._clock()
+                return None if expired else entry
+            if not os.path.lexists(path) and not self._db.held([newer.payload["id"]]):
+                self.republish(newer)  # else here already (another process): read again
             found = self._read(self._search.current, memory)
         return found
 
-    def _adopt_newer(self, key: str) -> bool:
+    def _adopt_newer(self, key: str) -> Record | None:
         """On a journal that hosts share: when the version ``key`` was superseded, on another host,
-        by versions this host has not published yet (they reach its folders on ``sync``), publish
-        the newest one's learned file from its commit now, so that ``current`` and an update by
-        memory id find the memory's live version here instead of calling it forgotten. The chain
-        of supersedes is read from the journal's retirements (``SharedRetirements``); the commit is
-        checked like every record read back, and an update that lost its race or an erased
-        version is never published. True when that version is in place here now (published by
-        this call, or by another process since the caller's read), so the caller reads again.
+        by versions this host has not published yet (they reach its folders on ``sync`` or
+        ``catch_up``), the newest one's commit, so that ``current`` and an update by memory id find
+        the memory's live version instead of calling it forgotten. The chain of supersedes is read
+        from the journal's retirements (``SharedRetirements``); the commit is checked like every
+        record read back, and an update that lost its race or an erased version is never returned.
 
         Raises:
             JournalError: the journal cannot be read, or the commit is not of the exact shape.
-            Unwritable: the file could not be published.
         """
         shared = self._retirer.shared.current()
         standing: Retired | None = None
@@ -458,21 +475,18 @@ class MemoryStore:
             if retired is None:
                 break
             if retired.by is None:
-                return False  # forgotten: the memory has no live version anywhere
+                return None  # forgotten: the memory has no live version anywhere
             standing, at = retired, retired.by
         if standing is None or at in shared:
-            return False
+            return None
         backend = self.open_journal()
         record = backend.find(standing.citation.run_id, STREAM, at)
         if record is None or is_erased(record):
-            return False
+            return None
         checked_commit(record, backend.location)
         if record.payload["id"] != at or self.update_lost(record):
-            return False
-        path = self._publisher.scope_dir(record.payload["scope"]) / f"{at}.json"
-        if not os.path.lexists(path) and not self._db.held([at]):  # else here already: read again
-            self.republish(record)
-        return True
+            return None
+        return record
 
     def _memory_id(self, key: str) -> str:
         """The memory ``key`` names: its own (a memory id), or the one its version belongs to. A

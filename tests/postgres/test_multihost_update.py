@@ -33,9 +33,15 @@ def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(
     b.materialize()
     with a.session(scope="team") as s:
         second = s.update(mid, {"text": "the meeting is on tuesday"})
-    # B has not synced: it still reads the memory as one memory, at A's version
+    # B has not synced: it still reads the memory as one memory, at A's version, from its commit
+    # (a read writes nothing: not even a read-only store fails)
+    files = sorted(p.name for p in (tmp_path / "b").rglob("*.json"))
     now = b.current(mid)
     assert now is not None and now.key == second.key and now.text == "the meeting is on tuesday"
+    assert sorted(p.name for p in (tmp_path / "b").rglob("*.json")) == files
+    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, read_only=True) as ro:
+        seen = ro.current(mid)
+        assert seen is not None and seen.key == second.key
     with b.session(scope="team") as s:
         third = s.update(mid, {"text": "the meeting is on wednesday"})
     assert third.memory_id == mid
