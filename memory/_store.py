@@ -549,7 +549,9 @@ class MemoryStore:
         at once, or nothing does. The filter is ``recall``'s (every tag, every metadata pair, the
         scope, the source, learned before ``before_ms``), and at least one part is required: an
         empty filter, which would forget everything, is refused. ``dry_run`` lists what it would
-        forget and writes nothing. Findings forgotten already are not named again.
+        forget and writes nothing. Findings forgotten already are not named again. On a journal
+        hosts share, what other hosts learned and this one has not synced matches too
+        (``catch_up`` first).
 
         Raises:
             ArgumentInvalid: no filter, a malformed one, a malformed reason, or more than
@@ -558,6 +560,8 @@ class MemoryStore:
         """
         check_reason(reason)
         _check_where("forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
+        # hosts share the journal: what they learned that this host has not synced matches too
+        self.catch_up()
         found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
         if len(found) > FORGET_MANY_MAX:
             raise ArgumentInvalid(

@@ -130,3 +130,22 @@ def test_an_erase_on_a_reaches_a_commit_another_host_made_after_a_built_its_key_
     b.sync()
     held = [p for p in tmp_path.rglob("*") if p.is_file() and mark.encode() in p.read_bytes()]
     assert held == []
+
+
+def test_a_forget_by_filter_on_b_reaches_what_a_learned_and_b_never_synced(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="users") as s:
+        carol = [s.learn({"text": f"carol fact {i}", "metadata": {"user": "carol"}}).key for i in range(3)]
+        dave = s.learn({"text": "dave fact", "metadata": {"user": "dave"}}).key
+    with b.session(scope="users") as s:
+        planned = s.forget_where(reason="carol asked", meta={"user": "carol"}, dry_run=True)
+        assert sorted(planned.keys) == sorted(carol)
+        done = s.forget_where(reason="carol asked", meta={"user": "carol"})
+    assert sorted(done.keys) == sorted(carol)
+    for store in (a, b):
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        store.sync()
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        assert memory.check_store(store) == []
