@@ -14,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
 
 import journal
 from journal import JournalBackend, Record
@@ -26,6 +29,7 @@ from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
 from memory._errors import ArgumentInvalid, FindingRetired, FindingUnknown, Unreachable, Unwritable
+from memory._filecache import cache_dir
 from memory._files import parse_learned
 from memory._finding import (
     ERASE_STREAM,
@@ -60,9 +64,10 @@ from memory._results import (
 )
 from memory._retire import Located, Retirer, lists_heads
 from memory._root import Root
+from memory._safe import read_file
 from memory._search import Search, check_read
 from memory._syncing import Syncer, latest_commits
-from staging import failpoint
+from staging import StagingError, failpoint, stage
 
 if TYPE_CHECKING:
     import asyncio
@@ -78,6 +83,9 @@ UPDATE_ATTEMPTS = 16
 """How many times an update reads its memory's version again when another update replaced the one it
 read before it could (updates of one scope take turns on a host, so each turn goes to one of them)."""
 log = logging.getLogger(__name__)
+
+CAUGHT_UP_FILE = "caught-up.json"
+"""Where ``catch_up`` keeps the heads it reached, in ``<db-dir>/flows-cache`` (derived state)."""
 
 
 def _check_where(
@@ -1126,9 +1134,12 @@ class MemoryStore:
             return 0
         with self._catching_up:
             heads: Mapping[str, int] = backend.stream_heads(STREAM)  # type: ignore[attr-defined]
+            if self._caught_up is None:
+                self._caught_up = self._load_caught_up(backend.location)
             if self._caught_up is None:  # before the scan: what is appended during it is read again
                 made = self.materialize()
                 self._caught_up = dict(heads)
+                self._save_caught_up(backend.location)
                 return made
             latest: dict[str, Record] = {}
             for run_id, head in heads.items():
@@ -1151,8 +1162,44 @@ class MemoryStore:
                 and not os.path.lexists(self._retirer.retired_path(rec.payload["scope"], fid))
             }
             made = self._syncer.publish_commits(fresh, {})
-            self._caught_up.update(heads)
+            if any(self._caught_up.get(run_id, 0) < head for run_id, head in heads.items()):
+                self._caught_up.update(heads)
+                self._save_caught_up(backend.location)
             return made
+
+    def _load_caught_up(self, location: str) -> dict[str, int] | None:
+        """The heads the last ``catch_up`` of this store against the journal ``location`` reached
+        (``<db-dir>/flows-cache/caught-up.json``, derived state: anything missing, damaged or for
+        another journal is None, and the next catch-up is a whole ``materialize``)."""
+        try:
+            data = read_file(cache_dir(self.db_path) / CAUGHT_UP_FILE)
+            got = orjson.loads(data) if data is not None else None
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        heads = got.get("heads") if isinstance(got, dict) and got.get("journal") == location else None
+        if not isinstance(heads, dict):
+            return None
+        if not all(isinstance(k, str) and type(v) is int and 0 <= v < 2**63 for k, v in heads.items()):
+            return None
+        return heads
+
+    def _save_caught_up(self, location: str) -> None:
+        """Keep the heads ``catch_up`` reached for this store's next process (best effort: a store
+        that cannot write its cache reads the whole journal again next time)."""
+        folder = cache_dir(self.db_path)
+        data = orjson.dumps({"journal": location, "heads": self._caught_up})
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):  # a link there is never followed
+                return
+            stage(folder, data, sync=False).publish(folder / CAUGHT_UP_FILE, sync_dir=False)
+        except (OSError, StagingError) as exc:
+            log.warning(
+                "could not keep %s in %s (%s): the next catch-up reads the whole journal",
+                CAUGHT_UP_FILE,
+                folder,
+                exc,
+            )
 
     def materialize(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Publish a learned file for each finding the journal holds but neither the DB nor the

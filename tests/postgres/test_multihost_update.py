@@ -223,3 +223,26 @@ def test_catch_up_publishes_what_other_hosts_committed_since_and_nothing_retired
     assert memory.check_store(b) == []
     a.close()
     b.close()
+
+
+def test_catch_up_starts_where_the_last_process_of_the_store_stopped(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    a = _host(tmp_path, "a", postgres_dsn)
+    with a.session(scope="team") as s:
+        first = s.learn({"text": "the office opens at eight"})
+    with _host(tmp_path, "b", postgres_dsn) as b:
+        assert b.catch_up() == 1  # a whole materialize, once
+    kept = tmp_path / "b" / "flows-cache" / "caught-up.json"
+    assert kept.is_file()
+    with a.session(scope="team") as s:
+        second = s.learn({"text": "the office closes at six"})
+    (tmp_path / "b" / "flows-memory").rename(tmp_path / "b" / "moved-aside")  # what it published
+    with _host(tmp_path, "b", postgres_dsn) as b:  # another process: only what is new is read
+        assert b.catch_up() == 1
+        assert [e.key for e in b.recall(scope="team")] == [second.key]
+    kept.write_bytes(b"{not json")  # damaged (or lost): derived, so the next one reads it all again
+    with _host(tmp_path, "b", postgres_dsn) as b:
+        assert b.catch_up() == 1  # the first one's file was moved aside: it is published again
+        assert sorted(e.key for e in b.recall(scope="team")) == sorted([first.key, second.key])
+    a.close()
