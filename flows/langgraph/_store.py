@@ -661,12 +661,20 @@ class JournalStore(BaseStore):
             if live and ttl is None and self._same(live[0], finding):
                 return  # the item already holds exactly this: nothing to journal
             root = self._root_for(scope)
-            try:
-                self._memory.learn(finding, root, supersedes=live[0].key if live else None)
-            except FindingRetired as exc:  # deleted by another process since it was read: a new item
-                if not live or exc.key != live[0].key:
-                    raise
-                self._memory.learn(finding, root)
+            for _ in range(8):
+                try:
+                    self._memory.learn(finding, root, supersedes=live[0].key if live else None)
+                    break
+                except FindingRetired as exc:
+                    if not live or exc.key != live[0].key:
+                        raise
+                # replaced by another process's or host's put since it was read: supersede that
+                # version (a second item for the key otherwise); deleted: a new item
+                self._memory.catch_up()
+                live = self._live(scope, op.key)
+                if not live:
+                    self._memory.learn(finding, root)
+                    break
             for stale in live[1:]:  # two processes put the item at once: keep the newest
                 self._memory.forget(stale.key, root, reason="superseded by a concurrent put of the same item")
 
