@@ -9,6 +9,7 @@ happens before anything is journaled or written.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,9 +72,41 @@ def _citation(c: memory.Citation) -> str:
 # -- learn ------------------------------------------------------------------------------------
 
 
+STDIN_TEXT = "-"
+"""The ``TEXT`` of ``learn`` and ``update`` that means: read the text from standard input."""
+
+
+def _stdin_text() -> str:
+    """The text on standard input, as UTF-8, less one final line ending (what ``echo`` and most
+    files end with). No more than a few bytes beyond ``memory.TEXT_MAX_BYTES`` are read, so a stream
+    without end is refused, never held in memory; the finding's own check bounds the rest.
+
+    Raises:
+        memory.FindingInvalid: the input is over the bound, or is not UTF-8 (``field`` is ``text``).
+    """
+    cap = memory.TEXT_MAX_BYTES + 3  # the bound, a final CRLF (not part of the text) and one more
+    data = sys.stdin.buffer.read(cap) if sys.stdin is not None else b""
+    problem = None if sys.stdin is not None else "cannot be read: this process has no standard input"
+    if len(data) >= cap:
+        problem = f"is over {memory.TEXT_MAX_BYTES:,} bytes; keep large data elsewhere and learn a reference"
+    try:
+        text = data.decode("utf-8") if problem is None else ""
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 (byte {exc.start:,} of the input); convert it, or learn a reference"
+    if problem is not None:
+        error = memory.FindingInvalid(f"the text read from standard input (TEXT `-`) {problem}")
+        error.field = "text"
+        raise error
+    for ending in ("\r\n", "\n"):
+        if text.endswith(ending):
+            return text[: -len(ending)]
+    return text
+
+
 def _finding_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The finding ``learn`` and ``update`` take from their options."""
-    finding: dict[str, Any] = {"text": args.text, "tags": args.tag or []}
+    """The finding ``learn`` and ``update`` take from their options (``TEXT`` ``-``: standard input)."""
+    text = _stdin_text() if args.text == STDIN_TEXT else args.text
+    finding: dict[str, Any] = {"text": text, "tags": args.tag or []}
     if args.source is not None:
         finding["source"] = args.source
     metadata = meta_pairs(args.meta)
@@ -379,7 +412,7 @@ def add_memory_commands(add: Add) -> None:
         cmd_learn,
         "learn a finding under a root run of its own (flow 'cli'); print its key and citation",
     )
-    p.add_argument("text", help="the finding's text")
+    p.add_argument("text", help="the finding's text; - reads it from standard input (UTF-8, up to 1 MiB)")
     p.add_argument("--scope", metavar="S", required=True, help="the scope it is learned in")
     _add_finding_options(p)
     p.add_argument("--supersedes", metavar="KEY", help="the key of a finding this one replaces")
@@ -389,7 +422,7 @@ def add_memory_commands(add: Add) -> None:
         "journal a new version of a memory (it keeps its memory id; history lists every version)",
     )
     p.add_argument("memory_id", metavar="MEMORY_ID", help="the memory's id (as `flows recall` shows it)")
-    p.add_argument("text", help="the new version's text")
+    p.add_argument("text", help="the new version's text; - reads it from standard input (UTF-8, up to 1 MiB)")
     _add_finding_options(p)
     p = add(
         "forget",

@@ -3,6 +3,7 @@ and `flows why`, through the real command on both journal backends; bad input ex
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import orjson
 import pytest
 
 import memory
-from tests.flows.helpers import flows, json_of
+from tests.conftest import ROOT
+from tests.flows.helpers import flows, flows_cmd, json_of
 
 
 def _cli(db: Path, location: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -169,3 +171,40 @@ def test_times_take_durations_iso_dates_and_epoch_ms_wherever_a_time_is_taken(tm
     assert json_of(flows(db, "runs", "--since", str(after + 60_000), "--json")) == []
     bad = flows(db, "learn", "x", "--scope", "s", "--expires", "soon")
     assert bad.returncode == 2 and "a duration (90s, 15m, 12h, 7d, 2w, 1h30m)" in bad.stderr
+
+
+def _piped(db: Path, data: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOWS_EMBEDDER", "FLOWS_JOURNAL")}
+    return subprocess.run(
+        [*flows_cmd(), *args, "--db", str(db), "--json"],
+        input=data,
+        capture_output=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_text_dash_reads_the_text_from_standard_input_bounded_and_checked(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    text = "line one: gas is cheap at night\nline two: « ünïcode »\n\n  indented"
+    learned = orjson.loads(_piped(db, text.encode() + b"\r\n", "learn", "-", "--scope", "desk").stdout)
+    (row,) = json_of(flows(db, "recall", "--json"))
+    assert row["key"] == learned["key"] and row["text"] == text  # less only the final line ending
+    updated = orjson.loads(_piped(db, b"second version\n", "update", learned["memoryId"], "-").stdout)
+    (row,) = json_of(flows(db, "recall", "--json"))
+    assert (row["text"], row["memoryId"]) == ("second version", learned["memoryId"])
+    assert row["key"] == updated["key"]
+
+    other = tmp_path / "other" / "history.db"
+    too_big = b"x" * (memory.TEXT_MAX_BYTES + 1) + b"\n"  # one byte over, though a line ending follows
+    endless = b"y" * (8 * memory.TEXT_MAX_BYTES)  # read only up to the bound, then refused
+    for data, says in ((too_big, "text"), (endless, "standard input"), (b"caf\xe9 au lait\n", "not UTF-8")):
+        done = _piped(other, data, "learn", "-", "--scope", "desk")
+        error = orjson.loads(done.stderr)
+        assert done.returncode == 2 and error["code"] == "memory_finding_invalid", done.stderr
+        assert says in error["message"], error
+    assert not other.parent.exists()  # refused before anything was written
+    assert _piped(db, b"\xff\xfe", "update", learned["memoryId"], "-").returncode == 2
+    (row,) = json_of(flows(db, "recall", "--json"))
+    assert row["text"] == "second version"
