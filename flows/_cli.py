@@ -109,6 +109,10 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+SUBJECT_SHOWN = 80
+"""How many characters of a subject ``flows why`` echoes when nothing answers it."""
+
+
 def cmd_why(args: argparse.Namespace) -> int:
     """Answer why: the findings that match a subject, with where each came from."""
     from flows._cli_memory import meta_pairs
@@ -131,7 +135,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         _json_out([a.as_json() for a in answers])
         return EXIT_OK
     if not answers:
-        print(f"nothing learned yet answers {args.subject!r}")
+        subject = args.subject  # echoed bounded: a subject may be a pasted page
+        shown = repr(subject if len(subject) <= SUBJECT_SHOWN else subject[:SUBJECT_SHOWN] + "…")
+        more = f" ({len(subject):,} characters)" if len(subject) > SUBJECT_SHOWN else ""
+        print(f"nothing learned yet answers {shown}{more}")
         return EXIT_OK
     for n, a in enumerate(answers, 1):
         e, c = a.finding, a.finding.citation

@@ -89,6 +89,10 @@ def test_why_and_recall_on_an_empty_store_are_friendly(tmp_path: Path) -> None:
     why = flows(db, "why", "anything at all")
     assert (why.returncode, why.stderr) == (0, "")
     assert "nothing learned yet answers 'anything at all'" in why.stdout
+    pasted = flows(db, "why", "word " * 20_000)  # a pasted page is echoed in a line, not in full
+    assert pasted.returncode == 0 and len(pasted.stdout) < 200, pasted.stdout[:300]
+    assert pasted.stdout.startswith("nothing learned yet answers 'word word")
+    assert "100,000 characters" in pasted.stdout
     assert json_of(flows(db, "why", "x", "--json")) == []
     assert json_of(flows(db, "recall", "--json")) == []
     assert json_of(flows(db, "runs", "--json")) == []
