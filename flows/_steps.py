@@ -267,7 +267,7 @@ class Backoff:
         for name in ("initial", "factor", "cap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise StepInvalid(f"Backoff({name}=...) takes a finite number of seconds, not {value!r}")
+                raise StepInvalid(f"Backoff({name}=...) takes a finite number of seconds, not {value!r:.80}")
         if self.initial < 0 or self.cap < 0 or self.factor < 1:
             raise StepInvalid(
                 f"Backoff needs initial >= 0, cap >= 0 and factor >= 1 (got {self.initial}, "
@@ -290,13 +290,13 @@ def _backoff_of(value: Backoff | float) -> Backoff:
     if isinstance(value, Backoff):
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise StepInvalid(f"backoff= takes seconds or a flows.Backoff, not {value!r}")
+        raise StepInvalid(f"backoff= takes seconds or a flows.Backoff, not {value!r:.80}")
     return Backoff(initial=float(value), cap=max(DEFAULT_BACKOFF.cap, float(value)))
 
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        raise StepInvalid(f"a step's name is a string of 1-{MAX_NAME} characters, not {name!r}")
+        raise StepInvalid(f"a step's name is a string of 1-{MAX_NAME} characters, not {name!r:.80}")
     if not all(ch.isprintable() for ch in name):
         raise StepInvalid(f"a step's name must be printable text (no control characters): {name!r}")
     return name
@@ -467,7 +467,7 @@ class StepRunner:
             raise StepInvalid(f"step {name!r}: {fn!r} is not callable", step=name, run_id=self.run_id)
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
             raise StepInvalid(
-                f"step {name!r}: retries= takes an integer from 0 to {MAX_RETRIES}, not {retries!r}",
+                f"step {name!r}: retries= takes an integer from 0 to {MAX_RETRIES}, not {retries!r:.80}",
                 step=name,
                 run_id=self.run_id,
             )

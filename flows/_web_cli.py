@@ -27,7 +27,7 @@ MIN_TOKEN = 16
 def _port(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(
-            f"must be a port number from 0 to 65535 (0: any free port), got {text!r}"
+            f"must be a port number from 0 to 65535 (0: any free port), got {text!r:.80}"
         )
     return int(text)
 

@@ -149,9 +149,10 @@ _DIGITS = re.compile(r"[0-9]+\Z")
 
 def limit(text: str) -> int:
     """``--limit``: a whole number from 1 to ``LIMIT_MAX``."""
-    if not _DIGITS.match(text.strip()) or not 1 <= int(text) <= LIMIT_MAX:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LIMIT_MAX}, got {text!r}")
-    return int(text)
+    digits = text.strip().lstrip("0")  # int() refuses thousands of digits: a number is checked short
+    if not _DIGITS.match(text.strip()) or len(digits) > 12 or not 1 <= int(digits or "0") <= LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LIMIT_MAX}, got {text!r:.80}")
+    return int(digits)
 
 
 _DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+\Z")
@@ -171,7 +172,14 @@ def duration_ms(text: str) -> int | None:
     text = text.strip()
     if not _DURATION.match(text):
         return None
-    return sum(int(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(text))
+    return sum(_bounded(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def _bounded(digits: str) -> int:
+    """``digits`` as a number, or 10**21 (past any time taken) when longer than 20 digits: ``int``
+    refuses a string of thousands of digits, and no time needs more than 20."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 20 else 10**21
 
 
 def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> int:
@@ -183,7 +191,7 @@ def instant_ms(text: str, *, now_ms: int | None = None, ahead: bool = False) -> 
     """
     value = _instant(text, now_ms=now_ms, ahead=ahead)
     if not 0 <= value <= INT64_MAX:
-        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be from 1970 to {INT64_MAX} ms ({_RANGE}), got {text!r:.80}")
     return value
 
 
@@ -196,11 +204,11 @@ def _instant(text: str, *, now_ms: int | None, ahead: bool) -> int:
         now = round(time.time() * 1000) if now_ms is None else now_ms
         return now + span if ahead else now - span
     if _DIGITS.match(text):
-        return int(text) if len(text.lstrip("0")) <= 20 else INT64_MAX + 1  # past 64 bits: refused
+        return min(_bounded(text), INT64_MAX + 1)  # past 64 bits: refused
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {_TIME_FORMS}, got {text!r:.80}") from None
     try:
         return round(moment.astimezone().timestamp() * 1000)
     except (OverflowError, ValueError, OSError):  # its offset (or $TZ) moves it past year 1 … 9999
@@ -237,7 +245,7 @@ def expiry_ms(text: str, *, now_ms: int | None = None) -> int:
     if not 0 < value <= EXPIRES_MAX:
         raise argparse.ArgumentTypeError(
             f"must be from 1 to {EXPIRES_MAX} ms (2^53 - 1, the latest expiry a finding takes; "
-            f"{_RANGE}; or a duration from now that ends by then), got {text!r}"
+            f"{_RANGE}; or a duration from now that ends by then), got {text!r:.80}"
         )
     return value
 

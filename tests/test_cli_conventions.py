@@ -23,7 +23,7 @@ import portalocker
 import pytest
 
 import memory
-from memory.cli import expiry_ms, instant_ms
+from memory.cli import expiry_ms, instant_ms, limit
 from memory.ledger import Ledger, Skipped
 from sail._config import EMBEDDED, SailConfig, save_config
 from tests.conftest import ROOT
@@ -203,6 +203,35 @@ def test_a_date_its_offset_moves_out_of_range_is_refused_saying_the_range(bad: s
         instant_ms(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="9999-12-31"):
         expiry_ms(bad)
+
+
+def test_numbers_of_thousands_of_digits_are_refused_or_read_never_a_crash() -> None:
+    # int() refuses a string of over 4,300 digits with a ValueError, which argparse would print
+    # with the whole value: every number the CLIs take is checked short first
+    long = "9" * 5000
+    for bad in (long, long + "d", "1h" + long + "m"):
+        with pytest.raises(argparse.ArgumentTypeError, match="9999-12-31") as info:
+            instant_ms(bad)
+        assert len(str(info.value)) < 300
+        with pytest.raises(argparse.ArgumentTypeError, match="9999-12-31"):
+            expiry_ms(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="from 1 to 100000") as info:
+        limit(long)
+    assert len(str(info.value)) < 200
+    zeros = "0" * 5000
+    assert (limit(zeros + "7"), instant_ms(zeros + "5"), expiry_ms(zeros + "1d", now_ms=10)) == (
+        7,
+        5,
+        10 + 86_400_000,
+    )
+
+
+@BOTH
+def test_a_limit_of_thousands_of_digits_is_a_short_usage_error(prog: str, tmp_path: Path) -> None:
+    result = cli(prog, *LIMITED[prog], "--limit", "9" * 5000, *_where(prog, tmp_path / "h.db", tmp_path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "error[usage]: argument --limit: must be a whole number" in result.stderr
+    assert len(result.stderr) < 400, result.stderr[:400]
 
 
 KEY = "0" * 32
