@@ -240,13 +240,20 @@ def _forget_where(args: argparse.Namespace) -> int:
             )
         else:
             done = session.forget_where(scope=args.scope, **filters)
+        shown: dict[str, memory.Recalled] = {}
+        if done.dry_run and not args.json and done.keys:  # what each is, read as the filter reads
+            del filters["reason"]
+            shown = {r.key: r for r in store.recall(scope=args.scope, limit=None, **filters)}
     if args.json:
         _json_out(done.as_json())
         return EXIT_OK
     if done.dry_run:
         print(f"would forget {len(done.keys)} finding(s) matching {dict(done.filter)} (nothing written):")
-        for key in done.keys:
-            print(f"   {key}")
+        rows = [
+            [key, shown[key].scope, shown[key].text[:60]] if key in shown else [key, "", ""]
+            for key in done.keys
+        ]
+        print(_table(rows, ["KEY", "SCOPE", "TEXT"]))
     elif not done.keys:
         print(f"no live finding matches {dict(done.filter)}; nothing written")
     else:

@@ -148,6 +148,12 @@ def test_the_cli_lists_then_asks_for_yes(tmp_path: Path) -> None:
     assert flows(db, "learn", "dave fact", "--scope", "dave").returncode == 0
     dry = json_of(flows(db, "forget", "--scope", "carol", "--dry-run", "--json"))
     assert (dry["count"], dry["dryRun"], dry["citation"]) == (3, True, None)
+    listed = flows(db, "forget", "--scope", "carol", "--dry-run").stdout.splitlines()
+    assert listed[1].split() == ["KEY", "SCOPE", "TEXT"]  # each with what it is, not a bare key
+    assert sorted(line.split(None, 2)[1:] for line in listed[2:]) == [
+        ["carol", f"carol fact {i}"] for i in range(3)
+    ]
+    assert {line.split()[0] for line in listed[2:]} == set(dry["keys"])
     refused = flows(db, "forget", "--scope", "carol")
     assert refused.returncode == 2 and "--yes" in refused.stderr and "3 finding(s)" in refused.stderr
     assert flows(db, "forget").returncode == 2  # neither a key nor a filter
