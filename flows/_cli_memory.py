@@ -85,6 +85,8 @@ def _stdin_text() -> str:
         memory.FindingInvalid: the input is over the bound, or is not UTF-8 (``field`` is ``text``).
     """
     cap = memory.TEXT_MAX_BYTES + 3  # the bound, a final CRLF (not part of the text) and one more
+    if sys.stdin is not None and sys.stdin.isatty():  # a person at a terminal: say what it waits for
+        print("reading the text from standard input; end it with Ctrl-D", file=sys.stderr)
     data = sys.stdin.buffer.read(cap) if sys.stdin is not None else b""
     problem = None if sys.stdin is not None else "cannot be read: this process has no standard input"
     if len(data) >= cap:

@@ -9,12 +9,14 @@ import argparse
 import os
 import pty
 import re
+import select
 import selectors
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -599,6 +601,28 @@ def test_progress_shows_on_a_terminal_only_and_never_with_json(store: Path) -> N
     assert (status, shown) == (0, "")
     piped = cli("flows", "sync", "--db", str(store))
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_text_from_a_terminal_says_how_to_end_it(tmp_path: Path) -> None:
+    db = tmp_path / "store" / "history.db"
+    controller, terminal = pty.openpty()
+    argv = [sys.executable, "-m", "flows", "learn", "-", "--scope", "desk", "--db", str(db), "--json"]
+    with subprocess.Popen(argv, stdin=terminal, stdout=subprocess.PIPE, stderr=terminal, env=_env()) as proc:
+        os.close(terminal)
+        shown = b""
+        deadline = time.monotonic() + 30
+        while b"Ctrl-D" not in shown and time.monotonic() < deadline:  # the hint comes before the read
+            if select.select([controller], [], [], 0.5)[0]:
+                shown += os.read(controller, 4096)
+        os.write(controller, b"typed at a terminal\n\x04")  # a line, then end of input
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        assert proc.wait(timeout=60) == 0
+        os.close(controller)
+    assert "reading the text from standard input; end it with Ctrl-D" in shown.decode()
+    learned = orjson.loads(out)
+    (row,) = orjson.loads(cli("flows", "recall", "--json", "--db", str(db)).stdout)
+    assert (row["key"], row["text"]) == (learned["key"], "typed at a terminal")
 
 
 def test_verbose_and_flows_log_turn_the_library_logs_on(tmp_path: Path) -> None:
