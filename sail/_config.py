@@ -27,6 +27,9 @@ _MAX_INT = 2**63 - 1  # what the logs' JSON integers carry
 _MAX_AMOUNT = 2**256 - 1  # an ERC-20 amount
 _MAX_SECONDS = 10**9
 _ADDRESS_KEYS = ("router", "token_in", "token_out")
+#: text keys: an empty permission would be sent with a swap the ledger's schema then refuses to record
+_TEXT_KEYS = ("rpc_url", "permission", "key_env", "keystore")
+_OPTIONAL_TEXT_KEYS = ("permission", "keystore")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,19 @@ class SailConfig:
                 raise SailConfigInvalid(
                     f"config key {name!r} must be seconds in [0, {_MAX_SECONDS}], got {value!r}"
                 )
+        for name in _TEXT_KEYS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL_TEXT_KEYS:
+                continue
+            if not isinstance(value, str) or not value:
+                kind = "a non-empty string" + (" (or left out)" if name in _OPTIONAL_TEXT_KEYS else "")
+                raise SailConfigInvalid(f"config key {name!r} must be {kind}, got {value!r}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SailConfigInvalid(
+                    f"config key {name!r} must be UTF-8 text (the config is a TOML file), got {value!r}"
+                ) from None
         if self.amount_in == 0 or not 0 <= self.slippage_bps < 10_000:
             raise SailConfigInvalid("amount_in must be > 0 and slippage_bps in [0, 10000)")
         embedded = self.rpc_url == EMBEDDED
@@ -93,7 +109,11 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    # a TOML basic string: the quote, the backslash and every control character escaped (a raw
+    # newline or DEL there would leave a config that no later command can read)
+    text = "".join(
+        f"\\u{ord(c):04x}" if c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F else c for c in str(value)
+    )
     return f'"{text}"'
 
 

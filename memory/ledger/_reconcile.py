@@ -330,7 +330,8 @@ def _ledger_mined(
         "block": receipt.block,
         "chain_id": record.chain_id,
         "action": record.action,
-        "permission": record.permission,
+        # an empty id (a config before it was refused) names no permission: null, so the swap is ledgered
+        "permission": record.permission or None,
         "tx_hash": record.tx_hash,
         "gas_used": receipt.gas_used,
         "token_in": call.token_in,
@@ -414,7 +415,7 @@ def _unverified_once(
             block=None,
             chain_id=record.chain_id,
             action=record.action,
-            permission=record.permission,
+            permission=record.permission or None,
             outcome=Outcome.UNVERIFIED,
             tx_hash=record.tx_hash,
             gas_used=None,

@@ -229,6 +229,64 @@ def test_a_bad_config_key_is_named(home: Path, capsys: pytest.CaptureFixture[str
     assert status == 1 and err.startswith("sail: error[sail_config_invalid]:") and "'colour'" in err
 
 
+def test_init_keeps_any_text_it_accepts_readable_by_every_later_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newline, a quote, a backslash, DEL or another control character in a text option was
+    written raw into the TOML: `sail init` said it wrote the config, and every command after it
+    failed to read it."""
+    permission = 'line one\nline "two" \\ \x7f\x01\tend'
+    status, _, err = run(
+        capsys, "init", "--home", str(tmp_path), "--rpc", "http://127.0.0.1:8545", "--router", ROUTER,
+        "--token-in", USDC, "--token-out", WETH, "--amount", "25000000", "--interval", "86400",
+        "--min-balance", "30000000", "--permission", permission, "--key-env", "KEY\nNAME",
+    )  # fmt: skip
+    assert (status, err) == (0, "")
+    config = load_config(tmp_path)
+    assert (config.permission, config.key_env) == (permission, "KEY\nNAME")
+    assert run(capsys, "status", "--home", str(tmp_path))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("permission = 5", "permission"),
+        ('permission = ""', "permission"),
+        ("permission = [1]", "permission"),
+        ("keystore = 5", "keystore"),
+        ('keystore = ""', "keystore"),
+        ("key_env = 5", "key_env"),
+        ('key_env = ""', "key_env"),
+    ],
+)
+def test_an_ill_typed_or_empty_text_key_is_config_invalid_for_every_command(
+    home: Path, capsys: pytest.CaptureFixture[str], line: str, key: str
+) -> None:
+    """`keystore = 5` was an internal_error in `sail tick`; an empty or non-text `permission` was
+    accepted, and an empty one was sent with a swap the ledger could then never record."""
+    path = home / ".sail" / "config.toml"
+    kept = [x for x in path.read_text().splitlines() if not x.startswith(f"{key} =")]
+    path.write_text("\n".join([*kept, line]) + "\n")
+    for command in ("status", "tick"):
+        status, out, err = run(capsys, command, "--home", str(home))
+        assert (status, out) == (1, "")
+        assert err.startswith("sail: error[sail_config_invalid]:") and repr(key) in err
+
+
+def test_init_with_text_that_is_not_utf8_is_config_invalid_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A byte that is not UTF-8 in an argument (a surrogate in Python's argv) was an internal_error."""
+    status, out, err = run(
+        capsys, "init", "--home", str(tmp_path), "--rpc", "http://127.0.0.1:8545", "--router", ROUTER,
+        "--token-in", USDC, "--token-out", WETH, "--amount", "25000000", "--interval", "86400",
+        "--min-balance", "30000000", "--permission", "perm\udcff",
+    )  # fmt: skip
+    assert (status, out) == (1, "")
+    assert err.startswith("sail: error[sail_config_invalid]: config key 'permission' must be UTF-8 text")
+    assert not (tmp_path / ".sail" / "config.toml").exists()
+
+
 def test_tick_without_a_key_fails_with_its_code(home: Path) -> None:
     code = "import sys; from sail._cli import main; sys.exit(main(sys.argv[1:]))"
     out = run_python(code, "tick", "--home", str(home), env={"SAIL_PRIVATE_KEY": ""})

@@ -174,6 +174,20 @@ def test_an_unverified_dispatch_is_ledgered_once_and_later_resolved_as_a_new_ent
     assert world.ledger().last_confirmed().tx_hash == sent.tx_hash  # type: ignore[union-attr]
 
 
+def test_a_swap_sent_with_an_empty_permission_id_is_ledgered_with_null_not_stuck(world: World) -> None:
+    """A dispatch signed with permission "" (a config that allowed it) went on chain, and every
+    later tick failed to ledger it (ledger_invalid_entry: the schema wants a non-empty id or null):
+    a real trade never recorded, and the agent stuck behind it."""
+    first = world.tick(permission="")
+    assert first.dispatched is not None
+    world.clock.now += 1
+    second = world.tick(permission="")
+    assert [(e.tx_hash, e.outcome, e.permission) for e in second.reconciled] == [
+        (first.dispatched.tx_hash, Outcome.CONFIRMED, None)
+    ]
+    assert world.ledger().state().open == ()
+
+
 def test_reconciling_twice_ledgers_one_entry(world: World) -> None:
     world.tick()
     chain, activity = Chain(world.w3), ActivityLog(world.sail_dir)
