@@ -112,7 +112,11 @@ def tick(
             )
             writer.append(entry)
             return TickResult(tuple(reconciled), entry, None)
-        _remember_token(writer, activity, chain, decision.token_in, now())
+        # both tokens' metadata is read and logged before anything is signed: reconcile needs it to
+        # ledger the swap, and a token whose metadata cannot be read or recorded must fail the tick
+        # here, with nothing sent, not leave a trade on chain that no later tick can ledger
+        for token in (decision.token_in, decision.token_out):
+            _remember_token(writer, activity, chain, token, now())
         return TickResult(tuple(reconciled), None, runner.submit(decision))
 
 

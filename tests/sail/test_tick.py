@@ -10,6 +10,7 @@ import pytest
 
 from memory.ledger import (
     Acted,
+    ActivityInvalidRecord,
     ActivityLog,
     DispatchSettled,
     DispatchSigned,
@@ -22,7 +23,7 @@ from memory.ledger import (
     reconcile,
 )
 from sail._chain import Chain
-from sail._deploy import DEFAULT_RATE
+from sail._deploy import DEFAULT_RATE, deploy_contract
 from sail._runner import Runner
 from sail._strategy import Swap
 from tests.sail.conftest import AMOUNT_IN, INTERVAL, World
@@ -76,9 +77,11 @@ def test_the_submitting_tick_writes_nothing_to_the_ledger(world: World) -> None:
     assert result.dispatched is not None and result.skipped is None
     assert world.ledger().entries() == []
     records = ActivityLog(world.sail_dir).read()
-    assert [type(r) for r in records] == [TokenMetadata, DispatchSigned, DispatchSubmitted, DispatchSettled]
-    assert {r.tx_hash for r in records[1:]} == {result.dispatched.tx_hash}  # type: ignore[union-attr]
-    assert records[3].event == "dispatch_executed"  # type: ignore[union-attr]
+    assert [type(r) for r in records] == [
+        TokenMetadata, TokenMetadata, DispatchSigned, DispatchSubmitted, DispatchSettled
+    ]  # fmt: skip
+    assert {r.tx_hash for r in records[2:]} == {result.dispatched.tx_hash}  # type: ignore[union-attr]
+    assert records[4].event == "dispatch_executed"  # type: ignore[union-attr]
 
 
 def test_a_reverted_swap_is_ledgered_with_nulls_where_the_schema_says(world: World) -> None:
@@ -186,6 +189,28 @@ def test_a_swap_sent_with_an_empty_permission_id_is_ledgered_with_null_not_stuck
         (first.dispatched.tx_hash, Outcome.CONFIRMED, None)
     ]
     assert world.ledger().state().open == ()
+
+
+def test_a_token_bought_whose_symbol_cannot_be_recorded_fails_the_tick_before_anything_is_sent(
+    world: World,
+) -> None:
+    """The bought token's metadata was first read by reconcile, after the swap: a symbol the ledger
+    refuses (here with a space) left a confirmed trade on chain that every later tick failed to
+    ledger. It is read and logged before signing now, so the tick fails with nothing sent."""
+    odd = deploy_contract(world.w3, world.owner, "TestToken", "Odd Ether", "W ETH", 18)
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.setRate(world.market.usdc, odd.address, DEFAULT_RATE))
+    world.as_owner(odd.functions.mint(world.market.router, 10**21))
+    nonce = world.w3.eth.get_transaction_count(world.agent.address)
+    for _ in range(2):
+        with pytest.raises(ActivityInvalidRecord) as caught:
+            world.tick(token_out=odd.address)
+        assert caught.value.code == "activity_invalid_record"
+        world.clock.now += 1
+    assert world.w3.eth.get_transaction_count(world.agent.address, "pending") == nonce
+    assert world.balance(odd.address) == 0
+    assert world.ledger().state().open == ()
+    assert not list(ActivityLog(world.sail_dir).scan(frozenset({"dispatch_signed"})))
 
 
 def test_reconciling_twice_ledgers_one_entry(world: World) -> None:
