@@ -18,7 +18,7 @@ LEARNS = 120
 READERS = 2
 
 WORKER = r"""
-import os, sys, time, orjson, memory, journal
+import glob, os, sys, time, orjson, memory, journal
 role, db, acks, done = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 learns = int(sys.argv[5])
 texts = [f"racing finding {i} common" for i in range(learns)]
@@ -27,26 +27,50 @@ possible = {memory.finding_id("race", memory.validate({"text": t}, "race")): t f
 def finished():
     return os.path.exists(done)
 
+def syncs_done():
+    try:
+        with open(done + ".syncs", "rb") as f:
+            return int(f.read() or b"0")
+    except (OSError, ValueError):
+        return 0
+
+def wait_for(ready, what):
+    deadline = time.monotonic() + 60
+    while not ready():
+        if time.monotonic() > deadline:
+            sys.exit(f"gave up waiting for {what}")
+        time.sleep(0.002)
+
 if role == "learner":
+    # the race is made, not hoped for: learning starts once the syncer and every reader run, and
+    # every 30 learns waits for a sync to finish among them (a fast disk once learned all 120
+    # before the other processes had started)
+    wait_for(lambda: len(glob.glob(done + ".ready.*")) == int(sys.argv[6]), "the others to start")
     with memory.MemoryStore(db) as store:
         jr = store.open_journal()
         _, lease = jr.begin("race", "race", {})
         root = memory.RootRun(jr, lease, "race", "race")
         with open(acks, "ab") as out:
-            for t in texts:
+            for i, t in enumerate(texts):
                 key = store.learn({"text": t}, root).id
                 out.write(key.encode() + b"\n")  # acknowledged: every read from now on must see it
                 out.flush()
+                if i % 30 == 29:
+                    seen = syncs_done()
+                    wait_for(lambda: syncs_done() > seen, "a sync")
         jr.finish(lease, journal.RunState.DONE)
     open(done, "w").close()
     print(orjson.dumps({"role": role, "learned": learns}).decode())
 elif role == "syncer":
     syncs = 0
     store = memory.MemoryStore(db)
+    open(done + ".ready.syncer", "w").close()
     while syncs < 5000:
         last = finished()
         store.sync(materialize=False)
         syncs += 1
+        with open(done + ".syncs", "wb") as f:
+            f.write(str(syncs).encode())
         if last:
             break
     store.close()
@@ -54,6 +78,7 @@ elif role == "syncer":
 else:
     reads, problems = 0, []
     store = memory.MemoryStore(db)
+    open(done + f".ready.reader{os.getpid()}", "w").close()
     while reads < 20000 and not problems:
         last = finished()
         if reads % 7 == 6:  # now and then a fresh process's view: nothing cached
@@ -93,7 +118,7 @@ def test_readers_racing_sync_in_other_processes_see_every_finding_exactly_once(t
 
     def start(role: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-c", WORKER, role, str(db), str(acks), str(done), str(LEARNS)],
+            [sys.executable, "-c", WORKER, role, *map(str, (db, acks, done, LEARNS, READERS + 1))],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
