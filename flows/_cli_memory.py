@@ -326,12 +326,17 @@ def _erase_where(args: argparse.Namespace) -> int:
             )
         else:
             done = session.erase_where(**filters)
+        live = {m: store.current(m) for m in done} if args.dry_run and not args.json else {}
     if args.json:
         _json_out({"memoryIds": done, "count": len(done), "dryRun": bool(args.dry_run)})
     elif args.dry_run:
         print(f"would erase {len(done)} memor{'y' if len(done) == 1 else 'ies'} (nothing written):")
-        for m in done:
-            print(f"   {m}")
+        rows = [[m, "forgotten", "", ""] for m in done]
+        for row in rows:
+            now = live.get(row[0])
+            if now is not None:
+                row[1:] = ["live", now.scope, now.text[:60]]
+        print(_table(rows, ["MEMORY", "STATE", "SCOPE", "TEXT"]))
     else:
         print(f"erased {len(done)} memor{'y' if len(done) == 1 else 'ies'}")
     return EXIT_OK

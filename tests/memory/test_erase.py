@@ -193,6 +193,11 @@ def test_erase_by_filter_reaches_forgotten_and_superseded_memories_and_nothing_e
         s.erase_where(reason="all", scope=None)
     dry = json_of(flows(db, "erase", "--meta", "user=carol", "--dry-run", "--json"))
     assert dry["count"] == 2 and _files_holding(tmp_path, MARK)
+    listed = flows(db, "erase", "--meta", "user=carol", "--dry-run").stdout.splitlines()
+    assert listed[1].split() == ["MEMORY", "STATE", "SCOPE", "TEXT"]  # what each is, before --yes
+    assert sorted(line.split(None, 3) for line in listed[2:]) == sorted(
+        [[a.memory_id, "live", "users", f"carol's new card {MARK}b"], [b.memory_id, "forgotten"]]
+    )
     refused = flows(db, "erase", "--meta", "user=carol")
     assert refused.returncode == 2 and "--yes" in refused.stderr
     done = json_of(flows(db, "erase", "--meta", "user=carol", "--yes", "--json"))
