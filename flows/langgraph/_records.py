@@ -24,7 +24,7 @@ import base64
 import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from flows.langgraph._errors import RecordInvalid
 from journal import Record
@@ -59,6 +59,29 @@ def _version(value: Any, what: str) -> Version:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"{what} is not a string or a number")
     return value
+
+
+def versions_ok(versions: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether ``versions`` is what a checkpoint's ``channel_versions`` must be to be read back: a
+    dict of channel names to versions (strings or numbers, not booleans)."""
+    return isinstance(versions, dict) and all(
+        isinstance(c, str) and not isinstance(v, bool) and isinstance(v, str | int | float)
+        for c, v in versions.items()
+    )
+
+
+def payload_problem(payload: Mapping[str, Any]) -> str | None:
+    """Why a reader would refuse ``payload`` as a record of the stream (None: it reads it).
+
+    The writer asks before it appends: a record the readers refuse is never skipped, so one written
+    from a bad argument (a checkpoint id that is not a string, a version that is None) would leave
+    the thread unreadable for every process from then on.
+    """
+    try:
+        ThreadIndex()._fold(payload, Record("", STREAM, 1, "", None, 0, payload))
+    except (ValueError, TypeError, KeyError) as exc:
+        return str(exc)
+    return None
 
 
 def _text(value: Any, what: str, *, optional: bool = False) -> Any:

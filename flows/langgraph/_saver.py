@@ -50,7 +50,15 @@ from flows.langgraph._conn import Opening
 from flows.langgraph._errors import ConfigInvalid, RecordInvalid, ValueTooLarge, ValueUnserializable
 from flows.langgraph._filters import at_path, check_filter
 from flows.langgraph._leases import ThreadLeases
-from flows.langgraph._records import STREAM, StoredCheckpoint, ThreadIndex, Typed, pack
+from flows.langgraph._records import (
+    STREAM,
+    StoredCheckpoint,
+    ThreadIndex,
+    Typed,
+    pack,
+    payload_problem,
+    versions_ok,
+)
 from flows.langgraph._serde import Refused, StrictDecoder
 from journal import (
     JournalBackend,
@@ -390,8 +398,17 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- writing -------------------------------------------------------------------------------
 
     def _encode(self, payload: Payload, thread_id: str, what: str) -> str:
-        """Check the record's size and return its key (a digest of its canonical bytes)."""
-        data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+        """Check the record's size, and that the readers will take it as it is read back, and
+        return its key (a digest of its canonical bytes)."""
+        try:
+            data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+        except TypeError as exc:  # a lone surrogate, an integer past 64 bits, in an id or a name
+            raise ValueUnserializable(
+                f"{what} of thread {thread_id!r:.120} cannot be a journal record ({exc}): ids, "
+                "namespaces, channel names, task ids and versions must be valid UTF-8 strings (or, "
+                "for versions, numbers within 64 bits)",
+                thread_id=thread_id,
+            ) from exc
         if len(data) > self._max_record_bytes:
             raise ValueTooLarge(
                 f"{what} of thread {thread_id!r} needs a {len(data):,}-byte record, over the "
@@ -399,6 +416,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 "reference in the state, or raise max_record_bytes",
                 size=len(data),
                 limit=self._max_record_bytes,
+                thread_id=thread_id,
+            )
+        problem = payload_problem(orjson.loads(data))  # what readers get back: NaN is null there
+        if problem is not None:
+            raise ConfigInvalid(
+                f"{what} of thread {thread_id!r:.120} would be a record no reader takes ({problem}): "
+                "a checkpoint id, checkpoint_id and task id are strings, and a channel version is "
+                "a string or a number; nothing was written",
                 thread_id=thread_id,
             )
         return str(payload["kind"])[0] + "-" + hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -585,10 +610,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def _versions(self, checkpoint: Mapping[str, Any], stored: StoredCheckpoint) -> dict[str, Any]:
         """The checkpoint's ``channel_versions``, checked: channel names to strings or numbers."""
         versions = checkpoint.get("channel_versions", {})
-        if not isinstance(versions, dict) or not all(
-            isinstance(c, str) and not isinstance(v, bool) and isinstance(v, str | int | float)
-            for c, v in versions.items()
-        ):
+        if not versions_ok(versions):
             raise self._invalid(
                 stored, "the checkpoint", "has channel_versions that are not channel names to versions"
             )
@@ -690,7 +712,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             metadata=metadata,
             new_versions=new_versions,
         )
-        key = self._encode(payload, thread_id, f"checkpoint {checkpoint['id']}")
+        key = self._encode(payload, thread_id, f"checkpoint {str(checkpoint['id'])[:80]!r}")
         self._write(thread_id, lambda _t: [(payload, key)], create=True)
         return _config(thread_id, ns, checkpoint["id"])
 
@@ -714,6 +736,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 else ("empty", b"")
             )
             blobs.append([channel, version, *pack(typed)])
+        if not versions_ok(c.get("channel_versions", {})):
+            raise ConfigInvalid(
+                f"checkpoint {str(c.get('id'))[:80]!r} of thread {thread_id!r:.120} has channel_versions "
+                "that are not channel names to versions (strings or numbers); nothing was written",
+                thread_id=thread_id,
+            )
         meta = get_serializable_checkpoint_metadata(config, metadata)
         run_id = meta.get("run_id")
         return {
@@ -754,7 +782,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 for idx, (ch, v) in enumerate(writes)
             ],
         }
-        key = self._encode(payload, thread_id, f"the writes of task {task_id}")
+        key = self._encode(payload, thread_id, f"the writes of task {str(task_id)[:80]!r}")
         self._write(thread_id, lambda _t: [(payload, key)], create=True)
 
     def delete_thread(self, thread_id: str) -> None:

@@ -106,3 +106,52 @@ def test_thread_ids_with_any_characters_are_kept_apart(saver: JournalSaver) -> N
         tup = saver.get_tuple(config(thread))
         assert tup is not None and tup.checkpoint["channel_values"] == {"i": i}, repr(thread)
         assert tup.config["configurable"]["thread_id"] == thread
+
+
+def _bad_checkpoint(kind: str) -> tuple[Any, Any]:
+    """A checkpoint and ``new_versions`` that a reader would refuse once journaled."""
+    cp: Any = checkpoint({"x": 1})
+    versions: Any = {"x": 1}
+    if kind == "id-not-str":
+        cp["id"] = 5
+    elif kind == "version-none":
+        cp["channel_versions"] = versions = {"x": None}
+    elif kind == "version-bool":
+        versions = {"x": True}
+    elif kind == "version-nan":  # JSON has no NaN: it would be read back as null
+        versions = {"x": float("nan")}
+    elif kind == "checkpoint-versions":
+        cp["channel_versions"] = {"x": [1]}
+    return cp, versions
+
+
+@pytest.mark.parametrize(
+    "kind", ["id-not-str", "version-none", "version-bool", "version-nan", "checkpoint-versions"]
+)
+def test_a_put_no_reader_could_take_back_raises_and_leaves_the_thread_readable(
+    journal_location: str, kind: str
+) -> None:
+    with JournalSaver(journal=journal_location) as saver:
+        ids = put_chain(saver, "t", [{"x": 0}])
+        before = _records(saver)
+        cp, versions = _bad_checkpoint(kind)
+        with pytest.raises(ConfigInvalid) as caught:
+            saver.put(config("t", ids[0]), cp, {}, versions)
+        assert caught.value.code == "langgraph_config_invalid"
+        assert _records(saver) == before
+    with JournalSaver(journal=journal_location) as other:  # another process reads the thread
+        tup = other.get_tuple(config("t"))
+        assert tup is not None and tup.checkpoint["id"] == ids[0]
+        assert [c.checkpoint["id"] for c in other.list(None)] == [ids[0]]
+
+
+def test_a_lone_surrogate_in_an_id_or_name_raises_value_unserializable(saver: JournalSaver) -> None:
+    ids = put_chain(saver, "t", [{"x": 0}])
+    before = _records(saver)
+    with pytest.raises(ValueUnserializable):
+        saver.put(config("t", ids[0], ns="\ud800"), checkpoint({"x": 1}), {}, {"x": 2})
+    with pytest.raises(ValueUnserializable):
+        saver.put_writes(config("t", ids[0]), [("\udc00", 1)], "task")
+    with pytest.raises(ValueUnserializable):
+        saver.put_writes(config("t", ids[0]), [("x", 1)], "task\ud800")
+    assert _records(saver) == before
