@@ -73,7 +73,8 @@ write, ``done`` when it closes)."""
 SCOPE_MAX = 256
 """The longest scope the memory takes, and so the longest joined namespace (with its prefix)."""
 VALUE_MAX_BYTES = 15 * 1024
-"""The largest value, as JSON: what fits a finding's metadata with the item's own keys."""
+"""The largest value with its key, as JSON: what fits a finding's metadata with the item's own
+fields."""
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _INDEXED = "v."
 """A value's short top-level strings are also metadata keys ``v.<field>``, so an equality filter on
@@ -604,11 +605,15 @@ class JournalStore(BaseStore):
                 f"a store value is a mapping of string keys, not {type(op.value).__name__}"
             )
         value = _plain(op.value, "value")
-        size = len(orjson.dumps(value)) + len(orjson.dumps(_indexed(value)))
+        # the key shares the finding's metadata with the value (and its indexed copies): counted
+        # too, as JSON writes it (a control character takes six bytes), so a long key with a value
+        # just under the bound is refused here rather than by the memory with a code of its own
+        size = len(orjson.dumps(value)) + len(orjson.dumps(_indexed(value))) + len(orjson.dumps(op.key))
         if size > VALUE_MAX_BYTES:
             raise ValueTooLarge(
-                f"the value of item {op.key!r:.60} is {size:,} bytes as JSON, over the store's "
-                f"{VALUE_MAX_BYTES:,}-byte bound; keep large data elsewhere and store a reference",
+                f"the value of item {op.key!r:.60}, with its key, is {size:,} bytes as JSON, over "
+                f"the store's {VALUE_MAX_BYTES:,}-byte bound; keep large data elsewhere and store a "
+                "reference",
                 size=size,
                 limit=VALUE_MAX_BYTES,
             )

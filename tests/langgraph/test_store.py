@@ -329,3 +329,19 @@ def test_use_after_close_is_journal_closed_and_close_is_safe_twice(
         assert err.value.code == "journal_closed"
         assert isinstance(err.value, RuntimeError)  # what it was before it had a code
         assert "make a new one" in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["\x01" * 1024, "鍵" * 1024], ids=["control", "cjk"])
+def test_a_long_key_beside_a_value_near_the_bound_raises_value_too_large(
+    store: JournalStore, key: str
+) -> None:
+    """The key lives in the finding's metadata with the value: both count toward the bound, so
+    the store refuses the pair with its own code rather than the memory with another."""
+    before = _written(store)
+    with pytest.raises(ValueTooLarge) as caught:
+        store.put(("ok",), key, {"blob": "x" * 14_000})
+    assert caught.value.code == "langgraph_value_too_large" and caught.value.size > caught.value.limit
+    assert _written(store) == before
+    store.put(("ok",), key, {"blob": "x" * 9_000})  # the same key with a smaller value fits
+    item = store.get(("ok",), key)
+    assert item is not None and item.value == {"blob": "x" * 9_000}
