@@ -49,6 +49,8 @@ def at_path(value: Any, key: str) -> Any:
 def matches(actual: Any, wanted: Any) -> bool:
     """LangGraph's filter semantics: equality, nested objects, and the ``$`` operators."""
     if isinstance(wanted, dict):
+        if not all(isinstance(k, str) for k in wanted):
+            return False  # an object read back from JSON has string keys only
         if any(k.startswith("$") for k in wanted):
             return all(_operator(actual, op, v) for op, v in wanted.items())
         return isinstance(actual, dict) and all(matches(actual.get(k), v) for k, v in wanted.items())

@@ -345,3 +345,10 @@ def test_a_long_key_beside_a_value_near_the_bound_raises_value_too_large(
     store.put(("ok",), key, {"blob": "x" * 9_000})  # the same key with a smaller value fits
     item = store.get(("ok",), key)
     assert item is not None and item.value == {"blob": "x" * 9_000}
+
+
+def test_a_filter_object_with_a_non_string_key_matches_nothing(store: JournalStore) -> None:
+    store.put(("ok",), "k", {"user": {"name": "ann"}, "n": 1})
+    assert store.search(("ok",), filter={"user": {1: None}}) == []
+    assert store.search(("ok",), filter={"user": {"name": "ann", 2: "x"}}) == []
+    assert [i.key for i in store.search(("ok",), filter={"user": {"name": "ann"}})] == ["k"]
