@@ -783,7 +783,29 @@ class JournalSaver(BaseCheckpointSaver[str]):
             ],
         }
         key = self._encode(payload, thread_id, f"the writes of task {str(task_id)[:80]!r}")
-        self._write(thread_id, lambda _t: [(payload, key)], create=True)
+
+        def build(t: _Thread) -> Keyed:
+            # The key makes a retried call a no-op. An error or interrupt write replaces the
+            # task's last one, so the same value put again after another (timeout, rate limit,
+            # timeout) is a new fact: its key names the records whose values it replaces, or the
+            # journal would hand back the first record and the middle value would stay the latest.
+            stored = t.index.writes.get((ns, checkpoint_id), {})
+            replaced = sorted(
+                {
+                    f"{old.record.run_id}:{old.record.seq}"
+                    for idx, ch, *typed in payload["writes"]
+                    if idx < 0
+                    and (old := stored.get((str(task_id), idx))) is not None
+                    and old.record is not None
+                    and (old.channel, list(pack(old.value))) != (ch, typed)
+                }
+            )
+            if not replaced:
+                return [(payload, key)]
+            mixed = hashlib.blake2b(f"{key}|{','.join(replaced)}".encode(), digest_size=16).hexdigest()
+            return [(payload, "w-" + mixed)]
+
+        self._write(thread_id, build, create=True)
 
     def delete_thread(self, thread_id: str) -> None:
         """Tombstone the thread and move it to a new, empty generation (its records stay in the

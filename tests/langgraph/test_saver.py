@@ -67,6 +67,33 @@ def test_the_same_put_twice_appends_one_record(saver: JournalSaver) -> None:
     assert [r.payload["kind"] for r in saver.backend.read(cite.run_id, STREAM)] == ["checkpoint", "writes"]
 
 
+@pytest.mark.parametrize("channel", ["__error__", "__interrupt__"])
+def test_a_special_write_put_again_after_another_value_is_the_latest_again(
+    journal_location: str, channel: str
+) -> None:
+    # An error (or interrupt) write replaces the task's last one, as in LangGraph's own savers: the
+    # third value equals the first, and must not be taken for a retry of the first call.
+    cp = checkpoint({"x": 1})
+    with JournalSaver(journal=journal_location) as saver:
+        saver.put(config("t"), cp, {"step": 0}, {"x": 1})
+        for value in ["timeout", "rate limit", "timeout"]:
+            saver.put_writes(config("t", cp["id"]), [(channel, value)], "task")
+        tup = saver.get_tuple(config("t"))
+        assert tup is not None and tup.pending_writes == [("task", channel, "timeout")]
+        saver.put_writes(config("t", cp["id"]), [(channel, "timeout")], "task")  # a retry: no record
+        cite = saver.citation(config("t"))
+        assert cite is not None
+        kinds = [r.payload["kind"] for r in saver.backend.read(cite.run_id, STREAM)]
+        assert kinds == ["checkpoint", "writes", "writes", "writes"]
+    with JournalSaver(journal=journal_location) as fresh:
+        tup = fresh.get_tuple(config("t"))
+        assert tup is not None and tup.pending_writes == [("task", channel, "timeout")]
+        fresh.put_writes(config("t", cp["id"]), [(channel, "rate limit")], "task")
+    with JournalSaver(journal=journal_location) as again:
+        tup = again.get_tuple(config("t"))
+        assert tup is not None and tup.pending_writes == [("task", channel, "rate limit")]
+
+
 def test_list_without_a_config_lists_every_thread_newest_first(saver: JournalSaver) -> None:
     a = put_chain(saver, "a", [{"x": 1}, {"x": 2}])
     b = put_chain(saver, "b", [{"y": 1}])
