@@ -29,6 +29,7 @@ from memory.cli import (
     limit,
     progress,
     stdout_to_stderr,
+    subject,
 )
 from memory.cli import shown as _shown
 
@@ -293,7 +294,7 @@ def build_cli(only: str | None = None) -> CommandLine:
         p = add(name, fn, help_)
         add_filter_options(p)
         if name == "why":
-            p.add_argument("subject", help="a question or words to match against findings")
+            p.add_argument("subject", type=subject, help="a question or words to match against findings")
             p.add_argument(
                 "--mode",
                 choices=("hybrid", "keyword", "semantic"),

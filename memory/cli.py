@@ -82,6 +82,7 @@ __all__ = [
     "progress",
     "shown",
     "stdout_to_stderr",
+    "subject",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -153,6 +154,15 @@ def limit(text: str) -> int:
     if not _DIGITS.match(text.strip()) or len(digits) > 12 or not 1 <= int(digits or "0") <= LIMIT_MAX:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LIMIT_MAX}, got {text!r:.80}")
     return int(digits)
+
+
+def subject(text: str) -> str:
+    """A question to answer (``flows why``): any text with something besides white space."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"must be a question or words to match, got {text!r:.80}: nothing can answer an empty one"
+        )
+    return text
 
 
 _DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+\Z")

@@ -70,6 +70,15 @@ assert answers[0].finding.text.startswith("the kettle")
     assert [r["journal"] for r in after] == [r["journal"] for r in recalled]
 
 
+@pytest.mark.parametrize("empty", ["", "   ", "\t\n"])
+def test_why_with_an_empty_question_is_a_usage_error_not_a_non_answer(tmp_path: Path, empty: str) -> None:
+    db = tmp_path / "history.db"
+    assert flows(db, "learn", "the kitchen tap drips", "--scope", "s").returncode == 0
+    why = flows(db, "why", empty)
+    assert why.returncode == 2 and why.stdout == ""
+    assert "error[usage]" in why.stderr and "argument subject" in why.stderr, why.stderr
+
+
 def test_runs_table_and_json_show_state_and_the_failing_code(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     bad = write_flow(tmp_path / "bad.py", 'await f.memory.learn({"text": ""})')
