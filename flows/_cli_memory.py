@@ -260,7 +260,7 @@ def _forget_where(args: argparse.Namespace) -> int:
         print(f"no live finding matches {dict(done.filter)}; nothing written")
     else:
         assert done.citation is not None and done.forgotten_ms is not None
-        print(f"forgot {len(done.keys)} finding(s) matching {dict(done.filter)}: {done.reason}")
+        print(f"forgot {len(done.keys)} finding(s) matching {dict(done.filter)}: {cell(done.reason)}")
         print(f"   {_citation(done.citation)}, committed {format_ms(done.forgotten_ms)}")
     return EXIT_OK
 

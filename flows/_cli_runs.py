@@ -31,6 +31,7 @@ from memory.cli import (
     progress,
     stdout_to_stderr,
 )
+from memory.cli import shown as _shown
 from staging import CodedError, CodedInterrupt
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
         if args.verbose and not isinstance(result.error, CodedInterrupt):
             from flows._runtime import traceback_text
 
-            sys.stderr.write(traceback_text(result.error) + "\n")
+            sys.stderr.write(_shown(traceback_text(result.error)) + "\n")  # its messages are data
         if isinstance(result.error, CodedInterrupt):
             raise result.error
         if isinstance(result.error, CodedError):
@@ -101,7 +102,7 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
     else:
         print(f"root run {result.run_id} {verb}: {result.state.value}")
         if result.output is not None:
-            print(f"output: {orjson.dumps(result.output).decode()}")
+            print(_shown(f"output: {orjson.dumps(result.output).decode()}", one_line=True))
     return EXIT_OK
 
 
@@ -329,17 +330,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _json_out(shown)
         return EXIT_OK
+    # What a run recorded is data (a file name, an exception's message, the body's output): every
+    # control character is written as an escape, C1 included, which JSON leaves as it is.
     digest = shown["sourceSha256"]
-    print(_show_header(shown))
+    print(_shown(_show_header(shown), one_line=True))
     print(f"started {_when(shown['createdMs'])}, updated {_when(shown['updatedMs'])}, lease {shown['epoch']}")
-    print(f"source  {shown['source'] or '-'}" + (f" (sha256 {digest})" if digest else ""))
-    print(f"input   {orjson.dumps(shown['input']).decode()}")
-    print(f"output  {orjson.dumps(shown['output']).decode()}")
+    source = f"source  {shown['source'] or '-'}" + (f" (sha256 {digest})" if digest else "")
+    print(_shown(source, one_line=True))
+    print(_shown(f"input   {orjson.dumps(shown['input']).decode()}", one_line=True))
+    print(_shown(f"output  {orjson.dumps(shown['output']).decode()}", one_line=True))
     if shown["error"]:
-        print(f"error   [{shown['error'].get('code')}] {shown['error'].get('message')}")
-        recorded = shown["error"].get("traceback")
+        error = shown["error"]
+        print(_shown(f"error   [{error.get('code')}] {error.get('message')}", one_line=True))
+        recorded = error.get("traceback")
         if isinstance(recorded, str) and recorded:
-            print("        " + "\n        ".join(recorded.splitlines()))
+            print("\n".join("        " + _shown(line, one_line=True) for line in recorded.splitlines()))
     if not shown["timeline"]:
         print("\nnothing recorded yet")
         return EXIT_OK

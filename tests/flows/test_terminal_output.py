@@ -1,7 +1,7 @@
 """What the CLI prints for a person is data read back from the store: a finding's text, tags, source
-and metadata, a forget's reason. Control characters in them (an escape sequence that recolours,
-retitles or clears the terminal, a bell, a C1 CSI) are written as escapes, never raw, by every
-command that shows them."""
+and metadata, a forget's reason, a run's error, traceback, output and file name. Control characters
+in them (an escape sequence that recolours, retitles or clears the terminal, a bell, a C1 CSI) are
+written as escapes, never raw, by every command that shows them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import memory
 from tests.flows.helpers import flows as flows_cli
+from tests.flows.helpers import json_of, write_flow
 
 HOSTILE = "\x1b[31m\x1b]0;title\x07\x9b2J"
 RAW = ("\x1b", "\x07", "\x9b")
@@ -62,3 +63,23 @@ def test_a_file_name_with_control_characters_is_escaped_in_check_and_in_errors(t
     for done in (check, read):
         for raw in RAW:
             assert raw not in done.stdout and raw not in done.stderr, (raw, done.stdout, done.stderr)
+
+
+def test_what_a_run_recorded_never_drives_the_terminal(tmp_path: Path) -> None:
+    # An exception's message, its traceback, the body's output and the flow file's name are data:
+    # `flows run` (-v), `flows show` print each control character as an escape, C1 included.
+    db = tmp_path / "history.db"
+    bad = write_flow(
+        tmp_path / "evil\x1b[2J.py", 'raise RuntimeError("boom \\x1b]0;pwned\\x07 \\u009b2J")', 'name="evil"'
+    )
+    failed = flows_cli(db, "run", "-v", str(bad))
+    assert failed.returncode == 1 and "Traceback" in failed.stderr
+    good = write_flow(tmp_path / "good.py", 'return {"x": "\\u009b2J \\x1b[31m"}')
+    done = flows_cli(db, "run", str(good))
+    assert done.returncode == 0 and "output:" in done.stdout
+    runs = json_of(flows_cli(db, "runs", "--json"))
+    shows = [flows_cli(db, "show", r["runId"]) for r in runs]
+    assert all(s.returncode == 0 for s in shows)
+    assert "boom \\x1b]0;pwned\\x07 \\x9b2J" in shows[1].stdout and "evil\\x1b[2J.py" in shows[1].stdout
+    for out in [failed.stderr, done.stdout, *(s.stdout for s in shows)]:
+        assert not any(c in out for c in RAW), out
