@@ -12,6 +12,12 @@ from journal._file import FileJournal
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_KEYWORD_DSN = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
+    r"|application_name|target_session_attrs)\s*=",
+    re.IGNORECASE,
+)
+"""The start of a libpq ``key=value`` connection string (``host=db dbname=app password=…``)."""
 
 
 def file_location(text: str) -> str:
@@ -20,8 +26,9 @@ def file_location(text: str) -> str:
 
     Raises:
         JournalLocationInvalid: an empty location, a ``file:`` URL of another host or without an
-            absolute path, or a location of a scheme no backend reads (``http://…``, ``s3://…``),
-            which would otherwise become a folder of that name.
+            absolute path, a location of a scheme no backend reads (``http://…``, ``s3://…``), or
+            a libpq ``key=value`` connection string (``host=… dbname=…``), which would otherwise
+            become a folder of that name.
     """
     if not text:
         raise JournalLocationInvalid(
@@ -34,6 +41,14 @@ def file_location(text: str) -> str:
             raise JournalLocationInvalid(
                 f"the journal location {text[:200]!r} is a {scheme}: URL, which no journal reads; "
                 "give a folder, a file:/// URL or a postgresql:// DSN"
+            )
+        if _KEYWORD_DSN.match(text):
+            # As a folder, it would put its password in a folder's name and in every message
+            # naming the journal; the location is never shown, it may hold a password.
+            raise JournalLocationInvalid(
+                "the journal location is a PostgreSQL key=value connection string (host=… dbname=…), "
+                "which the journal does not read: write it as a URL, "
+                "postgresql://user@host:5432/dbname (a folder whose name starts that way: ./host=…)"
             )
         return text  # a path (a folder named "notes:2026" included)
     parts = urllib.parse.urlsplit(text)

@@ -1,5 +1,6 @@
 """A journal location is a folder, a ``file:`` URL of a local folder, or a PostgreSQL DSN that names
-its database; anything else is ``journal_location_invalid`` before anything is created."""
+its database; anything else (another scheme, a libpq ``key=value`` string) is
+``journal_location_invalid`` before anything is created."""
 
 from __future__ import annotations
 
@@ -57,6 +58,30 @@ def test_a_location_no_backend_reads_is_refused_before_anything_is_made(
     result = _flows(tmp_path, location, "learn", "x", "--scope", "s")
     assert result.returncode == 1 and "journal_location_invalid" in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "host=127.0.0.1 port=5432 dbname=test password=ZQXSECRET",
+        "  dbname=test user=postgres password='ZQXSECRET'",
+        "PASSWORD=ZQXSECRET host=db",
+    ],
+)
+def test_a_key_value_connection_string_is_refused_never_a_folder_and_its_password_never_shown(
+    tmp_path: Path, location: str
+) -> None:
+    # As a folder it would write the password into a folder's name, and every message naming the
+    # journal would show it.
+    with pytest.raises(JournalLocationInvalid, match="postgresql://") as caught:
+        journal.open_journal(location)
+    assert "ZQXSECRET" not in str(caught.value)
+    for args in (["learn", "x", "--scope", "s"], ["recall"]):
+        result = _flows(tmp_path, location, *args)
+        assert result.returncode == 1 and "journal_location_invalid" in result.stderr, result.stderr
+        assert "ZQXSECRET" not in result.stderr + result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+    assert isinstance(journal.open_journal(str(tmp_path / "host=x")), FileJournal)  # a path is a path
 
 
 def test_an_empty_location_is_refused_not_taken_for_the_current_folder(
