@@ -36,7 +36,7 @@ from journal._model import (
     payload_json,
     record_id,
 )
-from journal._open import open_journal
+from journal._open import is_keyword_dsn, open_journal
 
 __all__ = [
     "FileJournal",
@@ -72,6 +72,7 @@ __all__ = [
     "check_key",
     "check_label",
     "check_name",
+    "is_keyword_dsn",
     "now_ms",
     "open_journal",
     "payload_json",

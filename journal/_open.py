@@ -20,6 +20,12 @@ _KEYWORD_DSN = re.compile(
 """The start of a libpq ``key=value`` connection string (``host=db dbname=app password=…``)."""
 
 
+def is_keyword_dsn(text: str) -> bool:
+    """Whether ``text`` starts as a libpq ``key=value`` connection string (``host=db dbname=app``),
+    which no journal location takes (``./host=db`` is a folder)."""
+    return _KEYWORD_DSN.match(text) is not None
+
+
 def file_location(text: str) -> str:
     """The folder a file journal location names: a path as it is, or a ``file:`` URL
     (``file:///abs/path``, ``file://localhost/abs/path``) as its decoded absolute path.
@@ -42,7 +48,7 @@ def file_location(text: str) -> str:
                 f"the journal location {text[:200]!r} is a {scheme}: URL, which no journal reads; "
                 "give a folder, a file:/// URL or a postgresql:// DSN"
             )
-        if _KEYWORD_DSN.match(text):
+        if is_keyword_dsn(text):
             # As a folder, it would put its password in a folder's name and in every message
             # naming the journal; the location is never shown, it may hold a password.
             raise JournalLocationInvalid(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from flows.langgraph._errors import ConfigInvalid
+from journal import is_keyword_dsn
 
 T = TypeVar("T")
 
@@ -33,6 +34,11 @@ def locations(conn_string: str) -> tuple[str | None, str | None, str | None]:
         raise ConfigInvalid(f"a connection string is a path or a postgresql:// URL, not {conn_string!r:.80}")
     if conn_string.startswith(("postgresql://", "postgres://")):
         return None, conn_string, None
+    if is_keyword_dsn(conn_string):  # as a path it would name a DB file after its password
+        raise ConfigInvalid(
+            "a connection string is a path or a postgresql:// URL; libpq's key=value form "
+            "(host=… dbname=…) is not read: write it as postgresql://user@host:5432/dbname"
+        )
     if conn_string == ":memory:":
         tmp = tempfile.mkdtemp(prefix="flows-langgraph-")
         return str(Path(tmp) / "history.db"), None, tmp

@@ -94,6 +94,22 @@ def test_an_empty_conn_string_is_config_invalid(conn: str) -> None:
         pass
 
 
+@pytest.mark.parametrize("cls", [JournalSaver, JournalStore])
+def test_a_key_value_conn_string_is_refused_not_a_db_file_named_after_its_password(
+    cls: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LangGraph's PostgreSQL classes take libpq's key=value form; taken for a path here, it would
+    # make a DB file whose name holds the password.
+    monkeypatch.chdir(tmp_path)
+    with (
+        pytest.raises(ConfigInvalid, match="postgresql://") as caught,
+        cls.from_conn_string("host=127.0.0.1 dbname=test password=ZQXSECRET"),
+    ):
+        pass
+    assert "ZQXSECRET" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("blocked", ["langchain_core", "langgraph", "ormsgpack"])
 def test_without_the_extra_the_import_says_what_to_install(blocked: str) -> None:
     code = (
