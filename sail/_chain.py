@@ -4,12 +4,15 @@
 at a block) and ``ChainView`` for strategies (balance, allowance, quote at the head). Every web3,
 transport or EVM failure of a read is translated here, in ``_reading``, into
 ``memory.ledger.ChainUnavailable``; a failing quote becomes ``QuoteUnavailable`` (a skip reason,
-not an error).
+not an error). A node's URL often carries a credential (a key in its path or query, a password);
+the transport's errors quote the URL, so every one is scrubbed of it (``_Provider``) before any
+message, log or ledger line is made from it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -18,7 +21,7 @@ from eth_abi.abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 from eth_utils.exceptions import ValidationError as EthValidationError
 from hexbytes import HexBytes
-from web3 import Web3
+from web3 import HTTPProvider, Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3Exception
 
 from memory.ledger import ChainTransaction, ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
@@ -92,6 +95,55 @@ def reason_of(text: str) -> str:
     return text.removeprefix(f"{_REVERTED}: ").strip() or text
 
 
+def url_secrets(url: str) -> list[str]:
+    """Every part of ``url`` that may be a credential, longest first: its password, its path and
+    query (an API key sits in either, ``/v3/<key>``, ``?apikey=``), each query value and each
+    path segment of 8 characters or more, as written and decoded."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return [url] if url else []
+    found = [password or ""]
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    if tail not in ("", "/"):
+        found += [tail, parts.query, *(v for _, v in urllib.parse.parse_qsl(parts.query))]
+        found += [seg for seg in parts.path.split("/") if len(seg) >= 8]
+    found += [urllib.parse.unquote(f) for f in found]
+    return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def scrubbed(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with each of ``secrets`` written as ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+class _Provider(HTTPProvider):
+    """web3's HTTP provider whose transport errors never quote the node's URL's credentials.
+
+    requests writes the URL into its messages (``Max retries exceeded with url: /v3/<key>``,
+    ``401 … for url: https://…``); a scrubbed error of the same kind is raised instead, without
+    the original chained (a traceback would show it again).
+    """
+
+    def __init__(self, rpc_url: str, **kwargs: Any) -> None:
+        super().__init__(rpc_url, **kwargs)
+        self._secrets = url_secrets(rpc_url)
+
+    def make_request(self, method: Any, params: Any) -> Any:
+        try:
+            return super().make_request(method, params)
+        except requests.RequestException as exc:
+            text = scrubbed(str(exc), self._secrets)
+            try:
+                clean = type(exc)(text)
+            except TypeError:
+                clean = requests.RequestException(text)
+            raise clean from None
+
+
 class QuoteUnavailable(Exception):
     """The router would not quote (no route, reverted call, node error); the message says why."""
 
@@ -140,7 +192,7 @@ class Chain:
     @classmethod
     def connect(cls, rpc_url: str, *, timeout: float = 10.0) -> Chain:
         """A ``Chain`` over HTTP JSON-RPC at ``rpc_url`` (no request is made yet)."""
-        provider = Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": timeout})
+        provider = _Provider(rpc_url, request_kwargs={"timeout": timeout})
         return cls(Web3(provider))
 
     # -- plain reads ------------------------------------------------------------------------------

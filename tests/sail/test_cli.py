@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -304,6 +306,59 @@ def test_a_malformed_key_is_refused_without_echoing_it(
     status, out, err = run(capsys, "tick", "--home", str(home))
     assert status == 1 and err.startswith("sail: error[sail_key_unavailable]:")
     assert "deadbeefsecret" not in out + err
+
+
+class _Unauthorized(http.server.BaseHTTPRequestHandler):
+    """A node behind a gateway that refuses the key: 401 for every request."""
+
+    def do_POST(self) -> None:
+        self.send_response(401)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def unauthorized() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("node", ["refused", "unauthorized"])
+def test_the_nodes_url_credentials_never_reach_a_message_a_log_or_the_ledger(
+    tmp_path: Path, unauthorized: str, node: str
+) -> None:
+    # A hosted node's URL carries its API key (in the path or the query) or a password, and the
+    # transport's errors quote the URL: none of it may be printed or written to the agent's files.
+    base = "http://127.0.0.1:1" if node == "refused" else unauthorized
+    key, token, password = "ZQXPATHKEY" + "7" * 22, "ZQXQUERYKEY", "ZQXPASSWORD"
+    rpc = base.replace("http://", f"http://agent:{password}@") + f"/v3/{key}?apikey={token}"
+    save_config(
+        tmp_path,
+        SailConfig(
+            rpc_url=rpc, router=ROUTER, token_in=USDC, token_out=WETH,
+            amount_in=25_000_000, interval_s=3600, min_balance=25_000_000,
+        ),
+    )
+    code = "import sys; from sail._cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {"SAIL_PRIVATE_KEY": "0x" + "a" * 64}
+    shown = ""
+    for argv in (["tick"], ["tick", "--json"], ["tick", "-v"], ["status"], ["why"]):
+        out = run_python(code, *argv, "--home", str(tmp_path), env=env)
+        shown += out.stdout + out.stderr
+    assert "error[chain_unavailable]" in shown and "failed [chain_unavailable]" in shown
+    written = b"".join(
+        p.read_bytes() for p in (tmp_path / ".sail").rglob("*") if p.is_file() and p.name != "config.toml"
+    )
+    for secret in (key, token, password):
+        assert secret not in shown, shown
+        assert secret.encode() not in written
 
 
 def test_a_damaged_ledger_is_reported_with_its_line(
