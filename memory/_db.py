@@ -326,6 +326,21 @@ class HistoryDB:
                     path=path,
                 )
 
+    def _create_private(self) -> None:
+        """Make a DB that does not exist yet as an empty file of mode 0600 (SQLite would make it
+        0644 less the umask: readable by every account, and the learned files, which take the
+        DB's mode, with it). Its ``-wal`` and ``-shm`` take its mode from SQLite; to share a store,
+        ``chmod`` the DB (docs/MEMORY.md)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            os.close(os.open(self.path, flags, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot create the history DB {self.path}: {describe(exc)}", path=self.path, errno=exc.errno
+            ) from exc
+
     def _error(self, exc: sqlite3.Error, doing: str, kind: type[FlowsMemoryError]) -> FlowsMemoryError:
         """The coded error for SQLite's ``exc``, carrying SQLite's own cause; only a DB that SQLite
         says is damaged is the user told to move aside."""
@@ -543,6 +558,7 @@ class HistoryDB:
                 f"cannot create {self.path.parent}: {exc.strerror or exc}", path=self.path, errno=exc.errno
             ) from exc
         self._check_files()
+        self._create_private()
         try:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:

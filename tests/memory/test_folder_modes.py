@@ -33,3 +33,22 @@ def test_learned_folders_take_the_dbs_mode_with_search_bits_where_it_has_read_bi
     assert {m for is_dir, m in modes.values() if is_dir} == {folder_mode}
     assert {m for is_dir, m in modes.values() if not is_dir} == {file_mode}
     assert len(modes) >= 5
+
+
+def _umask_022() -> None:
+    os.umask(0o022)
+
+
+def test_a_store_made_under_a_common_umask_is_private_to_its_owner(tmp_path: Path) -> None:
+    # SQLite makes a DB 0644 less the umask, readable by every account, and the learned files take
+    # the DB's mode: a new store's DB is made 0600, so neither it nor what is learned after is shared
+    # until its owner chmods the DB.
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    for args in (["learn", "first", "--scope", "s"], ["sync"], ["learn", "second", "--scope", "s"]):
+        result = flows(db, *args, preexec=_umask_022)
+        assert result.returncode == 0, result.stderr
+    made = [p for p in db.parent.rglob("*") if p.is_file()]
+    assert db in made and len(made) > 5
+    shared = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in made if p.stat().st_mode & 0o077}
+    assert shared == {}
