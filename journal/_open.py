@@ -11,6 +11,8 @@ from journal._errors import JournalLocationInvalid, JournalUnavailable
 from journal._file import FileJournal
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+LOCATION_MAX = 4096
+"""The longest folder location, in bytes (Linux's ``PATH_MAX``)."""
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _KEYWORD_DSN = re.compile(
     r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
@@ -24,6 +26,18 @@ def is_keyword_dsn(text: str) -> bool:
     """Whether ``text`` starts as a libpq ``key=value`` connection string (``host=db dbname=app``),
     which no journal location takes (``./host=db`` is a folder)."""
     return _KEYWORD_DSN.match(text) is not None
+
+
+def _check_size(text: str) -> None:
+    """Refuse a location longer than ``LOCATION_MAX`` bytes: no folder's path or DSN is that
+    long, and each message naming the location would carry all of it."""
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > LOCATION_MAX:
+        shown = "" if text.startswith(POSTGRES_SCHEMES) or is_keyword_dsn(text) else f" ({text[:80]!r}…)"
+        raise JournalLocationInvalid(
+            f"the journal location is {size:,} bytes, over the {LOCATION_MAX:,} a location may "
+            f"have{shown}: give a shorter one"
+        )
 
 
 def file_location(text: str) -> str:
@@ -41,6 +55,7 @@ def file_location(text: str) -> str:
             "the journal location is empty (it would be the current folder): give a folder, a file:/// "
             "URL or a postgresql:// DSN"
         )
+    _check_size(text)
     if text[:5].lower() != "file:":
         if _URL.match(text):
             scheme = text.split(":", 1)[0]
@@ -85,6 +100,7 @@ def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> Jour
         JournalUnavailable: a DSN, and psycopg is not installed.
     """
     text = os.fspath(location)
+    _check_size(text)
     if text.startswith(POSTGRES_SCHEMES):
         try:
             from journal._postgres import PostgresJournal

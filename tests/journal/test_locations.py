@@ -84,6 +84,19 @@ def test_a_key_value_connection_string_is_refused_never_a_folder_and_its_passwor
     assert isinstance(journal.open_journal(str(tmp_path / "host=x")), FileJournal)  # a path is a path
 
 
+@pytest.mark.parametrize(
+    "location", ["j" * 100_000, "postgresql://u:ZQXSECRET@h/" + "d" * 100_000, "é" * 2_100]
+)
+def test_a_location_longer_than_any_path_is_refused_in_a_short_message(tmp_path: Path, location: str) -> None:
+    with pytest.raises(JournalLocationInvalid, match="over the 4,096") as caught:
+        journal.open_journal(location)
+    assert len(str(caught.value)) < 300 and "ZQXSECRET" not in str(caught.value)
+    result = _flows(tmp_path, location, "learn", "x", "--scope", "s")
+    assert result.returncode == 1 and "journal_location_invalid" in result.stderr
+    assert len(result.stderr) < 400, result.stderr[:400]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+
+
 def test_an_empty_location_is_refused_not_taken_for_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
