@@ -136,8 +136,14 @@ def load_flow(
             ``GeneratorExit`` too), or does not hold exactly one flow (or none named ``name``).
         KeyboardInterrupt: Ctrl-C (or the file raising it) while the file was imported.
     """
-    path = Path(path).resolve()
-    if not path.is_file():
+    given = Path(path)
+    try:
+        path = given.resolve()
+        found_file = path.is_file()
+    except OSError as exc:  # a name too long, a folder on the way this user may not search
+        why = exc.strerror or exc
+        raise FlowLoadFailed(f"cannot look at the flow file {given}: {why}", path=given) from exc
+    if not found_file:
         raise FlowLoadFailed(f"no flow file at {path}", path=path)
     module_name = f"_flows_user_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(module_name, path)

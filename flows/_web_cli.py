@@ -34,9 +34,13 @@ def _port(text: str) -> int:
 
 def _home(text: str) -> Path:
     path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a folder (an agent's home holds .sail/)")
-    return path.resolve()
+    try:
+        if path.is_dir():
+            return path.resolve()
+        problem = "is not a folder"
+    except OSError as exc:  # a name too long, a folder on the way this user may not search
+        problem = f"cannot be looked at ({exc.strerror or exc})"
+    raise argparse.ArgumentTypeError(f"{text!r:.200} {problem} (an agent's home holds .sail/)")
 
 
 def add_serve_command(add: Add) -> None:

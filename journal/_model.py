@@ -51,8 +51,9 @@ def check_name(kind: str, value: str) -> str:
     and hidden names can never reach the file system.
     """
     if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
+        shown = f"{value[:130]!r}…" if isinstance(value, str) and len(value) > 130 else f"{value!r:.200}"
         raise JournalNameInvalid(
-            f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            f"invalid {kind} {shown}: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return value
@@ -67,7 +68,7 @@ def check_record_id(value: object) -> str:
 
 def _check_text(kind: str, value: object, max_bytes: int) -> str:
     if not isinstance(value, str):
-        raise JournalNameInvalid(f"invalid {kind} {value!r}: it must be a string")
+        raise JournalNameInvalid(f"invalid {kind} {value!r:.80}: it must be a string")
     bad = _UNSAFE_TEXT.search(value)
     if bad is not None:
         raise JournalNameInvalid(

@@ -50,7 +50,7 @@ from typing import Any, NoReturn, TextIO
 
 import orjson
 
-from journal import JournalNameInvalid
+from journal import JournalNameInvalid, check_name
 from memory._errors import ArgumentInvalid, FindingInvalid
 from memory._finding import EXPIRES_MAX
 from staging import CodedError, CodedInterrupt
@@ -407,8 +407,15 @@ class _ReaderSafe(io.TextIOBase):
 # -- the parser --------------------------------------------------------------------------------
 
 
+USAGE_SHOWN = 400
+"""How many characters of argparse's own message a usage error keeps: it quotes the argument it
+refuses whole (``invalid choice: '<a pasted page>'``)."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        if len(message) > USAGE_SHOWN:
+            message = f"{message[:USAGE_SHOWN]}… ({len(message):,} characters)"
         raise UsageError(f"{message}; see `{self.prog} --help`", usage=self.format_usage())
 
 
@@ -602,8 +609,15 @@ or a bad argument (also when no command is given), 130 interrupted. A reader tha
 
 
 def _run_id_of(args: argparse.Namespace | None) -> str | None:
+    """The run id the command was given, when it can be one (an invalid one is the error's
+    subject, named there in short, and no root run)."""
     value = vars(args).get("run_id") if args is not None else None
-    return value if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return check_name("run id", value)
+    except JournalNameInvalid:
+        return None
 
 
 def _exit_status(exc: CodedError | CodedInterrupt) -> int:

@@ -146,7 +146,8 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
             ) from None
         raise SailConfigMissing(f"no agent config at {path}; run `sail init` first", path=path) from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SailConfigInvalid(f"cannot read {path}: {exc}", path=path) from exc
+        why = exc.strerror or exc if isinstance(exc, OSError) else exc  # an OSError names the path again
+        raise SailConfigInvalid(f"cannot read {path}: {why}", path=path) from exc
     known = {f.name for f in fields(SailConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:

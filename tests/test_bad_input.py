@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -129,3 +130,37 @@ def test_any_command_line_exits_0_1_or_2_with_at_most_one_diagnostic_line(
         lines = err.getvalue().splitlines()
         assert len(lines) == 1 and lines[0].startswith(("flows: error[", '{"code"')), err.getvalue()
     assert not (db.parent / "flows-memory").exists()  # nothing here learns, so nothing is published
+
+
+NAME_TOO_LONG = "x" * 300  # longer than a file name may be: the OS refuses it (ENAMETOOLONG)
+PAGE = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", NAME_TOO_LONG],
+        ["run", NAME_TOO_LONG + "/flow.py"],
+        ["resume", "r1", "--file", NAME_TOO_LONG],
+        ["serve", "--sail-home", NAME_TOO_LONG],
+        ["show", PAGE],
+        ["journal", PAGE],
+        ["resume", PAGE],
+        ["why", "q", "--mode", PAGE],
+        ["runs", "--state", PAGE],
+        [PAGE],
+    ],
+    ids=lambda argv: " ".join(a[:12] for a in argv),
+)
+def test_a_name_too_long_or_a_pasted_page_as_an_argument_is_one_short_coded_line(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = flows_main([*argv, "--db", str(tmp_path / "history.db")])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    said = err.getvalue()
+    assert code in (1, 2) and "error[" in said and "internal_error" not in said, said[:500]
+    assert len(said) < 2_000, said[:500]
