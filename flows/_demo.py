@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memory import Unwritable
+
 _FLOW = '''\
 """A demo flow: it learns what it observes about the weather, one finding at a time."""
 import asyncio
@@ -113,9 +115,17 @@ def _next_steps(home: Path) -> tuple[str, ...]:
 
 
 def _demo(home: Path, progress: Callable[[int, int], None] | None) -> tuple[bool, str | None]:
-    home.mkdir(parents=True, exist_ok=True)
     flow_file = home / "weather_notes.py"
-    flow_file.write_text(_FLOW)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        flow_file.write_text(_FLOW)
+    except OSError as exc:  # a file where a folder should be, a name too long, a read-only disk
+        raise Unwritable(
+            f"cannot make the demo's store in {home}: {exc.strerror or exc}; give --keep a folder "
+            "this user can create or write",
+            path=home,
+            errno=exc.errno,
+        ) from exc
     print(f"flows demo in {home}\n")
     print("1. run a flow that learns six findings, and kill it (SIGKILL) after the third")
     child = subprocess.Popen(

@@ -1337,5 +1337,7 @@ def db_mode(path: Path) -> int:
     executable or world-writable; 0600 when there is no DB yet."""
     try:
         return os.stat(path).st_mode & 0o664
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no DB there (a file stands for its folder)
         return 0o600
+    except OSError as exc:  # a name too long, a folder this user may not search
+        raise Unreachable(f"cannot look at the history DB {path}: {describe(exc)}", path=path) from exc

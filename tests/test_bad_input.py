@@ -140,6 +140,7 @@ PAGE = "x" * 100_000
     "argv",
     [
         ["run", NAME_TOO_LONG],
+        ["demo", "--keep", NAME_TOO_LONG],
         ["run", NAME_TOO_LONG + "/flow.py"],
         ["resume", "r1", "--file", NAME_TOO_LONG],
         ["serve", "--sail-home", NAME_TOO_LONG],
@@ -164,3 +165,22 @@ def test_a_name_too_long_or_a_pasted_page_as_an_argument_is_one_short_coded_line
     said = err.getvalue()
     assert code in (1, 2) and "error[" in said and "internal_error" not in said, said[:500]
     assert len(said) < 2_000, said[:500]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["learn", "a", "--scope", "s"], ["run", "flow.py"], ["sync"], ["demo", "--keep", "{file}/demo"]],
+)
+def test_a_file_where_the_stores_folder_should_be_is_a_coded_error(tmp_path: Path, argv: list[str]) -> None:
+    (tmp_path / "flow.py").write_text("import flows\n\n@flows.flow()\nasync def body(f):\n    return 1\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    out, err = io.StringIO(), io.StringIO()
+    argv = [a.replace("{file}", str(a_file)) for a in argv]
+    if argv[0] == "run":
+        argv[1] = str(tmp_path / argv[1])
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = flows_main([*argv, "--db", str(a_file / "history.db")])
+    said = err.getvalue()
+    assert code in (1, 2) and "error[" in said and "internal_error" not in said, said[:500]
+    assert a_file.read_text() == "not a folder"
