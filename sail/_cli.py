@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +47,7 @@ from memory.ledger import (
     recent_skips,
 )
 from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
-from sail._errors import SailKeyUnavailable
+from sail._errors import SailConfigInvalid, SailKeyUnavailable
 from sail._extra import import_chain_module
 from sail._status import (
     NOTE_EVENTS,
@@ -73,7 +74,32 @@ def _say(text: object = "") -> None:
 
 
 def _home(args: argparse.Namespace) -> Path:
-    return Path(args.home or os.environ.get("SAIL_HOME") or Path.cwd())
+    return _usable_home(Path(args.home or os.environ.get("SAIL_HOME") or Path.cwd()))
+
+
+def _usable_home(home: Path) -> Path:
+    """``home`` when a command can use it: a folder, or nothing yet (``init`` and ``demo`` make it).
+
+    Raises:
+        SailConfigInvalid: it is a file, or a path the OS refuses (a name too long, a file on the way).
+    """
+    try:
+        mode = os.stat(home).st_mode
+    except FileNotFoundError:
+        return home
+    except OSError as exc:
+        raise SailConfigInvalid(
+            f"the agent home {home} cannot be used: {exc.strerror or exc}; give --home (or $SAIL_HOME) "
+            "a folder",
+            path=home,
+        ) from exc
+    if not stat.S_ISDIR(mode):
+        raise SailConfigInvalid(
+            f"the agent home {home} is not a folder; give --home (or $SAIL_HOME) the folder that holds "
+            "(or is to hold) .sail/",
+            path=home,
+        )
+    return home
 
 
 def _agent(args: argparse.Namespace) -> tuple[Path, SailConfig]:
@@ -333,7 +359,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not args.home:
         raise UsageError("demo needs --home DIR (the agent's home it leaves behind)")
     demo = import_chain_module("sail._demo")
-    home = Path(args.home)
+    home = _usable_home(Path(args.home))
     if not args.json:
         with progress("demo: ticks run", enabled=True) as show:
             status: int = demo.run_demo(home, out=sys.stdout, progress=show)

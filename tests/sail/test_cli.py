@@ -214,6 +214,28 @@ def test_a_mistyped_home_is_config_missing_for_every_command(
     assert not typo.exists()  # nothing was created there
 
 
+@pytest.mark.parametrize(
+    "command", [["init", "--embedded"], ["ledger"], ["why"], ["status"], ["journal"], ["tick"], ["demo"]]
+)
+@pytest.mark.parametrize("where", ["a file", "below a file", "a name too long"])
+def test_a_home_no_command_can_use_is_config_invalid_with_nothing_made(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    where: str,
+) -> None:
+    monkeypatch.setenv("SAIL_PRIVATE_KEY", "0x" + "a" * 64)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    homes = {"a file": a_file, "below a file": a_file / "agent", "a name too long": tmp_path / ("x" * 300)}
+    home = homes[where]
+    status, out, err = run(capsys, *command, "--home", str(home))
+    assert (status, out) == (1, "")
+    assert err.startswith("sail: error[sail_config_invalid]: the agent home "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and a_file.read_text() == "not a folder"
+
+
 @pytest.mark.parametrize("command", ["ledger", "why", "status", "journal"])
 def test_a_home_with_a_ledger_but_no_config_is_config_missing(
     home: Path, capsys: pytest.CaptureFixture[str], command: str
