@@ -232,8 +232,9 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     text = request.query_params.get(name)
     if not text:
         return default
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
-        raise ServeBadRequest(f"{name} must be a whole number from {low} to {high}, got {text!r}")
+    # int() refuses a string of thousands of digits: a number is checked short first
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > 18 or not low <= int(text) <= high:
+        raise ServeBadRequest(f"{name} must be a whole number from {low} to {high}, got {text!r:.80}")
     return int(text)
 
 
@@ -527,7 +528,10 @@ class Dashboard:
     # -- agents ----------------------------------------------------------------------------------
 
     def _agent(self, request: Request) -> Agent:
-        return self.reader.agent(int(request.path_params["number"]))
+        text = str(request.path_params["number"])  # route takes any text: int() refuses thousands of digits
+        if not (text.isascii() and text.isdigit()) or len(text) > 9:
+            raise ServeNotFound(f"no agent {text!r:.80}: agents are numbered from 0 (see /agents)")
+        return self.reader.agent(int(text))
 
     def agents_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         return "agents.html", {"title": "Agents", "section": "agents"}
@@ -543,7 +547,9 @@ class Dashboard:
         if text is None:
             return None
         if not (text.isascii() and text.isdigit()) or len(text) > 19:
-            raise ServeBadRequest(f"before must be a byte offset, got {text!r}; start from the newest page")
+            raise ServeBadRequest(
+                f"before must be a byte offset, got {text!r:.80}; start from the newest page"
+            )
         return int(text)
 
     def _balances(
@@ -635,18 +641,18 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/findings", d.page(d.findings_page)),
         Route("/findings/{key}", d.page(d.finding_page)),
         Route("/agents", d.page(d.agents_page)),
-        Route("/agents/{number:int}", d.page(d.agent_page)),
+        Route("/agents/{number}", d.page(d.agent_page)),
         Route("/api/runs", d.api(d.runs_api)),
         Route("/api/runs/{run_id}", d.api(d.run_api)),
         Route("/api/findings", d.api(d.findings_api)),
         Route("/api/findings/{key}", d.api(d.finding_api)),
         Route("/api/findings/{key}/history", d.api(d.history_api)),
         Route("/api/agents", d.api(d.agents_api)),
-        Route("/api/agents/{number:int}/ledger", d.api(d.ledger_api)),
-        Route("/api/agents/{number:int}/status", d.api(d.status_api)),
-        Route("/api/agents/{number:int}/why", d.api(d.why_api)),
-        Route("/api/agents/{number:int}/balances", d.api(d.balances_api)),
-        Route("/api/agents/{number:int}/journal", d.api(d.journal_api)),
+        Route("/api/agents/{number}/ledger", d.api(d.ledger_api)),
+        Route("/api/agents/{number}/status", d.api(d.status_api)),
+        Route("/api/agents/{number}/why", d.api(d.why_api)),
+        Route("/api/agents/{number}/balances", d.api(d.balances_api)),
+        Route("/api/agents/{number}/journal", d.api(d.journal_api)),
         Mount("/static", StaticFiles(packages=[("flows.web", "static")]), name="static"),
     ]
     app = Starlette(

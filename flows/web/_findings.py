@@ -118,7 +118,7 @@ def parse_cursor(text: str | None) -> tuple[int, int] | None:
         return None
     m = _CURSOR.match(text)
     if m is None:
-        raise ServeBadRequest(f"cursor {text!r} is not <ms>.<skip>; start from the first page")
+        raise ServeBadRequest(f"cursor {text!r:.80} is not <ms>.<skip>; start from the first page")
     return int(m.group(1)), int(m.group(2))
 
 

@@ -162,7 +162,8 @@ def runs_page(
         journal.JournalError: reading the journal failed (unchanged).
     """
     if state is not None and state not in {s.value for s in RunState}:
-        raise ServeBadRequest(f"unknown state {state!r}: use one of {', '.join(s.value for s in RunState)}")
+        states = ", ".join(s.value for s in RunState)
+        raise ServeBadRequest(f"unknown state {state!r:.80}: use one of {states}")
     every = index.runs()
     counts = {s.value: 0 for s in RunState}
     for r in every:
@@ -175,7 +176,7 @@ def runs_page(
         ids = [r.run_id for r in chosen]
         if cursor not in ids:
             raise ServeBadRequest(
-                f"cursor {cursor!r} names no run in this listing; start from the first page"
+                f"cursor {cursor!r:.80} names no run in this listing; start from the first page"
             )
         start = ids.index(cursor) + 1
     page = chosen[start : start + limit]

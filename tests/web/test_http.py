@@ -519,6 +519,34 @@ def test_an_unknown_agent_is_a_coded_404(client: TestClient) -> None:
     assert client.get("/agents/7").status_code == 404
 
 
+@pytest.mark.parametrize("number", ["9" * 5_000, "-1", "abc", "1e3"])
+def test_an_agent_number_of_any_text_is_a_coded_404_never_a_crash(client: TestClient, number: str) -> None:
+    api = client.get(f"/api/agents/{number}/ledger")
+    assert api.status_code == 404 and api.json()["code"] == "serve_not_found"
+    assert len(api.text) < 400
+    page = client.get(f"/agents/{number}")
+    assert page.status_code == 404 and "serve_not_found" in page.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/agents/0/ledger?limit=" + "9" * 5_000,
+        "/api/agents/0/why?limit=" + "9" * 5_000,
+        "/api/agents/0/journal?days=" + "9" * 5_000,
+        "/api/agents/0/ledger?before=" + "x" * 20_000,
+        "/api/runs?state=" + "x" * 20_000,
+        "/api/runs?cursor=" + "x" * 20_000,
+        "/api/findings?cursor=" + "x" * 20_000,
+    ],
+    ids=lambda url: url[:32],
+)
+def test_a_pasted_page_as_a_parameter_is_a_short_coded_400(client: TestClient, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 400 and response.json()["code"] == "serve_bad_request"
+    assert len(response.text) < 600, response.text[:300]
+
+
 # -- the rest ---------------------------------------------------------------------------------
 
 
