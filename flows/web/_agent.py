@@ -30,6 +30,7 @@ from flows.web._tail import TailReader
 from memory.ledger import (
     Acted,
     ActivityCodec,
+    ActivityLog,
     ActivityRecord,
     DispatchSettled,
     Entry,
@@ -87,8 +88,12 @@ class Agent:
         self.ledger_path = Ledger(self.sail_dir).path
         self.activity_path = self.sail_dir / "activity.jsonl"
         self.config_path = self.sail_dir / "config.toml"
-        self._ledger = TailReader(self.ledger_path, LedgerCodec().decode)
-        self._activity: TailReader[ActivityRecord] = TailReader(self.activity_path, ActivityCodec().decode)
+        # where each file's lines end is the agent's own readers' judgement (the durability watermark)
+        ends = Ledger(self.sail_dir).lines.readable_end, ActivityLog(self.sail_dir).lines.readable_end
+        self._ledger = TailReader(self.ledger_path, LedgerCodec().decode, ends[0])
+        self._activity: TailReader[ActivityRecord] = TailReader(
+            self.activity_path, ActivityCodec().decode, ends[1]
+        )
 
     @property
     def name(self) -> str:

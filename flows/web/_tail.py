@@ -2,10 +2,12 @@
 
 The agent page pages a ledger of a million lines newest first, so a page must cost its own lines:
 each line comes with its byte offset, and the offset of the oldest line shown is where the next
-(older) page starts. The judgement of the newest lines is the line log's own rule for lock-free
-readers: the segment after the last newline is an append in flight, and undecodable lines at the
-very end may be a torn tail; any other damaged line fails closed with ``journal_corrupt``, naming
-the file and its 1-based line.
+(older) page starts. Where the lines end is the agent's own readers' judgement (``readable_end``,
+the ledger's ``Ledger.lines.readable_end``): past the last line that decodes there may only be an
+append in flight or a torn one beyond the line log's durability watermark; an acknowledged line that
+is damaged or missing there fails closed, as ``sail ledger`` and ``sail status`` do. Every line
+before that end must decode, or the read fails closed with ``journal_corrupt``, naming the file and
+its 1-based line.
 """
 
 from __future__ import annotations
@@ -29,11 +31,16 @@ class TailReader(Generic[T]):
     Args:
         path: the log; a missing file reads as empty.
         decode: turns one line (without its newline) into a record; raises ``LineDamaged``.
+        readable_end: the offset just past the last line that can be read, from the open file
+            (raises ``journal.JournalCorrupt`` for an acknowledged line damaged or missing at the end).
     """
 
-    def __init__(self, path: Path, decode: Callable[[bytes], T]) -> None:
+    def __init__(
+        self, path: Path, decode: Callable[[bytes], T], readable_end: Callable[[int], int]
+    ) -> None:
         self.path = path
         self._decode = decode
+        self._readable_end = readable_end
 
     def size(self) -> int:
         """The file's size now (0 when it is missing)."""
@@ -56,8 +63,9 @@ class TailReader(Generic[T]):
         cheap filter for a reader that wants one kind of line).
 
         Raises:
-            ValueError: ``before`` is not a line boundary of the file.
-            journal.JournalCorrupt: a damaged line (path and line named).
+            ValueError: ``before`` is not the start of a line within the readable end.
+            journal.JournalCorrupt: a damaged line (path and line named), or an acknowledged one
+                damaged or missing at the end.
             journal.JournalReadInterrupted: the file could not be read.
         """
         try:
@@ -91,12 +99,11 @@ class TailReader(Generic[T]):
     def _backwards(
         self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None
     ) -> Iterator[tuple[int, T]]:
-        size = os.fstat(fd).st_size
-        end = size if before is None else before
-        if not 0 <= end <= size or (before and os.pread(fd, 1, end - 1) != b"\n"):
+        readable = self._readable_end(fd)
+        end = readable if before is None else before
+        if not 0 <= end <= readable or (before and os.pread(fd, 1, end - 1) != b"\n"):
             raise ValueError(f"offset {end} is not the start of a line of {self.path}")
-        in_tail = before is None  # undecodable lines at the very end may be a torn tail
-        newest = True  # the segment after the last newline read: in flight, or empty
+        newest = True  # the (empty) segment after the last newline read
         buf, buf_start = b"", end
         while buf_start > 0:
             start = max(0, buf_start - _BLOCK)
@@ -114,15 +121,11 @@ class TailReader(Generic[T]):
                     newest = False
                     continue
                 if keep is not None and not keep(raw):
-                    in_tail = False  # judged as good: a damaged line before it fails closed
                     continue
                 try:
                     record = self._decode(raw)
                 except LineDamaged as damage:
-                    if in_tail and damage.torn:
-                        continue
                     raise self._corrupt(fd, offset, damage) from None
-                in_tail = False
                 yield offset, record
             buf = head
 

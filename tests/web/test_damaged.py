@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+import journal
 import memory
 from flows.web import ServeConfig
 from flows.web import _agent as agent_module
+from memory.ledger import Ledger
 from tests.web.conftest import client_for
 from tests.web.stores import DemoStore
 
@@ -108,7 +110,8 @@ def test_a_damaged_ledger_line_fails_the_agent_page_naming_the_line(
 ) -> None:
     ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
     lines = ledger.read_bytes().split(b"\n")
-    lines[2] = lines[2].replace(b'"outcome":"reverted"', b'"outcome":"maybe"')
+    # the same length: a shorter file would also have lost acknowledged bytes at its end
+    lines[2] = lines[2].replace(b'"outcome":"reverted"', b'"outcome":"maybe"   ')
     ledger.write_bytes(b"\n".join(lines))
     assert_coded(damaged, "/agents/0", "/api/agents/0/ledger", "journal_corrupt", 500, str(ledger))
     assert damaged.get("/api/agents/0/ledger").json()["line"] == 3
@@ -121,6 +124,36 @@ def test_a_torn_last_ledger_line_is_not_an_error_and_not_shown(
     with ledger.open("ab") as f:
         f.write(b'{"ts": 17672')  # an append in flight
     assert len(damaged.get("/api/agents/0/ledger").json()) == 6
+
+
+@pytest.mark.parametrize("damage", ["garbled", "lost"])
+def test_an_acknowledged_last_ledger_line_damaged_or_lost_fails_closed_as_sail_does(
+    damaged: TestClient, copies: tuple[Path, Path], damage: str
+) -> None:
+    """The line log's watermark says the last line was acknowledged: its loss is damage, not a tear."""
+    ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
+    lines = ledger.read_bytes().split(b"\n")  # six entries and the empty text after the last newline
+    if damage == "garbled":
+        lines[5] = b"x" * len(lines[5])  # not JSON: what a tear would leave, but below the watermark
+    else:
+        del lines[5]
+    ledger.write_bytes(b"\n".join(lines))
+    with pytest.raises(journal.JournalCorrupt):
+        list(Ledger(copies[1] / ".sail").iter_reverse())  # what `sail ledger` reads
+    for api in ("/api/agents/0/ledger", "/api/agents/0/balances"):
+        response = damaged.get(api)
+        assert response.status_code == 500 and response.json()["code"] == "journal_corrupt", api
+        assert response.json()["path"] == str(ledger) and response.json()["line"] == 6
+
+
+def test_a_torn_whole_line_past_the_watermark_is_not_an_error_and_not_shown(
+    damaged: TestClient, copies: tuple[Path, Path]
+) -> None:
+    ledger = copies[1] / ".sail" / "memory" / "ledger.jsonl"
+    with ledger.open("ab") as f:
+        f.write(b'{"ts": 17672\n')  # a torn append with its newline, never acknowledged
+    assert len(damaged.get("/api/agents/0/ledger").json()) == 6
+    assert damaged.get("/agents/0").status_code == 200
 
 
 @pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
