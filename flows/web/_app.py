@@ -408,7 +408,8 @@ class Dashboard:
     def _runs_next(self, request: Request, base: str, cursor: str | None) -> str | None:
         if cursor is None:
             return None
-        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+        # the listing's own parameters only: any other name (``path``) is no argument of link()
+        params = {k: request.query_params.get(k) for k in ("state", "flow", "limit")}
         return link(base, **params, cursor=cursor)
 
     def runs_page(self, request: Request) -> tuple[str, dict[str, Any]]:

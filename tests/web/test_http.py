@@ -90,6 +90,16 @@ def test_runs_page_by_cursor_through_every_run_once(client: TestClient) -> None:
     assert 'rel="next"' in html and "cursor=" in html
 
 
+def test_a_query_parameter_the_listing_does_not_know_is_ignored_and_not_carried_on(
+    client: TestClient,
+) -> None:
+    for base in ("/api/runs", "/runs"):
+        response = client.get(base, params={"limit": "1", "state": "done", "path": "x", "base": "y"})
+        assert response.status_code == 200, base
+    link = client.get("/api/runs", params={"limit": "1", "state": "done", "path": "x"}).headers["link"]
+    assert link.startswith("</api/runs?state=done&limit=1&cursor=") and "path" not in link
+
+
 @pytest.mark.parametrize(
     ("params", "code"),
     [
