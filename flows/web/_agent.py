@@ -131,17 +131,11 @@ class Agent:
     def acted_window(self) -> list[Acted]:
         """The acted entries among the last ``CHART_SCAN`` lines, at most ``CHART_POINTS``, oldest first."""
         found: list[Acted] = []
-        lines = 0
-
-        def acted_only(raw: bytes) -> bool:
-            nonlocal lines
-            lines += 1
-            return _ACTED in raw
-
-        for _, entry in self._ledger.backwards(keep=acted_only):
+        # the window is counted in lines read, skips included: a long run of skips ends the read
+        for _, entry in self._ledger.backwards(keep=lambda raw: _ACTED in raw, lines=CHART_SCAN):
             if isinstance(entry, Acted):
                 found.append(entry)
-            if lines >= CHART_SCAN or len(found) >= CHART_POINTS:
+            if len(found) >= CHART_POINTS:
                 break
         found.reverse()
         return found

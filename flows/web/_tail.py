@@ -54,13 +54,18 @@ class TailReader(Generic[T]):
             ) from exc
 
     def backwards(
-        self, before: int | None = None, *, keep: Callable[[bytes], bool] | None = None
+        self,
+        before: int | None = None,
+        *,
+        keep: Callable[[bytes], bool] | None = None,
+        lines: int | None = None,
     ) -> Iterator[tuple[int, T]]:
         """Yield ``(offset, record)`` newest first, from the end (``before`` None) or from the line
         boundary ``before`` (the offset of a line already read; the lines before it come next).
 
         ``keep`` sees each raw line first: lines it refuses are neither decoded nor yielded (a
-        cheap filter for a reader that wants one kind of line).
+        cheap filter for a reader that wants one kind of line). ``lines`` stops the read after that
+        many lines, kept or not (a window of the newest lines, whatever they hold).
 
         Raises:
             ValueError: ``before`` is not the start of a line within the readable end.
@@ -83,7 +88,7 @@ class TailReader(Generic[T]):
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise self._not_a_file("not a regular file")
-            yield from self._backwards(fd, before, keep)
+            yield from self._backwards(fd, before, keep, lines)
         finally:
             os.close(fd)
 
@@ -97,21 +102,22 @@ class TailReader(Generic[T]):
         )
 
     def _backwards(
-        self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None
+        self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None, lines: int | None
     ) -> Iterator[tuple[int, T]]:
         readable = self._readable_end(fd)
         end = readable if before is None else before
         if not 0 <= end <= readable or (before and os.pread(fd, 1, end - 1) != b"\n"):
             raise ValueError(f"offset {end} is not the start of a line of {self.path}")
         newest = True  # the (empty) segment after the last newline read
+        left = lines  # how many more lines may be read (None: all)
         buf, buf_start = b"", end
         while buf_start > 0:
             start = max(0, buf_start - _BLOCK)
             buf = os.pread(fd, buf_start - start, start) + buf
             buf_start = start
-            lines = buf.split(b"\n")
-            # lines[0] may begin in an earlier block, unless the file's start was reached
-            head, complete = (lines[0], lines[1:]) if start > 0 else (b"", lines)
+            parts = buf.split(b"\n")
+            # parts[0] may begin in an earlier block, unless the file's start was reached
+            head, complete = (parts[0], parts[1:]) if start > 0 else (b"", parts)
             offsets, pos = [], start + (len(head) + 1 if start > 0 else 0)
             for raw in complete:
                 offsets.append(pos)
@@ -120,6 +126,10 @@ class TailReader(Generic[T]):
                 if newest:
                     newest = False
                     continue
+                if left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
                 if keep is not None and not keep(raw):
                     continue
                 try:

@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 import memory
 from flows._cli import main as flows_main
 from flows.web import ServeConfig
-from memory.ledger import ActivityLog, Ledger, TickFinished, TickStarted
+from flows.web._agent import CHART_SCAN
+from memory.ledger import ActivityLog, Ledger, Skipped, TickFinished, TickStarted
 from sail._cli import main as sail_main
 from tests.web.conftest import client_for
 from tests.web.stores import (
@@ -468,6 +469,22 @@ def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_e
         assert len(re.findall(r'<circle class="point', svg)) == 3
         assert len(re.findall(r'<circle class="point reverted hollow"', svg)) == 1
     assert "blocked" in html and "cadence: last acted 48s ago" in html
+
+
+def test_the_chart_reads_only_the_newest_ledger_lines_however_few_of_them_acted(
+    agent: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "agent"
+    shutil.copytree(agent, home)
+    with Ledger(home / ".sail").writer() as writer:  # a long run of skips after the demo's trades
+        for n in range(CHART_SCAN):
+            writer.append(Skipped(ts=T0 + 86_400 + n, block=100 + n, chain_id=31337, reason="cadence"))
+    with client_for(ServeConfig(sail_homes=(home,))) as c:
+        assert c.get("/api/agents/0/balances").json() == {}
+        html = c.get("/agents/0").text
+        assert f"no balances recorded in the last {CHART_SCAN} ledger lines" in html
+        assert "<svg" not in html
+        c.app.state.reader.close()  # type: ignore[attr-defined]
 
 
 def test_the_balances_api_has_one_point_per_acted_entry(client: TestClient) -> None:
