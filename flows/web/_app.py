@@ -84,6 +84,8 @@ HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
+#: the most scopes the findings form lists in a menu; with more it has a text box for the scope
+MAX_SCOPE_CHOICES = 100
 _LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
 
 
@@ -488,9 +490,15 @@ class Dashboard:
             "matched": matched,
             "scores": scores,
             "next_url": self._findings_next(request, "/findings", page),
-            "scopes": self.reader.memory().scopes(),
+            "scopes": self._scope_choices(),
             "elapsed_ms": (time.perf_counter() - started) * 1000,
         }
+
+    def _scope_choices(self) -> list[str] | None:
+        """The scopes the search form offers to pick from; None (a text box instead) when there are
+        more than ``MAX_SCOPE_CHOICES``: a store of a scope per user would make every page huge."""
+        scopes = self.reader.memory().scopes()
+        return scopes if len(scopes) <= MAX_SCOPE_CHOICES else None
 
     def findings_api(self, request: Request) -> tuple[object, str | None]:
         _, page = self._findings(request)

@@ -17,6 +17,7 @@ import memory
 from flows._cli import main as flows_main
 from flows.web import ServeConfig
 from flows.web._agent import CHART_SCAN
+from flows.web._app import MAX_SCOPE_CHOICES
 from memory.ledger import ActivityLog, Ledger, Skipped, TickFinished, TickStarted
 from sail._cli import main as sail_main
 from tests.web.conftest import client_for
@@ -283,6 +284,19 @@ def test_markup_in_a_tag_metadata_or_filter_shows_as_text(client: TestClient) ->
 
 
 # -- a finding's history ----------------------------------------------------------------------
+
+
+def test_a_store_of_many_scopes_gets_a_scope_box_not_a_menu_of_every_scope(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store:
+        for n in range(MAX_SCOPE_CHOICES + 1):  # a scope per user
+            with store.session(scope=f"user-{n:04d}", flow="notes") as s:
+                s.learn({"text": f"user {n} prefers tea"})
+    with client_for(ServeConfig(db=str(db))) as c:
+        html = c.get("/findings", params={"scope": "user-0042"}).text
+        assert html.count("<option") == 0 and 'name="scope" value="user-0042"' in html
+        assert "user 42 prefers tea" in html and "user 43 prefers tea" not in html
+        c.app.state.reader.close()  # type: ignore[attr-defined]
 
 
 def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_record(
