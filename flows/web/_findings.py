@@ -22,7 +22,17 @@ from markupsafe import Markup, escape
 
 from flows.web._errors import ServeBadRequest
 from journal import JournalBackend, RunInfo, RunState
-from memory import RETIRE_STREAM, STREAM, Explained, FindingUnknown, HistoryEvent, MemoryStore, Recalled
+from memory import (
+    ERASE_STREAM,
+    RETIRE_STREAM,
+    STREAM,
+    Explained,
+    FindingUnknown,
+    HistoryEvent,
+    MemoryStore,
+    Recalled,
+    is_erased,
+)
 
 PAGE_SIZE = 25
 MAX_WHY = 200
@@ -198,9 +208,19 @@ def matched_of(page: FindingsPage) -> dict[str, Sequence[str]]:
     return {a.finding.key: a.matched for a in page.answers or ()}
 
 
+@dataclass(frozen=True)
+class _Named:
+    """What one run's memory streams name: every key and memory id (``names``), and the memory id
+    of each version it learned (``memories``)."""
+
+    names: frozenset[str]
+    memories: dict[str, str]
+
+
 class KeyIndex:
-    """Which finding keys each root run's ``memory-learn`` and ``memory-forget`` streams name, so a
-    finding's history reads only the runs that name it (``MemoryStore.history(runs=)``).
+    """Which finding keys and memory ids each root run's ``memory-learn``, ``memory-forget`` and
+    ``memory-erase`` streams name, so a finding's history reads only the runs that hold a record of
+    its memory, any version's (``MemoryStore.history(runs=)``).
 
     A done run never changes (it cannot be resumed), so what it names is read once; every other
     run (running, interrupted, failed: a resume may append) is read again on each lookup. Not
@@ -208,43 +228,55 @@ class KeyIndex:
     """
 
     def __init__(self) -> None:
-        self._done: dict[str, frozenset[str]] = {}
+        self._done: dict[str, _Named] = {}
 
     def runs_naming(self, backend: JournalBackend, runs: Sequence[RunInfo], key: str) -> list[str]:
-        """The ids of the runs among ``runs`` whose memory streams name ``key``.
+        """The ids of the runs among ``runs`` that hold a record of the memory ``key`` is a version
+        of: a commit of any of its versions, their retirements, its erasure.
 
         Raises:
             journal.JournalError: a stream cannot be read (unchanged).
         """
-        found: list[str] = []
+        named: dict[str, _Named] = {}
         for run in runs:
-            keys = self._done.get(run.run_id)
-            if keys is None:
-                keys = _keys_named(backend, run.run_id)
+            found = self._done.get(run.run_id)
+            if found is None:
+                found = _keys_named(backend, run.run_id)
                 if run.state is RunState.DONE:
-                    self._done[run.run_id] = keys
-            if key in keys:
-                found.append(run.run_id)
+                    self._done[run.run_id] = found
+            named[run.run_id] = found
         if len(self._done) > len(runs) + 1000:  # runs removed from the journal
             alive = {r.run_id for r in runs}
             self._done = {k: v for k, v in self._done.items() if k in alive}
-        return found
+        memory = next((n.memories[key] for n in named.values() if key in n.memories), key)
+        wanted = {key, memory}
+        for n in named.values():  # every version of the memory: each commit names its memory id
+            wanted.update(k for k, m in n.memories.items() if m == memory)
+        return [run.run_id for run in runs if not named[run.run_id].names.isdisjoint(wanted)]
 
 
-def _keys_named(backend: JournalBackend, run_id: str) -> frozenset[str]:
-    keys: set[str] = set()
-    for stream in (STREAM, RETIRE_STREAM):
+def _keys_named(backend: JournalBackend, run_id: str) -> _Named:
+    names: set[str] = set()
+    memories: dict[str, str] = {}
+    for stream in (STREAM, RETIRE_STREAM, ERASE_STREAM):
         for rec in backend.read(run_id, stream):
-            key = rec.payload.get("id")
-            if isinstance(key, str):
-                keys.add(key)
-            old = rec.payload.get("supersedes")  # an update's commit retires the version it replaced
-            if stream == STREAM and isinstance(old, str) and "supersedesScope" in rec.payload:
-                keys.add(old)
-            ids = rec.payload.get("ids")  # a forget by filter names every key it retired
+            p = rec.payload
+            key, memory = p.get("id"), p.get("memory")
+            for name in (key, memory):
+                if isinstance(name, str):
+                    names.add(name)
+            if stream == STREAM and isinstance(key, str):
+                memories[key] = memory if isinstance(memory, str) else key  # a first version is its memory
+            old = p.get("supersedes")  # an update's commit retires the version it replaced
+            if stream == STREAM and isinstance(old, str) and "supersedesScope" in p:
+                names.add(old)
+            ids = p.get("ids")  # a forget by filter names every key it retired
             if isinstance(ids, list):
-                keys.update(p[0] for p in ids if isinstance(p, list) and p and isinstance(p[0], str))
-    return frozenset(keys)
+                names.update(i[0] for i in ids if isinstance(i, list) and i and isinstance(i[0], str))
+            keys = p.get("keys")  # an erasure names every version it erased
+            if stream == ERASE_STREAM and isinstance(keys, list):
+                names.update(k for k in keys if isinstance(k, str))
+    return _Named(frozenset(names), memories)
 
 
 @dataclass(frozen=True)
@@ -259,7 +291,8 @@ class FindingDetail:
 
     @property
     def state(self) -> str:
-        """``live``, or the event that ended it: ``forgotten``, ``superseded`` or ``expired``."""
+        """``live``; ``erased`` once its memory was erased; or the event that ended it:
+        ``forgotten``, ``superseded`` or ``expired``."""
         if self.live is not None:
             return "live"
         ended = self.ended
@@ -267,8 +300,12 @@ class FindingDetail:
 
     @property
     def ended(self) -> HistoryEvent | None:
-        """The event that took this version out of every read, if one did (the history is its
-        memory's, every version's: only this version's own events count)."""
+        """The erasure of its memory, which took every version's content away; else the event
+        that took this version out of every read, if one did (the history is its memory's, every
+        version's: only this version's own events count)."""
+        erased = next((e for e in self.history if e.kind == "erased"), None)
+        if erased is not None:
+            return erased
         return next((e for e in self.history if e.key == self.key and e.kind != "learned"), None)
 
 
@@ -307,7 +344,7 @@ def _learned_record(backend: JournalBackend, event: HistoryEvent) -> dict[str, A
     record = backend.find(c.run_id, STREAM, event.key) if c.stream == STREAM else None
     if record is None or record.id != c.id:
         record = next((r for r in backend.read(c.run_id, c.stream) if r.id == c.id), None)
-    if record is None:
+    if record is None or is_erased(record):  # a tombstone: what it said is gone
         return None
     p = record.payload
     raw = p.get("finding")

@@ -286,6 +286,48 @@ def test_markup_in_a_tag_metadata_or_filter_shows_as_text(client: TestClient) ->
 # -- a finding's history ----------------------------------------------------------------------
 
 
+def test_an_old_versions_history_is_its_whole_memorys_when_each_version_came_in_its_own_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "history.db"
+    versions = []
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="notes", flow="editor") as s:
+            versions.append(s.learn({"text": "the library opens at eight"}))
+        for hour in ("nine", "ten"):
+            with store.session(scope="notes", flow="editor") as s:
+                versions.append(s.update(versions[0].memory_id, {"text": f"the library opens at {hour}"}))
+        with store.session(scope="notes", flow="closer") as s:
+            s.forget(versions[-1].key, reason="the library closed for good")
+    first = versions[0].key
+    expected = cli_json(capsys, flows_main, "history", first, "--db", str(db), "--json")
+    assert [e["kind"] for e in expected][-1] == "forgotten"
+    with client_for(ServeConfig(db=str(db))) as c:
+        assert c.get(f"/api/findings/{first}/history").json() == expected
+        assert "the library closed for good" in c.get(f"/findings/{first}").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
+
+
+def test_an_erased_memory_shows_as_erased_and_nothing_of_what_it_said(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="people", flow="crm") as s:
+        first = s.learn({"text": "alice's phone is 555-0100", "tags": ["alice"]})
+        second = s.update(first.memory_id, {"text": "alice's phone is 555-0199", "tags": ["alice"]})
+    with memory.MemoryStore(db) as store, store.session(scope="people", flow="gdpr") as s:
+        s.erase(second.key, reason="alice asked")
+    with client_for(ServeConfig(db=str(db))) as c:
+        pages = {v.key: c.get(f"/findings/{v.key}").text for v in (first, second)}
+        run = c.get(f"/api/findings/{first.key}/history").json()[0]["citation"]["runId"]
+        timeline = c.get(f"/runs/{run}").text
+        c.app.state.reader.close()  # type: ignore[attr-defined]
+    for html in pages.values():
+        assert 'id="finding-state">erased</span>' in html
+        assert "Erased: alice asked" in html and "the journal keeps what it said" not in html
+        assert "555-01" not in html and "None" not in html
+    assert timeline.count('<span class="muted erased">erased</span>') == 2
+    assert "555-01" not in timeline and "None" not in timeline
+
+
 def test_a_store_of_many_scopes_gets_a_scope_box_not_a_menu_of_every_scope(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     with memory.MemoryStore(db) as store:
