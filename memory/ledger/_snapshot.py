@@ -199,7 +199,7 @@ def load(path: Path) -> Snapshot | None:
 
 def _from_wire(obj: dict[str, Any]) -> Snapshot:
     last = obj["lastConfirmed"]
-    tokens = {str(t): (_int(v["decimals"]), _str(v["symbol"])) for t, v in dict(obj["tokens"]).items()}
+    tokens = {str(t): _token(v) for t, v in dict(obj["tokens"]).items()}
     return Snapshot(
         ledger=_coverage(obj["ledger"]),
         activity=_coverage(obj["activity"]),
@@ -234,6 +234,15 @@ def _dispatch(obj: dict[str, Any]) -> OpenDispatch:
         unverified=_bool(obj["unverified"]),
         settled=_bool(obj["settled"]),
     )
+
+
+def _token(obj: dict[str, Any]) -> tuple[int, str]:
+    """A token's decimals and symbol, held to what ``token_metadata`` accepts: decimals beyond 255
+    would make every amount rendered with them a number of that many digits (a hang)."""
+    decimals, symbol = _int(obj["decimals"]), _str(obj["symbol"])
+    if decimals > 255 or not symbol or any(c.isspace() for c in symbol):
+        raise ValueError(obj)
+    return decimals, symbol
 
 
 def _int(value: object) -> int:

@@ -72,6 +72,24 @@ def test_a_snapshot_naming_a_line_that_is_not_there_is_caught_by_the_lines_diges
     assert Ledger(tmp_path).last_confirmed() == LastAct(8, 109, f"0x{9:064x}")
 
 
+@pytest.mark.parametrize(
+    "token",
+    [{"decimals": 10**9, "symbol": "USDC"}, {"decimals": 6, "symbol": "US DC"}],
+    ids=["decimals", "symbol"],
+)
+def test_a_snapshots_token_beyond_what_token_metadata_accepts_is_not_believed(
+    tmp_path: Path, token: dict[str, object]
+) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    address = "0x" + "55" * 20
+    _forge(ledger, {"tokens": {address: token}})  # 10**9 decimals: a billion-digit number per amount
+    assert Ledger(tmp_path).state(save=False).tokens == {}  # rebuilt from the logs, which hold none
+    assert ml.reason_text("balance 10 < min 25", address, Ledger(tmp_path).state().tokens) == (
+        "balance 10 < min 25"
+    )
+
+
 def test_an_open_dispatch_removed_from_the_snapshot_by_hand_comes_back(tmp_path: Path) -> None:
     sail = tmp_path / ".sail"
     ledger = Ledger(sail)
