@@ -65,7 +65,8 @@ def add_serve_command(add: Add) -> None:
 
 def check_address(host: str, token: str | None) -> None:
     """Off loopback a token of at least ``MIN_TOKEN`` characters is required; a token given on
-    loopback is held to the same length.
+    loopback is held to the same length. A token is printable ASCII without spaces (it travels in a
+    header and a cookie).
 
     Raises:
         ServeTokenRequired: no token, or a short one.
@@ -74,6 +75,13 @@ def check_address(host: str, token: str | None) -> None:
 
     if token is not None and len(token) < MIN_TOKEN:
         raise ServeTokenRequired(f"the token must be at least {MIN_TOKEN} characters; pick a long random one")
+    # a header or cookie carries only ASCII: another character could never be sent, and setting
+    # the login cookie with it failed
+    if token is not None and not all("!" <= c <= "~" for c in token):
+        raise ServeTokenRequired(
+            "the token must be printable ASCII without spaces (letters, digits, punctuation); "
+            "pick a long random one, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`"
+        )
     if token is None and not is_loopback(host):
         raise ServeTokenRequired(
             f"serving {host} (not loopback) needs a token: pass --token or set ${TOKEN_ENV} (at least "

@@ -87,6 +87,8 @@ def _serve(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str
         ("--host", "0.0.0.0"),
         ("--host", "192.0.2.10", "--token", "short"),
         ("--host", "127.0.0.1", "--token", "short"),
+        ("--host", "192.0.2.10", "--token", "ключ-очень-длинный-токен"),
+        ("--host", "127.0.0.1", "--token", "a long token with spaces in it"),
     ],
 )
 def test_serving_off_loopback_without_a_long_token_is_refused_before_binding(args: tuple[str, ...]) -> None:
