@@ -680,6 +680,13 @@ class JournalStore(BaseStore):
                 if not live:
                     self._memory.learn(finding, root)
                     break
+            else:
+                # overtaken every time (other processes keep writing the item): learned beside the
+                # versions they wrote, and the newest is kept, as when two puts land at once; the
+                # put is written either way, never dropped while it reports success
+                self._memory.learn(finding, root)
+                self._memory.catch_up()
+                live = self._live(scope, op.key)
             for stale in live[1:]:  # two processes put the item at once: keep the newest
                 self._memory.forget(stale.key, root, reason="superseded by a concurrent put of the same item")
 

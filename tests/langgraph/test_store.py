@@ -197,6 +197,39 @@ def test_another_store_on_the_same_files_sees_every_write(journal_location: str,
         assert two.get(("s",), "k") is None
 
 
+def test_a_put_overtaken_on_every_attempt_is_still_written_and_kept(
+    journal_location: str, tmp_path: Path
+) -> None:
+    """Another process replaces the item between each of this put's reads and its write (the race
+    made certain: the other store's put runs just before each of this store's supersedes). The put
+    returns; so its value must have been written, and it is the newest, so the item holds it."""
+    db = str(tmp_path / "history.db")
+    with (
+        JournalStore(db=db, journal=journal_location) as mine,
+        JournalStore(db=db, journal=journal_location) as other,
+    ):
+        other.put(("s",), "k", {"v": "first"})
+        learn = mine.memory.learn
+        turns = iter(range(1000))
+
+        def overtaken(finding: Any, root: Any, *, supersedes: str | None = None) -> Any:
+            if supersedes is not None:
+                other.put(("s",), "k", {"v": f"other-{next(turns)}"})
+            return learn(finding, root, supersedes=supersedes)
+
+        mine.memory.learn = overtaken  # type: ignore[method-assign]
+        mine.put(("s",), "k", {"v": "mine"})
+        mine.memory.learn = learn  # type: ignore[method-assign]
+        assert next(turns) > 1  # overtaken again and again
+        for store in (mine, other):
+            item = store.get(("s",), "k")
+            assert item is not None and item.value == {"v": "mine"}
+            assert [i.value for i in store.search(("s",))] == [{"v": "mine"}]
+        found = other.finding(("s",), "k")
+        assert found is not None
+        assert [e.kind for e in other.memory.history(found.key)] == ["learned"]
+
+
 def test_the_async_methods_run_the_same_operations(store: JournalStore) -> None:
     async def go() -> list[Any]:
         await store.aput(("as",), "k", {"v": 1})
