@@ -130,6 +130,9 @@ class ThreadIndex:
     blobs: dict[tuple[str, str, Version], Typed] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)
     compacted_into: str | None = None
+    tombstone: str | None = None
+    """``run:seq`` of the last tombstone applied: a record written after it must not share a key with
+    one it dropped, or the journal would answer the new write with the dropped record."""
     _latest: dict[str, str] = field(default_factory=dict)  # per namespace, while it holds
 
     def apply_all(self, records: Sequence[Record]) -> None:
@@ -169,6 +172,7 @@ class ThreadIndex:
         elif kind == "writes":
             self._fold_writes(p, rec)
         elif kind == "delete-thread":
+            self.tombstone = f"{rec.run_id}:{rec.seq}"
             self._latest.clear()
             self.checkpoints.clear()
             self.writes.clear()
@@ -178,6 +182,7 @@ class ThreadIndex:
             if not isinstance(run_ids, list) or not all(isinstance(r, str) for r in run_ids):
                 raise ValueError("runIds is not a list of strings")
             self.drop_runs(set(run_ids))
+            self.tombstone = f"{rec.run_id}:{rec.seq}"
         elif kind == "compacted":
             self.compacted_into = _text(p["into"], "into")
         else:

@@ -157,6 +157,16 @@ def _namespace(config: RunnableConfig) -> str:
     return ns
 
 
+def _since_tombstone(t: _Thread, key: str) -> str:
+    """``key`` for a record appended now: past a tombstone in the stream, a key of its own, so the
+    journal never answers the write with an identical record the tombstone dropped (the write would
+    be lost). Before any tombstone, and for a retry after the same one, the key is the same."""
+    mark = t.index.tombstone
+    if mark is None:
+        return key
+    return key[:2] + hashlib.blake2b(f"{key}|{mark}".encode(), digest_size=16).hexdigest()
+
+
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
@@ -713,7 +723,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             new_versions=new_versions,
         )
         key = self._encode(payload, thread_id, f"checkpoint {str(checkpoint['id'])[:80]!r}")
-        self._write(thread_id, lambda _t: [(payload, key)], create=True)
+        self._write(thread_id, lambda t: [(payload, _since_tombstone(t, key))], create=True)
         return _config(thread_id, ns, checkpoint["id"])
 
     def _checkpoint_payload(
@@ -835,7 +845,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 if not hit:
                     return []
                 payload: Payload = {"kind": "delete-runs", "runIds": hit}
-                return [(payload, self._encode(payload, t.thread_id, "the tombstone"))]
+                return [(payload, _since_tombstone(t, self._encode(payload, t.thread_id, "the tombstone")))]
 
             t = self._view(thread_id)
             with t.mutex:
@@ -852,7 +862,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
         with t.mutex:
             payloads = self._replay(t, list(t.index.live()), target)
         if payloads:
-            self._write(target, lambda _t: payloads, create=True, reason="copy_thread")
+            self._write(
+                target,
+                lambda t: [(p, _since_tombstone(t, k)) for p, k in payloads],
+                create=True,
+                reason="copy_thread",
+            )
 
     def _replay(self, t: _Thread, kept: StoredList, thread_id: str) -> Keyed:
         """Records that rebuild ``kept`` (checkpoints, the values they need, their writes) in a

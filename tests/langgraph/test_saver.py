@@ -182,6 +182,36 @@ def test_delete_for_runs_tombstones_in_place_across_threads(saver: JournalSaver)
         }
 
 
+def test_a_checkpoint_put_again_after_delete_for_runs_is_stored_again(saver: JournalSaver) -> None:
+    """The journal answers a write whose key it holds with the record it holds: a put (or a
+    tombstone, or a copy) identical to one a tombstone dropped must still be a new record, as a put
+    after a delete is in LangGraph's SQL savers (and after delete_thread in its InMemorySaver)."""
+    cp = checkpoint({"a": 1})
+    meta = {"source": "loop", "step": 0, "run_id": "r1"}
+    saver.put(config("t1"), cp, dict(meta), {"a": 1})
+    saver.delete_for_runs(["r1"])
+    assert saver.get_tuple(config("t1", cp["id"])) is None
+
+    saver.put(config("t1"), cp, dict(meta), {"a": 1})
+    again = saver.get_tuple(config("t1", cp["id"]))
+    assert again is not None and again.checkpoint["channel_values"] == {"a": 1}
+    cite = saver.citation(config("t1"))
+    assert cite is not None
+    count = len(saver.backend.read(cite.run_id, STREAM))
+    saver.put(config("t1"), cp, dict(meta), {"a": 1})  # a retry after the same tombstone: a no-op
+    assert len(saver.backend.read(cite.run_id, STREAM)) == count
+
+    # a second delete of the same run is a tombstone of its own, not the first one handed back
+    saver.delete_for_runs(["r1"])
+    assert saver.get_tuple(config("t1")) is None
+
+    # a copy into a thread holding the dropped record brings the checkpoint back too
+    saver.put(config("src"), cp, dict(meta), {"a": 1})
+    saver.copy_thread("src", "t1")
+    copied = saver.get_tuple(config("t1"))
+    assert copied is not None and copied.checkpoint["id"] == cp["id"]
+
+
 def test_a_second_writer_waits_for_the_holder_and_fails_with_lease_held_past_its_patience(
     journal_location: str,
 ) -> None:
