@@ -34,6 +34,7 @@ from typing import Final, Protocol
 
 from memory.ledger._activity import (
     ActivityLog,
+    ActivityRecord,
     DispatchDropped,
     DispatchMismatch,
     DispatchSettled,
@@ -152,13 +153,32 @@ class _Pass:
     appended: list[Acted]
 
     def log(self, record: DispatchMismatch | DispatchSettled | DispatchUnsent | DispatchDropped) -> None:
+        if isinstance(record, DispatchMismatch | DispatchSettled) and self._logged(record):
+            return  # a pass that died (or was refused) after logging it, before its dispatch resolved
         self.activity.append(record)
+
+    def _logged(self, record: DispatchMismatch | DispatchSettled) -> bool:
+        """Whether the activity log already holds this fact about this dispatch (its time aside).
+        Read only when there is such a fact to log, which a healthy agent rarely has."""
+        return any(
+            type(r) is type(record) and _fact(r) == _fact(record)
+            for r in self.activity.scan(frozenset({record.event}))
+        )
 
     def ledger(self, entry: Acted) -> None:
         failpoint("ledger.reconcile_before_append")
         self.writer.append(entry)
         self.appended.append(entry)
         failpoint("ledger.reconcile_after_append")
+
+
+def _fact(record: ActivityRecord) -> tuple[object, ...]:
+    """What a mismatch or a receipt's outcome says, without the time it was logged."""
+    if isinstance(record, DispatchMismatch):
+        return (record.tx_hash.lower(), record.field, record.local, record.chain)
+    if isinstance(record, DispatchSettled):
+        return (record.tx_hash.lower(), record.event)
+    return ()
 
 
 def reconcile(

@@ -122,6 +122,37 @@ def test_an_unsent_dispatch_mined_after_all_is_ledgered_from_the_chain_and_the_n
     assert world.tick(unsent_after_s=UNSENT_AFTER).skipped.reason.startswith("cadence: ")  # type: ignore[union-attr]
 
 
+def test_an_unsent_dispatch_mined_after_all_and_reverted_logs_its_revert_once_across_a_retry(
+    world: World, failpoints: None
+) -> None:
+    arm("sail.logged=EIO")
+    with pytest.raises(OSError):
+        world.tick(unsent_after_s=UNSENT_AFTER)
+    arm("")
+    (signed,) = records(world, DispatchSigned)
+    world.strategy_overrides["min_balance"] = 10**18  # later ticks skip: only reconcile matters
+    world.clock.now += UNSENT_AFTER
+    world.tick(unsent_after_s=UNSENT_AFTER)
+    assert [u.tx_hash for u in records(world, DispatchUnsent)] == [signed.tx_hash]
+    # broadcast after all, into a router that has been emptied since: it is mined and reverts
+    raw = world.agent.sign_transaction(dict(_rebuilt_tx(world, signed)))
+    assert Web3.to_hex(raw.hash) == signed.tx_hash
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.withdraw(world.market.weth, 100 * 10**18))
+    world.w3.eth.send_raw_transaction(raw.raw_transaction)
+
+    world.clock.now += 60
+    arm("ledger.reconcile_before_append=EIO")  # the revert is logged, then the tick fails
+    with pytest.raises(OSError):
+        world.tick(unsent_after_s=UNSENT_AFTER)
+    arm("")
+    world.clock.now += 60
+    (entry,) = world.tick(unsent_after_s=UNSENT_AFTER).reconciled
+    assert (entry.tx_hash, entry.outcome) == (signed.tx_hash, Outcome.REVERTED)
+    reverts = [r for r in records(world, DispatchSettled) if r.tx_hash == signed.tx_hash]
+    assert [r.event for r in reverts] == ["dispatch_reverted"]  # once
+
+
 def _rebuilt_tx(world: World, signed: DispatchSigned) -> dict:
     """The transaction the runner signed, rebuilt from its write-ahead line and the chain."""
     block = world.w3.eth.get_block(world.w3.eth.block_number)
@@ -187,6 +218,29 @@ def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_i
     assert new_amount.decode() in mismatch.local and old_amount.decode() in mismatch.chain
 
 
+def test_a_mismatch_is_logged_once_when_the_tick_that_found_it_dies_before_ledgering(
+    world: World, failpoints: None
+) -> None:
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    tester.disable_auto_mine_transactions()
+    sent = world.tick(receipt_timeout=0.1).dispatched
+    assert sent is not None
+    path = ActivityLog(world.sail_dir).path
+    path.write_bytes(path.read_bytes().replace(f"{AMOUNT_IN:064x}".encode(), f"{99 * 10**6:064x}".encode()))
+    tester.enable_auto_mine_transactions()
+    tester.mine_blocks(1)
+    world.clock.now += 60
+    arm("ledger.reconcile_before_append=EIO")  # the mismatch is logged, then the tick fails
+    with pytest.raises(OSError):
+        world.tick()
+    arm("")
+    assert len(records(world, DispatchMismatch)) == 1
+    world.clock.now += 60
+    (entry,) = world.tick().reconciled  # the retry ledgers it, and logs the same fact no second time
+    assert entry.tx_hash == sent.tx_hash
+    assert [(m.tx_hash, m.field) for m in records(world, DispatchMismatch)] == [(sent.tx_hash, "data")]
+
+
 def test_a_logged_hash_of_another_accounts_transaction_is_refused_and_nothing_is_ledgered(
     world: World,
 ) -> None:
@@ -209,6 +263,10 @@ def test_a_logged_hash_of_another_accounts_transaction_is_refused_and_nothing_is
     assert world.ledger().entries() == []
     (mismatch,) = records(world, DispatchMismatch)
     assert (mismatch.field, mismatch.chain) == ("from", world.owner)
+    world.clock.now += 60
+    with pytest.raises(DispatchNotOurs):  # every tick refuses it; the fact is in the log once
+        world.tick()
+    assert records(world, DispatchMismatch) == [mismatch]
 
 
 def test_an_unverified_entry_keeps_the_trade_size_and_only_the_unknowable_is_null(world: World) -> None:
