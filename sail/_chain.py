@@ -22,9 +22,23 @@ from eth_abi.exceptions import DecodingError
 from eth_utils.exceptions import ValidationError as EthValidationError
 from hexbytes import HexBytes
 from web3 import HTTPProvider, Web3
-from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3Exception
+from web3.exceptions import (
+    BadFunctionCallOutput,
+    ContractLogicError,
+    TimeExhausted,
+    TransactionNotFound,
+    Web3Exception,
+)
 
-from memory.ledger import ChainTransaction, ChainUnavailable, LogRecord, Receipt, SwapCall, TokenInfo
+from memory.ledger import (
+    ActivityInvalidRecord,
+    ChainTransaction,
+    ChainUnavailable,
+    LogRecord,
+    Receipt,
+    SwapCall,
+    TokenInfo,
+)
 from sail._contracts import abi
 
 try:  # the in-process EVM's own errors (a revert there is not a web3 ContractLogicError)
@@ -331,10 +345,12 @@ class Chain:
         if key not in self._tokens:
             contract = self._token(token)
             with _reading(f"decimals and symbol of {token}"):
-                self._tokens[key] = TokenInfo(
-                    decimals=int(contract.functions.decimals().call()),
-                    symbol=str(contract.functions.symbol().call()),
-                )
+                decimals = int(contract.functions.decimals().call())
+                try:
+                    symbol: str | bytes = str(contract.functions.symbol().call())
+                except BadFunctionCallOutput:  # not an ABI string: a bytes32, as MKR's is
+                    symbol = bytes(self._token32(token).functions.symbol().call())
+            self._tokens[key] = TokenInfo(decimals=decimals, symbol=_symbol_text(symbol, token))
         return self._tokens[key]
 
     def balance_of(self, token: str, owner: str, block: int | None = None) -> int:
@@ -378,3 +394,21 @@ class Chain:
 
     def _token(self, address: str) -> Any:
         return self.w3.eth.contract(address=Web3.to_checksum_address(address), abi=abi("TestToken"))
+
+    def _token32(self, address: str) -> Any:
+        """The token at ``address`` read as one whose ``symbol()`` returns bytes32."""
+        return self.w3.eth.contract(address=Web3.to_checksum_address(address), abi=abi("Bytes32Token"))
+
+
+def _symbol_text(symbol: str | bytes, token: str) -> str:
+    """A token's symbol as text: a bytes32 one less its trailing NULs, which must be UTF-8 (the
+    activity log's own rules for a symbol apply to the text either way)."""
+    if isinstance(symbol, str):
+        return symbol
+    try:
+        return symbol.rstrip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ActivityInvalidRecord(
+            "symbol",
+            f"the bytes32 symbol() of token {token} is not UTF-8 text ({symbol.hex()}); choose another token",
+        ) from None

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-CONTRACT_NAMES = ("TestToken", "SwapRouter", "LookalikeToken")
+CONTRACT_NAMES = ("TestToken", "SwapRouter", "LookalikeToken", "Bytes32Token")
 
 
 @cache

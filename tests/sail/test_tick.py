@@ -213,6 +213,45 @@ def test_a_token_bought_whose_symbol_cannot_be_recorded_fails_the_tick_before_an
     assert not list(ActivityLog(world.sail_dir).scan(frozenset({"dispatch_signed"})))
 
 
+def test_a_token_whose_symbol_is_bytes32_is_traded_and_ledgered_under_that_symbol(world: World) -> None:
+    """Some mainnet tokens (MKR) answer symbol() with a bytes32, not a string; its metadata is read
+    before signing, so a reader that takes only a string would fail every tick of such a pair."""
+    mkr = deploy_contract(
+        world.w3, world.owner, "Bytes32Token", b"Maker".ljust(32, b"\0"), b"MKR".ljust(32, b"\0"), 18
+    )
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.setRate(world.market.usdc, mkr.address, DEFAULT_RATE))
+    world.as_owner(mkr.functions.mint(world.market.router, 10**21))
+    sent = world.tick(token_out=mkr.address).dispatched
+    assert sent is not None
+    world.clock.now += 1
+    (entry,) = world.tick(token_out=mkr.address).reconciled
+    assert entry.outcome is Outcome.CONFIRMED and entry.amount_out is not None
+    assert entry.amount_out.to_wire()["human"].endswith(" MKR")
+    assert world.ledger().state().tokens[mkr.address.lower()] == (18, "MKR")
+
+
+@pytest.mark.parametrize(
+    "symbol",
+    [b"\0" * 32, b"M KR".ljust(32, b"\0"), b"\xff\xfeMKR".ljust(32, b"\0")],
+    ids=["empty", "space", "not-utf8"],
+)
+def test_a_bytes32_symbol_the_ledger_cannot_keep_fails_the_tick_before_anything_is_sent(
+    world: World, symbol: bytes
+) -> None:
+    """Empty, with a space, or not UTF-8: the symbol rules of a string symbol, not a node error."""
+    odd = deploy_contract(world.w3, world.owner, "Bytes32Token", b"Odd".ljust(32, b"\0"), symbol, 18)
+    router = world.contract("SwapRouter", world.market.router)
+    world.as_owner(router.functions.setRate(world.market.usdc, odd.address, DEFAULT_RATE))
+    world.as_owner(odd.functions.mint(world.market.router, 10**21))
+    nonce = world.w3.eth.get_transaction_count(world.agent.address)
+    with pytest.raises(ActivityInvalidRecord) as caught:  # the symbol, not the node, is the trouble
+        world.tick(token_out=odd.address)
+    assert caught.value.code == "activity_invalid_record" and caught.value.field == "symbol"
+    assert world.w3.eth.get_transaction_count(world.agent.address, "pending") == nonce
+    assert not list(ActivityLog(world.sail_dir).scan(frozenset({"dispatch_signed"})))
+
+
 def test_reconciling_twice_ledgers_one_entry(world: World) -> None:
     world.tick()
     chain, activity = Chain(world.w3), ActivityLog(world.sail_dir)
