@@ -30,7 +30,7 @@ from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
 from flows.mcp._tools import TOOLS, call_tool, name_tools
-from flows.mcp._wire import MAX_REQUEST_BYTES, error_line, oversized_message
+from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -276,8 +276,9 @@ class BearerGate:
     """ASGI middleware in front of the MCP endpoint: every check comes before anything acts.
 
     In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
-    server, against DNS rebinding), and the size of a request's body (at most ``MAX_REQUEST_BYTES``);
-    a request refused by any of them changes nothing. Only then is the session told of the request;
+    server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``) and
+    its shape (a request the SDK would answer under no id, or not at all); a request refused by any of
+    them changes nothing. Only then is the session told of the request;
     a ``DELETE`` of a session ends its root runs once the endpoint has accepted it, before the answer
     goes back.
     """
@@ -322,6 +323,10 @@ class BearerGate:
             body = await _bounded_body(receive, self._max_body, headers.get(b"content-length"))
             if body is None:
                 await _too_large(send, self._max_body)
+                return
+            answer = body_answer(body)
+            if answer is not None:  # the SDK would answer it under no id, or not at all
+                await _send_json(send, 400, answer.encode(), [])
                 return
             receive = _replay(body, receive)
         raw = headers.get(b"mcp-session-id")

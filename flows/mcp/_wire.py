@@ -15,6 +15,7 @@ from typing import Any
 
 import mcp_types as types
 import orjson
+import pydantic_core
 from pydantic import ValidationError
 
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -73,6 +74,26 @@ def unreadable_answer(text: str) -> str | None:
     return _shape_answer(raw)
 
 
+def body_answer(body: bytes) -> str | None:
+    """The error that answers an HTTP request's ``body`` when the SDK would answer it wrongly or not
+    at all: JSON that is not one object, a request whose id is not a string or an integer (which the
+    SDK accepts as a notification, answering nothing), a request of the wrong shape (which it answers
+    with no id). None when the SDK answers the body rightly, parse errors included."""
+    try:
+        raw = pydantic_core.from_json(body)  # as the SDK's HTTP transport reads the body
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
+    try:
+        read: Any = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except ValidationError:
+        read = None
+    if read is not None and not ("id" in raw and isinstance(read, types.JSONRPCNotification)):
+        return None
+    return _shape_answer(raw)
+
+
 def _shape_answer(raw: dict[str, Any]) -> str | None:
     """The error line that answers the JSON object ``raw`` when it is a request of the wrong shape."""
     if "id" not in raw or ("method" not in raw and ("result" in raw or "error" in raw)):
@@ -85,8 +106,11 @@ def _shape_answer(raw: dict[str, Any]) -> str | None:
     try:
         types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError as exc:
-        where = "; ".join(dict.fromkeys(_where(e) for e in exc.errors()))
-        if isinstance(raw.get("method"), str):
+        # a message with an id and no result or error is meant as a request: say what is wrong with it
+        # as one (not what it lacks to be a response), and blame the params only when only they are wrong
+        errors = [e for e in exc.errors() if e["loc"][:1] == ("JSONRPCRequest",)] or exc.errors()
+        where = "; ".join(dict.fromkeys(_where(e) for e in errors))
+        if all(e["loc"][1:2] == ("params",) for e in errors):
             return error_line(raw["id"], types.INVALID_PARAMS, f"Invalid params: {where}")
         return error_line(raw["id"], types.INVALID_REQUEST, f"Invalid request: {where}")
     # well-formed, yet the SDK's JSON reader refused it: values nested deeper than it reads
@@ -94,8 +118,8 @@ def _shape_answer(raw: dict[str, Any]) -> str | None:
 
 
 def _where(error: Any) -> str:
-    """Where a validation error is, without the name of the union branch it was met in."""
-    return ".".join(str(p) for p in error["loc"][1:]) or "message"
+    """Where a validation error is (without the name of the union branch it was met in) and what."""
+    return f"`{'.'.join(str(p) for p in error['loc'][1:]) or 'message'}`: {error['msg']}"
 
 
 def _lenient(text: str) -> tuple[Any, bool]:

@@ -114,6 +114,9 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
     (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": "learn"}', 9, INVALID_PARAMS),
     (b'{"jsonrpc": "2.0", "id": 10, "method": 7}', 10, INVALID_REQUEST),
     (b'{"id": 11}', 11, INVALID_REQUEST),
+    # a request whose `jsonrpc` is wrong or missing is an invalid request: its params are not to blame
+    (b'{"jsonrpc": "1.0", "id": 19, "method": "ping"}', 19, INVALID_REQUEST),
+    (b'{"id": 20, "method": "tools/list", "params": {}}', 20, INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}', None, INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "id": [12], "method": "ping"}', None, INVALID_REQUEST),
     (b"[1, 2]", None, INVALID_REQUEST),
@@ -144,6 +147,8 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
                 assert "number is NaN, infinite" in answer["error"]["message"], line
             elif b"\\ud800" in line or b"\\udfff" in line:
                 assert "lone surrogate" in answer["error"]["message"], line
+            elif b'"jsonrpc": "1.0"' in line:  # what is wrong, and nothing a response would lack
+                assert answer["error"]["message"] == "Invalid request: `jsonrpc`: Input should be '2.0'"
             wire.ping(1000 + n)
         # a notification of the wrong shape and a blank line ask nothing, and get nothing
         wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
@@ -244,6 +249,38 @@ def test_an_http_request_over_the_limit_is_a_json_rpc_error_and_the_server_goes_
         ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 43, "method": "ping"}, **ids)
         assert _messages(ping) == [{"jsonrpc": "2.0", "id": 43, "result": {}}]
     assert mcp_runs(db) == []
+
+
+MISSHAPEN_OVER_HTTP: list[tuple[bytes, object, int]] = [
+    # ids that are not a string or an integer: the SDK took these for notifications and answered none
+    (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}', None, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', None, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}', None, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', None, INVALID_REQUEST),
+    # the wrong shape: answered under the request's id, with the code the stdio transport gives
+    (b"[1, 2]", None, INVALID_REQUEST),
+    (b"7", None, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": 61, "method": 7}', 61, INVALID_REQUEST),
+    (b'{"jsonrpc": "1.0", "id": 62, "method": "ping"}', 62, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": "s63", "method": "tools/list", "params": 5}', "s63", INVALID_PARAMS),
+]
+
+
+def test_every_http_request_with_an_id_is_answered_as_over_stdio(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    with http_server(db) as server, _session(server.url) as (client, ids):
+        for n, (body, request_id, code) in enumerate(MISSHAPEN_OVER_HTTP):
+            answered = client.post(server.url, content=body, headers={**ACCEPT, **ids})
+            assert answered.status_code == 400, body
+            [answer] = _messages(answered)
+            assert (answer["id"], answer["error"]["code"]) == (request_id, code), body
+            assert answer["jsonrpc"] == "2.0" and answer["error"]["message"], body
+            ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 70 + n, "method": "ping"}, **ids)
+            assert _messages(ping) == [{"jsonrpc": "2.0", "id": 70 + n, "result": {}}]
+        # a notification asks nothing: accepted, as before
+        notification = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
+        assert client.post(server.url, content=notification, headers={**ACCEPT, **ids}).status_code == 202
+    assert "Traceback" not in server.stderr()
 
 
 def test_a_delete_with_a_foreign_host_is_refused_before_it_ends_anything(tmp_path: Path) -> None:
