@@ -124,6 +124,7 @@ class Sessions:
         finally:
             session.requests -= 1
             session.last_seen = self._clock()
+            self._release(key, session)
 
     @contextlib.asynccontextmanager
     async def call(self, key: str | None) -> AsyncIterator[SessionMemory]:
@@ -135,6 +136,14 @@ class Sessions:
         finally:
             session.calls -= 1
             session.last_seen = self._clock()
+            self._release(key, session)
+
+    def _release(self, key: str | None, session: _Session) -> None:
+        """Forget ``session`` once nothing is in flight and it has begun no root run: there is nothing
+        to end, and a request naming a session id the server never gave (any string a client likes)
+        must not hold memory until the idle timeout."""
+        if not (session.roots or session.requests or session.calls) and self._live.get(key) is session:
+            del self._live[key]
 
     async def root_of(self, key: str | None, session: _Session, scope: str) -> _Root:
         """``session``'s root run in ``scope``, begun now if it has none there yet.
