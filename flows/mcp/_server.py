@@ -29,7 +29,7 @@ from flows._uvicorn import announcing_server
 from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
-from flows.mcp._tools import TOOLS, call_tool, name_tools
+from flows.mcp._tools import TOOLS, bounded, call_tool, name_tools
 from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message
 from staging import CodedError
 
@@ -188,7 +188,10 @@ class MemoryServer:
             raise _protocol_error(exc, types.INVALID_PARAMS) from exc
         except CodedError as exc:
             raise _protocol_error(exc) from exc
-        body = {"scope": scope, "findings": [finding_json(f) for f in found]}
+        kept, truncated = bounded([finding_json(f) for f in found])
+        body: dict[str, Any] = {"scope": scope, "findings": kept}
+        if truncated:
+            body["truncated"] = True
         contents = types.TextResourceContents(uri=params.uri, mime_type="application/json", text=_dumps(body))
         return types.ReadResourceResult(contents=[contents])
 

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
@@ -23,6 +24,25 @@ KEY_PATTERN = "^[0-9a-f]{32}$"
 RECALL_LIMIT = 20
 WHY_LIMIT = 10
 MAX_LIMIT = 500
+
+RESULT_MAX_BYTES = 8 * 1024 * 1024
+"""The most findings a result (of ``recall``, ``why``, a scope's resource) holds, in bytes of their
+JSON: past it the rest are left out and the result says ``truncated``. The first finding is always
+kept, however large. Without it 500 findings of 65,536 control characters (each escaped to six
+bytes, then again in the result's text copy) made one 250 MB answer and a 1 GB server."""
+
+
+def bounded(
+    items: list[dict[str, Any]], max_bytes: int = RESULT_MAX_BYTES
+) -> tuple[list[dict[str, Any]], bool]:
+    """The first of ``items`` whose JSON fits in ``max_bytes`` (at least one), and whether any were
+    left out."""
+    size = 0
+    for n, item in enumerate(items):
+        size += len(orjson.dumps(item))
+        if n and size > max_bytes:
+            return items[:n], True
+    return items, False
 
 TEXT_MAX = 65536
 """The longest text a finding takes through ``learn`` (characters), stated as the schema's
@@ -191,7 +211,8 @@ async def _recall(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
         before_ms=_before_ms("recall", args.get("before")),
         limit=int(args.get("limit", RECALL_LIMIT)),
     )
-    return {"findings": found}
+    kept, truncated = bounded(found)
+    return {"findings": kept, "truncated": True} if truncated else {"findings": kept}
 
 
 async def _why(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +224,8 @@ async def _why(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
         limit=int(args.get("limit", WHY_LIMIT)),
         mode=args.get("mode"),
     )
-    return {"answers": answers}
+    kept, truncated = bounded(answers)
+    return {"answers": kept, "truncated": True} if truncated else {"answers": kept}
 
 
 async def _get(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
@@ -250,6 +272,16 @@ _ANSWER = {
         "similarity": {"type": ["number", "null"]},
     },
 }
+
+_TRUNCATED = {
+    "type": "boolean",
+    "description": f"Present (true) when more matched than fit in {RESULT_MAX_BYTES // (1024 * 1024)} MiB: "
+    "the best or newest are given; narrow the filters or lower `limit` to see the rest.",
+}
+_BOUNDED = (
+    f" A result holds at most {RESULT_MAX_BYTES // (1024 * 1024)} MiB of findings (as JSON): when more "
+    "match, the rest are left out and `truncated` is true."
+)
 
 _LEARNED = {
     "type": "object",
@@ -365,6 +397,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "call returns the same findings until something is learned or forgotten. Forgotten, "
             "superseded and expired findings are never listed (the `history` tool shows them). "
             "Errors: " + _ARGUMENT_ERRORS + "; a filter the memory refuses is `memory_argument_invalid`."
+            + _BOUNDED
         ),
         input_schema=_object(
             {
@@ -389,7 +422,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
         output_schema={
             "type": "object",
-            "properties": {"findings": {"type": "array", "items": _FINDING}},
+            "properties": {"findings": {"type": "array", "items": _FINDING}, "truncated": _TRUNCATED},
             "required": ["findings"],
         },
         run=_recall,
@@ -412,7 +445,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "returns the same answers until something is learned or forgotten. Forgotten, superseded "
             "and expired findings are never answers. Errors: " + _ARGUMENT_ERRORS + "; a filter the "
             "memory refuses is `memory_argument_invalid`; a `mode` by meaning on a server without an "
-            "embedder is `memory_embedder_unavailable`."
+            "embedder is `memory_embedder_unavailable`." + _BOUNDED
         ),
         input_schema=_object(
             {
@@ -431,7 +464,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
         output_schema={
             "type": "object",
-            "properties": {"answers": {"type": "array", "items": _ANSWER}},
+            "properties": {"answers": {"type": "array", "items": _ANSWER}, "truncated": _TRUNCATED},
             "required": ["answers"],
         },
         run=_why,
