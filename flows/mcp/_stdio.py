@@ -5,8 +5,9 @@ Ctrl-C) and the interpreter's exit both wait for, and a read blocked on stdin ca
 a server told to stop would hang until its client closed the pipe. So the wire is served here by
 daemon threads over private copies of descriptors 0 and 1, while descriptor 0 is pointed at the null
 device and descriptor 1 at stderr: nothing else in the process (a stray print) reads or corrupts the
-wire. Each side holds at most one line in flight, so a client cannot fill our memory faster than we
-serve it, and no Python file object's lock is held when the interpreter exits.
+wire. Each side holds at most one line in flight, and at most ``MAX_IN_FLIGHT`` requests are handed to
+the SDK unanswered, so a client cannot fill our memory faster than we serve it, and no Python file
+object's lock is held when the interpreter exits.
 
 Every line that asks for an answer gets one, even when the SDK would drop it: a line that is not JSON
 is answered with a JSON-RPC parse error (id null), a message of the wrong shape with invalid request
@@ -40,6 +41,12 @@ from flows.mcp._sessions import END_WAIT_S
 from flows.mcp._wire import MAX_REQUEST_BYTES, oversized_answer, unreadable_answer
 
 CHUNK = 65536
+
+MAX_IN_FLIGHT = 32
+"""The most requests handed to the SDK and not yet answered: past it stdin is not read until one is
+answered (or none is for ``END_WAIT_S`` seconds). The SDK runs every request it reads at once, each
+holding its line (up to ``MAX_REQUEST_BYTES``), so while calls were slow (a locked history DB) a
+client writing without pause held 1.2 MB of the server's memory a request, without bound."""
 
 _TOO_LONG = object()
 """Handed over in place of a line longer than the limit (with the line's first bytes)."""
@@ -116,6 +123,16 @@ class Asked:
         else:
             self._open.pop(key, None)
         self._changed.set()
+
+    async def room(self, limit: int, quiet_s: float = END_WAIT_S) -> None:
+        """Return once fewer than ``limit`` requests noted await their answers, the wire is gone, or
+        no answer has come for ``quiet_s`` seconds (a call that never ends must not stop the wire)."""
+        while sum(self._open.values()) >= limit and not self._broken:
+            self._changed.clear()
+            with anyio.move_on_after(quiet_s) as waited:
+                await self._changed.wait()
+            if waited.cancelled_caught:
+                return
 
     async def answered(self, quiet_s: float = END_WAIT_S) -> None:
         """Return once every request noted is answered (or cancelled), the wire is gone, or no
@@ -203,6 +220,7 @@ class StdinLines:
             text = line.decode("utf-8", errors="replace")  # as the SDK's own stdio transport reads
             answer = unreadable_answer(text)
             if answer is None:
+                await self._asked.room(MAX_IN_FLIGHT)  # stdin waits while too many calls run
                 self._asked.read(text)
                 return text
             await self._wire.write(answer)

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import select
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import httpx2
 import orjson
 
 import memory
+from flows.mcp._stdio import MAX_IN_FLIGHT
 from flows.mcp._wire import MAX_REQUEST_BYTES
 from journal import RunState
 from tests.mcp.harness import START_TIMEOUT_S, http_server, mcp_argv, mcp_runs, server_env, stop
@@ -198,6 +200,44 @@ def test_a_huge_stdio_line_is_read_in_linear_time(tmp_path: Path) -> None:
         assert answer["id"] == 31 and answer["error"]["code"] == INVALID_REQUEST
         wire.ping(32)
     assert elapsed < 10, f"a 48 MiB line took {elapsed:.1f}s"
+
+
+def test_stdin_is_not_read_while_too_many_requests_await_their_answers(tmp_path: Path) -> None:
+    """The SDK runs every request it reads at once: while calls were slow, a client writing without
+    pause had the server read (and hold) every line it sent. Past ``MAX_IN_FLIGHT`` unanswered
+    requests the server stops reading, and the pipe pushes back; every request is answered after."""
+    db = tmp_path / "history.db"
+    big = "s" * 1_000_000
+    recall = {"name": "recall", "arguments": {"source": big}}
+    lines = [
+        orjson.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": recall}) + b"\n"
+        for n in range(MAX_IN_FLIGHT + 30)
+    ]
+    data = memoryview(b"".join(lines))
+    with raw_stdio(db) as wire:
+        lock = sqlite3.connect(db, isolation_level=None)  # every recall now waits for the history DB
+        lock.execute("BEGIN EXCLUSIVE")
+        assert wire.proc.stdin is not None
+        fd = wire.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        written = 0
+        try:
+            while written < len(data):
+                try:
+                    written += os.write(fd, data[written:])
+                except BlockingIOError:
+                    if not select.select([], [fd], [], 5)[1]:
+                        break  # the server reads no more
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+            os.set_blocking(fd, True)
+        assert written < len(lines[0]) * (MAX_IN_FLIGHT + 4), f"the server read {written} bytes"
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        answered = sorted(wire.answer(START_TIMEOUT_S)["id"] for _ in lines)
+        assert answered == list(range(len(lines)))
+        wire.ping(1000)
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
