@@ -811,9 +811,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 }
             )
             if not replaced:
-                return [(payload, key)]
+                return [(payload, _since_tombstone(t, key))]
             mixed = hashlib.blake2b(f"{key}|{','.join(replaced)}".encode(), digest_size=16).hexdigest()
-            return [(payload, "w-" + mixed)]
+            return [(payload, _since_tombstone(t, "w-" + mixed))]
 
         self._write(thread_id, build, create=True)
 

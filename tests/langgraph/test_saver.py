@@ -212,6 +212,26 @@ def test_a_checkpoint_put_again_after_delete_for_runs_is_stored_again(saver: Jou
     assert copied is not None and copied.checkpoint["id"] == cp["id"]
 
 
+def test_writes_put_again_after_delete_for_runs_are_stored_again(saver: JournalSaver) -> None:
+    # The checkpoint and its writes are dropped by the tombstone; put again identically, the writes
+    # must be new records too, not the dropped ones handed back.
+    cp = checkpoint({"a": 1})
+    meta = {"source": "loop", "step": 0, "run_id": "r1"}
+    saver.put(config("t1"), cp, dict(meta), {"a": 1})
+    saver.put_writes(config("t1", cp["id"]), [("a", 2), ("__error__", "boom")], "task")
+    saver.delete_for_runs(["r1"])
+    saver.put(config("t1"), cp, dict(meta), {"a": 1})
+    saver.put_writes(config("t1", cp["id"]), [("a", 2), ("__error__", "boom")], "task")
+    again = saver.get_tuple(config("t1", cp["id"]))
+    assert again is not None
+    assert again.pending_writes == [("task", "__error__", "boom"), ("task", "a", 2)]
+    cite = saver.citation(config("t1"))
+    assert cite is not None
+    count = len(saver.backend.read(cite.run_id, STREAM))
+    saver.put_writes(config("t1", cp["id"]), [("a", 2), ("__error__", "boom")], "task")  # a retry
+    assert len(saver.backend.read(cite.run_id, STREAM)) == count
+
+
 def test_a_second_writer_waits_for_the_holder_and_fails_with_lease_held_past_its_patience(
     journal_location: str,
 ) -> None:
