@@ -90,10 +90,9 @@ def test_a_dispatch_signed_and_logged_but_never_sent_holds_the_next_trade_then_r
     assert acted(world) == [(resolved.dispatched.tx_hash, Outcome.CONFIRMED)]  # nothing for the unsent one
 
 
-def test_an_unsent_dispatch_mined_after_all_is_ledgered_from_the_chain_and_the_next_trade_waits(
-    world: World, failpoints: None
-) -> None:
-    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+def _resolved_as_unsent(world: World) -> DispatchSigned:
+    """A swap signed but never logged as sent (its log line failed), resolved by a later tick as
+    unsent; later ticks skip, so only reconcile acts."""
     arm("sail.logged=EIO")
     with pytest.raises(OSError):
         world.tick(unsent_after_s=UNSENT_AFTER)
@@ -103,6 +102,14 @@ def test_an_unsent_dispatch_mined_after_all_is_ledgered_from_the_chain_and_the_n
     world.clock.now += UNSENT_AFTER
     world.tick(unsent_after_s=UNSENT_AFTER)
     assert [u.tx_hash for u in records(world, DispatchUnsent)] == [signed.tx_hash]
+    return signed
+
+
+def test_an_unsent_dispatch_mined_after_all_is_ledgered_from_the_chain_and_the_next_trade_waits(
+    world: World, failpoints: None
+) -> None:
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    signed = _resolved_as_unsent(world)
 
     # A node that held the signed bytes broadcasts them after all (signing is deterministic).
     runner = Runner(Chain(world.w3), world.agent, ActivityLog(world.sail_dir), clock=world.clock)
@@ -125,15 +132,7 @@ def test_an_unsent_dispatch_mined_after_all_is_ledgered_from_the_chain_and_the_n
 def test_an_unsent_dispatch_mined_after_all_and_reverted_logs_its_revert_once_across_a_retry(
     world: World, failpoints: None
 ) -> None:
-    arm("sail.logged=EIO")
-    with pytest.raises(OSError):
-        world.tick(unsent_after_s=UNSENT_AFTER)
-    arm("")
-    (signed,) = records(world, DispatchSigned)
-    world.strategy_overrides["min_balance"] = 10**18  # later ticks skip: only reconcile matters
-    world.clock.now += UNSENT_AFTER
-    world.tick(unsent_after_s=UNSENT_AFTER)
-    assert [u.tx_hash for u in records(world, DispatchUnsent)] == [signed.tx_hash]
+    signed = _resolved_as_unsent(world)
     # broadcast after all, into a router that has been emptied since: it is mined and reverts
     raw = world.agent.sign_transaction(dict(_rebuilt_tx(world, signed)))
     assert Web3.to_hex(raw.hash) == signed.tx_hash
