@@ -28,7 +28,7 @@ from memory.ledger import (
 )
 from sail import SailSubmitFailed
 from sail._chain import Chain
-from sail._runner import Runner
+from sail._runner import Dispatched, Runner
 from sail._strategy import Swap
 from staging import _failpoints
 from tests.sail.conftest import AMOUNT_IN, INTERVAL, World
@@ -191,14 +191,13 @@ def test_a_pending_dispatch_is_unverified_once_and_no_second_swap_is_sent_while_
     assert swaps_mined(world, nonce) == 1
 
 
-def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_in_the_activity_log(
-    world: World,
-) -> None:
+def _mined_with_a_rewritten_amount(world: World) -> tuple[Dispatched, bytes, bytes]:
+    """A swap sent, then its calldata in the runner's log rewritten (amountIn 25 USDC becomes
+    99 USDC), then mined: the sent dispatch, the amount as sent and as rewritten (hex)."""
     tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
     tester.disable_auto_mine_transactions()
     sent = world.tick(receipt_timeout=0.1).dispatched
     assert sent is not None
-    # Someone rewrites the runner's copy of the calldata: amountIn 25 USDC becomes 99 USDC.
     path = ActivityLog(world.sail_dir).path
     data = path.read_bytes()
     old_amount, new_amount = f"{AMOUNT_IN:064x}".encode(), f"{99 * 10**6:064x}".encode()
@@ -207,6 +206,13 @@ def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_i
     tester.enable_auto_mine_transactions()
     tester.mine_blocks(1)
     world.clock.now += 60
+    return sent, old_amount, new_amount
+
+
+def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_in_the_activity_log(
+    world: World,
+) -> None:
+    sent, old_amount, new_amount = _mined_with_a_rewritten_amount(world)
     (entry,) = world.tick().reconciled
     assert entry.amount_in is not None and entry.amount_in.to_wire() == {
         "baseUnits": "25000000",
@@ -220,15 +226,7 @@ def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_i
 def test_a_mismatch_is_logged_once_when_the_tick_that_found_it_dies_before_ledgering(
     world: World, failpoints: None
 ) -> None:
-    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
-    tester.disable_auto_mine_transactions()
-    sent = world.tick(receipt_timeout=0.1).dispatched
-    assert sent is not None
-    path = ActivityLog(world.sail_dir).path
-    path.write_bytes(path.read_bytes().replace(f"{AMOUNT_IN:064x}".encode(), f"{99 * 10**6:064x}".encode()))
-    tester.enable_auto_mine_transactions()
-    tester.mine_blocks(1)
-    world.clock.now += 60
+    sent, _, _ = _mined_with_a_rewritten_amount(world)
     arm("ledger.reconcile_before_append=EIO")  # the mismatch is logged, then the tick fails
     with pytest.raises(OSError):
         world.tick()
