@@ -340,6 +340,22 @@ def test_recall_filters_by_every_tag_and_by_metadata_and_scope(transport: Transp
     assert silver["key"] not in {f["key"] for f in gold_meta["findings"]}
 
 
+def test_learning_again_is_one_finding_only_with_the_tags_in_the_same_order_as_the_description_says(
+    transport: Transport,
+) -> None:
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            first = await call(session, "learn", text="tea at five", tags=["habit", "tea"])
+            again = await call(session, "learn", text="tea at five", tags=["habit", "tea"])
+            turned = await call(session, "learn", text="tea at five", tags=["tea", "habit"])
+            return tools["learn"].description, first, again, turned
+
+    described, first, again, turned = run(main)
+    assert again["key"] == first["key"] and turned["key"] != first["key"]
+    assert "tags (in the same order)" in described and "tags in another order make another" in described
+
+
 def test_why_and_recall_take_the_clis_filters(transport: Transport) -> None:
     async def main() -> dict[str, Any]:
         async with transport.connect() as session:
