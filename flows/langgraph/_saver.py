@@ -1022,8 +1022,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
         one thread never give different values the same version."""
         if current is None:
             number = 0
-        elif isinstance(current, int):
+        elif isinstance(current, int) and not isinstance(current, bool):
             number = current
         else:
-            number = int(str(current).split(".")[0])
+            counter = str(current).split(".")[0]
+            if not (counter.isascii() and counter.isdigit() and len(counter) <= 40):
+                # a version read back from a record this saver did not write: int() would raise
+                raise RecordInvalid(
+                    f"the channel version {current!r:.80} read back is not one this saver writes "
+                    "(<counter>.<fraction>): the record holding it was not written by this saver"
+                )
+            number = int(counter)
         return f"{number + 1:032}.{random.random():016}"

@@ -563,6 +563,15 @@ def test_versions_from_get_next_version_increase_and_differ_between_forks(saver:
     assert int(saver.get_next_version(7, None).split(".")[0]) == 8  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("version", ["abc", "-1.0", "9" * 5_000 + ".1", "", "１.5"])
+def test_a_version_this_saver_never_writes_is_record_invalid_not_a_bare_value_error(
+    saver: JournalSaver, version: str
+) -> None:
+    # LangGraph hands back what it read from a checkpoint's channel versions: a crafted record's
+    with pytest.raises(RecordInvalid, match="not one this saver writes"):
+        saver.get_next_version(version, None)
+
+
 def test_a_delete_while_another_process_holds_the_thread_waits_then_refuses(journal_location: str) -> None:
     with JournalSaver(journal=journal_location, lease_idle_s=60) as holder:
         put_chain(holder, "t", [{"x": 1}])
