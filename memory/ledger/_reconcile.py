@@ -34,7 +34,6 @@ from typing import Final, Protocol
 
 from memory.ledger._activity import (
     ActivityLog,
-    ActivityRecord,
     DispatchDropped,
     DispatchMismatch,
     DispatchSettled,
@@ -161,7 +160,7 @@ class _Pass:
         """Whether the activity log already holds this fact about this dispatch (its time aside).
         Read only when there is such a fact to log, which a healthy agent rarely has."""
         return any(
-            type(r) is type(record) and _fact(r) == _fact(record)
+            isinstance(r, type(record)) and _fact(r) == _fact(record)
             for r in self.activity.scan(frozenset({record.event}))
         )
 
@@ -172,13 +171,11 @@ class _Pass:
         failpoint("ledger.reconcile_after_append")
 
 
-def _fact(record: ActivityRecord) -> tuple[object, ...]:
+def _fact(record: DispatchMismatch | DispatchSettled) -> tuple[object, ...]:
     """What a mismatch or a receipt's outcome says, without the time it was logged."""
     if isinstance(record, DispatchMismatch):
         return (record.tx_hash.lower(), record.field, record.local, record.chain)
-    if isinstance(record, DispatchSettled):
-        return (record.tx_hash.lower(), record.event)
-    return ()
+    return (record.tx_hash.lower(), record.event)
 
 
 def reconcile(
