@@ -27,7 +27,7 @@ from memory._finding import is_key, meta_value_key
 from memory._results import Citation, Recalled, frozen_metadata
 from memory._safe import describe, kind_of
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 _MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: """
     CREATE TABLE findings (
@@ -117,10 +117,8 @@ def _migration_4(conn: sqlite3.Connection) -> None:
 
 _MIGRATIONS[4] = _migration_4
 
-_STEMS_TABLE = (
-    "CREATE VIRTUAL TABLE findings_stems USING fts5 (text, tags, source,"
-    " tokenize = 'unicode61 remove_diacritics 0 tokenchars _')"
-)
+_STEMS_COLUMNS = " USING fts5 (text, tags, source, tokenize = 'unicode61 remove_diacritics 0 tokenchars _')"
+_STEMS_TABLE = "CREATE VIRTUAL TABLE findings_stems" + _STEMS_COLUMNS
 
 
 def _stem_row(row_id: int, text: str, tags: Sequence[str], source: str) -> tuple[Any, ...]:
@@ -178,6 +176,40 @@ _MIGRATIONS[8] = """
 CREATE INDEX IF NOT EXISTS finding_tags_by_finding ON finding_tags (finding);
 CREATE INDEX IF NOT EXISTS finding_meta_by_finding ON finding_meta (finding);
 """
+
+# The full-text index in shards by row id: an erase merges only the shards that held its rows (a merge
+# rewrites a whole index: a second at a million rows in one). Shard ``low`` holds the rows from its
+# ``low`` up to the next shard's; the first, ``findings_stems``, every row of a DB made before shards.
+_MIGRATIONS[9] = """
+CREATE TABLE IF NOT EXISTS stem_shards (low INTEGER PRIMARY KEY);
+INSERT OR IGNORE INTO stem_shards VALUES (0);
+"""
+SHARD_ROWS = 1 << 17  # a new shard begins once a row's id is this far past the newest shard's first
+
+
+def _shard_table(low: int) -> str:
+    """The FTS5 table of the shard that begins at row id ``low``."""
+    return "findings_stems" if low == 0 else f"findings_stems_{low}"
+
+
+def _shard_of(lows: Sequence[int], row_id: int) -> int:
+    """The first row id of the shard holding ``row_id``, of the shards beginning at ``lows``
+    (ascending, the first 0)."""
+    return max(low for low in lows if low <= row_id)
+
+
+def _shards(conn: sqlite3.Connection, path: Path) -> list[int]:
+    """The first row ids of the DB's full-text shards, ascending (a rowid column: integers only);
+    ``Unreachable`` when the first is not 0 (a damaged DB: rows would belong to no shard)."""
+    lows = [r[0] for r in conn.execute("SELECT low FROM stem_shards ORDER BY low")]
+    if not lows or lows[0] != 0:
+        raise Unreachable(
+            f"the history DB {path} is damaged (its full-text shards do not begin at row 0): "
+            "move it aside and run `flows sync`, which rebuilds it from the learned files and the journal",
+            path=path,
+        )
+    return lows
+
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~-]*")  # what ``quote(path, safe="/")`` leaves as it is
 _NO_METADATA = frozen_metadata(None)  # read-only and empty: one shared by every row without any
@@ -826,15 +858,18 @@ class HistoryDB:
         queries += quoted
         ids: set[int] = set()
         try:
+            newest_first = [_shard_table(low) for low in reversed(_shards(conn, self.path))]
             for match in queries:
-                ids.update(
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT rowid FROM findings_stems WHERE findings_stems MATCH ?"
-                        " ORDER BY rowid DESC LIMIT ?",
-                        (match, limit),
-                    )
-                )
+                found = 0  # the shards split the rows by id: the newest first until ``limit`` match
+                for table in newest_first:
+                    rows = conn.execute(
+                        f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?",
+                        (match, limit - found),
+                    ).fetchall()
+                    ids.update(r[0] for r in rows)
+                    found += len(rows)
+                    if found >= limit:
+                        break
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
         if not ids:
@@ -956,6 +991,7 @@ class HistoryDB:
     def upsert(self, entries: Sequence[Recalled], now_ms: int) -> None:
         """Insert or update ``entries`` (by key; a newer citation replaces an older) in one transaction."""
         conn = self._connect()
+        lows: list[int] | None = None  # the full-text shards, read at the first new row
         try:
             conn.execute("BEGIN IMMEDIATE")
             for e in entries:
@@ -1006,8 +1042,15 @@ class HistoryDB:
                     [(t, e.learned_ms, row_id) for t in set(e.tags)],
                 )
                 if cur is None:  # a row's text, tags and source never change (its key hashes them)
+                    if lows is None:
+                        lows = _shards(conn, self.path)
+                    if row_id >= lows[-1] + SHARD_ROWS:
+                        conn.execute(f"CREATE VIRTUAL TABLE {_shard_table(row_id)}{_STEMS_COLUMNS}")
+                        conn.execute("INSERT INTO stem_shards VALUES (?)", (row_id,))
+                        lows.append(row_id)
                     conn.execute(
-                        "INSERT INTO findings_stems (rowid, text, tags, source) VALUES (?,?,?,?)",
+                        f"INSERT INTO {_shard_table(_shard_of(lows, row_id))} (rowid, text, tags, source)"
+                        " VALUES (?,?,?,?)",
                         _stem_row(row_id, e.text, e.tags, e.source),
                     )
                 if e.metadata:
@@ -1021,6 +1064,9 @@ class HistoryDB:
         except sqlite3.Error as exc:
             _rollback(conn)  # SQLite's cause is what the user needs, not a failed rollback's
             raise self._error(exc, "write", Unwritable) from exc
+        except Unreachable:  # a damaged shard table
+            _rollback(conn)
+            raise
 
     def retire(self, entries: Sequence[Retired], now_ms: int) -> None:
         """Record ``entries`` (the first retirement of each key is kept) and mark the rows they
@@ -1078,10 +1124,11 @@ class HistoryDB:
 
     def erase(self, keys: Sequence[str]) -> int:
         """Delete the rows of ``keys`` and their index entries (tags, metadata, full text) with their
-        bytes overwritten (``secure_delete``), merge the full-text index so no segment or page key
-        keeps their terms (a second or more at a million rows), and truncate the write-ahead log, so
-        no page of the DB or its log holds them; the retirements stay (they hold no content). How
-        many rows went (0 when there is no DB)."""
+        bytes overwritten (``secure_delete``), merge each full-text shard that held one so no
+        segment or page key keeps their terms (a shard holds ``SHARD_ROWS`` rows at most, so the
+        merge does not grow with the DB), and truncate the write-ahead log, so no page of the DB or
+        its log holds them; the retirements stay (they hold no content). How many rows went (0 when
+        there is no DB)."""
         if not keys or not self.exists():
             return 0
         conn = self._connect()
@@ -1089,27 +1136,43 @@ class HistoryDB:
         try:
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("BEGIN IMMEDIATE")
+            lows = _shards(conn, self.path)
+            touched: set[int] = set()
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
                 marks = ",".join("?" * len(chunk))
                 ids = [r[0] for r in conn.execute(f"SELECT id FROM findings WHERE key IN ({marks})", chunk)]
                 if not ids:
                     continue
+                by_shard: dict[int, list[int]] = {}
+                for row_id in ids:
+                    by_shard.setdefault(_shard_of(lows, row_id), []).append(row_id)
+                for low, shard_ids in by_shard.items():
+                    table = _shard_table(low)
+                    conn.execute(
+                        f"DELETE FROM {table} WHERE rowid IN ({','.join('?' * len(shard_ids))})", shard_ids
+                    )
+                touched.update(by_shard)
                 id_marks = ",".join("?" * len(ids))
-                conn.execute(f"DELETE FROM findings_stems WHERE rowid IN ({id_marks})", ids)
                 conn.execute(f"DELETE FROM finding_tags WHERE finding IN ({id_marks})", ids)
                 conn.execute(f"DELETE FROM finding_meta WHERE finding IN ({id_marks})", ids)
                 gone += conn.execute(f"DELETE FROM findings WHERE id IN ({id_marks})", ids).rowcount
-            # The whole index merged: FTS5's 'secure-delete' option (SQLite 3.42 and later) drops a
-            # row's terms from its segment, but a term that began a page stays as that page's key
-            # in the index's directory (seen with SQLite 3.51): only a merge rewrites both.
-            conn.execute("INSERT INTO findings_stems (findings_stems) VALUES ('optimize')")
+            # Each shard that held a row merged whole: FTS5's 'secure-delete' option (SQLite 3.42
+            # and later) drops a row's terms from its segment, but a term that began a page stays
+            # as that page's key in the index's directory (seen with SQLite 3.51): only a merge
+            # rewrites both. A shard that held none of the rows holds none of their terms.
+            for low in sorted(touched):
+                table = _shard_table(low)
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
             conn.execute("COMMIT")
             self._writes += 1
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
             _rollback(conn)
             raise self._error(exc, "write", Unwritable) from exc
+        except Unreachable:  # a damaged shard table
+            _rollback(conn)
+            raise
         self._rows.clear()  # rows read earlier by this process
         self._reads.clear()
         return gone
