@@ -5,8 +5,9 @@
   runs): one journal record, then one retired file per key.
 * How long one ``erase`` of one memory takes in a store whose journal holds ``sizes.erase_records``
   commits (1,000,000 in the full run, 100,000 in the quick one), nine tenths of them synced into the
-  history DB: the first erase of the store (which builds the journal's key index, one read of every
-  run) and then the median of three more (the index brought up to date by a ``stat`` per stream).
+  history DB, each a memory at another sixth of the DB's rows (old and new alike): the first erase
+  of the store (which builds the journal's key index, one read of every run) and then the median
+  of three more (the index brought up to date by a ``stat`` per stream).
   ``identity.erase_db_s`` is the history DB's share of one erase (its rows deleted with their bytes
   overwritten, the full-text index purged, the log truncated), timed on its own on the same store.
 
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import TextIO
@@ -63,16 +65,19 @@ def bench_erase(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> N
     t0 = time.perf_counter()
     build_dataset(db, total - total // 10, total // 10)
     say(out, f"identity: built a store of {total} commits for the erase in {time.perf_counter() - t0:.0f} s")
+    with sqlite3.connect(db) as conn:  # synced memories spread over the store, not only the newest
+        rows = conn.execute("SELECT max(id) FROM findings").fetchone()[0]
+        at = "SELECT key FROM findings WHERE id >= ? ORDER BY id LIMIT 1"
+        chosen = [conn.execute(at, (rows * k // 6,)).fetchone()[0] for k in range(1, 6)]
     with memory.MemoryStore(db) as store, store.session(scope="bench", flow="eraser") as session:
-        chosen = store.recall(scope="bench", limit=6)
         took = []
-        for entry in chosen[:4]:
+        for key in chosen[:4]:
             t0 = time.perf_counter()
-            done = session.erase(entry.key, reason="the benchmark erases one memory")
+            done = session.erase(key, reason="the benchmark erases one memory")
             took.append(time.perf_counter() - t0)
-            assert done.rewritten == 1 and store.get(entry.key) is None
+            assert done.rewritten == 1 and store.get(key) is None
         t0 = time.perf_counter()
-        store.db.erase([chosen[5].key])
+        store.db.erase([chosen[4]])
         db_s = time.perf_counter() - t0
     warm = statistics.median(took[1:])
     say(out, f"identity: erase in {total} commits: first {took[0]:.2f} s, then {warm:.2f} s")
