@@ -427,6 +427,14 @@ class FileJournal:
         name = check_name("stream name", stream)
         return self._streams_dir(run_id) / f"{name}.jsonl"
 
+    def stream_files(self, run_id: str, streams: Sequence[str]) -> list[str]:
+        """``stream_path`` of each of ``streams`` of ``run_id``, as strings: what a caller that
+        stats every stream of every run asks (the run's folder is found once, not per stream)."""
+        check_name("run id", run_id)
+        names = [check_name("stream name", stream) for stream in streams]
+        folder = os.fspath(self._streams_dir(run_id))
+        return [f"{folder}{os.sep}{name}.jsonl" for name in names]
+
     def _stream(self, run_id: str, stream: str) -> _Stream:
         key = (run_id, stream)
         with self._mutex:

@@ -223,9 +223,9 @@ class JournalKeys:
     def _file_stamps(self, backend: JournalBackend) -> Iterable[tuple[str, str, str | None]]:
         assert isinstance(backend, FileJournal)
         for run_id in backend.run_ids():
-            for stream in self._streams:
+            for stream, path in zip(self._streams, backend.stream_files(run_id, self._streams), strict=True):
                 try:
-                    st = os.lstat(backend.stream_path(run_id, stream))
+                    st = os.lstat(path)
                 except FileNotFoundError:
                     yield run_id, stream, None
                     continue

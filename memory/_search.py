@@ -669,7 +669,7 @@ class Search:
             e
             for listing in listings
             for e in listing.entries
-            if e.memory_id == memory_id
+            if (e.memory or e.key) == memory_id  # ``memory_id``, inline: every unsynced file is looked at
             and (e.key not in retired or not self._hides(retired, e.key))
             and (e.expires_ms is None or e.expires_ms > now)
         ]
