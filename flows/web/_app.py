@@ -65,7 +65,7 @@ from flows.web._findings import (
     parse_filters,
 )
 from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
-from flows.web._net import is_loopback
+from flows.web._net import is_loopback_authority
 from flows.web._reader import Reader, ServeConfig
 from memory import Recalled, check_key
 from memory.cli import format_ms
@@ -86,7 +86,6 @@ HEADERS = {
 }
 #: the most scopes the findings form lists in a menu; with more it has a text box for the scope
 MAX_SCOPE_CHOICES = 100
-_LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -288,14 +287,23 @@ class Guard:
         if request.url.path.startswith("/static/"):
             return None  # the stylesheet holds nothing of the store; the refusal page needs it
         if self.token is None:
-            host = request.url.hostname or ""
-            if is_loopback(host):
+            # the raw header, parsed whole: the URL Starlette builds falls back to the server's own
+            # address when the header does not parse, which would pass any malformed Host
+            hosts = request.headers.getlist("host")
+            if len(hosts) == 1 and is_loopback_authority(hosts[0]):
                 return None
+            if not hosts:
+                given = "no Host header"
+            elif len(hosts) > 1:
+                given = "several Host headers"
+            else:
+                given = f"{hosts[0]!r:.80}"
             return self.render(
                 request,
                 ServeBadRequest(
-                    f"this dashboard answers only to a loopback host name, not {host!r}: open it as "
-                    "http://127.0.0.1:<port>/ (serving another address needs --token)"
+                    f"this dashboard answers only to a loopback Host (localhost, 127.0.0.1 or [::1], with "
+                    f"an optional port), not {given}: open it as http://127.0.0.1:<port>/ (serving another "
+                    "address needs --token)"
                 ),
             )
         return self._token_refusal(request, self.token)
