@@ -53,6 +53,8 @@ CHART_POINTS = 200
 #: the days the agent page's journal tells by default (the last entry's, and the one before)
 JOURNAL_DAYS = 2
 _CONFIG_MAX_BYTES = 1 << 20
+#: the largest ``interval_s`` the agent's config takes (sail's own bound: what the logs' integers carry)
+MAX_INTERVAL_S = 2**63 - 1
 _ACTED = b'"kind":"acted"'
 
 
@@ -167,8 +169,8 @@ class Agent:
         if raw is None:
             return Interval(None, problem)
         value = raw.get("interval_s")
-        if type(value) is not int or value < 0:
-            return Interval(None, f"{self.config_path} has no valid interval_s")
+        if type(value) is not int or not 0 <= value <= MAX_INTERVAL_S:
+            return Interval(None, f"{self.config_path} has no valid interval_s (0 to {MAX_INTERVAL_S})")
         return Interval(value, None)
 
     def token_in(self) -> str | None:

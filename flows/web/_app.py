@@ -113,14 +113,37 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     return {**error_fields(exc), "runId": None}
 
 
+class _Unencodable(Exception):
+    """An API answer that JSON cannot carry (an integer past 64 bits, a key that is not text, a
+    value of no JSON type); its cause is orjson's refusal."""
+
+
 def _coded(exc: Exception) -> Exception:
-    """``exc`` when it is one the user can act on; else a ``serve_internal`` (the cause is logged)."""
+    """``exc`` when it is one the user can act on; else a ``serve_internal`` (the cause is logged,
+    once, with its traceback)."""
     if isinstance(exc, CodedError):
         return exc
     log.error("unexpected error serving a request", exc_info=exc)
+    if isinstance(exc, _Unencodable):
+        return ServeInternal(
+            f"the answer holds a value JSON cannot carry ({exc}), read from the store or an agent "
+            "home: look for a number out of range in their files; the server's log has the traceback"
+        )
     return ServeInternal(
         f"the dashboard failed unexpectedly ({type(exc).__name__}); the server's log has the details"
     )
+
+
+def encode_json(body: object) -> bytes:
+    """``body`` as JSON bytes (read-only mappings as objects).
+
+    Raises:
+        _Unencodable: it holds a value JSON cannot carry (then a ``serve_internal`` answer).
+    """
+    try:
+        return orjson.dumps(body, default=_plain)
+    except orjson.JSONEncodeError as exc:
+        raise _Unencodable(str(exc)) from exc
 
 
 # -- formatting -------------------------------------------------------------------------------
@@ -361,10 +384,16 @@ class Dashboard:
     def error_page(self, request: Request, exc: Exception, *, bare: bool = False) -> Response:
         """The coded error as a page, or as JSON under ``/api``. A ``bare`` page (for a request the
         guard refused) names nothing of the store: no agents, no paths."""
-        status = error_status(exc)
         body = error_json(exc)
         if request.url.path.startswith("/api/") or request.url.path == "/api":
-            return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+            try:
+                content = encode_json(body)
+            except _Unencodable as failed:  # the error's own context held a value JSON cannot carry
+                exc = _coded(failed)
+                body = error_json(exc)
+                content = encode_json(body)
+            return Response(content, status_code=error_status(exc), media_type="application/json")
+        status = error_status(exc)
         context = {"title": f"error {body['code']}", "error": body, "status": status, "bare": bare}
         if bare:
             context.update(agents=[], db_path="", journal_label="")
@@ -391,12 +420,13 @@ class Dashboard:
         """A JSON endpoint: ``fn`` returns the body and the next page's URL (or None)."""
 
         def endpoint(request: Request) -> Response:
-            try:
+            try:  # encoding too: a value JSON cannot carry is answered like any other failure
                 with self.reader.lock:
                     body, next_url = fn(request)
+                content = encode_json(body)
             except Exception as exc:
                 return self.error_page(request, _coded(exc))
-            response = Response(orjson.dumps(body, default=_plain), media_type="application/json")
+            response = Response(content, media_type="application/json")
             if next_url is not None:
                 response.headers["link"] = f'<{next_url}>; rel="next"'
             return response

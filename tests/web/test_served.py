@@ -1,14 +1,18 @@
 """Against a real ``flows serve`` process on a free loopback port, with requests written byte for byte
-on a socket (no client fixes up a header): the Host check parses the header whole."""
+on a socket (no client fixes up a header): the Host check parses the header whole, and an answer the
+API cannot encode as JSON is its coded error, logged once, never a traceback or a dropped connection."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,10 +25,15 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
 
-from flows.web import ServeConfig, create_app
+from flows.web import Dashboard, Reader, ServeConfig, ServeNotFound, create_app
+from memory.ledger import Ledger
 from tests.conftest import ROOT
-from tests.web.stores import DemoStore
+from tests.web.stores import ROUTER, USDC, WETH, DemoStore, agent_entries
 
 
 @dataclass
@@ -225,3 +234,123 @@ def test_the_guard_itself_refuses_several_host_headers(demo: DemoStore) -> None:
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = orjson.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
     assert start["status"] == 400 and body["code"] == "serve_bad_request" and "loopback" in body["message"]
+
+
+# -- answers JSON cannot carry --------------------------------------------------------------------
+
+
+@contextmanager
+def uvicorn_serving(app: Starlette) -> Iterator[int]:
+    """``app`` under uvicorn, as ``flows serve`` runs it, on a free loopback port (yielded)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", log_config=None, access_log=False, lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+class _Refused(ServeNotFound):
+    """A coded error whose context holds a number JSON cannot carry."""
+
+    def __init__(self) -> None:
+        super().__init__("nothing here")
+        self.expected = 2**64
+
+
+def _refuse(request: Request) -> tuple[object, str | None]:
+    raise _Refused()
+
+
+#: what no JSON encoder here writes: integers past 64 bits either way, a key that is not text, bytes
+UNENCODABLE: dict[str, object] = {
+    "past-u64": 2**64,
+    "below-i64": [{"deep": -(2**63) - 1}],
+    "int-key": {1: "one"},
+    "bytes": b"\x00",
+}
+
+
+def test_an_answer_json_cannot_carry_is_the_apis_coded_error_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every ``/api`` route answers through ``Dashboard.api``; the stores it reads give only what
+    JSON carries (the memory layer bounds its times, the journal's records are JSON, an agent's
+    ``interval_s`` is bounded below), so the values are handed to that wrapper directly, under the
+    server ``flows serve`` runs."""
+    reader = Reader(ServeConfig(db=str(tmp_path / "h.db")))
+    d = Dashboard(reader)
+    routes = [
+        Route(f"/api/{name}", d.api(lambda request, v=value: ({"value": v}, None)))
+        for name, value in UNENCODABLE.items()
+    ]
+    routes.append(Route("/api/refused", d.api(_refuse)))
+    caplog.set_level(logging.ERROR, logger="flows.serve")
+    try:
+        with uvicorn_serving(Starlette(routes=routes)) as port:
+            answers = {name: request(port, f"/api/{name}", ["127.0.0.1"]) for name in UNENCODABLE}
+            refused = request(port, "/api/refused", ["127.0.0.1"])
+            again = request(port, "/api/past-u64", ["127.0.0.1"])  # the server goes on serving
+    finally:
+        reader.close()
+    for name, answer in {**answers, "refused": refused, "again": again}.items():
+        assert answer.status == 500, name
+        body = answer.json()
+        assert body["code"] == "serve_internal" and "JSON cannot carry" in body["message"], name
+        assert b"Traceback" not in answer.body
+    logged = [r for r in caplog.records if r.name == "flows.serve"]
+    assert len(logged) == len(UNENCODABLE) + 2  # once per failed answer, with its traceback
+    assert all(r.exc_info is not None for r in logged)
+
+
+def _agent_home(home: Path, interval_s: int) -> Path:
+    """An agent that confirmed one swap, nothing holding its next, with ``interval_s`` in its config
+    (a file of the agent home: any bytes in it are the store's to give)."""
+    sail = home / ".sail"
+    (sail / "memory").mkdir(parents=True)
+    (sail / "config.toml").write_text(
+        f'rpc_url = "http://127.0.0.1:8545"\nrouter = "{ROUTER}"\ntoken_in = "{USDC}"\n'
+        f'token_out = "{WETH}"\namount_in = "25000000"\ninterval_s = {interval_s}\nmin_balance = "1"\n'
+    )
+    with Ledger(sail).writer() as writer:
+        writer.append(agent_entries()[0])  # a confirmed swap
+    return home
+
+
+@pytest.mark.parametrize("interval_s", [2**64, 10**30])
+def test_an_interval_past_what_sails_config_takes_is_an_interval_problem(
+    tmp_path: Path, interval_s: int
+) -> None:
+    # TOML carries integers of any size; sail's config takes 0 to 2**63-1, and a larger one reached
+    # the status answer as a number JSON cannot carry
+    home = _agent_home(tmp_path / "agent", interval_s)
+    with serving("--db", str(tmp_path / "h.db"), "--sail-home", str(home)) as served:
+        status = request(served.port, "/api/agents/0/status", ["127.0.0.1"])
+        journal = request(served.port, "/api/agents/0/journal", ["127.0.0.1"])
+    assert status.status == 200 and journal.status == 200
+    assert status.json()["intervalS"] is None and "interval_s" in status.json()["intervalProblem"]
+    assert "Traceback" not in served.stderr[0]
+
+
+def test_the_largest_interval_sails_config_takes_is_served(tmp_path: Path) -> None:
+    home = _agent_home(tmp_path / "agent", 2**63 - 1)
+    with serving("--db", str(tmp_path / "h.db"), "--sail-home", str(home)) as served:
+        status = request(served.port, "/api/agents/0/status", ["127.0.0.1"])
+        journal = request(served.port, "/api/agents/0/journal", ["127.0.0.1"])
+        page = request(served.port, "/agents/0", ["127.0.0.1"])
+    assert status.status == 200 and status.json()["intervalS"] == 2**63 - 1
+    assert status.json()["nextEligibleMs"] is None  # past what a JSON time carries: the memory layer's rule
+    assert journal.status == 200 and page.status == 200
+    assert "Traceback" not in served.stderr[0]
