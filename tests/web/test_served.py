@@ -33,7 +33,7 @@ from starlette.routing import Route
 from flows.web import Dashboard, Reader, ServeConfig, ServeNotFound, create_app
 from memory.ledger import Ledger
 from tests.conftest import ROOT
-from tests.web.stores import ROUTER, USDC, WETH, DemoStore, agent_entries
+from tests.web.stores import ROUTER, USDC, WETH, DemoStore, agent_entries, agent_home
 
 
 @dataclass
@@ -354,3 +354,25 @@ def test_the_largest_interval_sails_config_takes_is_served(tmp_path: Path) -> No
     assert status.json()["nextEligibleMs"] is None  # past what a JSON time carries: the memory layer's rule
     assert journal.status == 200 and page.status == 200
     assert "Traceback" not in served.stderr[0]
+
+
+# -- a long line in the ledger ----------------------------------------------------------------------
+
+
+def test_a_long_ledger_line_costs_its_length_not_its_length_squared(tmp_path: Path) -> None:
+    """The ledger is read backwards in blocks; a line spanning many blocks was joined again on every
+    block (a 40 MB line held the server, and every request queued behind it, for 16 s)."""
+    home = agent_home(tmp_path / "agent")
+    ledger = Ledger(home / ".sail").path
+    first, rest = ledger.read_bytes().split(b"\n", 1)
+    long_line = b'{"kind":"skipped","reason":"' + b"x" * (48 << 20) + b'"}'  # damaged: no ts
+    ledger.write_bytes(first + b"\n" + long_line + b"\n" + rest)
+    with serving("--db", str(tmp_path / "h.db"), "--sail-home", str(home)) as served:
+        started = time.monotonic()
+        balances = request(served.port, "/api/agents/0/balances", ["127.0.0.1"])  # reads past it
+        entries = request(served.port, "/api/agents/0/ledger", ["127.0.0.1"])  # decodes it
+        elapsed = time.monotonic() - started
+    assert balances.status == 200 and balances.json()
+    assert entries.status == 500 and entries.json()["code"] == "journal_corrupt"
+    assert entries.json()["line"] == 2
+    assert elapsed < 10, f"two reads across a 48 MB line took {elapsed:.1f} s"
