@@ -204,23 +204,28 @@ class LineFile(Generic[T]):
     def reverse_raw(self, fd: int, end: int) -> Iterator[tuple[int, bytes]]:
         """Complete lines before ``end``, newest first, as ``(offset, bytes)``.
 
-        Text after the last newline before ``end`` (an unfinished append) is not a line.
+        Text after the last newline before ``end`` (an unfinished append) is not a line. Each byte
+        is read once and copied a bounded number of times, however long a line is: the blocks of a
+        line longer than a block are kept apart until its start is read, then joined once.
         """
-        pos, buf, started = end, b"", False  # buf holds the file's bytes [pos, pos + len(buf))
+        pos, buf, started = end, b"", False  # buf holds the file's bytes [pos + len(held), …)
+        held: list[bytes] = []  # blocks read inside one long line, newest read (earliest) last
         block = _FIRST_BLOCK  # most readers want a few lines: start small, then read more at once
-        while True:
-            if pos > 0:
-                size = min(block, pos)
-                pos -= size
-                buf = pread(fd, size, pos, self.path) + buf
-                block = min(_BLOCK, block * 4)
+        while pos > 0:
+            size = min(block, pos)
+            pos -= size
+            data = pread(fd, size, pos, self.path)
+            block = min(_BLOCK, block * 4)
             if not started:
-                nl = buf.rfind(b"\n")
+                nl = data.rfind(b"\n")
                 if nl < 0:
-                    if pos == 0:
-                        return
-                    continue
-                buf, started = buf[: nl + 1], True
+                    continue  # after the last newline before ``end``: an unfinished append
+                data, started = data[: nl + 1], True
+            elif pos > 0 and b"\n" not in data:
+                held.append(data)  # the middle of a long line: its start is in an earlier block
+                continue
+            buf = data + b"".join(reversed(held)) + buf
+            held.clear()
             parts = buf[:-1].split(b"\n")
             partial = parts.pop(0) if pos > 0 else None  # its start may lie in an earlier block
             line_end = pos + len(buf) - 1  # the offset of the newline ending the newest part
@@ -240,16 +245,20 @@ class LineFile(Generic[T]):
     def forward_raw(self, fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         """Complete lines in ``[start, end)``, oldest first, as ``(offset, bytes)``."""
         pos = start
-        rest = b""
+        rest: list[bytes] = []  # the unfinished line's chunks: joined once, when its end is read
         while pos < end:
             chunk = pread(fd, min(4 * _BLOCK, end - pos), pos, self.path)
             if not chunk:
                 return
-            data = rest + chunk
-            base = pos - len(rest)
             pos += len(chunk)
+            if b"\n" not in chunk:
+                rest.append(chunk)
+                continue
+            data = b"".join([*rest, chunk]) if rest else chunk
+            base = pos - len(data)
             lines = data.split(b"\n")
-            rest = lines.pop()
+            tail = lines.pop()
+            rest = [tail] if tail else []
             for raw in lines:
                 yield base, raw
                 base += len(raw) + 1
