@@ -8,6 +8,7 @@ command's arguments and handler, and the server's errors (the tree is in ``flows
 from flows.mcp._command import add_mcp_arguments, cmd_mcp
 from flows.mcp._errors import (
     McpArgumentsInvalid,
+    McpBusy,
     McpError,
     McpListenFailed,
     McpResourceUnknown,
@@ -21,6 +22,7 @@ from flows.mcp._errors import (
 
 __all__ = [
     "McpArgumentsInvalid",
+    "McpBusy",
     "McpError",
     "McpListenFailed",
     "McpResourceUnknown",

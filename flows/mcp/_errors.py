@@ -11,7 +11,8 @@ The tree (all under ``FlowsError``, so the CLI prints them as one line like ever
     ├── McpToolFailed       mcp_tool_failed: a tool raised an error that has no code of its own
     ├── McpSessionEnded     mcp_session_ended: a write reached a session that had already ended
     ├── McpUnauthorized     mcp_unauthorized: an HTTP request without the right bearer token
-    └── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
+    ├── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
+    └── McpBusy             mcp_busy: an HTTP server already has its most calls in progress
 
 Memory and journal errors met by a tool keep their own codes; they reach the client as tool errors.
 """
@@ -84,3 +85,14 @@ class McpResourceUnknown(McpError):
     """A resource URI that names no scope of this server."""
 
     code = "mcp_resource_unknown"
+
+
+class McpBusy(McpError):
+    """A call that found the HTTP server with ``limit`` calls already in progress: it was not run."""
+
+    code = "mcp_busy"
+
+    def __init__(self, message: str, *, limit: int, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s

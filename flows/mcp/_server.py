@@ -26,11 +26,18 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
 from flows._uvicorn import announcing_server
-from flows.mcp._errors import McpListenFailed, McpResourceUnknown, McpToolFailed, McpUnauthorized
+from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
+from flows.mcp._errors import (
+    McpBusy,
+    McpListenFailed,
+    McpResourceUnknown,
+    McpToolFailed,
+    McpUnauthorized,
+)
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
 from flows.mcp._tools import TOOLS, bounded, call_tool, name_tools
-from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message
+from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message, request_of
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -126,11 +133,29 @@ def _protocol_error(exc: CodedError, code: int = types.INTERNAL_ERROR) -> MCPErr
 
 
 class MemoryServer:
-    """The request handlers of the low-level server, over ``sessions``."""
+    """The request handlers of the low-level server, over ``sessions``; with ``calls`` (over HTTP),
+    each call that reads or writes the store holds a slot of them while it runs."""
 
-    def __init__(self, sessions: Sessions, idle_timeout_s: float | None) -> None:
+    def __init__(self, sessions: Sessions, idle_timeout_s: float | None, calls: Calls | None = None) -> None:
         self._sessions = sessions
         self._idle_timeout_s = idle_timeout_s
+        self._calls = calls
+
+    def _slot(self, ctx: Any) -> Slot | None:
+        """The slot this call holds while it runs (None on stdio): the one the HTTP gate took for its
+        request, or a new one when the gate's was given back (its client hung up first).
+
+        Raises:
+            MCPError: the server has its most calls in progress (``mcp_busy``).
+        """
+        if self._calls is None:
+            return None
+        request = getattr(ctx, "request", None)
+        taken = request.scope.get(SCOPE_KEY) if isinstance(request, Request) else None
+        try:
+            return self._calls.hold(taken)
+        except McpBusy as exc:
+            raise _protocol_error(exc, BUSY_CODE) from exc
 
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
@@ -138,6 +163,7 @@ class MemoryServer:
         return types.ListToolsResult(tools=_tools())
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        slot = self._slot(ctx)
         try:
             async with self._sessions.call(_session_key(ctx)) as memory:
                 return _tool_result(await call_tool(memory, params.name, params.arguments))
@@ -146,14 +172,21 @@ class MemoryServer:
                 log.exception("tool %r failed", params.name)
                 exc = McpToolFailed(f"{params.name} failed: {type(exc).__name__}: {exc}")
             return _tool_result({"error": error_json(exc)}, error=True)
+        finally:
+            if slot is not None:
+                slot.release()
 
     async def list_resources(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        slot = self._slot(ctx)
         try:
             scopes = await anyio.to_thread.run_sync(self._sessions.store.scopes)
         except CodedError as exc:
             raise _protocol_error(exc) from exc
+        finally:
+            if slot is not None:
+                slot.release()
         return types.ListResourcesResult(
             resources=[
                 types.Resource(
@@ -183,11 +216,16 @@ class MemoryServer:
     ) -> types.ReadResourceResult:
         try:
             scope = _scope_of(params.uri)
-            found = await self._sessions.store.arecall(scope=scope, limit=RESOURCE_RECENT)
         except McpResourceUnknown as exc:
             raise _protocol_error(exc, types.INVALID_PARAMS) from exc
+        slot = self._slot(ctx)
+        try:
+            found = await self._sessions.store.arecall(scope=scope, limit=RESOURCE_RECENT)
         except CodedError as exc:
             raise _protocol_error(exc) from exc
+        finally:
+            if slot is not None:
+                slot.release()
         kept, truncated = bounded([finding_json(f) for f in found])
         body: dict[str, Any] = {"scope": scope, "findings": kept}
         if truncated:
@@ -209,11 +247,13 @@ class MemoryServer:
                     await self._sessions.end_all()
 
 
-def build_server(sessions: Sessions, *, idle_timeout_s: float | None = None) -> Server[Any]:
+def build_server(
+    sessions: Sessions, *, idle_timeout_s: float | None = None, calls: Calls | None = None
+) -> Server[Any]:
     """The low-level MCP server over ``sessions``: the tools, the scopes as resources, and a
     lifespan that ends every session when the server stops (and, with ``idle_timeout_s``, reaps
-    idle HTTP sessions)."""
-    handlers = MemoryServer(sessions, idle_timeout_s)
+    idle HTTP sessions). With ``calls``, a call past their bound is refused (``mcp_busy``)."""
+    handlers = MemoryServer(sessions, idle_timeout_s, calls)
     return Server(
         "flows-memory",
         version=_version(),
@@ -279,9 +319,10 @@ class BearerGate:
     """ASGI middleware in front of the MCP endpoint: every check comes before anything acts.
 
     In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
-    server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``) and
-    its shape (a request the SDK would answer under no id, or not at all); a request refused by any of
-    them changes nothing. Only then is the session told of the request;
+    server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``), its
+    shape (a request the SDK would answer under no id, or not at all), and for a call that reads or
+    writes the store a slot of ``calls`` (none free: ``503`` with ``Retry-After``, ``mcp_busy``); a
+    request refused by any of them changes nothing. Only then is the session told of the request;
     a ``DELETE`` of a session ends its root runs once the endpoint has accepted it, before the answer
     goes back.
     """
@@ -294,8 +335,10 @@ class BearerGate:
         sessions: Sessions,
         security: TransportSecuritySettings | None = None,
         max_body: int = MAX_REQUEST_BYTES,
+        calls: Calls | None = None,
     ) -> None:
         self._app = app
+        self._calls = calls
         self._token = None if token is None else token.encode()
         self._sessions = sessions
         self._security = None if security is None else TransportSecurityMiddleware(security)
@@ -322,23 +365,46 @@ class BearerGate:
             if refused is not None:
                 await refused(scope, receive, send)
                 return
+        slot: Slot | None = None
         if scope["method"] == "POST":
-            body = await _bounded_body(receive, self._max_body, headers.get(b"content-length"))
-            if body is None:
-                await _too_large(send, self._max_body)
+            admitted = await self._admit(scope, receive, send, headers.get(b"content-length"))
+            if admitted is None:
                 return
-            answer = body_answer(body)
-            if answer is not None:  # the SDK would answer it under no id, or not at all
-                await _send_json(send, 400, answer.encode(), [])
+            receive, slot = admitted
+        try:
+            raw = headers.get(b"mcp-session-id")
+            key = raw.decode("latin-1") if raw else None
+            if key is not None and scope["method"] == "DELETE":
+                await self._app(scope, receive, self._ending(key, send))
                 return
-            receive = _replay(body, receive)
-        raw = headers.get(b"mcp-session-id")
-        key = raw.decode("latin-1") if raw else None
-        if key is not None and scope["method"] == "DELETE":
-            await self._app(scope, receive, self._ending(key, send))
-            return
-        async with self._sessions.active(key):
-            await self._app(scope, receive, send)
+            async with self._sessions.active(key):
+                await self._app(scope, receive, send)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def _admit(
+        self, scope: Scope, receive: Receive, send: Send, length: bytes | None
+    ) -> tuple[Receive, Slot | None] | None:
+        """A POST's body checked (its size, its shape, a slot for a call): what the endpoint reads
+        it from, and the slot the call holds; None when it was refused (and answered)."""
+        body = await _bounded_body(receive, self._max_body, length)
+        if body is None:
+            await _too_large(send, self._max_body)
+            return None
+        answer = body_answer(body)
+        if answer is not None:  # the SDK would answer it under no id, or not at all
+            await _send_json(send, 400, answer.encode(), [])
+            return None
+        slot = None
+        request = request_of(body)
+        if self._calls is not None and request is not None and request[1] in COUNTED:
+            slot = self._calls.take()
+            if slot is None:
+                await _busy(send, request[0], self._calls)
+                return None
+            scope[SCOPE_KEY] = slot  # the handler holds it too, while the call runs
+        return _replay(body, receive), slot
 
     def _ending(self, key: str, send: Send) -> Send:
         """``send``, ending session ``key`` (its root runs finish) before an accepting answer starts."""
@@ -383,6 +449,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _too_large(send: Send, limit: int) -> None:
     answer = error_line(None, types.INVALID_REQUEST, oversized_message(limit), {"limit": limit})
     await _send_json(send, 413, answer.encode(), [])
+
+
+async def _busy(send: Send, request_id: str | int, calls: Calls) -> None:
+    err = calls.busy()
+    answer = error_line(request_id, BUSY_CODE, str(err), error_json(err))
+    await _send_json(send, 503, answer.encode(), [(b"retry-after", str(RETRY_AFTER_S).encode())])
 
 
 async def _refuse(send: Send) -> None:
@@ -450,7 +522,8 @@ async def serve_http(
 ) -> None:
     """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then.
     ``announce`` is called once the server serves (``announcing_server``)."""
-    server = build_server(sessions, idle_timeout_s=idle_timeout_s)
+    calls = Calls()
+    server = build_server(sessions, idle_timeout_s=idle_timeout_s, calls=calls)
     host = sock.getsockname()[0]
     security = _loopback_security(host) if loopback else None
     app = server.streamable_http_app(
@@ -459,7 +532,7 @@ async def serve_http(
         transport_security=security,
         max_request_body_size=MAX_REQUEST_BYTES,
     )
-    gate = BearerGate(app, token=token, sessions=sessions, security=security)
+    gate = BearerGate(app, token=token, sessions=sessions, security=security, calls=calls)
     config = uvicorn.Config(gate, log_level="warning", access_log=False, lifespan="on")
 
     def serving() -> None:

@@ -94,6 +94,18 @@ def body_answer(body: bytes) -> str | None:
     return _shape_answer(raw)
 
 
+def request_of(body: bytes) -> tuple[str | int, str] | None:
+    """The id and method of the request an HTTP ``body`` holds (read as the SDK reads it); None for
+    anything else: a notification, a response, JSON that is not one object, bytes that are not JSON."""
+    try:
+        raw = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if isinstance(raw, dict) and _valid_id(raw.get("id")) and isinstance(raw.get("method"), str):
+        return raw["id"], raw["method"]
+    return None
+
+
 def _shape_answer(raw: dict[str, Any]) -> str | None:
     """The error line that answers the JSON object ``raw`` when it is a request of the wrong shape."""
     if "id" not in raw or ("method" not in raw and ("result" in raw or "error" in raw)):
