@@ -23,6 +23,7 @@ KEY_PATTERN = "^[0-9a-f]{32}$"
 
 RECALL_LIMIT = 20
 WHY_LIMIT = 10
+HISTORY_LIMIT = 100
 MAX_LIMIT = 500
 
 RESULT_MAX_BYTES = 8 * 1024 * 1024
@@ -237,7 +238,14 @@ async def _forget(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
-    return {"key": args["key"], "events": await memory.history(args["key"])}
+    events = await memory.history(args["key"])
+    offset = int(args.get("offset", 0))
+    page, _ = bounded(events[offset : offset + int(args.get("limit", HISTORY_LIMIT))])
+    out: dict[str, Any] = {"key": args["key"], "events": page, "total": len(events)}
+    if offset + len(page) < len(events):
+        out["truncated"] = True
+        out["nextOffset"] = offset + len(page)
+    return out
 
 
 _ARGUMENT_ERRORS = (
@@ -536,11 +544,29 @@ TOOLS: tuple[ToolSpec, ...] = (
             "would replace was retired first, as its `reason` says; it never lived), each event with "
             "its version's `key`, the `flow` that made it and "
             "the `citation` of its journal record. It "
-            "answers for forgotten and superseded findings too. Repeats: it only reads. Errors: "
+            "answers for forgotten and superseded findings too. Pages: a result holds at most "
+            f"`limit` events (default {HISTORY_LIMIT}, at most {MAX_LIMIT}), from `offset` (default 0, "
+            "counted from the oldest), and fewer when they would pass "
+            f"{RESULT_MAX_BYTES // (1024 * 1024)} MiB as JSON (at least one is always given); "
+            "`total` is how many events the memory has. When more events follow the page, "
+            "`truncated` is true and `nextOffset` is the `offset` of the next page: call again with "
+            "it until `truncated` is absent. Repeats: it only reads. Errors: "
             + _ARGUMENT_ERRORS
             + "; a key no finding has is `memory_finding_unknown`."
         ),
-        input_schema=_object({"key": {**_KEY, "description": "The finding's key."}}, ["key"]),
+        input_schema=_object(
+            {
+                "key": {**_KEY, "description": "The finding's key."},
+                "limit": _limit(HISTORY_LIMIT, "events"),
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Skip this many of the oldest events (default 0): a result's "
+                    "`nextOffset`, for the next page.",
+                },
+            },
+            ["key"],
+        ),
         output_schema={
             "type": "object",
             "properties": {
@@ -562,8 +588,18 @@ TOOLS: tuple[ToolSpec, ...] = (
                         "required": ["kind", "key", "atMs", "citation"],
                     },
                 },
+                "total": {"type": "integer", "description": "how many events the memory has"},
+                "truncated": {
+                    "type": "boolean",
+                    "description": "Present (true) when more events follow this page: call again "
+                    "with `offset` set to `nextOffset`.",
+                },
+                "nextOffset": {
+                    "type": "integer",
+                    "description": "Present with `truncated`: the `offset` of the next page.",
+                },
             },
-            "required": ["key", "events"],
+            "required": ["key", "events", "total"],
         },
         run=_history,
         read_only=True,

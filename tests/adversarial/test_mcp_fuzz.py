@@ -72,6 +72,7 @@ _PROPERTY: dict[str, st.SearchStrategy[Any]] = {
     "key": _key,
     "supersedes": _key,
     "limit": _int,
+    "offset": _int,
     "before": _when,
 }
 
@@ -99,6 +100,7 @@ _PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "supersedes": _known,
     "mode": st.sampled_from(["hybrid", "keyword", "semantic"]),
     "limit": st.integers(1, 500),
+    "offset": st.integers(0, 50),
     "before": st.integers(0, 2**45) | st.sampled_from(["2026-01-31", "2999-01-01T00:00:00+00:00"]),
 }
 
