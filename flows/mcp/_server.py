@@ -7,12 +7,13 @@ import contextlib
 import hmac
 import importlib.metadata
 import logging
+import re
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar, cast
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote_to_bytes
 
 import anyio
 import anyio.to_thread
@@ -38,6 +39,7 @@ from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
 from flows.mcp._tools import TOOLS, bounded, call_tool, name_tools
 from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message, request_of
+from journal import JournalNameInvalid, check_label
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -101,10 +103,55 @@ def _session_key(ctx: Any) -> str | None:
     return None
 
 
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+"""A ``%`` that does not begin an escape of two hex digits."""
+
+SHOWN = 80
+"""How much of a client's URI a message echoes (as a Python literal: escaped, one line)."""
+
+
+def _shown(text: str) -> str:
+    """``text`` for a message: escaped, and cut to ``SHOWN`` characters with its length said."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}… ({len(text):,} characters)"
+
+
 def _scope_of(uri: str) -> str:
+    """The scope a resource URI names, its escapes decoded strictly.
+
+    Raises:
+        McpResourceUnknown: the URI is not ``flows-memory://scope/<scope>``; a ``%`` in it begins no
+            escape of two hex digits; its escapes decode to bytes that are not UTF-8; or the scope
+            holds what no scope can (NUL or another control character, more than the journal takes).
+    """
     if not uri.startswith(RESOURCE_PREFIX) or len(uri) == len(RESOURCE_PREFIX):
-        raise McpResourceUnknown(f"{uri!r} is not a resource of this server; list them with resources/list")
-    return unquote(uri[len(RESOURCE_PREFIX) :])
+        raise McpResourceUnknown(
+            f"{_shown(uri)} is not a resource of this server; list them with resources/list"
+        )
+    encoded = uri[len(RESOURCE_PREFIX) :]
+    where = f"resource URI {_shown(uri)}"
+    bad = _BAD_ESCAPE.search(encoded)
+    if bad is not None:
+        at = bad.start()
+        raise McpResourceUnknown(
+            f"{where} is not percent-encoded: {_shown(encoded[at : at + 3])} at character "
+            f"{len(RESOURCE_PREFIX) + at} is not `%` and two hex digits; a scope's `%` is written %25"
+        )
+    try:
+        scope = unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise McpResourceUnknown(
+            f"{where} does not name a scope: its escapes decode to bytes that are not UTF-8 (byte "
+            f"0x{exc.object[exc.start]:02X} at byte {exc.start} of the scope: {exc.reason}); "
+            "percent-encode the scope's UTF-8 bytes"
+        ) from None
+    except UnicodeEncodeError:  # a lone surrogate, which is not text
+        raise McpResourceUnknown(f"{where} holds a lone surrogate, which is not Unicode text") from None
+    try:
+        return check_label("scope", scope)
+    except JournalNameInvalid as exc:
+        raise McpResourceUnknown(f"{where} names no scope a finding can have: {exc}") from None
 
 
 def _tools() -> list[types.Tool]:

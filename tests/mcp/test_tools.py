@@ -8,7 +8,9 @@ from urllib.parse import quote
 
 import anyio
 import orjson
-from mcp.types import TextResourceContents
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, TextResourceContents
 
 from flows.mcp._tools import TEXT_MAX
 from journal import RunState
@@ -457,3 +459,49 @@ def test_the_schemas_limits_sit_within_the_memorys_and_the_requests() -> None:
     assert 12 * TEXT_MAX + 6 * (memory.METADATA_MAX_BYTES + tags) < MAX_REQUEST_BYTES
     for tool in ("learn", "recall", "why"):
         assert BY_NAME[tool].input_schema["properties"]["tags"]["maxItems"] == memory.TAGS_MAX
+
+
+BAD_URIS = {
+    "%ff": "not UTF-8",  # a byte that begins no UTF-8 character
+    "%e2%82": "not UTF-8",  # a character cut short
+    "%ED%A0%80": "not UTF-8",  # a surrogate, encoded
+    "%zz": "`%` and two hex digits",
+    "%": "`%` and two hex digits",
+    "ab%4": "`%` and two hex digits",
+    "%00": "NUL",
+    "a%0Ab": "control character",
+}
+
+
+def test_a_resource_uri_with_bad_percent_encoding_is_refused_naming_what_is_wrong(
+    transport: Transport,
+) -> None:
+    """Escapes are decoded strictly: before, `%ff` read as scope U+FFFD (and `%zz` as itself), and
+    was answered as if it named a scope."""
+    long_bad = "%ff" * 50_000
+
+    async def main() -> tuple[Any, ...]:
+        async with transport.connect() as session:
+            learned = await call(session, "learn", text="a café scope", scope="café")
+            refused: dict[str, Any] = {}
+            with anyio.fail_after(CALL_TIMEOUT_S):
+                for encoded in [*BAD_URIS, long_bad]:
+                    with pytest.raises(MCPError) as caught:
+                        await session.read_resource(f"flows-memory://scope/{encoded}")
+                    refused[encoded] = caught.value.error
+                good = await session.read_resource(f"flows-memory://scope/{quote('café', safe='')}")
+            return learned, refused, good
+
+    learned, refused, good = run(main)
+    for encoded, what in BAD_URIS.items():
+        error = refused[encoded]
+        assert error.code == INVALID_PARAMS, (encoded, error)
+        assert error.data["code"] == "mcp_resource_unknown"
+        assert what in error.message, (encoded, error.message)
+        assert repr(f"flows-memory://scope/{encoded}") in error.message  # the URI, escaped
+    long_error = refused[long_bad]
+    assert long_error.code == INVALID_PARAMS and "not UTF-8" in long_error.message
+    assert len(long_error.message) < 500 and "150,021 characters" in long_error.message  # echoed cut short
+    [content] = good.contents  # a well-encoded URI still reads its scope
+    assert isinstance(content, TextResourceContents)
+    assert [f["key"] for f in orjson.loads(content.text)["findings"]] == [learned["key"]]
