@@ -51,7 +51,8 @@ _json: st.SearchStrategy[Any] = st.recursive(
     max_leaves=8,
 )
 _deep = st.integers(1, 400).map(lambda n: json.loads("[" * n + "]" * n))
-LEARNED: list[str] = []
+LEARNED: list[str] = []  # the newest version's key of each memory the examples made, in order
+_MEMORY_AT: dict[str, int] = {}  # a memory id -> where its newest key is in LEARNED
 """Keys of the findings the examples learned (the tools that take a key get real ones too)."""
 _known = st.integers(0, 10**6).map(lambda i: LEARNED[i % len(LEARNED)] if LEARNED else "0" * 32)
 _key = _known | st.sampled_from(["0" * 32, "f" * 32]) | st.text("0123456789abcdef", min_size=31, max_size=33)
@@ -146,9 +147,15 @@ def _check(answer: dict[str, Any]) -> str:
         return "rpc"
     result = answer["result"]
     if not result.get("isError"):
-        key = result["structuredContent"].get("key")
-        if isinstance(key, str) and key not in LEARNED:
-            LEARNED.append(key)
+        key, memory = result["structuredContent"].get("key"), result["structuredContent"].get("memoryId")
+        if isinstance(key, str) and isinstance(memory, str):
+            # an update's new version takes its memory's place: the superseded key is no longer
+            # one ``get`` finds, and examples that drew only such keys would never reach a result
+            if memory in _MEMORY_AT:
+                LEARNED[_MEMORY_AT[memory]] = key
+            elif key not in LEARNED:
+                _MEMORY_AT[memory] = len(LEARNED)
+                LEARNED.append(key)
         return "result"
     error = result["structuredContent"]["error"]
     assert error["code"] != "mcp_tool_failed", error
