@@ -229,8 +229,9 @@ def embedder_from_env() -> Embedder | None:
 
 def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
     """``embedder.embed(texts)`` as a float32 array of shape (len(texts), dims), each row of unit
-    length (a zero vector stays zero); ``EmbedderFailed`` when it raises or returns another shape,
-    a non-number, or a non-finite value."""
+    length (a zero vector stays zero; a row of any finite size, however large or small, is scaled
+    to unit length); ``EmbedderFailed`` when it raises or returns another shape, anything but real
+    numbers (text, booleans, complex numbers, an int too large for a float), or a non-finite value."""
     import numpy as np
 
     try:
@@ -240,16 +241,27 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
     except Exception as exc:
         raise EmbedderFailed(f"the embedder {embedder.name!r} raised {type(exc).__name__}: {exc}") from exc
     try:
-        out = np.asarray(raw, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise EmbedderFailed(f"the embedder {embedder.name!r} returned what is not numbers: {exc}") from exc
-    want = (len(texts), embedder.dims)
-    if out.shape != want:
+        got = np.asarray(raw)
+    except Exception as exc:  # the user's object may raise anything while it is read
         raise EmbedderFailed(
-            f"the embedder {embedder.name!r} returned shape {out.shape} for {len(texts)} texts; "
+            f"the embedder {embedder.name!r} returned what is not numbers: {type(exc).__name__}: {exc}"
+        ) from exc
+    if got.dtype.kind not in "iuf":  # text, bools, complex, objects (an int too big for a float)
+        raise EmbedderFailed(
+            f"the embedder {embedder.name!r} returned what is not numbers (real numbers were expected, "
+            f"not a {type(raw).__name__} of {got.dtype.name} values)"
+        )
+    want = (len(texts), embedder.dims)
+    if got.shape != want:
+        raise EmbedderFailed(
+            f"the embedder {embedder.name!r} returned shape {got.shape} for {len(texts)} texts; "
             f"{want} was expected (one vector of its dims per text)"
         )
-    if not bool(np.isfinite(out).all()):
+    wide = got.astype(np.float64)  # scaled in float64: a float32 norm overflows or underflows to 0
+    if not bool(np.isfinite(wide).all()):
         raise EmbedderFailed(f"the embedder {embedder.name!r} returned a NaN or infinite value")
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+    peak = np.abs(wide).max(axis=1, keepdims=True)  # first to at most 1: no square overflows
+    wide = np.divide(wide, peak, out=np.zeros_like(wide), where=peak > 0)
+    norms = np.linalg.norm(wide, axis=1, keepdims=True)
+    unit = np.divide(wide, norms, out=np.zeros_like(wide), where=norms > 0)
+    return unit.astype(np.float32)

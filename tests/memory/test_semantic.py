@@ -287,6 +287,51 @@ def test_an_embedder_that_returns_garbage_fails_closed(db: Path, returned: Any, 
     assert _vector_rows(db) == []
 
 
+class _RaisesWhenRead:
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("lazy tensor lost its device")
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        lambda texts: [[10**400, 0, 0, 0]] * len(texts),  # an int too large for any float
+        lambda texts: _RaisesWhenRead(),  # raises while numpy reads it
+        lambda texts: __import__("numpy").full((len(texts), 4), 1 + 1j),  # complex: never its real part
+        lambda texts: [["1", "0", "0", "0"]] * len(texts),  # text that looks like numbers
+        lambda texts: [[True, False, False, False]] * len(texts),
+        lambda texts: ([1.0, 0.0, 0.0, 0.0] for _ in texts),  # a generator
+    ],
+)
+def test_an_embedder_that_returns_what_is_not_real_numbers_fails_with_its_code(
+    db: Path, returned: Any
+) -> None:
+    bad = memory.embedder_of(returned, name="bad@1", dims=4)
+    with _store(db, bad) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+        with pytest.raises(memory.EmbedderFailed, match="not numbers") as err:
+            s.why("lion", mode="semantic")
+        assert err.value.code == "memory_embedder_failed"
+    assert _vector_rows(db) == []
+
+
+@pytest.mark.parametrize("size", [3e38, 1e300, 1e-30, 1e-300])
+def test_a_vector_of_any_finite_size_is_scaled_to_unit_length(db: Path, size: float) -> None:
+    """Huge or tiny but finite components are a direction like any other: never a zero vector
+    (which would match nothing) and never an overflow."""
+
+    def scaled(texts: list[str]) -> list[list[float]]:
+        return [[size if "lion" in t else 0.0, 0.0 if "lion" in t else size, 0.0, 0.0] for t in texts]
+
+    with _store(db, memory.embedder_of(scaled, name="scaled@1", dims=4)) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+            session.learn({"text": "zebra"})
+        (answer,) = s.why("lion", mode="semantic")
+        assert answer.text == "lion" and answer.similarity == pytest.approx(1.0, abs=0.01)
+
+
 def test_semantic_answers_stop_at_the_embedders_similarity_floor(semantic: memory.MemoryStore) -> None:
     assert [a.text for a in semantic.why("nuts", mode="semantic")] == [ALLERGY]  # not the unrelated three
     assert all(a.similarity is not None and a.similarity > 0.1 for a in semantic.why("xylophone berlin"))
