@@ -91,12 +91,19 @@ def check_shape(name: object, dims: object) -> None:
 
 def checked_embedder(embedder: object) -> Embedder:
     """``embedder`` if it has an ``Embedder``'s shape, else ``ArgumentInvalid`` saying what is missing."""
-    if not isinstance(embedder, Embedder):
+    try:  # name and dims may be properties of the user's, which raise
+        shaped = isinstance(embedder, Embedder)
+        name, dims = (embedder.name, embedder.dims) if shaped else (None, None)  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise ArgumentInvalid(
+            f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
+        ) from exc
+    if not shaped:
         raise ArgumentInvalid(
             f"embedder must have name, dims and embed(texts) (see memory.Embedder), not {embedder!r:.80}"
         )
-    check_shape(embedder.name, embedder.dims)
-    return embedder
+    check_shape(name, dims)
+    return embedder  # type: ignore[return-value]
 
 
 class WordLlamaEmbedder:
@@ -211,14 +218,16 @@ def embedder_named(spec: str | None) -> Embedder | None:
             f"an embedder is named 'default', 'none' or 'module:attribute', not {spec!r:.80} "
             f"(from --embedder or {ENV})"
         )
-    try:
+    try:  # the user's module and function run here: whatever they raise, the embedder is unavailable
         found: Any = importlib.import_module(module)
         for part in attr.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise EmbedderUnavailable(f"cannot load the embedder {spec!r}: {exc}") from exc
-    if not isinstance(found, Embedder) and callable(found):
-        found = found()
+        if not isinstance(found, Embedder) and callable(found):
+            found = found()
+    except Exception as exc:
+        raise EmbedderUnavailable(
+            f"cannot load the embedder {spec!r:.200}: {type(exc).__name__}: {exc!s:.300}"
+        ) from exc
     return checked_embedder(found)
 
 

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import orjson
 import pytest
 
 from memory._vectors import vectors_path
+from tests.conftest import ROOT
 from tests.flows.helpers import flows, json_of
 
 ALLERGY = "The user is allergic to peanuts"
@@ -60,6 +63,30 @@ def test_why_filters_apply_before_meaning(db: Path) -> None:
 def test_a_bad_embedder_name_is_a_coded_error(db: Path, spec: str, code: str) -> None:
     done = flows(db, "why", "nuts", "--embedder", spec, "--json")
     assert done.returncode != 0 and f'"code":"{code}"' in done.stderr.replace(" ", "")
+    assert not vectors_path(db).exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("user_embedders:make", "no GPU on this host"),  # the function that makes it raises
+        ("user_embedders_broken:toy", "broken at import"),  # its module raises as it is imported
+    ],
+)
+def test_a_named_embedder_whose_own_code_raises_is_unavailable_not_a_bug(
+    db: Path, tmp_path: Path, spec: str, said: str
+) -> None:
+    made = 'def make():\n    raise RuntimeError("no GPU on this host")\n'
+    (tmp_path / "user_embedders.py").write_text(made)
+    (tmp_path / "user_embedders_broken.py").write_text('raise ValueError("broken at import")\n')
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+    for done in (
+        flows(db, "why", "nuts", "--embedder", spec, "--json", env=env),
+        flows(db, "why", "nuts", "--mode", "semantic", "--json", env={**env, "FLOWS_EMBEDDER": spec}),
+    ):
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        error = orjson.loads(done.stderr)
+        assert error["code"] == "memory_embedder_unavailable" and said in error["message"], done.stderr
     assert not vectors_path(db).exists()
 
 

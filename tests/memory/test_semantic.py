@@ -359,6 +359,21 @@ def test_an_embedder_without_name_dims_or_embed_is_refused(db: Path) -> None:
         memory.embedder_of(lambda t: t, name="", dims=2)
 
 
+def test_an_embedder_whose_name_or_dims_raise_is_refused_with_its_code(db: Path) -> None:
+    class Lazy(Toy):
+        @property
+        def name(self) -> str:  # type: ignore[override]
+            raise RuntimeError("model not loaded yet")
+
+        @name.setter
+        def name(self, value: str) -> None:
+            pass
+
+    with pytest.raises(memory.ArgumentInvalid, match="model not loaded yet") as err:
+        memory.MemoryStore(db, embedder=Lazy())
+    assert err.value.code == "memory_argument_invalid"
+
+
 def test_hostile_text_is_embedded_within_bounds(semantic: memory.MemoryStore) -> None:
     huge = "peanut " * 140_000 + "\x00\udcff"  # just under why's TEXT_MAX_BYTES
     answers = semantic.why(huge, limit=1, mode="semantic")
