@@ -249,18 +249,38 @@ class VectorIndex:
 
     def _write_snapshot(self) -> None:
         """Write the model's vectors held now as its snapshot (beside the vectors file, replaced
-        atomically), for the next fresh process; best effort."""
+        atomically), for the next fresh process; best effort.
+
+        Only the vectors the file still holds are written, read in the write transaction the
+        snapshot is made in: a vector another process (or host's sync) discarded since this one
+        read or derived it is never written back. A discard deletes the snapshots again once its
+        own transaction has committed, so one written before it commits is gone too."""
         np = self._np
-        if self._conn is None or len(self._rows) < 2_000:
+        conn = self._conn
+        if conn is None or len(self._rows) < 2_000:
             return
-        keys = list(self._rows)
-        block = np.zeros(len(keys), dtype=[("key", "S32"), ("vec", "<f2", (self._dims,))])
-        block["key"] = [k.encode() for k in keys]
-        block["vec"] = self._matrix[
-            np.fromiter((self._rows[k] for k in keys), dtype=np.int64, count=len(keys))
-        ]
-        path = self._snapshot_path()
-        write_beside(path.parent, path.name, lambda fh: np.save(fh, block, allow_pickle=False))
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            return
+        try:
+            stored = conn.execute("SELECT key FROM vectors WHERE model = ?", (self.model,))
+            kept = {k for (k,) in stored}
+            keys = [k for k in self._rows if k in kept]
+            if len(keys) < 2_000:
+                return
+            block = np.zeros(len(keys), dtype=[("key", "S32"), ("vec", "<f2", (self._dims,))])
+            block["key"] = [k.encode() for k in keys]
+            block["vec"] = self._matrix[
+                np.fromiter((self._rows[k] for k in keys), dtype=np.int64, count=len(keys))
+            ]
+            path = self._snapshot_path()
+            write_beside(path.parent, path.name, lambda fh: np.save(fh, block, allow_pickle=False))
+        except sqlite3.Error:
+            return
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
 
     def _store(self, keys: Sequence[str], block: np.ndarray) -> None:
         conn = self._db()
@@ -361,11 +381,11 @@ class VectorIndex:
                 row = self._rows.pop(k, None)
                 if row is not None and self._matrix.flags.writeable:
                     self._matrix[row] = 0  # the row is never read again; its bytes go too
-            for path in snapshots(self._path.parent):  # they may hold these keys' vectors
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            _unlink_snapshots(self._path.parent)  # they may hold these keys' vectors
             conn = self._db()
-        return _delete(conn, keys) if conn is not None else 0
+        gone = _delete(conn, keys) if conn is not None else 0
+        _unlink_snapshots(self._path.parent)  # and one another process wrote before the delete
+        return gone
 
     def close(self) -> None:
         with self._lock:
@@ -423,17 +443,24 @@ def _discard(db_path: Path, keys: list[str]) -> tuple[int, bool]:
     """``discard_vectors``, and whether a snapshot or the vectors file was there."""
     if not keys:
         return 0, True
-    found = snapshots(vectors_path(db_path).parent)
-    for path in found:  # they may hold these keys' vectors
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    found = _unlink_snapshots(vectors_path(db_path).parent)  # they may hold these keys' vectors
     conn = _connect(vectors_path(db_path), create=False)
     if conn is None:
-        return 0, bool(found)
+        return 0, found
     try:
         return _delete(conn, keys), True
     finally:
         conn.close()
+        _unlink_snapshots(vectors_path(db_path).parent)  # and one another process wrote before the delete
+
+
+def _unlink_snapshots(folder: Path) -> bool:
+    """Delete every snapshot in ``folder``; whether there was one."""
+    found = snapshots(folder)
+    for path in found:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return bool(found)
 
 
 class VectorDiscards:

@@ -491,6 +491,35 @@ def test_a_fresh_store_maps_the_snapshot_and_a_forget_deletes_it(db: Path) -> No
     assert snapshots(vectors_path(db).parent) == [] and not snap.exists()
 
 
+def test_a_snapshot_never_writes_back_a_vector_another_store_erased(db: Path) -> None:
+    """A store holds vectors in memory; another store (a process, a host's sync) erases one of them.
+    When the first later derives many vectors and keeps a snapshot, the erased one is not in it."""
+    import numpy as np
+
+    from memory._vectors import snapshots
+
+    _many(db)
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        secret = session.learn({"text": "the vault code is 4711"}).key
+    toy = Toy()
+    with _store(db, toy) as holder:
+        holder.derive_vectors()  # every vector read or derived, the secret's too
+        with memory.MemoryStore(db) as other:
+            with other.session(scope="u") as session:
+                session.erase(secret, reason="asked")
+            assert snapshots(vectors_path(db).parent) == []
+            with other.session(scope="v") as session:
+                for i in range(2_100):
+                    session.learn({"text": f"note {i} about lions"})
+        holder.derive_vectors()  # many derived at once: a snapshot is written
+        (snap,) = snapshots(vectors_path(db).parent)
+        held = set(np.load(snap, allow_pickle=False)["key"].tolist())
+        assert len(held) > 4_000 and secret.encode() not in held
+    with _store(db, toy) as fresh:
+        assert "4711" not in {a.text for a in fresh.why("vault code 4711", mode="semantic", limit=50)}
+    assert secret not in {k for _, k in _vector_rows(db)}
+
+
 def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
     import numpy as np
 
