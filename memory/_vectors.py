@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory._embed import Embedder, checked_vectors
 from memory._filecache import cache_dir
@@ -88,11 +88,36 @@ def model_of(embedder: Embedder) -> str:
     return f"{embedder.name}#{RECIPE}"
 
 
+UNIT_SLACK = 0.02
+"""How far a stored vector's squared length may be from 1 (float16 rounds a unit vector's length by
+well under 0.002); a vector farther from it, and not zero, was not written by this store. A vector's
+length scales every similarity it takes part in: one of length 400 would outrank every finding."""
+
+
 def _is_vector(blob: object) -> bool:
-    """Whether ``blob`` is a non-empty run of finite little-endian float16 values (numpy not needed)."""
+    """Whether ``blob`` is a non-empty run of finite little-endian float16 values of unit length, or
+    all zero (numpy not needed)."""
     if not isinstance(blob, bytes) or not blob or len(blob) % 2:
         return False
-    return all(math.isfinite(x) for x in struct.unpack(f"<{len(blob) // 2}e", blob))
+    values = struct.unpack(f"<{len(blob) // 2}e", blob)
+    if not all(math.isfinite(x) for x in values):
+        return False
+    square = math.fsum(x * x for x in values)
+    return square == 0 or abs(square - 1) <= UNIT_SLACK
+
+
+def _fit_rows(np: Any, block: Any) -> Any:
+    """Which rows of ``block`` (float16, a vector per row) a search may trust: finite, and of unit
+    length or zero (as ``_is_vector``); read in slices, so a mapped snapshot is never copied whole."""
+    good = np.zeros(len(block), dtype=bool)
+    for i in range(0, len(block), 8192):
+        part = np.asarray(block[i : i + 8192], dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            square = np.einsum("ij,ij->i", part, part)
+        good[i : i + 8192] = np.isfinite(part).all(axis=1) & (
+            (square == 0) | (np.abs(square - 1) <= UNIT_SLACK)
+        )
+    return good
 
 
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
@@ -180,7 +205,8 @@ class VectorIndex:
 
     def _load(self, keys: Sequence[str] | None) -> None:
         """Read stored vectors (of ``keys``, or the model's every one) into the matrix; a row that
-        is not a finite vector of ``dims`` is left out (it is derived again)."""
+        is not a finite vector of ``dims`` of unit length (or zero) is left out (it is derived
+        again)."""
         conn = self._db()
         if conn is None:
             return
@@ -205,7 +231,7 @@ class VectorIndex:
                 block = np.frombuffer(b"".join(v for _, v in found), dtype="<f2").reshape(
                     len(found), self._dims
                 )
-                good = np.isfinite(block).all(axis=1)
+                good = _fit_rows(np, block)
                 names = [k for (k, _), ok in zip(found, good, strict=True) if ok]
                 self._keep(names, block[good].astype(np.float16))
         except sqlite3.Error:
@@ -235,7 +261,7 @@ class VectorIndex:
         if dtype["key"] != np.dtype("S32") or dtype["vec"].base != np.dtype("<f2"):
             return False
         vec = mapped["vec"]
-        good = np.isfinite(vec).all(axis=1)
+        good = _fit_rows(np, vec)
         rows: dict[str, int] = {}
         for i, raw in enumerate(mapped["key"].tolist()):
             key = raw.decode("ascii", "replace")
@@ -504,8 +530,8 @@ class VectorProblem:
 
 
 def vector_problems(db_path: Path, live: set[str]) -> tuple[list[VectorProblem], str | None]:
-    """Every stored vector whose key is not a live finding, or whose bytes are not a finite vector
-    of the size the model's other rows have; and a reason when the file cannot be read at all."""
+    """Every stored vector whose key is not a live finding, or whose bytes are not a finite unit
+    vector of the size the model's other rows have; and a reason when the file cannot be read at all."""
     path = vectors_path(db_path)
     try:
         st = os.lstat(path)
@@ -525,7 +551,7 @@ def vector_problems(db_path: Path, live: set[str]) -> tuple[list[VectorProblem],
             size = len(blob) if isinstance(blob, bytes) else -1
             want = sizes.setdefault(model, size)
             if size != want or not _is_vector(blob):
-                problems.append(VectorProblem(model, key, "not a finite vector of its model's size"))
+                problems.append(VectorProblem(model, key, "not a finite unit vector of its model's size"))
             elif key not in live:
                 problems.append(VectorProblem(model, key, _NOT_LIVE))
     except sqlite3.Error as exc:

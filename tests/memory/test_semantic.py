@@ -223,6 +223,31 @@ def test_a_damaged_vector_is_derived_again_and_a_damaged_file_is_reported_and_re
         assert _vector_rows(db) == [(model, key)]  # derived again by the repair
 
 
+def test_a_stored_vector_that_is_not_of_unit_length_is_never_trusted(db: Path) -> None:
+    """A vector row of the right size and finite values, but scaled (a flipped exponent bit, a
+    crafted row), would multiply its finding's similarity: it is reported and derived again."""
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "zebra"})
+            other = session.learn({"text": "lion tiger bear"}).key
+        s.derive_vectors()
+    scaled = (checked_vectors(toy, ["zebra"])[0] * 400).astype("<f2").tobytes()  # the question, 400 times
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("UPDATE vectors SET vec = ? WHERE key = ?", (scaled, other))
+    with _store(db, toy) as s:
+        problems = memory.check_store(s)
+        assert [p.kind for p in problems] == ["vector_stale"] and other in problems[0].message
+        for mode in ("semantic", "hybrid"):
+            answers = s.why("zebra", mode=mode, limit=5)
+            assert answers[0].text == "zebra"
+            assert all(a.similarity is not None and a.similarity <= 1.001 for a in answers)
+        assert memory.check_store(s) == []  # derived again and kept
+    with sqlite3.connect(vectors_path(db)) as conn:
+        (blob,) = conn.execute("SELECT vec FROM vectors WHERE key = ?", (other,)).fetchone()
+    assert blob != scaled
+
+
 def test_a_link_in_the_vectors_file_place_is_never_followed(db: Path, tmp_path: Path) -> None:
     toy = Toy()
     target = tmp_path / "elsewhere.sqlite3"
@@ -533,13 +558,14 @@ def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
     block = np.load(snap, allow_pickle=False)
     block["vec"][0] = np.nan
     block["key"][1] = b"../../etc/passwd" + b"x" * 16
+    block["vec"][2] = block["vec"][2] * 300  # finite, of the right size, not of unit length
     np.save(snap, block, allow_pickle=False)
     with sqlite3.connect(vectors_path(db)) as conn:
         conn.execute("DELETE FROM vectors")
     toy.seen.clear()
     with _store(db, toy) as s:
         s.why("zebras", mode="semantic")
-    assert len(toy.seen) == 3 and "zebras" in toy.seen  # the question and the two bad rows' findings
+    assert len(toy.seen) == 4 and "zebras" in toy.seen  # the question and the three bad rows' findings
     assert {t for t in toy.seen if t != "zebras"} <= {f"finding {i} about zebras" for i in range(len(keys))}
 
 
