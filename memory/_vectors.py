@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory._embed import Embedder, checked_vectors
+from memory._errors import EmbedderFailed
 from memory._filecache import cache_dir
 from memory._files import RACY_S
 from memory._results import Recalled
@@ -163,6 +164,7 @@ class VectorIndex:
         self._np = numpy
         self.embedder = embedder
         self.model = model_of(embedder)
+        self._name = embedder.name
         self._path = vectors_path(db_path)
         self._dims = embedder.dims
         self._rows: dict[str, int] = {}
@@ -173,6 +175,25 @@ class VectorIndex:
         self._conn: sqlite3.Connection | None = None
         self._opened = False
         self._lock = threading.RLock()
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``checked_vectors`` of ``texts``, from an embedder whose name and dims are still those
+        the vectors are kept under: one renamed or resized since (a model swapped in place) would
+        file its vectors under the old name, to be trusted as the old model's."""
+        try:
+            now = (self.embedder.name, self.embedder.dims)
+        except Exception as exc:
+            raise EmbedderFailed(
+                f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
+            ) from exc
+        if now != (self._name, self._dims):
+            raise EmbedderFailed(
+                f"the embedder is now {now[0]!r:.200} of {now[1]!r:.20} dims; this store's vectors were "
+                f"opened for {self._name!r:.200} of {self._dims} dims: close the store and open it again "
+                "with the embedder as it is now (vectors are kept under its name)"
+            )
+        out: np.ndarray = checked_vectors(self.embedder, texts)
+        return out
 
     def _db(self) -> sqlite3.Connection | None:
         if not self._opened:
@@ -367,7 +388,7 @@ class VectorIndex:
                 chunk = [k for k in chunk if k in found]
                 if not chunk:
                     continue
-                made = checked_vectors(self.embedder, [found[k] for k in chunk]).astype(self._np.float16)
+                made = self._embed([found[k] for k in chunk]).astype(self._np.float16)
                 self._store(chunk, made)
                 self._keep(chunk, made)
             if len(todo) > 2_000:  # many derived at once (a first search, derive_vectors): keep a snapshot
@@ -390,7 +411,7 @@ class VectorIndex:
     ) -> np.ndarray:
         """The cosine similarity of ``question`` to each key's finding (float32, in ``keys``' order);
         ``texts`` gives the text of findings whose vector must be derived."""
-        q = checked_vectors(self.embedder, [question])[0].astype(self._np.float32)
+        q = self._embed([question])[0].astype(self._np.float32)
         with self._lock:
             if not keys:
                 return self._np.zeros(0, dtype=self._np.float32)

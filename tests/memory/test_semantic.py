@@ -399,6 +399,26 @@ def test_an_embedder_whose_name_or_dims_raise_is_refused_with_its_code(db: Path)
     assert err.value.code == "memory_argument_invalid"
 
 
+def test_an_embedder_renamed_or_resized_after_the_store_opened_fails_and_files_nothing(db: Path) -> None:
+    """A model swapped in place (the same object, a new name or dims) would file its vectors under
+    the old name, where every later search by the old model trusts them: it fails with its code."""
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "zebra"})
+        assert [a.text for a in s.why("zebra", mode="semantic")] == ["zebra"]
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+        toy.name = "toy@2"  # another model now answers to the same object
+        with pytest.raises(memory.EmbedderFailed, match="toy@2") as err:
+            s.why("lion", mode="semantic")
+        assert err.value.code == "memory_embedder_failed"
+        toy.name, toy.dims = "toy@1", 16
+        with pytest.raises(memory.EmbedderFailed, match="16 dims"):
+            s.why("lion", mode="semantic")
+    assert [m for m, _ in _vector_rows(db)] == ["toy@1#text+tags/1"]  # the zebra's, from before the swap
+
+
 def test_hostile_text_is_embedded_within_bounds(semantic: memory.MemoryStore) -> None:
     huge = "peanut " * 140_000 + "\x00\udcff"  # just under why's TEXT_MAX_BYTES
     answers = semantic.why(huge, limit=1, mode="semantic")
