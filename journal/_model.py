@@ -59,6 +59,11 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+def valid_name(value: object) -> bool:
+    """Whether ``value`` (read back) is a name ``check_name`` takes: a run id or a stream name."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None and ".." not in value
+
+
 def check_record_id(value: object) -> str:
     """Return ``value`` when it can be a record id (a string); raise ``JournalNameInvalid``."""
     if not isinstance(value, str):

@@ -51,6 +51,7 @@ from journal._errors import (
     JournalUnwritable,
 )
 from journal._model import (
+    MAX_MS,
     Lease,
     Record,
     RunInfo,
@@ -74,6 +75,8 @@ from journal._model import (
     record_problem,
     releases,
     shown,
+    valid_name,
+    whole,
 )
 
 SCHEMA_VERSION = 3
@@ -528,22 +531,18 @@ class PostgresJournal:
         meta_obj = _json_or_none(meta)
         error_obj = None if error is None else _json_or_none(error)
         checks = (
+            (valid_name(run_id), f"an id {shown(run_id)} that is not a run id"),
             (isinstance(flow, str) and isinstance(scope, str), "a flow or scope that is not text"),
             (state in _STORED_STATES, f"state {shown(state)} is not a stored state"),
+            (whole(epoch, 1), f"epoch {shown(epoch)}, not a whole number from 1"),
+            (whole(created, 0, MAX_MS), f"created_ms {shown(created)}, which is not a time"),
+            (whole(updated, 0, MAX_MS), f"updated_ms {shown(updated)}, which is not a time"),
             (type(meta_obj) is dict, "meta that is not a JSON object"),
             (error is None or type(error_obj) is dict, "an error that is not a JSON object or null"),
         )
         problem = next((why for ok, why in checks if not ok), None)
         if problem is not None:
-            raise JournalCorrupt(
-                f"the PostgreSQL journal at {self._location}: the row of root run {run_id!s:.80} has "
-                f"{problem}; the run fails closed: restore it from a backup or inspect it with "
-                "`flows check`",
-                path=self._location,
-                line=0,
-                reason=problem,
-                run_id=str(run_id)[:128],
-            )
+            raise self._run_corrupt(run_id, problem)
         stored = RunState(state)
         if stored is RunState.RUNNING and not live:
             stored = RunState.INTERRUPTED
@@ -578,6 +577,21 @@ class PostgresJournal:
                 stream=stream,
             )
         return Record(run_id=run_id, stream=stream, seq=seq, id=rid, key=key, ts_ms=ts_ms, payload=obj)
+
+    def _run_corrupt(self, run_id: object, problem: str, *, stream: str | None = None) -> JournalCorrupt:
+        """The error for a run's row (or, with ``stream``, a stream name of its records) that is not
+        what this journal writes: the run fails closed."""
+        shown_run = str(run_id)[:80] if valid_name(run_id) else repr(str(run_id)[:80])
+        return JournalCorrupt(
+            f"the PostgreSQL journal at {self._location}: the row of root run {shown_run} has "
+            f"{problem}; the run fails closed: restore it from a backup or inspect it with "
+            "`flows check`",
+            path=self._location,
+            line=0,
+            reason=problem,
+            run_id=str(run_id)[:128],
+            stream=stream,
+        )
 
     def _not_found(self, run_id: str) -> JournalRunNotFound:
         return JournalRunNotFound(f"no root run {run_id} in {self._location}", run_id=run_id)
@@ -738,7 +752,9 @@ class PostgresJournal:
                 ).fetchone()
                 if row is None:
                     raise self._not_found(run_id)
-                epoch, state, live = int(row[0]), row[1], bool(row[2])
+                epoch, state, live = row[0], row[1], bool(row[2])
+                if not whole(epoch, 1):  # resuming would hand out a lease no begin ever could
+                    raise self._run_corrupt(run_id, f"epoch {shown(epoch)}, not a whole number from 1")
                 check_resumable(run_id, state)
                 if live:
                     raise JournalLeaseHeld(
@@ -982,6 +998,9 @@ class PostgresJournal:
             ).fetchall()
 
         rows = self._call("listing the heads of a stream", call, stream=stream, reading=True)
+        for run, _ in rows:
+            if not valid_name(run):
+                raise self._run_corrupt(run, "an id that is not a run id", stream=stream)
         return {str(run): int(seq) for run, seq in rows}
 
     def read_after(self, run_id: str, stream: str, seq: int) -> Sequence[Record]:
@@ -1033,7 +1052,13 @@ class PostgresJournal:
         rows = self._call("listing streams", call, run_id=run_id, reading=True)
         if not rows:
             raise self._not_found(run_id)
-        return sorted(str(r[0]) for r in rows if r[0] is not None)
+        names = [r[0] for r in rows if r[0] is not None]
+        for name in names:
+            if not valid_name(name):  # records no reader can reach: fail closed, never hide them
+                raise self._run_corrupt(
+                    run_id, f"records in a stream named {shown(name)}, which is not a stream name"
+                )
+        return sorted(names)
 
     def run(self, run_id: str) -> RunInfo:
         """Return the run; ``interrupted`` when running with no live holder (see ``JournalBackend``)."""

@@ -2,8 +2,9 @@
 
 Each crafted row below is one a person with write access to the tables (or a damaged restore) could
 leave: a payload that is not JSON or not an object, an id or key of the wrong shape, a negative
-time, a run whose meta or error is not what this journal writes (a state outside the three stored
-ones the table's own check constraint refuses). Every reader (read, find,
+time, a run whose meta or error is not what this journal writes, whose epoch is below 1 or whose
+times are not times (a state outside the three stored ones the table's own check constraint
+refuses), a run id or stream name no reader takes. Every reader (read, find,
 lookup, run, runs, and the memory commands on top) fails closed with ``journal_corrupt`` naming the
 run (and the stream and sequence number for a record); nothing crashes with a bare error and
 nothing is skipped.
@@ -34,6 +35,10 @@ RUN_ROWS = {
     "meta not JSON": "update journal_runs set meta = 'nope'",
     "meta an array": "update journal_runs set meta = '[]'",
     "error a number": "update journal_runs set error = '7'",
+    "epoch zero": "update journal_runs set epoch = 0",
+    "epoch negative": "update journal_runs set epoch = -3",
+    "created before 1970": "update journal_runs set created_ms = -1",
+    "updated past year 9999": "update journal_runs set updated_ms = 9223372036854775807",
 }
 
 
@@ -91,6 +96,39 @@ def test_a_crafted_run_row_is_journal_corrupt_naming_the_run(postgres_dsn: str, 
             with pytest.raises(JournalCorrupt) as err:
                 read()
             assert (err.value.code, err.value.run_id) == ("journal_corrupt", run_id)
+    if "epoch" in crafted:  # a resume would hand out a lease of an epoch no begin gives
+        with PostgresJournal(postgres_dsn) as jr, pytest.raises(JournalCorrupt) as err:
+            jr.acquire(run_id)
+        assert (err.value.code, err.value.run_id) == ("journal_corrupt", run_id)
+
+
+def test_a_run_row_whose_id_is_no_run_id_fails_every_listing_closed(postgres_dsn: str) -> None:
+    from journal.postgres import PostgresJournal
+
+    with PostgresJournal(postgres_dsn) as jr:
+        info, lease = jr.begin("f", "s", {})
+        jr.release(lease)
+    _craft(postgres_dsn, f"update journal_runs set run_id = '../../etc' where run_id = '{info.run_id}'")
+    with PostgresJournal(postgres_dsn) as jr, pytest.raises(JournalCorrupt) as err:
+        jr.runs()  # never a run whose id every later call refuses as the caller's mistake
+    assert (err.value.code, err.value.run_id) == ("journal_corrupt", "../../etc")
+
+
+@pytest.mark.parametrize("name", ["../evil", "a\nb", ".hidden"])
+def test_records_under_a_stream_name_no_reader_takes_fail_the_listing_closed(
+    postgres_dsn: str, name: str
+) -> None:
+    from journal.postgres import PostgresJournal
+
+    run_id = _seed(postgres_dsn)
+    _craft(postgres_dsn, f"update journal_records set stream = E'{name}' where seq = 2")
+    with PostgresJournal(postgres_dsn) as jr:
+        with pytest.raises(JournalCorrupt) as err:
+            jr.streams(run_id)  # never a name that reading then refuses as the caller's mistake
+        assert (err.value.code, err.value.run_id) == ("journal_corrupt", run_id)
+        # the stream's other records read, and fail closed: a record is missing from their numbers
+        with pytest.raises(JournalCorrupt):
+            jr.read(run_id, STREAM)
 
 
 def test_the_memory_commands_fail_closed_on_a_crafted_row(postgres_dsn: str, tmp_path: object) -> None:
