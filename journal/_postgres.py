@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import orjson
 import psycopg
 import psycopg.conninfo
+import psycopg.errors
 
 from journal._backend import JournalBackend
 from journal._errors import (
@@ -461,8 +462,14 @@ class PostgresJournal:
             ) from exc
         except psycopg.Error as exc:
             kind = JournalReadInterrupted if reading else JournalUnwritable
+            hint = ""
+            if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+                hint = (
+                    "; the database takes no writes here (read-only, a standby): point $FLOWS_JOURNAL "
+                    "at a writable server to record runs; reads work as they are"
+                )
             raise kind(
-                f"the PostgreSQL journal at {self._location} failed while {doing}: {_first_line(exc)}",
+                f"the PostgreSQL journal at {self._location} failed while {doing}: {_first_line(exc)}{hint}",
                 run_id=run_id,
                 stream=stream,
             ) from exc
@@ -494,7 +501,11 @@ class PostgresJournal:
             return self._pool.call(fn)
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        """Create or upgrade the schema to ``SCHEMA_VERSION`` (once per object, serialised per schema)."""
+        """Create or upgrade the schema to ``SCHEMA_VERSION`` (once per object, serialised per schema).
+
+        A schema already at this version is only read (no lock, no DDL), so a read-only database,
+        standby or role reads the journal; only a missing or older schema is written.
+        """
         if self._migrated:
             return
         with self._migrate_mutex, conn.transaction(), conn.cursor() as cur:
@@ -504,10 +515,11 @@ class PostgresJournal:
                     f"the PostgreSQL journal at {self._location} has no schema to live in: create the "
                     "schema named by the DSN's search_path (or public), then retry"
                 )
-            cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
-            cur.execute("create table if not exists journal_schema (version integer not null)")
-            row = cur.execute("select max(version) from journal_schema").fetchone()
-            current = int(row[0]) if row and row[0] is not None else 0
+            current = self._schema_version(cur)
+            if current != SCHEMA_VERSION:
+                cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
+                cur.execute("create table if not exists journal_schema (version integer not null)")
+                current = self._schema_version(cur)
             if current > SCHEMA_VERSION:
                 raise JournalUnavailable(
                     f"the PostgreSQL journal at {self._location} has schema version {current}, newer "
@@ -521,6 +533,15 @@ class PostgresJournal:
                 cur.execute("delete from journal_schema")
                 cur.execute("insert into journal_schema (version) values (%s)", (SCHEMA_VERSION,))
         self._migrated = True
+
+    @staticmethod
+    def _schema_version(cur: psycopg.Cursor[Any]) -> int:
+        """The schema version applied in the current schema (0: none yet), read without writing."""
+        row = cur.execute("select to_regclass('journal_schema') is not null").fetchone()
+        if not (row and row[0]):
+            return 0
+        row = cur.execute("select max(version) from journal_schema").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
 
     # -- rows ----------------------------------------------------------------------------------
 
