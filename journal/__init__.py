@@ -1,6 +1,7 @@
 """The journal kernel: durable root runs, leases with fencing, append-only streams."""
 
 from journal._backend import JournalBackend
+from journal._dsn import is_keyword_dsn, shown_location
 from journal._errors import (
     JournalClockInvalid,
     JournalClosed,
@@ -36,7 +37,7 @@ from journal._model import (
     payload_json,
     record_id,
 )
-from journal._open import is_keyword_dsn, open_journal
+from journal._open import open_journal
 
 __all__ = [
     "FileJournal",
@@ -77,6 +78,7 @@ __all__ = [
     "open_journal",
     "payload_json",
     "record_id",
+    "shown_location",
 ]
 
 

@@ -7,25 +7,13 @@ import re
 import urllib.parse
 
 from journal._backend import JournalBackend
+from journal._dsn import POSTGRES_SCHEMES, is_keyword_dsn
 from journal._errors import JournalLocationInvalid, JournalUnavailable
 from journal._file import FileJournal
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 LOCATION_MAX = 4096
 """The longest folder location, in bytes (Linux's ``PATH_MAX``)."""
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_KEYWORD_DSN = re.compile(
-    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
-    r"|application_name|target_session_attrs)\s*=",
-    re.IGNORECASE,
-)
-"""The start of a libpq ``key=value`` connection string (``host=db dbname=app password=…``)."""
-
-
-def is_keyword_dsn(text: str) -> bool:
-    """Whether ``text`` starts as a libpq ``key=value`` connection string (``host=db dbname=app``),
-    which no journal location takes (``./host=db`` is a folder)."""
-    return _KEYWORD_DSN.match(text) is not None
 
 
 def _check_size(text: str) -> None:

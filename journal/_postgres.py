@@ -41,6 +41,7 @@ import psycopg.conninfo
 import psycopg.errors
 
 from journal._backend import JournalBackend
+from journal._dsn import POSTGRES_SCHEMES, location_secrets, shown_location
 from journal._errors import (
     JournalCorrupt,
     JournalError,
@@ -202,19 +203,8 @@ def _json_or_none(text: object) -> Any:
 
 def redact_dsn(dsn: str) -> str:
     """Return ``dsn`` without its password (URL or ``key=value`` form), for messages."""
-    if dsn.startswith(("postgresql://", "postgres://")):
-        try:
-            parts = urllib.parse.urlsplit(dsn)
-        except ValueError:
-            return "<unparseable DSN>"
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, hosts = netloc.rsplit("@", 1)
-            netloc = f"{userinfo.split(':', 1)[0]}@{hosts}"
-        query = urllib.parse.urlencode(
-            [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "password"]
-        )
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if dsn.startswith(POSTGRES_SCHEMES):
+        return shown_location(dsn)  # cut by hand: see there why not by urlsplit
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -223,17 +213,25 @@ def redact_dsn(dsn: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
 
 
-_URL_PASSWORD = re.compile(r"^[a-z]+://[^@/?#]*?:([^@/?#]*)@")
 _KV_PASSWORD = re.compile(r"password\s*=\s*('(?:\\.|[^'])*'|[^\s&]*)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _secrets_in(dsn: str) -> list[str]:
     """Every spelling of a password that ``dsn`` may hold, longest first, to scrub from messages."""
-    found = [m.group(1) for m in _URL_PASSWORD.finditer(dsn)]
+    found = location_secrets(dsn)
     found += [m.group(1).strip("'") for m in _KV_PASSWORD.finditer(dsn)]
+    with contextlib.suppress(psycopg.Error):
+        found.append(str(psycopg.conninfo.conninfo_to_dict(dsn).get("password") or ""))
     found += [urllib.parse.unquote(f) for f in found]
     return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def scrubbed(text: str, secrets_: Sequence[str]) -> str:
+    """``text`` with every one of ``secrets_`` (longest first) replaced by ``***``."""
+    for secret in secrets_:
+        text = text.replace(secret, "***")
+    return text
 
 
 def check_dsn(dsn: str) -> str:
@@ -261,9 +259,7 @@ def check_dsn(dsn: str) -> str:
                 )
     if problem is None:
         return dsn
-    problem = problem.replace(dsn, "<the DSN>")
-    for secret in _secrets_in(dsn):
-        problem = problem.replace(secret, "***")
+    problem = scrubbed(problem.replace(dsn, "<the DSN>"), _secrets_in(dsn))
     shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", redact_dsn(dsn))
     raise JournalLocationInvalid(
         f"the PostgreSQL journal location {shown} is not a valid DSN ({problem}); fix "
@@ -416,6 +412,7 @@ class PostgresJournal:
             raise ValueError(f"lease_ttl_s must be positive, not {lease_ttl_s}")
         self._dsn = check_dsn(dsn)
         self._location = redact_dsn(dsn)
+        self._secrets = _secrets_in(dsn)  # scrubbed from every driver message quoted back
         self._clock = clock
         self._ttl_ms = int(lease_ttl_s * 1000)
         self._pool = _Pool(self._connect)
@@ -455,8 +452,8 @@ class PostgresJournal:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise JournalUnavailable(
                 f"the PostgreSQL journal at {self._location} is unavailable while {doing}: "
-                f"{_first_line(exc)}; check that the server is running and reachable "
-                "($FLOWS_JOURNAL), then retry or resume the run",
+                f"{scrubbed(_first_line(exc), self._secrets)}; check that the server is running and "
+                "reachable ($FLOWS_JOURNAL), then retry or resume the run",
                 run_id=run_id,
                 stream=stream,
             ) from exc
@@ -469,7 +466,8 @@ class PostgresJournal:
                     "at a writable server to record runs; reads work as they are"
                 )
             raise kind(
-                f"the PostgreSQL journal at {self._location} failed while {doing}: {_first_line(exc)}{hint}",
+                f"the PostgreSQL journal at {self._location} failed while {doing}: "
+                f"{scrubbed(_first_line(exc), self._secrets)}{hint}",
                 run_id=run_id,
                 stream=stream,
             ) from exc

@@ -58,7 +58,7 @@ from flows.langgraph._errors import (
     ValueUnserializable,
 )
 from flows.langgraph._filters import at_path, check_filter, matches
-from journal import JournalBackend, JournalClosed, Lease, RunState
+from journal import JournalBackend, JournalClosed, Lease, RunState, shown_location
 from memory import ArgumentInvalid, Embedder, FindingRetired, MemoryStore, Recalled, RootRun, embedder_of
 
 T = TypeVar("T")
@@ -734,4 +734,5 @@ class JournalStore(BaseStore):
         return live[0] if live else None
 
     def __repr__(self) -> str:
-        return f"JournalStore(db={str(self._memory.db_path)!r}, journal={self._memory.journal_location!r})"
+        shown = shown_location(self._memory.journal_location)  # a DSN's password is never shown
+        return f"JournalStore(db={str(self._memory.db_path)!r}, journal={shown!r})"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from flows.web._agent import Agent
 from flows.web._errors import ServeDbOutdated, ServeNotFound
 from flows.web._findings import KeyIndex
 from flows.web._runs import RunIndex
-from journal import JournalBackend
+from journal import JournalBackend, shown_location
 
 
 @dataclass(frozen=True)
@@ -120,15 +119,8 @@ class Reader:
 
     def journal_label(self) -> str:
         """Where the journal is, for the page's footer (a DSN never shows its password)."""
-        location = str(self.store.journal_location)
-        if "://" not in location:
-            return location
-        parts = urllib.parse.urlsplit(location)
-        host = parts.hostname or ""
-        netloc = f"{parts.username}@{host}" if parts.username else host
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        location = shown_location(self.store.journal_location)
+        return location.partition("?")[0]  # the footer shows where, not how
 
     def close(self) -> None:
         """Close the store and its journal (safe twice)."""
