@@ -88,6 +88,14 @@ T = TypeVar("T")
 _MAX_IDLE = 8  # pooled connections kept open between calls
 _MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
 _TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
+# A session that holds a lease's or a turn's advisory lock sits idle, in a transaction (a turn) or
+# not (the lease connection), while its holder works; a server timeout on idle sessions would end
+# it and hand the lock to another host while the holder goes on. Both are switched off there (any
+# role may; the setting is skipped where the server has no such parameter). %s: is_local.
+_NO_IDLE_TIMEOUTS = (
+    "select set_config(name, '0', %s) from pg_settings"
+    " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
+)
 
 # Each step brings the schema from version n-1 to n; applied in order, in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -633,6 +641,11 @@ class PostgresJournal:
             return conn
         self._lease_conn = None
         conn = self._connect()
+        try:
+            conn.execute(_NO_IDLE_TIMEOUTS, (False,))  # for the session: it holds the leases
+        except BaseException:
+            conn.close()
+            raise
         self._lease_conn = conn
         if self._held:
             self._relock(conn)
@@ -997,7 +1010,8 @@ class PostgresJournal:
         """
         if not isinstance(name, str) or not 0 < len(name) <= 1024:
             raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {name!r:.60}")
-        with self._transaction(f"taking the turn {name!r}") as cur:
+        with self._transaction(f"taking or holding the turn {name!r}") as cur:
+            cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
             cur.execute(
                 "select pg_advisory_xact_lock(%s, hashtext(current_schema() || ':' || %s))",
                 (_TURN_LOCK, name),
