@@ -119,8 +119,10 @@ class Reader:
 
     def journal_label(self) -> str:
         """Where the journal is, for the page's footer (a DSN never shows its password)."""
-        location = shown_location(self.store.journal_location)
-        return location.partition("?")[0]  # the footer shows where, not how
+        location = str(self.store.journal_location)
+        if "://" not in location:
+            return location  # a folder, shown whole ('?' and all)
+        return shown_location(location).partition("?")[0]  # the footer shows where, not how
 
     def close(self) -> None:
         """Close the store and its journal (safe twice)."""
