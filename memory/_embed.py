@@ -12,6 +12,7 @@ Nothing here imports a model or numpy until an embedder is built: ``import memor
 from __future__ import annotations
 
 import importlib
+import numbers
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -76,9 +77,24 @@ def embedder_of(fn: Callable[[list[str]], Any], *, name: str, dims: int) -> Embe
 
 def similarity_floor(embedder: Embedder) -> float:
     """The least similarity an answer by meaning needs with ``embedder`` (its ``min_similarity``,
-    else 0.0: every finding with a positive similarity can answer)."""
-    floor = getattr(embedder, "min_similarity", 0.0)
-    return float(floor) if isinstance(floor, int | float) and not isinstance(floor, bool) else 0.0
+    else 0.0: every finding with a positive similarity can answer).
+
+    Raises:
+        ArgumentInvalid: ``min_similarity`` is not a number from -1 to 1 (NaN would answer nothing,
+            a string was read as 0.0), or reading it raised.
+    """
+    try:  # a property of the user's may raise
+        floor = getattr(embedder, "min_similarity", 0.0)
+    except Exception as exc:
+        raise ArgumentInvalid(
+            f"reading the embedder's min_similarity raised {type(exc).__name__}: {exc!s:.200}"
+        ) from exc
+    if isinstance(floor, bool) or not isinstance(floor, numbers.Real) or not -1.0 <= float(floor) <= 1.0:
+        raise ArgumentInvalid(
+            "an embedder's min_similarity must be a number from -1 to 1 (the least cosine similarity "
+            f"of an answer by meaning), not {floor!r:.80}"
+        )
+    return float(floor)
 
 
 def check_shape(name: object, dims: object) -> None:
@@ -103,6 +119,7 @@ def checked_embedder(embedder: object) -> Embedder:
             f"embedder must have name, dims and embed(texts) (see memory.Embedder), not {embedder!r:.80}"
         )
     check_shape(name, dims)
+    similarity_floor(embedder)  # type: ignore[arg-type]
     return embedder  # type: ignore[return-value]
 
 

@@ -634,3 +634,34 @@ def test_the_vectors_snapshot_is_written_through_no_link_planted_beside_it(tmp_p
     assert made and all(p.is_file() and not p.is_symlink() for p in made)
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in made)
     assert not [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_an_embedders_min_similarity_must_be_a_number_from_minus_one_to_one(db: Path) -> None:
+    import numpy as np
+
+    class Floored(Toy):
+        def __init__(self, floor: object) -> None:
+            super().__init__()
+            self.min_similarity = floor
+
+    for bad in (float("nan"), float("inf"), 1.5, -2, "0.5", True, None, [0.1]):
+        with pytest.raises(memory.ArgumentInvalid, match="min_similarity"):
+            memory.MemoryStore(db, embedder=Floored(bad))
+
+    class Raises(Toy):
+        @property
+        def min_similarity(self) -> float:
+            raise RuntimeError("not loaded")
+
+    with pytest.raises(memory.ArgumentInvalid, match="min_similarity raised RuntimeError"):
+        memory.MemoryStore(db, embedder=Raises())
+    # a numpy number is a number: it is the floor (it was read as 0.0)
+    floored = Floored(np.float32(0.99))
+    with _store(db, floored) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion tiger"})
+            session.learn({"text": "lion"})
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]
+        floored.min_similarity = float("nan")  # changed after the store opened: refused at the read
+        with pytest.raises(memory.ArgumentInvalid, match="min_similarity"):
+            s.why("lion", mode="semantic")
