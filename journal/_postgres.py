@@ -357,8 +357,9 @@ class _Pool:
                 with conn.cursor() as cur:
                     result = fn(cur)
             except (psycopg.OperationalError, psycopg.InterfaceError):
+                dead = conn.broken or conn.closed  # not a statement the server cancelled on a live one
                 self._discard(conn)
-                if reused:
+                if reused and dead:
                     continue  # it died while idle in the pool: start afresh
                 raise
             except psycopg.Error:
@@ -457,6 +458,16 @@ class PostgresJournal:
         """Map every driver error raised inside to a journal error; the one place that does."""
         try:
             yield
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+            raise JournalUnavailable(
+                f"the PostgreSQL journal at {self._location} had a statement cancelled by the server "
+                f"while {doing}: {scrubbed(_first_line(exc), self._secrets)}; a statement_timeout or "
+                "lock_timeout (set on the server, the database, the role or in the DSN's options) is "
+                "shorter than the journal's work, or an administrator cancelled it: raise or unset it "
+                "for the journal's connections, then retry or resume the run",
+                run_id=run_id,
+                stream=stream,
+            ) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise JournalUnavailable(
                 f"the PostgreSQL journal at {self._location} is unavailable while {doing}: "
