@@ -302,3 +302,39 @@ class HistoryEvent:
             "flow": self.flow,
             "content": None if self.content is None else dict(self.content),
         }
+
+
+HISTORY_PAGE = 100
+"""How many events ``MemoryStore.history_page`` gives unless its ``limit`` says otherwise."""
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of a memory's history (``MemoryStore.history_page``): ``events``, oldest first, from
+    ``offset`` (counted from the oldest event); ``total`` is how many events the memory has, and
+    ``versions`` how many versions (keys) they are of. ``next_offset`` is the ``offset`` of the
+    next page while more events follow this one, else None."""
+
+    key: str
+    events: tuple[HistoryEvent, ...]
+    offset: int
+    total: int
+    versions: int
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.offset + len(self.events)
+        return end if end < self.total else None
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"key", "events", "total"}``, and ``"truncated": true`` with ``nextOffset`` while more
+        events follow (the shape of the MCP ``history`` tool's result)."""
+        out: dict[str, Any] = {
+            "key": self.key,
+            "events": [e.as_json() for e in self.events],
+            "total": self.total,
+        }
+        if self.next_offset is not None:
+            out["truncated"] = True
+            out["nextOffset"] = self.next_offset
+        return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from memory._finding import (
     retire_payload,
     retirement_to_publish,
     retirements_in,
+    supersede_in,
 )
 from memory._paths import scope_folders
 from memory._publisher import Publisher, holds
@@ -166,15 +167,21 @@ def _torn(path: str, record: Record) -> bool:
     return (there.citation.run_id, there.citation.id) == (record.run_id, record.id)
 
 
-def _retirements(
-    backend: JournalBackend, run_id: str, learns: Iterable[Record] | None = None
-) -> list[Record]:
+def _checked_or_none(record: Record, location: str) -> Record | None:
+    """``record`` (a ``memory-learn`` record) as ``checked_commit`` gives it (an erased one as it
+    is), or None when it is not of a commit's shape (``flows check`` reports it)."""
+    try:
+        return record if is_erased(record) else checked_commit(record, location)
+    except JournalCorrupt:
+        return None
+
+
+def _retirements(backend: JournalBackend, run_id: str, checked: Iterable[Record | None]) -> list[Record]:
     """Every retirement the run's records make, one per key, its updates' commits' included
-    (``learns``: the run's ``memory-learn`` records, when read already). A damaged record is left
-    for ``flows check`` to report: a history shows the rest."""
-    out: list[Record] = []
-    learned = backend.read(run_id, STREAM) if learns is None else learns
-    for record in [*learned, *backend.read(run_id, RETIRE_STREAM)]:
+    (``checked``: the run's ``memory-learn`` records, each checked once, ``_checked_or_none``). A
+    damaged record is left for ``flows check`` to report: a history shows the rest."""
+    out = [view for view in map(supersede_in, filter(None, checked)) if view is not None]
+    for record in backend.read(run_id, RETIRE_STREAM):
         try:
             out += retirements_in(record, backend.location)
         except JournalCorrupt:
@@ -633,30 +640,39 @@ class Retirer:
 
     # -- history -------------------------------------------------------------------------------
 
-    def history(self, key: str, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
-        """See ``MemoryStore.history``: every version of the memory ``key`` is (or is a version of)."""
+    def history(
+        self, key: str, runs: Iterable[str] | None = None, window: slice | None = None
+    ) -> tuple[list[HistoryEvent], list[HistoryEvent]]:
+        """See ``MemoryStore.history``: the events of every version of the memory ``key`` is (or is
+        a version of), oldest first, those in ``window`` (default: all) with their content, and all
+        of them without it: the content of an event outside the window is never copied out of its
+        record."""
         check_key(key)
         backend = self._open_journal()
-        learns: list[Record] = []
+        learns: list[tuple[Record, Record | None]] = []  # each record, and it checked (once)
         retires: list[Record] = []
         run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
         erasures: list[Record] = []
         for run_id in run_ids:
-            run_learns = [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
+            run_learns = [
+                (r, _checked_or_none(r, backend.location))
+                for r in backend.read(run_id, STREAM)
+                if isinstance(r.payload, Mapping)
+            ]
             learns += run_learns
-            retires += _retirements(backend, run_id, run_learns)
+            retires += _retirements(backend, run_id, (c for _, c in run_learns))
             erasures += backend.read(run_id, ERASE_STREAM)
-        memory = next((_memory_of(r.payload) for r in learns if r.payload.get("id") == key), None)
+        memory = next((_memory_of(r.payload) for r, _ in learns if r.payload.get("id") == key), None)
         if memory is None:
             memory = self._db.memory_of(key) or key
         versions = {key, memory} | {
-            str(r.payload.get("id")) for r in learns if _memory_of(r.payload) == memory
+            str(r.payload.get("id")) for r, _ in learns if _memory_of(r.payload) == memory
         }
         versions.update(self._db.versions(memory))
         chosen: dict[str, Record] = {}  # key -> the retirement of it to publish (``lost``)
         for rec in retires:
             chosen[rec.payload["id"]] = retirement_to_publish(chosen.get(rec.payload["id"]), rec)
-        events, lost = self._commit_events(learns, versions, memory, backend.location, chosen)
+        events, lost, contents = self._commit_events(learns, versions, memory, chosen)
         for rec in retires:
             # the supersede a lost update committed never took effect: the first retirement stands
             if rec.payload.get("id") in versions and (rec.payload["id"], rec.payload["by"]) not in lost:
@@ -668,65 +684,83 @@ class Retirer:
         if not events:
             raise unknown(key)
         events.sort(key=lambda e: (e.at_ms, _KIND_ORDER[e.kind], e.citation.run_id))
-        return events
+        shown = events if window is None else events[window]
+        return [
+            replace(e, content=frozen_metadata(contents[e.citation]))
+            if e.kind in ("learned", "lost") and e.citation in contents
+            else e
+            for e in shown
+        ], events
 
     def _commit_events(
         self,
-        learns: Iterable[Record],
+        learns: Iterable[tuple[Record, Record | None]],
         versions: set[str],
         memory: str,
-        location: str,
         chosen: Mapping[str, Record],
-    ) -> tuple[list[HistoryEvent], set[tuple[str, str]]]:
-        """The events of the commits in ``learns`` of the keys ``versions``: ``learned`` for each,
-        ``expired`` once the first commit's ``expiresMs`` has passed, and ``lost`` for the commit of
-        an update that lost its race (``lost_to``, with ``chosen`` the retirement to publish of each
-        key): its version never lived. Also each (version replaced, key) such an update names."""
+    ) -> tuple[list[HistoryEvent], set[tuple[str, str]], dict[Citation, dict[str, Any]]]:
+        """The events of the commits in ``learns`` (each record and it checked) of the keys
+        ``versions``: ``learned`` for each, ``expired`` once the first commit's ``expiresMs`` has
+        passed, and ``lost`` for the commit of an update that lost its race (``lost_to``, with
+        ``chosen`` the retirement to publish of each key): its version never lived. Also each
+        (version replaced, key) such an update names, and the content each ``learned`` or ``lost``
+        event committed, by its citation (the events leave it out: it is copied for those shown)."""
         now = self._clock()
         events: list[HistoryEvent] = []
+        contents: dict[Citation, dict[str, Any]] = {}
         expiring: dict[str, tuple[int, Citation, int]] = {}  # key -> expiresMs, the first commit, its time
         lost: set[tuple[str, str]] = set()
-        for rec in learns:
+        for rec, checked in learns:
             p = rec.payload
             fid = p.get("id")
             if fid not in versions or not isinstance(fid, str):
                 continue
             citation = Citation(rec.run_id, rec.stream, rec.id)
-            content = frozen_metadata(p["finding"]) if isinstance(p.get("finding"), dict) else None
+            if isinstance(p.get("finding"), dict):
+                contents[citation] = p["finding"]
             flow = p["flow"] if isinstance(p.get("flow"), str) else None
             ms = int(p["learnedMs"])
-            beaten = self._lost_in(rec, location, chosen)
+            beaten = self._lost_in(rec, checked, chosen)
             if beaten is not None:
                 lost.add((beaten.key, fid))
                 why = _lost_reason(beaten)
-                events.append(
-                    HistoryEvent("lost", fid, ms, citation, why, flow=flow, content=content, memory=memory)
-                )
+                events.append(HistoryEvent("lost", fid, ms, citation, why, flow=flow, memory=memory))
                 continue
-            events.append(
-                HistoryEvent("learned", fid, ms, citation, flow=flow, content=content, memory=memory)
-            )
+            events.append(HistoryEvent("learned", fid, ms, citation, flow=flow, memory=memory))
             expires = (p.get("finding") or {}).get("expiresMs")
             if isinstance(expires, int) and (fid not in expiring or ms < expiring[fid][2]):
                 expiring[fid] = (expires, citation, ms)
         for fid, (expires, citation, _) in expiring.items():
             if expires <= now:
                 events.append(HistoryEvent("expired", fid, expires, citation, memory=memory))
-        return events, lost
+        return events, lost, contents
 
-    def _lost_in(self, record: Record, location: str, chosen: Mapping[str, Record]) -> Retired | None:
-        """``lost_to(record, chosen)`` for a commit a history reads: the retirement that beat it
-        when it is an update that lost its race; None for any other commit, or one that is not of a
-        commit's shape (``flows check`` reports it)."""
-        if "supersedes" not in record.payload:
-            return None
-        try:
-            checked = record if is_erased(record) else checked_commit(record, location)
-        except JournalCorrupt:
+    def _lost_in(
+        self, record: Record, checked: Record | None, chosen: Mapping[str, Record]
+    ) -> Retired | None:
+        """``lost_to(record, chosen)`` for a commit a history reads (``checked``: it checked, None
+        when it is not of a commit's shape): the retirement that beat it when it is an update that
+        lost its race; None for any other commit, or one that is not of a commit's shape (``flows
+        check`` reports it)."""
+        if "supersedes" not in record.payload or checked is None:
             return None
         if not isinstance(checked.payload.get("scope"), str):
             return None
+        if self._own_retirement_stands(checked):
+            return None
         return self.lost_to(checked, chosen)
+
+    def _own_retirement_stands(self, commit: Record) -> bool:
+        """Whether the retired file of the version the update ``commit`` supersedes holds exactly
+        the retirement the commit itself makes (``supersede_in``), and no other host retired that
+        version: then ``lost_to`` would find it did not lose, whatever the file's check says. One
+        read and a comparison of bytes, where ``lost_to`` parses the file and checks it against its
+        record: a memory of many versions reads one such file per update."""
+        view = supersede_in(commit)
+        if view is None or view.payload["id"] in self.shared.current():
+            return False
+        path = Path(self.retired_path(view.payload["scope"], view.payload["id"]))
+        return holds(path, render_retirement(view))
 
     def _history_from_store(self, key: str, memory: str | None = None) -> list[HistoryEvent]:
         """What the DB or a learned file knows of ``key`` when the journal holds none of it."""

@@ -53,11 +53,13 @@ from memory._publisher import Publisher
 from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
 from memory._results import (
+    HISTORY_PAGE,
     Citation,
     Explained,
     Forgotten,
     ForgottenMany,
     HistoryEvent,
+    HistoryPage,
     Learned,
     Recalled,
     SyncReport,
@@ -654,11 +656,11 @@ class MemoryStore:
             with contextlib.ExitStack() as turns:
                 for scope in sorted(held):
                     turns.enter_context(self._publisher.update_turn(scope, root.run_id))
-                events, runs = self._history_narrowed(key)
+                (events, _), runs = self._history_narrowed(key)
                 keys = sorted({e.key for e in events if e.kind != "erased"})
                 now = self.current(events[0].memory or key)
                 if now is not None and now.key not in keys:  # a version newer than the key index
-                    events, runs = self._read(self._retirer.history, key, None), None
+                    events, runs = self._read(self._retirer.history, key, None)[0], None
                     keys = sorted({e.key for e in events if e.kind != "erased"})
                 live = [found for found in map(self.get, keys) if found is not None]
                 # the scopes of every version, live or not: a read outside their turns may catch an
@@ -825,8 +827,48 @@ class MemoryStore:
             JournalError: the journal cannot be read, unchanged.
         """
         if runs is not None:
-            return self._read(self._retirer.history, key, runs)
-        return self._history_narrowed(key)[0]
+            return self._read(self._retirer.history, key, runs)[0]
+        return self._history_narrowed(key)[0][0]
+
+    def history_page(
+        self,
+        key: str,
+        *,
+        offset: int = 0,
+        limit: int = HISTORY_PAGE,
+        runs: Iterable[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> HistoryPage:
+        """A page of ``history(key)``: at most ``limit`` events from ``offset`` (counted from the
+        oldest), and how many events there are in all (``HistoryPage.total``); its ``next_offset``
+        is where the next page starts. With ``max_bytes``, the page also stops before its events
+        would pass that many bytes as JSON (at least one is always given). Every event is placed
+        and counted, but only the page's own are built with their content: a memory of many
+        versions costs less to page through than to list whole. ``runs`` as for ``history``.
+
+        Raises:
+            ArgumentInvalid: ``key`` is not a key, ``offset`` is not a whole number from 0, or
+                ``limit`` or ``max_bytes`` not one from 1.
+            FindingUnknown, JournalError: as ``history``.
+        """
+        for name, value, low in (("offset", offset, 0), ("limit", limit, 1), ("max_bytes", max_bytes, 1)):
+            if value is None and name == "max_bytes":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ArgumentInvalid(f"{name} must be a whole number from {low}, got {value!r:.80}")
+        window = slice(offset, offset + limit)
+        if runs is not None:
+            events, every = self._read(self._retirer.history, key, runs, window)
+        else:
+            (events, every), _ = self._history_narrowed(key, window)
+        if max_bytes is not None:
+            size = 0
+            for n, event in enumerate(events):
+                size += len(orjson.dumps(event.as_json()))
+                if n and size > max_bytes:
+                    events = events[:n]
+                    break
+        return HistoryPage(key, tuple(events), offset, len(every), len({e.key for e in every}))
 
     def index_journal(self, progress: Callable[[int, int], None] | None = None) -> bool:
         """Bring the journal's key index up to date now (``memory._keyindex``: which runs hold
@@ -841,21 +883,24 @@ class MemoryStore:
         """
         return self._journal_keys.refresh(self.open_journal(), progress)
 
-    def _history_narrowed(self, key: str) -> tuple[list[HistoryEvent], set[str] | None]:
-        """``history(key)`` read from the runs the journal's key index names (``_keyindex``), and
-        those runs; from every run (and None) when there is no index, the key is unknown to it, or
-        the history DB or a learned file cites a commit in a run it did not name (stale, or tampered
-        with)."""
+    def _history_narrowed(
+        self, key: str, window: slice | None = None
+    ) -> tuple[tuple[list[HistoryEvent], list[HistoryEvent]], set[str] | None]:
+        """``history(key)`` (its events in ``window``, and all of them without their content,
+        ``Retirer.history``) read from the runs the
+        journal's key index names (``_keyindex``), and those runs; from every run (and None) when
+        there is no index, the key is unknown to it, or the history DB or a learned file cites a
+        commit in a run it did not name (stale, or tampered with)."""
         check_key(key)
         runs = self._journal_keys.runs_of(self.open_journal(), key)
         if runs is not None:
             try:
-                events = self._read(self._retirer.history, key, runs)
+                read = self._read(self._retirer.history, key, runs, window)
             except FindingUnknown:
-                events = []
-            if events and all(e.citation.run_id in runs for e in events):
-                return events, runs
-        return self._read(self._retirer.history, key, None), None
+                read = ([], [])
+            if read[1] and all(e.citation.run_id in runs for e in read[1]):
+                return read, runs
+        return self._read(self._retirer.history, key, None, window), None
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """Publish, in batches, the learned file of every finding ``run_id`` committed whose file

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -296,6 +297,8 @@ class SessionMemory:
             )
         return finding_json(found)
 
-    async def history(self, key: str) -> list[dict[str, Any]]:
-        events = await anyio.to_thread.run_sync(self._store.history, key)
-        return [e.as_json() for e in events]
+    async def history(self, key: str, *, offset: int, limit: int, max_bytes: int) -> dict[str, Any]:
+        page = await anyio.to_thread.run_sync(
+            partial(self._store.history_page, key, offset=offset, limit=limit, max_bytes=max_bytes)
+        )
+        return page.as_json()

@@ -84,7 +84,7 @@ class Memory(Protocol):
         mode: str | None = None,
     ) -> list[dict[str, Any]]: ...
     async def get(self, key: str) -> dict[str, Any]: ...
-    async def history(self, key: str) -> list[dict[str, Any]]: ...
+    async def history(self, key: str, *, offset: int, limit: int, max_bytes: int) -> dict[str, Any]: ...
 
 
 Run = Callable[[Memory, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -238,14 +238,12 @@ async def _forget(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
-    events = await memory.history(args["key"])
-    offset = int(args.get("offset", 0))
-    page, _ = bounded(events[offset : offset + int(args.get("limit", HISTORY_LIMIT))])
-    out: dict[str, Any] = {"key": args["key"], "events": page, "total": len(events)}
-    if offset + len(page) < len(events):
-        out["truncated"] = True
-        out["nextOffset"] = offset + len(page)
-    return out
+    return await memory.history(
+        args["key"],
+        offset=int(args.get("offset", 0)),
+        limit=int(args.get("limit", HISTORY_LIMIT)),
+        max_bytes=RESULT_MAX_BYTES,
+    )
 
 
 _ARGUMENT_ERRORS = (
