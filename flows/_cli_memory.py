@@ -20,7 +20,7 @@ from flows._cli_common import cell
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, expiry_ms, format_ms, instant_ms, progress
+from memory.cli import EXIT_OK, LIMIT_MAX, expiry_ms, format_ms, instant_ms, limit, offset, progress
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
@@ -346,13 +346,14 @@ def _erase_where(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    """Everything the journal says of one memory, every version, oldest first."""
+    """One memory's history, every version, oldest first: a page of ``--limit`` events from
+    ``--offset``, and how to see the rest."""
     with _store(args) as store:
         with progress("history: journal streams indexed", enabled=not args.json) as show:
             store.index_journal(show)  # the first time, a read of every run: shown
-        events = store.history(args.key)
+        page = store.history_page(args.key, offset=args.offset, limit=args.limit)
     if args.json:
-        _json_out([e.as_json() for e in events])
+        _json_out(page.as_json())
         return EXIT_OK
     rows = [
         [
@@ -365,10 +366,20 @@ def cmd_history(args: argparse.Namespace) -> int:
             e.flow or "",
             _detail(e),
         ]
-        for e in events
+        for e in page.events
     ]
-    print(f"memory {events[0].memory or events[0].key}: {len({e.key for e in events})} version(s)")
-    print(_table(rows, ["EVENT", "KEY", "WHEN", "RUN", "STREAM", "RECORD", "FLOW", "DETAIL"]))
+    memory_id = page.events[0].memory if page.events else None
+    print(f"memory {memory_id or args.key}: {page.versions} version(s)")
+    if rows:
+        print(_table(rows, ["EVENT", "KEY", "WHEN", "RUN", "STREAM", "RECORD", "FLOW", "DETAIL"]))
+    else:
+        print(f"no events from --offset {page.offset}: the last is at offset {page.total - 1}")
+    if page.next_offset is not None:
+        first, last = page.offset + 1, page.offset + len(page.events)
+        print(
+            f"events {first} to {last} of {page.total} shown; {page.total - last} more follow: run it "
+            f"again with --offset {page.next_offset} (--limit sets how many a page holds)"
+        )
     return EXIT_OK
 
 
@@ -474,6 +485,20 @@ def add_memory_commands(add: Add) -> None:
     p = add(
         "history",
         cmd_history,
-        "a memory's history: every version, with its content, learned, superseded, forgotten, expired",
+        "a memory's history, oldest first, a page at a time: every version learned, superseded, forgotten",
     )
     p.add_argument("key", metavar="KEY", help="the memory's id, or the key of any of its versions")
+    p.add_argument(
+        "--limit",
+        metavar="N",
+        type=limit,
+        default=memory.HISTORY_PAGE,
+        help=f"at most N events, oldest first (1 to {LIMIT_MAX}; default {memory.HISTORY_PAGE})",
+    )
+    p.add_argument(
+        "--offset",
+        metavar="N",
+        type=offset,
+        default=0,
+        help="skip the N oldest events (default 0): the next page starts where the last line says",
+    )

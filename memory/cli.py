@@ -79,6 +79,7 @@ __all__ = [
     "journal_location",
     "json_out",
     "limit",
+    "offset",
     "progress",
     "shown",
     "stdout_to_stderr",
@@ -154,6 +155,14 @@ def limit(text: str) -> int:
     if not _DIGITS.match(text.strip()) or len(digits) > 12 or not 1 <= int(digits or "0") <= LIMIT_MAX:
         raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {LIMIT_MAX}, got {text!r:.80}")
     return int(digits)
+
+
+def offset(text: str) -> int:
+    """``--offset``: a whole number from 0 to ``INT64_MAX`` (how many of a list's first items to skip)."""
+    digits = text.strip().lstrip("0")  # int() refuses thousands of digits: a number is checked short
+    if not _DIGITS.match(text.strip()) or len(digits) > 19 or int(digits or "0") > INT64_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {INT64_MAX}, got {text!r:.80}")
+    return int(digits or "0")
 
 
 def subject(text: str) -> str:

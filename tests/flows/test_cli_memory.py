@@ -70,7 +70,7 @@ def test_learn_recall_why_forget_and_history_through_the_cli(tmp_path: Path, jou
     assert json_of(_cli(db, loc, "forget", other["key"], "--json")) == gone  # idempotent
     assert json_of(_cli(db, loc, "recall", "--tag", "fees", "--json")) == []
 
-    history = json_of(_cli(db, loc, "history", old["key"], "--json"))
+    history = json_of(_cli(db, loc, "history", old["key"], "--json"))["events"]
     # every version of the memory, oldest first, each learn with its content
     assert [(e["kind"], e["key"], e["by"]) for e in history] == [
         ("learned", old["key"], None),

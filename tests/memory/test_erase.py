@@ -172,7 +172,7 @@ def test_the_cli_asks_for_yes_and_erases(tmp_path: Path) -> None:
     done = json_of(flows(db, "erase", learned["key"], "--yes", "--reason", "bob asked", "--json"))
     assert done["memoryId"] == learned["key"] and done["rewritten"] == 1
     assert _files_holding(tmp_path, MARK) == []
-    history = json_of(flows(db, "history", learned["key"], "--json"))
+    history = json_of(flows(db, "history", learned["key"], "--json"))["events"]
     assert [e["kind"] for e in history] == ["learned", "forgotten", "erased"]
 
 

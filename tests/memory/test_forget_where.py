@@ -161,7 +161,7 @@ def test_the_cli_lists_then_asks_for_yes(tmp_path: Path) -> None:
     done = json_of(flows(db, "forget", "--meta", "user=carol", "--yes", "--json"))
     assert (done["count"], done["filter"]) == (3, {"meta": {"user": "carol"}})
     assert [r["text"] for r in json_of(flows(db, "recall", "--json"))] == ["dave fact"]
-    history = json_of(flows(db, "history", dry["keys"][0], "--json"))
+    history = json_of(flows(db, "history", dry["keys"][0], "--json"))["events"]
     assert history[-1]["kind"] == "forgotten" and history[-1]["citation"]["id"] == done["citation"]["id"]
 
 

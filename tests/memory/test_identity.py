@@ -314,7 +314,7 @@ def test_an_update_that_lost_its_race_is_lost_in_history_never_learned(tmp_path:
             assert f"record {forgot.citation.id} of root run {forgot.citation.run_id}" in lost.reason
             assert lost.by is None and lost.memory == old.key
         assert store.recall(limit=None) == [] and memory.check_store(store) == []
-    shown = json_of(flows(db, "history", new_key, "--json"))
+    shown = json_of(flows(db, "history", new_key, "--json"))["events"]
     assert [(e["kind"], e["key"]) for e in shown][-1] == ("lost", new_key)
     table = flows(db, "history", old.key)
     assert table.returncode == 0, table.stderr
