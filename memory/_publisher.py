@@ -96,7 +96,7 @@ def refuse_links(base: Path, directory: Path, run_id: str | None = None) -> None
         probe = probe.parent
 
 
-def holds(path: Path, data: bytes) -> bool:
+def holds(path: str | Path, data: bytes) -> bool:
     """Whether ``path`` is a regular file holding exactly ``data`` (never through a link, never
     blocking on a FIFO)."""
     try:

@@ -759,8 +759,7 @@ class Retirer:
         view = supersede_in(commit)
         if view is None or view.payload["id"] in self.shared.current():
             return False
-        path = Path(self.retired_path(view.payload["scope"], view.payload["id"]))
-        return holds(path, render_retirement(view))
+        return holds(self.retired_path(view.payload["scope"], view.payload["id"]), render_retirement(view))
 
     def _history_from_store(self, key: str, memory: str | None = None) -> list[HistoryEvent]:
         """What the DB or a learned file knows of ``key`` when the journal holds none of it."""
