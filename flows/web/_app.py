@@ -7,9 +7,11 @@ Routes (all ``GET``; anything else is 405):
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
 ``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag`` and ``meta``
                                        (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``, ``limit``
-``/findings/{key}``                    one finding, live or not, and its history
+``/findings/{key}``                    one finding, live or not, and a page of its history; ``offset``,
+                                       ``limit``
 ``/api/findings/{key}``                one live finding (``MemoryStore.get``)
-``/api/findings/{key}/history``        ``flows history KEY --json`` (``MemoryStore.history``)
+``/api/findings/{key}/history``        ``flows history KEY --json`` (``MemoryStore.history_page``);
+                                       ``offset``, ``limit``
 ``/agents``, ``/api/agents``           the agent homes
 ``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
 ``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
@@ -86,6 +88,11 @@ HEADERS = {
 }
 #: the most scopes the findings form lists in a menu; with more it has a text box for the scope
 MAX_SCOPE_CHOICES = 100
+#: the most events a page of a finding's history holds (``limit``), as the MCP ``history`` tool
+HISTORY_MAX_PAGE = 500
+#: the most bytes of events, as JSON, a page of ``/api/findings/{key}/history`` holds (the first is
+#: always given), as the MCP ``history`` tool: a memory of many large versions stays a bounded answer
+HISTORY_MAX_BYTES = 8 * 1024 * 1024
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -553,24 +560,48 @@ class Dashboard:
         key = request.path_params["key"]
         store = self.reader.memory()
         check_key(key)  # a malformed key is a 400 before any run is read
+        offset, limit = self._history_window(request)
         detail = finding_detail(store, self.reader.backend, key, self.reader.runs_naming(key))
         if detail is None:
             raise ServeNotFound(f"no finding has key {key}: neither the store nor the journal knows it")
+        total = len(detail.history)
+        shown = detail.history[offset : offset + limit]
+        after = offset + len(shown)
         return "finding.html", {
             "title": f"Finding {key}",
             "section": "findings",
             "d": detail,
             "f": detail.live,
-            "history": [e.as_json() for e in detail.history],
+            "history": [e.as_json() for e in shown],
+            "history_total": total,
+            "history_first": offset + 1,
+            "history_last": after,
+            "history_next": link(f"/findings/{key}", offset=after, limit=request.query_params.get("limit"))
+            if after < total
+            else None,
+            "history_oldest": link(f"/findings/{key}", limit=request.query_params.get("limit"))
+            if offset
+            else None,
         }
+
+    def _history_window(self, request: Request) -> tuple[int, int]:
+        """A history page's ``offset`` (from 0, counted from the oldest event) and ``limit`` (1 to
+        ``HISTORY_MAX_PAGE``, default ``memory.HISTORY_PAGE``)."""
+        offset = _int_param(request, "offset", 0, 0, 10**18)
+        return offset, _int_param(request, "limit", memory.HISTORY_PAGE, 1, HISTORY_MAX_PAGE)
 
     def finding_api(self, request: Request) -> tuple[object, str | None]:
         return self._finding(request).as_json(), None
 
     def history_api(self, request: Request) -> tuple[object, str | None]:
         key = check_key(request.path_params["key"])
-        events = self.reader.memory().history(key, runs=self.reader.runs_naming(key))
-        return [e.as_json() for e in events], None
+        offset, limit = self._history_window(request)
+        page = self.reader.memory().history_page(
+            key, offset=offset, limit=limit, runs=self.reader.runs_naming(key), max_bytes=HISTORY_MAX_BYTES
+        )
+        after = page.next_offset
+        next_url = None if after is None else link(f"/api/findings/{key}/history", offset=after, limit=limit)
+        return page.as_json(), next_url
 
     # -- agents ----------------------------------------------------------------------------------
 

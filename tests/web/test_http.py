@@ -301,7 +301,7 @@ def test_an_old_versions_history_is_its_whole_memorys_when_each_version_came_in_
             s.forget(versions[-1].key, reason="the library closed for good")
     first = versions[0].key
     expected = cli_json(capsys, flows_main, "history", first, "--db", str(db), "--json")
-    assert [e["kind"] for e in expected][-1] == "forgotten"
+    assert [e["kind"] for e in expected["events"]][-1] == "forgotten"
     with client_for(ServeConfig(db=str(db))) as c:
         assert c.get(f"/api/findings/{first}/history").json() == expected
         assert "the library closed for good" in c.get(f"/findings/{first}").text
@@ -317,7 +317,7 @@ def test_an_erased_memory_shows_as_erased_and_nothing_of_what_it_said(tmp_path: 
         s.erase(second.key, reason="alice asked")
     with client_for(ServeConfig(db=str(db))) as c:
         pages = {v.key: c.get(f"/findings/{v.key}").text for v in (first, second)}
-        run = c.get(f"/api/findings/{first.key}/history").json()[0]["citation"]["runId"]
+        run = c.get(f"/api/findings/{first.key}/history").json()["events"][0]["citation"]["runId"]
         timeline = c.get(f"/runs/{run}").text
         c.app.state.reader.close()  # type: ignore[attr-defined]
     for html in pages.values():
@@ -346,7 +346,7 @@ def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_reco
 ) -> None:
     expected = cli_json(capsys, flows_main, "history", demo.superseded, "--db", str(demo.db), "--json")
     assert client.get(f"/api/findings/{demo.superseded}/history").json() == expected
-    assert [(e["kind"], e["key"]) for e in expected] == [
+    assert [(e["kind"], e["key"]) for e in expected["events"]] == [
         ("learned", demo.superseded),
         ("learned", demo.replacement),
         ("superseded", demo.superseded),
@@ -355,13 +355,13 @@ def test_a_superseded_finding_shows_its_history_and_links_each_event_to_its_reco
     assert '<span class="badge finding-superseded" id="finding-state">superseded</span>' in html
     assert f'Superseded by <a href="/findings/{demo.replacement}">' in html
     assert "a red sky at night often means fair weather next day" in html  # what it said
-    for event in expected:
+    for event in expected["events"]:
         cite = event["citation"]
         href = f'href="/runs/{cite["runId"]}?record={cite["id"]}#rec-{cite["id"]}"'
         assert href in html, event["kind"]
         run = client.get(f"/runs/{cite['runId']}", params={"record": cite["id"]}).text
         assert f'id="rec-{cite["id"]}" class="entry kind-' in run and " selected" in run
-    assert expected[2]["citation"]["runId"] == demo.revise_run
+    assert expected["events"][2]["citation"]["runId"] == demo.revise_run
     assert client.get(f"/api/findings/{demo.superseded}").status_code == 404  # not live
     replacement = client.get(f"/findings/{demo.replacement}").text
     assert 'id="finding-state">live</span>' in replacement and 'class="badge kind-learned"' in replacement
@@ -374,7 +374,7 @@ def test_a_forgotten_finding_is_shown_as_such_on_its_page_and_nowhere_in_search(
     assert 'id="finding-state">forgotten</span>' in html
     assert "Forgotten: &lt;script&gt;alert(&#39;gone&#39;)&lt;/script&gt; wrong in the tropics" in html
     assert "<script" not in html
-    history = client.get(f"/api/findings/{demo.forgotten}/history").json()
+    history = client.get(f"/api/findings/{demo.forgotten}/history").json()["events"]
     assert [(e["kind"], e["reason"]) for e in history] == [("learned", None), ("forgotten", FORGET_REASON)]
     for params in ({}, {"q": "snow air ground"}, {"tag": "snow"}, {"limit": "200"}):
         keys = [f["key"] for f in client.get("/api/findings", params=params).json()]
@@ -395,16 +395,17 @@ def test_a_finding_forgotten_while_the_server_runs_shows_it_on_the_next_request(
         live = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
         with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later-forget") as s:
             s.learn({"text": "mist lifts by noon", "tags": ["fog"]})  # its run is begun: running
-            kinds = [e["kind"] for e in client.get(f"/api/findings/{live}/history").json()]
+            kinds = [e["kind"] for e in client.get(f"/api/findings/{live}/history").json()["events"]]
             assert kinds == ["learned"]  # read while that run names other keys only
             s.forget(live, reason="fog is not that simple")  # the same run, which the server has seen
-            history = client.get(f"/api/findings/{live}/history").json()
+            history = client.get(f"/api/findings/{live}/history").json()["events"]
             assert [(e["kind"], e["reason"]) for e in history] == [
                 ("learned", None),
                 ("forgotten", "fog is not that simple"),
             ]
         superseded = client.get("/api/findings", params={"tag": "fog", "limit": 1}).json()[0]["key"]
-        assert [e["kind"] for e in client.get(f"/api/findings/{superseded}/history").json()] == ["learned"]
+        superseded_events = client.get(f"/api/findings/{superseded}/history").json()["events"]
+        assert [e["kind"] for e in superseded_events] == ["learned"]
         with memory.MemoryStore(db) as store, store.session(scope="weather", flow="later") as s:
             s.learn({"text": "mist lifts by noon, fog by one"}, supersedes=superseded)  # a run not seen
         assert 'id="finding-state">superseded</span>' in client.get(f"/findings/{superseded}").text
