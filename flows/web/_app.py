@@ -582,6 +582,10 @@ class Dashboard:
             "history_oldest": link(f"/findings/{key}", limit=request.query_params.get("limit"))
             if offset
             else None,
+            # the page shown, as JSON (not the first page)
+            "history_json": link(
+                f"/api/findings/{key}/history", offset=offset or None, limit=request.query_params.get("limit")
+            ),
         }
 
     def _history_window(self, request: Request) -> tuple[int, int]:
@@ -704,7 +708,8 @@ class Dashboard:
     # -- not found -------------------------------------------------------------------------------
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
-        return self.error_page(request, ServeNotFound(f"nothing is served at {request.url.path}"))
+        path = request.url.path  # any length the HTTP layer takes (16 KiB): echoed cut, as every echo is
+        return self.error_page(request, ServeNotFound(f"nothing is served at {path!r:.80}"))
 
 
 def create_app(config: ServeConfig) -> Starlette:

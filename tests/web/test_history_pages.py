@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
@@ -101,6 +102,10 @@ def test_the_page_shows_a_page_of_events_and_links_to_the_next_until_every_event
         events = re.findall(r'<li class="event kind-[a-z]+">.*?#rec-([0-9a-f]+)"', page)
         assert 1 <= len(events) <= 500
         records += events
+        # the page's own events as JSON: the link names this page, not the first one
+        (as_json,) = re.findall(r'as JSON: <a href="([^"]+)">history</a>', page)
+        listed = orjson.loads(_get(server, html_text.unescape(as_json)).body)["events"]
+        assert [e["citation"]["id"] for e in listed] == events
         found = re.search(r'<a href="([^"]+)" rel="next">', page)
         target = None if found is None else html_text.unescape(found.group(1))
     assert records == [e["citation"]["id"] for e in everything]

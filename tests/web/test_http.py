@@ -603,6 +603,14 @@ def test_an_unknown_agent_is_a_coded_404(client: TestClient) -> None:
     assert client.get("/agents/7").status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/nowhere/" + "x" * 12_000, "/api/nowhere/" + "y" * 12_000])
+def test_an_unknown_path_of_any_length_is_echoed_cut_short(client: TestClient, path: str) -> None:
+    answer = client.get(path)
+    assert answer.status_code == 404 and "serve_not_found" in answer.text
+    assert "x" * 100 not in answer.text and "y" * 100 not in answer.text
+    assert len(answer.text) < (400 if path.startswith("/api") else 20_000)
+
+
 @pytest.mark.parametrize("number", ["9" * 5_000, "-1", "abc", "1e3"])
 def test_an_agent_number_of_any_text_is_a_coded_404_never_a_crash(client: TestClient, number: str) -> None:
     api = client.get(f"/api/agents/{number}/ledger")
