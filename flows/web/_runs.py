@@ -50,6 +50,7 @@ class RunIndex:
 
     def __init__(self, backend: JournalBackend) -> None:
         self._backend = backend
+        self._file = backend if isinstance(backend, journal.FileJournal) else None
         self._root = backend.root / "runs" if isinstance(backend, journal.FileJournal) else None
         self._known: dict[str, _Known] = {}
         self._done: set[str] = set()  # runs read as done: never read again
@@ -89,12 +90,15 @@ class RunIndex:
     def _folder_names(self) -> frozenset[str]:
         """The run folders' names, listed again only when the ``runs`` folder changed (a run folder
         is made or removed there; a listing within 50 ms of a change is not kept: mtimes are coarse)."""
-        assert self._root is not None
+        assert self._root is not None and self._file is not None
         try:
             st = os.stat(self._root)
             stamp = (st.st_mtime_ns, st.st_ino)
             if stamp == self._names_stamp:
                 return self._names
+            # the journal's own listing first, for its verdicts on what the folder holds (a name
+            # that is no run id, records without a run record): this index answers as it does
+            self._file.run_ids()
             names = frozenset(n for n in os.listdir(self._root) if not n.startswith("."))
         except FileNotFoundError:
             return frozenset()

@@ -198,3 +198,20 @@ def test_an_unexpected_failure_is_serve_internal_without_its_traceback(
     assert page.status_code == 500 and "serve_internal" in page.text
     assert "a bug deep inside" not in page.text and "Traceback" not in page.text
     assert damaged.get("/api/agents/0/why").json()["code"] == "serve_internal"
+
+
+def test_what_the_runs_folder_holds_is_judged_as_the_journal_judges_it(
+    damaged: TestClient, copies: tuple[Path, Path], demo: DemoStore
+) -> None:
+    runs = copies[0] / "flows-journal" / "runs"
+    stray = runs / "not a run!"  # a name no run has, holding a run record
+    shutil.copytree(runs / demo.done_run, stray)
+    assert_coded(damaged, "/runs", "/api/runs", "journal_corrupt", 500, "not a run", "move it out")
+    shutil.rmtree(stray)
+    assert damaged.get("/api/runs").status_code == 200
+    # records without a run record: the journal will not read them as no run (a forget among them)
+    headless = runs / demo.done_run
+    (headless / "run.json").rename(copies[0] / "run.json.aside")
+    assert_coded(damaged, "/runs", "/api/runs", "journal_corrupt", 500, "no run.json")
+    with pytest.raises(journal.JournalCorrupt, match=r"no run\.json"):
+        journal.FileJournal(copies[0] / "flows-journal").runs()
