@@ -88,3 +88,16 @@ def check_invariants(db: Path, run_id: str) -> dict[str, memory.Recalled]:
 def journal_of(db: Path) -> journal.FileJournal:
     """The file journal beside ``db``."""
     return journal.FileJournal(db.parent / "flows-journal")
+
+
+def many_versions(folder: Path, versions: int) -> tuple[Path, str, list[dict[str, Any]]]:
+    """A store in ``folder`` whose one memory has ``versions`` versions (an update a cron tick
+    makes, ``versions - 1`` times): its DB, the memory's id and every event of its history."""
+    db = folder / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="cron", flow="cron") as s:
+            first = s.learn({"text": "check 0: all quiet"})
+            for n in range(1, versions):
+                s.update(first.memory_id, {"text": f"check {n}: all quiet"})
+        everything = [e.as_json() for e in store.history(first.memory_id)]
+    return db, first.memory_id, everything

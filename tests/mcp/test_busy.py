@@ -20,18 +20,9 @@ from mcp.shared.exceptions import MCPError
 
 from flows.mcp._calls import BUSY_CODE, MAX_CALLS
 from tests.mcp.harness import START_TIMEOUT_S, call, http_server, http_session, run
+from tests.mcp.test_wire import INITIALIZE
 
 EXTRA = 8
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 

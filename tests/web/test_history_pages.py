@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
 import memory
-from tests.flows.helpers import flows, json_of
+from tests.flows.helpers import flows, json_of, many_versions
 from tests.web.test_served import Answer, Served, request, serving
 
 VERSIONS = 1500  # 2,999 events: learned and superseded for each update
@@ -27,14 +27,7 @@ VERSIONS = 1500  # 2,999 events: learned and superseded for each update
 @pytest.fixture(scope="module")
 def many(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict[str, Any]]]:
     """A store whose one memory has ``VERSIONS`` versions: its DB, its id and every event."""
-    db = tmp_path_factory.mktemp("many") / "store" / "history.db"
-    with memory.MemoryStore(db) as store:
-        with store.session(scope="cron", flow="cron") as s:
-            first = s.learn({"text": "check 0: all quiet"})
-            for n in range(1, VERSIONS):
-                s.update(first.memory_id, {"text": f"check {n}: all quiet"})
-        everything = [e.as_json() for e in store.history(first.memory_id)]
-    return db, first.memory_id, everything
+    return many_versions(tmp_path_factory.mktemp("many"), VERSIONS)
 
 
 @pytest.fixture(scope="module")
