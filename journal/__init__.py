@@ -26,6 +26,8 @@ from journal._errors import (
 from journal._file import FileJournal, RecordCodec
 from journal._linelog import LineCodec, LineDamaged, LineLog, LineMarks
 from journal._model import (
+    MAX_PAYLOAD_BYTES,
+    MAX_RUN_BYTES,
     Lease,
     Record,
     RunInfo,
@@ -40,6 +42,8 @@ from journal._model import (
 from journal._open import open_journal
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "MAX_RUN_BYTES",
     "FileJournal",
     "JournalBackend",
     "JournalClockInvalid",

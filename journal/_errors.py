@@ -70,7 +70,8 @@ class JournalPayloadInvalid(JournalUsageError, TypeError):
     """A payload (or a run's metadata) is not a JSON object both backends can store.
 
     Not a mapping; a value JSON cannot hold (an arbitrary object, a non-string key, an integer
-    beyond 64 bits, a string with a lone surrogate). It is also a ``TypeError``, as before.
+    beyond 64 bits, a string with a lone surrogate); a payload over ``MAX_PAYLOAD_BYTES`` or a run
+    record over ``MAX_RUN_BYTES`` as JSON. It is also a ``TypeError``, as before.
     """
 
     code = "journal_payload_invalid"

@@ -46,7 +46,10 @@ from journal._errors import (
 from journal._fs import check_dir, open_regular
 from journal._linelog import LineDamaged, LineLog
 from journal._model import (
+    MAX_LINE_FRAME,
     MAX_MS,
+    MAX_PAYLOAD_BYTES,
+    MAX_RUN_BYTES,
     Lease,
     Record,
     RunInfo,
@@ -59,6 +62,7 @@ from journal._model import (
     check_open,
     check_record_id,
     check_resumable,
+    check_run_size,
     check_sync,
     finish_state,
     new_record_id,
@@ -81,7 +85,8 @@ _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can sh
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
 _RUN_OPTIONAL = frozenset({"meta", "error"})
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
-_MAX_RUN_FILE = 16 * 1024 * 1024  # a run.json larger than this is not one the journal wrote
+_MAX_RUN_FILE = MAX_RUN_BYTES  # a run.json larger than this is not one the journal wrote
+_MAX_LINE = MAX_PAYLOAD_BYTES + MAX_LINE_FRAME  # nor is a stream line longer than this
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
@@ -158,6 +163,8 @@ class RecordCodec:
         checksummed line that is not exactly a record)."""
         if len(line) <= _CRC_TAIL or not line.endswith(b'"}') or line[-_CRC_TAIL:-10] != b',"crc":"':
             raise LineDamaged("not a checksummed record")
+        if len(line) > _MAX_LINE:  # an append refuses a payload that would make one (not parsed)
+            raise LineDamaged(f"a line of {len(line):,} bytes, over the {_MAX_LINE:,} a record's may hold")
         body = line[:-_CRC_TAIL] + b"}"
         try:
             obj = orjson.loads(body)
@@ -631,7 +638,8 @@ class FileJournal:
                 os.close(pinned[0])
 
     def _store(self, run_id: str, obj: Mapping[str, Any]) -> None:
-        data = payload_json(obj, what="run record (its flow, scope, metadata and error)")
+        data = payload_json(obj, what="run record (its flow, scope, metadata and error)", limit=None)
+        check_run_size(len(data), run_id=run_id)
         directory = self._run_dir(run_id)
         self._guard(run_id)
         try:
@@ -721,7 +729,9 @@ class FileJournal:
             "meta": dict(meta) if isinstance(meta, Mapping) else meta,
             "error": None,
         }
-        obj = orjson.loads(payload_json(obj, what="run record (its flow, scope and metadata)"))
+        data = payload_json(obj, what="run record (its flow, scope and metadata)", limit=None)
+        check_run_size(len(data))
+        obj = orjson.loads(data)
         problem = _run_problem(run_id, obj)
         if problem is not None:  # the checks above leave nothing for this to find: it fails closed
             raise JournalPayloadInvalid(f"cannot begin a run whose record has {problem}", run_id=run_id)

@@ -41,6 +41,18 @@ MAX_KEY_BYTES = 1024
 """The longest key, in UTF-8 bytes (PostgreSQL indexes a key with its run id and stream)."""
 MAX_LABEL_BYTES = 64 * 1024
 """The longest flow name or scope of a run, in UTF-8 bytes."""
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest payload of a record, as canonical JSON. Both backends refuse a larger one on append
+(``journal_payload_invalid``) and fail closed on one read back (``journal_corrupt``): on files, a
+stream line longer than this and ``MAX_LINE_FRAME`` together; on PostgreSQL, a ``payload`` longer than
+this, measured by the server, which then never sends it."""
+MAX_LINE_FRAME = 8 * 1024
+"""What a stream line holds besides its payload, at most: its id, key (escaped), numbers, checksum."""
+MAX_RUN_BYTES = 16 * 1024 * 1024
+"""The largest run record (its flow, scope, metadata and error with the other fields), as canonical
+JSON: the size of ``run.json``. Both backends refuse to write a larger one (``journal_payload_invalid``)
+and fail closed on one read back (``journal_corrupt``): a ``run.json`` larger than this, or a run row
+whose flow, scope, meta and error hold more bytes than this together, measured by the server."""
 
 
 def check_name(kind: str, value: str) -> str:
@@ -103,8 +115,11 @@ def check_label(kind: str, value: object) -> str:
     return _check_text(kind, value, MAX_LABEL_BYTES)
 
 
-def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
-    """Return ``payload`` as canonical JSON (sorted keys); raise ``JournalPayloadInvalid``.
+def payload_json(
+    payload: Mapping[str, Any], *, what: str = "payload", limit: int | None = MAX_PAYLOAD_BYTES
+) -> bytes:
+    """Return ``payload`` as canonical JSON (sorted keys); raise ``JournalPayloadInvalid``, also for
+    JSON of more than ``limit`` bytes (``MAX_PAYLOAD_BYTES`` by default; None: no limit here).
 
     Both backends call this before anything is queued or sent, so a payload that cannot be stored
     fails its own call and no other.
@@ -131,7 +146,36 @@ def payload_json(payload: Mapping[str, Any], *, what: str = "payload") -> bytes:
                 f"the {what} holds the integer {wide}, outside the signed 64-bit range "
                 f"[{INT64_MIN}, {INT64_MAX}] every journal reader holds"
             )
+    if limit is not None and len(data) > limit:
+        raise JournalPayloadInvalid(
+            f"the {what} is {len(data):,} bytes as JSON, over the {limit:,} bytes a journal stores "
+            "in one record; keep large values elsewhere (a file, a blob store) and store a reference"
+        )
     return data
+
+
+def run_record_size(fields: Mapping[str, Any], meta_bytes: int, error: bytes | None) -> int:
+    """The bytes of a run record, as canonical JSON (what ``run.json`` holds): ``fields`` are its
+    fields but ``meta`` and ``error`` (named as in ``run.json``), ``meta_bytes`` the length of its
+    metadata as canonical JSON, ``error`` its error so encoded (None: null). Both backends measure a
+    run record they write with this, so they refuse the same ones."""
+    skeleton = orjson.dumps({**fields, "meta": None, "error": None}, option=orjson.OPT_SORT_KEYS)
+    return len(skeleton) - 2 * len(b"null") + meta_bytes + (4 if error is None else len(error))
+
+
+def check_run_size(size: int, *, run_id: str | None = None) -> None:
+    """Refuse to write a run record of ``size`` bytes (``run_record_size``) over ``MAX_RUN_BYTES``.
+
+    Raises:
+        JournalPayloadInvalid: it is larger; nothing is written.
+    """
+    if size > MAX_RUN_BYTES:
+        raise JournalPayloadInvalid(
+            f"the run record (its flow, scope, metadata and error) would be {size:,} bytes as JSON, "
+            f"over the {MAX_RUN_BYTES:,} bytes a journal stores for one run; keep large values "
+            "elsewhere (a file, a blob store) and store a reference",
+            run_id=run_id,
+        )
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

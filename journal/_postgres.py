@@ -54,6 +54,8 @@ from journal._errors import (
 )
 from journal._model import (
     MAX_MS,
+    MAX_PAYLOAD_BYTES,
+    MAX_RUN_BYTES,
     Lease,
     Record,
     RunInfo,
@@ -66,6 +68,7 @@ from journal._model import (
     check_open,
     check_record_id,
     check_resumable,
+    check_run_size,
     check_sync,
     finish_state,
     lease_lost,
@@ -76,6 +79,7 @@ from journal._model import (
     read_clock,
     record_problem,
     releases,
+    run_record_size,
     shown,
     valid_name,
     whole,
@@ -193,10 +197,31 @@ _HELD = """with held as materialized (
 """
 _LIVE = """(r.state = 'running' and r.lease_expires_ms > %(now)s
     and exists (select 1 from held where held.lease_key = r.lease_key))"""
-_RUN_COLUMNS = "r.run_id, r.flow, r.scope, r.state, r.epoch, r.created_ms, r.updated_ms, r.meta, r.error"
+# Rows read back are bounded as files are (``MAX_RUN_BYTES``, ``MAX_PAYLOAD_BYTES``): the server
+# measures the unbounded columns (``octet_length`` reads a stored value's size, not the value) and
+# sends a value only when its row is within the bound, so an oversized row costs a number, and its
+# size is returned beside it for the reader to refuse. The indexed columns (run id, stream, id,
+# key) are bounded by the index's row size.
+_RUN_SIZE = (
+    "(octet_length(r.flow)::bigint + octet_length(r.scope) + octet_length(r.meta)"
+    " + coalesce(octet_length(r.error), 0))"
+)
+_RUN_KEPT = f"{_RUN_SIZE} <= {MAX_RUN_BYTES}"
+_RUN_COLUMNS = (
+    f"r.run_id, case when {_RUN_KEPT} then r.flow end, case when {_RUN_KEPT} then r.scope end, r.state,"
+    f" r.epoch, r.created_ms, r.updated_ms, case when {_RUN_KEPT} then r.meta end,"
+    f" case when {_RUN_KEPT} then r.error end, {_RUN_SIZE}"
+)
+_PAYLOAD_SIZE = "octet_length({0})::bigint"
+_PAYLOAD = f"case when octet_length({{0}}) <= {MAX_PAYLOAD_BYTES} then {{0}} end, {_PAYLOAD_SIZE}"
 
 
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
+
+
+def _size(value: object) -> str:
+    """A size the server measured, for a message."""
+    return f"{value:,}" if type(value) is int else shown(value)
 
 
 def _json_or_none(text: object) -> Any:
@@ -565,7 +590,9 @@ class PostgresJournal:
     def _info(self, row: Sequence[Any]) -> RunInfo:
         """A run's row as ``RunInfo``; a row whose fields are not what this journal writes is
         ``JournalCorrupt`` naming the run (rows read back are untrusted, as lines of a file are)."""
-        run_id, flow, scope, state, epoch, created, updated, meta, error, live = row
+        run_id, flow, scope, state, epoch, created, updated, meta, error, size, live = row
+        if not whole(size, 0, MAX_RUN_BYTES):  # its flow, scope, meta and error were never sent
+            raise self._oversized_run(run_id, size)
         meta_obj = _json_or_none(meta)
         error_obj = None if error is None else _json_or_none(error)
         checks = (
@@ -600,9 +627,15 @@ class PostgresJournal:
         """A record's row as ``Record``, after the checks a file's line gets (a sequence number from
         1, an id of a record id's shape, a key ``check_key`` takes, a time, a payload that is a JSON
         object); anything else is ``JournalCorrupt`` naming run, stream and sequence number."""
-        seq, rid, key, ts_ms, payload = row
-        obj = _json_or_none(payload)
-        problem = record_problem(seq, rid, key, ts_ms, obj)
+        seq, rid, key, ts_ms, payload, size = row
+        if whole(size, 0, MAX_PAYLOAD_BYTES):
+            obj = _json_or_none(payload)
+            problem = record_problem(seq, rid, key, ts_ms, obj)
+        else:  # the server never sent it
+            problem = (
+                f"a payload of {_size(size)} bytes, over the {MAX_PAYLOAD_BYTES:,} a record may hold "
+                "(not read)"
+            )
         if problem is not None:
             raise JournalCorrupt(
                 f"the PostgreSQL journal at {self._location}: record {seq} of stream {stream} of root "
@@ -629,6 +662,15 @@ class PostgresJournal:
             reason=problem,
             run_id=str(run_id)[:128],
             stream=stream,
+        )
+
+    def _oversized_run(self, run_id: object, size: object) -> JournalCorrupt:
+        """The error for a run row whose flow, scope, meta and error the server measured at ``size``
+        bytes together, over ``MAX_RUN_BYTES``: none of them was sent."""
+        return self._run_corrupt(
+            run_id,
+            f"a flow, scope, meta and error of {_size(size)} bytes together, over the "
+            f"{MAX_RUN_BYTES:,} bytes a run record may hold (not read)",
         )
 
     def _not_found(self, run_id: str) -> JournalRunNotFound:
@@ -759,7 +801,11 @@ class PostgresJournal:
         now = read_clock(self._clock)
         run_id = new_run_id(now)
         key = secrets.randbits(63)
-        meta_text = payload_json(meta, what="run metadata").decode()
+        meta_json = payload_json(meta, what="run record (its flow, scope and metadata)", limit=None)
+        fields: dict[str, object] = {"runId": run_id, "flow": flow, "scope": scope, "state": "running"}
+        fields.update(epoch=1, createdMs=now, updatedMs=now)
+        check_run_size(run_record_size(fields, len(meta_json), None))
+        meta_text = meta_json.decode()
         with self._lease_mutex:
             with self._leasing("beginning a run", run_id) as cur:
                 cur.execute(
@@ -822,11 +868,13 @@ class PostgresJournal:
         self._check_open()
         ended = finish_state(state)
         check_name("run id", lease.run_id)
-        error_text = None if not error else payload_json(error, what="error").decode()
+        error_json = None if not error else payload_json(error, what="error")
+        error_text = None if error_json is None else error_json.decode()
         now = read_clock(self._clock, run_id=lease.run_id)
         with self._transaction("finishing a run", run_id=lease.run_id) as cur:
             epoch, stored, _ = self._lock_run(cur, lease.run_id)
             check_fence(lease, epoch, stored)
+            self._check_finished_size(cur, lease, ended, now, error_json)
             row = cur.execute(
                 f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
                 f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
@@ -835,6 +883,25 @@ class PostgresJournal:
         self.release(lease)
         assert row is not None  # the row is locked: it cannot have gone
         return self._info(row)
+
+    def _check_finished_size(
+        self, cur: psycopg.Cursor[Any], lease: Lease, ended: RunState, now: int, error: bytes | None
+    ) -> None:
+        """Refuse to finish a run whose record, with ``error``, would be over ``MAX_RUN_BYTES`` as
+        ``run.json`` measures it (so both backends refuse the same errors); a stored row already
+        over it is ``JournalCorrupt`` before anything is written."""
+        row = cur.execute(
+            f"select case when {_RUN_KEPT} then r.flow end, case when {_RUN_KEPT} then r.scope end,"
+            f" r.created_ms, octet_length(r.meta), {_RUN_SIZE} from journal_runs r where r.run_id = %s",
+            (lease.run_id,),
+        ).fetchone()
+        assert row is not None  # the row is locked: it cannot have gone
+        flow, scope, created, meta_bytes, size = row
+        if not whole(size, 0, MAX_RUN_BYTES):  # refused as a read refuses it, before any write
+            raise self._oversized_run(lease.run_id, size)
+        fields: dict[str, object] = {"runId": lease.run_id, "flow": flow, "scope": scope}
+        fields.update(state=ended.value, epoch=lease.epoch, createdMs=created, updatedMs=now)
+        check_run_size(run_record_size(fields, int(meta_bytes), error), run_id=lease.run_id)
 
     def release(self, lease: Lease) -> None:
         """Let go of the lease's advisory lock (the run then reads interrupted if still running).
@@ -901,7 +968,12 @@ class PostgresJournal:
         )
 
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
-            return cur.execute("select * from journal_append(%s, %s, %s, %s, %s, %s, %s)", args).fetchone()
+            return cur.execute(
+                "select o_status, o_epoch, o_state, o_seq, o_id, o_key, o_ts, "
+                + _PAYLOAD.format("o_payload")
+                + " from journal_append(%s, %s, %s, %s, %s, %s, %s)",
+                args,
+            ).fetchone()
 
         row = self._call("appending", call, run_id=run_id, stream=stream)
         assert row is not None  # the function always returns one row
@@ -920,7 +992,9 @@ class PostgresJournal:
         check_name("stream name", stream)
         # A left join from the run's row: no row means no run; one null record, an empty result.
         query = (
-            "select x.seq, x.id, x.key, x.ts_ms, x.payload from journal_runs r"
+            "select x.seq, x.id, x.key, x.ts_ms, "
+            + _PAYLOAD.format("x.payload")
+            + " from journal_runs r"
             " left join journal_records x on x.run_id = r.run_id and x.stream = %s"
             + where
             + " where r.run_id = %s order by x.seq"

@@ -200,3 +200,25 @@ def test_a_line_decoded_back_is_exactly_the_record_written(
     assert FileJournal(jr.root).read(run_id, "s")[-1] == rec
     with pytest.raises(ValueError, match="cannot encode"):
         journal.RecordCodec(run_id, "s").encode(journal.Record(run_id, "s", 0, "x", None, 1, {}))
+
+
+def test_a_checksummed_line_over_the_cap_is_journal_corrupt_naming_its_line(
+    stream: tuple[FileJournal, str, journal.Lease, Path],
+) -> None:
+    jr, run_id, lease, path = stream
+    lines = path.read_bytes().splitlines(keepends=True)
+    huge = "x" * (journal.MAX_PAYLOAD_BYTES + 65536)  # past any line an append writes
+    lines[1] = _line({**GOOD_RECORD, "payload": {"a": huge}}) + b"\n"
+    path.write_bytes(b"".join(lines))
+    operations: dict[str, Callable[[], object]] = {
+        "read": lambda: FileJournal(jr.root).read(run_id, "s"),
+        "find": lambda: FileJournal(jr.root).find(run_id, "s", "k"),
+        "append": lambda: FileJournal(jr.root).append(lease, "s", {"n": 4}),
+    }
+    for name, operation in operations.items():
+        with pytest.raises(JournalCorrupt) as err:
+            operation()
+        assert (err.value.code, err.value.path, err.value.line) == ("journal_corrupt", path, 2), name
+        assert f"a line of {len(lines[1]) - 1:,} bytes, over the" in err.value.reason, name
+        assert "restore it from a backup or inspect it with `flows check`" in str(err.value), name
+    assert path.read_bytes() == b"".join(lines)  # never cut, never rewritten

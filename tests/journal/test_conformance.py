@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 import journal
@@ -370,6 +371,68 @@ def test_metadata_or_an_error_that_is_not_json_is_refused_and_nothing_changes(jr
         jr.finish(lease, RunState.FAILED, {"code": "x", "detail": "lone \ud800"})
     assert jr.run(info.run_id).state == RunState.RUNNING
     assert jr.finish(lease, RunState.FAILED, {"code": "x"}).state == RunState.FAILED
+
+
+def _text_for(size: int, frame: dict[str, object]) -> str:
+    """The text that makes ``frame``, with it as ``frame["x"]``, ``size`` bytes of canonical JSON."""
+    return "x" * (size - len(orjson.dumps({**frame, "x": ""}, option=orjson.OPT_SORT_KEYS)))
+
+
+def test_every_backend_stores_a_payload_of_the_cap_and_refuses_one_byte_more(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    over = {"x": _text_for(journal.MAX_PAYLOAD_BYTES + 1, {})}
+    with pytest.raises(journal.JournalPayloadInvalid) as err:
+        jr.append(lease, "s", over, key="k")
+    assert err.value.code == "journal_payload_invalid"
+    assert f"{journal.MAX_PAYLOAD_BYTES:,}" in str(err.value)
+    assert list(jr.read(info.run_id, "s")) == []
+    at_cap = {"x": over["x"][1:]}
+    rec = jr.append(lease, "s", at_cap, key="k")
+    with journal.open_journal(journal_location) as reader:
+        assert list(reader.read(info.run_id, "s")) == [rec]
+
+
+def _run_record(info: journal.RunInfo, meta: dict[str, object], error: object = None) -> dict[str, object]:
+    """The run record as run.json holds it: what the cap on a run measures, on every backend."""
+    return {
+        "runId": info.run_id,
+        "flow": info.flow,
+        "scope": info.scope,
+        "state": "running" if error is None else "failed",
+        "epoch": info.epoch,
+        "createdMs": info.created_ms,
+        "updatedMs": info.updated_ms,
+        "meta": meta,
+        "error": error,
+    }
+
+
+def test_every_backend_stores_a_run_record_of_the_cap_and_refuses_one_byte_more(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    probe, _ = jr.begin("flow", "scope", {})  # the same length of id and times as the next runs
+    base = len(orjson.dumps(_run_record(probe, {"x": ""}), option=orjson.OPT_SORT_KEYS))
+    meta = {"x": "x" * (journal.MAX_RUN_BYTES + 1 - base)}
+    with pytest.raises(journal.JournalPayloadInvalid) as err:
+        jr.begin("flow", "scope", meta)
+    assert err.value.code == "journal_payload_invalid" and err.value.run_id is None
+    assert f"{journal.MAX_RUN_BYTES:,}" in str(err.value)
+    assert [r.run_id for r in jr.runs()] == [probe.run_id]
+    meta = {"x": meta["x"][1:]}
+    info, lease = jr.begin("flow", "scope", meta)
+    size = len(orjson.dumps(_run_record(info, meta), option=orjson.OPT_SORT_KEYS))
+    assert size == journal.MAX_RUN_BYTES
+    with journal.open_journal(journal_location) as reader:
+        assert reader.run(info.run_id).meta == meta
+    # an error that would make the record larger is refused the same way, and the run goes on
+    with pytest.raises(journal.JournalPayloadInvalid) as err:
+        jr.finish(lease, RunState.FAILED, {"c": "e"})
+    assert err.value.run_id == info.run_id
+    assert jr.run(info.run_id).state == RunState.RUNNING
+    assert jr.append(lease, "s", {"n": 1}).seq == 1
+    assert jr.finish(lease, RunState.DONE).state == RunState.DONE
 
 
 def test_an_appended_record_equals_the_one_read_back(jr: JournalBackend) -> None:
