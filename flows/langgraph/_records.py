@@ -70,6 +70,56 @@ def versions_ok(versions: Any) -> TypeGuard[dict[str, Any]]:
     )
 
 
+def checkpoint_problem(checkpoint: Any, record_id: str) -> str | None:
+    """Why LangGraph could not run on ``checkpoint`` (a decoded checkpoint without its values) as the
+    one of the record ``record_id`` (None: it can). LangGraph indexes and does arithmetic on these
+    fields without a check, so a crafted or foreign one would fail deep inside a graph run with a
+    bare ``TypeError``, ``KeyError`` or ``binascii.Error``; the writer asks the same before appending.
+    """
+    if not isinstance(checkpoint, dict):
+        return f"is a {type(checkpoint).__name__}, not a dict"
+    if checkpoint.get("id") != record_id:
+        return f"has the id {str(checkpoint.get('id'))[:80]!r}, not its record's {record_id[:80]!r}"
+    v, seen = checkpoint.get("v", 1), checkpoint.get("versions_seen")
+    updated = checkpoint.get("updated_channels")
+    checks = (
+        (not isinstance(v, bool) and isinstance(v, int), "a format version v that is not an integer"),
+        (isinstance(checkpoint.get("ts", ""), str), "a timestamp ts that is not a string"),
+        (
+            versions_ok(checkpoint.get("channel_versions")),
+            "channel_versions that are not channel names to versions (strings or numbers)",
+        ),
+        (
+            isinstance(seen, dict) and all(isinstance(n, str) and versions_ok(vs) for n, vs in seen.items()),
+            "versions_seen that are not node names to channel versions",
+        ),
+        (
+            updated is None
+            or (isinstance(updated, list | tuple) and all(isinstance(c, str) for c in updated)),
+            "updated_channels that are not a list of channel names",
+        ),
+    )
+    return next((f"has {problem}" for ok, problem in checks if not ok), None)
+
+
+def metadata_problem(metadata: Any) -> str | None:
+    """Why LangGraph could not run on ``metadata`` (a checkpoint's decoded metadata); None: it can.
+    ``step`` is added to, ``parents`` is merged into a config, ``source`` is compared as text."""
+    if not isinstance(metadata, dict):
+        return f"is a {type(metadata).__name__}, not a dict"
+    step = metadata.get("step", -1)
+    if isinstance(step, bool) or not isinstance(step, int):
+        return "has a step that is not an integer"
+    parents = metadata.get("parents", {})
+    if not isinstance(parents, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in parents.items()
+    ):
+        return "has parents that are not namespaces to checkpoint ids"
+    if not isinstance(metadata.get("source", ""), str):
+        return "has a source that is not a string"
+    return None
+
+
 def payload_problem(payload: Mapping[str, Any]) -> str | None:
     """Why a reader would refuse ``payload`` as a record of the stream (None: it reads it).
 

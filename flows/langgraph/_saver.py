@@ -55,9 +55,10 @@ from flows.langgraph._records import (
     StoredCheckpoint,
     ThreadIndex,
     Typed,
+    checkpoint_problem,
+    metadata_problem,
     pack,
     payload_problem,
-    versions_ok,
 )
 from flows.langgraph._serde import Refused, StrictDecoder
 from journal import (
@@ -617,19 +618,27 @@ class JournalSaver(BaseCheckpointSaver[str]):
             seq=rec.seq,
         )
 
-    def _versions(self, checkpoint: Mapping[str, Any], stored: StoredCheckpoint) -> dict[str, Any]:
-        """The checkpoint's ``channel_versions``, checked: channel names to strings or numbers."""
-        versions = checkpoint.get("channel_versions", {})
-        if not versions_ok(versions):
-            raise self._invalid(
-                stored, "the checkpoint", "has channel_versions that are not channel names to versions"
-            )
-        return versions
+    def _checkpoint(self, stored: StoredCheckpoint) -> Checkpoint:
+        """The stored checkpoint (without its values), decoded and checked to be one LangGraph can
+        run on: RecordInvalid naming the record otherwise, never a bare error deep in a graph run."""
+        checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint", dict)
+        problem = checkpoint_problem(checkpoint, stored.id)
+        if problem is not None:
+            raise self._invalid(stored, "the checkpoint", problem)
+        return checkpoint
+
+    def _metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
+        """The stored checkpoint's metadata, decoded and checked as ``_checkpoint`` does."""
+        metadata: CheckpointMetadata = self._load(stored.metadata, stored, "the metadata", dict)
+        problem = metadata_problem(metadata)
+        if problem is not None:
+            raise self._invalid(stored, "the metadata", problem)
+        return metadata
 
     def _tuple(self, t: _Thread, stored: StoredCheckpoint) -> CheckpointTuple:
         load = self._load
-        checkpoint: Checkpoint = load(stored.checkpoint, stored, "the checkpoint", dict)
-        values = t.index.values(stored.ns, self._versions(checkpoint, stored))
+        checkpoint = self._checkpoint(stored)
+        values = t.index.values(stored.ns, checkpoint["channel_versions"])
         checkpoint["channel_values"] = {k: load(v, stored, "channel", name=k) for k, v in values.items()}
         pending = [
             (w.task_id, w.channel, load(w.value, stored, "a write to", rec=w.record, name=w.channel))
@@ -638,7 +647,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             _config(t.thread_id, stored.ns, stored.id),
             checkpoint,
-            load(stored.metadata, stored, "the metadata", dict),
+            self._metadata(stored),
             _config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
             pending,
         )
@@ -691,7 +700,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                     if before_id and stored.id >= before_id:
                         continue
                     if filter:
-                        metadata = self._load(stored.metadata, stored, "the metadata", dict)
+                        metadata = self._metadata(stored)
                         if not all(at_path(metadata, k) == v for k, v in filter.items()):
                             continue
                     found.append((stored.id, t, stored))
@@ -746,13 +755,23 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 else ("empty", b"")
             )
             blobs.append([channel, version, *pack(typed)])
-        if not versions_ok(c.get("channel_versions", {})):
+        if not isinstance(metadata, Mapping):
             raise ConfigInvalid(
-                f"checkpoint {str(c.get('id'))[:80]!r} of thread {thread_id!r:.120} has channel_versions "
-                "that are not channel names to versions (strings or numbers); nothing was written",
+                f"a checkpoint's metadata is a mapping, not {type(metadata).__name__}; nothing was written",
                 thread_id=thread_id,
             )
         meta = get_serializable_checkpoint_metadata(config, metadata)
+        problem = checkpoint_problem(c, checkpoint["id"])
+        what = "it"
+        if problem is None:
+            problem, what = metadata_problem(meta), "its metadata"
+        if problem is not None:
+            # a reader refuses what LangGraph cannot run on: written, it would make the thread unreadable
+            raise ConfigInvalid(
+                f"checkpoint {str(c.get('id'))[:80]!r} of thread {thread_id!r:.120} is not one LangGraph "
+                f"can run on: {what} {problem}; nothing was written",
+                thread_id=thread_id,
+            )
         run_id = meta.get("run_id")
         return {
             "kind": "checkpoint",
@@ -876,7 +895,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         carried: set[tuple[str, str, Any]] = set()
         out: Keyed = []
         for stored in kept:
-            versions = self._versions(self._load(stored.checkpoint, stored, "the checkpoint", dict), stored)
+            versions = self._checkpoint(stored)["channel_versions"]
+            self._metadata(stored)  # carried as bytes, but never carried unchecked
             blobs = []
             for channel, version in versions.items():
                 typed = t.index.blobs.get((stored.ns, channel, version))

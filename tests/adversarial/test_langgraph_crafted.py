@@ -11,6 +11,7 @@ refused with the same code (catalog registrations), never a bare ``KeyError`` or
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import enum
@@ -29,7 +30,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
 import journal
-from flows.langgraph import JournalSaver, JournalStore, RecordInvalid
+from flows.langgraph import ConfigInvalid, JournalSaver, JournalStore, RecordInvalid, ValueUnserializable
 from flows.langgraph._catalog import THREADS_STREAM
 from flows.langgraph._records import STREAM
 from flows.langgraph._serde import Refused, StrictDecoder
@@ -407,3 +408,96 @@ def test_a_registration_naming_another_threads_run_serves_and_takes_nothing(
         assert [r.payload for r in backend.read(target, STREAM)] == before  # nothing landed there
     finally:
         backend.close()
+
+
+class _Steps(TypedDict):
+    x: int
+
+
+def _step_graph(saver: Any) -> Any:
+    builder = StateGraph(_Steps)
+    builder.add_node("inc", lambda s: {"x": s["x"] + 1})
+    builder.add_edge(START, "inc")
+    builder.add_edge("inc", END)
+    return builder.compile(checkpointer=saver)
+
+
+SHAPES: dict[str, tuple[str, str, Any]] = {
+    "checkpoint id not its record's": ("checkpoint", "id", "another id"),
+    "format version a string": ("checkpoint", "v", "4"),
+    "timestamp a number": ("checkpoint", "ts", 5),
+    "versions_seen a list": ("checkpoint", "versions_seen", [1]),
+    "versions_seen of numbers": ("checkpoint", "versions_seen", {"inc": 5}),
+    "updated_channels a number": ("checkpoint", "updated_channels", 5),
+    "no channel_versions": ("checkpoint", "channel_versions", None),
+    "metadata step a string": ("metadata", "step", "9"),
+    "metadata step null": ("metadata", "step", None),
+    "metadata parents a list": ("metadata", "parents", ["x"]),
+    "metadata a list": ("metadata", "", ["step"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_a_checkpoint_langgraph_cannot_run_on_is_record_invalid_not_a_bare_error(
+    journal_location: str, name: str
+) -> None:
+    """A crafted checkpoint whose values all decode, but whose fields LangGraph indexes and adds to
+    have the wrong types: every graph method that reads it fails with ``langgraph_record_invalid``
+    naming the record, never a bare ``TypeError``/``KeyError``/``binascii.Error`` from deep inside a
+    graph run; and ``put`` refuses such a checkpoint before writing it."""
+    slot, field, bad = SHAPES[name]
+    with JournalSaver(journal=journal_location) as saver:
+        _step_graph(saver).invoke({"x": 0}, config("t"))
+        tup = saver.get_tuple(config("t"))
+        assert tup is not None
+        run_id = thread_runs(saver.backend)[0].run_id
+        records = saver.backend.read(run_id, STREAM)
+        last = [r.payload for r in records if r.payload["kind"] == "checkpoint"][-1]
+    body: Any = {k: v for k, v in tup.checkpoint.items() if k != "channel_values"}
+    meta: Any = dict(tup.metadata)
+    crafted_id = "1fffffff-ffff-6fff-bfff-ffffffffffff"  # sorts after every real id: the latest
+    body["id"] = crafted_id
+    target = body if slot == "checkpoint" else meta
+    if not field:
+        target = bad
+    elif bad is None and field == "channel_versions":
+        del target[field]
+    else:
+        target[field] = bad
+    if slot == "checkpoint":
+        body = target
+    else:
+        meta = target
+    record = {**last, "id": crafted_id, "parent": last["id"]}
+    record.update(checkpoint=_good(body), metadata=_good(meta))
+    _append(journal_location, run_id, STREAM, [record])
+
+    with JournalSaver(journal=journal_location) as fresh:
+        graph = _step_graph(fresh)
+        for act in (
+            lambda: fresh.get_tuple(config("t")),
+            lambda: graph.get_state(config("t")),
+            lambda: list(graph.get_state_history(config("t"))),
+            lambda: graph.invoke({"x": 5}, config("t")),
+            lambda: list(fresh.list(None, filter={"step": 1})),
+            lambda: fresh.copy_thread("t", "copy"),
+        ):
+            with pytest.raises(RecordInvalid) as caught:
+                act()
+            assert (caught.value.run_id, caught.value.stream, caught.value.seq) == (
+                run_id,
+                STREAM,
+                len(fresh.backend.read(run_id, STREAM)),
+            )
+        with pytest.raises(RecordInvalid):
+            asyncio.run(fresh.aget_tuple(config("t")))
+        if field == "id":
+            return  # a put names its record by the checkpoint's own id: the two always agree
+        # the writer refuses what a reader would: written, it would make a thread unreadable
+        before = len(thread_runs(fresh.backend))
+        cp = {**body, "channel_values": {}}
+        with pytest.raises((ConfigInvalid, ValueUnserializable)):
+            fresh.put(config("other"), cp, meta, {})
+        with pytest.raises((ConfigInvalid, ValueUnserializable)):
+            asyncio.run(fresh.aput(config("other"), cp, meta, {}))
+        assert len(thread_runs(fresh.backend)) == before
