@@ -82,6 +82,9 @@ them is answered by the memory's metadata index rather than by reading every ite
 _INDEXED_MAX = 256
 KEY_MAX = 1024
 """The longest item key, in characters."""
+CREATED_MAX_MS = 253_402_300_799_999
+"""The latest creation time an item read back may carry (the last millisecond of the year 9999):
+past it no date can be made of it, so an item claiming one is not the store's."""
 TTL_MAX_MINUTES = 100 * 365 * 24 * 60
 """The longest TTL, in minutes (a hundred years; an expiry must be a date the journal can write)."""
 
@@ -465,7 +468,7 @@ class JournalStore(BaseStore):
         return (
             isinstance(meta.get("key"), str)
             and isinstance(meta.get("value"), dict)
-            and (created is None or (type(created) is int and created >= 0))
+            and (created is None or (type(created) is int and 0 <= created <= CREATED_MAX_MS))
             and (ttl is None or (type(ttl) in (int, float) and 0 < ttl <= TTL_MAX_MINUTES))
         )
 

@@ -312,6 +312,7 @@ CRAFTED_ITEMS: dict[str, dict[str, Any]] = {
     "createdMs a string": {"key": "k", "value": {"a": 1}, "createdMs": "yesterday"},
     "ttlMinutes a string": {"key": "k", "value": {"a": 1}, "ttlMinutes": "nan"},
     "ttlMinutes NaN-like": {"key": "k", "value": {"a": 1}, "ttlMinutes": -1},
+    "createdMs past the year 9999": {"key": "k", "value": {"a": 1}, "createdMs": 10**16},
 }
 
 
