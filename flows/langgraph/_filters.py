@@ -23,7 +23,11 @@ _FILTER_KEY = re.compile(r"[a-zA-Z0-9_.-]+")
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
     """Refuse a filter key outside ``[a-zA-Z0-9_.-]`` (as LangGraph's SQL stores do) and an unknown
-    ``$`` operator, with ``FilterInvalid`` (a ``ValueError``)."""
+    ``$`` operator, with ``FilterInvalid`` (a ``ValueError``); so is a filter that is not a mapping."""
+    if filter is not None and not isinstance(filter, Mapping):
+        raise FilterInvalid(
+            f"a filter maps keys to wanted values, not {type(filter).__name__}: {filter!r:.80}"
+        )
     for key, wanted in (filter or {}).items():
         if not isinstance(key, str) or not _FILTER_KEY.fullmatch(key):
             raise FilterInvalid(

@@ -254,6 +254,22 @@ def _pushed(filter: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+def _check_read(op: Op) -> None:
+    """Refuse a search's filter that ``check_filter`` refuses, and a page of a search or listing that
+    is not two non-negative integers (or a ``max_depth`` that is not positive): a negative one would
+    slice from the end (another page than asked for), and anything else fail with a bare TypeError."""
+    if isinstance(op, SearchOp):
+        check_filter(op.filter)
+    if not isinstance(op, SearchOp | ListNamespacesOp):
+        return
+    for name, n in (("offset", op.offset), ("limit", op.limit)):
+        if type(n) is not int or n < 0:
+            raise ConfigInvalid(f"a search's or listing's {name} is a non-negative integer, not {n!r:.40}")
+    depth = op.max_depth if isinstance(op, ListNamespacesOp) else None
+    if depth is not None and (type(depth) is not int or depth < 1):
+        raise ConfigInvalid(f"max_depth is None or a positive integer, not {depth!r:.40}")
+
+
 def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     path = condition.path
     if len(namespace) < len(path):
@@ -417,8 +433,7 @@ class JournalStore(BaseStore):
                 validate_op_namespace(op)  # LangGraph's own check of every label
             except InvalidNamespaceError as exc:
                 raise NamespaceInvalid(str(exc)) from None
-            if isinstance(op, SearchOp):
-                check_filter(op.filter)
+            _check_read(op)
         # on a journal hosts share, what other hosts put since the last batch is read first
         self._memory.catch_up()
         for i, op in enumerate(ops):

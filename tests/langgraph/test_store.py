@@ -385,3 +385,44 @@ def test_a_filter_object_with_a_non_string_key_matches_nothing(store: JournalSto
     assert store.search(("ok",), filter={"user": {1: None}}) == []
     assert store.search(("ok",), filter={"user": {"name": "ann", 2: "x"}}) == []
     assert [i.key for i in store.search(("ok",), filter={"user": {"name": "ann"}})] == ["k"]
+
+
+HOSTILE_PAGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "search offset -2": ("search", {"offset": -2}),
+    "search limit -1": ("search", {"limit": -1}),
+    "search limit a string": ("search", {"limit": "3"}),
+    "search offset a float": ("search", {"offset": 1.5}),
+    "search limit True": ("search", {"limit": True}),
+    "list_namespaces offset -1": ("list_namespaces", {"offset": -1}),
+    "list_namespaces limit -1": ("list_namespaces", {"limit": -1}),
+    "list_namespaces max_depth 0": ("list_namespaces", {"max_depth": 0}),
+    "list_namespaces max_depth -1": ("list_namespaces", {"max_depth": -1}),
+    "list_namespaces max_depth a string": ("list_namespaces", {"max_depth": "2"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_PAGES))
+def test_a_page_that_is_not_non_negative_integers_is_config_invalid_sync_and_async(
+    store: JournalStore, name: str
+) -> None:
+    """A negative offset or limit would slice from the end (another page than asked for) and a
+    non-integer fail with a bare TypeError: both are refused, by ``batch`` and ``abatch`` alike."""
+    for i in range(4):
+        store.put(("p",), f"k{i}", {"v": i})
+    method, kwargs = HOSTILE_PAGES[name]
+    args = (("p",),) if method == "search" else ()
+    with pytest.raises(ConfigInvalid) as caught:
+        getattr(store, method)(*args, **kwargs)
+    assert caught.value.code == "langgraph_config_invalid"
+    with pytest.raises(ConfigInvalid):
+        asyncio.run(getattr(store, "a" + method)(*args, **kwargs))
+
+
+@pytest.mark.parametrize("bad", [[("v", 1)], "v=1", 5])
+def test_a_filter_that_is_not_a_mapping_is_filter_invalid(store: JournalStore, bad: Any) -> None:
+    store.put(("f",), "k", {"v": 1})
+    with pytest.raises(FilterInvalid) as caught:
+        store.search(("f",), filter=bad)
+    assert caught.value.code == "langgraph_filter_invalid"
+    with pytest.raises(FilterInvalid):
+        asyncio.run(store.asearch(("f",), filter=bad))
