@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -166,6 +166,17 @@ def _since_tombstone(t: _Thread, key: str) -> str:
     if mark is None:
         return key
     return key[:2] + hashlib.blake2b(f"{key}|{mark}".encode(), digest_size=16).hexdigest()
+
+
+def _ids(values: Any, what: str) -> list[Any]:
+    """``values`` as a list of ids: a string or bytes is refused (``ConfigInvalid``), since iterating
+    it would name each of its characters: ``prune("t-1", strategy="delete")`` would delete the
+    threads "t", "-" and "1"."""
+    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Iterable):
+        raise ConfigInvalid(
+            f"{what} are a list of ids, not {type(values).__name__} {values!r:.80}: pass [{values!r:.80}]"
+        )
+    return list(values)
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -684,10 +695,20 @@ class JournalSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Tuples:
-        configurable = (config or {}).get("configurable") or {}
         check_filter(filter)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ConfigInvalid(f"list's limit is None or an integer, not {limit!r:.40}")
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigInvalid(f"list's config is a RunnableConfig (a dict), not {type(config).__name__}")
+        configurable = (config or {}).get("configurable") or {}
+        if before is not None and (
+            not isinstance(before, Mapping) or not isinstance(get_checkpoint_id(before) or "", str)
+        ):
+            raise ConfigInvalid(f"list's before is a config naming a checkpoint_id, not {before!r:.80}")
         thread_ids = [_thread_id(config)] if config else self._catalog.threads()
         ns = configurable.get("checkpoint_ns") if config else None
+        if ns is not None and not isinstance(ns, str):
+            raise ConfigInvalid(f"configurable.checkpoint_ns must be a string, not {ns!r:.40}")
         wanted_id = get_checkpoint_id(config) if config else None
         before_id = get_checkpoint_id(before) if before else None
         found: list[tuple[str, _Thread, StoredCheckpoint]] = []
@@ -800,6 +821,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 "put_writes needs configurable.checkpoint_id: the checkpoint the writes belong to",
                 thread_id=thread_id,
             )
+        if isinstance(writes, str | bytes) or not all(
+            isinstance(w, tuple | list) and len(w) == 2 for w in writes
+        ):
+            raise ConfigInvalid(
+                f"put_writes takes a list of (channel, value) pairs, not {writes!r:.80}; nothing was written",
+                thread_id=thread_id,
+            )
         payload: Payload = {
             "kind": "writes",
             "ns": ns,
@@ -854,7 +882,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Tombstone, in every thread, the checkpoints (and their writes) that the given LangGraph
         runs made. Reads every thread of the journal."""
-        wanted = {str(r) for r in run_ids}
+        wanted = {str(r) for r in _ids(run_ids, "delete_for_runs's run ids")}
         if not wanted:
             return
         for thread_id in self._catalog.threads():
@@ -933,6 +961,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         """``keep_latest``: compact each thread into a new generation holding only the latest
         checkpoint of each namespace (with its values and pending writes); ``delete``: delete the
         threads. Raises ConfigInvalid for another strategy."""
+        thread_ids = _ids(thread_ids, "prune's thread ids")
         if strategy not in ("keep_latest", "delete"):
             raise ConfigInvalid(f"prune strategy {strategy!r} is not one of 'keep_latest', 'delete'")
         for thread_id in thread_ids:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -155,3 +156,44 @@ def test_a_lone_surrogate_in_an_id_or_name_raises_value_unserializable(saver: Jo
     with pytest.raises(ValueUnserializable):
         saver.put_writes(config("t", ids[0]), [("x", 1)], "task\ud800")
     assert _records(saver) == before
+
+
+def test_a_string_where_a_list_of_ids_belongs_is_refused_not_read_as_its_characters(
+    saver: JournalSaver,
+) -> None:
+    """``prune("t-1", strategy="delete")`` would iterate the string and delete the threads "t", "-"
+    and "1"; it is refused, as is a string of run ids, and nothing is touched."""
+    for thread_id in ("t", "-", "1", "t-1"):
+        put_chain(saver, thread_id, [{"x": 1}, {"x": 2}])
+    before = {t: len(list(saver.list(config(t)))) for t in ("t", "-", "1", "t-1")}
+    with pytest.raises(ConfigInvalid, match=r"\['t-1'\]"):
+        saver.prune("t-1", strategy="delete")  # type: ignore[arg-type]
+    with pytest.raises(ConfigInvalid):
+        saver.prune("t-1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigInvalid):
+        saver.delete_for_runs("t-1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigInvalid):
+        asyncio.run(saver.aprune("t-1", strategy="delete"))  # type: ignore[arg-type]
+    assert {t: len(list(saver.list(config(t)))) for t in before} == before
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: list(s.list(config("t"), limit="1")),
+        lambda s: list(s.list(config("t"), limit=1.5)),
+        lambda s: list(s.list(config("t"), before="x")),
+        lambda s: list(s.list(config("t"), before={"configurable": {"checkpoint_id": 5}})),
+        lambda s: list(s.list("t")),
+        lambda s: list(s.list({"configurable": {"thread_id": "t", "checkpoint_ns": 5}})),
+        lambda s: s.put_writes(config("t", "c"), [1], "task"),
+        lambda s: s.put_writes(config("t", "c"), "ab", "task"),
+    ],
+)
+def test_bad_list_and_put_writes_arguments_are_config_invalid_not_bare_errors(
+    saver: JournalSaver, call: Any
+) -> None:
+    put_chain(saver, "t", [{"x": 1}])
+    with pytest.raises(ConfigInvalid) as caught:
+        call(saver)
+    assert caught.value.code == "langgraph_config_invalid"
