@@ -12,6 +12,7 @@ message, log or ledger line is made from it.
 from __future__ import annotations
 
 import contextlib
+import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 import requests
 from eth_abi.abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
+from eth_typing import URI
 from eth_utils.exceptions import ValidationError as EthValidationError
 from hexbytes import HexBytes
 from web3 import HTTPProvider, Web3
@@ -65,6 +67,9 @@ READ_ERRORS: tuple[type[BaseException], ...] = (
 
 #: what a call that reverted raises: over JSON-RPC, and in the in-process EVM
 _REVERTS: tuple[type[BaseException], ...] = (ContractLogicError, *TESTER_ERRORS)
+
+#: the largest answer read from a node (a receipt with many logs is well under a megabyte)
+MAX_ANSWER_BYTES = 16 * 2**20
 
 SWAP_FUNCTION = "swapExactTokensForTokens"
 _ERROR_STRING = bytes.fromhex("08c379a0")  # the selector of Solidity's Error(string)
@@ -142,9 +147,41 @@ class _Provider(HTTPProvider):
     the original chained (a traceback would show it again).
     """
 
-    def __init__(self, rpc_url: str, **kwargs: Any) -> None:
-        super().__init__(rpc_url, **kwargs)
+    def __init__(self, rpc_url: str, *, timeout: float = 10.0, max_bytes: int = MAX_ANSWER_BYTES) -> None:
+        super().__init__(rpc_url, request_kwargs={"timeout": timeout})
         self._secrets = url_secrets(rpc_url)
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+
+    def _make_request(self, method: Any, request_data: bytes) -> bytes:
+        """POST one request and read its answer within ``timeout`` seconds in all and ``max_bytes``.
+
+        requests' own timeout bounds each socket read, not the answer: a node that trickles a byte
+        every few seconds, or streams a body without end, would hold the tick for ever (and fill
+        memory). The body is read as it arrives, and given up past the deadline or the size.
+        """
+        deadline = time.monotonic() + self._timeout
+        url = str(self.endpoint_uri)
+        session = self._request_session_manager.cache_and_return_session(
+            URI(url), request_timeout=self._timeout
+        )
+        kwargs = {**self.get_request_kwargs(), "stream": True}
+        with session.post(url, data=request_data, **kwargs) as response:
+            response.raise_for_status()
+            body = bytearray()
+            while chunk := response.raw.read1(65536):
+                body += chunk
+                if len(body) > self._max_bytes:
+                    raise requests.RequestException(
+                        f"the node's answer to {method} is larger than {self._max_bytes} bytes; "
+                        "nothing was read from it"
+                    )
+                if time.monotonic() > deadline:
+                    raise requests.Timeout(
+                        f"the node's answer to {method} took over {self._timeout}s to arrive; "
+                        "nothing was read from it"
+                    )
+            return bytes(body)
 
     def make_request(self, method: Any, params: Any) -> Any:
         try:
@@ -178,6 +215,13 @@ class ChainView(Protocol):
         ...
 
 
+#: what reading a node's answer of the wrong shape raises (a field missing, a list for an object)
+SHAPE_ERRORS: tuple[type[BaseException], ...] = (KeyError, TypeError, AttributeError, IndexError)
+#: bounds of the numbers a node names: blocks, times, nonces and chain ids fit 63 bits
+INT63 = 2**63
+UINT256 = 2**256
+
+
 @contextlib.contextmanager
 def _reading(what: str) -> Iterator[None]:
     """Translate a failed chain read into ``ChainUnavailable`` (the one place that does)."""
@@ -188,6 +232,29 @@ def _reading(what: str) -> Iterator[None]:
             f"cannot read {what} from the chain: {exc}; check that the node at the configured "
             "rpc_url is running and synced"
         ) from exc
+    except SHAPE_ERRORS as exc:
+        raise ChainUnavailable(
+            f"cannot read {what} from the chain: the node's answer is malformed ({type(exc).__name__}: "
+            f"{exc}); check that the configured rpc_url is an Ethereum JSON-RPC node"
+        ) from exc
+
+
+def quantity(value: object, field: str, bound: int = INT63) -> int:
+    """``value`` as a node's quantity: an integer in ``[0, bound)`` (web3 has turned its hex into one).
+
+    Raises:
+        ValueError: anything else (a float, a boolean, a negative, a number past ``bound``, null).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+        raise ValueError(f"the node's {field} is {str(value)[:80]!r}, not a quantity below {bound}")
+    return value
+
+
+def _same_hash(value: object, tx_hash: str, what: str) -> None:
+    """Refuse an answer about another transaction than the one asked for."""
+    answered = Web3.to_hex(HexBytes(value)) if isinstance(value, str | bytes) else repr(value)
+    if answered.lower() != tx_hash.lower():
+        raise ValueError(f"the node answered with the {what} of {answered[:80]}, not of {tx_hash}")
 
 
 class Chain:
@@ -206,7 +273,7 @@ class Chain:
     @classmethod
     def connect(cls, rpc_url: str, *, timeout: float = 10.0) -> Chain:
         """A ``Chain`` over HTTP JSON-RPC at ``rpc_url`` (no request is made yet)."""
-        provider = _Provider(rpc_url, request_kwargs={"timeout": timeout})
+        provider = _Provider(rpc_url, timeout=timeout)
         return cls(Web3(provider))
 
     # -- plain reads ------------------------------------------------------------------------------
@@ -219,7 +286,7 @@ class Chain:
         """
         if self._chain_id is None:
             with _reading("the chain id"):
-                self._chain_id = int(self.w3.eth.chain_id)
+                self._chain_id = quantity(self.w3.eth.chain_id, "chain id")
         return self._chain_id
 
     def head(self) -> int:
@@ -229,7 +296,7 @@ class Chain:
             ChainUnavailable: the node cannot be read.
         """
         with _reading("the latest block number"):
-            return int(self.w3.eth.block_number)
+            return quantity(self.w3.eth.block_number, "latest block number")
 
     def block_timestamp(self, block: int) -> int:
         """The timestamp of ``block`` (unix seconds).
@@ -238,7 +305,7 @@ class Chain:
             ChainUnavailable: the node cannot be read.
         """
         with _reading(f"block {block}"):
-            return int(self.w3.eth.get_block(block)["timestamp"])
+            return quantity(self.w3.eth.get_block(block)["timestamp"], f"block {block}'s timestamp")
 
     def receipt(self, tx_hash: str, timeout: float) -> Receipt | None:
         """The receipt of ``tx_hash``, waiting up to ``timeout`` s; None if not readable by then.
@@ -256,6 +323,13 @@ class Chain:
                     )
             except (TimeExhausted, TransactionNotFound):
                 return None
+            # a node's word is checked before it is believed: the receipt of the transaction asked
+            # about, a status that is success or failure, a block, logs as a list
+            _same_hash(raw["transactionHash"], tx_hash, "receipt")
+            if raw["status"] not in (0, 1):
+                raise ValueError(f"the receipt's status is {str(raw['status'])[:80]!r}, neither 0 nor 1")
+            if not isinstance(raw["logs"], list | tuple):
+                raise ValueError("the receipt's logs are not a list")
             logs = tuple(
                 LogRecord(
                     address=str(log["address"]),
@@ -266,8 +340,8 @@ class Chain:
             )
             return Receipt(
                 status=int(raw["status"]),
-                block=int(raw["blockNumber"]),
-                gas_used=int(raw["gasUsed"]),
+                block=quantity(raw["blockNumber"], "receipt's block number"),
+                gas_used=quantity(raw["gasUsed"], "receipt's gasUsed", UINT256),
                 logs=logs,
             )
 
@@ -284,13 +358,14 @@ class Chain:
                 return None
             if raw is None:
                 return None
+            _same_hash(raw["hash"], tx_hash, "transaction")
             block = raw.get("blockNumber")
             return ChainTransaction(
                 sender=str(raw["from"]),
                 to=None if raw.get("to") is None else str(raw["to"]),
-                nonce=int(raw["nonce"]),
+                nonce=quantity(raw["nonce"], "transaction's nonce", 2**64),
                 data=Web3.to_hex(HexBytes(raw["input"])),
-                block=None if block is None else int(block),
+                block=None if block is None else quantity(block, "transaction's block number"),
             )
 
     def nonce(self, account: str) -> int:
@@ -300,7 +375,8 @@ class Chain:
             ChainUnavailable: the node cannot be read.
         """
         with _reading(f"the nonce of {account}"):
-            return int(self.w3.eth.get_transaction_count(Web3.to_checksum_address(account), "latest"))
+            count = self.w3.eth.get_transaction_count(Web3.to_checksum_address(account), "latest")
+            return quantity(count, f"transaction count of {account}", 2**64)
 
     def revert_reason(self, tx_hash: str) -> str | None:
         """Why a mined transaction reverted: its call replayed on the state before its block.

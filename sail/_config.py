@@ -30,6 +30,7 @@ _ADDRESS_KEYS = ("router", "token_in", "token_out")
 #: text keys: an empty permission would be sent with a swap the ledger's schema then refuses to record
 _TEXT_KEYS = ("rpc_url", "permission", "key_env", "keystore")
 _OPTIONAL_TEXT_KEYS = ("permission", "keystore")
+_SECONDS_KEYS = ("receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s", "rpc_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SailConfig:
     reconcile_wait_s: float = 5.0
     unsent_after_s: float = 600.0
     lock_timeout_s: float = 120.0
+    rpc_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in _ADDRESS_KEYS:
@@ -66,11 +68,12 @@ class SailConfig:
                 raise SailConfigInvalid(
                     f"config key {name!r} must be an integer in [0, {bound}], got {value!r}"
                 )
-        for name in ("receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s"):
+        for name in _SECONDS_KEYS:
             value = getattr(self, name)
-            if type(value) not in (int, float) or not 0 <= value <= _MAX_SECONDS:
+            low = 0 if name != "rpc_timeout_s" else 1e-3  # a request needs some time
+            if type(value) not in (int, float) or not low <= value <= _MAX_SECONDS:
                 raise SailConfigInvalid(
-                    f"config key {name!r} must be seconds in [0, {_MAX_SECONDS}], got {value!r}"
+                    f"config key {name!r} must be seconds in [{low}, {_MAX_SECONDS}], got {value!r}"
                 )
         for name in _TEXT_KEYS:
             value = getattr(self, name)

@@ -40,7 +40,7 @@ from memory.ledger import (
     DispatchSubmitted,
     DispatchUnsent,
 )
-from sail._chain import READ_ERRORS, TESTER_ERRORS, Chain
+from sail._chain import READ_ERRORS, SHAPE_ERRORS, TESTER_ERRORS, UINT256, Chain, quantity
 from sail._errors import SailKeyUnavailable, SailSubmitFailed, SailSubmitUncertain
 from sail._strategy import Swap
 from staging import failpoint
@@ -205,15 +205,18 @@ class Runner:
         try:
             params: Any = {
                 "from": self.agent,
-                "nonce": w3.eth.get_transaction_count(self.account.address, "pending"),
+                "nonce": quantity(
+                    w3.eth.get_transaction_count(self.account.address, "pending"), "pending nonce", 2**64
+                ),
                 "gas": self.gas,
                 # EIP-1559 fees: twice the base fee leaves room for it to rise while pending
-                "maxFeePerGas": 2 * int(w3.eth.get_block("latest")["baseFeePerGas"]) + PRIORITY_FEE,
+                "maxFeePerGas": 2 * quantity(w3.eth.get_block("latest")["baseFeePerGas"], "base fee", UINT256)
+                + PRIORITY_FEE,
                 "maxPriorityFeePerGas": PRIORITY_FEE,
                 "chainId": self.chain.chain_id(),
             }
             built: dict[str, Any] = dict(fn.build_transaction(params))
-        except READ_ERRORS as exc:
+        except (*READ_ERRORS, *SHAPE_ERRORS) as exc:
             raise ChainUnavailable(f"cannot prepare the swap: {exc}; check the node") from exc
         return built
 

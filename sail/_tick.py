@@ -174,7 +174,7 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
         url = config.rpc_url
         if url == EMBEDDED:
             url = stack.enter_context(embedded_chain(directory)).url
-        chain = Chain.connect(url)
+        chain = Chain.connect(url, timeout=config.rpc_timeout_s)
         runner = Runner(
             chain,
             account,

@@ -332,6 +332,12 @@ def _ledger_mined(
                 f"the node has a receipt for {record.tx_hash} but not the transaction; "
                 "check that it is synced"
             )
+    if tx.block != receipt.block:
+        raise ChainUnavailable(
+            f"the node places {record.tx_hash} in block {tx.block} and its receipt in block {receipt.block} "
+            "(a reorganisation, or a node that contradicts itself); nothing was ledgered, the next tick "
+            "reads it again"
+        )
     _compare(run, record, tx)
     call = run.reader.decode_swap(tx.to or "", tx.data)
     if call is None:

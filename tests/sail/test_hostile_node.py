@@ -1,0 +1,229 @@
+"""The agent against a hostile or broken node: a real HTTP server speaking (or failing to speak)
+JSON-RPC, in front of the in-process EVM or on its own.
+
+What must hold whatever the node says: nothing the chain did not confirm reaches the ledger, every
+failure is a coded error (never a traceback), and no answer holds a tick beyond the request bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hexbytes import HexBytes
+
+from memory.ledger import Acted, ActivityLog, ChainUnavailable, Outcome, TickFinished
+from sail._chain import Chain
+from sail._runner import Runner
+from sail._tick import tick
+from tests.conftest import ROOT
+from tests.sail.conftest import World
+
+Answer = Callable[[dict[str, Any], Callable[[], Any]], Any]
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, dict):  # the EVM here names fields in snake_case; a node, in camelCase
+        return {_camel(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Node(BaseHTTPRequestHandler):
+    """Answers each JSON-RPC request with what ``server.answer(request, honest)`` returns: bytes as
+    the body, else an object sent as JSON; ``honest()`` is the in-process EVM's own answer."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server: Any = self.server
+
+        def honest() -> Any:
+            method = request["method"]
+            params = [  # a block number, as the EVM here takes it
+                int(p, 16) if isinstance(p, str) and p.startswith("0x") and len(p) <= 18 else p
+                for p in request["params"]
+            ]
+            if method in ("eth_call", "eth_estimateGas") and "from" not in params[0]:
+                params = [{**params[0], "from": server.w3.eth.accounts[0]}, *params[1:]]  # the EVM wants one
+            try:
+                with server.lock:
+                    got = _plain(dict(server.w3.provider.make_request(method, params)))
+            except Exception as exc:  # the EVM's refusal, as a node says it
+                return {"jsonrpc": "2.0", "error": {"code": -32000, "message": str(exc)}}
+            result = got.get("result")
+            if isinstance(result, dict) and "data" in result and "input" not in result:
+                result["input"] = result["data"]  # a node names a transaction's calldata `input`
+            return got
+
+        body = server.answer(request, honest)
+        if callable(body):  # the handler writes the answer itself (slowly, or without end)
+            body(self)
+            return
+        data = body if isinstance(body, bytes) else json.dumps({**body, "id": request["id"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def node(world: World) -> Iterator[Any]:
+    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Node)
+    server.daemon_threads = True
+    server.w3, server.lock = world.w3, threading.Lock()
+    server.answer = lambda request, honest: honest()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _tick_over(world: World, url: str, *, timeout: float = 5.0) -> Any:
+    chain = Chain.connect(url, timeout=timeout)
+    runner = Runner(chain, world.agent, ActivityLog(world.sail_dir), clock=world.clock, receipt_timeout=2.0)
+    return tick(
+        world.sail_dir, strategy=world.strategy(), chain=chain, runner=runner, clock=world.clock,
+        reconcile_wait_s=0.5,
+    )
+
+
+def _acted(world: World) -> list[Acted]:
+    return [e for e in world.ledger().entries() if isinstance(e, Acted)]
+
+
+def _receipt_lies(lie: Callable[[dict[str, Any]], dict[str, Any]]) -> Answer:
+    def answer(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        got = honest()
+        if request["method"] == "eth_getTransactionReceipt" and got.get("result"):
+            got["result"] = lie(got["result"])
+        return got
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        pytest.param(lambda r: {**r, "transactionHash": "0x" + "ab" * 32}, id="another-transaction"),
+        pytest.param(lambda r: {**r, "status": "0x7"}, id="status-neither-0-nor-1"),
+        pytest.param(lambda r: {**r, "blockNumber": hex(int(r["blockNumber"], 16) + 1)}, id="another-block"),
+        pytest.param(lambda r: {**r, "blockNumber": None}, id="no-block"),
+        pytest.param(lambda r: {k: v for k, v in r.items() if k != "logs"}, id="no-logs"),
+        pytest.param(lambda r: {**r, "gasUsed": "-0x5"}, id="negative-gas"),
+    ],
+)
+def test_a_receipt_that_contradicts_the_chain_is_never_ledgered(
+    world: World, node: Any, lie: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    sent = world.tick().dispatched  # the swap, sent and mined through the honest in-process node
+    assert sent is not None
+    node.answer = _receipt_lies(lie)
+    world.clock.now += 60
+    _tick_over(world, node.url)  # reconcile sees only the lying receipt
+    assert [e.outcome for e in _acted(world)] == [Outcome.UNVERIFIED]  # never confirmed nor reverted
+    world.clock.now += 60
+    node.answer = lambda request, honest: honest()
+    _tick_over(world, node.url)  # the node tells the truth again: the chain's outcome is ledgered
+    last = _acted(world)[-1]
+    mined = world.w3.eth.get_transaction_receipt(HexBytes(sent.tx_hash))
+    assert (last.outcome, last.block, last.tx_hash) == (Outcome.CONFIRMED, mined["blockNumber"], sent.tx_hash)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [1.5, "-0x5", -5, hex(2**300), None, {"a": 1}, [1], True, "0x12zz"],
+    ids=["float", "negative-hex", "negative", "2^300", "null", "object", "list", "boolean", "junk"],
+)
+def test_a_block_number_or_chain_id_of_the_wrong_type_is_chain_unavailable(
+    world: World, node: Any, result: Any
+) -> None:
+    node.answer = lambda request, honest: {"jsonrpc": "2.0", "result": result}
+    for read in (lambda c: c.head(), lambda c: c.chain_id(), lambda c: c.nonce(world.agent.address)):
+        with pytest.raises(ChainUnavailable):
+            read(Chain.connect(node.url, timeout=2))
+
+
+def _trickle(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "1000000")
+    handler.end_headers()
+    try:
+        for _ in range(10_000):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.1)
+    except OSError:
+        return
+
+
+def _flood(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(500 * 2**20))
+    handler.end_headers()
+    chunk = b" " * 2**20
+    try:
+        for _ in range(500):
+            handler.wfile.write(chunk)
+    except OSError:
+        return
+
+
+@pytest.mark.parametrize("writer", [_trickle, _flood], ids=["trickles-a-byte-at-a-time", "sends-500-MB"])
+def test_an_answer_that_never_ends_is_given_up_within_the_request_bound(
+    world: World, node: Any, writer: Callable[[BaseHTTPRequestHandler], None]
+) -> None:
+    node.answer = lambda request, honest: writer
+    started = time.monotonic()
+    with pytest.raises(ChainUnavailable, match=r"took over 2|larger than"):
+        Chain.connect(node.url, timeout=2).head()
+    assert time.monotonic() - started < 5
+
+
+def test_a_sail_tick_against_a_node_that_trickles_ends_within_its_bound_with_a_code(
+    world: World, node: Any, tmp_path: Path
+) -> None:
+    node.answer = lambda request, honest: _trickle
+    home = world.sail_dir.parent
+    world.save_config(rpc_url=node.url, rpc_timeout_s=1.0)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": "0x" + "00" * 31 + "02"}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sail", "tick", "--json", "--home", str(home)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert time.monotonic() - started < 60
+    assert done.returncode == 1 and json.loads(done.stderr)["code"] == "chain_unavailable", done.stderr
+    assert "Traceback" not in done.stderr
+    (finished,) = [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, TickFinished)]
+    assert (finished.outcome, finished.code) == ("failed", "chain_unavailable")
+    assert world.ledger().entries() == []
+
+
+
