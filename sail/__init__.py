@@ -15,6 +15,7 @@ from typing import Any
 
 from sail._config import SailConfig, load_config, save_config
 from sail._errors import (
+    SailChainMismatch,
     SailChainMissing,
     SailConfigInvalid,
     SailConfigMissing,
@@ -52,6 +53,7 @@ __all__ = [
     "Dispatched",
     "QuoteUnavailable",
     "Runner",
+    "SailChainMismatch",
     "SailChainMissing",
     "SailConfig",
     "SailConfigInvalid",

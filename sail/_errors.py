@@ -11,6 +11,8 @@ The tree::
     ├── SailSubmitUncertain       sail_submit_uncertain: the connection failed while sending; the
     │                             next tick resolves the dispatch from the chain before trading
     ├── SailNodeUnavailable       sail_node_unavailable: the local anvil node cannot be had
+    ├── SailChainMismatch         sail_chain_mismatch: the node serves another chain than the agent's
+    │                             unresolved dispatches were signed for
     └── SailChainMissing          sail_chain_missing: the `chain` extra (web3) is not installed
 
 Chain reads that fail raise ``memory.ledger.ChainUnavailable`` (``chain_unavailable``); ledger and
@@ -75,6 +77,17 @@ class SailNodeUnavailable(SailError):
     """The local anvil node could not be installed, started or reached."""
 
     code = "sail_node_unavailable"
+
+
+class SailChainMismatch(SailError):
+    """The node at ``rpc_url`` serves another chain than a dispatch still being resolved was signed for.
+
+    Resolving it there would read another chain's nonces and transactions (a swap mined on its own
+    chain judged never sent or dropped), so nothing is resolved, ledgered or sent until the node is
+    the dispatch's chain's again.
+    """
+
+    code = "sail_chain_mismatch"
 
 
 class SailSetupFailed(SailError):

@@ -38,6 +38,7 @@ from memory.ledger import (
 )
 from sail._chain import Chain
 from sail._config import EMBEDDED, SailConfig, sail_dir
+from sail._errors import SailChainMismatch
 from sail._node import embedded_chain
 from sail._runner import Dispatched, Runner, load_account
 from sail._strategy import DcaStrategy, Skip, Strategy, Swap, TickState
@@ -75,6 +76,7 @@ def tick(
         SailSubmitUncertain: the connection failed while sending; the next tick resolves it.
         journal.JournalCorrupt: the ledger or activity log is damaged.
         LedgerBusy: another tick held the ledger for ``lock_timeout`` seconds.
+        SailChainMismatch: the node serves another chain than an unresolved dispatch was signed for.
     """
     ledger = Ledger(home_sail_dir)
     activity = ActivityLog(home_sail_dir)
@@ -83,6 +85,7 @@ def tick(
         return int(clock())
 
     with ledger.writer(lock_timeout) as writer:
+        _same_chain(writer, activity, chain)
         reconciled = reconcile(
             writer,
             activity,
@@ -118,6 +121,25 @@ def tick(
         for token in (decision.token_in, decision.token_out):
             _remember_token(writer, activity, chain, token, now())
         return TickResult(tuple(reconciled), None, runner.submit(decision))
+
+
+def _same_chain(writer: LedgerWriter, activity: ActivityLog, chain: Chain) -> None:
+    """Refuse a node of another chain than the dispatches still being resolved were signed for:
+    its nonces and transactions say nothing about them (a swap mined on its own chain would be
+    judged never sent, or dropped, from another chain's account)."""
+    state = writer.refresh()
+    watched = (*state.open, *state.unsent)
+    if not watched:
+        return
+    serving = chain.chain_id()
+    for dispatch in watched:
+        signed_for = activity.dispatch_at(dispatch).chain_id
+        if signed_for != serving:
+            raise SailChainMismatch(
+                f"the node at rpc_url serves chain {serving}, but dispatch {dispatch.tx_hash} was signed "
+                f"for chain {signed_for}: point rpc_url at chain {signed_for}'s node (nothing was "
+                "resolved, ledgered or sent)"
+            )
 
 
 def _snapshot_understates(writer: LedgerWriter, since: int) -> bool:

@@ -23,6 +23,7 @@ from hexbytes import HexBytes
 
 from memory.ledger import Acted, ActivityLog, ChainUnavailable, Outcome, TickFinished
 from sail._chain import Chain
+from sail._errors import SailChainMismatch
 from sail._runner import Runner
 from sail._tick import tick
 from tests.conftest import ROOT
@@ -227,3 +228,34 @@ def test_a_sail_tick_against_a_node_that_trickles_ends_within_its_bound_with_a_c
 
 
 
+
+
+def test_a_node_of_another_chain_resolves_nothing_and_the_swap_is_ledgered_from_its_own(
+    world: World, node: Any
+) -> None:
+    sent = world.tick().dispatched  # signed for the in-process chain, mined there
+    assert sent is not None
+    other = {  # another network: it never saw the hash, and the agent's account there has used 16 nonces
+        "eth_chainId": "0x1",
+        "eth_getTransactionByHash": None,
+        "eth_getTransactionReceipt": None,
+        "eth_getTransactionCount": "0x10",
+    }
+
+    def another_chain(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        if request["method"] in other:
+            return {"jsonrpc": "2.0", "result": other[request["method"]]}
+        return honest()
+
+    node.answer = another_chain
+    world.clock.now += 3 * 600  # well past unsent_after_s: a nonce argument would settle it now
+    before = ActivityLog(world.sail_dir).read()
+    with pytest.raises(SailChainMismatch, match="serves chain 1"):
+        _tick_over(world, node.url)
+    assert ActivityLog(world.sail_dir).read() == before  # not judged unsent nor dropped
+    assert world.ledger().entries() == []
+    node.answer = lambda request, honest: honest()  # rpc_url points at the swap's chain again
+    world.clock.now += 60
+    _tick_over(world, node.url)
+    (acted,) = _acted(world)
+    assert (acted.tx_hash, acted.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
