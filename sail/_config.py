@@ -30,6 +30,7 @@ _ADDRESS_KEYS = ("router", "token_in", "token_out")
 #: text keys: an empty permission would be sent with a swap the ledger's schema then refuses to record
 _TEXT_KEYS = ("rpc_url", "permission", "key_env", "keystore")
 _OPTIONAL_TEXT_KEYS = ("permission", "keystore")
+_INT_KEYS = ("amount_in", "interval_s", "min_balance", "slippage_bps", "deadline_s", "gas", "confirmations")
 _SECONDS_KEYS = ("receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s", "rpc_timeout_s")
 
 
@@ -55,25 +56,27 @@ class SailConfig:
     unsent_after_s: float = 600.0
     lock_timeout_s: float = 120.0
     rpc_timeout_s: float = 10.0
+    confirmations: int = 1
 
     def __post_init__(self) -> None:
         for name in _ADDRESS_KEYS:
             value = getattr(self, name)
             if not isinstance(value, str) or not _ADDRESS.match(value):
                 raise SailConfigInvalid(f"config key {name!r} must be a 0x address, got {value!r}")
-        for name in ("amount_in", "interval_s", "min_balance", "slippage_bps", "deadline_s", "gas"):
+        for name in _INT_KEYS:
             value = getattr(self, name)
             bound = _MAX_AMOUNT if name in _AMOUNT_KEYS else _MAX_INT
-            if type(value) is not int or not 0 <= value <= bound:
+            low = 1 if name == "confirmations" else 0  # a receipt's own block is its first confirmation
+            if type(value) is not int or not low <= value <= bound:
                 raise SailConfigInvalid(
-                    f"config key {name!r} must be an integer in [0, {bound}], got {value!r}"
+                    f"config key {name!r} must be an integer in [{low}, {bound}], got {value!r}"
                 )
         for name in _SECONDS_KEYS:
             value = getattr(self, name)
-            low = 0 if name != "rpc_timeout_s" else 1e-3  # a request needs some time
-            if type(value) not in (int, float) or not low <= value <= _MAX_SECONDS:
+            least = 0.0 if name != "rpc_timeout_s" else 1e-3  # a request needs some time
+            if type(value) not in (int, float) or not least <= value <= _MAX_SECONDS:
                 raise SailConfigInvalid(
-                    f"config key {name!r} must be seconds in [{low}, {_MAX_SECONDS}], got {value!r}"
+                    f"config key {name!r} must be seconds in [{least}, {_MAX_SECONDS}], got {value!r}"
                 )
         for name in _TEXT_KEYS:
             value = getattr(self, name)

@@ -66,6 +66,7 @@ def tick(
     reconcile_wait_s: float = 5.0,
     lock_timeout: float = 120.0,
     unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
+    confirmations: int = 1,
 ) -> TickResult:
     """Run one tick for the agent whose ``.sail`` directory is ``home_sail_dir``.
 
@@ -93,6 +94,7 @@ def tick(
             clock=now,
             receipt_timeout=reconcile_wait_s,
             unsent_after_s=unsent_after_s,
+            confirmations=confirmations,
         )
         state = writer.refresh()
         decision = strategy.decide(
@@ -214,6 +216,7 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
             reconcile_wait_s=config.reconcile_wait_s,
             lock_timeout=config.lock_timeout_s,
             unsent_after_s=config.unsent_after_s,
+            confirmations=config.confirmations,
         )
         return dataclasses.replace(result, chain_ahead_s=chain_ahead_s(chain, clock))
 

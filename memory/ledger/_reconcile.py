@@ -135,6 +135,10 @@ class ChainReader(Protocol):
         """``balanceOf(owner)`` at ``block``; at the latest block when None (all reconcile asks for)."""
         ...
 
+    def head(self) -> int:
+        """The latest block number (read only when more than one confirmation is asked for)."""
+        ...
+
 
 Dispatch = DispatchSigned | DispatchSubmitted
 
@@ -150,6 +154,18 @@ class _Pass:
     receipt_timeout: float
     unsent_after_s: float
     appended: list[Acted]
+    confirmations: int = 1
+
+    def deep_enough(self, receipt: Receipt) -> bool:
+        """Whether ``receipt``'s block has ``confirmations`` blocks on it, itself included (a head
+        that cannot be read confirms nothing)."""
+        if self.confirmations <= 1:
+            return True
+        try:
+            head = self.reader.head()
+        except ChainUnavailable:
+            return False
+        return head - receipt.block + 1 >= self.confirmations
 
     def log(self, record: DispatchMismatch | DispatchSettled | DispatchUnsent | DispatchDropped) -> None:
         if isinstance(record, DispatchMismatch | DispatchSettled) and self._logged(record):
@@ -186,6 +202,7 @@ def reconcile(
     clock: Callable[[], int],
     receipt_timeout: float,
     unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
+    confirmations: int = 1,
 ) -> list[Acted]:
     """Resolve every unresolved dispatch from the chain; return the ledger entries appended.
 
@@ -198,6 +215,9 @@ def reconcile(
         receipt_timeout: how long to wait for a pending transaction's receipt.
         unsent_after_s: how long after signing a dispatch whose hash no node knows and whose nonce
             is still unused is resolved as never sent.
+        confirmations: how many blocks, its own included, must hold a receipt before it is ledgered;
+            until then the dispatch stays unresolved (a block a reorganisation can still remove
+            confirms nothing).
 
     Raises:
         ChainUnavailable: a receipt was read but a transaction, block, token or balance read then
@@ -206,7 +226,7 @@ def reconcile(
         DispatchNotOurs: the chain's transaction under a logged hash was sent by another account.
     """
     state = writer.refresh()
-    run = _Pass(writer, activity, reader, clock(), receipt_timeout, unsent_after_s, [])
+    run = _Pass(writer, activity, reader, clock(), receipt_timeout, unsent_after_s, [], confirmations)
     for dispatch in state.open:
         _resolve(run, dispatch, activity.dispatch_at(dispatch))
     for unsent in writer.refresh().unsent:
@@ -228,7 +248,9 @@ def _resolve(run: _Pass, dispatch: OpenDispatch, record: Dispatch) -> None:
             run, tx_hash, 0 if tx is not None and tx.block is not None else run.receipt_timeout
         )
         if receipt is not None:
-            _ledger_mined(run, record, receipt, tx, settled=dispatch.settled)
+            if run.deep_enough(receipt):
+                _ledger_mined(run, record, receipt, tx, settled=dispatch.settled)
+            return  # mined, not yet deep enough: wait (the tick will not trade)
         elif tx is not None or dispatch.broadcast:
             _unverified_once(run, dispatch, record, tx)
         return  # unreadable, and never known to have left: wait (the tick will not trade)
@@ -248,7 +270,10 @@ def _unknown_to_the_node(run: _Pass, dispatch: OpenDispatch, record: Dispatch, n
     age = run.now - dispatch.ts
     if used > nonce:
         for sibling in run.writer.state.unsent:
-            if sibling.nonce == nonce and _mined_sibling(run, sibling):
+            mined = _mined_sibling(run, sibling) if sibling.nonce == nonce else False
+            if mined is None:
+                return  # the sibling took the nonce in a block not yet deep enough: wait
+            if mined:
                 run.log(
                     DispatchDropped(
                         run.now,
@@ -285,11 +310,14 @@ def _unknown_to_the_node(run: _Pass, dispatch: OpenDispatch, record: Dispatch, n
         )
 
 
-def _mined_sibling(run: _Pass, sibling: OpenDispatch) -> bool:
-    """Ledger ``sibling`` (a dispatch resolved as unsent) if it was mined after all."""
+def _mined_sibling(run: _Pass, sibling: OpenDispatch) -> bool | None:
+    """Ledger ``sibling`` (a dispatch resolved as unsent) if it was mined after all; None when it
+    was, in a block not yet deep enough to ledger it."""
     receipt = _receipt(run, sibling.tx_hash, 0)
     if receipt is None:
         return False
+    if not run.deep_enough(receipt):
+        return None
     _ledger_mined(run, run.activity.dispatch_at(sibling), receipt, None)
     return True
 
@@ -303,7 +331,7 @@ def _watch_unsent(run: _Pass, unsent: OpenDispatch, record: Dispatch) -> None:
         return
     if used <= unsent.nonce:
         return
-    if not _mined_sibling(run, unsent):
+    if _mined_sibling(run, unsent) is False:
         run.log(
             DispatchDropped(
                 run.now,

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hexbytes import HexBytes
 
-from memory.ledger import Acted, ActivityLog, ChainUnavailable, Outcome, TickFinished
+from memory.ledger import Acted, ActivityLog, ChainUnavailable, DispatchUnsent, Outcome, TickFinished
 from sail._chain import Chain
 from sail._errors import SailChainMismatch
 from sail._runner import Runner
@@ -258,4 +258,47 @@ def test_a_node_of_another_chain_resolves_nothing_and_the_swap_is_ledgered_from_
     world.clock.now += 60
     _tick_over(world, node.url)
     (acted,) = _acted(world)
+    assert (acted.tx_hash, acted.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+
+
+def _tick_in_process(world: World, *, confirmations: int) -> Any:
+    chain = Chain(world.w3)
+    runner = Runner(chain, world.agent, ActivityLog(world.sail_dir), clock=world.clock, receipt_timeout=2.0)
+    return tick(
+        world.sail_dir, strategy=world.strategy(), chain=chain, runner=runner, clock=world.clock,
+        reconcile_wait_s=0.5, confirmations=confirmations,
+    )
+
+
+def test_a_swap_in_a_block_a_reorganisation_removes_is_never_ledgered_when_confirmations_are_asked(
+    world: World,
+) -> None:
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    before_swap = tester.take_snapshot()
+    sent = _tick_in_process(world, confirmations=3).dispatched
+    assert sent is not None
+    world.clock.now += 60
+    held = _tick_in_process(world, confirmations=3)  # mined, one block deep: not yet a fact
+    assert held.skipped is not None and held.skipped.reason.startswith(f"unresolved dispatch {sent.tx_hash}")
+    tester.revert_to_snapshot(before_swap)  # the chain is reorganised: the swap's block is gone
+    tester.mine_blocks(4)
+    for _ in range(2):
+        world.clock.now += 700  # past unsent_after_s: the nonce argument settles it
+        _tick_in_process(world, confirmations=3)
+    assert [e for e in _acted(world) if e.tx_hash == sent.tx_hash] == []  # never ledgered as done
+    assert any(
+        isinstance(r, DispatchUnsent) and r.tx_hash == sent.tx_hash
+        for r in ActivityLog(world.sail_dir).read()
+    )
+
+
+def test_a_swap_is_ledgered_once_its_block_has_the_confirmations_asked(world: World) -> None:
+    sent = _tick_in_process(world, confirmations=3).dispatched
+    assert sent is not None
+    world.clock.now += 60
+    _tick_in_process(world, confirmations=3)
+    assert _acted(world) == []
+    world.w3.provider.ethereum_tester.mine_blocks(2)  # type: ignore[attr-defined]
+    world.clock.now += 60
+    (acted,) = _tick_in_process(world, confirmations=3).reconciled
     assert (acted.tx_hash, acted.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
