@@ -5,6 +5,7 @@ Every ledger a test leaves is held to the entry schema, line by line.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +152,11 @@ def world(_evm: _Evm, tmp_path: Path) -> World:
     tester = _evm.w3.provider.ethereum_tester  # type: ignore[attr-defined]
     tester.enable_auto_mine_transactions()
     tester.revert_to_snapshot(_evm.snapshot)
-    clock = Clock(int(_evm.w3.eth.get_block("latest")["timestamp"]) + 5)
+    # The EVM stamps each block it mines with the wall clock (never before its parent): a world
+    # made long after the snapshot must start from now, not from the snapshot's head, or its
+    # first block lies far ahead of its clock (a cadence the agent reads as skipped ticks).
+    head = int(_evm.w3.eth.get_block("latest")["timestamp"])
+    clock = Clock(max(head, int(time.time())) + 5)
     return World(_evm.w3, _evm.owner, _evm.agent, _evm.market, tmp_path / ".sail", clock)
 
 
