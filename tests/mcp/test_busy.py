@@ -20,20 +20,9 @@ from mcp.shared.exceptions import MCPError
 
 from flows.mcp._calls import BUSY_CODE, MAX_CALLS
 from tests.mcp.harness import START_TIMEOUT_S, call, http_server, http_session, run
-from tests.mcp.test_wire import INITIALIZE
+from tests.mcp.test_wire import ACCEPT, INITIALIZE, _messages
 
 EXTRA = 8
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-def _messages(response: httpx2.Response) -> list[dict[str, Any]]:
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [
-            orjson.loads(line[5:])
-            for line in response.text.splitlines()
-            if line.startswith("data:") and line[5:].strip()
-        ]
-    return [response.json()]
 
 
 def _recall(n: int) -> bytes:
