@@ -540,15 +540,22 @@ class JournalStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         found: list[tuple[float | None, int, Recalled, tuple[str, ...]]] = []
         for scope, ns in self._scopes_under(prefix):
+            # Each item once, as its newest live version: puts racing on several hosts can leave two
+            # versions of one item live until its next put settles them (``_put``); ``get`` reads
+            # the newest, and so does this, never an older version that a query or filter matched.
+            newest: dict[str, str | None] = {}  # item key -> its newest live version's key
             if op.query:
                 for hit in self._memory.why(op.query, limit=2**31 - 1, scope=scope):
-                    if self._ours(hit.finding):
+                    if self._ours(hit.finding) and self._is_newest(scope, hit.finding, newest):
                         found.append((hit.score, hit.finding.learned_ms, hit.finding, ns))
             else:
                 pushed = _pushed(op.filter)
-                for r in self._memory.recall(scope=scope, meta=pushed or None, limit=None):
-                    if self._ours(r):
-                        found.append((None, r.learned_ms, r, ns))
+                listed = self._memory.recall(scope=scope, meta=pushed or None, limit=None)
+                every = [r for r in listed if self._ours(r)]
+                if not pushed:  # every version of every item, newest first: its first is its newest
+                    for r in every:
+                        newest.setdefault(r.metadata["key"], r.key)
+                found += [(None, r.learned_ms, r, ns) for r in every if self._is_newest(scope, r, newest)]
         if op.filter:
             found = [
                 f
@@ -570,6 +577,15 @@ class JournalStore(BaseStore):
             if fresh is not None:  # None: deleted meanwhile, by another process
                 out.append(self._item(fresh, ns, score))
         return out
+
+    def _is_newest(self, scope: str, found: Recalled, newest: dict[str, str | None]) -> bool:
+        """Whether ``found`` is the newest live version of its item (``newest``: what is known of
+        that already, by item key; filled here from ``_live`` for an item not in it)."""
+        item = found.metadata["key"]
+        if item not in newest:
+            live = self._live(scope, item)
+            newest[item] = live[0].key if live else None
+        return newest[item] == found.key
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         namespaces = [ns for _, ns in self._scopes_under(())]

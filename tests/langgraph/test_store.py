@@ -426,3 +426,30 @@ def test_a_filter_that_is_not_a_mapping_is_filter_invalid(store: JournalStore, b
     assert caught.value.code == "langgraph_filter_invalid"
     with pytest.raises(FilterInvalid):
         asyncio.run(store.asearch(("f",), filter=bad))
+
+
+def test_two_live_versions_of_one_item_read_as_its_newest_everywhere(tmp_path: Path) -> None:
+    # Puts racing on several hosts can leave two versions of an item live until its next put; a
+    # search must show the item once, as get does (its newest), never an older version a filter
+    # or a query matched.
+    with JournalStore(db=str(tmp_path / "history.db")) as store:
+        ns = ("race",)
+        store.put(ns, "k", {"colour": "red", "n": 1})
+        older = store.finding(ns, "k")
+        assert older is not None
+        scope = older.scope
+        finding = {
+            "text": older.text.replace("red", "blue"),
+            "source": older.source,
+            "metadata": {**older.metadata, "value": {"colour": "blue", "n": 2}, "v.colour": "blue", "v.n": 2},
+        }
+        with store.memory.session(scope=scope, flow="race") as s:
+            s.learn(finding)  # beside the first, as a put that lost every race does
+        assert len(store.memory.recall(scope=scope, limit=None)) == 2
+        got = store.get(ns, "k")
+        assert got is not None and got.value["colour"] == "blue"
+        assert [i.value["colour"] for i in store.search(ns)] == ["blue"]
+        assert [i.value["colour"] for i in store.search(ns, filter={"colour": "red"})] == []
+        assert [i.value["n"] for i in store.search(ns, filter={"n": 1})] == []
+        assert [i.value["colour"] for i in store.search(ns, query="blue")] == ["blue"]
+        assert [i.value["colour"] for i in store.search(ns, query="red")] == []
