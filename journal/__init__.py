@@ -1,7 +1,7 @@
 """The journal kernel: durable root runs, leases with fencing, append-only streams."""
 
 from journal._backend import JournalBackend
-from journal._dsn import is_keyword_dsn, shown_location
+from journal._dsn import is_keyword_dsn, scrubbed, shown_location
 from journal._errors import (
     JournalClockInvalid,
     JournalClosed,
@@ -82,6 +82,7 @@ __all__ = [
     "open_journal",
     "payload_json",
     "record_id",
+    "scrubbed",
     "shown_location",
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from collections.abc import Sequence
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _KEYWORD_DSN = re.compile(
@@ -74,3 +75,11 @@ def location_secrets(location: str) -> list[str]:
     found += [urllib.parse.unquote(f) for f in found]
     found += [urllib.parse.unquote_plus(f) for f in found]
     return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def scrubbed(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with each of ``secrets`` written as ``***`` (give them longest first, so that no
+    part of a longer one is left around a shorter one)."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text

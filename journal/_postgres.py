@@ -41,7 +41,7 @@ import psycopg.conninfo
 import psycopg.errors
 
 from journal._backend import JournalBackend
-from journal._dsn import POSTGRES_SCHEMES, location_secrets, shown_location
+from journal._dsn import POSTGRES_SCHEMES, location_secrets, scrubbed, shown_location
 from journal._errors import (
     JournalCorrupt,
     JournalError,
@@ -258,13 +258,6 @@ def _secrets_in(dsn: str) -> list[str]:
         found.append(str(psycopg.conninfo.conninfo_to_dict(dsn).get("password") or ""))
     found += [urllib.parse.unquote(f) for f in found]
     return sorted({f for f in found if f}, key=len, reverse=True)
-
-
-def scrubbed(text: str, secrets_: Sequence[str]) -> str:
-    """``text`` with every one of ``secrets_`` (longest first) replaced by ``***``."""
-    for secret in secrets_:
-        text = text.replace(secret, "***")
-    return text
 
 
 def check_dsn(dsn: str) -> str:

@@ -32,6 +32,7 @@ from web3.exceptions import (
     Web3Exception,
 )
 
+from journal import scrubbed
 from memory.ledger import (
     ActivityInvalidRecord,
     ChainTransaction,
@@ -130,13 +131,6 @@ def url_secrets(url: str) -> list[str]:
         found += [seg for seg in parts.path.split("/") if len(seg) >= 8]
     found += [urllib.parse.unquote(f) for f in found]
     return sorted({f for f in found if f}, key=len, reverse=True)
-
-
-def scrubbed(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with each of ``secrets`` written as ``***``."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
 
 
 class _Provider(HTTPProvider):
