@@ -243,6 +243,11 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+# A search's match: score, learned_ms, the version, its namespace, its scope, and what is known of
+# that scope's newest live versions (item key -> the newest version's key), filled as it is asked.
+_Match = tuple[float | None, int, Recalled, tuple[str, ...], str, dict[str, str | None]]
+
+
 def _pushed(filter: Mapping[str, Any] | None) -> dict[str, str]:
     """The part of a filter the memory's metadata index answers: equality on a top-level string
     short enough to be indexed (``_indexed``); the rest is checked item by item."""
@@ -538,7 +543,7 @@ class JournalStore(BaseStore):
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
-        found: list[tuple[float | None, int, Recalled, tuple[str, ...]]] = []
+        found: list[_Match] = []
         for scope, ns in self._scopes_under(prefix):
             # Each item once, as its newest live version: puts racing on several hosts can leave two
             # versions of one item live until its next put settles them (``_put``); ``get`` reads
@@ -546,8 +551,8 @@ class JournalStore(BaseStore):
             newest: dict[str, str | None] = {}  # item key -> its newest live version's key
             if op.query:
                 for hit in self._memory.why(op.query, limit=2**31 - 1, scope=scope):
-                    if self._ours(hit.finding) and self._is_newest(scope, hit.finding, newest):
-                        found.append((hit.score, hit.finding.learned_ms, hit.finding, ns))
+                    if self._ours(hit.finding):
+                        found.append((hit.score, hit.finding.learned_ms, hit.finding, ns, scope, newest))
             else:
                 pushed = _pushed(op.filter)
                 listed = self._memory.recall(scope=scope, meta=pushed or None, limit=None)
@@ -555,7 +560,7 @@ class JournalStore(BaseStore):
                 if not pushed:  # every version of every item, newest first: its first is its newest
                     for r in every:
                         newest.setdefault(r.metadata["key"], r.key)
-                found += [(None, r.learned_ms, r, ns) for r in every if self._is_newest(scope, r, newest)]
+                found += [(None, r.learned_ms, r, ns, scope, newest) for r in every]
         if op.filter:
             found = [
                 f
@@ -566,17 +571,33 @@ class JournalStore(BaseStore):
             found.sort(key=lambda f: (-(f[0] or 0.0), -f[1]))
         else:
             found.sort(key=lambda f: -f[1])
-        page = found[op.offset : op.offset + op.limit]
+        page = self._page(found, op.offset, op.limit)
         refresh = self._refreshing(op.refresh_ttl)
         out = []
-        for score, _, r, ns in page:
-            scope = SCOPE_PREFIX + ".".join(ns)
+        for score, _, r, ns, scope, _ in page:
             fresh = (
                 self._refresh(scope, r.metadata["key"], r) if refresh and r.metadata.get("ttlMinutes") else r
             )
             if fresh is not None:  # None: deleted meanwhile, by another process
                 out.append(self._item(fresh, ns, score))
         return out
+
+    def _page(self, found: list[_Match], offset: int, limit: int) -> list[_Match]:
+        """``found[offset : offset + limit]`` counting only each item's newest live version: whether
+        a match is its item's newest is asked only of what the page needs, in order (a look-up
+        each, ``_is_newest``), so a page costs its size, not the number of matches."""
+        page: list[_Match] = []
+        skipped = 0
+        for f in found:
+            if len(page) == limit:
+                break
+            if not self._is_newest(f[4], f[2], f[5]):
+                continue
+            if skipped < offset:
+                skipped += 1
+            else:
+                page.append(f)
+        return page
 
     def _is_newest(self, scope: str, found: Recalled, newest: dict[str, str | None]) -> bool:
         """Whether ``found`` is the newest live version of its item (``newest``: what is known of

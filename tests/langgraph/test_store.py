@@ -453,3 +453,38 @@ def test_two_live_versions_of_one_item_read_as_its_newest_everywhere(tmp_path: P
         assert [i.value["n"] for i in store.search(ns, filter={"n": 1})] == []
         assert [i.value["colour"] for i in store.search(ns, query="blue")] == ["blue"]
         assert [i.value["colour"] for i in store.search(ns, query="red")] == []
+
+
+def test_a_search_page_skips_older_live_versions_and_looks_up_only_what_the_page_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An older live version (a lost race) is skipped before offset and limit count, so paging
+    # shows each item once; and whether a match is its item's newest is asked only until the page
+    # is full: a page of 3 over 60 matches costs a few look-ups, not 60.
+    with JournalStore(db=str(tmp_path / "history.db")) as store:
+        ns = ("paged",)
+        for i in range(60):
+            store.put(ns, f"k{i:02}", {"colour": "red", "n": i})
+        older = store.finding(ns, "k30")
+        assert older is not None
+        with store.memory.session(scope=older.scope, flow="race") as s:
+            s.learn(  # a newer version of k30 beside the first, in another colour
+                {
+                    "text": older.text,
+                    "source": older.source,
+                    "metadata": {**older.metadata, "value": {"colour": "blue", "n": 30}, "v.colour": "blue"},
+                }
+            )
+        pages = [store.search(ns, filter={"colour": "red"}, limit=7, offset=o) for o in range(0, 63, 7)]
+        keys = [item.key for page in pages for item in page]
+        assert keys == [f"k{i:02}" for i in range(59, -1, -1) if i != 30]
+        calls = []
+        real = store.memory.recall
+
+        def counted(**kwargs: Any) -> Any:
+            calls.append(kwargs)
+            return real(**kwargs)
+
+        monkeypatch.setattr(store.memory, "recall", counted)
+        assert [i.key for i in store.search(ns, filter={"colour": "red"}, limit=3)] == ["k59", "k58", "k57"]
+        assert len(calls) <= 5, calls
