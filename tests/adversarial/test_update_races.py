@@ -104,6 +104,7 @@ KILLED_UPDATE = r"""
 import sys, memory
 db, memory_id = sys.argv[1], sys.argv[2]
 with memory.MemoryStore(db) as store, store.session(scope="s", flow="updater") as session:
+    print("OPEN", flush=True)
     print("ACK", session.update(memory_id, {"text": "version two"}).key, flush=True)
 """
 
@@ -115,14 +116,16 @@ def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: P
     db = tmp_path / "history.db"
     with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
         memory_id = session.learn({"text": "version one"}).key
-    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep1500,memory.after_append=kill"}
+    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep3000,memory.after_append=kill"}
     updater = subprocess.Popen(
         [sys.executable, "-c", KILLED_UPDATE, str(db), memory_id],
         env=_env(failpoints),
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.9)  # it has read version one and waits before staging version two
+    # its start-up (imports) takes a second or more on a busy machine: wait until it has opened
+    assert updater.stdout is not None and updater.stdout.readline().strip() == "OPEN"
+    time.sleep(1.0)  # it has read version one and waits before staging version two
     with memory.MemoryStore(db) as store, store.session(scope="s", flow="forgetter") as session:
         session.forget(memory_id, reason="the user asked")
     out, _ = updater.communicate(timeout=60)
@@ -143,6 +146,7 @@ REFRESHING_READER = r"""
 import sys
 from flows.langgraph import JournalStore
 store = JournalStore(db=sys.argv[1], ttl={"refresh_on_read": True, "default_ttl": 60})
+print("OPEN", flush=True)
 print("READ", store.get(("users", "u1"), "k", refresh_ttl=True), flush=True)
 """
 
@@ -157,9 +161,10 @@ def test_a_langgraph_read_killed_while_refreshing_a_deleted_item_never_brings_it
     ns, ttl = ("users", "u1"), {"refresh_on_read": True, "default_ttl": 60}
     with JournalStore(db=str(db), ttl=ttl) as store:
         store.put(ns, "k", {"name": "alice", "secret": "s1"}, ttl=60)
-    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep1500,memory.after_append=kill"}
+    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep3000,memory.after_append=kill"}
     argv = [sys.executable, "-c", REFRESHING_READER, str(db)]
     reader = subprocess.Popen(argv, env=_env(failpoints), stdout=subprocess.PIPE, text=True)
+    assert reader.stdout is not None and reader.stdout.readline().strip() == "OPEN"
     time.sleep(1.0)  # it has read the item and waits before staging the refresh
     with JournalStore(db=str(db), ttl=ttl) as store:
         store.delete(ns, "k")
