@@ -114,3 +114,20 @@ class ExtraMissing(LangGraphAdapterError, ImportError):  # type: ignore[misc]
             "pip install 'flows-memory[langgraph]'"
         )
         self.missing = missing
+
+
+def checked_count(name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` when it is an int from ``low`` to ``high`` (no bound when None), else
+    ``ConfigInvalid`` naming the argument: a constructor refuses it before anything is opened."""
+    if type(value) is not int or value < low or (high is not None and value > high):
+        bound = f"from {low:,} to {high:,}" if high is not None else f"of at least {low:,}"
+        raise ConfigInvalid(f"{name} must be a whole number {bound}, not {value!r:.40}")
+    return value
+
+
+def checked_seconds(name: str, value: object) -> float:
+    """``value`` when it is a finite number of seconds above 0 (bool refused), else
+    ``ConfigInvalid`` naming the argument."""
+    if not (isinstance(value, (int, float)) and type(value) is not bool and 0 < value < float("inf")):
+        raise ConfigInvalid(f"{name} must be a number of seconds above 0, not {value!r:.40}")  # NaN too
+    return float(value)

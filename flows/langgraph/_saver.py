@@ -47,7 +47,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from flows.langgraph._catalog import SCOPE, THREAD_FLOW, Catalog, Generation
 from flows.langgraph._conn import Opening
-from flows.langgraph._errors import ConfigInvalid, RecordInvalid, ValueTooLarge, ValueUnserializable
+from flows.langgraph._errors import (
+    ConfigInvalid,
+    RecordInvalid,
+    ValueTooLarge,
+    ValueUnserializable,
+    checked_count,
+    checked_seconds,
+)
 from flows.langgraph._filters import at_path, check_filter
 from flows.langgraph._leases import ThreadLeases
 from flows.langgraph._records import (
@@ -62,6 +69,7 @@ from flows.langgraph._records import (
 )
 from flows.langgraph._serde import Refused, StrictDecoder
 from journal import (
+    MAX_PAYLOAD_BYTES,
     JournalBackend,
     JournalClosed,
     JournalLeaseLost,
@@ -200,7 +208,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             hold, beside LangGraph's safe list (datetimes, UUIDs, sets, LangChain messages …).
         lease_idle_s: let go of a thread's lease after this long without a write.
         lease_wait_s: how long a write waits for another live process to let go of the thread.
-        max_record_bytes: the largest record one call may append (``ValueTooLarge`` past it).
+        max_record_bytes: the largest record one call may append (``ValueTooLarge`` past it), at
+            most the journal's own bound, ``journal.MAX_PAYLOAD_BYTES`` (16 MiB, the default).
         max_workers: threads of the executor the async methods run on.
 
     Every method raises the journal's own errors unchanged (``journal_lease_lost`` when another
@@ -223,6 +232,13 @@ class JournalSaver(BaseCheckpointSaver[str]):
         max_workers: int = 8,
         max_cached_threads: int = 1024,
     ) -> None:
+        # every setting is checked before anything is opened: a bad one is refused here, not at
+        # the first put (after it wrote) or the first async call
+        lease_idle_s = checked_seconds("lease_idle_s", lease_idle_s)
+        lease_wait_s = checked_seconds("lease_wait_s", lease_wait_s)
+        checked_count("max_record_bytes", max_record_bytes, 1, MAX_PAYLOAD_BYTES)
+        checked_count("max_workers", max_workers, 1)
+        checked_count("max_cached_threads", max_cached_threads, 1)
         super().__init__(serde=serde)
         self._decoder = StrictDecoder(allowed_types, serde=self.serde if serde is not None else None)
         self.journal_location = resolve_journal(resolve_db(db), journal)
@@ -435,7 +451,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             raise ValueTooLarge(
                 f"{what} of thread {thread_id!r} needs a {len(data):,}-byte record, over the "
                 f"{self._max_record_bytes:,}-byte bound; store large values elsewhere and keep a "
-                "reference in the state, or raise max_record_bytes",
+                "reference in the state"
+                + (", or raise max_record_bytes" if self._max_record_bytes < MAX_PAYLOAD_BYTES else ""),
                 size=len(data),
                 limit=self._max_record_bytes,
                 thread_id=thread_id,

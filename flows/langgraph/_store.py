@@ -56,6 +56,7 @@ from flows.langgraph._errors import (
     LangGraphAdapterError,
     ValueTooLarge,
     ValueUnserializable,
+    checked_count,
 )
 from flows.langgraph._filters import at_path, check_filter, matches
 from journal import JournalBackend, JournalClosed, Lease, RunState, shown_location
@@ -325,6 +326,8 @@ class JournalStore(BaseStore):
         max_workers: int = 8,
         sync_every: int = 16,
     ) -> None:
+        checked_count("max_workers", max_workers, 1)
+        checked_count("sync_every", sync_every, 0)
         self.ttl_config = ttl
         self._fields = [(f, tokenize_path(f)) for f in (index or {}).get("fields") or [] if f != "$"]
         self._memory = MemoryStore(db, journal=journal, embedder=embedder_of_index(index))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -197,3 +198,57 @@ def test_bad_list_and_put_writes_arguments_are_config_invalid_not_bare_errors(
     with pytest.raises(ConfigInvalid) as caught:
         call(saver)
     assert caught.value.code == "langgraph_config_invalid"
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("max_record_bytes", 16 * 1024 * 1024 + 1),  # past the journal's own bound: refused there
+        ("max_record_bytes", 0),
+        ("max_record_bytes", "4096"),
+        ("max_record_bytes", True),
+        ("lease_idle_s", float("nan")),
+        ("lease_idle_s", 0),
+        ("lease_wait_s", -1.0),
+        ("lease_wait_s", float("inf")),
+        ("lease_wait_s", "30"),
+        ("max_workers", 0),
+        ("max_cached_threads", 0),
+        ("max_cached_threads", 2.5),
+    ],
+)
+def test_a_saver_setting_out_of_range_is_refused_before_anything_is_opened(
+    tmp_path: Path, argument: str, value: Any
+) -> None:
+    journal = tmp_path / "journal"
+    with pytest.raises(ConfigInvalid) as caught:
+        JournalSaver(journal=str(journal), **{argument: value})
+    assert caught.value.code == "langgraph_config_invalid" and argument in str(caught.value)
+    assert not journal.exists()
+
+
+def test_a_record_of_the_largest_bound_a_saver_takes_is_written(tmp_path: Path) -> None:
+    # the largest max_record_bytes is the journal's own bound: a record just under it is written
+    # (a channel's bytes are base64 in the record: 11 MiB of text is a record of about 15 MiB)
+    big = "y" * (11 * 1024 * 1024)
+    with JournalSaver(journal=str(tmp_path / "journal"), max_record_bytes=16 * 1024 * 1024) as saver:
+        [cid] = put_chain(saver, "t", [{"x": big}])
+        got = saver.get_tuple(config("t", cid))
+        assert got is not None and got.checkpoint["channel_values"]["x"] == big
+        with pytest.raises(ValueTooLarge) as caught:  # past it: no advice to raise the bound
+            put_chain(saver, "t", [{"x": big + big}])
+        assert "raise max_record_bytes" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"), [("sync_every", -1), ("sync_every", "16"), ("max_workers", 0), ("max_workers", None)]
+)
+def test_a_store_setting_out_of_range_is_refused_before_anything_is_opened(
+    tmp_path: Path, argument: str, value: Any
+) -> None:
+    from flows.langgraph import JournalStore
+
+    with pytest.raises(ConfigInvalid) as caught:
+        JournalStore(db=str(tmp_path / "history.db"), **{argument: value})
+    assert caught.value.code == "langgraph_config_invalid" and argument in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
