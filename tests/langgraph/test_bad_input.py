@@ -241,7 +241,8 @@ def test_a_record_of_the_largest_bound_a_saver_takes_is_written(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("argument", "value"), [("sync_every", -1), ("sync_every", "16"), ("max_workers", 0), ("max_workers", None)]
+    ("argument", "value"),
+    [("sync_every", -1), ("sync_every", "16"), ("max_workers", 0), ("max_workers", None)],
 )
 def test_a_store_setting_out_of_range_is_refused_before_anything_is_opened(
     tmp_path: Path, argument: str, value: Any
