@@ -693,6 +693,10 @@ class MemoryStore:
         memory = events[0].memory or keys[0]
         for found in live:
             self._retirer.forget(found.key, root, reason)
+        # A learn of the same content in another run (another process) may have committed one of
+        # the keys after the history was read and before the forget: its run is looked up again,
+        # now that the forget keeps any later learn of the content off these keys.
+        runs = self._runs_now(backend, memory, runs)
         targets = commits_of(backend, set(keys), runs)
         done = [
             r
@@ -709,6 +713,14 @@ class MemoryStore:
         failpoint("memory.erase_after_record")
         rewritten = self.finish_erasure(keys, targets)
         return Erased(memory, tuple(keys), citation, rewritten)
+
+    def _runs_now(self, backend: JournalBackend, memory: str, runs: set[str] | None) -> set[str] | None:
+        """``runs`` and every run the journal's key index names for ``memory`` now (None, every
+        run, when ``runs`` is None or there is no index)."""
+        if runs is None:
+            return None
+        now = self._journal_keys.runs_of(backend, memory)
+        return None if now is None else runs | now
 
     def erase_where(
         self,

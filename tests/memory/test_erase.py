@@ -501,3 +501,32 @@ def test_erase_by_filter_checks_its_filter_as_forget_by_filter_does(
         assert refused["erase_where"] == refused["forget_where"]
         assert [e.key for e in store.recall(limit=None)] == [kept.key]
         assert [e.kind for e in store.history(kept.key)] == ["learned"]
+
+
+def test_a_learn_of_the_same_content_in_another_run_during_the_erase_is_erased_too(
+    tmp_path: Path, journal_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another process learns the very finding (the same key) in a run of its own after the erase
+    # has read the memory's history and before its forget: that commit is erased with the rest,
+    # never left in the journal behind an acknowledged erase
+    store = _store(tmp_path, journal_location)
+    finding = {"text": f"hana's address {MARK}", "tags": [f"{MARK}t"], "source": "crm"}
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn(finding).key
+    assert store.index_journal()
+    other = memory.MemoryStore(store.db_path, journal=journal_location, clock=Clock(start=1_700_000_000_500))
+    real = store._retirer.forget
+
+    def forget_after_another_learn(key_: str, root: memory.RootRun, reason: str) -> memory.Forgotten:
+        with other.session(scope="users", flow="racer") as s2:
+            assert s2.learn(finding).key == key  # not retired yet: the same key, in another run
+        return real(key_, root, reason)
+
+    monkeypatch.setattr(store._retirer, "forget", forget_after_another_learn)
+    with store.session(scope="privacy") as s:
+        erased = s.erase(key, reason="hana asked")
+    assert erased.rewritten == 2
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    assert memory.check_store(store) == []
+    other.close()
+    store.close()
