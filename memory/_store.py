@@ -569,7 +569,9 @@ class MemoryStore:
             JournalError, Unwritable: as ``forget``.
         """
         check_reason(reason)
-        _check_where("forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms)
+        every_tag, _ = _check_where(
+            "forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms
+        )
         # hosts share the journal: what they learned that this host has not synced matches too
         self.catch_up()
         found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
@@ -582,8 +584,10 @@ class MemoryStore:
         for name, value in (("scope", scope), ("source", source), ("beforeMs", before_ms)):
             if value is not None:
                 chosen[name] = value
-        if tags:
-            chosen["tags"] = list(tags)
+        if every_tag:
+            # the tags as checked (each once): the record keeps the filter for good, and a list
+            # that names one tag a million times is one tag
+            chosen["tags"] = list(every_tag)
         if meta:
             chosen["meta"] = dict(meta)
         keys = tuple(sorted(e.key for e in found))

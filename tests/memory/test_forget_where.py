@@ -177,3 +177,16 @@ def test_the_run_views_show_a_forget_by_filter(tmp_path: Path) -> None:
     timeline = json_of(flows(db, "show", run_id, "--json"))
     (forget,) = [e for e in timeline["timeline"] if e["kind"] == "forget"]
     assert sorted(forget["keys"]) == sorted(done["keys"]) and forget["filter"] == {"scope": "erin"}
+
+
+def test_the_record_keeps_each_tag_of_the_filter_once(store: memory.MemoryStore) -> None:
+    # a filter naming one tag a million times is one tag: the record that keeps the filter for good
+    # (every reader of the journal reads it) keeps it once, not megabytes of repeats
+    _people(store)
+    with store.session(scope="alice") as s:
+        done = s.forget_where(reason="asked", tags=["pref", "pref"] * 500_000)
+    assert len(done.keys) == 2 and done.filter["tags"] == ["pref"]
+    (record,) = _retire_records(store)
+    assert record.payload["filter"] == {"scope": "alice", "tags": ["pref"]}
+    streams = store.db_path.parent / "flows-journal" / "runs" / record.run_id / "streams"
+    assert (streams / f"{memory.RETIRE_STREAM}.jsonl").stat().st_size < 4096
