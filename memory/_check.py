@@ -50,6 +50,7 @@ from memory._finding import (
     RETIRE_STREAM,
     STREAM,
     commit_to_publish,
+    filter_holds_content,
     is_erased,
     render,
     render_retirement,
@@ -639,6 +640,11 @@ def _erase_problems(ctx: _Context) -> None:
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             continue
         left = [k for k in keys if k in ctx.latest or k in ctx.erased_files]
+        # a forget by filter that retired one of them and whose filter still names their content
+        wanted = set(keys)
+        for batch in {id(b): b for b in ctx.batches.values()}.values():
+            if batch.stream == RETIRE_STREAM and filter_holds_content(batch):
+                left += [k for k, _ in batch.payload["ids"] if k in wanted and k not in left]
         with contextlib.suppress(FlowsMemoryError):  # an unreadable DB is its own problem
             left += [r.key for r in ctx.store.db.rows_of(keys) if r.key not in left]
         if left:

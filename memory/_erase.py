@@ -35,9 +35,12 @@ from memory._errors import Unwritable
 from memory._finding import (
     ERASE_STREAM,
     PAD,
+    RETIRE_STREAM,
     STREAM,
     TOMBSTONE_OPTIONAL,
     checked_commit,
+    filter_erased,
+    filter_holds_content,
     is_erased,
     meta_value_key,
 )
@@ -122,6 +125,22 @@ def commits_of(backend: JournalBackend, keys: set[str], runs: Iterable[str] | No
     return out
 
 
+def batches_of(backend: JournalBackend, keys: set[str], runs: Iterable[str] | None = None) -> list[Record]:
+    """Every forget by filter (in every run or in ``runs``) that retired one of ``keys`` and whose
+    filter still names content: its tags, metadata or source are values the finding held."""
+    out = []
+    for run_id in _run_ids(backend, runs):
+        for rec in backend.read(run_id, RETIRE_STREAM):
+            ids = rec.payload.get("ids") if isinstance(rec.payload, Mapping) else None
+            if (
+                isinstance(ids, list)
+                and filter_holds_content(rec)
+                and any(isinstance(pair, list) and pair and pair[0] in keys for pair in ids)
+            ):
+                out.append(rec)
+    return out
+
+
 def commits_matching(
     backend: JournalBackend,
     *,
@@ -158,6 +177,18 @@ def rewrite(backend: JournalBackend, targets: Sequence[Record]) -> int:
     by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for rec in targets:
         by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = tombstone(rec.payload)
+    done = 0
+    for (run_id, stream), payloads in sorted(by_run.items()):
+        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)
+    return done
+
+
+def rewrite_batches(backend: JournalBackend, batches: Sequence[Record]) -> int:
+    """Rewrite each of ``batches`` (forgets by filter) without the content its filter named
+    (``filter_erased``); how many were rewritten."""
+    by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for rec in batches:
+        by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = filter_erased(rec.payload)
     done = 0
     for (run_id, stream), payloads in sorted(by_run.items()):
         done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)

@@ -540,6 +540,25 @@ FORGET_MANY_MAX = 100_000
 
 _BATCH = frozenset({"ids", "flow", "reason", "filter", "forgottenMs"})
 
+FILTER_CONTENT = ("source", "tags", "meta")
+"""The parts of a forget by filter's ``filter`` that hold findings' content (the scope and the time
+bound do not): an erase of a finding the forget retired rewrites the record without them."""
+
+
+def filter_holds_content(record: Record) -> bool:
+    """Whether ``record``, a forget by filter's, still names content in its filter."""
+    f = record.payload.get("filter")
+    return isinstance(f, Mapping) and any(name in f for name in FILTER_CONTENT)
+
+
+def filter_erased(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A forget by filter's payload once a finding it retired is erased: the filter keeps its scope
+    and time bound, not its tags, metadata or source (which the erased finding held); the ids, the
+    flow, the reason and the time stay. (A rewrite in place pads it, ``PAD``, which marks it.)"""
+    out = {k: v for k, v in payload.items() if k != PAD}
+    out["filter"] = {k: v for k, v in payload["filter"].items() if k not in FILTER_CONTENT}
+    return out
+
 
 def batch_key(ids: Sequence[tuple[str, str]]) -> str:
     """The key of a forget by filter's record: a digest of the keys it retires (so the same
@@ -564,8 +583,8 @@ def retire_many_payload(
 
 def _batch_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return per rule broken
     p = record.payload
-    if set(p) != _BATCH:
-        return "its payload is not exactly {ids, flow, reason, filter, forgottenMs}"
+    if set(p) - {PAD} != _BATCH or (PAD in p and not (isinstance(p[PAD], str) and not p[PAD].strip(" "))):
+        return "its payload is not exactly {ids, flow, reason, filter, forgottenMs} (and a pad of spaces)"
     ids, reason, ms = p["ids"], p["reason"], p["forgottenMs"]
     if not isinstance(ids, list) or not 1 <= len(ids) <= FORGET_MANY_MAX:
         return f"its ids are not a list of 1 to {FORGET_MANY_MAX} (key, scope) pairs"

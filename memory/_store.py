@@ -715,7 +715,7 @@ class MemoryStore:
             record = root.journal.append(root.lease, ERASE_STREAM, payload, key=audit_key(memory, keys))
             citation = Citation(record.run_id, record.stream, record.id)
         failpoint("memory.erase_after_record")
-        rewritten = self.finish_erasure(keys, targets)
+        rewritten = self.finish_erasure(keys, targets, runs)
         return Erased(memory, tuple(keys), citation, rewritten)
 
     def _runs_now(self, backend: JournalBackend, memory: str, runs: set[str] | None) -> set[str] | None:
@@ -770,21 +770,27 @@ class MemoryStore:
                 self.erase(memory, root, reason=reason)
         return memories
 
-    def finish_erasure(self, keys: Sequence[str], targets: Sequence[Record] | None = None) -> int:
+    def finish_erasure(
+        self, keys: Sequence[str], targets: Sequence[Record] | None = None, runs: Iterable[str] | None = None
+    ) -> int:
         """Remove the content of the findings ``keys`` from every derived place, then rewrite
-        their journal commits that still hold it (``targets``, else looked up) as tombstones; how
-        many commits were rewritten. What ``erase`` does after its record, and what
-        ``flows check --repair`` does for an erase a crash left unfinished.
+        their journal commits that still hold it (``targets``, else looked up) as tombstones, and
+        each forget by filter that retired one of them without its filter's tags, metadata and
+        source (looked up in ``runs``, default every run); how many records were rewritten. What
+        ``erase`` does after its record, and what ``flows check --repair`` does for an erase a
+        crash left unfinished.
 
         Raises:
             JournalLeaseHeld: a commit is in a root run still running (the derived places are done).
             JournalError, Unwritable: as ``erase``.
         """
         from memory._erase import (
+            batches_of,
             cache_files_holding,
             commits_of,
             quarantined_holding,
             rewrite,
+            rewrite_batches,
             stages_holding,
             sync_folders,
         )
@@ -823,7 +829,10 @@ class MemoryStore:
         # removal a power loss undid then would leave the content on disk, unreported.
         sync_folders(gone)
         failpoint("memory.erase_before_rewrite")
-        return rewrite(backend, targets)
+        done = rewrite(backend, targets)
+        # last, each forget by filter that retired one of them: its filter named their tags,
+        # metadata or source, and keeps only its scope and time bound
+        return done + rewrite_batches(backend, batches_of(backend, wanted, runs))
 
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it

@@ -530,3 +530,86 @@ def test_a_learn_of_the_same_content_in_another_run_during_the_erase_is_erased_t
     assert memory.check_store(store) == []
     other.close()
     store.close()
+
+
+def test_an_erase_leaves_no_content_in_a_forget_by_filter_that_retired_it(
+    tmp_path: Path, journal_location: str
+) -> None:
+    # A forget by filter names its filter in its record; the filter's tags, metadata and source are
+    # values the findings it retired held. Erasing those findings rewrites that record too: its ids,
+    # flow, reason, time and scope stay; the tags, metadata and source go.
+    store = _store(tmp_path, journal_location)
+    with store.session(scope="users") as s:
+        for i in range(3):
+            s.learn(
+                {
+                    "text": f"erin note {i}",
+                    "tags": [f"{MARK}t"],
+                    "metadata": {"user": f"{MARK}u"},
+                    "source": f"{MARK}s",
+                }
+            )
+        kept = s.learn({"text": "frank note", "tags": ["other"], "metadata": {"user": "frank"}})
+    store.sync()
+    with store.session(scope="privacy", flow="privacy") as s:
+        forgot = s.forget_where(
+            reason="erin asked",
+            scope="users",
+            tags=[f"{MARK}t"],
+            meta={"user": f"{MARK}u"},
+            source=f"{MARK}s",
+        )
+        assert len(forgot.keys) == 3 and f"{MARK}u" in str(forgot.filter)
+    assert _files_holding(tmp_path, MARK) or _pg_rows_holding(store, MARK)  # in the forget's record
+    with store.session(scope="privacy", flow="privacy") as s:
+        erased = s.erase_where(reason="erin asked for erasure", meta={"user": f"{MARK}u"})
+    assert len(erased) == 3
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    # the forget's record is still one a reader takes: what it retired, why, by whom, its scope
+    backend = store.open_journal()
+    [batch] = [
+        r
+        for run in backend.runs()
+        for r in backend.read(run.run_id, memory.RETIRE_STREAM)
+        if isinstance(r.payload, dict) and "ids" in r.payload
+    ]
+    assert sorted(k for k, _ in batch.payload["ids"]) == sorted(forgot.keys)
+    assert batch.payload["filter"] == {"scope": "users"} and batch.payload["reason"] == "erin asked"
+    assert memory.check_store(store) == []
+    assert [e.kind for e in store.history(forgot.keys[0])] == ["learned", "forgotten", "erased"]
+    assert [f.key for f in store.recall(scope="users", limit=None)] == [kept.key]
+    store.close()
+
+
+def test_an_erase_killed_before_it_rewrites_a_forget_by_filter_is_reported_and_finished(
+    tmp_path: Path,
+) -> None:
+    journal_dir = str(tmp_path / "store" / "flows-journal")
+    store = _store(tmp_path, journal_dir)
+    with store.session(scope="users") as s:
+        key = s.learn({"text": "gina note", "metadata": {"user": f"{MARK}g"}}).key
+    with store.session(scope="privacy") as s:
+        assert s.forget_where(reason="gina asked", scope="users", meta={"user": f"{MARK}g"}).keys == (key,)
+    store.close()
+    code = f"""
+        import memory
+        store = memory.MemoryStore({str(store.db_path)!r}, journal={journal_dir!r})
+        with store.session(scope="cli") as s:
+            s.erase({key!r}, reason="killed")
+        """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.erase_before_rewrite=kill"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+    with memory.MemoryStore(store.db_path, journal=journal_dir) as after:
+        problems = memory.check_store(after)
+        assert [p.kind for p in problems] == ["erase_incomplete"]
+        assert _files_holding(tmp_path, MARK)  # the commit and the forget's filter
+        memory.repair_store(after, problems)
+        assert _files_holding(tmp_path, MARK) == [] and memory.check_store(after) == []
