@@ -1096,6 +1096,13 @@ class FileJournal:
         handle = self._stream(run_id, stream)
         codec = RecordCodec(run_id, stream)
         with handle.mutex, handle.log.locked():
+            # What a locked open does first: a torn tail (which may hold stale bytes copying an
+            # earlier line, an erased one among them) is cut, and damage fails closed.
+            try:
+                handle.log.recover()
+            except JournalError as exc:
+                exc.run_id, exc.stream = run_id, stream
+                raise
             path = handle.log.path
             fd = open_regular(path, os.O_RDONLY)
             try:
@@ -1106,7 +1113,7 @@ class FileJournal:
                 os.close(fd)
             lines = data.split(b"\n")
             changed = 0
-            for i, line in enumerate(lines[:-1]):  # the last piece: empty, or a torn tail kept as it is
+            for i, line in enumerate(lines[:-1]):  # the last piece: empty (the torn tail was cut)
                 try:
                     rec = codec.decode(line)
                 except LineDamaged as exc:
