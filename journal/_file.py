@@ -1077,9 +1077,10 @@ class FileJournal:
         """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure): each
         line keeps its id, sequence number, key, time and exact length (the payload is padded with
         spaces under ``pad``), so no offset, watermark or hint moves, and gets a new checksum. The
-        file is replaced whole under the log's lock: a copy with the new lines is written beside it,
-        fsync'd, renamed over it and the folder fsync'd, so a crash leaves the old file or the new
-        one, never a mix. Returns how many records were rewritten.
+        file is replaced whole under the run lock and the log's lock (a resume waits for it): a
+        copy with the new lines is written beside it, fsync'd, renamed over it and the folder
+        fsync'd, so a crash leaves the old file or the new one, never a mix. Returns how many
+        records were rewritten.
 
         Raises:
             JournalLeaseHeld: the run is running (a live holder may append to the old file).
@@ -1095,7 +1096,15 @@ class FileJournal:
             )
         handle = self._stream(run_id, stream)
         codec = RecordCodec(run_id, stream)
-        with handle.mutex, handle.log.locked():
+        # Under the run lock, as an append: a resume (which raises the epoch under that lock) and
+        # every append after it wait until the copy is in place, and the state is looked at again
+        # under it, so no acknowledged line is written to the file being replaced.
+        with handle.mutex, self._run_lock(run_id), handle.log.locked():
+            if self._info(self._load(run_id)).state is RunState.RUNNING:
+                raise JournalLeaseHeld(
+                    f"root run {run_id} is running: its records are rewritten once it has ended",
+                    run_id=run_id,
+                )
             # What a locked open does first: a torn tail (which may hold stale bytes copying an
             # earlier line, an erased one among them) is cut, and damage fails closed.
             try:

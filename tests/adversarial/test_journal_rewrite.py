@@ -2,15 +2,19 @@
 
 ``rewrite_payloads`` must leave none of an erased payload anywhere in the stream: not in the
 records it rewrites, and not in a torn tail a power loss left after them (stale bytes that copy an
-earlier line).
+earlier line). And it must never lose an acknowledged record: a run resumed while the rewrite
+copies the file appends under the run lock, so the rewrite holds that lock too.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
+import journal
+import journal._file as file_journal
 from journal import FileJournal, JournalCorrupt, RunState
 
 STREAM = "memory-learn"
@@ -57,3 +61,44 @@ def test_an_erasure_still_refuses_damage_below_the_watermark(tmp_path: Path) -> 
     assert exc.value.code == "journal_corrupt" and exc.value.line == 1
     assert (exc.value.run_id, exc.value.stream) == (run_id, STREAM)
     assert path.read_bytes() == bytes(data)  # nothing rewritten
+
+
+def test_a_run_resumed_while_an_erasure_copies_its_stream_loses_no_acknowledged_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eraser, run_id, _ = _failed_run(tmp_path, ["first", SECRET, "third"])
+    resumer = FileJournal(tmp_path)  # another process's journal object
+    appended: list[str] = []
+    errors: list[BaseException] = []
+
+    def resume_and_append() -> None:
+        try:
+            lease = resumer.acquire(run_id)
+            appended.append(resumer.append(lease, STREAM, {"text": "fourth"}, key="k3").id)
+            resumer.release(lease)
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    real = file_journal._replace_file
+    other = threading.Thread(target=resume_and_append)
+
+    def copied_then_resumed(*args: object, **kwargs: object) -> None:
+        # The rewrite has read the stream and is about to put its copy in place: a resume now
+        # appends under the run lock (it waits for the rewrite if the rewrite holds that lock).
+        other.start()
+        other.join(timeout=3.0)
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_journal, "_replace_file", copied_then_resumed)
+    try:
+        done = eraser.rewrite_payloads(run_id, STREAM, {2: {"erased": "yes"}}, pad="pad")
+    except journal.JournalLeaseHeld:
+        done = 0  # refused: the run was resumed first
+    other.join(timeout=60)
+    assert not other.is_alive() and not errors, errors
+    assert appended, "the resume's append was not acknowledged"
+
+    got = FileJournal(tmp_path).read(run_id, STREAM)
+    assert [r.seq for r in got] == [1, 2, 3, 4], "an acknowledged record was lost"
+    assert got[3].payload == {"text": "fourth"} and got[3].id == appended[0]
+    assert got[1].payload["erased" if done else "text"] == ("yes" if done else SECRET)
