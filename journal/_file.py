@@ -1115,9 +1115,10 @@ class FileJournal:
             path = handle.log.path
             fd = open_regular(path, os.O_RDONLY)
             try:
-                data = b""
+                chunks = []  # joined once: adding each chunk to the bytes read so far is quadratic
                 while chunk := os.read(fd, 1 << 20):
-                    data += chunk
+                    chunks.append(chunk)
+                data = b"".join(chunks)
             finally:
                 os.close(fd)
             lines = data.split(b"\n")

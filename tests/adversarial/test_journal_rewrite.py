@@ -9,6 +9,8 @@ copies the file appends under the run lock, so the rewrite holds that lock too.
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,3 +104,21 @@ def test_a_run_resumed_while_an_erasure_copies_its_stream_loses_no_acknowledged_
     assert [r.seq for r in got] == [1, 2, 3, 4], "an acknowledged record was lost"
     assert got[3].payload == {"text": "fourth"} and got[3].id == appended[0]
     assert got[1].payload["erased" if done else "text"] == ("yes" if done else SECRET)
+
+
+@pytest.mark.slow
+def test_an_erasure_in_a_large_stream_costs_its_size_not_its_square(tmp_path: Path) -> None:
+    """A long run's stream of 160 MiB: the rewrite reads it once, in time linear in its size (it
+    took 26 s here when each chunk read was added to the bytes read before, against 3 s now)."""
+    jr, run_id, path = _failed_run(tmp_path, [SECRET + " " * 64])
+    first = jr.read(run_id, STREAM)[0]
+    codec = journal.RecordCodec(run_id, STREAM)
+    filler = "y" * ((1 << 20) - 200)
+    with path.open("ab") as fh:
+        for seq in range(2, 162):
+            late = replace(first, seq=seq, id=f"{seq:016x}", key=None, payload={"t": filler})
+            fh.write(codec.encode(late) + b"\n")
+    started = time.monotonic()
+    assert jr.rewrite_payloads(run_id, STREAM, {1: {"erased": "yes"}}, pad="pad") == 1
+    assert time.monotonic() - started < 15.0
+    assert SECRET.encode() not in path.read_bytes()
