@@ -8,6 +8,7 @@ copies the file appends under the run lock, so the rewrite holds that lock too.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -16,7 +17,6 @@ from pathlib import Path
 import pytest
 
 import journal
-import journal._file as file_journal
 from journal import FileJournal, JournalCorrupt, RunState
 
 STREAM = "memory-learn"
@@ -68,7 +68,7 @@ def test_an_erasure_still_refuses_damage_below_the_watermark(tmp_path: Path) -> 
 def test_a_run_resumed_while_an_erasure_copies_its_stream_loses_no_acknowledged_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    eraser, run_id, _ = _failed_run(tmp_path, ["first", SECRET, "third"])
+    eraser, run_id, path = _failed_run(tmp_path, ["first", SECRET, "third"])
     resumer = FileJournal(tmp_path)  # another process's journal object
     appended: list[str] = []
     errors: list[BaseException] = []
@@ -81,21 +81,23 @@ def test_a_run_resumed_while_an_erasure_copies_its_stream_loses_no_acknowledged_
         except BaseException as exc:  # reported by the test below
             errors.append(exc)
 
-    real = file_journal._replace_file
+    real = os.rename
     other = threading.Thread(target=resume_and_append)
 
-    def copied_then_resumed(*args: object, **kwargs: object) -> None:
-        # The rewrite has read the stream and is about to put its copy in place: a resume now
+    def copied_then_resumed(src: object, dst: object, *args: object, **kwargs: object) -> None:
+        # The rewrite has read the stream and is about to rename its copy over it: a resume now
         # appends under the run lock (it waits for the rewrite if the rewrite holds that lock).
-        other.start()
-        other.join(timeout=3.0)
-        real(*args, **kwargs)  # type: ignore[arg-type]
+        if other.ident is None and os.fspath(dst) == os.fspath(path):  # type: ignore[call-overload]
+            other.start()
+            other.join(timeout=3.0)
+        real(src, dst, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(file_journal, "_replace_file", copied_then_resumed)
+    monkeypatch.setattr(os, "rename", copied_then_resumed)
     try:
         done = eraser.rewrite_payloads(run_id, STREAM, {2: {"erased": "yes"}}, pad="pad")
     except journal.JournalLeaseHeld:
         done = 0  # refused: the run was resumed first
+    monkeypatch.undo()
     other.join(timeout=60)
     assert not other.is_alive() and not errors, errors
     assert appended, "the resume's append was not acknowledged"
