@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,8 @@ class Learner:
         self._clock = clock
         # run id -> (scope, finding id) -> its commit, as republish_run read them (resumed roots)
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
+        # while a store open walks runs (``one_scan``): the journal's retirements, once scanned
+        self._walk: list[dict[str, Record]] | None = None
         # told (memory id, key, scope) of each version a learn wrote or found committed, so the
         # next lookup of that memory's live version reads one file instead of walking the folders
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
@@ -443,9 +446,28 @@ class Learner:
         finding back (those retired files are published here)."""
         if not wanted:
             return wanted
-        retired = scan_journal(backend, learns=False).retired
-        self._retirer.publish_missing(retired.values())
+        walk = self._walk
+        if walk is not None and walk:
+            retired = walk[0]  # scanned, and its retired files published, for an earlier run
+        else:
+            retired = scan_journal(backend, learns=False).retired
+            self._retirer.publish_missing(retired.values())
+            if walk is not None:
+                walk.append(retired)
         return [(final, data) for final, data in wanted if final.stem not in retired]
+
+    @contextlib.contextmanager
+    def one_scan(self) -> Iterator[None]:
+        """Within it (the walk a store open makes over the runs that did not end cleanly), the
+        journal-wide scan for retirements that ``restore_missing`` makes before it publishes is made
+        once, at the first run with something to publish, and reused for every later run: a scan
+        per run cost the walk the whole journal once for each run that lost a name. Not
+        thread-safe: for the store's open, before any other thread uses the store."""
+        self._walk = []
+        try:
+            yield
+        finally:
+            self._walk = None
 
     def restore_missing(
         self, backend: JournalBackend, run_id: str, held: Callable[[list[str]], Container[str]]

@@ -17,6 +17,7 @@ never stands in for the journal (``flows check``, ``sync`` and a resume look at 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -100,11 +101,13 @@ class Recovery:
         journal_location: str,
         open_journal: Callable[[], JournalBackend],
         restore: Callable[[JournalBackend, str], int],
+        walk: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self._db_path = db_path
         self._journal_location = journal_location
         self._open_journal = open_journal
         self._restore = restore
+        self._walk = walk  # held around the walk: what every run's restore may share
 
     def _memo(self, life: str) -> bytes:
         # The journal by a digest of its location: a DSN's password is never written to disk.
@@ -125,9 +128,10 @@ class Recovery:
             backend = self._open_journal()
             runs = backend.runs()
             made = 0
-            for run in runs:
-                if run.state in (RunState.FAILED, RunState.INTERRUPTED):
-                    made += self._restore_one(backend, run.run_id)
+            with self._walk():
+                for run in runs:
+                    if run.state in (RunState.FAILED, RunState.INTERRUPTED):
+                        made += self._restore_one(backend, run.run_id)
         except (CodedError, OSError) as exc:
             log.warning("the check for learned files a power loss took did not finish: %s", exc)
             return 0

@@ -198,7 +198,13 @@ class MemoryStore:
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
         if (file_index if recover is None else recover) and not read_only:
-            Recovery(self.db_path, self.journal_location, self.open_journal, self._restore_missing).check()
+            Recovery(
+                self.db_path,
+                self.journal_location,
+                self.open_journal,
+                self._restore_missing,
+                walk=self._learner.one_scan,
+            ).check()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
