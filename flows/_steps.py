@@ -102,16 +102,27 @@ def _check(value: Any, where: str, depth: int) -> None:
         raise NotJson(where, f"a {type(value).__name__}, which is not a JSON value")
 
 
+def _plain_float(value: Any) -> float:
+    """A float of a subclass (``numpy.float64``, say), checked finite already, as a plain float."""
+    if isinstance(value, float):
+        return float.__float__(value)  # its own number, not what a __float__ of the subclass says
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
 def json_value(value: Any) -> Any:
     """``value`` as the journal will give it back: JSON types only, tuples as lists, object keys
-    sorted. So a first run sees exactly what a replay will.
+    sorted, a float of a subclass (``numpy.float64``) as a plain float. So a first run sees exactly
+    what a replay will.
 
     Raises:
         NotJson: a value that is not null, a boolean, a 64-bit integer, a finite float, a string,
             a list/tuple or a string-keyed dict of those; or encodes to more than 8 MiB.
     """
     _check(value, "$", 0)
-    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    try:
+        data = orjson.dumps(value, default=_plain_float, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:  # a container subclass that hid a part from the check
+        raise NotJson("$", f"a part that is not a JSON value ({exc})") from None
     if len(data) > MAX_JSON_BYTES:
         raise NotJson("$", f"{len(data)} bytes encoded, over the {MAX_JSON_BYTES}-byte limit")
     return orjson.loads(data)

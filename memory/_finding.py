@@ -119,7 +119,7 @@ def _json_value(value: object, path: str, depth: int) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _invalid(path, "is not a finite number (JSON has no NaN or infinity)")
-        return value
+        return float.__float__(value)  # a subclass's (``numpy.float64``) as a plain float
     if isinstance(value, list | tuple | Mapping):
         if depth >= METADATA_MAX_DEPTH:
             raise _invalid(path, f"nests deeper than {METADATA_MAX_DEPTH} levels")
