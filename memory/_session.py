@@ -99,6 +99,8 @@ class SessionStore(Protocol):
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
+    def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]: ...
+
 
 NAME_MAX = 256
 """The longest scope, flow or source a session takes (characters)."""
@@ -544,16 +546,44 @@ class MemorySession:
     async def _async_op(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import asyncio  # only async callers pay for asyncio
 
+        # The write is in flight until its thread returns, not until its caller stops waiting: a
+        # cancelled caller (``wait_for`` timing out, a cancelled task) leaves it going on, and
+        # ``close``/``aclose``/``aflush`` still wait for it before they end the root run. So the
+        # thread itself says when it is done (no event loop needed: a ``close`` on the loop's
+        # thread waits for it too), or, when it never ran, the future's cancel does.
         self._enter_op()
-        try:
-            task = asyncio.ensure_future(self._store._off_loop(fn, *args, **kwargs))
-            self._pending.add(task)
+        mutex = threading.Lock()
+        begun: list[bool] = []  # [True] once the thread takes it, [False] once it never will
+
+        def work() -> Any:
+            with mutex:
+                if begun:
+                    raise asyncio.CancelledError  # cancelled before it began: nothing was done
+                begun.append(True)
             try:
-                return await task
+                return fn(*args, **kwargs)
             finally:
-                self._pending.discard(task)
-        finally:
+                self._leave_op()
+
+        def settled(future: asyncio.Future[Any]) -> None:
+            self._pending.discard(future)
+            if future.cancelled():
+                with mutex:
+                    if begun:
+                        return
+                    begun.append(False)
+                self._leave_op()
+            else:
+                future.exception()  # retrieved: a caller that stopped waiting never sees it
+
+        try:
+            future = self._store._submit(work)
+        except BaseException:
             self._leave_op()
+            raise
+        self._pending.add(future)
+        future.add_done_callback(settled)
+        return await asyncio.shield(future)
 
     async def arecall(
         self,
