@@ -68,12 +68,41 @@ class FlowMemory:
         self._progress = progress
         self.settled = 0
         self.steps: list[Step[Any]] = []
+        self.closed = False  # the body has returned: nothing more is started under its root
+        try:  # the body's loop: a FlowMemory is made on it, by the run that drives the body
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    def _startable(self, what: str) -> None:
+        """Refuse a write the run could not wait for: after the body returned (a task it left
+        running), or off the body's event loop (a thread)."""
+        if self.closed:
+            raise FlowUsage(
+                f"f.memory.{what}(...) after the flow body returned (from a task it left running); "
+                "the run no longer waits for it: await the work before the body returns",
+                run_id=self._root.run_id,
+            )
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or loop is not self._loop:
+            raise FlowUsage(
+                f"f.memory.{what}(...) must be called on the flow body's event loop, not from a thread "
+                "(use asyncio.run_coroutine_threadsafe there, or learn in the body)",
+                run_id=self._root.run_id,
+            ) from None
 
     def learn(self, finding: Mapping[str, Any], *, supersedes: str | None = None) -> Step[Learned]:
         """Start learning ``finding`` now; await the returned step to consume its outcome.
 
         ``supersedes`` names the key of a finding the new one replaces (see ``MemoryStore.learn``).
+
+        Raises (at once):
+            FlowUsage: called after the body returned, or off the body's event loop (a thread).
         """
+        self._startable("learn")
         text = finding.get("text") if isinstance(finding, Mapping) else None
         label = text[:40] if isinstance(text, str) else repr(finding)[:40]
         # begun now, on the store's executor: the write does not wait for the body's next await
@@ -88,6 +117,7 @@ class FlowMemory:
     def forget(self, key: str, *, reason: str) -> Step[Forgotten]:
         """Start forgetting the finding ``key`` now (see ``MemoryStore.forget``); await the returned
         step to consume its outcome. Like a learn, a forget the body never awaits fails the run."""
+        self._startable("forget")
         task = create_task("learn", _settle(self._store.start_forget(key, self._root, reason=reason)))
         step: Step[Forgotten] = Step(f"forget#{len(self.steps) + 1} {str(key)[:40]!r}", task)
         self.steps.append(step)
@@ -307,6 +337,9 @@ async def _drive(flow: Flow, f: FlowContext, steps: StepRunner) -> _Ending:
         if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
             return _Ending(exc, interrupted=True, cancelled=True)
         return _Ending(_aborted(exc, f.run_id))
+    # Nothing more starts under the root now: a task the body left running gets flow_usage (or
+    # step_invalid) rather than a write the run would not wait for before it reads done.
+    f.memory.closed = steps.closed = True
     await settle([*f.memory.steps, *steps.handles])
     unawaited = tuple(s.name for s in [*f.memory.steps, *steps.handles] if not s.consumed)
     if unawaited:
