@@ -583,6 +583,24 @@ def _flow_of(
     header = meta.get("header") or {}
     if not isinstance(header, Mapping):
         raise FlowLoadFailed(f"root run {run_id} records a flow header that is not an object", run_id=run_id)
+    memory_of = header.get("memory") or {}
+    script = memory_of.get("script", True) if isinstance(memory_of, Mapping) else None
+    damaged = [
+        what
+        for what, ok in (
+            ("name", isinstance(header.get("name", ""), str)),
+            ("scope", isinstance(header.get("scope", ""), str)),
+            ("memory.script", isinstance(script, bool)),
+        )
+        if not ok
+    ]
+    if damaged:  # read back from the journal, so untrusted: it names the scope learns go to
+        raise FlowLoadFailed(
+            f"root run {run_id} records a flow header whose {', '.join(damaged)} is not what a flow "
+            "header holds (a string name and scope, memory.script true or false); the journal was "
+            "damaged or written by something else, so the run is not resumed",
+            run_id=run_id,
+        )
     if flow_file is None and (not source or not isinstance(source, str)):
         raise FlowLoadFailed(
             f"root run {run_id} records no flow source: name its flow file with --file FILE "
@@ -622,7 +640,7 @@ def _flow_of(
     recorded_header = Header(
         name=header.get("name", flow.header.name),
         scope=header.get("scope", flow.header.scope),
-        script=bool((header.get("memory") or {}).get("script", True)),
+        script=bool(script),
     )
     return Flow(recorded_header, flow.body, flow.source, flow.source_sha256)
 
