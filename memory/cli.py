@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import errno
 import io
+import json
 import logging
 import os
 import re
@@ -78,6 +79,7 @@ __all__ = [
     "instant_ms",
     "journal_location",
     "json_out",
+    "json_text",
     "limit",
     "offset",
     "progress",
@@ -300,8 +302,40 @@ def shown(text: str, *, one_line: bool = False) -> str:
 
 def json_out(obj: Any, file: TextIO | None = None) -> None:
     """Print ``obj`` as indented JSON on ``file`` (default stdout)."""
-    text = orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
-    (sys.stdout if file is None else file).write(text + "\n")
+    (sys.stdout if file is None else file).write(json_text(obj, indent=True) + "\n")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(obj: Any, *, indent: bool = False) -> str:
+    """``obj`` as JSON text (with ``indent``, two spaces a level).
+
+    A name the OS gave in bytes that are not UTF-8 (a path, an argument) reaches Python as a string
+    with lone surrogates (``\\udcff``), which no UTF-8 text can hold: such a string is written with
+    those characters as JSON's ``\\uXXXX`` escapes, which a reader decodes to the same string (and
+    ``os.fsencode`` of it to the same bytes), so the output stays one valid JSON document.
+    """
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0).decode()
+    except TypeError:
+        if not _holds_surrogate(obj):
+            raise
+    text = json.dumps(obj, ensure_ascii=False, indent=2 if indent else None, separators=_SEPARATORS[indent])
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SEPARATORS = {True: (",", ": "), False: (",", ":")}
+
+
+def _holds_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_surrogate(v) for v in value)
+    return False
 
 
 @contextlib.contextmanager
@@ -576,7 +610,7 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
     fields = exc.as_json()
     run_id = fields.get("runId") or run_id
     if as_json:
-        sys.stderr.write(orjson.dumps({**fields, "runId": run_id}).decode() + "\n")
+        sys.stderr.write(json_text({**fields, "runId": run_id}) + "\n")
     else:
         if isinstance(exc, UsageError):
             sys.stderr.write(exc._usage)

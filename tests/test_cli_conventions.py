@@ -6,6 +6,7 @@ Every test runs the real command in a fresh process, as a user or a script would
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pty
 import re
@@ -716,3 +717,31 @@ def test_a_learn_whose_stdout_fails_says_so_with_a_code_and_its_finding_is_on_re
     assert proc.stderr.decode().startswith("flows: error[output_unwritable]: cannot write to stdout")
     with memory.MemoryStore(store) as mem:
         assert f"learned with stdout {stdout}" in [e.text for e in mem.recall(limit=None)]
+
+
+NOT_UTF8 = "\udcff\udcfe"
+"""The bytes ``ff fe`` of a name that is not UTF-8, as Python's argv and ``os`` functions give them."""
+
+
+def test_a_name_not_utf8_in_json_output_or_a_json_error_is_escaped_never_a_traceback(tmp_path: Path) -> None:
+    """A path of bytes that are not UTF-8 (legal on Linux) reaches Python as lone surrogates, which
+    orjson refuses: a ``--json`` error naming it was a traceback, and ``--json`` output naming it an
+    ``internal_error``. Both are one JSON document, the bytes written as ``\\udcXX`` escapes that
+    decode back to the same path."""
+    missing = tmp_path / f"nothing{NOT_UTF8}.py"
+    result = cli("flows", "--json", "run", str(missing))
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+    error = json.loads(result.stderr)
+    assert error["code"] == "flow_load_failed"
+    assert os.fsencode(error["path"]) == os.fsencode(missing)
+
+    home = tmp_path / f"agent{NOT_UTF8}"
+    home.mkdir()
+    save_config(home, _config("http://127.0.0.1:1"))
+    shown = cli("sail", "--json", "--home", str(home), "journal")
+    assert shown.returncode == 0, shown.stderr
+    assert os.fsencode(json.loads(shown.stdout)["ledger"]).startswith(os.fsencode(home))
+    absent = cli("sail", "--json", "--home", str(tmp_path / f"absent{NOT_UTF8}"), "status")
+    assert absent.returncode == 1 and "Traceback" not in absent.stderr, absent.stderr
+    assert json.loads(absent.stderr)["code"] == "sail_config_missing"
