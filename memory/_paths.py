@@ -7,6 +7,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from journal import JournalLocationInvalid, shown_location
 from memory._errors import ArgumentInvalid, StoreMissing, Unreachable
 from memory._finding import scope_hash
 from memory._safe import describe, kind_of, regular_prefix
@@ -33,7 +34,8 @@ def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
     Raises:
         ArgumentInvalid: ``db`` is empty (it would name the current folder), or the path holds NUL,
             a name over 255 bytes (the DB's own over ``DB_NAME_MAX``) or a folder path over
-            ``DB_FOLDER_MAX`` bytes: no file could be made there.
+            ``DB_FOLDER_MAX`` bytes: no file could be made there; or it holds bytes that are not
+            UTF-8 (lone surrogates), which the store could not write in its URIs and records.
     """
     if db is not None:
         if not os.fspath(db):
@@ -48,12 +50,29 @@ def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
     return _usable(Path(data_home).expanduser().absolute() / "flows" / "history.db")
 
 
+def _not_utf8(text: str) -> int | None:
+    """Where ``text`` (a name the OS gave) holds a byte that is not UTF-8 (Python reads one as a lone
+    surrogate): its index, or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def _usable(path: Path) -> Path:
     """``path`` when a history DB and its store could be made there; else ``ArgumentInvalid``."""
     raw = os.fsencode(path)
-    if len(raw) <= 255 and b"\0" not in raw:
+    odd = _not_utf8(os.fspath(path))
+    if len(raw) <= 255 and b"\0" not in raw and odd is None:
         return path  # the usual path: every name in it is short enough
     shown = repr(os.fsdecode(raw[:200]))[1:-1] + ("…" if len(raw) > 200 else "")
+    if odd is not None:  # the store writes its paths in UTF-8 (SQLite's URIs, the journal, JSON)
+        raise ArgumentInvalid(
+            f"the history DB path {shown} is not UTF-8 (character {odd} is a byte no UTF-8 text holds): "
+            "give a path whose names are UTF-8, or rename the folder",
+            path=path,
+        )
     if b"\0" in raw:
         raise ArgumentInvalid(
             f"the history DB path {shown} holds a NUL character: give a path without one", path=path
@@ -76,13 +95,20 @@ def _usable(path: Path) -> Path:
 
 def resolve_journal(db_path: Path, journal: str | os.PathLike[str] | None = None) -> str:
     """The journal's location: ``journal`` if given, else ``$FLOWS_JOURNAL``, else
-    ``<db-dir>/flows-journal`` (the embedded file journal)."""
-    if journal is not None:
-        return os.fspath(journal)
-    env = os.environ.get("FLOWS_JOURNAL")
-    if env:
-        return env
-    return os.path.join(os.path.dirname(db_path), JOURNAL_DIR)  # ``db_path.parent / JOURNAL_DIR``
+    ``<db-dir>/flows-journal`` (the embedded file journal).
+
+    Raises:
+        JournalLocationInvalid: the location given holds bytes that are not UTF-8 (lone surrogates).
+    """
+    location = os.fspath(journal) if journal is not None else os.environ.get("FLOWS_JOURNAL")
+    if location is None or (journal is None and not location):  # an empty one given is refused
+        return os.path.join(os.path.dirname(db_path), JOURNAL_DIR)  # ``db_path.parent / JOURNAL_DIR``
+    if _not_utf8(location) is not None:  # the store writes the location in UTF-8 (its memo, JSON)
+        raise JournalLocationInvalid(
+            f"the journal location {repr(shown_location(location))[:200]} holds bytes that are not "
+            "UTF-8: give a folder (or a DSN) whose text is UTF-8, or rename the folder"
+        )
+    return location
 
 
 def learned_root(db_path: Path) -> Path:

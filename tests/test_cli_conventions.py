@@ -745,3 +745,26 @@ def test_a_name_not_utf8_in_json_output_or_a_json_error_is_escaped_never_a_trace
     absent = cli("sail", "--json", "--home", str(tmp_path / f"absent{NOT_UTF8}"), "status")
     assert absent.returncode == 1 and "Traceback" not in absent.stderr, absent.stderr
     assert json.loads(absent.stderr)["code"] == "sail_config_missing"
+
+
+def test_a_store_path_not_utf8_is_refused_with_a_code_never_an_internal_error(tmp_path: Path) -> None:
+    """A history DB or journal path of bytes that are not UTF-8 was an ``internal_error`` (the store
+    writes its paths as UTF-8: SQLite's URIs, its recovery memo): now refused before anything is
+    made, as a bad argument (``--db``, ``$FLOWS_DB``) or a journal location that cannot be used."""
+    folder = tmp_path / f"store{NOT_UTF8}"
+    folder.mkdir()
+    db, good = str(folder / "history.db"), str(tmp_path / "good" / "history.db")
+    learn, bad_journal = ["learn", "x", "--scope", "s"], "journal_location_invalid"
+    for argv, env, code, status in (
+        (["--db", db, *learn], {}, "usage", 2),
+        (["--db", db, "recall"], {}, "usage", 2),
+        (["recall"], {"FLOWS_DB": db}, "memory_argument_invalid", 2),
+        (["--db", good, "--journal", str(folder), *learn], {}, bad_journal, 1),
+        (["--db", good, *learn], {"FLOWS_JOURNAL": str(folder)}, bad_journal, 1),
+    ):
+        result = cli("flows", "--json", *argv, **env)
+        assert result.returncode == status, (argv, result.stderr)
+        assert json.loads(result.stderr)["code"] == code, (argv, result.stderr)
+    assert os.listdir(folder) == [] and not (tmp_path / "good").exists()
+    with pytest.raises(memory.ArgumentInvalid):
+        memory.MemoryStore(db)
