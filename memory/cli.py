@@ -289,6 +289,9 @@ _SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
     0x0A: "\\n",
     0x0D: "\\r",
 }
+# a lone surrogate: a byte of a name that is not UTF-8 as Python reads it (U+DCFF for the byte ff),
+# which a terminal's strict UTF-8 stdout cannot write: the byte as an escape (\xff), any other as \udXXX
+_SHOWN |= {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
 _SHOWN_LINES = {c: e for c, e in _SHOWN.items() if c != 0x0A}  # the same, newlines kept
 
 
@@ -296,7 +299,9 @@ def shown(text: str, *, one_line: bool = False) -> str:
     """``text`` as human output writes it: every control character but the newline (and, with
     ``one_line``, the newline too) as an escape (``\\x1b``, ``\\t``, ``\\n``), so data read back from
     a store, a ledger or a chain (a finding's text, a contract's revert reason, a token's symbol)
-    never moves the terminal's cursor, sets its title or writes its clipboard."""
+    never moves the terminal's cursor, sets its title or writes its clipboard. A byte of a name that
+    is not UTF-8 (a lone surrogate, as Python reads it) is written as ``\\xff``, which any stdout
+    can take."""
     return text.translate(_SHOWN if one_line else _SHOWN_LINES)
 
 

@@ -26,7 +26,7 @@ import portalocker
 import pytest
 
 import memory
-from memory.cli import expiry_ms, instant_ms, limit
+from memory.cli import expiry_ms, instant_ms, limit, shown
 from memory.ledger import Ledger, Skipped
 from sail._config import EMBEDDED, SailConfig, save_config
 from tests.conftest import ROOT
@@ -768,3 +768,18 @@ def test_a_store_path_not_utf8_is_refused_with_a_code_never_an_internal_error(tm
     assert os.listdir(folder) == [] and not (tmp_path / "good").exists()
     with pytest.raises(memory.ArgumentInvalid):
         memory.MemoryStore(db)
+
+
+def test_a_name_not_utf8_in_human_output_is_shown_as_its_bytes_on_a_strict_utf8_stdout(
+    tmp_path: Path,
+) -> None:
+    """A terminal's UTF-8 locale gives Python a strict stdout, which cannot write a lone surrogate:
+    ``sail status`` of a home whose name is not UTF-8 ran, then ended in ``internal_error``. Human
+    output writes such a byte as an escape (``\\xff``), as it does a control character."""
+    home = tmp_path / f"agent{NOT_UTF8}"
+    home.mkdir()
+    save_config(home, _config("http://127.0.0.1:1"))
+    result = cli("sail", "--home", str(home), "status", PYTHONIOENCODING="utf-8:strict")
+    assert result.returncode == 0, result.stderr
+    assert f"{tmp_path}/agent\\xff\\xfe/.sail/memory/ledger.jsonl" in result.stdout
+    assert shown("a\udcff\ud800\x1b") == "a\\xff\\ud800\\x1b"
