@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -236,6 +237,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # -- parser and dispatch -------------------------------------------------------------------------
 
+SWEEP_AGE_MAX = 10 * 365 * 86_400
+"""The largest ``check --sweep-age``, in seconds (ten years): any stage older is surely stale."""
+
+
+def sweep_age(text: str) -> float:
+    """``check --sweep-age``: seconds from 0 to ``SWEEP_AGE_MAX``. NaN would make no stage stale (a
+    store with a crash's leftovers checked clean), a negative age every stage, a live writer's
+    included (``--repair`` would sweep it from under its learn)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= SWEEP_AGE_MAX:  # NaN fails both
+        raise argparse.ArgumentTypeError(
+            f"must be seconds from 0 to {SWEEP_AGE_MAX} (how old a stage must be to count as a "
+            f"crash's leftover), got {text!r:.80}"
+        )
+    return value
+
+
 _OPTIONS = (
     Option(("--db",), "history DB (default: $FLOWS_DB or the XDG data dir)", metavar="PATH", type=db_path),
     Option(
@@ -331,7 +352,11 @@ def build_cli(only: str | None = None) -> CommandLine:
         "--sail", metavar="DIR", action="append", help="an agent's .sail dir to check (default: ./.sail)"
     )
     p.add_argument(
-        "--sweep-age", metavar="SECONDS", type=float, default=3600.0, help="stage age that counts as stale"
+        "--sweep-age",
+        metavar="SECONDS",
+        type=sweep_age,
+        default=3600.0,
+        help="how old a stage must be to count as a crash's leftover (0 to ten years; default 3600)",
     )
     add_embedder_option(p)  # with --repair: derive the live findings' vectors again
     p = add("demo", cmd_demo, "run the embedded demo: learn, crash, resume, ask why")

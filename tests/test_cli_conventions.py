@@ -783,3 +783,19 @@ def test_a_name_not_utf8_in_human_output_is_shown_as_its_bytes_on_a_strict_utf8_
     assert result.returncode == 0, result.stderr
     assert f"{tmp_path}/agent\\xff\\xfe/.sail/memory/ledger.jsonl" in result.stdout
     assert shown("a\udcff\ud800\x1b") == "a\\xff\\ud800\\x1b"
+
+
+def test_check_sweep_age_that_is_not_an_age_is_a_usage_error(store: Path) -> None:
+    """``--sweep-age nan`` made no stage stale (a crash's leftover checked clean, exit 0), and a
+    negative age made every stage stale, a live writer's included (``--repair`` sweeps them)."""
+    run = next((store.parent / "flows-journal" / "runs").iterdir())
+    stage = run / ".stage-left-by-a-crash"
+    stage.write_bytes(b"")
+    os.utime(stage, (time.time() - 86_400,) * 2)
+    found = cli("flows", "--json", "check", "--db", str(store), "--sweep-age", "3600")
+    assert found.returncode == 1 and "stage_stale" in found.stdout, found.stderr
+    for bad in ("nan", "-5", "inf", "1e400", "-0.5", "ten"):
+        result = cli("flows", "--json", "check", "--repair", "--db", str(store), f"--sweep-age={bad}")
+        assert result.returncode == 2, (bad, result.stdout, result.stderr)
+        assert json.loads(result.stderr)["code"] == "usage" and result.stdout == ""
+    assert stage.exists()
