@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import stat
 import sys
@@ -46,9 +47,13 @@ Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.Argumen
 # -- argument types ---------------------------------------------------------------------------
 
 
+def _not_a_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _input_arg(text: str) -> Any:
     """``--input``: a JSON value, or ``@path`` of a file holding one."""
-    from flows._steps import MAX_JSON_BYTES
+    from flows._steps import MAX_JSON_BYTES, NotJson, json_value
 
     if text.startswith("@"):
         path = text[1:]
@@ -70,10 +75,14 @@ def _input_arg(text: str) -> Any:
         where = path
     else:
         data, where = text.encode("utf-8", "surrogateescape"), "the value"
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+    try:  # the standard parser keeps an integer past 64 bits exact (orjson makes it a float), to refuse
+        value = json.loads(data, parse_constant=_not_a_constant)
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, too many digits, too deep
         raise argparse.ArgumentTypeError(f"{where} is not JSON ({exc}); quote it for the shell") from None
+    try:  # JSON the journal cannot hold (nested over 200 levels, an integer past 64 bits): usage too
+        return json_value(value)
+    except NotJson as exc:
+        raise argparse.ArgumentTypeError(f"{where} cannot be a flow's input: {exc}") from None
 
 
 # -- run and resume ---------------------------------------------------------------------------

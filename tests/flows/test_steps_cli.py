@@ -227,7 +227,23 @@ def test_run_takes_input_as_json_or_at_file_and_runs_json_and_show_report_input_
 
 @pytest.mark.parametrize(
     "value",
-    ["{not json", "NaN", "@/nonexistent/in.json", "@.", "", '{"a": 1} trailing'],
+    [
+        "{not json",
+        "NaN",
+        "@/nonexistent/in.json",
+        "@.",
+        "",
+        '{"a": 1} trailing',
+        # JSON the journal cannot hold: was flow_input_invalid (exit 1), or a float (2**64 read as
+        # 1.8446744073709552e+19, the run done with another number than the one given)
+        "[" * 300 + "]" * 300,
+        str(2**64),
+        str(2**63),
+        f"[{-(2**63) - 1}]",
+        "1e400",
+        "9" * 5000,
+        "[" * 30_000 + "]" * 30_000,
+    ],
 )
 def test_bad_input_is_a_usage_error_and_begins_nothing(tmp_path: Path, value: str) -> None:
     db = tmp_path / "store" / "history.db"
