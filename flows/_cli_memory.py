@@ -9,6 +9,8 @@ happens before anything is journaled or written.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,9 +48,15 @@ def meta_pairs(items: Sequence[str] | None) -> dict[str, Any] | None:
         if key in out:
             raise memory.ArgumentInvalid(f"--meta {key} is given twice; give each key once")
         try:
-            out[key] = orjson.loads(text)
+            value = orjson.loads(text)
         except orjson.JSONDecodeError:
             out[key] = text
+            continue
+        with contextlib.suppress(RecursionError):  # nested past Python's stack: refused for depth
+            # the same value, but with an integer past 64 bits kept exact, for the finding's (or the
+            # filter's) check to refuse: orjson reads it as a float, which was learned in its place
+            value = json.loads(text)
+        out[key] = value
     return out
 
 

@@ -129,6 +129,11 @@ BAD = [
     (("recall", "--meta", "x"), "memory_argument_invalid"),
     (("recall", "--tag", ""), "memory_argument_invalid"),
     (("why", "x", "--meta", "a=1", "--meta", "a=2"), "memory_argument_invalid"),
+    # an integer past 64 bits: orjson read it as a float, which was learned (or filtered on) instead
+    (("learn", "x", "--scope", "desk", "--meta", f"id={2**64}"), "memory_finding_invalid"),
+    (("learn", "x", "--scope", "desk", "--meta", f"ids=[1,{2**64}]"), "memory_finding_invalid"),
+    (("recall", "--meta", f"id={2**64}"), "memory_argument_invalid"),
+    (("why", "x", "--meta", f"id={-(2**64)}"), "memory_argument_invalid"),
 ]
 
 
