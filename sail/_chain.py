@@ -12,6 +12,7 @@ message, log or ledger line is made from it.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -178,8 +179,25 @@ class _Provider(HTTPProvider):
             return bytes(body)
 
     def make_request(self, method: Any, params: Any) -> Any:
+        """One request and its answer, which must name the request's own ``id``.
+
+        JSON-RPC pairs an answer with its request by ``id`` alone: a proxy or node that hands one
+        request the answer of another (a stale cache, a crossed connection) would otherwise be
+        believed — a chain id read as the head, one transaction's count as another's. Such an answer
+        is refused as ``AnswerMismatch``, a failure of the connection: a read is ``ChainUnavailable``
+        and a send is uncertain (the transaction may have reached the node), never a refusal.
+        """
         try:
-            return super().make_request(method, params)
+            request_data = self.encode_rpc_request(method, params)
+            sent_id = json.loads(request_data)["id"]
+            response = self.decode_rpc_response(self._make_request(method, request_data))
+            answered = response.get("id", None) if isinstance(response, dict) else None
+            if not _same_id(answered, sent_id):
+                raise AnswerMismatch(
+                    f"the node's answer to {method} names request {str(answered)[:40]!r}, not {sent_id}: "
+                    "it is the answer to another request, and nothing was read from it"
+                )
+            return response
         except requests.RequestException as exc:
             text = scrubbed(str(exc), self._secrets)
             try:
@@ -187,6 +205,18 @@ class _Provider(HTTPProvider):
             except TypeError:
                 clean = requests.RequestException(text)
             raise clean from None
+
+
+class AnswerMismatch(requests.RequestException):
+    """A node's answer names another request's ``id`` than the one it answers (see ``_Provider``)."""
+
+
+def _same_id(answered: object, sent: int) -> bool:
+    """Whether an answer's ``id`` is the request's: the same integer (a boolean is not one), or its
+    decimal text, as some proxies write it."""
+    if isinstance(answered, bool):
+        return False
+    return (isinstance(answered, int) and answered == sent) or answered == str(sent)
 
 
 class QuoteUnavailable(Exception):

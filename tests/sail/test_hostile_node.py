@@ -23,7 +23,7 @@ from hexbytes import HexBytes
 
 from memory.ledger import Acted, ActivityLog, ChainUnavailable, DispatchUnsent, Outcome, TickFinished
 from sail._chain import Chain
-from sail._errors import SailChainMismatch
+from sail._errors import SailChainMismatch, SailSubmitUncertain
 from sail._runner import Runner
 from sail._tick import tick
 from tests.conftest import ROOT
@@ -228,6 +228,63 @@ def test_a_sail_tick_against_a_node_that_trickles_ends_within_its_bound_with_a_c
 
 
 
+
+
+def _answer_as(request_id: object, body: dict[str, Any]) -> bytes:
+    """``body`` sent as the answer to the request numbered ``request_id`` (bytes: the id is not fixed)."""
+    return json.dumps({**body, "id": request_id}).encode()
+
+
+def test_an_answer_to_another_request_is_never_believed(world: World, node: Any) -> None:
+    """A confused proxy hands each request the answer it kept from the one before (its id too)."""
+    kept: list[dict[str, Any]] = []
+
+    def stale(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        got = {**honest(), "id": request["id"]}
+        previous = kept[-1] if kept else got
+        kept.append(got)
+        return _answer_as(previous["id"], previous)
+
+    node.answer = stale
+    chain = Chain.connect(node.url, timeout=2)
+    chain.chain_id()  # the first answer is its own
+    with pytest.raises(ChainUnavailable, match="another request"):
+        chain.head()  # would read the chain id as the block number
+    with pytest.raises(ChainUnavailable, match="another request"):
+        chain.nonce(world.agent.address)
+
+
+@pytest.mark.parametrize("answered_id", [None, "x", True, 10**6], ids=["null", "text", "boolean", "another"])
+def test_an_answer_whose_id_is_not_the_requests_is_chain_unavailable(
+    world: World, node: Any, answered_id: object
+) -> None:
+    node.answer = lambda request, honest: _answer_as(answered_id, {**honest(), "id": None})
+    with pytest.raises(ChainUnavailable, match="another request"):
+        Chain.connect(node.url, timeout=2).head()
+
+
+def test_a_send_answered_with_another_requests_refusal_is_uncertain_not_unsent(
+    world: World, node: Any
+) -> None:
+    """The node takes the swap, but its answer is another request's error: nobody knows it was refused."""
+
+    def refusal_of_another(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        got = honest()
+        if request["method"] != "eth_sendRawTransaction":
+            return got
+        assert "result" in got  # the transaction is in the chain
+        refusal = {"jsonrpc": "2.0", "error": {"code": -32000, "message": "nonce too low"}}
+        return _answer_as(request["id"] + 1, refusal)
+
+    node.answer = refusal_of_another
+    with pytest.raises(SailSubmitUncertain):
+        _tick_over(world, node.url)
+    assert not [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchUnsent)]
+    node.answer = lambda request, honest: honest()
+    world.clock.now += 60
+    _tick_over(world, node.url)
+    (acted,) = _acted(world)
+    assert acted.outcome == Outcome.CONFIRMED
 
 
 def test_a_node_of_another_chain_resolves_nothing_and_the_swap_is_ledgered_from_its_own(
