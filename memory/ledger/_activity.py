@@ -527,18 +527,17 @@ class ActivityLog:
         """
         require_regular(self.path, Path(f"{self.path}.lock"))
         with self._log.locked() as log:
-            ready_to_append(log)
+            ready_to_append(log, self.lines)
             log.append(record)
 
     def read(self) -> Sequence[ActivityRecord]:
-        """Every record, oldest first (read-only: the line log's cache; a missing log reads as empty).
+        """Every record, oldest first, judged as every reader judges the file (a missing log reads as empty).
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail.
             LedgerNotAFile: the log or its lock is not a regular file.
         """
-        require_regular(self.path, Path(f"{self.path}.lock"))
-        return self._log.read()
+        return self.lines.read_all()
 
     def iter_reverse(self) -> Iterator[ActivityRecord]:
         """Records newest first, read backwards (costs what is read, not the log's length).

@@ -79,14 +79,14 @@ class Ledger:
     # -- reads (no lock) -------------------------------------------------------------------------
 
     def entries(self) -> Sequence[Entry]:
-        """Every entry, oldest first (read-only: the line log's own cache). Missing reads as empty.
+        """Every entry, oldest first, judged as every reader judges the file (``scan``, ``tail``,
+        ``iter_reverse``). Missing reads as empty.
 
         Raises:
             journal.JournalCorrupt: a damaged line that is not a torn tail (path and line named).
             LedgerNotAFile: the ledger or its lock is not a regular file.
         """
-        require_regular(self.path, Path(f"{self.path}.lock"))
-        return self._log.read()
+        return self.lines.read_all()
 
     def scan(self) -> Iterator[Entry]:
         """Every entry, oldest first, streamed: each line decoded and checked, none held after.
@@ -345,7 +345,7 @@ class Ledger:
                     "running, check for a stuck `sail tick` process",
                     path=self.path,
                 ) from exc
-            ready_to_append(log)
+            ready_to_append(log, self.lines)
             with self._opened() as files:
                 state, folded = self._current(files)
             if folded > SAVE_AFTER_BYTES:  # a rebuild: keep it even if the tick fails

@@ -11,9 +11,16 @@ files applies one rule and costs what it reads, not the file's length:
   line that decodes may only be a torn or in-flight append — text without its newline, or complete
   lines that do not decode as a tear would, all at or past the line log's durability watermark. Any
   other undecodable line there is acknowledged damage and raises ``journal.JournalCorrupt`` naming
-  the line, the same verdict a locked open gives, and so does a watermark past the last whole line
-  (an acknowledged line lost its end, or the file lost lines). A line that is well-formed JSON but
-  breaks the schema is damage wherever it is.
+  the line, and so does a watermark past the last whole line (an acknowledged line lost its end, or
+  the file lost lines). A line that is well-formed JSON but breaks the schema is damage wherever it
+  is. Every line between the watermark and the readable end must decode too: each append is its
+  own write and fsync, so a crash leaves damage only at the very end, and a line that does not decode
+  *before* one that does is damage, never a tear. The readable end reads those lines (the bytes past
+  the watermark, a line or none but after a crash), so the readers that go backwards and stop early
+  (``sail status``, ``sail why``) give the verdict the full forward reads give.
+* **Appends** judge the tail the same way before the line log cuts it (``ready_to_append``): the
+  line log alone cuts from the first line past its watermark that does not decode, complete lines
+  after it included, where every reader here fails closed.
 """
 
 from __future__ import annotations
@@ -37,13 +44,23 @@ _FIRST_BLOCK = 4096
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def ready_to_append(log: LineLog[T]) -> None:
-    """Make a held line log ready to append: a torn tail cut, the last acknowledged line judged.
+def ready_to_append(log: LineLog[T], lines: LineFile[T]) -> None:
+    """Make a held line log ready to append: its end judged as every reader judges it (``lines``,
+    the same file), then a torn tail cut.
 
     Where the line log can (``recover_tail``), only its tail past the durability watermark is read,
     so a tick's appends cost the same on a ten-line log and a million-line one; a line log without
     it recovers by reading every line (``recover``).
+
+    Raises:
+        journal.JournalCorrupt: the end of the file is damage, not a tear (nothing is cut).
     """
+    fd = lines.open()
+    if fd is not None:
+        try:
+            lines.readable_end(fd)
+        finally:
+            os.close(fd)
     tail = getattr(log, "recover_tail", None)
     if callable(tail):
         tail()
@@ -191,15 +208,38 @@ class LineFile(Generic[T]):
         raise self._corrupt(fd, end, reason)
 
     def _last_good_end(self, fd: int, size: int, watermark: int | None) -> int:
+        end: int | None = None
         for offset, raw in self.reverse_raw(fd, size):
+            if end is not None and (watermark is None or offset < watermark):
+                break  # below the watermark: acknowledged lines, for the full reads to check
             try:
                 self.codec.decode(raw)
             except LineDamaged as damage:
+                if end is not None:  # before a line that decodes: not where a crash leaves a tear
+                    reason = f"{damage.reason}; a later line decodes, so it is no torn append"
+                    raise self._corrupt(fd, offset, reason) from None
                 if not damage.torn or (watermark is not None and offset < watermark):
                     raise self._corrupt(fd, offset, damage.reason) from None
                 continue  # a torn or in-flight append: not a record yet
-            return offset + len(raw) + 1
-        return 0
+            if end is None:
+                end = offset + len(raw) + 1
+        return end or 0
+
+    def read_all(self) -> list[T]:
+        """Every record, oldest first, by the rules above; a missing file reads as empty.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line (path and line named).
+            LedgerNotAFile: the file or its lock is not a regular file.
+        """
+        fd = self.open()
+        if fd is None:
+            return []
+        try:
+            end = self.readable_end(fd)
+            return [line.record for line in self.forward(fd, 0, end)]
+        finally:
+            os.close(fd)
 
     def reverse_raw(self, fd: int, end: int) -> Iterator[tuple[int, bytes]]:
         """Complete lines before ``end``, newest first, as ``(offset, bytes)``.

@@ -184,6 +184,80 @@ def test_an_append_in_flight_past_the_watermark_is_no_record_for_any_reader(tmp_
     assert [e.ts for e in ledger.entries()] == [5, 6, 9]
 
 
+_WHOLE = orjson.dumps(skipped(50).to_wire()) + b"\n"  # a complete, valid line
+_CRAFTED_DAMAGE = {  # past the watermark, yet no crash leaves it: each append is its own write and fsync
+    "junk-then-a-whole-line": b"\x00junk\n" + _WHOLE,
+    "a-line-junk-a-line": _WHOLE + b"\x00junk\n" + _WHOLE,
+    "junk-then-schema-breaking": b"\x00junk\n" + b'{"kind": "traded"}\n',
+}
+
+
+@pytest.mark.parametrize("tail", list(_CRAFTED_DAMAGE.values()), ids=list(_CRAFTED_DAMAGE))
+def test_a_line_that_does_not_decode_before_one_that_does_is_one_verdict_for_every_reader_and_the_writer(
+    tmp_path: Path, tail: bytes
+) -> None:
+    sail = tmp_path / "damaged" / ".sail"
+    ledger = Ledger(sail)
+    write(ledger, acted(5, 7), skipped(6))
+    mark = ledger.lines.watermark()
+    with ledger.path.open("ab") as f:
+        f.write(tail)
+    assert mark == ledger.lines.watermark()  # all of it past the watermark
+    data = ledger.path.read_bytes()
+    readers = {
+        **_readers(Ledger(sail)),
+        "newest (sail why, the dashboard)": lambda: next(Ledger(sail).iter_reverse()),
+        "recent_skips": lambda: ml.recent_skips(Ledger(sail), 1),
+        "recent_confirmed(now)": lambda: Ledger(sail).recent_confirmed(40),
+        "agent_state (sail status)": lambda: ml.agent_state(sail, interval_s=60, save=False),
+    }
+    lines = set()
+    for name, read in readers.items():
+        with pytest.raises(JournalCorrupt) as info:
+            read()  # type: ignore[operator]
+        lines.add(info.value.line)
+        assert ledger.path.read_bytes() == data, f"{name} cut the file"
+    assert len(lines) == 1, lines
+
+
+@pytest.mark.parametrize("tail", list(_CRAFTED_DAMAGE.values()), ids=list(_CRAFTED_DAMAGE))
+def test_the_activity_log_gives_one_verdict_on_the_same_crafted_tails(tmp_path: Path, tail: bytes) -> None:
+    log = ActivityLog(tmp_path)
+    log.append(_signed(1))
+    whole = orjson.dumps(_signed(2).to_wire()) + b"\n"
+    with log.path.open("ab") as f:
+        f.write(tail.replace(_WHOLE, whole))
+    data = log.path.read_bytes()
+    for name, read in {
+        "read": log.read,
+        "newest": lambda: next(log.iter_reverse()),
+        "append": lambda: log.append(_signed(3)),
+    }.items():
+        with pytest.raises(JournalCorrupt):
+            read()
+        assert log.path.read_bytes() == data, f"{name} cut the file"
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"\x00ju", b'{"kind": "traded"}', _WHOLE[:-1], b"\x00a\n\x00b\n", b"\x00a\n" + _WHOLE[:-1]],
+    ids=["junk", "schema-breaking", "a-whole-line", "two-torn-lines", "torn-then-unterminated"],
+)
+def test_an_unfinished_append_past_the_watermark_is_no_record_for_any_reader_and_cut_by_the_writer(
+    tmp_path: Path, tail: bytes
+) -> None:
+    sail = tmp_path / "damaged" / ".sail"  # (the tail is not a line of the schema until it is cut)
+    ledger = Ledger(sail)
+    write(ledger, acted(5, 7), skipped(6))
+    with ledger.path.open("ab") as f:
+        f.write(tail)
+    assert [e.ts for e in ledger.entries()] == [e.ts for e in ledger.scan()] == [5, 6]
+    assert [e.ts for e in ledger.iter_reverse()] == [6, 5]
+    assert ml.recent_skips(ledger, 1)[0].ts == 6
+    write(ledger, skipped(9))
+    assert [e.ts for e in Ledger(sail).entries()] == [5, 6, 9]
+
+
 def test_the_tail_read_for_recent_acts_stops_at_lines_older_than_the_span(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     write(ledger, acted(100, 1), *[skipped(200 + i) for i in range(5)], acted(10_000, 2), skipped(10_001))
