@@ -25,6 +25,7 @@ from sail._errors import (
     SailSetupFailed,
     SailSubmitFailed,
     SailSubmitUncertain,
+    SailTickTimeout,
 )
 
 _LAZY = {
@@ -64,6 +65,7 @@ __all__ = [
     "SailSetupFailed",
     "SailSubmitFailed",
     "SailSubmitUncertain",
+    "SailTickTimeout",
     "Skip",
     "Strategy",
     "Swap",

@@ -147,6 +147,8 @@ class _Provider(HTTPProvider):
         self._secrets = url_secrets(rpc_url)
         self._timeout = timeout
         self._max_bytes = max_bytes
+        #: the ``time.monotonic()`` instant past which no request is made (the tick's bound), or None
+        self.deadline: float | None = None
 
     def _make_request(self, method: Any, request_data: bytes) -> bytes:
         """POST one request and read its answer within ``timeout`` seconds in all and ``max_bytes``.
@@ -155,12 +157,20 @@ class _Provider(HTTPProvider):
         every few seconds, or streams a body without end, would hold the tick for ever (and fill
         memory). The body is read as it arrives, and given up past the deadline or the size.
         """
-        deadline = time.monotonic() + self._timeout
+        limit = self._timeout
+        if self.deadline is not None and method != "eth_sendRawTransaction":
+            # a signed swap whose write-ahead line is durable is sent in any case: holding it back
+            # would hold the next trade for unsent_after_s, and the send is one bounded request
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TickDeadlinePassed(f"the tick's time bound passed before {method}; it was not asked")
+            limit = min(limit, left)
+        deadline = time.monotonic() + limit
         url = str(self.endpoint_uri)
         session = self._request_session_manager.cache_and_return_session(
             URI(url), request_timeout=self._timeout
         )
-        kwargs = {**self.get_request_kwargs(), "stream": True}
+        kwargs = {**self.get_request_kwargs(), "stream": True, "timeout": limit}
         with session.post(url, data=request_data, **kwargs) as response:
             response.raise_for_status()
             body = bytearray()
@@ -173,7 +183,7 @@ class _Provider(HTTPProvider):
                     )
                 if time.monotonic() > deadline:
                     raise requests.Timeout(
-                        f"the node's answer to {method} took over {self._timeout}s to arrive; "
+                        f"the node's answer to {method} took over {limit:g}s to arrive; "
                         "nothing was read from it"
                     )
             return bytes(body)
@@ -205,6 +215,10 @@ class _Provider(HTTPProvider):
             except TypeError:
                 clean = requests.RequestException(text)
             raise clean from None
+
+
+class TickDeadlinePassed(requests.Timeout):
+    """A request was not made: the tick's overall time bound had passed (see ``Chain.set_deadline``)."""
 
 
 class AnswerMismatch(requests.RequestException):
@@ -299,6 +313,16 @@ class Chain:
         """A ``Chain`` over HTTP JSON-RPC at ``rpc_url`` (no request is made yet)."""
         provider = _Provider(rpc_url, timeout=timeout)
         return cls(Web3(provider))
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Make no request past the ``time.monotonic()`` instant ``deadline`` (None: no bound), and
+        none that could end after it: each request's time is cut to what is left. A request refused
+        so fails as a timeout does (``ChainUnavailable``). The send of a signed swap is exempt. Over
+        a transport without such bounds (the in-process EVM) this does nothing.
+        """
+        provider = self.w3.provider
+        if isinstance(provider, _Provider):
+            provider.deadline = deadline
 
     # -- plain reads ------------------------------------------------------------------------------
 

@@ -31,7 +31,12 @@ _ADDRESS_KEYS = ("router", "token_in", "token_out")
 _TEXT_KEYS = ("rpc_url", "permission", "key_env", "keystore")
 _OPTIONAL_TEXT_KEYS = ("permission", "keystore")
 _INT_KEYS = ("amount_in", "interval_s", "min_balance", "slippage_bps", "deadline_s", "gas", "confirmations")
-_SECONDS_KEYS = ("receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s", "rpc_timeout_s")
+_SECONDS_KEYS = (
+    "receipt_timeout_s", "reconcile_wait_s", "unsent_after_s", "lock_timeout_s", "rpc_timeout_s",
+    "tick_timeout_s",
+)  # fmt: skip
+#: seconds keys that must leave some time: a request, or a tick, cannot be done in none
+_SOME_TIME_KEYS = ("rpc_timeout_s", "tick_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class SailConfig:
     unsent_after_s: float = 600.0
     lock_timeout_s: float = 120.0
     rpc_timeout_s: float = 10.0
+    tick_timeout_s: float = 300.0
     confirmations: int = 1
 
     def __post_init__(self) -> None:
@@ -73,7 +79,7 @@ class SailConfig:
                 )
         for name in _SECONDS_KEYS:
             value = getattr(self, name)
-            least = 0.0 if name != "rpc_timeout_s" else 1e-3  # a request needs some time
+            least = 1e-3 if name in _SOME_TIME_KEYS else 0.0
             if type(value) not in (int, float) or not least <= value <= _MAX_SECONDS:
                 raise SailConfigInvalid(
                     f"config key {name!r} must be seconds in [{least}, {_MAX_SECONDS}], got {value!r}"

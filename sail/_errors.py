@@ -90,6 +90,14 @@ class SailChainMismatch(SailError):
     code = "sail_chain_mismatch"
 
 
+class SailTickTimeout(SailError):
+    """A ``sail tick`` ran past ``tick_timeout_s`` in all (a node slow on every request, yet within
+    ``rpc_timeout_s`` each): it stopped where it was, nothing more was signed or ledgered, and the
+    next tick starts over."""
+
+    code = "sail_tick_timeout"
+
+
 class SailSetupFailed(SailError):
     """A transaction setting up the shipped demo market (deploy, fund, approve, the demo's owner
     moves) reverted on the local chain."""

@@ -38,7 +38,7 @@ from memory.ledger import (
 )
 from sail._chain import Chain
 from sail._config import EMBEDDED, SailConfig, sail_dir
-from sail._errors import SailChainMismatch
+from sail._errors import SailChainMismatch, SailTickTimeout
 from sail._node import embedded_chain
 from sail._runner import Dispatched, Runner, load_account
 from sail._strategy import DcaStrategy, Skip, Strategy, Swap, TickState
@@ -67,8 +67,13 @@ def tick(
     lock_timeout: float = 120.0,
     unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
     confirmations: int = 1,
+    deadline: float | None = None,
 ) -> TickResult:
     """Run one tick for the agent whose ``.sail`` directory is ``home_sail_dir``.
+
+    ``deadline`` (a ``time.monotonic()`` instant) bounds the whole tick: no chain request is made
+    past it (``Chain.set_deadline``), and a tick that reaches it before it has ledgered its skip or
+    signed its swap fails with ``SailTickTimeout`` instead; a swap signed before it is still sent.
 
     Raises:
         ChainUnavailable: a chain read the tick cannot do without failed (nothing is ledgered
@@ -78,7 +83,51 @@ def tick(
         journal.JournalCorrupt: the ledger or activity log is damaged.
         LedgerBusy: another tick held the ledger for ``lock_timeout`` seconds.
         SailChainMismatch: the node serves another chain than an unresolved dispatch was signed for.
+        SailTickTimeout: ``deadline`` passed before the tick ledgered its skip or signed its swap.
     """
+    chain.set_deadline(deadline)
+    try:
+        return _tick(
+            home_sail_dir, strategy=strategy, chain=chain, runner=runner, clock=clock,
+            reconcile_wait_s=reconcile_wait_s, lock_timeout=lock_timeout, unsent_after_s=unsent_after_s,
+            confirmations=confirmations, deadline=deadline,
+        )  # fmt: skip
+    except ChainUnavailable as exc:
+        if _past(deadline):  # a read refused, or cut short, by the tick's bound
+            raise _timed_out("a chain read") from exc
+        raise
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _timed_out(at: str) -> SailTickTimeout:
+    return SailTickTimeout(
+        f"the tick ran past its time bound (tick_timeout_s) at {at}: the node answers too slowly; "
+        "nothing more was ledgered or signed, and the next tick starts over"
+    )
+
+
+def _in_time(deadline: float | None, at: str) -> None:
+    """Raise ``SailTickTimeout`` once ``deadline`` has passed: what the tick read may be cut short."""
+    if _past(deadline):
+        raise _timed_out(at)
+
+
+def _tick(
+    home_sail_dir: Path,
+    *,
+    strategy: Strategy,
+    chain: Chain,
+    runner: Runner,
+    clock: Callable[[], float],
+    reconcile_wait_s: float,
+    lock_timeout: float,
+    unsent_after_s: float,
+    confirmations: int,
+    deadline: float | None,
+) -> TickResult:
     ledger = Ledger(home_sail_dir)
     activity = ActivityLog(home_sail_dir)
 
@@ -115,6 +164,7 @@ def tick(
             entry = Skipped(
                 ts=now(), block=_head_or_none(chain), chain_id=chain.chain_id(), reason=decision.reason
             )
+            _in_time(deadline, "its skip")  # a read the bound refused may be behind the reason
             writer.append(entry)
             return TickResult(tuple(reconciled), entry, None)
         # both tokens' metadata is read and logged before anything is signed: reconcile needs it to
@@ -122,6 +172,7 @@ def tick(
         # here, with nothing sent, not leave a trade on chain that no later tick can ledger
         for token in (decision.token_in, decision.token_out):
             _remember_token(writer, activity, chain, token, now())
+        _in_time(deadline, "its swap, before signing")
         return TickResult(tuple(reconciled), None, runner.submit(decision))
 
 
@@ -194,6 +245,7 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
         key_env=config.key_env, keystore=None if config.keystore is None else Path(config.keystore)
     )
     directory = sail_dir(home)
+    deadline = time.monotonic() + config.tick_timeout_s
     with contextlib.ExitStack() as stack:
         url = config.rpc_url
         if url == EMBEDDED:
@@ -217,6 +269,7 @@ def tick_from_config(home: Path, config: SailConfig, *, clock: Callable[[], floa
             lock_timeout=config.lock_timeout_s,
             unsent_after_s=config.unsent_after_s,
             confirmations=config.confirmations,
+            deadline=deadline,
         )
         return dataclasses.replace(result, chain_ahead_s=chain_ahead_s(chain, clock))
 

@@ -21,9 +21,17 @@ from typing import Any
 import pytest
 from hexbytes import HexBytes
 
-from memory.ledger import Acted, ActivityLog, ChainUnavailable, DispatchUnsent, Outcome, TickFinished
+from memory.ledger import (
+    Acted,
+    ActivityLog,
+    ChainUnavailable,
+    DispatchSigned,
+    DispatchUnsent,
+    Outcome,
+    TickFinished,
+)
 from sail._chain import Chain
-from sail._errors import SailChainMismatch, SailSubmitUncertain
+from sail._errors import SailChainMismatch, SailSubmitUncertain, SailTickTimeout
 from sail._runner import Runner
 from sail._tick import tick
 from tests.conftest import ROOT
@@ -285,6 +293,50 @@ def test_a_send_answered_with_another_requests_refusal_is_uncertain_not_unsent(
     _tick_over(world, node.url)
     (acted,) = _acted(world)
     assert acted.outcome == Outcome.CONFIRMED
+
+
+def _slow(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+    time.sleep(0.3)  # every answer in time for its request, but a tick asks for many
+    return honest()
+
+
+def test_a_tick_against_a_node_slow_on_every_request_ends_at_its_bound_with_nothing_signed(
+    world: World, node: Any
+) -> None:
+    node.answer = _slow
+    chain = Chain.connect(node.url, timeout=5)
+    runner = Runner(chain, world.agent, ActivityLog(world.sail_dir), clock=world.clock, receipt_timeout=2.0)
+    started = time.monotonic()
+    with pytest.raises(SailTickTimeout) as info:
+        tick(
+            world.sail_dir, strategy=world.strategy(), chain=chain, runner=runner, clock=world.clock,
+            reconcile_wait_s=0.5, deadline=started + 1.0,
+        )  # fmt: skip
+    assert info.value.code == "sail_tick_timeout"
+    assert time.monotonic() - started < 1.0 + 5  # the bound, and at most what was left of it per request
+    assert world.ledger().entries() == []
+    assert not [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchSigned)]
+
+
+def test_sail_tick_over_its_tick_timeout_fails_with_a_code_recorded_as_the_ticks_outcome(
+    world: World, node: Any
+) -> None:
+    node.answer = _slow
+    home = world.sail_dir.parent
+    world.save_config(rpc_url=node.url, rpc_timeout_s=5.0, tick_timeout_s=1.0)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": "0x" + "00" * 31 + "02"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sail", "tick", "--json", "--home", str(home)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 1 and json.loads(done.stderr)["code"] == "sail_tick_timeout", done.stderr
+    (finished,) = [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, TickFinished)]
+    assert (finished.outcome, finished.code) == ("failed", "sail_tick_timeout")
+    assert world.ledger().entries() == []
+    assert not [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchSigned)]
+    node.answer = lambda request, honest: honest()  # the node is quick again: the next tick trades
+    world.clock.now += 60
+    assert _tick_over(world, node.url).dispatched is not None
 
 
 def test_a_node_of_another_chain_resolves_nothing_and_the_swap_is_ledgered_from_its_own(
