@@ -80,7 +80,7 @@ from memory.ledger._reconcile import (
     reconcile,
     transferred_to,
 )
-from memory.ledger._snapshot import LastAct, OpenDispatch, Snapshot
+from memory.ledger._snapshot import MAX_SNAPSHOT_BYTES, LastAct, OpenDispatch, Snapshot
 from memory.ledger._status import CLOCK_SLACK_S, agent_state, dispatch_state, recent_skips
 from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
 
@@ -90,6 +90,7 @@ __all__ = [
     "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
     "MAX_DAYS",
+    "MAX_SNAPSHOT_BYTES",
     "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",

@@ -175,8 +175,14 @@ def _dispatch_wire(d: OpenDispatch) -> dict[str, Any]:
     }
 
 
+#: the largest snapshot file read; a larger one is stale (a real one holds a few dispatches and the
+#: tokens the agent trades, a few KiB)
+MAX_SNAPSHOT_BYTES = 16 * 2**20
+
+
 def load(path: Path) -> Snapshot | None:
-    """Read a snapshot file; ``None`` when it is missing, unreadable, malformed or its digest fails.
+    """Read a snapshot file; ``None`` when it is missing, unreadable, malformed, larger than
+    ``MAX_SNAPSHOT_BYTES`` or its digest fails.
 
     Raises:
         LedgerNotAFile: the path holds a directory, FIFO, link or device.
@@ -185,8 +191,16 @@ def load(path: Path) -> Snapshot | None:
     if fd is None:
         return None
     try:
-        raw = b"".join(iter(lambda: os.read(fd, 1 << 16), b""))
-        obj: Any = orjson.loads(raw)
+        if os.fstat(fd).st_size > MAX_SNAPSHOT_BYTES:
+            return None  # a file made larger (a sparse one costs nothing to make) is never read whole
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_SNAPSHOT_BYTES:  # it grew while read
+                return None
+        obj: Any = orjson.loads(b"".join(chunks))
         digest = obj.pop("digest")
         if obj.get("version") not in READABLE or digest != _digest(obj):
             return None

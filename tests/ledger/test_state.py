@@ -258,6 +258,25 @@ def test_an_unfinished_append_past_the_watermark_is_no_record_for_any_reader_and
     assert [e.ts for e in Ledger(sail).entries()] == [5, 6, 9]
 
 
+def test_a_snapshot_larger_than_its_bound_is_stale_and_rewritten(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    good = ledger.snapshot_path.read_bytes()
+    padded = good + b" " * (ml.MAX_SNAPSHOT_BYTES + 1 - len(good))  # still valid JSON, same digest
+    ledger.snapshot_path.write_bytes(padded)
+    assert ledger.state().last_confirmed == LastAct(5, 107, f"0x{7:064x}")
+    assert ledger.snapshot_path.read_bytes() == good  # never believed: rebuilt from the files
+
+
+def test_a_sparse_snapshot_of_many_gigabytes_is_never_read_whole(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    write(ledger, acted(5, 7), skipped(6))
+    with ledger.snapshot_path.open("r+b") as f:
+        f.truncate(64 * 2**30)  # costs no disk; reading it would hold 64 GiB in memory
+    assert ledger.last_confirmed() == LastAct(5, 107, f"0x{7:064x}")
+    assert ledger.snapshot_path.stat().st_size < 2**20
+
+
 def test_the_tail_read_for_recent_acts_stops_at_lines_older_than_the_span(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path)
     write(ledger, acted(100, 1), *[skipped(200 + i) for i in range(5)], acted(10_000, 2), skipped(10_001))
