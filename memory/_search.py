@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import operator
 import os
 import threading
@@ -804,7 +805,9 @@ class Search:
         sim_of = dict(near)
         if by_words:
             at = {k: i for i, k in enumerate(keys)}
-            sim_of.update((k, float(sims[at[k]])) for k in by_words if k in at and k not in near)
+            # a finding found by its words whose vector has no direction (-inf) is 0 similar
+            found_sims = ((k, float(sims[at[k]])) for k in by_words if k in at and k not in near)
+            sim_of.update((k, s if math.isfinite(s) else 0.0) for k, s in found_sims)
         findings = self._resolve([k for k in near if k not in by_words], unsynced, now)
         findings.update({k: x.finding for k, x in by_words.items()})
         best = max((x.score for x in by_words.values()), default=0.0) or 1.0

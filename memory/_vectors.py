@@ -410,13 +410,24 @@ class VectorIndex:
         self, question: str, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]
     ) -> np.ndarray:
         """The cosine similarity of ``question`` to each key's finding (float32, in ``keys``' order);
-        ``texts`` gives the text of findings whose vector must be derived."""
-        q = self._embed([question])[0].astype(self._np.float32)
+        ``texts`` gives the text of findings whose vector must be derived. A zero vector (the
+        embedder found no meaning in a text) has no direction: it is similar to nothing, and its
+        similarity is ``-inf`` (below every floor), the question's for every key when its is zero."""
+        numpy = self._np
+        q = self._embed([question])[0].astype(numpy.float32)
         with self._lock:
             if not keys:
-                return self._np.zeros(0, dtype=self._np.float32)
+                empty: np.ndarray = numpy.zeros(0, dtype=numpy.float32)
+                return empty
             idx = self._rows_of(keys, texts)
-            sims: np.ndarray = self._matrix[idx].astype(self._np.float32) @ q  # BLAS works in float32
+            rows = self._matrix[idx]
+            sims: np.ndarray = rows.astype(numpy.float32) @ q  # BLAS works in float32
+            if not q.any():
+                sims[:] = -numpy.inf
+                return sims
+            nil = numpy.nonzero(sims == 0)[0]  # a zero row scores exactly 0; few others do
+            if len(nil):
+                sims[nil[~rows[nil].any(axis=1)]] = -numpy.inf
             return sims
 
     def discard(self, keys: Iterable[str]) -> int:

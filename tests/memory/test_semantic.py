@@ -665,3 +665,30 @@ def test_an_embedders_min_similarity_must_be_a_number_from_minus_one_to_one(db: 
         floored.min_similarity = float("nan")  # changed after the store opened: refused at the read
         with pytest.raises(memory.ArgumentInvalid, match="min_similarity"):
             s.why("lion", mode="semantic")
+
+
+def test_a_zero_vector_is_similar_to_nothing_whatever_the_floor(db: Path) -> None:
+    """An embedder that finds no meaning in a text returns a zero vector: it has no direction, so
+    it is never a match by meaning, even under a floor of -1 (it scored 0 there and outranked every
+    finding of negative similarity; a question with no meaning matched every finding)."""
+
+    class Blank:
+        name, dims, min_similarity = "blank@1", 3, -1.0
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            vectors = {"blank": [0.0, 0.0, 0.0], "lion": [1.0, 0.0, 0.0], "zebra": [-1.0, 1.0, 0.0]}
+            return [next(v for w, v in vectors.items() if w in t) for t in texts]
+
+    with _store(db, Blank()) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "blank page"})
+            session.learn({"text": "lion"})
+            session.learn({"text": "zebra"})
+        assert [(a.text, a.similarity) for a in s.why("lion", mode="semantic")] == [
+            ("lion", pytest.approx(1.0, abs=0.01)),
+            ("zebra", pytest.approx(-0.707, abs=0.01)),
+        ]
+        assert s.why("blank question", mode="semantic") == []
+        # by words it is still found, with a similarity of 0
+        (by_words,) = s.why("blank", mode="hybrid")
+        assert (by_words.text, by_words.matched_by, by_words.similarity) == ("blank page", "words", 0.0)
