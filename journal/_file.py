@@ -133,6 +133,9 @@ class RecordCodec:
     token; ``key`` null or a valid key; ``payload`` an object). Anything else is damage.
     """
 
+    max_line = _MAX_LINE
+    """The longest line a record may be: a log's read stops at a longer one, never holding it whole."""
+
     def __init__(self, run_id: str, stream: str) -> None:
         self._run_id = run_id
         self._stream = stream

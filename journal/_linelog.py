@@ -89,6 +89,7 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
+_SCAN_BLOCK = 1024 * 1024  # a forward read's block (shorter than any codec's ``max_line`` it reads)
 _LINE_BLOCK = 4096  # the first read of a one-line lookup (``read_at``): most lines are shorter
 _NO_POISON = 2**64 - 1
 _MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
@@ -279,6 +280,10 @@ class LineLog(Generic[T]):
         self._k = _Kept()  # closes its descriptors when collected with this log
         self._last_marks: tuple[bytes, LineMarks] | None = None  # the bytes last parsed, and what they say
         self._codec = codec
+        # the longest line a record may be (a codec's ``max_line``, if it has one): a read stops at
+        # a longer one, never holding it whole
+        limit = getattr(codec, "max_line", None)
+        self._max_line: int | None = limit if isinstance(limit, int) and limit > 0 else None
         self._mode = mode
         self._sequence = sequence
         self._mutex = threading.RLock()  # the cache and the held descriptor
@@ -1161,15 +1166,22 @@ class LineLog(Generic[T]):
                 if not full:
                     self._anchor(fd, marks, size)
             start = self._cached_end
-            data = os.pread(fd, size - start, start) if size > start else b""
+            data, over = self._read_lines(fd, start, size)
         except OSError as exc:
             raise JournalReadInterrupted(
                 f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         mark = marks.durable
-        parsed = self._parse(fd, data, start, None if mark is None else min(mark, size), self._next_seq())
+        upto = None if mark is None else min(mark, size if over is None else over)
+        parsed = self._parse(fd, data, start, upto, self._next_seq())
         if mark is not None and mark > size:
             raise self._missing(fd, size, mark)
+        if over is not None and start + parsed.consumed == over:
+            # a line longer than any record's: acknowledged (or with no watermark to tell), damage;
+            # past the watermark, a torn tail (its first bytes stand for it: it is never read whole)
+            if mark is None or over < mark:
+                raise self._corrupt(fd, over, self._over_long())
+            parsed.tail = os.pread(fd, 1, over) or b"\0"
         self._cached.extend(parsed.records)
         self._ends.extend(parsed.ends)
         self._cached_end = start + parsed.consumed
@@ -1177,6 +1189,42 @@ class LineLog(Generic[T]):
         # torn tail may be cut (no new generation) and the same number of bytes appended after it.
         self._scanned = (st.st_dev, st.st_ino, size, marks) if self._cached_end == size else None
         return parsed.tail, self._cached_end
+
+    def _acknowledged_lines(self, fd: int, start: int, size: int, mark: int) -> bytes:
+        """``_read_lines``; ``JournalCorrupt`` when a line below ``mark`` is longer than a record's."""
+        region, over = self._read_lines(fd, start, size)
+        if over is not None and over < mark:
+            raise self._corrupt(fd, over, self._over_long())
+        return region
+
+    def _over_long(self) -> LineDamaged:
+        limit = self._max_line or 0
+        return LineDamaged(f"a line of more than {limit:,} bytes, over what a record's may hold")
+
+    def _read_lines(self, fd: int, start: int, size: int) -> tuple[bytes, int | None]:
+        """The bytes of ``fd`` from ``start`` to ``size``, read in blocks; with a ``max_line``, they
+        stop where a line longer than it begins (and that offset is given too, else None): a huge
+        line (a crafted one, a sparse file) is never read whole, nor held."""
+        if size <= start:
+            return b"", None
+        if self._max_line is None:
+            return os.pread(fd, size - start, start), None
+        limit = self._max_line
+        chunks: list[bytes] = []
+        pos = line_start = start  # ``line_start``: where the line not yet ended begins
+        while pos < size:
+            chunk = os.pread(fd, min(_SCAN_BLOCK, size - pos), pos)
+            if not chunk:
+                break
+            first = chunk.find(b"\n")
+            ends = pos + (first if first >= 0 else len(chunk))  # the line's end, or the bytes so far
+            if ends - line_start > limit:  # a block is shorter than the limit: only this line can be
+                return b"".join(chunks)[: line_start - start], line_start
+            if first >= 0:
+                line_start = pos + chunk.rfind(b"\n") + 1
+            chunks.append(chunk)
+            pos += len(chunk)
+        return b"".join(chunks), None
 
     def _trusted_mark(self, fd: int, marks: LineMarks, size: int) -> int | None:
         """The watermark; ``JournalCorrupt`` when it claims bytes the file does not have.
@@ -1459,7 +1507,7 @@ class LineLog(Generic[T]):
             return
         last_nl = self._last_newline_before(fd, mark)
         start = self._last_newline_before(fd, last_nl) + 1 if last_nl >= 0 else 0
-        region = os.pread(fd, size - start, start)
+        region = self._acknowledged_lines(fd, start, size, mark)
         tail: list[tuple[int, T]] = []
         expected: int | None = 1 if self._sequence is not None else None
         skip = 0

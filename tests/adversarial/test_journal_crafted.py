@@ -219,6 +219,73 @@ def test_a_checksummed_line_over_the_cap_is_journal_corrupt_naming_its_line(
         with pytest.raises(JournalCorrupt) as err:
             operation()
         assert (err.value.code, err.value.path, err.value.line) == ("journal_corrupt", path, 2), name
-        assert f"a line of {len(lines[1]) - 1:,} bytes, over the" in err.value.reason, name
+        # judged by its first bytes past the cap, never read whole (its length is not measured)
+        assert f"a line of more than {journal.RecordCodec.max_line:,} bytes" in err.value.reason, name
         assert "restore it from a backup or inspect it with `flows check`" in str(err.value), name
     assert path.read_bytes() == b"".join(lines)  # never cut, never rewritten
+
+
+_SPARSE = 256 * 1024 * 1024  # a hole this long reads back as zeros, without taking the disk
+_READ_IT = """
+import resource, sys
+from pathlib import Path
+import journal
+from journal import FileJournal, JournalCorrupt
+root, run_id, op = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+path = FileJournal(root).stream_path(run_id, "s")
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ops = {
+    "read": lambda: len(FileJournal(root).read(run_id, "s")),
+    "find": lambda: FileJournal(root).find(run_id, "s", "k2") is not None,
+    "iter_reverse": lambda: len(list(journal.LineLog(path, journal.RecordCodec(run_id, "s")).iter_reverse())),
+}
+try:
+    got = str(ops[op]())
+except JournalCorrupt as exc:
+    got = f"{exc.code} line {exc.line}: {exc.reason}"
+print(got)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+"""
+
+
+@pytest.mark.parametrize("op", ["read", "find", "iter_reverse"])
+@pytest.mark.parametrize("where", ["acknowledged", "past the mark"])
+def test_a_line_of_hundreds_of_megabytes_is_judged_without_reading_it_whole(
+    tmp_path: Path, where: str, op: str
+) -> None:
+    """A line longer than a record's may be (a sparse file: zeros that take no disk) is judged from
+    its first bytes past the cap: damage when acknowledged, a torn tail past the watermark. It was
+    read whole, and copied, before it was refused: a crafted stream made every read cost gigabytes."""
+    import subprocess
+    import sys
+
+    jr = FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    for n in (1, 2, 3):
+        jr.append(lease, "s", {"n": n}, key=f"k{n}")
+    path = jr.stream_path(info.run_id, "s")
+    lines = path.read_bytes().splitlines(keepends=True)
+    with path.open("r+b") as f:
+        if where == "acknowledged":  # a hole in place of the second line: below the mark
+            f.truncate(len(lines[0]))
+            f.truncate(len(lines[0]) + _SPARSE)
+            f.seek(0, 2)
+            f.write(b"\n" + b"".join(lines[1:]))
+        else:  # a hole after the last line: never acknowledged
+            f.truncate(sum(map(len, lines)) + _SPARSE)
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_IT, str(jr.root), info.run_id, op],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    got, peak_mib = done.stdout.splitlines()
+    assert int(peak_mib) < 128  # the hole is 256 MiB: it was read whole (and copied once more)
+    if where == "acknowledged":
+        assert got == (
+            f"journal_corrupt line 2: a line of more than {journal.RecordCodec.max_line:,} bytes, "
+            "over what a record's may hold"
+        )
+    else:
+        assert got == {"read": "3", "find": "True", "iter_reverse": "3"}[op]
