@@ -12,6 +12,7 @@ uvicorn is imported when a server is made, never by ``import flows``.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -32,3 +33,56 @@ def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> u
                 announce()
 
     return _Announcing(config)
+
+
+def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing a connection that has not sent a whole request head
+    (request line and headers) within ``timeout_s`` seconds of opening, or of its last answer.
+
+    uvicorn times a connection out only once it has answered on it (``timeout_keep_alive``), and
+    any byte received stops that timer: a connection opened and left silent, or sent a header a
+    byte at a time, was held for ever. A request under way (its head read, its answer not yet
+    given: a long call, an event stream) is never cut by this deadline.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+    class _HeadDeadline(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _waiting: RequestResponseCycle | None = None  # the request answered when the timer started
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._head_timer is not None and self.cycle is not self._waiting:  # a head arrived
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            if not self.transport.is_closing():
+                self._waiting = self.cycle
+                self._head_timer = self.loop.call_later(timeout_s, self._late)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _late(self) -> None:
+            self._head_timer = None
+            answering = self.cycle is not None and not self.cycle.response_complete
+            if self.cycle is self._waiting and not answering and not self.transport.is_closing():
+                self.transport.close()
+
+    return _HeadDeadline

@@ -26,7 +26,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from flows._uvicorn import announcing_server
+from flows._uvicorn import announcing_server, head_deadline_protocol
 from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
 from flows.mcp._errors import (
     McpBusy,
@@ -45,6 +45,24 @@ from staging import CodedError
 log = logging.getLogger("flows.mcp")
 
 T = TypeVar("T")
+
+MAX_CONNECTIONS = 64
+"""The most connections (and requests in progress) an HTTP server serves at once (uvicorn's
+``limit_concurrency``): a request on a connection past them is answered ``503`` at once."""
+
+HEAD_TIMEOUT_S = 10.0
+"""How long a connection may take to send a whole request head (its request line and headers), from
+when it opens or its last answer went back; it is closed then (``_uvicorn.head_deadline_protocol``)."""
+
+BODY_TIMEOUT_S = 10.0
+"""How long a request may take to send its body once its head is in; past it, ``408``."""
+
+KEEP_ALIVE_S = 5
+"""How long a connection may stay open, silent, after an answer (uvicorn's ``timeout_keep_alive``)."""
+
+MAX_HEAD_BYTES = 16 * 1024
+"""The largest request head (request line and headers) read; a larger one is answered ``400`` and the
+connection closed (h11's ``max_incomplete_event_size``)."""
 
 RESOURCE_PREFIX = "flows-memory://scope/"
 """A scope's resource URI is this prefix and the scope, percent-encoded."""
@@ -383,8 +401,10 @@ class BearerGate:
         security: TransportSecuritySettings | None = None,
         max_body: int = MAX_REQUEST_BYTES,
         calls: Calls | None = None,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self._app = app
+        self._body_timeout_s = body_timeout_s
         self._calls = calls
         self._token = None if token is None else token.encode()
         self._sessions = sessions
@@ -435,7 +455,11 @@ class BearerGate:
     ) -> tuple[Receive, Slot | None] | None:
         """A POST's body checked (its size, its shape, a slot for a call): what the endpoint reads
         it from, and the slot the call holds; None when it was refused (and answered)."""
-        body = await _bounded_body(receive, self._max_body, length)
+        with anyio.move_on_after(self._body_timeout_s) as waited:
+            body = await _bounded_body(receive, self._max_body, length)
+        if waited.cancelled_caught:
+            await _too_slow(send, self._body_timeout_s)
+            return None
         if body is None:
             await _too_large(send, self._max_body)
             return None
@@ -496,6 +520,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 async def _too_large(send: Send, limit: int) -> None:
     answer = error_line(None, types.INVALID_REQUEST, oversized_message(limit), {"limit": limit})
     await _send_json(send, 413, answer.encode(), [])
+
+
+async def _too_slow(send: Send, timeout_s: float) -> None:
+    message = f"the request's body did not arrive within {timeout_s:g} seconds of its headers"
+    answer = error_line(None, types.INVALID_REQUEST, message, {"timeoutS": timeout_s})
+    await _send_json(send, 408, answer.encode(), [(b"connection", b"close")])
 
 
 async def _busy(send: Send, request_id: str | int, calls: Calls) -> None:
@@ -580,7 +610,17 @@ async def serve_http(
         max_request_body_size=MAX_REQUEST_BYTES,
     )
     gate = BearerGate(app, token=token, sessions=sessions, security=security, calls=calls)
-    config = uvicorn.Config(gate, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        gate,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        http=head_deadline_protocol(HEAD_TIMEOUT_S),  # h11 always: its limits hold, httptools or not
+        ws="none",
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+    )
 
     def serving() -> None:
         announce()
