@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import uvicorn
+    from starlette.types import ASGIApp
 
 
 def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> uvicorn.Server:
@@ -35,9 +36,14 @@ def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> u
     return _Announcing(config)
 
 
-def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+def head_deadline_protocol(
+    timeout_s: float, *, max_connections: int | None = None, busy: ASGIApp | None = None
+) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection that has not sent a whole request head
-    (request line and headers) within ``timeout_s`` seconds of opening, or of its last answer.
+    (request line and headers) within ``timeout_s`` seconds of opening, or of its last answer;
+    with ``max_connections``, a request on a connection past that many open ones is answered by
+    ``busy`` (an ASGI app) instead of the server's app. (uvicorn's own ``limit_concurrency``
+    answers a plain-text ``503`` that a client of the server's protocol cannot read.)
 
     uvicorn times a connection out only once it has answered on it (``timeout_keep_alive``), and
     any byte received stops that timer: a connection opened and left silent, or sent a header a
@@ -49,6 +55,7 @@ def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     class _HeadDeadline(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _waiting: RequestResponseCycle | None = None  # the request answered when the timer started
+        _served: ASGIApp | None = None  # the server's app, while ``app`` may be ``busy``
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
@@ -59,6 +66,11 @@ def head_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
             self._arm()
 
         def handle_events(self) -> None:
+            if max_connections is not None and busy is not None:
+                # the app a request head arriving now is given (``handle_events`` reads ``app``)
+                if self._served is None:
+                    self._served = self.app
+                self.app = busy if len(self.connections) > max_connections else self._served
             super().handle_events()
             if self._head_timer is not None and self.cycle is not self._waiting:  # a head arrived
                 self._head_timer.cancel()

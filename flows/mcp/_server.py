@@ -47,8 +47,9 @@ log = logging.getLogger("flows.mcp")
 T = TypeVar("T")
 
 MAX_CONNECTIONS = 64
-"""The most connections (and requests in progress) an HTTP server serves at once (uvicorn's
-``limit_concurrency``): a request on a connection past them is answered ``503`` at once."""
+"""The most connections an HTTP server serves at once: a request on a connection past them is
+answered as a call past the calls' bound is (``503``, ``Retry-After``, ``mcp_busy``) and the
+connection closed."""
 
 HEAD_TIMEOUT_S = 10.0
 """How long a connection may take to send a whole request head (its request line and headers), from
@@ -534,6 +535,29 @@ async def _busy(send: Send, request_id: str | int, calls: Calls) -> None:
     await _send_json(send, 503, answer.encode(), [(b"retry-after", str(RETRY_AFTER_S).encode())])
 
 
+async def _connections_busy(scope: Scope, receive: Receive, send: Send) -> None:
+    """The answer to a request on a connection past ``MAX_CONNECTIONS``: what a call past the
+    calls' bound gets (``503``, ``Retry-After``, ``mcp_busy`` under the request's id when its body
+    names one), and the connection closed, so a client has one rule for both."""
+    if scope["type"] != "http":
+        return
+    request_id: str | int | None = None
+    if scope["method"] == "POST":
+        with anyio.move_on_after(BODY_TIMEOUT_S):
+            body = await _bounded_body(receive, MAX_REQUEST_BYTES, None)
+            request = request_of(body) if body is not None else None
+            request_id = request[0] if request is not None else None
+    err = McpBusy(
+        f"the server already has {MAX_CONNECTIONS} connections open, the most it serves at once; this "
+        f"request was not run: send it again in {RETRY_AFTER_S} s or more",
+        limit=MAX_CONNECTIONS,
+        retry_after_s=RETRY_AFTER_S,
+    )
+    answer = error_line(request_id, BUSY_CODE, str(err), error_json(err))
+    headers = [(b"retry-after", str(RETRY_AFTER_S).encode()), (b"connection", b"close")]
+    await _send_json(send, 503, answer.encode(), headers)
+
+
 async def _refuse(send: Send) -> None:
     err = McpUnauthorized(
         "this server needs `Authorization: Bearer <token>` with the token in its $FLOWS_MCP_TOKEN"
@@ -615,9 +639,9 @@ async def serve_http(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        http=head_deadline_protocol(HEAD_TIMEOUT_S),  # h11 always: its limits hold, httptools or not
+        # h11 always (its limits hold, httptools or not); past MAX_CONNECTIONS, ``mcp_busy``
+        http=head_deadline_protocol(HEAD_TIMEOUT_S, max_connections=MAX_CONNECTIONS, busy=_connections_busy),
         ws="none",
-        limit_concurrency=MAX_CONNECTIONS,
         timeout_keep_alive=KEEP_ALIVE_S,
         h11_max_incomplete_event_size=MAX_HEAD_BYTES,
     )

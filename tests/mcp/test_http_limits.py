@@ -45,12 +45,14 @@ def _read_until_closed(sock: socket.socket) -> bytes:
     return got
 
 
-def _initialize(port: int) -> bytes:
-    """The status line the server answers an ``initialize`` on a new connection with."""
+def _initialize(port: int, *, whole: bool = False) -> bytes:
+    """The status line (``whole``: the whole answer) the server answers an ``initialize`` on a new
+    connection with."""
     body = orjson.dumps(INITIALIZE)
     with _connect(port) as sock:
         sock.sendall(_head(port, body, extra=b"Connection: close\r\n") + body)
-        return _read_until_closed(sock).split(b"\r\n", 1)[0]
+        answer = _read_until_closed(sock)
+        return answer if whole else answer.split(b"\r\n", 1)[0]
 
 
 def _timed(fn: Callable[[], object], out: dict[str, object], name: str) -> threading.Thread:
@@ -103,7 +105,7 @@ def test_silent_trickling_and_slow_clients_are_cut_off_and_connections_are_bound
         # the connections past the bound: silent ones fill it, and a request on one more is refused
         held = [_connect(port) for _ in range(MAX_CONNECTIONS)]
         time.sleep(0.5)  # every one accepted by the server
-        refused = _initialize(port)
+        refused = _initialize(port, whole=True)
         for t in threads:
             t.join(WAIT_S + 5)
         for sock in held:  # each was closed by the server: recv sees the end at once
@@ -115,7 +117,12 @@ def test_silent_trickling_and_slow_clients_are_cut_off_and_connections_are_bound
         too_big = _read_until_closed(big)
         big.close()
 
-    assert refused == b"HTTP/1.1 503 Service Unavailable"
+    # refused as a call past the calls' bound is: mcp_busy under the request's id, Retry-After
+    head, _, body = refused.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head.lower(), head
+    answer = orjson.loads(body)
+    assert answer["id"] == INITIALIZE["id"] and answer["error"]["data"]["code"] == "mcp_busy", answer
+    assert answer["error"]["data"]["limit"] == MAX_CONNECTIONS
     for name in ("silent", "trickling"):
         got, took = out[name]  # type: ignore[misc]
         assert got == b"", (name, got)
