@@ -9,20 +9,26 @@ happens before anything is journaled or written.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import orjson
 
 import memory
 from flows._cli_common import cell
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
-from memory.cli import EXIT_OK, LIMIT_MAX, expiry_ms, format_ms, instant_ms, limit, offset, progress
+from memory.cli import (
+    EXIT_OK,
+    LIMIT_MAX,
+    expiry_ms,
+    format_ms,
+    instant_ms,
+    limit,
+    meta_value,
+    offset,
+    progress,
+)
 
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 Handler = Callable[[argparse.Namespace], int]
@@ -47,16 +53,7 @@ def meta_pairs(items: Sequence[str] | None) -> dict[str, Any] | None:
             raise memory.ArgumentInvalid(f"--meta takes KEY=VALUE, not {item!r:.80}")
         if key in out:
             raise memory.ArgumentInvalid(f"--meta {key} is given twice; give each key once")
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            out[key] = text
-            continue
-        with contextlib.suppress(RecursionError):  # nested past Python's stack: refused for depth
-            # the same value, but with an integer past 64 bits kept exact, for the finding's (or the
-            # filter's) check to refuse: orjson reads it as a float, which was learned in its place
-            value = json.loads(text)
-        out[key] = value
+        out[key] = meta_value(text)
     return out
 
 

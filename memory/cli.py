@@ -151,6 +151,20 @@ class Option:
 _DIGITS = re.compile(r"[0-9]+\Z")
 
 
+def meta_value(text: str) -> Any:
+    """A ``K=V`` metadata value as the CLIs and the dashboard read it: JSON when it is JSON
+    (``2500``, ``true``, ``"007"``, ``[1,2]``), else the text itself (``ETH``). An integer past 64
+    bits is kept exact, for the memory's check to refuse: orjson reads it as a float, which was
+    learned (or filtered on) in its place."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    with contextlib.suppress(RecursionError):  # nested past Python's stack: refused for its depth
+        value = json.loads(text)
+    return value
+
+
 def limit(text: str) -> int:
     """``--limit``: a whole number from 1 to ``LIMIT_MAX``."""
     digits = text.strip().lstrip("0")  # int() refuses thousands of digits: a number is checked short

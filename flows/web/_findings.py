@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from markupsafe import Markup, escape
 
 from flows.web._errors import ServeBadRequest
@@ -33,6 +32,7 @@ from memory import (
     Recalled,
     is_erased,
 )
+from memory.cli import meta_value
 
 PAGE_SIZE = 25
 MAX_WHY = 200
@@ -95,10 +95,7 @@ def parse_meta(items: Sequence[str]) -> dict[str, Any] | None:
             raise ServeBadRequest(f"meta takes KEY=VALUE (e.g. meta=station=EGLL), not {item!r:.80}")
         if key in out:
             raise ServeBadRequest(f"meta {key!r:.80} is given twice; give each key once")
-        try:
-            out[key] = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            out[key] = text
+        out[key] = meta_value(text)  # an integer past 64 bits exact, for the memory to refuse
     return out
 
 

@@ -255,6 +255,8 @@ def test_filtered_findings_page_through_every_match_once_keeping_every_filter(cl
         ([("tag", str(n)) for n in range(40)], "serve_bad_request"),
         ([("tag", "   ")], "memory_argument_invalid"),
         ([("q", "storm"), ("tag", "   ")], "memory_argument_invalid"),
+        # read exact and refused, never filtered on as the float orjson reads it as
+        ([("meta", "hPa=18446744073709551616")], "memory_argument_invalid"),
     ],
 )
 def test_bad_filters_are_coded_400s_on_the_page_and_in_the_json(

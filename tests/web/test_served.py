@@ -5,6 +5,7 @@ API cannot encode as JSON is its coded error, logged once, never a traceback or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -376,3 +377,33 @@ def test_a_long_ledger_line_costs_its_length_not_its_length_squared(tmp_path: Pa
     assert entries.status == 500 and entries.json()["code"] == "journal_corrupt"
     assert entries.json()["line"] == 2
     assert elapsed < 10, f"two reads across a 48 MB line took {elapsed:.1f} s"
+
+
+def test_a_silent_or_trickling_connection_is_closed_at_the_head_deadline(server: Served) -> None:
+    # uvicorn times a connection out only once it has answered, and any byte stops that timer: a
+    # connection left silent, or sent a header a byte at a time, was held for ever
+    from flows._web_cli import HEAD_TIMEOUT_S
+
+    def held_for(trickle: bool) -> float:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=HEAD_TIMEOUT_S + 20) as sock:
+            started = time.monotonic()
+            sock.settimeout(1.0)
+            sent = 0
+            while time.monotonic() - started < HEAD_TIMEOUT_S + 15:
+                if trickle:
+                    with contextlib.suppress(OSError):
+                        sock.sendall(b"GET / HTTP/1.1\r\nX-Slow: "[sent : sent + 1] or b"a")
+                    sent += 1
+                try:
+                    if sock.recv(1) == b"":
+                        return time.monotonic() - started
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return time.monotonic() - started
+            return time.monotonic() - started
+
+    for trickle in (False, True):
+        took = held_for(trickle)
+        assert HEAD_TIMEOUT_S - 1 <= took < HEAD_TIMEOUT_S + 10, (trickle, took)
+    assert request(server.port, "/runs", ["127.0.0.1"]).status == 200  # and it serves on
