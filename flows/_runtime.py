@@ -702,6 +702,13 @@ async def _aresume(
                 "publish any file it left unpublished)",
                 run_id=run_id,
             )
+        if info.state is RunState.RUNNING:
+            # a live process drives it: refused before the flow file is imported, so none of the
+            # file's code runs here (``acquire`` below refuses it too, should one start meanwhile)
+            raise journal.JournalLeaseHeld(
+                f"root run {run_id} is driven by a live process; wait for it to finish or stop it",
+                run_id=run_id,
+            )
         recorded_digest = accepted_digest(backend, info, await _blocking(backend.read, run_id, RUN_STREAM))
         flow = _flow_of(
             info.meta, run_id, recorded_digest, allow_changed=allow_changed, flow_file=flow_file

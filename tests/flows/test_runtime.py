@@ -295,3 +295,33 @@ def test_a_failure_records_its_traceback_bounded_and_the_commands_show_it(tmp_pa
     assert json_of(flows_cli(db, "show", info.run_id, "--json"))["error"]["traceback"] == recorded
     quiet = flows_cli(db, "run", str(flow_file))
     assert "Traceback" not in quiet.stderr  # without -v, the one diagnostic line
+
+
+def test_a_resume_of_a_run_a_live_process_drives_runs_none_of_its_flow_files_code(tmp_path: Path) -> None:
+    # refused before the file is imported: code a flow file runs at import (here, a line written
+    # to a file) never runs in the resumer while another process holds the run
+    db = tmp_path / "history.db"
+    imported = tmp_path / "imported.txt"
+    flow_file = tmp_path / "held.py"
+    flow_file.write_text(
+        "import asyncio\nimport flows\n\n"
+        f"with open({str(imported)!r}, 'a') as out:\n    out.write('import\\n')\n\n\n"
+        "@flows.flow(scope='held')\nasync def body(f):\n    await asyncio.sleep(60)\n"
+    )
+    proc = _spawn_run(db, flow_file)
+    try:
+        deadline = time.monotonic() + 60
+        runs: list[Any] = []
+        while time.monotonic() < deadline:
+            if (db.parent / "flows-journal").exists():
+                runs = json_of(flows_cli(db, "runs", "--json"))
+                if runs and runs[0]["state"] == "running":
+                    break
+            time.sleep(0.1)
+        assert runs and runs[0]["state"] == "running", runs
+        refused = flows_cli(db, "resume", runs[0]["runId"])
+        assert refused.returncode == 1 and refused.stderr.startswith("flows: error[journal_lease_held]: ")
+        assert imported.read_text() == "import\n"  # the running process's import only
+    finally:
+        proc.kill()
+        proc.wait()
