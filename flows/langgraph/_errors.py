@@ -126,8 +126,9 @@ def checked_count(name: str, value: object, low: int, high: int | None = None) -
 
 
 def checked_seconds(name: str, value: object) -> float:
-    """``value`` when it is a finite number of seconds above 0 (bool refused), else
+    """``value`` when it is a finite number of seconds, 0 or more (bool refused), else
     ``ConfigInvalid`` naming the argument."""
-    if not (isinstance(value, (int, float)) and type(value) is not bool and 0 < value < float("inf")):
-        raise ConfigInvalid(f"{name} must be a number of seconds above 0, not {value!r:.40}")  # NaN too
+    if not (isinstance(value, (int, float)) and type(value) is not bool and 0 <= value < float("inf")):
+        # NaN fails the comparison too
+        raise ConfigInvalid(f"{name} must be a finite number of seconds, 0 or more, not {value!r:.40}")
     return float(value)

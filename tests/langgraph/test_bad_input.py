@@ -208,7 +208,7 @@ def test_bad_list_and_put_writes_arguments_are_config_invalid_not_bare_errors(
         ("max_record_bytes", "4096"),
         ("max_record_bytes", True),
         ("lease_idle_s", float("nan")),
-        ("lease_idle_s", 0),
+        ("lease_idle_s", -0.5),
         ("lease_wait_s", -1.0),
         ("lease_wait_s", float("inf")),
         ("lease_wait_s", "30"),
