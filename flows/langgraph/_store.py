@@ -480,7 +480,11 @@ class JournalStore(BaseStore):
         for a key no item can have."""
         if not _key_ok(key):
             return []
-        return [r for r in self._memory.recall(scope=scope, meta={"key": key}, limit=None) if self._ours(r)]
+        found = [r for r in self._memory.recall(scope=scope, meta={"key": key}, limit=None) if self._ours(r)]
+        # newest first by commit time, then version key: the same order in every process and on
+        # every host (the memory's own ties go by row id, which differs between hosts), so puts
+        # that settle a race (``_put``) all keep the same version
+        return sorted(found, key=lambda r: (r.learned_ms, r.key), reverse=True) if len(found) > 1 else found
 
     @staticmethod
     def _ours(found: Recalled) -> bool:
@@ -724,6 +728,7 @@ class JournalStore(BaseStore):
             if live and ttl is None and self._same(live[0], finding):
                 return  # the item already holds exactly this: nothing to journal
             root = self._root_for(scope)
+            fresh = not live  # a new item: another process may be making it at this very moment
             for _ in range(8):
                 try:
                     self._memory.learn(finding, root, supersedes=live[0].key if live else None)
@@ -737,12 +742,20 @@ class JournalStore(BaseStore):
                 live = self._live(scope, op.key)
                 if not live:
                     self._memory.learn(finding, root)
+                    fresh = True
                     break
             else:
                 # overtaken every time (other processes keep writing the item): learned beside the
                 # versions they wrote, and the newest is kept, as when two puts land at once; the
                 # put is written either way, never dropped while it reports success
                 self._memory.learn(finding, root)
+                fresh = True
+            if fresh:
+                # Two puts that each found no item both learn one: each looks again once its own is
+                # committed and keeps the newest of what it sees, forgetting the rest. Whichever
+                # looks last sees both, so the key is one item again when the later put returns
+                # (before, until the key's next put). Newest is one order for every process
+                # (``_live``), so two that both look forget the same versions.
                 self._memory.catch_up()
                 live = self._live(scope, op.key)
             for stale in live[1:]:  # two processes put the item at once: keep the newest

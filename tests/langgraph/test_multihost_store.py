@@ -90,3 +90,59 @@ def test_puts_of_one_key_racing_on_two_hosts_leave_one_item(tmp_path: Path, post
                 assert [i.key for i in items] == ["k"], [i.value for i in items]
                 seen.append(items[0].value)
         assert seen[0] == seen[1] and seen[0]["v"].endswith("-24")
+
+
+_CREATOR = """
+import sys
+from flows.langgraph import JournalStore
+dsn, db, name = sys.argv[1], sys.argv[2], sys.argv[3]
+with JournalStore(db=db, journal=dsn) as store:
+    store.get(("new",), "warm")
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(20):
+        store.put(("new",), f"k{i}", {"v": name})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hosts", ["one file journal", "two hosts on PostgreSQL"])
+def test_puts_that_each_create_the_same_new_item_leave_one_live_version(
+    tmp_path: Path, postgres_dsn: str, hosts: str
+) -> None:
+    # Four processes create the same twenty new items at once: each put found no item and learned
+    # one. Each looks again after its commit and keeps the newest: one live version of each item
+    # in the memory once every put returned (before: two or more, until the key's next put).
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if hosts == "one file journal":
+        journal = str(tmp_path / "flows-journal")
+        dbs = [tmp_path / "history.db"] * 4
+    else:
+        journal = postgres_dsn
+        dbs = [tmp_path / h / "history.db" for h in "abab"]
+    procs = []
+    for n, db in enumerate(dbs):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CREATOR, journal, str(db), f"w{n}"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        procs.append(proc)
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+    for proc in procs:
+        assert proc.stdout is not None
+        proc.stdout.read()
+        proc.stdout.close()
+        assert proc.wait(120) == 0
+    for db in sorted(set(dbs)):
+        with JournalStore(db=str(db), journal=journal) as store:
+            store.memory.catch_up()
+            for i in range(20):
+                live = store.memory.recall(scope="langgraph:new", meta={"key": f"k{i}"}, limit=None)
+                assert len(live) == 1, (db, i, [(r.key, r.metadata["value"]) for r in live])
