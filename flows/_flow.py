@@ -144,6 +144,13 @@ def load_flow(
         why = exc.strerror or exc
         raise FlowLoadFailed(f"cannot look at the flow file {given}: {why}", path=given) from exc
     if not found_file:
+        if path.is_dir():
+            raise FlowLoadFailed(f"{path} is a folder, not a flow file: name the flow's .py file", path=path)
+        if os.path.lexists(path):  # a FIFO, a socket, a device: never opened (a FIFO would block)
+            raise FlowLoadFailed(
+                f"{path} is not a regular file (a FIFO, a socket or a device): name the flow's .py file",
+                path=path,
+            )
         raise FlowLoadFailed(f"no flow file at {path}", path=path)
     module_name = f"_flows_user_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -82,3 +82,19 @@ def test_resuming_a_failed_root_whose_file_now_exits_at_import_fails_and_leaves_
     resumed = flows(db, "resume", run_id, "--allow-changed")
     assert resumed.returncode == 0, resumed.stderr
     assert _runs(db)[0]["state"] == "done"
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "missing"])
+def test_a_flow_path_that_is_no_regular_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    import os
+
+    db = tmp_path / "store" / "history.db"
+    target = tmp_path / "flow.py"
+    if kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)  # never opened: a FIFO with no writer would block the read
+    result = flows(db, "run", str(target))
+    assert result.returncode == 1 and error_code(result) == "flow_load_failed", result.stderr
+    said = {"folder": "is a folder", "fifo": "is not a regular file", "missing": "no flow file at"}[kind]
+    assert said in result.stderr and len(result.stderr.splitlines()) == 1
