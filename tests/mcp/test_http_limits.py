@@ -102,8 +102,11 @@ def test_silent_trickling_and_slow_clients_are_cut_off_and_connections_are_bound
                 return _read_until_closed(sock)  # the answer, then nothing until it is closed
 
         threads = [_timed(f, out, f.__name__) for f in (silent, trickling, slow_body, kept_alive)]
-        # the connections past the bound: silent ones fill it, and a request on one more is refused
-        held = [_connect(port) for _ in range(MAX_CONNECTIONS)]
+        # the connections past the bound: silent ones fill it beside the four above (each sent its
+        # head first: a head arriving past the bound would be answered busy), and a request on one
+        # more is refused
+        time.sleep(2.0)
+        held = [_connect(port) for _ in range(MAX_CONNECTIONS - len(threads))]
         time.sleep(0.5)  # every one accepted by the server
         refused = _initialize(port, whole=True)
         for t in threads:
