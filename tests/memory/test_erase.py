@@ -69,6 +69,26 @@ def _store(tmp_path: Path, location: str) -> memory.MemoryStore:
     return memory.MemoryStore(tmp_path / "store" / "history.db", journal=location, clock=Clock())
 
 
+def _erase_killed_at(store: memory.MemoryStore, location: str, key: str, point: str) -> None:
+    """``erase(key)`` in a child process on ``store``'s files, SIGKILLed at failpoint ``point``."""
+    code = f"""
+        import memory
+        store = memory.MemoryStore({str(store.db_path)!r}, journal={location!r})
+        with store.session(scope="cli") as s:
+            s.erase({key!r}, reason="killed")
+        """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": f"{point}=kill"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == -9, done.stderr
+
+
 def test_after_erase_no_byte_of_the_content_is_left(tmp_path: Path, journal_location: str) -> None:
     store = _store(tmp_path, journal_location)
     first, memory_id = _learn_versions(store)
@@ -116,22 +136,7 @@ def test_an_erase_killed_at_any_point_is_finished_by_the_next(
     store = _store(tmp_path, location)
     first, _ = _learn_versions(store)
     store.close()
-    code = f"""
-        import memory
-        store = memory.MemoryStore({str(store.db_path)!r}, journal={location!r})
-        with store.session(scope="cli") as s:
-            s.erase({first!r}, reason="killed")
-        """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": f"{point}=kill"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == -9, done.stderr
+    _erase_killed_at(store, location, first, point)
     with memory.MemoryStore(store.db_path, journal=location) as after:
         problems = memory.check_store(after)
         if point != "memory.after_append":  # the erase record was committed: the rest is reported
@@ -591,22 +596,7 @@ def test_an_erase_killed_before_it_rewrites_a_forget_by_filter_is_reported_and_f
     with store.session(scope="privacy") as s:
         assert s.forget_where(reason="gina asked", scope="users", meta={"user": f"{MARK}g"}).keys == (key,)
     store.close()
-    code = f"""
-        import memory
-        store = memory.MemoryStore({str(store.db_path)!r}, journal={journal_dir!r})
-        with store.session(scope="cli") as s:
-            s.erase({key!r}, reason="killed")
-        """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.erase_before_rewrite=kill"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == -9, done.stderr
+    _erase_killed_at(store, journal_dir, key, "memory.erase_before_rewrite")
     with memory.MemoryStore(store.db_path, journal=journal_dir) as after:
         problems = memory.check_store(after)
         assert [p.kind for p in problems] == ["erase_incomplete"]
