@@ -635,16 +635,19 @@ def _supersede_problems(ctx: _Context) -> None:
 def _erase_problems(ctx: _Context) -> None:
     """An erase record whose keys still have content somewhere: a commit that is no tombstone, a
     history-DB row or a learned file (an erase a crash or a running run left unfinished)."""
+    # each key a forget by filter retired whose filter still names content (its tags, metadata or
+    # source: values of the findings it retired)
+    named = {
+        k
+        for batch in ctx.batches.values()
+        if batch.stream == RETIRE_STREAM and filter_holds_content(batch)
+        for k, _ in batch.payload["ids"]
+    }
     for rec in ctx.erasures:
         keys = rec.payload.get("keys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             continue
-        left = [k for k in keys if k in ctx.latest or k in ctx.erased_files]
-        # a forget by filter that retired one of them and whose filter still names their content
-        wanted = set(keys)
-        for batch in {id(b): b for b in ctx.batches.values()}.values():
-            if batch.stream == RETIRE_STREAM and filter_holds_content(batch):
-                left += [k for k, _ in batch.payload["ids"] if k in wanted and k not in left]
+        left = [k for k in keys if k in ctx.latest or k in ctx.erased_files or k in named]
         with contextlib.suppress(FlowsMemoryError):  # an unreadable DB is its own problem
             left += [r.key for r in ctx.store.db.rows_of(keys) if r.key not in left]
         if left:

@@ -23,7 +23,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from memory._finding import (
     STREAM,
     TOMBSTONE_OPTIONAL,
     checked_commit,
-    filter_erased,
     filter_holds_content,
     is_erased,
     meta_value_key,
@@ -172,23 +171,16 @@ def commits_matching(
     return list(out)
 
 
-def rewrite(backend: JournalBackend, targets: Sequence[Record]) -> int:
-    """Replace each of ``targets`` in the journal with its tombstone; how many were rewritten."""
+def rewrite(
+    backend: JournalBackend,
+    targets: Sequence[Record],
+    payload_of: Callable[[Mapping[str, Any]], dict[str, Any]] = tombstone,
+) -> int:
+    """Replace the payload of each of ``targets`` in the journal with ``payload_of`` it (default:
+    its tombstone; ``filter_erased`` for a forget by filter); how many were rewritten."""
     by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for rec in targets:
-        by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = tombstone(rec.payload)
-    done = 0
-    for (run_id, stream), payloads in sorted(by_run.items()):
-        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)
-    return done
-
-
-def rewrite_batches(backend: JournalBackend, batches: Sequence[Record]) -> int:
-    """Rewrite each of ``batches`` (forgets by filter) without the content its filter named
-    (``filter_erased``); how many were rewritten."""
-    by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for rec in batches:
-        by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = filter_erased(rec.payload)
+        by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = payload_of(rec.payload)
     done = 0
     for (run_id, stream), payloads in sorted(by_run.items()):
         done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)

@@ -40,6 +40,7 @@ from memory._finding import (
     check_key,
     check_reason,
     checked_commit,
+    filter_erased,
     finding_id,
     is_erased,
     render,
@@ -796,7 +797,6 @@ class MemoryStore:
             commits_of,
             quarantined_holding,
             rewrite,
-            rewrite_batches,
             stages_holding,
             sync_folders,
         )
@@ -838,7 +838,7 @@ class MemoryStore:
         done = rewrite(backend, targets)
         # last, each forget by filter that retired one of them: its filter named their tags,
         # metadata or source, and keeps only its scope and time bound
-        return done + rewrite_batches(backend, batches_of(backend, wanted, runs))
+        return done + rewrite(backend, batches_of(backend, wanted, runs), filter_erased)
 
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
