@@ -15,11 +15,35 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import uvicorn
     from starlette.types import ASGIApp
+
+
+HEAD_TIMEOUT_S = 10.0
+"""How long a connection may take to send a whole request head (its request line and headers), from
+when it opens or its last answer went back; it is closed then (``head_deadline_protocol``)."""
+
+KEEP_ALIVE_S = 5
+"""How long a connection may stay open, silent, after an answer (uvicorn's ``timeout_keep_alive``)."""
+
+MAX_HEAD_BYTES = 16 * 1024
+"""The largest request head read; a larger one is answered ``400`` and the connection closed (h11's
+``max_incomplete_event_size``)."""
+
+
+def bounded_http(*, max_connections: int | None = None, busy: ASGIApp | None = None) -> dict[str, Any]:
+    """The ``uvicorn.Config`` settings both servers (``flows serve``, ``flows mcp --http``) bound a
+    client by: h11 always (its limits hold, httptools or not), the head deadline, keep-alive and
+    head size above, no WebSocket; with ``max_connections``, ``busy`` answers past them."""
+    return {
+        "http": head_deadline_protocol(HEAD_TIMEOUT_S, max_connections=max_connections, busy=busy),
+        "ws": "none",
+        "timeout_keep_alive": KEEP_ALIVE_S,
+        "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+    }
 
 
 def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> uvicorn.Server:

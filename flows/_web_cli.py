@@ -22,14 +22,6 @@ Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.Argumen
 
 TOKEN_ENV = "FLOWS_SERVE_TOKEN"  # noqa: S105 - the name of the variable, not a secret
 MIN_TOKEN = 16
-HEAD_TIMEOUT_S = 10.0
-"""How long a connection may take to send a whole request head, from when it opens or its last answer
-went back; it is closed then (``_uvicorn.head_deadline_protocol``: uvicorn's own timer stops at the
-first byte, so a connection left silent, or sent a header a byte at a time, was held for ever)."""
-KEEP_ALIVE_S = 5
-"""How long a connection may stay open, silent, after an answer."""
-MAX_HEAD_BYTES = 16 * 1024
-"""The largest request head read; a larger one is answered ``400`` and the connection closed."""
 
 
 def _port(text: str) -> int:
@@ -114,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ServeExtraMissing(
             f"flows serve needs the web extra ({exc.name} is missing): pip install 'flows-memory[web]'"
         ) from exc
-    from flows._uvicorn import announcing_server, head_deadline_protocol
+    from flows._uvicorn import announcing_server, bounded_http
     from flows.web._net import bind
 
     sock = bind(args.host, args.port)
@@ -140,10 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             proxy_headers=False,
             server_header=False,
             lifespan="off",
-            http=head_deadline_protocol(HEAD_TIMEOUT_S),  # h11 always: its limits hold, httptools or not
-            ws="none",
-            timeout_keep_alive=KEEP_ALIVE_S,
-            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            **bounded_http(),
         ),
         announce,
     )

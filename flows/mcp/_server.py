@@ -26,7 +26,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from flows._uvicorn import announcing_server, head_deadline_protocol
+from flows._uvicorn import announcing_server, bounded_http
 from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
 from flows.mcp._errors import (
     McpBusy,
@@ -51,19 +51,8 @@ MAX_CONNECTIONS = 64
 answered as a call past the calls' bound is (``503``, ``Retry-After``, ``mcp_busy``) and the
 connection closed."""
 
-HEAD_TIMEOUT_S = 10.0
-"""How long a connection may take to send a whole request head (its request line and headers), from
-when it opens or its last answer went back; it is closed then (``_uvicorn.head_deadline_protocol``)."""
-
 BODY_TIMEOUT_S = 10.0
 """How long a request may take to send its body once its head is in; past it, ``408``."""
-
-KEEP_ALIVE_S = 5
-"""How long a connection may stay open, silent, after an answer (uvicorn's ``timeout_keep_alive``)."""
-
-MAX_HEAD_BYTES = 16 * 1024
-"""The largest request head (request line and headers) read; a larger one is answered ``400`` and the
-connection closed (h11's ``max_incomplete_event_size``)."""
 
 RESOURCE_PREFIX = "flows-memory://scope/"
 """A scope's resource URI is this prefix and the scope, percent-encoded."""
@@ -473,7 +462,7 @@ class BearerGate:
         if self._calls is not None and request is not None and request[1] in COUNTED:
             slot = self._calls.take()
             if slot is None:
-                await _busy(send, request[0], self._calls)
+                await _busy(send, request[0], self._calls.busy())
                 return None
             scope[SCOPE_KEY] = slot  # the handler holds it too, while the call runs
         return _replay(body, receive), slot
@@ -529,10 +518,11 @@ async def _too_slow(send: Send, timeout_s: float) -> None:
     await _send_json(send, 408, answer.encode(), [(b"connection", b"close")])
 
 
-async def _busy(send: Send, request_id: str | int, calls: Calls) -> None:
-    err = calls.busy()
+async def _busy(send: Send, request_id: str | int | None, err: McpBusy, *, close: bool = False) -> None:
+    """``503`` with ``Retry-After``: ``err`` (``mcp_busy``) as a JSON-RPC error under ``request_id``."""
     answer = error_line(request_id, BUSY_CODE, str(err), error_json(err))
-    await _send_json(send, 503, answer.encode(), [(b"retry-after", str(RETRY_AFTER_S).encode())])
+    headers = [(b"retry-after", str(RETRY_AFTER_S).encode())] + ([(b"connection", b"close")] if close else [])
+    await _send_json(send, 503, answer.encode(), headers)
 
 
 async def _connections_busy(scope: Scope, receive: Receive, send: Send) -> None:
@@ -553,9 +543,7 @@ async def _connections_busy(scope: Scope, receive: Receive, send: Send) -> None:
         limit=MAX_CONNECTIONS,
         retry_after_s=RETRY_AFTER_S,
     )
-    answer = error_line(request_id, BUSY_CODE, str(err), error_json(err))
-    headers = [(b"retry-after", str(RETRY_AFTER_S).encode()), (b"connection", b"close")]
-    await _send_json(send, 503, answer.encode(), headers)
+    await _busy(send, request_id, err, close=True)
 
 
 async def _refuse(send: Send) -> None:
@@ -639,11 +627,7 @@ async def serve_http(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        # h11 always (its limits hold, httptools or not); past MAX_CONNECTIONS, ``mcp_busy``
-        http=head_deadline_protocol(HEAD_TIMEOUT_S, max_connections=MAX_CONNECTIONS, busy=_connections_busy),
-        ws="none",
-        timeout_keep_alive=KEEP_ALIVE_S,
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        **bounded_http(max_connections=MAX_CONNECTIONS, busy=_connections_busy),  # past them: mcp_busy
     )
 
     def serving() -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import orjson
 
-from flows.mcp._server import BODY_TIMEOUT_S, HEAD_TIMEOUT_S, KEEP_ALIVE_S, MAX_CONNECTIONS, MAX_HEAD_BYTES
+from flows._uvicorn import HEAD_TIMEOUT_S, KEEP_ALIVE_S, MAX_HEAD_BYTES
+from flows.mcp._server import BODY_TIMEOUT_S, MAX_CONNECTIONS
 from tests.mcp.harness import http_server
 from tests.mcp.test_wire import INITIALIZE
 

@@ -382,7 +382,7 @@ def test_a_long_ledger_line_costs_its_length_not_its_length_squared(tmp_path: Pa
 def test_a_silent_or_trickling_connection_is_closed_at_the_head_deadline(server: Served) -> None:
     # uvicorn times a connection out only once it has answered, and any byte stops that timer: a
     # connection left silent, or sent a header a byte at a time, was held for ever
-    from flows._web_cli import HEAD_TIMEOUT_S
+    from flows._uvicorn import HEAD_TIMEOUT_S
 
     def held_for(trickle: bool) -> float:
         with socket.create_connection(("127.0.0.1", server.port), timeout=HEAD_TIMEOUT_S + 20) as sock:
