@@ -304,7 +304,8 @@ _SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
     0x0D: "\\r",
 }
 # a lone surrogate: a byte of a name that is not UTF-8 as Python reads it (U+DCFF for the byte ff),
-# which a terminal's strict UTF-8 stdout cannot write: the byte as an escape (\xff), any other as \udXXX
+# which a terminal's strict UTF-8 stdout cannot write: the byte as an escape (\xff), any other
+# surrogate as its code point (\ud800)
 _SHOWN |= {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
 _SHOWN_LINES = {c: e for c, e in _SHOWN.items() if c != 0x0A}  # the same, newlines kept
 
@@ -332,7 +333,7 @@ def json_text(obj: Any, *, indent: bool = False) -> str:
 
     A name the OS gave in bytes that are not UTF-8 (a path, an argument) reaches Python as a string
     with lone surrogates (``\\udcff``), which no UTF-8 text can hold: such a string is written with
-    those characters as JSON's ``\\uXXXX`` escapes, which a reader decodes to the same string (and
+    those characters as JSON's ``\\u`` escapes (``\\udcff``), which a reader decodes to the same string (and
     ``os.fsencode`` of it to the same bytes), so the output stays one valid JSON document.
     """
     try:

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,6 +37,7 @@ from sail._contracts import abi
 from sail._deploy import Deployment, deploy_market
 from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
 from tests.conftest import ROOT
+from tests.sail.http_servers import serving
 
 pytestmark = pytest.mark.slow
 
@@ -195,14 +195,8 @@ def proxy(anvil: AnvilNode) -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _DropAfterSend)
     server.upstream = anvil.url  # type: ignore[attr-defined]
     server.drops = 1  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
 
 
 def test_an_rpc_that_dies_right_after_accepting_the_swap_leaves_exactly_one_swap(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from sail._cli import main
 from sail._config import SailConfig, load_config, save_config
 from sail._status import span, when
 from tests.conftest import run_python
+from tests.sail.http_servers import serving
 
 USDC, WETH, ROUTER = "0x" + "11" * 20, "0x" + "22" * 20, "0x" + "33" * 20
 
@@ -343,13 +343,8 @@ class _Unauthorized(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def unauthorized() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unauthorized)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("node", ["refused", "unauthorized"])

@@ -36,6 +36,7 @@ from sail._runner import Runner
 from sail._tick import tick
 from tests.conftest import ROOT
 from tests.sail.conftest import World
+from tests.sail.http_servers import serving
 
 Answer = Callable[[dict[str, Any], Callable[[], Any]], Any]
 
@@ -102,14 +103,9 @@ def node(world: World) -> Iterator[Any]:
     server.daemon_threads = True
     server.w3, server.lock = world.w3, threading.Lock()
     server.answer = lambda request, honest: honest()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(server) as url:
+        server.url = url
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _tick_over(world: World, url: str, *, timeout: float = 5.0) -> Any:
