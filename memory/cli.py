@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import io
 import json
 import logging
@@ -190,8 +191,12 @@ def subject(text: str) -> str:
     return text
 
 
-_DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+\Z")
-_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w)")
+@functools.cache
+def _duration_re() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A whole duration, and one part of it (compiled on first use: most commands take none)."""
+    return re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w))+\Z"), re.compile(r"([0-9]+)(ms|s|m|h|d|w)")
+
+
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _TIME_FORMS = (
     "epoch milliseconds, an ISO 8601 date/time (2026-01-31, 2026-01-31T08:00:00+00:00) or a "
@@ -205,9 +210,10 @@ def duration_ms(text: str) -> int | None:
     """``text`` as a duration in milliseconds (``90s``, ``15m``, ``12h``, ``7d``, ``2w``, ``1h30m``,
     ``250ms``), or None when it is not one."""
     text = text.strip()
-    if not _DURATION.match(text):
+    whole, part = _duration_re()
+    if not whole.match(text):
         return None
-    return sum(_bounded(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(text))
+    return sum(_bounded(n) * _UNIT_MS[unit] for n, unit in part.findall(text))
 
 
 def _bounded(digits: str) -> int:
@@ -303,11 +309,16 @@ _SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
     0x0A: "\\n",
     0x0D: "\\r",
 }
-# a lone surrogate: a byte of a name that is not UTF-8 as Python reads it (U+DCFF for the byte ff),
-# which a terminal's strict UTF-8 stdout cannot write: the byte as an escape (\xff), any other
-# surrogate as its code point (\ud800)
-_SHOWN |= {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
 _SHOWN_LINES = {c: e for c, e in _SHOWN.items() if c != 0x0A}  # the same, newlines kept
+
+
+@functools.cache
+def _surrogate_escapes() -> dict[int, str]:
+    """A lone surrogate: a byte of a name that is not UTF-8 as Python reads it (U+DCFF for the byte
+    ff), which a terminal's strict UTF-8 stdout cannot write: the byte as an escape (\\xff), any
+    other surrogate as its code point (\\ud800). Built the first time a text holds one: its 2,048
+    entries cost every command's start a millisecond and more, and almost no text needs them."""
+    return {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
 
 
 def shown(text: str, *, one_line: bool = False) -> str:
@@ -317,7 +328,14 @@ def shown(text: str, *, one_line: bool = False) -> str:
     never moves the terminal's cursor, sets its title or writes its clipboard. A byte of a name that
     is not UTF-8 (a lone surrogate, as Python reads it) is written as ``\\xff``, which any stdout
     can take."""
-    return text.translate(_SHOWN if one_line else _SHOWN_LINES)
+    out = text.translate(_SHOWN if one_line else _SHOWN_LINES)
+    if out.isascii():
+        return out
+    try:
+        out.encode()  # UTF-8 encodes every character but a lone surrogate
+    except UnicodeEncodeError:
+        return out.translate(_surrogate_escapes())  # (the escapes above are ASCII: no surrogate)
+    return out
 
 
 def json_out(obj: Any, file: TextIO | None = None) -> None:
@@ -325,7 +343,11 @@ def json_out(obj: Any, file: TextIO | None = None) -> None:
     (sys.stdout if file is None else file).write(json_text(obj, indent=True) + "\n")
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+@functools.cache
+def _surrogate_re() -> re.Pattern[str]:
+    """A lone surrogate (compiled on first use: a character class of them takes most of a
+    millisecond to compile, and only odd names hold one)."""
+    return re.compile("[\ud800-\udfff]")
 
 
 def json_text(obj: Any, *, indent: bool = False) -> str:
@@ -342,7 +364,7 @@ def json_text(obj: Any, *, indent: bool = False) -> str:
         if not _holds_surrogate(obj):
             raise
     text = json.dumps(obj, ensure_ascii=False, indent=2 if indent else None, separators=_SEPARATORS[indent])
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _surrogate_re().sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 _SEPARATORS = {True: (",", ": "), False: (",", ":")}
@@ -350,7 +372,7 @@ _SEPARATORS = {True: (",", ": "), False: (",", ":")}
 
 def _holds_surrogate(value: Any) -> bool:
     if isinstance(value, str):
-        return _SURROGATE.search(value) is not None
+        return _surrogate_re().search(value) is not None
     if isinstance(value, dict):
         return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
     if isinstance(value, list | tuple):

@@ -117,3 +117,39 @@ def test_syncfs_is_looked_up_on_first_use_and_a_stand_in_set_before_is_kept() ->
     assert result.returncode == 0, result.stderr
     linux = sys.platform.startswith("linux")
     assert result.stdout.split() == [str(linux), str(linux), str(linux), str(linux)]
+
+
+def test_a_read_only_command_builds_no_table_or_pattern_only_odd_text_needs(tmp_path: Path) -> None:
+    """The escapes of the 2,048 lone surrogates and the patterns of surrogates and durations are
+    made the first time a text or an option needs them, not by every command's start."""
+    import memory
+
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="f") as s:
+        s.learn({"text": "fog lifts by ten", "tags": ["fog"]})
+    argv = ["--db", str(db), "recall", "--limit", "10"]
+    result = run_python(
+        "import memory.cli as c\n"
+        "from flows._cli import main\n"
+        f"assert main({argv!r}) == 0\n"
+        "made = [f.cache_info().currsize for f in (c._surrogate_escapes, c._surrogate_re, c._duration_re)]\n"
+        "print(made, c.duration_ms('1h30m'), c.shown('a\\udcff\\ud800\\x1b\\n', one_line=True))"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "[0, 0, 0] 5400000 a\\xff\\ud800\\x1b\\n"
+
+
+def test_shown_escapes_every_control_character_and_lone_surrogate_as_one_table_did() -> None:
+    from memory.cli import shown
+
+    table = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+        0x09: "\\t",
+        0x0A: "\\n",
+        0x0D: "\\r",
+    }
+    table |= {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
+    lines = {c: e for c, e in table.items() if c != 0x0A}
+    text = "".join(map(chr, range(0xE100))) + "é\udcff\n\u009b"
+    assert shown(text, one_line=True) == text.translate(table)
+    assert shown(text) == text.translate(lines)
+    assert shown("plain é ✓") == "plain é ✓"
