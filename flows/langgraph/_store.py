@@ -758,8 +758,23 @@ class JournalStore(BaseStore):
                 # (``_live``), so two that both look forget the same versions.
                 self._memory.catch_up()
                 live = self._live(scope, op.key)
-            for stale in live[1:]:  # two processes put the item at once: keep the newest
-                self._memory.forget(stale.key, root, reason="superseded by a concurrent put of the same item")
+            self._keep_newest(scope, op.key, live, root)
+
+    def _keep_newest(self, scope: str, key: str, live: list[Recalled], root: RootRun) -> None:
+        """Forget every version in ``live`` but its first (the newest): two processes put the item
+        at once. A version that another put superseded since the look answers its forget with that
+        supersede (``by``), and the version that replaced it is live, unseen: look again and settle
+        that too. (Without it, a put that found the item and replaced it, committing after this put
+        looked, left its version beside the one kept.)"""
+        reason = "superseded by a concurrent put of the same item"
+        for _ in range(8):
+            overtaken = False
+            for stale in live[1:]:
+                overtaken = self._memory.forget(stale.key, root, reason=reason).by is not None or overtaken
+            if not overtaken:
+                return
+            self._memory.catch_up()
+            live = self._live(scope, key)
 
     def _delete(self, op: PutOp) -> None:
         scope = _scope_if_any(op.namespace)
