@@ -94,22 +94,36 @@ def _run_ids(backend: JournalBackend, runs: Iterable[str] | None) -> Iterable[st
     return [r.run_id for r in backend.runs()] if runs is None else sorted(runs)
 
 
+def _is_audit(rec: Record) -> bool:
+    """Whether ``rec`` has the shape ``audit_payload`` gives an erase record."""
+    p = rec.payload
+    return (
+        isinstance(p, Mapping)
+        and set(p) == _AUDIT
+        and isinstance(p["memory"], str)
+        and isinstance(p["keys"], list)
+        and all(isinstance(k, str) and _KEY.fullmatch(k) for k in p["keys"])
+        and rec.id == record_id(rec.run_id, rec.stream, str(rec.key))
+    )
+
+
 def audits(backend: JournalBackend, runs: Iterable[str] | None = None) -> list[Record]:
     """Every erase record of the journal (of ``runs``, when given) that has the shape
     ``audit_payload`` gives."""
-    found = []
-    for run_id in _run_ids(backend, runs):
-        for rec in backend.read(run_id, ERASE_STREAM):
-            p = rec.payload
-            if (
-                isinstance(p, Mapping)
-                and set(p) == _AUDIT
-                and isinstance(p["memory"], str)
-                and isinstance(p["keys"], list)
-                and all(isinstance(k, str) and _KEY.fullmatch(k) for k in p["keys"])
-                and rec.id == record_id(rec.run_id, rec.stream, str(rec.key))
-            ):
-                found.append(rec)
+    runs = _run_ids(backend, runs)
+    return [rec for run_id in runs for rec in backend.read(run_id, ERASE_STREAM) if _is_audit(rec)]
+
+
+def audits_after(backend: Any, seen: dict[str, int]) -> list[Record]:
+    """The erase records of a journal hosts share appended since ``seen`` (run id -> the number of
+    the last one read, updated here): one query for the stream's heads, then each run that grew
+    read from where it was left. A store that has read none reads the runs holding any."""
+    found: list[Record] = []
+    for run_id, head in backend.stream_heads(ERASE_STREAM).items():
+        after = seen.get(run_id, 0)
+        if head > after:
+            found.extend(rec for rec in backend.read_after(run_id, ERASE_STREAM, after) if _is_audit(rec))
+            seen[run_id] = head
     return found
 
 

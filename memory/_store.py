@@ -170,6 +170,7 @@ class MemoryStore:
         self._journal: JournalBackend | None = None
         self._journal_lock = threading.Lock()
         self._caught_up: dict[str, int] | None = None  # run id -> its last learn read (``catch_up``)
+        self._erasures_seen: dict[str, int] = {}  # run id -> its last erase record a sync read
         self._catching_up = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
@@ -1293,6 +1294,9 @@ class MemoryStore:
         With ``materialize`` (the default) it first publishes files for findings the journal holds
         that this host has neither as a file nor as a row, and removes this host's copies (rows,
         files, caches, vectors) of every memory the journal records as erased, on any host.
+        Without it, on a journal hosts share, it still removes this host's copies of what was
+        erased since this store object last looked (the erase stream's heads: one query), so a
+        store that syncs only its own files (the LangGraph store) keeps no erased content either.
         Idempotent; safe while flows learn: a file replaced by a learn during the sync is kept,
         never dropped.
 
@@ -1301,17 +1305,19 @@ class MemoryStore:
             Unwritable: the DB cannot be written.
         """
         report = self._syncer.sync(materialize=materialize, progress=progress)
-        if materialize:
-            self._purge_erased()
-        return report
-
-    def _purge_erased(self) -> None:
-        """Remove this host's copies of what any host erased (the journal's erase records): its
-        rows, files, caches and vectors; the journal itself was rewritten by the erase."""
-        from memory._erase import audits
+        from memory._erase import audits, audits_after
 
         backend = self.open_journal()
-        erasures = audits(backend)
+        if materialize:
+            self._purge_erased(audits(backend))
+        elif lists_heads(backend):  # what another host erased since this store last looked
+            self._purge_erased(audits_after(backend, self._erasures_seen))
+        return report
+
+    def _purge_erased(self, erasures: list[Record]) -> None:
+        """Remove this host's copies of what any host erased (``erasures``, the journal's erase
+        records): its rows, files, caches and vectors; the journal itself was rewritten by the
+        erase."""
         for record in erasures:
             keys = [k for k in record.payload["keys"] if isinstance(k, str)]
             if self._db.rows_of(keys) or any(self.get(k) is not None for k in keys):

@@ -198,3 +198,33 @@ def test_a_version_replaced_while_a_creating_put_forgets_it_is_settled_too(
     finally:
         for store in stores:
             store.close()
+
+
+def test_an_item_erased_on_another_host_leaves_no_copy_after_the_stores_own_writes(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    # the store syncs after its writes (sync_every) without materializing: that sync removes its
+    # host's copies of what another host erased (the history DB's rows and WAL, files, stages)
+    import journal
+    import memory
+
+    mark = "ZQXLGERASE"
+    ns = ("users", "u1")
+    with JournalStore(db=str(tmp_path / "a" / "history.db"), journal=postgres_dsn, sync_every=1) as a:
+        a.put(ns, "addr", {"street": mark})
+        a.put(ns, "other", {"x": "y"})
+        key = a.finding(ns, "addr").key
+
+        def held() -> list[Path]:
+            return [p for p in (tmp_path / "a").rglob("*") if p.is_file() and mark.encode() in p.read_bytes()]
+
+        assert held()
+        b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
+        b.catch_up()
+        with b.session(scope="privacy") as s, pytest.raises(journal.JournalLeaseHeld):
+            s.erase(key, reason="asked")  # A's root run is open: its commit is rewritten once it ends
+        b.close()
+        assert a.get(ns, "addr") is None
+        a.put(ns, "later", {"x": 1})  # a write, and the sync after it
+        assert held() == []
+        assert {i.key for i in a.search(ns)} == {"later", "other"}

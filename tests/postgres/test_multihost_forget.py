@@ -149,3 +149,31 @@ def test_a_forget_by_filter_on_b_reaches_what_a_learned_and_b_never_synced(
         store.sync()
         assert [e.key for e in store.recall(scope="users")] == [dave]
         assert memory.check_store(store) == []
+
+
+def test_an_erase_on_b_leaves_nothing_on_a_after_a_sync_that_materializes_nothing(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    # the LangGraph store syncs with materialize=False after its writes: that sync too removes the
+    # copies (DB rows, files, stages) of what another host erased, once, as the erase records come
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    marks = ["ZQXQUIETERASE1", "ZQXQUIETERASE2"]
+    with a.session(scope="users") as s:
+        keys = [s.learn({"text": f"frank's address {m}", "tags": ["addr"]}).key for m in marks]
+        s.learn({"text": "frank likes chess"})
+    a.sync(materialize=False)
+    b.materialize()
+
+    def held(mark: str) -> list[Path]:
+        return [p for p in (tmp_path / "a").rglob("*") if p.is_file() and mark.encode() in p.read_bytes()]
+
+    for key, mark in zip(keys, marks, strict=True):
+        assert held(mark)
+        with b.session(scope="privacy") as s:
+            s.erase(key, reason="frank asked")
+        a.sync(materialize=False)
+        assert held(mark) == []
+        assert a.get(key) is None
+    assert [e.text for e in a.recall(scope="users")] == ["frank likes chess"]
+    a.sync()  # a whole sync publishes B's retirements here too; then nothing is left to report
+    assert memory.check_store(a) == []
