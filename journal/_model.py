@@ -139,7 +139,7 @@ def payload_json(
         ) from None
     # orjson writes integers up to 2**64 - 1; every reader (and PostgreSQL's bigint) holds signed
     # 64 bits. Only output with 19 digits in a row can hold one out of range: look only then.
-    if _LONG_DIGITS.search(data) is not None:
+    if _LONG_DIGITS in data.translate(_DIGIT_MAP):
         wide = _wide_integer(payload)
         if wide is not None:
             raise JournalPayloadInvalid(
@@ -179,7 +179,10 @@ def check_run_size(size: int, *, run_id: str | None = None) -> None:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# Each ASCII digit as ``1``, any other byte as ``0``: 19 digits in a row are then a plain substring,
+# found in C at once, where the regex ``\d{19}`` took several microseconds on every append's payload.
+_DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_DIGITS = b"1" * 19
 
 
 def _wide_integer(value: object) -> int | None:

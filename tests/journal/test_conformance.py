@@ -362,6 +362,33 @@ def test_a_payload_that_is_not_json_is_refused_with_its_own_code_and_nothing_is_
     assert jr.append(lease, "s", {"n": 1}, key="k").payload == {"n": 1}
 
 
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        (2**63 - 1, True),
+        (-(2**63), True),
+        (10**18, True),
+        ("9" * 40, True),  # 19 digits and more in a string: text, not an integer
+        ({"id": "1234567890123456789012", "n": 2**63 - 1}, True),
+        (2**63, False),
+        (-(2**63) - 1, False),
+        ([1, {"deep": [2**64 - 1]}], False),
+        ({"text": "12345678901234567890", "n": 2**63}, False),
+    ],
+    ids=repr,
+)
+def test_integers_are_taken_exactly_within_signed_64_bits_wherever_digits_run_long(
+    jr: JournalBackend, value: object, stored: bool
+) -> None:
+    info, lease = jr.begin("f", "s", {})
+    if stored:
+        assert jr.append(lease, "s", {"v": value}).payload == {"v": value}
+    else:
+        with pytest.raises(journal.JournalPayloadInvalid):
+            jr.append(lease, "s", {"v": value})
+    assert [r.payload["v"] for r in jr.read(info.run_id, "s")] == ([value] if stored else [])
+
+
 def test_metadata_or_an_error_that_is_not_json_is_refused_and_nothing_changes(jr: JournalBackend) -> None:
     with pytest.raises(journal.JournalPayloadInvalid):
         jr.begin("f", "s", {"source": object()})
