@@ -187,7 +187,7 @@ def validate(obj: object, default_source: str) -> Finding:
         obj = obj.as_json()
     if not isinstance(obj, Mapping):
         raise FindingInvalid(f"a finding must be a JSON object, not {type(obj).__name__}")
-    extra = sorted(str(k) for k in obj if k not in _FIELDS)
+    extra = [] if _FIELDS.issuperset(obj) else sorted(str(k) for k in obj if k not in _FIELDS)
     if extra:
         error = FindingInvalid(
             "a finding has only text, source, tags, metadata and expiresMs; unexpected: " + ", ".join(extra)
@@ -207,10 +207,12 @@ def validate(obj: object, default_source: str) -> Finding:
         raise _invalid("tags", "must be a list of non-empty strings")
     if len(tags) > TAGS_MAX:
         raise _invalid("tags", f"holds {len(tags)} tags; at most {TAGS_MAX} (TAGS_MAX)")
-    if not all(isinstance(t, str) and t.strip() for t in tags):
-        raise _invalid("tags", "must be a list of non-empty strings")
+    for t in tags:
+        if not isinstance(t, str) or not t.strip():
+            raise _invalid("tags", "must be a list of non-empty strings")
     for i, t in enumerate(tags):
-        _bounded(t, f"tags[{i}]", TAG_MAX_BYTES, "TAG_MAX_BYTES")
+        if not t.isascii() or len(t) > TAG_MAX_BYTES:  # an ASCII tag within the limit passes as is
+            _bounded(t, f"tags[{i}]", TAG_MAX_BYTES, "TAG_MAX_BYTES")
     metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
     expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
     return Finding(text=text, source=source, tags=tuple(tags), metadata=metadata, expires_ms=expires)

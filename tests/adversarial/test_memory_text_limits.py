@@ -93,6 +93,8 @@ def test_a_long_y_word_learned_by_the_command_then_why_and_sync_answer(tmp_path:
         ({"text": "ok", "source": "s" * 4097}, "source", "at most 4096 (SOURCE_MAX_BYTES)"),
         ({"text": "ok", "tags": ["t"] * 65}, "tags", "at most 64 (TAGS_MAX)"),
         ({"text": "ok", "tags": ["ok", "t" * 257]}, "tags[1]", "at most 256 (TAG_MAX_BYTES)"),
+        ({"text": "ok", "tags": ["ok", "é" * 129]}, "tags[1]", "at most 256 (TAG_MAX_BYTES)"),  # 129 chars
+        ({"text": "ok", "tags": ["t" * 256, "é" * 128, "\ud800"]}, "tags[2]", "lone surrogate"),
     ],
 )
 def test_a_finding_over_a_size_limit_is_invalid_naming_the_limit_and_nothing_is_written(
