@@ -504,6 +504,15 @@ class FileJournal:
 
     @contextlib.contextmanager
     def _run_lock(self, run_id: str) -> Iterator[None]:
+        fd = self._lock_run(run_id)
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing the file releases the flock
+
+    def _lock_run(self, run_id: str) -> int:
+        """Take the run lock: the descriptor whose ``os.close`` lets it go (``_run_lock`` as a
+        plain call, for the append's hot path, where a generator's context costs a share)."""
         self._guard(run_id)  # every change of a run is made under its lock: checked once here
         try:
             fd = self._open_run_file(run_id, "run.lock", os.O_RDWR | os.O_CREAT, reading=False)
@@ -513,9 +522,10 @@ class FileJournal:
             # fcntl.flock, not portalocker, on this one hot path: the same flock(2), without the
             # wrapper's per-call cost, which is a measurable share of a learn.
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing the file releases the flock
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_file(run_id, "run.json")
@@ -934,7 +944,8 @@ class FileJournal:
         Each append then waits for the bytes that are its own: its line's end, or (a key already
         present) the end of the log as written, with the log's generation at the time."""
         try:
-            with self._run_lock(run_id):
+            lock = self._lock_run(run_id)
+            try:
                 obj = self._load_pinned(run_id)
                 with handle.log.held():
                     records = handle.log.recover()
@@ -951,6 +962,8 @@ class FileJournal:
                         p.end, p.generation = end, generation
                     for p, own_end in zip(new, ends, strict=True):
                         p.end = own_end
+            finally:
+                os.close(lock)  # closing the file releases the flock
         except BaseException as exc:  # a journal error (the run lock, the log): every caller's
             handle.keys.clear()  # keys may have been given to records never written: rebuild
             handle.indexed = 0

@@ -785,7 +785,8 @@ class LineLog(Generic[T]):
                 f"cannot open {self._path}: {exc.strerror or exc}", path=self._path
             ) from exc
         try:
-            with self._flocked(fd):
+            fcntl.flock(fd, fcntl.LOCK_EX)  # ``_flocked``, without a generator's context: once per append
+            try:
                 marks = self._read_marks(strict=True)
                 if end is not None:
                     self._refuse_lost(end, generation, marks, filesystem=filesystem)
@@ -797,6 +798,8 @@ class LineLog(Generic[T]):
                         f"{self._path} ends before byte {end}: this append's line is gone; retry it",
                         path=self._path,
                     )
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             if fd != kept:
                 os.close(fd)
