@@ -131,6 +131,12 @@ def _memory_of(payload: Mapping[str, Any]) -> str | None:
     return memory if isinstance(memory, str) else fid if isinstance(fid, str) else None
 
 
+def _names_any(payload: Mapping[str, Any], keys: set[str]) -> bool:
+    """Whether the ``memory-learn`` payload commits one of ``keys`` or supersedes one."""
+    fid, old = payload.get("id"), payload.get("supersedes")
+    return (isinstance(fid, str) and fid in keys) or (isinstance(old, str) and old in keys)
+
+
 def _erased_events(erasures: Iterable[Record], memory: str) -> list[HistoryEvent]:
     """The ``erased`` events of ``memory``: when, by whom and why; never what it said."""
     out = []
@@ -649,26 +655,32 @@ class Retirer:
         record."""
         check_key(key)
         backend = self._open_journal()
+        run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
+        commits = {
+            run_id: [r for r in backend.read(run_id, STREAM) if isinstance(r.payload, Mapping)]
+            for run_id in run_ids
+        }
+        memory = next(
+            (_memory_of(r.payload) for rs in commits.values() for r in rs if r.payload.get("id") == key), None
+        )
+        if memory is None:
+            memory = self._db.memory_of(key) or key
+        versions = {key, memory} | {
+            str(r.payload.get("id")) for rs in commits.values() for r in rs if _memory_of(r.payload) == memory
+        }
+        versions.update(self._db.versions(memory))
         learns: list[tuple[Record, Record | None]] = []  # each record, and it checked (once)
         retires: list[Record] = []
-        run_ids = [r.run_id for r in backend.runs()] if runs is None else list(runs)
         erasures: list[Record] = []
-        for run_id in run_ids:
+        for run_id, records in commits.items():
+            # only this memory's commits are checked (the costly part): a run of many findings
+            # made a history of three events cost as much as checking all of them
             run_learns = [
-                (r, _checked_or_none(r, backend.location))
-                for r in backend.read(run_id, STREAM)
-                if isinstance(r.payload, Mapping)
+                (r, _checked_or_none(r, backend.location)) for r in records if _names_any(r.payload, versions)
             ]
             learns += run_learns
             retires += _retirements(backend, run_id, (c for _, c in run_learns))
             erasures += backend.read(run_id, ERASE_STREAM)
-        memory = next((_memory_of(r.payload) for r, _ in learns if r.payload.get("id") == key), None)
-        if memory is None:
-            memory = self._db.memory_of(key) or key
-        versions = {key, memory} | {
-            str(r.payload.get("id")) for r, _ in learns if _memory_of(r.payload) == memory
-        }
-        versions.update(self._db.versions(memory))
         chosen: dict[str, Record] = {}  # key -> the retirement of it to publish (``lost``)
         for rec in retires:
             chosen[rec.payload["id"]] = retirement_to_publish(chosen.get(rec.payload["id"]), rec)

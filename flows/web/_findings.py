@@ -205,13 +205,18 @@ def matched_of(page: FindingsPage) -> dict[str, Sequence[str]]:
     return {a.finding.key: a.matched for a in page.answers or ()}
 
 
+_MEMORY_STREAMS = (STREAM, RETIRE_STREAM, ERASE_STREAM)
+
+
 @dataclass(frozen=True)
 class _Named:
-    """What one run's memory streams name: every key and memory id (``names``), and the memory id
-    of each version it learned (``memories``)."""
+    """What one run's memory streams name: every key and memory id (``names``), the memory id of
+    each version it learned (``memories``), and the versions it learned of each memory
+    (``versions``), so a lookup costs the same however many findings a run holds."""
 
     names: frozenset[str]
     memories: dict[str, str]
+    versions: dict[str, frozenset[str]]
 
 
 class KeyIndex:
@@ -220,12 +225,14 @@ class KeyIndex:
     its memory, any version's (``MemoryStore.history(runs=)``).
 
     A done run never changes (it cannot be resumed), so what it names is read once; every other
-    run (running, interrupted, failed: a resume may append) is read again on each lookup. Not
-    thread-safe: the app holds one lock around its reads.
+    run (running, interrupted, failed: a resume may append) has each stream read again only when it
+    changed since (``JournalBackend.stamp``; always where the journal cannot tell, as for a stream
+    not there yet, which costs little). Not thread-safe: the app holds one lock around its reads.
     """
 
     def __init__(self) -> None:
         self._done: dict[str, _Named] = {}
+        self._open: dict[str, _Held] = {}
 
     def runs_naming(self, backend: JournalBackend, runs: Sequence[RunInfo], key: str) -> list[str]:
         """The ids of the runs among ``runs`` that hold a record of the memory ``key`` is a version
@@ -238,42 +245,86 @@ class KeyIndex:
         for run in runs:
             found = self._done.get(run.run_id)
             if found is None:
-                found = _keys_named(backend, run.run_id)
-                if run.state is RunState.DONE:
-                    self._done[run.run_id] = found
+                found = self._current(backend, run)
             named[run.run_id] = found
-        if len(self._done) > len(runs) + 1000:  # runs removed from the journal
+        if len(self._done) + len(self._open) > len(runs) + 1000:  # runs removed from the journal
             alive = {r.run_id for r in runs}
             self._done = {k: v for k, v in self._done.items() if k in alive}
+            self._open = {k: v for k, v in self._open.items() if k in alive}
         memory = next((n.memories[key] for n in named.values() if key in n.memories), key)
         wanted = {key, memory}
         for n in named.values():  # every version of the memory: each commit names its memory id
-            wanted.update(k for k, m in n.memories.items() if m == memory)
+            wanted.update(n.versions.get(memory, ()))
         return [run.run_id for run in runs if not named[run.run_id].names.isdisjoint(wanted)]
 
+    def _current(self, backend: JournalBackend, run: RunInfo) -> _Named:
+        """What ``run`` names now, its streams read again only where they changed since."""
+        held = self._open.get(run.run_id)
+        parts: list[_Part] = []
+        stamps: list[object] = []
+        for n, stream in enumerate(_MEMORY_STREAMS):
+            stamp = backend.stamp(run.run_id, stream)
+            if held is not None and stamp is not None and stamp == held.stamps[n]:
+                parts.append(held.parts[n])
+            else:
+                parts.append(_stream_names(backend, run.run_id, stream))
+            stamps.append(backend.stamp(run.run_id, stream))  # the stream as this read saw it
+        found = held.named if held is not None and held.parts == tuple(parts) else _merged(parts)
+        if run.state is RunState.DONE:
+            self._done[run.run_id] = found
+            self._open.pop(run.run_id, None)
+        else:
+            self._open[run.run_id] = _Held(tuple(stamps), tuple(parts), found)
+        return found
 
-def _keys_named(backend: JournalBackend, run_id: str) -> _Named:
+
+_Part = tuple[frozenset[str], tuple[tuple[str, str], ...]]
+"""What one stream names: its keys and memory ids, and (``memory-learn``) each version's memory."""
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A run that may still change: each stream's stamp when read, what it named, and the whole."""
+
+    stamps: tuple[object, ...]
+    parts: tuple[_Part, ...]
+    named: _Named
+
+
+def _stream_names(backend: JournalBackend, run_id: str, stream: str) -> _Part:
     names: set[str] = set()
-    memories: dict[str, str] = {}
-    for stream in (STREAM, RETIRE_STREAM, ERASE_STREAM):
-        for rec in backend.read(run_id, stream):
-            p = rec.payload
-            key, memory = p.get("id"), p.get("memory")
-            for name in (key, memory):
-                if isinstance(name, str):
-                    names.add(name)
-            if stream == STREAM and isinstance(key, str):
-                memories[key] = memory if isinstance(memory, str) else key  # a first version is its memory
-            old = p.get("supersedes")  # an update's commit retires the version it replaced
-            if stream == STREAM and isinstance(old, str) and "supersedesScope" in p:
-                names.add(old)
-            ids = p.get("ids")  # a forget by filter names every key it retired
-            if isinstance(ids, list):
-                names.update(i[0] for i in ids if isinstance(i, list) and i and isinstance(i[0], str))
-            keys = p.get("keys")  # an erasure names every version it erased
-            if stream == ERASE_STREAM and isinstance(keys, list):
-                names.update(k for k in keys if isinstance(k, str))
-    return _Named(frozenset(names), memories)
+    memories: list[tuple[str, str]] = []
+    for rec in backend.read(run_id, stream):
+        p = rec.payload
+        key, memory = p.get("id"), p.get("memory")
+        for name in (key, memory):
+            if isinstance(name, str):
+                names.add(name)
+        if stream == STREAM and isinstance(key, str):
+            # a first version is its own memory
+            memories.append((key, memory if isinstance(memory, str) else key))
+        old = p.get("supersedes")  # an update's commit retires the version it replaced
+        if stream == STREAM and isinstance(old, str) and "supersedesScope" in p:
+            names.add(old)
+        ids = p.get("ids")  # a forget by filter names every key it retired
+        if isinstance(ids, list):
+            names.update(i[0] for i in ids if isinstance(i, list) and i and isinstance(i[0], str))
+        keys = p.get("keys")  # an erasure names every version it erased
+        if stream == ERASE_STREAM and isinstance(keys, list):
+            names.update(k for k in keys if isinstance(k, str))
+    return frozenset(names), tuple(memories)
+
+
+def _merged(parts: Sequence[_Part]) -> _Named:
+    memories = {key: memory for _, pairs in parts for key, memory in pairs}
+    versions: dict[str, set[str]] = {}
+    for version, memory in memories.items():
+        versions.setdefault(memory, set()).add(version)
+    return _Named(
+        frozenset().union(*(names for names, _ in parts)),
+        memories,
+        {m: frozenset(v) for m, v in versions.items()},
+    )
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,31 @@ def test_pages_list_every_event_once_in_order_as_history_does(tmp_path: Path) ->
     assert past.events == () and past.next_offset is None and past.total == len(whole)
     # a page past its bytes still gives one event, and says where the next starts
     assert [e.as_json() for e in tiny.events] == whole[:1] and tiny.as_json()["nextOffset"] == 1
+
+
+def test_a_history_checks_only_its_memorys_commits_however_many_its_runs_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory's three events in a run of 300 other findings: its history checks its own commits,
+    not the run's every one (each check parses and validates the finding again: a page of a memory
+    in a long session's run cost as much as checking the whole session)."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="desk", flow="bulk") as s:
+            first = s.learn({"text": "the one memory"})
+            for n in range(300):
+                s.learn({"text": f"another finding {n}"})
+            second = s.update(first.memory_id, {"text": "the one memory, corrected"})
+            s.forget(second.key, reason="done with it")
+        expected = [(e.kind, e.key) for e in store.history(first.key)]
+        checked: list[object] = []
+        check = memory._retire.checked_commit
+        monkeypatch.setattr(
+            memory._retire, "checked_commit", lambda r, where: checked.append(r.id) or check(r, where)
+        )
+        for runs in (None, [r.run_id for r in store.open_journal().runs()]):
+            checked.clear()
+            events = store.history(first.key, runs=runs)
+            assert [(e.kind, e.key) for e in events] == expected
+            assert len(checked) == 2, len(checked)  # the two versions' commits
+    assert [k for k, _ in expected] == ["learned", "learned", "superseded", "forgotten"]
