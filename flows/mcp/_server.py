@@ -37,7 +37,7 @@ from flows.mcp._errors import (
 )
 from flows.mcp._sessions import Sessions, finding_json
 from flows.mcp._stdio import StdinLines, StdoutWire
-from flows.mcp._tools import TOOLS, bounded, call_tool, name_tools
+from flows.mcp._tools import TOOLS, bounded, call_tool, name_tools, shown
 from flows.mcp._wire import MAX_REQUEST_BYTES, body_answer, error_line, oversized_message, request_of
 from journal import JournalNameInvalid, check_label
 from staging import CodedError
@@ -114,16 +114,6 @@ def _session_key(ctx: Any) -> str | None:
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 """A ``%`` that does not begin an escape of two hex digits."""
 
-SHOWN = 80
-"""How much of a client's URI a message echoes (as a Python literal: escaped, one line)."""
-
-
-def _shown(text: str) -> str:
-    """``text`` for a message: escaped, and cut to ``SHOWN`` characters with its length said."""
-    if len(text) <= SHOWN:
-        return repr(text)
-    return f"{text[:SHOWN]!r}… ({len(text):,} characters)"
-
 
 def _scope_of(uri: str) -> str:
     """The scope a resource URI names, its escapes decoded strictly.
@@ -135,15 +125,15 @@ def _scope_of(uri: str) -> str:
     """
     if not uri.startswith(RESOURCE_PREFIX) or len(uri) == len(RESOURCE_PREFIX):
         raise McpResourceUnknown(
-            f"{_shown(uri)} is not a resource of this server; list them with resources/list"
+            f"{shown(uri)} is not a resource of this server; list them with resources/list"
         )
     encoded = uri[len(RESOURCE_PREFIX) :]
-    where = f"resource URI {_shown(uri)}"
+    where = f"resource URI {shown(uri)}"
     bad = _BAD_ESCAPE.search(encoded)
     if bad is not None:
         at = bad.start()
         raise McpResourceUnknown(
-            f"{where} is not percent-encoded: {_shown(encoded[at : at + 3])} at character "
+            f"{where} is not percent-encoded: {shown(encoded[at : at + 3])} at character "
             f"{len(RESOURCE_PREFIX) + at} is not `%` and two hex digits; a scope's `%` is written %25"
         )
     try:

@@ -53,6 +53,27 @@ takes is never refused below for its size; and a text this long, however a clien
 in one ``MAX_REQUEST_BYTES`` request."""
 
 
+SHOWN = 80
+"""How much of a client's text (a URI, an argument's name) a message echoes, as a Python literal:
+escaped, one line."""
+
+MESSAGE_MAX = 400
+"""The most characters of a schema error's own message a tool error gives (it quotes the value it
+refused: a 1 MB request's text, echoed whole, made a 3 MB answer of a refusal)."""
+
+
+def shown(text: str, limit: int = SHOWN) -> str:
+    """``text`` for a message: escaped, and cut to ``limit`` characters with its length said."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text):,} characters)"
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` (already fit to show) cut to ``limit`` characters, with its length said."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 class Memory(Protocol):
     """What the tools need from the server: the store's reads, and the calling session's writes."""
 
@@ -126,13 +147,17 @@ class ToolSpec:
             extra = sorted(str(k) for k in args if k not in allowed)
             where = extra[0] if extra else where
             takes = ", ".join(sorted(allowed))
-            message = f"unknown argument(s) {', '.join(extra)}; {self.name} takes {takes}"
+            named = ", ".join(shown(k) for k in extra[:5])
+            named += f" and {len(extra) - 5} more" if extra[5:] else ""
+            message = f"unknown argument(s) {named}; {self.name} takes {takes}"
         elif where:
-            message = f"argument `{where}`: {error.message}"
+            message = f"argument `{_cut(where, SHOWN)}`: {_cut(error.message, MESSAGE_MAX)}"
         else:
-            message = error.message
+            message = _cut(error.message, MESSAGE_MAX)
         raise McpArgumentsInvalid(
-            f"{self.name}: {message} (see the tool's input schema)", tool=self.name, argument=where or None
+            f"{self.name}: {message} (see the tool's input schema)",
+            tool=self.name,
+            argument=_cut(where, SHOWN) or None,
         )
 
 

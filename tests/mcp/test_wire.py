@@ -407,3 +407,27 @@ def test_stdio_with_both_ends_closed_stops_without_waiting_for_answers(tmp_path:
     with memory.MemoryStore(db) as store:
         assert len(store.recall(limit=None)) <= 60
         assert memory.check_store(store) == []
+
+
+def test_a_refused_argument_is_not_echoed_whole(tmp_path: Path) -> None:
+    """A schema error quotes the value it refused: a text of 150,000 control characters (under the
+    request limit, over the tool's) came back escaped twice over, in both copies of the answer
+    (4 MB); an unknown argument's name came back whole, in the message and in its context."""
+    hostile: list[tuple[dict[str, Any], str]] = [
+        ({"text": "\x01" * 150_000}, "text"),
+        ({"text": "x", "tags": ["\u202e" * 100] * 3000}, "tags"),
+        ({"text": "x", **{f"bogus{n}" + "k" * 100_000: 1 for n in range(8)}}, "bogus0" + "k" * 74),
+    ]
+    with raw_stdio(tmp_path / "history.db") as wire:
+        for n, (arguments, argument) in enumerate(hostile):
+            params = {"name": "learn", "arguments": arguments}
+            request = orjson.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params})
+            assert len(request) < MAX_REQUEST_BYTES
+            wire.send(request)
+            answer = wire.answer(START_TIMEOUT_S)
+            error = answer["result"]["structuredContent"]["error"]
+            assert error["code"] == "mcp_arguments_invalid" and answer["id"] == n
+            assert error["argument"].startswith(argument) and len(error["argument"]) < 200
+            assert len(orjson.dumps(answer)) < 8192, argument[:10]
+            wire.ping(100 + n)
+    assert mcp_runs(tmp_path / "history.db") == []
