@@ -59,8 +59,9 @@ from flows.langgraph._errors import (
     checked_count,
 )
 from flows.langgraph._filters import at_path, check_filter, matches
-from journal import JournalBackend, JournalClosed, Lease, RunState, shown_location
-from memory import ArgumentInvalid, Embedder, FindingRetired, MemoryStore, Recalled, RootRun, embedder_of
+from flows.langgraph._lookup import WriteLookup
+from journal import FileJournal, JournalBackend, JournalClosed, Lease, RunState, now_ms, shown_location
+from memory import ArgumentInvalid, Embedder, FindingRetired, Forgotten, MemoryStore, Recalled, RootRun, embedder_of
 
 T = TypeVar("T")
 
@@ -332,6 +333,7 @@ class JournalStore(BaseStore):
         self._fields = [(f, tokenize_path(f)) for f in (index or {}).get("fields") or [] if f != "$"]
         self._memory = MemoryStore(db, journal=journal, embedder=embedder_of_index(index))
         self._root: tuple[JournalBackend, Lease] | None = None
+        self._lookup: WriteLookup | None = None  # a write's look at its item, on a file journal
         self._mutex = threading.Lock()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
@@ -412,6 +414,8 @@ class JournalStore(BaseStore):
                 backend = self._memory.open_journal()
                 _, lease = backend.begin(FLOW, "langgraph", {"langgraph": "store"})
                 self._root = (backend, lease)
+                if isinstance(backend, FileJournal):
+                    self._lookup = WriteLookup(self._memory)
             backend, lease = self._root
         return RootRun(journal=backend, lease=lease, flow=FLOW, scope=scope, source=SOURCE)
 
@@ -485,6 +489,39 @@ class JournalStore(BaseStore):
         # every host (the memory's own ties go by row id, which differs between hosts), so puts
         # that settle a race (``_put``) all keep the same version
         return sorted(found, key=lambda r: (r.learned_ms, r.key), reverse=True) if len(found) > 1 else found
+
+    def _live_for_write(self, scope: str, key: str) -> list[Recalled]:
+        """``_live`` as a write reads it: from this store's own look at the scope (``WriteLookup``)
+        once it has written on a file journal, else (and whenever that cannot tell) from the memory."""
+        lookup = self._lookup
+        found = lookup.live(scope, key, now_ms()) if lookup is not None and _key_ok(key) else None
+        if found is None:
+            return self._live(scope, key)
+        found = [r for r in found if self._ours(r)]
+        return sorted(found, key=lambda r: (r.learned_ms, r.key), reverse=True) if len(found) > 1 else found
+
+    def _alone(self, scope: str, key: str, version: str) -> bool:
+        """Whether ``version``, just learned, is the only live version of item ``key``, as
+        ``WriteLookup`` sees it (False when it cannot tell: then ``_live`` is read)."""
+        lookup = self._lookup
+        return lookup is not None and lookup.alone(scope, key, version, now_ms())
+
+    def _learn(self, finding: Mapping[str, Any], root: RootRun, supersedes: str | None = None) -> str:
+        """The memory's learn of ``finding`` (the key of the version learned), noted for
+        ``WriteLookup``."""
+        learned = self._memory.learn(finding, root, supersedes=supersedes)
+        if self._lookup is not None:
+            self._lookup.published(learned.id, finding["metadata"]["key"])
+            if supersedes is not None:
+                self._lookup.retired(supersedes)
+        return learned.id
+
+    def _forget(self, key: str, root: RootRun, reason: str) -> Forgotten:
+        """The memory's forget of ``key``, noted for ``WriteLookup``."""
+        forgotten = self._memory.forget(key, root, reason=reason)
+        if self._lookup is not None:
+            self._lookup.retired(key)
+        return forgotten
 
     @staticmethod
     def _ours(found: Recalled) -> bool:
@@ -721,7 +758,7 @@ class JournalStore(BaseStore):
         scope = scope_of(op.namespace)
         value, ttl = prepared
         with self._key_lock(scope, op.key):
-            live = self._live(scope, op.key)
+            live = self._live_for_write(scope, op.key)
             created = live[0].metadata.get("createdMs") if live else None
             created_ms = created if isinstance(created, int) else self._clock()
             finding = self._finding(op, value, ttl, created_ms)
@@ -731,7 +768,7 @@ class JournalStore(BaseStore):
             fresh = not live  # a new item: another process may be making it at this very moment
             for _ in range(8):
                 try:
-                    self._memory.learn(finding, root, supersedes=live[0].key if live else None)
+                    version = self._learn(finding, root, live[0].key if live else None)
                     break
                 except FindingRetired as exc:
                     if not live or exc.key != live[0].key:
@@ -739,25 +776,26 @@ class JournalStore(BaseStore):
                 # replaced by another process's or host's put since it was read: supersede that
                 # version (a second item for the key otherwise); deleted: a new item
                 self._memory.catch_up()
-                live = self._live(scope, op.key)
+                live = self._live_for_write(scope, op.key)
                 if not live:
-                    self._memory.learn(finding, root)
+                    version = self._learn(finding, root)
                     fresh = True
                     break
             else:
                 # overtaken every time (other processes keep writing the item): learned beside the
                 # versions they wrote, and the newest is kept, as when two puts land at once; the
                 # put is written either way, never dropped while it reports success
-                self._memory.learn(finding, root)
+                version = self._learn(finding, root)
                 fresh = True
             if fresh:
                 # Two puts that each found no item both learn one: each looks again once its own is
                 # committed and keeps the newest of what it sees, forgetting the rest. Whichever
                 # looks last sees both, so the key is one item again when the later put returns
                 # (before, until the key's next put). Newest is one order for every process
-                # (``_live``), so two that both look forget the same versions.
+                # (``_live``), so two that both look forget the same versions. The look is the
+                # memory's unless this store's own shows its version alone (``_alone``).
                 self._memory.catch_up()
-                live = self._live(scope, op.key)
+                live = [] if self._alone(scope, op.key, version) else self._live(scope, op.key)
             self._keep_newest(scope, op.key, live, root)
 
     def _keep_newest(self, scope: str, key: str, live: list[Recalled], root: RootRun) -> None:
@@ -770,7 +808,7 @@ class JournalStore(BaseStore):
         for _ in range(8):
             overtaken = False
             for stale in live[1:]:
-                overtaken = self._memory.forget(stale.key, root, reason=reason).by is not None or overtaken
+                overtaken = self._forget(stale.key, root, reason).by is not None or overtaken
             if not overtaken:
                 return
             self._memory.catch_up()
@@ -786,12 +824,12 @@ class JournalStore(BaseStore):
             # supersede, and must go too. Each round forgets what it saw; the next finds only
             # versions written after it, so a few rounds settle any race.
             for _ in range(8):
-                live = self._live(scope, op.key)
+                live = self._live_for_write(scope, op.key)
                 if not live:
                     return
                 root = self._root_for(scope)
                 for found in live:
-                    self._memory.forget(found.key, root, reason="deleted through the LangGraph store")
+                    self._forget(found.key, root, "deleted through the LangGraph store")
 
     @staticmethod
     def _same(found: Recalled, finding: Mapping[str, Any]) -> bool:
@@ -812,7 +850,7 @@ class JournalStore(BaseStore):
             )
             finding["text"] = found.text
             try:
-                self._memory.learn(finding, self._root_for(scope), supersedes=found.key)
+                self._learn(finding, self._root_for(scope), found.key)
             except FindingRetired as exc:
                 if exc.key != found.key:
                     raise

@@ -1,0 +1,184 @@
+"""How ``JournalStore``'s writes look up their item (``flows.langgraph._lookup``): without reading
+the scope's other unsynced files, and still seeing every other writer's put and delete."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.langgraph import JournalStore
+from flows.langgraph._store import SCOPE_PREFIX
+from memory import MemoryStore, Unreachable
+
+NS = ("look",)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[str]]:
+    """The paths this process opens (the ``open`` audit event of ``os.open`` and ``open``) while
+    the list is being filled; an audit hook cannot be removed, so it stops filling after the test."""
+    paths: list[str] = []
+    on = [True]
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if on[0] and event == "open" and isinstance(args[0], str | Path):
+            paths.append(str(args[0]))
+
+    sys.addaudithook(hook)
+    yield paths
+    on[0] = False
+
+
+def _live(store: JournalStore, key: str) -> list[Any]:
+    scope = store.finding(NS, key)
+    assert scope is not None
+    return [
+        r
+        for r in store.memory.recall(scope=scope.scope, meta={"key": key}, limit=None)
+        if r.metadata["key"] == key
+    ]
+
+
+def test_a_put_opens_none_of_the_scopes_other_unsynced_files(tmp_path: Path, opened: list[str]) -> None:
+    # The scope folder is fresh (just written), so the memory's read would look at each of its
+    # unsynced files again; a write's look-up lists the folder and asks the DB instead.
+    with JournalStore(
+        db=str(tmp_path / "history.db"), journal=str(tmp_path / "journal"), sync_every=0
+    ) as store:
+        for i in range(12):
+            store.put(NS, f"k{i}", {"n": i})
+        others = {}  # item key -> its file's name (the memory opens files by name in their folder)
+        for i in range(12):
+            found = store.finding(NS, f"k{i}")
+            assert found is not None
+            others[f"k{i}"] = f"{found.key}.json"
+        opened.clear()
+        store.put(NS, "new", {"n": 99})  # a new item
+        store.put(NS, "k3", {"n": 33})  # an update of one
+        touched = {os.path.basename(p) for p in opened} & set(others.values())
+        assert touched <= {others["k3"]}, touched
+        item = store.get(NS, "k3")
+        assert item is not None and item.value == {"n": 33}
+        assert len(_live(store, "k3")) == 1
+
+
+@pytest.mark.parametrize("sync_other", [False, True])
+def test_a_put_supersedes_the_version_another_store_put_since_its_last_look(
+    journal_location: str, tmp_path: Path, sync_other: bool
+) -> None:
+    # ``sync_other``: the other store's version is moved into the DB before this store looks again
+    # (a file gone from the folder, found in the DB).
+    db = str(tmp_path / "history.db")
+    with (
+        JournalStore(db=db, journal=journal_location) as mine,
+        JournalStore(db=db, journal=journal_location) as other,
+    ):
+        mine.put(NS, "k", {"v": "mine-1"})
+        first = mine.get(NS, "k")
+        other.put(NS, "k", {"v": "other"})
+        if sync_other:
+            other.memory.sync(materialize=False)
+        mine.put(NS, "k", {"v": "mine-2"})
+        assert len(_live(mine, "k")) == 1
+        for store in (mine, other):
+            item = store.get(NS, "k")
+            assert item is not None and item.value == {"v": "mine-2"}
+            assert first is not None and item.created_at == first.created_at
+
+
+def test_a_put_after_another_stores_delete_makes_a_new_item(journal_location: str, tmp_path: Path) -> None:
+    db = str(tmp_path / "history.db")
+    ticks = itertools.count(1_700_000_000_000, 1000)  # this store's clock: every creation time its own
+    with (
+        JournalStore(db=db, journal=journal_location, clock=lambda: next(ticks)) as mine,
+        JournalStore(db=db, journal=journal_location) as other,
+    ):
+        mine.put(NS, "k", {"v": 1})
+        mine.put(NS, "gone", {"v": 1})
+        mine.memory.sync(materialize=False)  # one of the two as a row, the other a file
+        mine.put(NS, "k", {"v": 2})
+        first = {key: item.created_at for key in ("k", "gone") if (item := mine.get(NS, key)) is not None}
+        for key in ("k", "gone"):
+            other.delete(NS, key)
+            assert mine.get(NS, key) is None
+            mine.put(NS, key, {"v": 3})
+            item = mine.get(NS, key)
+            assert item is not None and item.value == {"v": 3}
+            assert len(_live(mine, key)) == 1
+            assert item.created_at > first[key]  # a new item, not a version of the deleted one
+
+
+def test_a_version_this_store_did_not_write_is_settled_by_the_next_put(tmp_path: Path) -> None:
+    # A version learned beside the item's (as a put that lost every race leaves one): the next put
+    # supersedes the newest and forgets the other, as the memory's read would have it.
+    with JournalStore(db=str(tmp_path / "history.db"), journal=str(tmp_path / "journal")) as store:
+        store.put(NS, "k", {"v": 1})
+        older = store.finding(NS, "k")
+        assert older is not None
+        beside = {
+            "text": older.text + " again",
+            "source": older.source,
+            "metadata": {**older.metadata, "rev": "x"},
+        }
+        with store.memory.session(scope=older.scope, flow="race") as s:
+            s.learn(beside)
+        assert len(_live(store, "k")) == 2
+        store.put(NS, "k", {"v": 2})
+        live = _live(store, "k")
+        assert [r.metadata["value"] for r in live] == [{"v": 2}]
+
+
+def test_two_puts_creating_one_item_at_once_leave_one_live_version(
+    journal_location: str, tmp_path: Path
+) -> None:
+    # The other store creates the item after this put looked (and found none) and before it
+    # learns: each put looks again after its commit, and the key is one item when this one returns.
+    db = str(tmp_path / "history.db")
+    with (
+        JournalStore(db=db, journal=journal_location) as mine,
+        JournalStore(db=db, journal=journal_location) as other,
+    ):
+        mine.put(NS, "warm", {"v": 0})  # this store has written: its own look-up is in use
+        learn = mine.memory.learn
+
+        def raced(finding: Any, root: Any, *, supersedes: str | None = None) -> Any:
+            if finding["metadata"]["key"] == "k":
+                other.put(NS, "k", {"v": "other"})
+            return learn(finding, root, supersedes=supersedes)
+
+        mine.memory.learn = raced  # type: ignore[method-assign]
+        mine.put(NS, "k", {"v": "mine"})
+        mine.memory.learn = learn  # type: ignore[method-assign]
+        live = _live(mine, "k")
+        assert [r.metadata["value"] for r in live] == [{"v": "mine"}]
+        for store in (mine, other):
+            item = store.get(NS, "k")
+            assert item is not None and item.value == {"v": "mine"}
+
+
+def test_a_file_no_record_backs_fails_the_put_of_its_item_as_the_memorys_read_does(tmp_path: Path) -> None:
+    # A learned file for the item that cites a record of another journal: this store did not write
+    # it, so its write's look-up leaves it to the memory's read, which refuses to serve it.
+    db = str(tmp_path / "history.db")
+    with JournalStore(db=db, journal=str(tmp_path / "journal")) as store:
+        store.put(NS, "warm", {"v": 0})  # this store has written: its own look-up is in use
+        elsewhere = MemoryStore(db, journal=str(tmp_path / "another-journal"))
+        with elsewhere.session(scope=SCOPE_PREFIX + "look", flow="forged", source="LangGraphStore") as s:
+            s.learn(
+                {
+                    "text": "forged",
+                    "source": "LangGraphStore",
+                    "metadata": {"key": "k", "value": {"v": "forged"}, "createdMs": 1, "rev": "f"},
+                }
+            )
+        elsewhere.close()
+        with pytest.raises(Unreachable):
+            store.put(NS, "k", {"v": "mine"})
+        store.put(NS, "other", {"v": 1})  # another item of the scope is still written
+        assert store.get(NS, "other") is not None
