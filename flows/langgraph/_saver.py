@@ -85,6 +85,7 @@ T = TypeVar("T")
 
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 _ATTEMPTS = 4  # a write re-resolves the thread this often when its generation moved under it
+_CHECKED_MAX = 65_536  # stored checkpoints remembered as checked (``_shape_checked``); then all forgotten
 Payload = dict[str, Any]
 Keyed = list[tuple[Payload, str]]  # records to append, each with its idempotency key
 Records = list[Record]
@@ -249,6 +250,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._max_record_bytes = max_record_bytes
         self._max_cached = max_cached_threads
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
+        # the stored checkpoints whose decoded fields passed ``checkpoint_problem`` and
+        # ``metadata_problem``, with the decoder that decoded them (``_shape_checked``)
+        self._checked: dict[tuple[int, int], tuple[StoredCheckpoint, StrictDecoder]] = {}
         self._mutex = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
@@ -646,36 +650,55 @@ class JournalSaver(BaseCheckpointSaver[str]):
             seq=rec.seq,
         )
 
-    def _checkpoint(self, stored: StoredCheckpoint) -> Checkpoint:
+    def _shape_checked(self, stored: StoredCheckpoint) -> bool:
+        """Whether ``stored``'s checkpoint and metadata, decoded by this saver's decoder, passed
+        their checks before: the same bytes decode to the same fields, so they pass again (the
+        decode itself, with its allow-list, is made on every read). ``stored`` is held by the
+        entry, so its id names no other object while it is there."""
+        hit = self._checked.get((id(stored), id(self._decoder)))
+        return hit is not None and hit[0] is stored and hit[1] is self._decoder
+
+    def _checked_both(self, stored: StoredCheckpoint) -> None:
+        """Note that ``stored`` passed ``_checkpoint`` and ``_metadata`` (``_shape_checked``)."""
+        if len(self._checked) >= _CHECKED_MAX:
+            self._checked.clear()
+        self._checked[(id(stored), id(self._decoder))] = (stored, self._decoder)
+
+    def _checkpoint(self, stored: StoredCheckpoint, checked: bool = False) -> Checkpoint:
         """The stored checkpoint (without its values), decoded and checked to be one LangGraph can
-        run on: RecordInvalid naming the record otherwise, never a bare error deep in a graph run."""
+        run on: RecordInvalid naming the record otherwise, never a bare error deep in a graph run.
+        ``checked``: it passed before (``_shape_checked``), and only the decode is made."""
         checkpoint: Checkpoint = self._load(stored.checkpoint, stored, "the checkpoint", dict)
-        problem = checkpoint_problem(checkpoint, stored.id)
+        problem = None if checked else checkpoint_problem(checkpoint, stored.id)
         if problem is not None:
             raise self._invalid(stored, "the checkpoint", problem)
         return checkpoint
 
-    def _metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
+    def _metadata(self, stored: StoredCheckpoint, checked: bool = False) -> CheckpointMetadata:
         """The stored checkpoint's metadata, decoded and checked as ``_checkpoint`` does."""
         metadata: CheckpointMetadata = self._load(stored.metadata, stored, "the metadata", dict)
-        problem = metadata_problem(metadata)
+        problem = None if checked else metadata_problem(metadata)
         if problem is not None:
             raise self._invalid(stored, "the metadata", problem)
         return metadata
 
     def _tuple(self, t: _Thread, stored: StoredCheckpoint) -> CheckpointTuple:
         load = self._load
-        checkpoint = self._checkpoint(stored)
+        checked = self._shape_checked(stored)
+        checkpoint = self._checkpoint(stored, checked)
         values = t.index.values(stored.ns, checkpoint["channel_versions"])
         checkpoint["channel_values"] = {k: load(v, stored, "channel", name=k) for k, v in values.items()}
         pending = [
             (w.task_id, w.channel, load(w.value, stored, "a write to", rec=w.record, name=w.channel))
             for w in t.index.pending(stored.ns, stored.id)
         ]
+        metadata = self._metadata(stored, checked)
+        if not checked:
+            self._checked_both(stored)
         return CheckpointTuple(
             _config(t.thread_id, stored.ns, stored.id),
             checkpoint,
-            self._metadata(stored),
+            metadata,
             _config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
             pending,
         )

@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
+import pytest
+
+import flows.langgraph._saver as saver_module
 from flows.langgraph import JournalSaver
 from flows.langgraph._catalog import SCOPE, THREAD_FLOW
 from journal import open_journal
@@ -103,3 +107,33 @@ def test_a_cached_answer_is_a_new_object_each_time(journal_location: str) -> Non
             assert again is not None
             assert again.checkpoint["channel_values"] == {"x": [1, 2]}
             assert again.metadata["step"] == 0
+
+
+def test_a_checkpoint_read_again_is_decoded_again_and_its_fields_checked_once(
+    saver: JournalSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same bytes decode to the same fields, so a stored checkpoint's fields, once checked, are
+    # not checked again by the same decoder; every answer is still a fresh decode of its own.
+    put_chain(saver, "t", [{"x": "a"}, {"x": "b"}])
+    checked: list[str] = []
+    real = saver_module.checkpoint_problem
+
+    def counted(checkpoint: Any, record_id: str) -> str | None:
+        checked.append(record_id)
+        return real(checkpoint, record_id)
+
+    monkeypatch.setattr(saver_module, "checkpoint_problem", counted)
+    first, second = saver.get_tuple(config("t")), saver.get_tuple(config("t"))
+    assert first is not None and second is not None
+    assert len(checked) == 1
+    assert first.checkpoint == second.checkpoint and first.checkpoint is not second.checkpoint
+    assert first.metadata == second.metadata and first.metadata is not second.metadata
+    view = saver.with_allowlist([("tests.langgraph", "Nothing")])  # another decoder checks for itself
+    assert view.get_tuple(config("t")) is not None
+    assert len(checked) == 2
+    put_chain(saver, "t", [{"x": "c"}])  # a new checkpoint is checked (its put checks it too)
+    checked.clear()
+    for _ in range(2):
+        latest = saver.get_tuple(config("t"))
+        assert latest is not None and latest.checkpoint["channel_values"] == {"x": "c"}
+    assert checked == [latest.config["configurable"]["checkpoint_id"]]
