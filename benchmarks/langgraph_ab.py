@@ -41,6 +41,7 @@ def _store_puts(
     """``put``: the three contenders' blocks, the switch between before and after, and a close."""
     from langgraph.store.sqlite import SqliteStore
 
+    from benchmarks.langgraph_bench import store_filler
     from flows.langgraph import JournalStore
 
     ours = JournalStore(db=f"{base}/history.db", journal=f"{base}/journal")
@@ -49,15 +50,10 @@ def _store_puts(
     theirs.setup()
     ns = ("bench", "items")
     counters = {"ours": 0, "theirs": 0}
-
-    def filler(store: Any, who: str) -> Callable[[int], None]:
-        def put(n: int) -> None:
-            for _ in range(n):
-                i = counters[who]
-                counters[who] += 1
-                store.put(ns, f"k{i}", {"tag": f"t{i % 10}", "text": f"finding {i} about fees and swaps"})
-
-        return put
+    fill = {
+        "ours": store_filler(ours, ns, counters, "ours"),
+        "theirs": store_filler(theirs, ns, counters, "theirs"),
+    }
 
     def switch(kind: str) -> None:  # both keep the look-up's notes: only the reads differ
         if kind == OLD:
@@ -71,9 +67,9 @@ def _store_puts(
         ours.close()
         opening.__exit__(None, None, None)
 
-    filler(ours, "ours")(500)
-    filler(theirs, "theirs")(500)
-    return {"ours": filler(ours, "ours"), "theirs": filler(theirs, "theirs")}, switch, close
+    fill["ours"](500)
+    fill["theirs"](500)
+    return fill, switch, close
 
 
 def _saver_gets(

@@ -153,6 +153,20 @@ def _bench_saver(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> 
     )
 
 
+def store_filler(
+    store: Any, ns: tuple[str, ...], counters: dict[str, int], who: str
+) -> Callable[[int], None]:
+    """A function putting ``n`` items of distinct keys into ``store`` (``counters[who]`` numbers them)."""
+
+    def put(n: int) -> None:
+        for _ in range(n):
+            i = counters[who]
+            counters[who] += 1
+            store.put(ns, f"k{i}", {"tag": f"t{i % 10}", "text": f"finding {i} about fees and swaps"})
+
+    return put
+
+
 def _bench_store(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> None:
     from langgraph.store.sqlite import SqliteStore
 
@@ -171,17 +185,10 @@ def _bench_store(base: Path, sizes: Sizes, sheet: Sheet, out: TextIO | None) -> 
         sync = theirs.conn.execute("PRAGMA synchronous").fetchone()[0]
         sheet.meta["sqlitestore"] = {"journal_mode": mode, "synchronous": sync}
         counters = {"ours": 0, "theirs": 0}
-
-        def filler(store: Any, who: str) -> Callable[[int], None]:
-            def put(n: int) -> None:
-                for _ in range(n):
-                    i = counters[who]
-                    counters[who] += 1
-                    store.put(ns, f"k{i}", {"tag": f"t{i % 10}", "text": f"finding {i} about fees and swaps"})
-
-            return put
-
-        fill = {"ours": filler(ours, "ours"), "theirs": filler(theirs, "theirs")}
+        fill = {
+            "ours": store_filler(ours, ns, counters, "ours"),
+            "theirs": store_filler(theirs, ns, counters, "theirs"),
+        }
         for who in ("ours", "theirs"):  # the searched items, built once
             fill[who](items)
         flt = {"tag": "t3"}
