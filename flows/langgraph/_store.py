@@ -61,7 +61,16 @@ from flows.langgraph._errors import (
 from flows.langgraph._filters import at_path, check_filter, matches
 from flows.langgraph._lookup import WriteLookup
 from journal import FileJournal, JournalBackend, JournalClosed, Lease, RunState, now_ms, shown_location
-from memory import ArgumentInvalid, Embedder, FindingRetired, Forgotten, MemoryStore, Recalled, RootRun, embedder_of
+from memory import (
+    ArgumentInvalid,
+    Embedder,
+    FindingRetired,
+    Forgotten,
+    MemoryStore,
+    Recalled,
+    RootRun,
+    embedder_of,
+)
 
 T = TypeVar("T")
 
