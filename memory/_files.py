@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 import orjson
 
+from journal import Record
 from memory._errors import FindingInvalid, Unreachable
 from memory._filecache import FileCache, IndexedListing
 from memory._finding import (
@@ -25,6 +26,7 @@ from memory._finding import (
     check_revision,
     finding_id,
     is_key,
+    render,
     scope_hash,
 )
 from memory._results import Citation, Recalled, frozen_metadata
@@ -122,6 +124,30 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
         expires_ms=expires,
         revision=revision,
         memory=memory,
+    )
+
+
+def own_entry(record: Record) -> tuple[bytes, Recalled]:
+    """The bytes of the learned file of ``record``, a commit this process made (``render``), and
+    what ``parse_learned`` reads from them, built from the record's fields without parsing any
+    bytes: a file found to hold exactly those bytes is read as this entry."""
+    p, f = record.payload, record.payload["finding"]
+    metadata = f.get("metadata")
+    return render(record), Recalled(
+        id=disk_id(p["id"]),
+        key=p["id"],
+        text=f["text"],
+        source=f["source"],
+        tags=tuple(f["tags"]),
+        scope=p["scope"],
+        flow=p["flow"],
+        learned_ms=p["learnedMs"],
+        citation=Citation(run_id=record.run_id, stream=record.stream, id=record.id),
+        # a copy, as a parse makes: the entry shares nothing with the record
+        metadata=frozen_metadata(orjson.loads(orjson.dumps(metadata)) if metadata else None),
+        expires_ms=f.get("expiresMs"),
+        revision=p.get("revision", 0),
+        memory=p.get("memory"),
     )
 
 

@@ -104,6 +104,8 @@ class Learner:
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
         # told each commit a learn appended or found (``Citations.committed``)
         self.on_committed: Callable[[Record], None] = lambda record: None
+        # told the commit of each new version an update (a supersede) made live
+        self.on_updated: Callable[[Record], None] = lambda record: None
 
     def learn(
         self,
@@ -196,6 +198,7 @@ class Learner:
                 self._refuse_if_retired(root, supersedes, old.scope, fid, published)
             else:
                 self._finish_supersede(root, supersedes, old.scope, fid)
+            self.on_updated(record)
         self.on_committed(record)
         self.on_learned((learned.memory_id, fid, root.scope))
         return learned

@@ -31,6 +31,7 @@ from memory._files import (
     RetiredListing,
     Terms,
     newest_first,
+    own_entry,
     read_learned,
     terms_of,
     words,
@@ -38,11 +39,12 @@ from memory._files import (
 from memory._finding import TEXT_MAX_BYTES, check_filters, meta_value_key
 from memory._held import MAX_SCOPES, HeldTree, hold
 from memory._paths import LEARNED_ROOT, scope_tree
-from memory._publisher import Publisher
+from memory._publisher import Publisher, holds
 from memory._results import Explained, Recalled
 from memory._stem import terms
 
 if TYPE_CHECKING:
+    from journal import Record
     from memory._vectors import VectorDiscards, VectorIndex
 
 E = TypeVar("E")
@@ -304,6 +306,9 @@ class Search:
         self._shared = shared or _no_shared
         self._latest: dict[str, tuple[str, str]] = {}  # memory id -> (key, scope) of its last version
         self._version_of: dict[str, str] = {}  # a noted version's key -> its memory id
+        # memory id -> the commit of its last version, when this process's update made it: its file
+        # is read as that commit's entry while it holds exactly that commit's bytes (no parse)
+        self._own: dict[str, Record] = {}
 
     def _sources(
         self, scope: str | None, *, whole: bool = False
@@ -622,8 +627,18 @@ class Search:
         if len(self._latest) > 10_000:
             self._latest.clear()
             self._version_of.clear()
+            self._own.clear()
         self._latest[memory] = (key, scope)
         self._version_of[key] = memory
+
+    def noted_update(self, record: Record) -> None:
+        """Remember ``record``, the commit of a new version an update of this process just made and
+        published, so the next look at its memory's live version compares the file's bytes with the
+        commit's rendering instead of parsing and checking them (``_latest_version``)."""
+        p = record.payload
+        memory = p.get("memory")
+        if isinstance(memory, str):
+            self._own[memory] = record
 
     def noted_scope(self, key: str) -> str | None:
         """The scope of the version of the memory ``key`` names that this process last noted (a
@@ -651,16 +666,22 @@ class Search:
         retired = self._publisher.retired_dir(scope) / f"{key}.json"
         if os.path.lexists(retired) or key in self._shared():
             return None
-        try:
-            entry = read_learned(path)
-        except Unreachable:  # gone (or damaged): only a full ``current`` can tell
-            return None
+        own = self._own.get(memory_id)
+        data, mine = own_entry(own) if own is not None and own.payload["id"] == key else (b"", None)
+        if mine is not None and holds(path, data):
+            entry = mine  # the bytes of this process's own commit: journaled, and parsed to ``mine``
+        else:
+            try:
+                entry = read_learned(path)
+            except Unreachable:  # gone (or damaged): only a full ``current`` can tell
+                return None
         now = self._clock()
         if entry.memory_id != memory_id or (entry.expires_ms is not None and entry.expires_ms <= now):
             return None
         if self._held_keys([key]):
             return None  # synced: the DB decides (the full walk)
-        self._served([entry])
+        if entry is not mine:
+            self._served([entry])
         return entry
 
     def _current(self, memory_id: str) -> Recalled | None:
@@ -949,6 +970,7 @@ class Search:
             for memory, (key, _) in list(self._latest.items()):
                 if key in keys:
                     del self._latest[memory]
+                    self._own.pop(memory, None)
 
     def derive_vectors(self, scope: str | None = None, *, again: bool = False) -> int:
         """Derive (and keep) the vector of every live finding that has none yet; how many are live.

@@ -193,6 +193,7 @@ class MemoryStore:
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
         self._learner.on_learned = self._search.noted_version
+        self._learner.on_updated = self._search.noted_update
         self._learner.on_committed = self._citations.committed
         self._retirer.on_committed = self._citations.committed
         self._retirer.check_retired = self._citations.check_retired

@@ -272,6 +272,37 @@ def test_a_version_rewritten_after_this_process_learned_it_is_refused_by_its_own
         ]
 
 
+def test_a_version_this_process_updated_to_is_read_as_its_commit_while_its_file_holds_those_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next update of a memory whose live version this process's update wrote compares that
+    file's bytes with the commit's rendering and parses none; the entry it reads is what a parse of
+    the file gives (metadata, expiry, revision, memory), and a file changed since is refused."""
+    from memory import _search
+
+    db = tmp_path / "store" / "history.db"
+    parsed: list[Path] = []
+    real = memory.read_learned
+
+    def counted(path: Path) -> memory.Recalled:
+        parsed.append(path)
+        return real(path)
+
+    with memory.MemoryStore(db) as store, store.session(scope="desk") as s:
+        first = s.learn({"text": "v1", "tags": ["t"]})
+        second = s.update(first.key, {"text": "v2", "metadata": {"a": [1, {"b": 2.5}]}, "expiresMs": 2**41})
+        want = memory.read_learned(second.path)
+        monkeypatch.setattr(_search, "read_learned", counted)
+        assert store.current(first.key) == want
+        assert dict(want.metadata) == {"a": [1, {"b": 2.5}]} and want.memory == first.key
+        third = s.update(second.key, {"text": "v3", "tags": ["t"]})
+        assert parsed == []
+        third.path.write_bytes(third.path.read_bytes().replace(b"v3", b"v9"))
+        with pytest.raises(memory.Unreachable) as raised:
+            s.update(first.key, {"text": "v4"})
+        assert set(parsed) == {third.path} and third.key in str(raised.value)
+
+
 def test_an_update_that_lost_its_race_is_lost_in_history_never_learned(tmp_path: Path) -> None:
     """An update whose commit names a version another retired first (a forget here; the race of
     ``tests/adversarial/test_update_races.py``, crafted) never lived: ``history`` (and ``flows
