@@ -116,7 +116,8 @@ class Learner:
         live: tuple[Finding, Located] | None = None,
     ) -> Learned:
         """See ``MemoryStore.learn``. ``live``: ``finding`` validated, and where the live version
-        ``supersedes`` names is, as an update has just read them (not looked for again)."""
+        ``supersedes`` names is, as an update has just read them in that version's scope's turn,
+        which it holds (not looked for again)."""
         if root is None:
             raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
         if not root.script:
@@ -126,7 +127,8 @@ class Learner:
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         revision, fid, replayed = self._revision(item, root)
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
-        if old is None or replayed is not None:
+        if old is None or replayed is not None or live is not None:
+            # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
             return self._learn_version(item, root, supersedes, (revision, fid, replayed), old)
         # Updates of one scope's versions take turns on this host, from the look at the version
         # they replace to its retired file (and, when another retirement came first, the new

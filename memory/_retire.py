@@ -488,9 +488,7 @@ class Retirer:
         remove that version's learned file; unless a retired file of another retirement of it is
         there already: that one stands (the caller sees it). The bytes published, or None."""
         self.noted(root, key=view.payload["id"])
-        if self._retired_by_another(view):
-            return None
-        return self._settle_lazily(view, root)
+        return self._settle_lazily(view, root)  # which looks for another's under the folder's lock
 
     def lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
         """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race:

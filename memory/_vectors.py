@@ -529,13 +529,14 @@ class VectorDiscards:
 
     def __init__(self, db_path: Path) -> None:
         self._db_path = db_path
+        self._folder = str(vectors_path(db_path).parent)  # looked at once per retirement
         self._quiet: int | None = None  # the cache folder's mtime when a look found nothing
 
     def __call__(self, keys: list[str]) -> int:
         if not keys:
             return 0
         try:
-            st = os.lstat(vectors_path(self._db_path).parent)
+            st = os.lstat(self._folder)
         except FileNotFoundError:
             return 0  # no cache folder: no vectors file, no snapshot
         except OSError:

@@ -303,6 +303,32 @@ def test_a_version_this_process_updated_to_is_read_as_its_commit_while_its_file_
         assert set(parsed) == {third.path} and third.key in str(raised.value)
 
 
+def test_an_update_looks_for_another_retirement_of_the_version_it_replaces_once_in_its_turn(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update reads the live version in its scope's turn and hands it to the learn, which looks
+    no further; the only look for a retirement another made first is the one under the retired
+    folder's lock, as the retired file is published (a race there refuses the update: the tests of
+    an update racing a forget)."""
+    from memory import _retire
+
+    looks: list[str] = []
+    for name in ("published_retirement", "_retired_by_another"):
+        real = getattr(_retire.Retirer, name)
+
+        def counted(self: _retire.Retirer, *args: object, _real: object = real, _name: str = name) -> object:
+            looks.append(_name)
+            return _real(self, *args)  # type: ignore[operator]
+
+        monkeypatch.setattr(_retire.Retirer, name, counted)
+    with store.session(scope="s") as s:
+        first = s.learn({"text": "v1"})
+        looks.clear()
+        second = s.update(first.key, {"text": "v2"})
+    assert looks == ["_retired_by_another"]
+    assert [e.key for e in store.recall(scope="s")] == [second.key]
+
+
 def test_an_update_that_lost_its_race_is_lost_in_history_never_learned(tmp_path: Path) -> None:
     """An update whose commit names a version another retired first (a forget here; the race of
     ``tests/adversarial/test_update_races.py``, crafted) never lived: ``history`` (and ``flows
