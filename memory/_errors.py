@@ -10,6 +10,7 @@ unchanged. The tree::
     ├── FindingUnknown            memory_finding_unknown: no finding has that key
     ├── FindingRetired            memory_finding_retired: the finding was retired at every revision
     ├── SessionClosed             memory_session_closed: a session was used after ``close()``
+    ├── StoreClosed               memory_store_closed: a store was used after ``close()``
     ├── Unjournaled               memory_unjournaled: learn was called with no root run
     ├── UnsupportedHeader         unsupported_header: the flow's header turns script memory off
     ├── Unwritable                memory_unwritable: staging or publishing the learned file failed
@@ -91,6 +92,12 @@ class SessionClosed(FlowsMemoryError):
     """A ``MemorySession`` was used after ``close()``; open a new session."""
 
     code = "memory_session_closed"
+
+
+class StoreClosed(FlowsMemoryError):
+    """A ``MemoryStore`` was used after ``close()``; open a new store."""
+
+    code = "memory_store_closed"
 
 
 class Unjournaled(FlowsMemoryError):

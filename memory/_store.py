@@ -28,7 +28,14 @@ from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
-from memory._errors import ArgumentInvalid, FindingRetired, FindingUnknown, Unreachable, Unwritable
+from memory._errors import (
+    ArgumentInvalid,
+    FindingRetired,
+    FindingUnknown,
+    StoreClosed,
+    Unreachable,
+    Unwritable,
+)
 from memory._filecache import cache_dir
 from memory._files import parse_learned
 from memory._finding import (
@@ -171,6 +178,7 @@ class MemoryStore:
         self._journal_lock = threading.Lock()
         self._caught_up: dict[str, int] | None = None  # run id -> its last learn read (``catch_up``)
         self._erasures_seen: dict[str, int] = {}  # run id -> its last erase record a sync read
+        self._closed = False
         self._catching_up = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._max_workers = max_workers
@@ -211,8 +219,16 @@ class MemoryStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(
+                f"this memory store ({self.db_path}) is closed; open a new MemoryStore to go on",
+                path=self.db_path,
+            )
+
     def open_journal(self) -> JournalBackend:
         """The journal at ``journal_location``, opened once and shared."""
+        self._check_open()
         with self._journal_lock:
             if self._journal is None:
                 refuse_odd_db(self.db_path)  # before a write makes a journal beside it
@@ -256,7 +272,8 @@ class MemoryStore:
         one of a run not marked done, which the next open restores after a power loss), wait for
         the background unlinks of the files removed so far (``memory._reaper``, at most
         ``DRAIN_AT_EXIT_S``), then close the DB connection, the journal and the executor (safe
-        twice)."""
+        twice). A store used after it raises ``StoreClosed``."""
+        self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -284,6 +301,7 @@ class MemoryStore:
 
     def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """``fn(*args, **kwargs)`` handed to the store's executor now (the running loop's future)."""
+        self._check_open()
         import asyncio  # only async callers pay for asyncio and the thread pool
         from concurrent.futures import ThreadPoolExecutor
 
@@ -306,6 +324,7 @@ class MemoryStore:
             ArgumentInvalid: ``scope``, ``flow`` or ``source`` is not a non-empty string (at most
                 256 characters, no NUL).
         """
+        self._check_open()
         from memory._session import MemorySession  # a read-only command never opens a session
 
         return MemorySession(self, scope=scope, flow=flow, source=source)
@@ -337,6 +356,7 @@ class MemoryStore:
             Unwritable: the file could not be staged (nothing journaled) or published.
             JournalError: any journal failure, unchanged; nothing is published.
         """
+        self._check_open()
         return self._learner.learn(finding, root, supersedes)
 
     async def alearn(self, finding: object, root: Root | None, *, supersedes: str | None = None) -> Learned:
@@ -372,6 +392,7 @@ class MemoryStore:
                 again, which starts a new memory).
             FindingInvalid, Unjournaled, UnsupportedHeader, Unwritable, JournalError: as ``learn``.
         """
+        self._check_open()
         item = validate(finding, default_source=root.source or root.flow) if root is not None else None
         for attempt in range(UPDATE_ATTEMPTS):
             # the version to replace is read in its scope's turn, where no other update of this host
@@ -412,6 +433,7 @@ class MemoryStore:
         version it replaces was retired first by another (``chosen``: the retirement to publish of
         each key, when no retired file stands yet). Such a version is never published. False when
         the standing retired file is damaged (reads fail closed on it; check mends it)."""
+        self._check_open()
         return self._retirer.lost(record, chosen)
 
     def _live_version(self, memory_id: str) -> Recalled:
@@ -444,6 +466,7 @@ class MemoryStore:
         Raises:
             ArgumentInvalid: ``memory_id`` is not 32 lowercase hex digits.
         """
+        self._check_open()
         return self._current(memory_id, publish=False)
 
     def _current(self, memory_id: str, *, publish: bool) -> Recalled | None:
@@ -541,6 +564,7 @@ class MemoryStore:
                 ``flows check --repair`` or a resume of the root publish it).
             JournalError: any journal failure, unchanged; nothing is published.
         """
+        self._check_open()
         return self._retirer.forget(key, root, reason)
 
     async def aforget(self, key: str, root: Root, *, reason: str) -> Forgotten:
@@ -577,6 +601,7 @@ class MemoryStore:
                 ``FORGET_MANY_MAX`` matches (narrow the filter).
             JournalError, Unwritable: as ``forget``.
         """
+        self._check_open()
         check_reason(reason)
         every_tag, _ = _check_where(
             "forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms
@@ -633,6 +658,7 @@ class MemoryStore:
             FindingUnknown: nothing knows ``key``.
             JournalError, Unwritable: as ``forget``.
         """
+        self._check_open()
         check_key(key)
         check_key(by, "by")
         located = self._read(self._retirer.locate, key)
@@ -659,6 +685,7 @@ class MemoryStore:
                 the next erase or ``flows check --repair``.
             JournalError, Unwritable: the journal or a file could not be written; as above.
         """
+        self._check_open()
         check_key(key)
         check_reason(reason)
         backend = self.open_journal()
@@ -755,6 +782,7 @@ class MemoryStore:
         Raises:
             ArgumentInvalid: no filter, or a malformed one; and what ``erase`` raises.
         """
+        self._check_open()
         from memory._erase import commits_matching
 
         check_reason(reason)
@@ -793,6 +821,7 @@ class MemoryStore:
             JournalLeaseHeld: a commit is in a root run still running (the derived places are done).
             JournalError, Unwritable: as ``erase``.
         """
+        self._check_open()
         from memory._erase import (
             batches_of,
             cache_files_holding,
@@ -859,6 +888,7 @@ class MemoryStore:
             FindingUnknown: neither the journal nor the store knows ``key``.
             JournalError: the journal cannot be read, unchanged.
         """
+        self._check_open()
         if runs is not None:
             return self._read(self._retirer.history, key, runs)[0]
         return self._history_narrowed(key)[0][0]
@@ -884,6 +914,7 @@ class MemoryStore:
                 ``limit`` or ``max_bytes`` not one from 1.
             FindingUnknown, JournalError: as ``history``.
         """
+        self._check_open()
         for name, value, low in (("offset", offset, 0), ("limit", limit, 1), ("max_bytes", max_bytes, 1)):
             if value is None and name == "max_bytes":
                 continue
@@ -914,6 +945,7 @@ class MemoryStore:
         Raises:
             JournalError: a stream could not be read.
         """
+        self._check_open()
         return self._journal_keys.refresh(self.open_journal(), progress)
 
     def _history_narrowed(
@@ -947,6 +979,7 @@ class MemoryStore:
             Unwritable: a file or folder could not be published or fsync'd.
             JournalError: the run's stream could not be read, unchanged.
         """
+        self._check_open()
         return self._learner.republish_run(backend, run_id)
 
     def _restore_missing(self, backend: JournalBackend, run_id: str) -> int:
@@ -970,6 +1003,7 @@ class MemoryStore:
                 (``checked_commit``, ``checked_retirement``); nothing is written.
             Unwritable: the file could not be staged or published.
         """
+        self._check_open()
         if record.stream == RETIRE_STREAM:
             views = retirements_in(record, self.open_journal().location)
             if views[0] is record:  # a forget or a supersede: its file, whatever is there
@@ -1039,6 +1073,7 @@ class MemoryStore:
                 a negative ``limit``…).
             Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
+        self._check_open()
         return self._read(
             self._search.recall,
             source=source,
@@ -1104,6 +1139,7 @@ class MemoryStore:
             EmbedderFailed: the embedder raised or returned malformed vectors.
             Unreachable: a learned or retired file is damaged (named), or the DB cannot be read.
         """
+        self._check_open()
         return self._read(
             self._search.why,
             subject,
@@ -1151,6 +1187,7 @@ class MemoryStore:
             EmbedderUnavailable: the store has no embedder.
             EmbedderFailed: the embedder raised or returned malformed vectors.
         """
+        self._check_open()
         return self._read(self._search.derive_vectors, scope, again=again)
 
     def get(self, key: str) -> Recalled | None:
@@ -1161,6 +1198,7 @@ class MemoryStore:
             ArgumentInvalid: ``key`` is not 32 lowercase hex digits.
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
+        self._check_open()
         return self._read(self._search.get, check_key(key))
 
     def scope_of(self, key: str) -> str | None:
@@ -1172,6 +1210,7 @@ class MemoryStore:
             Unreachable: a file or the DB that holds the key cannot be read.
             JournalError: the journal cannot be read (asked only when the store does not know it).
         """
+        self._check_open()
         found = self._read(self._retirer.locate, check_key(key))
         return None if found is None else found.scope
 
@@ -1182,12 +1221,14 @@ class MemoryStore:
         Raises:
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
+        self._check_open()
         return self._read(self._search.scopes)
 
     # -- sync ----------------------------------------------------------------------------------
 
     def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
         """For each finding id in the journal, the ``memory-learn`` commit to publish (newest across runs)."""
+        self._check_open()
         return latest_commits(self.open_journal(), progress)
 
     def catch_up(self) -> int:
@@ -1205,6 +1246,7 @@ class MemoryStore:
             JournalError: the journal cannot be read, or a record is not of the exact shape.
             Unwritable: a file could not be published.
         """
+        self._check_open()
         if self.read_only:
             return 0
         backend = self.open_journal()
@@ -1285,6 +1327,7 @@ class MemoryStore:
 
         Returns how many files were published. Never writes to the journal.
         """
+        self._check_open()
         return self._syncer.materialize(progress)
 
     def sync(
@@ -1305,6 +1348,7 @@ class MemoryStore:
             Unreachable: a learned file is damaged (named); nothing after it is ingested.
             Unwritable: the DB cannot be written.
         """
+        self._check_open()
         report = self._syncer.sync(materialize=materialize, progress=progress)
         from memory._erase import audits, audits_after
 
