@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import urllib.parse
 from collections.abc import Sequence
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_KEYWORD_DSN = re.compile(
-    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
-    r"|application_name|target_session_attrs)\s*=",
-    re.IGNORECASE,
-)
-"""The start of a libpq ``key=value`` connection string (``host=db dbname=app password=…``)."""
+
+
+@functools.cache
+def _keyword_dsn() -> re.Pattern[str]:
+    """The start of a libpq ``key=value`` connection string (``host=db dbname=app password=…``),
+    compiled on first need: a location without ``=`` (a folder, as a rule) never needs it."""
+    return re.compile(
+        r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout|options"
+        r"|application_name|target_session_attrs)\s*=",
+        re.IGNORECASE,
+    )
 
 
 def is_keyword_dsn(text: str) -> bool:
     """Whether ``text`` starts as a libpq ``key=value`` connection string (``host=db dbname=app``),
     which no journal location takes (``./host=db`` is a folder)."""
-    return _KEYWORD_DSN.match(text) is not None
+    return "=" in text and _keyword_dsn().match(text) is not None
 
 
 def shown_location(location: str | os.PathLike[str]) -> str:

@@ -9,6 +9,7 @@ them rather than restating them.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
 import secrets
@@ -32,9 +33,16 @@ from journal._errors import (
 )
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-# C0 controls (NUL, newline …), DEL, C1 controls, and lone surrogates (no UTF-8 form: neither
-# backend can store them).
-_UNSAFE_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+@functools.cache
+def _unsafe_text() -> re.Pattern[str]:
+    """C0 controls (NUL, newline …), DEL, C1 controls, and lone surrogates (no UTF-8 form: neither
+    backend can store them). Compiled on first need (the surrogate class takes most of a millisecond):
+    text that is printable ASCII, as keys and names mostly are, never needs it."""
+    return re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 MAX_MS = 253_402_300_799_999
 """The last millisecond of year 9999: the latest time a run or record may be stamped with."""
 MAX_KEY_BYTES = 1024
@@ -86,7 +94,8 @@ def check_record_id(value: object) -> str:
 def _check_text(kind: str, value: object, max_bytes: int) -> str:
     if not isinstance(value, str):
         raise JournalNameInvalid(f"invalid {kind} {value!r:.80}: it must be a string")
-    bad = _UNSAFE_TEXT.search(value)
+    # printable ASCII holds none of them (its only unsafe characters are C0 controls and DEL)
+    bad = None if value.isascii() and value.isprintable() else _unsafe_text().search(value)
     if bad is not None:
         raise JournalNameInvalid(
             f"invalid {kind} {value[:80]!r}: it holds {bad.group()!r} at {bad.start()}; "

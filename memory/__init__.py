@@ -54,6 +54,15 @@ if typing.TYPE_CHECKING:
         scope_hash,
         validate,
     )
+    from memory._outcomes import (
+        Explained,
+        Forgotten,
+        ForgottenMany,
+        HistoryEvent,
+        HistoryPage,
+        Learned,
+        SyncReport,
+    )
     from memory._paths import (
         QUARANTINE_DIR,
         check_store_location,
@@ -64,19 +73,7 @@ if typing.TYPE_CHECKING:
         retired_dir,
         scope_dirs,
     )
-    from memory._results import (
-        HISTORY_KINDS,
-        HISTORY_PAGE,
-        Citation,
-        Explained,
-        Forgotten,
-        ForgottenMany,
-        HistoryEvent,
-        HistoryPage,
-        Learned,
-        Recalled,
-        SyncReport,
-    )
+    from memory._results import HISTORY_KINDS, HISTORY_PAGE, Citation, Recalled
     from memory._root import Root, RootRun
     from memory._session import MemorySession, SessionState
     from memory._store import MemoryStore
@@ -173,7 +170,7 @@ _LAZY: dict[str, str] = {
     "discard_vectors": "memory._vectors",
     "embedder_named": "memory._embed",
     "embedder_of": "memory._embed",
-    "Explained": "memory._results",
+    "Explained": "memory._outcomes",
     "ERASE_STREAM": "memory._finding",
     "Erased": "memory._erase",
     "is_erased": "memory._finding",
@@ -182,16 +179,16 @@ _LAZY: dict[str, str] = {
     "FindingRetired": "memory._errors",
     "FindingUnknown": "memory._errors",
     "FlowsMemoryError": "memory._errors",
-    "Forgotten": "memory._results",
-    "ForgottenMany": "memory._results",
+    "Forgotten": "memory._outcomes",
+    "ForgottenMany": "memory._outcomes",
     "FORGET_MANY_MAX": "memory._finding",
     "HistoryDB": "memory._db",
-    "HistoryEvent": "memory._results",
-    "HistoryPage": "memory._results",
+    "HistoryEvent": "memory._outcomes",
+    "HistoryPage": "memory._outcomes",
     "HISTORY_KINDS": "memory._results",
     "HISTORY_PAGE": "memory._results",
     "METADATA_MAX_BYTES": "memory._finding",
-    "Learned": "memory._results",
+    "Learned": "memory._outcomes",
     "MemorySession": "memory._session",
     "MemoryStore": "memory._store",
     "Problem": "memory._check",
@@ -207,7 +204,7 @@ _LAZY: dict[str, str] = {
     "SessionClosed": "memory._errors",
     "SessionState": "memory._session",
     "StoreClosed": "memory._errors",
-    "SyncReport": "memory._results",
+    "SyncReport": "memory._outcomes",
     "TAGS_MAX": "memory._finding",
     "TAG_MAX_BYTES": "memory._finding",
     "TEXT_MAX_BYTES": "memory._finding",

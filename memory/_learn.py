@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Container, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import journal
 from journal import JournalBackend, Record
@@ -30,12 +30,15 @@ from memory._finding import (
     validate,
 )
 from memory._publisher import Publisher, holds
-from memory._results import Citation, Learned
+from memory._results import Citation
 from memory._retire import Located, Retirer, lists_heads, unknown
 from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
 from staging import CodedError, OpenDir, failpoint
+
+if TYPE_CHECKING:
+    from memory._outcomes import Learned
 
 
 def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
@@ -74,6 +77,8 @@ def _newer_there(final: Path, rec: Record, at: OpenDir | None = None) -> bool:
 
 
 def _learned(fid: str, record: Record, final: Path) -> Learned:
+    from memory._outcomes import Learned  # not at import: a recall makes none of them
+
     memory = record.payload.get("memory")
     return Learned(
         id=fid,

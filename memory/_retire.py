@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from journal import JournalBackend, JournalCorrupt, Record
 from memory._db import HistoryDB
@@ -40,10 +40,13 @@ from memory._finding import (
 )
 from memory._paths import scope_folders
 from memory._publisher import Publisher, holds
-from memory._results import HISTORY_KINDS, Citation, Forgotten, HistoryEvent, Recalled, frozen_metadata
+from memory._results import HISTORY_KINDS, Citation, Recalled, frozen_metadata
 from memory._root import Root
 from memory._safe import regular_prefix
 from staging import failpoint
+
+if TYPE_CHECKING:
+    from memory._outcomes import Forgotten, HistoryEvent
 
 _KIND_ORDER = {kind: n for n, kind in enumerate(HISTORY_KINDS)}
 
@@ -59,6 +62,8 @@ class Located:
 
 def forgotten_of(retired: Retired) -> Forgotten:
     """The ``Forgotten`` a retirement answers a ``forget`` with."""
+    from memory._outcomes import Forgotten  # not at import: a recall makes none of them
+
     reason = retired.reason if retired.reason is not None else f"superseded by {retired.by}"
     return Forgotten(retired.key, reason, retired.citation, retired.forgotten_ms, by=retired.by)
 
@@ -80,6 +85,8 @@ def retired_of(record: Record) -> Retired:
 def retirement_event(r: Retired, memory: str | None = None) -> HistoryEvent:
     """A retirement as a ``HistoryEvent``: ``superseded`` when it names the key that replaced the
     finding, else ``forgotten``."""
+    from memory._outcomes import HistoryEvent  # not at import: a recall makes none of them
+
     kind = "forgotten" if r.by is None else "superseded"
     return HistoryEvent(
         kind, r.key, r.forgotten_ms, r.citation, reason=r.reason, by=r.by, flow=r.flow, memory=memory or r.key
@@ -99,6 +106,8 @@ def _lost_reason(beaten: Retired) -> str:
 
 def _learned_event(entry: Recalled) -> HistoryEvent:
     """The ``learned`` event of a finding the DB or a learned file holds (its journal gone)."""
+    from memory._outcomes import HistoryEvent  # not at import: a recall makes none of them
+
     content: dict[str, Any] = {"text": entry.text, "source": entry.source, "tags": list(entry.tags)}
     if entry.metadata:
         content["metadata"] = dict(entry.metadata)
@@ -139,6 +148,8 @@ def _names_any(payload: Mapping[str, Any], keys: set[str]) -> bool:
 
 def _erased_events(erasures: Iterable[Record], memory: str) -> list[HistoryEvent]:
     """The ``erased`` events of ``memory``: when, by whom and why; never what it said."""
+    from memory._outcomes import HistoryEvent  # not at import: a recall makes none of them
+
     out = []
     for rec in erasures:
         p = rec.payload
@@ -715,6 +726,8 @@ class Retirer:
         ``chosen`` the retirement to publish of each key): its version never lived. Also each
         (version replaced, key) such an update names, and the content each ``learned`` or ``lost``
         event committed, by its citation (the events leave it out: it is copied for those shown)."""
+        from memory._outcomes import HistoryEvent  # not at import: a recall makes none of them
+
         now = self._clock()
         events: list[HistoryEvent] = []
         contents: dict[Citation, dict[str, Any]] = {}

@@ -40,11 +40,12 @@ from memory._finding import TEXT_MAX_BYTES, check_filters, meta_value_key
 from memory._held import MAX_SCOPES, HeldTree, hold
 from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher, holds
-from memory._results import Explained, Recalled
+from memory._results import Recalled
 from memory._stem import terms
 
 if TYPE_CHECKING:
     from journal import Record
+    from memory._outcomes import Explained
     from memory._vectors import VectorDiscards, VectorIndex
 
 E = TypeVar("E")
@@ -794,6 +795,7 @@ class Search:
         """``why`` by meaning (``semantic``) or by meaning and words (``hybrid``): the live findings
         the filters keep are listed by key, ranked by their vectors' similarity, and only the best
         are read in full (and, unsynced, checked against their files and records)."""
+        from memory._outcomes import Explained  # not at import: a recall makes none of them
         from memory._vectors import top_indexes
 
         pool = max(50, 5 * limit)
@@ -999,6 +1001,8 @@ class Search:
     ) -> list[Explained]:
         """Live findings sharing words with the question, best first (at least ``limit`` of them
         when there are that many)."""
+        from memory._outcomes import Explained  # not at import: a recall makes none of them
+
         now = self._clock()
         listings, retired = self._sources(scope, whole=True)
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from journal import JournalBackend, Lease, RunState, check_label
 from memory._errors import ArgumentInvalid, SessionClosed
-from memory._results import Explained, Forgotten, ForgottenMany, Learned, Recalled
+from memory._outcomes import Explained, Forgotten, ForgottenMany, Learned
+from memory._results import Recalled
 from memory._root import Root
 
 if TYPE_CHECKING:

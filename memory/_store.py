@@ -60,18 +60,7 @@ from memory._paths import QUARANTINE_DIR, refuse_odd_db, resolve_db, resolve_jou
 from memory._publisher import Publisher
 from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
-from memory._results import (
-    HISTORY_PAGE,
-    Citation,
-    Explained,
-    Forgotten,
-    ForgottenMany,
-    HistoryEvent,
-    HistoryPage,
-    Learned,
-    Recalled,
-    SyncReport,
-)
+from memory._results import HISTORY_PAGE, Citation, Recalled
 from memory._retire import Located, Retirer, lists_heads
 from memory._root import Root
 from memory._safe import read_file
@@ -85,6 +74,15 @@ if TYPE_CHECKING:
 
     from memory._erase import Erased
     from memory._files import Retired
+    from memory._outcomes import (
+        Explained,
+        Forgotten,
+        ForgottenMany,
+        HistoryEvent,
+        HistoryPage,
+        Learned,
+        SyncReport,
+    )
     from memory._session import MemorySession
 
 T = TypeVar("T")
@@ -411,6 +409,8 @@ class MemoryStore:
                 scope = None if root is None else root.scope
                 same = scope is not None and item is not None and finding_id(scope, item, live.revision)
                 if same == live.key:
+                    from memory._outcomes import Learned  # not at import: a recall makes none of them
+
                     path = self._publisher.scope_dir(live.scope) / f"{live.key}.json"
                     return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
                 # what was just read is handed on: the learn neither validates nor looks for it again
@@ -602,6 +602,8 @@ class MemoryStore:
             JournalError, Unwritable: as ``forget``.
         """
         self._check_open()
+        from memory._outcomes import ForgottenMany  # not at import: a recall makes none of them
+
         check_reason(reason)
         every_tag, _ = _check_where(
             "forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms
@@ -932,6 +934,8 @@ class MemoryStore:
                 if n and size > max_bytes:
                     events = events[:n]
                     break
+        from memory._outcomes import HistoryPage  # not at import: a recall makes none of them
+
         return HistoryPage(key, tuple(events), offset, len(every), len({e.key for e in every}))
 
     def index_journal(self, progress: Callable[[int, int], None] | None = None) -> bool:

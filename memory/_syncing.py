@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from journal import JournalBackend, Record
 from memory._citations import Citations
@@ -29,10 +30,13 @@ from memory._finding import (
 from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
 from memory._reaper import REAPER
-from memory._results import Recalled, SyncReport
+from memory._results import Recalled
 from memory._retire import Retirer
 from memory._safe import Folder, describe, is_damage
 from staging import STAGE_PREFIX, failpoint
+
+if TYPE_CHECKING:
+    from memory._outcomes import SyncReport
 
 
 @dataclass
@@ -224,6 +228,8 @@ class Syncer:
 
     def sync(self, *, materialize: bool, progress: Callable[[int, int], None] | None) -> SyncReport:
         """See ``MemoryStore.sync``."""
+        from memory._outcomes import SyncReport  # not at import: a recall makes none of them
+
         made = self.materialize() if materialize else 0
         # Retirements into the DB first, so the rows of the findings they retire are marked as
         # they arrive. Retired files stay: they keep the finding out of reads and learns for good.

@@ -153,3 +153,58 @@ def test_shown_escapes_every_control_character_and_lone_surrogate_as_one_table_d
     assert shown(text, one_line=True) == text.translate(table)
     assert shown(text) == text.translate(lines)
     assert shown("plain é ✓") == "plain é ✓"
+
+
+WRITE_RESULTS = (
+    "Learned",
+    "Explained",
+    "SyncReport",
+    "Forgotten",
+    "ForgottenMany",
+    "HistoryEvent",
+    "HistoryPage",
+)
+"""What learns, ``why``, sync, forgets and history return: a recall returns none of them."""
+
+
+def test_flows_recall_makes_no_result_class_it_does_not_return_and_no_pattern_only_odd_text_needs(
+    tmp_path: Path,
+) -> None:
+    """Each frozen dataclass costs about half a millisecond to make and each of these patterns most of
+    one to compile: a ``flows recall`` of a folder journal makes neither, and the names stay public."""
+    import memory
+
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="f") as s:
+        s.learn({"text": "fog lifts by ten", "tags": ["fog"]})
+        store.sync()
+        s.learn({"text": "fog returns at dusk", "tags": ["fog"]})  # unsynced: its citation is checked
+    argv = ["--db", str(db), "recall", "--limit", "10"]
+    result = run_python(
+        "import sys\n"
+        "import journal._dsn as d, journal._model as m\n"
+        "from flows._cli import main\n"
+        f"assert main({argv!r}) == 0\n"
+        f"names = {WRITE_RESULTS!r}\n"
+        "made = sorted({n for mod in list(sys.modules.values()) for n in names if n in vars(mod)})\n"
+        "print(made, 'memory._outcomes' in sys.modules, m._unsafe_text.cache_info().currsize,"
+        " d._keyword_dsn.cache_info().currsize)\n"
+        "import memory\n"
+        "print(sorted({getattr(memory, n).__name__ for n in names}))"
+    )
+    assert result.returncode == 0, result.stderr
+    made, public = result.stdout.splitlines()[-2:]
+    assert made == "[] False 0 0"
+    assert public == str(sorted(WRITE_RESULTS))
+
+
+def test_text_and_locations_are_still_checked_with_the_patterns_made_on_first_need() -> None:
+    from journal import JournalNameInvalid, check_key, is_keyword_dsn
+
+    assert check_key("plain key ~ with: punctuation!") == "plain key ~ with: punctuation!"
+    for bad in ("a\x00b", "tab\there", "del\x7f", "c1\x85", "lone\ud800", "é\udcff"):
+        with pytest.raises(JournalNameInvalid):
+            check_key(bad)
+    assert check_key("café ✓") == "café ✓"
+    assert is_keyword_dsn("host=db dbname=app") and is_keyword_dsn("  PassWord = x")
+    assert not is_keyword_dsn("./host=db") and not is_keyword_dsn("/srv/journal")
