@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,12 @@ from staging import CodedError, OpenDir, failpoint
 
 if TYPE_CHECKING:
     from memory._outcomes import Learned
+
+RESTORED_KEPT_BYTES = 8 << 20
+"""How many bytes of learned files the store open's walk may keep the commits of (``restore_missing``),
+so that a resume of the run right after (``republish_run``) neither checks those commits again nor
+reads back the files the walk has just written; past it they are checked and read as any other. A
+kept commit takes about four times its file's size in memory, until its run's resume or the close."""
 
 
 def _to_replace(final: Path, rec: Record, data: bytes) -> bool:
@@ -104,6 +110,10 @@ class Learner:
         self._committed: dict[str, dict[tuple[str, str], Record]] = {}
         # while a store open walks runs (``one_scan``): the journal's retirements, once scanned
         self._walk: list[dict[str, Record]] | None = None
+        # run id -> record id -> each commit the walk checked and published a file of (durably),
+        # up to RESTORED_KEPT_BYTES of files in all: what a resume of the run need not do again
+        self._restored: dict[str, dict[str, Record]] = {}
+        self._restored_bytes = 0
         # told (memory id, key, scope) of each version a learn wrote or found committed, so the
         # next lookup of that memory's live version reads one file instead of walking the folders
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
@@ -426,16 +436,23 @@ class Learner:
                 stream=record.stream,
             )
 
-    def _commits(self, backend: JournalBackend, run_id: str) -> dict[tuple[str, str], Record]:
+    def _commits(
+        self, backend: JournalBackend, run_id: str, checked: Mapping[str, Record] | None = None
+    ) -> tuple[dict[tuple[str, str], Record], list[Record]]:
         """The commit to publish of each finding ``run_id`` learned, by (scope, finding id), once
         the run's own retirements have their retired files (so none of the findings they retire
-        comes back)."""
+        comes back); and those retirements. ``checked``: commits checked already, by record id (a
+        record equal to one of them is that record, and its checks are a function of it alone)."""
         committed: dict[tuple[str, str], Record] = {}
         retirements: list[Record] = []
         for rec in backend.read(run_id, STREAM):
             # checked before any path is built from it; an update's commit (erased or not) retires
             # the version it supersedes
-            retirements += retirements_in(rec, backend.location)
+            if checked is not None and checked.get(rec.id) == rec:
+                view = supersede_in(rec)
+                retirements += [] if view is None else [view]
+            else:
+                retirements += retirements_in(rec, backend.location)
             if is_erased(rec):
                 continue
             key = (rec.payload["scope"], rec.payload["id"])
@@ -446,21 +463,26 @@ class Learner:
             for view in retirements_in(rec, backend.location)
         ]
         self._retirer.publish_missing(retirements, torn=True)  # a lazily named one may be torn
-        return committed
+        return committed, retirements
 
     def _not_retired(
-        self, backend: JournalBackend, wanted: list[tuple[Path, bytes]]
+        self,
+        backend: JournalBackend,
+        wanted: list[tuple[Path, bytes]],
+        run_id: str,
+        retirements: list[Record],
     ) -> list[tuple[Path, bytes]]:
         """``wanted`` without the findings a retirement anywhere in the journal retired: a forget
         committed elsewhere whose retired file a crash never published must not let a run bring the
-        finding back (those retired files are published here)."""
+        finding back (those retired files are published here). ``retirements``: those of ``run_id``,
+        just read and checked, which the journal's scan takes as given."""
         if not wanted:
             return wanted
         walk = self._walk
         if walk is not None and walk:
             retired = walk[0]  # scanned, and its retired files published, for an earlier run
         else:
-            retired = scan_journal(backend, learns=False).retired
+            retired = scan_journal(backend, learns=False, known={run_id: retirements}).retired
             self._retirer.publish_missing(retired.values())
             if walk is not None:
                 walk.append(retired)
@@ -490,8 +512,10 @@ class Learner:
         """
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
+        sources: dict[Path, Record] = {}  # the commit of each file in wanted
         missing: list[str] = []
-        for (scope, fid), rec in self._commits(backend, run_id).items():
+        committed, retirements = self._commits(backend, run_id)
+        for (scope, fid), rec in committed.items():
             final = pub.scope_dir(scope) / f"{fid}.json"
             if os.path.lexists(self._retirer.retired_path(scope, fid)):
                 continue
@@ -504,19 +528,35 @@ class Learner:
                 wanted.append((final, data))
             elif _to_replace(final, rec, data):
                 wanted.append((final, data))
+            else:
+                continue
+            sources[final] = rec
         if missing:
             # A missing file the DB holds was synced, not lost. A file that is there but torn is
             # written again either way (a copy the DB also holds is what the next sync drops).
             kept = held(missing)
             wanted = [(final, data) for final, data in wanted if final.stem not in kept]
-        wanted = self._not_retired(backend, wanted)
+        wanted = self._not_retired(backend, wanted, run_id, retirements)
         pub.publish_batches(wanted)
+        self._keep_restored(run_id, [(sources[final], len(data)) for final, data in wanted])
         return len(wanted)
+
+    def _keep_restored(self, run_id: str, published: list[tuple[Record, int]]) -> None:
+        """Keep the commits of the files ``restore_missing`` just published durably for ``run_id``
+        (each with its file's size), unless they would pass ``RESTORED_KEPT_BYTES`` with what is kept
+        already."""
+        size = sum(n for _, n in published)
+        if not published or self._restored_bytes + size > RESTORED_KEPT_BYTES:
+            return
+        self._restored.setdefault(run_id, {}).update((rec.id, rec) for rec, _ in published)
+        self._restored_bytes += size
 
     def republish_run(self, backend: JournalBackend, run_id: str) -> int:
         """See ``MemoryStore.republish_run``."""
         # The run's own forgets and supersedes first, so none of its findings they retire returns.
-        committed = self._commits(backend, run_id)
+        # The commits the store open's walk checked and published files of are not checked again.
+        walked = self._restored.pop(run_id, None)
+        committed, retirements = self._commits(backend, run_id, walked)
         pub = self._publisher
         wanted: list[tuple[Path, bytes]] = []
         intact: list[Path] = []
@@ -526,12 +566,15 @@ class Learner:
                 pub.remove(final, run_id)  # retired, or an update that lost: no place (a crash left it)
                 del committed[(scope, fid)]
                 continue
+            if walked is not None and walked.get(rec.id) == rec and pub.durable(final):
+                continue  # the walk has just published its bytes durably: not read back (the body's
+                # re-learn reads them before it is answered from them, ``republished``)
             data = render(rec)
             if holds(final, data) or _newer_there(final, rec):
                 intact.append(final)  # a newer commit by another run stays: newest across runs wins
             else:
                 wanted.append((final, data))
-        wanted = self._not_retired(backend, wanted)
+        wanted = self._not_retired(backend, wanted, run_id, retirements)
         pub.publish_batches(wanted)
         # Files already in place may be names a crashed publish never made durable: one fsync of
         # each of their folders settles them all.

@@ -55,12 +55,15 @@ def scan_journal(
     *,
     learns: bool = True,
     retirements: bool = True,
+    known: Mapping[str, list[Record]] | None = None,
 ) -> JournalScan:
     """Read every run's ``memory-learn`` (with ``learns``, or ``retirements``: an update's commit
     retires the version it supersedes, ``supersede_in``) and ``memory-forget`` (with
     ``retirements``) streams; ``progress(done, runs)`` is called after each run is read.
 
-    Every record is checked to the exact shape before anything is built from it.
+    Every record is checked to the exact shape before anything is built from it. ``known`` (for a scan
+    of ``retirements`` alone): runs whose retirements the caller has just read and checked, by run
+    id; they are taken as given, and those runs are not read (nor checked) again.
 
     Raises:
         JournalCorrupt: a record is not a finding's commit or retirement (``checked_commit``,
@@ -71,7 +74,10 @@ def scan_journal(
     runs = backend.runs()
     views: list[Record] = []
     for n, run in enumerate(runs, 1):
-        if learns or retirements:
+        given = known.get(run.run_id) if known is not None and retirements and not learns else None
+        if given is not None:
+            views += given
+        elif learns or retirements:
             for rec in backend.read(run.run_id, STREAM):
                 erased = is_erased(rec)
                 if not erased:
@@ -83,8 +89,9 @@ def scan_journal(
                     fid = rec.payload["id"]
                     scan.latest[fid] = commit_to_publish(scan.latest.get(fid), rec)
         if retirements:
-            for record in backend.read(run.run_id, RETIRE_STREAM):
-                views += retirements_in(record, backend.location)
+            if given is None:
+                for record in backend.read(run.run_id, RETIRE_STREAM):
+                    views += retirements_in(record, backend.location)
             for rec in views:
                 key = rec.payload["id"]
                 scan.retired[key] = retirement_to_publish(scan.retired.get(key), rec)

@@ -237,3 +237,39 @@ def test_a_learned_file_citing_a_record_rewritten_to_a_crafted_shape_fails_as_jo
     with memory.MemoryStore(db) as store, pytest.raises(journal.JournalCorrupt) as caught:
         store.sync(materialize=False)
     _assert_corrupt(caught.value, made.run_id, good.seq)
+
+
+def test_a_commit_rewritten_after_the_open_restored_its_file_is_checked_again_on_resume(
+    tmp_path: Path,
+) -> None:
+    """The open's walk keeps the commits it checked and published files of, so the resume right after
+    need not check them again: a record read then that is not equal to the one kept (the stream was
+    rewritten meanwhile, with the same record id and other content) is checked, and refused."""
+    import shutil
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        twin = tmp_path / "twin"
+        shutil.copytree(jr.root, twin)  # the journal as it was before the commit
+        store.learn(FINDING, memory.RootRun(jr, lease, "adv", "adv"))
+        jr.finish(lease, journal.RunState.FAILED, {"code": "x", "message": "x"})
+        stream = jr.stream_path(lease.run_id, memory.STREAM)
+    with journal.FileJournal(twin) as other:  # the same record id, keyed by FID, crafted content
+        other.append(
+            lease, memory.STREAM, _payload(finding={**FINDING, "text": "what nobody learned"}), key=FID
+        )
+        crafted = other.stream_path(lease.run_id, memory.STREAM)
+    final = memory.learned_dir(db, "adv") / f"{FID}.json"
+    good = final.read_bytes()
+    final.unlink()
+    with memory.MemoryStore(db) as store:  # its open's walk publishes the file again, and keeps the commit
+        assert final.read_bytes() == good
+        for suffix in ("", ".lock"):
+            shutil.copyfile(f"{crafted}{suffix}", f"{stream}{suffix}")
+        final.unlink()
+        with pytest.raises(journal.JournalCorrupt) as caught:
+            store.republish_run(store.open_journal(), lease.run_id)
+        _assert_corrupt(caught.value, lease.run_id, 1)
+        assert not final.exists()

@@ -84,3 +84,47 @@ def test_a_run_is_marked_done_only_once_its_learned_names_are_durable(
     assert len(list(memory.learned_dir(db, "batch").iterdir())) == 20
     resumed = flows.resume(result.run_id, db=db)
     assert resumed.state == RunState.DONE, resumed.error
+
+
+def test_a_resume_after_the_open_restored_its_files_checks_each_commit_once_and_reads_none_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The open's walk for lost files checks each commit it reads and publishes its file; the resume
+    right after (``republish_run``) neither checks those commits again (the journal-wide scan for
+    retirements included) nor reads back the files the walk has just written. Each body re-learn
+    still reads its file before it is answered from the commit."""
+    import memory._finding
+    import memory._learn
+
+    db = tmp_path / "history.db"
+    flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
+    monkeypatch.setenv("FAIL_AT_END", "1")
+    first = flows.run(flow, db=db)
+    assert first.state == RunState.FAILED
+    monkeypatch.delenv("FAIL_AT_END")
+    directory = memory.learned_dir(db, "batch")
+    originals = {p.name: p.read_bytes() for p in directory.iterdir()}
+    for name in originals:
+        (directory / name).unlink()
+
+    checked: list[str] = []
+    real_problem = memory._finding._commit_problem
+
+    def counting_problem(record: journal.Record) -> str | None:
+        checked.append(record.id)
+        return real_problem(record)
+
+    read_back: list[Path] = []
+    real_holds = memory._learn.holds
+
+    def counting_holds(path: str | Path, data: bytes) -> bool:
+        read_back.append(Path(path))
+        return real_holds(path, data)
+
+    monkeypatch.setattr(memory._finding, "_commit_problem", counting_problem)
+    monkeypatch.setattr(memory._learn, "holds", counting_holds)
+    resumed = flows.resume(first.run_id, db=db)  # its store's open walks the failed run first
+    assert resumed.state == RunState.DONE, resumed.error
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == originals
+    assert len(checked) == 20 and len(set(checked)) == 20  # each commit once (was three times)
+    assert sorted(p.name for p in read_back) == sorted(originals)  # the re-learns' reads alone
