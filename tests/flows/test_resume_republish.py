@@ -22,9 +22,11 @@ if __import__("os").environ.get("FAIL_AT_END"):
 """
 
 
-def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _failed_twenty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lost: int
+) -> tuple[Path, flows.RunResult, Path, dict[str, bytes]]:
+    """A root that learned twenty findings and failed, with the first ``lost`` of their files (by
+    name) deleted: the DB, the run's result, the scope's folder and every file's bytes."""
     db = tmp_path / "history.db"
     flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
     monkeypatch.setenv("FAIL_AT_END", "1")
@@ -34,9 +36,15 @@ def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
     directory = memory.learned_dir(db, "batch")
     originals = {p.name: p.read_bytes() for p in directory.iterdir()}
     assert len(originals) == 20
-    lost = sorted(originals)[:12]
-    for name in lost:
+    for name in sorted(originals)[:lost]:
         (directory / name).unlink()
+    return db, first, directory, originals
+
+
+def test_resume_republishes_lost_files_in_a_batch_and_re_learns_touch_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, first, directory, originals = _failed_twenty(tmp_path, monkeypatch, 12)
 
     single_publishes: list[Path] = []
     real_publish = staging._stage.Staged.publish
@@ -95,18 +103,9 @@ def test_a_resume_after_the_open_restored_its_files_checks_each_commit_once_and_
     still reads its file before it is answered from the commit."""
     import memory._finding
     import memory._learn
+    import memory._publisher
 
-    db = tmp_path / "history.db"
-    flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
-    monkeypatch.setenv("FAIL_AT_END", "1")
-    first = flows.run(flow, db=db)
-    assert first.state == RunState.FAILED
-    monkeypatch.delenv("FAIL_AT_END")
-    directory = memory.learned_dir(db, "batch")
-    originals = {p.name: p.read_bytes() for p in directory.iterdir()}
-    for name in originals:
-        (directory / name).unlink()
-
+    db, first, directory, originals = _failed_twenty(tmp_path, monkeypatch, 20)
     checked: list[str] = []
     real_problem = memory._finding._commit_problem
 
@@ -115,7 +114,7 @@ def test_a_resume_after_the_open_restored_its_files_checks_each_commit_once_and_
         return real_problem(record)
 
     read_back: list[Path] = []
-    real_holds = memory._learn.holds
+    real_holds = memory._publisher.holds
 
     def counting_holds(path: str | Path, data: bytes) -> bool:
         read_back.append(Path(path))
