@@ -810,7 +810,7 @@ class Search:
             wanted_meta=wanted_meta,
             now=now,
         )
-        sims = index.similarities(subject, keys, self._texts_of(unsynced))
+        sims = index.similarities(subject, keys, self._texts_of(unsynced), self._held_of(unsynced))
         top = pool if mode == "hybrid" else 2 * limit + 8  # more than asked: one may be retired meanwhile
         near = {keys[i]: float(sims[i]) for i in top_indexes(sims, top) if sims[i] > floor}
         by_words: dict[str, Explained] = {}
@@ -909,13 +909,28 @@ class Search:
 
         return texts
 
+    def _held_of(self, unsynced: Mapping[str, Recalled]) -> Callable[[list[str]], set[str]]:
+        """Which of some keys' findings the store still holds (an unsynced one's file, else a row
+        not marked retired), looked at now: what a vector just stored is checked against, so one
+        derived from a finding erased meanwhile is deleted again (an erase removes the row and
+        file first). The file is looked at before the DB: a sync writes the row, then drops it."""
+
+        def held(keys: list[str]) -> set[str]:
+            out = {k for k in keys if k in unsynced and os.path.lexists(self._path_of(unsynced[k]))}
+            return out | self._db.live_held([k for k in keys if k not in out])
+
+        return held
+
     def _resolve(
         self, keys: Sequence[str], unsynced: Mapping[str, Recalled], now: int
     ) -> dict[str, Recalled]:
-        """The findings of ``keys`` that are still live, in order: unsynced ones as listed, rows read
-        again (one retired or expired since it was listed is left out)."""
-        rows = {r.key: r for r in self._db.live_rows([k for k in keys if k not in unsynced], now)}
-        return {k: rows[k] if k in rows else unsynced[k] for k in keys if k in rows or k in unsynced}
+        """The findings of ``keys`` that are still live, in order: unsynced ones as listed while
+        their file is there (an erase since the listing removed it; the search may have taken
+        seconds), rows read again (one retired or expired since it was listed is left out). A file
+        is looked at before the DB: a sync writes the row, then drops the file."""
+        listed = {k for k in keys if k in unsynced and os.path.lexists(self._path_of(unsynced[k]))}
+        rows = {r.key: r for r in self._db.live_rows([k for k in keys if k not in listed], now)}
+        return {k: unsynced[k] if k in listed else rows[k] for k in keys if k in listed or k in rows}
 
     def _mode(self, mode: str | None) -> str:
         """The ``why`` mode asked for, or the default: hybrid with an embedder, keyword without."""
@@ -982,7 +997,7 @@ class Search:
         if again:
             self.close()
         live = self.recall(scope=scope, limit=None)
-        self._vector_index().vectors(live)
+        self._vector_index().vectors(live, self._held_of({e.key: e for e in live if e.id < 0}))
         return len(live)
 
     def _terms(self, e: Recalled) -> Terms:

@@ -352,9 +352,19 @@ class VectorIndex:
                 self._conn.close()
         self._conn = None
 
-    def _rows_of(self, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]) -> np.ndarray:
+    def _rows_of(
+        self,
+        keys: Sequence[str],
+        texts: Callable[[list[str]], Mapping[str, str]],
+        held: Callable[[list[str]], set[str]],
+    ) -> np.ndarray:
         """The matrix rows of ``keys``' vectors, each derived (from ``texts(missing keys)``, the text
-        ``embed_text`` gives of each) and kept where none is held."""
+        ``embed_text`` gives of each) and kept where none is held.
+
+        A derived vector is stored, then ``held`` (which of the keys' findings the store still holds)
+        is asked: an erase (here or in another process) removes the finding's row and file before it
+        deletes its vectors, so a vector stored after that delete is seen here and deleted again,
+        and one stored before it is deleted by the erase. No vector of erased text outlives it."""
         last = self._last
         if last is not None and last[0] == keys:  # the same live findings as the last search
             return last[1]
@@ -366,6 +376,7 @@ class VectorIndex:
             self._used = 0
             self._scanned = True  # a scan would bring back what was just let go
             missing = list(keys)
+        lost: list[str] = []
         if missing:
             if not self._scanned and len(missing) > 2_000:
                 self._scanned = True
@@ -380,37 +391,69 @@ class VectorIndex:
                 self._load(missing)
             todo = [k for k in missing if k not in rows]
             for i in range(0, len(todo), BATCH):
-                chunk = todo[i : i + BATCH]
-                found = texts(chunk)
-                unknown = [k for k in chunk if k not in found]
-                if unknown:  # retired since it was listed: it gets a zero vector, never stored
-                    self._keep(unknown, self._np.zeros((len(unknown), self._dims), dtype=self._np.float16))
-                chunk = [k for k in chunk if k in found]
-                if not chunk:
-                    continue
-                made = self._embed([found[k] for k in chunk]).astype(self._np.float16)
-                self._store(chunk, made)
-                self._keep(chunk, made)
+                lost += self._derive(todo[i : i + BATCH], texts, held)
             if len(todo) > 2_000:  # many derived at once (a first search, derive_vectors): keep a snapshot
                 self._write_snapshot()
         idx = self._np.fromiter((rows[k] for k in keys), dtype=self._np.int64, count=len(keys))
         self._last = (list(keys), idx)
+        if lost:  # their zero rows serve this search only: derived again should one still be live
+            self._last = None
+            for k in lost:
+                rows.pop(k, None)
         return idx
 
-    def vectors(self, findings: Sequence[Recalled]) -> np.ndarray:
-        """One unit vector per finding (float32, shape (n, dims)), derived where none is kept."""
+    def _derive(
+        self,
+        chunk: list[str],
+        texts: Callable[[list[str]], Mapping[str, str]],
+        held: Callable[[list[str]], set[str]],
+    ) -> list[str]:
+        """Derive, store and keep the vectors of ``chunk`` (as ``_rows_of``); the keys whose finding
+        was gone once its vector was stored (kept as a zero vector, their stored one deleted)."""
+        found = texts(chunk)
+        unknown = [k for k in chunk if k not in found]
+        if unknown:  # retired since it was listed: it gets a zero vector, never stored
+            self._keep(unknown, self._np.zeros((len(unknown), self._dims), dtype=self._np.float16))
+        chunk = [k for k in chunk if k in found]
+        if not chunk:
+            return []
+        made = self._embed([found[k] for k in chunk]).astype(self._np.float16)
+        self._store(chunk, made)
+        still = held(chunk)
+        gone = [k for k in chunk if k not in still]
+        if gone:  # erased (or retired) while it was embedded: never kept, here or on disk
+            self._unstore(gone)
+            made[[i for i, k in enumerate(chunk) if k not in still]] = 0
+        self._keep(chunk, made)
+        return gone
+
+    def _unstore(self, keys: list[str]) -> None:
+        """Delete the stored vectors of ``keys`` again, and every snapshot (one may have taken them)."""
+        conn = self._db()
+        if conn is not None:
+            _delete(conn, keys)
+        _unlink_snapshots(self._path.parent)
+
+    def vectors(self, findings: Sequence[Recalled], held: Callable[[list[str]], set[str]]) -> np.ndarray:
+        """One unit vector per finding (float32, shape (n, dims)), derived where none is kept
+        (``held``: as ``_rows_of``)."""
         with self._lock:
             idx = self._rows_of(
-                [f.key for f in findings], _texts_of(findings)
+                [f.key for f in findings], _texts_of(findings), held
             )  # first: it may grow the matrix
             out: np.ndarray = self._matrix[idx].astype(self._np.float32)
             return out
 
     def similarities(
-        self, question: str, keys: Sequence[str], texts: Callable[[list[str]], Mapping[str, str]]
+        self,
+        question: str,
+        keys: Sequence[str],
+        texts: Callable[[list[str]], Mapping[str, str]],
+        held: Callable[[list[str]], set[str]],
     ) -> np.ndarray:
         """The cosine similarity of ``question`` to each key's finding (float32, in ``keys``' order);
-        ``texts`` gives the text of findings whose vector must be derived. A zero vector (the
+        ``texts`` gives the text of findings whose vector must be derived (``held``: as
+        ``_rows_of``). A zero vector (the
         embedder found no meaning in a text) has no direction: it is similar to nothing, and its
         similarity is ``-inf`` (below every floor), the question's for every key when its is zero."""
         numpy = self._np
@@ -419,7 +462,7 @@ class VectorIndex:
             if not keys:
                 empty: np.ndarray = numpy.zeros(0, dtype=numpy.float32)
                 return empty
-            idx = self._rows_of(keys, texts)
+            idx = self._rows_of(keys, texts, held)
             rows = self._matrix[idx]
             sims: np.ndarray = rows.astype(numpy.float32) @ q  # BLAS works in float32
             if not q.any():

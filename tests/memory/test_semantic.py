@@ -565,6 +565,61 @@ def test_a_snapshot_never_writes_back_a_vector_another_store_erased(db: Path) ->
     assert secret not in {k for _, k in _vector_rows(db)}
 
 
+class _ErasesWhileEmbedding(Toy):
+    """A toy embedder that, the first time it is asked to embed ``trigger``, has another store (as
+    another process would) erase ``secret`` first: an erase racing a search by meaning."""
+
+    def __init__(self, db: Path, secret: str, trigger: str) -> None:
+        super().__init__()
+        self.db, self.secret, self.trigger, self.armed = db, secret, trigger, True
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.armed and any(self.trigger in t for t in texts):
+            self.armed = False
+            with memory.MemoryStore(self.db) as other, other.session(scope="u") as session:
+                session.erase(self.secret, reason="asked")
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize("synced", [False, True])
+@pytest.mark.parametrize("how", ["why", "derive_vectors"])
+def test_a_vector_derived_while_another_store_erases_its_finding_is_not_kept(
+    db: Path, synced: bool, how: str
+) -> None:
+    """The finding's text was read, the erase then deleted its row, file and vectors, and only then
+    was its vector stored: the store sees the finding gone and deletes that vector again."""
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        secret = session.learn({"text": "the vault code is 4711"}).key
+        session.learn({"text": "lions roar"})
+    if synced:
+        with memory.MemoryStore(db) as s:
+            s.sync()
+    racing = _ErasesWhileEmbedding(db, secret, "4711")
+    with _store(db, racing) as s:
+        if how == "why":
+            assert s.why("vault code", mode="semantic") == []
+        else:
+            s.derive_vectors()
+        assert not racing.armed  # the erase ran while the secret was being embedded
+        assert secret not in {k for _, k in _vector_rows(db)}
+        assert [p.kind for p in memory.check_store(s)] == []
+        assert [a.text for a in s.why("lions roar", mode="semantic")] == ["lions roar"]
+
+
+def test_an_unsynced_finding_erased_during_a_search_by_meaning_is_not_returned(db: Path) -> None:
+    """Its vector was held already; the erase ends while the question is embedded, after the
+    candidates were listed: the answer is read again, and its file is gone."""
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        secret = session.learn({"text": "the vault code is 4711"}).key
+    racing = _ErasesWhileEmbedding(db, secret, "vault code")
+    racing.armed = False
+    with _store(db, racing) as s:
+        s.derive_vectors()
+        racing.armed = True
+        assert s.why("vault code", mode="semantic") == []
+        assert not racing.armed
+
+
 def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
     import numpy as np
 
