@@ -277,6 +277,8 @@ class VectorIndex:
         except (OSError, ValueError):
             return False
         dtype = getattr(mapped, "dtype", None)
+        if getattr(mapped, "ndim", None) != 1:  # a row per key: another shape would fail the search
+            return False
         if dtype is None or dtype.names != ("key", "vec") or dtype["vec"].shape != (self._dims,):
             return False
         if dtype["key"] != np.dtype("S32") or dtype["vec"].base != np.dtype("<f2"):

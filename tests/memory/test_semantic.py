@@ -644,6 +644,29 @@ def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
     assert {t for t in toy.seen if t != "zebras"} <= {f"finding {i} about zebras" for i in range(len(keys))}
 
 
+@pytest.mark.parametrize("shape", ["rows of two", "one row, no axis"])
+def test_a_snapshot_of_another_shape_is_not_used(db: Path, shape: str) -> None:
+    """A snapshot of the right record type but not one row per key (a 2-D or 0-D array) is passed
+    over: the vectors are derived again, and the search never fails on it."""
+    import numpy as np
+
+    from memory._vectors import snapshots
+
+    keys = _many(db)
+    toy = Toy()
+    with _store(db, toy) as s:
+        s.derive_vectors()
+    (snap,) = snapshots(vectors_path(db).parent)
+    block = np.load(snap, allow_pickle=False)
+    np.save(snap, np.stack([block[:1000], block[1000:2000]], axis=1) if shape == "rows of two" else block[0])
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("DELETE FROM vectors")
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        assert len(s.why("zebras", mode="semantic", limit=5)) == 5
+    assert len(toy.seen) == len(keys) + 1  # every vector derived again, and the question
+
+
 def test_a_store_that_found_no_vectors_still_drops_those_another_store_derived_since(db: Path) -> None:
     """A store with no vectors open skips the look for a vectors file while the cache folder is
     unchanged since one found none: a file another store derives afterwards changes the folder,
