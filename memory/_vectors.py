@@ -21,6 +21,7 @@ import hashlib
 import math
 import os
 import re
+import shutil
 import sqlite3
 import stat
 import struct
@@ -645,8 +646,7 @@ def repair_vectors(db_path: Path, problems: Sequence[VectorProblem], damaged: bo
     path = vectors_path(db_path)
     if damaged:
         for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
+            _remove(Path(f"{path}{suffix}"))
         return 1
     conn = _connect(path, create=False)
     if conn is None or not problems:
@@ -660,3 +660,15 @@ def repair_vectors(db_path: Path, problems: Sequence[VectorProblem], damaged: bo
         return len(problems)
     finally:
         conn.close()
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path`` whatever it is: a file or link (never followed), or a folder in a vectors
+    file's place, with what it holds (the cache folder is derived state; ``rmtree`` follows no link)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -223,6 +223,29 @@ def test_a_damaged_vector_is_derived_again_and_a_damaged_file_is_reported_and_re
         assert _vector_rows(db) == [(model, key)]  # derived again by the repair
 
 
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_a_folder_in_the_vectors_files_place_is_searched_past_and_repaired(db: Path, suffix: str) -> None:
+    """A folder where the vectors file (or its write-ahead log) belongs: the search goes on in
+    memory, check reports it, and repair removes it (it raised IsADirectoryError) and derives again."""
+    toy = Toy()
+    with _store(db, toy) as s, s.session(scope="u") as session:
+        key = session.learn({"text": "lion"}).key
+    if suffix:
+        vectors_path(db).parent.mkdir(parents=True)
+        vectors_path(db).write_bytes(b"")
+    planted = Path(f"{vectors_path(db)}{suffix}")
+    planted.mkdir(parents=True)
+    (planted / "inside").write_text("x")
+    with _store(db, toy) as s:
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]  # in memory only
+        problems = memory.check_store(s)
+        assert [p.kind for p in problems] == ["vectors_damaged"]
+        memory.repair_store(s, problems)
+        assert memory.check_store(s) == [] and not planted.is_dir()
+        assert _vector_rows(db) == [(f"{toy.name}#text+tags/1", key)]  # derived again by the repair
+        assert memory.repair_store(s, memory.check_store(s)) == []  # nothing left for a second repair
+
+
 def test_a_stored_vector_that_is_not_of_unit_length_is_never_trusted(db: Path) -> None:
     """A vector row of the right size and finite values, but scaled (a flipped exponent bit, a
     crafted row), would multiply its finding's similarity: it is reported and derived again."""
