@@ -831,7 +831,11 @@ class Search:
             # a finding found by its words whose vector has no direction (-inf) is 0 similar
             found_sims = ((k, float(sims[at[k]])) for k in by_words if k in at and k not in near)
             sim_of.update((k, s if math.isfinite(s) else 0.0) for k, s in found_sims)
-        findings = self._resolve([k for k in near if k not in by_words], unsynced, now)
+        # retired since the candidates were listed (embedding may take seconds): the retired files
+        # are looked at again before the rows are (a sync marks a row, then drops its file)
+        _, retired = self._sources(scope)
+        ranked = [k for k in near if k not in by_words and (k not in retired or not self._hides(retired, k))]
+        findings = self._resolve(ranked, unsynced, now)
         findings.update({k: x.finding for k, x in by_words.items()})
         best = max((x.score for x in by_words.values()), default=0.0) or 1.0
         out = []

@@ -590,17 +590,23 @@ def test_a_snapshot_never_writes_back_a_vector_another_store_erased(db: Path) ->
 
 class _ErasesWhileEmbedding(Toy):
     """A toy embedder that, the first time it is asked to embed ``trigger``, has another store (as
-    another process would) erase ``secret`` first: an erase racing a search by meaning."""
+    another process would) erase ``secret`` first (or forget it, or update it): a retirement racing
+    a search by meaning."""
 
-    def __init__(self, db: Path, secret: str, trigger: str) -> None:
+    def __init__(self, db: Path, secret: str, trigger: str, act: str = "erase") -> None:
         super().__init__()
-        self.db, self.secret, self.trigger, self.armed = db, secret, trigger, True
+        self.db, self.secret, self.trigger, self.act, self.armed = db, secret, trigger, act, True
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if self.armed and any(self.trigger in t for t in texts):
             self.armed = False
             with memory.MemoryStore(self.db) as other, other.session(scope="u") as session:
-                session.erase(self.secret, reason="asked")
+                if self.act == "erase":
+                    session.erase(self.secret, reason="asked")
+                elif self.act == "forget":
+                    session.forget(self.secret, reason="asked")
+                else:
+                    session.update(self.secret, {"text": "lions sleep"})
         return super().embed(texts)
 
 
@@ -640,6 +646,28 @@ def test_an_unsynced_finding_erased_during_a_search_by_meaning_is_not_returned(d
         s.derive_vectors()
         racing.armed = True
         assert s.why("vault code", mode="semantic") == []
+        assert not racing.armed
+
+
+@pytest.mark.parametrize("synced", [False, True])
+@pytest.mark.parametrize("act", ["forget", "update"])
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_finding_retired_during_a_search_by_meaning_is_not_returned(
+    db: Path, synced: bool, act: str, mode: str
+) -> None:
+    """Its vector was held already; another store forgets (or supersedes) it while the question is
+    embedded, after the candidates were listed: the retirements are looked at again."""
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        secret = session.learn({"text": "the vault code is 4711"}).key
+    if synced:
+        with memory.MemoryStore(db) as s:
+            s.sync()
+    racing = _ErasesWhileEmbedding(db, secret, "vault code", act)
+    racing.armed = False
+    with _store(db, racing) as s:
+        s.derive_vectors()
+        racing.armed = True
+        assert not [a.text for a in s.why("vault code", mode=mode) if "4711" in a.text]
         assert not racing.armed
 
 
