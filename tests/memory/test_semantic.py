@@ -671,9 +671,8 @@ def test_a_finding_retired_during_a_search_by_meaning_is_not_returned(
         assert not racing.armed
 
 
-def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
-    import numpy as np
-
+def _snapshotted(db: Path) -> tuple[list[str], Toy, Path]:
+    """Many findings, their vectors derived, and the snapshot that wrote."""
     from memory._vectors import snapshots
 
     keys = _many(db)
@@ -681,6 +680,13 @@ def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
     with _store(db, toy) as s:
         s.derive_vectors()
     (snap,) = snapshots(vectors_path(db).parent)
+    return keys, toy, snap
+
+
+def test_a_crafted_snapshot_row_is_derived_again(db: Path) -> None:
+    import numpy as np
+
+    keys, toy, snap = _snapshotted(db)
     block = np.load(snap, allow_pickle=False)
     block["vec"][0] = np.nan
     block["key"][1] = b"../../etc/passwd" + b"x" * 16
@@ -701,13 +707,7 @@ def test_a_snapshot_of_another_shape_is_not_used(db: Path, shape: str) -> None:
     over: the vectors are derived again, and the search never fails on it."""
     import numpy as np
 
-    from memory._vectors import snapshots
-
-    keys = _many(db)
-    toy = Toy()
-    with _store(db, toy) as s:
-        s.derive_vectors()
-    (snap,) = snapshots(vectors_path(db).parent)
+    keys, toy, snap = _snapshotted(db)
     block = np.load(snap, allow_pickle=False)
     np.save(snap, np.stack([block[:1000], block[1000:2000]], axis=1) if shape == "rows of two" else block[0])
     with sqlite3.connect(vectors_path(db)) as conn:
