@@ -309,6 +309,10 @@ _SHOWN = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
     0x0A: "\\n",
     0x0D: "\\r",
 }
+# and the bidirectional controls: an override or isolate in a tag would reorder what follows it on
+# the line (the key, the source), so the line would say something the data does not
+BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)
+_SHOWN |= {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 _SHOWN_LINES = {c: e for c, e in _SHOWN.items() if c != 0x0A}  # the same, newlines kept
 
 
@@ -323,7 +327,8 @@ def _surrogate_escapes() -> dict[int, str]:
 
 def shown(text: str, *, one_line: bool = False) -> str:
     """``text`` as human output writes it: every control character but the newline (and, with
-    ``one_line``, the newline too) as an escape (``\\x1b``, ``\\t``, ``\\n``), so data read back from
+    ``one_line``, the newline too) as an escape (``\\x1b``, ``\\t``, ``\\n``), and every bidirectional
+    control (``\\u202e``, ``\\u2066``, ``\\u200f``) too, so data read back from
     a store, a ledger or a chain (a finding's text, a contract's revert reason, a token's symbol)
     never moves the terminal's cursor, sets its title or writes its clipboard. A byte of a name that
     is not UTF-8 (a lone surrogate, as Python reads it) is written as ``\\xff``, which any stdout

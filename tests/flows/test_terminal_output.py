@@ -83,3 +83,38 @@ def test_what_a_run_recorded_never_drives_the_terminal(tmp_path: Path) -> None:
     assert "boom \\x1b]0;pwned\\x07 \\x9b2J" in shows[1].stdout and "evil\\x1b[2J.py" in shows[1].stdout
     for out in [failed.stderr, done.stdout, *(s.stdout for s in shows)]:
         assert not any(c in out for c in RAW), out
+
+
+# every bidirectional control: the embeddings and overrides, the isolates, the marks
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+
+
+def test_bidi_controls_in_a_finding_are_escaped_for_a_person_and_exact_in_json(tmp_path: Path) -> None:
+    """A right-to-left override in a tag would make the terminal draw the key and source after it
+    backwards: every command writes each bidirectional control as ``\\u202e``; ``--json`` keeps the
+    data exact."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope=f"s{BIDI}", flow="f") as sess:
+            live = sess.learn(
+                {
+                    "text": f"pressure falls {BIDI} before rain",
+                    "tags": [f"t\u202e{BIDI}"],
+                    "source": f"src{BIDI}",
+                    "metadata": {"k": f"v{BIDI}"},
+                }
+            )
+            gone = sess.learn({"text": "forgotten fact about pressure"})
+            sess.forget(gone.key, reason=f"because {BIDI}")
+        run_id = live.citation.run_id
+    reads = [["recall"], ["why", "pressure"], ["history", live.key], ["history", gone.key], ["show", run_id]]
+    for args in reads:
+        done = flows_cli(db, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        out = done.stdout + done.stderr
+        assert not any(c in out for c in BIDI), (args, out)
+        if args[0] in ("recall", "why"):
+            for escaped in ("\\u202e", "\\u2066", "\\u200f", "\\u061c"):
+                assert escaped in out, (args, escaped, out)
+    found = json_of(flows_cli(db, "recall", "--json"))
+    assert [f["tags"] for f in found if f["key"] == live.key] == [[f"t\u202e{BIDI}"]]
