@@ -13,6 +13,7 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
 from memory import HISTORY_KINDS, TAGS_MAX
@@ -26,7 +27,7 @@ WHY_LIMIT = 10
 HISTORY_LIMIT = 100
 MAX_LIMIT = 500
 
-RESULT_MAX_BYTES = 8 * 1024 * 1024
+RESULT_MAX_BYTES = LIST_MAX_BYTES
 """The most findings a result (of ``recall``, ``why``, a scope's resource) holds, in bytes of their
 JSON: past it the rest are left out and the result says ``truncated``. The first finding is always
 kept, however large. Without it 500 findings of 65,536 control characters (each escaped to six
@@ -38,12 +39,8 @@ def bounded(
 ) -> tuple[list[dict[str, Any]], bool]:
     """The first of ``items`` whose JSON fits in ``max_bytes`` (at least one), and whether any were
     left out."""
-    size = 0
-    for n, item in enumerate(items):
-        size += len(orjson.dumps(item))
-        if n and size > max_bytes:
-            return items[:n], True
-    return items, False
+    n = fitting((len(orjson.dumps(item)) for item in items), max_bytes)
+    return (items, False) if n is None else (items[:n], True)
 
 TEXT_MAX = 65536
 """The longest text a finding takes through ``learn`` (characters), stated as the schema's

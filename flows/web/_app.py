@@ -5,8 +5,9 @@ Routes (all ``GET``; anything else is 405):
 =====================================  ===========================================================
 ``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
-``/findings``, ``/api/findings``       ``q`` (``why``) or newest first (``recall``); ``tag`` and ``meta``
-                                       (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``, ``limit``
+``/findings``, ``/api/findings``       ``q`` (``why``; ``offset``) or newest first (``recall``); ``tag`` and
+                                       ``meta`` (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``,
+                                       ``limit``
 ``/findings/{key}``                    one finding, live or not, and a page of its history; ``offset``,
                                        ``limit``
 ``/api/findings/{key}``                one live finding (``MemoryStore.get``)
@@ -21,7 +22,10 @@ Routes (all ``GET``; anything else is 405):
 ``/api/agents/{n}/journal``            ``sail journal --days N --json``; ``days`` (default 2)
 =====================================  ===========================================================
 
-A JSON list that goes on has a ``Link: <…>; rel="next"`` header, so each body keeps the CLI's shape.
+A JSON list that goes on has a ``Link: <…>; rel="next"`` header, so each body keeps the CLI's shape;
+one that stopped at its bytes (``LIST_MAX_BYTES``) before its ``limit`` also says ``Truncated: true``.
+A page of findings shows each text cut (``TEXT_SHOWN``) and stops at the same bound, with a note.
+Every stored value a page shows as text is a ``<bdi>`` of its own, so none reorders its neighbours.
 A failure is its coded error: on a page, rendered (never a traceback); under ``/api``, the CLI's
 JSON error object with an HTTP status (400 bad parameter, 401 no token, 404 unknown, 500 damaged
 store, 503 unavailable).
@@ -34,11 +38,13 @@ import logging
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -51,6 +57,7 @@ import journal
 import memory
 import memory.ledger
 from flows import _langgraph_view as langgraph_view
+from flows._bounded import LIST_MAX_BYTES
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
@@ -58,19 +65,21 @@ from flows.web._agent import CHART_SCAN, JOURNAL_DAYS, LEDGER_PAGE, Agent, Token
 from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
 from flows.web._findings import (
     MAX_WHY,
+    TEXT_SHOWN,
     Filters,
     FindingsPage,
+    Size,
     finding_detail,
     findings_page,
     highlight,
-    matched_of,
+    json_size,
     parse_filters,
 )
 from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback_authority
 from flows.web._reader import Reader, ServeConfig
-from memory import Recalled, check_key
-from memory.cli import format_ms
+from memory import Explained, Recalled, check_key
+from memory.cli import BIDI_CONTROLS, format_ms
 from staging import CodedError
 
 log = logging.getLogger("flows.serve")
@@ -182,8 +191,15 @@ def iso_ms(ms: object) -> str:
 
 
 def as_json_text(value: object) -> str:
-    """A JSON value as indented text (escaped by the template like any other text)."""
-    return orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    """A JSON value as indented text (escaped by the template like any other text), each
+    bidirectional control written as its JSON escape (``\\u202e``, the same value): raw, an override
+    in one string would reorder the rest of the JSON shown after it."""
+    text = orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return text if text.isascii() else text.translate(_BIDI_ESCAPES)
+
+
+#: the bidirectional controls (embeddings, overrides, isolates, marks) as JSON escapes
+_BIDI_ESCAPES = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 
 
 def langgraph_item(found: Recalled) -> dict[str, Any] | None:
@@ -365,6 +381,15 @@ class Guard:
 # -- the app ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Truncated:
+    """A JSON list that stopped at its bytes (``LIST_MAX_BYTES``) before its ``limit``: the body
+    keeps the CLI's shape; the answer carries ``Truncated: true`` and the next page in ``Link``."""
+
+    body: object
+    next_url: str
+
+
 class Dashboard:
     """The pages and the API over one ``Reader``."""
 
@@ -423,19 +448,25 @@ class Dashboard:
 
         return endpoint
 
-    def api(self, fn: Callable[[Request], tuple[object, str | None]]) -> Callable[[Request], Response]:
-        """A JSON endpoint: ``fn`` returns the body and the next page's URL (or None)."""
+    def api(
+        self, fn: Callable[[Request], tuple[object, str | None] | Truncated]
+    ) -> Callable[[Request], Response]:
+        """A JSON endpoint: ``fn`` returns the body and the next page's URL (or None), or a
+        ``Truncated`` list (then the answer says ``Truncated: true``)."""
 
         def endpoint(request: Request) -> Response:
             try:  # encoding too: a value JSON cannot carry is answered like any other failure
                 with self.reader.lock:
-                    body, next_url = fn(request)
+                    answer = fn(request)
+                body, next_url = (answer.body, answer.next_url) if isinstance(answer, Truncated) else answer
                 content = encode_json(body)
             except Exception as exc:
                 return self.error_page(request, _coded(exc))
             response = Response(content, media_type="application/json")
             if next_url is not None:
                 response.headers["link"] = f'<{next_url}>; rel="next"'
+            if isinstance(answer, Truncated):
+                response.headers["truncated"] = "true"
             return response
 
         return endpoint
@@ -469,12 +500,15 @@ class Dashboard:
             "state": _param(request, "state"),
             "flow": _param(request, "flow"),
             "next_url": self._runs_next(request, "/runs", page.next_cursor),
+            "max_mib": LIST_MAX_BYTES // (1024 * 1024),
+            "text_shown": TEXT_SHOWN,
             "elapsed_ms": (time.perf_counter() - started) * 1000,
         }
 
-    def runs_api(self, request: Request) -> tuple[object, str | None]:
+    def runs_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         page = self._runs(request)
-        return page.rows, self._runs_next(request, "/api/runs", page.next_cursor)
+        next_url = self._runs_next(request, "/api/runs", page.next_cursor)
+        return Truncated(page.rows, next_url) if page.truncated and next_url else (page.rows, next_url)
 
     def run_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
@@ -498,7 +532,7 @@ class Dashboard:
 
     # -- findings --------------------------------------------------------------------------------
 
-    def _findings(self, request: Request) -> tuple[Filters, FindingsPage]:
+    def _findings(self, request: Request, size: Size = json_size) -> tuple[Filters, FindingsPage]:
         filters = parse_filters(
             q=_param(request, "q"),
             tags=request.query_params.getlist("tag"),
@@ -507,15 +541,22 @@ class Dashboard:
             source=_param(request, "source"),
         )
         limit = _int_param(request, "limit", FINDINGS_PAGE, 1, MAX_WHY)
-        page = findings_page(self.reader.memory(), filters, cursor=_param(request, "cursor"), limit=limit)
+        offset = _int_param(request, "offset", 0, 0, MAX_WHY)
+        cursor = _param(request, "cursor")
+        store = self.reader.memory()
+        page = findings_page(store, filters, cursor=cursor, limit=limit, offset=offset, size=size)
         return filters, page
 
     def _findings_next(self, request: Request, base: str, page: FindingsPage) -> str | None:
-        kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("cursor", "limit") and v]
+        paging = ("cursor", "limit", "offset")
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k not in paging and v]
+        limit = request.query_params.get("limit")
         if page.next_cursor is not None:
-            more = [("cursor", page.next_cursor), ("limit", request.query_params.get("limit"))]
+            more = [("cursor", page.next_cursor), ("limit", limit)]
+        elif page.next_offset is not None:  # a page of answers cut at its bytes: the rest of it
+            more = [("limit", limit), ("offset", str(page.next_offset))]
         elif page.next_limit is not None:
-            more = [("limit", str(page.next_limit))]
+            more = [("limit", str(page.next_limit)), ("offset", request.query_params.get("offset"))]
         else:
             return None
         query = urllib.parse.urlencode([*kept, *((k, v) for k, v in more if v)])
@@ -523,17 +564,30 @@ class Dashboard:
 
     def findings_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         started = time.perf_counter()
-        filters, page = self._findings(request)
-        matched = matched_of(page)
-        scores = {a.finding.key: a.score for a in page.answers or ()}
+        item = self.env.get_template("finding_item.html")
+        rendered: dict[str, str] = {}
+
+        def size(found: Recalled | Explained) -> int:
+            """The bytes of a finding's item, rendered once: the page holds the renders that fit."""
+            f, answer = (found.finding, found) if isinstance(found, Explained) else (found, None)
+            rendered[f.key] = item.render(
+                f=f,
+                shown=highlight(f.text[:TEXT_SHOWN], answer.matched if answer else ()),
+                answer=answer,
+                text_shown=TEXT_SHOWN,
+                link=link,
+            )
+            return len(rendered[f.key].encode())
+
+        filters, page = self._findings(request, size)
         return "findings.html", {
             "title": "Findings",
             "section": "findings",
             "filters": filters,
             "found": page.found,
-            "shown": {f.key: highlight(f.text, matched.get(f.key, ())) for f in page.found},
-            "matched": matched,
-            "scores": scores,
+            "items": [Markup(rendered[f.key]) for f in page.found],  # noqa: S704 - rendered, escaped
+            "truncated": page.truncated,
+            "max_mib": LIST_MAX_BYTES // (1024 * 1024),
             "next_url": self._findings_next(request, "/findings", page),
             "scopes": self._scope_choices(),
             "elapsed_ms": (time.perf_counter() - started) * 1000,
@@ -545,9 +599,11 @@ class Dashboard:
         scopes = self.reader.memory().scopes()
         return scopes if len(scopes) <= MAX_SCOPE_CHOICES else None
 
-    def findings_api(self, request: Request) -> tuple[object, str | None]:
+    def findings_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         _, page = self._findings(request)
-        return page.as_json(), self._findings_next(request, "/api/findings", page)
+        next_url = self._findings_next(request, "/api/findings", page)
+        body = page.as_json()
+        return Truncated(body, next_url) if page.truncated and next_url else (body, next_url)
 
     def _finding(self, request: Request) -> Recalled:
         key = request.path_params["key"]

@@ -13,12 +13,14 @@ repeated as ``KEY=VALUE`` (the value is JSON when it parses as JSON, else the te
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from markupsafe import Markup, escape
 
+from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.web._errors import ServeBadRequest
 from journal import JournalBackend, RunInfo, RunState
 from memory import (
@@ -40,6 +42,9 @@ _WORD = re.compile(r"\w+")
 _CURSOR = re.compile(r"(\d{1,19})\.(\d{1,9})\Z")
 MAX_FILTERS = 32  # tags and metadata pairs, each
 MAX_FILTER_CHARS = 1024
+TEXT_SHOWN = 2000
+"""The most characters of a finding's text a list shows (its full length said, its own page linked):
+a text may be a million characters, and a page of 200 of them was hundreds of megabytes."""
 
 
 @dataclass(frozen=True)
@@ -101,18 +106,30 @@ def parse_meta(items: Sequence[str]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class FindingsPage:
-    """A page of findings (or of ``why`` answers), in the CLI's ``--json`` shape, and how to go on."""
+    """A page of findings (or of ``why`` answers), in the CLI's ``--json`` shape, and how to go on:
+    ``truncated`` when the page stopped at its bytes (``LIST_MAX_BYTES``) before its ``limit``."""
 
     found: list[Recalled]
     answers: list[Explained] | None
     next_cursor: str | None
     next_limit: int | None
+    next_offset: int | None = None
+    truncated: bool = False
 
     def as_json(self) -> list[dict[str, Any]]:
         """``flows why --json`` (with a question) or ``flows recall --json`` (without)."""
         if self.answers is not None:
             return [a.as_json() for a in self.answers]
         return [f.as_json() for f in self.found]
+
+
+Size = Callable[[Recalled | Explained], int]
+"""The bytes one finding (or ``why`` answer) takes on the page being built."""
+
+
+def json_size(item: Recalled | Explained) -> int:
+    """The bytes ``item`` takes in the CLI's ``--json`` shape."""
+    return len(orjson.dumps(item.as_json()))
 
 
 def parse_cursor(text: str | None) -> tuple[int, int] | None:
@@ -129,8 +146,19 @@ def parse_cursor(text: str | None) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
-def findings_page(store: MemoryStore, filters: Filters, *, cursor: str | None, limit: int) -> FindingsPage:
-    """The findings that match ``filters``: ``why`` when there is a question, else ``recall``.
+def findings_page(
+    store: MemoryStore,
+    filters: Filters,
+    *,
+    cursor: str | None,
+    limit: int,
+    offset: int = 0,
+    size: Size = json_size,
+    max_bytes: int = LIST_MAX_BYTES,
+) -> FindingsPage:
+    """The findings that match ``filters``: ``why`` when there is a question (its answers from
+    ``offset``), else ``recall``. The page stops before its items, each ``size`` bytes, would pass
+    ``max_bytes`` (at least one is given): then it is ``truncated`` and says where to go on.
 
     Raises:
         ServeBadRequest: a malformed cursor.
@@ -138,11 +166,13 @@ def findings_page(store: MemoryStore, filters: Filters, *, cursor: str | None, l
         memory.Unreachable: a learned file or the DB cannot be read (unchanged).
     """
     if filters.q:
-        return _why_page(store, filters, limit)
-    return _recall_page(store, filters, parse_cursor(cursor), limit)
+        return _why_page(store, filters, limit=limit, offset=offset, size=size, max_bytes=max_bytes)
+    return _recall_page(store, filters, parse_cursor(cursor), limit=limit, size=size, max_bytes=max_bytes)
 
 
-def _why_page(store: MemoryStore, filters: Filters, limit: int) -> FindingsPage:
+def _why_page(
+    store: MemoryStore, filters: Filters, *, limit: int, offset: int, size: Size, max_bytes: int
+) -> FindingsPage:
     assert filters.q is not None
     limit = min(limit, MAX_WHY)
     wanted = limit if filters.source is None else MAX_WHY
@@ -153,14 +183,23 @@ def _why_page(store: MemoryStore, filters: Filters, limit: int) -> FindingsPage:
         )
         if filters.source is None or a.finding.source == filters.source
     ][:limit]
+    page = answers[offset:]
+    cut = fitting(map(size, page), max_bytes)
+    if cut is not None:
+        kept = page[:cut]
+        return FindingsPage([a.finding for a in kept], kept, None, None, offset + cut, True)
     more = len(answers) == limit and limit < MAX_WHY
-    return FindingsPage(
-        [a.finding for a in answers], answers, None, min(MAX_WHY, limit * 2) if more else None
-    )
+    return FindingsPage([a.finding for a in page], page, None, min(MAX_WHY, limit * 2) if more else None)
 
 
 def _recall_page(
-    store: MemoryStore, filters: Filters, cursor: tuple[int, int] | None, limit: int
+    store: MemoryStore,
+    filters: Filters,
+    cursor: tuple[int, int] | None,
+    *,
+    limit: int,
+    size: Size,
+    max_bytes: int,
 ) -> FindingsPage:
     before, skip = cursor if cursor is not None else (None, 0)
     fetched = store.recall(
@@ -172,11 +211,20 @@ def _recall_page(
         limit=skip + limit + 1,
     )
     page = fetched[skip : skip + limit]
+    cut = fitting(map(size, page), max_bytes)
+    if cut is not None:
+        return FindingsPage(page[:cut], None, _cursor_after(fetched, skip + cut), None, None, True)
     if len(fetched) <= skip + limit or not page:
         return FindingsPage(page, None, None, None)
-    last = page[-1].learned_ms
-    same = sum(1 for f in fetched[: skip + limit] if f.learned_ms == last)
-    return FindingsPage(page, None, f"{last + 1}.{same}", None)
+    return FindingsPage(page, None, _cursor_after(fetched, skip + limit), None)
+
+
+def _cursor_after(fetched: Sequence[Recalled], shown: int) -> str:
+    """The cursor of the findings after the first ``shown`` of ``fetched``: those learned before
+    the last one shown, past the ones at its instant already shown."""
+    last = fetched[shown - 1].learned_ms
+    same = sum(1 for f in fetched[:shown] if f.learned_ms == last)
+    return f"{last + 1}.{same}"
 
 
 def highlight(text: str, matched: Iterable[str]) -> Markup:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 import journal
+from flows._bounded import LIST_MAX_BYTES, fitting
 from flows._runtime import RUN_STREAM
 from flows._timeline import run_json, timeline
 from flows.web._errors import ServeBadRequest
@@ -142,12 +145,14 @@ class RunIndex:
 
 @dataclass(frozen=True)
 class RunsPage:
-    """One page of the runs listing: rows in the CLI's ``--json`` shape and how to go on."""
+    """One page of the runs listing: rows in the CLI's ``--json`` shape and how to go on;
+    ``truncated`` when it stopped at its bytes (``LIST_MAX_BYTES`` as JSON) before its ``limit``."""
 
     rows: list[dict[str, Any]]
     next_cursor: str | None
     counts: dict[str, int]
     total: int
+    truncated: bool = False
 
 
 def runs_page(
@@ -158,8 +163,11 @@ def runs_page(
     flow: str | None,
     cursor: str | None,
     limit: int,
+    max_bytes: int = LIST_MAX_BYTES,
 ) -> RunsPage:
-    """The runs after ``cursor`` (a run id already shown) that match ``state`` and ``flow``.
+    """The runs after ``cursor`` (a run id already shown) that match ``state`` and ``flow``: at most
+    ``limit``, and fewer when their rows would pass ``max_bytes`` as JSON (a run's input and output
+    are as large as its flow made them; the first row is always given).
 
     Raises:
         ServeBadRequest: an unknown state, or a cursor that names no run.
@@ -184,7 +192,16 @@ def runs_page(
             )
         start = ids.index(cursor) + 1
     page = chosen[start : start + limit]
-    rows = [run_json(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ()) for r in page]
+    rows: list[dict[str, Any]] = []
+
+    def sizes() -> Iterator[int]:  # each row built only when the page still has room for it
+        for r in page:
+            rows.append(run_json(r, backend.read(r.run_id, RUN_STREAM) if r.state is RunState.DONE else ()))
+            yield len(orjson.dumps(rows[-1]))
+
+    cut = fitting(sizes(), max_bytes)
+    if cut is not None:
+        return RunsPage(rows[:cut], page[cut - 1].run_id, counts, len(chosen), truncated=True)
     more = start + limit < len(chosen)
     return RunsPage(rows, page[-1].run_id if more and page else None, counts, len(chosen))
 

@@ -169,7 +169,8 @@ def test_a_question_is_answered_by_why_ranked_as_flows_why_json(
     assert client.get("/api/findings", params={"q": question}).json() == expected
     assert "pressure drops fast before a storm" in [a["text"] for a in expected]
     html = client.get("/findings", params={"q": question}).text
-    assert "station=<code>&#34;EGLL&#34;</code>" in html and "hPa=<code>990</code>" in html
+    assert "<bdi>station</bdi>=<code><bdi>&#34;EGLL&#34;</bdi></code>" in html
+    assert "<bdi>hPa</bdi>=<code><bdi>990</bdi></code>" in html
 
 
 def test_matched_words_are_highlighted_and_each_finding_cites_its_record(client: TestClient) -> None:
@@ -324,7 +325,7 @@ def test_an_erased_memory_shows_as_erased_and_nothing_of_what_it_said(tmp_path: 
         c.app.state.reader.close()  # type: ignore[attr-defined]
     for html in pages.values():
         assert 'id="finding-state">erased</span>' in html
-        assert "Erased: alice asked" in html and "the journal keeps what it said" not in html
+        assert "Erased: <bdi>alice asked" in html and "the journal keeps what it said" not in html
         assert "555-01" not in html and "None" not in html
     assert timeline.count('<span class="muted erased">erased</span>') == 2
     assert "555-01" not in timeline and "None" not in timeline
@@ -374,7 +375,8 @@ def test_a_forgotten_finding_is_shown_as_such_on_its_page_and_nowhere_in_search(
 ) -> None:
     html = client.get(f"/findings/{demo.forgotten}").text
     assert 'id="finding-state">forgotten</span>' in html
-    assert "Forgotten: &lt;script&gt;alert(&#39;gone&#39;)&lt;/script&gt; wrong in the tropics" in html
+    reason = "&lt;script&gt;alert(&#39;gone&#39;)&lt;/script&gt; wrong in the tropics"
+    assert f"Forgotten: <bdi>{reason}</bdi>" in html
     assert "<script" not in html
     history = client.get(f"/api/findings/{demo.forgotten}/history").json()["events"]
     assert [(e["kind"], e["reason"]) for e in history] == [("learned", None), ("forgotten", FORGET_REASON)]
@@ -480,7 +482,7 @@ def test_the_agent_page_shows_the_last_tick_its_outcome_and_the_failures_since(c
     tick = re.search(r'<dd id="last-tick">(.*?)</dd>', html, re.S)
     assert tick is not None
     assert '<span class="badge outcome-failed">failed</span>' in tick.group(1)
-    assert '<code class="code">chain_unavailable</code>' in tick.group(1)
+    assert '<code class="code"><bdi>chain_unavailable</bdi></code>' in tick.group(1)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in tick.group(1) and "<script" not in html
     assert re.search(r'<dd id="failed-ticks">2</dd>', html)
 
@@ -517,11 +519,11 @@ def test_the_agent_page_shows_the_ledger_cadence_skips_and_one_point_per_acted_e
 ) -> None:
     html = client.get("/agents/0").text
     assert html.count('<tr class="entry acted') == 3 and html.count('<tr class="entry skipped"') == 3
-    assert "swap 25.0 USDC → 0.00982134 WETH" in html
+    assert "<bdi>swap</bdi> <bdi>25.0 USDC</bdi> → <bdi>0.00982134 WETH</bdi>" in html
     assert f'<code class="tx" title="0x{1:064x}">0x0000…0001</code>' in html
     assert "balance 10.0 USDC (10000000) &lt; min 25.0 USDC" in html
     assert "balance 10000000 &lt; min 25000000" not in html  # shown converted, kept as stored
-    assert f"(reverted: {REVERT_REASON})" in html
+    assert f"(reverted: <bdi>{REVERT_REASON}</bdi>)" in html
     charts = re.findall(r"<svg class=\"chart\".*?</svg>", html, re.S)
     assert len(charts) == 2  # USDC and WETH
     for svg in charts:
@@ -710,10 +712,10 @@ def test_each_version_of_a_memory_has_its_own_page_with_its_own_text_and_end(tmp
         client.app.state.reader.close()  # type: ignore[attr-defined]
     said = {first.key: "eight", second.key: "nine", third.key: "ten"}
     for key, html in pages.items():
-        shown = re.search(r'<p class="text big was">([^<]*)</p>', html)
+        shown = re.search(r'<p class="text big was"><bdi>([^<]*)</bdi></p>', html)
         assert shown is not None and shown.group(1) == f"the library opens at {said[key]}", key
     assert 'id="finding-state">superseded</span>' in pages[second.key]
     assert f'Superseded by <a href="/findings/{third.key}">' in pages[second.key]
     assert f'Superseded by <a href="/findings/{second.key}">' in pages[first.key]
     assert 'id="finding-state">forgotten</span>' in pages[third.key]
-    assert "Forgotten: the library closed for good" in pages[third.key]
+    assert "Forgotten: <bdi>the library closed for good" in pages[third.key]
