@@ -300,6 +300,22 @@ def refuse_odd_db(db_path: Path) -> None:
         )
 
 
+def _refuse_odd_folder(folder: Path) -> None:
+    """Refuse a store folder that is there and is no folder (a file, a FIFO, a socket, a device;
+    a link to a folder is the folder): no store can be in it, and what reads or writes it would
+    say is about the files it cannot make below it (``Unreachable``, naming the folder)."""
+    try:
+        mode = os.stat(folder).st_mode
+    except OSError:
+        return  # missing (said by the caller), or for the read or write itself to report
+    if not stat.S_ISDIR(mode):
+        raise Unreachable(
+            f"the store's folder {folder} is {kind_of(mode)}, not a folder: no store can be in it; "
+            "give --db (or $FLOWS_DB) a path in a folder, or move it aside",
+            path=folder,
+        )
+
+
 def check_store_location(
     db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
 ) -> None:
@@ -308,6 +324,7 @@ def check_store_location(
     * A history DB that does not exist, in a folder that holds another (``histroy.db`` beside
       ``history.db``): the name is a typo; reads would miss the DB's findings, and a sync would make
       a second DB and move the files' findings into it.
+    * The DB's folder is there and is no folder (a file, a FIFO, a socket): ``Unreachable``.
     * ``creating`` is False (a command that only reads, or needs a store that has run): the DB's
       folder does not exist, so no store can be there, unless the journal is given elsewhere
       (``--journal`` or ``$FLOWS_JOURNAL``), which may hold runs of its own. (A folder that exists
@@ -324,6 +341,7 @@ def check_store_location(
         refuse_odd_db(db_path)
     if db_path.exists():
         return
+    _refuse_odd_folder(db_path.parent)
     others = _history_dbs_beside(db_path)
     if others:
         raise StoreMissing(

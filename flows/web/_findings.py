@@ -248,11 +248,6 @@ def highlight(text: str, matched: Iterable[str]) -> Markup:
     return Markup("".join(out))  # noqa: S704 - built from escape()d pieces and <mark> only
 
 
-def matched_of(page: FindingsPage) -> dict[str, Sequence[str]]:
-    """For each finding key on a ``why`` page, the words it matched."""
-    return {a.finding.key: a.matched for a in page.answers or ()}
-
-
 _MEMORY_STREAMS = (STREAM, RETIRE_STREAM, ERASE_STREAM)
 
 
