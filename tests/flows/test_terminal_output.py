@@ -15,21 +15,27 @@ HOSTILE = "\x1b[31m\x1b]0;title\x07\x9b2J"
 RAW = ("\x1b", "\x07", "\x9b")
 
 
+def _hostile_store(db: Path, hostile: str, *, scope: str) -> tuple[memory.Learned, memory.Learned]:
+    """A finding with ``hostile`` in its text, tag, source and metadata, and one forgotten for a
+    reason that holds it."""
+    with memory.MemoryStore(db) as store, store.session(scope=scope, flow="f") as sess:
+        live = sess.learn(
+            {
+                "text": f"pressure falls {hostile} before rain",
+                "tags": [f"t{hostile}"],
+                "source": f"src{hostile}",
+                "metadata": {"k": f"v{hostile}"},
+            }
+        )
+        gone = sess.learn({"text": "forgotten fact about pressure"})
+        sess.forget(gone.key, reason=f"because {hostile}")
+    return live, gone
+
+
 def test_no_command_writes_a_findings_control_characters_raw(tmp_path: Path) -> None:
     db = tmp_path / "store" / "history.db"
-    with memory.MemoryStore(db) as store:
-        with store.session(scope="s", flow="f") as sess:
-            live = sess.learn(
-                {
-                    "text": f"pressure falls {HOSTILE} before rain",
-                    "tags": [f"t{HOSTILE}"],
-                    "source": f"src{HOSTILE}",
-                    "metadata": {"k": f"v{HOSTILE}"},
-                }
-            )
-            gone = sess.learn({"text": "forgotten fact about pressure"})
-            sess.forget(gone.key, reason=f"because {HOSTILE}")
-        run_id = live.citation.run_id
+    live, gone = _hostile_store(db, HOSTILE, scope="s")
+    run_id = live.citation.run_id
     commands = [
         ["recall"],
         ["why", "pressure"],
@@ -94,19 +100,8 @@ def test_bidi_controls_in_a_finding_are_escaped_for_a_person_and_exact_in_json(t
     backwards: every command writes each bidirectional control as ``\\u202e``; ``--json`` keeps the
     data exact."""
     db = tmp_path / "store" / "history.db"
-    with memory.MemoryStore(db) as store:
-        with store.session(scope=f"s{BIDI}", flow="f") as sess:
-            live = sess.learn(
-                {
-                    "text": f"pressure falls {BIDI} before rain",
-                    "tags": [f"t\u202e{BIDI}"],
-                    "source": f"src{BIDI}",
-                    "metadata": {"k": f"v{BIDI}"},
-                }
-            )
-            gone = sess.learn({"text": "forgotten fact about pressure"})
-            sess.forget(gone.key, reason=f"because {BIDI}")
-        run_id = live.citation.run_id
+    live, gone = _hostile_store(db, BIDI, scope=f"s{BIDI}")
+    run_id = live.citation.run_id
     reads = [["recall"], ["why", "pressure"], ["history", live.key], ["history", gone.key], ["show", run_id]]
     for args in reads:
         done = flows_cli(db, *args)
@@ -117,4 +112,4 @@ def test_bidi_controls_in_a_finding_are_escaped_for_a_person_and_exact_in_json(t
             for escaped in ("\\u202e", "\\u2066", "\\u200f", "\\u061c"):
                 assert escaped in out, (args, escaped, out)
     found = json_of(flows_cli(db, "recall", "--json"))
-    assert [f["tags"] for f in found if f["key"] == live.key] == [[f"t\u202e{BIDI}"]]
+    assert [f["tags"] for f in found if f["key"] == live.key] == [[f"t{BIDI}"]]
