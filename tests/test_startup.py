@@ -147,6 +147,8 @@ def test_shown_escapes_every_control_character_and_lone_surrogate_as_one_table_d
         0x0A: "\\n",
         0x0D: "\\r",
     }
+    bidi = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)  # the reorderers
+    table |= {c: f"\\u{c:04x}" for c in bidi}
     table |= {c: f"\\x{c - 0xDC00:02x}" if c >= 0xDC80 else f"\\u{c:04x}" for c in range(0xD800, 0xE000)}
     lines = {c: e for c, e in table.items() if c != 0x0A}
     text = "".join(map(chr, range(0xE100))) + "é\udcff\n\u009b"
