@@ -4,6 +4,7 @@ Layout under the journal's root directory::
 
     runs/<run-id>/run.json            the run (flow, scope, state, epoch, meta), replaced atomically
     runs/<run-id>/run.lock            the run lock: held briefly around every append and state change
+                                      (a journal keeps it open while it appends to the run)
     runs/<run-id>/lease.lock          held (flock) by the lease holder for as long as it drives the run
     runs/<run-id>/streams/<name>.jsonl one stream: a LineLog of checksummed, numbered records
     runs/<run-id>/streams/<name>.jsonl.lock its marks: how far syncs reached, what a failed one poisoned
@@ -89,6 +90,14 @@ _MAX_RUN_FILE = MAX_RUN_BYTES  # a run.json larger than this is not one the jour
 _MAX_LINE = MAX_PAYLOAD_BYTES + MAX_LINE_FRAME  # nor is a stream line longer than this
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
+_FORKS = [0]  # how many forks made this process: a run lock opened before the last is the parent's
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 _ACQUIRE_PATIENCE_S = 0.25  # how long a resumer waits out a reader's probe of the lease lock
 
 
@@ -278,28 +287,51 @@ class _Pending:
         self.error: BaseException | None = None
 
 
-class _Closer:
-    """Holds a journal's lease locks and pinned run files, and closes them when collected: only
-    its journal refers to it, so it goes with the journal (as a ``weakref.finalize`` would, without
-    what one costs to make)."""
+class _RunLock:
+    """A run's ``run.lock``, kept open by one journal while it appends to the run: taking the run
+    lock is then one ``flock`` and letting it go another, where opening the file each time cost an
+    ``open``, an ``fstat`` and a ``close`` more. Threads of the process share the descriptor, and
+    with it the flock, so ``mutex`` makes them take it one at a time. ``fd`` is -1 once closed
+    (a thread that finds it so after taking ``mutex`` opens the file again); ``fork`` is the fork
+    count it was opened under: a child never uses (nor unlocks) its parent's, whose flock the
+    parent may hold, and closing the child's copy leaves the parent's flock held."""
 
-    __slots__ = ("held", "pinned")
+    __slots__ = ("fd", "fork", "mutex")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.fork = _FORKS[0]
+        self.mutex = threading.Lock()
+
+
+class _Closer:
+    """Holds a journal's lease locks, run locks and pinned run files, and closes them when
+    collected: only its journal refers to it, so it goes with the journal (as a
+    ``weakref.finalize`` would, without what one costs to make)."""
+
+    __slots__ = ("held", "locks", "pinned")
 
     def __init__(
-        self, held: dict[str, tuple[int, int]], pinned: dict[str, tuple[int, int, Mapping[str, Any]]]
+        self,
+        held: dict[str, tuple[int, int]],
+        pinned: dict[str, tuple[int, int, Mapping[str, Any]]],
+        locks: dict[str, _RunLock],
     ) -> None:
         self.held = held
         self.pinned = pinned
+        self.locks = locks
 
     def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         # ``os.close`` bound here: at interpreter exit the module's names may be gone
-        for fd in [fd for _, fd in self.held.values()] + [entry[0] for entry in self.pinned.values()]:
+        fds = [fd for _, fd in self.held.values()] + [entry[0] for entry in self.pinned.values()]
+        for fd in fds + [lock.fd for lock in self.locks.values() if lock.fd >= 0]:
             try:  # noqa: SIM105 - no module's name at interpreter exit (``contextlib`` may be gone)
                 _close(fd)
             except OSError:
                 pass
         self.held.clear()
         self.pinned.clear()
+        self.locks.clear()
 
 
 class FileJournal:
@@ -331,9 +363,10 @@ class FileJournal:
         self._closed = False
         self._dev: int | None = None  # the root's file system, once seen
         self._pinned: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # run -> (fd, ino, run.json)
-        # A journal dropped without close() still releases its leases and pinned files when it is
-        # collected (its streams' logs close their own descriptors the same way).
-        self._closer = _Closer(self._held, self._pinned)
+        self._run_locks: dict[str, _RunLock] = {}  # run -> its run.lock, kept open (see _RunLock)
+        # A journal dropped without close() still releases its leases, run locks and pinned files
+        # when it is collected (its streams' logs close their own descriptors the same way).
+        self._closer = _Closer(self._held, self._pinned, self._run_locks)
         self._mode: int | None = None  # the files' mode, from the root folder's (``_file_mode``)
 
     # -- paths and files -----------------------------------------------------------------------
@@ -504,28 +537,89 @@ class FileJournal:
 
     @contextlib.contextmanager
     def _run_lock(self, run_id: str) -> Iterator[None]:
-        fd = self._lock_run(run_id)
+        held = self._lock_run(run_id)
         try:
             yield
         finally:
-            os.close(fd)  # closing the file releases the flock
+            self._unlock_run(held)
 
-    def _lock_run(self, run_id: str) -> int:
-        """Take the run lock: the descriptor whose ``os.close`` lets it go (``_run_lock`` as a
-        plain call, for the append's hot path, where a generator's context costs a share)."""
+    def _lock_run(self, run_id: str) -> _RunLock:
+        """Take the run lock: the ``_RunLock`` that ``_unlock_run`` lets go (``_run_lock`` as a
+        plain call, for the append's hot path, where a generator's context costs a share).
+
+        The file stays open for the next time (``_RunLock``): the lock is ``run.lock``'s inode,
+        which nothing replaces while the run exists (as ``lease.lock``'s)."""
         self._guard(run_id)  # every change of a run is made under its lock: checked once here
-        try:
-            fd = self._open_run_file(run_id, "run.lock", os.O_RDWR | os.O_CREAT, reading=False)
-        except FileNotFoundError:
-            raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+        while True:
+            held = self._run_locks.get(run_id)
+            if held is None or held.fork != _FORKS[0]:
+                held = self._open_run_lock(run_id)
+            held.mutex.acquire()
+            if held.fd >= 0:
+                break
+            held.mutex.release()  # closed while this thread waited: open it again
         try:
             # fcntl.flock, not portalocker, on this one hot path: the same flock(2), without the
             # wrapper's per-call cost, which is a measurable share of a learn.
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(held.fd, fcntl.LOCK_EX)
         except BaseException:
-            os.close(fd)
+            held.mutex.release()
             raise
-        return fd
+        return held
+
+    def _unlock_run(self, held: _RunLock) -> None:
+        try:
+            fcntl.flock(held.fd, fcntl.LOCK_UN)
+        except BaseException:  # never leave it held: closing the only descriptor lets it go
+            with contextlib.suppress(OSError):
+                os.close(held.fd)
+            held.fd = -1
+            raise
+        finally:
+            held.mutex.release()
+
+    def _open_run_lock(self, run_id: str) -> _RunLock:
+        """This journal's ``_RunLock`` of the run, opening ``run.lock`` if it has none (or only
+        one its parent process opened)."""
+        with self._mutex:
+            held = self._run_locks.get(run_id)
+            if held is not None and held.fork == _FORKS[0]:
+                return held
+            for other, lock in list(self._run_locks.items()):
+                if lock.fork != _FORKS[0]:  # the parent's (never unlocked here: the flock is its)
+                    self._run_locks.pop(other)
+                    with contextlib.suppress(OSError):
+                        os.close(lock.fd)
+            if len(self._run_locks) >= _PINNED_RUNS:  # bounded: a long-lived process appends to many runs
+                for other in list(self._run_locks):
+                    self._close_run_lock(other, wait=False)
+            try:
+                fd = self._open_run_file(run_id, "run.lock", os.O_RDWR | os.O_CREAT, reading=False)
+            except FileNotFoundError:
+                raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id) from None
+            held = self._run_locks[run_id] = _RunLock(fd)
+            return held
+
+    def _close_run_lock(self, run_id: str, *, wait: bool = True) -> None:
+        """Close the run's kept ``run.lock`` once no thread holds it (without ``wait``: only if
+        none holds it now)."""
+        held = self._run_locks.get(run_id)
+        if held is not None and held.fork != _FORKS[0]:  # the parent's: its mutex may be held there
+            self._run_locks.pop(run_id, None)
+            with contextlib.suppress(OSError):
+                os.close(held.fd)
+            return
+        if held is None or not held.mutex.acquire(blocking=wait):
+            return
+        try:
+            if self._run_locks.get(run_id) is held:
+                del self._run_locks[run_id]
+            if held.fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(held.fd)
+                held.fd = -1
+        finally:
+            held.mutex.release()
 
     def _load(self, run_id: str) -> dict[str, Any]:
         path = self._run_file(run_id, "run.json")
@@ -818,6 +912,7 @@ class FileJournal:
             check_fence(lease, obj["epoch"], obj["state"])
             obj.update(state=ended.value, updatedMs=now, error=recorded)
             self._store(lease.run_id, obj)
+        self._close_run_lock(lease.run_id)  # an ended run takes no more appends
         self.release(lease)
         return self._info(obj)
 
@@ -963,7 +1058,7 @@ class FileJournal:
                     for p, own_end in zip(new, ends, strict=True):
                         p.end = own_end
             finally:
-                os.close(lock)  # closing the file releases the flock
+                self._unlock_run(lock)
         except BaseException as exc:  # a journal error (the run lock, the log): every caller's
             handle.keys.clear()  # keys may have been given to records never written: rebuild
             handle.indexed = 0
@@ -1240,6 +1335,8 @@ class FileJournal:
                 handle.log.close()
         for run_id in list(self._pinned):
             self._unpin(run_id)
+        for run_id in list(self._run_locks):
+            self._close_run_lock(run_id)
 
     def __enter__(self) -> FileJournal:
         return self

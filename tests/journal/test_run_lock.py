@@ -1,0 +1,94 @@
+"""The run lock (``run.lock``) a journal keeps open while it appends to a run.
+
+Taking it is one ``flock``, not an open, a stat and a close per append; the descriptor goes when
+the run ends or the journal closes, and a forked child never shares its parent's (a flock belongs
+to the open file both would share: the child would take a lock its parent holds).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import journal
+from journal import FileJournal
+
+
+def _run_lock_fds(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def test_an_appending_journal_keeps_one_run_lock_open_until_the_run_ends(tmp_path: Path) -> None:
+    jr = FileJournal(tmp_path)
+    info, lease = jr.begin("flow", "scope", {})
+    lock = tmp_path / "runs" / info.run_id / "run.lock"
+    for n in range(3):
+        jr.append(lease, "a", {"n": n})
+        jr.append(lease, "b", {"n": n})
+        assert _run_lock_fds(lock) == 1
+    jr.finish(lease, journal.RunState.DONE)
+    assert _run_lock_fds(lock) == 0
+    other = FileJournal(tmp_path)
+    info2, lease2 = other.begin("flow", "scope", {})
+    other.append(lease2, "a", {"n": 1})
+    lock2 = tmp_path / "runs" / info2.run_id / "run.lock"
+    assert _run_lock_fds(lock2) == 1
+    other.close()
+    assert _run_lock_fds(lock2) == 0
+    jr.close()
+
+
+def _waiting_on(pid: int, ino: int) -> bool:
+    """Whether ``pid`` waits for a flock on inode ``ino`` (``/proc/locks`` shows waiters as ``->``)."""
+    with open("/proc/locks") as f:
+        for line in f:
+            fields = line.split()
+            if "->" in fields and str(pid) in fields and any(f.endswith(f":{ino}") for f in fields):
+                return True
+    return False
+
+
+def test_a_forked_child_waits_for_the_run_lock_its_parent_holds(tmp_path: Path) -> None:
+    jr = FileJournal(tmp_path)
+    info, lease = jr.begin("flow", "scope", {})
+    jr.append(lease, "s", {"who": "parent"})  # the parent's run lock is open now
+    ino = os.stat(tmp_path / "runs" / info.run_id / "run.lock").st_ino
+    with jr._run_lock(info.run_id):
+        pid = os.fork()
+        if pid == 0:  # the child appends through the journal it inherited
+            try:
+                jr.append(lease, "s", {"who": "child"})
+            finally:
+                os._exit(0)
+        try:
+            give_up = time.monotonic() + 60  # a bound for a hung child, not a measure of speed
+            while not _waiting_on(pid, ino):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                assert done == 0, "the child took the run lock its parent held"
+                assert time.monotonic() < give_up, "the child neither waited for the run lock nor ended"
+                time.sleep(0.01)
+        except BaseException:
+            os.kill(pid, 9)
+            raise
+    # and then gets it: its copy of its parent's descriptor does not keep the parent's flock held
+    give_up = time.monotonic() + 60
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < give_up:
+        time.sleep(0.01)
+    if status[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert status[0] == pid, "the child never got the run lock its parent let go"
+    assert os.waitstatus_to_exitcode(status[1]) == 0
+    assert [r.payload["who"] for r in jr.read(info.run_id, "s")] == ["parent", "child"]
+    jr.append(lease, "s", {"who": "parent"})  # the parent's lock still works after the child's
+    assert [r.seq for r in jr.read(info.run_id, "s")] == [1, 2, 3]
+    jr.close()
