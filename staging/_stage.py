@@ -11,6 +11,7 @@ name survives power loss. A stage's name starts with ``STAGE_PREFIX``; readers s
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -32,6 +33,26 @@ STAGE_PREFIX = ".stage-"
 
 DEFAULT_SWEEP_AGE_S = 3600.0
 """A stage older than this is left by a crash (a live write takes milliseconds) and may be swept."""
+
+
+class _Names:
+    """A stage's unique part: this process's random prefix and a count, not ``getrandom`` per
+    stage. A forked child draws its own prefix (else it would make its parent's next names), and
+    a name found taken (``O_EXCL``) draws a new one: a name seen in the folder says nothing sure
+    of the next."""
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.prefix, self.count = secrets.token_hex(5), itertools.count()  # count: atomic under the GIL
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.count):x}"
+
+
+_NAMES = _Names()
+os.register_at_fork(after_in_child=_NAMES.renew)
 
 
 def is_stage_name(name: str) -> bool:
@@ -344,11 +365,18 @@ def stage(
     """
     directory = os.fspath(directory)
     safe_hint = hint if hint.isalnum() else "".join(c for c in hint if c.isalnum() or c in "-_.")
-    name = f"{STAGE_PREFIX}{secrets.token_hex(8)}.{safe_hint[:64]}"
-    path = os.path.join(directory, name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, mode) if at is None else os.open(name, flags, mode, dir_fd=at.fd)
+        for tries in range(3):
+            name = f"{STAGE_PREFIX}{_NAMES.next()}.{safe_hint[:64]}"
+            path = os.path.join(directory, name)
+            try:
+                fd = os.open(path, flags, mode) if at is None else os.open(name, flags, mode, dir_fd=at.fd)
+                break
+            except FileExistsError:
+                if tries == 2:
+                    raise
+                _NAMES.renew()  # taken (put there by someone else): draw a prefix nobody has seen
     except OSError as exc:
         raise StageFailed(
             f"could not stage a file in {directory}: {exc.strerror or exc}; "

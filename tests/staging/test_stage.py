@@ -195,3 +195,40 @@ def test_a_held_folder_closes_its_descriptor_with_its_last_reference(tmp_path: P
     del staged
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_a_stage_takes_no_randomness_of_its_own_and_a_fork_or_a_taken_name_draws_a_new_prefix(
+    tmp_path: Path,
+) -> None:
+    """Stage names are this process's random prefix and a count (no ``getrandom`` per stage): two
+    stages in a row share the prefix; a forked child's differ from its parent's; a name someone
+    took is stepped over with a new prefix, not refused."""
+    import os
+
+    from staging import stage as make_stage
+
+    def prefix(staged: staging.Staged) -> str:
+        return Path(staged.where).name.split(".")[1][len("stage-") :][:10]
+
+    first, second = make_stage(tmp_path, b"a", hint="x"), make_stage(tmp_path, b"b", hint="x")
+    assert prefix(first) == prefix(second) and first.where != second.where
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, prefix(make_stage(tmp_path, b"c", hint="x")).encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert child and child != prefix(second)
+    # plant the next name this process would make: the stage steps over it
+    nxt = Path(second.where).name.split(".")[1][len("stage-") :]
+    planted = tmp_path / f".stage-{nxt[:10]}{int(nxt[10:], 16) + 1:x}.x"
+    planted.write_bytes(b"planted")
+    third = make_stage(tmp_path, b"d", hint="x")
+    assert Path(third.where).read_bytes() == b"d" and planted.read_bytes() == b"planted"
+    assert prefix(third) != prefix(second)
+    for staged in (first, second, third):
+        staged.discard()
