@@ -248,6 +248,8 @@ def test_the_dashboard_shows_threads_and_store_items_readably(db: Path) -> None:
         page = client.get(f"/runs/{thread['runId']}").text
         findings = client.get("/findings").text
         client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert "<code><bdi>t-1</bdi></code>" in runs  # a stored value is isolated from the text around it
+    runs, page, findings = (h.replace("<bdi>", "").replace("</bdi>", "") for h in (runs, page, findings))
     assert "thread <code>t-1</code> gen 1" in runs and "(catalog)" in runs
     assert '<span class="badge state-open">open</span>' in runs
     assert "step 1 · loop after <code>plan</code>" in page
