@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory._embed import Embedder, checked_vectors
-from memory._errors import EmbedderFailed
+from memory._errors import EmbedderFailed, Unwritable
 from memory._filecache import cache_dir
 from memory._files import RACY_S
 from memory._results import Recalled
@@ -672,3 +672,10 @@ def _remove(path: Path) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        raise Unwritable(
+            f"cannot remove {path} ({exc.strerror or exc}): it is derived state, so removing it by hand "
+            "and running `flows check --repair` again is safe",
+            path=path,
+            errno=exc.errno,
+        ) from exc

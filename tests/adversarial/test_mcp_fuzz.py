@@ -123,9 +123,13 @@ def _arguments(tool: str) -> st.SearchStrategy[Any]:
 
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawStdio]:
-    """One stdio server for the module's examples (its store grows with the learns they make)."""
+    """One stdio server for the module's examples (its store grows with the learns they make),
+    with two memories learned first: the tools that take a key reach real ones whichever of the
+    module's tests runs, alone or first."""
     db = tmp_path_factory.mktemp("mcp-fuzz") / "history.db"
     with raw_stdio(db) as w:
+        for text in ("the fuzz's first memory", "the fuzz's second memory"):
+            assert _check(_call(w, "learn", {"text": text, "scope": "mcp"})) == "result"
         yield w
 
 

@@ -246,6 +246,32 @@ def test_a_folder_in_the_vectors_files_place_is_searched_past_and_repaired(db: P
         assert memory.repair_store(s, memory.check_store(s)) == []  # nothing left for a second repair
 
 
+def test_a_vectors_file_repair_cannot_remove_is_a_coded_error_naming_it(db: Path) -> None:
+    """A folder in the vectors file's place holding an immutable file (which even root cannot
+    remove): repair fails with ``memory_unwritable`` naming the path, not a bare OSError."""
+    import shutil
+    import subprocess
+
+    toy = Toy()
+    with _store(db, toy) as s, s.session(scope="u") as session:
+        session.learn({"text": "lion"})
+    planted = vectors_path(db)
+    planted.mkdir(parents=True)
+    (planted / "stuck").write_text("x")
+    marked = shutil.which("chattr") and subprocess.run(["chattr", "+i", str(planted / "stuck")], check=False)
+    if not marked or marked.returncode:
+        pytest.skip("this file system cannot mark a file immutable")
+    try:
+        with _store(db, toy) as s:
+            problems = memory.check_store(s)
+            assert [p.kind for p in problems] == ["vectors_damaged"]
+            with pytest.raises(memory.Unwritable) as err:
+                memory.repair_store(s, problems)
+            assert err.value.code == "memory_unwritable" and str(planted) in str(err.value)
+    finally:
+        subprocess.run(["chattr", "-i", str(planted / "stuck")], check=True)
+
+
 def test_a_stored_vector_that_is_not_of_unit_length_is_never_trusted(db: Path) -> None:
     """A vector row of the right size and finite values, but scaled (a flipped exponent bit, a
     crafted row), would multiply its finding's similarity: it is reported and derived again."""
