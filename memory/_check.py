@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import journal
-from memory._erase import keys_in_stages
+from memory._erase import keys_in_file, keys_in_stages, sync_folders
 from memory._errors import FlowsMemoryError, Unreachable, Unwritable, WrongJournal
 from memory._files import is_learned_name, parse_learned, parse_retired
 from memory._finding import (
@@ -105,6 +105,7 @@ class _Context:
     batches: dict[tuple[str, str], journal.Record] = field(default_factory=dict)  # forgets by filter
     erasures: list[journal.Record] = field(default_factory=list)  # memory-erase records
     erased_files: set[str] = field(default_factory=set)  # keys an erase named whose learned file is there
+    erased: set[str] = field(default_factory=set)  # every key an erase record names
     supersedes: list[journal.Record] = field(default_factory=list)  # commits naming the version they replace
     lost: dict[str, journal.Record] = field(default_factory=dict)  # updates that lost their race, by key
 
@@ -200,7 +201,7 @@ def _unrepairable(kind: str, path: object, message: str) -> Problem:
 def _file_problems(ctx: _Context) -> set[str]:
     """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
-    erased = {
+    erased = ctx.erased = {
         k
         for rec in ctx.erasures
         if isinstance(rec.payload.get("keys"), list)
@@ -752,15 +753,21 @@ def _stage_problems(ctx: _Context, sweep_age_s: float, now: float) -> None:
         except OSError as exc:
             raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
         for path in stale:
-            ctx.problems.append(
-                Problem(
-                    "stage_stale",
-                    str(path),
-                    f"{path} is a stage older than {sweep_age_s:.0f}s, left by a crash",
-                    "sweep it",
-                    True,
-                )
-            )
+            if _is_folder(path):  # never a stage: sweeping it would fail, so it is moved aside whole
+                ctx.problems.append(_stage_folder(ctx, path))
+                continue
+            message = f"{path} is a stage older than {sweep_age_s:.0f}s, left by a crash"
+            ctx.problems.append(Problem("stage_stale", str(path), message, "sweep it", True))
+
+
+def _stage_folder(ctx: _Context, path: Path) -> Problem:
+    """A folder named as a stage is: moved into the quarantine when it is inside the store's folder
+    (the quarantine never leaves it), else left for its owner."""
+    message = f"{path} is a folder with a stage's name; no stage is ever a folder"
+    if path.is_relative_to(ctx.store.db_path.parent):
+        return Problem("stage_stale", str(path), message, f"move it to {QUARANTINE_DIR}/", True)
+    outside = "nothing: it is outside the store's folder; remove it by hand"
+    return Problem("stage_stale", str(path), message, outside, False)
 
 
 def _sail_problems(ctx: _Context, sail_dirs: Iterable[Path]) -> None:
@@ -846,6 +853,10 @@ def repair_store(
     quarantine = store.db_path.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
 
     def move_aside(path: Path) -> None:
+        if keys_in_file(path, ctx.erased):  # the quarantine keeps what it holds: erased content never
+            _delete(path)
+            actions.append(f"deleted {path}, which holds erased content")
+            return
         target = quarantine / path.relative_to(store.db_path.parent)
         refuse_links(store.db_path.parent, target.parent)  # the quarantine stays inside the store
         try:
@@ -873,7 +884,7 @@ def repair_store(
             continue
         path = Path(problem.path)
         if problem.kind == "stage_stale":
-            actions += [f"swept {swept}" for swept in sweep(path.parent, sweep_age_s, now=now)]
+            actions += _repair_stage(path, sweep_age_s, now, move_aside)
         elif problem.kind == "folder_wrong":
             if os.path.lexists(path):
                 move_aside(path)
@@ -885,6 +896,26 @@ def repair_store(
             elif os.path.lexists(path):
                 move_aside(path)
     return actions
+
+
+def _repair_stage(
+    path: Path, sweep_age_s: float, now: float | None, move_aside: Callable[[Path], None]
+) -> list[str]:
+    """Sweep the stale stages of ``path``'s folder, or move ``path`` aside whole when it is a folder
+    with a stage's name (which the sweep leaves)."""
+    if _is_folder(path):
+        move_aside(path)
+        return []
+    return [f"swept {swept}" for swept in sweep(path.parent, sweep_age_s, now=now)]
+
+
+def _delete(path: Path) -> None:
+    """Remove the file ``path`` (a link itself, never what it points to), durably."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise Unwritable(f"cannot remove {path}: {describe(exc)}", path=path, errno=exc.errno) from exc
+    sync_folders([path.parent])
 
 
 def _republish(ctx: _Context, record: journal.Record, path: Path, move_aside: Callable[[Path], None]) -> None:

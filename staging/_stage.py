@@ -486,7 +486,9 @@ def sweep(
 ) -> list[Path]:
     """Remove stages in ``directory`` whose mtime is older than ``older_than_s`` seconds.
 
-    A missing directory has nothing to sweep. Returns the removed paths.
+    A missing directory has nothing to sweep. A link is removed itself, never followed; a folder
+    with a stage's name is left alone (``flows check --repair`` moves it aside). Returns the removed
+    paths.
     """
     directory = Path(directory)
     cutoff = (time.time() if now is None else now) - older_than_s
@@ -499,6 +501,8 @@ def sweep(
         if not is_stage_name(entry.name):
             continue
         try:
+            if entry.is_dir(follow_symlinks=False):
+                continue  # a stage is never a folder: one named so is not ours to remove
             if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))

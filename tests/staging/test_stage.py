@@ -113,6 +113,23 @@ def test_sweep_removes_only_stale_stages(tmp_path: Path) -> None:
     assert staging.sweep(tmp_path / "nope") == []
 
 
+def test_sweep_removes_a_link_itself_and_leaves_a_folder_named_as_a_stage(tmp_path: Path) -> None:
+    """A stage is a regular file: a link with a stage's name goes (never what it points to), a
+    folder with one is left whole (sweeping raised IsADirectoryError)."""
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    store.mkdir()
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"keep me")
+    (store / ".stage-folder").mkdir()
+    (store / ".stage-folder" / "inner").write_bytes(b"x")
+    os.symlink(outside / "keep", store / ".stage-link")
+    past = time.time() - 7200
+    for path in (store / ".stage-folder", store / ".stage-link", outside / "keep"):
+        os.utime(path, (past, past), follow_symlinks=False)
+    assert staging.sweep(store) == [store / ".stage-link"]
+    assert os.listdir(store) == [".stage-folder"] and (outside / "keep").read_bytes() == b"keep me"
+
+
 def test_threads_staging_at_once_share_their_data_syncs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

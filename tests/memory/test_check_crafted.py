@@ -1,0 +1,70 @@
+"""``flows check`` and ``--repair`` on crafted on-disk state: what repair does to it, and that a
+second check after it is clean."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import memory
+
+
+def _two_scopes(store: memory.MemoryStore) -> tuple[memory.Learned, memory.Learned]:
+    with store.session(scope="a") as s:
+        first = s.learn({"text": "the first finding, to be erased"})
+    with store.session(scope="b") as s:
+        second = s.learn({"text": "the second finding"})
+    return first, second
+
+
+def _files_holding(folder: Path, text: bytes) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and text in p.read_bytes()]
+
+
+def test_a_folder_named_as_a_stage_is_moved_aside_and_a_link_swept_never_followed(
+    store: memory.MemoryStore, tmp_path: Path
+) -> None:
+    """A folder with a stage's name made repair raise IsADirectoryError and stay reported for good;
+    a link with one is swept itself, what it points to outside the store untouched."""
+    first, second = _two_scopes(store)
+    folder = memory.learned_dir(store.db_path, "a")
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not the store's")
+    (folder / ".stage-folder").mkdir()
+    (folder / ".stage-folder" / "inner").write_bytes(b"x")
+    os.symlink(outside, folder / ".stage-link")
+    past = time.time() - 7200
+    for path in (folder / ".stage-folder", folder / ".stage-link", outside):
+        os.utime(path, (past, past), follow_symlinks=False)
+    problems = memory.check_store(store)
+    assert sorted((p.kind, Path(p.path).name, p.repairable) for p in problems) == [
+        ("stage_stale", ".stage-folder", True),
+        ("stage_stale", ".stage-link", True),
+    ]
+    actions = memory.repair_store(store, problems)
+    assert any(a.startswith("quarantined") and ".stage-folder" in a for a in actions), actions
+    assert not os.path.lexists(folder / ".stage-folder") and not os.path.lexists(folder / ".stage-link")
+    assert outside.read_bytes() == b"not the store's"
+    assert memory.check_store(store) == []
+    assert sorted(e.key for e in store.recall(limit=None)) == sorted([first.key, second.key])
+
+
+def test_repair_never_keeps_erased_content_in_the_quarantine(store: memory.MemoryStore) -> None:
+    """An erased finding's learned file copied back (a backup) as another scope's retired file, and
+    under another key's name: repair moved both into the quarantine, text and all, and a second
+    check said nothing of it. It deletes them; the live finding stays."""
+    first, second = _two_scopes(store)
+    data = (memory.learned_dir(store.db_path, "a") / f"{first.key}.json").read_bytes()
+    with store.session(scope="a") as s:
+        s.erase(first.key, reason="asked")
+    retired_b = memory.retired_dir(store.db_path, "b")
+    retired_b.mkdir(parents=True, exist_ok=True)
+    (retired_b / f"{first.key}.json").write_bytes(data)
+    (memory.learned_dir(store.db_path, "b") / f"{'0' * 32}.json").write_bytes(data)
+    problems = memory.check_store(store)
+    assert {p.kind for p in problems} == {"retired_damaged", "learned_damaged"}, problems
+    memory.repair_store(store, problems)
+    assert _files_holding(store.db_path.parent, b"to be erased") == []
+    assert memory.check_store(store) == []
+    assert [e.key for e in store.recall(limit=None)] == [second.key]
