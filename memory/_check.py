@@ -644,11 +644,12 @@ def _erase_problems(ctx: _Context) -> None:
         if batch.stream == RETIRE_STREAM and filter_holds_content(batch)
         for k, _ in batch.payload["ids"]
     }
+    quarantined = _quarantined_keys(ctx)
     for rec in ctx.erasures:
         keys = rec.payload.get("keys")
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             continue
-        left = [k for k in keys if k in ctx.latest or k in ctx.erased_files or k in named]
+        left = [k for k in keys if k in ctx.latest or k in ctx.erased_files or k in named or k in quarantined]
         with contextlib.suppress(FlowsMemoryError):  # an unreadable DB is its own problem
             left += [r.key for r in ctx.store.db.rows_of(keys) if r.key not in left]
         if left:
@@ -662,6 +663,25 @@ def _erase_problems(ctx: _Context) -> None:
                     True,
                 )
             )
+
+
+def _quarantined_keys(ctx: _Context) -> set[str]:
+    """The erased keys a file in the quarantine still holds (a copy an earlier repair moved aside,
+    or one put there by hand): the erasure is unfinished until it is gone."""
+    from memory._erase import keys_in_file, quarantined_holding
+
+    erased = {
+        k
+        for rec in ctx.erasures
+        if isinstance(keys := rec.payload.get("keys"), list)
+        for k in keys
+        if isinstance(k, str)
+    }
+    found: set[str] = set()
+    for path in quarantined_holding(ctx.store.db_path.parent / QUARANTINE_DIR, erased):
+        found |= {path.name[: -len(".json")]} & erased
+        found |= keys_in_file(path, erased)
+    return found
 
 
 def _finish_records(ctx: _Context, kinds: set[str]) -> list[str]:

@@ -68,3 +68,22 @@ def test_repair_never_keeps_erased_content_in_the_quarantine(store: memory.Memor
     assert _files_holding(store.db_path.parent, b"to be erased") == []
     assert memory.check_store(store) == []
     assert [e.key for e in store.recall(limit=None)] == [second.key]
+
+
+def test_erased_content_left_in_the_quarantine_is_reported_and_removed(store: memory.MemoryStore) -> None:
+    """A copy of an erased finding in the quarantine (moved there by an earlier repair, or by hand)
+    is an unfinished erasure: check reports it and repair deletes it."""
+    first, second = _two_scopes(store)
+    data = (memory.learned_dir(store.db_path, "a") / f"{first.key}.json").read_bytes()
+    with store.session(scope="a") as s:
+        s.erase(first.key, reason="asked")
+    assert memory.check_store(store) == []
+    aside = store.db_path.parent / "flows-quarantine" / "earlier"
+    aside.mkdir(parents=True)
+    (aside / "copy.json").write_bytes(data)
+    problems = memory.check_store(store)
+    assert [p.kind for p in problems] == ["erase_incomplete"], problems
+    memory.repair_store(store, problems)
+    assert _files_holding(store.db_path.parent, b"to be erased") == []
+    assert memory.check_store(store) == []
+    assert [e.key for e in store.recall(limit=None)] == [second.key]
