@@ -97,6 +97,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ServeTokenRequired as exc:
         diagnose(exc, as_json=args.json)
         return EXIT_USAGE
+    from memory import check_store_location, refuse_odd_db, resolve_db
+
+    # what `flows recall` refuses (a FIFO, a socket or a folder where the DB belongs, a file where
+    # its folder belongs, no store at the path) is refused before binding, not served as an error on
+    # every page; both look with (l)stat only, so a FIFO is never opened
+    refuse_odd_db(resolve_db(args.db))
+    check_store_location(args.db, args.journal, creating=False)
     try:
         import uvicorn
 

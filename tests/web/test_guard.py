@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,6 +110,48 @@ def test_the_token_may_come_from_the_environment(tmp_path: Path) -> None:
 def test_a_sail_home_that_is_not_a_folder_is_a_usage_error(tmp_path: Path) -> None:
     status, _, err = _serve("--sail-home", str(tmp_path / "missing"))
     assert status == 2 and "is not a folder" in err
+
+
+def _odd(tmp_path: Path, kind: str) -> tuple[Path, Path]:
+    """A store path with ``kind`` where the history DB (``fifo``, ``socket``) or its folder
+    (``file-folder``, ``fifo-folder``) belongs: the ``--db`` to give, and the path refused."""
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "h.db")
+        return tmp_path / "h.db", tmp_path / "h.db"
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind("h.db")  # relative (the cwd is tmp_path): a socket's path is at most 107 bytes
+        return tmp_path / "h.db", tmp_path / "h.db"
+    folder = tmp_path / "store"
+    if kind == "fifo-folder":
+        os.mkfifo(folder)
+    else:
+        folder.write_bytes(b"not a folder")
+    return folder / "h.db", folder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "file-folder", "fifo-folder"])
+def test_a_store_path_that_holds_no_store_is_refused_before_binding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # as `flows recall` refuses it; served, every page was a coded 500 (and a FIFO is never opened:
+    # a serve that started, or hung on it, would run into the timeout)
+    monkeypatch.chdir(tmp_path)
+    db, refused = _odd(tmp_path, kind)
+    status, out, err = _serve("--db", str(db), "--port", "0", "--json")
+    assert status == 1 and out == ""
+    error = orjson.loads(err)
+    assert error["code"] == "memory_unreachable" and error["path"] == str(refused)
+    assert str(refused) in error["message"]
+    recall = run_python("import sys; from flows._cli import main; sys.exit(main(sys.argv[1:]))",
+                        "recall", "--db", str(db), "--json", timeout=60)  # fmt: skip
+    assert recall.returncode == 1 and orjson.loads(recall.stderr)["code"] == "memory_unreachable"
+
+
+def test_serving_a_folder_with_no_store_is_refused_as_recall_refuses_it(tmp_path: Path) -> None:
+    status, out, err = _serve("--db", str(tmp_path / "missing" / "h.db"), "--port", "0", "--json")
+    assert status == 1 and out == ""
+    assert orjson.loads(err)["code"] == "memory_store_missing"
 
 
 def test_importing_flows_and_its_other_commands_never_import_the_web_stack() -> None:
