@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from flows._bounded import LIST_MAX_BYTES
 from flows.web._errors import ServeBadRequest
 from flows.web._tail import TailReader
 from memory.ledger import (
@@ -105,25 +108,31 @@ class Agent:
     # -- the ledger, newest first ---------------------------------------------------------------
 
     def page(
-        self, before: int | None, limit: int = LEDGER_PAGE
-    ) -> tuple[list[tuple[int, Entry]], int | None]:
+        self, before: int | None, limit: int = LEDGER_PAGE, max_bytes: int = LIST_MAX_BYTES
+    ) -> tuple[list[tuple[int, Entry]], int | None, bool]:
         """Up to ``limit`` entries older than the line at offset ``before`` (newest first; from the
-        end when None), each with its offset, and the offset to ask for the next page (None at the
-        start of the ledger).
+        end when None), each with its offset; the offset to ask for the next page (None at the
+        start of the ledger); and whether the page stopped at ``max_bytes`` of entries as JSON
+        before its ``limit`` (at least one is given): an entry's size is not capped (a skip's
+        reason may be megabytes), so a page of them is bounded here.
 
         Raises:
             ServeBadRequest: ``before`` is not the start of a line of the ledger.
             journal.JournalCorrupt: a damaged line among those read.
         """
         rows: list[tuple[int, Entry]] = []
+        total = 0
         try:
             for offset, entry in self._ledger.backwards(before):
                 if len(rows) == limit:
-                    return rows, rows[-1][0]
+                    return rows, rows[-1][0], False
+                total += len(orjson.dumps(entry.to_wire()))
+                if rows and total > max_bytes:
+                    return rows, rows[-1][0], True
                 rows.append((offset, entry))
         except ValueError as exc:
             raise ServeBadRequest(f"{exc}; start from the newest page") from None
-        return rows, None
+        return rows, None, False
 
     def recent_skips(self, limit: int = 10) -> list[Skipped]:
         """The ``limit`` most recent skips, newest first: ``memory.ledger.recent_skips``, what

@@ -24,7 +24,8 @@ Routes (all ``GET``; anything else is 405):
 
 A JSON list that goes on has a ``Link: <…>; rel="next"`` header, so each body keeps the CLI's shape;
 one that stopped at its bytes (``LIST_MAX_BYTES``) before its ``limit`` also says ``Truncated: true``.
-A page of findings shows each text cut (``TEXT_SHOWN``) and stops at the same bound, with a note.
+A page of findings shows each text cut (``TEXT_SHOWN``) and stops at the same bound, with a note; so
+do the runs and an agent's ledger (its entries measured as JSON).
 Every stored value a page shows as text is a ``<bdi>`` of its own, so none reorders its neighbours.
 A failure is its coded error: on a page, rendered (never a traceback); under ``/api``, the CLI's
 JSON error object with an HTTP status (400 bad parameter, 401 no token, 404 unknown, 500 damaged
@@ -700,7 +701,7 @@ class Dashboard:
         started = time.perf_counter()
         agent = self._agent(request)
         before = self._before(request)
-        rows, older = agent.page(before)
+        rows, older, truncated = agent.page(before)
         acted, tokens, series = self._balances(agent)
         charts = [
             (address, tokens.get(address), _chart.chart(address, points, tokens))
@@ -718,6 +719,8 @@ class Dashboard:
             "rows": rows,
             "newest": before is None,
             "older_url": None if older is None else link(f"/agents/{agent.number}", before=older),
+            "truncated": truncated,
+            "max_mib": LIST_MAX_BYTES // (1024 * 1024),
             "status": agent.status(),
             "skips": agent.recent_skips(),
             "say": agent.renderer(acted),
@@ -730,14 +733,15 @@ class Dashboard:
             "elapsed_ms": (time.perf_counter() - started) * 1000,
         }
 
-    def ledger_api(self, request: Request) -> tuple[object, str | None]:
+    def ledger_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         agent = self._agent(request)
         limit = _int_param(request, "limit", LEDGER_PAGE, 1, 1000)
-        rows, older = agent.page(self._before(request), limit)
+        rows, older, truncated = agent.page(self._before(request), limit)
         next_url = (
             None if older is None else link(f"/api/agents/{agent.number}/ledger", before=older, limit=limit)
         )
-        return [e.to_wire() for _, e in rows], next_url
+        body = [e.to_wire() for _, e in rows]
+        return Truncated(body, next_url) if truncated and next_url else (body, next_url)
 
     def status_api(self, request: Request) -> tuple[object, str | None]:
         return self._agent(request).status(), None
