@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
@@ -62,3 +63,11 @@ def catalog_runs(backend: JournalBackend) -> list[RunInfo]:
     return sorted(
         (r for r in backend.runs() if r.flow == CATALOG_FLOW), key=lambda r: (r.created_ms, r.run_id)
     )
+
+
+def next_millisecond() -> None:
+    """Wait for the clock's next millisecond: the order of items updated within one millisecond is
+    not defined, and a fast machine makes several puts in one."""
+    last = time.time_ns() // 1_000_000
+    while time.time_ns() // 1_000_000 == last:
+        time.sleep(0.0002)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 pytest.importorskip("psycopg")
 
 from flows.langgraph import JournalStore
+from tests.langgraph.helpers import next_millisecond
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,9 +164,7 @@ def test_a_version_replaced_while_a_creating_put_forgets_it_is_settled_too(
             a.put(ns, key, {"v": "a"})  # v1, after B found no item
             racer.start()
             _waited(c_looked)  # C read v1 before vB is committed
-            tick = time.time_ns() // 1_000_000
-            while time.time_ns() // 1_000_000 == tick:
-                pass  # vB learned a later millisecond than v1: the newer of the two
+            next_millisecond()  # vB learned a later millisecond than v1: the newer of the two
         return b_learn(*args, **kwargs)
 
     def c_learns(*args: Any, **kwargs: Any) -> Any:

@@ -15,6 +15,7 @@ from langgraph.store.memory import InMemoryStore
 from flows.langgraph import ConfigInvalid, FilterInvalid, JournalStore, ValueTooLarge, ValueUnserializable
 from flows.langgraph._store import SCOPE_PREFIX, scope_of
 from memory import STREAM as LEARN_STREAM
+from tests.langgraph.helpers import next_millisecond
 
 
 @pytest.fixture
@@ -109,19 +110,11 @@ def test_the_store_answers_like_langgraphs_in_memory_store_on_random_operations(
     assert final == _items(reference.search((), limit=1000))
 
 
-def _next_millisecond() -> None:
-    """Wait for the clock's next millisecond: the order of items updated within one millisecond is
-    not defined, and a fast machine makes several puts in one."""
-    last = time.time_ns() // 1_000_000
-    while time.time_ns() // 1_000_000 == last:
-        time.sleep(0.0002)
-
-
 def test_pages_of_a_search_cover_every_match_once_newest_first(store: JournalStore) -> None:
     for i in range(7):
-        _next_millisecond()
+        next_millisecond()
         store.put(("p",), f"k{i}", {"i": i, "even": i % 2 == 0})
-    _next_millisecond()  # an update makes k2 the newest
+    next_millisecond()  # an update makes k2 the newest
     store.put(("p",), "k2", {"i": 2, "even": True, "again": 1})
     pages = [store.search(("p",), filter={"even": True}, limit=2, offset=o) for o in (0, 2, 4)]
     keys = [i.key for page in pages for i in page]
