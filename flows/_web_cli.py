@@ -83,8 +83,10 @@ def check_address(host: str, token: str | None) -> None:
             "pick a long random one, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe())'`"
         )
     if token is None and not is_loopback(host):
+        # an empty host binds every interface; say so rather than print nothing between two spaces
+        where = "every interface (--host '')" if host == "" else host
         raise ServeTokenRequired(
-            f"serving {host} (not loopback) needs a token: pass --token or set ${TOKEN_ENV} (at least "
+            f"serving {where} (not loopback) needs a token: pass --token or set ${TOKEN_ENV} (at least "
             f"{MIN_TOKEN} characters); every request must then carry it"
         )
 

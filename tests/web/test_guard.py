@@ -99,6 +99,14 @@ def test_serving_off_loopback_without_a_long_token_is_refused_before_binding(arg
     assert orjson.loads(err)["code"] == "serve_token_required"
 
 
+def test_an_empty_host_is_named_as_every_interface_in_the_refusal() -> None:
+    status, out, err = _serve("--host", "", "--port", "0", "--json")
+    assert status == 2 and out == ""
+    error = orjson.loads(err)
+    assert error["code"] == "serve_token_required"
+    assert "serving every interface (--host '') (not loopback)" in error["message"]
+
+
 def test_the_token_may_come_from_the_environment(tmp_path: Path) -> None:
     # a long token from the environment passes the check; the bind then fails on an address that
     # is not this machine's (TEST-NET-1), which shows the token was accepted
