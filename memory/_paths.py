@@ -300,20 +300,37 @@ def refuse_odd_db(db_path: Path) -> None:
         )
 
 
-def _refuse_odd_folder(folder: Path) -> None:
+def refuse_odd_folder(folder: Path) -> None:
     """Refuse a store folder that is there and is no folder (a file, a FIFO, a socket, a device;
     a link to a folder is the folder): no store can be in it, and what reads or writes it would
     say is about the files it cannot make below it (``Unreachable``, naming the folder)."""
     try:
         mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        _refuse_dangling_link(folder)
+        return  # missing (said by the caller)
     except OSError:
-        return  # missing (said by the caller), or for the read or write itself to report
+        return  # for the read or write itself to report
     if not stat.S_ISDIR(mode):
         raise Unreachable(
             f"the store's folder {folder} is {kind_of(mode)}, not a folder: no store can be in it; "
             "give --db (or $FLOWS_DB) a path in a folder, or move it aside",
             path=folder,
         )
+
+
+def _refuse_dangling_link(folder: Path) -> None:
+    """Refuse a store folder that is a link to nothing: a write would fail to make the folder with
+    "File exists" and a read would call the store missing, each about something else."""
+    try:
+        target = os.readlink(folder)
+    except OSError:
+        return  # no link: the folder is missing
+    raise Unreachable(
+        f"the store's folder {folder} is a link to {target}, which does not exist: no store can be in "
+        "it; make the folder it names, or give --db (or $FLOWS_DB) a path in a folder",
+        path=folder,
+    )
 
 
 def check_store_location(
@@ -341,7 +358,7 @@ def check_store_location(
         refuse_odd_db(db_path)
     if db_path.exists():
         return
-    _refuse_odd_folder(db_path.parent)
+    refuse_odd_folder(db_path.parent)
     others = _history_dbs_beside(db_path)
     if others:
         raise StoreMissing(

@@ -56,7 +56,7 @@ from memory._finding import (
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
 from memory._learn import Learner
-from memory._paths import QUARANTINE_DIR, refuse_odd_db, resolve_db, resolve_journal
+from memory._paths import QUARANTINE_DIR, refuse_odd_db, refuse_odd_folder, resolve_db, resolve_journal
 from memory._publisher import Publisher
 from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
@@ -151,6 +151,10 @@ class MemoryStore:
             opened with it, or ``sync`` runs).
 
     The store is a context manager; ``close()`` is safe twice.
+
+    Raises:
+        Unreachable: the history DB's folder is there and is no folder (a file, a FIFO, a socket),
+            or is a link to nothing.
     """
 
     def __init__(
@@ -168,6 +172,9 @@ class MemoryStore:
         self.embedder = None if embedder is None else checked_embedder(embedder)
         self._clock = clock
         self.db_path = resolve_db(db)
+        # a folder that is a file, a FIFO or a link to nothing holds no store: said here, naming it,
+        # not later as an unreadable file below it or an empty store (one stat)
+        refuse_odd_folder(self.db_path.parent)
         self.journal_location = resolve_journal(self.db_path, journal)
         self.read_only = read_only
         file_index = file_index and not read_only

@@ -81,7 +81,7 @@ def test_a_history_db_that_is_no_file_is_refused_by_every_command_naming_it(
         _refused(db, args, db, "memory_unreachable")
 
 
-@pytest.mark.parametrize("kind", ["fifo", "socket", "file"])
+@pytest.mark.parametrize("kind", ["fifo", "socket", "file", "link"])  # the link leads nowhere
 def test_a_store_folder_that_is_no_folder_is_refused_by_every_command_naming_it(
     tmp_path: Path, kind: str
 ) -> None:
@@ -109,3 +109,16 @@ def test_a_scope_folder_that_is_no_folder_is_refused_by_every_read_naming_it(
         assert "Traceback" not in done.stderr and str(scope) in done.stderr, (args, done.stderr)
     check = flows(db, "check", timeout=60)
     assert check.returncode == 1 and str(scope) in check.stdout and "Traceback" not in check.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "file", "link"])  # the link leads nowhere
+def test_a_store_object_on_a_folder_that_is_no_folder_is_refused_at_once_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    # through the API the reads said "empty" (a link to nothing) or named a file below the folder,
+    # and the first write failed with "File exists"
+    folder = tmp_path / "store"
+    ODD[kind](folder)
+    with pytest.raises(memory.Unreachable) as refused:
+        memory.MemoryStore(folder / "history.db")
+    assert refused.value.path == folder and str(folder) in str(refused.value)
