@@ -1265,10 +1265,10 @@ class LineLog(Generic[T]):
         mark = self._trusted_mark(fd, marks, size)
         if not mark:
             return
-        last_nl = self._last_newline_before(fd, mark)
+        last_nl = self._line_start_before(fd, mark) - 1
         if last_nl < 0:
             return
-        start = self._last_newline_before(fd, last_nl) + 1
+        start = self._line_start_before(fd, last_nl)
         line = os.pread(fd, last_nl - start, start)
         try:
             record = self._codec.decode(line)
@@ -1288,6 +1288,25 @@ class LineLog(Generic[T]):
             if found >= 0:
                 return pos + found
         return -1
+
+    def _line_start_before(self, fd: int, limit: int) -> int:
+        """Where the line holding the byte before ``limit`` begins (0 for the file's first line),
+        read backwards in blocks; with a ``max_line``, no further back than a line may be long:
+        a longer one (all of it below the watermark, where this is asked) is ``JournalCorrupt``,
+        so a crafted hole of gigabytes is not read through."""
+        if self._max_line is None:
+            return self._last_newline_before(fd, limit) + 1
+        floor = max(0, limit - self._max_line - 1)
+        pos = limit
+        while pos > floor:
+            size = min(_REVERSE_BLOCK, pos - floor)
+            pos -= size
+            found = os.pread(fd, size, pos).rfind(b"\n")
+            if found >= 0:
+                return pos + found + 1
+        if floor == 0:
+            return 0
+        raise self._corrupt(fd, floor, self._over_long())
 
     def _parse(self, fd: int, data: bytes, start: int, mark: int | None, expected: int | None) -> _Parsed[T]:
         """Decode complete lines of ``data`` (which begins at file offset ``start``)."""
@@ -1508,8 +1527,8 @@ class LineLog(Generic[T]):
         if not mark:
             yield from self._reverse_guessing(fd, size)
             return
-        last_nl = self._last_newline_before(fd, mark)
-        start = self._last_newline_before(fd, last_nl) + 1 if last_nl >= 0 else 0
+        last_nl = self._line_start_before(fd, mark) - 1
+        start = self._line_start_before(fd, last_nl) if last_nl >= 0 else 0
         region = self._acknowledged_lines(fd, start, size, mark)
         tail: list[tuple[int, T]] = []
         expected: int | None = 1 if self._sequence is not None else None
@@ -1560,29 +1579,53 @@ class LineLog(Generic[T]):
             in_tail = False
             yield at, record
 
-    @staticmethod
-    def _backward_lines(fd: int, limit: int) -> Iterator[tuple[int, bytes]]:
+    def _backward_lines(self, fd: int, limit: int) -> Iterator[tuple[int, bytes]]:
         """Yield (offset, line) for the newline-terminated lines before ``limit``, newest first
-        (what follows the last newline before ``limit`` is not a line yet)."""
-        pos, buf, first = limit, b"", True
-        while True:
-            if pos > 0:
-                size = min(_REVERSE_BLOCK, pos)
-                pos -= size
-                buf = os.pread(fd, size, pos) + buf
-            parts = buf.split(b"\n")
-            # parts[0] may have its start in an earlier block, unless the file's start was reached.
-            keep, complete = (parts[0], parts[1:]) if pos > 0 else (b"", parts)
-            at = pos + len(keep) + 1 if pos > 0 else 0
-            starts = []
-            for raw in complete:
-                starts.append(at)
-                at += len(raw) + 1
-            for raw, begin in zip(reversed(complete), reversed(starts), strict=True):
-                if first:
-                    first = False
-                    continue  # b"" when ``limit`` follows a newline; else an unfinished line
-                yield begin, raw
-            buf = keep
-            if pos == 0:
-                return
+        (what follows the last newline before ``limit`` is not a line yet).
+
+        Each byte is read once and copied a bounded number of times, however long a line is: the
+        blocks of a line longer than a block are kept apart until its start is read, then joined
+        once. With a ``max_line``, a line found longer than it is ``JournalCorrupt`` as soon as
+        its held bytes pass it (it is never held whole), named by its line.
+        """
+        limit_line = self._max_line
+        pos, started = limit, False
+        held: list[bytes] = []  # the line being read, its blocks newest read (earliest) last
+        held_len = 0
+        line_end = limit  # the offset of the newline that ends the line being read
+        while pos > 0:
+            size = min(_REVERSE_BLOCK, pos)
+            pos -= size
+            data = os.pread(fd, size, pos)
+            if not started:
+                nl = data.rfind(b"\n")
+                if nl < 0:
+                    continue  # after the last newline before ``limit``: an unfinished line
+                data, started, line_end = data[:nl], True, pos + nl
+            if b"\n" not in data:
+                held.append(data)  # the middle of a long line: its start is in an earlier block
+                held_len += len(data)
+                if limit_line is not None and held_len > limit_line:
+                    raise self._corrupt(fd, pos, self._over_long())
+                continue
+            parts = data.split(b"\n")
+            held.append(parts[-1])
+            raw = b"".join(reversed(held))
+            at = line_end - len(raw)
+            if limit_line is not None and len(raw) > limit_line:
+                raise self._corrupt(fd, at, self._over_long())
+            yield at, raw
+            for raw in reversed(parts[1:-1]):
+                at, line_end = at - 1 - len(raw), at - 1
+                if limit_line is not None and len(raw) > limit_line:
+                    raise self._corrupt(fd, at, self._over_long())
+                yield at, raw
+            line_end = at - 1
+            held, held_len = [parts[0]], len(parts[0])  # its start may lie in an earlier block
+            if limit_line is not None and held_len > limit_line:
+                raise self._corrupt(fd, pos, self._over_long())
+        if started:  # the file's first line
+            raw = b"".join(reversed(held))
+            if limit_line is not None and len(raw) > limit_line:
+                raise self._corrupt(fd, 0, self._over_long())
+            yield 0, raw
