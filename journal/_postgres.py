@@ -363,12 +363,14 @@ class _Pool:
     def call(self, fn: Callable[[psycopg.Cursor[Any]], T]) -> T:
         """Run ``fn`` (single autocommit statements, each safe to repeat) on a pooled connection.
 
-        When a connection taken from the pool turns out dead, ``fn`` runs once more on a fresh one.
+        When the connection turns out dead (it died while idle in the pool, or it broke while the
+        statement ran: its answer, and whether the server committed it, are lost), ``fn`` runs once
+        more on a fresh one. Repeating is what makes a lost answer exact: an append is found again
+        by its key or record id, never made twice.
         """
         for fresh in (False, True):
             with self._mutex:
                 conn = None if fresh or not self._idle else self._idle.pop()
-            reused = conn is not None
             if conn is None:
                 conn = self._connect()
             try:
@@ -377,8 +379,8 @@ class _Pool:
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 dead = conn.broken or conn.closed  # not a statement the server cancelled on a live one
                 self._discard(conn)
-                if reused and dead:
-                    continue  # it died while idle in the pool: start afresh
+                if dead and not fresh:
+                    continue  # start afresh (a server that is down refuses the new connection)
                 raise
             except psycopg.Error:
                 self._discard(conn)
@@ -864,18 +866,43 @@ class PostgresJournal:
         error_json = None if not error else payload_json(error, what="error")
         error_text = None if error_json is None else error_json.decode()
         now = read_clock(self._clock, run_id=lease.run_id)
-        with self._transaction("finishing a run", run_id=lease.run_id) as cur:
-            epoch, stored, _ = self._lock_run(cur, lease.run_id)
-            check_fence(lease, epoch, stored)
-            self._check_finished_size(cur, lease, ended, now, error_json)
-            row = cur.execute(
-                f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
-                f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
-                {"state": ended.value, "now": now, "error": error_text, "run": lease.run_id},
-            ).fetchone()
+        try:
+            with self._transaction("finishing a run", run_id=lease.run_id) as cur:
+                epoch, stored, _ = self._lock_run(cur, lease.run_id)
+                check_fence(lease, epoch, stored)
+                self._check_finished_size(cur, lease, ended, now, error_json)
+                row = cur.execute(
+                    f"update journal_runs r set state = %(state)s, updated_ms = %(now)s, error = %(error)s"
+                    f" where r.run_id = %(run)s returning {_RUN_COLUMNS}, false",
+                    {"state": ended.value, "now": now, "error": error_text, "run": lease.run_id},
+                ).fetchone()
+        except JournalUnavailable:
+            # The connection broke: if it broke after the server committed (the answer to COMMIT
+            # lost), the run row already holds this very ending; answer it, and let the lease go.
+            row = self._finished_as(lease, ended, now, error_text)
+            if row is None:
+                raise
         self.release(lease)
         assert row is not None  # the row is locked: it cannot have gone
         return self._info(row)
+
+    def _finished_as(
+        self, lease: Lease, ended: RunState, now: int, error: str | None
+    ) -> Sequence[Any] | None:
+        """The run's row when it holds exactly the ending ``finish`` wrote (its state, the lease's
+        epoch, ``now`` and ``error``), else None (also when the server cannot be asked)."""
+
+        def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
+            return cur.execute(
+                f"select {_RUN_COLUMNS}, false from journal_runs r where r.run_id = %s and r.epoch = %s"
+                " and r.state = %s and r.updated_ms = %s and r.error is not distinct from %s",
+                (lease.run_id, lease.epoch, ended.value, now, error),
+            ).fetchone()
+
+        try:
+            return self._call("checking how a run was finished", call, run_id=lease.run_id, reading=True)
+        except JournalError:
+            return None
 
     def _check_finished_size(
         self, cur: psycopg.Cursor[Any], lease: Lease, ended: RunState, now: int, error: bytes | None
