@@ -1238,8 +1238,11 @@ class LineLog(Generic[T]):
         """
         mark = marks.durable
         if mark is not None and mark > size:
-            # every line the file has was acknowledged: name the first damaged one, if any
-            self._parse(fd, os.pread(fd, size, 0), 0, size, None if self._sequence is None else 1)
+            # every line the file has was acknowledged: name the first damaged one, if any (read in
+            # blocks, stopping at a line longer than a record's: a crafted mark past a sparse file's
+            # end does not make the whole file be read into memory)
+            region = self._acknowledged_lines(fd, 0, size, size)
+            self._parse(fd, region, 0, size, None if self._sequence is None else 1)
             raise self._missing(fd, size, mark)
         return mark
 

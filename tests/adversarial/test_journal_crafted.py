@@ -251,7 +251,13 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
 
 @pytest.mark.parametrize("op", ["read", "find", "iter_reverse"])
 @pytest.mark.parametrize(
-    "where", ["acknowledged", "acknowledged, the mark crafted to cover it", "past the mark"]
+    "where",
+    [
+        "acknowledged",
+        "acknowledged, the mark crafted to cover it",
+        "past the mark",
+        "past the end, the mark crafted past the file's",
+    ],
 )
 def test_a_line_of_hundreds_of_megabytes_is_judged_without_reading_it_whole(
     tmp_path: Path, where: str, op: str
@@ -276,6 +282,12 @@ def test_a_line_of_hundreds_of_megabytes_is_judged_without_reading_it_whole(
             f.write(b"\n" + b"".join(lines[1:]))
         else:  # a hole after the last line: never acknowledged
             f.truncate(sum(map(len, lines)) + _SPARSE)
+    if where.startswith("past the end"):
+        # a mark beyond the file: lines were lost, and every line the file has is acknowledged;
+        # naming the first damaged one read the whole file (the hole) into memory at once
+        marks_path = Path(f"{path}.lock")
+        marks = journal.LineMarks.parse(marks_path.read_bytes())
+        marks_path.write_bytes(dataclasses.replace(marks, plain=1 << 40).pack())
     if where == "acknowledged, the mark crafted to cover it":
         # the checksummed mark claims the whole file, so every line of it is below the watermark:
         # the backward reader (iter_reverse) meets the hole from its end, and held it growing, block
@@ -297,5 +309,7 @@ def test_a_line_of_hundreds_of_megabytes_is_judged_without_reading_it_whole(
             f"journal_corrupt line 2: a line of more than {journal.RecordCodec.max_line:,} bytes, "
             "over what a record's may hold"
         )
+    elif where.startswith("past the end"):
+        assert got.startswith("journal_corrupt line 4: ")  # the hole, after the three lines
     else:
         assert got == {"read": "3", "find": "True", "iter_reverse": "3"}[op]
