@@ -139,6 +139,19 @@ def test_the_retrieval_data_set_is_large_enough_and_every_question_has_one_answe
         assert answer.kind in ("F", "U") and answer.answered_by is None, question
 
 
+def test_the_held_out_retrieval_set_is_apart_from_the_benchmarks_own() -> None:
+    """The second set that a change to the ranking is also judged on: at least 60 questions with one
+    answer, its own people and topics, and no finding or question of the first set."""
+    heldout, own = retrieval.load(retrieval.HELDOUT), retrieval.load()
+    assert len(heldout.asked) >= 60 and len({i.block for i in heldout.items}) >= 5
+    assert any(i.kind == "U" for i in heldout.items) and any(i.kind == "X" for i in heldout.items)
+    assert not {i.block for i in heldout.items} & {i.block for i in own.items}
+    assert not {i.text for i in heldout.items} & {i.text for i in own.items}
+    assert not {q for i in heldout.items for q in i.questions} & {q for i in own.items for q in i.questions}
+    for question, answer in heldout.asked:
+        assert answer.kind in ("F", "U") and answer.answered_by is None, question
+
+
 def test_the_retrieval_score_counts_ranks_and_every_retired_key_returned(tmp_path: Path) -> None:
     data = retrieval.load()
     retrieval.build(tmp_path / "history.db", data).close()
