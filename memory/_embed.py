@@ -39,7 +39,9 @@ class Embedder(Protocol):
     are kept under it and never mixed across names. ``embed`` gets a batch of texts and returns one
     vector of ``dims`` floats per text, in order (a numpy array or lists of floats). An embedder may
     also have ``min_similarity`` (a float; 0.0 when absent): a finding less similar to a question
-    than that is not an answer by meaning (``similarity_floor``).
+    than that is not an answer by meaning (``similarity_floor``); and ``word_alignment`` (a float
+    from 0 to 1; 0.0 when absent): how much a hybrid answer's score adds for the alignment of the
+    question's words with the finding's, each word embedded alone (``memory._align``).
     """
 
     @property
@@ -97,6 +99,27 @@ def similarity_floor(embedder: Embedder) -> float:
     return float(floor)
 
 
+def alignment_weight(embedder: Embedder) -> float:
+    """How much word alignment adds to a hybrid answer's score with ``embedder``: its
+    ``word_alignment`` (a number from 0 to 1), else 0.0 (no alignment, nothing embedded).
+
+    Raises:
+        ArgumentInvalid: ``word_alignment`` is not a number from 0 to 1, or reading it raised.
+    """
+    try:  # a property of the user's may raise
+        weight = getattr(embedder, "word_alignment", 0.0)
+    except Exception as exc:
+        raise ArgumentInvalid(
+            f"reading the embedder's word_alignment raised {type(exc).__name__}: {exc!s:.200}"
+        ) from exc
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not 0.0 <= float(weight) <= 1.0:
+        raise ArgumentInvalid(
+            "an embedder's word_alignment must be a number from 0 to 1 (how much the alignment of a "
+            f"question's words with a finding's adds to a hybrid score), not {weight!r:.80}"
+        )
+    return float(weight)
+
+
 def check_shape(name: object, dims: object) -> None:
     """Refuse an embedder whose ``name`` or ``dims`` cannot key stored vectors."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
@@ -120,6 +143,7 @@ def checked_embedder(embedder: object) -> Embedder:
         )
     check_shape(name, dims)
     similarity_floor(embedder)  # type: ignore[arg-type]
+    alignment_weight(embedder)  # type: ignore[arg-type]
     return embedder  # type: ignore[return-value]
 
 
@@ -135,6 +159,10 @@ class WordLlamaEmbedder:
     min_similarity = 0.1
     """On this project's retrieval benchmark 0.2% of right answers score below 0.1, and questions
     about nothing the store holds score 0.15 to 0.26: the floor drops only the unrelated."""
+    word_alignment = 1.0
+    """A hybrid answer's score adds its word alignment (``memory._align``: each question word's best
+    cosine with a word of the finding, averaged) at the weight of its cosine: two estimates of one
+    similarity, from the same token table, averaged (not fitted)."""
 
     def __init__(self) -> None:
         import importlib.util

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._embed import Embedder, similarity_floor
+from memory._embed import Embedder, alignment_weight, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
 from memory._files import (
@@ -838,6 +838,7 @@ class Search:
         findings = self._resolve(ranked, unsynced, now)
         findings.update({k: x.finding for k, x in by_words.items()})
         best = max((x.score for x in by_words.values()), default=0.0) or 1.0
+        aligned = self._aligned(subject, findings) if mode == "hybrid" else {}
         out = []
         for key, e in findings.items():
             w = by_words.get(key)
@@ -851,7 +852,9 @@ class Search:
             out.append(
                 Explained(
                     finding=e,
-                    score=sim + (WORDS_WEIGHT * w.score / best if w is not None else 0.0),
+                    score=sim
+                    + (WORDS_WEIGHT * w.score / best if w is not None else 0.0)
+                    + aligned.get(key, 0.0),
                     matched=w.matched if w is not None else (),
                     matched_by="meaning" if w is None else "both" if key in near else "words",
                     similarity=sim,
@@ -865,6 +868,21 @@ class Search:
                 listing.check(fresh)  # the files of what the read returns, unchanged since indexed
             self._served(fresh)
         return answers
+
+    def _aligned(self, subject: str, findings: Mapping[str, Recalled]) -> dict[str, float]:
+        """Each finding's word alignment with ``subject`` (``memory._align``) times the embedder's
+        ``word_alignment``; nothing when that is 0 (no word is embedded)."""
+        from memory._align import alignments, content_words
+        from memory._vectors import embed_text
+
+        assert self._embedder is not None
+        weight = alignment_weight(self._embedder)
+        if not weight or not findings:
+            return {}
+        keys = list(findings)
+        texts = [content_words(embed_text(findings[k]), _STOPWORDS) for k in keys]
+        got = alignments(self._embedder, content_words(subject, _STOPWORDS), texts)
+        return {k: weight * a for k, a in zip(keys, got, strict=True)}
 
     def _candidates(
         self,

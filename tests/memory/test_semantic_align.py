@@ -1,0 +1,123 @@
+"""``why``'s hybrid ranking aligns the question's words with each candidate's (``memory._align``):
+a finding that shares no word with the question but answers it word by word ranks first, an
+embedder decides by its ``word_alignment`` whether its words are embedded at all, and nothing of a
+finding's words is kept after the search."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import memory
+from tests.memory.conftest import Clock
+
+PRIYA = [
+    "Priya keeps a rescue greyhound called Biscuit",
+    "Priya leads the accessibility audit for the checkout",
+    "Priya is learning to play the violin",
+    "Priya flies to Toronto for the partner summit in June",
+    "Priya avoids caffeine after midday",
+    "Priya's standup is at half past nine",
+    "Priya has a nut allergy",
+    "Priya prefers written agendas before any meeting",
+]
+
+
+class Counting:
+    """A deterministic embedder (each word hashed into a bucket) that records the texts it embeds."""
+
+    def __init__(self, word_alignment: object = None) -> None:
+        self.name = "counting@1"
+        self.dims = 64
+        self.seen: list[str] = []
+        if word_alignment is not None:
+            self.word_alignment = word_alignment
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.seen.extend(texts)
+        out = []
+        for t in texts:
+            v = [0.0] * self.dims
+            for w in t.lower().split():
+                v[zlib.crc32(w.encode()) % self.dims] += 1.0
+            out.append(v)
+        return out
+
+
+def test_a_finding_that_answers_the_question_word_by_word_ranks_first(db: Path) -> None:
+    """"Toronto" answers "canada" though the two share no word: the mean of the finding's tokens
+    dilutes that one close word among nine, and the default embedder's hybrid ranking put a
+    finding about caffeine first; aligned word by word, the trip ranks first."""
+    with memory.MemoryStore(db, embedder=memory.default_embedder(), clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            for text in PRIYA:
+                s.learn({"text": text})
+        (best, *_) = store.why("is priya travelling to canada?", mode="hybrid")
+        assert best.text == "Priya flies to Toronto for the partner summit in June"
+        assert best.matched_by == "both"  # "priya" is a shared word; the similarity is the cosine
+        assert best.similarity is not None and best.score > best.similarity
+        # semantic ranks by the cosine alone, unchanged
+        for answer in store.why("is priya travelling to canada?", mode="semantic"):
+            assert answer.score == answer.similarity
+
+
+def test_an_embedder_without_word_alignment_embeds_no_single_word(db: Path) -> None:
+    embedder = Counting()
+    with memory.MemoryStore(db, embedder=embedder, clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            s.learn({"text": "lion tiger bear"})
+            s.learn({"text": "zebra"})
+        store.derive_vectors()
+        embedder.seen.clear()
+        answers = store.why("lion zebra", mode="hybrid")
+        assert {a.text for a in answers} == {"lion tiger bear", "zebra"}
+        assert embedder.seen == ["lion zebra"]  # the question; the findings' vectors were derived before
+        assert all(a.score <= a.similarity + 0.1 + 1e-6 for a in answers if a.similarity is not None)
+
+
+def test_an_embedder_with_word_alignment_embeds_the_candidates_words_each_search(db: Path) -> None:
+    """The words are embedded in one batch per search, the question's and the candidates' without
+    the stop words, and none is remembered: the next search embeds them again."""
+    embedder = Counting(word_alignment=0.5)
+    with memory.MemoryStore(db, embedder=embedder, clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            s.learn({"text": "The lion sleeps", "tags": ["Zoo"]})
+        store.derive_vectors()
+        for _ in range(2):
+            embedder.seen.clear()
+            (answer,) = store.why("where is the lion", mode="hybrid")
+            assert embedder.seen[0] == "where is the lion"
+            # "The", "where", "is" are stop words; each word once, in one batch
+            assert sorted(embedder.seen[1:]) == ["Zoo", "lion", "sleeps"]
+            # each word's own vector matches exactly: "lion" aligns with "lion" (cosine 1), weighed 0.5
+            assert answer.score == pytest.approx(answer.similarity + 0.1 + 0.5, abs=1e-3)
+        assert store.why("where is the lion", mode="semantic")[0].score == pytest.approx(answer.similarity)
+
+
+def test_an_embedders_word_alignment_must_be_a_number_from_zero_to_one(db: Path) -> None:
+    for bad in (float("nan"), float("inf"), 1.5, -0.1, "0.5", True, [0.1]):
+        with pytest.raises(memory.ArgumentInvalid, match="word_alignment"):
+            memory.MemoryStore(db, embedder=Counting(word_alignment=bad))
+
+    class Raises(Counting):
+        @property
+        def word_alignment(self) -> float:
+            raise RuntimeError("not loaded")
+
+        @word_alignment.setter
+        def word_alignment(self, value: object) -> None:
+            pass
+
+    with pytest.raises(memory.ArgumentInvalid, match="word_alignment raised RuntimeError"):
+        memory.MemoryStore(db, embedder=Raises())
+    changing = Counting(word_alignment=1.0)
+    with memory.MemoryStore(db, embedder=changing, clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            s.learn({"text": "lion"})
+        changing.word_alignment = 2.0  # changed after the store opened: refused at the read
+        with pytest.raises(memory.ArgumentInvalid, match="word_alignment"):
+            store.why("lion", mode="hybrid")
+        assert [a.text for a in store.why("lion", mode="semantic")] == ["lion"]  # not read there
