@@ -23,8 +23,12 @@ from memory._embed import EMBED_TEXT_MAX, Embedder, checked_vectors
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-WORDS_MAX = 512
+WORDS_MAX = 256
 """Words of one text aligned at most (its first distinct ones; a text is read up to EMBED_TEXT_MAX)."""
+
+BATCH = 4096
+"""Words given to the embedder at once (a search's distinct words are embedded in batches of this
+many, so a search over long findings never holds more than one batch's float64 check at a time)."""
 
 
 def content_words(text: str, stop: frozenset[str]) -> list[str]:
@@ -38,13 +42,17 @@ def content_words(text: str, stop: frozenset[str]) -> list[str]:
 def alignments(embedder: Embedder, question: Sequence[str], texts: Sequence[Sequence[str]]) -> list[float]:
     """For each of ``texts`` (each a list of words), the mean over the ``question``'s words of the
     best cosine similarity with any of its words (0.0 when either has no words). Every distinct word
-    is embedded once, in one batch, through ``checked_vectors`` (unit rows, the embedder's output
-    checked)."""
+    is embedded once, in batches of ``BATCH``, through ``checked_vectors`` (unit rows, the embedder's
+    output checked)."""
+    import numpy as np
+
     if not question or not any(texts):
         return [0.0] * len(texts)
     vocabulary = list(dict.fromkeys([*question, *(w for t in texts for w in t)]))
     at = {w: i for i, w in enumerate(vocabulary)}
-    vectors: Any = checked_vectors(embedder, vocabulary)
+    vectors: Any = np.concatenate(
+        [checked_vectors(embedder, vocabulary[i : i + BATCH]) for i in range(0, len(vocabulary), BATCH)]
+    )
     asked = vectors[[at[w] for w in question]]
     out = []
     for words in texts:

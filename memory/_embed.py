@@ -12,6 +12,7 @@ Nothing here imports a model or numpy until an embedder is built: ``import memor
 from __future__ import annotations
 
 import importlib
+import itertools
 import numbers
 import os
 import threading
@@ -208,14 +209,21 @@ class WordLlamaEmbedder:
         self.name = f"wordllama-l2_supercat-256@{_dist_version('wordllama')}"
 
     def embed(self, texts: Sequence[str]) -> Any:
+        """Each text's tokens' rows, averaged and scaled to unit length (a text of no token: zeros).
+        Every text's rows are gathered at once and summed per text (``np.add.reduceat``), not a
+        numpy call per text: a batch of single words (``memory._align``) costs a few calls."""
         np = self._np
         clipped = [t[:EMBED_TEXT_MAX] for t in texts]
         out = np.zeros((len(clipped), self.dims), dtype=np.float32)
-        last = self._table.shape[0] - 1
-        for i, encoding in enumerate(self._tokenizer.encode_batch(clipped, add_special_tokens=False)):
-            ids = np.clip(np.asarray(encoding.ids, dtype=np.int64), 0, last)
-            if ids.size:
-                out[i] = self._table[ids].mean(axis=0)
+        encodings = self._tokenizer.encode_batch(clipped, add_special_tokens=False)
+        counts = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        total = int(counts.sum())
+        if total:
+            ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64, total)
+            np.clip(ids, 0, self._table.shape[0] - 1, out=ids)
+            some = counts > 0
+            starts = (np.cumsum(counts) - counts)[some]
+            out[some] = np.add.reduceat(self._table[ids], starts, axis=0) / counts[some, None]
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
 

@@ -30,6 +30,7 @@ GROUPS: dict[str, str] = {
     "memory": "core",
     "memory/_vectors.py": "semantic",
     "memory/_embed.py": "semantic",
+    "memory/_align.py": "semantic",  # numpy, only for a hybrid why with an embedder
     "memory/cli.py": "completion",  # argcomplete, imported only when tab completion asks
     "flows": "core",
     "flows/_web_cli.py": "web",  # uvicorn, imported only by `flows serve`

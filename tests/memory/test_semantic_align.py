@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import memory
+from memory._embed import EMBED_TEXT_MAX
 from tests.memory.conftest import Clock
 
 PRIYA = [
@@ -121,3 +122,48 @@ def test_an_embedders_word_alignment_must_be_a_number_from_zero_to_one(db: Path)
         with pytest.raises(memory.ArgumentInvalid, match="word_alignment"):
             store.why("lion", mode="hybrid")
         assert [a.text for a in store.why("lion", mode="semantic")] == ["lion"]  # not read there
+
+
+def test_a_long_finding_is_aligned_by_its_first_words_in_bounded_batches(db: Path) -> None:
+    from memory._align import BATCH, WORDS_MAX
+
+    embedder = Counting(word_alignment=1.0)
+    batches: list[int] = []
+    embed = embedder.embed
+
+    def counted(texts: Sequence[str]) -> list[list[float]]:
+        batches.append(len(texts))
+        return embed(texts)
+
+    embedder.embed = counted  # type: ignore[method-assign]
+    with memory.MemoryStore(db, embedder=embedder, clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            for n in range(40):  # 40 findings of 2,000 distinct words each: 80,000 words in all
+                s.learn({"text": " ".join(f"w{n}x{i}" for i in range(2_000))})
+        store.derive_vectors()
+        batches.clear()
+        embedder.seen.clear()
+        assert len(store.why("w0x1", mode="hybrid", limit=40)) == 40
+    words = embedder.seen[1:]
+    assert len(words) == len(set(words)) <= 40 * WORDS_MAX + 1
+    assert "w0x1" in words and "w0x300" not in words  # each finding's first 256 words
+    assert max(batches[1:]) <= BATCH
+
+
+def test_the_default_embedder_gives_each_text_the_mean_of_its_tokens_rows() -> None:
+    """The default embedder sums every text's rows at once; each vector is still its own tokens'
+    mean, scaled to unit length (a text of no token: zeros), in the texts' order."""
+    import numpy as np
+
+    embedder = memory.default_embedder()
+    texts = ["", "Priya", " ", "is priya travelling to canada?", "x" * 20_000, "caffeine", "", "ok"]
+    got = np.asarray(embedder.embed(texts))
+    table, tokenizer = embedder._table, embedder._tokenizer  # type: ignore[attr-defined]
+    for text, vector in zip(texts, got, strict=True):
+        ids = tokenizer.encode(text[:EMBED_TEXT_MAX], add_special_tokens=False).ids
+        if not ids:
+            assert not vector.any()
+            continue
+        mean = table[np.asarray(ids)].mean(axis=0)
+        assert np.allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
+    assert np.asarray(embedder.embed([])).shape == (0, 256)
