@@ -184,7 +184,7 @@ WORDS_WEIGHT = 0.1
 """How much the words add to the meaning in ``hybrid``: a finding's score is its similarity plus
 WORDS_WEIGHT times its keyword score over the best keyword score of the question (so at most 0.1).
 Measured on the retrieval benchmark, this blend put the right finding in the top 5 for 81% of the
-questions where reciprocal-rank fusion (k=60) reached 72% (on the held-out set, 89% against 83%): the
+questions where reciprocal-rank fusion (k=60) reached 72-74% (on the held-out set, 89% against 83%): the
 words only break near ties. The embedder's ``word_alignment`` adds the words' alignment by meaning
 (``memory._align``) on top."""
 
