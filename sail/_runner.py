@@ -39,6 +39,7 @@ from memory.ledger import (
     DispatchSigned,
     DispatchSubmitted,
     DispatchUnsent,
+    fit_text,
 )
 from sail._chain import READ_ERRORS, SHAPE_ERRORS, TESTER_ERRORS, UINT256, Chain, quantity
 from sail._errors import SailKeyUnavailable, SailSubmitFailed, SailSubmitUncertain
@@ -184,7 +185,9 @@ class Runner:
             if "already known" in str(exc).lower():  # it is in the node's pool after all
                 raise SailSubmitUncertain(_uncertain(tx_hash, exc)) from exc
             self.activity.append(
-                DispatchUnsent(int(self.clock()), tx_hash, nonce, f"refused by the node: {_one_line(exc)}")
+                DispatchUnsent(
+                    int(self.clock()), tx_hash, nonce, fit_text(f"refused by the node: {_one_line(exc)}")
+                )
             )
             raise SailSubmitFailed(
                 f"the node refused the swap {tx_hash}: {_one_line(exc)}; check the agent's gas funds and "
@@ -240,7 +243,7 @@ class Runner:
             tx_hash=tx_hash,
             block=receipt.block,
             gas_used=receipt.gas_used,
-            reason=reason,
+            reason=None if reason is None else fit_text(reason),  # a contract's text: cut to the bound
         )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from journal import JournalError
 from memory.cli import InternalError, Interrupted
-from memory.ledger import ActivityLog, LedgerError, TickFinished, TickStarted
+from memory.ledger import ActivityLog, LedgerError, TickFinished, TickStarted, fit_text
 
 
 class TickRecorder:
@@ -51,7 +51,7 @@ class TickRecorder:
         code = getattr(exc, "code", None)
         if not isinstance(code, str):
             code = Interrupted.code if not isinstance(exc, Exception) else InternalError.code
-        message = " ".join((str(exc) or type(exc).__name__).split())[:2000]
+        message = fit_text(" ".join((str(exc) or type(exc).__name__).split()))
         self._write(TickFinished(ts=self._now(), pid=self.pid, outcome="failed", code=code, message=message))
 
     def _now(self) -> int:

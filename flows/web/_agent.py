@@ -31,6 +31,7 @@ from flows._bounded import LIST_MAX_BYTES
 from flows.web._errors import ServeBadRequest
 from flows.web._tail import TailReader
 from memory.ledger import (
+    MAX_SKIP_SCAN,
     Acted,
     ActivityCodec,
     ActivityLog,
@@ -59,6 +60,7 @@ _CONFIG_MAX_BYTES = 1 << 20
 #: the largest ``interval_s`` the agent's config takes (sail's own bound: what the logs' integers carry)
 MAX_INTERVAL_S = 2**63 - 1
 _ACTED = b'"kind":"acted"'
+_SKIPPED = b'"kind":"skipped"'
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,37 @@ class Agent:
                 if rows and total > max_bytes:
                     return rows, rows[-1][0], True
                 rows.append((offset, entry))
+        except ValueError as exc:
+            raise ServeBadRequest(f"{exc}; start from the newest page") from None
+        return rows, None, False
+
+    def skips(
+        self, before: int | None, limit: int, max_bytes: int = LIST_MAX_BYTES
+    ) -> tuple[list[tuple[int, Skipped]], int | None, bool]:
+        """Up to ``limit`` skips older than the line at offset ``before`` (newest first; from the end
+        when None) among the ``MAX_SKIP_SCAN`` lines read back from there, each with its offset: from
+        the end, what ``recent_skips`` gives. Stops before ``max_bytes`` of skips as JSON (the first is
+        always given: a ledger written before reasons were bounded may hold one of megabytes); then
+        the offset to go on from, and True.
+
+        Raises:
+            ServeBadRequest: ``before`` is not the start of a line of the ledger.
+            journal.JournalCorrupt: a damaged line among those read.
+        """
+        rows: list[tuple[int, Skipped]] = []
+        total = 0
+        try:
+            for offset, entry in self._ledger.backwards(
+                before, keep=lambda raw: _SKIPPED in raw, lines=MAX_SKIP_SCAN
+            ):
+                if not isinstance(entry, Skipped):
+                    continue
+                total += len(orjson.dumps(entry.to_wire()))
+                if rows and total > max_bytes:
+                    return rows, rows[-1][0], True
+                rows.append((offset, entry))
+                if len(rows) == limit:
+                    break
         except ValueError as exc:
             raise ServeBadRequest(f"{exc}; start from the newest page") from None
         return rows, None, False

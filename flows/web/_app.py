@@ -17,7 +17,7 @@ Routes (all ``GET``; anything else is 405):
 ``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
 ``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
 ``/api/agents/{n}/status``             ``sail status --json``
-``/api/agents/{n}/why``                ``sail why --json``; ``limit``
+``/api/agents/{n}/why``                ``sail why --json``; ``limit``, ``before``
 ``/api/agents/{n}/balances``           the chart's points per token
 ``/api/agents/{n}/journal``            ``sail journal --days N --json``; ``days`` (default 2)
 =====================================  ===========================================================
@@ -203,6 +203,18 @@ def as_json_text(value: object) -> str:
 _BIDI_ESCAPES = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 
 
+def shown_text(value: object, limit: int = TEXT_SHOWN) -> Markup:
+    """A stored text as its own ``<bdi>`` isolate, escaped, cut at ``limit`` characters with a note of
+    its whole length: an agent's ledger written before its texts were bounded may hold a reason of
+    megabytes, which the JSON API gives whole."""
+    text = "" if value is None else str(value)
+    if len(text) <= limit:
+        return Markup("<bdi>{}</bdi>").format(text)
+    return Markup(
+        '<bdi>{}</bdi>… <span class="cut">({:,} characters in all: the whole is in the JSON API)</span>'
+    ).format(text[:limit], len(text))
+
+
 def langgraph_item(found: Recalled) -> dict[str, Any] | None:
     """A LangGraph store item (namespace, key, value, created) when ``found`` holds one, else None."""
     if found.source != langgraph_view.STORE_SOURCE:
@@ -238,6 +250,7 @@ def _environment() -> Environment:
         langgraph_item=langgraph_item,
         visible_metadata=visible_metadata,
         short_hash=short_hash,
+        shown=shown_text,
     )
     return env
 
@@ -746,9 +759,15 @@ class Dashboard:
     def status_api(self, request: Request) -> tuple[object, str | None]:
         return self._agent(request).status(), None
 
-    def why_api(self, request: Request) -> tuple[object, str | None]:
+    def why_api(self, request: Request) -> tuple[object, str | None] | Truncated:
+        agent = self._agent(request)
         limit = _int_param(request, "limit", 10, 1, 1000)
-        return [s.to_wire() for s in self._agent(request).recent_skips(limit)], None
+        rows, older, truncated = agent.skips(self._before(request), limit)
+        body = [s.to_wire() for _, s in rows]
+        if truncated and older is not None:  # the rest of the ``limit``, from where this one stopped
+            rest = limit - len(rows)
+            return Truncated(body, link(f"/api/agents/{agent.number}/why", before=older, limit=rest))
+        return body, None
 
     def journal_api(self, request: Request) -> tuple[object, str | None]:
         days = _int_param(request, "days", JOURNAL_DAYS, 1, memory.ledger.MAX_DAYS)

@@ -30,6 +30,7 @@ from memory.ledger._codec import LedgerCodec
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text, solve_decimals
 from memory.ledger._entries import (
     ACTED_KEYS,
+    MAX_TEXT_CHARS,
     QUOTE_RETURNED_ZERO,
     SKIPPED_KEYS,
     Acted,
@@ -41,6 +42,7 @@ from memory.ledger._entries import (
     balance_reason,
     cadence_reason,
     entry_from_wire,
+    fit_text,
     format_human,
     quote_unavailable_reason,
     unresolved_reason,
@@ -81,7 +83,7 @@ from memory.ledger._reconcile import (
     transferred_to,
 )
 from memory.ledger._snapshot import MAX_SNAPSHOT_BYTES, LastAct, OpenDispatch, Snapshot
-from memory.ledger._status import CLOCK_SLACK_S, agent_state, dispatch_state, recent_skips
+from memory.ledger._status import CLOCK_SLACK_S, MAX_SKIP_SCAN, agent_state, dispatch_state, recent_skips
 from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
 
 __all__ = [
@@ -90,7 +92,9 @@ __all__ = [
     "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
     "MAX_DAYS",
+    "MAX_SKIP_SCAN",
     "MAX_SNAPSHOT_BYTES",
+    "MAX_TEXT_CHARS",
     "MAX_TICKS_SCANNED",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",
@@ -147,6 +151,7 @@ __all__ = [
     "cadence_reason",
     "dispatch_state",
     "entry_from_wire",
+    "fit_text",
     "format_human",
     "last_days",
     "learned_tokens",

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 
 from journal import JournalCorrupt, LineDamaged, LineLog
+from memory.ledger._entries import text_refusal
 from memory.ledger._errors import ActivityInvalidRecord
 from memory.ledger._lines import LineFile, line_sha256, ready_to_append, require_regular
 from memory.ledger._snapshot import OpenDispatch
@@ -388,6 +389,33 @@ ActivityRecord = (
 )
 
 
+def check_writable_record(record: ActivityRecord) -> None:
+    """Refuse a record whose free text (a reason, a message, a code, a symbol, an action, a
+    permission, a mismatch's field name) is longer than ``MAX_TEXT_CHARS``: checked when it is
+    written, never when read. The copies a ``dispatch_mismatch`` compares and the calldata are not
+    free text and are not bounded here.
+
+    Raises:
+        ActivityInvalidRecord: a field too long (named).
+    """
+    fields: dict[str, str | None]
+    if isinstance(record, DispatchSigned | DispatchSubmitted):
+        fields = {"action": record.action, "permission": record.permission}
+    elif isinstance(record, DispatchSettled | DispatchUnsent | DispatchDropped):
+        fields = {"reason": record.reason}
+    elif isinstance(record, DispatchMismatch):
+        fields = {"field": record.field}
+    elif isinstance(record, TokenMetadata):
+        fields = {"symbol": record.symbol}
+    elif isinstance(record, TickFinished):
+        fields = {"reason": record.reason, "code": record.code, "message": record.message}
+    else:
+        fields = {}
+    refused = text_refusal(fields)
+    if refused is not None:
+        raise ActivityInvalidRecord(*refused)
+
+
 def _need(ok: bool, field: str, reason: str) -> None:
     if not ok:
         raise ActivityInvalidRecord(field, reason)
@@ -524,7 +552,10 @@ class ActivityLog:
             journal.JournalUnwritable: the line could not be made durable.
             journal.JournalCorrupt: the log is damaged mid-file.
             LedgerNotAFile: the log or its lock is not a regular file.
+            ActivityInvalidRecord: a text of the record is longer than ``MAX_TEXT_CHARS`` (nothing is
+                written).
         """
+        check_writable_record(record)
         require_regular(self.path, Path(f"{self.path}.lock"))
         with self._log.locked() as log:
             ready_to_append(log, self.lines)

@@ -23,6 +23,12 @@ latest block while the entry is reconciled (fresh reads, never at ``block``: see
 ``permission`` is the protocol's permission id the dispatch ran under, or null when none was
 configured. A ``skipped`` entry's ``block`` is the chain head the tick saw, or null when the chain
 could not be read.
+
+An entry's free text (a skip's ``reason``, ``action``, ``permission``) holds at
+most ``MAX_TEXT_CHARS`` characters when it is written (``check_writable``): a longer one is refused
+with ``ledger_invalid_entry`` and nothing is written. A ledger written before that bound is still
+read whole (its readers bound what they show instead). Text from outside the agent (a node's error
+in a reason) is cut to fit when the reason is built (``fit_text``), with a marker that says so.
 """
 
 from __future__ import annotations
@@ -59,6 +65,50 @@ ACTED_KEYS: Final = (
 )
 SKIPPED_KEYS: Final = ("ts", "block", "chainId", "kind", "reason")
 AMOUNT_KEYS: Final = ("baseUnits", "human")
+
+MAX_TEXT_CHARS: Final = 2000
+"""The most characters a free-text field the agent writes may hold (a skip's reason, an action, a
+permission; the activity log's reasons, messages and symbols)."""
+
+
+def fit_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` as it is when it has at most ``limit`` characters; else its start and the marker
+    ``… [cut: N characters in all]``, ``limit`` characters together: how text from outside the agent
+    (a node's error, a contract's revert reason) enters a field the schema bounds."""
+    if len(text) <= limit:
+        return text
+    marker = f"… [cut: {len(text)} characters in all]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def text_refusal(fields: dict[str, str | None]) -> tuple[str, str] | None:
+    """The first of ``fields`` (name to text) longer than ``MAX_TEXT_CHARS``, and why it is refused;
+    None when all fit."""
+    for name, value in fields.items():
+        if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+            return name, (
+                f"holds {len(value)} characters, more than the {MAX_TEXT_CHARS} a written text may hold "
+                "(nothing was written): make it shorter"
+            )
+    return None
+
+
+def check_writable(entry: Entry) -> None:
+    """Refuse an entry whose free text is longer than ``MAX_TEXT_CHARS`` (checked when it is
+    written, never when read: a ledger written before the bound still reads).
+
+    Raises:
+        LedgerInvalidEntry: a field too long (named).
+    """
+    if isinstance(entry, Skipped):
+        fields: dict[str, str | None] = {"reason": entry.reason}
+    else:
+        # an amount's text is its figures and the token's symbol, bounded where the symbol is logged
+        # (``token_metadata``): refusing it here would leave a trade on chain no tick could ledger
+        fields = {"action": entry.action, "permission": entry.permission}
+    refused = text_refusal(fields)
+    if refused is not None:
+        raise LedgerInvalidEntry(*refused)
 
 
 class Outcome(StrEnum):
@@ -371,8 +421,10 @@ def allowance_reason(allowance: int, needed: int, router: str) -> str:
 
 
 def quote_unavailable_reason(message: str) -> str:
-    """``quote unavailable: <message>`` (the message is folded onto one line)."""
-    return "quote unavailable: " + " ".join(message.split())
+    """``quote unavailable: <message>`` (the message is folded onto one line, and cut to fit the
+    bound of a reason, ``MAX_TEXT_CHARS``, with ``fit_text``'s marker)."""
+    head = "quote unavailable: "
+    return head + fit_text(" ".join(message.split()), MAX_TEXT_CHARS - len(head))
 
 
 QUOTE_RETURNED_ZERO: Final = "quote returned 0"

@@ -26,7 +26,7 @@ from journal import LineLog
 from memory.ledger import _snapshot
 from memory.ledger._activity import ActivityCodec, ActivityRecord, DispatchSigned, DispatchSubmitted
 from memory.ledger._codec import LedgerCodec
-from memory.ledger._entries import Acted, Entry, Outcome, Skipped
+from memory.ledger._entries import Acted, Entry, Outcome, Skipped, check_writable
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._index import StateBuilder
 from memory.ledger._lines import Line, LineFile, line_sha256, ready_to_append, require_regular
@@ -434,11 +434,13 @@ class LedgerWriter:
         ``writer()`` block ends (a crash before then leaves it behind, and the next read catches up).
 
         Raises:
-            LedgerInvalidEntry: ``entry`` is not an ``Acted`` or ``Skipped``.
+            LedgerInvalidEntry: ``entry`` is not an ``Acted`` or ``Skipped``, or a text of it is longer
+                than ``MAX_TEXT_CHARS`` (nothing is written).
             journal.JournalUnwritable: the line could not be made durable (nothing of it remains).
         """
         if not isinstance(entry, Acted | Skipped):
             raise LedgerInvalidEntry("(entry)", f"must be Acted or Skipped, got {type(entry).__name__}")
+        check_writable(entry)
         self._log.append(entry)
         self.appended += 1
 

@@ -16,6 +16,9 @@ Per day (UTC), in time order:
   in a row, or an unresolved dispatch): from when, until when (or still), and what unblocks it;
 * each gap with no ledgered decision longer than ``gap_s``.
 
+A reason a sentence quotes is cut at ``MAX_TEXT_CHARS`` characters with ``fit_text``'s marker (a
+ledger written before its texts were bounded may hold one of megabytes).
+
 Every sentence cites the lines it came from: ``{"file": "ledger"|"activity", "line", "sha256"}``,
 the line number from 1 and the SHA-256 of the line's bytes without its newline (``sha256sum`` of
 ``sed -n 'Np' FILE | tr -d '\\n'``), so a reader can check each one.
@@ -33,7 +36,7 @@ from typing import Any
 
 from memory.ledger._activity import ActivityRecord, DispatchSettled
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text
-from memory.ledger._entries import Acted, Amount, Entry, Outcome, Skipped
+from memory.ledger._entries import Acted, Amount, Entry, Outcome, Skipped, fit_text
 from memory.ledger._ledger import CLOCK_SKEW_S, Ledger
 
 #: a span with no ledgered decision longer than this is a gap, when the interval is not known
@@ -336,7 +339,7 @@ def _trade(line: _Line, reverts: dict[str, tuple[str | None, Cite]], book: Token
         return Sentence("trade", entry.ts, text, (line.cite,))
     if entry.outcome is Outcome.REVERTED:
         reason, cite = reverts.get(entry.tx_hash.lower(), (None, None))
-        why = f"reason: {reason}" if reason else "no reason recorded"
+        why = f"reason: {fit_text(reason)}" if reason else "no reason recorded"
         text = f"Tried to swap {given} for {wanted}; it reverted in block {entry.block} ({why}; {tx})."
         cites = (line.cite,) if cite is None else (line.cite, cite)
         return Sentence("trade", entry.ts, text, cites)
@@ -405,7 +408,8 @@ def _skip_groups(lines: Sequence[_Line], token: str | None, book: TokenBook) -> 
         times = "once" if len(members) == 1 else f"{len(members)} times"
         span = "" if len(members) == 1 else f", {_clock(first.ts)} to {_clock(last.ts)}"
         latest = "its reason" if len(members) == 1 else "the latest reason"
-        text = f"Skipped {times} on {kind}{span}; {latest}: {reason_text(last.reason, token, book)}."
+        said = fit_text(reason_text(last.reason, token, book))
+        text = f"Skipped {times} on {kind}{span}; {latest}: {said}."
         yield Sentence("skips", first.ts, text, tuple(m.cite for m in members))
 
 
@@ -431,7 +435,7 @@ def _blocked(run: list[_Line], after: _Line | None, token: str | None, book: Tok
     first, last = run[0], run[-1]
     kind = _kind(_reason(first))
     ticks = "one tick" if len(run) == 1 else f"{len(run)} ticks"
-    shown = reason_text(_reason(last), token, book)
+    shown = fit_text(reason_text(_reason(last), token, book))
     if after is None:
         until = f"still blocked at the last entry in view ({_when(last.entry.ts)}, {ticks})"
         cites = tuple(line.cite for line in run)

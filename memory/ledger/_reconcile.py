@@ -42,7 +42,7 @@ from memory.ledger._activity import (
     DispatchUnsent,
     TokenMetadata,
 )
-from memory.ledger._entries import Acted, Amount, Outcome
+from memory.ledger._entries import Acted, Amount, Outcome, fit_text
 from memory.ledger._errors import ChainUnavailable, DispatchNotOurs, DispatchUndecodable
 from memory.ledger._ledger import LedgerWriter
 from memory.ledger._snapshot import OpenDispatch
@@ -411,6 +411,7 @@ def _log_revert(run: _Pass, tx_hash: str, receipt: Receipt) -> None:
         reason = run.reader.revert_reason(tx_hash)
     except ChainUnavailable:
         reason = None
+    reason = None if reason is None else fit_text(reason)  # a contract's text: cut to the bound
     run.log(DispatchSettled(run.now, "dispatch_reverted", tx_hash, receipt.block, receipt.gas_used, reason))
 
 

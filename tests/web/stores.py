@@ -21,11 +21,14 @@ import journal
 import memory
 from memory.ledger import (
     Acted,
+    ActivityCodec,
     ActivityLog,
+    ActivityRecord,
     Amount,
     DispatchSettled,
     DispatchSubmitted,
     Ledger,
+    LedgerCodec,
     Outcome,
     Skipped,
     TickFinished,
@@ -235,3 +238,18 @@ def agent_home(home: Path) -> Path:
         for e in entries:
             writer.append(e)
     return home
+
+
+def legacy_skips(home: Path, reasons: list[str], ts: int) -> None:
+    """Append a skip per reason (one a second from ``ts``, blocks from 20), each with its tick's
+    ``tick_finished``, as a ledger written before the agent's texts were bounded: through the line
+    logs' own append, which the ledger's writer now refuses for a reason past ``MAX_TEXT_CHARS``."""
+    sail = home / ".sail"
+    ticks: list[ActivityRecord] = []
+    with journal.LineLog(Ledger(sail).path, LedgerCodec()).locked() as log:
+        for n, reason in enumerate(reasons):
+            log.append(Skipped(ts=ts + n, block=20 + n, chain_id=CHAIN, reason=reason))
+            ticks.append(TickFinished(ts + n, 300 + n, "skipped", reason=reason))
+    with journal.LineLog(ActivityLog(sail).path, ActivityCodec()).locked() as activity:
+        for record in ticks:
+            activity.append(record)

@@ -190,10 +190,11 @@ def test_an_unreadable_config_leaves_the_cadence_unknown_not_the_page_broken(
 def test_an_unexpected_failure_is_serve_internal_without_its_traceback(
     damaged: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def boom(self: object) -> None:
+    def boom(self: object, *args: object) -> None:
         raise ZeroDivisionError("a bug deep inside")
 
-    monkeypatch.setattr(agent_module.Agent, "recent_skips", boom)
+    monkeypatch.setattr(agent_module.Agent, "recent_skips", boom)  # the page's skips
+    monkeypatch.setattr(agent_module.Agent, "skips", boom)  # the why API's
     page = damaged.get("/agents/0")
     assert page.status_code == 500 and "serve_internal" in page.text
     assert "a bug deep inside" not in page.text and "Traceback" not in page.text
