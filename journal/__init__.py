@@ -39,7 +39,7 @@ from journal._model import (
     payload_json,
     record_id,
 )
-from journal._open import open_journal
+from journal._open import file_location, open_journal
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -77,6 +77,7 @@ __all__ = [
     "check_key",
     "check_label",
     "check_name",
+    "file_location",
     "is_keyword_dsn",
     "now_ms",
     "open_journal",

@@ -7,7 +7,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from journal import JournalLocationInvalid, shown_location
+from journal import JournalLocationInvalid, file_location, shown_location
 from memory._errors import ArgumentInvalid, StoreMissing, Unreachable
 from memory._finding import scope_hash
 from memory._safe import describe, kind_of, regular_prefix
@@ -333,6 +333,36 @@ def _refuse_dangling_link(folder: Path) -> None:
     )
 
 
+def refuse_odd_journal(db_path: Path, journal: str | os.PathLike[str] | None) -> None:
+    """Refuse a file journal's folder that is there and is no folder (a file, a FIFO, a socket, a
+    device; a link to a folder is the folder), or that lies below a file: no journal can be in it
+    (``Unreachable``, naming what is there). A DSN, a missing folder and a location the journal
+    itself refuses are left to the journal's open."""
+    try:
+        location = resolve_journal(db_path, journal)
+        if location.startswith(("postgresql://", "postgres://")):
+            return
+        folder = Path(file_location(location))
+    except JournalLocationInvalid:
+        return  # the journal's open says what is wrong with it
+    where = f"the journal's folder {folder}"
+    try:
+        mode = os.stat(folder).st_mode
+    except NotADirectoryError:
+        below = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+        if below is None:
+            return
+        where, folder, mode = f"{where} is below {below}, which", below, os.stat(below).st_mode
+    except (OSError, ValueError):
+        return  # missing (made by a write, or said by the read), or for the open to report
+    if not stat.S_ISDIR(mode):
+        raise Unreachable(
+            f"{where} is {kind_of(mode)}, not a folder: no journal can be in it; give --journal (or "
+            "$FLOWS_JOURNAL) a folder or a postgresql:// DSN, or move it aside",
+            path=folder,
+        )
+
+
 def check_store_location(
     db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
 ) -> None:
@@ -346,6 +376,8 @@ def check_store_location(
       folder does not exist, so no store can be there, unless the journal is given elsewhere
       (``--journal`` or ``$FLOWS_JOURNAL``), which may hold runs of its own. (A folder that exists
       and holds nothing yet is an empty store.)
+    * The journal's folder (``--journal``, ``$FLOWS_JOURNAL`` or the one beside the DB) is there and
+      is no folder, or lies below a file (``refuse_odd_journal``): ``Unreachable``.
     * ``creating`` is True (a write that may begin a store): the DB's path holds something other
       than a regular file (a folder, a FIFO, a device such as ``/dev/null``, a link), which every
       read refuses (``Unreachable``); or a ``--db`` (or ``$FLOWS_DB``) whose
@@ -356,6 +388,7 @@ def check_store_location(
     db_path = resolve_db(db)
     if creating:  # a write refuses what every read would (``HistoryDB``), before it makes anything
         refuse_odd_db(db_path)
+    refuse_odd_journal(db_path, journal)
     if db_path.exists():
         return
     refuse_odd_folder(db_path.parent)

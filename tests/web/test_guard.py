@@ -156,6 +156,36 @@ def test_a_store_path_that_holds_no_store_is_refused_before_binding(
     assert recall.returncode == 1 and orjson.loads(recall.stderr)["code"] == "memory_unreachable"
 
 
+@pytest.mark.parametrize("kind", ["fifo", "socket", "file", "below-a-file", "file-url", "beside-the-db"])
+def test_a_journal_path_that_holds_no_journal_folder_is_refused_before_binding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # served, it bound and answered every page with an error; `flows recall` said the journal was
+    # corrupt (`journal_corrupt`), though nothing in it was damaged: it is refused as an odd store
+    # path is, naming what is there (a FIFO is never opened: a hang would run into the timeout)
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "store" / "h.db"
+    db.parent.mkdir()
+    refused = db.parent / "flows-journal" if kind == "beside-the-db" else tmp_path / "j"
+    if kind == "fifo":
+        os.mkfifo(refused)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind("j")  # relative (the cwd is tmp_path): a socket's path is at most 107 bytes
+    else:
+        refused.write_bytes(b"not a folder")
+    journal = {"below-a-file": f"{refused}/runs", "file-url": f"file://{refused}"}.get(kind, str(refused))
+    given = [] if kind == "beside-the-db" else ["--journal", journal]
+    status, out, err = _serve("--db", str(db), *given, "--port", "0", "--json")
+    assert status == 1 and out == "", err
+    error = orjson.loads(err)
+    assert error["code"] == "memory_unreachable" and error["path"] == str(refused)
+    assert str(refused) in error["message"] and "not a folder" in error["message"]
+    recall = run_python("import sys; from flows._cli import main; sys.exit(main(sys.argv[1:]))",
+                        "recall", "--db", str(db), *given, "--json", timeout=60)  # fmt: skip
+    assert recall.returncode == 1 and orjson.loads(recall.stderr)["code"] == "memory_unreachable"
+
+
 def test_serving_a_folder_with_no_store_is_refused_as_recall_refuses_it(tmp_path: Path) -> None:
     status, out, err = _serve("--db", str(tmp_path / "missing" / "h.db"), "--port", "0", "--json")
     assert status == 1 and out == ""
