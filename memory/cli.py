@@ -85,6 +85,7 @@ __all__ = [
     "offset",
     "progress",
     "shown",
+    "shown_surrogates",
     "stdout_to_stderr",
     "subject",
 ]
@@ -336,11 +337,20 @@ def shown(text: str, *, one_line: bool = False) -> str:
     out = text.translate(_SHOWN if one_line else _SHOWN_LINES)
     if out.isascii():
         return out
+    return shown_surrogates(out)
+
+
+def shown_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (a byte of a name that is not UTF-8, as Python reads it)
+    written as ``shown`` writes it (``\\xff``, else ``\\ud800``), and nothing else changed: what any
+    UTF-8 output can take."""
+    if text.isascii():
+        return text
     try:
-        out.encode()  # UTF-8 encodes every character but a lone surrogate
+        text.encode()  # UTF-8 encodes every character but a lone surrogate
     except UnicodeEncodeError:
-        return out.translate(_surrogate_escapes())  # (the escapes above are ASCII: no surrogate)
-    return out
+        return text.translate(_surrogate_escapes())
+    return text
 
 
 def json_out(obj: Any, file: TextIO | None = None) -> None:

@@ -41,6 +41,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any
 
 import orjson
@@ -80,7 +81,7 @@ from flows.web._findings import PAGE_SIZE as FINDINGS_PAGE
 from flows.web._net import is_loopback_authority
 from flows.web._reader import Reader, ServeConfig
 from memory import Explained, Recalled, check_key
-from memory.cli import BIDI_CONTROLS, format_ms
+from memory.cli import BIDI_CONTROLS, format_ms, json_text, shown, shown_surrogates
 from staging import CodedError
 
 log = logging.getLogger("flows.serve")
@@ -160,7 +161,10 @@ def encode_json(body: object) -> bytes:
     try:
         return orjson.dumps(body, default=_plain)
     except orjson.JSONEncodeError as exc:
-        raise _Unencodable(str(exc)) from exc
+        try:  # a name in bytes that are not UTF-8 (an agent's folder): as the CLI's --json writes it
+            return json_text(body).encode()
+        except (TypeError, ValueError):
+            raise _Unencodable(str(exc)) from exc
 
 
 # -- formatting -------------------------------------------------------------------------------
@@ -215,6 +219,14 @@ def shown_text(value: object, limit: int = TEXT_SHOWN) -> Markup:
     ).format(text[:limit], len(text))
 
 
+def title_text(value: object) -> str:
+    """A page's ``<title>`` as the CLI writes a line of text: a title holds no markup, so no ``<bdi>``
+    can isolate a stored value in it (an agent's folder name, a run id); each bidirectional control
+    and control character is written as its escape (``\\u202e``, ``\\x1b``), a byte of a name that is
+    not UTF-8 as ``\\xff`` (``memory.cli.shown``). The template escapes the rest."""
+    return shown(str(value), one_line=True)
+
+
 def langgraph_item(found: Recalled) -> dict[str, Any] | None:
     """A LangGraph store item (namespace, key, value, created) when ``found`` holds one, else None."""
     if found.source != langgraph_view.STORE_SOURCE:
@@ -234,8 +246,21 @@ def _plain(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def _printable(value: object) -> object:
+    """What a template writes, with each lone surrogate (a byte of a name that is not UTF-8, as Python
+    reads it: an agent's folder, a store path) as the CLI writes it (``\\xff``): no UTF-8 page can
+    hold one, and the page failed to encode (a 500 on every page, the menu naming every agent)."""
+    if isinstance(value, PurePath):
+        value = str(value)
+    if not isinstance(value, str) or value.isascii():
+        return value
+    escaped = shown_surrogates(value)  # ASCII escapes: nothing that markup reads
+    return Markup(escaped) if isinstance(value, Markup) else escaped  # noqa: S704 - markup already
+
+
 def _environment() -> Environment:
     env = Environment(
+        finalize=_printable,
         loader=PackageLoader("flows.web", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
@@ -251,6 +276,7 @@ def _environment() -> Environment:
         visible_metadata=visible_metadata,
         short_hash=short_hash,
         shown=shown_text,
+        title_text=title_text,
     )
     return env
 

@@ -23,6 +23,7 @@ import memory
 from flows.web import ServeConfig
 from tests.conftest import ROOT
 from tests.web.conftest import client_for
+from tests.web.stores import agent_home
 
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 VOID = {"meta", "link", "input", "br", "hr", "img", "source", "wbr", "area", "col", "embed", "track"}
@@ -151,3 +152,18 @@ def test_the_browser_keeps_each_value_in_its_isolate(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+def test_a_page_title_writes_each_bidi_control_of_a_stored_value_as_its_escape(tmp_path: Path) -> None:
+    # a <title> holds no markup, so no <bdi> can isolate the agent's folder name in it: the override
+    # reordered the tab's title (the name and " · flows" after it); it is written as the CLI writes it
+    name = f"desk\u202e{BIDI}\x1b[31m"
+    home = agent_home(tmp_path / name)
+    with client_for(ServeConfig(db=str(tmp_path / "store" / "h.db"), sail_homes=(home,))) as client:
+        page = client.get("/agents/0")
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert page.status_code == 200
+    title = page.text.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert not any(c in title for c in BIDI) and "\x1b" not in title
+    assert title == "Agent desk\\u202e" + "".join(f"\\u{ord(c):04x}" for c in BIDI) + "\\x1b[31m · flows"
+    assert _held(page.text.split("</title>", 1)[1])  # the name in the page's body: in its isolates
