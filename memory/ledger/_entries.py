@@ -75,6 +75,8 @@ def fit_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     """``text`` as it is when it has at most ``limit`` characters; else its start and the marker
     ``… [cut: N characters in all]``, ``limit`` characters together: how text from outside the agent
     (a node's error, a contract's revert reason) enters a field the schema bounds."""
+    if not text.isascii():  # a lone surrogate (no UTF-8 line can hold one) as its escape, \udcff
+        text = text.encode("utf-8", "backslashreplace").decode()
     if len(text) <= limit:
         return text
     marker = f"… [cut: {len(text)} characters in all]"
@@ -82,14 +84,25 @@ def fit_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 
 def text_refusal(fields: dict[str, str | None]) -> tuple[str, str] | None:
-    """The first of ``fields`` (name to text) longer than ``MAX_TEXT_CHARS``, and why it is refused;
-    None when all fit."""
+    """The first of ``fields`` (name to text) longer than ``MAX_TEXT_CHARS``, or holding a lone
+    surrogate (which no UTF-8 line can hold: the encoder raised a bare ``TypeError``), and why it is
+    refused; None when all fit."""
     for name, value in fields.items():
-        if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        if not isinstance(value, str):
+            continue
+        if len(value) > MAX_TEXT_CHARS:
             return name, (
                 f"holds {len(value)} characters, more than the {MAX_TEXT_CHARS} a written text may hold "
                 "(nothing was written): make it shorter"
             )
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                return name, (
+                    f"holds a lone surrogate (U+{ord(value[exc.start]):04X} at {exc.start}), which no UTF-8 "
+                    "line can hold (nothing was written): decode its bytes as UTF-8 text first"
+                )
     return None
 
 

@@ -152,3 +152,19 @@ def test_fit_text_keeps_a_text_that_fits_and_cuts_one_that_does_not_to_exactly_t
     assert fit_text("a" * MAX_TEXT_CHARS) == "a" * MAX_TEXT_CHARS
     cut = fit_text("a" * (MAX_TEXT_CHARS + 1))
     assert len(cut) == MAX_TEXT_CHARS and cut.endswith(f"[cut: {MAX_TEXT_CHARS + 1} characters in all]")
+
+
+def test_a_text_with_a_lone_surrogate_is_refused_with_its_code_and_outside_text_is_escaped(
+    tmp_path: Path,
+) -> None:
+    # a lone surrogate (a byte that is not UTF-8, as Python reads it) made the append raise a bare
+    # TypeError from the JSON encoder: an uncoded failure of the tick
+    sail = _sail(tmp_path)
+    with pytest.raises(LedgerInvalidEntry) as caught, Ledger(sail).writer() as writer:
+        writer.append(Skipped(ts=1, block=1, chain_id=CHAIN, reason="bad \udcff byte"))
+    assert caught.value.field == "reason" and "U+DCFF" in str(caught.value)
+    with pytest.raises(ActivityInvalidRecord) as refused:
+        ActivityLog(sail).append(TickFinished(1, 7, "failed", code="x", message="\ud800"))
+    assert refused.value.field == "message"
+    assert _bytes(Ledger(sail).path) == b"" and _bytes(ActivityLog(sail).path) == b""
+    assert quote_unavailable_reason("node \udcff") == "quote unavailable: node \\udcff"
