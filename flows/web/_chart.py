@@ -15,9 +15,14 @@ from datetime import UTC, datetime
 from markupsafe import Markup, escape
 
 from flows.web._agent import Token
+from memory.cli import shown
 from memory.ledger import Acted, format_human
 
 WIDTH, HEIGHT = 720, 170
+#: the most characters of a token's symbol a chart shows (an SVG text holds no ``<bdi>``, and a
+#: ledger written before the agent's texts were bounded may hold a symbol of megabytes, which each
+#: point's tooltip repeated)
+SYMBOL_SHOWN = 40
 _LEFT, _RIGHT, _TOP, _BOTTOM = 110, 16, 14, 30
 
 
@@ -60,11 +65,18 @@ def series(entries: Sequence[Acted]) -> dict[str, list[Point]]:
     return out
 
 
+def _symbol(token: Token) -> str:
+    """A token's symbol as a chart shows it: as the CLI writes a line (each control and bidi control
+    as its escape), cut at ``SYMBOL_SHOWN`` characters with ``…``."""
+    text = shown(token.symbol[: SYMBOL_SHOWN + 1], one_line=True)
+    return text if len(text) <= SYMBOL_SHOWN else text[:SYMBOL_SHOWN] + "…"
+
+
 def _label(units: int, address: str, tokens: Mapping[str, Token]) -> str:
     token = tokens.get(address)
     if token is None:
         return f"{units} base units"
-    return format_human(units, token.decimals, token.symbol)
+    return format_human(units, token.decimals, _symbol(token))
 
 
 def _when(ts: int) -> str:
@@ -77,7 +89,7 @@ def _when(ts: int) -> str:
 def chart(address: str, points: Sequence[Point], tokens: Mapping[str, Token]) -> Markup:
     """One token's balance over time as an ``<svg>`` element (every text escaped)."""
     token = tokens.get(address)
-    title = f"{token.symbol} balance" if token else f"balance of {address}"
+    title = f"{_symbol(token)} balance" if token else f"balance of {address}"
     shown = [p.shown for p in points if p.shown is not None]
     low, high = (min(shown), max(shown)) if shown else (0, 1)
     if low == high:

@@ -19,9 +19,10 @@ from starlette.testclient import TestClient
 from flows._bounded import LIST_MAX_BYTES
 from flows.web import ServeConfig
 from flows.web._findings import TEXT_SHOWN
-from memory.ledger import Ledger, recent_skips
+from journal import LineLog
+from memory.ledger import Acted, Amount, Ledger, LedgerCodec, Outcome, recent_skips
 from tests.web.conftest import client_for
-from tests.web.stores import T0, agent_home, legacy_skips
+from tests.web.stores import CHAIN, T0, agent_home, legacy_skips
 
 MIB = 1024 * 1024
 REASONS = [f"{n} quote unavailable: " + chr(ord("a") + n) * (3 * MIB) for n in range(4)]
@@ -95,3 +96,42 @@ def test_the_journal_quotes_a_huge_reason_cut(client: TestClient) -> None:
     assert answer.status_code == 200
     assert len(answer.content) < MIB, len(answer.content)
     assert f"[cut: {len(REASONS[-1])} characters in all]" in answer.text
+
+
+def test_a_huge_token_symbol_in_an_older_ledger_keeps_the_balances_chart_small(tmp_path: Path) -> None:
+    # each of the chart's points (up to 200) had the symbol in its tooltip and both axis labels had
+    # it too: 20 swaps of a 1 MiB symbol made the chart alone 40 MB; it is cut and escaped as text is
+    symbol = "\u202e" + "S" * MIB
+    token_in, token_out = "0x" + "3c" * 20, "0x" + "4d" * 20
+    sail = tmp_path / "agent" / ".sail"
+    (sail / "memory").mkdir(parents=True)
+    swaps = [
+        Acted(
+            ts=T0 + n,
+            block=n + 1,
+            chain_id=CHAIN,
+            action="swap",
+            permission=None,
+            outcome=Outcome.CONFIRMED,
+            tx_hash=f"0x{n + 1:064x}",
+            gas_used=21_000,
+            token_in=token_in,
+            token_out=token_out,
+            amount_in=Amount(1_000_000, f"1.0 {symbol}"),
+            amount_out=Amount(2_000_000, f"2.0 {symbol}"),
+            balances_after={token_in: 10_000_000 - n, token_out: 2_000_000 * (n + 1)},
+        )
+        for n in range(20)
+    ]
+    with LineLog(Ledger(sail).path, LedgerCodec()).locked() as log:  # written before the bound
+        for swap in swaps:
+            log.append(swap)
+    with client_for(ServeConfig(sail_homes=(sail.parent,))) as client:
+        page = client.get("/agents/0")
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert page.status_code == 200
+    balances = page.text.split('id="balances"', 1)[1].split("</section>", 1)[0]
+    assert balances.count("<svg") == 2 and len(balances) < 200_000, len(balances)
+    charts = re.findall(r"<svg.*?</svg>", balances, re.S)
+    assert len(charts) == 2 and not any("\u202e" in svg for svg in charts)  # escaped, as the CLI does
+    assert "\\u202eSSSS" in balances
