@@ -16,8 +16,9 @@ Per day (UTC), in time order:
   in a row, or an unresolved dispatch): from when, until when (or still), and what unblocks it;
 * each gap with no ledgered decision longer than ``gap_s``.
 
-A reason a sentence quotes is cut at ``MAX_TEXT_CHARS`` characters with ``fit_text``'s marker (a
-ledger written before its texts were bounded may hold one of megabytes).
+A reason a sentence quotes is cut at ``MAX_TEXT_CHARS`` characters with ``fit_text``'s marker, and a
+sentence at ``SENTENCE_MAX_CHARS`` (a ledger written before its texts were bounded may hold a reason,
+or an amount's symbol, of megabytes).
 
 Every sentence cites the lines it came from: ``{"file": "ledger"|"activity", "line", "sha256"}``,
 the line number from 1 and the SHA-256 of the line's bytes without its newline (``sha256sum`` of
@@ -36,7 +37,7 @@ from typing import Any
 
 from memory.ledger._activity import ActivityRecord, DispatchSettled
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text
-from memory.ledger._entries import Acted, Amount, Entry, Outcome, Skipped, fit_text
+from memory.ledger._entries import MAX_TEXT_CHARS, Acted, Amount, Entry, Outcome, Skipped, fit_text
 from memory.ledger._ledger import CLOCK_SKEW_S, Ledger
 
 #: a span with no ledgered decision longer than this is a gap, when the interval is not known
@@ -76,6 +77,11 @@ class Cite:
         return f"{'L' if self.file == 'ledger' else 'A'}{self.line} {self.sha256[:12]}"
 
 
+#: the most characters a sentence holds (cut with ``fit_text``'s marker past it): room for a reason of
+#: ``MAX_TEXT_CHARS`` and the words around it
+SENTENCE_MAX_CHARS = 3 * MAX_TEXT_CHARS
+
+
 @dataclass(frozen=True)
 class Sentence:
     """One sentence of the narrative: its ``kind`` (trade, skips, blocked, gap), when (``ts``, unix
@@ -85,6 +91,10 @@ class Sentence:
     ts: int
     text: str
     cites: tuple[Cite, ...]
+
+    def __post_init__(self) -> None:
+        # a ledger written before its texts were bounded may hold an amount whose symbol is megabytes
+        object.__setattr__(self, "text", fit_text(self.text, SENTENCE_MAX_CHARS))
 
     def as_json(self) -> dict[str, Any]:
         """``{"kind", "ts", "text", "cites"}``."""

@@ -98,7 +98,7 @@ def test_the_journal_quotes_a_huge_reason_cut(client: TestClient) -> None:
     assert f"[cut: {len(REASONS[-1])} characters in all]" in answer.text
 
 
-def test_a_huge_token_symbol_in_an_older_ledger_keeps_the_balances_chart_small(tmp_path: Path) -> None:
+def test_a_huge_token_symbol_in_an_older_ledger_keeps_the_chart_and_the_journal_small(tmp_path: Path) -> None:
     # each of the chart's points (up to 200) had the symbol in its tooltip and both axis labels had
     # it too: 20 swaps of a 1 MiB symbol made the chart alone 40 MB; it is cut and escaped as text is
     symbol = "\u202e" + "S" * MIB
@@ -128,8 +128,11 @@ def test_a_huge_token_symbol_in_an_older_ledger_keeps_the_balances_chart_small(t
             log.append(swap)
     with client_for(ServeConfig(sail_homes=(sail.parent,))) as client:
         page = client.get("/agents/0")
+        journal = client.get("/api/agents/0/journal?days=2")
         client.app.state.reader.close()  # type: ignore[attr-defined]
-    assert page.status_code == 200
+    assert page.status_code == 200 and journal.status_code == 200
+    # the journal's sentences quote both amounts of each swap: 40 MB, now each sentence cut
+    assert len(journal.content) < 20 * 7000 and "characters in all]" in journal.text, len(journal.content)
     balances = page.text.split('id="balances"', 1)[1].split("</section>", 1)[0]
     assert balances.count("<svg") == 2 and len(balances) < 200_000, len(balances)
     charts = re.findall(r"<svg.*?</svg>", balances, re.S)
