@@ -47,10 +47,13 @@ from journal._errors import (
 from journal._fs import check_dir, open_regular
 from journal._linelog import LineDamaged, LineLog
 from journal._model import (
+    MAX_INT,
+    MAX_KEY_BYTES,
     MAX_LINE_FRAME,
     MAX_MS,
     MAX_PAYLOAD_BYTES,
     MAX_RUN_BYTES,
+    RECORD_ID,
     Lease,
     Record,
     RunInfo,
@@ -80,6 +83,10 @@ from journal._model import (
 from staging import StagingError, ensure_dir, have_syncfs, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
+_MAX_INT = MAX_INT
+_MAX_KEY_BYTES = MAX_KEY_BYTES
+_RECORD_ID_MATCH = RECORD_ID.fullmatch
+_new_record = object.__new__
 _RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
 _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
@@ -187,18 +194,33 @@ class RecordCodec:
             raise LineDamaged("checksum mismatch", torn=False)
         if type(obj) is not dict or obj.keys() != _RECORD_FIELDS:
             raise LineDamaged("checksummed line without exactly a record's fields", torn=False)
-        problem = record_problem(obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"])
-        if problem is not None:
-            raise LineDamaged(f"checksummed record with {problem}", torn=False)
-        return Record(
-            run_id=self._run_id,
-            stream=self._stream,
-            seq=obj["seq"],
-            id=obj["id"],
-            key=obj["key"],
-            ts_ms=obj["ts"],
-            payload=obj["payload"],
-        )
+        seq, rid, key, ts, payload = obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"]
+        # The common record (an int seq and ts in range, a printable ASCII key of at most
+        # MAX_KEY_BYTES, an id of the token alphabet, an object payload) is told at once; anything
+        # else goes through ``record_problem``, which names what is wrong.
+        if not (
+            type(seq) is int
+            and type(ts) is int
+            and 1 <= seq <= _MAX_INT
+            and 0 <= ts <= _MAX_INT
+            and type(payload) is dict
+            and (
+                key is None
+                or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
+            )
+            and type(rid) is str
+            and _RECORD_ID_MATCH(rid) is not None
+        ):
+            problem = record_problem(seq, rid, key, ts, payload)
+            if problem is not None:
+                raise LineDamaged(f"checksummed record with {problem}", torn=False)
+        # A record made without the frozen dataclass's per-field ``__setattr__`` (a share of a
+        # line's decode, and an append decodes every line other writers added since its last).
+        record: Record = _new_record(Record)
+        fields = record.__dict__
+        fields["run_id"], fields["stream"], fields["seq"] = self._run_id, self._stream, seq
+        fields["id"], fields["key"], fields["ts_ms"], fields["payload"] = rid, key, ts, payload
+        return record
 
 
 def _nonempty(entry: os.DirEntry[str]) -> bool:

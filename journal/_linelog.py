@@ -130,6 +130,12 @@ def _unpack_state(raw: bytes) -> tuple[int | None, ...] | None:
     return tuple(None if v == _NO_POISON else v for v in _STATE.unpack_from(raw))
 
 
+# The last state slot parsed, and the last packed (its values and bytes), by any log of the
+# process: each is a function of the other alone, so one entry answers while the state stays put.
+_LAST_STATE: list[tuple[bytes, tuple[int | None, ...] | None]] = [(b"?", None)]
+_LAST_PACKED: list[tuple[tuple[int | None, ...], bytes]] = [((), b"")]
+
+
 @dataclass(frozen=True)
 class LineMarks:
     """What ``<path>.lock`` says: how far syncs reached, what is poisoned, the generation."""
@@ -152,7 +158,15 @@ class LineMarks:
 
     @classmethod
     def parse(cls, raw: bytes) -> LineMarks:
-        state = _unpack_state(raw[24:_MARKS_LEN])
+        # The state slot changes only with a cut or a poison; the watermarks with every sync, by
+        # whichever writer made it: the last state read is parsed once, not again at each sync.
+        state_raw = raw[24:_MARKS_LEN]
+        last = _LAST_STATE[0]
+        if last[0] == state_raw:
+            state = last[1]
+        else:
+            state = _unpack_state(state_raw)
+            _LAST_STATE[0] = (state_raw, state)
         plain, filesystem = _unpack_mark(raw[:12]), _unpack_mark(raw[12:24])
         if state is None:
             return cls(plain, filesystem, None, None)
@@ -164,8 +178,13 @@ class LineMarks:
         plain = empty if self.plain is None else _pack_mark(self.plain)
         filesystem = empty if self.filesystem is None else _pack_mark(self.filesystem)
         values = (self.poison, self.generation or 0, *self.cuts, self.fs_poison, self.fs_poison_gen)
+        last = _LAST_PACKED[0]
+        if last[0] == values:
+            return plain + filesystem + last[1]
         raw = _STATE.pack(*(_NO_POISON if v is None else v for v in values))
-        return plain + filesystem + raw + _crc(raw)
+        state = raw + _crc(raw)
+        _LAST_PACKED[0] = (values, state)
+        return plain + filesystem + state
 
     def holds(self, end: int, generation: int) -> bool:
         """Whether a caller that wrote bytes up to ``end`` in ``generation`` still has them: the
@@ -1315,8 +1334,11 @@ class LineLog(Generic[T]):
         """Decode complete lines of ``data`` (which begins at file offset ``start``)."""
         out: _Parsed[T] = _Parsed([], [], 0, b"")
         pos = 0
+        # bound once: every line another writer appended since the last read passes here
+        decode, sequence, find = self._codec.decode, self._sequence, data.find
+        records, ends = out.records, out.ends
         while True:
-            nl = data.find(b"\n", pos)
+            nl = find(b"\n", pos)
             if nl < 0:
                 if mark is not None and start + pos < mark:  # acknowledged bytes without their end
                     damage = LineDamaged("the line has no end, yet the durable mark covers it", torn=False)
@@ -1324,9 +1346,9 @@ class LineLog(Generic[T]):
                 out.consumed, out.tail = pos, data[pos:]
                 return out
             try:
-                record = self._codec.decode(data[pos:nl])
-                if expected is not None and self._sequence is not None and self._sequence(record) != expected:
-                    got = self._sequence(record)
+                record = decode(data[pos:nl])
+                if expected is not None and sequence is not None and sequence(record) != expected:
+                    got = sequence(record)
                     # A crash leaves part of a line, zeros or stale bytes, never a later record in
                     # an earlier one's place: a forward jump is lines lost, wherever it is.
                     raise LineDamaged(f"sequence {got}, expected {expected}", torn=got < expected)
@@ -1339,8 +1361,8 @@ class LineLog(Generic[T]):
                 # past the watermark: never acknowledged, so a torn tail however it looks
                 out.consumed, out.tail = pos, data[pos:]
                 return out
-            out.records.append(record)
-            out.ends.append(start + nl + 1)
+            records.append(record)
+            ends.append(start + nl + 1)
             if expected is not None:
                 expected += 1
             pos = nl + 1
