@@ -82,15 +82,23 @@ class JournalBackend(Protocol):
         ...
 
     def rewrite_payloads(
-        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+        self,
+        run_id: str,
+        stream: str,
+        payloads: Mapping[int, Mapping[str, Any]],
+        *,
+        pad: str,
+        lease: Lease | None = None,
     ) -> int:
         """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure); each
         record keeps its id, number, key and time. Files keep each line's length (the payload is
         padded with spaces under ``pad``) and replace the file whole (the old one or the new one
         after any crash); PostgreSQL updates the rows in one transaction. Returns how many records
-        were rewritten.
+        were rewritten. ``lease``: the current lease of the run, whose holder may rewrite its own
+        records while it runs (a learn that committed a finding erased meanwhile).
 
-        Raises JournalLeaseHeld (the run is running), JournalCorrupt (a line is damaged: nothing is
+        Raises JournalLeaseHeld (the run is running, and ``lease`` is not its current one),
+        JournalLeaseLost (``lease`` is stale), JournalCorrupt (a line is damaged: nothing is
         rewritten), ValueError (a payload longer than its line), and the storage errors.
         """
         ...

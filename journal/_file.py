@@ -1205,7 +1205,13 @@ class FileJournal:
         return sorted(names)
 
     def rewrite_payloads(
-        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+        self,
+        run_id: str,
+        stream: str,
+        payloads: Mapping[int, Mapping[str, Any]],
+        *,
+        pad: str,
+        lease: Lease | None = None,
     ) -> int:
         """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure): each
         line keeps its id, sequence number, key, time and exact length (the payload is padded with
@@ -1215,15 +1221,21 @@ class FileJournal:
         fsync'd, so a crash leaves the old file or the new one, never a mix. Returns how many
         records were rewritten.
 
+        ``lease``: the run's current lease, whose holder may rewrite its own records while it runs
+        (its appends take the same locks, and its kept descriptor of the log sees the file replaced).
+
         Raises:
-            JournalLeaseHeld: the run is running (a live holder may append to the old file).
+            JournalLeaseHeld: the run is running (a live holder may append to the old file), and
+                ``lease`` is not its lease.
+            JournalLeaseLost: ``lease`` is stale (another holder took the run over, or it ended).
             JournalCorrupt: a line of the stream is damaged (nothing is rewritten).
             ValueError: a new payload is longer than the line it replaces.
             JournalUnwritable: the copy could not be written or renamed.
         """
         self._check_open()
+        own = lease is not None and lease.run_id == run_id
         info = self.run(run_id)
-        if info.state is RunState.RUNNING:
+        if info.state is RunState.RUNNING and not own:
             raise JournalLeaseHeld(
                 f"root run {run_id} is running: its records are rewritten once it has ended", run_id=run_id
             )
@@ -1233,11 +1245,16 @@ class FileJournal:
         # every append after it wait until the copy is in place, and the state is looked at again
         # under it, so no acknowledged line is written to the file being replaced.
         with handle.mutex, self._run_lock(run_id), handle.log.locked():
-            if self._info(self._load(run_id)).state is RunState.RUNNING:
+            obj = self._load(run_id)
+            if self._info(obj).state is RunState.RUNNING and not own:
                 raise JournalLeaseHeld(
                     f"root run {run_id} is running: its records are rewritten once it has ended",
                     run_id=run_id,
                 )
+            if own:
+                assert lease is not None
+                if self._info(obj).state is RunState.RUNNING:
+                    check_fence(lease, obj["epoch"], obj["state"])
             # What a locked open does first: a torn tail (which may hold stale bytes copying an
             # earlier line, an erased one among them) is cut, and damage fails closed.
             try:

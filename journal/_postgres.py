@@ -1058,20 +1058,32 @@ class PostgresJournal:
                 )
 
     def rewrite_payloads(
-        self, run_id: str, stream: str, payloads: Mapping[int, Mapping[str, Any]], *, pad: str
+        self,
+        run_id: str,
+        stream: str,
+        payloads: Mapping[int, Mapping[str, Any]],
+        *,
+        pad: str,
+        lease: Lease | None = None,
     ) -> int:
         """Replace the payloads of the stream's records numbered in ``payloads`` (an erasure), each
         row rewritten in one transaction (its id, number, key and time kept; ``pad`` set to an empty
         string, as on files where it keeps a line's length), then the table vacuumed so the old row
         versions are pruned. Returns how many rows were rewritten.
 
+        ``lease``: the run's current lease, whose holder may rewrite its own records while it runs
+        (checked under the run's row lock, as an append is).
+
         Raises:
-            JournalLeaseHeld: the run is running (its holder may still be appending).
+            JournalLeaseHeld: the run is running (its holder may still be appending), and ``lease``
+                is not its lease.
+            JournalLeaseLost: ``lease`` is stale (another holder took the run over, or it ended).
             JournalRunNotFound, JournalUnavailable, JournalUnwritable.
         """
         check_name("run id", run_id)
         check_name("stream name", stream)
-        if self.run(run_id).state is RunState.RUNNING:
+        own = lease is not None and lease.run_id == run_id
+        if not own and self.run(run_id).state is RunState.RUNNING:
             raise JournalLeaseHeld(
                 f"root run {run_id} is running: its records are rewritten once it has ended", run_id=run_id
             )
@@ -1090,6 +1102,11 @@ class PostgresJournal:
             return done
 
         with self._transaction("rewriting records", run_id=run_id, stream=stream) as cur:
+            if own:
+                assert lease is not None
+                epoch, stored, _ = self._lock_run(cur, run_id)
+                if stored == RunState.RUNNING.value:
+                    check_fence(lease, epoch, stored)
             done = call(cur)
         self._vacuum()
         return done

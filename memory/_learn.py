@@ -14,6 +14,7 @@ from journal import JournalBackend, Record
 from memory._errors import ArgumentInvalid, FindingInvalid, FindingRetired, Unjournaled, UnsupportedHeader
 from memory._files import parse_learned
 from memory._finding import (
+    PAD,
     RETIRE_STREAM,
     REVISION_MAX,
     STREAM,
@@ -381,6 +382,9 @@ class Learner:
         if existing is None and record.payload == expected.payload:  # a fresh commit of this attempt
             self._retirer.noted(root, committed_ms=int(expected.payload["learnedMs"]))
         failpoint("memory.after_append")
+        if existing is None and not is_erased(record) and self._retired_since(root, fid, retired):
+            # retired after ``_revision`` looked: when by an erase, this commit holds erased text
+            self._unless_erased(root, record, fid, staged)
         # Another attempt committed first: publish its bytes. (A record under this key has this
         # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)
         if record is not expected and record.payload != expected.payload and render(record) != data:
@@ -396,9 +400,56 @@ class Learner:
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
-        if os.path.lexists(retired):
-            pub.remove(final, root.run_id)
+        self._remove_if_retired(root, record if existing is None else None, fid, retired, final)
         return _learned(fid, record, final), record
+
+    def _remove_if_retired(
+        self, root: Root, fresh: Record | None, fid: str, retired: str, final: Path
+    ) -> None:
+        """Remove ``final`` when ``fid`` has a retired file here now (a forget that raced the learn
+        wins), after ``_unless_erased`` when this learn appended ``fresh`` itself."""
+        if not os.path.lexists(retired):
+            return
+        if fresh is not None and not is_erased(fresh):
+            self._unless_erased(root, fresh, fid, None, final)
+        self._publisher.remove(final, root.run_id)
+
+    def _retired_since(self, root: Root, fid: str, retired: str) -> bool:
+        """Whether ``fid`` is retired now: its retired file here, or (on a journal hosts share) a
+        retirement another host committed."""
+        if os.path.lexists(retired):
+            return True
+        return lists_heads(root.journal) and self._retirer.shared.current().get(fid) is not None
+
+    def _unless_erased(
+        self, root: Root, record: Record, fid: str, staged: Any, final: Path | None = None
+    ) -> None:
+        """When an erase names ``fid``, whose commit ``record`` (of this root run) was appended
+        after the learn looked for its retirement and found none, and so after that erase's forget:
+        the erase may have returned already, and must not be undone by this commit. The stage
+        (``staged``) or the published file (``final``) goes at once, its folder fsync'd, then the
+        commit is rewritten as a tombstone (the run's holder may) and the learn is refused
+        (``FindingRetired``). A kill before the rewrite leaves the commit to ``flows check``
+        (``erase_incomplete``) and ``--repair``. Returns when no erase names ``fid``."""
+        from memory._erase import audits, tombstone  # not at import: only a learn that raced a retirement
+
+        backend = root.journal
+        if not any(fid in rec.payload["keys"] for rec in audits(backend)):
+            return
+        pub = self._publisher
+        if staged is not None:
+            staged.discard()
+        if final is not None:
+            pub.remove_many([final], root.run_id, now=True)
+        pub.sync_dir(pub.scope_dir(root.scope), root.run_id)
+        backend.rewrite_payloads(
+            record.run_id, record.stream, {record.seq: tombstone(record.payload)}, pad=PAD, lease=root.lease
+        )
+        raise FindingRetired(
+            f"finding {fid} was erased while this learn was written; its commit was erased too and "
+            "nothing is published: learn it again to start a new memory",
+            key=fid,
+        )
 
     def _publish_unless_newer(
         self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool

@@ -760,6 +760,12 @@ class MemoryStore:
             record = root.journal.append(root.lease, ERASE_STREAM, payload, key=audit_key(memory, keys))
             citation = Citation(record.run_id, record.stream, record.id)
         failpoint("memory.erase_after_record")
+        # A learn of the content that looked for the keys' retirement before the forget may have
+        # committed after the look above: found now, once the record is there (a learn that commits
+        # later finds the record, and erases its own commit: ``Learner``).
+        runs = self._runs_now(backend, memory, runs)
+        known = {(r.run_id, r.seq) for r in targets}
+        targets += [r for r in commits_of(backend, set(keys), runs) if (r.run_id, r.seq) not in known]
         rewritten = self.finish_erasure(keys, targets, runs)
         return Erased(memory, tuple(keys), citation, rewritten)
 

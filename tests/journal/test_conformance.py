@@ -737,3 +737,26 @@ def test_a_stamp_matches_only_while_the_stream_is_as_the_last_read_left_it(journ
         assert writer.rewrite_payloads(info.run_id, "a", {1: {"n": 0}}, pad="pad") == 1
         assert reader.stamp(info.run_id, "a") is None
         assert [r.payload["n"] for r in reader.read(info.run_id, "a")] == [0, 2]
+
+
+def test_a_runs_holder_rewrites_its_own_records_while_it_runs_and_appends_after_it(
+    jr: JournalBackend, journal_location: str
+) -> None:
+    # an erasure of a record its own run committed: the run's holder may rewrite it while the run
+    # runs (anyone else waits for the run's end), and its appends after it go on where they were
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "a", {"n": 1, "text": "a secret"}, key="k1")
+    jr.append(lease, "a", {"n": 2}, key="k2")
+    _, other = jr.begin("f", "s", {})
+    for wrong in (None, other):
+        with pytest.raises(journal.JournalLeaseHeld):
+            jr.rewrite_payloads(info.run_id, "a", {1: {"n": 0}}, pad="pad", lease=wrong)
+    assert jr.rewrite_payloads(info.run_id, "a", {1: {"n": 0}}, pad="pad", lease=lease) == 1
+    assert jr.append(lease, "a", {"n": 3}, key="k3").seq == 3
+    found = jr.find(info.run_id, "a", "k1")
+    assert found is not None and found.payload["n"] == 0 and "text" not in found.payload
+    with journal.open_journal(journal_location) as fresh:  # what the storage holds, read afresh
+        assert [r.payload["n"] for r in fresh.read(info.run_id, "a")] == [0, 2, 3]
+    jr.finish(lease, RunState.DONE)
+    with pytest.raises(journal.JournalLeaseLost):  # an ended run's lease writes nothing more
+        jr.append(lease, "a", {"n": 4})
