@@ -79,7 +79,9 @@ class FindingUnknown(FlowsMemoryError):
 class FindingRetired(FlowsMemoryError):
     """The finding was forgotten or superseded at every revision its key can take (``REVISION_MAX``;
     a finding learned again after a forget is otherwise a new memory under its next revision).
-    ``key`` names the last one. Nothing is journaled or written."""
+    ``key`` names the last one. Nothing is journaled or written. Also: a supersede of a version
+    retired meanwhile, and a learn whose key an erase retired while it was written (its commit is
+    then a tombstone: docs/MEMORY.md, "Erasure")."""
 
     code = "memory_finding_retired"
 

@@ -243,6 +243,12 @@ def _no_shared() -> Mapping[str, Retired]:
     return {}
 
 
+class LeftMeanwhile(StaleIndex):
+    """A read listed an unsynced finding whose file was gone, and its commit erased, by the time the
+    read checked it against that commit (an erase ran meanwhile): the read starts again, and the
+    folder's files' index stays trusted."""
+
+
 class _Union(Mapping[str, Retired]):
     """This store's retired files and the journal's other retirements, as one mapping by key
     (this store's file first), without copying either."""
@@ -513,9 +519,11 @@ class Search:
 
     def _stale(self, exc: StaleIndex) -> None:
         """What a read that found a files' index stale does before it reads again: let go of the
-        held folders and distrust that folder's index."""
+        held folders and distrust that folder's index (not for a finding that left while the read
+        ran, ``LeftMeanwhile``: the index was right)."""
         self._held = None
-        self._disk.distrust(exc.directory)
+        if not isinstance(exc, LeftMeanwhile):
+            self._disk.distrust(exc.directory)
 
     def _recall(
         self,
@@ -681,11 +689,19 @@ class Search:
         now = self._clock()
         if entry.memory_id != memory_id or (entry.expires_ms is not None and entry.expires_ms <= now):
             return None
-        if self._held_keys([key]):
-            return None  # synced: the DB decides (the full walk)
-        if entry is not mine:
-            self._served([entry])
+        # synced (the DB decides: the full walk), or erased since it was read (only a full
+        # ``current`` can tell)
+        if self._held_keys([key]) or (entry is not mine and not self._still_served(entry)):
+            return None
         return entry
+
+    def _still_served(self, entry: Recalled) -> bool:
+        """``_served([entry])``, False when it left meanwhile (``LeftMeanwhile``)."""
+        try:
+            self._served([entry])
+        except LeftMeanwhile:
+            return False
+        return True
 
     def _current(self, memory_id: str) -> Recalled | None:
         now = self._clock()
@@ -1101,9 +1117,17 @@ class Search:
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a
-        file nobody journaled is never served (``Unreachable`` naming it)."""
+        file nobody journaled is never served (``Unreachable`` naming it). An entry whose check
+        fails and whose file is gone now left while the read ran (an erase removes the file, then
+        makes the commit a tombstone): ``LeftMeanwhile``, and the read starts again without it."""
         for e in unsynced:
-            self._citations.check(e, self._path_of)
+            try:
+                self._citations.check(e, self._path_of)
+            except Unreachable:
+                path = self._path_of(e)
+                if os.path.lexists(path):
+                    raise
+                raise LeftMeanwhile(path.parent) from None
 
     def _path_of(self, e: Recalled) -> Path:
         return self._publisher.scope_dir(e.scope) / f"{e.key}.json"

@@ -141,3 +141,101 @@ def test_a_learn_on_one_host_that_looked_before_anothers_erase_is_refused_and_er
     assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(b, MARK) == 0
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize("read", ["why", "recall", "get", "current"])
+def test_a_read_that_listed_an_unsynced_finding_erased_before_it_was_served_answers_without_it(
+    tmp_path: Path, journal_location: str, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    # A read lists an unsynced finding's file, then another store erases it (file gone, commit a
+    # tombstone) before the read checks the file against its commit: the read answers as if it had
+    # begun after the erase, never with memory_unreachable.
+    writer = _store(tmp_path, journal_location)
+    with writer.session(scope="users", flow="first") as s:
+        key = s.learn(_finding()).key
+        kept = s.learn({"text": "hana's favourite colour is green"}).key
+    reader = memory.MemoryStore(
+        writer.db_path, journal=journal_location, clock=Clock(start=1_800_000_000_000)
+    )
+    real = reader._citations.check
+    done: list[bool] = []
+
+    def erased_first(entry: Any, path_of: Any) -> None:
+        if not done:  # before the first check reads the run's commits
+            done.append(True)
+            with writer.session(scope="privacy") as s2:
+                s2.erase(key, reason="hana asked")
+        real(entry, path_of)
+
+    monkeypatch.setattr(reader._citations, "check", erased_first)
+    if read == "why":
+        assert [x.finding.key for x in reader.why("hana")] == [kept]
+    elif read == "recall":
+        assert [e.key for e in reader.recall(scope="users")] == [kept]
+    elif read == "get":
+        assert reader.get(key) is None
+    else:
+        assert reader.current(key) is None
+    assert done
+    reader.close()
+    writer.close()
+
+
+class _ForgetsWhileEmbedding:
+    """A toy embedder (each word hashed into a bucket) that runs ``act`` once, the first time it is
+    asked to embed a text holding ``door``: a forget made while a search embeds its candidates."""
+
+    name = "toy@1"
+    dims = 32
+
+    def __init__(self, act: Any) -> None:
+        self.act = act
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        import zlib
+
+        if self.act is not None and any("door" in t for t in texts):
+            act, self.act = self.act, None
+            act()
+        out = []
+        for t in texts:
+            v = [0.0] * self.dims
+            for w in t.lower().split():
+                v[zlib.crc32(w.encode()) % self.dims] += 1.0
+            out.append(v)
+        return out
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_a_forget_of_an_unsynced_finding_while_a_search_embeds_it_leaves_no_answer_and_no_vector(
+    tmp_path: Path, postgres_dsn: str, hosts: int
+) -> None:
+    # The search lists the finding, the forget (on this host or another) lands while its vector is
+    # derived: the answer leaves it out, and its vector is kept by no host once that host has synced
+    # (on this host at once: the search sees the file gone after storing the vector)
+    import sqlite3
+
+    from memory._vectors import vectors_path
+
+    b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, clock=Clock())
+    with b.session(scope="team") as s:
+        key = s.learn({"text": "the door code is 4711"}).key
+        other = s.learn({"text": "the door is blue"}).key
+
+    def forget() -> None:
+        with b.session(scope="team") as s2:
+            s2.forget(key, reason="rotated")
+
+    db = tmp_path / ("a" if hosts == 2 else "b") / "history.db"
+    racing = _ForgetsWhileEmbedding(forget)
+    a = memory.MemoryStore(db, journal=postgres_dsn, clock=Clock(start=1_800_000_000_000), embedder=racing)
+    if hosts == 2:
+        a.materialize()
+    assert [x.finding.key for x in a.why("door code", mode="semantic")] == [other]
+    if hosts == 2:
+        a.sync()  # another host's forget reaches this host's copies (file, vector) at its sync
+    assert memory.check_store(a) == []
+    with sqlite3.connect(vectors_path(a.db_path)) as conn:
+        assert [k for (k,) in conn.execute("select key from vectors")] == [other]
+    a.close()
+    b.close()
