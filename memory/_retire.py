@@ -24,12 +24,15 @@ from memory._errors import FindingUnknown, Unreachable
 from memory._files import Retired, parse_retired, read_learned, read_retired
 from memory._finding import (
     ERASE_STREAM,
+    PAD,
     RETIRE_STREAM,
     STREAM,
     batch_key,
     check_key,
     check_reason,
     checked_commit,
+    filter_erased,
+    filter_holds_content,
     is_erased,
     render_retirement,
     retire_many_payload,
@@ -593,6 +596,7 @@ class Retirer:
         for view in views:
             self.noted(root, committed_ms=forgotten_ms, key=view.payload["id"])
         failpoint("memory.after_append")
+        self._drop_erased_values(root, record)
         pub = self._publisher
         missing: list[Record] = []
         by_folder: dict[Path, list[Record]] = {}
@@ -614,6 +618,22 @@ class Retirer:
         )
         self.on_retired([v.payload["id"] for v in views])
         return record
+
+    def _drop_erased_values(self, root: Root, record: Record) -> None:
+        """Rewrite ``record``, this root run's forget by filter just committed, without its filter's
+        tags, metadata and source (``filter_erased``) when an erase names one of the keys it retires:
+        it listed them before that erase's forget, and the erase, which rewrites every such record
+        it finds after its own, may have returned before this one was committed. (On a journal
+        hosts share, a forget by filter and an erase of one scope take turns: the erase finds it.)
+        A kill before the rewrite leaves it to ``flows check`` (``erase_incomplete``)."""
+        if lists_heads(root.journal) or not filter_holds_content(record):
+            return
+        from memory._erase import audits  # not at import: a forget by filter naming content only
+
+        keys = {pair[0] for pair in record.payload["ids"]}
+        if any(keys & set(rec.payload["keys"]) for rec in audits(root.journal)):
+            erased = {record.seq: filter_erased(record.payload)}
+            root.journal.rewrite_payloads(record.run_id, record.stream, erased, pad=PAD, lease=root.lease)
 
     def settle(self, record: Record, *, notify: bool = True, replace: bool = False) -> None:
         """Publish the retired file of ``record`` and remove its finding's learned file, unless a

@@ -239,3 +239,33 @@ def test_a_forget_of_an_unsynced_finding_while_a_search_embeds_it_leaves_no_answ
         assert [k for (k,) in conn.execute("select key from vectors")] == [other]
     a.close()
     b.close()
+
+
+def test_a_forget_by_filter_that_listed_before_an_erase_and_commits_after_it_keeps_no_erased_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A forget by filter names its filter in its record, and the filter's metadata is a value the
+    # erased finding held. One that listed the finding before the erase and commits after the erase
+    # returned must not keep that value in the journal next to the erased key. On a file journal:
+    # on one hosts share, the two take the scope's turn among the hosts, so the erase, after the
+    # forget by filter, finds its record (here the erase would wait for the turn this thread holds).
+    journal_location = str(tmp_path / "journal")
+    store = _store(tmp_path, journal_location)
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn({"text": "hana's address", "metadata": {"user": f"{MARK}@example.com"}}).key
+    other = memory.MemoryStore(store.db_path, journal=journal_location, clock=Clock(start=1_700_000_000_500))
+    real = other._retirer.forget_many
+
+    def erased_first(root: Any, ids: Any, **kwargs: Any) -> Any:
+        assert [k for k, _ in ids] == [key]
+        with store.session(scope="privacy") as s2:
+            s2.erase(key, reason="hana asked")
+        return real(root, ids, **kwargs)
+
+    monkeypatch.setattr(other._retirer, "forget_many", erased_first)
+    with other.session(scope="users", flow="racer") as s3:
+        s3.forget_where(reason="hana left", meta={"user": f"{MARK}@example.com"})
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    assert memory.check_store(store) == []
+    other.close()
+    store.close()
