@@ -1366,7 +1366,8 @@ class MemoryStore:
             Unwritable: the DB cannot be written.
         """
         self._check_open()
-        report = self._syncer.sync(materialize=materialize, progress=progress)
+        late: list[str] = []
+        report = self._syncer.sync(materialize=materialize, progress=progress, late=late)
         from memory._erase import audits, audits_after
 
         backend = self.open_journal()
@@ -1374,6 +1375,11 @@ class MemoryStore:
             self._purge_erased(audits(backend))
         elif lists_heads(backend):  # what another host erased since this store last looked
             self._purge_erased(audits_after(backend, self._erasures_seen))
+        elif late:
+            # a file journal: an erase that ran while this sync read the files may have deleted
+            # rows before this sync wrote them (its retired files were published after the look)
+            wanted = set(late)
+            self._purge_erased([r for r in audits(backend) if wanted & set(r.payload["keys"])])
         return report
 
     def _purge_erased(self, erasures: list[Record]) -> None:

@@ -233,8 +233,17 @@ class Syncer:
         self._citations.verify(files)  # a file citing nothing is damage: never ingested
         return files
 
-    def sync(self, *, materialize: bool, progress: Callable[[int, int], None] | None) -> SyncReport:
-        """See ``MemoryStore.sync``."""
+    def sync(
+        self,
+        *,
+        materialize: bool,
+        progress: Callable[[int, int], None] | None,
+        late: list[str] | None = None,
+    ) -> SyncReport:
+        """See ``MemoryStore.sync``. ``late``: given, it is told the keys this sync wrote rows of
+        whose retired file was published while it ran (after the look at the retired files): an
+        erase among them ran while the files were read, and may have deleted their rows before
+        this sync wrote them."""
         from memory._outcomes import SyncReport  # not at import: a recall makes none of them
 
         made = self.materialize() if materialize else 0
@@ -260,7 +269,18 @@ class Syncer:
             dropped += self._drop_batch(batch, gone)
             if progress:
                 progress(min(i + SYNC_BATCH, len(files)), len(files))
+        if late is not None and files:
+            late += self._retired_since(files, gone)
         return SyncReport(materialized=made, ingested=ingested, dropped=dropped)
+
+    def _retired_since(self, files: list[tuple[Path, bytes, Recalled]], gone: set[str]) -> list[str]:
+        """The keys of ``files`` not in ``gone`` that have a retired file now (one ``lstat`` each:
+        a retired folder may hold a file for every version an update replaced)."""
+        return [
+            e.key
+            for _, _, e in files
+            if e.key not in gone and os.path.lexists(self._retirer.retired_path(e.scope, e.key))
+        ]
 
     def _retired_files(self) -> list[Retired]:
         """Every scope's retired files, read without following links."""

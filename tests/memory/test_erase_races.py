@@ -269,3 +269,30 @@ def test_a_forget_by_filter_that_listed_before_an_erase_and_commits_after_it_kee
     assert memory.check_store(store) == []
     other.close()
     store.close()
+
+
+@pytest.mark.parametrize("materialize", [True, False])
+def test_a_sync_that_read_a_file_before_an_erase_and_writes_its_row_after_keeps_no_content(
+    tmp_path: Path, journal_location: str, monkeypatch: pytest.MonkeyPatch, materialize: bool
+) -> None:
+    # A sync reads an unsynced finding's file, the erase (another store) runs and returns, then the
+    # sync writes the finding's row: the row (and its pages in the DB's write-ahead log) must not
+    # outlive the sync, also for a sync that materializes nothing (the LangGraph store's)
+    store = _store(tmp_path, journal_location)
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn(_finding()).key
+    syncer = memory.MemoryStore(store.db_path, journal=journal_location, clock=Clock(start=1_800_000_000_000))
+    real = syncer._syncer._files
+
+    def files_then_erase() -> Any:
+        read = real()
+        with store.session(scope="privacy") as s2:
+            s2.erase(key, reason="hana asked")
+        return read
+
+    monkeypatch.setattr(syncer._syncer, "_files", files_then_erase)
+    syncer.sync(materialize=materialize)
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    assert memory.check_store(store) == []
+    syncer.close()
+    store.close()
