@@ -382,8 +382,9 @@ class Learner:
         if existing is None and record.payload == expected.payload:  # a fresh commit of this attempt
             self._retirer.noted(root, committed_ms=int(expected.payload["learnedMs"]))
         failpoint("memory.after_append")
-        if existing is None and not is_erased(record) and self._retired_since(root, fid, retired):
-            # retired after ``_revision`` looked: when by an erase, this commit holds erased text
+        if existing is None and not is_erased(record) and self._retired_elsewhere(root, fid):
+            # retired on another host after ``_revision`` looked: when by an erase, this commit
+            # holds erased text (a retirement on this host is looked for once the file is placed)
             self._unless_erased(root, record, fid, staged)
         # Another attempt committed first: publish its bytes. (A record under this key has this
         # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)
@@ -396,7 +397,13 @@ class Learner:
         # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
         # loss before then loses only the name or tears the file, which the store's next open, a
         # resume or ``sync`` publish again from the record.
-        self._publish_unless_newer(staged, record, final, root.run_id, loose=loose)
+        try:
+            self._publish_unless_newer(staged, record, final, root.run_id, loose=loose)
+        except BaseException:
+            # an erase that retired the key since the look removes hidden stages of it, this one
+            # too: its commit is this learn's to erase before the failure is told
+            self._remove_if_retired(root, record if existing is None else None, fid, retired, None)
+            raise
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
@@ -404,21 +411,20 @@ class Learner:
         return _learned(fid, record, final), record
 
     def _remove_if_retired(
-        self, root: Root, fresh: Record | None, fid: str, retired: str, final: Path
+        self, root: Root, fresh: Record | None, fid: str, retired: str, final: Path | None
     ) -> None:
-        """Remove ``final`` when ``fid`` has a retired file here now (a forget that raced the learn
-        wins), after ``_unless_erased`` when this learn appended ``fresh`` itself."""
+        """Remove ``final`` (when given) if ``fid`` has a retired file here now (a forget that raced
+        the learn wins), after ``_unless_erased`` when this learn appended ``fresh`` itself."""
         if not os.path.lexists(retired):
             return
         if fresh is not None and not is_erased(fresh):
             self._unless_erased(root, fresh, fid, None, final)
-        self._publisher.remove(final, root.run_id)
+        if final is not None:
+            self._publisher.remove(final, root.run_id)
 
-    def _retired_since(self, root: Root, fid: str, retired: str) -> bool:
-        """Whether ``fid`` is retired now: its retired file here, or (on a journal hosts share) a
-        retirement another host committed."""
-        if os.path.lexists(retired):
-            return True
+    def _retired_elsewhere(self, root: Root, fid: str) -> bool:
+        """Whether, on a journal hosts share, ``fid`` is retired now by a retirement any host
+        committed (one query of the retirement stream's heads); False on a file journal."""
         return lists_heads(root.journal) and self._retirer.shared.current().get(fid) is not None
 
     def _unless_erased(

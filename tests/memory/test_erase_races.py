@@ -296,3 +296,33 @@ def test_a_sync_that_read_a_file_before_an_erase_and_writes_its_row_after_keeps_
     assert memory.check_store(store) == []
     syncer.close()
     store.close()
+
+
+def test_a_learn_whose_stage_the_erase_removed_before_its_commit_is_refused_and_erased(
+    tmp_path: Path, journal_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The racer has looked and staged its file; the whole erase runs (and removes the racer's stage,
+    # which holds the key) before the racer's commit is appended: the publish then fails, and the
+    # commit must not keep the erased text behind that failure.
+    store = _store(tmp_path, journal_location)
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn(_finding()).key
+    other = memory.MemoryStore(store.db_path, journal=journal_location, clock=Clock(start=1_700_000_000_500))
+    backend = other.open_journal()
+    real = backend.append
+    done: list[bool] = []
+
+    def erase_then_append(lease: Any, stream: str, payload: Any, **kwargs: Any) -> Any:
+        if stream == memory.STREAM and not done:
+            done.append(True)
+            with store.session(scope="privacy") as s2:
+                s2.erase(key, reason="hana asked")
+        return real(lease, stream, payload, **kwargs)
+
+    monkeypatch.setattr(backend, "append", erase_then_append)
+    with other.session(scope="users", flow="racer") as s3, pytest.raises(memory.FindingRetired):
+        s3.learn(_finding())
+    assert done
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    other.close()
+    store.close()
