@@ -437,10 +437,12 @@ class Learner:
         commit is rewritten as a tombstone (the run's holder may) and the learn is refused
         (``FindingRetired``). A kill before the rewrite leaves the commit to ``flows check``
         (``erase_incomplete``) and ``--repair``. Returns when no erase names ``fid``."""
-        from memory._erase import audits, tombstone  # not at import: only a learn that raced a retirement
+        from memory._erase import audits, audits_after, tombstone  # not at import: only a learn that raced
 
         backend = root.journal
-        if not any(fid in rec.payload["keys"] for rec in audits(backend)):
+        # on a journal hosts share, only the runs holding erase records are read (their heads)
+        found = audits_after(backend, {}) if lists_heads(backend) else audits(backend)
+        if not any(fid in rec.payload["keys"] for rec in found):
             return
         pub = self._publisher
         if staged is not None:
