@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -480,6 +481,33 @@ def read_retired_folder(base: Path, directory: Path) -> tuple[os.stat_result | N
     return st, {r.key: r for _, r in files.values()}
 
 
+def read_new_retired(base: Path, directory: Path, known: AbstractSet[str]) -> list[Retired]:
+    """The retired files of ``directory`` (a folder below ``base``, opened without following a link)
+    whose key is not in ``known``: the folder is listed, and only those files are looked at (a
+    stat each, and a read of each one added or changed since this process last read it, as
+    ``read_retired_folder`` does). A file is named after its key (``parse_retired`` checks that),
+    so the others are known by their names alone.
+
+    Raises:
+        Unreachable: as ``read_retired_folder``, for the files it looks at.
+    """
+    try:
+        folder = Folder.open(base, directory)
+    except OSError as exc:
+        raise unreadable(exc.filename or directory, exc, "retired folder") from exc
+    if folder is None:
+        return []
+    with folder:
+        try:
+            names = [n for n in folder.names() if n[:-5] not in known and is_learned_name(n)]
+        except OSError as exc:
+            raise unreadable(directory, exc, "retired folder") from exc
+        if not names:
+            return []
+        files = _RETIRED_READS.read(folder, directory, names, merge=True)
+    return [r for _, r in files.values()]
+
+
 class ParseMemo(Generic[P]):
     """``parse(path, data)`` for files read again and again, parsing only bytes not seen before at
     that path: parsing is a pure function of the path and the bytes, so the file is still read
@@ -568,16 +596,23 @@ class _RetiredReads:
         self._known: dict[Path, dict[str, RetiredFile]] = {}
         self._mutex = threading.Lock()
 
-    def read(self, folder: Folder, directory: Path, names: Iterable[str]) -> dict[str, RetiredFile]:
+    def read(
+        self, folder: Folder, directory: Path, names: Iterable[str], *, merge: bool = False
+    ) -> dict[str, RetiredFile]:
         """The retired files ``names`` of the open ``folder`` at ``directory``, by name (raising
-        ``Unreachable`` on a damaged one, as a full read does)."""
+        ``Unreachable`` on a damaged one, as a full read does). ``merge``: ``names`` are some of
+        the folder's files, and what is kept of the others stays."""
         with self._mutex:
             known = self._known.get(directory, {})
         files = _reread_retired(folder, directory, names, known, _PARSED_RETIRED)
         with self._mutex:
             if len(self._known) >= self._MAX_FOLDERS and directory not in self._known:
                 self._known.clear()
-            self._known[directory] = files
+            kept = self._known.get(directory) if merge else None
+            if kept is None:
+                self._known[directory] = files
+            else:
+                kept.update(files)
         return files
 
 

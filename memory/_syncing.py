@@ -7,6 +7,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from journal import JournalBackend, Record
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import Unreachable, Unwritable
-from memory._files import Retired, parse_learned, read_folder, read_retired_folder, unreadable
+from memory._files import Retired, parse_learned, read_folder, read_new_retired, unreadable
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -249,16 +250,19 @@ class Syncer:
         made = self.materialize() if materialize else 0
         # Retirements into the DB first, so the rows of the findings they retire are marked as
         # they arrive. Retired files stay: they keep the finding out of reads and learns for good.
-        retired = self._retired_files()
+        # Only the retired files whose retirement the DB does not hold are read: the others are
+        # known by name (a retired file is named after its key), and a retirement is kept for good,
+        # so a sync costs a listing per folder, not a look at every retirement ever made.
         known = self._db.retired_keys()
-        fresh = [r for r in retired if r.key not in known]
+        fresh = self._retired_files(known)
         for r in fresh:  # a retired file no record backs never marks a row: it would hide it for good
             self._citations.check_retired(r, Path(self._retirer.retired_path(r.scope, r.key)))
         for i in range(0, len(fresh), SYNC_BATCH):
             self._db.retire(fresh[i : i + SYNC_BATCH], self._clock())
         if fresh:
             self._retirer.on_retired([r.key for r in fresh])
-        gone = known | {r.key for r in retired}
+        gone = known  # (read for this sync alone)
+        gone.update(r.key for r in fresh)
         files = self._files()
         ingested = dropped = 0
         for i in range(0, len(files), SYNC_BATCH):
@@ -282,8 +286,8 @@ class Syncer:
             if e.key not in gone and os.path.lexists(self._retirer.retired_path(e.scope, e.key))
         ]
 
-    def _retired_files(self) -> list[Retired]:
-        """Every scope's retired files, read without following links."""
+    def _retired_files(self, known: AbstractSet[str]) -> list[Retired]:
+        """Every scope's retired files whose key is not in ``known``, read without following links."""
         try:
             folders = retired_dirs(self._publisher.db_path)
         except Unreachable as exc:
@@ -294,7 +298,7 @@ class Syncer:
         found: list[Retired] = []
         for d in folders:
             try:
-                found += read_retired_folder(self._base, d)[1].values()
+                found += read_new_retired(self._base, d, known)
             except Unreachable as exc:
                 cause = exc.__cause__
                 if isinstance(cause, OSError) and not is_damage(cause):

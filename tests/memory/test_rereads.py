@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,32 @@ def test_a_sync_after_a_retirement_reads_only_the_new_retired_file(
     store.sync()
     assert read == [f"{new}.json"]
     assert store.recall(scope="desk", limit=None) == []
+
+
+@pytest.mark.parametrize("materialize", [False, True], ids=["own-files", "materializing"])
+def test_a_sync_looks_only_at_the_retired_files_whose_retirement_the_db_lacks(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch, materialize: bool
+) -> None:
+    """A retirement is kept for good and its file is named after its key: a sync lists each retired
+    folder and looks (a stat, and a read when changed) only at the files of retirements the history
+    DB does not hold yet, so what it costs does not grow with every retirement ever made."""
+    _retire(store, 20)
+    store.sync(materialize=materialize)
+    looked: list[str] = []
+    real = files._reread_retired
+
+    def counting(folder: Folder, directory: Path, names: Any, known: Any, parse: Any) -> Any:
+        names = list(names)
+        looked.extend(names)
+        return real(folder, directory, names, known, parse)
+
+    monkeypatch.setattr(files, "_reread_retired", counting)
+    (new,) = _retire(store, 1, start=20)
+    looked.clear()
+    store.sync(materialize=materialize)
+    assert looked == [f"{new}.json"]
+    assert store.recall(scope="desk", limit=None) == []
+    assert new in store.db.retired_keys() and len(store.db.retired_keys()) == 21
 
 
 def _counting_retired_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -132,3 +159,4 @@ def test_a_learned_file_rewritten_within_the_racy_window_is_judged_by_its_new_by
     learned.path.write_bytes(data.replace(b"low", b"lew"))  # still a finding's shape, not its name
     with pytest.raises(memory.Unreachable, match="damaged"):
         store.recall(scope="desk", limit=None)
+
