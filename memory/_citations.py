@@ -35,7 +35,7 @@ from pathlib import Path
 from journal import JournalBackend, JournalNameInvalid, JournalRunNotFound, Record
 from memory._errors import Unreachable
 from memory._filecache import FileCache
-from memory._files import Retired
+from memory._files import Retired, own_commit
 from memory._finding import RETIRE_STREAM, STREAM, checked_commit, is_erased, render, retirements_in
 from memory._results import Citation, Recalled
 
@@ -182,6 +182,9 @@ class Citations:
             record = self.cited(entry)
             if record is None:
                 raise self._unjournaled(path, entry)
+            # bytes this process rendered from that very commit, made from a finding it validated
+            if own_commit(path, data) == record:
+                continue
             # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
             if is_erased(record) or render(checked_commit(record, self._open_journal().location)) != data:
                 raise self._mismatch(path, entry)

@@ -132,9 +132,14 @@ def own_entry(record: Record) -> tuple[bytes, Recalled]:
     """The bytes of the learned file of ``record``, a commit this process made (``render``), and
     what ``parse_learned`` reads from them, built from the record's fields without parsing any
     bytes: a file found to hold exactly those bytes is read as this entry."""
+    return render(record), _entry_of(record)
+
+
+def _entry_of(record: Record) -> Recalled:
+    """What ``parse_learned`` reads from the rendering of ``record`` (``own_entry``)."""
     p, f = record.payload, record.payload["finding"]
     metadata = f.get("metadata")
-    return render(record), Recalled(
+    return Recalled(
         id=disk_id(p["id"]),
         key=p["id"],
         text=f["text"],
@@ -536,7 +541,55 @@ class ParseMemo(Generic[P]):
         return parsed
 
 
-_PARSED_LEARNED = ParseMemo(parse_learned)
+class _OwnFiles:
+    """The learned files this process published from commits it made, by path: the bytes rendered
+    from each commit, and the commit (``published_own``). Keeps at most ``_MEMO_BYTES`` of file
+    bytes, then starts again."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[bytes, Record]] = {}
+        self._bytes = 0
+        self._mutex = threading.Lock()
+
+    def note(self, path: Path, data: bytes, record: Record) -> None:
+        key = str(path)
+        with self._mutex:
+            if self._bytes + len(data) > _MEMO_BYTES:
+                self._files.clear()
+                self._bytes = 0
+            old = self._files.get(key)
+            self._bytes += len(data) - (len(old[0]) if old is not None else 0)
+            self._files[key] = (data, record)
+
+    def commit(self, path: Path, data: bytes) -> Record | None:
+        hit = self._files.get(str(path))
+        return hit[1] if hit is not None and hit[0] == data else None
+
+
+_OWN_FILES = _OwnFiles()
+
+
+def published_own(path: Path, data: bytes, record: Record) -> None:
+    """Note that this process published ``data``, the rendering of ``record`` (a commit it made
+    from a finding it validated), as the learned file ``path``: a read of exactly those bytes
+    there takes them as that commit's entry without parsing them (``_entry_of``: what the parse
+    gives), and ``own_commit`` answers with ``record``."""
+    _OWN_FILES.note(path, data, record)
+
+
+def own_commit(path: Path, data: bytes) -> Record | None:
+    """The commit whose rendering this process published as ``path`` (``published_own``), when
+    ``data`` is exactly that rendering; else None."""
+    return _OWN_FILES.commit(path, data)
+
+
+def _parse_learned_or_own(path: Path, data: bytes) -> Recalled:
+    """``parse_learned``, for bytes this process rendered from its own commit without parsing them."""
+    record = _OWN_FILES.commit(path, data)
+    return _entry_of(record) if record is not None else parse_learned(path, data)
+
+
+_PARSED_LEARNED = ParseMemo(_parse_learned_or_own)
 """``parse_learned`` as every reader of this process calls it (a path names one file of one store)."""
 _PARSED_RETIRED = ParseMemo(parse_retired)
 """``parse_retired`` likewise."""

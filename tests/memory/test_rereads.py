@@ -160,3 +160,78 @@ def test_a_learned_file_rewritten_within_the_racy_window_is_judged_by_its_new_by
     with pytest.raises(memory.Unreachable, match="damaged"):
         store.recall(scope="desk", limit=None)
 
+
+def _own_files(store: memory.MemoryStore) -> list[Path]:
+    """Learn findings of every shape a learned file takes (metadata, tags, an expiry, a revision
+    after a forget, an update's version of a memory) in scope ``desk``; their files."""
+    with store.session(scope="desk") as s:
+        s.learn({"text": "plain finding"})
+        s.learn(
+            {
+                "text": "the fee is 3 bps",
+                "tags": ["fees", "ünïcode"],
+                "metadata": {"key": "k1", "value": {"a": [1, 2.5, None, True], "b": {"c": "d"}}, "n": -7},
+                "expiresMs": 4_102_444_800_000,  # 2100
+            }
+        )
+        again = s.learn({"text": "learned again after a forget"}).key
+        s.forget(again, reason="wrong")
+        s.learn({"text": "learned again after a forget"})
+        first = s.learn({"text": "version one", "metadata": {"v": 1}})
+        s.update(first.memory_id, {"text": "version two", "metadata": {"v": 2}})
+    return sorted(memory.learned_dir(store.db_path, "desk").glob("*.json"))
+
+
+def test_a_file_this_process_published_from_its_commit_reads_as_its_parse_without_one(
+    store: memory.MemoryStore,
+) -> None:
+    paths = _own_files(store)
+    assert len(paths) == 4
+    for path in paths:
+        data = path.read_bytes()
+        assert files.own_commit(path, data) is not None  # the learn noted it
+        assert files._parse_learned_or_own(path, data) == files.parse_learned(path, data)
+        # other bytes at that path are parsed (and judged) as ever
+        changed = data.replace(b'"text":"', b'"text":"X', 1)
+        assert files.own_commit(path, changed) is None
+        with pytest.raises(memory.Unreachable, match="does not match its name"):
+            files._parse_learned_or_own(path, changed)
+
+
+def test_a_sync_of_files_this_process_published_parses_and_checks_no_commit_again(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file of a commit this process made holds that commit's rendering: a sync finding exactly
+    those bytes takes the commit's entry and citation as they are (each was made from a finding the
+    learn validated), where it parsed the file and checked the commit's shape again."""
+    import memory._citations as citations
+
+    paths = _own_files(store)
+    parsed: list[Path] = []
+    checked: list[str] = []
+    real_parse, real_check = files.parse_learned, citations.checked_commit
+    monkeypatch.setattr(files, "parse_learned", lambda p, d: parsed.append(p) or real_parse(p, d))
+    monkeypatch.setattr(
+        citations, "checked_commit", lambda r, loc: checked.append(r.id) or real_check(r, loc)
+    )
+    report = store.sync(materialize=False)
+    assert report.ingested == len(paths) == 4
+    assert parsed == [] and checked == []
+    assert sorted(r.text for r in store.recall(scope="desk", limit=None)) == [
+        "learned again after a forget",
+        "plain finding",
+        "the fee is 3 bps",
+        "version two",
+    ]
+
+
+def test_a_file_of_this_process_s_commit_changed_in_place_still_fails_the_sync(
+    store: memory.MemoryStore,
+) -> None:
+    with store.session(scope="desk") as s:
+        s.learn({"text": "the fee is low", "metadata": {"n": 1}})
+    (path,) = memory.learned_dir(store.db_path, "desk").glob("*.json")
+    path.write_bytes(path.read_bytes().replace(b'"n":1', b'"n":2'))  # the same citation, other bytes
+    with pytest.raises(memory.Unreachable, match=path.name):
+        store.sync(materialize=False)
+    assert store.db.count() == 0
