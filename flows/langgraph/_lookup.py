@@ -54,19 +54,22 @@ class _ScopeFiles:
         self.items: dict[str, str | None] = {}  # file name -> its item key (None: not an item)
         self.by_item: dict[str, set[str]] = {}
         self.entries: dict[str, Recalled] = {}
+        # names listed that are no learned file's (stages, and the hidden names of files a sync
+        # dropped, waiting for the background unlink): passed over by set operations, not one by one
+        self.other: set[str] = set()
         self.mutex = threading.Lock()
 
-    def _names(self) -> list[str] | None:
-        """The learned-file names in the folder now (none when it is not there); None when it
-        cannot be listed or is not a folder (a link in its place is never followed)."""
+    def _names(self) -> set[str] | None:
+        """Every name in the folder now (none when it is not there); None when it cannot be listed
+        or is not a folder (a link in its place is never followed)."""
         try:
             fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            return []
+            return set()
         except OSError:
             return None
         try:
-            return [n for n in os.listdir(fd) if n.endswith(".json") and not n.startswith(".")]
+            return set(os.listdir(fd))
         except OSError:
             return None
         finally:
@@ -86,14 +89,17 @@ class _ScopeFiles:
         """The versions of ``item`` among the folder's files, listed now (``mine``: the item of each
         version this store published, by key); None when a file cannot be read and is still there,
         or holds another scope (the memory's read says how that fails)."""
-        names = self._names()
-        if names is None:
+        listed = self._names()
+        if listed is None:
             return None
-        listed = set(names)
         with self.mutex:
             for name in self.items.keys() - listed:  # synced into the DB, or forgotten
                 self._drop(name)
-            for name in listed - self.items.keys():
+            self.other &= listed
+            for name in listed - self.items.keys() - self.other:
+                if not name.endswith(".json") or name.startswith("."):
+                    self.other.add(name)
+                    continue
                 held = mine.get(name[:-5])
                 if held is None:  # another process's file: which item it holds is in it
                     entry = self._read(name)

@@ -182,3 +182,33 @@ def test_a_file_no_record_backs_fails_the_put_of_its_item_as_the_memorys_read_do
             store.put(NS, "k", {"v": "mine"})
         store.put(NS, "other", {"v": 1})  # another item of the scope is still written
         assert store.get(NS, "other") is not None
+
+
+def test_names_in_the_folder_that_are_no_learned_file_are_set_aside_once(tmp_path: Path) -> None:
+    """A synced folder keeps the hidden names of the files a sync dropped until the background
+    unlink (and stages come and go): a write's look-up sets each such name aside once, by set
+    operations, and still sees a learned file that appears later."""
+    db = str(tmp_path / "history.db")
+    with JournalStore(db=db, journal=str(tmp_path / "journal"), sync_every=0) as store:
+        store.put(NS, "a", {"n": 1})
+        found = store.finding(NS, "a")
+        assert found is not None
+        folder = Path(store.memory.db_path).parent / "flows-memory"
+        (scope_dir,) = {p.parent for p in folder.rglob(f"{found.key}.json")}
+        planted = [".stage-sync-000000000000.x.json", ".hidden.json", "notes.txt"]
+        for name in planted:
+            (scope_dir / name).write_bytes(b"not a learned file")
+        store.put(NS, "b", {"n": 2})
+        lookup = store._lookup
+        assert lookup is not None
+        files = lookup._scope(SCOPE_PREFIX + "look")
+        assert set(planted) <= files.other
+        assert all(name not in files.items for name in planted)
+        with JournalStore(db=db, journal=str(tmp_path / "journal"), sync_every=0) as other:
+            other.put(NS, "c", {"n": 3})  # another store's file, listed after the names set aside
+        (scope_dir / planted[0]).unlink()
+        store.put(NS, "c", {"n": 33})
+        assert files.other == set(planted[1:])
+        assert len(_live(store, "c")) == 1
+        item = store.get(NS, "c")
+        assert item is not None and item.value == {"n": 33}
