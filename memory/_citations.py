@@ -4,11 +4,14 @@ A learned file is only a finding if the journal holds the record it cites and th
 record's rendering: a well-formed file citing nothing (forged, or its run deleted) is damage, never
 served and never synced. Reads check each unsynced entry they are about to return (``check``: the
 entry's fields against the record's); ``sync`` checks every file it ingests, byte for byte
-(``verify``). The records of each run are read once and kept; a citation not found among them
-makes the run be read again (the journal's reads are incremental), so a file published after the
-last read is still found; a commit this process appended is known as it returns
-(``committed``). A record is never expected to leave an append-only journal: one found
-once is trusted for the life of the store object.
+(``verify``): against the rendering of the record it cites, or, for a file this process published
+from a commit it made (``memory._files.published_own``), against that commit's rendering, when the
+journal's record is that commit (its shape was made by the learn, from a finding it validated).
+The records of each run are read once and kept; a citation not found among them makes the run be
+read again (the journal's reads are incremental), so a file published after the last read is still
+found; a commit this process appended is known as it returns (``committed``). A record is never
+expected to leave an append-only journal: one found once is trusted for the life of the store
+object.
 
 A fresh process need not read a whole run to check one citation. The journal gives, for each
 record of a stream it read, a hint for finding that record again (``JournalBackend.hints``: on the
