@@ -399,14 +399,14 @@ class Learner:
         # loss before then loses only the name or tears the file, which the store's next open, a
         # resume or ``sync`` publish again from the record.
         try:
-            placed = self._publish_unless_newer(staged, record, final, root.run_id, loose=loose)
+            self._publish_unless_newer(
+                staged, record, final, root.run_id, loose=loose, own=data if own else None
+            )
         except BaseException:
             # an erase that retired the key since the look removes hidden stages of it, this one
             # too: its commit is this learn's to erase before the failure is told
             self._remove_if_retired(root, record if existing is None else None, fid, retired, None)
             raise
-        if placed and own:
-            published_own(final, data, record)  # its next read (a sync's) takes it without a parse
         # A forget of this finding may have raced this learn: it committed after the check above,
         # and its retired file is there now. The forget wins; the file goes. (The forget, having
         # published its retired file first, removes this file itself if it looks after the rename.)
@@ -463,12 +463,14 @@ class Learner:
         )
 
     def _publish_unless_newer(
-        self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool
-    ) -> bool:
+        self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool, own: bytes | None = None
+    ) -> None:
         """Rename ``staged`` (the rendering of ``record``) to ``final``, unless ``final`` holds a
-        newer commit of the finding by another run; whether it was renamed. Another process may
-        publish one at the same moment: the compare and the rename happen under the folder's lock,
-        so the newer commit is the one left in place whichever renames last (``commit_to_publish``)."""
+        newer commit of the finding by another run. Another process may publish one at the same
+        moment: the compare and the rename happen under the folder's lock, so the newer commit is
+        the one left in place whichever renames last (``commit_to_publish``). ``own``: the bytes of
+        a fresh commit of this learn, noted once renamed (``published_own``: its next read, a
+        sync's, takes it without a parse)."""
         pub = self._publisher
         with pub.folder_lock(final.parent, run_id, staged.at):
             newer = _newer_there(final, record, staged.at)
@@ -478,7 +480,8 @@ class Learner:
                 pub.publish(staged, final, run_id, sync=False)
         if not newer:
             pub.renamed_lazily(final, run_id, loose=loose)
-        return not newer
+            if own is not None:
+                published_own(final, own, record)
 
     @staticmethod
     def _check(root: Root, record: Record, fid: str) -> None:
