@@ -39,7 +39,7 @@ from journal._model import (
     payload_json,
     record_id,
 )
-from journal._open import file_location, open_journal
+from journal._open import file_location, hosts_share, open_journal
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -78,6 +78,7 @@ __all__ = [
     "check_label",
     "check_name",
     "file_location",
+    "hosts_share",
     "is_keyword_dsn",
     "now_ms",
     "open_journal",

@@ -44,7 +44,7 @@ from journal._errors import (
     JournalRunNotFound,
     JournalUnwritable,
 )
-from journal._fs import check_dir, open_regular
+from journal._fs import dir_stat, open_regular
 from journal._linelog import LineDamaged, LineLog
 from journal._model import (
     MAX_INT,
@@ -405,8 +405,12 @@ class FileJournal:
 
     def _checked(self, path: Path, run_id: str | None) -> bool:
         """``check_dir`` with the journal's errors: True for a directory, False for nothing."""
+        return self._checked_stat(path, run_id) is not None
+
+    def _checked_stat(self, path: Path, run_id: str | None) -> os.stat_result | None:
+        """``_checked``, answering with the directory's ``lstat`` (None for nothing)."""
         try:
-            return check_dir(path)
+            return dir_stat(path)
         except JournalCorrupt as exc:
             exc.run_id = run_id
             raise
@@ -426,17 +430,17 @@ class FileJournal:
         if known is not None:
             return known
         path = self._runs_dir() / check_name("run id", run_id)
-        if self._checked(path, run_id):  # a link or a file planted there raised
-            self._note_ident(run_id, "", path)
+        st = self._checked_stat(path, run_id)  # a link or a file planted there raised
+        if st is not None:
+            self._note_ident(run_id, "", path, st)
             self._checked_dirs.add(run_id)
             self._run_paths[run_id] = path
         return path
 
-    def _note_ident(self, run_id: str, folder: str, path: Path) -> None:
-        """Remember which folder ``path`` (run ``run_id``'s folder, or its ``folder``) names now."""
-        with contextlib.suppress(OSError):
-            st = os.lstat(path)
-            self._idents[(run_id, folder)] = (str(path), st.st_dev, st.st_ino)
+    def _note_ident(self, run_id: str, folder: str, path: Path, st: os.stat_result) -> None:
+        """Remember which folder ``path`` (run ``run_id``'s folder, or its ``folder``) names now:
+        the one whose ``lstat`` (``st``) found it a real folder."""
+        self._idents[(run_id, folder)] = (str(path), st.st_dev, st.st_ino)
 
     def _guard(self, run_id: str) -> None:
         """Check that the run's folder, and its ``streams`` folder, are still the folders this
@@ -480,10 +484,12 @@ class FileJournal:
 
     def _streams_dir(self, run_id: str) -> Path:
         path = self._run_dir(run_id) / "streams"
-        if run_id not in self._checked_streams and self._checked(path, run_id):
-            if run_id in self._checked_dirs:
-                self._note_ident(run_id, "streams", path)
-            self._checked_streams.add(run_id)
+        if run_id not in self._checked_streams:
+            st = self._checked_stat(path, run_id)
+            if st is not None:
+                if run_id in self._checked_dirs:
+                    self._note_ident(run_id, "streams", path, st)
+                self._checked_streams.add(run_id)
         return path
 
     def stream_path(self, run_id: str, stream: str) -> Path:
@@ -1149,8 +1155,11 @@ class FileJournal:
         check_record_id(record_id)
         if hint is not None:
             try:
+                # a run's folders first looked at here are noted as they are now: nothing to guard yet
+                seen = run_id in self._checked_dirs
                 handle = self._stream(run_id, stream)
-                self._guard(run_id)
+                if seen:
+                    self._guard(run_id)
                 found = handle.log.read_at(hint)
             except JournalError as exc:
                 exc.run_id, exc.stream = run_id, stream

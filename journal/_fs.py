@@ -91,12 +91,22 @@ def check_dir(path: str | os.PathLike[str]) -> bool:
         JournalCorrupt: something else is there (a link, even to a directory; a file; a FIFO).
         OSError: the ``lstat`` failed otherwise (permission, I/O).
     """
+    return dir_stat(path) is not None
+
+
+def dir_stat(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``check_dir``, answering with the directory's ``lstat`` (None when nothing is there).
+
+    Raises:
+        JournalCorrupt: something else is there (a link, even to a directory; a file; a FIFO).
+        OSError: the ``lstat`` failed otherwise (permission, I/O).
+    """
     try:
-        st_mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
-        return False
+        return None
     except NotADirectoryError:
         raise refused(path, _REFUSED[errno.ENOTDIR], expected="a directory") from None
-    if stat.S_ISDIR(st_mode):
-        return True
-    raise refused(path, describe(st_mode), expected="a directory")
+    if stat.S_ISDIR(st.st_mode):
+        return st
+    raise refused(path, describe(st.st_mode), expected="a directory")

@@ -88,8 +88,8 @@ def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> Jour
         JournalUnavailable: a DSN, and psycopg is not installed.
     """
     text = os.fspath(location)
-    _check_size(text)
-    if text.startswith(POSTGRES_SCHEMES):
+    folder = _folder_of(text)
+    if folder is None:
         try:
             from journal._postgres import PostgresJournal
         except ImportError as exc:
@@ -99,8 +99,29 @@ def open_journal(location: str | os.PathLike[str], *, mode: int = 0o600) -> Jour
 
         backend: JournalBackend = PostgresJournal(text)
         return backend
+    return FileJournal(folder, mode=mode)
+
+
+def hosts_share(location: str | os.PathLike[str]) -> bool:
+    """Whether ``open_journal(location)`` opens a journal several hosts share (a PostgreSQL DSN),
+    told without opening it or touching the disk. A folder's location (a file journal, one host's)
+    is checked here as ``open_journal`` checks it.
+
+    Raises:
+        JournalLocationInvalid: as ``open_journal``, for a location too long, or a folder's
+            location it refuses (a DSN is checked when it is opened).
+    """
+    return _folder_of(os.fspath(location)) is None
+
+
+def _folder_of(text: str) -> str | None:
+    """The folder a file journal's location names (``file_location``), or None for a PostgreSQL
+    DSN (checked when it is opened)."""
+    _check_size(text)
+    if text.startswith(POSTGRES_SCHEMES):
+        return None
     if "\x00" in text:
         raise JournalLocationInvalid(
             f"the journal location {text!r} holds a NUL character; give a directory without one"
         )
-    return FileJournal(file_location(text), mode=mode)
+    return file_location(text)

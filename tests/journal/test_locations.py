@@ -109,3 +109,20 @@ def test_an_empty_location_is_refused_not_taken_for_the_current_folder(
 def test_a_folder_whose_name_holds_a_colon_is_still_a_folder(tmp_path: Path) -> None:
     assert isinstance(journal.open_journal(str(tmp_path / "notes:2026")), FileJournal)
     assert isinstance(journal.open_journal("relative:name"), FileJournal)
+
+
+def test_hosts_share_tells_a_dsn_from_a_folder_without_opening_either(tmp_path: Path) -> None:
+    """``hosts_share`` answers as ``open_journal`` would choose, making nothing on disk, and refuses
+    a folder's location ``open_journal`` refuses, with the same code."""
+    assert journal.hosts_share("postgresql://u@db.example/j") is True
+    assert journal.hosts_share("postgres://u@db.example/j") is True
+    folder = tmp_path / "j"
+    assert journal.hosts_share(str(folder)) is False
+    assert journal.hosts_share(f"file://{folder}") is False
+    assert not folder.exists()
+    for bad in ("http://example.com/j", "host=db dbname=j", "a\x00b", "", "x" * 5000):
+        with pytest.raises(JournalLocationInvalid) as caught:
+            journal.hosts_share(bad)
+        assert caught.value.code == "journal_location_invalid"
+        with pytest.raises(JournalLocationInvalid):
+            journal.open_journal(bad)
