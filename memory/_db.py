@@ -339,17 +339,22 @@ class HistoryDB:
             self._seen = True
         return self._seen
 
-    def _check_files(self) -> None:
-        """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file."""
+    def _check_files(self) -> tuple[int, bool]:
+        """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file; answer the log's
+        size (0 when there is none) and whether the ``-shm`` index is there."""
         db = str(self.path)
+        found: list[os.stat_result | None] = []
         for name in (db, f"{db}-wal", f"{db}-shm"):
             try:
-                mode = os.lstat(name).st_mode
+                st = os.lstat(name)
             except FileNotFoundError:
+                found.append(None)
                 continue
             except OSError as exc:
                 path = Path(name)
                 raise Unreachable(f"cannot read the history DB {path}: {describe(exc)}", path=path) from exc
+            mode = st.st_mode
+            found.append(st)
             if not stat.S_ISREG(mode):
                 path = Path(name)
                 raise Unreachable(
@@ -357,6 +362,8 @@ class HistoryDB:
                     "links or opens anything else: move it aside",
                     path=path,
                 )
+        _, wal, shm = found
+        return (0 if wal is None else wal.st_size), shm is not None
 
     def _create_private(self) -> None:
         """Make a DB that does not exist yet as an empty file of mode 0600 (SQLite would make it
@@ -396,6 +403,7 @@ class HistoryDB:
         conn = conn or getattr(self._local, "ro", None)
         if conn is not None:
             return conn
+        self._close_first()
         self._check_files()
         conn, version = self._open_without_creating() if self.read_only else self._open_read_only()
         if version != SCHEMA_VERSION:
@@ -422,6 +430,54 @@ class HistoryDB:
                     path=self.path,
                 ) from exc
         self._local.ro = conn
+        return conn
+
+    def _first_snapshot(self) -> sqlite3.Connection | None:
+        """This thread's first read, when it can be made without setting up the write-ahead log's
+        shared index: a connection in one read transaction already begun, or None (the caller opens
+        the usual reader).
+
+        The first connection to a WAL database (no other process has it open) rebuilds the index in
+        its ``-shm``: it truncates the file and writes each of its pages again (and ``fchown``s it
+        and the log as root), file system metadata changes that wait behind the disk's journal while
+        other processes flush. A process that reads once (``flows recall``) needs none of it when the
+        log is empty: the connection opens the index read-only (SQLite's ``readonly_shm``), so with no
+        other process attached it reads the log into its own memory (nothing, here) and the DB file
+        under SQLite's read lock, which keeps any checkpoint from writing the DB while it reads. Its
+        one transaction begins with the schema check (``PRAGMA user_version`` inside ``BEGIN``), so
+        every read of the snapshot is made in it: a snapshot of the DB as of that moment, as the usual
+        reader gives. When another process has the DB open, the index is mapped read-only and read
+        as usual; if SQLite cannot begin the read that way (a writer's log holding frames that no
+        read mark covers yet), or the schema is not this version's, the connection is dropped and
+        the usual reader opened. Used once per thread (a connection whose index is its own memory
+        drops its page cache on every transaction): the next read closes it and opens the usual
+        reader, and keeps that.
+        """
+        if self.read_only or getattr(self._local, "first_done", False):
+            return None
+        self._local.first_done = True
+        wal_size, indexed = self._check_files()
+        if wal_size or not indexed:
+            return None  # a log to replay, or no index to read: the usual reader makes them
+        try:
+            conn = sqlite3.connect(
+                _file_uri(self.path) + "?mode=ro&readonly_shm=1",
+                uri=True,
+                timeout=30.0,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error:
+            return None
+        try:
+            conn.execute("BEGIN")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])  # begins the read
+        except sqlite3.Error:
+            conn.close()
+            return None
+        if version != SCHEMA_VERSION:  # a migration, or a newer schema: the usual reader says which
+            conn.close()
+            return None
         return conn
 
     def _open_read_only(self) -> tuple[sqlite3.Connection, int]:
@@ -634,12 +690,21 @@ class HistoryDB:
         """Close this thread's connections (safe twice). The reader goes first: the writer closing
         last folds the write-ahead log into the DB and removes it with its ``-shm`` (SQLite does that
         only for the last connection, and never for a read-only one)."""
+        self._close_first()
         for name in ("ro", "conn"):
             conn = getattr(self._local, name, None)
             if conn is not None:
                 conn.close()
                 setattr(self._local, name, None)
         self._local.guard = None
+
+    def _close_first(self) -> None:
+        """Close the connection this thread's first read went through (``_first_snapshot``), kept
+        until the thread reads again (a process that reads once never pays for its closing)."""
+        first = getattr(self._local, "first", None)
+        if first is not None:
+            self._local.first = None
+            first.close()
 
     def snapshot(self) -> contextlib.AbstractContextManager[None]:
         """Every read of this thread inside the block sees one state of the DB (one read
@@ -1289,27 +1354,37 @@ def _rollback(conn: sqlite3.Connection) -> None:
 class _Snapshot:
     """``HistoryDB.snapshot``'s block: a read transaction on this thread's connection, begun on
     entry unless one is open already (then the block is part of it), rolled back on exit; after a
-    block that ended normally, a read made without SQLite's lock is checked (``_unchanged``)."""
+    block that ended normally, a read made without SQLite's lock is checked (``_unchanged``). A
+    thread's first block may read through a connection of its own (``HistoryDB._first_snapshot``),
+    which is not read through again."""
 
-    __slots__ = ("_conn", "_db", "_outer")
+    __slots__ = ("_conn", "_db", "_first", "_outer")
 
     def __init__(self, db: HistoryDB) -> None:
         self._db = db
         self._outer = False
+        self._first = False
         self._conn: sqlite3.Connection | None = None
 
     def __enter__(self) -> None:
         db = self._db
         if getattr(db._local, "snapshot", None) is not None:
             return  # inside another snapshot: part of its transaction
-        conn = db._reader() if db.exists() else None
+        conn = None
+        if db.exists():
+            conn = None if _has_reader(db) else db._first_snapshot()
+            if conn is not None:
+                self._first = True  # its transaction is begun
+            else:
+                conn = db._reader()
         if conn is None:
             db._local.snapshot = _ABSENT
         else:
-            try:
-                conn.execute("BEGIN")
-            except sqlite3.Error as exc:
-                raise db._error(exc, "read", Unreachable) from exc
+            if not self._first:
+                try:
+                    conn.execute("BEGIN")
+                except sqlite3.Error as exc:
+                    raise db._error(exc, "read", Unreachable) from exc
             db._local.snapshot = conn
         self._conn = conn
         self._outer = True
@@ -1322,8 +1397,18 @@ class _Snapshot:
         local.snapshot = None
         if self._conn is not None:
             _rollback(self._conn)
+            if self._first:  # closed when the thread reads again (``HistoryDB._close_first``)
+                local.first = self._conn
+                # the next connection's data_version starts over: what was kept by it is stale
+                db._writes += 1
         if kind is None and getattr(local, "guard", None) is not None:
             db._unchanged()  # a read made without SQLite's lock
+
+
+def _has_reader(db: HistoryDB) -> bool:
+    """Whether this thread has a connection open to read through already."""
+    local = db._local
+    return getattr(local, "conn", None) is not None or getattr(local, "ro", None) is not None
 
 
 def _recall_sql(shape: tuple[int, int, bool, bool, bool, bool, bool]) -> str:
@@ -1395,9 +1480,12 @@ def folder_mode(file_mode: int) -> int:
     return file_mode | ((file_mode & 0o444) >> 2)
 
 
-def db_mode(path: Path) -> int:
+def db_mode(path: Path, st: os.stat_result | None = None) -> int:
     """The mode learned files take: the DB's permission bits (by ``stat`` only), never
-    executable or world-writable; 0600 when there is no DB yet."""
+    executable or world-writable; 0600 when there is no DB yet. ``st`` is the DB's ``stat`` (or,
+    for a regular file, its ``lstat``) when the caller took it already."""
+    if st is not None:
+        return st.st_mode & 0o664
     try:
         return os.stat(path).st_mode & 0o664
     except (FileNotFoundError, NotADirectoryError):  # no DB there (a file stands for its folder)

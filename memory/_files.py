@@ -746,16 +746,27 @@ class DiskIndex:
                 self._retired[directory] = listing
         return listing
 
-    def listing(self, directory: Path, *, whole: bool = False) -> Listing | IndexedListing:
+    def listing(
+        self, directory: Path, *, whole: bool = False, scanned: os.stat_result | None = None
+    ) -> Listing | IndexedListing:
         """Return the listing of ``directory`` (raising ``Unreachable`` on a damaged file): read from
         the files' index while it lists the folder as it is, unless ``whole`` asks for every entry
-        parsed (``why``'s word index)."""
-        try:
-            st = os.stat(directory, follow_symlinks=False)
-        except FileNotFoundError:
-            return Listing(0, 0, ())
-        except OSError as exc:
-            raise unreadable(directory, exc) from exc
+        parsed (``why``'s word index).
+
+        ``scanned`` is the folder's ``lstat`` from a scan that has just found it, and every folder
+        on its way, a real folder and no link (``scope_tree``): it stands for the folder's own
+        ``stat`` (no other is taken), and the index is matched against it without opening the
+        folder again one component at a time. The index's stamp names the folder's device and
+        inode, so it matches only the very folder it was written for, unchanged."""
+        if scanned is not None:
+            st = scanned
+        else:
+            try:
+                st = os.stat(directory, follow_symlinks=False)
+            except FileNotFoundError:
+                return Listing(0, 0, ())
+            except OSError as exc:
+                raise unreadable(directory, exc) from exc
         with self._mutex:
             hit = self._cache.get(directory)
             trusted = directory not in self._distrusted
@@ -768,7 +779,7 @@ class DiskIndex:
             return hit
         scanned_at = time.time_ns()
         if self._files is not None and trusted and not whole and self._files.may_list(st, scanned_at):
-            indexed = self._indexed(directory)
+            indexed = self._indexed(directory) if scanned is None else self._files.listing(directory, st)
             if indexed is not None:
                 if scanned_at - indexed.mtime_ns > RACY_S * 1e9:
                     with self._mutex:

@@ -153,49 +153,55 @@ def scan_scopes(db_path: Path, leaf: str | None = "compacted") -> tuple[list[Pat
     Raises:
         OSError: a folder could not be listed (permission, I/O); ``filename`` names it.
     """
-    leaves, wrong, _, _ = _scan(db_path, leaf)
+    leaves, wrong, _, _, _ = _scan(db_path, leaf)
     return leaves, wrong
 
 
-def scope_tree(db_path: Path) -> tuple[list[Path], list[Path], int]:
+def scope_tree(
+    db_path: Path, root_stat: os.stat_result | None = None
+) -> tuple[list[Path], list[Path], int, list[os.stat_result]]:
     """From one listing of ``<db-dir>/flows-memory``: every scope's learned-file directory that
     exists (``scope_dirs``), every scope folder's retired-file directory (there or not: the
-    ``retired_dir`` of each scope folder ``scope_folders`` finds), and how many names (not hidden)
-    the listing held.
+    ``retired_dir`` of each scope folder ``scope_folders`` finds), how many names (not hidden)
+    the listing held, and the ``lstat`` of each learned-file directory (in its order), taken once
+    every folder on its way was found a real folder, none a link. ``root_stat`` is the caller's own
+    ``lstat`` of ``flows-memory``, when it has one (it is not taken again).
 
     Raises:
         Unreachable: as ``scope_dirs``.
     """
     try:
-        leaves, wrong, retired, listed = _scan(db_path, "compacted", retired=True)
+        leaves, wrong, retired, listed, stats = _scan(db_path, "compacted", retired=True, root_stat=root_stat)
     except OSError as exc:
         raise Unreachable(f"cannot list {exc.filename}: {describe(exc)}", path=exc.filename) from exc
     if wrong:
         path, what = wrong[0]
         raise Unreachable(wrong_folder_message(path, what), path=path)
-    return leaves, retired, listed
+    return leaves, retired, listed, stats
 
 
 def _scan(
-    db_path: Path, leaf: str | None, *, retired: bool = False
-) -> tuple[list[Path], list[tuple[Path, str]], list[Path], int]:
+    db_path: Path, leaf: str | None, *, retired: bool = False, root_stat: os.stat_result | None = None
+) -> tuple[list[Path], list[tuple[Path, str]], list[Path], int, list[os.stat_result]]:
     """``scan_scopes``'s ``(folders, wrong)``, then the scope folders themselves that are real
-    folders (with ``retired``, their ``.trajectories/retired`` instead), and how many names (not
-    hidden) ``flows-memory`` listed."""
+    folders (with ``retired``, their ``.trajectories/retired`` instead), how many names (not
+    hidden) ``flows-memory`` listed, and the ``lstat`` of each of the folders (``root_stat``:
+    ``flows-memory``'s, when the caller took it)."""
     root = os.path.join(os.path.dirname(db_path), LEARNED_ROOT)  # ``learned_root``, as a string
     wrong: list[tuple[Path, str]] = []
-    what = _wrong_folder(root)
+    what = _wrong_folder(root) if root_stat is None else _what_folder(root_stat.st_mode)
     if what == "missing":
-        return [], [], [], 0
+        return [], [], [], 0, []
     if what:
-        return [], [(Path(root), what)], [], 0
+        return [], [(Path(root), what)], [], 0, []
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
-        return [], [], [], 0
+        return [], [], [], 0, []
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, root) from None
     leaves: list[Path] = []
+    stats: list[os.stat_result] = []
     scopes: list[Path] = []
     listed = 0
     for name in names:
@@ -203,12 +209,12 @@ def _scan(
             continue
         listed += 1
         probe = os.path.join(root, name)
-        what = _wrong_folder(probe)
+        what, st = _folder_stat(probe)
         if not what:
             scopes.append(Path(f"{probe}/.trajectories/retired" if retired else probe))
             for part in (".trajectories", leaf) if leaf else ():
                 probe = os.path.join(probe, part)
-                what = _wrong_folder(probe)
+                what, st = _folder_stat(probe)
                 if what:
                     break
         if what == "missing":
@@ -216,18 +222,30 @@ def _scan(
         if what:
             wrong.append((Path(probe), what))
         else:
+            assert st is not None
             leaves.append(Path(probe))
-    return leaves, wrong, scopes, listed
+            stats.append(st)
+    return leaves, wrong, scopes, listed, stats
 
 
 def _wrong_folder(path: Path | str) -> str:
     """``""`` for a real folder, ``"missing"``, or what else is at ``path`` (never following a link)."""
+    return _folder_stat(path)[0]
+
+
+def _folder_stat(path: Path | str) -> tuple[str, os.stat_result | None]:
+    """``_wrong_folder``'s answer, and the ``lstat`` it took (None when nothing is there)."""
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
-        return "missing"
+        return "missing", None
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+    return _what_folder(st.st_mode), st
+
+
+def _what_folder(mode: int) -> str:
+    """``""`` for a folder's mode, else what the mode says is there instead."""
     if stat.S_ISDIR(mode):
         return ""
     if stat.S_ISLNK(mode):
@@ -284,20 +302,24 @@ def _history_dbs_beside(db_path: Path) -> list[Path]:
     return found
 
 
-def refuse_odd_db(db_path: Path) -> None:
+def refuse_odd_db(db_path: Path) -> os.stat_result | None:
     """Refuse a history DB path that holds something other than a regular file (a folder, a FIFO,
     a device, a link), which every read refuses (``HistoryDB``), before a write makes anything
-    beside it (``Unreachable``, naming the path). A missing path is for the write to make."""
+    beside it (``Unreachable``, naming the path). A missing path is for the write to make.
+
+    Returns the DB's ``lstat`` (a regular file's), or None when it could not be taken."""
     try:
-        mode = os.lstat(db_path).st_mode
+        st = os.lstat(db_path)
     except OSError:
-        return  # missing (made by the write), or for the write itself to report
+        return None  # missing (made by the write), or for the write itself to report
+    mode = st.st_mode
     if not stat.S_ISREG(mode):
         raise Unreachable(
             f"{db_path} is {kind_of(mode)}, not the history DB's file; the store never follows links "
             "or opens anything else: give --db (or MemoryStore) a file's path, or move it aside",
             path=db_path,
         )
+    return st
 
 
 def refuse_odd_folder(folder: Path) -> None:

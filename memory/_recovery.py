@@ -40,7 +40,12 @@ _FDINFO = "/proc/self/fdinfo"
 
 
 def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
-    """The bytes of the regular file ``path`` (never through a link, never a FIFO), else None."""
+    """The bytes of the regular file ``path`` (never through a link, never a FIFO), else None.
+
+    A read that returns less than it asked for has reached the end: a regular file reads short
+    only there, and so do the small files of ``/proc`` read here (a boot id, a descriptor's
+    ``fdinfo``), which the kernel hands over whole. So the usual file costs one read, not a
+    second one that returns nothing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -51,12 +56,12 @@ def _read_small(path: str | Path, limit: int = 1 << 20) -> bytes | None:
         chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
             chunks.append(chunk)
             limit -= len(chunk)
             if limit < 0:
                 return None
+            if len(chunk) < 65536:
+                return b"".join(chunks)
     except OSError:
         return None
     finally:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from journal import JournalBackend, JournalCorrupt, Record
+from journal import JournalBackend, JournalCorrupt, Record, hosts_share
 from memory._db import HistoryDB
 from memory._errors import FindingUnknown, Unreachable
 from memory._files import Retired, parse_retired, read_learned, read_retired
@@ -233,8 +233,9 @@ class SharedRetirements:
     brings one back under its old key. A file journal belongs to one host: it has no such list, and
     its stores see each other's forgets on ``sync`` (which publishes every retirement's file)."""
 
-    def __init__(self, open_journal: Callable[[], JournalBackend]) -> None:
+    def __init__(self, open_journal: Callable[[], JournalBackend], location: str | None = None) -> None:
         self._open_journal = open_journal
+        self._location = location  # where ``open_journal`` opens it, when known
         self._seen: dict[str, int] = {}  # run id -> the last record of its stream read here
         self._by_key: dict[str, Retired] = {}
         self._lock = threading.Lock()
@@ -249,6 +250,9 @@ class SharedRetirements:
                 finding another host may have forgotten.
         """
         if self._listless:
+            return _NONE
+        if self._location is not None and not hosts_share(self._location):
+            self._listless = True  # a file journal's location: known without opening it (see the class)
             return _NONE
         backend = self._open_journal()
         if not lists_heads(backend):
@@ -284,6 +288,7 @@ class Retirer:
         publisher: Publisher,
         open_journal: Callable[[], JournalBackend],
         clock: Callable[[], int],
+        location: str | None = None,
     ) -> None:
         self._db = db
         self._publisher = publisher
@@ -295,7 +300,9 @@ class Retirer:
         self._attempts_lock = threading.Lock()
         # told the keys each settled retirement took out of reads (the store drops their vectors)
         self.on_retired: Callable[[list[str]], None] = _nothing
-        self.shared = SharedRetirements(open_journal)
+        # the other hosts' retirements; ``location`` (where ``open_journal`` opens the journal) tells a
+        # file journal, which lists none, without opening it
+        self.shared = SharedRetirements(open_journal, location)
         # told each retirement record this process appends (``Citations.committed``)
         self.on_committed: Callable[[Record], None] = lambda record: None
         # checks a retired file read back against the record it cites (``Citations.check_retired``)

@@ -336,8 +336,13 @@ class Search:
             if held.unchanged():  # every folder as it was: what was read there still holds
                 return held.listings, _Union(held.retired, shared) if shared else held.retired
             self._held = None
-        learned, retired_dirs = self._scope_tree()
-        listings = [self._disk.listing(d, whole=whole) for d in learned]
+        learned, retired_dirs, stats = self._scope_tree()
+        if stats is None:
+            listings = [self._disk.listing(d, whole=whole) for d in learned]
+        else:  # each folder's lstat from the scan that found no link on its way (``scope_tree``)
+            listings = [
+                self._disk.listing(d, whole=whole, scanned=st) for d, st in zip(learned, stats, strict=True)
+            ]
         retired_listings = [self._disk.retired(d) for d in retired_dirs]
         parts = [r.by_key for r in retired_listings if r.by_key]
         local: Mapping[str, Retired]
@@ -427,9 +432,11 @@ class Search:
             self._live_cache.clear()
             self._held_version = version
 
-    def _scope_tree(self) -> tuple[list[Path], list[Path]]:
+    def _scope_tree(self) -> tuple[list[Path], list[Path], list[os.stat_result] | None]:
         """Every scope's learned-file folder that exists, and every scope folder's retired-file
-        folder (there or not), remembered until ``<db-dir>/flows-memory`` changes: one stat a read.
+        folder (there or not), remembered until ``<db-dir>/flows-memory`` changes: one stat a read;
+        and, when they were looked at just now (not remembered), each learned-file folder's
+        ``lstat`` from that scan (``scope_tree``), else None.
 
         A listing taken while the folder is fresh (mtimes are coarse) is not remembered, and a
         scope whose folders exist but not yet its learned-file folder is looked for again each time.
@@ -438,19 +445,19 @@ class Search:
         try:
             st = os.stat(root, follow_symlinks=False)
         except FileNotFoundError:
-            return [], []
+            return [], [], None
         except OSError as exc:
             raise Unreachable(f"cannot read {root}: {exc.strerror or exc}", path=root) from exc
         stamp = (st.st_mtime_ns, st.st_ino)
         cached = self._scope_listing
         if cached is not None and cached[0] == stamp and cached[3] == len(cached[1]):
             self._scope_reused = True
-            return cached[1], cached[2]
+            return cached[1], cached[2], None
         self._scope_reused = False
-        found, retired, names = scope_tree(self._publisher.db_path)
+        found, retired, names, stats = scope_tree(self._publisher.db_path, st)
         if time.time_ns() - st.st_mtime_ns > 50_000_000:
             self._scope_listing = (stamp, found, retired, names)
-        return found, retired
+        return found, retired, stats
 
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""

@@ -189,7 +189,7 @@ class MemoryStore:
         self._max_workers = max_workers
         self._publisher = Publisher(self.db_path)
         self._citations = Citations(self.open_journal)
-        self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock)
+        self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock, self.journal_location)
         self._learner = Learner(self._publisher, self._retirer, clock)
         self._search = Search(
             self._db,
@@ -236,9 +236,10 @@ class MemoryStore:
         self._check_open()
         with self._journal_lock:
             if self._journal is None:
-                refuse_odd_db(self.db_path)  # before a write makes a journal beside it
+                st = refuse_odd_db(self.db_path)  # before a write makes a journal beside it
                 # a file journal made here takes the DB's mode, as the learned files do
-                self._journal = journal.open_journal(self.journal_location, mode=db_mode(self.db_path))
+                mode = db_mode(self.db_path, st)
+                self._journal = journal.open_journal(self.journal_location, mode=mode)
             return self._journal
 
     def _hosts_turn(self, scope: str) -> contextlib.AbstractContextManager[None]:
