@@ -67,7 +67,10 @@ def _build(base: Path, synced: int, unsynced: int) -> None:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True, timeout=300)
+    # in the tree's own folder: ``python -c`` puts the working folder first on ``sys.path``, so a
+    # process started elsewhere could import another tree's packages than its PYTHONPATH names
+    cwd = env.get("PYTHONPATH") or None
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=True, timeout=300)
     ms, cpu, n = out.stdout.split()
     if int(n) != 10:
         raise RuntimeError(f"a fresh-process read returned {n} rows, not 10")
