@@ -237,7 +237,7 @@ class Learner:
         it: ``fid`` is forgotten too and the supersede is refused (``FindingRetired``), as if it had
         come a moment later. ``published``: the retired file this update wrote for ``old``, which
         answers at once while it is still there, unchanged."""
-        if published is not None and self._retirer.still_ours(old, scope, published):
+        if published is not None and self._retirer.still_ours(old):
             return
         now = self._retirer.retirement(old, scope)
         if now is None or now.by == fid:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import secrets
 import stat
@@ -54,6 +55,26 @@ waiting name this old flushes the group (``flush_names``). One second, well insi
 own periodic commit of names (ext4 commits every five seconds by default)."""
 
 
+class _AsideNames:
+    """The hidden names files are set aside under: this process's random prefix and a count, not
+    ``getrandom`` per removal (as a stage's name). A forked child draws its own prefix, and so does
+    a rename refused because the name is taken by something a rename cannot replace (a folder put
+    there: the names are predictable)."""
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.prefix, self.count = secrets.token_hex(8), itertools.count()  # count: atomic under the GIL
+
+    def next(self) -> str:
+        return f"{STAGE_PREFIX}{self.prefix}{next(self.count):x}.gone"
+
+
+_ASIDE = _AsideNames()
+os.register_at_fork(after_in_child=_ASIDE.renew)
+
+
 def _set_aside(name: str, folder_fd: int, hidden: list[str]) -> bool:
     """Rename ``name`` (a regular file or a link) in the folder ``folder_fd`` to a hidden stage
     name, appended to ``hidden``; False, touching nothing, when it is anything else (its unlink then
@@ -65,8 +86,17 @@ def _set_aside(name: str, folder_fd: int, hidden: list[str]) -> bool:
     """
     if not stat.S_ISREG(mode := os.lstat(name, dir_fd=folder_fd).st_mode) and not stat.S_ISLNK(mode):
         return False
-    aside = f"{STAGE_PREFIX}{secrets.token_hex(8)}.gone"
-    os.rename(name, aside, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    for tries in range(3):
+        aside = _ASIDE.next()
+        try:
+            os.rename(name, aside, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+            break
+        except FileNotFoundError:
+            raise  # ``name`` is gone (the hidden name's folder is its own)
+        except OSError:
+            if tries == 2:
+                raise
+            _ASIDE.renew()  # the name is a folder someone put there: draw a prefix nobody has seen
     hidden.append(aside)
     failpoint("memory.after_set_aside")  # a crash here leaves the hidden name: a stage, swept
     return True
@@ -204,6 +234,7 @@ class Publisher:
         self._held: dict[Path, OpenDir] = {}  # folders opened for writes and removals, kept open
         self._holding = threading.Lock()
         self._turns: dict[Path, _Turn] = {}  # a scope's turn for updates (``update_turn``)
+        self._scope_turns: dict[str, tuple[Path, _Turn]] = {}  # by scope: its folder and turn
         # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
         # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
         self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
@@ -256,29 +287,39 @@ class Publisher:
         by_folder: dict[Path, list[str]] = {}
         for final in finals:
             by_folder.setdefault(final.parent, []).append(final.name)
+        return sum(self._remove_in(directory, names, run_id, now) for directory, names in by_folder.items())
+
+    def remove_in(self, directory: Path, name: str, run_id: str | None) -> bool:
+        """``remove`` of the file ``name`` in ``directory`` (no path of it is built).
+
+        Raises:
+            Unwritable: as ``remove``.
+        """
+        return self._remove_in(directory, [name], run_id, False) == 1
+
+    def _remove_in(self, directory: Path, names: list[str], run_id: str | None, now: bool) -> int:
         gone = 0
-        for directory, names in by_folder.items():
-            at = directory
-            try:
-                held = self.held(directory)
-                if held is None:
+        name = None
+        try:
+            held = self.held(directory)
+            if held is None:
+                return 0
+            fd = held.fd  # ``held`` is referenced below: the descriptor stays open
+            hidden: list[str] = []
+            for name in names:
+                try:
+                    if now or not _set_aside(name, fd, hidden):
+                        os.unlink(name, dir_fd=fd)
+                    gone += 1
+                except FileNotFoundError:
                     continue
-                fd = held.fd  # ``held`` is referenced below: the descriptor stays open
-                hidden: list[str] = []
-                for name in names:
-                    at = directory / name
-                    try:
-                        if now or not _set_aside(name, fd, hidden):
-                            os.unlink(name, dir_fd=fd)
-                        gone += 1
-                    except FileNotFoundError:
-                        continue
-                if hidden:
-                    REAPER.put(os.dup(fd), hidden)
-            except OSError as exc:
-                raise Unwritable(
-                    f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
-                ) from exc
+            if hidden:
+                REAPER.put_held(held, hidden)  # which keeps ``held``, and so its descriptor, open
+        except OSError as exc:
+            at = directory if name is None else directory / name
+            raise Unwritable(
+                f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
+            ) from exc
         return gone
 
     def held(self, directory: Path) -> OpenDir | None:
@@ -441,9 +482,15 @@ class Publisher:
             JournalError: the turn among the hosts could not be taken.
         """
         self.ensure_folder(self.scope_dir(scope), run_id)  # a synced scope may have no folder left
-        directory = self.scope_dir(scope).parent
-        with self._holding:
-            turn = self._turns.setdefault(directory, _Turn())
+        found = self._scope_turns.get(scope)
+        if found is None:
+            directory = self.scope_dir(scope).parent
+            with self._holding:
+                turn = self._turns.get(directory)
+                if turn is None:
+                    turn = self._turns[directory] = _Turn()
+                found = self._scope_turns[scope] = (directory, turn)
+        directory, turn = found
         with turn.mutex:
             if turn.depth:
                 turn.depth += 1

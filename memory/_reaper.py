@@ -24,6 +24,15 @@ import contextlib
 import os
 import threading
 import time
+from typing import Protocol
+
+
+class HeldFolder(Protocol):
+    """A folder held open by its owner (``staging.OpenDir``), closed when the last reference goes."""
+
+    @property
+    def fd(self) -> int: ...
+
 
 DRAIN_AT_EXIT_S = 10.0
 """How long the interpreter's exit waits for the unlinks still queued (the rest stay as stale
@@ -48,7 +57,8 @@ class Reaper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._queue: list[tuple[int, list[str]]] = []
+        # (folder descriptor, names, the object that owns the descriptor: None when the queue does)
+        self._queue: list[tuple[int, list[str], HeldFolder | None]] = []
         self._names = 0  # names in the queue
         self._oldest = 0.0  # when the oldest queued removal was queued (monotonic)
         self._busy = False  # the thread is unlinking a batch taken off the queue
@@ -58,11 +68,19 @@ class Reaper:
     def put(self, folder_fd: int, names: list[str]) -> None:
         """Unlink ``names`` in the folder ``folder_fd`` (a descriptor this call now owns and
         closes) in the background."""
+        self._put(folder_fd, names, None)
+
+    def put_held(self, folder: HeldFolder, names: list[str]) -> None:
+        """Unlink ``names`` in ``folder`` (held open: its descriptor stays open while the queue
+        keeps a reference to it, and is neither duplicated nor closed here) in the background."""
+        self._put(folder.fd, names, folder)
+
+    def _put(self, folder_fd: int, names: list[str], owner: HeldFolder | None) -> None:
         with self._lock:
             first = not self._queue
             if first:
                 self._oldest = time.monotonic()
-            self._queue.append((folder_fd, names))
+            self._queue.append((folder_fd, names, owner))
             self._names += len(names)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="flows-memory-reaper", daemon=True)
@@ -96,7 +114,9 @@ class Reaper:
                 batch, self._queue, self._names = self._queue, [], 0
                 self._busy = True
             try:
-                for fd, names in batch:
+                for queued_fd, names, owner in batch:
+                    # a held folder's descriptor as it is now (-1 if it was closed since: none unlinked)
+                    fd = queued_fd if owner is None else owner.fd
                     try:
                         for name in names:
                             try:
@@ -104,8 +124,10 @@ class Reaper:
                             except OSError:  # gone already (an erase, a sweep), or not removable: a stage
                                 continue
                     finally:
-                        with contextlib.suppress(OSError):  # the thread outlives any one bad descriptor
-                            os.close(fd)
+                        if owner is None:
+                            with contextlib.suppress(OSError):  # the thread outlives any bad descriptor
+                                os.close(fd)
+                del batch  # the held folders' references go (the last one closes its descriptor)
             finally:
                 with self._wake:
                     self._busy = False
@@ -116,9 +138,10 @@ class Reaper:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         old, self._queue, self._names = self._queue, [], 0
-        for fd, _ in old:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd, _, owner in old:
+            if owner is None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._busy = False
         self._draining = 0
         self._thread = None

@@ -538,15 +538,19 @@ class Retirer:
         first = None if chosen is None else chosen.get(old)
         return retired_of(first) if first is not None and first.payload.get("by") != p["id"] else None
 
-    def still_ours(self, key: str, scope: str, published: bytes) -> bool:
-        """Whether the retired file of ``key`` still holds ``published`` (what ``settle_supersede``
-        wrote) and no other host retired it: no other retirement has taken its place."""
-        return key not in self.shared.current() and holds(Path(self.retired_path(scope, key)), published)
+    def still_ours(self, key: str) -> bool:
+        """Whether the retirement of ``key`` that ``settle_supersede`` has just published (its
+        retired file, renamed in under the retired folder's lock after it found none there) stands:
+        no other host retired it. Its file is not read back: a retired file is final (nothing
+        renames over one, every retirement looks under that lock first), so it still holds what was
+        published."""
+        return key not in self.shared.current()
 
-    def _retired_by_another(self, record: Record) -> bool:
-        """Whether the retired file of the key ``record`` retires is there and cites another
-        retirement (the first one published stands)."""
-        path = self.retired_path(record.payload["scope"], record.payload["id"])
+    def _retired_by_another(self, record: Record, path: str | Path | None = None) -> bool:
+        """Whether the retired file of the key ``record`` retires (at ``path``, when the caller has
+        its path) is there and cites another retirement (the first one published stands)."""
+        if path is None:
+            path = self.retired_path(record.payload["scope"], record.payload["id"])
         if not os.path.lexists(path):
             return False
         there = self.read_checked(path)
@@ -562,10 +566,11 @@ class Retirer:
         loose = pub.shares_filesystem(root.journal, directory)
         data = render_retirement(record)
         staged = pub.stage(directory, data, record.run_id, sync=not loose)
-        if not self._publish_first(staged, record, directory / f"{key}.json", lazy=True):
+        final = directory / f"{key}.json"
+        if not self._publish_first(staged, record, final, lazy=True):
             return None
-        pub.renamed_lazily(directory / f"{key}.json", record.run_id, loose=loose)
-        pub.remove(pub.scope_dir(scope) / f"{key}.json", record.run_id)
+        pub.renamed_lazily(final, record.run_id, loose=loose)
+        pub.remove_in(pub.scope_dir(scope), final.name, record.run_id)
         self.on_retired([key])
         return data
 
@@ -577,7 +582,7 @@ class Retirer:
         and the other sees that one (False: ``staged`` is discarded)."""
         pub = self._publisher
         with pub.folder_lock(final.parent, record.run_id, staged.at):
-            if self._retired_by_another(record):
+            if self._retired_by_another(record, final):
                 staged.discard()
                 return False
             pub.publish(staged, final, record.run_id, sync=not lazy)

@@ -318,6 +318,7 @@ class Search:
         # memory id -> the commit of its last version, when this process's update made it: its file
         # is read as that commit's entry while it holds exactly that commit's bytes (no parse)
         self._own: dict[str, Record] = {}
+        self._folders: dict[str, tuple[str, str]] = {}  # scope -> its learned and retired folders
 
     def _sources(
         self, scope: str | None, *, whole: bool = False
@@ -425,12 +426,13 @@ class Search:
                     self._live_cache[k] = k in found
             return {k for k in keys if self._live_cache[k]}
 
-    def _check_version(self) -> None:
+    def _check_version(self) -> tuple[int, int]:
         version = self._db.version()
         if version != self._held_version:
             self._held_cache.clear()
             self._live_cache.clear()
             self._held_version = version
+        return version
 
     def _scope_tree(self) -> tuple[list[Path], list[Path], list[os.stat_result] | None]:
         """Every scope's learned-file folder that exists, and every scope folder's retired-file
@@ -462,10 +464,12 @@ class Search:
     def _held_keys(self, keys: list[str]) -> set[str]:
         """Which of ``keys`` the DB holds, remembered until the DB changes (``HistoryDB.version``)."""
         with self._held_mutex:
-            self._check_version()
+            no_db = self._check_version()[0] == -1
             unknown = [k for k in keys if k not in self._held_cache]
             if unknown:
-                found = self._db.held(unknown)
+                # a version of (-1, …) is a look that found no DB: it holds none of them, and a DB
+                # made since is a new version, which clears what is remembered here
+                found = () if no_db else self._db.held(unknown)
                 for k in unknown:
                     self._held_cache[k] = k in found
             return {k for k in keys if self._held_cache[k]}
@@ -680,9 +684,14 @@ class Search:
         if noted is None:
             return None
         key, scope = noted
-        path = self._publisher.scope_dir(scope) / f"{key}.json"
-        retired = self._publisher.retired_dir(scope) / f"{key}.json"
-        if os.path.lexists(retired) or key in self._shared():
+        folders = self._folders.get(scope)
+        if folders is None:
+            pub = self._publisher
+            if len(self._folders) > 10_000:
+                self._folders.clear()
+            folders = self._folders[scope] = (str(pub.scope_dir(scope)), str(pub.retired_dir(scope)))
+        path = f"{folders[0]}/{key}.json"
+        if os.path.lexists(f"{folders[1]}/{key}.json") or key in self._shared():
             return None
         own = self._own.get(memory_id)
         data, mine = own_entry(own) if own is not None and own.payload["id"] == key else (b"", None)
@@ -690,7 +699,7 @@ class Search:
             entry = mine  # the bytes of this process's own commit: journaled, and parsed to ``mine``
         else:
             try:
-                entry = read_learned(path)
+                entry = read_learned(Path(path))
             except Unreachable:  # gone (or damaged): only a full ``current`` can tell
                 return None
         now = self._clock()

@@ -1,0 +1,156 @@
+"""What an update of a memory (a new version of it) does besides a learn, and no more: it writes the
+old version's retired file and sets the old learned file aside, without reading back the retired
+file it has just published, without a random draw per file set aside, without a duplicated folder
+descriptor per removal, and, while there is no history DB, looking for one once."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory
+from memory._reaper import REAPER
+from tests.memory.conftest import learned_files
+
+
+@pytest.fixture
+def audited() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """The ``open`` and ``os.rename`` audit events of this process while the list is being filled
+    (an audit hook cannot be removed, so it stops filling after the test)."""
+    events: list[tuple[str, tuple[Any, ...]]] = []
+    on = [True]
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if on[0] and event in ("open", "os.rename"):
+            events.append((event, args))
+
+    sys.addaudithook(hook)
+    yield events
+    on[0] = False
+
+
+def _versions(store: memory.MemoryStore, root: memory.RootRun, n: int) -> tuple[str, list[str]]:
+    first = store.learn({"text": "the pool's fee is 30 bps", "tags": ["fee"]}, root)
+    keys = [first.key]
+    for i in range(n):
+        new = {"text": f"the pool's fee is {i} bps", "tags": ["fee"]}
+        keys.append(store.update(first.memory_id, new, root).key)
+    return first.memory_id, keys
+
+
+def test_an_update_reads_back_none_of_the_retired_files_it_publishes(
+    store: memory.MemoryStore, root: memory.RootRun, audited: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    memory_id, keys = _versions(store, root, 6)
+    retired = memory.retired_dir(store.db_path, "scope-a")
+    opened = [str(args[0]) for event, args in audited if event == "open"]
+    assert [p for p in opened if p.startswith(f"{retired}{os.sep}") and p.endswith(".json")] == []
+    # the answers are those of every update: one live version, each older one superseded by the next
+    assert store.current(memory_id).key == keys[-1]  # type: ignore[union-attr]
+    for old, new in itertools.pairwise(keys):
+        assert json.loads((retired / f"{old}.json").read_bytes())["by"] == new
+    assert [e.key for e in store.recall(limit=None)] == [keys[-1]]
+    assert [p.name for p in learned_files(store.db_path) if p.parent.name == "compacted"] == [
+        f"{keys[-1]}.json"
+    ]
+
+
+def test_an_update_forgotten_while_it_settles_is_still_refused(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check a supersede makes after its retired file is published (was it retired by another
+    first?) still answers from the retired file that stands, though its own is not read back."""
+    first = store.learn({"text": "the desk closes at five", "tags": ["desk"]}, root)
+    other = memory.MemoryStore(store.db_path)
+    try:
+        jr = other.open_journal()
+        _, lease = jr.begin("other", "scope-a", {})
+        other_root = memory.RootRun(jr, lease, "other", "scope-a")
+        real_remove = store._publisher.remove_in
+
+        def forget_first_then_remove(directory: Path, name: str, run_id: str | None) -> bool:
+            # the forget's look finds the version superseded already: it stands, and answers so
+            forgotten = other.forget(first.key, other_root, reason="closed for good")
+            assert forgotten.by is not None
+            return real_remove(directory, name, run_id)
+
+        monkeypatch.setattr(store._publisher, "remove_in", forget_first_then_remove)
+        updated = store.update(first.memory_id, {"text": "the desk closes at six", "tags": ["desk"]}, root)
+    finally:
+        other.close()
+    assert store.current(first.memory_id).key == updated.key  # type: ignore[union-attr]
+    retired = memory.retired_dir(store.db_path, "scope-a")
+    assert json.loads((retired / f"{first.key}.json").read_bytes())["by"] == updated.key
+
+
+def test_files_set_aside_take_a_prefix_and_a_count_and_step_over_a_folder_planted_at_the_next(
+    store: memory.MemoryStore, root: memory.RootRun, audited: list[tuple[str, tuple[Any, ...]]]
+) -> None:
+    from memory._publisher import _ASIDE  # here: a tree without it fails this test alone
+
+    memory_id, keys = _versions(store, root, 4)
+    renamed = [str(args[1]) for event, args in audited if event == "os.rename"]
+    aside = [name for name in renamed if name.endswith(".gone")]
+    assert len(aside) == 4 and len(set(aside)) == 4
+    assert {name[: len(".stage-") + 16] for name in aside} == {f".stage-{_ASIDE.prefix}"}
+    # the names are predictable: a folder put under the next one is stepped over, not an error
+    nxt = _ASIDE.next()
+    count = int(nxt[len(".stage-") + 16 : -len(".gone")], 16)
+    folder = memory.learned_dir(store.db_path, "scope-a")
+    planted = folder / f".stage-{_ASIDE.prefix}{count + 1:x}.gone"
+    (planted / "inside").mkdir(parents=True)
+    prefix = _ASIDE.prefix
+    last = store.update(memory_id, {"text": "the pool's fee is 5 bps", "tags": ["fee"]}, root)
+    assert _ASIDE.prefix != prefix and (planted / "inside").is_dir()
+    assert [e.key for e in store.recall(limit=None)] == [last.key]
+    assert not (folder / f"{keys[-1]}.json").exists()
+
+
+def test_a_removal_hands_its_held_folder_to_the_reaper_without_a_descriptor_per_file(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    duplicated: list[int] = []
+    real_dup = os.dup
+
+    def counting_dup(fd: int) -> int:
+        duplicated.append(fd)
+        return real_dup(fd)
+
+    monkeypatch.setattr(os, "dup", counting_dup)
+    _, keys = _versions(store, root, 5)
+    assert duplicated == []
+    # the folders are let go while their removals wait: the names are unlinked all the same
+    store._publisher.close()
+    assert REAPER.drain(10)
+    folder = memory.learned_dir(store.db_path, "scope-a")
+    assert sorted(os.listdir(folder)) == [f"{keys[-1]}.json"]
+
+
+def test_an_update_looks_for_a_missing_history_db_once(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory_id, _ = _versions(store, root, 2)
+    assert not store.db_path.exists()
+    looks = [0]
+    real_exists = store._db.exists
+
+    def counting_exists() -> bool:
+        looks[0] += 1
+        return real_exists()
+
+    monkeypatch.setattr(store._db, "exists", counting_exists)
+    for i in range(5):
+        store.update(memory_id, {"text": f"the pool's fee is {i + 10} bps", "tags": ["fee"]}, root)
+    assert looks[0] == 5
+    store.sync()  # a DB made since is looked at: the versions it holds are its rows
+    assert store.db_path.exists()
+    last = store.update(memory_id, {"text": "the pool's fee is 99 bps", "tags": ["fee"]}, root)
+    assert [e.key for e in store.recall(limit=None)] == [last.key]
+    assert store.current(memory_id).key == last.key  # type: ignore[union-attr]
