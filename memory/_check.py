@@ -610,23 +610,32 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
 
 def _unfinished_supersedes(ctx: _Context) -> list[tuple[str, str]]:
     """(old key, new key) of each commit that supersedes a version no retirement retires (a crash
-    between the new version's commit and the old one's retirement), the new one not retired either."""
+    between the new version's commit and the old one's retirement, when that was a record of its
+    own), unless it is an update that lost its race. The new version may have been retired since (a
+    later update, made on another host, superseded it): the old one is live beside the memory's
+    newest version then, and is retired all the same (retired is final)."""
     out = []
     for rec in ctx.supersedes:
         old, new = rec.payload["supersedes"], rec.payload["id"]
-        if old not in ctx.retired and new not in ctx.retired and (old, new) not in out:
+        if old not in ctx.retired and new not in ctx.lost and (old, new) not in out:
             out.append((old, new))
     return out
 
 
 def _supersede_problems(ctx: _Context) -> None:
     for old, new in _unfinished_supersedes(ctx):
+        later = ctx.retired.get(new)
+        then = "both answer"
+        if later is not None:
+            by = later.payload.get("by")
+            how = f"superseded by {by}" if isinstance(by, str) else "forgotten"
+            then = f"{new} was retired since ({how}) and {old} still answers: one memory, two live lines"
         ctx.problems.append(
             Problem(
                 "supersede_unfinished",
                 ctx.location,
                 f"finding {new} was committed as the new version of {old}, which no retirement retires "
-                "(a crash between the two): both answer",
+                f"(a crash between the two): {then}",
                 f"retire {old} as superseded by {new}",
                 True,
             )

@@ -32,7 +32,7 @@ from memory._finding import (
 )
 from memory._publisher import Publisher, holds
 from memory._results import Citation
-from memory._retire import Located, Retirer, lists_heads, unknown
+from memory._retire import Located, Retirer, unknown
 from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
@@ -189,9 +189,10 @@ class Learner:
         else:
             retired = self._retirer.retired_path(root.scope, fid)
             memory = (old.memory or supersedes) if old is not None else None
-            # On a journal of one host the commit retires the version it supersedes: one record
-            # and one flush (on a journal hosts share, the retirement is a record of its own)
-            one = old is not None and old.retired is None and not lists_heads(root.journal)
+            # The commit retires the version it supersedes: one record and one flush, and no crash
+            # leaves the new version committed with the old one live (on a journal hosts share,
+            # they learn of it from the heads of the commits' stream, ``SharedRetirements``)
+            one = old is not None and old.retired is None
             learned, record = self._learn(
                 fid,
                 item,

@@ -1,9 +1,10 @@
 """Retiring findings journal-first: ``forget``, the retiring half of a supersede, and ``history``.
 
 A retirement is a record in the root run's ``memory-forget`` stream, keyed by the key of the finding
-it retires, or, for the version an update supersedes on a journal of one host, the update's own
-commit (``supersede_in``: one record and one flush). Once it is committed, a *retired file* rendered
-from it is published in the finding's scope (``<scope-folder>/.trajectories/retired/<key>.json``)
+it retires, or, for the version an update supersedes, the update's own commit (``supersede_in``: one
+record and one flush; a commit an earlier release wrote on PostgreSQL has a record of its own). Once
+it is committed, a *retired file* rendered from it is published in the finding's scope
+(``<scope-folder>/.trajectories/retired/<key>.json``)
 and the finding's learned file is removed. The retired file stays for good: every read leaves out
 the keys it names, ``learn`` refuses to bring the key back, and ``sync`` copies it into the history
 DB, which then marks the finding's row.
@@ -212,8 +213,7 @@ def _retirements(backend: JournalBackend, run_id: str, checked: Iterable[Record 
 def lists_heads(backend: JournalBackend) -> bool:
     """Whether ``backend`` can list each stream's newest record per run (``stream_heads``): a
     journal hosts share, whose stores learn of each other's retirements from its ``memory-forget``
-    heads (``SharedRetirements``). There an update's retirement of the version it supersedes is a
-    record of that stream; on a journal of one host it is the update's commit itself."""
+    and ``memory-learn`` heads (``SharedRetirements``)."""
     return all(getattr(backend, name, None) is not None for name in ("stream_heads", "read_after"))
 
 
@@ -227,16 +227,19 @@ _NONE: Mapping[str, Retired] = {}
 class SharedRetirements:
     """The retirements every store sharing this journal has committed, learned of before each read
     and learn: on a journal that can list a stream's newest record per run (PostgreSQL's
-    ``stream_heads``), one query says which runs forgot something since the last look, and only
-    those records are read (``read_after``), checked and expanded (``retirements_in``). So a read on
-    this host never returns a finding whose forget another host has acknowledged, and a learn never
-    brings one back under its old key. A file journal belongs to one host: it has no such list, and
-    its stores see each other's forgets on ``sync`` (which publishes every retirement's file)."""
+    ``stream_heads``), one query per stream says which runs forgot or committed something since the
+    last look, and only those records are read (``read_after``), checked and expanded
+    (``retirements_in``): the ``memory-forget`` records, and the ``memory-learn`` commits that
+    retire the version they supersede (``supersede_in``). So a read on this host never returns a
+    finding whose forget or supersede another host has committed, and a learn never brings one back
+    under its old key; an update killed after its commit leaves no host with the old version live.
+    A file journal belongs to one host: it has no such list, and its stores see each other's
+    forgets on ``sync`` (which publishes every retirement's file)."""
 
     def __init__(self, open_journal: Callable[[], JournalBackend], location: str | None = None) -> None:
         self._open_journal = open_journal
         self._location = location  # where ``open_journal`` opens it, when known
-        self._seen: dict[str, int] = {}  # run id -> the last record of its stream read here
+        self._seen: dict[tuple[str, str], int] = {}  # (stream, run id) -> its last record read here
         self._by_key: dict[str, Retired] = {}
         self._lock = threading.Lock()
         self._listless = False
@@ -259,23 +262,29 @@ class SharedRetirements:
             self._listless = True  # a file journal: one host's, no list to ask (see the class)
             return _NONE
         read_after = backend.read_after  # type: ignore[attr-defined]
-        heads: Mapping[str, int] = backend.stream_heads(RETIRE_STREAM)  # type: ignore[attr-defined]
         with self._lock:
-            for run_id, head in heads.items():
-                seen = self._seen.get(run_id, 0)
-                if head <= seen:
-                    continue
-                for record in read_after(run_id, RETIRE_STREAM, seen):
-                    for view in retirements_in(record, backend.location):
-                        found = retired_of(view)
-                        kept = self._by_key.get(found.key)
-                        if kept is None or (found.forgotten_ms, found.citation.run_id) < (
-                            kept.forgotten_ms,
-                            kept.citation.run_id,
-                        ):
-                            self._by_key[found.key] = found
-                self._seen[run_id] = head
+            for stream in (RETIRE_STREAM, STREAM):
+                heads: Mapping[str, int] = backend.stream_heads(stream)  # type: ignore[attr-defined]
+                for run_id, head in heads.items():
+                    seen = self._seen.get((stream, run_id), 0)
+                    if head <= seen:
+                        continue
+                    for record in read_after(run_id, stream, seen):
+                        if stream == STREAM and "supersedesScope" not in record.payload:
+                            continue  # a commit that retires nothing (see ``supersede_in``)
+                        for view in retirements_in(record, backend.location):
+                            self._keep(retired_of(view))
+                    self._seen[(stream, run_id)] = head
             return self._by_key
+
+    def _keep(self, found: Retired) -> None:
+        """Keep ``found`` unless an earlier retirement of its key is kept (``retirement_to_publish``)."""
+        kept = self._by_key.get(found.key)
+        if kept is None or (found.forgotten_ms, found.citation.run_id) < (
+            kept.forgotten_ms,
+            kept.citation.run_id,
+        ):
+            self._by_key[found.key] = found
 
 
 class Retirer:

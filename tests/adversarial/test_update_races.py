@@ -142,6 +142,36 @@ def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: P
         assert store.recall(scope="s", limit=None) == [] and memory.check_store(store) == []
 
 
+def test_an_update_killed_after_its_commit_on_a_file_journal_leaves_one_live_version(tmp_path: Path) -> None:
+    """The updater is killed right after its commit, before any file is published; a store's open,
+    the resume of the killed run (its republish), an update on it and a sync leave one live version."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
+        memory_id = session.learn({"text": "version one"}).key
+    argv = [sys.executable, "-c", KILLED_UPDATE, str(db), memory_id]
+    out = subprocess.run(
+        argv,
+        env=_env({"FLOWS_FAILPOINTS": "memory.after_append=kill"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == -9 and "ACK" not in out.stdout, out.stderr[-2000:]
+    with memory.MemoryStore(db) as store:
+        backend = store.open_journal()
+        (killed,) = [r.run_id for r in backend.runs() if r.state is journal.RunState.INTERRUPTED]
+        store.republish_run(backend, killed)  # what a resume of the killed run does first
+        assert [e.text for e in store.recall(scope="s", limit=None)] == ["version two"]
+        with store.session(scope="s", flow="after") as session:
+            third = session.update(memory_id, {"text": "version three"}).key
+        store.sync()
+        assert [e.key for e in store.recall(scope="s", limit=None)] == [third]
+        live = store.current(memory_id)
+        assert live is not None and live.key == third
+        assert memory.check_store(store) == []
+
+
 REFRESHING_READER = r"""
 import sys
 from flows.langgraph import JournalStore

@@ -173,12 +173,10 @@ def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_s
     streams = [(r.stream, r.key) for r in store.open_journal().read(run_id, memory.STREAM)]
     streams += [(r.stream, r.key) for r in store.open_journal().read(run_id, memory.RETIRE_STREAM)]
     commit = store.open_journal().read(run_id, memory.STREAM)[0]
-    if backend_name == "file":  # one host's journal: the new version's commit is the retirement
-        assert streams == [(memory.STREAM, new.key)]
-        assert (commit.payload["supersedes"], commit.payload["supersedesScope"]) == (old.key, "desk")
-    else:  # a journal hosts share: a retirement record of its own, where other hosts look
-        assert streams == [(memory.STREAM, new.key), (memory.RETIRE_STREAM, old.key)]
-        assert "supersedesScope" not in commit.payload
+    # on every journal (hosts shared or not) the new version's commit is the retirement: one record,
+    # so no crash leaves the new version committed beside a live old one
+    assert streams == [(memory.STREAM, new.key)]
+    assert (commit.payload["supersedes"], commit.payload["supersedesScope"]) == (old.key, "desk")
     assert {r.key for r in _all_records(store) if r.stream == memory.STREAM} == {old.key, new.key}
 
     history = store.history(old.key)  # every version of the memory old.key began
@@ -188,8 +186,7 @@ def test_a_superseding_finding_replaces_the_old_one_in_recall_and_why_and_both_s
         ("superseded", old.key, new.key),
     ]
     assert history[0].citation == old.citation
-    if backend_name == "file":
-        assert history[2].citation == new.citation  # the retirement cites the commit that made it
+    assert history[2].citation == new.citation  # the retirement cites the commit that made it
     assert store.history(new.key) == history and {e.memory for e in history} == {old.key}
     with store.session(scope="desk") as s:
         answered = s.forget(old.key, reason="x")
@@ -515,13 +512,10 @@ def test_the_retired_file_is_a_pure_function_of_its_record(
         old = s.learn(OLD)
         new = s.learn(NEW, supersedes=old.key)
         run_id = s.run_id
-    if backend_name == "file":  # the new version's commit retires the old one
-        record = store.open_journal().read(run_id, memory.STREAM)[-1]
-        assert store.open_journal().read(run_id, memory.RETIRE_STREAM) == []
-        forgotten_ms = record.payload["learnedMs"]
-    else:
-        (record,) = store.open_journal().read(run_id, memory.RETIRE_STREAM)
-        forgotten_ms = record.payload["forgottenMs"]
+    # the new version's commit retires the old one (on a journal hosts share too)
+    record = store.open_journal().read(run_id, memory.STREAM)[-1]
+    assert store.open_journal().read(run_id, memory.RETIRE_STREAM) == []
+    forgotten_ms = record.payload["learnedMs"]
     path = memory.retired_dir(store.db_path, "desk") / f"{old.key}.json"
     body = orjson.loads(path.read_bytes())
     assert body == {
