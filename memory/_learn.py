@@ -32,7 +32,7 @@ from memory._finding import (
 )
 from memory._publisher import Publisher, holds
 from memory._results import Citation
-from memory._retire import Located, Retirer, unknown
+from memory._retire import Located, Retirer, lists_heads, unknown
 from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
