@@ -381,13 +381,13 @@ class Learner:
             staged.discard()
             raise
         own = existing is None and record.payload == expected.payload  # a fresh commit of this attempt
-        if own:
-            self._retirer.noted(root, committed_ms=int(expected.payload["learnedMs"]))
-        failpoint("memory.after_append")
-        if existing is None and not is_erased(record) and self._retired_elsewhere(root, fid):
-            # retired on another host after ``_revision`` looked: when by an erase, this commit
-            # holds erased text (a retirement on this host is looked for once the file is placed)
-            self._unless_erased(root, record, fid, staged)
+        try:
+            self._after_commit(root, record, fid, staged, fresh=existing is None, own=own)
+        except BaseException:
+            # the commit stands (a resume or the store's next open publishes it); its stage goes,
+            # not left behind for `flows check` (a shared journal's look can fail here, say)
+            staged.discard()
+            raise
         # Another attempt committed first: publish its bytes. (A record under this key has this
         # run, stream and id: an equal payload renders to ``data``, and is not rendered again.)
         if record is not expected and record.payload != expected.payload and render(record) != data:
@@ -413,6 +413,20 @@ class Learner:
         # published its retired file first, removes this file itself if it looks after the rename.)
         self._remove_if_retired(root, record if existing is None else None, fid, retired, final)
         return _learned(fid, record, final), record
+
+    def _after_commit(
+        self, root: Root, record: Record, fid: str, staged: Any, *, fresh: bool, own: bool
+    ) -> None:
+        """What follows the commit ``record`` before its publish: note a commit of this attempt
+        (``own``); when this learn appended it (``fresh``) and another host retired ``fid`` after
+        ``_revision`` looked, ``_unless_erased``."""
+        if own:
+            self._retirer.noted(root, committed_ms=int(record.payload["learnedMs"]))
+        failpoint("memory.after_append")
+        if fresh and not is_erased(record) and self._retired_elsewhere(root, fid):
+            # retired on another host after ``_revision`` looked: when by an erase, this commit
+            # holds erased text (a retirement on this host is looked for once the file is placed)
+            self._unless_erased(root, record, fid, staged)
 
     def _remove_if_retired(
         self, root: Root, fresh: Record | None, fid: str, retired: str, final: Path | None
