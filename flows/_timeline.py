@@ -108,12 +108,30 @@ def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
             entry = {**make(rec), "tsMs": rec.ts_ms, "citation": _citation(rec)}
             entries.append(((rec.ts_ms, rank, rec.seq), entry))
     entries.sort(key=lambda e: e[0])
-    shown = [e for _, e in entries]
+    shown = _by_epoch_within_a_millisecond([e for _, e in entries])
     langgraph_view.finish(info, shown)
     return {
         **run_json(info, events),
         "timeline": shown,
     }
+
+
+def _by_epoch_within_a_millisecond(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` (sorted by time, then stream) with the ties of one millisecond put in the order
+    the run committed them: each stream is kept apart, so a resume's first step could share the
+    millisecond of its ``resumed`` event and be shown before it. A ``resumed`` event is the first
+    record of its epoch, so within a millisecond entries go by epoch (steps and the run's events
+    name theirs; the others take the one before them), the ``resumed`` event first in its own."""
+    epoch = 1
+    keyed: list[tuple[tuple[int, int, int, int], dict[str, Any]]] = []
+    for i, entry in enumerate(entries):
+        named = entry.get("epoch")
+        if type(named) is int:
+            epoch = named
+        first = 0 if entry.get("kind") == "resumed" else 1
+        keyed.append(((int(entry["tsMs"]), epoch, first, i), entry))
+    keyed.sort(key=lambda k: k[0])
+    return [e for _, e in keyed]
 
 
 def run_json(r: RunInfo, events: Sequence[Record]) -> dict[str, Any]:
