@@ -41,8 +41,9 @@ def describe(mode: int) -> str:
 
 def refused(path: str | os.PathLike[str], what: str, *, expected: str = "a regular file") -> JournalCorrupt:
     """The error for ``path`` being ``what`` where the journal expects ``expected``."""
+    said = f"lies {what}" if what.startswith("below ") else f"is {what}, not {expected}"
     return JournalCorrupt(
-        f"{os.fspath(path)} is {what}, not {expected}; the journal never follows links or opens "
+        f"{os.fspath(path)} {said}; the journal never follows links or opens "
         "special files: move it aside, then retry",
         path=Path(path),
         line=0,

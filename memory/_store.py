@@ -56,7 +56,14 @@ from memory._finding import (
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
 from memory._learn import Learner
-from memory._paths import QUARANTINE_DIR, refuse_odd_db, refuse_odd_folder, resolve_db, resolve_journal
+from memory._paths import (
+    QUARANTINE_DIR,
+    refuse_odd_db,
+    refuse_odd_folder,
+    refuse_odd_journal,
+    resolve_db,
+    resolve_journal,
+)
 from memory._publisher import Publisher
 from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
@@ -175,6 +182,9 @@ class MemoryStore:
         # a folder that is a file, a FIFO or a link to nothing holds no store: said here, naming it,
         # not later as an unreadable file below it or an empty store (one stat)
         refuse_odd_folder(self.db_path.parent)
+        # so is a journal folder that is a FIFO, a file or below one: said here, not as a warning of
+        # the open's recovery walk and an empty answer
+        refuse_odd_journal(self.db_path, journal)
         self.journal_location = resolve_journal(self.db_path, journal)
         self.read_only = read_only
         file_index = file_index and not read_only

@@ -278,3 +278,13 @@ def test_an_erasure_rewrite_never_writes_through_nor_blocks_on_what_lies_at_its_
     assert (outside / "target-file").read_bytes() == b"outside the journal\n"
     assert [r.payload["text"] for r in FileJournal(tmp_path / "j").read(info.run_id, "s")] == ["erased"]
     assert b"a secret" not in stream.read_bytes()
+
+
+def test_a_file_on_the_way_to_a_journal_file_is_said_as_what_the_path_lies_below(tmp_path: Path) -> None:
+    """A line log whose folder is a file: ``journal_corrupt`` whose message says the path lies below
+    something that is not a folder (not that it "is" one, nor "not a regular file")."""
+    (tmp_path / "plain").write_bytes(b"a file, not a folder")
+    path = tmp_path / "plain" / "ledger.jsonl"
+    got = bounded(lambda: LineLog(path, _codec()).read())
+    assert isinstance(got, JournalCorrupt)
+    assert got.message.startswith(f"{path} lies below something that is not a folder;"), got.message

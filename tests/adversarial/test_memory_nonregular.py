@@ -212,3 +212,27 @@ def test_a_learn_through_the_api_into_a_db_path_no_read_can_open_is_refused_befo
         session.learn({"text": "into a store no read can open"})
     assert err.value.path == db and "not the history DB's file" in err.value.message
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "file", "below a file"])
+def test_a_store_opened_from_python_on_a_journal_folder_that_is_no_folder_is_refused_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """``MemoryStore(db, journal=…)`` whose journal folder is a FIFO, a file or below a file holds no
+    journal: said at the open, naming what is there (``memory_unreachable``), as the CLI says it;
+    never an empty recall with a warning about the recovery walk."""
+    odd = tmp_path / "journal"
+    if kind == "FIFO":
+        os.mkfifo(odd)
+        given, named = odd, odd
+    elif kind == "file":
+        odd.write_bytes(b"not a journal")
+        given, named = odd, odd
+    else:
+        odd.write_bytes(b"not a folder")
+        given, named = odd / "inner", odd
+    with pytest.raises(memory.Unreachable) as err:
+        memory.MemoryStore(tmp_path / "history.db", journal=given)
+    assert err.value.code == "memory_unreachable"
+    assert err.value.path == named and "no journal can be in it" in err.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal"]
