@@ -1167,6 +1167,52 @@ class PostgresJournal:
         self._check_sequence(run_id, stream, records, first=seq + 1)
         return records
 
+    def read_streams_after(
+        self, stream: str, after: Mapping[str, int], *, containing: str | None = None
+    ) -> dict[str, list[Record]]:
+        """For each run of ``after`` (run id -> a sequence number), the stream's records after that
+        number, in order, in one query however many runs there are (``read_after`` asks once per
+        run). With ``containing``, only the records whose stored payload text holds it: the server
+        skips the rest, so a reader looking for one kind of record among many (the commits that
+        retire a version, among every commit) is sent and checks only those. Each record returned is
+        checked as ``read`` checks one; the numbers of an unfiltered read must run on from the
+        run's number with none missing (a filtered read has gaps by design). A run with no record
+        after its number is absent from the answer."""
+        check_name("stream name", stream)
+        if containing is not None and (type(containing) is not str or not containing):
+            raise ValueError("containing must be a non-empty str or None")
+        runs: list[str] = []
+        seqs: list[int] = []
+        for run_id, seq in after.items():
+            check_name("run id", run_id)
+            if type(seq) is not int or seq < 0:
+                raise ValueError(f"seq must be an int of 0 or more, not {seq!r:.40}")
+            runs.append(run_id)
+            seqs.append(seq)
+        if not runs:
+            return {}
+        query = (
+            "select x.run_id, x.seq, x.id, x.key, x.ts_ms, "
+            + _PAYLOAD.format("x.payload")
+            + " from unnest(%s::text[], %s::bigint[]) as a(run_id, seq)"
+            " join journal_records x on x.stream = %s and x.run_id = a.run_id and x.seq > a.seq"
+            + ("" if containing is None else " where strpos(x.payload, %s) > 0")
+            + " order by x.run_id, x.seq"
+        )
+        params: tuple[Any, ...] = (runs, seqs, stream) + (() if containing is None else (containing,))
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(query, params).fetchall()
+
+        rows = self._call("reading a stream of several runs", call, stream=stream, reading=True)
+        found: dict[str, list[Record]] = {}
+        for row in rows:
+            found.setdefault(str(row[0]), []).append(self._record(str(row[0]), stream, row[1:]))
+        if containing is None:
+            for run_id, records in found.items():
+                self._check_sequence(run_id, stream, records, first=after[run_id] + 1)
+        return found
+
     def find(self, run_id: str, stream: str, key: str) -> Record | None:
         """Return the record appended with ``key``, or None (see ``JournalBackend``)."""
         check_key(key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -223,12 +223,34 @@ def _nothing(keys: list[str]) -> None:
 
 _NONE: Mapping[str, Retired] = {}
 
+# How a commit that retires the version it supersedes reads in its stored payload (the journal writes
+# payloads as compact JSON): what a journal that can filter on the server looks for (``_read_moved``).
+_SUPERSEDES = '"supersedesScope":'
+
+
+def _read_moved(
+    backend: JournalBackend, stream: str, moved: Mapping[str, int], marker: str | None
+) -> Iterable[Sequence[Record]]:
+    """The records of ``stream`` after each run's number in ``moved``, run by run: in one query of
+    the records holding ``marker`` where the journal can (``read_streams_after``: a fresh process's
+    first look at a journal of many runs and commits is one query, and the commits that retire
+    nothing are not sent), else one ``read_after`` per run."""
+    if not moved:
+        return ()
+    several = getattr(backend, "read_streams_after", None)
+    if several is not None:
+        found: dict[str, list[Record]] = several(stream, moved, containing=marker)
+        return found.values()
+    read_after = backend.read_after  # type: ignore[attr-defined]
+    return (read_after(run_id, stream, seen) for run_id, seen in moved.items())
+
 
 class SharedRetirements:
     """The retirements every store sharing this journal has committed, learned of before each read
     and learn: on a journal that can list a stream's newest record per run (PostgreSQL's
     ``stream_heads``), one query per stream says which runs forgot or committed something since the
-    last look, and only those records are read (``read_after``), checked and expanded
+    last look, and only those records are read, of every such run in one query (the commits that
+    retire nothing are not sent: ``_read_moved``), checked and expanded
     (``retirements_in``): the ``memory-forget`` records, and the ``memory-learn`` commits that
     retire the version they supersede (``supersede_in``). So a read on this host never returns a
     finding whose forget or supersede another host has committed, and a learn never brings one back
@@ -261,20 +283,22 @@ class SharedRetirements:
         if not lists_heads(backend):
             self._listless = True  # a file journal: one host's, no list to ask (see the class)
             return _NONE
-        read_after = backend.read_after  # type: ignore[attr-defined]
         with self._lock:
-            for stream in (RETIRE_STREAM, STREAM):
+            for stream, marker in ((RETIRE_STREAM, None), (STREAM, _SUPERSEDES)):
                 heads: Mapping[str, int] = backend.stream_heads(stream)  # type: ignore[attr-defined]
-                for run_id, head in heads.items():
-                    seen = self._seen.get((stream, run_id), 0)
-                    if head <= seen:
-                        continue
-                    for record in read_after(run_id, stream, seen):
+                moved = {
+                    run_id: self._seen.get((stream, run_id), 0)
+                    for run_id, head in heads.items()
+                    if head > self._seen.get((stream, run_id), 0)
+                }
+                for records in _read_moved(backend, stream, moved, marker):
+                    for record in records:
                         if stream == STREAM and "supersedesScope" not in record.payload:
                             continue  # a commit that retires nothing (see ``supersede_in``)
                         for view in retirements_in(record, backend.location):
                             self._keep(retired_of(view))
-                    self._seen[(stream, run_id)] = head
+                for run_id in moved:
+                    self._seen[(stream, run_id)] = heads[run_id]
             return self._by_key
 
     def _keep(self, found: Retired) -> None:

@@ -1,0 +1,117 @@
+"""A fresh store's first look at a shared PostgreSQL journal's retirements.
+
+Before each read and learn a store sharing a PostgreSQL journal learns of every retirement other
+hosts committed: the forgets, and the commits that retire the version they supersede. A fresh
+process's first look covers every run; it is one query per stream however many runs there are, and
+the server sends only the commits that retire something (``read_streams_after`` with ``containing``),
+never every commit of the journal: what crosses the wire stays far below the journal's commits.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import memory
+from journal import JournalCorrupt
+from journal.postgres import PostgresJournal
+from tests.postgres.conftest import OpenPg
+from tests.postgres.test_caps import CountingProxy
+
+
+@pytest.fixture
+def proxy_dsn(postgres_dsn: str) -> Iterator[tuple[str, CountingProxy]]:
+    """The test's DSN through a proxy that counts the bytes the server sends."""
+    parts = urllib.parse.urlsplit(postgres_dsn)
+    proxy = CountingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{proxy.port}" if userinfo else f"127.0.0.1:{proxy.port}"
+    try:
+        yield urllib.parse.urlunsplit(parts._replace(netloc=netloc)), proxy
+    finally:
+        proxy.close()
+
+
+BIG = 64 * 1024  # each finding's text: the commits together are megabytes
+
+
+def test_a_fresh_stores_first_read_is_sent_the_retiring_commits_not_every_commit(
+    tmp_path: Path, postgres_dsn: str, proxy_dsn: tuple[str, CountingProxy]
+) -> None:
+    dsn, proxy = proxy_dsn
+    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    ids = []
+    for run in range(4):  # several runs, each with commits
+        with a.session(scope="team", flow=f"writer-{run}") as s:
+            ids += [s.learn({"text": f"{run}-{i} " + "x" * BIG}).memory_id for i in range(10)]
+    b_db = tmp_path / "b" / "history.db"
+    with memory.MemoryStore(b_db, journal=postgres_dsn) as b0:
+        b0.sync()  # host B holds every version in its history DB
+    with a.session(scope="team") as s:
+        newer = s.update(ids[7], {"text": "the corrected version"})
+    committed = 40 * BIG
+    with memory.MemoryStore(b_db, journal=dsn) as b:  # a fresh process on host B
+        b.open_journal()
+        proxy.reset()
+        shown = b.recall(scope="team", limit=100)
+        sent = proxy.received
+    # the superseded version is hidden at once (B never synced the update) ...
+    keys = {r.key for r in shown}
+    assert len(shown) == 39 and newer.key not in keys
+    assert all(r.memory_id != ids[7] for r in shown)
+    # ... and the look that hid it was not sent the journal's 40 commits of 64 KiB
+    assert sent < committed // 8, (sent, committed)
+    a.close()
+
+
+def _seeded(pg: PostgresJournal) -> dict[str, list[int]]:
+    """Three runs: run i holds records 1..4 of stream "s"; records 2 and 4 carry the marker."""
+    runs: dict[str, list[int]] = {}
+    for i in range(3):
+        info, lease = pg.begin("f", "s", {"n": i})
+        runs[info.run_id] = []
+        for n in range(1, 5):
+            payload = {"n": n, **({"mark": True} if n % 2 == 0 else {})}
+            runs[info.run_id].append(pg.append(lease, "s", payload).seq)
+    return runs
+
+
+def test_read_streams_after_reads_each_runs_records_after_its_number_in_one_answer(
+    pg: PostgresJournal,
+) -> None:
+    runs = list(_seeded(pg))
+    got = pg.read_streams_after("s", {runs[0]: 0, runs[1]: 2, runs[2]: 4})
+    assert {r: [x.seq for x in recs] for r, recs in got.items()} == {runs[0]: [1, 2, 3, 4], runs[1]: [3, 4]}
+    assert [x.payload["n"] for x in got[runs[1]]] == [3, 4]
+    marked = pg.read_streams_after("s", dict.fromkeys(runs, 0), containing='"mark":')
+    assert {r: [x.seq for x in recs] for r, recs in marked.items()} == {r: [2, 4] for r in runs}
+    assert pg.read_streams_after("s", {}) == {}
+    assert pg.read_streams_after("other", dict.fromkeys(runs, 0)) == {}
+
+
+def test_read_streams_after_checks_every_row_it_returns(
+    pg: PostgresJournal, postgres_dsn: str, open_pg: OpenPg
+) -> None:
+    runs = list(_seeded(pg))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a row missing: a gap
+        conn.execute("delete from journal_records where run_id = %s and seq = 3", (runs[1],))
+    with pytest.raises(JournalCorrupt) as err:
+        pg.read_streams_after("s", dict.fromkeys(runs, 0))
+    assert (err.value.run_id, err.value.stream, err.value.line) == (runs[1], "s", 3)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a crafted payload the filter matches
+        conn.execute(
+            "update journal_records set payload = '[\"mark\":' where run_id = %s and seq = 4", (runs[2],)
+        )
+    with pytest.raises(JournalCorrupt) as err:
+        pg.read_streams_after("s", dict.fromkeys(runs, 0), containing='"mark":')
+    assert (err.value.run_id, err.value.line) == (runs[2], 4)
+    for bad in ({runs[0]: -1}, {runs[0]: True}, {"../x": 0}):
+        with pytest.raises(Exception) as caught:
+            pg.read_streams_after("s", bad)  # type: ignore[arg-type]
+        assert not isinstance(caught.value, JournalCorrupt)
+    with pytest.raises(ValueError):
+        pg.read_streams_after("s", {runs[0]: 0}, containing="")
