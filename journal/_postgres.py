@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -184,6 +184,68 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # A stream's newest record in every run, in one index-only walk (``stream_heads``): what a
         # store sharing this journal asks before each read, to learn of other hosts' forgets.
         ("create index journal_records_by_stream on journal_records (stream, run_id, seq)",),
+    ),
+    (
+        4,
+        # Each stream's newest record per run, kept by the append in its own transaction, with the
+        # id of the transaction that last moved it (``heads_changed``): a store asking before each
+        # read which runs forgot or committed something since its last look reads only the heads
+        # that moved, not an index entry per record of the stream (a walk that grew with the journal).
+        (
+            """create table journal_heads (
+                stream text not null,
+                run_id text not null references journal_runs (run_id),
+                head bigint not null,
+                changed xid8 not null,
+                primary key (stream, run_id)
+            )""",
+            "create index journal_heads_changed on journal_heads (changed)",
+            """insert into journal_heads (stream, run_id, head, changed)
+                select stream, run_id, max(seq), pg_current_xact_id() from journal_records
+                group by stream, run_id""",
+            """create or replace function journal_append(
+                p_run text, p_epoch integer, p_stream text, p_key text, p_id text, p_ts bigint,
+                p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text
+            ) language plpgsql as $$
+            declare
+                v_epoch integer;
+                v_state text;
+                v_seq bigint;
+            begin
+                select r.epoch, r.state into v_epoch, v_state
+                    from journal_runs r where r.run_id = p_run for update;
+                if not found then
+                    return query select 'missing', null::integer, null::text, null::bigint,
+                        null::text, null::text, null::bigint, null::text;
+                    return;
+                end if;
+                if v_epoch <> p_epoch or v_state <> 'running' then
+                    return query select 'fenced', v_epoch, v_state, null::bigint,
+                        null::text, null::text, null::bigint, null::text;
+                    return;
+                end if;
+                return query select 'found', v_epoch, v_state, x.seq, x.id, x.key, x.ts_ms, x.payload
+                    from journal_records x
+                    where x.run_id = p_run and x.stream = p_stream
+                      and (x.key = p_key or (p_key is null and x.id = p_id));
+                if found then
+                    return;
+                end if;
+                insert into journal_records as x (run_id, stream, seq, id, key, ts_ms, payload)
+                    select p_run, p_stream, coalesce(max(y.seq), 0) + 1, p_id, p_key, p_ts, p_payload
+                    from journal_records y where y.run_id = p_run and y.stream = p_stream
+                    returning x.seq into v_seq;
+                insert into journal_heads as h (stream, run_id, head, changed)
+                    values (p_stream, p_run, v_seq, pg_current_xact_id())
+                    on conflict (stream, run_id)
+                    do update set head = excluded.head, changed = excluded.changed;
+                return query select 'appended', v_epoch, v_state, v_seq, p_id, p_key, p_ts, p_payload;
+            end
+            $$""",
+        ),
     ),
 )
 
@@ -1166,6 +1228,51 @@ class PostgresJournal:
         records = self._records("reading a stream", run_id, stream, " and x.seq > %s", (seq,))
         self._check_sequence(run_id, stream, records, first=seq + 1)
         return records
+
+    def heads_changed(
+        self, streams: Sequence[str], since: str | None
+    ) -> tuple[dict[str, dict[str, int]], str]:
+        """The heads of ``streams`` (stream -> run id -> the number of its last record) that moved
+        since the look that returned ``since`` (every head when ``since`` is None), and the mark to
+        pass next time. The mark is the oldest transaction still running when this look was taken
+        (its snapshot's ``xmin``): an append is a transaction that moves its head and stamps it with
+        its own id, and one that was running then, or began after, has an id at or above it; so a
+        look from the mark misses no append committed since the last look, whatever the order the
+        server gave ids and commits in. A head may come back unmoved (seen again, harmless): readers
+        compare it with the number they hold. One query on an index of the stamps, however long the
+        journal is.
+
+        Raises:
+            JournalCorrupt: a row that is not a head this journal writes (a run id that is not one, a
+                number that is not a whole number from 1).
+            JournalUnavailable: the server cannot answer.
+        """
+        for stream in streams:
+            check_name("stream name", stream)
+        if since is not None and not (type(since) is str and since.isdigit() and len(since) <= 20):
+            raise ValueError(f"since must be a mark heads_changed returned, not {since!r:.40}")
+        query = (
+            "select s.mark::text, h.stream, h.run_id, h.head"
+            " from (select pg_snapshot_xmin(pg_current_snapshot()) as mark) s"
+            " left join journal_heads h on h.stream = any(%s)"
+            + ("" if since is None else " and h.changed >= %s::xid8")
+        )
+        params: tuple[Any, ...] = (list(streams),) + (() if since is None else (since,))
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(query, params).fetchall()
+
+        rows = self._call("listing the heads that moved", call, reading=True)
+        found: dict[str, dict[str, int]] = {stream: {} for stream in streams}
+        for _mark, stream, run, head in rows:
+            if stream is None:
+                continue  # the mark's own row: no head moved
+            if not valid_name(run):
+                raise self._run_corrupt(run, "an id that is not a run id", stream=str(stream)[:80])
+            if not whole(head, 1) or stream not in found:
+                raise self._run_corrupt(run, f"a head {shown(head)} of stream {shown(stream)}", stream=None)
+            found[stream][run] = head
+        return found, str(rows[0][0])
 
     def read_streams_after(
         self, stream: str, after: Mapping[str, int], *, containing: str | None = None

@@ -265,6 +265,7 @@ class SharedRetirements:
         self._by_key: dict[str, Retired] = {}
         self._lock = threading.Lock()
         self._listless = False
+        self._mark: str | None = None  # where the next look at the heads that moved starts
 
     def current(self) -> Mapping[str, Retired]:
         """Every retirement in the journal by key (the earliest of a key); empty on a journal that
@@ -284,8 +285,17 @@ class SharedRetirements:
             self._listless = True  # a file journal: one host's, no list to ask (see the class)
             return _NONE
         with self._lock:
+            changed = getattr(backend, "heads_changed", None)
+            moved_heads: Mapping[str, Mapping[str, int]] | None = None
+            mark = self._mark
+            if changed is not None:  # only the heads that moved since the last look (one query)
+                moved_heads, mark = changed((RETIRE_STREAM, STREAM), self._mark)
             for stream, marker in ((RETIRE_STREAM, None), (STREAM, _SUPERSEDES)):
-                heads: Mapping[str, int] = backend.stream_heads(stream)  # type: ignore[attr-defined]
+                heads: Mapping[str, int] = (
+                    backend.stream_heads(stream)  # type: ignore[attr-defined]
+                    if moved_heads is None
+                    else moved_heads[stream]
+                )
                 moved = {
                     run_id: self._seen.get((stream, run_id), 0)
                     for run_id, head in heads.items()
@@ -299,6 +309,7 @@ class SharedRetirements:
                             self._keep(retired_of(view))
                 for run_id in moved:
                     self._seen[(stream, run_id)] = heads[run_id]
+            self._mark = mark  # only once every moved head is read: a failed look is taken again
             return self._by_key
 
     def _keep(self, found: Retired) -> None:

@@ -192,6 +192,7 @@ class MemoryStore:
         self._journal: JournalBackend | None = None
         self._journal_lock = threading.Lock()
         self._caught_up: dict[str, int] | None = None  # run id -> its last learn read (``catch_up``)
+        self._catch_mark: str | None = None  # where ``catch_up``'s next look at moved heads starts
         self._erasures_seen: dict[str, int] = {}  # run id -> its last erase record a sync read
         self._closed = False
         self._catching_up = threading.Lock()
@@ -1264,7 +1265,8 @@ class MemoryStore:
         committed since this store last caught up, by any host or process, that this host has
         neither as a file nor as a row; returns how many. The first call of a store object is a
         whole ``materialize``; later ones ask the journal which runs' ``memory-learn`` streams grew
-        (``stream_heads``: one indexed query) and read only the records after the last one read
+        (``heads_changed``: one indexed query for the heads moved since the last call, where the
+        journal keeps them; else ``stream_heads``) and read only the records after the last one read
         (``read_after``), each checked as every record read back. What is retired, or an update
         that lost its race, gets no file. Nothing on a file journal (one host's: its stores see
         each other's learns at once) or on a read-only store. The LangGraph store calls it before
@@ -1281,13 +1283,20 @@ class MemoryStore:
         if not lists_heads(backend):
             return 0
         with self._catching_up:
-            heads: Mapping[str, int] = backend.stream_heads(STREAM)  # type: ignore[attr-defined]
+            changed = getattr(backend, "heads_changed", None)
+            mark = None
+            if changed is not None:  # every head at the first look, then only those that moved
+                moved, mark = changed((STREAM,), self._catch_mark)
+                heads: Mapping[str, int] = moved[STREAM]
+            else:
+                heads = backend.stream_heads(STREAM)  # type: ignore[attr-defined]
             if self._caught_up is None:
                 self._caught_up = self._load_caught_up(backend.location)
             if self._caught_up is None:  # before the scan: what is appended during it is read again
                 made = self.materialize()
                 self._caught_up = dict(heads)
                 self._save_caught_up(backend.location)
+                self._catch_mark = mark
                 return made
             latest: dict[str, Record] = {}
             for run_id, head in heads.items():
@@ -1313,6 +1322,7 @@ class MemoryStore:
             if any(self._caught_up.get(run_id, 0) < head for run_id, head in heads.items()):
                 self._caught_up.update(heads)
                 self._save_caught_up(backend.location)
+            self._catch_mark = mark
             return made
 
     def _load_caught_up(self, location: str) -> dict[str, int] | None:

@@ -115,3 +115,70 @@ def test_read_streams_after_checks_every_row_it_returns(
         assert not isinstance(caught.value, JournalCorrupt)
     with pytest.raises(ValueError):
         pg.read_streams_after("s", {runs[0]: 0}, containing="")
+
+
+def test_heads_changed_misses_no_append_that_commits_after_a_later_one(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    """The mark is the oldest transaction running at the look, not the newest head seen: an append
+    whose transaction began first and commits last is still returned by the look after its commit."""
+    slow, slow_lease = pg.begin("f", "s", {"n": 1})
+    pg.append(slow_lease, "s", {"n": 1})
+    first, mark = pg.heads_changed(["s"], None)
+    assert first == {"s": {slow.run_id: 1}}
+    with psycopg.connect(postgres_dsn) as held:  # an append whose transaction stays open
+        held.execute(
+            "select * from journal_append(%s, %s, 's', null, 'heldappend', 1, '{\"n\":2}')",
+            (slow.run_id, slow_lease.epoch),
+        )
+        quick, quick_lease = pg.begin("f", "s", {"n": 2})
+        pg.append(quick_lease, "s", {"n": 1})  # a later transaction, committed first
+        seen, mark = pg.heads_changed(["s"], mark)
+        assert seen["s"].get(quick.run_id) == 1 and seen["s"].get(slow.run_id, 1) == 1
+        held.commit()
+    after, mark = pg.heads_changed(["s"], mark)
+    assert after["s"][slow.run_id] == 2
+    assert [r.payload["n"] for r in pg.read(slow.run_id, "s")] == [1, 2]
+    again, _ = pg.heads_changed(["s", "other"], mark)
+    assert again == {"s": {}, "other": {}}
+
+
+def test_a_stores_look_before_each_read_is_sent_what_moved_not_a_head_per_run(
+    tmp_path: Path, postgres_dsn: str, proxy_dsn: tuple[str, CountingProxy], pg: PostgresJournal
+) -> None:
+    dsn, proxy = proxy_dsn
+    for n in range(300):  # a journal of many runs, each with commits that retire nothing
+        _, lease = pg.begin("f", "s", {"n": n})
+        pg.append(lease, "memory-learn", {"n": n})
+    with memory.MemoryStore(tmp_path / "history.db", journal=dsn) as store:
+        assert store.recall(limit=1) == []  # the first look lists every head once
+        proxy.reset()
+        for _ in range(5):
+            assert store.recall(limit=1) == []
+        sent = proxy.received
+    # five looks, each a mark and no head (the 300 runs' heads are ~15 KiB a look)
+    assert sent < 5 * 2048, sent
+
+
+def test_catch_up_after_the_first_is_sent_what_moved_and_still_publishes_what_another_host_learned(
+    tmp_path: Path, postgres_dsn: str, proxy_dsn: tuple[str, CountingProxy]
+) -> None:
+    dsn, proxy = proxy_dsn
+    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    for n in range(100):  # a hundred runs with commits
+        with a.session(scope="team", flow=f"writer-{n}") as s:
+            s.learn({"text": f"finding {n}"})
+    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=dsn) as b:
+        assert b.catch_up() == 100  # the first: a whole materialize
+        b.recall(limit=1)  # and the retirements' first look, which lists every head once
+        proxy.reset()
+        for _ in range(5):
+            assert b.catch_up() == 0
+        sent = proxy.received
+        with a.session(scope="team") as s:
+            learned = s.learn({"text": "learned on host a"})
+        assert b.catch_up() == 1
+        assert learned.key in {r.key for r in b.recall(scope="team", limit=200)}
+    # five catch-ups, each two marks and no head (the hundred runs' heads are ~6 KiB a look)
+    assert sent < 5 * 1536, sent
+    a.close()

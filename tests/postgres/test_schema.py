@@ -41,7 +41,7 @@ def test_the_first_use_creates_the_versioned_schema_once_even_when_many_open_it_
 
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(first_use, journals)) == [0] * 8
-    assert _tables(schema) == ["journal_records", "journal_runs", "journal_schema"]
+    assert _tables(schema) == ["journal_heads", "journal_records", "journal_runs", "journal_schema"]
     with admin_connection() as conn:
         versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
     assert versions == [(SCHEMA_VERSION,)]
@@ -120,8 +120,12 @@ def test_a_schema_at_an_older_version_is_migrated_in_place_keeping_its_records(
             " ('20260101T000000-00000000aa', 's', 1, 'abcd', 'k', 5, '{\"old\":true}')"
         )
     jr = open_pg()
+    # the heads the migration to version 4 filled from the records, then the append keeps
+    heads, mark = jr.heads_changed(["s"], None)
+    assert heads == {"s": {"20260101T000000-00000000aa": 1}}
     lease = jr.acquire("20260101T000000-00000000aa")
     assert jr.append(lease, "s", {"new": True}, key="k2").seq == 2
+    assert jr.heads_changed(["s"], mark)[0] == {"s": {"20260101T000000-00000000aa": 2}}
     assert [dict(r.payload) for r in jr.read(lease.run_id, "s")] == [{"old": True}, {"new": True}]
     with admin_connection() as conn:
         versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
