@@ -4,7 +4,8 @@ Routes (all ``GET``; anything else is 405):
 
 =====================================  ===========================================================
 ``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
-``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``
+``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``,
+                                       ``skip`` (the page); ``offset`` (the API's timeline)
 ``/findings``, ``/api/findings``       ``q`` (``why``; ``offset``) or newest first (``recall``); ``tag`` and
                                        ``meta`` (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``,
                                        ``limit``
@@ -38,7 +39,7 @@ import hmac
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
@@ -59,7 +60,7 @@ import journal
 import memory
 import memory.ledger
 from flows import _langgraph_view as langgraph_view
-from flows._bounded import LIST_MAX_BYTES
+from flows._bounded import LIST_MAX_BYTES, fitting
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
@@ -299,6 +300,13 @@ def same_site_path(path: str) -> str:
             continue
         kept.append(segment)
     return "/" + "/".join(urllib.parse.quote(s, safe="!$&'()*+,;=:@-._~") for s in kept)
+
+
+def _index_of(entries: list[dict[str, Any]], record: str | None) -> int | None:
+    """Where the entry citing ``record`` is among ``entries`` (None when none does)."""
+    if record is None:
+        return None
+    return next((i for i, e in enumerate(entries) if e["citation"]["id"] == record), None)
 
 
 def link(path: str, **params: object) -> str:
@@ -557,18 +565,58 @@ class Dashboard:
             run["timeline"], page=_int_param(request, "page", 1, 1, 10**9) - 1, record=record
         )
         size = runs_data.TIMELINE_PAGE
+        window = run["timeline"][number * size : (number + 1) * size]
+        # the rows of the window before this part of it (the link of a part cut at its bytes)
+        skip = min(_int_param(request, "skip", 0, 0, size - 1), max(len(window) - 1, 0))
+        rows, shown = self._timeline_rows(window, skip, record)
+        rest = shown[1] if shown[1] < len(window) else None
         return "run.html", {
             "title": f"Run {run['runId']}",
             "section": "runs",
             "run": run,
-            "entries": run["timeline"][number * size : (number + 1) * size],
+            "rows": rows,
             "page_number": number + 1,
             "pages": pages,
             "record": record,
+            "truncated": rest is not None,
+            "rest_url": None if rest is None else link(f"/runs/{run['runId']}", page=number + 1, skip=rest),
+            "page_start_url": link(f"/runs/{run['runId']}", page=number + 1) if shown[0] else None,
+            "max_mib": LIST_MAX_BYTES // (1024 * 1024),
         }
 
-    def run_api(self, request: Request) -> tuple[object, str | None]:
-        return runs_data.run_timeline(self.reader.backend, request.path_params["run_id"]), None
+    def _timeline_rows(
+        self, window: list[dict[str, Any]], skip: int, record: str | None
+    ) -> tuple[list[Markup], tuple[int, int]]:
+        """The rows of ``window`` (a page of a run's timeline) from ``skip`` on, each rendered on its
+        own, that fit in ``LIST_MAX_BYTES`` (the first always given), and which of the window they
+        are (``[start, end)``). A ``record`` asked for past that cut starts the rows at its own."""
+        entry = self.env.get_template("timeline_entry.html")
+        rows: list[Markup] = []
+
+        def sizes(start: int) -> Iterator[int]:
+            for e in window[start:]:
+                rows.append(Markup(entry.render(e=e, record=record, text_shown=TEXT_SHOWN)))  # noqa: S704
+                yield len(rows[-1].encode())
+
+        cut = fitting(sizes(skip))
+        end = len(window) if cut is None else skip + cut
+        at = _index_of(window, record)
+        if at is not None and not skip <= at < end:  # the record asked for is past the cut: from it
+            rows.clear()
+            cut = fitting(sizes(at))
+            skip, end = at, len(window) if cut is None else at + cut
+        return rows[: end - skip], (skip, end)
+
+    def run_api(self, request: Request) -> tuple[object, str | None] | Truncated:
+        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
+        offset = _int_param(request, "offset", 0, 0, 10**18)
+        entries = run["timeline"][offset:]
+        cut = fitting(len(encode_json(e)) for e in entries)
+        if cut is None:
+            return {**run, "timeline": entries}, None
+        return Truncated(
+            {**run, "timeline": entries[:cut]}, link(f"/api/runs/{run['runId']}", offset=offset + cut)
+        )
 
     # -- findings --------------------------------------------------------------------------------
 

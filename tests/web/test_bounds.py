@@ -171,3 +171,81 @@ def test_the_agent_ledger_stops_at_its_bytes_in_json_and_html(tmp_path: Path) ->
     assert 'id="truncated"' in ledger and 'rel="next"' in ledger
     # the two entries within the bound, each shown cut with its whole length
     assert ledger.count(f"{len(reason) + 2:,} characters in all") == 2 and reason not in ledger
+
+
+def _session_run(client: TestClient) -> str:
+    """The id of the one run of a store filled by one session."""
+    runs = client.get("/api/runs").json()
+    assert len(runs) == 1
+    return str(runs[0]["runId"])
+
+
+def test_a_runs_timeline_shows_each_learned_text_cut_with_its_length_and_a_link(client: TestClient) -> None:
+    # a page of a run's timeline holds 200 records, each learn with its text: 200 texts of 1 MiB
+    # made one page hundreds of megabytes (a text of '<' is four times that as HTML)
+    run = _session_run(client)
+    page = client.get(f"/runs/{run}")
+    assert page.status_code == 200
+    assert len(page.content) < 100_000, len(page.content)  # was 3,148,828 bytes for these three
+    cut = re.findall(r'<a href="/findings/([0-9a-f]{32})" class="cut">\(([\d,]+) characters', page.text)
+    assert len(cut) == BIG and {n for _, n in cut} == {f"{memory.TEXT_MAX_BYTES - 1:,}"}
+    assert 'id="truncated"' not in page.text
+    whole = client.get(f"/findings/{cut[0][0]}")  # the finding's own page has all of it
+    assert whole.status_code == 200 and whole.text.count("\x01") == memory.TEXT_MAX_BYTES - 8
+
+
+def test_a_runs_json_timeline_stops_at_its_bytes_and_goes_on_by_its_link(
+    client: TestClient, big: Path
+) -> None:
+    # ``/api/runs/RUN`` was the whole timeline, however large: three texts of a million control
+    # characters made one answer of 18 MiB, a run of 200 of them 1.2 GB
+    run = _session_run(client)
+    first = client.get(f"/api/runs/{run}")
+    assert first.status_code == 200 and first.headers.get("truncated") == "true"
+    assert len(first.json()["timeline"]) == 1 and len(first.content) < 7 * MIB
+    timeline: list[dict[str, Any]] = []
+    url: str | None = f"/api/runs/{run}"
+    while url is not None:
+        answer = client.get(url)
+        assert answer.status_code == 200 and len(answer.content) <= LIST_MAX_BYTES + 7 * MIB
+        body = answer.json()
+        url = _next(answer.headers)
+        assert (answer.headers.get("truncated") == "true") == (url is not None)
+        timeline += body.pop("timeline")
+        assert body == {k: v for k, v in first.json().items() if k != "timeline"}  # the run, each page
+    shown = json_of(flows(big, "show", run, "--json"))
+    assert timeline == shown["timeline"] and len(timeline) >= BIG
+
+
+def test_a_page_of_a_runs_timeline_stops_at_its_bytes_with_a_note_and_a_link_to_the_rest(
+    tmp_path: Path,
+) -> None:
+    # records as large as a finding's limits let them be once every text is cut: 64 tags of 256
+    # ampersands (five bytes each as HTML) on each of 200 learns, 16 MiB for one page of 200
+    db = tmp_path / "store" / "history.db"
+    count = 200
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="f") as sess:
+        for n in range(count):
+            sess.learn({"text": f"n{n}", "tags": [f"{n}.{i}" + "&" * 240 for i in range(memory.TAGS_MAX)]})
+    with client_for(ServeConfig(db=str(db))) as client:
+        run = _session_run(client)
+        records = [e["citation"]["id"] for e in json_of(flows(db, "show", run, "--json"))["timeline"]]
+        seen: list[str] = []
+        parts: list[int] = []
+        url: str | None = f"/runs/{run}"
+        while url is not None:
+            page = client.get(url.replace("&amp;", "&"))
+            assert page.status_code == 200
+            assert len(page.content) <= LIST_MAX_BYTES + 64 * 1024  # the bound and its frame
+            rows = re.findall(r'<tr id="rec-([0-9a-f]{16})"', page.text)
+            seen += rows
+            parts.append(len(rows))
+            found = re.search(r'<a href="([^"]+)" rel="next">', page.text)
+            url = None if found is None else found.group(1)
+            assert ('id="truncated"' in page.text) == (url is not None)
+        last = records[parts[0] + 1]  # a record past the first part's cut opens a part holding it
+        marked = client.get(f"/runs/{run}?record={last}")
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert seen == records[: len(seen)] and len(seen) == min(len(records), 200) and len(parts) > 1
+    assert f'<tr id="rec-{last}" class="entry kind-learn selected">' in marked.text
+    assert 'id="page-start"' in marked.text
