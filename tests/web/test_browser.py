@@ -169,10 +169,10 @@ def test_a_token_in_the_address_logs_the_browser_in(demo: DemoStore, agent: Path
     proc, url = start_server(demo, agent, "--token", TOKEN)
     try:
         refused = browse(f"{url}agents/0", "token-refused", tmp_path)
-        assert (
-            "serve_unauthorized" in refused
-            and "ledger" not in refused.lower().split("serve_unauthorized")[1][:0]
-        )
+        # the refusal names nothing of the store: no agent in the menu, no DB or journal in the footer
+        assert "serve_unauthorized" in refused
+        assert f"<bdi>{agent.name}</bdi>" not in refused and str(demo.db) not in refused
+        assert "history DB" not in refused and str(agent) not in refused
         assert 'name="token"' in refused and "<table" not in refused
         dom = browse(f"{url}agents/0?token={TOKEN}", "token-login", tmp_path)
         assert '<tr class="entry acted outcome-confirmed"' in dom
