@@ -228,6 +228,50 @@ def title_text(value: object) -> str:
     return shown(str(value), one_line=True)
 
 
+class Fields(dict[str, Any]):
+    """A record read from the journal, as a template reads it: a field it lacks is None. What the
+    journal holds is untrusted (a record of another shape, an event with fields left out): a page
+    shows what is there and leaves the rest out, as ``flows show`` does, never fails on it."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
+def error_of(value: object) -> dict[str, str | None]:
+    """A recorded error of any shape as a page shows it: its ``code`` and ``message`` as text (empty
+    when it has none; a message that is not text as JSON), and its ``traceback`` when it is text. A
+    run's or a step's error is read from the journal, untrusted: an object without a ``code`` or a
+    message that was a number failed the whole runs listing with ``serve_internal``."""
+    fields: Mapping[str, Any] = value if isinstance(value, Mapping) else {"message": value}
+    code, message, traceback = fields.get("code"), fields.get("message"), fields.get("traceback")
+    return {
+        "code": code if isinstance(code, str) else "" if code is None else _as_text(code),
+        "message": message if isinstance(message, str) else "" if message is None else _as_text(message),
+        "traceback": traceback if isinstance(traceback, str) else None,
+    }
+
+
+def _as_text(value: object) -> str:
+    """A value that should have been text, as JSON text (``str`` for what JSON cannot carry)."""
+    try:
+        return orjson.dumps(value, default=_plain).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return str(value)
+
+
+def short_key(value: object) -> str:
+    """A key (a finding's, a version's) shortened for a timeline's column: its first 12 characters."""
+    return "" if value is None else str(value)[:12]
+
+
+def as_list(value: object) -> list[Any]:
+    """A list read from the journal (tags, a checkpoint's nodes, a namespace) as a list to show: a
+    list as it is, nothing for None, any other value alone."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
 def langgraph_item(found: Recalled) -> dict[str, Any] | None:
     """A LangGraph store item (namespace, key, value, created) when ``found`` holds one, else None."""
     if found.source != langgraph_view.STORE_SOURCE:
@@ -278,6 +322,9 @@ def _environment() -> Environment:
         short_hash=short_hash,
         shown=shown_text,
         title_text=title_text,
+        error_of=error_of,
+        short_key=short_key,
+        as_list=as_list,
     )
     return env
 
@@ -595,7 +642,7 @@ class Dashboard:
 
         def sizes(start: int) -> Iterator[int]:
             for e in window[start:]:
-                rows.append(Markup(entry.render(e=e, record=record, text_shown=TEXT_SHOWN)))  # noqa: S704
+                rows.append(Markup(entry.render(e=Fields(e), record=record, text_shown=TEXT_SHOWN)))  # noqa: S704
                 yield len(rows[-1].encode())
 
         cut = fitting(sizes(skip))

@@ -216,3 +216,41 @@ def test_what_the_runs_folder_holds_is_judged_as_the_journal_judges_it(
     assert_coded(damaged, "/runs", "/api/runs", "journal_corrupt", 500, "no run.json")
     with pytest.raises(journal.JournalCorrupt, match=r"no run\.json"):
         journal.FileJournal(copies[0] / "flows-journal").runs()
+
+
+def test_records_of_another_shape_are_shown_as_they_are_never_failing_the_page(tmp_path: Path) -> None:
+    # the journal holds any JSON object: a run's error without a code, a message that is a number,
+    # a step's error that is text, an event without its epoch, a learn whose key is a number. Each
+    # failed the runs listing (every page holding the run) or the run's page with serve_internal,
+    # where `flows runs` and `flows show` showed them; a finding's page failed on tags that were a number
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    backend = journal.open_journal(db.parent / "flows-journal")
+    try:
+        info, lease = backend.begin("odd", "s", {})
+        backend.append(lease, "steps", {"step": "s", "position": 1, "ok": False, "error": "it broke"})
+        backend.append(lease, "run", {"event": "failed", "error": {"message": 5}})
+        backend.append(lease, "run", {"event": "resumed"})
+        backend.append(lease, "run", {"event": "registration", "reason": ["r"]})
+        backend.append(lease, memory.STREAM, {"id": 7, "finding": {"text": 8, "tags": "t"}, "supersedes": 9})
+        backend.append(lease, memory.RETIRE_STREAM, {"id": 10, "by": 11})
+        odd = "0" * 32  # a finding learned with tags that are a number, and forgotten: its page shows them
+        learned = {"text": "x", "tags": 5, "source": "s"}
+        backend.append(
+            lease, memory.STREAM, {"id": odd, "scope": "s", "flow": "odd", "learnedMs": 1, "finding": learned}
+        )
+        backend.append(lease, memory.RETIRE_STREAM, {"id": odd, "reason": "r", "forgottenMs": 2})
+        backend.finish(lease, journal.RunState.FAILED, {"message": 12, "traceback": ["not text"]})
+    finally:
+        backend.close()
+    with client_for(ServeConfig(db=str(db))) as client:
+        runs, page = client.get("/runs"), client.get(f"/runs/{info.run_id}")
+        api = client.get(f"/api/runs/{info.run_id}")
+        forgotten = client.get(f"/findings/{odd}")
+        client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert runs.status_code == 200 and info.run_id in runs.text
+    assert '<code class="code"><bdi></bdi></code> <bdi>12</bdi>' in runs.text  # no code; the message
+    assert page.status_code == 200, page.text[-2000:]
+    assert "<bdi>it broke</bdi>" in page.text and "traceback" not in page.text
+    assert len(api.json()["timeline"]) == 8
+    assert forgotten.status_code == 200 and '<span class="tag"><bdi>5</bdi></span>' in forgotten.text
