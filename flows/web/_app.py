@@ -390,11 +390,17 @@ class Guard:
     points at 127.0.0.1); and the security headers on every answer."""
 
     def __init__(
-        self, app: ASGIApp, *, token: str | None, render: Callable[[Request, Exception], Response]
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        render: Callable[[Request, Exception], Response],
+        moving: Callable[[Request, str], Response] | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self.render = render
+        self.moving = moving
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -457,7 +463,14 @@ class Guard:
             kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             query = urllib.parse.urlencode(kept)
             target = same_site_path(request.scope["path"]) + (f"?{query}" if query else "")
-            response = RedirectResponse(target, status_code=303)
+            response: Response
+            if self.moving is not None and request.headers.get("sec-fetch-site") == "cross-site":
+                # a link on another site: a browser withholds a SameSite=Strict cookie from every
+                # request of a redirect chain that began there, so the redirect landed on the
+                # refusal; a page of this site that moves on makes a navigation of this site
+                response = self.moving(request, target)
+            else:
+                response = RedirectResponse(target, status_code=303)
             response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
             return response
         auth = request.headers.get("authorization", "")
@@ -525,6 +538,13 @@ class Dashboard:
         if bare:
             context.update(agents=[], db_path="", journal_label="")
         return self.render(request, "error.html", context, status)
+
+    def moving_on_page(self, request: Request, target: str) -> Response:
+        """The answer to a login (``?token=``) followed from a link on another site: a page of this
+        site, naming nothing of the store, that goes on to ``target`` (a path of this site) at once
+        (``<meta http-equiv="refresh">``, no script) and links to it."""
+        bare = {"bare": True, "agents": [], "db_path": "", "journal_label": ""}
+        return self.render(request, "login.html", {"title": "signing in", "target": target, **bare})
 
     def bare_error_page(self, request: Request, exc: Exception) -> Response:
         """``error_page`` for the guard: nothing of the store is shown."""
@@ -940,7 +960,7 @@ def create_app(config: ServeConfig) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=config.token, render=d.bare_error_page)],
+        middleware=[Middleware(Guard, token=config.token, render=d.bare_error_page, moving=d.moving_on_page)],
         exception_handlers={404: d.not_found},
     )
     app.state.reader = reader

@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import orjson
@@ -177,4 +179,37 @@ def test_a_token_in_the_address_logs_the_browser_in(demo: DemoStore, agent: Path
         dom = browse(f"{url}agents/0?token={TOKEN}", "token-login", tmp_path)
         assert '<tr class="entry acted outcome-confirmed"' in dom
     finally:
+        stop_server(proc)
+
+
+def test_a_token_link_followed_from_another_site_logs_the_browser_in(
+    demo: DemoStore, agent: Path, tmp_path: Path
+) -> None:
+    # a login link in a chat, a wiki or a mail read on another site: the cookie (SameSite=Strict) was
+    # set by a redirect whose chain began on that site, so the browser withheld it from the page the
+    # redirect led to, and the login landed on the refusal; now a page of the dashboard moves on
+    proc, url = start_server(demo, agent, "--token", TOKEN)
+    login = f"{url}agents/0?token={TOKEN}"
+    page = f'<!doctype html><meta http-equiv="refresh" content="0; url={login}"><a href="{login}">open</a>'
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(page.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)  # "localhost": another site than 127.0.0.1
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        dom = browse(f"http://localhost:{other.server_address[1]}/", "token-login-elsewhere", tmp_path)
+        assert "serve_unauthorized" not in dom
+        assert '<tr class="entry acted outcome-confirmed"' in dom
+    finally:
+        other.shutdown()
+        other.server_close()
         stop_server(proc)

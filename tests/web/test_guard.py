@@ -71,6 +71,24 @@ def test_a_token_in_the_query_sets_a_cookie_and_comes_back_without_it(guarded: T
     assert guarded.get("/runs", params={"state": "done"}).status_code == 200  # the cookie carries it
 
 
+def test_a_token_link_from_another_site_is_a_page_of_this_one_that_moves_on(
+    guarded: TestClient, demo: DemoStore, agent: Path
+) -> None:
+    # the browser withholds a SameSite=Strict cookie from a redirect chain begun on another site:
+    # the login's answer is a page that sets it and moves on (a navigation of this site)
+    cross = {"sec-fetch-site": "cross-site"}
+    for path, target in (("/runs", "/runs?state=done"), ("/\\evil.example/x", "/evil.example/x?state=done")):
+        response = guarded.get(path, params={"state": "done", "token": TOKEN}, headers=cross)
+        assert response.status_code == 200 and "location" not in response.headers
+        assert response.headers["set-cookie"].startswith(f"flows_token={TOKEN};")
+        assert f'<meta http-equiv="refresh" content="0; url={target}">' in response.text
+        assert f'<a href="{target}" id="continue">' in response.text
+        assert str(demo.db) not in response.text and f"<bdi>{agent.name}</bdi>" not in response.text
+        assert "<script" not in response.text
+    refused = guarded.get("/runs", params={"token": "wrong"}, headers=cross)
+    assert refused.status_code == 401 and "set-cookie" not in refused.headers
+
+
 def test_without_a_token_only_a_loopback_host_name_is_answered(client: TestClient) -> None:
     assert client.get("/api/runs", headers={"host": "localhost:8765"}).status_code == 200
     refused = client.get("/api/runs", headers={"host": "attacker.example:8765"})
