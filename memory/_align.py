@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from memory._embed import EMBED_TEXT_MAX, Embedder, checked_vectors
+from memory._embed import EMBED_TEXT_MAX, Embedder, checked_vectors, embedder_shape
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -43,16 +43,16 @@ def alignments(embedder: Embedder, question: Sequence[str], texts: Sequence[Sequ
     """For each of ``texts`` (each a list of words), the mean over the ``question``'s words of the
     best cosine similarity with any of its words (0.0 when either has no words). Every distinct word
     is embedded once, in batches of ``BATCH``, through ``checked_vectors`` (unit rows, the embedder's
-    output checked)."""
+    output checked, every batch against the one size its dims were read as)."""
     import numpy as np
 
     if not question or not any(texts):
         return [0.0] * len(texts)
     vocabulary = list(dict.fromkeys([*question, *(w for t in texts for w in t)]))
     at = {w: i for i, w in enumerate(vocabulary)}
-    vectors: Any = np.concatenate(
-        [checked_vectors(embedder, vocabulary[i : i + BATCH]) for i in range(0, len(vocabulary), BATCH)]
-    )
+    shape = embedder_shape(embedder)  # read once: a batch of another size is refused, not concatenated
+    batches = (vocabulary[i : i + BATCH] for i in range(0, len(vocabulary), BATCH))
+    vectors: Any = np.concatenate([checked_vectors(embedder, batch, shape) for batch in batches])
     asked = vectors[[at[w] for w in question]]
     out = []
     for words in texts:

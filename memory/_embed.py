@@ -289,39 +289,57 @@ def embedder_from_env() -> Embedder | None:
     return embedder_named(os.environ.get(ENV))
 
 
-def checked_vectors(embedder: Embedder, texts: Sequence[str]) -> Any:
+def embedder_shape(embedder: Embedder) -> tuple[str, int]:
+    """The embedder's ``name`` and ``dims`` as read now, once; ``EmbedderFailed`` when reading them
+    raises or they could not key stored vectors (``check_shape``). A caller reads them once and
+    checks every vector of one call against what it read: a property that answers another thing on
+    each read would otherwise pass a vector of one size where another was read."""
+    try:  # a property of the user's may raise
+        name, dims = embedder.name, embedder.dims
+        check_shape(name, dims)
+    except Exception as exc:
+        raise EmbedderFailed(
+            f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
+        ) from exc
+    return name, dims
+
+
+def checked_vectors(embedder: Embedder, texts: Sequence[str], shape: tuple[str, int] | None = None) -> Any:
     """``embedder.embed(texts)`` as a float32 array of shape (len(texts), dims), each row of unit
     length (a zero vector stays zero; a row of any finite size, however large or small, is scaled
     to unit length); ``EmbedderFailed`` when it raises or returns another shape, anything but real
-    numbers (text, booleans, complex numbers, an int too large for a float), or a non-finite value."""
+    numbers (text, booleans, complex numbers, an int too large for a float), or a non-finite value.
+    ``shape``: the embedder's name and dims as the caller read them (``embedder_shape``), which the
+    vectors are checked against; read here once when not given."""
     import numpy as np
 
+    name, dims = shape if shape is not None else embedder_shape(embedder)
     try:
         raw = embedder.embed(list(texts))
     except EmbedderFailed:
         raise
     except Exception as exc:
-        raise EmbedderFailed(f"the embedder {embedder.name!r} raised {type(exc).__name__}: {exc}") from exc
+        raise EmbedderFailed(f"the embedder {name!r} raised {type(exc).__name__}: {exc}") from exc
     try:
         got = np.asarray(raw)
     except Exception as exc:  # the user's object may raise anything while it is read
         raise EmbedderFailed(
-            f"the embedder {embedder.name!r} returned what is not numbers: {type(exc).__name__}: {exc}"
+            f"the embedder {name!r} returned what is not numbers: {type(exc).__name__}: {exc}"
         ) from exc
     if got.dtype.kind not in "iuf":  # text, bools, complex, objects (an int too big for a float)
         raise EmbedderFailed(
-            f"the embedder {embedder.name!r} returned what is not numbers (real numbers were expected, "
+            f"the embedder {name!r} returned what is not numbers (real numbers were expected, "
             f"not a {type(raw).__name__} of {got.dtype.name} values)"
         )
-    want = (len(texts), embedder.dims)
+    want = (len(texts), dims)
     if got.shape != want:
         raise EmbedderFailed(
-            f"the embedder {embedder.name!r} returned shape {got.shape} for {len(texts)} texts; "
+            f"the embedder {name!r} returned shape {got.shape} for {len(texts)} texts; "
             f"{want} was expected (one vector of its dims per text)"
         )
     wide = got.astype(np.float64)  # scaled in float64: a float32 norm overflows or underflows to 0
     if not bool(np.isfinite(wide).all()):
-        raise EmbedderFailed(f"the embedder {embedder.name!r} returned a NaN or infinite value")
+        raise EmbedderFailed(f"the embedder {name!r} returned a NaN or infinite value")
     peak = np.abs(wide).max(axis=1, keepdims=True)  # first to at most 1: no square overflows
     wide = np.divide(wide, peak, out=np.zeros_like(wide), where=peak > 0)
     norms = np.linalg.norm(wide, axis=1, keepdims=True)

@@ -12,6 +12,7 @@ import itertools
 import math
 import operator
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -117,6 +118,16 @@ def _storable(*values: str | None) -> bool:
             except UnicodeEncodeError:
                 return False
     return True
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _meant(subject: str) -> str:
+    """``subject`` as an embedder is given it: without lone surrogates (no Unicode text holds one;
+    an undecodable byte of a CLI argument is read as one), which no finding's text holds either, so
+    they mean nothing; an embedder that encodes its input (a tokenizer, a request) would fail on them."""
+    return subject if subject.isascii() else _LONE_SURROGATE.sub("", subject)
 
 
 def _key(e: Recalled) -> str:
@@ -797,11 +808,12 @@ class Search:
                     before_ms=before_ms,
                 )
             )[:limit]
-        if not subject.strip() or limit == 0:
+        meant = _meant(subject)
+        if not meant.strip() or limit == 0:
             return []
         return self._again_if_stale(
             lambda: self._by_meaning(
-                subject,
+                meant,
                 wanted,
                 limit,
                 mode=mode,

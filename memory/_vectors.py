@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from memory._embed import Embedder, checked_vectors
+from memory._embed import Embedder, checked_vectors, embedder_shape
 from memory._errors import EmbedderFailed, Unwritable
 from memory._filecache import cache_dir
 from memory._files import RACY_S
@@ -85,9 +85,9 @@ def embed_text(finding: Recalled) -> str:
     return finding.text + ("\n" + " ".join(finding.tags) if finding.tags else "")
 
 
-def model_of(embedder: Embedder) -> str:
+def model_of(embedder: Embedder | str) -> str:
     """The name vectors are stored under: the embedder's name and the recipe of what it read."""
-    return f"{embedder.name}#{RECIPE}"
+    return f"{embedder if isinstance(embedder, str) else embedder.name}#{RECIPE}"
 
 
 UNIT_SLACK = 0.02
@@ -164,10 +164,9 @@ class VectorIndex:
 
         self._np = numpy
         self.embedder = embedder
-        self.model = model_of(embedder)
-        self._name = embedder.name
+        self._name, self._dims = embedder_shape(embedder)  # read once: every vector is checked against them
+        self.model = model_of(self._name)
         self._path = vectors_path(db_path)
-        self._dims = embedder.dims
         self._rows: dict[str, int] = {}
         self._matrix = numpy.zeros((0, self._dims), dtype=numpy.float16)
         self._used = 0  # the matrix's rows in use
@@ -193,7 +192,7 @@ class VectorIndex:
                 f"opened for {self._name!r:.200} of {self._dims} dims: close the store and open it again "
                 "with the embedder as it is now (vectors are kept under its name)"
             )
-        out: np.ndarray = checked_vectors(self.embedder, texts)
+        out: np.ndarray = checked_vectors(self.embedder, texts, (self._name, self._dims))
         return out
 
     def _db(self) -> sqlite3.Connection | None:
@@ -227,8 +226,9 @@ class VectorIndex:
 
     def _load(self, keys: Sequence[str] | None) -> None:
         """Read stored vectors (of ``keys``, or the model's every one) into the matrix; a row that
-        is not a finite vector of ``dims`` of unit length (or zero) is left out (it is derived
-        again)."""
+        is not a finite vector of ``dims`` of unit length (or zero), or whose key is not a key (a
+        blob, a number, any other text: a crafted row, which a snapshot could not hold), is left out
+        (it is derived again)."""
         conn = self._db()
         if conn is None:
             return
@@ -247,7 +247,11 @@ class VectorIndex:
                     for part in (list(keys[i : i + 500]) for i in range(0, len(keys), 500))
                 )
             for rows in chunks:
-                found = [(k, v) for k, v in rows if isinstance(v, bytes) and len(v) == size]
+                found = [
+                    (k, v)
+                    for k, v in rows
+                    if isinstance(v, bytes) and len(v) == size and isinstance(k, str) and _KEY32.fullmatch(k)
+                ]
                 if not found:
                     continue
                 block = np.frombuffer(b"".join(v for _, v in found), dtype="<f2").reshape(
@@ -269,21 +273,10 @@ class VectorIndex:
         matrix, read-only: a fresh process's first search pages the vectors in from the page cache
         rather than decoding them from the vectors file. Its rows are checked (a key's shape, a
         finite vector) like any stored vector; False when there is none fit to use."""
+        mapped = self._mapped_snapshot()
+        if mapped is None:
+            return False
         np = self._np
-        path = self._snapshot_path()
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                return False
-            mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError):
-            return False
-        dtype = getattr(mapped, "dtype", None)
-        if getattr(mapped, "ndim", None) != 1:  # a row per key: another shape would fail the search
-            return False
-        if dtype is None or dtype.names != ("key", "vec") or dtype["vec"].shape != (self._dims,):
-            return False
-        if dtype["key"] != np.dtype("S32") or dtype["vec"].base != np.dtype("<f2"):
-            return False
         vec = mapped["vec"]
         good = _fit_rows(np, vec)
         rows: dict[str, int] = {}
@@ -296,6 +289,29 @@ class VectorIndex:
         self._rows = rows
         self._last = None
         return True
+
+    def _mapped_snapshot(self) -> Any:
+        """The model's snapshot mapped read-only: a regular file (no link followed) whose header
+        names one row per key of a 32-byte key and ``dims`` float16 values, and whose size is
+        exactly what that header says (``_snapshot_rows``), mapped through the descriptor its header
+        was read from; None when there is none fit to map."""
+        np = self._np
+        want = np.dtype([("key", "S32"), ("vec", "<f2", (self._dims,))])
+        try:
+            fd = os.open(self._snapshot_path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            found = _snapshot_rows(fh, want)
+            if found is None:
+                return None
+            count, offset = found
+            if count == 0:
+                return np.zeros(0, dtype=want)
+            try:
+                return np.memmap(fh, dtype=want, mode="r", offset=offset, shape=(count,))
+            except (OSError, ValueError):
+                return None
 
     def _write_snapshot(self) -> None:
         """Write the model's vectors held now as its snapshot (beside the vectors file, replaced
@@ -499,6 +515,32 @@ class VectorIndex:
             self._used = 0
             self._scanned = False
             self._last = None
+
+
+def _snapshot_rows(fh: BinaryIO, want: Any) -> tuple[int, int] | None:
+    """A snapshot's row count and where its rows begin, from its header, read and checked before
+    anything is mapped: a regular file of numpy's format holding a 1-D array of ``want`` (a row per
+    key), whose size is exactly that many rows past the header. A header claiming a count that is
+    negative, overflows, or is more or fewer rows than the file holds gives None: it is never handed
+    to ``mmap`` (which would fail with an error of its own, or warn of an overflow)."""
+    from numpy.lib import format as npy
+
+    try:
+        size = os.fstat(fh.fileno())
+        if not stat.S_ISREG(size.st_mode):
+            return None
+        version = npy.read_magic(fh)
+        read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, fortran, dtype = read(fh)
+        offset = fh.tell()
+    except Exception:  # a header of any shape: parsed by numpy (``literal_eval``), untrusted
+        return None
+    if version not in ((1, 0), (2, 0)) or dtype != want or fortran or len(shape) != 1:
+        return None  # a row per key: another shape would fail the search
+    (count,) = shape
+    if type(count) is not int or count < 0 or offset + count * want.itemsize != size.st_size:
+        return None
+    return count, offset
 
 
 def _texts_of(findings: Sequence[Recalled]) -> Callable[[list[str]], Mapping[str, str]]:

@@ -1,0 +1,129 @@
+"""``why`` by meaning against hostile input: crafted rows of the vectors file and crafted snapshot
+headers, an embedder whose dims answer differently on each read, and questions holding what is not
+Unicode. Each search answers or fails with its code; none fails with a bare numpy or Python error."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import memory
+from memory._vectors import snapshots, vectors_path
+from tests.memory.test_semantic import Toy, _many, _snapshotted, _store, _vector_rows
+
+
+def test_a_crafted_vectors_row_whose_key_is_not_a_key_is_left_out(db: Path) -> None:
+    """Rows of the vectors file whose key is a blob, a number or other text, with a well-formed
+    vector: a first search reads every stored vector at once (and keeps a snapshot of them); such a
+    row is left out (it names no finding), the search answers, and check reports and repair
+    deletes the rows."""
+    keys = _many(db)
+    toy = Toy()
+    with _store(db, toy) as s:
+        s.derive_vectors()
+    for snap in snapshots(vectors_path(db).parent):
+        snap.unlink()  # the first search reads the vectors file, not a snapshot
+    model = f"{toy.name}#text+tags/1"
+    with sqlite3.connect(vectors_path(db)) as conn:
+        (vec,) = conn.execute("SELECT vec FROM vectors WHERE key = ?", (keys[0],)).fetchone()
+        crafted: list[object] = [b"\x01a blob, not a key", 12345, "Z" * 32, keys[1].upper()]
+        conn.executemany("INSERT INTO vectors VALUES (?, ?, ?)", [(model, k, vec) for k in crafted])
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        assert len(s.why("zebras", mode="semantic", limit=5)) == 5
+        assert toy.seen == ["zebras"]  # every finding's own vector read, none derived
+        (snap,) = snapshots(vectors_path(db).parent)
+        problems = memory.check_store(s)
+        assert sorted(p.kind for p in problems) == ["vector_stale"] * 4
+        memory.repair_store(s, problems)
+        assert memory.check_store(s) == []
+    assert {k for _, k in _vector_rows(db)} == set(keys)
+
+
+class Shifty:
+    """An embedder whose ``dims`` reads 8 until its ``shift``-th read, then 4; each call of
+    ``embed`` returns vectors as wide as ``dims`` reads then."""
+
+    name = "shifty@1"
+    word_alignment = 1.0
+
+    def __init__(self, shift: int) -> None:
+        self.shift = shift
+        self.reads = 0
+
+    @property
+    def dims(self) -> int:
+        self.reads += 1
+        return 8 if self.reads < self.shift else 4
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        width = self.dims
+        return [[float(len(t) % 7 + 1), *([0.5] * (width - 1))] for t in texts]
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_an_embedder_whose_dims_read_differently_each_time_fails_with_its_code(db: Path, mode: str) -> None:
+    """Whichever read of ``dims`` turns out different (the one the vectors were opened with, the
+    one a vector is checked against, the one ``embed`` makes its vectors by), a vector of another
+    width is refused (``memory_embedder_failed``) before it reaches the matrix or the question's
+    product with it, in the vectors and in the word alignment alike."""
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        session.learn({"text": "lion"})
+    for shift in range(2, 16):
+        embedder = Shifty(shift)
+        with _store(db, embedder) as s:
+            try:
+                answers = s.why("lion", mode=mode)
+            except memory.EmbedderFailed as err:
+                assert err.code == "memory_embedder_failed"
+            else:
+                assert [a.text for a in answers] == ["lion"]
+
+
+class Strict(Toy):
+    """An embedder that encodes each text as UTF-8 first, as a tokenizer or a request does."""
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        for t in texts:
+            t.encode()
+        return super().embed(texts)
+
+
+def test_a_lone_surrogate_in_a_question_is_left_out_of_what_is_embedded(db: Path) -> None:
+    """A question holding lone surrogates (what an undecodable byte of a CLI argument becomes):
+    they mean nothing and are not handed to the embedder (which would fail on them), the rest of
+    the question is asked, as a keyword ``why`` matches its words; the offline default alike."""
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        session.learn({"text": "The user is allergic to peanuts"})
+    for embedder in (Strict(), memory.default_embedder()):
+        with _store(db, embedder) as s:
+            for mode in ("keyword", "semantic", "hybrid"):
+                answers = s.why("peanuts \ud800 allergic\udcff", mode=mode)
+                assert [a.text for a in answers] == ["The user is allergic to peanuts"], mode
+                assert s.why("\ud800\udcff \udc80", mode=mode) == []
+
+
+def test_a_snapshot_whose_header_claims_another_count_is_passed_over(db: Path) -> None:
+    """A snapshot whose header claims a negative count, one that overflows, more rows than the file
+    holds, or fewer (the file is longer than its header says): it is not mapped, every vector is
+    read from the vectors file or derived again, and the search answers."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    keys, toy, snap = _snapshotted(db)
+    block = np.load(snap, allow_pickle=False)
+    body = block.tobytes()
+    for count in (-5, 2**60, 2**63 - 1, len(keys) + 1, len(keys) - 1):
+        with snap.open("wb") as fh:
+            header = {"descr": npy.dtype_to_descr(block.dtype), "fortran_order": False, "shape": (count,)}
+            npy.write_array_header_1_0(fh, header)
+            fh.write(body)
+        with sqlite3.connect(vectors_path(db)) as conn:
+            conn.execute("DELETE FROM vectors")  # what the snapshot does not give is derived again
+        toy.seen.clear()
+        with _store(db, toy) as s:
+            assert len(s.why("zebras", mode="semantic", limit=5)) == 5, count
+        assert len(toy.seen) == len(keys) + 1, count  # every vector derived again, and the question
