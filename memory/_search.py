@@ -1036,6 +1036,19 @@ class Search:
             self._discards = VectorDiscards(self._publisher.db_path)
         self._discards(keys)
 
+    def erase_vectors(self, keys: Sequence[str]) -> None:
+        """Drop the vectors of erased ``keys`` (this process's), and make sure the vectors file
+        keeps none of them (``memory._vectors.erase_vectors``: it is removed whole otherwise).
+
+        Raises:
+            Unwritable: the vectors file had to be removed and could not be.
+        """
+        from memory._vectors import erase_vectors
+
+        if self._vectors is not None:
+            self._vectors.discard(keys)
+        erase_vectors(self._publisher.db_path, keys)
+
     def close(self) -> None:
         """Close the vectors file, if one was opened (reopened on the next search by meaning), and
         the folders held open (opened again by a later read of every scope)."""

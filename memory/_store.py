@@ -887,7 +887,7 @@ class MemoryStore:
         for path in cache_files_holding(cache_dir(self.db_path), wanted, keep=[VECTORS_FILE, KEYS_FILE]):
             path.unlink(missing_ok=True)
             gone.add(path.parent)
-        self._search.discard_vectors(sorted(wanted))
+        self._search.erase_vectors(sorted(wanted))  # or the vectors file goes whole
         self._search.forget_cached(wanted)
         # Once the commits are tombstones, check no longer reports the erasure as unfinished: a
         # removal a power loss undid then would leave the content on disk, unreported.

@@ -563,7 +563,9 @@ def top_indexes(sims: np.ndarray, top: int) -> list[int]:
     return sorted(picked.tolist(), key=lambda i: -float(sims[i]))
 
 
-def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> int:
+def _delete(conn: sqlite3.Connection, keys: Sequence[str], *, strict: bool = False) -> int:
+    """Delete the vectors of ``keys`` (every model's) and truncate the write-ahead log; the rows
+    deleted. Best effort unless ``strict``: an error then is raised, not counted as done."""
     gone = 0
     try:
         with conn:
@@ -575,6 +577,8 @@ def _delete(conn: sqlite3.Connection, keys: Sequence[str]) -> int:
         if gone:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages leave the WAL too
     except sqlite3.Error:
+        if strict:
+            raise
         return gone
     return gone
 
@@ -583,6 +587,48 @@ def discard_vectors(db_path: str | os.PathLike[str], keys: Iterable[str]) -> int
     """Delete the stored vectors of ``keys`` (every embedder's) from a store's vectors file, their
     bytes overwritten; the number of rows deleted (0 when there is no file)."""
     return _discard(Path(db_path), list(keys))[0]
+
+
+def erase_vectors(db_path: Path, keys: Sequence[str]) -> None:
+    """Delete the stored vectors of ``keys`` for an erase, and make sure of it: their rows deleted
+    (bytes overwritten) and the write-ahead log truncated, checked; or else the vectors file is
+    removed whole, with its log and shared memory (derived state, rebuilt as needed). A file that
+    is damaged, not a regular file, locked past the wait, or whose log another reader keeps from
+    being truncated may still hold an erased finding's vector: it goes, and an erase never finishes
+    with one left. Every snapshot is deleted, before and after.
+
+    Raises:
+        Unwritable: the file could not be removed (the erase fails, to be finished by the next).
+    """
+    path = vectors_path(db_path)
+    _unlink_snapshots(path.parent)
+    if not keys or not any(os.path.lexists(f"{path}{suffix}") for suffix in ("", "-wal")):
+        return
+    if not _deleted_for_good(path, keys):
+        for suffix in ("", "-wal", "-shm"):
+            _remove(Path(f"{path}{suffix}"))
+    _unlink_snapshots(path.parent)  # and one another process wrote before the delete
+
+
+def _deleted_for_good(path: Path, keys: Sequence[str]) -> bool:
+    """Whether the vectors of ``keys`` were deleted from the vectors file at ``path`` and its
+    write-ahead log truncated (the checkpoint reported done), none of them left."""
+    conn = _connect(path, create=False)
+    if conn is None:
+        return False
+    try:
+        _delete(conn, keys, strict=True)
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        left = 0
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            left += conn.execute(f"SELECT count(*) FROM vectors WHERE key IN ({marks})", chunk).fetchone()[0]
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return busy == 0 and left == 0
 
 
 def _discard(db_path: Path, keys: list[str]) -> tuple[int, bool]:

@@ -127,3 +127,67 @@ def test_a_snapshot_whose_header_claims_another_count_is_passed_over(db: Path) -
         with _store(db, toy) as s:
             assert len(s.why("zebras", mode="semantic", limit=5)) == 5, count
         assert len(toy.seen) == len(keys) + 1, count  # every vector derived again, and the question
+
+
+def _erasable(db: Path) -> tuple[str, bytes, Toy]:
+    """A secret and another finding, their vectors derived; the secret's key and stored vector."""
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            key = session.learn({"text": "the vault code is 4711"}).key
+            session.learn({"text": "lion"})
+        s.derive_vectors()
+    with sqlite3.connect(vectors_path(db)) as conn:
+        (vec,) = conn.execute("SELECT vec FROM vectors WHERE key = ?", (key,)).fetchone()
+    return key, vec, toy
+
+
+def _holding(base: Path, needle: bytes) -> list[str]:
+    return sorted(
+        str(p) for p in base.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()
+    )
+
+
+def test_an_erase_removes_a_vectors_file_it_cannot_delete_the_vector_from(db: Path) -> None:
+    """A vectors file whose header is damaged still holds the erased finding's vector in its pages;
+    the erase cannot delete the row, so it removes the file whole (derived state) rather than finish
+    with the vector left behind, and check finds nothing left to report."""
+    key, vec, toy = _erasable(db)
+    path = vectors_path(db)
+    with path.open("r+b") as fh:
+        fh.write(b"not SQLite at all")
+    assert _holding(db.parent, vec) == [str(path)]
+    with _store(db, toy) as s:
+        with s.session(scope="cli") as session:
+            session.erase(key, reason="asked")
+        assert _holding(db.parent, vec) == []
+        assert memory.check_store(s) == []
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]  # derived again
+
+
+def test_an_erase_that_cannot_remove_the_vectors_file_fails_and_is_finished_later(db: Path) -> None:
+    """The damaged vectors file cannot be removed either (immutable): the erase fails with
+    ``memory_unwritable`` naming it, its commits are not yet tombstones, check reports the erase
+    unfinished, and once the file can go a repair finishes it."""
+    import shutil
+    import subprocess
+
+    key, vec, toy = _erasable(db)
+    path = vectors_path(db)
+    with path.open("r+b") as fh:
+        fh.write(b"not SQLite at all")
+    marked = shutil.which("chattr") and subprocess.run(["chattr", "+i", str(path)], check=False)
+    if not marked or marked.returncode:
+        pytest.skip("this file system cannot mark a file immutable")
+    try:
+        with _store(db, toy) as s:
+            with s.session(scope="cli") as session, pytest.raises(memory.Unwritable) as err:
+                session.erase(key, reason="asked")
+            assert err.value.code == "memory_unwritable" and str(path) in str(err.value)
+            assert "erase_incomplete" in {p.kind for p in memory.check_store(s)}
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    with _store(db, toy) as s:
+        memory.repair_store(s, memory.check_store(s))
+        assert memory.check_store(s) == []
+    assert _holding(db.parent, vec) == []
