@@ -75,6 +75,23 @@ CREATE TABLE IF NOT EXISTS vectors (
 """
 
 
+_SCHEMA_SQL = " ".join(_SCHEMA.replace("IF NOT EXISTS ", "").split())
+"""The one object a vectors file holds, as SQLite keeps its statement (spaces aside)."""
+
+
+def _schema_is_ours(conn: sqlite3.Connection) -> bool:
+    """Whether the file holds exactly the ``vectors`` table this module makes, and nothing else: a
+    crafted file could hold a view by its name (every delete fails), a table of other columns (a
+    NULL key no delete matches) or a trigger (a delete copying the erased vector elsewhere in it)."""
+    objects = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    if len(objects) != 1:
+        return False
+    kind, name, table, sql = objects[0]
+    return (kind, name, table) == ("table", "vectors", "vectors") and (
+        isinstance(sql, str) and " ".join(sql.split()) == _SCHEMA_SQL
+    )
+
+
 def vectors_path(db_path: Path) -> Path:
     """Where a store's vectors live: ``<db-dir>/flows-cache/vectors.sqlite3``."""
     return cache_dir(db_path) / VECTORS_FILE
@@ -124,7 +141,8 @@ def _fit_rows(np: Any, block: Any) -> Any:
 
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
     """The vectors file, opened (and made, with its private folder, when ``create``); None when it
-    is not there to read, or is not a regular file in a real folder (a link is never followed)."""
+    is not there to read, is not a regular file in a real folder (a link is never followed), or
+    holds anything but its one table (``_schema_is_ours``)."""
     folder = path.parent
     try:
         if create:
@@ -145,12 +163,18 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)
         conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+    except (OSError, sqlite3.Error):
+        return None
+    try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA secure_delete = ON")  # a deleted vector's bytes are overwritten
         conn.execute(_SCHEMA)
-        return conn
-    except (OSError, sqlite3.Error):
-        return None
+        ours = _schema_is_ours(conn)
+    except sqlite3.Error:
+        ours = False
+    if not ours:
+        conn.close()
+    return conn if ours else None
 
 
 class VectorIndex:
@@ -710,14 +734,20 @@ def vector_problems(db_path: Path, live: set[str]) -> tuple[list[VectorProblem],
         return [], f"{path} is not a regular file"
     conn = _connect(path, create=False)
     if conn is None:
-        return [], f"cannot open {path}"
+        return [], (
+            f"cannot open {path} as a vectors file (it is not SQLite, or holds other tables, views, "
+            "triggers or columns than its one table of vectors)"
+        )
     problems: list[VectorProblem] = []
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = {}  # each model's size: the one most of its rows have (a crafted row
+    # sorted first would otherwise make every good row of its model look malformed)
     try:
+        counted = "SELECT model, length(vec), count(*) FROM vectors WHERE typeof(vec) = 'blob' GROUP BY 1, 2"
+        for model, size, _n in sorted(conn.execute(counted), key=lambda r: (r[2], -r[1])):
+            sizes[model] = size  # the most rows last (of a tie, the smallest size)
         for model, key, blob in conn.execute("SELECT model, key, vec FROM vectors ORDER BY model, key"):
             size = len(blob) if isinstance(blob, bytes) else -1
-            want = sizes.setdefault(model, size)
-            if size != want or not _is_vector(blob):
+            if size != sizes.get(model) or not _is_vector(blob):
                 problems.append(VectorProblem(model, key, "not a finite unit vector of its model's size"))
             elif key not in live:
                 problems.append(VectorProblem(model, key, _NOT_LIVE))

@@ -191,3 +191,75 @@ def test_an_erase_that_cannot_remove_the_vectors_file_fails_and_is_finished_late
         memory.repair_store(s, memory.check_store(s))
         assert memory.check_store(s) == []
     assert _holding(db.parent, vec) == []
+
+
+_OTHER_SCHEMAS = {
+    "a view by its name": [
+        "CREATE VIEW vectors AS SELECT 'toy@1#text+tags/1' AS model, 'k' AS key, x'00' AS vec"
+    ],
+    "a table a NULL key fits": [
+        "CREATE TABLE vectors (model TEXT, key TEXT, vec BLOB)",
+        "INSERT INTO vectors VALUES ('toy@1#text+tags/1', NULL, x'0000')",
+    ],
+    "an index beside it": [
+        "CREATE TABLE vectors (model TEXT NOT NULL, key TEXT NOT NULL, vec BLOB NOT NULL, "
+        "PRIMARY KEY (model, key)) WITHOUT ROWID",
+        "CREATE INDEX by_vec ON vectors (vec)",
+    ],
+}
+
+
+@pytest.mark.parametrize("crafted", sorted(_OTHER_SCHEMAS))
+def test_a_vectors_file_of_another_schema_is_reported_and_replaced(db: Path, crafted: str) -> None:
+    """A vectors file holding a view by the table's name (every delete failed: repair raised a bare
+    ``OperationalError``), a table a NULL key fits (no delete matched it: repair never converged), or
+    another object beside the table: the search goes on in memory, check says ``vectors_damaged``,
+    and repair replaces the file."""
+    toy = Toy()
+    with _store(db, toy) as s, s.session(scope="u") as session:
+        key = session.learn({"text": "lion"}).key
+    vectors_path(db).parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(vectors_path(db)) as conn:
+        for statement in _OTHER_SCHEMAS[crafted]:
+            conn.execute(statement)
+    with _store(db, toy) as s:
+        assert [a.text for a in s.why("lion", mode="semantic")] == ["lion"]
+        problems = memory.check_store(s)
+        assert [p.kind for p in problems] == ["vectors_damaged"]
+        memory.repair_store(s, problems)
+        assert memory.check_store(s) == []
+    assert _vector_rows(db) == [(f"{toy.name}#text+tags/1", key)]
+
+
+def test_a_trigger_planted_in_the_vectors_file_cannot_keep_an_erased_vector(db: Path) -> None:
+    """A trigger planted in the vectors file copies each deleted row into another table of it: the
+    erase's delete would have kept the erased finding's vector there. A file holding anything but
+    its table is not used; the erase removes it whole."""
+    key, vec, toy = _erasable(db)
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("CREATE TABLE kept (model, key, vec)")
+        conn.execute(
+            "CREATE TRIGGER keep BEFORE DELETE ON vectors "
+            "BEGIN INSERT INTO kept VALUES (old.model, old.key, old.vec); END"
+        )
+    with _store(db, toy) as s:
+        with s.session(scope="cli") as session:
+            session.erase(key, reason="asked")
+        assert memory.check_store(s) == []
+    assert _holding(db.parent, vec) == []
+
+
+def test_a_crafted_row_sorted_first_does_not_make_every_vector_of_its_model_malformed(db: Path) -> None:
+    """Check takes a model's vector size from most of its rows, not from its first: a crafted short
+    row under a key that sorts first is the one reported, the good vectors are not."""
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            for word in ("lion", "tiger", "bear"):
+                session.learn({"text": word})
+        s.derive_vectors()
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("INSERT INTO vectors VALUES (?, ?, ?)", (f"{toy.name}#text+tags/1", "0" * 32, b"\x00<"))
+    with _store(db, toy) as s:
+        problems = memory.check_store(s)
+        assert [(p.kind, "0" * 32 in p.message) for p in problems] == [("vector_stale", True)]
