@@ -104,9 +104,18 @@ _STOPWORDS = frozenset(
 )
 
 
+QUESTION_WORDS_MAX = 256
+"""Distinct words of a question matched at most (its first ones, stop words aside), as the word
+alignment reads at most 256 of a text's: each is stemmed, looked up in the DB and compared with every
+candidate's terms, so a question of a megabyte (125,000 distinct words) took seconds of CPU per
+hundred candidates, and minutes at a large ``limit``."""
+
+
 def subject_words(subject: str) -> list[str]:
-    """The words of a question worth matching: lower-cased, de-duplicated, without stop words."""
-    return [w for w in dict.fromkeys(words(subject)) if w not in _STOPWORDS]
+    """The words of a question worth matching: lower-cased, de-duplicated, without stop words; its
+    first ``QUESTION_WORDS_MAX``."""
+    kept = (w for w in dict.fromkeys(words(subject)) if w not in _STOPWORDS)
+    return list(itertools.islice(kept, QUESTION_WORDS_MAX))
 
 
 def _storable(*values: str | None) -> bool:
@@ -187,6 +196,12 @@ def _big(value: int) -> str:
 def _best_first(x: Explained) -> tuple[float, int, int]:
     return (x.score, x.finding.learned_ms, x.finding.id)
 
+
+WHY_LIMIT_MAX = 2**55
+"""The most answers a ``why`` looks for (a larger ``limit`` asks for as many: no store holds that many
+findings). A search looks further than its limit (a hybrid's words up to 25 times it, for candidates
+that may be retired meanwhile), which must stay a count SQLite and ``islice`` take: a ``limit`` near
+2**63, which ``check_read`` allows, failed with a bare ``OverflowError`` or ``ValueError``."""
 
 WHY_MODES = ("hybrid", "keyword", "semantic")
 """How ``why`` matches: by the question's words, by meaning (vectors), or both fused."""
@@ -789,6 +804,7 @@ class Search:
                 f"{TEXT_MAX_BYTES} (TEXT_MAX_BYTES, a finding's longest text): ask with fewer words"
             )
         check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=limit)
+        limit = min(limit, WHY_LIMIT_MAX)  # as many answers: no store holds more findings
         mode = self._mode(mode)
         every_tag, wanted_meta = check_filters(tags, meta)
         if not _storable(scope, source, *every_tag):

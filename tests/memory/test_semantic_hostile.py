@@ -263,3 +263,36 @@ def test_a_crafted_row_sorted_first_does_not_make_every_vector_of_its_model_malf
     with _store(db, toy) as s:
         problems = memory.check_store(s)
         assert [(p.kind, "0" * 32 in p.message) for p in problems] == [("vector_stale", True)]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_a_why_limit_up_to_the_largest_a_read_takes_answers_in_every_mode(db: Path, mode: str) -> None:
+    """``limit`` may be up to 2**63 - 1 (what every read takes); a search looks further than its
+    limit (a hybrid's words 25 times it), which overflowed SQLite's integer or ``islice``'s bound
+    with a bare error. Every such limit answers with every match, synced and unsynced."""
+    with _store(db, Toy()) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "lion"})
+            session.learn({"text": "tiger lion"})
+        s.sync()
+        with s.session(scope="u") as session:
+            session.learn({"text": "bear lion"})
+        for limit in (2**63 - 1, 2**62, 2**61, 2**59, 2**55 + 1):
+            answers = s.why("lion", mode=mode, limit=limit)
+            assert sorted(a.text for a in answers) == ["bear lion", "lion", "tiger lion"], limit
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_only_a_questions_first_distinct_words_are_matched(db: Path, mode: str) -> None:
+    """A question's words are matched up to ``QUESTION_WORDS_MAX`` distinct ones (stop words aside,
+    repeats counted once): each is stemmed, looked up and compared with every candidate, so a
+    subject of a megabyte cost seconds per hundred candidates. A word past them matches nothing."""
+    words_max = 256  # QUESTION_WORDS_MAX, as docs/MEMORY.md states it
+    with _store(db, Toy()) as s:
+        with s.session(scope="u") as session:
+            session.learn({"text": "zebra"})
+        filler = " ".join(f"w{i} the w{i}" for i in range(words_max - 1))
+        first = s.why(f"{filler} zebra", mode=mode)
+        assert [(a.text, a.matched) for a in first] == [("zebra", ("zebra",))]
+        later = s.why(f"{filler} w0 w{words_max} zebra", mode=mode)
+        assert all(a.matched == () for a in later)  # by meaning, perhaps; never by its words
