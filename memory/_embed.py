@@ -26,6 +26,9 @@ EMBED_TEXT_MAX = 8192
 """Characters of a text the default embedder reads (a finding's text is at most 64 KiB; the model
 averages its tokens, so the first 8,192 characters carry what a longer text means)."""
 
+DIMS_MAX = 8192
+"""The most dimensions an embedder may have (a stored vector is at most ``2 * DIMS_MAX`` bytes)."""
+
 ENV = "FLOWS_EMBEDDER"
 """The environment variable that names the CLI's and the MCP server's embedder: ``default`` (the
 offline default), ``none`` (keyword only), or ``module:attribute`` (an embedder, or a function that
@@ -125,8 +128,8 @@ def check_shape(name: object, dims: object) -> None:
     """Refuse an embedder whose ``name`` or ``dims`` cannot key stored vectors."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
         raise ArgumentInvalid(f"an embedder's name must be 1-200 printable characters, not {name!r:.80}")
-    if type(dims) is not int or not 1 <= dims <= 8192:
-        raise ArgumentInvalid(f"an embedder's dims must be an int from 1 to 8192, not {dims!r:.80}")
+    if type(dims) is not int or not 1 <= dims <= DIMS_MAX:
+        raise ArgumentInvalid(f"an embedder's dims must be an int from 1 to {DIMS_MAX}, not {dims!r:.80}")
 
 
 def checked_embedder(embedder: object) -> Embedder:

@@ -27,12 +27,13 @@ import stat
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from memory._embed import Embedder, checked_vectors, embedder_shape
+from memory._embed import DIMS_MAX, Embedder, checked_vectors, embedder_shape
 from memory._errors import EmbedderFailed, Unwritable
 from memory._filecache import cache_dir
 from memory._files import RACY_S
@@ -113,10 +114,15 @@ well under 0.002); a vector farther from it, and not zero, was not written by th
 length scales every similarity it takes part in: one of length 400 would outrank every finding."""
 
 
+VEC_BYTES_MAX = 2 * DIMS_MAX
+"""The longest a stored vector can be; a longer value is never read whole (a crafted row of a
+hundred megabytes was decoded into gigabytes of Python floats by ``flows check``)."""
+
+
 def _is_vector(blob: object) -> bool:
     """Whether ``blob`` is a non-empty run of finite little-endian float16 values of unit length, or
-    all zero (numpy not needed)."""
-    if not isinstance(blob, bytes) or not blob or len(blob) % 2:
+    all zero (numpy not needed), of at most ``DIMS_MAX`` values."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 2 or len(blob) > VEC_BYTES_MAX:
         return False
     values = struct.unpack(f"<{len(blob) // 2}e", blob)
     if not all(math.isfinite(x) for x in values):
@@ -259,15 +265,17 @@ class VectorIndex:
         np = self._np
         size = 2 * self._dims
         try:
+            # only a value of a vector's length is read (``length`` reads no blob): a crafted row
+            # of a hundred megabytes is never brought into memory
             if keys is None:
                 cursor: Iterable[tuple[str, bytes]] = conn.execute(
-                    "SELECT key, vec FROM vectors WHERE model = ?", (self.model,)
+                    "SELECT key, vec FROM vectors WHERE model = ? AND length(vec) = ?", (self.model, size)
                 )
                 chunks: Iterable[Iterable[tuple[str, bytes]]] = [cursor]
             else:
-                by_key = "SELECT key, vec FROM vectors WHERE model = ? AND key IN ({})"
+                by_key = "SELECT key, vec FROM vectors WHERE model = ? AND length(vec) = ? AND key IN ({})"
                 chunks = (
-                    conn.execute(by_key.format(",".join("?" * len(part))), [self.model, *part])
+                    conn.execute(by_key.format(",".join("?" * len(part))), [self.model, size, *part])
                     for part in (list(keys[i : i + 500]) for i in range(0, len(keys), 500))
                 )
             for rows in chunks:
@@ -739,14 +747,21 @@ def vector_problems(db_path: Path, live: set[str]) -> tuple[list[VectorProblem],
             "triggers or columns than its one table of vectors)"
         )
     problems: list[VectorProblem] = []
-    sizes: dict[str, int] = {}  # each model's size: the one most of its rows have (a crafted row
-    # sorted first would otherwise make every good row of its model look malformed)
+    # each model's size: the one most of its rows have (a crafted row sorted first would otherwise
+    # make every good row of its model look malformed); counted here, as SQLite's GROUP BY would
+    # bring every value into its sorter; ``length`` alone reads no blob
+    size_of = "CASE WHEN typeof(vec) = 'blob' THEN length(vec) ELSE -1 END"
     try:
-        counted = "SELECT model, length(vec), count(*) FROM vectors WHERE typeof(vec) = 'blob' GROUP BY 1, 2"
-        for model, size, _n in sorted(conn.execute(counted), key=lambda r: (r[2], -r[1])):
+        counts = Counter(conn.execute(f"SELECT model, {size_of} FROM vectors"))
+        sizes: dict[str, int] = {}
+        for (model, size), _ in sorted(counts.items(), key=lambda item: (item[1], -item[0][1])):
             sizes[model] = size  # the most rows last (of a tie, the smallest size)
-        for model, key, blob in conn.execute("SELECT model, key, vec FROM vectors ORDER BY model, key"):
-            size = len(blob) if isinstance(blob, bytes) else -1
+        rows = conn.execute(  # a value longer than any vector is not read
+            f"SELECT model, key, CASE WHEN length(vec) <= ? THEN vec END, {size_of} FROM vectors "
+            "ORDER BY model, key",
+            (VEC_BYTES_MAX,),
+        )
+        for model, key, blob, size in rows:
             if size != sizes.get(model) or not _is_vector(blob):
                 problems.append(VectorProblem(model, key, "not a finite unit vector of its model's size"))
             elif key not in live:

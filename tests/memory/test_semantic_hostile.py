@@ -296,3 +296,53 @@ def test_only_a_questions_first_distinct_words_are_matched(db: Path, mode: str) 
         assert [(a.text, a.matched) for a in first] == [("zebra", ("zebra",))]
         later = s.why(f"{filler} w0 w{words_max} zebra", mode=mode)
         assert all(a.matched == () for a in later)  # by meaning, perhaps; never by its words
+
+
+def test_a_value_longer_than_any_vector_is_reported_and_never_read_whole(db: Path) -> None:
+    """A live finding's stored vector replaced by a zero blob far longer than any vector (an
+    embedder has at most 8,192 dims): check reports it (a zero blob of its model's only size passed
+    as a zero vector), and neither check nor a search brings it into memory (check decoded 64 MB
+    into a gigabyte of Python floats; a search read it whole to find it was of the wrong size)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    toy = Toy()
+    with _store(db, toy) as s:
+        with s.session(scope="u") as session:
+            key = session.learn({"text": "lion"}).key
+        s.derive_vectors()
+    with sqlite3.connect(vectors_path(db)) as conn:
+        conn.execute("UPDATE vectors SET vec = zeroblob(64000000) WHERE key = ?", (key,))
+    code = f"""
+        import json, resource
+        import memory
+        from tests.memory.test_semantic import Toy
+
+        def peak():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+        with memory.MemoryStore({str(db)!r}, embedder=Toy()) as s:
+            s.recall()
+            before = peak()
+            problems = [p.kind for p in memory.check_store(s)]
+            checked = peak() - before
+            found = [a.text for a in s.why("lion", mode="semantic")]
+            print(json.dumps([found, peak() - before, checked, problems]))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    found, searched, checked, problems = json.loads(done.stdout)
+    assert found == ["lion"] and problems == ["vector_stale"]
+    assert searched < 32_000_000 and checked < 32_000_000, done.stdout  # the blob is 64 MB
