@@ -193,6 +193,19 @@ class Learner:
             # leaves the new version committed with the old one live (on a journal hosts share,
             # they learn of it from the heads of the commits' stream, ``SharedRetirements``)
             one = old is not None and old.retired is None
+            settled: list[Record] = []
+
+            def settle(commit: Record) -> None:
+                # The version replaced is retired before the new one is renamed into place, so that
+                # no reader (a process of this host that reads the retired files, not the journal)
+                # and no kill in between ever finds the two versions live at once
+                view = supersede_in(commit)
+                if old is None or supersedes is None or view is None or view.payload["id"] != supersedes:
+                    return
+                settled.append(commit)
+                published = self._retirer.settle_supersede(view, root)
+                self._refuse_if_retired(root, supersedes, old.scope, fid, published)
+
             learned, record = self._learn(
                 fid,
                 item,
@@ -204,7 +217,11 @@ class Learner:
                 memory=memory,
                 supersedes=supersedes if old is not None else None,
                 supersedes_scope=old.scope if one and old is not None else None,
+                settle=settle if one else None,
             )
+            if settled:
+                self.on_updated(record)
+                old = None  # settled before the publish, above
         if old is not None and supersedes is not None and old.retired is None:
             # a commit ``_learn`` returns is this attempt's own or one it checked; a replayed one
             # is checked here
@@ -329,7 +346,12 @@ class Learner:
         memory: str | None = None,
         supersedes: str | None = None,
         supersedes_scope: str | None = None,
+        settle: Callable[[Record], None] | None = None,
     ) -> tuple[Learned, Record]:
+        """Stage, commit and publish one version (see ``MemoryStore.learn``). ``settle``, for a
+        fresh commit, is called with it after the commit and before the rename: an update's
+        retirement of the version it replaces (an error there discards the stage, publishing
+        nothing)."""
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -395,6 +417,8 @@ class Learner:
             self._check(root, record, fid)
             staged = pub.stage(directory, render(record), root.run_id)  # synced
             loose = False
+        if settle is not None and existing is None:
+            _settle_or_discard(settle, record, staged)
         # The record is durable: the name (and, with ``loose``, the file's bytes) may be too, later
         # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
         # loss before then loses only the name or tears the file, which the store's next open, a
@@ -685,3 +709,12 @@ class Learner:
         if not self._publisher.durable(final) or not holds(final, render(rec)):
             return None
         return _learned(fid, rec, final)
+
+
+def _settle_or_discard(settle: Callable[[Record], None], record: Record, staged: Any) -> None:
+    """``settle(record)`` before ``staged`` is published; on an error the stage goes, unpublished."""
+    try:
+        settle(record)
+    except BaseException:
+        staged.discard()
+        raise

@@ -527,6 +527,9 @@ class MemoryStore:
         Raises:
             JournalError: the journal cannot be read, or the commit is not of the exact shape.
         """
+        backend = self.open_journal()
+        if not lists_heads(backend):
+            return self._adopt_unpublished(key, backend)
         shared = self._retirer.shared.current()
         standing: Retired | None = None
         at, seen = key, set[str]()
@@ -540,7 +543,6 @@ class MemoryStore:
             standing, at = retired, retired.by
         if standing is None or at in shared:
             return None
-        backend = self.open_journal()
         record = backend.find(standing.citation.run_id, STREAM, at)
         if record is None or is_erased(record):
             return None
@@ -548,6 +550,30 @@ class MemoryStore:
         if record.payload["id"] != at or self.update_lost(record):
             return None
         return record
+
+    def _adopt_unpublished(self, key: str, backend: JournalBackend) -> Record | None:
+        """``_adopt_newer`` on a journal of one host: when the versions of ``key``'s line end in a
+        supersede whose new version has no file here yet (an update killed between the retired file
+        of the version it replaced and the rename of its own), that version's commit, found through
+        the retired files' citations and checked like every record read back; None otherwise."""
+        located = self._retirer.locate(key)
+        retired = None if located is None else located.retired
+        record: Record | None = None
+        seen: set[str] = set()
+        while retired is not None and retired.by is not None and retired.by not in seen and len(seen) < 9_999:
+            seen.add(retired.by)
+            record = backend.find(retired.citation.run_id, STREAM, retired.by)
+            if record is None or is_erased(record):
+                return None
+            checked_commit(record, backend.location)
+            if record.payload["id"] != retired.by or self.update_lost(record):
+                return None
+            retired = self._retirer.published_retirement(retired.by, record.payload["scope"])
+        if record is None or retired is not None:
+            return None  # not superseded, or the line ends in a forget (or a loop)
+        held = self._db.held([record.payload["id"]])
+        path = self._publisher.scope_dir(record.payload["scope"]) / f"{record.payload['id']}.json"
+        return None if held or os.path.lexists(path) else record
 
     def _memory_id(self, key: str) -> str:
         """The memory ``key`` names: its own (a memory id), or the one its version belongs to. A
