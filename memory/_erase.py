@@ -162,11 +162,12 @@ def commits_matching(
     meta: Mapping[str, str],
     source: str | None,
     before_ms: int | None,
-) -> list[str]:
+) -> dict[str, str | None]:
     """The keys of every commit still holding content that the filter matches (every tag, every
     metadata pair compared as ``meta_value_key`` compares them, the scope, the source, committed
-    before ``before_ms``), in journal order, each once. Each record is checked before it is read."""
-    out: dict[str, None] = {}
+    before ``before_ms``), in journal order, each once, with the memory its commit names (None for
+    a first version's, whose key is its memory id). Each record is checked before it is read."""
+    out: dict[str, str | None] = {}
     for run in backend.runs():
         for rec in backend.read(run.run_id, STREAM):
             if is_erased(rec):
@@ -181,8 +182,8 @@ def commits_matching(
                 and all(t in finding["tags"] for t in tags)
                 and all(k in got and meta_value_key(got[k]) == v for k, v in meta.items())
             ):
-                out[p["id"]] = None
-    return list(out)
+                out[p["id"]] = p.get("memory")
+    return out
 
 
 def rewrite(

@@ -851,8 +851,10 @@ class MemoryStore:
             before_ms=before_ms,
         )
         memories: list[str] = []
-        for key in keys:
-            memory = self._memory_id(key)
+        for key, named in keys.items():
+            # the memory the commit names (a version forgotten or superseded keeps no file or row
+            # to say it; its commit does), else the key's own (a first version: its memory id)
+            memory = named if named is not None else self._memory_id(key)
             if memory not in memories:
                 memories.append(memory)
         if not dry_run:

@@ -603,3 +603,23 @@ def test_an_erase_killed_before_it_rewrites_a_forget_by_filter_is_reported_and_f
         assert _files_holding(tmp_path, MARK)  # the commit and the forget's filter
         memory.repair_store(after, problems)
         assert _files_holding(tmp_path, MARK) == [] and memory.check_store(after) == []
+
+
+def test_erase_where_answers_with_memory_ids_when_only_retired_versions_match(
+    store: memory.MemoryStore,
+) -> None:
+    """A version forgotten (or superseded) keeps no learned file or DB row to say which memory it
+    is of; its commit does. ``erase_where`` once answered with such a version's key as if it were
+    a memory id, and listed one memory twice when two of its versions matched."""
+    with store.session(scope="team") as s:
+        first = s.learn({"text": "hal moves to lisbon", "metadata": {"user": "hal"}})
+        second = s.update(first.memory_id, {"text": "hal moves to porto", "metadata": {"user": "hal"}})
+        third = s.update(first.memory_id, {"text": "hal stays put", "metadata": {"user": "ivy"}})
+        s.forget(third.key, reason="wrong")
+    assert second.memory_id == third.memory_id == first.key
+    with store.session(scope="privacy") as s:
+        assert s.erase_where(reason="ivy asked", meta={"user": "ivy"}, dry_run=True) == [first.key]
+        assert s.erase_where(reason="hal asked", meta={"user": "hal"}, dry_run=True) == [first.key]
+        assert s.erase_where(reason="ivy asked", meta={"user": "ivy"}) == [first.key]
+    assert [e.kind for e in store.history(first.key)][-1] == "erased"
+    assert store.recall(scope="team", limit=None) == []
