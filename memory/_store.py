@@ -780,6 +780,14 @@ class MemoryStore:
         memory = events[0].memory or keys[0]
         for found in live:
             self._retirer.forget(found.key, root, reason)
+        # A version this host neither holds nor has published (learned on another host sharing the
+        # journal, not synced here) is live there: forgotten too, so every host's next read leaves
+        # it out, as for the versions live here
+        gone = {found.key for found in live} | {
+            e.key for e in events if e.kind in ("superseded", "forgotten", "erased")
+        }
+        for version in sorted({e.key for e in events if e.kind in ("learned", "lost")} - gone):
+            self._retirer.forget(version, root, reason)
         # A learn of the same content in another run (another process) may have committed one of
         # the keys after the history was read and before the forget: its run is looked up again,
         # now that the forget keeps any later learn of the content off these keys.
