@@ -172,8 +172,12 @@ class Citations:
                 self._checked.clear()
             self._checked[entry.citation] = entry
 
-    def verify(self, files: Iterable[tuple[Path, bytes, Recalled]]) -> None:
+    def verify(
+        self, files: Iterable[tuple[Path, bytes, Recalled]], erased: list[Path] | None = None
+    ) -> None:
         """Check that each ``(path, bytes, entry)`` read from disk is its cited record's rendering.
+        ``erased``, when given, is told each file whose cited commit is an erasure's tombstone (a
+        copy an erase on another host, or a crash, left here) rather than failing for it.
 
         Raises:
             Unreachable: a file cites a record the journal does not hold, or differs from its
@@ -187,6 +191,9 @@ class Citations:
                 raise self._unjournaled(path, entry)
             # bytes this process rendered from that very commit, made from a finding it validated
             if own_commit(path, data) == record:
+                continue
+            if is_erased(record) and erased is not None:
+                erased.append(path)
                 continue
             # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
             if is_erased(record) or render(checked_commit(record, self._open_journal().location)) != data:
@@ -235,6 +242,11 @@ class Citations:
             if len(self._retirements) >= _MAX_CHECKED:
                 self._retirements.clear()
             self._retirements.add(retired)
+
+    @staticmethod
+    def mismatch(path: Path, entry: Recalled) -> Unreachable:
+        """The error of a learned file that is not its cited record's rendering."""
+        return Citations._mismatch(path, entry)
 
     @staticmethod
     def _mismatch(path: Path, entry: Recalled) -> Unreachable:

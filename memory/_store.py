@@ -1424,10 +1424,19 @@ class MemoryStore:
         """
         self._check_open()
         late: list[str] = []
-        report = self._syncer.sync(materialize=materialize, progress=progress, late=late)
+        erased: list[tuple[Path, Recalled]] = []
+        report = self._syncer.sync(materialize=materialize, progress=progress, late=late, erased=erased)
         from memory._erase import audits, audits_after
 
         backend = self.open_journal()
+        if erased:
+            # copies here of what an erase (on another host sharing the journal) made tombstones:
+            # removed, once an erase record names each key; a tombstone no erase names is damage
+            named = {k for r in audits(backend) for k in r.payload["keys"] if isinstance(k, str)}
+            for path, entry in erased:
+                if entry.key not in named:
+                    raise Citations.mismatch(path, entry)
+            self.finish_erasure(sorted({entry.key for _, entry in erased}), targets=[])
         if materialize:
             self._purge_erased(audits(backend))
         elif lists_heads(backend):  # what another host erased since this store last looked

@@ -165,6 +165,8 @@ class Syncer:
         self._db = db
         self._publisher = publisher
         self._open_journal = open_journal
+        # the learned files of the last ``_files`` whose commit is an erasure's tombstone
+        self.tombstoned: list[tuple[Path, Recalled]] = []
         self._clock = clock
         self._retirer = retirer
         self._citations = citations
@@ -215,7 +217,8 @@ class Syncer:
         return len(wanted)
 
     def _files(self) -> list[tuple[Path, bytes, Recalled]]:
-        """Every learned file of every scope, parsed and checked against its journal record."""
+        """Every learned file of every scope, parsed and checked against its journal record; a file
+        whose commit is an erasure's tombstone is left out, and kept in ``tombstoned``."""
         try:
             folders, wrong = scan_scopes(self._publisher.db_path)
         except OSError as exc:
@@ -231,8 +234,13 @@ class Syncer:
                 if isinstance(cause, OSError) and not is_damage(cause):  # permission, I/O
                     raise Unwritable(exc.message, path=exc.path, errno=exc.errno) from cause
                 raise
-        self._citations.verify(files)  # a file citing nothing is damage: never ingested
-        return files
+        tombstoned: list[Path] = []
+        self._citations.verify(files, tombstoned)  # a file citing nothing is damage: never ingested
+        if not tombstoned:
+            return files
+        out = set(tombstoned)
+        self.tombstoned += [(path, entry) for path, _, entry in files if path in out]
+        return [f for f in files if f[0] not in out]
 
     def sync(
         self,
@@ -240,11 +248,13 @@ class Syncer:
         materialize: bool,
         progress: Callable[[int, int], None] | None,
         late: list[str] | None = None,
+        erased: list[tuple[Path, Recalled]] | None = None,
     ) -> SyncReport:
         """See ``MemoryStore.sync``. ``late``: given, it is told the keys this sync wrote rows of
         whose retired file was published while it ran (after the look at the retired files): an
         erase among them ran while the files were read, and may have deleted their rows before
-        this sync wrote them."""
+        this sync wrote them. ``erased``: told each learned file whose commit an erase made a
+        tombstone (not ingested: the caller removes it once an erase record names its key)."""
         from memory._outcomes import SyncReport  # not at import: a recall makes none of them
 
         made = self.materialize() if materialize else 0
@@ -263,6 +273,7 @@ class Syncer:
             self._retirer.on_retired([r.key for r in fresh])
         gone = known  # (read for this sync alone)
         gone.update(r.key for r in fresh)
+        self.tombstoned = [] if erased is None else erased
         files = self._files()
         ingested = dropped = 0
         for i in range(0, len(files), SYNC_BATCH):

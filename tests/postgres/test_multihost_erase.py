@@ -4,7 +4,11 @@ The erase forgets every version the journal holds as live, not only those this h
 host's next read leaves the memory out (its own process, and a fresh one), and its next ``sync``
 removes its copies. Before, the erase on B forgot nothing it did not hold: A's process went on
 answering with the erased text, and a fresh process of A failed every read and every ``sync``
-closed on the learned file whose commit was now a tombstone, so its copy was never removed.
+closed on the learned file whose commit was now a tombstone, so its copy was never removed. A
+``sync`` that meets such a copy (its commit a tombstone an erase record names) removes it rather than
+fail: a sync without materialize (the LangGraph store's) failed closed on it even once the erase
+forgot it, and so did every sync of a host where a copy of an erased version was left (a version
+published again by a materialize racing the update that retired it).
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ def _rows_holding(dsn: str, needle: str) -> int:
     return int(row[0]) if row else 0
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["sync", "sync-without-materialize"])
 @pytest.mark.parametrize("versions", [1, 2])
 def test_an_erase_on_b_of_what_a_learned_unsynced_leaves_a_no_trace_at_its_next_read_and_sync(
-    tmp_path: Path, postgres_dsn: str, versions: int
+    tmp_path: Path, postgres_dsn: str, versions: int, whole: bool
 ) -> None:
     a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
     with a.session(scope="team") as s:
@@ -52,8 +57,10 @@ def test_an_erase_on_b_of_what_a_learned_unsynced_leaves_a_no_trace_at_its_next_
     with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as fresh:
         assert fresh.recall(scope="team") == []  # a fresh one: never fails closed on the file
         assert fresh.why("ana oslo bergen", scope=None) == []
-        fresh.sync()
+        fresh.sync(materialize=whole)  # never fails closed on the copy: removes it
+        assert _files_holding(tmp_path / "a", MARK) == []
         assert fresh.recall(scope="team") == []
+        fresh.sync()  # (a sync without materialize publishes no other host's retirement)
         assert memory.check_store(fresh) == []
     a.close()
     assert _files_holding(tmp_path, MARK) == []
