@@ -129,8 +129,12 @@ class Runner:
         """The agent's address."""
         return str(self.account.address)
 
-    def submit(self, swap: Swap) -> Dispatched:
+    def submit(self, swap: Swap, *, nonce_at_most: int | None = None) -> Dispatched:
         """Sign ``swap``, log it ahead, send it, log the submission, then the receipt's outcome.
+
+        ``nonce_at_most`` caps the nonce (else the node's pending count): the nonce of a dispatch
+        resolved as never sent whose bytes may still reach a node, so that at most one of the two
+        is ever mined.
 
         Raises:
             SailSubmitFailed: the node refused the transaction (logged as never sent).
@@ -138,7 +142,7 @@ class Runner:
             ChainUnavailable: the nonce, gas price or chain id could not be read (nothing signed).
             journal.JournalUnwritable: the write-ahead line could not be made durable (nothing sent).
         """
-        tx = self._build(swap)
+        tx = self._build(swap, nonce_at_most)
         signed = self.account.sign_transaction(tx)
         tx_hash = Web3.to_hex(signed.hash)
         failpoint("sail.signed")
@@ -196,7 +200,7 @@ class Runner:
         except (*_TRANSPORT, *READ_ERRORS) as exc:
             raise SailSubmitUncertain(_uncertain(tx_hash, exc)) from exc
 
-    def _build(self, swap: Swap) -> dict[str, Any]:
+    def _build(self, swap: Swap, nonce_at_most: int | None = None) -> dict[str, Any]:
         w3 = self.chain.w3
         fn = self.chain.router(swap.router).functions.swapExactTokensForTokens(
             swap.amount_in,
@@ -206,11 +210,12 @@ class Runner:
             swap.deadline,
         )
         try:
+            nonce = quantity(
+                w3.eth.get_transaction_count(self.account.address, "pending"), "pending nonce", 2**64
+            )
             params: Any = {
                 "from": self.agent,
-                "nonce": quantity(
-                    w3.eth.get_transaction_count(self.account.address, "pending"), "pending nonce", 2**64
-                ),
+                "nonce": nonce if nonce_at_most is None else min(nonce, nonce_at_most),
                 "gas": self.gas,
                 # EIP-1559 fees: twice the base fee leaves room for it to rise while pending
                 "maxFeePerGas": 2 * quantity(w3.eth.get_block("latest")["baseFeePerGas"], "base fee", UINT256)

@@ -31,6 +31,7 @@ from memory.ledger import (
     ChainUnavailable,
     Ledger,
     LedgerWriter,
+    OpenDispatch,
     Skipped,
     TokenMetadata,
     reconcile,
@@ -157,6 +158,13 @@ def _tick(
         if isinstance(decision, Swap) and state.open:
             oldest = min(state.open, key=lambda d: d.ts)
             decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
+        nonce_cap: int | None = None
+        if isinstance(decision, Swap) and state.unsent:
+            held = _behind_unsent(state.unsent, activity, chain, runner.agent, now())
+            if isinstance(held, Skip):
+                decision = held
+            else:
+                nonce_cap = held
         if isinstance(decision, Skip):
             if decision.token is not None:  # its figures are that token's units: say which, once
                 with contextlib.suppress(ChainUnavailable):
@@ -173,7 +181,36 @@ def _tick(
         for token in (decision.token_in, decision.token_out):
             _remember_token(writer, activity, chain, token, now())
         _in_time(deadline, "its swap, before signing")
-        return TickResult(tuple(reconciled), None, runner.submit(decision))
+        return TickResult(tuple(reconciled), None, runner.submit(decision, nonce_at_most=nonce_cap))
+
+
+def _behind_unsent(
+    unsent: tuple[OpenDispatch, ...], activity: ActivityLog, chain: Chain, agent: str, now: int
+) -> Skip | int | None:
+    """The nonce a swap must not exceed while dispatches resolved as never sent are watched, or the
+    skip that holds it.
+
+    Such a dispatch's bytes still exist: a node that dropped it may hear it again from a peer, and
+    a node that answered its send with an error may hold it after all. Signed with the node's
+    pending count while it sits in a pool again, the next swap would take the nonce after it and
+    both could be mined; signed with its nonce, at most one of the two ever is (the node refuses the
+    second, or it replaces the first). A watched dispatch whose nonce the chain has consumed and that
+    reconcile could not resolve yet (its receipt unreadable, or not yet ``confirmations`` deep) may
+    be the trade itself: it holds the next one, as an unresolved dispatch does.
+    """
+    mine = [
+        (u, u.nonce)
+        for u in unsent
+        if u.nonce is not None and activity.dispatch_at(u).sender.lower() == agent.lower()
+    ]
+    if not mine:
+        return None
+    mined = chain.nonce(agent)
+    consumed = [u for u, nonce in mine if nonce < mined]
+    if consumed:
+        oldest = min(consumed, key=lambda d: d.ts)
+        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts))
+    return min(nonce for _, nonce in mine)
 
 
 def _same_chain(writer: LedgerWriter, activity: ActivityLog, chain: Chain) -> None:

@@ -312,8 +312,13 @@ def _unknown_to_the_node(run: _Pass, dispatch: OpenDispatch, record: Dispatch, n
 
 def _mined_sibling(run: _Pass, sibling: OpenDispatch) -> bool | None:
     """Ledger ``sibling`` (a dispatch resolved as unsent) if it was mined after all; None when it
-    was, in a block not yet deep enough to ledger it."""
-    receipt = _receipt(run, sibling.tx_hash, 0)
+    was, in a block not yet deep enough to ledger it, or when its receipt cannot be read: its nonce
+    is consumed, and a receipt the node failed to give is not one it lacks (judged absent, the
+    swap would be written off as dropped for ever, and a trade on chain never ledgered)."""
+    try:
+        receipt = run.reader.receipt(sibling.tx_hash, 0)
+    except ChainUnavailable:
+        return None  # wait for a tick that can read it
     if receipt is None:
         return False
     if not run.deep_enough(receipt):

@@ -25,6 +25,7 @@ from memory.ledger import (
     Acted,
     ActivityLog,
     ChainUnavailable,
+    DispatchDropped,
     DispatchSigned,
     DispatchUnsent,
     Outcome,
@@ -37,6 +38,11 @@ from sail._tick import tick
 from tests.conftest import ROOT
 from tests.sail.conftest import World
 from tests.sail.http_servers import serving
+from tests.sail.test_dispatch import (
+    _rebuilt_tx,
+    _resolved_as_unsent,
+    failpoints,  # noqa: F401 - the failpoints fixture
+)
 
 Answer = Callable[[dict[str, Any], Callable[[], Any]], Any]
 
@@ -407,3 +413,37 @@ def test_a_swap_is_ledgered_once_its_block_has_the_confirmations_asked(world: Wo
     world.clock.now += 60
     (acted,) = _tick_in_process(world, confirmations=3).reconciled
     assert (acted.tx_hash, acted.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+
+
+def test_an_unsent_dispatch_mined_after_all_whose_receipt_the_node_fails_to_give_is_never_written_off(
+    world: World,
+    node: Any,
+    failpoints: None,  # noqa: F811 - the fixture imported above
+) -> None:
+    """Its nonce is consumed: a receipt read that fails is no proof there is none. Judged absent, the
+    swap was logged ``dispatch_dropped`` (never watched again, never ledgered) and the next swap was
+    signed beside it; it must hold the next trade until a tick reads the receipt and ledgers it."""
+    before = int(world.w3.eth.get_transaction_count(world.agent.address))
+    signed = _resolved_as_unsent(world)
+    raw = world.agent.sign_transaction(dict(_rebuilt_tx(world, signed)))
+    world.w3.eth.send_raw_transaction(raw.raw_transaction)  # a node that kept its bytes mines it
+    world.strategy_overrides.clear()  # the next tick would swap, were nothing holding it
+
+    def no_receipt_for_it(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        if request["method"] == "eth_getTransactionReceipt" and request["params"][0] == signed.tx_hash:
+            return {"jsonrpc": "2.0", "error": {"code": -32603, "message": "upstream timed out"}}
+        return honest()
+
+    node.answer = no_receipt_for_it
+    world.clock.now += 60
+    held = _tick_over(world, node.url)
+    assert held.dispatched is None and held.reconciled == ()
+    assert held.skipped is not None
+    assert held.skipped.reason.startswith(f"unresolved dispatch {signed.tx_hash}")
+    assert [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchDropped)] == []
+
+    node.answer = lambda request, honest: honest()
+    world.clock.now += 60
+    (entry,) = _tick_over(world, node.url).reconciled
+    assert (entry.tx_hash, entry.outcome) == (signed.tx_hash, Outcome.CONFIRMED)
+    assert int(world.w3.eth.get_transaction_count(world.agent.address)) - before == 1  # one swap
