@@ -194,6 +194,26 @@ class Ledger:
                 return best, True
         return best, True
 
+    def holds_outcome(self, tx_hash: str, since: int) -> bool | None:
+        """Whether the ledger's tail holds a final entry (confirmed or reverted) for ``tx_hash``
+        stamped at or after ``since`` (its block's time); None when the read gave up after
+        ``MAX_TAIL_LINES`` lines. Reads back as ``recent_confirmed`` does.
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+            LedgerNotAFile: the ledger or its lock is not a regular file.
+        """
+        key = tx_hash.lower()
+        for count, entry in enumerate(self.iter_reverse()):
+            if count >= MAX_TAIL_LINES:
+                return None
+            if isinstance(entry, Acted) and entry.outcome is not Outcome.UNVERIFIED:
+                if entry.tx_hash.lower() == key and entry.ts >= since:
+                    return True
+            elif _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < since:
+                return False
+        return False
+
     def state(self, *, save: bool = True) -> Snapshot:
         """The snapshot, verified against the ledger and the activity log, caught up or rebuilt.
 

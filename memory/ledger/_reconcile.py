@@ -181,10 +181,30 @@ class _Pass:
         )
 
     def ledger(self, entry: Acted) -> None:
+        if entry.outcome is not Outcome.UNVERIFIED and self._ledgered_already(entry):
+            return
         failpoint("ledger.reconcile_before_append")
         self.writer.append(entry)
         self.appended.append(entry)
         failpoint("ledger.reconcile_after_append")
+
+
+    def _ledgered_already(self, entry: Acted) -> bool:
+        """Whether the ledger already holds this dispatch's final entry (then it is not written again).
+
+        The snapshot folds only the lines appended since it was made: a ``dispatch_signed`` line
+        replayed into the activity log after its swap was ledgered (a duplicated line, a log restored
+        over a newer one) opens the dispatch again there, while a rebuild, which folds the whole
+        activity log before the ledger, sees it resolved. Reconcile would have ledgered the same
+        transaction twice. A final entry is stamped with its block's time, so the ledger's tail is
+        read back to that time; when it holds one (or the read gives up), the snapshot is rebuilt and
+        decides.
+        """
+        if self.writer.ledger.holds_outcome(entry.tx_hash, entry.ts) is False:
+            return False
+        state = self.writer.rebuild()
+        key = entry.tx_hash.lower()
+        return all(d.tx_hash.lower() != key for d in (*state.open, *state.unsent))
 
 
 def _fact(record: DispatchMismatch | DispatchSettled) -> tuple[object, ...]:

@@ -428,3 +428,27 @@ def test_a_last_confirmed_edited_to_a_later_time_never_causes_a_false_skip(
         world.ledger().snapshot_path.write_bytes(orjson.dumps(snap))
     world.clock.now = entry.ts + INTERVAL
     assert world.tick().dispatched is not None  # one interval after the real act: it trades
+
+
+def test_a_dispatch_line_replayed_after_its_swap_was_ledgered_is_never_ledgered_again(world: World) -> None:
+    """A ``dispatch_signed`` line appended again after its swap was ledgered (a duplicated line, a log
+    restored over a newer one) opened the dispatch again in the caught-up snapshot, and reconcile
+    ledgered the same transaction a second time; a rebuild, which folds the whole activity log
+    before the ledger, knew it was resolved."""
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    sent = world.tick().dispatched
+    assert sent is not None
+    world.clock.now += 60
+    assert [e.tx_hash for e in world.tick().reconciled] == [sent.tx_hash]
+    path = world.sail_dir / "activity.jsonl"
+    (line,) = [raw for raw in path.read_bytes().splitlines(keepends=True) if b'"dispatch_signed"' in raw]
+    with path.open("ab") as log:
+        log.write(line)
+
+    world.clock.now += 60
+    again = world.tick()
+    assert again.reconciled == () and again.dispatched is None
+    assert again.skipped is not None and again.skipped.reason.startswith("cadence: last acted ")
+    assert acted(world) == [(sent.tx_hash, Outcome.CONFIRMED)]  # once: the chain holds one swap
+    assert swaps_mined(world, nonce) == 1
+    assert world.ledger().state().open == ()  # the tick's rebuilt snapshot: nothing awaits reconcile
