@@ -47,6 +47,8 @@ _PHRASES = {
     "submitted": "accepted by a node, no receipt read yet",
     "settled": "its receipt was read; the next tick ledgers it",
     "unverified": "ledgered unverified, the chain could not be read; the next tick resolves it",
+    "unsent": "resolved as never sent, yet its nonce has been consumed since; the next tick ledgers "
+    "it once its receipt can be read",
 }
 
 
@@ -65,21 +67,33 @@ def dispatch_state(dispatch: OpenDispatch) -> str:
     return "submitted" if dispatch.broadcast else "signed"
 
 
-def _dispatch_json(dispatch: OpenDispatch, state: str) -> dict[str, Any]:
+def _dispatch_json(dispatch: OpenDispatch, state: str, holding: str | None) -> dict[str, Any]:
     return {
         "txHash": dispatch.tx_hash,
         "state": state,
         "nonce": dispatch.nonce,
         "sinceMs": ms(dispatch.ts),
-        "holdsTrade": state != "unsent",
+        "holdsTrade": state != "unsent" or dispatch.tx_hash.lower() == holding,
     }
 
 
-def dispatches_json(snap: Snapshot) -> list[dict[str, Any]]:
-    """Every dispatch the snapshot knows not finally resolved, oldest first, with its state."""
+def dispatches_json(snap: Snapshot, newest: object = None) -> list[dict[str, Any]]:
+    """Every dispatch the snapshot knows not finally resolved, oldest first, with its state (an
+    unsent one holds the trade when the newest ledger entry is a skip it held; ``newest``)."""
     listed = [(d, dispatch_state(d)) for d in snap.open] + [(d, "unsent") for d in snap.unsent]
     listed.sort(key=lambda pair: (pair[0].ts, pair[0].line.offset))
-    return [_dispatch_json(d, state) for d, state in listed]
+    held = _holding_unsent(snap, newest)
+    holding = None if held is None else held.tx_hash.lower()
+    return [_dispatch_json(d, state, holding) for d, state in listed]
+
+
+def _holding_unsent(snap: Snapshot, newest: object) -> OpenDispatch | None:
+    """The dispatch resolved as unsent that held the newest tick's trade: its nonce was consumed
+    since and reconcile could not ledger it yet (the tick skipped ``unresolved dispatch <it>``)."""
+    if not isinstance(newest, Skipped) or not newest.reason.startswith("unresolved dispatch "):
+        return None
+    named = newest.reason.removeprefix("unresolved dispatch ").split(",", 1)[0].lower()
+    return next((d for d in snap.unsent if d.tx_hash.lower() == named), None)
 
 
 def agent_state(
@@ -131,8 +145,8 @@ def agent_state(
         "intervalProblem": interval_problem,
         "nextEligibleMs": next_ms,
         "blockedBy": blocked,
-        "openDispatches": [d["txHash"] for d in dispatches_json(snap) if d["holdsTrade"]],
-        "dispatches": dispatches_json(snap),
+        "openDispatches": [d["txHash"] for d in dispatches_json(snap, newest) if d["holdsTrade"]],
+        "dispatches": dispatches_json(snap, newest),
         **history.as_json(),
         "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(snap.tokens.items())},
         "ledger": str(ledger.path),
@@ -150,6 +164,13 @@ def blocked_by(snap: Snapshot, newest: object) -> dict[str, Any] | None:
             "kind": "dispatch",
             "reason": f"unresolved dispatch {oldest.tx_hash} ({state}: {_PHRASES[state]})",
             "sinceMs": ms(oldest.ts),
+        }
+    held = _holding_unsent(snap, newest)
+    if held is not None:
+        return {
+            "kind": "dispatch",
+            "reason": f"unresolved dispatch {held.tx_hash} (unsent: {_PHRASES['unsent']})",
+            "sinceMs": ms(held.ts),
         }
     if isinstance(newest, Skipped):
         kind = newest.reason.split(" ", 1)[0]

@@ -30,13 +30,14 @@ from memory.ledger import (
     DispatchUnsent,
     Outcome,
     TickFinished,
+    agent_state,
 )
 from sail._chain import Chain
 from sail._errors import SailChainMismatch, SailSubmitUncertain, SailTickTimeout
 from sail._runner import Runner
 from sail._tick import tick
 from tests.conftest import ROOT
-from tests.sail.conftest import World
+from tests.sail.conftest import INTERVAL, World
 from tests.sail.http_servers import serving
 from tests.sail.test_dispatch import (
     _rebuilt_tx,
@@ -441,6 +442,9 @@ def test_an_unsent_dispatch_mined_after_all_whose_receipt_the_node_fails_to_give
     assert held.skipped is not None
     assert held.skipped.reason.startswith(f"unresolved dispatch {signed.tx_hash}")
     assert [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchDropped)] == []
+    status = agent_state(world.sail_dir, interval_s=INTERVAL, clock=world.clock)  # what `sail status` says
+    assert status["blockedBy"]["kind"] == "dispatch" and signed.tx_hash in status["blockedBy"]["reason"]
+    assert status["openDispatches"] == [signed.tx_hash] and status["nextEligibleMs"] is None
 
     node.answer = lambda request, honest: honest()
     world.clock.now += 60
