@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+import orjson
 import requests
 from eth_abi.abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
@@ -200,7 +201,7 @@ class _Provider(HTTPProvider):
         try:
             request_data = self.encode_rpc_request(method, params)
             sent_id = json.loads(request_data)["id"]
-            response = self.decode_rpc_response(self._make_request(method, request_data))
+            response = _decoded(self._make_request(method, request_data), method)
             answered = response.get("id", None) if isinstance(response, dict) else None
             if not _same_id(answered, sent_id):
                 raise AnswerMismatch(
@@ -215,6 +216,35 @@ class _Provider(HTTPProvider):
             except TypeError:
                 clean = requests.RequestException(text)
             raise clean from None
+
+
+def _decoded(body: bytes, method: object) -> Any:
+    """A node's answer parsed as JSON, once orjson has read it whole: at most 1,024 arrays and
+    objects deep, numbers a double holds, UTF-8 text.
+
+    web3 parses with the standard library's ``json``, whose decoder recurses in C once per level;
+    web3 raises the interpreter's recursion limit to 100,000 on import (for py-evm), so an answer of
+    a few tens of thousands of ``[`` — a few hundred kilobytes, well inside the size bound — overflows
+    the C stack and kills the tick with SIGSEGV: no coded error, no outcome in the activity log.
+    orjson refuses such nesting with an error; the answer is then parsed by ``json`` as before, so
+    an integer keeps every digit (orjson reads one past 64 bits as a double).
+
+    Raises:
+        MalformedAnswer: the answer is not JSON this reads (a failure of the connection).
+    """
+    try:
+        orjson.loads(body)
+        return json.loads(body)
+    except ValueError as exc:  # orjson's JSONDecodeError is one, as are json's and a bad encoding
+        raise MalformedAnswer(
+            f"the node's answer to {method} is not JSON that can be read ({str(exc)[:120]}); "
+            "nothing was read from it"
+        ) from None
+
+
+class MalformedAnswer(requests.RequestException):
+    """A node's answer is not JSON that can be read (see ``_decoded``): a failure of the connection,
+    so a read is ``ChainUnavailable`` and a send is uncertain, never refused."""
 
 
 class TickDeadlinePassed(requests.Timeout):

@@ -56,6 +56,8 @@ def _camel(key: str) -> str:
 def _plain(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return "0x" + bytes(value).hex()
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 2**64:
+        return hex(value)  # a node writes quantities in hex (the EVM here gives a block's bloom as one)
     if isinstance(value, dict):  # the EVM here names fields in snake_case; a node, in camelCase
         return {_camel(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -218,6 +220,58 @@ def test_an_answer_that_never_ends_is_given_up_within_the_request_bound(
     assert time.monotonic() - started < 5
 
 
+def _deep(request: dict[str, Any], honest: Callable[[], Any]) -> bytes:
+    """An answer nested 200,000 arrays deep: 400 kB, well inside the size bound."""
+    return b'{"jsonrpc": "2.0", "id": %d, "result": ' % request["id"] + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+
+def _sail_tick(world: World, url: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``sail tick`` in a fresh process against ``url`` (a crash there cannot take the tests with it)."""
+    world.save_config(rpc_url=url)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SAIL_PRIVATE_KEY": "0x" + "00" * 31 + "02"}
+    done = subprocess.run(
+        [sys.executable, "-m", "sail", "tick", "--json", "--home", str(world.sail_dir.parent)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, (done.returncode, done.stderr[-400:])
+    error: dict[str, Any] = json.loads(done.stderr)
+    (finished,) = [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, TickFinished)]
+    assert (finished.outcome, finished.code) == ("failed", error["code"])
+    return done, error
+
+
+def test_a_sail_tick_against_a_node_whose_answer_nests_without_end_fails_with_a_code_not_a_crash(
+    world: World, node: Any
+) -> None:
+    """web3 raises the interpreter's recursion limit to 100,000 on import, and the standard
+    library's JSON decoder recursed in C once per level: the tick died of SIGSEGV, its outcome never
+    recorded."""
+    node.answer = _deep
+    _, error = _sail_tick(world, node.url)
+    assert error["code"] == "chain_unavailable" and "not JSON that can be read" in error["message"]
+    assert world.ledger().entries() == []
+
+
+def test_a_send_answered_with_json_nested_without_end_is_uncertain_not_a_crash(
+    world: World, node: Any
+) -> None:
+    sent: list[str] = []
+
+    def deep_after_sending(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        got = honest()
+        if request["method"] == "eth_sendRawTransaction":
+            sent.append(got["result"])
+            return _deep(request, honest)  # the node took it; its answer cannot be read
+        return got
+
+    node.answer = deep_after_sending
+    _, error = _sail_tick(world, node.url)
+    assert error["code"] == "sail_submit_uncertain"
+    (signed,) = [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchSigned)]
+    assert sent == [signed.tx_hash]
+    assert [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchUnsent)] == []
+
+
 def test_a_sail_tick_against_a_node_that_trickles_ends_within_its_bound_with_a_code(
     world: World, node: Any, tmp_path: Path
 ) -> None:
@@ -236,7 +290,6 @@ def test_a_sail_tick_against_a_node_that_trickles_ends_within_its_bound_with_a_c
     (finished,) = [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, TickFinished)]
     assert (finished.outcome, finished.code) == ("failed", "chain_unavailable")
     assert world.ledger().entries() == []
-
 
 
 
