@@ -509,12 +509,15 @@ def transferred_to(logs: Sequence[LogRecord], *, token: str, recipient: str) -> 
     """Sum the ERC-20 ``Transfer`` values that contract ``token`` emitted to ``recipient``.
 
     Both the emitting address and the indexed ``to`` are checked: a Transfer event from any other
-    contract, however it is shaped, is not the token moving.
+    contract, however it is shaped, is not the token moving. So is the shape: three topics, and a
+    value of exactly 32 bytes (one ``uint256``) — a log whose data is longer is not an ERC-20
+    Transfer (a token, or a node, that wrote 2,000 bytes there made a number of thousands of digits
+    that no amount could be written from, and every tick after failed as ``internal_error``).
     """
     want_to = "0x" + recipient.lower().removeprefix("0x").rjust(64, "0")
     total = 0
     for log in logs:
-        if log.address.lower() != token.lower() or len(log.topics) != 3:
+        if log.address.lower() != token.lower() or len(log.topics) != 3 or len(log.data) != 32:
             continue
         if log.topics[0].lower() != TRANSFER_TOPIC or log.topics[2].lower() != want_to:
             continue

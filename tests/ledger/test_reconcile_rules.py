@@ -32,5 +32,15 @@ def test_only_transfers_emitted_by_the_token_to_the_agent_count() -> None:
     assert transferred_to(logs, token=TOKEN, recipient=AGENT) == 12
 
 
+def test_a_transfer_whose_value_is_not_one_uint256_does_not_count() -> None:
+    """Data of 2,000 bytes read as one number had thousands of digits: no amount can be written from
+    it (the tick failed as ``internal_error``, every tick after it alike)."""
+    topics = (TRANSFER_TOPIC, topic(OTHER), topic(AGENT))
+    longer = LogRecord(address=TOKEN, topics=topics, data=b"\xff" * 2000)
+    shorter = LogRecord(address=TOKEN, topics=topics, data=b"\x05")
+    logs = [transfer(TOKEN, AGENT, 7), longer, shorter]
+    assert transferred_to(logs, token=TOKEN, recipient=AGENT) == 7
+
+
 def test_no_matching_transfer_is_zero() -> None:
     assert transferred_to([transfer(OTHER, AGENT, 5)], token=TOKEN, recipient=AGENT) == 0
