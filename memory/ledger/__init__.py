@@ -31,6 +31,7 @@ from memory.ledger._display import TokenBook, amount_text, learned_tokens, reaso
 from memory.ledger._entries import (
     ACTED_KEYS,
     MAX_TEXT_CHARS,
+    MAX_UNITS_DIGITS,
     QUOTE_RETURNED_ZERO,
     SKIPPED_KEYS,
     Acted,
@@ -96,6 +97,7 @@ __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_TEXT_CHARS",
     "MAX_TICKS_SCANNED",
+    "MAX_UNITS_DIGITS",
     "QUOTE_RETURNED_ZERO",
     "SKIPPED_KEYS",
     "TRANSFER_TOPIC",

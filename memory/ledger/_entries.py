@@ -45,6 +45,11 @@ from memory.ledger._errors import LedgerInvalidEntry
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _TX_HASH = re.compile(r"0x[0-9a-fA-F]{64}\Z")
 _UINT = re.compile(r"(0|[1-9][0-9]*)\Z")
+#: the most digits a base-unit figure (an amount, a balance, gas) may have: a token's uint256 has 78,
+#: a sum of a receipt's transfers a few more; Python will not read a decimal string past 4,300
+#: digits at all (a line crafted so failed every reader with a bare ValueError)
+MAX_UNITS_DIGITS: Final = 100
+_UNITS_BOUND: Final = 10**MAX_UNITS_DIGITS
 _HUMAN = re.compile(r"(0|[1-9][0-9]*)\.[0-9]+ \S+\Z")
 
 ACTED_KEYS: Final = (
@@ -163,8 +168,12 @@ class Amount:
         return cls(base_units, format_human(base_units, decimals, symbol))
 
     def __post_init__(self) -> None:
-        if type(self.base_units) is not int or self.base_units < 0:
-            raise LedgerInvalidEntry("baseUnits", f"must be a non-negative int, got {self.base_units!r}")
+        if type(self.base_units) is not int or not 0 <= self.base_units < _UNITS_BOUND:
+            raise LedgerInvalidEntry(
+                "baseUnits",
+                f"must be a non-negative int of at most {MAX_UNITS_DIGITS} digits, "
+                f"got {_short(self.base_units)}",
+            )
         if not isinstance(self.human, str) or not _HUMAN.match(self.human):
             raise LedgerInvalidEntry("human", f'must read "<amount> <SYMBOL>", got {self.human!r}')
 
@@ -215,8 +224,10 @@ class Acted:
             for token, units in frozen.items():
                 if not isinstance(token, str) or not _ADDRESS.match(token):
                     raise LedgerInvalidEntry("balancesAfter", f"key {token!r} is not an address")
-                if type(units) is not int or units < 0:
-                    raise LedgerInvalidEntry("balancesAfter", f"{token}: {units!r} is not a base-unit int")
+                if type(units) is not int or not 0 <= units < _UNITS_BOUND:
+                    raise LedgerInvalidEntry(
+                        "balancesAfter", f"{token}: {_short(units)} is not a base-unit int"
+                    )
             object.__setattr__(self, "balances_after", frozen)
         self._check_nulls()
 
@@ -317,8 +328,20 @@ def _check_common(ts: object, block: object, chain_id: object) -> None:
 
 
 def _check_optional_uint(name: str, value: object) -> None:
-    if value is not None and (type(value) is not int or value < 0):
-        raise LedgerInvalidEntry(name, f"must be a non-negative int or null, got {value!r}")
+    if value is not None and (type(value) is not int or not 0 <= value < _UNITS_BOUND):
+        raise LedgerInvalidEntry(
+            name,
+            f"must be a non-negative int of at most {MAX_UNITS_DIGITS} digits or null, got {_short(value)}",
+        )
+
+
+def _short(value: object) -> str:
+    """``value`` for a message: an int past the bound by its size alone (its digits may be more
+    than Python will write out), anything else as ``repr`` cut to 80 characters."""
+    if type(value) is int and not -_UNITS_BOUND < value < _UNITS_BOUND:
+        return f"an int of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:40]}… ({len(text)} characters)"
 
 
 # -- wire form -> entries ---------------------------------------------------------------------
@@ -374,8 +397,11 @@ def _check_keys(obj: dict[str, Any], expected: tuple[str, ...], where: str) -> N
 def _uint_string_or_null(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not _UINT.match(value):
-        raise LedgerInvalidEntry(name, f"must be a decimal string or null, got {value!r}")
+    if not isinstance(value, str) or len(value) > MAX_UNITS_DIGITS or not _UINT.match(value):
+        raise LedgerInvalidEntry(
+            name,
+            f"must be a decimal string of at most {MAX_UNITS_DIGITS} digits or null, got {_short(value)}",
+        )
     return int(value)
 
 

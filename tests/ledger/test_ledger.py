@@ -316,3 +316,40 @@ def test_last_confirmed_is_the_latest_by_time_when_an_older_dispatch_resolves_la
     assert ledger.last_confirmed() == expected
     ledger.snapshot_path.unlink()
     assert ledger.last_confirmed() == expected  # through a backward read
+
+
+@pytest.mark.parametrize(
+    "field", ["gasUsed", "amountIn.baseUnits", "balancesAfter"], ids=["gas", "amount", "balance"]
+)
+def test_a_figure_of_more_digits_than_python_reads_is_named_damage_not_an_internal_error(
+    tmp_path: Path, field: str
+) -> None:
+    """A decimal string past 4,300 digits is one Python will not read as an int: every reader failed
+    with a bare ValueError (``internal_error``), never ``journal_corrupt`` naming the line."""
+    sail = tmp_path / "damaged"
+    ledger = Ledger(sail)
+    write(ledger, acted(100, 1), acted(200, 2))
+    lines = ledger.path.read_bytes().split(b"\n")
+    wire = orjson.loads(lines[0])
+    huge = "9" * 5000
+    if field == "gasUsed":
+        wire["gasUsed"] = huge
+    elif field == "amountIn.baseUnits":
+        wire["amountIn"]["baseUnits"] = huge
+    else:
+        wire["balancesAfter"] = {token: huge for token in wire["balancesAfter"]}
+    ledger.path.write_bytes(b"\n".join([orjson.dumps(wire), *lines[1:]]))
+    ledger = Ledger(sail)
+    for read in (ledger.entries, lambda: list(ledger.iter_reverse()), ledger.last_confirmed):
+        with pytest.raises(JournalCorrupt) as info:
+            read()
+        assert (info.value.code, info.value.line) == ("journal_corrupt", 1)
+        assert "at most 100 digits" in str(info.value) and huge not in str(info.value)
+
+
+def test_a_figure_of_more_than_100_digits_is_refused_on_write() -> None:
+    with pytest.raises(LedgerInvalidEntry, match="at most 100 digits"):
+        Amount.of(10**100, 6, "USDC")
+    with pytest.raises(LedgerInvalidEntry, match="at most 100 digits"):
+        acted(1, 1).__class__(**{**acted(1, 1).__dict__, "gas_used": 10**5000})
+    assert Amount.of(10**100 - 1, 6, "USDC").base_units == 10**100 - 1
