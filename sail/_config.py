@@ -157,7 +157,8 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
                 path=path,
             ) from None
         raise SailConfigMissing(f"no agent config at {path}; run `sail init` first", path=path) from None
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # not TOML, not UTF-8, or a number Python will not read:
+        # tomllib reads an integer with int(), which refuses one of more than 4,300 digits
         why = exc.strerror or exc if isinstance(exc, OSError) else exc  # an OSError names the path again
         raise SailConfigInvalid(f"cannot read {path}: {why}", path=path) from exc
     known = {f.name for f in fields(SailConfig)}

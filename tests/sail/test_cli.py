@@ -253,6 +253,22 @@ def test_a_bad_config_key_is_named(home: Path, capsys: pytest.CaptureFixture[str
     assert status == 1 and err.startswith("sail: error[sail_config_invalid]:") and "'colour'" in err
 
 
+@pytest.mark.parametrize("key", ["interval_s", "gas", "confirmations"])
+def test_a_config_number_of_more_digits_than_python_reads_is_config_invalid_not_a_crash(
+    home: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    """tomllib reads a TOML integer with int(), which refuses one past 4,300 digits with a bare
+    ValueError: every command failed as internal_error."""
+    path = home / ".sail" / "config.toml"
+    kept = [x for x in path.read_text().splitlines() if not x.startswith(f"{key} =")]
+    path.write_text("\n".join([*kept, f"{key} = {'9' * 5000}"]) + "\n")
+    for command in ("status", "ledger", "why", "tick"):
+        status, out, err = run(capsys, command, "--home", str(home))
+        assert (status, out) == (1, ""), (command, err)
+        assert err.startswith("sail: error[sail_config_invalid]:") and str(path) in err
+        assert err.count("\n") == 1 and "9" * 100 not in err
+
+
 def test_init_keeps_any_text_it_accepts_readable_by_every_later_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
