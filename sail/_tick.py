@@ -209,7 +209,7 @@ def _behind_unsent(
     consumed = [u for u, nonce in mine if nonce < mined]
     if consumed:
         oldest = min(consumed, key=lambda d: d.ts)
-        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts))
+        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts, unsent=True))
     return min(nonce for _, nonce in mine)
 
 

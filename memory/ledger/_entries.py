@@ -469,10 +469,18 @@ def quote_unavailable_reason(message: str) -> str:
 QUOTE_RETURNED_ZERO: Final = "quote returned 0"
 
 
-def unresolved_reason(tx_hash: str, signed_s_ago: int) -> str:
+#: what ``unresolved_reason`` adds for a dispatch resolved as never sent whose nonce was consumed since
+UNSENT_BUT_CONSUMED: Final = " (resolved as never sent; its nonce was consumed since)"
+
+
+def unresolved_reason(tx_hash: str, signed_s_ago: int, *, unsent: bool = False) -> str:
     """``unresolved dispatch <txHash>, signed <n>s ago``: an earlier dispatch holds the next trade.
 
     Added beside the standard forms: a tick never submits while a dispatch it signed earlier is neither
-    ledgered with a final outcome nor resolved as never sent.
+    ledgered with a final outcome nor resolved as never sent — nor while one resolved as never sent
+    has had its nonce consumed and is not ledgered yet (``unsent``: the reason then ends with
+    ``UNSENT_BUT_CONSUMED``, so the displays know which kind of dispatch holds it).
     """
-    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago"
+    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago" + (
+        UNSENT_BUT_CONSUMED if unsent else ""
+    )

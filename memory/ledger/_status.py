@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.ledger._activity import ActivityLog
-from memory.ledger._entries import Skipped
+from memory.ledger._entries import UNSENT_BUT_CONSUMED, Skipped
 from memory.ledger._ledger import Ledger
 from memory.ledger._snapshot import OpenDispatch, Snapshot
 from memory.ledger._ticks import tick_history
@@ -91,6 +91,8 @@ def _holding_unsent(snap: Snapshot, newest: object) -> OpenDispatch | None:
     """The dispatch resolved as unsent that held the newest tick's trade: its nonce was consumed
     since and reconcile could not ledger it yet (the tick skipped ``unresolved dispatch <it>``)."""
     if not isinstance(newest, Skipped) or not newest.reason.startswith("unresolved dispatch "):
+        return None
+    if not newest.reason.endswith(UNSENT_BUT_CONSUMED):  # a skip for an open dispatch, resolved since
         return None
     named = newest.reason.removeprefix("unresolved dispatch ").split(",", 1)[0].lower()
     return next((d for d in snap.unsent if d.tx_hash.lower() == named), None)

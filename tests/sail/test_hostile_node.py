@@ -494,6 +494,7 @@ def test_an_unsent_dispatch_mined_after_all_whose_receipt_the_node_fails_to_give
     assert held.dispatched is None and held.reconciled == ()
     assert held.skipped is not None
     assert held.skipped.reason.startswith(f"unresolved dispatch {signed.tx_hash}")
+    assert held.skipped.reason.endswith("(resolved as never sent; its nonce was consumed since)")
     assert [r for r in ActivityLog(world.sail_dir).read() if isinstance(r, DispatchDropped)] == []
     status = agent_state(world.sail_dir, interval_s=INTERVAL, clock=world.clock)  # what `sail status` says
     assert status["blockedBy"]["kind"] == "dispatch" and signed.tx_hash in status["blockedBy"]["reason"]
