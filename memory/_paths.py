@@ -385,6 +385,18 @@ def refuse_odd_journal(db_path: Path, journal: str | os.PathLike[str] | None) ->
         )
 
 
+def _present(path: Path) -> bool:
+    """Whether ``path`` may hold something: True unless it is surely missing (a folder on its way
+    that cannot be searched is for the open to report, with its code, never a guess here)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
 def check_store_location(
     db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
 ) -> None:
@@ -411,7 +423,7 @@ def check_store_location(
     if creating:  # a write refuses what every read would (``HistoryDB``), before it makes anything
         refuse_odd_db(db_path)
     refuse_odd_journal(db_path, journal)
-    if db_path.exists():
+    if _present(db_path):
         return
     refuse_odd_folder(db_path.parent)
     others = _history_dbs_beside(db_path)

@@ -138,3 +138,20 @@ def test_a_member_of_the_group_of_a_private_store_gets_a_coded_refusal(shared_di
         assert "Traceback" not in str(result["err"]), result
         code = json.loads(str(result["err"]).strip().splitlines()[-1])["code"]
         assert code in {"memory_unreachable", "journal_read_interrupted"}, result
+
+
+def test_a_store_whose_folder_the_account_cannot_search_gets_a_coded_refusal(shared_dir: Path) -> None:
+    """The owner's store folder is 0700: the other account cannot even look at the DB's name in it.
+    Every command says so with the store's own code (exit 1), never an internal error."""
+    db, run_id = _store(shared_dir, 0o640)
+    db.parent.chmod(0o700)
+    commands = [
+        *_commands(db, run_id),
+        ["learn", "a fact", "--scope", "desk", "--db", str(db), "--json"],
+        ["check", "--db", str(db), "--json"],
+        ["history", "0" * 32, "--db", str(db), "--json"],
+    ]
+    for result in _as_member(db, commands):
+        assert result["exit"] == 1, result
+        error = json.loads(str(result["err"]).strip().splitlines()[-1])
+        assert error["code"] in {"memory_unreachable", "journal_read_interrupted"}, result
