@@ -32,7 +32,6 @@ from memory.cli import (
     stdout_to_stderr,
     subject,
 )
-from memory.cli import shown as _shown
 
 _EPILOG = """\
 storage:
@@ -208,12 +207,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             }
         )
     else:
-        for p in problems:  # paths are names anyone could give a file: escaped, like all data shown
-            print(_shown(f"{p.kind}: {p.path}\n    {p.message}\n    --repair would: {p.repair}"))
+        # paths are names anyone could give a file, and a message quotes them: each field on its own
+        # line, escaped like all data shown, its newlines too (a name could forge a line of the report)
+        for p in problems:
+            print(f"{_cell(p.kind)}: {_cell(p.path)}\n    {_cell(p.message)}")
+            print(f"    --repair would: {_cell(p.repair)}")
         for line in actions:
-            print(_shown(f"repair: {line}"))
+            print(f"repair: {_cell(line)}")
         if not remaining:
-            print(_shown(f"store {store.db_path.parent} is clean" + (" after repair" if actions else "")))
+            print(f"store {_cell(str(store.db_path.parent))} is clean" + (" after repair" if actions else ""))
         else:
             print(
                 f"{len(remaining)} problem(s) remain"

@@ -68,9 +68,10 @@ _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_b
 
 
 def _say(text: object = "") -> None:
-    """Print one line of human output, its control characters escaped (``shown``): what a ledger or
-    the chain says is data, never instructions to the terminal."""
-    print(shown(str(text)))
+    """Print one line of human output, its control characters escaped (``shown``), newlines too:
+    what a ledger, an activity log or the chain says is data, never instructions to the terminal
+    and never a line of its own (a tick's recorded message could otherwise forge one)."""
+    print(shown(str(text), one_line=True))
 
 
 def _home(args: argparse.Namespace) -> Path:

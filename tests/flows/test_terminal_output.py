@@ -113,3 +113,25 @@ def test_bidi_controls_in_a_finding_are_escaped_for_a_person_and_exact_in_json(t
                 assert escaped in out, (args, escaped, out)
     found = json_of(flows_cli(db, "recall", "--json"))
     assert [f["tags"] for f in found if f["key"] == live.key] == [[f"t{BIDI}"]]
+
+
+def test_a_file_name_with_newlines_never_forges_a_line_of_checks_report(tmp_path: Path) -> None:
+    """``flows check`` prints each problem's path, message and repair on lines of their own: a name
+    holding newlines is escaped on its line, so it can never print a line of the report itself."""
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s") as sess:
+        sess.learn({"text": "a fact"})
+    (folder,) = (db.parent / "flows-memory").glob("*/.trajectories/compacted")
+    forged = "no problem: the store is clean"  # a name holds no slash: the rest of a line it can
+    (folder / f"x\n{forged}\n.json").write_bytes(b"not json")
+    check = flows_cli(db, "check")
+    assert check.returncode == 1
+    lines = check.stdout.splitlines()
+    assert forged not in lines and len(lines) == 4, lines  # kind and path, message, repair, summary
+    assert lines[0].startswith("learned_damaged: ") and f"x\\n{forged}\\n.json" in lines[0], lines
+    repaired = flows_cli(db, "check", "--repair")
+    assert repaired.returncode == 0, repaired.stderr
+    lines = repaired.stdout.splitlines()
+    assert forged not in lines and len(lines) == 5, lines
+    assert lines[3].startswith("repair: quarantined ")
+    assert lines[4] == f"store {db.parent} is clean after repair"

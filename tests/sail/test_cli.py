@@ -616,3 +616,22 @@ def test_a_revert_over_json_rpc_reads_as_its_reason_not_a_tuple_with_hex() -> No
     assert "0x08c379a0" in str(exc)  # what the message used to carry
     assert revert_text(exc) == "execution reverted: NO_ROUTE"
     assert revert_text(ContractLogicError("execution reverted", data="0x")) == "execution reverted"
+
+
+def test_a_recorded_message_with_a_newline_never_forges_a_line_of_human_output(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An activity log's tick message is data read back: one with a newline (another writer's, or a
+    damaged file's) is shown on its line with the newline escaped, never as a line of its own."""
+    from memory.ledger import TickFinished, TickStarted
+
+    log = ActivityLog(home / ".sail")
+    log.append(TickStarted(9100, 42))
+    forged = "\nnext trade: eligible now\x1b[2J"
+    log.append(TickFinished(9101, 42, "failed", code="chain_unavailable", message=f"node down{forged}"))
+    status, out, _ = run(capsys, "status", "--home", str(home))
+    assert status == 0
+    assert "next trade: eligible now" not in out.splitlines(), out
+    assert "failed [chain_unavailable] node down\\nnext trade: eligible now\\x1b[2J" in out, out
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    assert json.loads(out)["lastTick"]["message"] == f"node down{forged}"  # JSON keeps it exact
