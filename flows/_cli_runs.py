@@ -31,6 +31,7 @@ from memory.cli import (
     limit,
     progress,
     stdout_to_stderr,
+    to_stderr,
 )
 from memory.cli import shown as _shown
 from staging import CodedError, CodedInterrupt
@@ -96,7 +97,7 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
         if args.verbose and not isinstance(result.error, CodedInterrupt):
             from flows._runtime import traceback_text
 
-            sys.stderr.write(_shown(traceback_text(result.error)) + "\n")  # its messages are data
+            to_stderr(_shown(traceback_text(result.error)) + "\n")  # its messages are data
         if isinstance(result.error, CodedInterrupt):
             raise result.error
         if isinstance(result.error, CodedError):

@@ -88,6 +88,7 @@ __all__ = [
     "shown_surrogates",
     "stdout_to_stderr",
     "subject",
+    "to_stderr",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -401,7 +402,7 @@ def progress(label: str, *, enabled: bool) -> Iterator[Progress | None]:
 
     Yields None otherwise (``--json``, piped, redirected); ends its line when the work ends.
     """
-    if not (enabled and sys.stderr.isatty()):
+    if not (enabled and sys.stderr is not None and sys.stderr.isatty()):
         yield None
         return
     shown = False
@@ -409,14 +410,13 @@ def progress(label: str, *, enabled: bool) -> Iterator[Progress | None]:
     def show(done: int, total: int) -> None:
         nonlocal shown
         shown = True
-        sys.stderr.write(f"\r{label}: {done}/{total}")
-        sys.stderr.flush()
+        to_stderr(f"\r{label}: {done}/{total}")
 
     try:
         yield show
     finally:
         if shown:
-            sys.stderr.write("\n")
+            to_stderr("\n")
 
 
 @contextlib.contextmanager
@@ -622,7 +622,7 @@ class CommandLine:
                 _configure_logging(args.verbose)
                 if args.command is None:
                     if not wants_json:
-                        self.parser.print_help(sys.stderr)
+                        to_stderr(self.parser.format_help())
                     raise UsageError(f"a command is required; see `{self.prog} --help`")
                 status = int(args.handler(args))
                 sys.stdout.flush()
@@ -667,14 +667,32 @@ def diagnose(prog: str, exc: BaseException, *, as_json: bool, run_id: str | None
     fields = exc.as_json()
     run_id = fields.get("runId") or run_id
     if as_json:
-        sys.stderr.write(json_text({**fields, "runId": run_id}) + "\n")
+        to_stderr(json_text({**fields, "runId": run_id}) + "\n")
     else:
-        if isinstance(exc, UsageError):
-            sys.stderr.write(exc._usage)
         where = f" (root run {shown(run_id, one_line=True)})" if run_id else ""
         # one line, whatever the message quotes (a path, a value): its control characters escaped
-        sys.stderr.write(f"{prog}: error[{exc.code}]: {shown(exc.message, one_line=True)}{where}\n")
+        line = f"{prog}: error[{exc.code}]: {shown(exc.message, one_line=True)}{where}\n"
+        to_stderr((exc._usage if isinstance(exc, UsageError) else "") + line)
     return _exit_status(exc)
+
+
+def to_stderr(text: str) -> None:
+    """Write ``text`` on stderr, if it can be written: a stderr that is closed (``2>&-``), full
+    (``2>/dev/full``) or failing loses the diagnostic, never the exit status that goes with it
+    (an exception here would end the process with 1, a usage error or a Ctrl-C included). After a
+    failure stderr is pointed at the null device, so the interpreter's own flush at exit does not
+    fail again (which would make the status 120)."""
+    stream = sys.stderr
+    try:
+        if stream is None:
+            return
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):  # ValueError: a stream already closed
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
 
 
 def _output_lost(exc: OSError, status: int) -> OutputUnwritable:

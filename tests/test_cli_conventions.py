@@ -719,6 +719,34 @@ def test_a_learn_whose_stdout_fails_says_so_with_a_code_and_its_finding_is_on_re
         assert f"learned with stdout {stdout}" in [e.text for e in mem.recall(limit=None)]
 
 
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_stderr_that_cannot_be_written_loses_the_diagnostic_never_the_exit_status(
+    tmp_path: Path, stderr: str
+) -> None:
+    """stderr closed (``2>&-``) or a full device (``2>/dev/full``): the one diagnostic line cannot be
+    written, and the command still ends with its own status (2 usage, 1 failed, 0 done), never the 1
+    of an exception raised while writing it (or the interpreter's 120 for a flush at exit)."""
+    missing = str(tmp_path / "nowhere" / "history.db")
+    cases = [
+        (["flows"], 2),  # no command: the help and the line on stderr
+        (["flows", "recall", "--limit", "0"], 2),
+        (["flows", "--json", "recall", "--limit", "0"], 2),
+        (["flows", "recall", "--db", missing], 1),
+        (["sail", "ledger", "--home", str(tmp_path / "nowhere")], 1),
+        (["flows", "--version"], 0),
+    ]
+    for args, status in cases:
+        argv = [sys.executable, "-m", *args]
+        if stderr == "closed":
+            closing = ["bash", "-c", 'exec "$@" 2>&-', "bash", *argv]
+            proc = subprocess.run(closing, stdout=subprocess.PIPE, env=_env(), check=False)
+        else:
+            with open("/dev/full", "w") as full:
+                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=full, env=_env(), check=False)
+        assert proc.returncode == status, (args, proc.returncode)
+        assert proc.stdout == (b"" if status else proc.stdout), (args, proc.stdout)
+
+
 NOT_UTF8 = "\udcff\udcfe"
 """The bytes ``ff fe`` of a name that is not UTF-8, as Python's argv and ``os`` functions give them."""
 
