@@ -183,7 +183,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Verify the store end to end; with --repair, mend what the journal can mend."""
     from memory import check_store, repair_store
 
-    sail_dirs = args.sail or ([".sail"] if os.path.isdir(".sail") else [])
+    sail_dirs = (
+        [_sail_dir(d) for d in args.sail] if args.sail else [".sail"] if os.path.isdir(".sail") else []
+    )
     # check reports the store as it finds it (and --repair changes only what it reports): the
     # open-time republish of names a power loss took is left to the next other command
     with (
@@ -222,6 +224,33 @@ def cmd_check(args: argparse.Namespace) -> int:
                 + ("" if args.repair else "; run with --repair to mend them")
             )
     return EXIT_OK if not remaining else EXIT_FAILED
+
+
+SAIL_MARKS = ("config.toml", "activity.jsonl", "memory")
+"""What an agent's ``.sail`` folder holds from its ``sail init`` on (any one of them)."""
+
+
+def _sail_dir(given: str) -> str:
+    """A ``check --sail DIR``: an agent's ``.sail`` folder, or the agent's home that holds one (as
+    ``flows serve --sail-home`` takes it). Anything else is refused: a folder with none of an
+    agent's files, a missing path or a file would be checked as an agent without a ledger, and the
+    store called clean, its agent never read.
+
+    Raises:
+        memory.ArgumentInvalid: ``given`` is no agent's folder (named).
+    """
+    from memory import ArgumentInvalid
+
+    for candidate in (os.path.join(given, ".sail"), given):
+        if os.path.isdir(candidate) and any(os.path.lexists(os.path.join(candidate, m)) for m in SAIL_MARKS):
+            return candidate
+    what = (
+        "is not a folder" if not os.path.isdir(given) else "holds no agent (no .sail/ in it, nor its files)"
+    )
+    raise ArgumentInvalid(
+        f"check --sail {given} {what}: give an agent's home (the folder `sail init` ran in) or its "
+        ".sail/ folder"
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -351,7 +380,10 @@ def build_cli(only: str | None = None) -> CommandLine:
         "--repair", action="store_true", help="republish from the journal, quarantine, sweep stages"
     )
     p.add_argument(
-        "--sail", metavar="DIR", action="append", help="an agent's .sail dir to check (default: ./.sail)"
+        "--sail",
+        metavar="DIR",
+        action="append",
+        help="an agent's home or its .sail dir to check (repeat for more; default: ./.sail when it exists)",
     )
     p.add_argument(
         "--sweep-age",

@@ -119,6 +119,26 @@ def test_an_agent_ledger_is_checked_line_by_line(tmp_path: Path) -> None:
     assert _check(db, "--sail", str(sail))[0] == 0
 
 
+def test_check_sail_takes_an_agents_home_or_its_sail_folder_and_refuses_anything_else(tmp_path: Path) -> None:
+    """``--sail`` given the agent's home reads its ``.sail/`` (it read the home as a ``.sail/`` with no
+    ledger and called the store clean); a missing path, a file or a folder with no agent in it is
+    refused (exit 2), never checked as an agent with nothing to read."""
+    db, _, _ = _store(tmp_path)
+    home = tmp_path / "agent"
+    (home / ".sail" / "memory").mkdir(parents=True)
+    (home / ".sail" / "memory" / "ledger.jsonl").write_bytes(b'{"ts":"x"}\n')
+    for given in (home, home / ".sail"):
+        code, report = _check(db, "--sail", str(given))
+        assert code == 1 and [p["kind"] for p in report["problems"]] == ["ledger_corrupt"], given  # type: ignore[union-attr]
+    for given in (tmp_path / "nowhere", db, tmp_path / "store-or-any-folder"):
+        if given.name == "store-or-any-folder":
+            given.mkdir()
+        result = flows(db, "check", "--json", "--sail", str(given))
+        assert result.returncode == 2 and result.stdout == "", (given, result.stdout)
+        error = orjson.loads(result.stderr)
+        assert error["code"] == "memory_argument_invalid" and str(given) in error["message"], error
+
+
 def test_check_reads_a_store_it_cannot_mend_without_writing_anything(tmp_path: Path) -> None:
     db, _, d = _store(tmp_path)
     (d / sorted(os.listdir(d))[0]).unlink()
