@@ -337,7 +337,7 @@ def build_cli(only: str | None = None) -> CommandLine:
         add_run_commands(add)
     add_memory_commands(add)  # learn, forget, history
     p = add("journal", cmd_journal, "show a root run's journal records")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID", help="the root run's id (as `flows runs` lists it)")
     p.add_argument("--stream", metavar="S", help="only this stream (e.g. memory-learn)")
     for name, fn, help_ in (
         ("recall", cmd_recall, "list findings, newest first"),

@@ -466,7 +466,10 @@ def add_memory_commands(add: Add) -> None:
         help="the finding's key (as `flows recall` shows it); or give a filter",
     )
     p.add_argument(
-        "--reason", metavar="TEXT", default="forgotten from the command line", help="why (recorded)"
+        "--reason",
+        metavar="TEXT",
+        default="forgotten from the command line",
+        help="why (recorded; default: 'forgotten from the command line')",
     )
     _add_filter_options(p, "every live finding")
     p.add_argument(
@@ -483,7 +486,12 @@ def add_memory_commands(add: Add) -> None:
     p.add_argument(
         "key", metavar="KEY", nargs="?", help="the memory's id, or any of its versions' keys; or a filter"
     )
-    p.add_argument("--reason", metavar="TEXT", default="erased from the command line", help="why (recorded)")
+    p.add_argument(
+        "--reason",
+        metavar="TEXT",
+        default="erased from the command line",
+        help="why (recorded; default: 'erased from the command line')",
+    )
     _add_filter_options(p, "every memory with a commit")
     p.add_argument("--dry-run", action="store_true", help="with a filter: list the memories, erase nothing")
     p.add_argument("--yes", action="store_true", help="erase (without it, nothing is done)")

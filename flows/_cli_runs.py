@@ -379,7 +379,7 @@ def add_run_commands(add: Add) -> None:
         help="the flow's input, a JSON value or @FILE holding one (the body's f.input)",
     )
     p = add("resume", cmd_resume, "resume a failed or interrupted root run")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID", help="the root run's id (as `flows runs` lists it)")
     p.add_argument(
         "--allow-changed",
         action="store_true",
@@ -410,4 +410,4 @@ def add_run_commands(add: Add) -> None:
         help=f"at most N runs (1 to {LIMIT_MAX}; default 20)",
     )
     p = add("show", cmd_show, "show a root run: state, input, output, every step and learn in order")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("run_id", metavar="RUN_ID", help="the root run's id (as `flows runs` lists it)")

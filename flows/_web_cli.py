@@ -52,7 +52,7 @@ def add_serve_command(add: Add) -> None:
         action="append",
         type=_home,
         default=[],
-        help="an agent's home (the folder holding .sail/); repeat for several agents",
+        help="an agent's home (the folder holding .sail/); repeat for several agents (default: none)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8765, help="port to bind (default 8765; 0: any free port)")

@@ -445,7 +445,11 @@ def build_cli() -> CommandLine:
     p.add_argument("--min-balance", type=int, help="skip below this token-in balance (embedded: 25 USDC)")
     p.add_argument("--slippage-bps", type=int, default=50, help="quote tolerance (default 50)")
     p.add_argument("--permission", help="the protocol permission id dispatches carry")
-    p.add_argument("--key-env", default="SAIL_PRIVATE_KEY", help="env var holding the signing key")
+    p.add_argument(
+        "--key-env",
+        default="SAIL_PRIVATE_KEY",
+        help="env var holding the signing key (default: SAIL_PRIVATE_KEY)",
+    )
     p.add_argument("--keystore", help="encrypted keystore file (password in $SAIL_KEYSTORE_PASSWORD)")
 
     p = command("tick", "run one tick: reconcile, read memory, decide, skip or submit", cmd_tick)

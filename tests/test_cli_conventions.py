@@ -26,8 +26,10 @@ import portalocker
 import pytest
 
 import memory
+from flows._cli import build_parser as flows_parser
 from memory.cli import expiry_ms, instant_ms, limit, shown
 from memory.ledger import Ledger, Skipped
+from sail._cli import build_parser as sail_parser
 from sail._config import EMBEDDED, SailConfig, save_config
 from tests.conftest import ROOT
 from tests.flows.helpers import write_flow
@@ -384,6 +386,19 @@ def _first_line_then_stop(argv: list[str], what: str) -> object:
     assert rest == b"", (what, rest)
     assert proc.returncode == 130, (what, proc.returncode)  # Ctrl-C, as every command exits on it
     return announced
+
+
+@BOTH
+def test_every_argument_of_every_command_has_help_that_gives_its_default(prog: str) -> None:
+    """``PROG COMMAND --help`` says what each argument is, and, for an option with a default, what
+    the default is (``--reason`` recorded a text its help never named)."""
+    parser = (flows_parser if prog == "flows" else sail_parser)()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            assert action.help, (name, action.option_strings or action.dest)
+            if action.default not in (None, False, 0, argparse.SUPPRESS):
+                assert "default" in action.help, (name, action.option_strings, action.default)
 
 
 @BOTH
