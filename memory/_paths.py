@@ -397,6 +397,22 @@ def _present(path: Path) -> bool:
     return True
 
 
+def _journal_elsewhere(db_path: Path, journal: str | os.PathLike[str] | None) -> bool:
+    """Whether a journal given apart from the DB (``--journal``, ``$FLOWS_JOURNAL``) may hold runs
+    of its own: a DSN, or a folder that is there (a missing one holds none, and a read of it would
+    answer as an empty store). A location the journal itself refuses is for its open to report."""
+    if journal is None and not os.environ.get("FLOWS_JOURNAL"):
+        return False
+    try:
+        location = resolve_journal(db_path, journal)
+        if location.startswith(("postgresql://", "postgres://")):
+            return True
+        folder = file_location(location)
+    except JournalLocationInvalid:
+        return True
+    return _present(Path(folder))
+
+
 def check_store_location(
     db: str | os.PathLike[str] | None, journal: str | os.PathLike[str] | None, *, creating: bool
 ) -> None:
@@ -408,8 +424,8 @@ def check_store_location(
     * The DB's folder is there and is no folder (a file, a FIFO, a socket): ``Unreachable``.
     * ``creating`` is False (a command that only reads, or needs a store that has run): the DB's
       folder does not exist, so no store can be there, unless the journal is given elsewhere
-      (``--journal`` or ``$FLOWS_JOURNAL``), which may hold runs of its own. (A folder that exists
-      and holds nothing yet is an empty store.)
+      (``--journal`` or ``$FLOWS_JOURNAL``: a DSN, or a folder that is there), which may hold runs
+      of its own. (A folder that exists and holds nothing yet is an empty store.)
     * The journal's folder (``--journal``, ``$FLOWS_JOURNAL`` or the one beside the DB) is there and
       is no folder, or lies below a file (``refuse_odd_journal``): ``Unreachable``.
     * ``creating`` is True (a write that may begin a store): the DB's path holds something other
@@ -444,14 +460,17 @@ def check_store_location(
                 path=db_path,
             )
         return
-    elsewhere = journal is not None or bool(os.environ.get("FLOWS_JOURNAL"))
-    if elsewhere or db_path.parent.is_dir():
+    if _journal_elsewhere(db_path, journal) or db_path.parent.is_dir():
         return
     default = resolve_db(None) if explicit else None
+    given = journal is not None or bool(os.environ.get("FLOWS_JOURNAL"))
     raise StoreMissing(
         f"no store at {db_path}: its folder {db_path.parent} does not exist"
         + (f" (the default store is {default})" if default is not None and default != db_path else "")
-        + "; check --db (or $FLOWS_DB), or create the store by learning into it "
+        + (f", nor does the journal's folder {resolve_journal(db_path, journal)}" if given else "")
+        + "; check --db (or $FLOWS_DB)"
+        + (" and --journal (or $FLOWS_JOURNAL)" if given else "")
+        + ", or create the store by learning into it "
         "(`flows learn TEXT --scope S --db PATH`) or running a flow (`flows run FILE --db PATH`)",
         path=db_path,
     )

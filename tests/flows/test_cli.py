@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
 
 import memory
-from tests.flows.helpers import check_invariants, flows, json_of, write_flow
+from tests.conftest import ROOT
+from tests.flows.helpers import check_invariants, flows, flows_cmd, json_of, write_flow
 
 LEARN_TWO = """
 await f.memory.learn({"text": "the kettle boils at 100 C at sea level", "tags": ["kitchen", "physics"]})
@@ -286,3 +289,28 @@ def test_a_store_path_is_never_guessed(tmp_path: Path) -> None:
         assert f"--db {store}" in result.stderr
     assert not typo.exists()
     assert len(json_of(flows(store, "recall", "--json"))) == 2
+
+
+def test_a_journal_given_at_a_missing_folder_is_no_store_either(tmp_path: Path) -> None:
+    """``$FLOWS_JOURNAL`` (or ``--journal``) naming a folder that does not exist, beside a DB whose
+    folder does not exist: a reading command refuses, naming both, where it answered as an empty
+    store ("no findings match"). A journal folder that is there may hold runs of its own: read."""
+    missing_db = tmp_path / "nowhere" / "history.db"
+    missing_journal = tmp_path / "typo-journal"
+    for command in (["recall"], ["runs"], ["why", "fee"]):
+        for how in ("env", "option"):
+            extra = ["--journal", str(missing_journal)] if how == "option" else []
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_JOURNAL": str(missing_journal)}
+            result = subprocess.run(
+                [*flows_cmd(), *command, *extra, "--db", str(missing_db)],
+                capture_output=True,
+                text=True,
+                env=env if how == "env" else {k: v for k, v in env.items() if k != "FLOWS_JOURNAL"},
+                timeout=60,
+                check=False,
+            )
+            assert result.returncode == 1, (command, how, result.stdout)
+            assert "error[memory_store_missing]" in result.stderr, (command, how, result.stderr)
+            assert str(missing_journal) in result.stderr and str(missing_db) in result.stderr
+    missing_journal.mkdir()
+    assert flows(missing_db, "runs", "--journal", str(missing_journal)).returncode == 0

@@ -143,6 +143,7 @@ def test_bad_input_exits_2_with_its_code_and_writes_nothing(
 ) -> None:
     db = tmp_path / "store" / "history.db"
     loc = str(tmp_path / "store" / "journal")
+    os.makedirs(loc)  # an empty store: a journal named at a missing folder is no store at all
     result = _cli(db, loc, *args, "--json")
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
