@@ -148,8 +148,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from flows.mcp._sessions import Sessions
     from memory import MemoryStore
 
-    # A server reports the failures it survives (a tool's bug) on stderr, even without -v.
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=LOG_FORMAT)
+    _report_on_stderr()
     from flows._cli_common import embedder_for
 
     store = MemoryStore(args.db, journal=args.journal, embedder=embedder_for(args))
@@ -188,6 +187,25 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         # HTTP server does.
         signal.raise_signal(stopped_by)
     return 0
+
+
+def _report_on_stderr() -> None:
+    """Make the server report the failures it survives (a tool's bug, a root run it could not end)
+    on stderr, even without -v.
+
+    The CLI keeps a quiet command quiet by giving the root logger a ``NullHandler``; with it there,
+    ``logging.basicConfig`` does nothing, and every such report was dropped: a session whose root
+    run could not be ended (a store turned read-only) ended with exit 0 and not a word. With -v (or
+    ``$FLOWS_LOG``) the root logger already prints, and the server's reports go there."""
+    root = logging.getLogger()
+    if any(not isinstance(h, logging.NullHandler) for h in root.handlers):
+        return
+    server_log = logging.getLogger("flows.mcp")
+    if not server_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        server_log.addHandler(handler)
+    server_log.setLevel(logging.WARNING)
 
 
 _PROBE_RUN = "mcp-probe-no-such-run"

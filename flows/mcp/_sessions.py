@@ -23,6 +23,7 @@ import anyio.to_thread
 
 from flows.mcp._errors import McpSessionEnded
 from memory import FindingUnknown, Forgotten, Learned, MemoryStore, Recalled
+from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
 
@@ -61,6 +62,7 @@ class _Root:
     """A session's root run in one scope: a ``MemorySession`` of flow ``mcp``."""
 
     def __init__(self, store: MemoryStore, scope: str) -> None:
+        self.scope = scope
         self.session = store.session(scope=scope, flow=FLOW)
 
     # A write once started is finished even when its request is cancelled (the client left): the
@@ -80,6 +82,14 @@ class _Root:
         with anyio.CancelScope(shield=True):
             forgotten = await self.session.aforget(key, reason=reason)
         return forgotten
+
+    def described(self) -> str:
+        """The root run, for a message: its id, or its scope when its id cannot be had (it was
+        never begun, and a closed session begins none)."""
+        try:
+            return self.session.run_id
+        except Exception:
+            return f"(scope {self.scope!r})"
 
     async def close(self) -> None:
         await self.session.aclose()
@@ -185,8 +195,18 @@ class Sessions:
         for root in roots:
             try:
                 await (root.abandon() if abandoned else root.close())
-            except Exception:  # one root's failure must not keep the others running
-                log.exception("ending a root run of session %s failed", key)
+            except CodedError as exc:  # one root's failure must not keep the others running
+                log.error(
+                    "session %s: its root run %s was not ended %s: error[%s]: %s; it reads "
+                    "interrupted (`flows check` on the server's machine tells what is wrong)",
+                    key or "(stdio)",
+                    root.described(),
+                    "interrupted" if abandoned else "done",
+                    exc.code,
+                    exc,
+                )
+            except Exception:
+                log.exception("session %s: ending its root run %s failed", key or "(stdio)", root.described())
 
     async def end_all(self) -> None:
         """End every session (the server is stopping)."""

@@ -1,0 +1,67 @@
+"""A store that turns against a running server: what the server cannot do is said, never swallowed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from journal import RunState
+from tests.adversarial.memory_support import without_dac_override
+from tests.mcp.harness import START_TIMEOUT_S, mcp_argv, mcp_runs, server_env, stop
+from tests.mcp.test_wire import INITIALIZE, INITIALIZED, RawStdio
+
+
+def _read_only(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            os.chmod(Path(dirpath) / name, 0o444)
+        for name in dirnames:
+            os.chmod(Path(dirpath) / name, 0o555)
+
+
+def _writable(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            os.chmod(Path(dirpath) / name, 0o755)
+        for name in filenames:
+            os.chmod(Path(dirpath) / name, 0o644)
+
+
+def test_a_root_run_the_server_cannot_end_is_reported_on_stderr(tmp_path: Path) -> None:
+    # The journal turns read-only under a stdio session: its end cannot record the root run `done`.
+    # The server says so on stderr (one line, the code, the run) rather than exiting in silence.
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    errpath = tmp_path / "server.err"
+    with errpath.open("wb") as err:
+        proc = subprocess.Popen(
+            mcp_argv(db),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=server_env(),
+            preexec_fn=without_dac_override,  # noqa: PLW1509 - the modes must bind the server (root here)
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    wire = RawStdio(proc)
+    journal_dir = db.parent / "flows-journal"
+    try:
+        wire.send_json(INITIALIZE)
+        assert wire.answer(START_TIMEOUT_S)["id"] == 0
+        wire.send_json(INITIALIZED)
+        call = {"name": "learn", "arguments": {"text": "kept before the disk turned"}}
+        wire.send_json({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})
+        assert wire.answer()["result"]["isError"] is False
+        [run] = mcp_runs(db)
+        _read_only(journal_dir)
+        proc.stdin.close()
+        assert proc.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        stop(proc)
+        proc.stdout.close()
+        _writable(journal_dir)
+    err_text = errpath.read_text()
+    assert "error[journal_unwritable]" in err_text and run.run_id in err_text, err_text
+    assert "Traceback" not in err_text, err_text
+    assert [r.state for r in mcp_runs(db)] == [RunState.INTERRUPTED]  # nothing claims it ended
