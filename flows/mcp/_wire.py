@@ -69,9 +69,20 @@ def unreadable_answer(text: str) -> str | None:
             return _not_strict_json(raw, odd)
     if not isinstance(raw, dict):
         return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
-    if read is not None and not ("id" in raw and isinstance(read, types.JSONRPCNotification)):
+    if read is not None and not _dropped_request(raw, read):
         return None
     return _shape_answer(raw)
+
+
+def _dropped_request(raw: dict[str, Any], read: Any) -> bool:
+    """Whether the SDK, reading the object ``raw`` as ``read``, answers nothing though ``raw`` asks
+    for an answer: a request whose id it cannot use (read as a notification), or a request that also
+    holds a ``result`` or an ``error`` (read as the answer to a request of ours, and dropped)."""
+    if "id" not in raw:
+        return False
+    if isinstance(read, types.JSONRPCNotification):
+        return True
+    return "method" in raw and isinstance(read, (types.JSONRPCResponse, types.JSONRPCError))
 
 
 def body_answer(body: bytes) -> str | None:
@@ -89,7 +100,7 @@ def body_answer(body: bytes) -> str | None:
         read: Any = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError:
         read = None
-    if read is not None and not ("id" in raw and isinstance(read, types.JSONRPCNotification)):
+    if read is not None and not _dropped_request(raw, read):
         return None
     return _shape_answer(raw)
 
@@ -115,8 +126,10 @@ def _shape_answer(raw: dict[str, Any]) -> str | None:
         return error_line(
             None, types.INVALID_REQUEST, "Invalid request: the id must be a string or an integer"
         )
+    answers = [k for k in ("result", "error") if k in raw]
+    asked = {k: v for k, v in raw.items() if k not in answers}  # with a `method`, it is meant as a request
     try:
-        types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+        types.jsonrpc_message_adapter.validate_python(asked, by_name=False)
     except ValidationError as exc:
         # a message with an id and no result or error is meant as a request: say what is wrong with it
         # as one (not what it lacks to be a response), and blame the params only when only they are wrong
@@ -125,6 +138,13 @@ def _shape_answer(raw: dict[str, Any]) -> str | None:
         if all(e["loc"][1:2] == ("params",) for e in errors):
             return error_line(raw["id"], types.INVALID_PARAMS, f"Invalid params: {where}")
         return error_line(raw["id"], types.INVALID_REQUEST, f"Invalid request: {where}")
+    if answers:
+        return error_line(
+            raw["id"],
+            types.INVALID_REQUEST,
+            f"Invalid request: a request (a message with a `method`) holds no `{answers[0]}`; "
+            "only an answer does",
+        )
     # well-formed, yet the SDK's JSON reader refused it: values nested deeper than it reads
     return error_line(raw["id"], types.INVALID_PARAMS, "Invalid params: values nested too deeply to read")
 

@@ -119,6 +119,10 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
     # a request whose `jsonrpc` is wrong or missing is an invalid request: its params are not to blame
     (b'{"jsonrpc": "1.0", "id": 19, "method": "ping"}', 19, INVALID_REQUEST),
     (b'{"id": 20, "method": "tools/list", "params": {}}', 20, INVALID_REQUEST),
+    # a request that also holds an answer's member: the SDK read it as an answer to nothing, and
+    # dropped it (the end of stdin then waited 30 s for its answer)
+    (_call(21, "never learned")[:-1] + b', "error": {"code": 1, "message": "x"}}', 21, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": 22, "method": "ping", "params": 5, "result": {}}', 22, INVALID_PARAMS),
     (b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}', None, INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "id": [12], "method": "ping"}', None, INVALID_REQUEST),
     (b"[1, 2]", None, INVALID_REQUEST),
@@ -151,6 +155,8 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
                 assert "lone surrogate" in answer["error"]["message"], line
             elif b'"jsonrpc": "1.0"' in line:  # what is wrong, and nothing a response would lack
                 assert answer["error"]["message"] == "Invalid request: `jsonrpc`: Input should be '2.0'"
+            elif b'"error": {' in line:
+                assert "holds no `error`" in answer["error"]["message"], answer
             wire.ping(1000 + n)
         # a notification of the wrong shape and a blank line ask nothing, and get nothing
         wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
@@ -303,6 +309,9 @@ MISSHAPEN_OVER_HTTP: list[tuple[bytes, object, int]] = [
     (b'{"jsonrpc": "2.0", "id": 61, "method": 7}', 61, INVALID_REQUEST),
     (b'{"jsonrpc": "1.0", "id": 62, "method": "ping"}', 62, INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "id": "s63", "method": "tools/list", "params": 5}', "s63", INVALID_PARAMS),
+    # a request that also holds an answer's member: the SDK took it for an answer, and said 202
+    (_call(64, "never learned")[:-1] + b', "error": {"code": 1, "message": "x"}}', 64, INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "id": 65, "method": "ping", "params": 5, "result": {}}', 65, INVALID_PARAMS),
 ]
 
 
@@ -321,6 +330,7 @@ def test_every_http_request_with_an_id_is_answered_as_over_stdio(tmp_path: Path)
         notification = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
         assert client.post(server.url, content=notification, headers={**ACCEPT, **ids}).status_code == 202
     assert "Traceback" not in server.stderr()
+    assert mcp_runs(db) == []  # no call was run
 
 
 def test_a_delete_with_a_foreign_host_is_refused_before_it_ends_anything(tmp_path: Path) -> None:
