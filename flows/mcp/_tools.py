@@ -16,7 +16,7 @@ from jsonschema.exceptions import best_match
 from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
-from memory import HISTORY_KINDS, TAGS_MAX
+from memory import HISTORY_KINDS, METADATA_MAX_BYTES, REASON_MAX, SOURCE_MAX_BYTES, TAG_MAX_BYTES, TAGS_MAX
 from memory.cli import instant_ms
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
@@ -271,6 +271,12 @@ async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
 _ARGUMENT_ERRORS = (
     "Arguments that break the input schema are refused with `mcp_arguments_invalid` (naming the argument)"
 )
+_FINDING_ERRORS = (
+    "a finding the memory refuses is `memory_finding_invalid`, naming the `field` (a blank text, a "
+    f"`source` over {SOURCE_MAX_BYTES} bytes or a tag over {TAG_MAX_BYTES} bytes as UTF-8, `metadata` "
+    f"over {METADATA_MAX_BYTES} bytes as JSON, with a key holding a control character, or nested deeper "
+    "than 16 levels)"
+)
 _FILTERS = {
     "tags": {**_TAGS, "description": "Only findings carrying every one of these tags."},
     "metadata": {
@@ -341,9 +347,14 @@ TOOLS: tuple[ToolSpec, ...] = (
             "the same finding again remembers it anew as a new memory under a new key, with a record of "
             "its own (the old key is not brought back). Errors: "
             + _ARGUMENT_ERRORS
-            + f" (text is at most {TEXT_MAX} "
-            "characters); a blank text or metadata the memory refuses is `memory_finding_invalid`; a "
-            "`supersedes` key no finding has is `memory_finding_unknown`. A refused learn writes nothing."
+            + f" (text is at most {TEXT_MAX} characters); "
+            + _FINDING_ERRORS
+            + "; a `scope` no finding can have is `memory_argument_invalid` (blank, over 256 "
+            "characters, with NUL) or `journal_name_invalid` (another control character); a "
+            "`supersedes` key no finding has is `memory_finding_unknown`, one already forgotten or "
+            "superseded `memory_finding_retired` "
+            "(supersede the memory's live version: the `history` tool names it). A refused learn writes "
+            "nothing."
         ),
         input_schema=_object(
             {
@@ -362,7 +373,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "metadata": {
                     "type": "object",
                     "description": "Structured facts to filter by later: a JSON object of string keys "
-                    "(at most 16384 bytes as JSON).",
+                    f"(at most {METADATA_MAX_BYTES} bytes as JSON).",
                 },
                 "supersedes": {**_KEY, "description": "The key of a finding this one replaces."},
                 "scope": _SCOPE,
@@ -385,8 +396,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             "unchanged. Repeats: updating to the content the memory already holds returns that version "
             "and writes nothing. Errors: " + _ARGUMENT_ERRORS + "; a memory with no live version "
             "(never learned, or forgotten: learn it again to start a new memory) is "
-            "`memory_finding_unknown`; a blank text or metadata the memory refuses is "
-            "`memory_finding_invalid`. A refused update writes nothing."
+            "`memory_finding_unknown`; " + _FINDING_ERRORS + ". A refused update writes nothing."
         ),
         input_schema=_object(
             {
@@ -525,7 +535,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "finding's own record stays there for audit (see the `history` tool). Repeats: forgetting "
             "a forgotten finding again returns the first forget and writes nothing; forgetting a "
             "superseded finding returns its retirement, with `by` naming the key that replaced it. "
-            "Errors: " + _ARGUMENT_ERRORS + "; a key no finding has is `memory_finding_unknown`."
+            "Errors: " + _ARGUMENT_ERRORS + f" (a reason is at most {REASON_MAX} characters); a blank "
+            "reason is `memory_argument_invalid`; a key no finding has is `memory_finding_unknown`."
         ),
         input_schema=_object(
             {
@@ -533,7 +544,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "reason": {
                     "type": "string",
                     "minLength": 1,
-                    "description": "Why it is forgotten, for the record.",
+                    "maxLength": REASON_MAX,
+                    "description": f"Why it is forgotten, for the record (at most {REASON_MAX} characters).",
                 },
             },
             ["key", "reason"],

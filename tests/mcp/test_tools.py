@@ -15,7 +15,16 @@ from mcp.types import INVALID_PARAMS, TextResourceContents
 from flows.mcp._tools import TEXT_MAX
 from journal import RunState
 from tests.mcp.conftest import Transport, open_transport
-from tests.mcp.harness import CALL_TIMEOUT_S, call, call_error, journal_of, learn_records, mcp_runs, run
+from tests.mcp.harness import (
+    CALL_TIMEOUT_S,
+    call,
+    call_error,
+    journal_of,
+    learn_records,
+    mcp_runs,
+    run,
+    stdio_session,
+)
 
 TOOLS = {"learn", "update", "recall", "why", "get", "forget", "history"}
 
@@ -505,3 +514,38 @@ def test_a_resource_uri_with_bad_percent_encoding_is_refused_naming_what_is_wron
     [content] = good.contents  # a well-encoded URI still reads its scope
     assert isinstance(content, TextResourceContents)
     assert [f["key"] for f in orjson.loads(content.text)["findings"]] == [learned["key"]]
+
+
+def test_every_error_a_tool_returns_is_named_in_its_description(tmp_path: Any) -> None:
+    # A model reads the description to know what can go wrong: each code a hostile call meets is there.
+    from flows.mcp._tools import BY_NAME
+
+    async def main() -> list[tuple[str, dict[str, Any]]]:
+        async with stdio_session(tmp_path / "history.db") as session:
+            old = (await call(session, "learn", text="the first version"))["key"]
+            await call(session, "forget", key=old, reason="wrong")
+            live = (await call(session, "learn", text="a live one"))["key"]
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("learn", {"text": "t", "supersedes": old}),  # retired
+                ("learn", {"text": "t", "supersedes": "0" * 32}),
+                ("learn", {"text": "t", "source": "s" * 5000}),
+                ("learn", {"text": "t", "tags": ["t" * 300]}),
+                ("learn", {"text": "t", "metadata": {"k": 2**64}}),
+                ("learn", {"text": "t", "scope": " "}),
+                ("learn", {"text": "t", "scope": "a\nb"}),
+                ("update", {"memoryId": old, "text": "t"}),
+                ("update", {"memoryId": live, "text": "t", "source": "s" * 5000}),
+                ("forget", {"key": live, "reason": "r" * 1025}),
+                ("forget", {"key": live, "reason": "   "}),
+                ("forget", {"key": "0" * 32, "reason": "r"}),
+                ("recall", {"before": "not a time"}),
+                ("recall", {"metadata": {"": 1}}),
+                ("recall", {"before": 2**63}),
+                ("why", {"subject": "x", "mode": "semantic"}),
+                ("get", {"key": old}),
+                ("history", {"key": "0" * 32}),
+            ]
+            return [(tool, await call_error(session, tool, **args)) for tool, args in calls]
+
+    for tool, error in run(main):
+        assert f"`{error['code']}`" in BY_NAME[tool].description, (tool, error)
