@@ -174,7 +174,7 @@ def _tools() -> list[types.Tool]:
 
 def _protocol_error(exc: CodedError, code: int = types.INTERNAL_ERROR) -> MCPError:
     """A coded error as the JSON-RPC error of a request that is not a tool call."""
-    return MCPError(code=code, message=str(exc), data=error_json(exc))
+    return MCPError(code=code, message=name_tools(str(exc)), data=error_json(exc))
 
 
 class MemoryServer:

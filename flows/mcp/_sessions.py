@@ -197,8 +197,8 @@ class Sessions:
                 await (root.abandon() if abandoned else root.close())
             except CodedError as exc:  # one root's failure must not keep the others running
                 log.error(
-                    "session %s: its root run %s was not ended %s: error[%s]: %s; it reads "
-                    "interrupted (`flows check` on the server's machine tells what is wrong)",
+                    "session %s: its root run %s could not be ended %s, and is left as it was: "
+                    "error[%s]: %s",
                     key or "(stdio)",
                     root.described(),
                     "interrupted" if abandoned else "done",

@@ -5,10 +5,24 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.shared.exceptions import MCPError
 
 from journal import RunState
 from tests.adversarial.memory_support import without_dac_override
-from tests.mcp.harness import START_TIMEOUT_S, mcp_argv, mcp_runs, server_env, stop
+from tests.mcp.harness import (
+    START_TIMEOUT_S,
+    call,
+    call_error,
+    mcp_argv,
+    mcp_runs,
+    run,
+    server_env,
+    stdio_session,
+    stop,
+)
 from tests.mcp.test_wire import INITIALIZE, INITIALIZED, RawStdio
 
 
@@ -65,3 +79,32 @@ def test_a_root_run_the_server_cannot_end_is_reported_on_stderr(tmp_path: Path) 
     assert "error[journal_unwritable]" in err_text and run.run_id in err_text, err_text
     assert "Traceback" not in err_text, err_text
     assert [r.state for r in mcp_runs(db)] == [RunState.INTERRUPTED]  # nothing claims it ended
+
+
+def test_a_damaged_store_is_a_coded_error_for_every_read_and_a_resource_speaks_to_the_client(
+    tmp_path: Path,
+) -> None:
+    # A learned file replaced by a folder under a running server: tools and resources alike answer
+    # with the memory's code, and the resource's message, like a tool's, sends the client to run the
+    # repair on the server's machine (it named the bare command, as if the client had a shell there).
+    db = tmp_path / "history.db"
+
+    async def main() -> tuple[dict[str, Any], MCPError, MCPError]:
+        async with stdio_session(db) as session:
+            await call(session, "learn", text="a finding about to be damaged")
+            [learned] = (db.parent / "flows-memory").glob("*/.trajectories/compacted/*.json")
+            learned.unlink()
+            learned.mkdir()
+            error = await call_error(session, "recall")
+            with pytest.raises(MCPError) as listed:
+                await session.list_resources()
+            with pytest.raises(MCPError) as read:
+                await session.read_resource("flows-memory://scope/mcp")
+            return error, listed.value, read.value
+
+    error, listed, read = run(main)
+    assert error["code"] == "memory_unreachable"
+    assert "on the server's machine" in error["message"], error
+    for refused in (listed, read):
+        assert isinstance(refused.error.data, dict) and refused.error.data["code"] == "memory_unreachable"
+        assert "`flows check --repair` on the server's machine" in refused.error.message, refused.error
