@@ -351,10 +351,11 @@ TOOLS: tuple[ToolSpec, ...] = (
             + _FINDING_ERRORS
             + "; a `scope` no finding can have is `memory_argument_invalid` (blank, over 256 "
             "characters, with NUL) or `journal_name_invalid` (another control character); a "
-            "`supersedes` key no finding has is `memory_finding_unknown`, one already forgotten or "
-            "superseded `memory_finding_retired` "
-            "(supersede the memory's live version: the `history` tool names it). A refused learn writes "
-            "nothing."
+            "`supersedes` key no finding has is `memory_finding_unknown`; a retirement the learn cannot "
+            "go past is `memory_finding_retired`, its message saying what to do (the `supersedes` key "
+            "was already forgotten or superseded, or was retired while this learn was written: supersede "
+            "the memory's live version, which the `history` tool names; the same finding was erased "
+            "while this learn was written: learn it again). A refused learn writes nothing."
         ),
         input_schema=_object(
             {
@@ -396,7 +397,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "unchanged. Repeats: updating to the content the memory already holds returns that version "
             "and writes nothing. Errors: " + _ARGUMENT_ERRORS + "; a memory with no live version "
             "(never learned, or forgotten: learn it again to start a new memory) is "
-            "`memory_finding_unknown`; " + _FINDING_ERRORS + ". A refused update writes nothing."
+            "`memory_finding_unknown`; " + _FINDING_ERRORS + "; a memory that other writers changed "
+            "under every attempt is `memory_finding_retired` (update it again). A refused update writes "
+            "nothing."
         ),
         input_schema=_object(
             {
