@@ -953,6 +953,21 @@ class FileJournal:
         if held is not None and releases(held[0], lease):
             del self._held[lease.run_id]
             os.close(held[1])
+            self._let_go_of(lease.run_id)
+
+    def _let_go_of(self, run_id: str) -> None:
+        """Close what this object kept open to append to the run, which it no longer does: its
+        streams' logs and marks (two descriptors a stream), its run lock (unless a thread holds it
+        now) and its pinned ``run.json``. A long-lived process (an MCP server: a root run a session
+        and scope) kept the streams of every run it had ever appended to, until it ran out of
+        descriptors and every read and write failed. A reader still holding a stream goes on (a
+        log reopens what it needs)."""
+        with self._mutex:
+            dropped = [self._streams.pop(key) for key in list(self._streams) if key[0] == run_id]
+        for handle in dropped:
+            handle.log.close()
+        self._close_run_lock(run_id, wait=False)
+        self._unpin(run_id)
 
     # -- streams -----------------------------------------------------------------------------
 

@@ -107,3 +107,29 @@ def test_a_journal_and_a_log_still_holding_descriptors_at_exit_leave_quietly(tmp
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_one_long_lived_journal_keeps_no_descriptor_of_runs_it_ended_or_let_go(tmp_path: Path) -> None:
+    # A server's one journal object appends to a new root run for each session (or scope): the
+    # streams of every run it had ended kept their log and mark open, two descriptors each, until
+    # the process ran out and every read and write failed.
+    jr = FileJournal(tmp_path)
+    try:
+        for n in range(5):  # what the first runs open for good: the journal's own folders
+            _, lease = jr.begin("flow", f"warm-{n}", {})
+            jr.append(lease, "s", {"n": n})
+            jr.finish(lease, journal.RunState.DONE)
+        before = _open_fds()
+        for n in range(100):
+            _, lease = jr.begin("flow", f"scope-{n}", {})
+            jr.append(lease, "learned", {"n": n})
+            jr.append(lease, "forgot", {"n": n})
+            if n % 2:
+                jr.finish(lease, journal.RunState.DONE)
+            else:
+                jr.release(lease)  # let go: it reads interrupted
+        grown = _open_fds() - before
+        assert len(grown) <= 2, sorted(os.readlink(f"/proc/self/fd/{fd}") for fd in grown)
+    finally:
+        jr.close()
+
