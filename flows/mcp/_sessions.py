@@ -36,6 +36,14 @@ DEFAULT_SCOPE = "mcp"
 END_WAIT_S = 30.0
 """How long ending a session waits for its calls in flight to finish."""
 
+MAX_OPEN_ROOTS = 8
+"""The most root runs one session keeps open (one per scope it writes to). A write to a scope past
+them first ends ``done`` the root run the session wrote to least recently (one no write is using);
+a later write there begins a new one. Each open root run holds its lease, its run lock and its
+streams open: a client writing to a new scope each time (a scope per user) held three descriptors a
+scope until the process ran out (at 1,024, some 300 scopes), and then every read and write failed
+and not even the session's end could finish its runs."""
+
 
 def citation_json(citation: Any, committed_ms: int | None) -> dict[str, Any]:
     """A citation as the tools return it: ``runId``, ``stream``, ``id`` and ``committedMs``."""
@@ -63,6 +71,7 @@ class _Root:
 
     def __init__(self, store: MemoryStore, scope: str) -> None:
         self.scope = scope
+        self.users = 0  # writes holding it (``Sessions.root``): it is not ended under them
         self.session = store.session(scope=scope, flow=FLOW)
 
     # A write once started is finished even when its request is cancelled (the client left): the
@@ -156,19 +165,33 @@ class Sessions:
         if not (session.roots or session.requests or session.calls) and self._live.get(key) is session:
             del self._live[key]
 
-    async def root_of(self, key: str | None, session: _Session, scope: str) -> _Root:
-        """``session``'s root run in ``scope``, begun now if it has none there yet.
+    @contextlib.asynccontextmanager
+    async def root(self, key: str | None, session: _Session, scope: str) -> AsyncIterator[_Root]:
+        """``session``'s root run in ``scope`` for one write, begun by it if the session has none there
+        open. Past ``MAX_OPEN_ROOTS`` the session's least recently used root runs (those no write
+        holds) are ended ``done`` first.
 
         Raises:
             McpSessionEnded: the session ended while the call waited.
         """
+        retired: list[_Root] = []
         async with session.lock:
             if session.ended:
                 raise McpSessionEnded(f"session {key} has ended; open a new session to write")
-            root = session.roots.get(scope)
+            root = session.roots.pop(scope, None)  # put back last: the order is least recent first
             if root is None:
-                root = session.roots[scope] = _Root(self.store, scope)
-            return root
+                idle = [s for s, r in session.roots.items() if not r.users]
+                for old in idle[: max(0, len(session.roots) + 1 - MAX_OPEN_ROOTS)]:
+                    retired.append(session.roots.pop(old))
+                root = _Root(self.store, scope)
+            session.roots[scope] = root
+            root.users += 1
+        try:
+            for old_root in retired:
+                await self._end_root(key, old_root, abandoned=False)
+            yield root
+        finally:
+            root.users -= 1
 
     def idle(self, timeout_s: float) -> list[str]:
         """The HTTP sessions with no call in flight and no request for ``timeout_s`` seconds."""
@@ -193,20 +216,25 @@ class Sessions:
             roots = list(session.roots.values())
             session.roots.clear()
         for root in roots:
-            try:
-                await (root.abandon() if abandoned else root.close())
-            except CodedError as exc:  # one root's failure must not keep the others running
-                log.error(
-                    "session %s: its root run %s could not be ended %s, and is left as it was: "
-                    "error[%s]: %s",
-                    key or "(stdio)",
-                    root.described(),
-                    "interrupted" if abandoned else "done",
-                    exc.code,
-                    exc,
-                )
-            except Exception:
-                log.exception("session %s: ending its root run %s failed", key or "(stdio)", root.described())
+            await self._end_root(key, root, abandoned=abandoned)
+
+    async def _end_root(self, key: str | None, root: _Root, *, abandoned: bool) -> None:
+        """End ``root`` (``done``, or let go when ``abandoned``), reporting a failure on stderr: one
+        root's failure must not keep the others running, nor fail a write."""
+        try:
+            await (root.abandon() if abandoned else root.close())
+        except CodedError as exc:
+            log.error(
+                "session %s: its root run %s could not be ended %s, and is left as it was: "
+                "error[%s]: %s",
+                key or "(stdio)",
+                root.described(),
+                "interrupted" if abandoned else "done",
+                exc.code,
+                exc,
+            )
+        except Exception:
+            log.exception("session %s: ending its root run %s failed", key or "(stdio)", root.described())
 
     async def end_all(self) -> None:
         """End every session (the server is stopping)."""
@@ -228,8 +256,8 @@ class SessionMemory:
         return self._sessions.store
 
     async def learn(self, scope: str, finding: Mapping[str, Any], supersedes: str | None) -> dict[str, Any]:
-        root = await self._sessions.root_of(self._key, self._session, scope)
-        learned = await root.learn(finding, supersedes)
+        async with self._sessions.root(self._key, self._session, scope) as root:
+            learned = await root.learn(finding, supersedes)
         return {
             "memoryId": learned.memory_id,
             "key": learned.key,
@@ -248,8 +276,8 @@ class SessionMemory:
                 "forgotten (the `history` tool tells which); learn the finding again to start a new memory",
                 key=memory_id,
             )
-        root = await self._sessions.root_of(self._key, self._session, live.scope)
-        learned = await root.update(memory_id, finding)
+        async with self._sessions.root(self._key, self._session, live.scope) as root:
+            learned = await root.update(memory_id, finding)
         return {
             "memoryId": learned.memory_id,
             "key": learned.key,
@@ -264,8 +292,8 @@ class SessionMemory:
         # so a session's forgets sit beside its learns of that scope.
         found = await anyio.to_thread.run_sync(self._store.get, key)
         scope = found.scope if found is not None else self.default_scope or DEFAULT_SCOPE
-        root = await self._sessions.root_of(self._key, self._session, scope)
-        forgotten = await root.forget(key, reason)
+        async with self._sessions.root(self._key, self._session, scope) as root:
+            forgotten = await root.forget(key, reason)
         out = forgotten.as_json()
         out["citation"] = citation_json(forgotten.citation, forgotten.forgotten_ms)
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from flows.mcp._sessions import MAX_OPEN_ROOTS
 from journal import RunState
 from tests.adversarial.memory_support import without_dac_override
 from tests.mcp.harness import (
@@ -108,3 +110,53 @@ def test_a_damaged_store_is_a_coded_error_for_every_read_and_a_resource_speaks_t
     for refused in (listed, read):
         assert isinstance(refused.error.data, dict) and refused.error.data["code"] == "memory_unreachable"
         assert "`flows check --repair` on the server's machine" in refused.error.message, refused.error
+
+
+def _low_descriptor_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, DESCRIPTORS))
+
+
+DESCRIPTORS = 128
+
+
+def test_a_session_writing_to_many_scopes_keeps_few_root_runs_open(tmp_path: Path) -> None:
+    # Each open root run holds its lease, run lock and streams: a client writing to a new scope each
+    # time ran a server out of descriptors (here within 40 scopes), and then every call failed. A
+    # session keeps at most MAX_OPEN_ROOTS open, ending the least recently used one `done`.
+    db = tmp_path / "history.db"
+    errpath = tmp_path / "server.err"
+    scopes = 3 * DESCRIPTORS // 4
+    with errpath.open("wb") as err:
+        proc = subprocess.Popen(
+            mcp_argv(db),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            env=server_env(),
+            preexec_fn=_low_descriptor_limit,  # noqa: PLW1509 - the limit binds the server alone
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    wire = RawStdio(proc)
+    try:
+        wire.send_json(INITIALIZE)
+        assert wire.answer(START_TIMEOUT_S)["id"] == 0
+        wire.send_json(INITIALIZED)
+        for n in range(scopes):
+            call = {"name": "learn", "arguments": {"text": "one finding a scope", "scope": f"user-{n}"}}
+            wire.send_json({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call})
+            answer = wire.answer()
+            assert answer["result"]["isError"] is False, (n, answer)
+        # a scope written to before, and ended since, begins a new root run
+        call = {"name": "learn", "arguments": {"text": "back again", "scope": "user-0"}}
+        wire.send_json({"jsonrpc": "2.0", "id": "again", "method": "tools/call", "params": call})
+        assert wire.answer()["result"]["isError"] is False
+        runs = mcp_runs(db)
+        assert len([r for r in runs if r.state is RunState.RUNNING]) == MAX_OPEN_ROOTS
+        assert len(runs) == scopes + 1
+        proc.stdin.close()
+        assert proc.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        stop(proc)
+        proc.stdout.close()
+    assert {r.state for r in mcp_runs(db)} == {RunState.DONE}
+    assert errpath.read_text() == ""
