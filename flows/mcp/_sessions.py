@@ -187,8 +187,9 @@ class Sessions:
             session.roots[scope] = root
             root.users += 1
         try:
-            for old_root in retired:
-                await self._end_root(key, old_root, abandoned=False)
+            with anyio.CancelScope(shield=True):  # out of the session's roots: nothing else ends it
+                for old_root in retired:
+                    await self._end_root(key, old_root, abandoned=False)
             yield root
         finally:
             root.users -= 1
