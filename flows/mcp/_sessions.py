@@ -44,6 +44,12 @@ streams open: a client writing to a new scope each time (a scope per user) held 
 scope until the process ran out (at 1,024, some 300 scopes), and then every read and write failed
 and not even the session's end could finish its runs."""
 
+MAX_SERVER_ROOTS = 64
+"""The most root runs one server keeps open across its sessions: past them a write first ends ``done``
+the root runs written to least recently (of any session; those no write is using). An HTTP session
+whose client vanished keeps its root runs until the idle timeout: without the bound, a few hundred
+such sessions within it ran the server out of descriptors."""
+
 
 def citation_json(citation: Any, committed_ms: int | None) -> dict[str, Any]:
     """A citation as the tools return it: ``runId``, ``stream``, ``id`` and ``committedMs``."""
@@ -127,6 +133,8 @@ class Sessions:
         self.default_scope = default_scope
         self._clock = clock
         self._live: dict[str | None, _Session] = {}
+        # every open root run, least recently used first, with its session's key and the session
+        self._open: dict[_Root, tuple[str | None, _Session]] = {}
 
     def _get(self, key: str | None) -> _Session:
         session = self._live.get(key)
@@ -186,13 +194,36 @@ class Sessions:
                 root = _Root(self.store, scope)
             session.roots[scope] = root
             root.users += 1
+            for old_root in retired:
+                self._open.pop(old_root, None)
+            self._open.pop(root, None)
+            self._open[root] = (key, session)
         try:
             with anyio.CancelScope(shield=True):  # out of the session's roots: nothing else ends it
                 for old_root in retired:
                     await self._end_root(key, old_root, abandoned=False)
+                for owner_key, old_root in await self._over_server_bound(root):
+                    await self._end_root(owner_key, old_root, abandoned=False)
             yield root
         finally:
             root.users -= 1
+
+    async def _over_server_bound(self, keep: _Root) -> list[tuple[str | None, _Root]]:
+        """The least recently used open root runs no write holds, taken out of their sessions, past
+        ``MAX_SERVER_ROOTS`` (never ``keep``), each with its session's key: for the caller to end."""
+        taken: list[tuple[str | None, _Root]] = []
+        for old, (owner_key, owner) in list(self._open.items()):
+            if len(self._open) <= MAX_SERVER_ROOTS:
+                break
+            if old is keep or old.users:
+                continue
+            async with owner.lock:  # one session's lock at a time: no two writers wait on each other
+                if owner.roots.get(old.scope) is not old or old.users:
+                    continue  # ended, or taken up by a write, while this one waited
+                del owner.roots[old.scope]
+            if self._open.pop(old, None) is not None:
+                taken.append((owner_key, old))
+        return taken
 
     def idle(self, timeout_s: float) -> list[str]:
         """The HTTP sessions with no call in flight and no request for ``timeout_s`` seconds."""
@@ -216,6 +247,8 @@ class Sessions:
             session.ended = True
             roots = list(session.roots.values())
             session.roots.clear()
+            for root in roots:
+                self._open.pop(root, None)
         for root in roots:
             await self._end_root(key, root, abandoned=abandoned)
 

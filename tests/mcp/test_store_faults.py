@@ -8,16 +8,18 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from flows.mcp._sessions import MAX_OPEN_ROOTS
+from flows.mcp._sessions import MAX_OPEN_ROOTS, MAX_SERVER_ROOTS
 from journal import RunState
 from tests.adversarial.memory_support import without_dac_override
 from tests.mcp.harness import (
     START_TIMEOUT_S,
     call,
     call_error,
+    http_server,
     mcp_argv,
     mcp_runs,
     run,
@@ -25,7 +27,7 @@ from tests.mcp.harness import (
     stdio_session,
     stop,
 )
-from tests.mcp.test_wire import INITIALIZE, INITIALIZED, RawStdio
+from tests.mcp.test_wire import INITIALIZE, INITIALIZED, RawStdio, _messages, _post
 
 
 def _read_only(root: Path) -> None:
@@ -160,3 +162,26 @@ def test_a_session_writing_to_many_scopes_keeps_few_root_runs_open(tmp_path: Pat
         proc.stdout.close()
     assert {r.state for r in mcp_runs(db)} == {RunState.DONE}
     assert errpath.read_text() == ""
+
+
+def test_http_sessions_whose_clients_vanished_keep_few_root_runs_open_between_them(tmp_path: Path) -> None:
+    # Clients that write once and vanish without ending their session (no DELETE) leave it to the
+    # idle timeout: their root runs, each with its lease, run lock and streams, stayed open until then,
+    # a few hundred such sessions ran the server out of descriptors. The server keeps MAX_SERVER_ROOTS.
+    db = tmp_path / "history.db"
+    sessions = MAX_SERVER_ROOTS + 6
+    with http_server(db) as server, httpx2.Client(timeout=START_TIMEOUT_S) as client:
+        for n in range(sessions):
+            opened = _post(client, server.url, INITIALIZE)
+            ids = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+            assert _post(client, server.url, INITIALIZED, **ids).status_code == 202
+            call = {"name": "learn", "arguments": {"text": f"written by client {n}, who then vanished"}}
+            request = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": call}
+            learned = _post(client, server.url, request, **ids)
+            [answer] = _messages(learned)
+            assert answer["result"]["isError"] is False, answer
+        runs = mcp_runs(db)
+        assert len(runs) == sessions
+        assert len([r for r in runs if r.state is RunState.RUNNING]) == MAX_SERVER_ROOTS
+        assert len([r for r in runs if r.state is RunState.DONE]) == sessions - MAX_SERVER_ROOTS
+    assert "Traceback" not in server.stderr()
