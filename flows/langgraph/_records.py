@@ -81,7 +81,8 @@ def checkpoint_problem(checkpoint: Any, record_id: str) -> str | None:
     if checkpoint.get("id") != record_id:
         return f"has the id {str(checkpoint.get('id'))[:80]!r}, not its record's {record_id[:80]!r}"
     v, seen = checkpoint.get("v", 1), checkpoint.get("versions_seen")
-    updated = checkpoint.get("updated_channels")
+    updated, versions = checkpoint.get("updated_channels"), checkpoint.get("channel_versions")
+    sends = checkpoint.get("pending_sends")
     checks = (
         (not isinstance(v, bool) and isinstance(v, int), "a format version v that is not an integer"),
         (isinstance(checkpoint.get("ts", ""), str), "a timestamp ts that is not a string"),
@@ -98,8 +99,24 @@ def checkpoint_problem(checkpoint: Any, record_id: str) -> str | None:
             or (isinstance(updated, list | tuple) and all(isinstance(c, str) for c in updated)),
             "updated_channels that are not a list of channel names",
         ),
+        # LangGraph compares every version with the others (``max``, a node's seen version against
+        # its channel's): a string beside a number is a TypeError in every step
+        (_one_kind(versions, seen), "channel versions of two kinds (strings and numbers)"),
+        # a checkpoint before format 4 has its pending sends moved into a channel whose version is
+        # the greatest of the others (``max`` of none is a ValueError)
+        (
+            not isinstance(v, int) or v >= 4 or not sends or (isinstance(sends, list) and bool(versions)),
+            "pending_sends (format before 4) that are not a list beside channel versions",
+        ),
     )
     return next((f"has {problem}" for ok, problem in checks if not ok), None)
+
+
+def _one_kind(versions: Any, seen: Any) -> bool:
+    """Whether the versions in ``versions`` and in the maps of ``seen`` are all strings or all numbers
+    (anything else is left to the checks of their shapes)."""
+    maps = [versions, *(seen.values() if isinstance(seen, dict) else ())]
+    return len({isinstance(v, str) for m in maps if isinstance(m, dict) for v in m.values()}) <= 1
 
 
 def metadata_problem(metadata: Any) -> str | None:

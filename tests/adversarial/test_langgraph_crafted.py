@@ -432,6 +432,16 @@ SHAPES: dict[str, tuple[str, str, Any]] = {
     "versions_seen of numbers": ("checkpoint", "versions_seen", {"inc": 5}),
     "updated_channels a number": ("checkpoint", "updated_channels", 5),
     "no channel_versions": ("checkpoint", "channel_versions", None),
+    # beside the string versions the saver writes (and versions_seen holds), a number: LangGraph
+    # compares them, a bare TypeError in every step
+    "channel versions of two kinds": ("checkpoint", "channel_versions", {"x": 1}),
+    # format 3 moves pending sends into a channel versioned as the greatest of none: a ValueError
+    "pending sends without versions": (
+        "checkpoint",
+        "*",
+        {"v": 3, "pending_sends": [1], "channel_versions": {}},
+    ),
+    "pending sends not a list": ("checkpoint", "*", {"v": 3, "pending_sends": 5}),
     "metadata step a string": ("metadata", "step", "9"),
     "metadata step null": ("metadata", "step", None),
     "metadata parents a list": ("metadata", "parents", ["x"]),
@@ -464,6 +474,8 @@ def test_a_checkpoint_langgraph_cannot_run_on_is_record_invalid_not_a_bare_error
         target = bad
     elif bad is None and field == "channel_versions":
         del target[field]
+    elif field == "*":
+        target.update(bad)
     else:
         target[field] = bad
     if slot == "checkpoint":
