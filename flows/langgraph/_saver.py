@@ -150,7 +150,15 @@ _THREAD_ID_TYPES = (str, int, UUID)
 
 
 def _thread_id(config: RunnableConfig | None, what: str = "config") -> str:
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigInvalid(
+            f"a {what} is a RunnableConfig (a dict), not {type(config).__name__} {config!r:.80}"
+        )
     configurable = (config or {}).get("configurable") or {}
+    if not isinstance(configurable, Mapping):
+        raise ConfigInvalid(
+            f"the {what}'s configurable is a dict, not {type(configurable).__name__} {configurable!r:.80}"
+        )
     value = configurable.get("thread_id")
     if isinstance(value, bool) or not isinstance(value, _THREAD_ID_TYPES):
         raise ConfigInvalid(

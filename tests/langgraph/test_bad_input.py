@@ -189,6 +189,14 @@ def test_a_string_where_a_list_of_ids_belongs_is_refused_not_read_as_its_charact
         lambda s: list(s.list({"configurable": {"thread_id": "t", "checkpoint_ns": 5}})),
         lambda s: s.put_writes(config("t", "c"), [1], "task"),
         lambda s: s.put_writes(config("t", "c"), "ab", "task"),
+        # a config or its configurable that is not a dict: a bare AttributeError before
+        lambda s: s.get_tuple("t"),
+        lambda s: s.get_tuple({"configurable": "t"}),
+        lambda s: asyncio.run(s.aget_tuple(["t"])),
+        lambda s: list(s.list({"configurable": ["t"]})),
+        lambda s: s.put_writes("t", [("x", 1)], "task"),
+        lambda s: s.put({"configurable": "t"}, checkpoint({"x": 1}), {}, {}),
+        lambda s: s.citation("t"),
     ],
 )
 def test_bad_list_and_put_writes_arguments_are_config_invalid_not_bare_errors(
