@@ -270,12 +270,44 @@ def _pushed(filter: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+def _check_labels(labels: Any, what: str) -> None:
+    """Refuse a namespace (prefix, or path of a condition) that is not a tuple or list of strings:
+    a string would be read as its characters, ``search("users")`` as the namespace ``("u", "s",
+    "e", "r", "s")``, whose items it would return."""
+    if not isinstance(labels, tuple | list) or not all(isinstance(label, str) for label in labels):
+        raise ConfigInvalid(
+            f"{what} is a tuple of labels, not {type(labels).__name__} {labels!r:.80}"
+            + (f": pass ({labels!r:.80},)" if isinstance(labels, str) else "")
+        )
+
+
+def _check_op(op: Op) -> None:
+    """Refuse what ``_check_read`` refuses, and a put or delete whose namespace is not a tuple or
+    whose key is not a string (``NamespaceInvalid``, ``ConfigInvalid``), before anything runs."""
+    if isinstance(op, PutOp):
+        if not isinstance(op.namespace, tuple):
+            raise NamespaceInvalid(f"a namespace is a non-empty tuple of labels, not {op.namespace!r:.80}")
+        if not isinstance(op.key, str):
+            raise ConfigInvalid(f"an item's key is a string, not {type(op.key).__name__} {op.key!r:.40}")
+    _check_read(op)
+
+
 def _check_read(op: Op) -> None:
-    """Refuse a search's filter that ``check_filter`` refuses, and a page of a search or listing that
+    """Refuse a search's filter that ``check_filter`` refuses, a namespace prefix or condition that
+    is not one (``_check_labels``), and a page of a search or listing that
     is not two non-negative integers (or a ``max_depth`` that is not positive): a negative one would
     slice from the end (another page than asked for), and anything else fail with a bare TypeError."""
     if isinstance(op, SearchOp):
         check_filter(op.filter)
+        _check_labels(op.namespace_prefix, "a search's namespace prefix")
+    if isinstance(op, ListNamespacesOp):
+        for condition in op.match_conditions or ():
+            if not isinstance(condition, MatchCondition) or condition.match_type not in ("prefix", "suffix"):
+                raise ConfigInvalid(
+                    "a listing's match condition is a MatchCondition of 'prefix' or 'suffix', "
+                    f"not {condition!r:.80}"
+                )
+            _check_labels(condition.path, f"a listing's {condition.match_type}")
     if not isinstance(op, SearchOp | ListNamespacesOp):
         return
     for name, n in (("offset", op.offset), ("limit", op.limit)):
@@ -450,11 +482,11 @@ class JournalStore(BaseStore):
         results: list[Result] = [None] * len(ops)
         puts: dict[tuple[tuple[str, ...], str], tuple[PutOp, tuple[dict[str, Any], float | None] | None]] = {}
         for op in ops:
+            _check_op(op)
             try:
                 validate_op_namespace(op)  # LangGraph's own check of every label
             except InvalidNamespaceError as exc:
                 raise NamespaceInvalid(str(exc)) from None
-            _check_read(op)
         # on a journal hosts share, what other hosts put since the last batch is read first
         self._memory.catch_up()
         for i, op in enumerate(ops):
@@ -679,8 +711,11 @@ class JournalStore(BaseStore):
         return bool(asked) and self.ttl_config.get("refresh_on_read", True)
 
     def _text(self, key: str, value: Mapping[str, Any], index: Any) -> str:
+        """What ``why`` ranks the item by: the value's strings (or the indexed fields'), else its
+        key; a key of whitespace alone as JSON (quoted), since the memory refuses blank text."""
+        named = key if key.strip() else orjson.dumps(key).decode()
         if index is False:
-            return key
+            return named
         if isinstance(index, list):
             fields = [(f, tokenize_path(f)) for f in index if f != "$"]
         else:
@@ -699,7 +734,7 @@ class JournalStore(BaseStore):
                 elif isinstance(v, list):
                     stack.extend(reversed(v))
         text = "\n".join(t for t in texts if t.strip())
-        return text or key
+        return text or named
 
     def _prepare(self, op: PutOp) -> tuple[dict[str, Any], float | None]:
         """The value as plain JSON (checked and bounded) and the item's TTL in minutes."""

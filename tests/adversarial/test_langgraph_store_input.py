@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.store.base import InvalidNamespaceError, PutOp
+from langgraph.store.base import InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
 from flows.langgraph import ConfigInvalid, JournalStore, NamespaceInvalid
 from staging import CodedError
@@ -107,3 +107,62 @@ def test_a_lone_surrogate_in_a_query_or_filter_finds_nothing_rather_than_failing
     store.put(("ns",), "k", {"a": "text"})
     store.search(("ns",), query="te\ud800xt")  # ranked: may match "te"; must not raise
     assert store.search(("ns",), filter={"a": "te\ud800xt"}) == []
+
+
+@pytest.mark.parametrize("key", [" ", "\n", "\t \r", "\u3000", "\x1c", "\u2028"])
+def test_a_key_of_whitespace_alone_holds_a_value_without_text(store: JournalStore, key: str) -> None:
+    # LangGraph takes any string as a key; a value without strings is ranked by its key, and the
+    # memory refuses a finding whose text is blank: the key is the text as JSON (quoted) instead
+    store.put(("ns",), key, {"n": 1})
+    store.put(("ns",), key + "x", {"n": 2}, index=False)
+    store.put(("ns",), key + "y", {"text": "words"}, index=False)
+    for k, n in ((key, 1), (key + "x", 2)):
+        got = store.get(("ns",), k)
+        assert got is not None and got.key == k and got.value == {"n": n}
+    assert {i.key for i in store.search(("ns",))} == {key, key + "x", key + "y"}
+    store.put(("ns",), key, {"n": 1})  # the same value again: nothing new is journaled
+    before = _journaled(store)
+    store.put(("ns",), key, {"n": 1})
+    assert _journaled(store) == before
+    store.delete(("ns",), key)
+    assert store.get(("ns",), key) is None
+
+
+def test_a_string_where_a_namespace_belongs_is_refused_not_read_as_its_characters(
+    store: JournalStore,
+) -> None:
+    # ``search("us")`` read the prefix as its characters, the namespace ("u", "s"), and returned
+    # that namespace's items; a listing's prefix or suffix likewise
+    store.put(("u", "s"), "k", {"v": "theirs"})
+    store.put(("us",), "k", {"v": "ours"})
+    for call in (
+        lambda: store.search("us"),
+        lambda: store.list_namespaces(prefix="us"),  # type: ignore[arg-type]
+        lambda: store.list_namespaces(suffix="s"),  # type: ignore[arg-type]
+        lambda: store.batch([SearchOp(("us", 1))]),  # type: ignore[arg-type]
+        lambda: store.batch([ListNamespacesOp(match_conditions=("us",))]),  # type: ignore[arg-type]
+        lambda: store.batch([ListNamespacesOp(match_conditions=(MatchCondition("infix", ("us",)),))]),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ConfigInvalid) as caught:
+            call()
+        assert caught.value.code == "langgraph_config_invalid"
+    assert [i.value for i in store.search(("us",))] == [{"v": "ours"}]
+    assert [i.value for i in store.search(["us"])] == [{"v": "ours"}]  # type: ignore[arg-type]
+
+
+def test_a_put_or_delete_op_of_another_shape_is_coded_before_anything_runs(store: JournalStore) -> None:
+    # a list namespace or an unhashable key in a delete failed with a bare TypeError
+    store.put(("ns",), "k", {"v": 1})
+    bad: list[Any] = [
+        (PutOp(["ns"], "k", None), NamespaceInvalid),  # type: ignore[arg-type]
+        (PutOp(["ns"], "k", {"v": 2}), NamespaceInvalid),  # type: ignore[arg-type]
+        (PutOp(("ns",), ["k"], None), ConfigInvalid),  # type: ignore[arg-type]
+        (PutOp(("ns",), 5, None), ConfigInvalid),  # type: ignore[arg-type]
+    ]
+    before = _journaled(store)
+    for op, error in bad:
+        with pytest.raises(error):
+            store.batch([PutOp(("ns",), "k", None), op])  # nothing runs: the delete beside it neither
+    assert _journaled(store) == before
+    got = store.get(("ns",), "k")
+    assert got is not None and got.value == {"v": 1}
