@@ -62,17 +62,21 @@ def _not_utf8(text: str) -> int | None:
 
 def _usable(path: Path) -> Path:
     """``path`` when a history DB and its store could be made there; else ``ArgumentInvalid``."""
-    raw = os.fsencode(path)
-    odd = _not_utf8(os.fspath(path))
-    if len(raw) <= 255 and b"\0" not in raw and odd is None:
-        return path  # the usual path: every name in it is short enough
-    shown = repr(os.fsdecode(raw[:200]))[1:-1] + ("…" if len(raw) > 200 else "")
+    text = os.fspath(path)
+    odd = _not_utf8(text)
     if odd is not None:  # the store writes its paths in UTF-8 (SQLite's URIs, the journal, JSON)
+        # checked before ``fsencode``, which fails on a lone surrogate no undecodable byte makes
+        # (U+D800, passed by a caller), with a bare UnicodeEncodeError
+        shown = repr(text[:200])[1:-1] + ("…" if len(text) > 200 else "")
         raise ArgumentInvalid(
             f"the history DB path {shown} is not UTF-8 (character {odd} is a byte no UTF-8 text holds): "
             "give a path whose names are UTF-8, or rename the folder",
             path=path,
         )
+    raw = os.fsencode(path)
+    if len(raw) <= 255 and b"\0" not in raw:
+        return path  # the usual path: every name in it is short enough
+    shown = repr(os.fsdecode(raw[:200]))[1:-1] + ("…" if len(raw) > 200 else "")
     if b"\0" in raw:
         raise ArgumentInvalid(
             f"the history DB path {shown} holds a NUL character: give a path without one", path=path

@@ -204,3 +204,17 @@ def test_an_empty_db_or_journal_is_refused_and_nothing_is_made(tmp_path: Path) -
             assert result.returncode == 2, (where, args, result.stderr)
             assert error_code(result) == "usage" and "empty" in result.stderr
     assert os.listdir(tmp_path) == ["cwd"] and os.listdir(tmp_path / "cwd") == []
+
+
+@pytest.mark.parametrize("name", ["\ud800", "a\udbffb", "\udfff.db"])
+def test_a_history_db_path_with_a_lone_surrogate_no_byte_makes_is_argument_invalid(
+    tmp_path: Path, name: str
+) -> None:
+    # surrogateescape makes U+DC80..U+DCFF of undecodable bytes; any other lone surrogate, passed by
+    # a caller, failed os.fsencode with a bare UnicodeEncodeError before the check that codes it
+    with pytest.raises(memory.ArgumentInvalid, match="not UTF-8") as caught:
+        memory.MemoryStore(str(tmp_path / name))
+    assert caught.value.code == "memory_argument_invalid"
+    with pytest.raises(memory.ArgumentInvalid, match="not UTF-8"):
+        memory.resolve_db(str(tmp_path / name))
+    assert list(tmp_path.iterdir()) == []

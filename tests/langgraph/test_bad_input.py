@@ -261,3 +261,14 @@ def test_a_store_setting_out_of_range_is_refused_before_anything_is_opened(
         JournalStore(db=str(tmp_path / "history.db"), **{argument: value})
     assert caught.value.code == "langgraph_config_invalid" and argument in str(caught.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_connection_string_with_a_lone_surrogate_is_coded(tmp_path: Path) -> None:
+    import memory
+    from flows.langgraph import JournalStore
+
+    for cls in (JournalSaver, JournalStore):
+        opening = cls.from_conn_string(str(tmp_path / "a\ud800.sqlite"))
+        with pytest.raises(memory.ArgumentInvalid) as caught, opening:  # a bare UnicodeEncodeError before
+            pass
+        assert caught.value.code == "memory_argument_invalid"
