@@ -15,6 +15,7 @@ name. The string is read as:
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from flows.langgraph._errors import ConfigInvalid
 from journal import is_keyword_dsn
 
 T = TypeVar("T")
+_OTHER_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+"""A URL's ``scheme://`` (the postgresql ones are read before it is looked for)."""
 
 
 def locations(conn_string: str) -> tuple[str | None, str | None, str | None]:
@@ -38,6 +41,12 @@ def locations(conn_string: str) -> tuple[str | None, str | None, str | None]:
         raise ConfigInvalid(
             "a connection string is a path or a postgresql:// URL; libpq's key=value form "
             "(host=… dbname=…) is not read: write it as postgresql://user@host:5432/dbname"
+        )
+    if _OTHER_URL.match(conn_string):  # as a path: folders named after its scheme, a file after its password
+        raise ConfigInvalid(
+            "a connection string is a path or a postgresql:// URL; a URL of another scheme "
+            "(sqlite:///…, postgresql+psycopg://…) is not read: give a SQLite file's path as it is, "
+            "or write PostgreSQL as postgresql://user@host:5432/dbname"
         )
     if conn_string == ":memory:":
         tmp = tempfile.mkdtemp(prefix="flows-langgraph-")

@@ -110,6 +110,23 @@ def test_a_key_value_conn_string_is_refused_not_a_db_file_named_after_its_passwo
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("cls", [JournalSaver, JournalStore])
+@pytest.mark.parametrize(
+    "conn", ["postgresql+psycopg://u:ZQXSECRET@127.0.0.1/test", "sqlite:///state.sqlite", "file://x.db"]
+)
+def test_a_url_of_another_scheme_is_refused_not_taken_for_a_path(
+    cls: Any, conn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # taken for a path, it made folders named after its scheme (``sqlite:``, ``postgresql+psycopg:``)
+    # and a history DB file named after the rest, password included
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigInvalid, match="postgresql://") as caught, cls.from_conn_string(conn):
+        pass
+    assert caught.value.code == "langgraph_config_invalid"
+    assert "ZQXSECRET" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("blocked", ["langchain_core", "langgraph", "ormsgpack"])
 def test_without_the_extra_the_import_says_what_to_install(blocked: str) -> None:
     code = (
