@@ -4,18 +4,20 @@ recall of a fresh process from two source trees, side by side, against sqlite3's
 The figure is the cold section's ``cold.first_recall_ms`` (``benchmarks.cold``): a fresh interpreter
 opens the store and makes its first ``recall(tag=, limit=10)``, timed inside the process after the
 imports, over ``reads``' dataset (90,000 synced findings and 10,000 unsynced files by default) with
-the unsynced files' index in place. Each round runs, in a fresh process each and in alternating
-order, the old tree's read, the new tree's and sqlite3's first query over the baseline, all with the
-round's tag; the tags cycle through all 50 (about half of them put an unsynced finding among the
-ten, whose citation the read checks). Each process reports its wall time and its CPU over the timed
-code: ``time.process_time_ns`` (the kernel's exact count of the process's CPU time, user and system),
-not ``resource.getrusage``, whose user and system split is sampled at the clock tick and adjusted so
-that neither goes back, which makes its difference over a millisecond or two unreliable.
+the unsynced files' index in place (``--own-datasets``: each tree reads a copy of its own, for two
+trees whose files' index formats differ, which would otherwise rebuild each other's every round).
+Each round runs, in a fresh process each and in alternating order, the old tree's read, the new
+tree's and sqlite3's first query over the baseline, all with the round's tag; the tags cycle through
+all 50 (about half of them put an unsynced finding among the ten, whose citation the read checks).
+Each process reports its wall time and its CPU over the timed code: ``time.process_time_ns`` (the
+kernel's exact count of the process's CPU time, user and system), not ``resource.getrusage``, whose
+user and system split is sampled at the clock tick and adjusted so that neither goes back, which
+makes its difference over a millisecond or two unreliable.
 
 Prints each side's median wall time and CPU (and their 10th percentiles, steadier on a loaded
 machine), each tree's ratio of medians against sqlite3 (the goal is ≤ 5), and the median of the
-per-round ratios new / old. ``--base`` keeps the dataset between runs (built
-there when missing; ``reads/history.db`` and ``reads/baseline.db``).
+per-round ratios new / old. ``--base`` keeps the dataset between runs (built there when missing;
+``reads/history.db`` and ``reads/baseline.db``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 _MEMORY = r"""
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", help="where the dataset is (built there when missing); default: made anew")
     ap.add_argument("--synced", type=int, default=90_000)
     ap.add_argument("--unsynced", type=int, default=10_000)
+    ap.add_argument("--own-datasets", action="store_true", help="each tree reads its own copy of the dataset")
     args = ap.parse_args(argv)
     base = Path(args.base) if args.base else Path(tempfile.mkdtemp(prefix="flows-first-ab-"))
     pycache = Path(tempfile.mkdtemp(prefix="flows-first-ab-pyc-"))
@@ -102,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
         trees = {"old": args.old, "new": args.new}
         envs = {side: {**env, "PYTHONPATH": str(Path(tree).resolve())} for side, tree in trees.items()}
-        commands = {side: [sys.executable, "-c", _MEMORY, str(db)] for side in envs}
+        dbs = {"old": db, "new": db}
+        if args.own_datasets:  # the copy's index names other folders: the new tree's first read writes it
+            copy = base / "reads-new"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(base / "reads", copy, symlinks=True)
+            dbs["new"] = copy / "history.db"
+            time.sleep(2.5)  # an index is written for folders settled 2 s (their ctime is the copy's)
+        commands = {side: [sys.executable, "-c", _MEMORY, str(dbs[side])] for side in envs}
         sqlite_cmd = [sys.executable, "-c", _SQLITE, str(baseline)]
         for side, side_env in envs.items():  # compile once
             _run([*commands[side], "tag0"], side_env)
