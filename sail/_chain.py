@@ -404,7 +404,7 @@ class Chain:
             # a node's word is checked before it is believed: the receipt of the transaction asked
             # about, a status that is success or failure, a block, logs as a list
             _same_hash(raw["transactionHash"], tx_hash, "receipt")
-            if raw["status"] not in (0, 1):
+            if type(raw["status"]) is not int or raw["status"] not in (0, 1):  # JSON true or 1.0: no
                 raise ValueError(f"the receipt's status is {str(raw['status'])[:80]!r}, neither 0 nor 1")
             if not isinstance(raw["logs"], list | tuple):
                 raise ValueError("the receipt's logs are not a list")

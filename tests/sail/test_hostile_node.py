@@ -145,6 +145,8 @@ def _receipt_lies(lie: Callable[[dict[str, Any]], dict[str, Any]]) -> Answer:
     [
         pytest.param(lambda r: {**r, "transactionHash": "0x" + "ab" * 32}, id="another-transaction"),
         pytest.param(lambda r: {**r, "status": "0x7"}, id="status-neither-0-nor-1"),
+        pytest.param(lambda r: {**r, "status": True}, id="status-a-boolean"),
+        pytest.param(lambda r: {**r, "status": 1.0}, id="status-a-float"),
         pytest.param(lambda r: {**r, "blockNumber": hex(int(r["blockNumber"], 16) + 1)}, id="another-block"),
         pytest.param(lambda r: {**r, "blockNumber": None}, id="no-block"),
         pytest.param(lambda r: {k: v for k, v in r.items() if k != "logs"}, id="no-logs"),
