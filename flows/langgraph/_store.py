@@ -27,10 +27,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
@@ -38,6 +39,7 @@ from langgraph.store.base import (
     Item,
     ListNamespacesOp,
     MatchCondition,
+    NotProvided,
     Op,
     PutOp,
     Result,
@@ -471,6 +473,43 @@ class JournalStore(BaseStore):
     def _key_lock(self, scope: str, key: str) -> threading.Lock:
         with self._mutex:
             return self._key_locks.setdefault((scope, key), threading.Lock())
+
+    # -- LangGraph's own checks, coded ----------------------------------------------------------
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """LangGraph's ``put``, whose own look at the namespace (before ``batch``) raises its
+        ``InvalidNamespaceError``: raised here as ``NamespaceInvalid`` (a subclass, with a code)."""
+        try:
+            super().put(namespace, key, value, index, ttl=ttl)
+        except NamespaceInvalid:
+            raise
+        except InvalidNamespaceError as exc:
+            raise NamespaceInvalid(str(exc)) from None
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        """``put``'s async form, its namespace refusal coded as ``put``'s."""
+        try:
+            await super().aput(namespace, key, value, index, ttl=ttl)
+        except NamespaceInvalid:
+            raise
+        except InvalidNamespaceError as exc:
+            raise NamespaceInvalid(str(exc)) from None
 
     # -- batch ---------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,18 @@ def test_a_namespace_the_memory_cannot_hold_is_namespace_invalid_and_langgraphs_
 
 
 def test_namespaces_langgraph_refuses_are_coded_too(store: JournalStore) -> None:
+    """Through ``batch`` and through ``put``/``aput``, whose own look (LangGraph's, before
+    ``batch``) raised its uncoded ``InvalidNamespaceError``."""
     for namespace in [("a.b",), ("",), ("langgraph", "x"), ("a\x00",)]:
-        with pytest.raises(NamespaceInvalid):
-            store.batch([PutOp(namespace, "k", {"a": 1})])
+        for call in (
+            lambda ns=namespace: store.batch([PutOp(ns, "k", {"a": 1})]),
+            lambda ns=namespace: store.put(ns, "k", {"a": 1}),
+            lambda ns=namespace: asyncio.run(store.aput(ns, "k", {"a": 1})),
+        ):
+            with pytest.raises(NamespaceInvalid) as caught:
+                call()
+            assert caught.value.code == "langgraph_namespace_invalid"
+    assert _journaled(store) == 0
 
 
 @pytest.mark.parametrize("key", ["k\ud800", "\udfff", "k" * 1025, ""])
