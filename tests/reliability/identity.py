@@ -24,7 +24,7 @@ stores and the journal hold:
 - history: not oldest first, a ``learned`` event without its content (or with another text) for a
   memory not erased, content left for an erased one, an event of another memory.
 
-``python -m tests.reliability.identity --seeds 0-50 [--pg] [--ops 40] [--workers 4]`` runs it long by
+``python -m tests.reliability.identity --rounds 0-50 [--pg] [--ops 40] [--workers 4]`` runs it long by
 hand (``--pg``: two hosts on the server at ``$FLOWS_TEST_PG``).
 """
 
@@ -223,7 +223,7 @@ def _event(e: Any) -> list[Any]:
 class Verdict:
     """What one seeded round found; ``clean`` when every count of damage is zero."""
 
-    seed: int
+    number: int
     acked: int = 0
     kills: int = 0
     lost: list[str] = field(default_factory=list)
@@ -249,7 +249,7 @@ class Verdict:
         )
 
     def summary(self) -> str:
-        parts = [f"seed {self.seed}: acked {self.acked}, killed {self.kills}"]
+        parts = [f"round {self.number}: acked {self.acked}, killed {self.kills}"]
         for name in (
             "lost",
             "doubled",
@@ -307,7 +307,7 @@ def _run_workers(
         db = base / host / "history.db"
         db.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "tests.reliability.identity", "--worker", str(db), journal]
-        argv += [f"w{w}{host}", str(seed * 100 + w), str(ops)]
+        argv += [f"w{w}{host}", str(w + 100 * seed), str(ops)]
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append((host, env.get("FLOWS_FAILPOINTS"), proc))
     events: list[dict[str, Any]] = []
@@ -528,7 +528,7 @@ def _grep(base: Path, pg: str | None, events: list[dict[str, Any]], verdict: Ver
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.reliability.identity")
     parser.add_argument("--worker", nargs=5, metavar=("DB", "JOURNAL", "NAME", "SEED", "OPS"))
-    parser.add_argument("--seeds", default="0-9", help="a range, A-B")
+    parser.add_argument("--rounds", default="0-9", help="rounds to run, A-B")
     parser.add_argument(
         "--pg", action="store_true", help="two hosts on the PostgreSQL at $FLOWS_TEST_PG; else a file journal"
     )
@@ -543,20 +543,20 @@ def main(argv: list[str] | None = None) -> int:
     import shutil
     import tempfile
 
-    lo, _, hi = args.seeds.partition("-")
+    lo, _, hi = args.rounds.partition("-")
     bad = 0
-    for seed in range(int(lo), int(hi or lo) + 1):
-        base = Path(tempfile.mkdtemp(prefix=f"identity-{seed}-"))
+    for number in range(int(lo), int(hi or lo) + 1):
+        base = Path(tempfile.mkdtemp(prefix=f"identity-{number}-"))
         dsn = schema = None
         if args.pg:
             from tests.pg_fixtures import _drop, admin_connection, server_dsn, with_schema
 
-            schema = f"flows_identity_{seed}_{os.getpid()}"
+            schema = f"flows_identity_{number}_{os.getpid()}"
             with admin_connection() as conn:
                 conn.execute(f'create schema "{schema}"')
             dsn = with_schema(server_dsn(), schema)
         try:
-            verdict = run_round(base, seed, pg=dsn, workers=args.workers, ops=args.ops)
+            verdict = run_round(base, number, pg=dsn, workers=args.workers, ops=args.ops)
         finally:
             if schema and not args.keep:
                 _drop(schema)

@@ -1,6 +1,6 @@
 """Memory identity and retirement under several processes (and two hosts), some SIGKILLed at a
 failpoint, judged against what each process had acknowledged (``tests/reliability/identity.py``;
-run it long with ``python -m tests.reliability.identity --seeds 0-50 [--pg]``)."""
+run it long with ``python -m tests.reliability.identity --rounds 0-50 [--pg]``)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_oracle_sees_a_resurrection_a_doubled_memory_and_a_text_nobody_wrote
         },
         {"read": "why", "t0": 0, "t1": 1, "host": "a", "items": [["k3", "k3", "made up"]]},
     ]
-    verdict = identity.Verdict(seed=0)
+    verdict = identity.Verdict(number=0)
     oracle = identity._Oracle(events, {"a": []}, {}, verdict)
     for e in events:
         if "read" in e:
