@@ -18,12 +18,13 @@ Mapping (docs/LANGGRAPH.md has the whole story):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -332,6 +333,18 @@ def _matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     return all(p in ("*", n) for n, p in pairs)
 
 
+@contextlib.contextmanager
+def _namespace_coded() -> Iterator[None]:
+    """LangGraph's own ``InvalidNamespaceError`` raised within, as ``NamespaceInvalid`` (its subclass,
+    with a code)."""
+    try:
+        yield
+    except NamespaceInvalid:
+        raise
+    except InvalidNamespaceError as exc:
+        raise NamespaceInvalid(str(exc)) from None
+
+
 class JournalStore(BaseStore):
     """LangGraph's ``BaseStore`` on the findings memory, every write journal-first.
 
@@ -487,12 +500,8 @@ class JournalStore(BaseStore):
     ) -> None:
         """LangGraph's ``put``, whose own look at the namespace (before ``batch``) raises its
         ``InvalidNamespaceError``: raised here as ``NamespaceInvalid`` (a subclass, with a code)."""
-        try:
+        with _namespace_coded():
             super().put(namespace, key, value, index, ttl=ttl)
-        except NamespaceInvalid:
-            raise
-        except InvalidNamespaceError as exc:
-            raise NamespaceInvalid(str(exc)) from None
 
     async def aput(
         self,
@@ -504,12 +513,8 @@ class JournalStore(BaseStore):
         ttl: float | NotProvided | None = NOT_PROVIDED,
     ) -> None:
         """``put``'s async form, its namespace refusal coded as ``put``'s."""
-        try:
+        with _namespace_coded():
             await super().aput(namespace, key, value, index, ttl=ttl)
-        except NamespaceInvalid:
-            raise
-        except InvalidNamespaceError as exc:
-            raise NamespaceInvalid(str(exc)) from None
 
     # -- batch ---------------------------------------------------------------------------------
 
@@ -522,10 +527,8 @@ class JournalStore(BaseStore):
         puts: dict[tuple[tuple[str, ...], str], tuple[PutOp, tuple[dict[str, Any], float | None] | None]] = {}
         for op in ops:
             _check_op(op)
-            try:
+            with _namespace_coded():
                 validate_op_namespace(op)  # LangGraph's own check of every label
-            except InvalidNamespaceError as exc:
-                raise NamespaceInvalid(str(exc)) from None
         # on a journal hosts share, what other hosts put since the last batch is read first
         self._memory.catch_up()
         for i, op in enumerate(ops):
