@@ -25,7 +25,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -57,6 +56,7 @@ from flows.langgraph._errors import (
 )
 from flows.langgraph._filters import at_path, check_filter
 from flows.langgraph._leases import ThreadLeases
+from flows.langgraph._lifetime import Lifetime
 from flows.langgraph._records import (
     STREAM,
     StoredCheckpoint,
@@ -71,7 +71,6 @@ from flows.langgraph._serde import Refused, StrictDecoder
 from journal import (
     MAX_PAYLOAD_BYTES,
     JournalBackend,
-    JournalClosed,
     JournalLeaseLost,
     JournalNotResumable,
     Lease,
@@ -262,9 +261,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # ``metadata_problem``, with the decoder that decoded them (``_shape_checked``)
         self._checked: dict[tuple[int, int], tuple[StoredCheckpoint, StrictDecoder]] = {}
         self._mutex = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._max_workers = max_workers
-        self._closed = False
+        self._life = Lifetime("JournalSaver", max_workers)  # shared with every ``with_allowlist`` view
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -296,13 +293,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self.setup()
 
     def close(self) -> None:
-        """Let go of every lease, close the journal and the executor; safe twice."""
-        if self._closed:
+        """Let go of every lease, close the journal and the executor; safe twice. A ``with_allowlist``
+        view shares all of it: closing either closes both."""
+        if not self._life.close():
             return
-        self._closed = True
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
         self._leases.close()
         self._backend.close()
 
@@ -319,17 +313,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self.close()
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if self._closed:
-            raise JournalClosed("this JournalSaver is closed; make a new one to go on")
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-saver")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
+        executor = self._life.executor()
+        return await asyncio.get_running_loop().run_in_executor(executor, partial(fn, *args, **kwargs))
 
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> JournalSaver:
         """A view of this saver whose reads also allow the ``(module, name)`` types listed: what
         LangGraph's strict mode (``LANGGRAPH_STRICT_MSGPACK=true``) passes at ``compile`` for the
-        types in the graph's state schema. The view shares the journal and the threads; close the
-        original, not the view."""
+        types in the graph's state schema. The view shares the journal, the threads, the executor
+        the async methods run on and the open/closed state: closing either closes both."""
         pairs = [(str(e[0]), str(e[1])) for e in extra_allowlist if isinstance(e, tuple) and len(e) >= 2]
         if not pairs:
             return self
@@ -345,8 +336,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
     # -- views of threads ----------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise JournalClosed("this JournalSaver is closed; make a new one to go on")
+        self._life.check_open()
 
     def _thread(self, thread_id: str) -> _Thread:
         self._check_open()

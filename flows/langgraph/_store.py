@@ -25,7 +25,6 @@ import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -62,8 +61,9 @@ from flows.langgraph._errors import (
     checked_count,
 )
 from flows.langgraph._filters import at_path, check_filter, matches
+from flows.langgraph._lifetime import Lifetime
 from flows.langgraph._lookup import WriteLookup
-from journal import FileJournal, JournalBackend, JournalClosed, Lease, RunState, now_ms, shown_location
+from journal import FileJournal, JournalBackend, Lease, RunState, now_ms, shown_location
 from memory import (
     ArgumentInvalid,
     Embedder,
@@ -395,9 +395,7 @@ class JournalStore(BaseStore):
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._sync_every = sync_every
         self._writes = 0
-        self._executor: ThreadPoolExecutor | None = None
-        self._max_workers = max_workers
-        self._closed = False
+        self._life = Lifetime("JournalStore", max_workers)
 
     @property
     def memory(self) -> MemoryStore:
@@ -435,11 +433,8 @@ class JournalStore(BaseStore):
 
     def close(self) -> None:
         """End the store's root run (``done``) and close the memory; safe twice."""
-        if self._closed:
+        if not self._life.close():
             return
-        self._closed = True
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
         try:
             if self._root is not None:
                 backend, lease = self._root
@@ -460,8 +455,7 @@ class JournalStore(BaseStore):
         self.close()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise JournalClosed("this JournalStore is closed; make a new one to go on")
+        self._life.check_open()
 
     def _root_for(self, scope: str) -> RootRun:
         """The store's root run (begun now if need be), seen as a root run of ``scope``."""
@@ -554,11 +548,9 @@ class JournalStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` on the store's executor."""
-        self._check_open()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix="langgraph-store")
+        executor = self._life.executor()
         ops = list(ops)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(self.batch, ops))
+        return await asyncio.get_running_loop().run_in_executor(executor, partial(self.batch, ops))
 
     # -- reads ---------------------------------------------------------------------------------
 
