@@ -52,7 +52,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -929,6 +929,14 @@ class Dashboard:
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         path = request.url.path  # any length the HTTP layer takes (16 KiB): echoed cut, as every echo is
+        if path.endswith("/") and path.strip("/"):
+            # ``/runs/`` is ``/runs``: sent there by a path of this site, never an absolute address
+            # (Starlette's own redirect builds one from the request's Host header)
+            target = same_site_path(path)
+            scope = {**request.scope, "path": target}
+            if any(route.matches(scope)[0] is Match.FULL for route in request.app.routes):
+                query = request.url.query
+                return RedirectResponse(target + (f"?{query}" if query else ""), status_code=308)
         return self.error_page(request, ServeNotFound(f"nothing is served at {path!r:.80}"))
 
 
@@ -963,5 +971,6 @@ def create_app(config: ServeConfig) -> Starlette:
         middleware=[Middleware(Guard, token=config.token, render=d.bare_error_page, moving=d.moving_on_page)],
         exception_handlers={404: d.not_found},
     )
+    app.router.redirect_slashes = False  # ``not_found`` sends ``/runs/`` to ``/runs`` by a relative address
     app.state.reader = reader
     return app

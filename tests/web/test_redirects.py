@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
 from tests.conftest import ROOT
 from tests.web.stores import DemoStore
@@ -99,3 +100,25 @@ def test_the_login_form_posts_only_to_a_path_of_this_site(
     [action] = re.findall(r'<form[^>]*class="login"[^>]*>', page)
     assert f'action="{expected}"' in action
     assert "evil.example" not in action.replace(expected, "")
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("/runs/", "/runs"), ("/findings/?q=rain", "/findings?q=rain"), ("/api/runs/", "/api/runs"),
+     ("/runs//", "/runs"), ("/agents/0/", "/agents/0")],
+)  # fmt: skip
+def test_a_trailing_slash_is_sent_on_by_a_path_never_by_the_host_header(
+    client: TestClient, target: str, expected: str
+) -> None:
+    """``/runs/`` is ``/runs``; the redirect names a path of this site, not an address built from
+    the request's Host header (which a proxy or a DNS name in front of the dashboard can set)."""
+    for host in ("127.0.0.1", "localhost:9"):
+        response = client.get(target, headers={"host": host})
+        assert response.status_code == 308, response.text
+        assert response.headers["location"] == expected
+        assert _is_same_site(response.headers["location"])
+
+
+def test_a_trailing_slash_on_nothing_is_not_found(client: TestClient) -> None:
+    assert client.get("/nothing/").status_code == 404
+    assert client.get("/runs/no-such-run/x/").status_code == 404
