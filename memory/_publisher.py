@@ -625,6 +625,7 @@ class Publisher:
             for directory in dict.fromkeys(final.parent for final, _ in batch):
                 refuse_links(self.db_path.parent, directory)
                 try:
+                    failpoint("memory.before_publish_batch")  # a materialize's look is older now
                     ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                     at = self.held_or_missing(directory)
                 except OSError as exc:

@@ -199,10 +199,14 @@ class Syncer:
         its race; returns how many."""
         held = self._db.held(latest)
         wanted: list[tuple[Path, bytes]] = []
+        keys: list[tuple[str, str]] = []
         for fid, rec in latest.items():
             if fid in held or fid in retired or self._retirer.lost(rec, retired):
                 continue
-            final = self._publisher.scope_dir(rec.payload["scope"]) / f"{fid}.json"
+            scope = rec.payload["scope"]
+            if os.path.lexists(self._retirer.retired_path(scope, fid)):
+                continue  # retired since ``latest`` was read (an update or forget finished meanwhile)
+            final = self._publisher.scope_dir(scope) / f"{fid}.json"
             data = render(rec)
             current = self._current(final)
             if current == data:
@@ -211,10 +215,21 @@ class Syncer:
             if current is not None and parse_learned(final, current).learned_ms >= rec.payload["learnedMs"]:
                 continue
             wanted.append((final, data))
+            keys.append((scope, fid))
         # Many files at once (a lost store, another host's findings): stage them all, one data
         # sync, the renames, one directory fsync per scope.
         self._publisher.publish_batches(wanted)
-        return len(wanted)
+        # A retirement that began after the look above removes the file it retires only once its
+        # retired file is down: a file published before that removal is removed by it, and one
+        # published after it is found here, beside its retired file, and removed.
+        stray = [
+            final
+            for (final, _), (scope, fid) in zip(wanted, keys, strict=True)
+            if os.path.lexists(self._retirer.retired_path(scope, fid))
+        ]
+        if stray:
+            self._publisher.remove_many(stray, None)
+        return len(wanted) - len(stray)
 
     def _files(self) -> list[tuple[Path, bytes, Recalled]]:
         """Every learned file of every scope, parsed and checked against its journal record; a file
