@@ -467,7 +467,8 @@ class MemoryStore:
     def _no_live_version(memory_id: str) -> FindingUnknown:
         return FindingUnknown(
             f"memory {memory_id} has no live version to update: it was never learned, or it was "
-            "forgotten (see `flows history`); learn the finding again to start a new memory",
+            "forgotten (see `flows history`; learn the finding again to start a new memory), or its "
+            "file was lost from this store (`flows check` says so; `flows sync` publishes it again)",
             key=memory_id,
         )
 
