@@ -165,8 +165,9 @@ class WordLlamaEmbedder:
     about nothing the store holds score 0.15 to 0.26: the floor drops only the unrelated."""
     word_alignment = 1.0
     """A hybrid answer's score adds its word alignment (``memory._align``: each question word's best
-    cosine with a word of the finding, averaged) at the weight of its cosine: two estimates of one
-    similarity, from the same token table, averaged (not fitted)."""
+    cosine with a word of the finding, averaged, each word weighed by its cosine with the question)
+    at the weight of its cosine: two estimates of one similarity, from the same token table, averaged
+    (not fitted)."""
 
     def __init__(self) -> None:
         import importlib.util

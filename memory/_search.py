@@ -872,7 +872,8 @@ class Search:
             wanted_meta=wanted_meta,
             now=now,
         )
-        sims = index.similarities(subject, keys, self._texts_of(unsynced), self._held_of(unsynced))
+        asked = index.question_vector(subject)
+        sims = index.similarities(asked, keys, self._texts_of(unsynced), self._held_of(unsynced))
         top = pool if mode == "hybrid" else 2 * limit + 8  # more than asked: one may be retired meanwhile
         near = {keys[i]: float(sims[i]) for i in top_indexes(sims, top) if sims[i] > floor}
         by_words: dict[str, Explained] = {}
@@ -900,7 +901,7 @@ class Search:
         findings = self._resolve(ranked, unsynced, now)
         findings.update({k: x.finding for k, x in by_words.items()})
         best = max((x.score for x in by_words.values()), default=0.0) or 1.0
-        aligned = self._aligned(subject, findings) if mode == "hybrid" else {}
+        aligned = self._aligned(subject, asked, findings) if mode == "hybrid" else {}
         out = []
         for key, e in findings.items():
             w = by_words.get(key)
@@ -931,9 +932,10 @@ class Search:
             self._served(fresh)
         return answers
 
-    def _aligned(self, subject: str, findings: Mapping[str, Recalled]) -> dict[str, float]:
-        """Each finding's word alignment with ``subject`` (``memory._align``) times the embedder's
-        ``word_alignment``; nothing when that is 0 (no word is embedded)."""
+    def _aligned(self, subject: str, asked: Any, findings: Mapping[str, Recalled]) -> dict[str, float]:
+        """Each finding's word alignment with ``subject`` (``memory._align``; ``asked``: the
+        question's vector, which weighs its words) times the embedder's ``word_alignment``; nothing
+        when that is 0 (no word is embedded)."""
         from memory._align import alignments, content_words
         from memory._vectors import embed_text
 
@@ -943,7 +945,7 @@ class Search:
             return {}
         keys = list(findings)
         texts = [content_words(embed_text(findings[k]), _STOPWORDS) for k in keys]
-        got = alignments(self._embedder, content_words(subject, _STOPWORDS), texts)
+        got = alignments(self._embedder, content_words(subject, _STOPWORDS), texts, asked)
         return {k: weight * a for k, a in zip(keys, got, strict=True)}
 
     def _candidates(

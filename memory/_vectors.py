@@ -495,20 +495,25 @@ class VectorIndex:
             out: np.ndarray = self._matrix[idx].astype(self._np.float32)
             return out
 
+    def question_vector(self, question: str) -> np.ndarray:
+        """``question``'s vector (float32, unit length, or zeros), checked as every vector is: what
+        ``similarities`` ranks by, and what a hybrid search weighs the question's words by."""
+        q: np.ndarray = self._embed([question])[0].astype(self._np.float32)
+        return q
+
     def similarities(
         self,
-        question: str,
+        q: np.ndarray,
         keys: Sequence[str],
         texts: Callable[[list[str]], Mapping[str, str]],
         held: Callable[[list[str]], set[str]],
     ) -> np.ndarray:
-        """The cosine similarity of ``question`` to each key's finding (float32, in ``keys``' order);
-        ``texts`` gives the text of findings whose vector must be derived (``held``: as
-        ``_rows_of``). A zero vector (the
+        """The cosine similarity of the question's vector ``q`` (``question_vector``) to each key's
+        finding (float32, in ``keys``' order); ``texts`` gives the text of findings whose vector must
+        be derived (``held``: as ``_rows_of``). A zero vector (the
         embedder found no meaning in a text) has no direction: it is similar to nothing, and its
         similarity is ``-inf`` (below every floor), the question's for every key when its is zero."""
         numpy = self._np
-        q = self._embed([question])[0].astype(numpy.float32)
         with self._lock:
             if not keys:
                 empty: np.ndarray = numpy.zeros(0, dtype=numpy.float32)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -167,3 +168,59 @@ def test_the_default_embedder_gives_each_text_the_mean_of_its_tokens_rows() -> N
         mean = table[np.asarray(ids)].mean(axis=0)
         assert np.allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
     assert np.asarray(embedder.embed([])).shape == (0, 256)
+
+
+class Axes:
+    """A deterministic embedder of known word vectors: a text's vector is the sum of its words'
+    (as a mean-pooling model's is, up to its length), so a heavy word sets the text's direction.
+    "kitten" is heavy and along the first axis; "please" light and along the third; "cat" close
+    to "kitten" (cosine 0.8); "biscuits" heavy and along the fourth; any other word has no vector."""
+
+    name = "axes@1"
+    dims = 4
+    word_alignment = 1.0
+    WORDS: ClassVar[dict[str, tuple[float, ...]]] = {
+        "kitten": (10.0, 0.0, 0.0, 0.0),
+        "please": (0.0, 0.0, 1.0, 0.0),
+        "cat": (0.8, 0.6, 0.0, 0.0),
+        "biscuits": (0.0, 0.0, 0.0, 10.0),
+    }
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.seen.extend(texts)
+        out = []
+        for t in texts:
+            rows = [self.WORDS.get(w.lower(), (0.0,) * 4) for w in t.split()]
+            out.append([sum(column) for column in zip(*rows, strict=True)] if rows else [0.0] * 4)
+        return out
+
+
+def test_a_question_word_far_from_the_questions_meaning_counts_little_in_the_alignment(db: Path) -> None:
+    """The alignment weighs each question word by its cosine with the whole question's vector.
+    "kitten please": "please" is light, nearly orthogonal to the question (cosine 0.1), "kitten"
+    carries it (0.995). "please stand by" shares "please" (a keyword match and a perfect alignment
+    of that word) and is a little more similar; "cat biscuits" answers "kitten" (0.8) but shares
+    no word. Averaged alike, the two words put "please stand by" first (0.20 + 0.5 against
+    0.08 + 0.4); weighed by the question's meaning, "cat biscuits" is first (0.08 + 0.73 against
+    0.20 + 0.09). The question's vector is the one its similarities were ranked by: it is embedded
+    once per search."""
+    embedder = Axes()
+    with memory.MemoryStore(db, embedder=embedder, clock=Clock()) as store:
+        with store.session(scope="u") as s:
+            s.learn({"text": "please stand by"})
+            s.learn({"text": "cat biscuits"})
+        store.derive_vectors()
+        embedder.seen.clear()
+        hybrid = store.why("kitten please", mode="hybrid")
+        assert [a.text for a in hybrid] == ["cat biscuits", "please stand by"]
+        assert embedder.seen.count("kitten please") == 1
+        best, other = hybrid
+        # "cat" meets "kitten" at 0.8, weighed 10/11; "please stand by": its words, and "please" at 1/11
+        assert best.score - best.similarity == pytest.approx(0.8 * 10 / 11, abs=1e-3)
+        assert other.score - other.similarity == pytest.approx(0.1 + 1 / 11, abs=1e-3)
+        # semantic ranks by the cosine alone, unchanged
+        semantic = store.why("kitten please", mode="semantic")
+        assert [a.text for a in semantic] == ["please stand by", "cat biscuits"]
