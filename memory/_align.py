@@ -66,7 +66,8 @@ def alignments(
     if asked.shape != (shape[1],):
         raise EmbedderFailed(
             f"the embedder {shape[0]!r:.200} now has {shape[1]} dims; the question's vector had "
-            f"{asked.shape[-1] if asked.ndim else 0}: an embedder's dims must not change while it is used"
+            f"{asked.shape[-1] if asked.ndim else 0}: close the store and open it again with the "
+            "embedder as it is now"
         )
     batches = (vocabulary[i : i + BATCH] for i in range(0, len(vocabulary), BATCH))
     vectors: Any = np.concatenate([checked_vectors(embedder, batch, shape) for batch in batches])

@@ -42,7 +42,8 @@ class Explained:
     ``matched_by`` is ``words`` (the question's words), ``meaning`` (its vector's similarity) or
     ``both``; ``similarity`` is the cosine similarity when meaning was asked (None otherwise).
     ``score`` orders answers within one call only: a count of weighted words (keyword), the
-    similarity (semantic) or a reciprocal-rank fusion of the two (hybrid)."""
+    similarity (semantic) or the similarity plus the words' score and their alignment by meaning
+    (hybrid: docs/MEMORY.md, "Ranking")."""
 
     finding: Recalled
     score: float

@@ -1193,8 +1193,10 @@ class MemoryStore:
         ``mode`` says how they match: ``keyword`` (the subject's words, stemmed: findings matching
         more of them first; a word in a tag or the source weighs more than one in the text; ties go
         to the newest), ``semantic`` (the cosine similarity of the subject's vector and each
-        finding's, from the store's ``embedder``), or ``hybrid`` (both rankings fused by reciprocal
-        rank). The default is ``hybrid`` when the store has an embedder, ``keyword`` otherwise.
+        finding's, from the store's ``embedder``), or ``hybrid`` (the similarity, the words' score
+        scaled to at most 0.1, and the question's words aligned with the finding's by meaning:
+        docs/MEMORY.md, "Ranking"). The default is ``hybrid`` when the store has an embedder,
+        ``keyword`` otherwise.
         ``scope``, ``tags``, ``meta``, ``source`` and ``before_ms`` filter as in ``recall``, before
         anything is ranked. Each answer carries the finding's citation, flow and commit time, and
         says whether it matched by words, by meaning or both.
