@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 import journal
-from journal import JournalBackend, Record
+from journal import JournalBackend, JournalError, JournalLeaseHeld, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
 from memory._embed import Embedder, checked_embedder
@@ -813,7 +813,10 @@ class MemoryStore:
         runs = self._runs_now(backend, memory, runs)
         known = {(r.run_id, r.seq) for r in targets}
         targets += [r for r in commits_of(backend, set(keys), runs) if (r.run_id, r.seq) not in known]
-        rewritten = self.finish_erasure(keys, targets, runs)
+        try:
+            rewritten = self.finish_erasure(keys, targets, runs)
+        except JournalLeaseHeld as exc:
+            raise _held_erasure(backend, memory, exc) from exc
         return Erased(memory, tuple(keys), citation, rewritten)
 
     def _runs_now(self, backend: JournalBackend, memory: str, runs: set[str] | None) -> set[str] | None:
@@ -1467,3 +1470,26 @@ class MemoryStore:
     async def async_sync(self) -> SyncReport:
         """``sync`` off the event loop."""
         return await self._off_loop(self.sync)
+
+
+def _held_erasure(backend: JournalBackend, memory: str, exc: JournalLeaseHeld) -> JournalLeaseHeld:
+    """The refusal of an erasure one of whose records is in a root run still running (``exc``): what
+    was done, what was not, who holds the run, and what to do."""
+    held = f"root run {exc.run_id}"
+    try:
+        run = backend.run(exc.run_id) if exc.run_id is not None else None
+    except JournalError:
+        run = None
+    if run is not None:
+        held += f" (flow {run.flow!r}, scope {run.scope!r})"
+    return JournalLeaseHeld(
+        f"memory {memory} is forgotten, its erasure recorded and its copies outside the journal "
+        f"removed, but {held} still holds records of its content: that run is still running (its "
+        "process is alive: a flow, or for flow 'mcp' an MCP server whose client has not ended its "
+        "session; a session ends when its client closes it, the server stops, or the server reaps it "
+        "idle), and the journal rewrites no record of a running run. Once the run has ended, erase "
+        f"it again (`flows erase {memory} --yes`) or run `flows check --repair`; until then `flows "
+        "check` reports it as erase_incomplete",
+        run_id=exc.run_id,
+        stream=exc.stream,
+    )

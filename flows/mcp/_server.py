@@ -3,11 +3,16 @@ the stdio and streamable-HTTP transports, the bearer-token gate, and each sessio
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
 import contextlib
+import hashlib
 import hmac
 import importlib.metadata
 import logging
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -29,6 +34,7 @@ from starlette.requests import Request
 from flows._uvicorn import announcing_server, bounded_http
 from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
 from flows.mcp._errors import (
+    McpArgumentsInvalid,
     McpBusy,
     McpListenFailed,
     McpResourceUnknown,
@@ -60,10 +66,18 @@ RESOURCE_PREFIX = "flows-memory://scope/"
 RESOURCE_RECENT = 20
 """How many of a scope's newest findings its resource holds."""
 
+RESOURCES_PAGE = 100
+"""The most resources (scopes) one ``resources/list`` answer holds; ``nextCursor`` asks for the next."""
+
+CURSOR_MAX = 1024
+"""The longest cursor the server reads (characters): its own are far shorter."""
+
 INSTRUCTIONS = (
     "Journal-first memory. `learn` remembers a finding durably; `recall` lists findings by tag, "
     "metadata, source, time and scope; `why` finds the findings that answer a question; `get`, "
-    "`forget` and `history` read, retire and trace a finding by its key. Every finding carries its "
+    "`forget` and `history` read, retire and trace a finding by its key; `forget_where` and "
+    "`erase_where` forget or erase what a filter matches in one scope, in two steps (a dry run, then "
+    "its `confirm`); `erase` removes a memory's content for good. Every finding carries its "
     "key and the citation of the journal record it came from: cite it when you answer from memory."
 )
 
@@ -177,12 +191,62 @@ def _protocol_error(exc: CodedError, code: int = types.INTERNAL_ERROR) -> MCPErr
     return MCPError(code=code, message=name_tools(str(exc)), data=error_json(exc))
 
 
+class Cursors:
+    """The server's ``resources/list`` cursors: the last scope of a page, signed with a key of this
+    process (HMAC-SHA256), so a cursor is opaque to a client and one it did not get from this server
+    (crafted, altered, cut, or a restarted server's) is refused rather than read."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.new(self._key, body, hashlib.sha256).digest()[:16]
+
+    def make(self, after: str) -> str:
+        """The cursor of the page that begins after scope ``after``."""
+        body = after.encode("utf-8")
+        return base64.urlsafe_b64encode(self._mac(body) + body).decode("ascii").rstrip("=")
+
+    def after(self, cursor: object) -> str:
+        """The scope a cursor this server made names.
+
+        Raises:
+            McpArgumentsInvalid: anything else (``argument`` ``cursor``).
+        """
+        text = cursor if isinstance(cursor, str) else ""
+        if not text or len(text) > CURSOR_MAX or not _CURSOR_CHARS.fullmatch(text):
+            raise _cursor_refusal(cursor)
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (ValueError, binascii.Error):
+            raise _cursor_refusal(cursor) from None
+        mac, body = raw[:16], raw[16:]
+        if len(mac) < 16 or not hmac.compare_digest(mac, self._mac(body)):
+            raise _cursor_refusal(cursor)
+        return body.decode("utf-8")  # the server's own bytes: UTF-8 it encoded
+
+
+_CURSOR_CHARS = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _cursor_refusal(cursor: object) -> McpArgumentsInvalid:
+    given = shown(cursor) if isinstance(cursor, str) else type(cursor).__name__
+    return McpArgumentsInvalid(
+        f"resources/list: cursor {given} is not one this server gave (a cursor is the `nextCursor` of "
+        "a resources/list answer of this server process, passed back unchanged): list again without "
+        "a cursor",
+        tool="resources/list",
+        argument="cursor",
+    )
+
+
 class MemoryServer:
     """The request handlers of the low-level server, over ``sessions``; with ``calls`` (over HTTP),
     each call that reads or writes the store holds a slot of them while it runs."""
 
     def __init__(self, sessions: Sessions, idle_timeout_s: float | None, calls: Calls | None = None) -> None:
         self._sessions = sessions
+        self._cursors = Cursors()
         self._idle_timeout_s = idle_timeout_s
         self._calls = calls
 
@@ -224,15 +288,27 @@ class MemoryServer:
     async def list_resources(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        cursor = None if params is None else params.cursor
+        try:
+            after = None if cursor is None else self._cursors.after(cursor)
+        except McpArgumentsInvalid as exc:
+            raise _protocol_error(exc, types.INVALID_PARAMS) from exc
         slot = self._slot(ctx)
         try:
-            scopes = await anyio.to_thread.run_sync(self._sessions.store.scopes)
+            every = await anyio.to_thread.run_sync(self._sessions.store.scopes)
         except CodedError as exc:
             raise _protocol_error(exc) from exc
         finally:
             if slot is not None:
                 slot.release()
+        # a page of the scopes in order, from the first after the cursor's: a scope learned or
+        # forgotten between pages moves no other scope to another page
+        ordered = sorted(every)
+        start = 0 if after is None else bisect.bisect_right(ordered, after)
+        scopes = ordered[start : start + RESOURCES_PAGE]
+        more = start + RESOURCES_PAGE < len(ordered)
         return types.ListResourcesResult(
+            next_cursor=self._cursors.make(scopes[-1]) if more else None,
             resources=[
                 types.Resource(
                     name=f"{scope}: recent findings",

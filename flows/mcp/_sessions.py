@@ -22,7 +22,16 @@ import anyio
 import anyio.to_thread
 
 from flows.mcp._errors import McpSessionEnded
-from memory import FindingUnknown, Forgotten, Learned, MemoryStore, Recalled
+from memory import (
+    Erased,
+    FindingUnknown,
+    Forgotten,
+    ForgottenMany,
+    Learned,
+    MemoryStore,
+    Recalled,
+    SessionState,
+)
 from staging import CodedError
 
 log = logging.getLogger("flows.mcp")
@@ -97,6 +106,21 @@ class _Root:
         with anyio.CancelScope(shield=True):
             forgotten = await self.session.aforget(key, reason=reason)
         return forgotten
+
+    async def forget_where(self, **where: Any) -> ForgottenMany:
+        with anyio.CancelScope(shield=True):
+            forgotten = await anyio.to_thread.run_sync(partial(self.session.forget_where, **where))
+        return forgotten
+
+    async def erase(self, key: str, reason: str) -> Erased:
+        with anyio.CancelScope(shield=True):
+            erased = await anyio.to_thread.run_sync(partial(self.session.erase, key, reason=reason))
+        return erased
+
+    @property
+    def run_id(self) -> str | None:
+        """The root run's id once it is begun (None before: reading ``session.run_id`` begins it)."""
+        return self.session.run_id if self.session.state is SessionState.OPEN else None
 
     def described(self) -> str:
         """The root run, for a message: its id, or its scope when its id cannot be had (it was
@@ -225,6 +249,26 @@ class Sessions:
                 taken.append((owner_key, old))
         return taken
 
+    async def end_runs(self, runs: set[str]) -> None:
+        """End ``done`` every root run this server holds open whose id is in ``runs`` and that no
+        write is using (its session begins a new one at its next write in that scope): the journal
+        rewrites no record of a running run, so an erase of what a session learned first ends the
+        root runs that hold its commits. A root run a write is using stays (the erase then meets
+        ``journal_lease_held`` for it)."""
+        taken: list[tuple[str | None, _Root]] = []
+        for old, (owner_key, owner) in list(self._open.items()):
+            if old.users or old.run_id not in runs:
+                continue
+            async with owner.lock:
+                if owner.roots.get(old.scope) is not old or old.users:
+                    continue
+                del owner.roots[old.scope]
+            if self._open.pop(old, None) is not None:
+                taken.append((owner_key, old))
+        with anyio.CancelScope(shield=True):
+            for owner_key, old in taken:
+                await self._end_root(owner_key, old, abandoned=False)
+
     def idle(self, timeout_s: float) -> list[str]:
         """The HTTP sessions with no call in flight and no request for ``timeout_s`` seconds."""
         now = self._clock()
@@ -251,6 +295,10 @@ class Sessions:
                 self._open.pop(root, None)
         for root in roots:
             await self._end_root(key, root, abandoned=abandoned)
+
+    async def end_root(self, key: str | None, root: _Root) -> None:
+        """End ``root``, a root run begun for one call, ``done`` (a failure reported on stderr)."""
+        await self._end_root(key, root, abandoned=False)
 
     async def _end_root(self, key: str | None, root: _Root, *, abandoned: bool) -> None:
         """End ``root`` (``done``, or let go when ``abandoned``), reporting a failure on stderr: one
@@ -384,3 +432,82 @@ class SessionMemory:
             partial(self._store.history_page, key, offset=offset, limit=limit, max_bytes=max_bytes)
         )
         return page.as_json()
+
+    async def forget_where(
+        self,
+        *,
+        scope: str,
+        reason: str,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        where: dict[str, Any] = {
+            "scope": scope,
+            "reason": reason,
+            "tags": tags,
+            "meta": meta,
+            "source": source,
+            "before_ms": before_ms,
+        }
+        if dry_run:  # a session that only lists begins no root run
+            listing = self._store.session(scope=scope, flow=FLOW)
+            try:
+                planned = await anyio.to_thread.run_sync(partial(listing.forget_where, dry_run=True, **where))
+            finally:
+                listing.close()
+            return planned.as_json()
+        # Journaled under the session's root run in that scope, as a forget by key is
+        async with self._sessions.root(self._key, self._session, scope) as root:
+            done = await root.forget_where(**where)
+        out = done.as_json()
+        if done.citation is not None:
+            out["citation"] = citation_json(done.citation, done.forgotten_ms)
+        return out
+
+    async def erase_plan(
+        self,
+        *,
+        scope: str,
+        reason: str,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+    ) -> list[str]:
+        listing = self._store.session(scope=scope, flow=FLOW)
+        try:
+            return await anyio.to_thread.run_sync(
+                partial(
+                    listing.erase_where,
+                    reason=reason,
+                    scope=scope,
+                    tags=tags,
+                    meta=meta,
+                    source=source,
+                    before_ms=before_ms,
+                    dry_run=True,
+                )
+            )
+        finally:
+            listing.close()
+
+    async def erase(self, keys: list[str], reason: str) -> list[dict[str, Any]]:
+        # The runs that hold records of the memories: the server's own, when open, are ended first
+        # (the journal rewrites no record of a running run); then the memories are erased in turn
+        # under one root run begun for the call, in the scope of the first one's key, ended `done`
+        # once they are (or one fails: those before it stay erased).
+        runs: set[str] = set()
+        for key in keys:
+            events = await anyio.to_thread.run_sync(self._store.history, key)
+            runs |= {e.citation.run_id for e in events}
+        await self._sessions.end_runs(runs)
+        scope = await anyio.to_thread.run_sync(self._store.scope_of, keys[0]) if keys else None
+        root = _Root(self._store, scope or self.default_scope or DEFAULT_SCOPE)
+        try:
+            return [(await root.erase(key, reason)).as_json() for key in keys]
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._sessions.end_root(self._key, root)

@@ -4,6 +4,8 @@ what each does with the memory. Nothing here knows the MCP SDK; ``_server`` adap
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,11 +18,31 @@ from jsonschema.exceptions import best_match
 from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
-from memory import HISTORY_KINDS, METADATA_MAX_BYTES, REASON_MAX, SOURCE_MAX_BYTES, TAG_MAX_BYTES, TAGS_MAX
+from memory import (
+    FORGET_MANY_MAX,
+    HISTORY_KINDS,
+    METADATA_MAX_BYTES,
+    REASON_MAX,
+    SOURCE_MAX_BYTES,
+    TAG_MAX_BYTES,
+    TAGS_MAX,
+    ArgumentInvalid,
+)
 from memory.cli import instant_ms
 
 KEY_PATTERN = "^[0-9a-f]{32}$"
 """A finding's key: the 32 lowercase hex characters of its content id."""
+
+CONFIRM_PATTERN = "^[0-9a-f]{16}$"
+"""A filter forget's or erase's confirmation: 16 hex digits of a digest of what its dry run listed."""
+
+LISTED_MAX = 1000
+"""The most keys (or memory ids) a result of ``forget_where`` or ``erase_where`` lists; ``count``
+says how many there are, and the confirmation covers them all."""
+
+ERASE_MANY_MAX = 1000
+"""The most memories one ``erase_where`` call erases (each erasure rewrites the journal streams that
+hold its commits): a filter that matches more is refused, to be narrowed."""
 
 RECALL_LIMIT = 20
 WHY_LIMIT = 10
@@ -103,6 +125,28 @@ class Memory(Protocol):
     ) -> list[dict[str, Any]]: ...
     async def get(self, key: str) -> dict[str, Any]: ...
     async def history(self, key: str, *, offset: int, limit: int, max_bytes: int) -> dict[str, Any]: ...
+    async def forget_where(
+        self,
+        *,
+        scope: str,
+        reason: str,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+        dry_run: bool,
+    ) -> dict[str, Any]: ...
+    async def erase_plan(
+        self,
+        *,
+        scope: str,
+        reason: str,
+        tags: list[str],
+        meta: Mapping[str, Any] | None,
+        source: str | None,
+        before_ms: int | None,
+    ) -> list[str]: ...
+    async def erase(self, keys: list[str], reason: str) -> list[dict[str, Any]]: ...
 
 
 Run = Callable[[Memory, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -268,6 +312,121 @@ async def _history(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _one_scope(tool: str, memory: Memory, args: dict[str, Any]) -> str:
+    """The one scope a filter forget or erase reaches: the call's ``scope``, else the server's.
+
+    Raises:
+        McpArgumentsInvalid: neither names one (a filter never reaches every scope at once).
+    """
+    scope = args.get("scope") or memory.default_scope
+    if scope is None:
+        raise McpArgumentsInvalid(
+            f"{tool}: argument `scope` is required on this server (it was started without --scope): "
+            f"{tool} reaches one scope at a time, never every scope",
+            tool=tool,
+            argument="scope",
+        )
+    return str(scope)
+
+
+def _where(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tags": list(args.get("tags", [])),
+        "meta": args.get("metadata"),
+        "source": args.get("source"),
+        "before_ms": _before_ms(tool, args.get("before")),
+    }
+
+
+def confirmation(tool: str, scope: str, where: Mapping[str, Any], ids: list[str]) -> str:
+    """What a filter forget or erase must be given as ``confirm``: a digest of the tool, its scope
+    and filter, and every key (or memory id) its dry run listed."""
+    body = {"tool": tool, "scope": scope, "where": dict(where), "ids": sorted(ids)}
+    # the standard library's JSON: metadata values past 64 bits, which orjson refuses, are written too
+    text = json.dumps(body, sort_keys=True, ensure_ascii=True, allow_nan=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _confirmed(tool: str, args: dict[str, Any], ids: list[str], expected: str) -> None:
+    """Refuse a filter forget or erase whose ``confirm`` is missing or is not ``expected`` (what its
+    filter matches now).
+
+    Raises:
+        McpArgumentsInvalid: naming ``confirm`` and saying what to do.
+    """
+    given = args.get("confirm")
+    if given is None:
+        raise McpArgumentsInvalid(
+            f"{tool}: argument `confirm` is required: call {tool} first with `dry_run: true`, check "
+            "what it lists, then call it again with the same arguments and `confirm` set to the "
+            "dry run's `confirm`",
+            tool=tool,
+            argument="confirm",
+        )
+    if given != expected:
+        raise McpArgumentsInvalid(
+            f"{tool}: argument `confirm` {given} is not the confirmation of what the filter matches now "
+            f"({len(ids)} in all): the matches changed since the dry run, or it was made for another "
+            f"scope or filter; nothing was written: call {tool} with `dry_run: true` again",
+            tool=tool,
+            argument="confirm",
+        )
+
+
+def _listed(name: str, ids: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"count": len(ids), name: ids[:LISTED_MAX]}
+    if len(ids) > LISTED_MAX:
+        out["truncated"] = True
+    return out
+
+
+async def _forget_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    scope = _one_scope("forget_where", memory, args)
+    where = _where("forget_where", args)
+    reason = str(args["reason"])
+    plan = await memory.forget_where(scope=scope, reason=reason, dry_run=True, **where)
+    keys = list(plan["keys"])
+    expected = confirmation("forget_where", scope, where, keys)
+    head = {"scope": scope, "filter": plan["filter"], "reason": reason}
+    if args.get("dry_run"):
+        return {"dryRun": True, **_listed("keys", keys), **head, "confirm": expected}
+    _confirmed("forget_where", args, keys, expected)
+    if not keys:
+        return {"dryRun": False, **_listed("keys", keys), **head}
+    done = await memory.forget_where(scope=scope, reason=reason, dry_run=False, **where)
+    out = {"dryRun": False, **_listed("keys", list(done["keys"])), **head}
+    for name in ("forgottenMs", "citation"):
+        if done.get(name) is not None:
+            out[name] = done[name]
+    return out
+
+
+async def _erase(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    [erased] = await memory.erase([args["key"]], args["reason"])
+    return erased
+
+
+async def _erase_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    scope = _one_scope("erase_where", memory, args)
+    where = _where("erase_where", args)
+    reason = str(args["reason"])
+    memories = await memory.erase_plan(scope=scope, reason=reason, **where)
+    if len(memories) > ERASE_MANY_MAX:
+        raise ArgumentInvalid(
+            f"the filter matches {len(memories)} memories in scope {scope!r}, more than one erase_where "
+            f"call erases ({ERASE_MANY_MAX}): narrow it (a tag, metadata, a source, `before`); nothing "
+            "was written"
+        )
+    expected = confirmation("erase_where", scope, where, memories)
+    head = {"scope": scope, "reason": reason}
+    if args.get("dry_run"):
+        return {"dryRun": True, **_listed("memoryIds", memories), **head, "confirm": expected}
+    _confirmed("erase_where", args, memories, expected)
+    # what the dry run listed, each erased whole, one record each
+    rewritten = sum(int(erased["rewritten"]) for erased in await memory.erase(memories, reason))
+    return {"dryRun": False, **_listed("memoryIds", memories), **head, "rewritten": rewritten}
+
+
 _ARGUMENT_ERRORS = (
     "Arguments that break the input schema are refused with `mcp_arguments_invalid` (naming the argument)"
 )
@@ -295,6 +454,104 @@ def _limit(default: int, what: str) -> dict[str, Any]:
         "description": f"At most this many {what} (default {default}).",
     }
 
+
+_BEFORE = {
+    "type": ["string", "integer"],
+    "minimum": 0,
+    "minLength": 1,
+    "description": "Only findings learned before this time: an ISO 8601 date or "
+    "date-time (2026-01-31, 2026-01-31T08:00:00+00:00; without an offset, the "
+    "server's local time), or epoch milliseconds.",
+}
+
+
+def _reason(what: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": REASON_MAX,
+        "description": f"Why {what}, for the record (at most {REASON_MAX} characters).",
+    }
+
+
+def _guarded(what: str, reason: str) -> dict[str, Any]:
+    """The input schema of a filter forget or erase: one scope, the filter, a reason, and the two steps."""
+    return _object(
+        {
+            "scope": {
+                "type": "string",
+                "minLength": 1,
+                "description": f"The one scope whose {what} it reaches. Default: the server's --scope; "
+                "required on a server started without one.",
+            },
+            "tags": {**_TAGS, "description": f"Only {what} carrying every one of these tags."},
+            "metadata": {
+                "type": "object",
+                "description": f"Only {what} whose metadata has each of these top-level keys with this "
+                "value (JSON equality).",
+            },
+            "source": {"type": "string", "minLength": 1, "description": f"Only {what} from this source."},
+            "before": {**_BEFORE, "description": str(_BEFORE["description"]).replace("findings", what)},
+            "reason": _reason(reason),
+            "dry_run": {
+                "type": "boolean",
+                "description": "true: write nothing; list what it would reach, with `count` and the "
+                "`confirm` to pass next. Call it so first.",
+            },
+            "confirm": {
+                "type": "string",
+                "pattern": CONFIRM_PATTERN,
+                "description": "Required unless `dry_run` is true: the `confirm` the dry run returned "
+                "(16 hex digits), with the same scope and filter.",
+            },
+        },
+        ["reason"],
+    )
+
+
+def _plan_output(name: str, item: str, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "dryRun": {"type": "boolean", "description": "true when nothing was written"},
+            "count": {"type": "integer", "description": f"how many {item} it reached (or would reach)"},
+            name: {
+                "type": "array",
+                "items": _KEY,
+                "description": f"the {item}, sorted (at most {LISTED_MAX})",
+            },
+            "truncated": {
+                "type": "boolean",
+                "description": f"Present (true) when there are more than {LISTED_MAX}: `count` has them all.",
+            },
+            "scope": {"type": "string"},
+            "reason": {"type": "string"},
+            "confirm": {
+                "type": "string",
+                "pattern": CONFIRM_PATTERN,
+                "description": "A dry run's: pass it as `confirm` to do what it listed.",
+            },
+            **extra,
+        },
+        "required": ["dryRun", "count", name, "scope", "reason"],
+    }
+
+
+_ERASED = {
+    "type": "object",
+    "properties": {
+        "memoryId": _KEY,
+        "keys": {"type": "array", "items": _KEY, "description": "every version's key, erased"},
+        "citation": {
+            **_CITATION,
+            "type": ["object", "null"],
+            "description": "The erase record (null when an earlier erase had recorded it and this one "
+            "only finished it).",
+        },
+        "rewritten": {"type": "integer", "description": "journal records rewritten as tombstones"},
+    },
+    "required": ["memoryId", "keys", "citation", "rewritten"],
+}
 
 _ANSWER = {
     **_FINDING,
@@ -330,7 +587,7 @@ _LEARNED = {
     "required": ["memoryId", "key", "scope", "citation"],
 }
 
-TOOLS: tuple[ToolSpec, ...] = (
+_READ_AND_WRITE: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="learn",
         title="Remember a finding",
@@ -449,14 +706,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "minLength": 1,
                     "description": "Only findings from this source.",
                 },
-                "before": {
-                    "type": ["string", "integer"],
-                    "minimum": 0,
-                    "minLength": 1,
-                    "description": "Only findings learned before this time: an ISO 8601 date or "
-                    "date-time (2026-01-31, 2026-01-31T08:00:00+00:00; without an offset, the "
-                    "server's local time), or epoch milliseconds.",
-                },
+                "before": _BEFORE,
                 "limit": _limit(RECALL_LIMIT, "findings"),
                 "scope": _SCOPE,
             },
@@ -639,6 +889,127 @@ TOOLS: tuple[ToolSpec, ...] = (
         run=_history,
         read_only=True,
         idempotent=True,
+    ),
+)
+
+_TWO_STEPS = (
+    "Two steps, so that nothing goes by accident: call it first with `dry_run: true`, which writes "
+    "nothing and returns the `count`, the {ids} (sorted; at most " + str(LISTED_MAX) + " listed, "
+    "`truncated` past them) and `confirm` (16 hex digits: a digest of the scope, the filter and every "
+    "one it lists); then call it again with the same scope and filter, your reason and that "
+    "`confirm`. It acts only when the filter still matches exactly what the dry run listed. It "
+    "reaches one scope: `scope`, else the server's --scope (a server started without one needs "
+    "`scope`); `tags` (every one), `metadata` (equality on each key), `source` and `before` narrow "
+    "it, and `scope` alone reaches {whole}. "
+)
+_CONFIRM_ERRORS = (
+    "a call with neither `dry_run: true` nor `confirm`, a `confirm` that is not the confirmation of "
+    "what the filter matches now (the matches changed, or it was made for another scope or filter: "
+    "nothing is written; dry-run again), and a missing `scope` on a server without --scope are "
+    "`mcp_arguments_invalid` too"
+)
+_LEASE_HELD = (
+    "a record of the memory in a root run another process still runs (a flow, a session of another "
+    "server) is `journal_lease_held`: the memory is forgotten, its erase recorded and its copies "
+    "outside the journal removed, but that record keeps its content until the run ends; erase it "
+    "again then (the message names the run)"
+)
+
+TOOLS: tuple[ToolSpec, ...] = (
+    *_READ_AND_WRITE,
+    ToolSpec(
+        name="forget_where",
+        title="Forget what a filter matches",
+        description=(
+            "Forget every live finding of one scope that a filter matches, with one journal record "
+            "that names the filter, your reason and every key: they leave the `recall`, `why` and "
+            "`get` tools and the resources at once; their own records stay in the journal for audit "
+            "(see the `history` tool). "
+            + _TWO_STEPS.format(ids="`keys`", whole="every live finding of the scope")
+            + "The result names the `citation` of the record and the `keys` it forgot (a finding "
+            "another client learned or forgot between the check of `confirm` and the record is as "
+            "it stood then). Repeats: forgotten findings are not matched again, so the same call "
+            "again is refused for its `confirm` (a dry run then lists none). Errors: "
+            + _ARGUMENT_ERRORS
+            + f" (a reason is at most {REASON_MAX} characters); "
+            + _CONFIRM_ERRORS
+            + f"; a filter the memory refuses, one matching more than {FORGET_MANY_MAX} findings, and a "
+            "blank reason are `memory_argument_invalid`; a `scope` no finding can have is "
+            "`memory_argument_invalid` or `journal_name_invalid`."
+        ),
+        input_schema=_guarded("findings", "they are forgotten"),
+        output_schema=_plan_output(
+            "keys",
+            "findings",
+            {
+                "filter": {"type": "object", "description": "the filter as recorded"},
+                "forgottenMs": {"type": "integer"},
+                "citation": _CITATION,
+            },
+        ),
+        run=_forget_where,
+        destructive=True,
+    ),
+    ToolSpec(
+        name="erase",
+        title="Erase a memory for good",
+        description=(
+            "Erase a memory for good, every version of it (`key` may be its `memoryId` or any "
+            "version's key), live, forgotten or superseded. Where the `forget` tool only takes a "
+            "finding out of reads, erase also removes its content (text, tags, source, metadata) from "
+            "the journal, each of its records rewritten as a tombstone, and from every copy the store "
+            "keeps (the history DB and its index, files, vectors). It cannot be undone. What stays, "
+            "for audit, is one `memory-erase` record: the memory id, its keys, your `reason`, the "
+            "flow `mcp`, the time and a digest of each erased record, in a root run of flow `mcp` "
+            "begun for the call and ended `done` (the result's `citation`); the `history` tool ends "
+            "the memory's events with `erased`. The root runs of this server's sessions that hold a "
+            "record of the memory are ended `done` first (the journal rewrites no record of a running "
+            "run; a session begins a new one at its next write). Repeats: erasing an erased memory "
+            "writes no second record (`citation` is null) and finishes anything a failure left. "
+            "Errors: " + _ARGUMENT_ERRORS + f" (a reason is at most {REASON_MAX} characters); a blank "
+            "reason is `memory_argument_invalid`; a key no finding has is `memory_finding_unknown`; "
+            "a memory that kept gaining versions in new scopes while it was erased is "
+            "`memory_finding_retired` (erase it again); " + _LEASE_HELD + "."
+        ),
+        input_schema=_object(
+            {
+                "key": {**_KEY, "description": "The memory to erase: its memoryId, or any version's key."},
+                "reason": _reason("it is erased"),
+            },
+            ["key", "reason"],
+        ),
+        output_schema=_ERASED,
+        run=_erase,
+        destructive=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="erase_where",
+        title="Erase what a filter matches, for good",
+        description=(
+            "Erase for good every memory with a record in one scope that a filter matches, "
+            "forgotten and superseded versions included (everything about a user, whatever became of "
+            "it): each as the `erase` tool erases one, every version of it (in any scope), with an "
+            "erase record of its own naming your reason. "
+            + _TWO_STEPS.format(ids="`memoryIds`", whole="every memory with a record in it")
+            + "The filter is matched against every record the journal still holds of a finding. "
+            f"At most {ERASE_MANY_MAX} memories a call. A failure stops it: the memories before it "
+            "are erased, the rest not; a dry run then lists what is left. Repeats: erased memories "
+            "are not matched again, so the same call again is refused for its `confirm` (a dry run "
+            "then lists none). Errors: " + _ARGUMENT_ERRORS + f" (a reason is at most {REASON_MAX} "
+            "characters); " + _CONFIRM_ERRORS + "; a filter the memory refuses, one matching more "
+            f"than {ERASE_MANY_MAX} memories, and a blank reason are `memory_argument_invalid`; "
+            + _LEASE_HELD
+            + "; `memory_finding_retired` as for the `erase` tool."
+        ),
+        input_schema=_guarded("memories", "they are erased"),
+        output_schema=_plan_output(
+            "memoryIds",
+            "memories",
+            {"rewritten": {"type": "integer", "description": "journal records rewritten as tombstones"}},
+        ),
+        run=_erase_where,
+        destructive=True,
     ),
 )
 

@@ -26,7 +26,9 @@ from tests.mcp.harness import (
     stdio_session,
 )
 
-TOOLS = {"learn", "update", "recall", "why", "get", "forget", "history"}
+TOOLS = {"learn", "update", "recall", "why", "get", "forget", "history", "forget_where", "erase"} | {
+    "erase_where"
+}
 
 
 def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transport: Transport) -> None:
@@ -74,6 +76,15 @@ def test_the_server_lists_its_tools_each_with_a_schema_and_a_description(transpo
     assert tools["history"].input_schema["required"] == ["key"]
     assert tools["recall"].annotations is not None and tools["recall"].annotations.read_only_hint is True
     assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint is True
+    for name in ("forget_where", "erase", "erase_where"):
+        annotations = tools[name].annotations
+        assert annotations is not None and annotations.destructive_hint is True, name
+    for name in ("forget_where", "erase_where"):
+        assert tools[name].input_schema["required"] == ["reason"]
+        assert {"scope", "tags", "metadata", "source", "before", "dry_run", "confirm"} <= set(
+            tools[name].input_schema["properties"]
+        )
+    assert set(tools["erase"].input_schema["required"]) == {"key", "reason"}
 
 
 def test_learned_findings_are_recalled_and_explained_with_the_key_and_citation_of_their_record(
@@ -544,6 +555,20 @@ def test_every_error_a_tool_returns_is_named_in_its_description(tmp_path: Any) -
                 ("why", {"subject": "x", "mode": "semantic"}),
                 ("get", {"key": old}),
                 ("history", {"key": "0" * 32}),
+                ("forget_where", {"tags": ["t"], "reason": "r"}),  # no scope on this server
+                ("forget_where", {"scope": "s", "reason": "r"}),  # no confirm
+                ("forget_where", {"scope": "s", "reason": "r", "confirm": "0" * 16}),
+                ("forget_where", {"scope": "s", "reason": " ", "dry_run": True}),
+                ("forget_where", {"scope": "s", "before": 2**63, "reason": "r", "dry_run": True}),
+                ("forget_where", {"scope": "a\nb", "reason": "r", "dry_run": True}),
+                ("forget_where", {"scope": "s", "reason": "r", "confirm": "X"}),
+                ("erase", {"key": live, "reason": "r" * 1025}),
+                ("erase", {"key": live, "reason": "  "}),
+                ("erase", {"key": "0" * 32, "reason": "r"}),
+                ("erase_where", {"tags": ["t"], "reason": "r"}),
+                ("erase_where", {"scope": "s", "reason": "r", "confirm": "0" * 16}),
+                ("erase_where", {"scope": "s", "reason": " ", "dry_run": True}),
+                ("erase_where", {"scope": "s", "metadata": {"": 1}, "reason": "r", "dry_run": True}),
             ]
             return [(tool, await call_error(session, tool, **args)) for tool, args in calls]
 
