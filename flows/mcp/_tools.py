@@ -998,7 +998,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "are not matched again, so the same call again is refused for its `confirm` (a dry run "
             "then lists none). Errors: " + _ARGUMENT_ERRORS + f" (a reason is at most {REASON_MAX} "
             "characters); " + _CONFIRM_ERRORS + "; a filter the memory refuses, one matching more "
-            f"than {ERASE_MANY_MAX} memories, and a blank reason are `memory_argument_invalid`; "
+            f"than {ERASE_MANY_MAX} memories, and a blank reason are `memory_argument_invalid`; a "
+            "`scope` no finding can have is `memory_argument_invalid` or `journal_name_invalid`; "
             + _LEASE_HELD
             + "; `memory_finding_retired` as for the `erase` tool."
         ),

@@ -569,6 +569,7 @@ def test_every_error_a_tool_returns_is_named_in_its_description(tmp_path: Any) -
                 ("erase_where", {"scope": "s", "reason": "r", "confirm": "0" * 16}),
                 ("erase_where", {"scope": "s", "reason": " ", "dry_run": True}),
                 ("erase_where", {"scope": "s", "metadata": {"": 1}, "reason": "r", "dry_run": True}),
+                ("erase_where", {"scope": "a\tb", "reason": "r", "dry_run": True}),
             ]
             return [(tool, await call_error(session, tool, **args)) for tool, args in calls]
 
