@@ -199,3 +199,24 @@ def test_flows_erase_while_a_session_holds_the_run_says_what_was_done_and_what_t
     done = _flows(db, "erase", learned["key"], "--yes")  # the session has ended: its run is done
     assert done.returncode == 0, done.stderr
     assert _bytes_anywhere(tmp_path, b"55-OSPREY-9") == []
+
+
+def test_an_erase_ends_the_root_run_of_another_open_session_of_the_server_that_holds_the_memory(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "history.db"
+
+    async def main(t: Transport) -> tuple[Any, ...]:
+        async with t.connect() as holder, t.connect() as eraser:
+            learned = await call(holder, "learn", text="the alarm pin is 31-HERON-77", scope="ops")
+            erased = await call(eraser, "erase", key=learned["key"], reason="a pin, learned by mistake")
+            later = await call(holder, "learn", text="the holder writes on", scope="ops")
+            return learned, erased, later
+
+    with open_transport("http", db) as t:
+        learned, erased, later = run(lambda: main(t))
+    states = {r.run_id: r.state for r in mcp_runs(db)}
+    assert states[learned["citation"]["runId"]] is RunState.DONE
+    assert later["citation"]["runId"] != learned["citation"]["runId"]  # a new root run for the holder
+    assert erased["rewritten"] >= 1
+    assert _bytes_anywhere(tmp_path, b"31-HERON-77") == []
