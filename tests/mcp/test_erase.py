@@ -138,7 +138,7 @@ def test_erase_where_erases_every_memory_its_dry_run_listed_forgotten_ones_too(t
             b = await call(s, "learn", text="carol pays by card", **carol)
             await call(s, "forget", key=b["key"], reason="stale")
             dave = await call(s, "learn", text="dave pays by cash", metadata={"user": "dave"}, scope="crm")
-            where = {"metadata": {"user": "carol"}, "reason": "erasure request #12", "scope": "crm"}
+            where = {"metadata": {"user": "carol"}, "reason": "erasure request twelve", "scope": "crm"}
             no_confirm = await call_error(s, "erase_where", **where)
             plan = await call(s, "erase_where", **where, dry_run=True)
             done = await call(s, "erase_where", **where, confirm=plan["confirm"])
@@ -151,7 +151,7 @@ def test_erase_where_erases_every_memory_its_dry_run_listed_forgotten_ones_too(t
     assert (plan["dryRun"], plan["count"]) == (True, 2)
     assert plan["memoryIds"] == sorted([a["memoryId"], b["memoryId"]])
     assert (done["dryRun"], done["memoryIds"]) == (False, plan["memoryIds"])
-    assert done["reason"] == "erasure request #12"
+    assert done["reason"] == "erasure request twelve"
     assert again["argument"] == "confirm"
     assert [f["key"] for f in left["findings"]] == [dave["key"]]
     for needle in (b"12 Elm St", b"carol pays"):
