@@ -1074,9 +1074,7 @@ class PostgresJournal:
         check_name("stream name", stream)
         # A left join from the run's row: no row means no run; one null record, an empty result.
         query = (
-            "select x.seq, x.id, x.key, x.ts_ms, "
-            + _PAYLOAD.format("x.payload")
-            + " from journal_runs r"
+            "select x.seq, x.id, x.key, x.ts_ms, " + _PAYLOAD.format("x.payload") + " from journal_runs r"
             " left join journal_records x on x.run_id = r.run_id and x.stream = %s"
             + where
             + " where r.run_id = %s order by x.seq"
@@ -1231,16 +1229,29 @@ class PostgresJournal:
 
     def heads_changed(
         self, streams: Sequence[str], since: str | None
-    ) -> tuple[dict[str, dict[str, int]], str]:
+    ) -> tuple[dict[str, dict[str, int]], str, bool]:
         """The heads of ``streams`` (stream -> run id -> the number of its last record) that moved
-        since the look that returned ``since`` (every head when ``since`` is None), and the mark to
-        pass next time. The mark is the oldest transaction still running when this look was taken
-        (its snapshot's ``xmin``): an append is a transaction that moves its head and stamps it with
-        its own id, and one that was running then, or began after, has an id at or above it; so a
-        look from the mark misses no append committed since the last look, whatever the order the
-        server gave ids and commits in. A head may come back unmoved (seen again, harmless): readers
-        compare it with the number they hold. One query on an index of the stamps, however long the
-        journal is.
+        since the look that returned ``since`` (every head when ``since`` is None), the mark to pass
+        next time, and whether this look listed every head (``whole``).
+
+        The mark is the oldest transaction still running when this look was taken (its snapshot's
+        ``xmin``): an append is a transaction that moves its head and stamps it with its own id, and
+        one that was running then, or began after, has an id at or above it; so a look from the mark
+        misses no append committed since the last look, whatever the order the server gave ids and
+        commits in. A head may come back unmoved (seen again, harmless): readers compare it with the
+        number they hold.
+
+        ``journal_heads`` is derived and only says *which* heads moved: each head returned is the
+        number of the stream's last record, read from the records (one index probe per head), so a
+        stale or crafted number there never makes a reader skip a record. A whole look lists the
+        heads from the records themselves (an index-only walk of their entries), never from
+        ``journal_heads``, so a row deleted there, or a restored dump without them, hides no run
+        from a reader's first look. The mark names the server, database and heads table it was
+        taken on; a mark from another one (another database, a dump restored, a server replaced),
+        or one ahead of the server's oldest running transaction (a server restored from a backup or
+        failed over to a replica, whose transaction ids went back), does not hold: the look is whole
+        and says so, and the reader must take what it holds as unknown (``whole`` True although
+        ``since`` was given).
 
         Raises:
             JournalCorrupt: a row that is not a head this journal writes (a run id that is not one, a
@@ -1249,30 +1260,62 @@ class PostgresJournal:
         """
         for stream in streams:
             check_name("stream name", stream)
-        if since is not None and not (type(since) is str and since.isdigit() and len(since) <= 20):
+        if since is not None and not (type(since) is str and len(since) <= 100):
             raise ValueError(f"since must be a mark heads_changed returned, not {since!r:.40}")
-        query = (
-            "select s.mark::text, h.stream, h.run_id, h.head"
-            " from (select pg_snapshot_xmin(pg_current_snapshot()) as mark) s"
-            " left join journal_heads h on h.stream = any(%s)"
-            + ("" if since is None else " and h.changed >= %s::xid8")
-        )
-        params: tuple[Any, ...] = (list(streams),) + (() if since is None else (since,))
-
-        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
-            return cur.execute(query, params).fetchall()
-
-        rows = self._call("listing the heads that moved", call, reading=True)
+        identity, _, since_xid = (since or "").rpartition(".")
+        names = list(streams)
+        given = since is not None and since_xid.isdigit() and len(since_xid) <= 20
+        rows = self._heads_rows(names, since_xid if given else None)
+        mark_identity, mark_xid = str(rows[0][0]), str(rows[0][1])
+        holds = given and identity == mark_identity and int(since_xid) <= int(mark_xid)
+        if given and not holds:  # another journal's mark, or the server's ids went back: look again, whole
+            rows = self._heads_rows(names, None)
+            mark_identity, mark_xid = str(rows[0][0]), str(rows[0][1])
         found: dict[str, dict[str, int]] = {stream: {} for stream in streams}
-        for _mark, stream, run, head in rows:
-            if stream is None:
-                continue  # the mark's own row: no head moved
+        for _identity, _mark, stream, run, head in rows:
+            if stream is None or head is None:
+                continue  # the mark's own row (no head moved), or a head whose records are gone
             if not valid_name(run):
                 raise self._run_corrupt(run, "an id that is not a run id", stream=str(stream)[:80])
             if not whole(head, 1) or stream not in found:
                 raise self._run_corrupt(run, f"a head {shown(head)} of stream {shown(stream)}", stream=None)
             found[stream][run] = head
-        return found, str(rows[0][0])
+        return found, f"{mark_identity}.{mark_xid}", not holds
+
+    def _heads_rows(self, streams: list[str], since: str | None) -> list[Any]:
+        """``heads_changed``'s one query: the mark's identity and ``xmin``, then (stream, run, head)
+        rows, every head read from the records. ``since`` None: every run with records in the
+        streams, from the (stream, run, seq) index of the records (an index-only walk, cheaper than
+        the scan of every commit a first look makes anyway); else the runs whose ``journal_heads``
+        row was stamped at or after it."""
+        ident = (
+            "(select s.system_identifier::text from pg_control_system() s) || '.'"
+            " || (select d.oid::text from pg_database d where d.datname = current_database()) || '.'"
+            " || coalesce(to_regclass('journal_heads')::oid::text, '0')"
+        )
+        head = "(select max(x.seq) from journal_records x where x.run_id = h.run_id and x.stream = h.stream)"
+        if since is None:
+            moved = (
+                "select x.stream, x.run_id, max(x.seq) as head from journal_records x"
+                " where x.stream = any(%s) group by x.stream, x.run_id"
+            )
+            params: tuple[Any, ...] = (streams,)
+        else:
+            moved = (
+                "select h.stream, h.run_id, " + head + " as head from journal_heads h"
+                " where h.stream = any(%s) and h.changed >= %s::xid8"
+            )
+            params = (streams, since)
+        query = (
+            f"select s.identity, s.mark::text, m.stream, m.run_id, m.head from"
+            f" (select {ident} as identity, pg_snapshot_xmin(pg_current_snapshot()) as mark) s"
+            f" left join ({moved}) m on true"
+        )
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(query, params).fetchall()
+
+        return self._call("listing the heads that moved", call, reading=True)
 
     def read_streams_after(
         self, stream: str, after: Mapping[str, int], *, containing: str | None = None

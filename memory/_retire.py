@@ -289,7 +289,9 @@ class SharedRetirements:
             moved_heads: Mapping[str, Mapping[str, int]] | None = None
             mark = self._mark
             if changed is not None:  # only the heads that moved since the last look (one query)
-                moved_heads, mark = changed((RETIRE_STREAM, STREAM), self._mark)
+                moved_heads, mark, whole = changed((RETIRE_STREAM, STREAM), self._mark)
+                if whole:  # a first look, or the last one's mark did not hold (another journal,
+                    self._seen.clear()  # a server restored or failed over): read every run again
             for stream, marker in ((RETIRE_STREAM, None), (STREAM, _SUPERSEDES)):
                 heads: Mapping[str, int] = (
                     backend.stream_heads(stream)  # type: ignore[attr-defined]

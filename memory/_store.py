@@ -1328,8 +1328,11 @@ class MemoryStore:
             changed = getattr(backend, "heads_changed", None)
             mark = None
             if changed is not None:  # every head at the first look, then only those that moved
-                moved, mark = changed((STREAM,), self._catch_mark)
+                moved, mark, whole = changed((STREAM,), self._catch_mark)
                 heads: Mapping[str, int] = moved[STREAM]
+                # a mark that did not hold (another journal, a server restored or failed over): the
+                # heads reached are unknown, so every run is read again
+                self._caught_up = {} if whole and self._catch_mark is not None else self._caught_up
             else:
                 heads = backend.stream_heads(STREAM)  # type: ignore[attr-defined]
             if self._caught_up is None:

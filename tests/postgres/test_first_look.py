@@ -124,7 +124,7 @@ def test_heads_changed_misses_no_append_that_commits_after_a_later_one(
     whose transaction began first and commits last is still returned by the look after its commit."""
     slow, slow_lease = pg.begin("f", "s", {"n": 1})
     pg.append(slow_lease, "s", {"n": 1})
-    first, mark = pg.heads_changed(["s"], None)
+    first, mark, _ = pg.heads_changed(["s"], None)
     assert first == {"s": {slow.run_id: 1}}
     with psycopg.connect(postgres_dsn) as held:  # an append whose transaction stays open
         held.execute(
@@ -133,13 +133,13 @@ def test_heads_changed_misses_no_append_that_commits_after_a_later_one(
         )
         quick, quick_lease = pg.begin("f", "s", {"n": 2})
         pg.append(quick_lease, "s", {"n": 1})  # a later transaction, committed first
-        seen, mark = pg.heads_changed(["s"], mark)
+        seen, mark, _ = pg.heads_changed(["s"], mark)
         assert seen["s"].get(quick.run_id) == 1 and seen["s"].get(slow.run_id, 1) == 1
         held.commit()
-    after, mark = pg.heads_changed(["s"], mark)
+    after, mark, _ = pg.heads_changed(["s"], mark)
     assert after["s"][slow.run_id] == 2
     assert [r.payload["n"] for r in pg.read(slow.run_id, "s")] == [1, 2]
-    again, _ = pg.heads_changed(["s", "other"], mark)
+    again, _, _ = pg.heads_changed(["s", "other"], mark)
     assert again == {"s": {}, "other": {}}
 
 

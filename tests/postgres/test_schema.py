@@ -121,7 +121,7 @@ def test_a_schema_at_an_older_version_is_migrated_in_place_keeping_its_records(
         )
     jr = open_pg()
     # the heads the migration to version 4 filled from the records, then the append keeps
-    heads, mark = jr.heads_changed(["s"], None)
+    heads, mark, _ = jr.heads_changed(["s"], None)
     assert heads == {"s": {"20260101T000000-00000000aa": 1}}
     lease = jr.acquire("20260101T000000-00000000aa")
     assert jr.append(lease, "s", {"new": True}, key="k2").seq == 2

@@ -1,0 +1,98 @@
+"""``journal_heads`` is derived state: a row deleted there, a restored dump without its rows, a head
+number past the real records, or a mark taken on another journal or before the server's ids went
+back, never makes a reader skip a record another host appended (a forget above all)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import memory
+from journal.postgres import PostgresJournal
+from tests.pg_fixtures import admin_connection, server_dsn, with_schema
+from tests.postgres.conftest import OpenPg
+
+
+@pytest.fixture
+def other_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A second private schema on the same server, for a second journal (dropped afterwards)."""
+    schema = re.sub(r".*search_path%3D", "", postgres_dsn) + "_other"
+    with admin_connection() as conn:
+        conn.execute(f'create schema "{schema}"')
+    try:
+        yield with_schema(server_dsn(), schema)
+    finally:
+        with admin_connection() as conn:
+            conn.execute(f'drop schema if exists "{schema}" cascade')
+
+
+def _ahead(mark: str, by: int) -> str:
+    """``mark`` with its transaction id moved ``by`` ahead (what a server whose ids went back sees)."""
+    return re.sub(r"\d+$", lambda m: str(int(m.group()) + by), mark)
+
+
+def test_a_fresh_store_honours_a_forget_whose_head_rows_are_gone(tmp_path: Path, postgres_dsn: str) -> None:
+    a_db = tmp_path / "a" / "history.db"
+    with memory.MemoryStore(a_db, journal=postgres_dsn) as a, a.session(scope="team") as s:
+        key = s.learn({"text": "the door code is 4711"}).key
+        other = s.learn({"text": "lunch is at noon"}).key
+    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn) as b:
+        b.materialize()
+        with b.session(scope="team") as s:
+            s.forget(key, reason="rotated")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("delete from journal_heads")  # a dump restored without them, an admin's delete
+    with memory.MemoryStore(a_db, journal=postgres_dsn) as fresh:  # a fresh process on host A
+        assert {e.key for e in fresh.recall(scope="team")} == {other}
+        assert fresh.get(key) is None
+
+
+def test_a_head_number_past_the_records_is_not_taken_for_the_head(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    info, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    pg.append(lease, "s", {"n": 2})
+    _, mark, _ = pg.heads_changed(["s"], None)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # a crafted row, stamped as moved
+        conn.execute("update journal_heads set head = 1000, changed = pg_current_xact_id()")
+    assert pg.heads_changed(["s"], mark)[0] == {"s": {info.run_id: 2}}
+    assert pg.heads_changed(["s"], None)[0] == {"s": {info.run_id: 2}}
+    pg.append(lease, "s", {"n": 3})  # the record a reader holding 1000 would have skipped
+    assert pg.heads_changed(["s"], mark)[0] == {"s": {info.run_id: 3}}
+
+
+def test_a_mark_taken_on_another_journal_does_not_hold(open_pg: OpenPg, other_dsn: str) -> None:
+    here, there = open_pg(), open_pg(other_dsn)
+    info, lease = there.begin("f", "s", {})
+    there.append(lease, "s", {"n": 1})  # stamped before the other journal's look
+    _, elsewhere, _ = here.heads_changed(["s"], None)
+    found, mark, whole = there.heads_changed(["s"], elsewhere)
+    assert found == {"s": {info.run_id: 1}} and whole
+    assert there.heads_changed(["s"], mark)[0] == {"s": {}}
+
+
+def test_a_mark_ahead_of_the_servers_ids_does_not_hold(pg: PostgresJournal) -> None:
+    """A server restored from a backup (or failed over to a replica) hands out ids again from below
+    a mark taken before: a look from that mark would skip every append stamped under it."""
+    info, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    _, mark, whole = pg.heads_changed(["s"], None)
+    assert whole
+    assert pg.heads_changed(["s"], mark)[0] == {"s": {}}
+    found, _, whole = pg.heads_changed(["s"], _ahead(mark, 10**9))
+    assert found == {"s": {info.run_id: 1}} and whole
+
+
+def test_a_mark_that_is_not_one_is_refused_or_read_whole(pg: PostgresJournal) -> None:
+    info, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    for bad in ("", "x", "1.2.3.x", "9" * 30):
+        found, _, whole = pg.heads_changed(["s"], bad)
+        assert found == {"s": {info.run_id: 1}} and whole
+    with pytest.raises(ValueError):
+        pg.heads_changed(["s"], "9" * 101)
