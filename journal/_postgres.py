@@ -615,6 +615,8 @@ class PostgresJournal:
                     "schema named by the DSN's search_path (or public), then retry"
                 )
             current = self._schema_version(cur)
+            if current < SCHEMA_VERSION:
+                self._check_migratable(cur, current)
             if current != SCHEMA_VERSION:
                 cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
                 cur.execute("create table if not exists journal_schema (version integer not null)")
@@ -632,6 +634,25 @@ class PostgresJournal:
                 cur.execute("delete from journal_schema")
                 cur.execute("insert into journal_schema (version) values (%s)", (SCHEMA_VERSION,))
         self._migrated = True
+
+    def _check_migratable(self, cur: psycopg.Cursor[Any], current: int) -> None:
+        """Refuse, before any write is tried, a schema older than this code on a database that takes
+        no writes (read-only, a standby): it cannot be migrated there, and nothing can be read until
+        it is (the driver's refusal of the first DDL said that reads work)."""
+        row = cur.execute("select current_setting('transaction_read_only')").fetchone()
+        if row is None or row[0] != "on":
+            return
+        found = (
+            f"schema version {current}, older than this flows-memory's ({SCHEMA_VERSION})"
+            if current
+            else "no journal tables yet"
+        )
+        raise JournalUnavailable(
+            f"the PostgreSQL journal at {self._location} has {found}, and the database takes no "
+            "writes here (read-only, a standby), so its schema cannot be brought up to date: open it "
+            "once with this flows-memory from a writable connection (the primary), or read it with "
+            "the flows-memory that wrote it"
+        )
 
     @staticmethod
     def _schema_version(cur: psycopg.Cursor[Any]) -> int:

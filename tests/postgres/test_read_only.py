@@ -12,10 +12,12 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import journal
 import memory
+from journal.postgres import PostgresJournal
 from tests.conftest import ROOT
 from tests.pg_fixtures import admin_connection, server_dsn
 
@@ -80,3 +82,31 @@ def test_a_store_learns_what_a_read_only_journal_holds(private_database: str, tm
         )
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
     assert "the fee is 0.3 percent" in proc.stdout
+
+
+@pytest.mark.parametrize("version", [0, 3])
+def test_a_read_only_database_whose_schema_is_older_is_unavailable_saying_to_migrate_it_once(
+    postgres_dsn: str, version: int
+) -> None:
+    """It cannot be migrated there, so nothing can be read: the driver's refusal of the first DDL
+    said the database takes no writes and that reads work, which they did not."""
+    if version:
+        with PostgresJournal(postgres_dsn) as jr:
+            _, lease = jr.begin("f", "s", {})
+            jr.append(lease, "s", {"n": 1})
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # as version 3 left it
+            conn.execute("drop table journal_heads")
+            conn.execute("update journal_schema set version = %s", (version,))
+    read_only = postgres_dsn.replace(
+        "search_path%3D", "default_transaction_read_only%3Don%20-csearch_path%3D"
+    )
+    with PostgresJournal(read_only) as jr, pytest.raises(journal.JournalUnavailable) as err:
+        jr.runs()
+    message = str(err.value)
+    assert "takes no writes" in message and "writable connection" in message
+    assert "reads work" not in message
+    assert (f"schema version {version}" in message) == bool(version)
+    if version:
+        with admin_connection() as conn:
+            schema = postgres_dsn.rpartition("search_path%3D")[2]
+            assert conn.execute(f'select version from "{schema}".journal_schema').fetchall() == [(version,)]
