@@ -101,6 +101,8 @@ _NO_IDLE_TIMEOUTS = (
     " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
 )
 
+_TABLES = ("journal_schema", "journal_runs", "journal_records", "journal_heads")
+
 # Each step brings the schema from version n-1 to n; applied in order, in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -621,6 +623,7 @@ class PostgresJournal:
                 cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
                 cur.execute("create table if not exists journal_schema (version integer not null)")
                 current = self._schema_version(cur)
+            self._check_one_schema(cur)
             if current > SCHEMA_VERSION:
                 raise JournalUnavailable(
                     f"the PostgreSQL journal at {self._location} has schema version {current}, newer "
@@ -634,6 +637,33 @@ class PostgresJournal:
                 cur.execute("delete from journal_schema")
                 cur.execute("insert into journal_schema (version) values (%s)", (SCHEMA_VERSION,))
         self._migrated = True
+
+    def _check_one_schema(self, cur: psycopg.Cursor[Any]) -> None:
+        """Refuse a ``search_path`` whose names resolve the journal's tables or append function to a
+        schema other than the current one (the first existing schema of the path, where the journal
+        makes its tables and which names its turns' locks): a table there shadowing the journal's
+        (an empty ``journal_records`` before the one holding the records would hide every record),
+        or the journal's tables found behind an empty schema, whose turns would not be the turns
+        of the hosts that name the journal's schema."""
+        rows = cur.execute(
+            "select t, n.nspname from unnest(%s::text[]) t"
+            " join pg_class c on c.oid = to_regclass(t) join pg_namespace n on n.oid = c.relnamespace"
+            " where n.nspname <> current_schema()"
+            " union all select p.proname, n.nspname from pg_proc p"
+            " join pg_namespace n on n.oid = p.pronamespace"
+            " where p.oid = to_regprocedure('journal_append(text, integer, text, text, text, bigint, text)')"
+            " and n.nspname <> current_schema()",
+            (list(_TABLES),),
+        ).fetchall()
+        if rows:
+            found = ", ".join(f"{name} in schema {shown(schema)}" for name, schema in rows)
+            raise JournalUnavailable(
+                f"the PostgreSQL journal at {self._location} finds {found}, not in its own schema (the "
+                "first existing schema of the search_path, where it keeps its tables): set the "
+                "location's search_path to the one schema that holds the journal "
+                "(?options=-csearch_path%3D<schema>), and drop any table of the journal's names "
+                "shadowing it"
+            )
 
     def _check_migratable(self, cur: psycopg.Cursor[Any], current: int) -> None:
         """Refuse, before any write is tried, a schema older than this code on a database that takes

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from journal.postgres import PostgresJournal
+from tests.pg_fixtures import admin_connection, server_dsn, with_schema
 
 OpenPg = Callable[..., PostgresJournal]
 
@@ -31,3 +33,16 @@ def open_pg(postgres_dsn: str) -> Iterator[OpenPg]:
 def pg(open_pg: OpenPg) -> PostgresJournal:
     """A PostgreSQL journal in a fresh private schema."""
     return open_pg()
+
+
+@pytest.fixture
+def other_dsn(postgres_dsn: str) -> Iterator[str]:
+    """A second private schema on the same server, for a second journal (dropped afterwards)."""
+    schema = re.sub(r".*search_path%3D", "", postgres_dsn) + "_other"
+    with admin_connection() as conn:
+        conn.execute(f'create schema "{schema}"')
+    try:
+        yield with_schema(server_dsn(), schema)
+    finally:
+        with admin_connection() as conn:
+            conn.execute(f'drop schema if exists "{schema}" cascade')

@@ -5,7 +5,6 @@ back, never makes a reader skip a record another host appended (a forget above a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -13,21 +12,7 @@ import pytest
 
 import memory
 from journal.postgres import PostgresJournal
-from tests.pg_fixtures import admin_connection, server_dsn, with_schema
 from tests.postgres.conftest import OpenPg
-
-
-@pytest.fixture
-def other_dsn(postgres_dsn: str) -> Iterator[str]:
-    """A second private schema on the same server, for a second journal (dropped afterwards)."""
-    schema = re.sub(r".*search_path%3D", "", postgres_dsn) + "_other"
-    with admin_connection() as conn:
-        conn.execute(f'create schema "{schema}"')
-    try:
-        yield with_schema(server_dsn(), schema)
-    finally:
-        with admin_connection() as conn:
-            conn.execute(f'drop schema if exists "{schema}" cascade')
 
 
 def _ahead(mark: str, by: int) -> str:

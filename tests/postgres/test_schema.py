@@ -130,3 +130,23 @@ def test_a_schema_at_an_older_version_is_migrated_in_place_keeping_its_records(
     with admin_connection() as conn:
         versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
     assert versions == [(SCHEMA_VERSION,)]
+
+
+def test_a_table_shadowing_the_journals_on_the_search_path_is_refused_not_read(
+    postgres_dsn: str, other_dsn: str
+) -> None:
+    """search_path ``a, b`` with the journal in ``b``: a ``journal_records`` made in ``a`` would
+    answer every read with its own rows (an empty one hides every record), and the turns would be
+    named after ``a`` while the other hosts name them after ``b``."""
+    journal_schema = other_dsn.rpartition("search_path%3D")[2]
+    front = postgres_dsn.rpartition("search_path%3D")[2]
+    with PostgresJournal(other_dsn) as jr:
+        info, lease = jr.begin("f", "s", {})
+        jr.append(lease, "s", {"n": 1})
+        with admin_connection() as conn:
+            conn.execute(f'create table "{front}".journal_records (like "{journal_schema}".journal_records)')
+        both = PostgresJournal(postgres_dsn.replace(front, f"{front},{journal_schema}"))
+        with both, pytest.raises(journal.JournalUnavailable) as err:
+            both.read(info.run_id, "s")
+        assert f"journal_runs in schema '{journal_schema}'" in str(err.value)
+        assert [r.seq for r in jr.read(info.run_id, "s")] == [1]
