@@ -623,7 +623,7 @@ class PostgresJournal:
                 cur.execute("select pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_MIGRATE_LOCK,))
                 cur.execute("create table if not exists journal_schema (version integer not null)")
                 current = self._schema_version(cur)
-            self._check_one_schema(cur)
+            self._check_one_schema(cur, whole=current == SCHEMA_VERSION)
             if current > SCHEMA_VERSION:
                 raise JournalUnavailable(
                     f"the PostgreSQL journal at {self._location} has schema version {current}, newer "
@@ -638,7 +638,7 @@ class PostgresJournal:
                 cur.execute("insert into journal_schema (version) values (%s)", (SCHEMA_VERSION,))
         self._migrated = True
 
-    def _check_one_schema(self, cur: psycopg.Cursor[Any]) -> None:
+    def _check_one_schema(self, cur: psycopg.Cursor[Any], *, whole: bool) -> None:
         """Refuse a ``search_path`` whose names resolve the journal's tables or append function to a
         schema other than the current one (the first existing schema of the path, where the journal
         makes its tables and which names its turns' locks): a table there shadowing the journal's
@@ -655,6 +655,14 @@ class PostgresJournal:
             " and n.nspname <> current_schema()",
             (list(_TABLES),),
         ).fetchall()
+        missing = [t for t in _TABLES if whole and not self._exists(cur, t)]
+        if missing:  # a dump restored without them: every read of them would fail, appends too
+            raise JournalUnavailable(
+                f"the PostgreSQL journal at {self._location} is at schema version {SCHEMA_VERSION} but "
+                f"has no table {', '.join(missing)}: restore it from the backup; journal_heads alone "
+                "is derived from the records, and is made again by the next open after "
+                "`update journal_schema set version = 3` in the journal's schema"
+            )
         if rows:
             found = ", ".join(f"{name} in schema {shown(schema)}" for name, schema in rows)
             raise JournalUnavailable(
@@ -664,6 +672,11 @@ class PostgresJournal:
                 "(?options=-csearch_path%3D<schema>), and drop any table of the journal's names "
                 "shadowing it"
             )
+
+    @staticmethod
+    def _exists(cur: psycopg.Cursor[Any], table: str) -> bool:
+        row = cur.execute("select to_regclass(%s) is not null", (table,)).fetchone()
+        return bool(row and row[0])
 
     def _check_migratable(self, cur: psycopg.Cursor[Any], current: int) -> None:
         """Refuse, before any write is tried, a schema older than this code on a database that takes

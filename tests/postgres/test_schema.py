@@ -150,3 +150,24 @@ def test_a_table_shadowing_the_journals_on_the_search_path_is_refused_not_read(
             both.read(info.run_id, "s")
         assert f"journal_runs in schema '{journal_schema}'" in str(err.value)
         assert [r.seq for r in jr.read(info.run_id, "s")] == [1]
+
+
+def test_a_journal_restored_without_its_heads_table_is_refused_saying_how_to_make_it_again(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    jr = open_pg()
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"n": 1})
+    jr.finish(lease, journal.RunState.DONE)
+    with admin_connection() as conn:  # a dump restored without the derived table
+        schema = postgres_dsn.rpartition("search_path%3D")[2]
+        conn.execute(f'drop table "{schema}".journal_heads')
+    with pytest.raises(journal.JournalUnavailable) as err:
+        open_pg().heads_changed(["s"], None)
+    assert "no table journal_heads" in str(err.value) and "version = 3" in str(err.value)
+    with admin_connection() as conn:  # what the message says
+        conn.execute(f'update "{schema}".journal_schema set version = 3')
+    assert open_pg().heads_changed(["s"], None)[0] == {"s": {info.run_id: 1}}
+    with admin_connection() as conn:
+        heads = conn.execute(f'select run_id, head from "{schema}".journal_heads').fetchall()
+    assert heads == [(info.run_id, 1)]
