@@ -1353,7 +1353,9 @@ class PostgresJournal:
         the scan of every commit a first look makes anyway); else the runs whose ``journal_heads``
         row was stamped at or after it."""
         ident = (
-            "(select s.system_identifier::text from pg_control_system() s) || '.'"
+            # the server's identifier where the role may read it (a hardened server may revoke it)
+            "coalesce(case when has_function_privilege('pg_control_system()', 'execute') then"
+            " (select s.system_identifier::text from pg_control_system() s) end, '0') || '.'"
             " || (select d.oid::text from pg_database d where d.datname = current_database()) || '.'"
             " || coalesce(to_regclass('journal_heads')::oid::text, '0')"
         )
