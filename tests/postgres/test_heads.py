@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import journal
 import memory
 from journal.postgres import PostgresJournal
 from tests.postgres.conftest import OpenPg
@@ -81,3 +82,41 @@ def test_a_mark_that_is_not_one_is_refused_or_read_whole(pg: PostgresJournal) ->
         assert found == {"s": {info.run_id: 1}} and whole
     with pytest.raises(ValueError):
         pg.heads_changed(["s"], "9" * 101)
+
+
+def test_a_store_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, postgres_dsn: str) -> None:
+    """A server restored from a backup gives numbers and ids again: a run's forget stream may hold,
+    under a number the store has read, another forget than the one it read. Once its mark no longer
+    holds (the ids went back below it), the store reads every run again rather than trust the
+    numbers it holds."""
+    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+        with a.session(scope="team") as s:
+            first = s.learn({"text": "the old door code"}).key
+            second = s.learn({"text": "the new door code"}).key
+            kept = s.learn({"text": "lunch is at noon"}).key
+        with a.session(scope="team", flow="forget-first") as s:
+            s.forget(first, reason="rotated")
+        b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
+        b.materialize()
+        assert {e.key for e in b.recall(scope="team")} == {second, kept}
+        with a.session(scope="team", flow="forget-second") as s:
+            s.forget(second, reason="rotated")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # the history after a restore:
+        (old_run,) = conn.execute(  # the first forget's run holds the second's forget as record 1
+            "select r.run_id from journal_runs r where r.flow = 'forget-first'"
+        ).fetchone()
+        (new_run, key, payload) = conn.execute(
+            "select x.run_id, x.key, x.payload from journal_records x join journal_runs r using (run_id)"
+            " where r.flow = 'forget-second' and x.stream = 'memory-forget'"
+        ).fetchone()
+        conn.execute(
+            "update journal_records set id = %s, key = %s, payload = %s"
+            " where run_id = %s and stream = 'memory-forget'",
+            (journal.record_id(old_run, "memory-forget", key), key, payload, old_run),
+        )
+        for table in ("journal_heads", "journal_records", "journal_runs"):
+            conn.execute(f"delete from {table} where run_id = %s", (new_run,))
+    shared = b._retirer.shared  # what a restore does to the ids, applied to the store's mark
+    shared._mark = _ahead(shared._mark, 10**9)
+    assert {e.key for e in b.recall(scope="team")} == {kept}
+    b.close()
