@@ -1388,9 +1388,12 @@ class PostgresJournal:
     ) -> dict[str, list[Record]]:
         """For each run of ``after`` (run id -> a sequence number), the stream's records after that
         number, in order, in one query however many runs there are (``read_after`` asks once per
-        run). With ``containing``, only the records whose stored payload text holds it: the server
-        skips the rest, so a reader looking for one kind of record among many (the commits that
-        retire a version, among every commit) is sent and checks only those. Each record returned is
+        run). With ``containing`` (a JSON string token, its quotes included: ``'"name"'``), only the
+        records whose stored payload text holds it, or holds a ``\\u`` escape (which may spell it
+        otherwise; whitespace never falls inside a token, so no JSON spelling of it escapes, though
+        the journal writes only compact canonical JSON): the server skips the rest, so a reader
+        looking for one kind of record among many (the commits that retire a version, among every
+        commit) is sent and checks only those. Each record returned is
         checked as ``read`` checks one; the numbers of an unfiltered read must run on from the
         run's number with none missing (a filtered read has gaps by design). A run with no record
         after its number is absent from the answer."""
@@ -1412,10 +1415,14 @@ class PostgresJournal:
             + _PAYLOAD.format("x.payload")
             + " from unnest(%s::text[], %s::bigint[]) as a(run_id, seq)"
             " join journal_records x on x.stream = %s and x.run_id = a.run_id and x.seq > a.seq"
-            + ("" if containing is None else " where strpos(x.payload, %s) > 0")
+            + (
+                ""
+                if containing is None
+                else " where (strpos(x.payload, %s) > 0 or strpos(x.payload, %s) > 0)"
+            )
             + " order by x.run_id, x.seq"
         )
-        params: tuple[Any, ...] = (runs, seqs, stream) + (() if containing is None else (containing,))
+        params: tuple[Any, ...] = (runs, seqs, stream) + (() if containing is None else (containing, "\\u"))
 
         def call(cur: psycopg.Cursor[Any]) -> list[Any]:
             return cur.execute(query, params).fetchall()

@@ -223,9 +223,10 @@ def _nothing(keys: list[str]) -> None:
 
 _NONE: Mapping[str, Retired] = {}
 
-# How a commit that retires the version it supersedes reads in its stored payload (the journal writes
-# payloads as compact JSON): what a journal that can filter on the server looks for (``_read_moved``).
-_SUPERSEDES = '"supersedesScope":'
+# The key a commit that retires the version it supersedes has in its payload, as a JSON token: what
+# a journal that can filter on the server looks for (``_read_moved``; it also sends any payload with
+# a ``\u`` escape, which may spell the key otherwise).
+_SUPERSEDES = '"supersedesScope"'
 
 
 def _read_moved(

@@ -182,3 +182,31 @@ def test_catch_up_after_the_first_is_sent_what_moved_and_still_publishes_what_an
     # five catch-ups, each two marks and no head (the hundred runs' heads are ~6 KiB a look)
     assert sent < 5 * 1536, sent
     a.close()
+
+
+@pytest.mark.parametrize("spelling", ['"supersedesScope" :', '"\\u0073upersedesScope":'])
+def test_a_retiring_commit_stored_in_other_json_does_not_escape_the_first_looks_filter(
+    tmp_path: Path, postgres_dsn: str, spelling: str
+) -> None:
+    """The first look asks the server for the commits whose stored text holds the canonical
+    spelling of a supersede; a commit stored in other, equally valid JSON escaped it (the version
+    it retires read as live on a host that holds it) while a sync parses and honours it. Such a
+    commit is found by its key in any JSON spelling."""
+    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    with a.session(scope="team") as s:
+        old = s.learn({"text": "the first version"})
+    b_db = tmp_path / "b" / "history.db"
+    with memory.MemoryStore(b_db, journal=postgres_dsn) as b0:
+        b0.sync()  # host B holds the first version
+    with a.session(scope="team") as s:
+        s.update(old.memory_id, {"text": "the corrected version"})
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        changed = conn.execute(
+            "update journal_records set payload = replace(payload, %s, %s)"
+            " where stream = 'memory-learn' and strpos(payload, %s) > 0",
+            ('"supersedesScope":', spelling, '"supersedesScope":'),
+        ).rowcount
+    assert changed == 1
+    with memory.MemoryStore(b_db, journal=postgres_dsn) as b:
+        assert old.key not in {r.key for r in b.recall(scope="team")}
+    a.close()
