@@ -120,3 +120,21 @@ def test_a_store_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, 
     shared._mark = _ahead(shared._mark, 10**9)
     assert {e.key for e in b.recall(scope="team")} == {kept}
     b.close()
+
+
+def test_catch_up_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, postgres_dsn: str) -> None:
+    """After its mark stops holding (ids gone back, as after a restore), ``catch_up`` no longer
+    trusts the heads it reached: it reads every run again and publishes what this host lacks."""
+    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+        with a.session(scope="team") as s:
+            key = s.learn({"text": "learned on host a"}).key
+        b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
+        assert b.catch_up() == 1
+        assert b.catch_up() == 0
+        (learned,) = (tmp_path / "b").rglob(f"{key}.json")
+        learned.unlink()  # what a restored history may hold under a number this store had reached
+        assert b.catch_up() == 0  # the mark holds: nothing moved
+        b._catch_mark = _ahead(b._catch_mark, 10**9)  # what a restore does to the server's ids
+        assert b.catch_up() == 1
+        assert list((tmp_path / "b").rglob(f"{key}.json")) == [learned]
+        b.close()
