@@ -46,7 +46,7 @@ from memory.ledger import (
     narrate,
     recent_skips,
 )
-from sail._config import SailConfig, config_path, load_config, sail_dir, save_config
+from sail._config import EMBEDDED, SailConfig, config_path, load_config, sail_dir, save_config
 from sail._errors import SailConfigInvalid, SailKeyUnavailable
 from sail._extra import import_chain_module
 from sail._status import (
@@ -133,7 +133,7 @@ def _describe(entry: Entry) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     """Write ``.sail/config.toml`` (with ``--embedded``, deploy the demo market on the embedded chain)."""
     home = _home(args)
-    _check_init_usage(args)
+    config = _init_usage(args)  # every value checked before anything is deployed or written
     if args.embedded:
         init_embedded = import_chain_module("sail._demo").init_embedded
         ANVIL_KEYS = import_chain_module("sail._node").ANVIL_KEYS
@@ -141,10 +141,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         with _quiet_stdout(args) as out:  # --json: whatever the chain's setup prints goes to stderr
             init_embedded(
                 home,
-                amount_in=args.amount or 25 * 10**6,
-                interval_s=args.interval or 86_400,
-                min_balance=args.min_balance if args.min_balance is not None else 25 * 10**6,
-                permission=args.permission,
+                amount_in=config.amount_in,
+                interval_s=config.interval_s,
+                min_balance=config.min_balance,
+                permission=config.permission,
             )
             chain = sail_dir(home) / "chain"
             if args.json:  # anvil's dev key 1 is public: printing it gives nothing away
@@ -153,19 +153,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         _say(f"wrote {config_path(home)} (embedded chain in {chain})")
         _say(f"the agent is anvil's public dev account 1: export SAIL_PRIVATE_KEY={ANVIL_KEYS[1]}")
         return 0
-    config = SailConfig(
-        rpc_url=args.rpc,
-        router=args.router,
-        token_in=args.token_in,
-        token_out=args.token_out,
-        amount_in=args.amount,
-        interval_s=args.interval,
-        min_balance=args.min_balance,
-        slippage_bps=args.slippage_bps,
-        permission=args.permission,
-        key_env=args.key_env,
-        keystore=args.keystore,
-    )
     written = save_config(home, config)
     if args.json:
         _dump({"config": str(written), "chain": None, "agentKey": None})
@@ -410,11 +397,43 @@ def _address(value: str) -> str:
     return value
 
 
-def _check_init_usage(args: argparse.Namespace) -> None:
+#: the market's addresses ``sail init --embedded`` checks its other values with (it deploys its own)
+_PLACEHOLDER = "0x" + "00" * 20
+
+
+def _init_usage(args: argparse.Namespace) -> SailConfig:
+    """The config ``sail init``'s options describe, or a usage error (exit 2) naming what is wrong:
+    a missing option, or a value the config refuses (``--amount 0``, ``--slippage-bps 10000``, an
+    ``--rpc`` that is not an http(s) URL), before anything is deployed or written."""
     if args.rpc:
         missing = [f"--{n.replace('_', '-')}" for n in _RPC_REQUIRED if getattr(args, n) is None]
         if missing:
             raise UsageError(f"init --rpc needs {', '.join(missing)}")
+    embedded = {"router": _PLACEHOLDER, "token_in": _PLACEHOLDER, "token_out": _PLACEHOLDER}
+    chosen = {
+        "rpc_url": EMBEDDED if args.embedded else args.rpc,
+        "router": args.router,
+        "token_in": args.token_in,
+        "token_out": args.token_out,
+        "amount_in": args.amount,
+        "interval_s": args.interval,
+        "min_balance": args.min_balance,
+    }
+    if args.embedded:
+        chosen.update(embedded)
+        chosen["amount_in"] = args.amount if args.amount is not None else 25 * 10**6
+        chosen["interval_s"] = args.interval if args.interval is not None else 86_400
+        chosen["min_balance"] = args.min_balance if args.min_balance is not None else 25 * 10**6
+    try:
+        return SailConfig(
+            **chosen,
+            slippage_bps=args.slippage_bps,
+            permission=args.permission,
+            key_env=args.key_env,
+            keystore=args.keystore,
+        )
+    except SailConfigInvalid as exc:
+        raise UsageError(f"init: {exc}; see `sail init --help`") from None
 
 
 _OPTIONS = (

@@ -322,9 +322,39 @@ def test_init_with_text_that_is_not_utf8_is_config_invalid_not_a_crash(
         "--token-in", USDC, "--token-out", WETH, "--amount", "25000000", "--interval", "86400",
         "--min-balance", "30000000", "--permission", "perm\udcff",
     )  # fmt: skip
-    assert (status, out) == (1, "")
-    assert err.startswith("sail: error[sail_config_invalid]: config key 'permission' must be UTF-8 text")
+    assert (status, out) == (2, "")  # a bad value on the command line: usage
+    assert err.startswith("sail: error[usage]: init: config key 'permission' must be UTF-8 text")
     assert not (tmp_path / ".sail" / "config.toml").exists()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("--amount", "0"),
+        ("--amount", "-5"),
+        ("--interval", "-1"),
+        ("--min-balance", str(2**256)),
+        ("--slippage-bps", "10000"),
+        ("--permission", ""),
+        ("--key-env", ""),
+    ],
+)
+@pytest.mark.parametrize("where", ["rpc", "embedded"])
+def test_init_with_a_bad_value_is_a_usage_error_exiting_2_before_anything_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: tuple[str, str], where: str
+) -> None:
+    """A value the config refuses, given to `sail init`, is the command line's fault: `usage`, exit 2
+    (it was `sail_config_invalid`, exit 1), and nothing is written or deployed (`--embedded --amount 0`
+    took 0 for "the default" and deployed a market for 25 USDC swaps)."""
+    market = ["--router", ROUTER, "--token-in", USDC, "--token-out", WETH]
+    values = {"--amount": "25000000", "--interval": "86400", "--min-balance": "30000000"}
+    values[bad[0]] = bad[1]
+    args = [a for pair in values.items() for a in pair] + ([] if bad[0] in values else list(bad))
+    chosen = ["--rpc", "http://127.0.0.1:9", *market] if where == "rpc" else ["--embedded"]
+    status, out, err = run(capsys, "init", "--home", str(tmp_path), *chosen, *args)
+    assert (status, out) == (2, "")
+    assert err.startswith("sail: error[usage]: init: ") and err.endswith("see `sail init --help`\n")
+    assert not (tmp_path / ".sail").exists()
 
 
 def test_tick_without_a_key_fails_with_its_code(home: Path) -> None:
