@@ -33,6 +33,7 @@ from memory.ledger import (
     LedgerWriter,
     OpenDispatch,
     Skipped,
+    Snapshot,
     TokenMetadata,
     reconcile,
     unresolved_reason,
@@ -137,6 +138,7 @@ def _tick(
 
     with ledger.writer(lock_timeout) as writer:
         _same_chain(writer, activity, chain)
+        dropped = writer.refresh().dropped  # watched on the chain each was signed for, only
         reconciled = reconcile(
             writer,
             activity,
@@ -145,6 +147,7 @@ def _tick(
             receipt_timeout=reconcile_wait_s,
             unsent_after_s=unsent_after_s,
             confirmations=confirmations,
+            chain_id=chain.chain_id() if dropped else None,
         )
         state = writer.refresh()
         decision = strategy.decide(
@@ -159,8 +162,8 @@ def _tick(
             oldest = min(state.open, key=lambda d: d.ts)
             decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
         nonce_cap: int | None = None
-        if isinstance(decision, Swap) and state.unsent:
-            held = _behind_unsent(state.unsent, activity, chain, runner.agent, now())
+        if isinstance(decision, Swap) and (state.unsent or state.dropped):
+            held = _behind_unsent(state, activity, chain, runner.agent, now())
             if isinstance(held, Skip):
                 decision = held
             else:
@@ -185,7 +188,7 @@ def _tick(
 
 
 def _behind_unsent(
-    unsent: tuple[OpenDispatch, ...], activity: ActivityLog, chain: Chain, agent: str, now: int
+    state: Snapshot, activity: ActivityLog, chain: Chain, agent: str, now: int
 ) -> Skip | int | None:
     """The nonce a swap must not exceed while dispatches resolved as never sent are watched, or the
     skip that holds it.
@@ -197,20 +200,46 @@ def _behind_unsent(
     second, or it replaces the first). A watched dispatch whose nonce the chain has consumed and that
     reconcile could not resolve yet (its receipt unreadable, or not yet ``confirmations`` deep) may
     be the trade itself: it holds the next one, as an unresolved dispatch does.
+
+    A dispatch the activity log says was dropped (signed for this chain) is held to the chain's word
+    too: its nonce still free, the line was wrong (or crafted), and it holds the next trade as an
+    open dispatch does until reconcile resolves it; its nonce consumed, it holds the next trade
+    while the node cannot say whether its own transaction took it (its receipt unreadable, or not
+    yet ``confirmations`` deep).
     """
+    serving = chain.chain_id() if state.dropped else None
     mine = [
-        (u, u.nonce)
-        for u in unsent
-        if u.nonce is not None and activity.dispatch_at(u).sender.lower() == agent.lower()
+        (u, u.nonce, kind)
+        for kind, listed in (("unsent", state.unsent), ("dropped", state.dropped))
+        for u in listed
+        if u.nonce is not None
+        and activity.dispatch_at(u).sender.lower() == agent.lower()
+        and (kind == "unsent" or activity.dispatch_at(u).chain_id == serving)
     ]
     if not mine:
         return None
     mined = chain.nonce(agent)
-    consumed = [u for u, nonce in mine if nonce < mined]
-    if consumed:
-        oldest = min(consumed, key=lambda d: d.ts)
-        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts, unsent=True))
-    return min(nonce for _, nonce in mine)
+    holding = [
+        (u, kind)
+        for u, nonce, kind in mine
+        if (kind == "dropped" and nonce >= mined)
+        or (nonce < mined and (kind == "unsent" or _maybe_mined(chain, u)))
+    ]
+    if holding:
+        oldest, kind = min(holding, key=lambda pair: pair[0].ts)
+        dropped = kind == "dropped"
+        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts, unsent=True, dropped=dropped))
+    free = [nonce for _, nonce, kind in mine if kind == "unsent" and nonce >= mined]
+    return min(free) if free else None
+
+
+def _maybe_mined(chain: Chain, dropped: OpenDispatch) -> bool:
+    """Whether a dispatch said to be dropped, whose nonce is consumed, may be the transaction that
+    consumed it: its receipt unreadable, or read (reconcile left it unledgered: not deep enough)."""
+    try:
+        return chain.receipt(dropped.tx_hash, 0) is not None
+    except ChainUnavailable:
+        return True
 
 
 def _same_chain(writer: LedgerWriter, activity: ActivityLog, chain: Chain) -> None:

@@ -392,8 +392,8 @@ ActivityRecord = (
 def check_writable_record(record: ActivityRecord) -> None:
     """Refuse a record whose free text (a reason, a message, a code, a symbol, an action, a
     permission, a mismatch's field name) is longer than ``MAX_TEXT_CHARS``: checked when it is
-    written, never when read. The copies a ``dispatch_mismatch`` compares and the calldata are not
-    free text and are not bounded here.
+    written, never when read. The copies a ``dispatch_mismatch`` compares are bounded too (reconcile
+    cuts a longer one with ``fit_copy``, keeping its SHA-256); the calldata of a dispatch is not.
 
     Raises:
         ActivityInvalidRecord: a field too long (named).
@@ -404,7 +404,7 @@ def check_writable_record(record: ActivityRecord) -> None:
     elif isinstance(record, DispatchSettled | DispatchUnsent | DispatchDropped):
         fields = {"reason": record.reason}
     elif isinstance(record, DispatchMismatch):
-        fields = {"field": record.field}
+        fields = {"field": record.field, "local": record.local, "chain": record.chain}
     elif isinstance(record, TokenMetadata):
         fields = {"symbol": record.symbol}
     elif isinstance(record, TickFinished):

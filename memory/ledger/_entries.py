@@ -33,6 +33,7 @@ in a reason) is cut to fit when the reason is built (``fit_text``), with a marke
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,6 +86,20 @@ def fit_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     if len(text) <= limit:
         return text
     marker = f"… [cut: {len(text)} characters in all]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+def fit_copy(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` as it is when it has at most ``limit`` characters; else its start and the marker
+    ``… [cut: N characters in all, sha256 <hex>]`` (the SHA-256 of the whole text's UTF-8),
+    ``limit`` characters together: how a copy that is compared, not read (a ``dispatch_mismatch``'s
+    calldata, the log's or the chain's), enters a line — still checkable against the full copy."""
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode()
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    marker = f"… [cut: {len(text)} characters in all, sha256 {digest}]"
     return text[: max(0, limit - len(marker))] + marker
 
 
@@ -473,14 +488,18 @@ QUOTE_RETURNED_ZERO: Final = "quote returned 0"
 UNSENT_BUT_CONSUMED: Final = " (resolved as never sent; its nonce was consumed since)"
 
 
-def unresolved_reason(tx_hash: str, signed_s_ago: int, *, unsent: bool = False) -> str:
+#: what ends the reason when a dispatch the activity log says was dropped holds the trade
+DROPPED_UNBORNE: Final = " (logged as dropped; the chain does not bear it out yet)"
+
+
+def unresolved_reason(tx_hash: str, signed_s_ago: int, *, unsent: bool = False, dropped: bool = False) -> str:
     """``unresolved dispatch <txHash>, signed <n>s ago``: an earlier dispatch holds the next trade.
 
     Added beside the standard forms: a tick never submits while a dispatch it signed earlier is neither
     ledgered with a final outcome nor resolved as never sent — nor while one resolved as never sent
     has had its nonce consumed and is not ledgered yet (``unsent``: the reason then ends with
-    ``UNSENT_BUT_CONSUMED``, so the displays know which kind of dispatch holds it).
+    ``UNSENT_BUT_CONSUMED``, so the displays know which kind of dispatch holds it) — nor while one
+    the activity log says was dropped is not borne out by the chain (``dropped``: ``DROPPED_UNBORNE``).
     """
-    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago" + (
-        UNSENT_BUT_CONSUMED if unsent else ""
-    )
+    suffix = DROPPED_UNBORNE if dropped else UNSENT_BUT_CONSUMED if unsent else ""
+    return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago" + suffix

@@ -39,6 +39,9 @@ class StateBuilder:
             {} if start is None else {d.tx_hash.lower(): d for d in start.unsent}
         )
         self.tokens: dict[str, tuple[int, str]] = {} if start is None else dict(start.tokens)
+        self.dropped: dict[str, OpenDispatch] = (
+            {} if start is None else {d.tx_hash.lower(): d for d in start.dropped}
+        )
 
     def fold_activity(self, line: Line[ActivityRecord]) -> None:
         """Fold one activity record: dispatches open, are accepted, or resolve as unsent/dropped."""
@@ -63,12 +66,18 @@ class StateBuilder:
                 self.open[key] = replace(known, broadcast=True, settled=True)
         elif isinstance(record, DispatchUnsent):
             key = record.tx_hash.lower()
-            dispatch = self.open.pop(key, None)
+            dispatch = self.open.pop(key, None) or self.dropped.pop(key, None)
             if dispatch is not None and dispatch.nonce is not None:
                 self.unsent[key] = dispatch
         elif isinstance(record, DispatchDropped):
-            self.open.pop(record.tx_hash.lower(), None)
-            self.unsent.pop(record.tx_hash.lower(), None)
+            # a claim, never a resolution: the dispatch stays watched (``dropped``) and is ledgered
+            # from the chain should its transaction be mined after all (a forged line, a reorg)
+            key = record.tx_hash.lower()
+            known = self.open.get(key) or self.unsent.get(key)
+            if known is not None and known.nonce is not None:
+                self.open.pop(key, None)
+                self.unsent.pop(key, None)
+                self.dropped[key] = known
         elif isinstance(record, TokenMetadata):
             self.tokens[record.token.lower()] = (record.decimals, record.symbol)
 
@@ -83,12 +92,14 @@ class StateBuilder:
             return
         key = entry.tx_hash.lower()
         if entry.outcome is Outcome.UNVERIFIED:
-            known = self.open.get(key)
-            if known is not None:
-                self.open[key] = replace(known, unverified=True)
+            for table in (self.open, self.dropped):
+                known = table.get(key)
+                if known is not None:
+                    table[key] = replace(known, unverified=True)
             return
         self.open.pop(key, None)
         self.unsent.pop(key, None)
+        self.dropped.pop(key, None)
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)
             self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
@@ -104,4 +115,5 @@ class StateBuilder:
             open=tuple(self.open.values()),
             unsent=tuple(self.unsent.values()),
             tokens=dict(self.tokens),
+            dropped=tuple(self.dropped.values()),
         )

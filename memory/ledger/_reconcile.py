@@ -20,7 +20,9 @@ ahead of sending, in the activity log; or, in older logs, submitted) is looked u
   by a transaction it never signed: ``dispatch_dropped``, nothing in the ledger.
 
 Until a dispatch is resolved the tick does not trade again (see ``sail``). A dispatch resolved as
-unsent stays watched while its nonce is free: should it ever be mined after all, it is ledgered.
+unsent stays watched while its nonce is free: should it ever be mined after all, it is ledgered. So
+does one resolved as dropped, for good: a ``dispatch_dropped`` line is a claim (a crafted one, or one
+a reorganisation undid), and only a ledger line from the chain takes a dispatch off the watch list.
 
 Idempotence comes from the ledger's lock and the snapshot: reconcile runs inside
 ``Ledger.writer()``, and a dispatch leaves the unresolved list only through a line that resolves it.
@@ -42,7 +44,7 @@ from memory.ledger._activity import (
     DispatchUnsent,
     TokenMetadata,
 )
-from memory.ledger._entries import Acted, Amount, Outcome, fit_text
+from memory.ledger._entries import Acted, Amount, Outcome, fit_copy, fit_text
 from memory.ledger._errors import ChainUnavailable, DispatchNotOurs, DispatchUndecodable
 from memory.ledger._ledger import LedgerWriter
 from memory.ledger._snapshot import OpenDispatch
@@ -223,6 +225,7 @@ def reconcile(
     receipt_timeout: float,
     unsent_after_s: float = DEFAULT_UNSENT_AFTER_S,
     confirmations: int = 1,
+    chain_id: int | None = None,
 ) -> list[Acted]:
     """Resolve every unresolved dispatch from the chain; return the ledger entries appended.
 
@@ -238,6 +241,8 @@ def reconcile(
         confirmations: how many blocks, its own included, must hold a receipt before it is ledgered;
             until then the dispatch stays unresolved (a block a reorganisation can still remove
             confirms nothing).
+        chain_id: the chain the reader serves; a dispatch the log says was dropped is watched only
+            on the chain it was signed for (None: on any).
 
     Raises:
         ChainUnavailable: a receipt was read but a transaction, block, token or balance read then
@@ -251,6 +256,10 @@ def reconcile(
         _resolve(run, dispatch, activity.dispatch_at(dispatch))
     for unsent in writer.refresh().unsent:
         _watch_unsent(run, unsent, activity.dispatch_at(unsent))
+    for dropped in writer.refresh().dropped:
+        record = activity.dispatch_at(dropped)
+        if chain_id is None or record.chain_id == chain_id:
+            _watch_dropped(run, dropped, record)
     writer.refresh()
     return run.appended
 
@@ -367,6 +376,23 @@ def _watch_unsent(run: _Pass, unsent: OpenDispatch, record: Dispatch) -> None:
         )
 
 
+def _watch_dropped(run: _Pass, dropped: OpenDispatch, record: Dispatch) -> None:
+    """A dispatch the activity log says was dropped: a line anyone could have written, so the chain
+    is asked again on every tick. Mined after all (its receipt, ``confirmations`` deep), it is
+    ledgered from the chain like any other. Its nonce still free, the line is wrong (no transaction
+    took the nonce): it is resolved as an open dispatch is (pending: ``unverified``, and it holds
+    the next trade; unknown past ``unsent_after_s``: ``dispatch_unsent``)."""
+    assert dropped.nonce is not None  # the snapshot keeps only nonced dispatches as dropped
+    try:
+        used = run.reader.nonce(record.sender)
+    except ChainUnavailable:
+        return
+    if used > dropped.nonce:
+        _mined_sibling(run, dropped)
+    else:
+        _resolve(run, dropped, record)
+
+
 def _receipt(run: _Pass, tx_hash: str, timeout: float) -> Receipt | None:
     try:
         return run.reader.receipt(tx_hash, timeout)
@@ -443,7 +469,7 @@ def _log_revert(run: _Pass, tx_hash: str, receipt: Receipt) -> None:
 def _compare(run: _Pass, record: Dispatch, tx: ChainTransaction) -> None:
     """Record every field where the log's copy differs from the chain's; refuse another sender's."""
     if tx.sender.lower() != record.sender.lower():
-        run.log(DispatchMismatch(run.now, record.tx_hash, "from", record.sender, tx.sender))
+        run.log(DispatchMismatch(run.now, record.tx_hash, "from", record.sender, fit_copy(tx.sender)))
         raise DispatchNotOurs(
             f"the transaction {record.tx_hash} that .sail/activity.jsonl records as the agent's was sent by "
             f"{tx.sender}, not by the agent {record.sender}: the log was altered; inspect it "
@@ -453,8 +479,8 @@ def _compare(run: _Pass, record: Dispatch, tx: ChainTransaction) -> None:
     if isinstance(record, DispatchSigned):
         pairs.append(("nonce", str(record.nonce), str(tx.nonce)))
     for name, local, chain in pairs:
-        if local != chain:
-            run.log(DispatchMismatch(run.now, record.tx_hash, name, local, chain))
+        if local != chain:  # either copy may be megabytes (a crafted log, a node's answer): cut, digested
+            run.log(DispatchMismatch(run.now, record.tx_hash, name, fit_copy(local), fit_copy(chain)))
 
 
 def _amount(run: _Pass, token: str, units: int, *, required: bool) -> Amount | None:

@@ -5,9 +5,11 @@ log from the start. It holds, for a prefix of each of the two files:
 
 * the last confirmed act (``lastConfirmed``) and **where it came from**: the byte offset of its
   ledger line and that line's SHA-256;
-* the dispatches the runner signed that are not yet resolved (``open``), and those resolved as never
-  sent whose nonce is still free (``unsent``), each with the offset and SHA-256 of its line in the
-  activity log, whether the node accepted it, and whether the ledger already says ``unverified``;
+* the dispatches the runner signed that are not yet resolved (``open``), those resolved as never
+  sent whose nonce is still free (``unsent``), and those the activity log says were dropped
+  (``dropped``: a claim the chain must bear out, so they stay watched), each with the offset and
+  SHA-256 of its line in the activity log, whether the node accepted it, and whether the ledger
+  already says ``unverified``;
 * token metadata read earlier (``tokens``), for human amounts while the chain is unreachable;
 * the prefixes it covers: ``size`` in bytes, ``lines`` (how many lines the prefix holds, so a reader
   of the tail knows each line's number) and the SHA-256 of the prefix's first and last 4 KiB;
@@ -19,8 +21,8 @@ each open dispatch still at its offset with its digest, decoding to what the sna
 disagreement, and the snapshot is rebuilt from the files. It is written by stage-and-rename, so a
 reader sees an old snapshot or a new one, never a part; a missing or malformed one is stale.
 
-Version 3 added ``lines``. A version 2 snapshot is still read (its prefixes' line counts unknown): the
-reader that uses it counts them once, and the next snapshot written is version 3.
+Version 3 added ``lines``; version 4 ``dropped`` (a version 2 or 3 snapshot folded a ``dispatch_dropped``
+line by forgetting its dispatch, so it is stale: rebuilt once from the files, and written as version 4).
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 3
-#: the versions ``load`` reads (2: without the prefixes' line counts)
-READABLE = frozenset({2, 3})
+VERSION = 4
+#: the versions ``load`` reads (2 and 3 forgot dropped dispatches: stale, rebuilt)
+READABLE = frozenset({4})
 _EDGE = 4096
 
 
@@ -126,6 +128,7 @@ class Snapshot:
     open: tuple[OpenDispatch, ...] = ()
     unsent: tuple[OpenDispatch, ...] = ()
     tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    dropped: tuple[OpenDispatch, ...] = ()
 
     def body(self) -> dict[str, Any]:
         """The JSON object, without its digest."""
@@ -145,6 +148,7 @@ class Snapshot:
             },
             "open": [_dispatch_wire(d) for d in self.open],
             "unsent": [_dispatch_wire(d) for d in self.unsent],
+            "dropped": [_dispatch_wire(d) for d in self.dropped],
             "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(self.tokens.items())},
         }
 
@@ -224,6 +228,7 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
         open=tuple(_dispatch(d) for d in obj["open"]),
         unsent=tuple(_dispatch(d) for d in obj["unsent"]),
         tokens=tokens,
+        dropped=tuple(_dispatch(d) for d in obj["dropped"]),
     )
 
 

@@ -17,9 +17,11 @@ submitted     a node accepted it (``dispatch_submitted``); no receipt read yet  
 settled       its receipt was read (``dispatch_executed``/``_reverted``); no line   yes
 unverified    the ledger holds it ``unverified`` (the chain could not be read)      yes
 unsent        resolved as never sent (``dispatch_unsent``); its nonce still free    no
+dropped       logged ``dispatch_dropped``, its nonce consumed, its receipt unread   yes
 ============  ===================================================================  ===========
 
-A dispatch ledgered with a final outcome, or resolved as ``dispatch_dropped``, is no longer listed.
+A dispatch ledgered with a final outcome is no longer listed; nor is one logged ``dispatch_dropped``
+(still watched: the line is a claim the chain must bear out) unless it holds the next trade.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.ledger._activity import ActivityLog
-from memory.ledger._entries import UNSENT_BUT_CONSUMED, Skipped
+from memory.ledger._entries import DROPPED_UNBORNE, UNSENT_BUT_CONSUMED, Skipped
 from memory.ledger._ledger import Ledger
 from memory.ledger._snapshot import OpenDispatch, Snapshot
 from memory.ledger._ticks import tick_history
@@ -47,6 +49,8 @@ _PHRASES = {
     "submitted": "accepted by a node, no receipt read yet",
     "settled": "its receipt was read; the next tick ledgers it",
     "unverified": "ledgered unverified, the chain could not be read; the next tick resolves it",
+    "dropped": "logged as dropped, yet the node cannot say another transaction took its nonce (its "
+    "receipt unreadable, or not deep enough); the next tick ledgers it once its receipt can be read",
     "unsent": "resolved as never sent, yet its nonce has been consumed since; the next tick ledgers "
     "it once its receipt can be read",
 }
@@ -73,7 +77,7 @@ def _dispatch_json(dispatch: OpenDispatch, state: str, holding: str | None) -> d
         "state": state,
         "nonce": dispatch.nonce,
         "sinceMs": ms(dispatch.ts),
-        "holdsTrade": state != "unsent" or dispatch.tx_hash.lower() == holding,
+        "holdsTrade": state not in ("unsent", "dropped") or dispatch.tx_hash.lower() == holding,
     }
 
 
@@ -81,9 +85,10 @@ def dispatches_json(snap: Snapshot, newest: object = None) -> list[dict[str, Any
     """Every dispatch the snapshot knows not finally resolved, oldest first, with its state (an
     unsent one holds the trade when the newest ledger entry is a skip it held; ``newest``)."""
     listed = [(d, dispatch_state(d)) for d in snap.open] + [(d, "unsent") for d in snap.unsent]
-    listed.sort(key=lambda pair: (pair[0].ts, pair[0].line.offset))
     held = _holding_unsent(snap, newest)
     holding = None if held is None else held.tx_hash.lower()
+    listed += [(d, "dropped") for d in snap.dropped if d.tx_hash.lower() == holding]  # else: not listed
+    listed.sort(key=lambda pair: (pair[0].ts, pair[0].line.offset))
     return [_dispatch_json(d, state, holding) for d, state in listed]
 
 
@@ -92,10 +97,10 @@ def _holding_unsent(snap: Snapshot, newest: object) -> OpenDispatch | None:
     since and reconcile could not ledger it yet (the tick skipped ``unresolved dispatch <it>``)."""
     if not isinstance(newest, Skipped) or not newest.reason.startswith("unresolved dispatch "):
         return None
-    if not newest.reason.endswith(UNSENT_BUT_CONSUMED):  # a skip for an open dispatch, resolved since
+    if not newest.reason.endswith((UNSENT_BUT_CONSUMED, DROPPED_UNBORNE)):  # an open one's, resolved since
         return None
     named = newest.reason.removeprefix("unresolved dispatch ").split(",", 1)[0].lower()
-    return next((d for d in snap.unsent if d.tx_hash.lower() == named), None)
+    return next((d for d in (*snap.unsent, *snap.dropped) if d.tx_hash.lower() == named), None)
 
 
 def agent_state(
@@ -171,7 +176,7 @@ def blocked_by(snap: Snapshot, newest: object) -> dict[str, Any] | None:
     if held is not None:
         return {
             "kind": "dispatch",
-            "reason": f"unresolved dispatch {held.tx_hash} (unsent: {_PHRASES['unsent']})",
+            "reason": f"unresolved dispatch {held.tx_hash} ({_unsent_or_dropped(snap, held)})",
             "sinceMs": ms(held.ts),
         }
     if isinstance(newest, Skipped):
@@ -179,6 +184,11 @@ def blocked_by(snap: Snapshot, newest: object) -> dict[str, Any] | None:
         if kind in _OWNER_REASONS:
             return {"kind": kind, "reason": newest.reason, "sinceMs": ms(newest.ts)}
     return None
+
+
+def _unsent_or_dropped(snap: Snapshot, held: OpenDispatch) -> str:
+    state = "unsent" if held in snap.unsent else "dropped"
+    return f"{state}: {_PHRASES[state]}"
 
 
 def recent_skips(ledger: Ledger, limit: int, *, max_lines: int = MAX_SKIP_SCAN) -> list[Skipped]:

@@ -8,6 +8,7 @@ kept in the activity log.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 
@@ -16,14 +17,17 @@ import pytest
 from web3 import Web3
 
 from memory.ledger import (
+    MAX_TEXT_CHARS,
     Acted,
     ActivityLog,
+    DispatchDropped,
     DispatchMismatch,
     DispatchSettled,
     DispatchSigned,
     DispatchUnsent,
     Outcome,
     Skipped,
+    agent_state,
     reconcile,
 )
 from sail import SailSubmitFailed
@@ -221,6 +225,34 @@ def test_amount_in_comes_from_the_chain_and_a_rewritten_local_copy_is_an_error_i
     (mismatch,) = records(world, DispatchMismatch)
     assert (mismatch.tx_hash, mismatch.field) == (sent.tx_hash, "data")
     assert new_amount.decode() in mismatch.local and old_amount.decode() in mismatch.chain
+
+
+def test_a_megabyte_calldata_in_the_log_is_cut_in_its_mismatch_with_the_digest_of_the_whole(
+    world: World,
+) -> None:
+    """The log's copy of a dispatch rewritten to a megabyte of calldata: its ``dispatch_mismatch``
+    carried both copies whole (a megabyte line in the activity log, in every `sail` output quoting
+    it); each copy is now at most ``MAX_TEXT_CHARS``, its start kept and the whole one's SHA-256."""
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    tester.disable_auto_mine_transactions()
+    sent = world.tick(receipt_timeout=0.1).dispatched
+    assert sent is not None
+    path = ActivityLog(world.sail_dir).path
+    (signed,) = records(world, DispatchSigned)
+    huge = signed.data + "00" * 2**19  # a megabyte of hex: still calldata
+    path.write_bytes(path.read_bytes().replace(signed.data.encode(), huge.encode()))
+    tester.enable_auto_mine_transactions()
+    tester.mine_blocks(1)
+    world.clock.now += 60
+    (entry,) = world.tick().reconciled
+    assert (entry.tx_hash, entry.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+    (mismatch,) = records(world, DispatchMismatch)
+    assert (mismatch.field, mismatch.chain) == ("data", signed.data.lower())  # short: kept whole
+    digest = hashlib.sha256(huge.lower().encode()).hexdigest()
+    assert len(mismatch.local) == MAX_TEXT_CHARS and huge.lower().startswith(mismatch.local.split("…")[0])
+    assert mismatch.local.endswith(f"… [cut: {len(huge)} characters in all, sha256 {digest}]")
+    (line,) = [x for x in path.read_bytes().splitlines() if b'"dispatch_mismatch"' in x]
+    assert len(line) < 3 * MAX_TEXT_CHARS
 
 
 def test_a_mismatch_is_logged_once_when_the_tick_that_found_it_dies_before_ledgering(
@@ -452,3 +484,66 @@ def test_a_dispatch_line_replayed_after_its_swap_was_ledgered_is_never_ledgered_
     assert acted(world) == [(sent.tx_hash, Outcome.CONFIRMED)]  # once: the chain holds one swap
     assert swaps_mined(world, nonce) == 1
     assert world.ledger().state().open == ()  # the tick's rebuilt snapshot: nothing awaits reconcile
+
+
+def _forge_dropped(world: World, tx_hash: str, nonce: int) -> None:
+    """A ``dispatch_dropped`` line nobody's reconcile wrote: the log's bytes are untrusted."""
+    ActivityLog(world.sail_dir).append(DispatchDropped(world.clock.now, tx_hash, nonce, "forged"))
+
+
+def test_a_forged_dropped_line_for_a_pending_swap_neither_frees_the_next_trade_nor_hides_the_swap(
+    world: World,
+) -> None:
+    """A crafted ``dispatch_dropped`` took a pending swap off the watch list: the next tick swapped
+    again beside it, and the first swap, mined, was never ledgered. The line is a claim: its nonce
+    still free, the dispatch is resolved as an open one is (it holds the trade), and once mined it
+    is ledgered from the chain."""
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    tester.disable_auto_mine_transactions()
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    sent = world.tick(receipt_timeout=0.1).dispatched
+    assert sent is not None
+    _forge_dropped(world, sent.tx_hash, nonce)
+    world.clock.now += INTERVAL + 1  # the cadence allows a swap: only the pending one may hold it
+    held = world.tick(reconcile_wait_s=0.1, receipt_timeout=0.1)
+    assert held.dispatched is None and held.skipped is not None
+    assert held.skipped.reason.startswith(f"unresolved dispatch {sent.tx_hash}")
+    status = agent_state(world.sail_dir, interval_s=INTERVAL, clock=world.clock)
+    assert status["blockedBy"]["kind"] == "dispatch" and sent.tx_hash in status["blockedBy"]["reason"]
+    tester.enable_auto_mine_transactions()
+    tester.mine_blocks(1)
+    world.strategy_overrides["min_balance"] = 10**18  # only reconcile matters now
+    world.clock.now += 60
+    (entry,) = world.tick().reconciled
+    assert (entry.tx_hash, entry.outcome) == (sent.tx_hash, Outcome.CONFIRMED)
+    assert swaps_mined(world, nonce) == 1
+    assert [e.tx_hash for e in world.ledger().entries() if isinstance(e, Acted)] == [
+        sent.tx_hash,
+        sent.tx_hash,
+    ]  # unverified while pending, then confirmed
+
+
+def test_a_swap_mined_after_a_dropped_line_is_ledgered_from_the_chain_not_written_off(
+    world: World, failpoints: None
+) -> None:
+    """A ``dispatch_dropped`` line for a swap that was in fact mined (a forged line, or one a
+    reorganisation undid): the swap is on chain, so the ledger must say so, and the next trade waits
+    for the cadence from it."""
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    arm("sail.submitted=EIO")  # the swap leaves and is mined; the tick dies before its receipt is read
+    with pytest.raises(OSError):
+        world.tick()
+    arm("")
+    (signed,) = records(world, DispatchSigned)
+    assert swaps_mined(world, nonce) == 1
+    _forge_dropped(world, signed.tx_hash, nonce)
+    world.clock.now += 60
+    result = world.tick()
+    (entry,) = result.reconciled
+    assert (entry.tx_hash, entry.outcome) == (signed.tx_hash, Outcome.CONFIRMED)
+    assert result.skipped is not None and result.skipped.reason.startswith("cadence: ")
+    assert swaps_mined(world, nonce) == 1
+    world.clock.now += 60
+    assert world.tick().reconciled == ()  # ledgered once: off the watch list for good
+    state = world.ledger().state()
+    assert (state.open, state.unsent, state.dropped) == ((), (), ())
