@@ -36,11 +36,14 @@ from memory.cli import (
 )
 from memory.ledger import (
     MAX_DAYS,
+    MAX_SHOWN_CHARS,
     Acted,
     ActivityLog,
     Entry,
     Ledger,
     Skipped,
+    fit_copy,
+    fit_json,
     last_days,
     learned_tokens,
     narrate,
@@ -70,8 +73,14 @@ _RPC_REQUIRED = ("router", "token_in", "token_out", "amount", "interval", "min_b
 def _say(text: object = "") -> None:
     """Print one line of human output, its control characters escaped (``shown``), newlines too:
     what a ledger, an activity log or the chain says is data, never instructions to the terminal
-    and never a line of its own (a tick's recorded message could otherwise forge one)."""
-    print(shown(str(text), one_line=True))
+    and never a line of its own (a tick's recorded message could otherwise forge one). A line longer
+    than ``MAX_SHOWN_CHARS`` (a crafted or older ledger's text of megabytes) is cut, its SHA-256 kept."""
+    print(fit_copy(shown(str(text), one_line=True), MAX_SHOWN_CHARS))
+
+
+def _dump(obj: object, file: TextIO | None = None) -> None:
+    """Print ``obj`` as JSON, every string in it cut to ``MAX_SHOWN_CHARS`` (``fit_json``)."""
+    json_out(fit_json(obj), file)
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -115,7 +124,6 @@ def _agent(args: argparse.Namespace) -> tuple[Path, SailConfig]:
     return home, load_config(home)
 
 
-_dump = json_out
 
 
 def _describe(entry: Entry) -> str:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from memory.ledger import MAX_TEXT_CHARS
 from sail._errors import SailConfigInvalid, SailConfigMissing
 from staging import ensure_dir, stage
 
@@ -68,42 +69,33 @@ class SailConfig:
         for name in _ADDRESS_KEYS:
             value = getattr(self, name)
             if not isinstance(value, str) or not _ADDRESS.match(value):
-                raise SailConfigInvalid(f"config key {name!r} must be a 0x address, got {value!r}")
+                raise SailConfigInvalid(f"config key {name!r} must be a 0x address, got {_echo(value)}")
         for name in _INT_KEYS:
             value = getattr(self, name)
             bound = _MAX_AMOUNT if name in _AMOUNT_KEYS else _MAX_INT
             low = 1 if name == "confirmations" else 0  # a receipt's own block is its first confirmation
             if type(value) is not int or not low <= value <= bound:
                 raise SailConfigInvalid(
-                    f"config key {name!r} must be an integer in [{low}, {bound}], got {value!r}"
+                    f"config key {name!r} must be an integer in [{low}, {bound}], got {_echo(value)}"
                 )
         for name in _SECONDS_KEYS:
             value = getattr(self, name)
             least = 1e-3 if name in _SOME_TIME_KEYS else 0.0
             if type(value) not in (int, float) or not least <= value <= _MAX_SECONDS:
                 raise SailConfigInvalid(
-                    f"config key {name!r} must be seconds in [{least}, {_MAX_SECONDS}], got {value!r}"
+                    f"config key {name!r} must be seconds in [{least}, {_MAX_SECONDS}], got {_echo(value)}"
                 )
         for name in _TEXT_KEYS:
-            value = getattr(self, name)
-            if value is None and name in _OPTIONAL_TEXT_KEYS:
-                continue
-            if not isinstance(value, str) or not value:
-                kind = "a non-empty string" + (" (or left out)" if name in _OPTIONAL_TEXT_KEYS else "")
-                raise SailConfigInvalid(f"config key {name!r} must be {kind}, got {value!r}")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise SailConfigInvalid(
-                    f"config key {name!r} must be UTF-8 text (the config is a TOML file), got {value!r}"
-                ) from None
+            _check_text(name, getattr(self, name))
         if self.amount_in == 0 or not 0 <= self.slippage_bps < 10_000:
             raise SailConfigInvalid("amount_in must be > 0 and slippage_bps in [0, 10000)")
         embedded = self.rpc_url == EMBEDDED
         if not isinstance(self.rpc_url, str) or not (
             embedded or self.rpc_url.startswith(("http://", "https://"))
         ):
-            raise SailConfigInvalid(f'rpc_url must be an http(s) URL or "{EMBEDDED}", got {self.rpc_url!r}')
+            raise SailConfigInvalid(
+                f'rpc_url must be an http(s) URL or "{EMBEDDED}", got {_echo(self.rpc_url)}'
+            )
 
     def to_toml(self) -> str:
         """The config as TOML text (None values are left out)."""
@@ -127,6 +119,34 @@ def _toml_value(value: Any) -> str:
         f"\\u{ord(c):04x}" if c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F else c for c in str(value)
     )
     return f'"{text}"'
+
+
+def _check_text(name: str, value: object) -> None:
+    """Refuse a text key of the config that is not non-empty UTF-8 text of at most ``MAX_TEXT_CHARS``
+    (a path, ``keystore``, as long as the OS takes)."""
+    if value is None and name in _OPTIONAL_TEXT_KEYS:
+        return
+    if not isinstance(value, str) or not value:
+        kind = "a non-empty string" + (" (or left out)" if name in _OPTIONAL_TEXT_KEYS else "")
+        raise SailConfigInvalid(f"config key {name!r} must be {kind}, got {_echo(value)}")
+    if len(value) > MAX_TEXT_CHARS and name != "keystore":
+        raise SailConfigInvalid(
+            f"config key {name!r} holds {len(value)} characters, more than the {MAX_TEXT_CHARS} a "
+            "text of the config may hold (the activity log would refuse it with every swap): make it shorter"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SailConfigInvalid(
+            f"config key {name!r} must be UTF-8 text (the config is a TOML file), got {_echo(value)}"
+        ) from None
+
+
+def _echo(value: object) -> str:
+    """A config value as an error quotes it: its ``repr``, cut past 80 characters (a crafted config's
+    value of megabytes, or of thousands of digits, is named, never printed whole)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}… ({len(text)} characters)"
 
 
 def sail_dir(home: str | os.PathLike[str]) -> Path:
@@ -164,7 +184,7 @@ def load_config(home: str | os.PathLike[str]) -> SailConfig:
     known = {f.name for f in fields(SailConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise SailConfigInvalid(f"{path}: unknown key {unknown[0]!r}", path=path)
+        raise SailConfigInvalid(f"{path}: unknown key {_echo(unknown[0])}", path=path)
     try:
         for key in _AMOUNT_KEYS:
             if key in raw:

@@ -30,6 +30,7 @@ from memory.ledger._codec import LedgerCodec
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text, solve_decimals
 from memory.ledger._entries import (
     ACTED_KEYS,
+    MAX_SHOWN_CHARS,
     MAX_TEXT_CHARS,
     MAX_UNITS_DIGITS,
     QUOTE_RETURNED_ZERO,
@@ -44,6 +45,7 @@ from memory.ledger._entries import (
     cadence_reason,
     entry_from_wire,
     fit_copy,
+    fit_json,
     fit_text,
     format_human,
     quote_unavailable_reason,
@@ -94,6 +96,7 @@ __all__ = [
     "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
     "MAX_DAYS",
+    "MAX_SHOWN_CHARS",
     "MAX_SKIP_SCAN",
     "MAX_SNAPSHOT_BYTES",
     "MAX_TEXT_CHARS",
@@ -155,6 +158,7 @@ __all__ = [
     "dispatch_state",
     "entry_from_wire",
     "fit_copy",
+    "fit_json",
     "fit_text",
     "format_human",
     "last_days",

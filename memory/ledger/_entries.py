@@ -103,6 +103,25 @@ def fit_copy(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
+#: the most characters a display (``sail status``, ``why``, ``ledger``, text or JSON) shows of one
+#: string or line: a longer one is cut by ``fit_copy``, its SHA-256 kept (a path fits; a text the
+#: writer bounds fits)
+MAX_SHOWN_CHARS: Final = 6000
+
+
+def fit_json(value: Any, limit: int = MAX_SHOWN_CHARS) -> Any:
+    """``value`` (JSON-ready: dicts, lists, strings, numbers) with every string, key included, cut
+    by ``fit_copy`` to ``limit`` characters: what a display prints of a ledger or log written before
+    the write bound, or crafted (a skip reason, a symbol, a tick's message of megabytes)."""
+    if isinstance(value, str):
+        return fit_copy(value, limit) if len(value) > limit else value
+    if isinstance(value, dict):
+        return {fit_json(k, limit): fit_json(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [fit_json(v, limit) for v in value]
+    return value
+
+
 def text_refusal(fields: dict[str, str | None]) -> tuple[str, str] | None:
     """The first of ``fields`` (name to text) longer than ``MAX_TEXT_CHARS``, or holding a lone
     surrogate (which no UTF-8 line can hold: the encoder raised a bare ``TypeError``), and why it is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import time
@@ -665,3 +666,58 @@ def test_a_recorded_message_with_a_newline_never_forges_a_line_of_human_output(
     assert "failed [chain_unavailable] node down\\nnext trade: eligible now\\x1b[2J" in out, out
     _, out, _ = run(capsys, "status", "--home", str(home), "--json")
     assert json.loads(out)["lastTick"]["message"] == f"node down{forged}"  # JSON keeps it exact
+
+
+def test_a_text_of_megabytes_in_an_older_or_crafted_home_is_shown_cut_with_its_digest(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A skip reason, a token's symbol and a failed tick's message of megabytes (a ledger and log
+    written before the write bound, or crafted): `sail status`, `why` and `ledger`, text and JSON,
+    printed each whole (a 3 MiB reason made 6 MiB of `sail why`). Each string, and each human line,
+    is now at most ``MAX_SHOWN_CHARS``: its start, then its length and SHA-256."""
+    from journal import LineLog
+    from memory.ledger import MAX_SHOWN_CHARS, ActivityCodec, LedgerCodec, TickFinished, TokenMetadata
+
+    sail_dir = home / ".sail"
+    huge = "why-" + "h" * (3 << 20)
+    symbol = "S" * (2 << 20)
+    with LineLog(Ledger(sail_dir).path, LedgerCodec()).locked() as log:  # as before the bound: unchecked
+        log.append(Skipped(ts=int(time.time()) - 5, block=3, chain_id=1, reason=huge))
+    with LineLog(ActivityLog(sail_dir).path, ActivityCodec()).locked() as log:
+        log.append(TokenMetadata(1, USDC, 6, symbol))
+        log.append(TickFinished(int(time.time()) - 4, 7, "failed", code="internal_error", message=huge))
+    digest = hashlib.sha256(huge.encode()).hexdigest()
+    for command in ("status", "why", "ledger"):
+        for as_json in (False, True):
+            status, out, err = run(capsys, command, "--home", str(home), *(["--json"] if as_json else []))
+            assert (status, err) == (0, ""), (command, as_json, err[:300])
+            assert len(out) < 8 * MAX_SHOWN_CHARS, (command, as_json, len(out))
+            if command != "status" or as_json:  # (the text status names the failed tick's code only)
+                assert "characters in all, sha256 " in out, (command, as_json)
+            if as_json and command != "status":
+                assert f"… [cut: {len(huge)} characters in all, sha256 {digest}]" in out
+    # and what the files hold is as written: nothing is cut but what is shown
+    assert [e.reason for e in Ledger(sail_dir).entries() if isinstance(e, Skipped)][-1] == huge
+
+
+def test_a_config_text_past_the_bound_or_a_huge_number_is_refused_naming_it_not_quoting_it(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `permission` of 100,000 characters was accepted, and every swap then failed on the activity
+    log's bound; a number of 4,000 digits was quoted whole in the refusal."""
+    path = home / ".sail" / "config.toml"
+    kept = "\n".join(x for x in path.read_text().splitlines() if not x.startswith("router ="))
+    kept += f'\nrouter = "{ROUTER}"\n'
+    for line, named in (
+        (f'permission = "{"p" * 100_000}"', "'permission' holds 100000 characters"),
+        (f'router = "{"0x" + "1" * 100_000}"', "'router' must be a 0x address"),
+    ):
+        path.write_text(kept.replace(f'router = "{ROUTER}"', "") + line + "\n" + (
+            "" if line.startswith("router") else f'router = "{ROUTER}"\n'
+        ))
+        status, out, err = run(capsys, "status", "--home", str(home))
+        assert (status, out) == (1, "") and named in err
+        assert len(err) < 1000
+    path.write_text(kept.replace('amount_in = "25000000"', 'amount_in = "' + "9" * 4000 + '"'))
+    status, out, err = run(capsys, "status", "--home", str(home))
+    assert (status, out) == (1, "") and "'amount_in' must be an integer" in err and len(err) < 1000
