@@ -383,7 +383,11 @@ class Chain:
             ChainUnavailable: the node cannot be read.
         """
         with _reading(f"block {block}"):
-            return quantity(self.w3.eth.get_block(block)["timestamp"], f"block {block}'s timestamp")
+            raw: Any = self.w3.eth.get_block(block)
+            number = quantity(raw["number"], f"block {block}'s number")
+            if number != block:  # another block's time would stamp a swap (and the cadence) with it
+                raise ValueError(f"the node answered with block {number}, not block {block}")
+            return quantity(raw["timestamp"], f"block {block}'s timestamp")
 
     def receipt(self, tx_hash: str, timeout: float) -> Receipt | None:
         """The receipt of ``tx_hash``, waiting up to ``timeout`` s; None if not readable by then.

@@ -170,6 +170,34 @@ def test_a_receipt_that_contradicts_the_chain_is_never_ledgered(
     assert (last.outcome, last.block, last.tx_hash) == (Outcome.CONFIRMED, mined["blockNumber"], sent.tx_hash)
 
 
+def test_another_blocks_answer_for_the_receipts_block_never_stamps_the_swap(world: World, node: Any) -> None:
+    """Asked for the receipt's block, a node answered with another block (its genesis): the swap was
+    ledgered stamped with that block's time, and the cadence counted from it. The block's number
+    must be the one asked for, else the read failed and nothing is ledgered."""
+    sent = world.tick().dispatched
+    assert sent is not None
+    genesis = world.w3.eth.get_block(0)
+
+    def another_block(request: dict[str, Any], honest: Callable[[], Any]) -> Any:
+        got = honest()
+        if request["method"] == "eth_getBlockByNumber" and got.get("result"):
+            got["result"] = {**got["result"], "number": "0x0", "timestamp": hex(genesis["timestamp"])}
+        return got
+
+    node.answer = another_block
+    world.clock.now += 60
+    with pytest.raises(ChainUnavailable, match="not block"):
+        _tick_over(world, node.url)
+    assert _acted(world) == []
+    node.answer = lambda request, honest: honest()
+    world.clock.now += 60
+    _tick_over(world, node.url)
+    (entry,) = _acted(world)
+    receipt = world.w3.eth.get_transaction_receipt(HexBytes(sent.tx_hash))
+    mined = world.w3.eth.get_block(receipt["blockNumber"])
+    assert (entry.outcome, entry.ts) == (Outcome.CONFIRMED, mined["timestamp"])
+
+
 @pytest.mark.parametrize(
     "result",
     [1.5, "-0x5", -5, hex(2**300), None, {"a": 1}, [1], True, "0x12zz"],
