@@ -103,6 +103,8 @@ _PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "limit": st.integers(1, 500),
     "offset": st.integers(0, 50),
     "before": st.integers(0, 2**45) | st.sampled_from(["2026-01-31", "2999-01-01T00:00:00+00:00"]),
+    "dry_run": st.booleans(),
+    "confirm": st.text(alphabet="0123456789abcdef", min_size=16, max_size=16) | _word,
 }
 
 
@@ -110,6 +112,8 @@ def _plausible(tool: str) -> st.SearchStrategy[Any]:
     """Arguments that keep to the tool's schema, so that the memory itself is reached."""
     schema = next(t for t in TOOLS if t.name == tool).input_schema
     required = {n: _PLAUSIBLE[n] for n in schema["required"]}
+    if "confirm" in schema["properties"]:  # a filter's tool acts on a scope, after its dry run
+        required |= {"scope": _PLAUSIBLE["scope"], "dry_run": _PLAUSIBLE["dry_run"]}
     optional = {n: _PLAUSIBLE[n] for n in schema["properties"] if n not in required}
     return st.fixed_dictionaries(required, optional=optional)
 
