@@ -1,7 +1,8 @@
 """Named failpoints in the durable write paths, for fault-injection tests only.
 
 A failpoint does nothing unless ``$FLOWS_FAILPOINTS`` names it. The variable is a comma-separated
-list of ``name=action[:mode]``. The action is ``kill`` (SIGKILL this process), an errno name
+list of ``name=action[:mode]``. The action is ``kill`` (SIGKILL this process), ``sigint`` (SIGINT this
+process: a Ctrl-C at exactly that point), an errno name
 (``ENOSPC``, ``EIO``, ``EACCES``, ``EROFS``: raise that ``OSError``) or ``sleep<ms>`` (pause, to widen
 a race). The mode says when it fires: always (no mode), ``once`` (the first time the point is
 reached in this process), or ``nth<N>`` (only the N-th time, counting from 1: to fail one caller
@@ -67,6 +68,8 @@ def hit(name: str) -> None:
     for action in due:
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
         elif action.startswith("sleep"):
             time.sleep(int(action[5:] or "100") / 1000)
         else:
