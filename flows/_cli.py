@@ -309,6 +309,48 @@ class _Unused:
         return self
 
 
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "run": ("flows run triage.py --input '{\"id\": 7}'", "flows run triage.py --input @ticket.json --json"),
+    "resume": (
+        "flows resume 20260131T080000-1a2b3c4d5e",
+        "flows resume 20260131T080000-1a2b3c4d5e --allow-changed --file moved/triage.py",
+    ),
+    "runs": ("flows runs --state failed --since 7d", "flows runs --flow triage --limit 5 --json"),
+    "show": ("flows show 20260131T080000-1a2b3c4d5e", "flows show 20260131T080000-1a2b3c4d5e --json"),
+    "journal": ("flows journal 20260131T080000-1a2b3c4d5e --stream steps",),
+    "learn": (
+        "flows learn 'rain follows a falling barometer' --scope weather --tag forecast",
+        "flows learn - --scope notes --meta lang=en --expires 30d < note.txt",
+    ),
+    "update": ("flows update 0a1b2c3d4e5f60718293a4b5c6d7e8f9 'rain follows a fast-falling barometer'",),
+    "forget": (
+        "flows forget 0a1b2c3d4e5f60718293a4b5c6d7e8f9 --reason 'wrong station'",
+        "flows forget --scope weather --before 2026-01-01 --dry-run",
+        "flows forget --meta user=42 --yes --reason 'account closed'",
+    ),
+    "erase": (
+        "flows erase 0a1b2c3d4e5f60718293a4b5c6d7e8f9 --yes",
+        "flows erase --meta user=42 --dry-run",
+        "flows erase --meta user=42 --yes --reason 'deletion request'",
+    ),
+    "history": ("flows history 0a1b2c3d4e5f60718293a4b5c6d7e8f9 --limit 20 --offset 100",),
+    "recall": ("flows recall --tag forecast --limit 5", "flows recall --scope weather --before 7d --json"),
+    "why": (
+        "flows why 'why does it rain?'",
+        "flows why 'rain' --mode keyword --tag forecast --scope weather",
+    ),
+    "sync": ("flows sync", "flows sync --no-materialize --json"),
+    "check": ("flows check", "flows check --repair --sail ./agent"),
+    "demo": ("flows demo", "flows demo --keep /tmp/flows-demo"),
+    "serve": (
+        "flows serve --port 8080",
+        "flows serve --host 0.0.0.0 --port 8080 --token s3cret --sail-home ./agent",
+    ),
+    "mcp": ("flows mcp --scope notes", "flows mcp --http 127.0.0.1:8765 --idle-timeout 600"),
+}
+"""A few command lines of each command, shown under its ``--help`` (each parses:
+``tests/test_cli_conventions.py``)."""
+
 RUN_COMMANDS = ("run", "resume", "runs", "show")
 """The commands ``flows._cli_runs`` adds (``build_cli`` imports it only for one of them)."""
 
@@ -327,7 +369,7 @@ def build_cli(only: str | None = None) -> CommandLine:
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         if only is not None and name != only:
             return cast(argparse.ArgumentParser, _Unused())
-        return cli.command(name, fn, help_)
+        return cli.command(name, fn, help_, EXAMPLES[name])
 
     from flows._cli_memory import add_filter_options, add_memory_commands
 

@@ -21,6 +21,7 @@ of site-packages) is Python's: a Ctrl-C there is reported by Python.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -54,10 +55,8 @@ class _Guard:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
-        try:
+        with contextlib.suppress(OSError):  # a stderr closed or full loses the line, not the status
             os.write(2, self._line % self._when)
-        except OSError:  # a stderr closed or full loses the line, never the status
-            pass
         os._exit(130)
 
 

@@ -578,10 +578,18 @@ class CommandLine:
             **({"default": 0} if top else {"default": argparse.SUPPRESS}),
         )
 
-    def command(self, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
-        """Register a subcommand run by ``handler(args) -> exit status``; return its parser."""
+    def command(
+        self, name: str, handler: Handler, help: str, examples: Sequence[str] = ()
+    ) -> argparse.ArgumentParser:
+        """Register a subcommand run by ``handler(args) -> exit status``; return its parser.
+        ``examples`` (whole command lines) are printed under its help, as they are written."""
+        epilog = "examples:\n" + "".join(f"  {line}\n" for line in examples) if examples else None
         parser = self._sub.add_parser(
-            name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter
+            name,
+            help=help,
+            description=help,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         self._add_globals(parser, top=False)
         parser.set_defaults(handler=handler)

@@ -842,3 +842,31 @@ def test_check_sweep_age_that_is_not_an_age_is_a_usage_error(store: Path) -> Non
         assert result.returncode == 2, (bad, result.stdout, result.stderr)
         assert json.loads(result.stderr)["code"] == "usage" and result.stdout == ""
     assert stage.exists()
+
+
+def test_every_flows_command_help_ends_with_examples_that_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flows COMMAND --help`` ends with an "examples:" list; each example is a whole command line
+    the real parser takes, as that command (shell redirections aside; a file an ``@FILE`` names is
+    made, holding ``{}``; ``./agent`` is an agent's home)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "agent" / ".sail").mkdir(parents=True)
+    parser = flows_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        text = sub.format_help()
+        assert "\nexamples:\n" in text, name
+        examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+        assert examples, name
+        for example in examples:
+            argv = shlex.split(example.split(" < ", 1)[0])
+            assert argv[:2] == ["flows", name], example
+            for arg in argv:
+                if arg.startswith("@"):
+                    Path(arg[1:]).write_text("{}")
+            try:
+                args = flows_parser().parse_args(argv[1:])
+            except Exception as exc:  # a UsageError, or a type's refusal
+                raise AssertionError(f"{example!r} does not parse: {exc}") from exc
+            assert args.command == name, example

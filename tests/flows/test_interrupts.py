@@ -71,7 +71,9 @@ def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_130(
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_as_the_command_returns_is_one_line_and_130(store: Path, as_json: bool) -> None:
-    result = _run(store, "recall", *(["--json"] if as_json else []), FLOWS_FAILPOINTS="flows.cli_returned=sigint")
+    result = _run(
+        store, "recall", *(["--json"] if as_json else []), FLOWS_FAILPOINTS="flows.cli_returned=sigint"
+    )
     shown = _one_line(result, as_json=as_json)
     if as_json:
         assert shown["code"] == "interrupted", shown
@@ -98,6 +100,11 @@ def test_a_sigint_ignored_from_the_start_stays_ignored(store: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "flows.cli_returned=sigint"}
     result = subprocess.run(
-        [sys.executable, "-c", code, str(store)], capture_output=True, text=True, env=env, timeout=60, check=False
+        [sys.executable, "-c", code, str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
