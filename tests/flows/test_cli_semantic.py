@@ -101,3 +101,49 @@ def test_check_repair_derives_the_vectors_again(db: Path) -> None:
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "derived the vectors of 3 live finding(s)" in repaired.stdout
     assert flows(db, "check").returncode == 0
+
+
+HUNG_EMBEDDER = """
+import threading
+import time
+
+
+class Hung:
+    name = "hung-1"
+    dims = 4
+
+    def embed(self, texts):
+        threading.Event().wait()  # never answers
+
+
+def make():
+    return Hung()
+
+
+def slow_load():
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("spec", ["hung_embedder:make", "hung_embedder:slow_load"])
+def test_a_hung_embedder_is_a_coded_error_after_flows_embed_timeout(
+    db: Path, tmp_path: Path, spec: str
+) -> None:
+    """An embedder that never answers (or never finishes loading) fails `why --mode hybrid` with its
+    code once $FLOWS_EMBED_TIMEOUT has passed, naming the way out; it never hangs the command."""
+    (tmp_path / "hung_embedder.py").write_text(HUNG_EMBEDDER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "FLOWS_EMBED_TIMEOUT": "0.5"}
+    result = flows(db, "why", "nuts", "--mode", "hybrid", "--embedder", spec, "--json", env=env, timeout=40)
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    error = orjson.loads(result.stderr)
+    loading = spec.endswith("slow_load")
+    assert error["code"] == ("memory_embedder_unavailable" if loading else "memory_embedder_failed"), error
+    assert "0.5 s" in error["message"] and "--mode keyword" in error["message"], error
+    assert "FLOWS_EMBED_TIMEOUT" in error["message"], error
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon", "1e9"])
+def test_a_bad_flows_embed_timeout_is_a_usage_error(db: Path, value: str) -> None:
+    result = flows(db, "why", "nuts", "--mode", "hybrid", env={"FLOWS_EMBED_TIMEOUT": value})
+    assert result.returncode == 2 and "error[memory_argument_invalid]" in result.stderr, result.stderr
+    assert "FLOWS_EMBED_TIMEOUT" in result.stderr
