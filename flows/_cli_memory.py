@@ -21,6 +21,7 @@ from flows._cli_common import table as _table
 from memory.cli import (
     EXIT_OK,
     LIMIT_MAX,
+    Interrupted,
     expiry_ms,
     format_ms,
     instant_ms,
@@ -246,7 +247,10 @@ def _forget_where(args: argparse.Namespace) -> int:
                 "to forget them (one journal record), or --dry-run to list them"
             )
         else:
-            done = session.forget_where(scope=args.scope, **filters)
+            try:
+                done = session.forget_where(scope=args.scope, **filters)
+            except KeyboardInterrupt as exc:
+                raise _forget_interrupted(len(planned.keys), dict(planned.filter)) from exc
         shown: dict[str, memory.Recalled] = {}
         if done.dry_run and not args.json and done.keys:  # what each is, read as the filter reads
             del filters["reason"]
@@ -330,7 +334,7 @@ def _erase_where(args: argparse.Namespace) -> int:
                 "content leaves the journal and every copy): add --yes, or --dry-run to list them"
             )
         else:
-            done = session.erase_where(**filters)
+            done = _erase_each(session, planned, args.reason, show_progress=not args.json)
         live = {m: store.current(m) for m in done} if args.dry_run and not args.json else {}
     if args.json:
         _json_out({"memoryIds": done, "count": len(done), "dryRun": bool(args.dry_run)})
@@ -345,6 +349,45 @@ def _erase_where(args: argparse.Namespace) -> int:
     else:
         print(f"erased {len(done)} memor{'y' if len(done) == 1 else 'ies'}")
     return EXIT_OK
+
+
+def _forget_interrupted(count: int, matched: dict[str, Any]) -> Interrupted:
+    """What a Ctrl-C during ``forget --filter --yes`` says: the forget is one record, so it is all
+    or nothing, and the same command finishes it."""
+    stopped = Interrupted(
+        f"interrupted (Ctrl-C) while forgetting {count} finding(s) matching {matched}: the forget is "
+        "one journal record, so either all of them were forgotten or none was, and reads may list "
+        "them until it is finished: run the same command again to finish it (a second record of the "
+        "same forget is harmless), or `flows sync`, which publishes a forget the journal holds"
+    )
+    vars(stopped)["planned"] = count  # context: in the --json object
+    return stopped
+
+
+def _erase_each(session: Any, memories: Sequence[str], reason: str, *, show_progress: bool) -> list[str]:
+    """Erase ``memories`` one after another (as ``erase_where`` does), counting: a Ctrl-C says how
+    many were erased, which one was being erased, and that the same command finishes the rest."""
+    erased: list[str] = []
+    with progress("erase: memories erased", enabled=show_progress) as show:
+        for memory_id in memories:
+            try:
+                session.erase(memory_id, reason=reason)
+            except KeyboardInterrupt as exc:
+                left = len(memories) - len(erased) - 1
+                stopped = Interrupted(
+                    f"interrupted (Ctrl-C) after erasing {len(erased)} of {len(memories)} "
+                    f"memor{'y' if len(memories) == 1 else 'ies'}, while erasing memory {memory_id} "
+                    f"(its erase may be part done); {left} more were not begun: run the same command "
+                    "again to finish: an erase is idempotent, and the filter still matches every "
+                    "memory not wholly erased (--dry-run lists them)"
+                )
+                # context, in the --json object
+                vars(stopped).update(erased=len(erased), total=len(memories), memory=memory_id)
+                raise stopped from exc
+            erased.append(memory_id)
+            if show is not None:
+                show(len(erased), len(memories))
+    return erased
 
 
 # -- history ----------------------------------------------------------------------------------
