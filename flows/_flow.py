@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import inspect
@@ -140,9 +141,14 @@ def load_flow(
     try:
         path = given.resolve()
         found_file = path.is_file()
-    except OSError as exc:  # a name too long, a folder on the way this user may not search
-        why = exc.strerror or exc
-        raise FlowLoadFailed(f"cannot look at the flow file {given}: {why}", path=given) from exc
+    except (OSError, RuntimeError) as exc:  # a name too long, a folder this user may not search
+        # a loop of links: RuntimeError before Python 3.13, ELOOP after
+        if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP:
+            why = "is a symbolic link that leads back to itself (a loop of links): name the flow's .py file"
+            raise FlowLoadFailed(f"the flow file {given} {why}", path=given) from exc
+        raise FlowLoadFailed(
+            f"cannot look at the flow file {given}: {exc.strerror or exc}", path=given
+        ) from exc
     if not found_file:
         if path.is_dir():
             raise FlowLoadFailed(f"{path} is a folder, not a flow file: name the flow's .py file", path=path)

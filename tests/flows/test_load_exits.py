@@ -84,7 +84,7 @@ def test_resuming_a_failed_root_whose_file_now_exits_at_import_fails_and_leaves_
     assert _runs(db)[0]["state"] == "done"
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo", "missing"])
+@pytest.mark.parametrize("kind", ["folder", "fifo", "missing", "loop"])
 def test_a_flow_path_that_is_no_regular_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
     import os
 
@@ -94,7 +94,14 @@ def test_a_flow_path_that_is_no_regular_file_says_what_it_is(tmp_path: Path, kin
         target.mkdir()
     elif kind == "fifo":
         os.mkfifo(target)  # never opened: a FIFO with no writer would block the read
+    elif kind == "loop":  # a link to itself: Path.resolve raised RuntimeError, an internal_error
+        target.symlink_to(target.name)
     result = flows(db, "run", str(target))
     assert result.returncode == 1 and error_code(result) == "flow_load_failed", result.stderr
-    said = {"folder": "is a folder", "fifo": "is not a regular file", "missing": "no flow file at"}[kind]
+    said = {
+        "folder": "is a folder",
+        "fifo": "is not a regular file",
+        "missing": "no flow file at",
+        "loop": "is a symbolic link that leads back to itself",
+    }[kind]
     assert said in result.stderr and len(result.stderr.splitlines()) == 1
