@@ -299,7 +299,17 @@ def cmd_erase(args: argparse.Namespace) -> int:
             )
         scope = store.scope_of(args.key) or CLI_FLOW
         with store.session(scope=scope, flow=CLI_FLOW) as session:
-            erased = session.erase(args.key, reason=args.reason)
+            try:
+                erased = session.erase(args.key, reason=args.reason)
+            except KeyboardInterrupt as exc:
+                memory_id = events[0].memory or args.key
+                stopped = Interrupted(
+                    f"interrupted (Ctrl-C) while erasing memory {memory_id} ({len(keys)} version(s)): "
+                    "its erase may be part done; run the same command again to finish it (an erase "
+                    "is idempotent), or `flows check --repair`"
+                )
+                vars(stopped)["memory"] = memory_id  # context, in the --json object
+                raise stopped from exc
     if args.json:
         _json_out(erased.as_json())
     else:

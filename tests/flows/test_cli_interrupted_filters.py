@@ -70,3 +70,15 @@ def test_a_forget_by_filter_stopped_by_ctrl_c_says_it_is_all_or_nothing_and_reru
     assert "either all of them were forgotten or none was" in stopped.stderr
     assert "run the same command again to finish it" in stopped.stderr
     _finished_and_clean(db, command)
+
+
+def test_an_erase_of_one_memory_stopped_by_ctrl_c_says_it_may_be_part_done(db: Path) -> None:
+    key = json_of(flows(db, "recall", "--tag", "wx", "--limit", "1", "--json"))[0]["key"]
+    command = ("erase", key, "--yes")
+    stopped = flows(db, *command, env={"FLOWS_FAILPOINTS": "memory.erase_after_record=sigint"})
+    assert stopped.returncode == 130 and len(stopped.stderr.splitlines()) == 1, stopped.stderr
+    assert f"while erasing memory {key} (1 version(s)): its erase may be part done" in stopped.stderr
+    assert "nothing was left half-written" not in stopped.stderr
+    again = flows(db, *command)
+    assert again.returncode == 0, again.stderr
+    assert flows(db, "check").returncode == 0
