@@ -71,7 +71,8 @@ def _failpoint(name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``flows`` command line (``flows._cli.main``) with every Ctrl-C reported: see above."""
     args = list(sys.argv[1:] if argv is None else argv)
-    guard = _Guard("--json" in (args[: args.index("--")] if "--" in args else args))
+    before = args[: args.index("--")] if "--" in args else args
+    guard = _Guard(any(arg in ("--js", "--jso", "--json") for arg in before))  # as memory.cli.asks_json
     guard.arm(after=False)
     from flows._cli import main as command_line
 

@@ -72,6 +72,7 @@ __all__ = [
     "OutputUnwritable",
     "Progress",
     "UsageError",
+    "asks_json",
     "db_path",
     "diagnose",
     "duration_ms",
@@ -620,13 +621,14 @@ class CommandLine:
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Run one command line and return its exit status (never raises, but for ``$FLOWS_DEBUG``)."""
         argv = list(sys.argv[1:] if argv is None else argv)
-        wants_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+        wants_json = asks_json(argv)
         guarded = _ReaderSafe(sys.stdout)
         real_stdout, sys.stdout = sys.stdout, guarded
         args: argparse.Namespace | None = None
         try:
             try:
                 args = self.parse(argv)
+                wants_json = wants_json or bool(getattr(args, "json", False))
                 _configure_logging(args.verbose)
                 if args.command is None:
                     if not wants_json:
@@ -710,6 +712,18 @@ def _output_lost(exc: OSError, status: int) -> OutputUnwritable:
         "the store or a ledger is on record, only its output is lost: give stdout a file or a "
         "terminal to see it"
     )
+
+
+def asks_json(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for ``--json`` (before any ``--``), spelled whole or shortened as the
+    parser takes it (``--js``, ``--jso``): a failure is then reported as JSON, as the output would
+    have been (a shortened ``--json`` printed JSON on success and a text line on failure)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if len(arg) >= len("--js") and "--json".startswith(arg):
+            return True
+    return False
 
 
 def _asks_for_every_command(argv: Sequence[str]) -> bool:

@@ -870,3 +870,17 @@ def test_every_flows_command_help_ends_with_examples_that_parse(
             except Exception as exc:  # a UsageError, or a type's refusal
                 raise AssertionError(f"{example!r} does not parse: {exc}") from exc
             assert args.command == name, example
+
+
+@pytest.mark.parametrize("spelled", ["--json", "--jso", "--js"])
+def test_a_shortened_json_flag_reports_failures_as_json_too(tmp_path: Path, spelled: str) -> None:
+    """argparse takes ``--js`` for ``--json``: the output was JSON, and the failure a text line."""
+    db = str(tmp_path / "h.db")
+    assert cli("flows", "learn", "x", "--scope", "s", "--db", db).returncode == 0
+    for argv, status, code in (
+        (["show", "nosuch", spelled], 1, "journal_run_not_found"),
+        (["recall", "--limit", "0", spelled], 2, "usage"),
+    ):
+        result = cli("flows", *argv, "--db", db)
+        assert (result.returncode, result.stdout) == (status, ""), result.stderr
+        assert orjson.loads(result.stderr)["code"] == code, (argv, result.stderr)
