@@ -1296,7 +1296,7 @@ class FileJournal:
             finally:
                 os.close(fd)
             lines = data.split(b"\n")
-            changed = 0
+            erased: list[tuple[str, Mapping[str, Any]]] = []  # (record id, what a kept cut's copy becomes)
             for i, line in enumerate(lines[:-1]):  # the last piece: empty (the torn tail was cut)
                 try:
                     rec = codec.decode(line)
@@ -1316,10 +1316,79 @@ class FileJournal:
 
                     new = padded_payload(encoded, payloads[rec.seq], pad, len(line))
                     lines[i] = codec.encode(replace(rec, payload=new))
-                    changed += 1
+                    erased.append((rec.id, payloads[rec.seq]))
+            changed = len(erased)
             if changed:
                 _replace_file(path, b"\n".join(lines), self._file_mode(), run_id)
+            try:
+                self._scrub_kept_cuts(handle.log, codec, dict(erased), pad, run_id)
+            except JournalError as exc:
+                exc.run_id, exc.stream = run_id, stream
+                raise
         return changed
+
+    def _scrub_kept_cuts(
+        self,
+        log: LineLog[Record],
+        codec: RecordCodec,
+        erased: Mapping[str, Mapping[str, Any]],
+        pad: str,
+        run_id: str,
+    ) -> None:
+        """What an erasure does to the bytes a cut of a poisoned end kept beside the stream
+        (``.<stream>.jsonl.cut-<n>``): a copy of a rewritten record (its id: a retried keyed
+        append has the id of the line cut) is rewritten as it was, and a line that is not a
+        record (nothing can tell whose text it holds) is dropped; other records stay."""
+        try:
+            self._scrub_kept_cuts_of(log, codec, erased, pad, run_id)
+        except JournalError as exc:
+            exc.run_id, exc.stream = run_id, log.path.name[: -len(".jsonl")]
+            raise
+
+    def _scrub_kept_cuts_of(
+        self,
+        log: LineLog[Record],
+        codec: RecordCodec,
+        erased: Mapping[str, Mapping[str, Any]],
+        pad: str,
+        run_id: str,
+    ) -> None:
+        folder = log.path.parent
+        prefix = f".{log.path.name}.cut-"
+        try:
+            names = [e.name for e in os.scandir(folder) if e.name.startswith(prefix)]
+        except OSError as exc:
+            raise JournalUnwritable(f"cannot list {folder}: {exc.strerror or exc}", path=folder) from exc
+        for name in sorted(names):
+            kept = folder / name
+            try:
+                fd = open_regular(kept, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                chunks = []
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+            old = b"".join(chunks).split(b"\n")
+            new_lines = []
+            for line in old:
+                try:
+                    rec = codec.decode(line)
+                except LineDamaged:
+                    continue
+                if rec.id in erased:
+
+                    def encoded(p: Mapping[str, Any], rec: Record = rec) -> bytes:
+                        return codec.encode(replace(rec, payload=dict(p)))
+
+                    payload = padded_payload(encoded, erased[rec.id], pad, len(line))
+                    line = codec.encode(replace(rec, payload=payload))  # noqa: PLW2901
+                new_lines.append(line + b"\n")
+            data = b"".join(new_lines)
+            if data != b"\n".join(old):
+                _replace_file(kept, data, self._file_mode(), run_id)
 
     def run(self, run_id: str) -> RunInfo:
         """Return the run (see ``JournalBackend``)."""

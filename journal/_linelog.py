@@ -54,8 +54,11 @@ locked open cuts the log back to the poisoned point (every line past it belongs 
 failed or will fail), makes that durable, and raises the log's *generation*; a caller whose bytes
 were cut sees the new generation and fails instead of taking a later sync of other bytes for its
 own. A caller never cuts anything but its own unwritten bytes (a failed ``write``); no
-acknowledged line is ever cut. Every sync, cut and mark update of a log holds an exclusive
-``flock`` on the log file, so they happen one at a time across processes.
+acknowledged line is ever cut. The mark file is untrusted bytes: marks this module never writes (a
+poison below a watermark or past the end, a value of 2**63 or more) are ``JournalCorrupt`` naming
+it, never obeyed, and what a poisoned end's cut takes is kept beside the log (``kept_cut_path``).
+Every sync, cut and mark update of a log holds an exclusive ``flock`` on the log file, so they
+happen one at a time across processes.
 
 Lock-free readers (``read``, ``iter_reverse``) apply the same rules but never cut: a tail that may
 be an append in flight is simply not a record yet, nor is a line past a poisoned point.
@@ -70,6 +73,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import fcntl
+import logging
 import os
 import stat
 import struct
@@ -86,12 +90,14 @@ from journal._fs import open_regular
 from staging import ensure_dir, failpoint, fsync_dir, have_syncfs, syncfs, write_all
 
 T = TypeVar("T")
+_logger = logging.getLogger("journal")
 T_co = TypeVar("T_co", covariant=True)
 
 _REVERSE_BLOCK = 64 * 1024
 _SCAN_BLOCK = 1024 * 1024  # a forward read's block (shorter than any codec's ``max_line`` it reads)
 _LINE_BLOCK = 4096  # the first read of a one-line lookup (``read_at``): most lines are shorter
 _NO_POISON = 2**64 - 1
+_MAX_MARK = 2**63  # no offset or count the marks hold reaches it (an ``off_t`` is signed 64 bits)
 _MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
 
 
@@ -534,7 +540,16 @@ class LineLog(Generic[T]):
             marks = self._read_marks(strict=True)
             poison = self._poison_of(marks)
             if poison is not None:
-                return self._cut_locked(fd, poison, marks, bump=True)
+                if marks.poison is not None and marks.poison > os.fstat(fd).st_size:
+                    raise self._bad_marks(
+                        f"a poisoned point at byte {marks.poison}, past the log's end: a poison is "
+                        "recorded at a watermark, and the log is cut only back to it"
+                    )
+                # Only this process's own record can lie below the watermark (its failed sync could
+                # not record the poison, and another's sync acknowledged lines past it since):
+                # acknowledged lines are never cut, so the cut stops at the watermark.
+                at = poison if marks.durable is None else max(poison, marks.durable)
+                return self._cut_locked(fd, at, marks, bump=True, keep=True)
             if marks.generation is None:  # only damage makes it unreadable under the flock
                 fixed = LineMarks(
                     marks.plain, marks.filesystem, None, self._gen + 1, fs_poison=0, fs_poison_gen=self._gen
@@ -547,15 +562,19 @@ class LineLog(Generic[T]):
         with self._syncing, self._flocked(fd):
             return self._cut_locked(fd, at, self._read_marks(strict=True), bump=bump)
 
-    def _cut_locked(self, fd: int, at: int, marks: LineMarks, *, bump: bool) -> LineMarks:
+    def _cut_locked(self, fd: int, at: int, marks: LineMarks, *, bump: bool, keep: bool = False) -> LineMarks:
         """Cut the log at ``at``, sync it, record the marks; under ``_syncing`` and the flock.
 
         ``bump`` raises the generation: the cut took bytes of callers still waiting on a sync
         (a poisoned end), who must fail rather than be answered by a later sync of other bytes.
+        ``keep`` copies the bytes cut to ``.<name>.cut-<generation>`` beside the log first
+        (``_keep_cut``): a poisoned end is cut on the mark file's word alone.
         """
         if marks.durable is not None and at < marks.durable:
             marks = self._lower_marks(marks, at)
         poison = self._poison_of(marks)
+        if poison is not None and marks.durable is not None:
+            poison = max(poison, marks.durable)  # acknowledged lines are never in doubt (``_poison``)
         kept_poison = poison if poison is not None and poison < at else None
         generation = (marks.generation if marks.generation is not None else self._gen) + (1 if bump else 0)
         if bump:
@@ -563,7 +582,10 @@ class LineLog(Generic[T]):
         else:  # bytes past ``at`` are gone for every caller, whenever it wrote
             cuts = tuple(None if c is None else min(c, at) for c in marks.cuts)
         after = LineMarks(
-            plain=at,  # the sync below makes every byte before ``at`` durable
+            # the sync below makes every byte before ``at`` durable; but past a poison that stays
+            # (another's failed sync, below a caller's own cut bytes) a sync proves nothing, and a
+            # mark is never recorded past a poisoned point
+            plain=at if kept_poison is None else kept_poison,
             filesystem=None if marks.filesystem is None else min(marks.filesystem, at),
             poison=kept_poison,
             generation=generation,
@@ -573,6 +595,8 @@ class LineLog(Generic[T]):
         )
         try:
             if os.fstat(fd).st_size > at:
+                if keep:
+                    self._keep_cut(fd, at, generation)
                 os.ftruncate(fd, at)
             os.fsync(fd)
             # A cleared poison must stay cleared after a crash, or a recovery would cut lines
@@ -592,6 +616,47 @@ class LineLog(Generic[T]):
             self._durable_gen = generation
         self._drop_cached_past(at, marks.generation, generation)
         return after
+
+    def kept_cut_path(self, generation: int) -> Path:
+        """Where the cut that raised the log to ``generation`` kept the bytes it took."""
+        return self._path.with_name(f".{self._path.name}.cut-{generation}")
+
+    def _keep_cut(self, fd: int, at: int, generation: int) -> None:
+        """Copy the log's bytes from ``at`` to its end into ``kept_cut_path(generation)``, synced
+        with its folder, before a poisoned end is cut: nothing there was acknowledged when the
+        poison is true, but the mark file is untrusted bytes (a stale copy restored with an older
+        log, a crafted one), and what it makes the log cut is kept, not destroyed.
+
+        The name is one anybody can predict: whatever lies there (a crash's earlier copy of the
+        same cut, a planted link or FIFO) is removed unread and the copy created anew, never
+        written through. Read and written in blocks: a crafted poison far below a huge end costs
+        disk, not memory.
+
+        Raises:
+            OSError: the copy could not be made durable (the cut is then not made).
+        """
+        kept = self.kept_cut_path(generation)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(kept)
+        out = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self._mode)
+        try:
+            pos = at
+            while chunk := os.pread(fd, _SCAN_BLOCK, pos):
+                write_all(out, chunk)
+                pos += len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        fsync_dir(self._path.parent)
+        _logger.warning(
+            "%s: cut back to byte %d after a failed sync (the mark file %s says so); the %d bytes "
+            "cut, which no sync acknowledged if the mark file is true, are kept in %s",
+            self._path,
+            at,
+            self._mark,
+            pos - at,
+            kept,
+        )
 
     def _lower_marks(self, marks: LineMarks, at: int) -> LineMarks:
         """Record (durably) that no byte from ``at`` on is acknowledged, before a cut there: a
@@ -965,7 +1030,10 @@ class LineLog(Generic[T]):
             fs_at = marks.filesystem or 0
             fs_poison = (fs_at, generation) if fs_poison is None else (min(fs_poison[0], fs_at), generation)
             self._poisoned_fs = fs_poison
-        after = replace(marks, poison=at, generation=generation)
+        # The mark file never holds a poison below its watermark (``_refuse_impossible``): should
+        # this process's own record be lower, another's sync acknowledged the lines since.
+        recorded = at if marks.durable is None else max(at, marks.durable)
+        after = replace(marks, poison=recorded, generation=generation)
         if fs_poison is not None:
             after = replace(after, fs_poison=fs_poison[0], fs_poison_gen=fs_poison[1])
         with contextlib.suppress(OSError):
@@ -1013,8 +1081,46 @@ class LineLog(Generic[T]):
         if last is not None and last[0] == raw:
             return last[1]
         marks = LineMarks.parse(raw)
+        self._refuse_impossible(marks)
         self._last_marks = (raw, marks)
         return marks
+
+    def _refuse_impossible(self, marks: LineMarks) -> None:
+        """``JournalCorrupt`` naming the mark file when its checksummed values are ones this module
+        never writes: a CRC is not a signature, and a locked open obeys the poison by cutting.
+
+        A value of 2**63 or more (no file is that long; no count of cuts reaches it); a poisoned
+        point below a watermark (a poison is recorded at the watermark, and no sync raises a mark
+        past it while it stands): obeyed, its cut would take acknowledged lines."""
+        values = (
+            marks.plain,
+            marks.filesystem,
+            marks.poison,
+            marks.generation,
+            *marks.cuts,
+            marks.fs_poison,
+            marks.fs_poison_gen,
+        )
+        reason = None
+        if any(v is not None and v >= _MAX_MARK for v in values):
+            reason = f"a value of {max(v for v in values if v is not None):,}, past any file or count"
+        elif marks.poison is not None and marks.durable is not None and marks.poison < marks.durable:
+            reason = (
+                f"a poisoned point at byte {marks.poison}, below its durable mark at byte "
+                f"{marks.durable} (lines a sync acknowledged)"
+            )
+        if reason is not None:
+            raise self._bad_marks(reason)
+
+    def _bad_marks(self, reason: str) -> JournalCorrupt:
+        return JournalCorrupt(
+            f"{self._mark} holds marks this journal never writes ({reason}); nothing was cut: "
+            f"restore the file from a backup, or move it aside (the log {self._path} then reads by "
+            "the rule for a log without a watermark), then retry",
+            path=self._mark,
+            line=0,
+            reason=f"impossible marks: {reason}",
+        )
 
     def _write_marks(self, marks: LineMarks, *, sync: bool = False) -> None:
         """Write every slot of the mark file. Call under ``_syncing`` and the flock.
