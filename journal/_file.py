@@ -47,6 +47,8 @@ from journal._errors import (
 from journal._fs import dir_stat, open_regular
 from journal._linelog import LineDamaged, LineLog
 from journal._model import (
+    LONG_DIGITS,
+    MAX_DEPTH,
     MAX_INT,
     MAX_KEY_BYTES,
     MAX_LINE_FRAME,
@@ -54,6 +56,7 @@ from journal._model import (
     MAX_PAYLOAD_BYTES,
     MAX_RUN_BYTES,
     RECORD_ID,
+    SHAPE_MAP,
     Lease,
     Record,
     RunInfo,
@@ -69,6 +72,7 @@ from journal._model import (
     check_run_size,
     check_sync,
     finish_state,
+    json_problem,
     new_record_id,
     new_run_id,
     now_ms,
@@ -84,6 +88,8 @@ from staging import StagingError, ensure_dir, have_syncfs, stage
 
 _CRC_TAIL = len(b',"crc":"00000000"}')
 _MAX_INT = MAX_INT
+_SHAPE_MAP, _LONG_DIGITS, _MAX_DEPTH = SHAPE_MAP, LONG_DIGITS, MAX_DEPTH
+_DEEP_LINE = 2 * MAX_DEPTH  # a line can nest that deep only with as many brackets to close
 _MAX_KEY_BYTES = MAX_KEY_BYTES
 _RECORD_ID_MATCH = RECORD_ID.fullmatch
 _new_record = object.__new__
@@ -212,6 +218,13 @@ class RecordCodec:
             and _RECORD_ID_MATCH(rid) is not None
         ):
             problem = record_problem(seq, rid, key, ts, payload)
+            if problem is not None:
+                raise LineDamaged(f"checksummed record with {problem}", torn=False)
+        # What the encoder refuses to write, the decoder refuses to read: one pass in C says when
+        # a line may hold it (``SHAPE_MAP``), rarely; ``json_problem`` then decides.
+        shape = line.translate(_SHAPE_MAP)
+        if _LONG_DIGITS in shape or (len(line) > _DEEP_LINE and shape.count(b"2") > _MAX_DEPTH):
+            problem = json_problem(body, obj)
             if problem is not None:
                 raise LineDamaged(f"checksummed record with {problem}", torn=False)
         # A record made without the frozen dataclass's per-field ``__setattr__`` (a share of a

@@ -124,6 +124,9 @@ def check_label(kind: str, value: object) -> str:
     return _check_text(kind, value, MAX_LABEL_BYTES)
 
 
+_MAX_DEPTH = MAX_DEPTH = 254  # orjson writes no deeper nesting than this (it reads up to 1024)
+
+
 def payload_json(
     payload: Mapping[str, Any], *, what: str = "payload", limit: int | None = MAX_PAYLOAD_BYTES
 ) -> bytes:
@@ -146,6 +149,16 @@ def payload_json(
             f"the {what} is not JSON both backends can store ({exc}); pass strings, numbers within "
             "64 bits, booleans, null, lists and objects with string keys"
         ) from None
+    # A record (or run) holds the payload one level down: nested as deep as orjson writes at all,
+    # it fits alone and not in its record (an uncoded ``TypeError`` at the encode, after the checks).
+    if data.count(b"[") + data.count(b"{") >= _MAX_DEPTH:
+        try:
+            orjson.dumps([payload if isinstance(payload, dict) else dict(payload)])
+        except TypeError as exc:
+            raise JournalPayloadInvalid(
+                f"the {what} is nested too deep for the record that holds it ({exc}); "
+                f"nest it at most {_MAX_DEPTH - 1} levels deep (the {what} itself is the first)"
+            ) from None
     # orjson writes integers up to 2**64 - 1; every reader (and PostgreSQL's bigint) holds signed
     # 64 bits. Only output with 19 digits in a row can hold one out of range: look only then.
     if _LONG_DIGITS in data.translate(_DIGIT_MAP):
@@ -191,7 +204,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Each ASCII digit as ``1``, any other byte as ``0``: 19 digits in a row are then a plain substring,
 # found in C at once, where the regex ``\d{19}`` took several microseconds on every append's payload.
 _DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
-_LONG_DIGITS = b"1" * 19
+_LONG_DIGITS = LONG_DIGITS = b"1" * 19
+# The same, with an opening bracket as ``2``: one pass over a line read back tells whether it may
+# hold JSON no journal writes (19 digits in a row: an integer beyond signed 64 bits, or one orjson
+# reads back as a float; more opening brackets than orjson nests deep), for ``json_problem`` to judge.
+SHAPE_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x32 if b in b"[{" else 0x30 for b in range(256))
 
 
 def _wide_integer(value: object) -> int | None:
@@ -208,6 +225,23 @@ def _wide_integer(value: object) -> int | None:
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
+    return None
+
+
+def json_problem(body: bytes, obj: dict[str, Any]) -> str | None:
+    """What is wrong with ``obj``, parsed from ``body`` (a record or run as read back), or None:
+    JSON the journal never writes (nesting orjson refuses to write, any form but the canonical one
+    it writes: an integer past 64 bits read back as a float, a repeated key), or an integer outside
+    signed 64 bits."""
+    try:
+        again = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:
+        return f"JSON no journal writes ({exc})"
+    if again != body:
+        return "JSON not in the canonical form the journal writes (an integer beyond 64 bits, a repeated key)"
+    wide = _wide_integer(obj)
+    if wide is not None:
+        return f"the integer {wide}, outside the signed 64-bit range"
     return None
 
 
