@@ -292,11 +292,42 @@ class _Stream:
         self.keys: dict[str, Record] = {}
         self.indexed = 0
         self.source: Sequence[Record] | None = None  # the log's list the index was built from
+        # Every record id read so far, by its 1-based line: checked incrementally as ``index`` is.
+        self.ids: dict[str, int] = {}
+        self.ids_source: Sequence[Record] | None = None
+        self.ids_mutex = threading.Lock()
         self.mutex = threading.Lock()  # held by the thread writing a batch
         self.queue_mutex = threading.Lock()
         self.queue: list[_Pending] = []  # appends waiting for the next batch
 
+    def unique(self, records: Sequence[Record]) -> None:
+        """``JournalCorrupt`` when two records of ``records`` (a full read: line 1 on) share an
+        id. An append never writes one twice (a keyed retry returns the first), so a second is a
+        crafted or copied line: read back, one record would answer ``find`` and a full read, and
+        another a lookup pointed at its line."""
+        with self.ids_mutex:
+            ids = self.ids
+            if records is not self.ids_source or len(records) < len(ids):
+                ids.clear()
+                self.ids_source = records
+            for line in range(len(ids), len(records)):
+                rid = records[line].id
+                first = ids.setdefault(rid, line + 1)
+                if first != line + 1:
+                    path = self.log.path
+                    ids.clear()  # nothing of this read is kept: the next one judges it again
+                    self.ids_source = None
+                    reason = f"record id {rid} again (first on line {first})"
+                    raise JournalCorrupt(
+                        f"{path} line {line + 1} is damaged ({reason}); the log fails closed: restore "
+                        "it from a backup or inspect it with `flows check`",
+                        path=path,
+                        line=line + 1,
+                        reason=reason,
+                    )
+
     def index(self, records: Sequence[Record]) -> None:
+        self.unique(records)
         # The log hands out a new list whenever records leave its cache (a cut, a replaced file).
         if records is not self.source or len(records) < self.indexed:
             self.keys.clear()
@@ -1148,7 +1179,9 @@ class FileJournal:
             if not self._has_run(run_id):
                 raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
             self._guard(run_id)
-            return handle.log.read()
+            records = handle.log.read()
+            handle.unique(records)
+            return records
         except JournalError as exc:
             exc.run_id, exc.stream = run_id, stream
             raise
