@@ -119,7 +119,7 @@ def test_repair_against_the_wrong_journal_refuses_naming_it_and_changes_nothing(
 
 def _poison_after_first(s: Store) -> None:
     """Mark every byte of the run's stream after its first record as poisoned (a failed sync's
-    doubt, as the log records it): the later lines stay on disk, whole and checksummed, but none of
+    doubt, as the log records it, the syncs' marks at that point): the later lines stay on disk, whole and checksummed, but none of
     them counts as a record any more, while the kept hints still point at them."""
     import struct
     import zlib
@@ -136,8 +136,10 @@ def _poison_after_first(s: Store) -> None:
         generation = state.unpack_from(raw, 24)[1] if len(raw) == 92 else 0
         none = 2**64 - 1
         packed = state.pack(first_end, generation, none, none, none, none, none, none)
-        f.seek(24)
-        f.write(packed + zlib.crc32(packed).to_bytes(4, "little"))
+        mark = struct.pack("<Q", first_end)  # the syncs' marks no higher than that point, as a
+        sealed = mark + zlib.crc32(mark).to_bytes(4, "little")  # failed first sync leaves them
+        f.seek(0)
+        f.write(sealed + sealed + packed + zlib.crc32(packed).to_bytes(4, "little"))
 
 
 def test_a_kept_hint_never_serves_a_file_whose_record_is_gone(tmp_path: Path) -> None:
