@@ -119,8 +119,9 @@ def test_repair_against_the_wrong_journal_refuses_naming_it_and_changes_nothing(
 
 def _poison_after_first(s: Store) -> None:
     """Mark every byte of the run's stream after its first record as poisoned (a failed sync's
-    doubt, as the log records it, the syncs' marks at that point): the later lines stay on disk, whole and checksummed, but none of
-    them counts as a record any more, while the kept hints still point at them."""
+    doubt, as the log records it, the syncs' marks at that point): the later lines stay on disk,
+    whole and checksummed, but none of them counts as a record any more, while the kept hints
+    still point at them."""
     import struct
     import zlib
 
