@@ -172,6 +172,48 @@ def test_a_row_read_before_and_committed_again_since_is_returned_as_the_db_now_h
     assert after.citation != before.citation
 
 
+def test_a_warm_read_answered_before_sees_a_commit_another_process_made_since(
+    store: memory.MemoryStore, root: memory.RootRun, db: Path, clock: Clock
+) -> None:
+    """A warm read the DB answered before, at the same DB version, is given that answer again
+    without its statement; a commit of another process since (a sync of a newer finding) moves the
+    version, and the read sees the new row."""
+    store.learn({"text": "the cache is cold at dawn", "tags": ["cache"]}, root)
+    store.sync()
+    for _ in range(3):  # built, then answered from its stamps, then remembered by version
+        assert _texts(store.recall(tag="cache")) == ["the cache is cold at dawn"]
+    with memory.MemoryStore(db, clock=clock) as other:
+        jr = other.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {"source": "probe.py"})
+        other.learn(
+            {"text": "the cache warms by noon", "tags": ["cache"]},
+            memory.RootRun(jr, lease, "probe", "scope-a"),
+        )
+        other.sync()
+    assert _texts(store.recall(tag="cache")) == ["the cache warms by noon", "the cache is cold at dawn"]
+
+
+def test_a_warm_read_answered_before_leaves_out_a_row_that_expired_since_and_not_after_the_clock_went_back(
+    store: memory.MemoryStore, root: memory.RootRun, clock: Clock
+) -> None:
+    """The DB unchanged, a read's remembered answer holds only until one of its rows expires, and
+    only forward in time: a row that expired since is left out, and a clock set back before a
+    row's expiry shows that row again, as the statement would."""
+    expires = clock.now + 60_000
+    store.learn({"text": "the cache is cold at dawn", "tags": ["cache"]}, root)
+    store.learn({"text": "the cache warms by noon", "tags": ["cache"], "expiresMs": expires}, root)
+    store.sync()
+    clock.step = 0
+    both = ["the cache warms by noon", "the cache is cold at dawn"]
+    for _ in range(3):  # built, then answered from its stamps, then remembered by version
+        assert _texts(store.recall(tag="cache")) == both
+    clock.now = expires  # expired: ``expiresMs`` is the first moment it is not returned
+    for _ in range(3):
+        assert _texts(store.recall(tag="cache")) == ["the cache is cold at dawn"]
+    clock.now = expires - 1
+    assert _texts(store.recall(tag="cache")) == both
+
+
 def test_a_finding_the_db_holds_is_read_once_from_the_db_while_its_disk_copy_remains(
     store: memory.MemoryStore, root: memory.RootRun, failpoints: Failpoints
 ) -> None:
