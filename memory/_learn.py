@@ -130,10 +130,13 @@ class Learner:
         supersedes: str | None = None,
         *,
         live: tuple[Finding, Located] | None = None,
+        keyed: tuple[int, str] | None = None,
     ) -> Learned:
         """See ``MemoryStore.learn``. ``live``: ``finding`` validated, and where the live version
         ``supersedes`` names is, as an update has just read them in that version's scope's turn,
-        which it holds (not looked for again)."""
+        which it holds (not looked for again). ``keyed``: a revision and the key ``finding_id``
+        gives the validated finding at it in the root's scope, as the update has just computed it
+        (not hashed again by ``_revision``)."""
         if root is None:
             raise Unjournaled("learn needs a root run to journal into; run the flow with `flows run`")
         if not root.script:
@@ -141,7 +144,7 @@ class Learner:
                 f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
             )
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
-        revision, fid, replayed = self._revision(item, root)
+        revision, fid, replayed = self._revision(item, root, None if live is None else keyed)
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
         if old is None or replayed is not None or live is not None:
             # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
@@ -274,7 +277,9 @@ class Learner:
             key=old,
         )
 
-    def _revision(self, item: Finding, root: Root) -> tuple[int, str, Record | None]:
+    def _revision(
+        self, item: Finding, root: Root, keyed: tuple[int, str] | None = None
+    ) -> tuple[int, str, Record | None]:
         """The revision and key a learn of ``item`` takes, and the commit that answers it when it
         is a resumed body's replay of a learn made before its key was retired.
 
@@ -286,7 +291,9 @@ class Learner:
         """
         revision = 0
         while True:
-            fid = finding_id(root.scope, item, revision)
+            # ``keyed``: the caller's ``finding_id`` of ``item`` at one revision, in this scope
+            known = keyed is not None and keyed[0] == revision
+            fid = keyed[1] if keyed is not None and known else finding_id(root.scope, item, revision)
             path = self._retirer.retired_path(root.scope, fid)
             elsewhere = self._retirer.shared.current().get(fid)
             if not os.path.lexists(path) and elsewhere is None:

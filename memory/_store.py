@@ -434,8 +434,11 @@ class MemoryStore:
                     return Learned(live.key, live.citation, path, live.learned_ms, live.memory)
                 # what was just read is handed on: the learn neither validates nor looks for it again
                 read = (item, Located(live.scope, None, live.memory_id)) if item is not None else None
+                # the key just computed for that check, at the live version's revision (the learn's
+                # first revision is 0, so it is that learn's key unless a retirement moves it on)
+                keyed = (live.revision, same) if isinstance(same, str) else None
                 try:
-                    return self._learner.learn(finding, root, live.key, live=read)
+                    return self._learner.learn(finding, root, live.key, live=read, keyed=keyed)
                 except FindingRetired as exc:
                     # retired by another host, or by a forget, after the look: read the memory again
                     # (a forgotten one then has no live version)

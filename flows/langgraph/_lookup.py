@@ -180,14 +180,19 @@ class WriteLookup:
                 )
             return files
 
-    def _versions(self, scope: str, item: str, now_ms: int) -> tuple[_ScopeFiles, _Versions] | None:
+    def _versions(
+        self, scope: str, item: str, now_ms: int, own: str | None = None
+    ) -> tuple[_ScopeFiles, _Versions] | None:
         """The live versions of ``item``: its files (listed now) that the DB does not hold, then its
         rows (one snapshot), less the versions this store retired; None when only the memory's
-        read can tell."""
+        read can tell. ``own``: a version this store has just learned, whose file, when listed, is
+        taken as one of the item's versions without asking the DB or the retired folder about it
+        (``alone`` asks only whether any other version is live; see there)."""
         files = self._scope(scope)
         on_disk = files.versions(scope, item, self._mine)  # the files first, then the DB
         if on_disk is None or any(key not in self._mine for key in on_disk):
             return None
+        asked = [key for key in on_disk if key != own]
         db = self._memory.db
         with db.snapshot():
             rows = db.recall(
@@ -198,7 +203,7 @@ class WriteLookup:
                 now_ms=now_ms,
                 meta={"key": meta_value_key(item)},
             )
-            held = db.held(list(on_disk)) if on_disk else {}
+            held = db.held(asked) if asked else {}
         found: _Versions = {r.key: r for r in rows}
         for key, entry in on_disk.items():
             if key not in held:
@@ -206,7 +211,7 @@ class WriteLookup:
         for key, version in list(found.items()):
             if version is not None and version.expires_ms is not None:
                 return None
-            if os.path.lexists(files.retired / f"{key}.json"):
+            if key != own and os.path.lexists(files.retired / f"{key}.json"):
                 if key not in self._retired:
                     return None
                 del found[key]  # retired by this store, and not yet marked so in the DB
@@ -231,6 +236,13 @@ class WriteLookup:
 
     def alone(self, scope: str, item: str, key: str, now_ms: int) -> bool:
         """Whether the version ``key`` this store just learned is the only live version of ``item``
-        (False also when only the memory's read can tell)."""
-        got = self._versions(scope, item, now_ms)
+        (False also when only the memory's read can tell).
+
+        What is asked is whether any *other* version is live (a creator racing this put): ``key``'s
+        own file is listed but neither its DB row nor its retired name is looked at (``_versions``'s
+        ``own``). The learn that returned ``key`` looked for its retirement after its rename; a
+        retirement since (a racing forget) or a sync that moved it into the DB changes nothing
+        another version's presence would: every other version is asked about as before, and is
+        one the listing or the DB's rows show."""
+        got = self._versions(scope, item, now_ms, own=key)
         return got is not None and list(got[1]) == [key]

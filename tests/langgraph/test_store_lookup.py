@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,3 +213,58 @@ def test_names_in_the_folder_that_are_no_learned_file_are_set_aside_once(tmp_pat
         assert len(_live(store, "c")) == 1
         item = store.get(NS, "c")
         assert item is not None and item.value == {"n": 33}
+
+
+def test_a_new_items_look_after_its_commit_asks_the_db_nothing_of_its_own_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The look after a new item's commit asks whether any *other* version is live: the version the
+    # put has just learned is neither looked up in the DB (one query a put) nor, when only its own
+    # file is listed, given a DB statement naming it at all.
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    with JournalStore(
+        db=str(tmp_path / "history.db"), journal=str(tmp_path / "journal"), sync_every=0
+    ) as store:
+        for i in range(4):
+            store.put(NS, f"k{i}", {"n": i})
+        store.memory.sync()  # the DB is there, so a look-up's DB part runs
+        statements.clear()
+        store.put(NS, "new", {"n": 99})
+        asked = list(statements)  # the put's statements (the reads below make their own)
+        found = store.finding(NS, "new")
+        assert found is not None
+        assert asked and not [s for s in asked if found.key in s], asked
+        assert len(_live(store, "new")) == 1
+
+
+def test_a_creator_racing_a_new_item_is_seen_in_the_db_by_the_look_after_the_commit(
+    journal_location: str, tmp_path: Path
+) -> None:
+    # As ``test_two_puts_creating_one_item_at_once_leave_one_live_version``, with the other store's
+    # version moved into the DB before this put looks again: its row, not a file, shows the race.
+    db = str(tmp_path / "history.db")
+    with (
+        JournalStore(db=db, journal=journal_location) as mine,
+        JournalStore(db=db, journal=journal_location) as other,
+    ):
+        mine.put(NS, "warm", {"v": 0})
+        learn = mine.memory.learn
+
+        def raced(finding: Any, root: Any, *, supersedes: str | None = None) -> Any:
+            if finding["metadata"]["key"] == "k":
+                other.put(NS, "k", {"v": "other"})
+                other.memory.sync()
+            return learn(finding, root, supersedes=supersedes)
+
+        mine.memory.learn = raced  # type: ignore[method-assign]
+        mine.put(NS, "k", {"v": "mine"})
+        mine.memory.learn = learn  # type: ignore[method-assign]
+        assert [r.metadata["value"] for r in _live(mine, "k")] == [{"v": "mine"}]

@@ -154,3 +154,33 @@ def test_an_update_looks_for_a_missing_history_db_once(
     last = store.update(memory_id, {"text": "the pool's fee is 99 bps", "tags": ["fee"]}, root)
     assert [e.key for e in store.recall(limit=None)] == [last.key]
     assert store.current(memory_id).key == last.key  # type: ignore[union-attr]
+
+
+def test_an_update_hashes_its_finding_once_and_takes_the_next_revision_past_a_retired_key(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The update's check for content the memory holds already computes the new version's key; the
+    # learn takes it instead of hashing the finding again, and hashes another revision only when
+    # that key is retired (an update back to the content of a version it replaced).
+    import memory._learn
+    import memory._store
+
+    hashed: list[int] = []
+    real = memory._store.finding_id
+
+    def counted(scope: str, item: Any, revision: int = 0) -> str:
+        hashed.append(revision)
+        return real(scope, item, revision)
+
+    monkeypatch.setattr(memory._store, "finding_id", counted)
+    monkeypatch.setattr(memory._learn, "finding_id", counted)
+    first = store.learn({"text": "the pool's fee is 30 bps", "tags": ["fee"]}, root)
+    hashed.clear()
+    second = store.update(first.memory_id, {"text": "the pool's fee is 5 bps", "tags": ["fee"]}, root)
+    assert hashed == [0]
+    hashed.clear()
+    # back to the first content: its key at revision 0 is retired (superseded), so revision 1
+    third = store.update(first.memory_id, {"text": "the pool's fee is 30 bps", "tags": ["fee"]}, root)
+    assert hashed == [0, 1]
+    assert third.key not in (first.key, second.key)
+    assert store.current(first.memory_id).key == third.key  # type: ignore[union-attr]
