@@ -63,29 +63,34 @@ class Reaper:
         self._oldest = 0.0  # when the oldest queued removal was queued (monotonic)
         self._busy = False  # the thread is unlinking a batch taken off the queue
         self._draining = 0  # callers waiting in ``drain``
+        self._now = False  # a caller asked for the queue to be unlinked without waiting (``put``'s ``now``)
         self._thread: threading.Thread | None = None
 
-    def put(self, folder_fd: int, names: list[str]) -> None:
+    def put(self, folder_fd: int, names: list[str], *, now: bool = False) -> None:
         """Unlink ``names`` in the folder ``folder_fd`` (a descriptor this call now owns and
-        closes) in the background."""
-        self._put(folder_fd, names, None)
+        closes) in the background. ``now``: the names are a batch of their own (a ``sync``'s drop
+        of a folder's synced files, all at once), unlinked without waiting for ``BATCH`` names or
+        ``LINGER_S``: one wake for the lot, and the folder, which its store keeps writing and
+        listing, does not carry them as hidden names until a batch fills."""
+        self._put(folder_fd, names, None, now=now)
 
     def put_held(self, folder: HeldFolder, names: list[str]) -> None:
         """Unlink ``names`` in ``folder`` (held open: its descriptor stays open while the queue
         keeps a reference to it, and is neither duplicated nor closed here) in the background."""
         self._put(folder.fd, names, folder)
 
-    def _put(self, folder_fd: int, names: list[str], owner: HeldFolder | None) -> None:
+    def _put(self, folder_fd: int, names: list[str], owner: HeldFolder | None, *, now: bool = False) -> None:
         with self._lock:
             first = not self._queue
             if first:
                 self._oldest = time.monotonic()
             self._queue.append((folder_fd, names, owner))
             self._names += len(names)
+            self._now = self._now or now
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="flows-memory-reaper", daemon=True)
                 self._thread.start()
-            elif first or self._names >= BATCH:  # the thread sets its linger, or takes the batch
+            elif first or now or self._names >= BATCH:  # the thread sets its linger, or takes the batch
                 self._wake.notify_all()
 
     def drain(self, timeout: float | None = None) -> bool:
@@ -102,7 +107,7 @@ class Reaper:
         """0 when the queue is to be unlinked now; else how long to wait (None: until told)."""
         if not self._queue:
             return None
-        if self._names >= BATCH or self._draining:
+        if self._names >= BATCH or self._draining or self._now:
             return 0
         return max(0.0, self._oldest + LINGER_S - time.monotonic())
 
@@ -112,7 +117,7 @@ class Reaper:
                 while (due := self._due()) != 0:
                     self._wake.wait(due)
                 batch, self._queue, self._names = self._queue, [], 0
-                self._busy = True
+                self._busy, self._now = True, False
             try:
                 for queued_fd, names, owner in batch:
                     # a held folder's descriptor as it is now (-1 if it was closed since: none unlinked)
@@ -144,6 +149,7 @@ class Reaper:
                     os.close(fd)
         self._busy = False
         self._draining = 0
+        self._now = False
         self._thread = None
 
 

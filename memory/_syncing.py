@@ -350,7 +350,9 @@ class Syncer:
                         done = sum(_drop(folder, n, data, retired, hidden) for n, data, retired in names)
                     finally:
                         if hidden:
-                            REAPER.put(os.dup(folder.fd), hidden)
+                            # a batch of its own: the folder is one a store keeps writing and
+                            # listing, each hidden name a name more in every listing until unlinked
+                            REAPER.put(os.dup(folder.fd), hidden, now=True)
                     if done:
                         folder.fsync()
             except OSError as exc:

@@ -10,6 +10,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 import memory
 from memory._reaper import REAPER
 from tests.conftest import run_python
@@ -101,3 +103,26 @@ def test_removals_are_unlinked_in_batches_and_a_lone_one_after_its_linger(tmp_pa
         while _hidden(folder) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert _hidden(folder) == []  # a full batch is unlinked at once, well before the linger
+
+
+def test_a_syncs_dropped_files_are_unlinked_as_a_batch_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync drops a folder's synced files all at once: they are unlinked at once, not left as
+    hidden names in a folder its store keeps writing and listing until ``BATCH`` gather or
+    ``LINGER_S`` passes (made an hour here, so only the sync's own wake can unlink them)."""
+    from memory import _reaper
+
+    db = tmp_path / "store" / "history.db"
+    folder = memory.learned_dir(db, "desk")
+    with memory.MemoryStore(db) as store, store.session(scope="desk") as s:
+        for i in range(20):
+            s.learn({"text": f"finding {i}", "tags": ["t"]})
+        assert REAPER.drain(10)
+        monkeypatch.setattr(_reaper, "LINGER_S", 3600.0)
+        store.sync()
+        deadline = time.monotonic() + 30  # a bound for a loaded machine, not a measure
+        while _hidden(folder) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _hidden(folder) == []
+        assert not [p for p in folder.iterdir() if p.name.endswith(".json")]  # every file was synced
