@@ -144,7 +144,8 @@ class Learner:
                 f"flow {root.flow!r} declares memory.script: false, so it cannot learn", run_id=root.run_id
             )
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
-        revision, fid, replayed = self._revision(item, root, None if live is None else keyed)
+        known = (item, root) if live is None or keyed is None else (item, root, keyed)
+        revision, fid, replayed = self._revision(*known)
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
         if old is None or replayed is not None or live is not None:
             # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
