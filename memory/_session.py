@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -70,6 +70,7 @@ class SessionStore(Protocol):
         source: str | None = None,
         before_ms: int | None = None,
         dry_run: bool = False,
+        only: Collection[str] | None = None,
     ) -> ForgottenMany: ...
 
     def recall(
@@ -320,10 +321,11 @@ class MemorySession:
         source: str | None = None,
         before_ms: int | None = None,
         dry_run: bool = False,
+        only: Collection[str] | None = None,
     ) -> ForgottenMany:
         """Forget every live finding the filter matches with one journal record (see
         ``MemoryStore.forget_where``), in the session's scope unless ``scope`` names another (None:
-        every scope, which then needs another filter).
+        every scope, which then needs another filter); ``only``: of the matches, those keys alone.
 
         Raises:
             SessionClosed: after ``close()``.
@@ -341,6 +343,7 @@ class MemorySession:
                 source=source,
                 before_ms=before_ms,
                 dry_run=dry_run,
+                only=only,
             )
         finally:
             self._leave_op()

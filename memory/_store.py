@@ -16,7 +16,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -635,6 +635,7 @@ class MemoryStore:
         source: str | None = None,
         before_ms: int | None = None,
         dry_run: bool = False,
+        only: Collection[str] | None = None,
     ) -> ForgottenMany:
         """Forget every live finding the filter matches (everything about one user, say) with ONE
         journal record that names the filter and every key it retires: the whole deletion commits
@@ -643,7 +644,8 @@ class MemoryStore:
         empty filter, which would forget everything, is refused. ``dry_run`` lists what it would
         forget and writes nothing. Findings forgotten already are not named again. On a journal
         hosts share, what other hosts learned and this one has not synced matches too
-        (``catch_up`` first).
+        (``catch_up`` first). ``only``: of the matches, those keys alone (what a dry run listed and
+        a person confirmed: a finding learned since is not forgotten with them).
 
         Raises:
             ArgumentInvalid: no filter, a malformed one, a malformed reason, or more than
@@ -660,6 +662,9 @@ class MemoryStore:
         # hosts share the journal: what they learned that this host has not synced matches too
         self.catch_up()
         found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
+        if only is not None:
+            allowed = set(only)
+            found = [e for e in found if e.key in allowed]
         if len(found) > FORGET_MANY_MAX:
             raise ArgumentInvalid(
                 f"the filter matches {len(found)} findings, more than one forget takes ({FORGET_MANY_MAX}): "

@@ -443,6 +443,7 @@ class SessionMemory:
         source: str | None,
         before_ms: int | None,
         dry_run: bool,
+        only: list[str] | None = None,
     ) -> dict[str, Any]:
         where: dict[str, Any] = {
             "scope": scope,
@@ -461,7 +462,7 @@ class SessionMemory:
             return planned.as_json()
         # Journaled under the session's root run in that scope, as a forget by key is
         async with self._sessions.root(self._key, self._session, scope) as root:
-            done = await root.forget_where(**where)
+            done = await root.forget_where(**where, only=only)
         out = done.as_json()
         if done.citation is not None:
             out["citation"] = citation_json(done.citation, done.forgotten_ms)

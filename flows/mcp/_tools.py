@@ -135,6 +135,7 @@ class Memory(Protocol):
         source: str | None,
         before_ms: int | None,
         dry_run: bool,
+        only: list[str] | None = None,
     ) -> dict[str, Any]: ...
     async def erase_plan(
         self,
@@ -393,7 +394,8 @@ async def _forget_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     _confirmed("forget_where", args, keys, expected)
     if not keys:
         return {"dryRun": False, **_listed("keys", keys), **head}
-    done = await memory.forget_where(scope=scope, reason=reason, dry_run=False, **where)
+    # what the dry run listed and the caller confirmed, no more: a match learned since stays
+    done = await memory.forget_where(scope=scope, reason=reason, dry_run=False, only=keys, **where)
     out = {"dryRun": False, **_listed("keys", list(done["keys"])), **head}
     for name in ("forgottenMs", "citation"):
         if done.get(name) is not None:
@@ -926,10 +928,10 @@ TOOLS: tuple[ToolSpec, ...] = (
             "`get` tools and the resources at once; their own records stay in the journal for audit "
             "(see the `history` tool). "
             + _TWO_STEPS.format(ids="`keys`", whole="every live finding of the scope")
-            + "The result names the `citation` of the record and the `keys` it forgot (a finding "
-            "another client learned or forgot between the check of `confirm` and the record is as "
-            "it stood then). Repeats: forgotten findings are not matched again, so the same call "
-            "again is refused for its `confirm` (a dry run then lists none). Errors: "
+            + "The result names the `citation` of the record and the `keys` it forgot: only keys the "
+            "dry run listed (a finding another client learned after the check of `confirm` stays; one "
+            "it forgot meanwhile is not named). Repeats: forgotten findings are not matched again, "
+            "so the same call again is refused for its `confirm` (a dry run then lists none). Errors: "
             + _ARGUMENT_ERRORS
             + f" (a reason is at most {REASON_MAX} characters); "
             + _CONFIRM_ERRORS

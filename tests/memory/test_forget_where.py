@@ -70,6 +70,22 @@ def test_exactly_the_matching_set_goes_with_one_record(store: memory.MemoryStore
     assert memory.check_store(store) == []
 
 
+def test_only_what_a_dry_run_listed_goes_when_only_is_given(store: memory.MemoryStore) -> None:
+    """A dry run listed, a person confirmed, a finding that matches the filter was learned since:
+    ``only`` forgets the listed keys and leaves the newcomer (what the MCP tool passes)."""
+    made = _people(store)
+    with store.session(scope="alice") as s:
+        dry = s.forget_where(reason="asked", tags=["pref"], dry_run=True)
+        newcomer = s.learn({"text": "alice note learned after the look", "tags": ["pref"]}).key
+        done = s.forget_where(reason="as listed", tags=["pref"], only=dry.keys)
+    assert set(done.keys) == set(dry.keys) and newcomer not in done.keys
+    (record,) = _retire_records(store)
+    assert sorted(k for k, _ in record.payload["ids"]) == sorted(dry.keys)
+    left = {e.key for e in store.recall(scope="alice", limit=None)}
+    assert newcomer in left and not left & set(dry.keys)
+    assert set(made["alice"]) - set(dry.keys) <= left
+
+
 def test_an_empty_filter_is_refused(store: memory.MemoryStore) -> None:
     _people(store)
     with store.session(scope="alice") as s, pytest.raises(memory.ArgumentInvalid, match="every memory"):
