@@ -648,7 +648,10 @@ class CommandLine:
             except CodedInterrupt as exc:  # a Ctrl-C that says what it stopped (a flow run)
                 return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
             except KeyboardInterrupt:
-                stopped = Interrupted("interrupted (Ctrl-C); nothing was left half-written")
+                said = "interrupted (Ctrl-C); what was acknowledged is on record"
+                if self.prog == "flows":  # an update's commit before its old version's retirement
+                    said += ", and `flows check --repair` finishes a change it stopped midway"
+                stopped = Interrupted(said)
                 return self.diagnose(stopped, as_json=wants_json, run_id=_run_id_of(args))
             except Exception as exc:  # every failure becomes one classified line, never a traceback
                 if os.environ.get("FLOWS_DEBUG"):

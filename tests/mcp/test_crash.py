@@ -118,7 +118,8 @@ def test_a_stdio_server_stopped_by_a_signal_ends_its_session_done(tmp_path: Path
     assert root.state is RunState.DONE
     stderr = (tmp_path / "server-0.err").read_text()
     assert stderr == (
-        "flows: error[interrupted]: interrupted (Ctrl-C); nothing was left half-written\n"
+        "flows: error[interrupted]: interrupted (Ctrl-C); what was acknowledged is on record, and "
+        "`flows check --repair` finishes a change it stopped midway\n"
         if sig == signal.SIGINT
         else ""
     )
