@@ -14,8 +14,9 @@ class Lifetime:
     One object is shared by a saver and its ``with_allowlist`` views, so a view's async call never
     makes an executor that the saver's ``close`` does not shut down, and closing either closes both."""
 
-    def __init__(self, owner: str, max_workers: int) -> None:
+    def __init__(self, owner: str, max_workers: int, thread_prefix: str) -> None:
         self._owner = owner
+        self._thread_prefix = thread_prefix
         self._max_workers = max_workers
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -31,8 +32,7 @@ class Lifetime:
         with self._lock:
             self.check_open()
             if self._executor is None:
-                prefix = "langgraph-saver" if self._owner == "JournalSaver" else "langgraph-store"
-                self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=prefix)
+                self._executor = ThreadPoolExecutor(self._max_workers, thread_name_prefix=self._thread_prefix)
             return self._executor
 
     def close(self) -> bool:

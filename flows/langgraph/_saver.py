@@ -261,7 +261,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         # ``metadata_problem``, with the decoder that decoded them (``_shape_checked``)
         self._checked: dict[tuple[int, int], tuple[StoredCheckpoint, StrictDecoder]] = {}
         self._mutex = threading.Lock()
-        self._life = Lifetime("JournalSaver", max_workers)  # shared with every ``with_allowlist`` view
+        # shared with every ``with_allowlist`` view
+        self._life = Lifetime("JournalSaver", max_workers, "langgraph-saver")
 
     # -- lifecycle -----------------------------------------------------------------------------
 

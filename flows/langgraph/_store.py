@@ -395,7 +395,7 @@ class JournalStore(BaseStore):
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._sync_every = sync_every
         self._writes = 0
-        self._life = Lifetime("JournalStore", max_workers)
+        self._life = Lifetime("JournalStore", max_workers, "langgraph-store")
 
     @property
     def memory(self) -> MemoryStore:
