@@ -453,12 +453,8 @@ class SessionMemory:
             "source": source,
             "before_ms": before_ms,
         }
-        if dry_run:  # a session that only lists begins no root run
-            listing = self._store.session(scope=scope, flow=FLOW)
-            try:
-                planned = await anyio.to_thread.run_sync(partial(listing.forget_where, dry_run=True, **where))
-            finally:
-                listing.close()
+        if dry_run:
+            planned: ForgottenMany = await self._listed(scope, "forget_where", **where)
             return planned.as_json()
         # Journaled under the session's root run in that scope, as a forget by key is
         async with self._sessions.root(self._key, self._session, scope) as root:
@@ -478,20 +474,16 @@ class SessionMemory:
         source: str | None,
         before_ms: int | None,
     ) -> list[str]:
+        where = {"scope": scope, "tags": tags, "meta": meta, "source": source, "before_ms": before_ms}
+        planned: list[str] = await self._listed(scope, "erase_where", reason=reason, **where)
+        return planned
+
+    async def _listed(self, scope: str, method: str, **where: Any) -> Any:
+        """A filter's dry run (``method`` of a session, ``dry_run=True``) in a session of ``scope``
+        that only lists, and so begins no root run."""
         listing = self._store.session(scope=scope, flow=FLOW)
         try:
-            return await anyio.to_thread.run_sync(
-                partial(
-                    listing.erase_where,
-                    reason=reason,
-                    scope=scope,
-                    tags=tags,
-                    meta=meta,
-                    source=source,
-                    before_ms=before_ms,
-                    dry_run=True,
-                )
-            )
+            return await anyio.to_thread.run_sync(partial(getattr(listing, method), dry_run=True, **where))
         finally:
             listing.close()
 
