@@ -454,7 +454,7 @@ class SessionMemory:
             "before_ms": before_ms,
         }
         if dry_run:
-            planned: ForgottenMany = await self._listed(scope, "forget_where", **where)
+            planned: ForgottenMany = await self._listed(scope, "forget_where", where)
             return planned.as_json()
         # Journaled under the session's root run in that scope, as a forget by key is
         async with self._sessions.root(self._key, self._session, scope) as root:
@@ -475,12 +475,12 @@ class SessionMemory:
         before_ms: int | None,
     ) -> list[str]:
         where = {"scope": scope, "tags": tags, "meta": meta, "source": source, "before_ms": before_ms}
-        planned: list[str] = await self._listed(scope, "erase_where", reason=reason, **where)
+        planned: list[str] = await self._listed(scope, "erase_where", {"reason": reason, **where})
         return planned
 
-    async def _listed(self, scope: str, method: str, **where: Any) -> Any:
-        """A filter's dry run (``method`` of a session, ``dry_run=True``) in a session of ``scope``
-        that only lists, and so begins no root run."""
+    async def _listed(self, scope: str, method: str, where: Mapping[str, Any]) -> Any:
+        """A filter's dry run (``method`` of a session with ``where`` and ``dry_run=True``) in a
+        session of ``scope`` that only lists, and so begins no root run."""
         listing = self._store.session(scope=scope, flow=FLOW)
         try:
             return await anyio.to_thread.run_sync(partial(getattr(listing, method), dry_run=True, **where))
