@@ -455,18 +455,44 @@ class Retirer:
         return self._in_files(key, [pub.retired_dir(scope)], [pub.scope_dir(scope)])
 
     def _in_files(self, key: str, retired_dirs: list[Path], learned_dirs: list[Path]) -> Located | None:
-        """Where ``key``'s retired file (first) or learned file is, among these folders, read."""
+        """Where ``key``'s retired file (first) or learned file is, among these folders, read.
+
+        A file listed and gone when read was moved on by another process (a sync that put it in
+        the DB, a retirement that replaced it): the folders are looked at again, in the same order,
+        so what replaced it is found (a retired file here, else the DB's row, which a sync commits
+        before it drops the file). A file that stays and does not read fails as it is."""
+        for _ in range(8):
+            found, vanished = self._in_files_once(key, retired_dirs, learned_dirs)
+            if not vanished:
+                return found
+        return None  # moved on eight times in a row: the DB and the journal answer (``_locate``)
+
+    def _in_files_once(
+        self, key: str, retired_dirs: list[Path], learned_dirs: list[Path]
+    ) -> tuple[Located | None, bool]:
+        """``_in_files``'s one look: what it found, and whether a file vanished as it was read."""
+        name = f"{key}.json"
         for directory in retired_dirs:
-            path = directory / f"{key}.json"
+            path = directory / name
             if os.path.lexists(path):
-                found = self.read_checked(path)
-                return Located(found.scope, found, self._db.memory_of(key))
+                try:
+                    found = self.read_checked(path)
+                except Unreachable:
+                    if os.path.lexists(path):
+                        raise
+                    return None, True
+                return Located(found.scope, found, self._db.memory_of(key)), False
         for directory in learned_dirs:
-            path = directory / f"{key}.json"
+            path = directory / name
             if os.path.lexists(path):
-                entry = read_learned(path)
-                return Located(entry.scope, None, entry.memory_id)
-        return None
+                try:
+                    entry = read_learned(path)
+                except Unreachable:
+                    if os.path.lexists(path):
+                        raise
+                    return None, True
+                return Located(entry.scope, None, entry.memory_id), False
+        return None, False
 
     def _locate(self, key: str) -> Located | None:
         folders = scope_folders(self._publisher.db_path)
