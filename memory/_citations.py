@@ -243,6 +243,20 @@ class Citations:
                 self._retirements.clear()
             self._retirements.add(retired)
 
+    def successor_commit(self, retired: Retired) -> Record | None:
+        """The ``memory-learn`` commit of the version that superseded ``retired`` (a retired file
+        ``check_retired`` passed: its citation is that commit), or None for a forget, or when the
+        journal does not hold it as such.
+
+        Raises:
+            JournalError: the run's stream could not be read (its own error, unchanged).
+        """
+        c = retired.citation
+        if retired.by is None or c.stream != STREAM:
+            return None
+        record = self._lookup(c.run_id, c.stream, c.id)
+        return record if record is not None and record.payload.get("id") == retired.by else None
+
     @staticmethod
     def mismatch(path: Path, entry: Recalled) -> Unreachable:
         """The error of a learned file that is not its cited record's rendering."""

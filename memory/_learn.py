@@ -198,16 +198,22 @@ class Learner:
             # they learn of it from the heads of the commits' stream, ``SharedRetirements``)
             one = old is not None and old.retired is None
             settled: list[Record] = []
+            kept: list[str] = []  # the replaced version, when this settle retired it (its file stays)
 
             def settle(commit: Record) -> None:
                 # The version replaced is retired before the new one is renamed into place, so that
                 # no reader (a process of this host that reads the retired files, not the journal)
-                # and no kill in between ever finds the two versions live at once
+                # and no kill in between ever finds the two versions live at once. Its learned file
+                # stays until the new one is in place: a kill in between leaves it beside its
+                # retired file, where a read that meets it publishes the new version from this
+                # commit (``Syncer.publish_successor``), so no kill leaves the memory with neither
                 view = supersede_in(commit)
                 if old is None or supersedes is None or view is None or view.payload["id"] != supersedes:
                     return
                 settled.append(commit)
-                published = self._retirer.settle_supersede(view, root)
+                published = self._retirer.settle_supersede(view, root, keep_file=True)
+                if published is not None:
+                    kept.append(supersedes)
                 self._refuse_if_retired(root, supersedes, old.scope, fid, published)
 
             learned, record = self._learn(
@@ -225,6 +231,8 @@ class Learner:
             )
             if settled:
                 self.on_updated(record)
+                if kept and old is not None:  # the replaced version's file, kept by the settle until now
+                    pub.remove_in(pub.scope_dir(old.scope), f"{kept[0]}.json", root.run_id)
                 old = None  # settled before the publish, above
         if old is not None and supersedes is not None and old.retired is None:
             # a commit ``_learn`` returns is this attempt's own or one it checked; a replayed one
@@ -427,6 +435,9 @@ class Learner:
             loose = False
         if settle is not None and existing is None:
             _settle_or_discard(settle, record, staged)
+            # the version replaced is retired and this one not yet in place: a reader here sees
+            # neither (what a put that replaces an item looks again for, ``JournalStore._put``)
+            failpoint("memory.after_retire_replaced")
         # The record is durable: the name (and, with ``loose``, the file's bytes) may be too, later
         # (``flush_names``: a run's end, a session's flush or close, a group of learns); a power
         # loss before then loses only the name or tears the file, which the store's next open, a

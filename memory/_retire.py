@@ -576,13 +576,15 @@ class Retirer:
             self.settle(record)
         return record
 
-    def settle_supersede(self, view: Record, root: Root) -> bytes | None:
+    def settle_supersede(self, view: Record, root: Root, *, keep_file: bool = False) -> bytes | None:
         """Publish (lazily, as ``retire`` with ``lazy``) the retired file of ``view``, the
         retirement an update's commit makes of the version it supersedes (``supersede_in``), and
-        remove that version's learned file; unless a retired file of another retirement of it is
-        there already: that one stands (the caller sees it). The bytes published, or None."""
+        remove that version's learned file (``keep_file``: the caller removes it, once the new
+        version is in place); unless a retired file of another retirement of it is there already:
+        that one stands (the caller sees it). The bytes published, or None."""
         self.noted(root, key=view.payload["id"])
-        return self._settle_lazily(view, root)  # which looks for another's under the folder's lock
+        # which looks for another's under the folder's lock
+        return self._settle_lazily(view, root, keep_file=keep_file)
 
     def lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
         """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race:
@@ -629,10 +631,11 @@ class Retirer:
         there = self.read_checked(path)
         return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
-    def _settle_lazily(self, record: Record, root: Root) -> bytes | None:
+    def _settle_lazily(self, record: Record, root: Root, *, keep_file: bool = False) -> bytes | None:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
         left for ``flush_names`` (see ``retire``); the retired file's bytes, or None when another
-        retirement's file was there first (it stands; nothing is published)."""
+        retirement's file was there first (it stands; nothing is published). ``keep_file``: the
+        retired version's learned file stays (see ``settle_supersede``)."""
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
         directory = pub.retired_dir(scope)
@@ -643,7 +646,8 @@ class Retirer:
         if not self._publish_first(staged, record, final, lazy=True):
             return None
         pub.renamed_lazily(final, record.run_id, loose=loose)
-        pub.remove_in(pub.scope_dir(scope), final.name, record.run_id)
+        if not keep_file:
+            pub.remove_in(pub.scope_dir(scope), final.name, record.run_id)
         self.on_retired([key])
         return data
 

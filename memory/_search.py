@@ -269,6 +269,10 @@ def _no_shared() -> Mapping[str, Retired]:
     return {}
 
 
+def _published_none(retired: Retired) -> bool:
+    return False
+
+
 class LeftMeanwhile(StaleIndex):
     """A read listed an unsynced finding whose file was gone, and its commit erased, by the time the
     read checked it against that commit (an erase ran meanwhile): the read starts again, and the
@@ -326,6 +330,9 @@ class Search:
         self._citations = citations
         citations.use_hints(files)
         self._checked_retired: dict[str, Retired] = {}  # what ``_hides`` checked, by key
+        # publishes the version that superseded a retired one when this host lacks it (an update
+        # killed before its rename; the store's ``Syncer.publish_successor``; never when read-only)
+        self.publish_successor: Callable[[Retired], bool] = _published_none
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held: HeldTree | None = None  # the folders of a read of every scope, held open
         self._hold_after_ns = 0  # no try to hold them before then
@@ -1172,6 +1179,12 @@ class Search:
             if len(self._checked_retired) >= 200_000:
                 self._checked_retired.clear()
             self._checked_retired[key] = found
+            # Replaced by a version this host does not have (its update killed between the
+            # retirement and the rename; on a journal hosts share, committed since the last catch
+            # up): that version is published now, and the read starts again and finds it, rather
+            # than answer with neither version.
+            if found.by is not None and self.publish_successor(found):
+                raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
         return True
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:

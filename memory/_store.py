@@ -224,6 +224,8 @@ class MemoryStore:
         self._syncer = Syncer(
             self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
         )
+        if not read_only:
+            self._search.publish_successor = self._syncer.publish_successor
         if (file_index if recover is None else recover) and not read_only:
             Recovery(
                 self.db_path,

@@ -192,6 +192,36 @@ class Syncer:
         made = self._retirer.publish_missing(scan.retired.values())
         return made + self.publish_commits(scan.latest, scan.retired)
 
+    def publish_successor(self, retired: Retired) -> bool:
+        """Publish the learned file of the version that superseded ``retired`` (a retired file
+        checked against its record) when this host has it neither as a file nor as a row nor as a
+        retired file; True when it did.
+
+        An update retires the version it replaces (its retired file) a moment before it renames
+        the new version into place, so that no reader ever sees both live. A process killed in that
+        moment leaves the memory with no live version on this host: the old one retired, the new
+        one committed with no file. Its root's resume, ``sync`` or ``check --repair`` would publish
+        it; a read or a sync that meets the retired file publishes it first, from the commit the
+        retired file cites (checked as every record read back), so the acknowledged memory never
+        goes missing in between. A live update in that very moment publishes the same bytes.
+
+        Raises:
+            JournalError: the journal could not be read, or the commit is not of the exact shape.
+            Unwritable: the file could not be published.
+        """
+        record = self._citations.successor_commit(retired)
+        if record is None or is_erased(record):
+            return False
+        fid, scope = record.payload["id"], record.payload["scope"]
+        if not isinstance(scope, str) or not isinstance(fid, str):
+            return False
+        if os.path.lexists(self._publisher.scope_dir(scope) / f"{fid}.json") or os.path.lexists(
+            self._retirer.retired_path(scope, fid)
+        ):
+            return False
+        checked_commit(record, self._open_journal().location)
+        return self.publish_commits({fid: record}, {}) > 0
+
     def publish_commits(self, latest: Mapping[str, Record], retired: Mapping[str, Record]) -> int:
         """Publish the learned file of each commit of ``latest`` (checked ``memory-learn`` commits,
         the newest of each finding) that this host has neither as a row nor as that file, unless
@@ -282,6 +312,7 @@ class Syncer:
         fresh = self._retired_files(known)
         for r in fresh:  # a retired file no record backs never marks a row: it would hide it for good
             self._citations.check_retired(r, Path(self._retirer.retired_path(r.scope, r.key)))
+            self.publish_successor(r)  # an update killed before its rename: ingested below
         for i in range(0, len(fresh), SYNC_BATCH):
             self._db.retire(fresh[i : i + SYNC_BATCH], self._clock())
         if fresh:

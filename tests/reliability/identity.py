@@ -51,6 +51,7 @@ USERS = ("ann", "bob", "cid", "dee", "eve")
 WORDS = ("river", "stone", "cloud", "engine", "garden", "ticket", "harbor", "lamp", "orbit", "violin")
 KILL_POINTS = (
     "memory.after_append",
+    "memory.after_retire_replaced",
     "staging.after_stage",
     "staging.before_rename",
     "staging.after_rename",
