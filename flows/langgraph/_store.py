@@ -843,7 +843,6 @@ class JournalStore(BaseStore):
             if live and ttl is None and self._same(live[0], finding):
                 return  # the item already holds exactly this: nothing to journal
             root = self._root_for(scope)
-            fresh = not live  # a new item: another process may be making it at this very moment
             for _ in range(8):
                 try:
                     version = self._learn(finding, root, live[0].key if live else None)
@@ -857,23 +856,24 @@ class JournalStore(BaseStore):
                 live = self._live_for_write(scope, op.key)
                 if not live:
                     version = self._learn(finding, root)
-                    fresh = True
                     break
             else:
                 # overtaken every time (other processes keep writing the item): learned beside the
                 # versions they wrote, and the newest is kept, as when two puts land at once; the
                 # put is written either way, never dropped while it reports success
                 version = self._learn(finding, root)
-                fresh = True
-            if fresh:
-                # Two puts that each found no item both learn one: each looks again once its own is
-                # committed and keeps the newest of what it sees, forgetting the rest. Whichever
-                # looks last sees both, so the key is one item again when the later put returns
-                # (before, until the key's next put). Newest is one order for every process
-                # (``_live``), so two that both look forget the same versions. The look is the
-                # memory's unless this store's own shows its version alone (``_alone``).
-                self._memory.catch_up()
-                live = [] if self._alone(scope, op.key, version) else self._live(scope, op.key)
+            # Two puts that each found no item both learn one: each looks again once its own is
+            # committed and in place, and keeps the newest of what it sees, forgetting the rest.
+            # Whichever looks last sees both, so the key is one item again when the later put
+            # returns. A put that replaced a version looks again too: its supersede retires that
+            # version a moment before its own is in place (the retired file, or on a journal hosts
+            # share the commit, comes first), and a creating put that looked in that moment saw
+            # neither and kept its own; the replacing put's look is the later one, and sees it.
+            # Newest is one order for every process (``_live``), so two that both look forget the
+            # same versions. The look is the memory's unless this store's own shows its version
+            # alone (``_alone``).
+            self._memory.catch_up()
+            live = [] if self._alone(scope, op.key, version) else self._live(scope, op.key)
             self._keep_newest(scope, op.key, live, root)
 
     def _keep_newest(self, scope: str, key: str, live: list[Recalled], root: RootRun) -> None:

@@ -58,15 +58,24 @@ def _run_at_once(script: str, journal: str, dbs: list[Path]) -> None:
         )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         procs.append(proc)
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.close()
-    for proc in procs:
-        assert proc.stdout is not None
-        proc.stdout.read()
-        proc.stdout.close()
-        assert proc.wait(120) == 0
+    codes = []
+    try:
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.close()
+        for proc in procs:
+            assert proc.stdout is not None
+            proc.stdout.read()
+            codes.append(proc.wait(120))
+    finally:
+        for proc in procs:  # every one reaped, even when one failed (never left to the collector)
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+    assert codes == [0] * len(procs)
 
 
 _PUTTER = """
@@ -226,3 +235,117 @@ def test_an_item_erased_on_another_host_leaves_no_copy_after_the_stores_own_writ
         a.put(ns, "later", {"x": 1})  # a write, and the sync after it
         assert held() == []
         assert {i.key for i in a.search(ns)} == {"later", "other"}
+
+
+def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled_on_one_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One file journal and one DB, three stores (three processes' worth). B's put found no item;
+    # before it learns, A creates the item (v1) and C replaces it (v2): C's supersede retires v1 and
+    # stops before v2 is in place. B learns vB and looks again in that moment: v1 retired, v2 not
+    # there, so it keeps vB. C then puts v2 in place. Before, C returned there and the key kept
+    # two live versions (vB and v2); now C looks again too and keeps the newest, vB.
+    import memory._learn
+
+    ns, key = ("new",), "k"
+    db, journal = str(tmp_path / "history.db"), str(tmp_path / "flows-journal")
+    stores = [JournalStore(db=db, journal=journal) for _ in "abc"]
+    a, b, c = stores
+    in_between, b_put = threading.Event(), threading.Event()
+    racer = threading.Thread(target=c.put, args=(ns, key, {"v": "c"}), daemon=True)
+    real_failpoint = memory._learn.failpoint
+
+    def failpoint(name: str) -> None:
+        real_failpoint(name)
+        if name == "memory.after_retire_replaced" and threading.current_thread() is racer:
+            in_between.set()
+            _waited(b_put)  # v1 retired, v2 committed and not yet in place, until B's put returned
+
+    b_learn = b.memory.learn
+
+    def b_learns(*args: Any, **kwargs: Any) -> Any:
+        if not racer.is_alive() and not in_between.is_set():
+            a.put(ns, key, {"v": "a"})  # v1, after B found no item
+            racer.start()
+            _waited(in_between)
+            next_millisecond()  # vB learned a later millisecond than v2: the newer of the two
+        return b_learn(*args, **kwargs)
+
+    monkeypatch.setattr(memory._learn, "failpoint", failpoint)
+    monkeypatch.setattr(b.memory, "learn", b_learns)
+    try:
+        b.put(ns, key, {"v": "b"})
+        b_put.set()
+        racer.join(60)
+        assert not racer.is_alive() and in_between.is_set(), "C's put never got between, or never returned"
+        for store in stores:
+            live = store.memory.recall(scope="langgraph:new", meta={"key": key}, limit=None)
+            assert [r.metadata["value"] for r in live] == [{"v": "b"}]
+            item = store.get(ns, key)
+            assert item is not None and item.value == {"v": "b"}
+    finally:
+        b_put.set()
+        for store in stores:
+            store.close()
+
+
+def test_a_creating_put_that_looks_as_another_host_replaces_the_item_is_settled(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three hosts on one PostgreSQL journal. B's put found no item; before it learns, A creates
+    # the item (v1) and C reads it, to replace it. B learns vB and looks again: it catches up, and
+    # then, before it reads, C commits v2, which retires v1. B's read learns of v1's retirement
+    # from the journal, but v2 is not published on B's host (B caught up before its commit): B
+    # sees vB alone and keeps it. Before, C returned without looking again and the key kept two
+    # live versions (vB and v2) on every host; now C looks again and keeps the newest, v2.
+    ns, key = ("new",), "k"
+    stores = [JournalStore(db=str(tmp_path / h / "history.db"), journal=postgres_dsn) for h in "abc"]
+    a, b, c = stores
+    b_learn, b_catch_up, c_learn = b.memory.learn, b.memory.catch_up, c.memory.learn
+    c_looked, c_go, c_committed = threading.Event(), threading.Event(), threading.Event()
+    racer = threading.Thread(target=c.put, args=(ns, key, {"v": "c"}), daemon=True)
+    learned: list[str] = []
+
+    def b_learns(*args: Any, **kwargs: Any) -> Any:
+        if not learned:
+            a.put(ns, key, {"v": "a"})  # v1, after B found no item
+            racer.start()
+            _waited(c_looked)  # C read v1 and is about to replace it
+        got = b_learn(*args, **kwargs)
+        learned.append(got.id)
+        return got
+
+    def b_catches_up() -> int:
+        made = b_catch_up()
+        if learned and not c_go.is_set():  # B's look again after its learn: caught up, not yet read
+            next_millisecond()  # v2 learned a later millisecond than vB: the newer of the two
+            c_go.set()
+            _waited(c_committed)
+        return made
+
+    def c_learns(*args: Any, **kwargs: Any) -> Any:
+        if c_go.is_set():
+            return c_learn(*args, **kwargs)
+        c_looked.set()
+        _waited(c_go)
+        try:
+            return c_learn(*args, **kwargs)  # v2, superseding v1
+        finally:
+            c_committed.set()
+
+    monkeypatch.setattr(b.memory, "learn", b_learns)
+    monkeypatch.setattr(b.memory, "catch_up", b_catches_up)
+    monkeypatch.setattr(c.memory, "learn", c_learns)
+    try:
+        b.put(ns, key, {"v": "b"})
+        racer.join(60)
+        assert not racer.is_alive() and c_committed.is_set(), "C's put never replaced v1, or never returned"
+        for store in stores:
+            store.memory.catch_up()
+            live = store.memory.recall(scope="langgraph:new", meta={"key": key}, limit=None)
+            assert [r.metadata["value"] for r in live] == [{"v": "c"}]
+    finally:
+        c_go.set()
+        c_committed.set()
+        for store in stores:
+            store.close()

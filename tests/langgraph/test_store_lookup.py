@@ -209,7 +209,10 @@ def test_names_in_the_folder_that_are_no_learned_file_are_set_aside_once(tmp_pat
             other.put(NS, "c", {"n": 3})  # another store's file, listed after the names set aside
         (scope_dir / planted[0]).unlink()
         store.put(NS, "c", {"n": 33})
-        assert files.other == set(planted[1:])
+        # (the hidden names of this store's own set-aside files may be there too: a put that
+        # replaced an item lists the folder again after its commit)
+        assert files.other & set(planted) == set(planted[1:])
+        assert all(name.startswith(".") for name in files.other - set(planted))
         assert len(_live(store, "c")) == 1
         item = store.get(NS, "c")
         assert item is not None and item.value == {"n": 33}
