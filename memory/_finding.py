@@ -27,6 +27,8 @@ REASON_MAX = 1024
 _FIELDS = {"text", "source", "tags", "metadata", "expiresMs"}
 _KEY = re.compile(r"[0-9a-f]{32}")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+"""A control character, which no metadata key holds."""
 
 TEXT_MAX_BYTES = 1024 * 1024
 """The longest ``text`` a finding takes, as UTF-8 (bytes): 1 MiB."""
@@ -125,7 +127,10 @@ def _json_value(value: object, path: str, depth: int) -> Any:
             raise _invalid(path, f"nests deeper than {METADATA_MAX_DEPTH} levels")
         if isinstance(value, Mapping):
             return _json_object(value, path, depth + 1)
-        return [_json_value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return [
+            v if type(v) is str and v.isascii() else _json_value(v, f"{path}[{i}]", depth + 1)
+            for i, v in enumerate(value)
+        ]
     kind = type(value).__name__
     raise _invalid(path, f"must be a JSON value (string, number, boolean, null, list or object), not {kind}")
 
@@ -138,10 +143,22 @@ def _json_object(obj: Mapping[Any, Any], path: str, depth: int) -> dict[str, Any
                 f"{path}[{key!r:.40}]",
                 f"is not a key: keys are non-empty strings of at most {METADATA_KEY_MAX} characters",
             )
-        if any(ord(c) < 0x20 or c == "\x7f" for c in key):
+        if _CONTROL.search(key) is not None:
             raise _invalid(f"{path}[{key!r:.40}]", "is not a key: keys hold no control characters")
-        inner = _member(path, _encodable(key, f"{path}[{key!r:.40}]"))
-        out[key] = _json_value(value, inner, depth)
+        if not key.isascii():
+            _encodable(key, f"{path}[{key!r:.40}]")
+        # the common leaves (exact types) are taken as ``_json_value`` takes them, without
+        # building the path it would name only in an error
+        kind = type(value)
+        if (
+            (kind is str and value.isascii())
+            or kind is bool
+            or value is None
+            or (kind is int and _INT_MIN <= value <= _INT_MAX)
+        ):
+            out[key] = value
+        else:
+            out[key] = _json_value(value, _member(path, key), depth)
     return out
 
 
@@ -736,6 +753,9 @@ def meta_value_key(value: Any) -> str:
     """How a metadata value is compared by a ``meta=`` filter, on the DB and the files alike: its
     canonical JSON, with a number that is a whole float written as the integer (so ``2500.0``
     matches ``2500``; ``true`` never matches ``1``; objects compare whatever their key order)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # a scalar is its own comparable
+        return orjson.dumps(value).decode()
     return orjson.dumps(_comparable(value), option=orjson.OPT_SORT_KEYS).decode()
 
 

@@ -444,7 +444,7 @@ class Learner:
         # resume or ``sync`` publish again from the record.
         try:
             self._publish_unless_newer(
-                staged, record, final, root.run_id, loose=loose, own=data if own else None
+                staged, record, final, root.run_id, loose=loose, own=data if own else None, folder=directory
             )
         except BaseException:
             # an erase that retired the key since the look removes hidden stages of it, this one
@@ -521,23 +521,32 @@ class Learner:
         )
 
     def _publish_unless_newer(
-        self, staged: Any, record: Record, final: Path, run_id: str, *, loose: bool, own: bytes | None = None
+        self,
+        staged: Any,
+        record: Record,
+        final: Path,
+        run_id: str,
+        *,
+        loose: bool,
+        own: bytes | None = None,
+        folder: Path | None = None,
     ) -> None:
         """Rename ``staged`` (the rendering of ``record``) to ``final``, unless ``final`` holds a
         newer commit of the finding by another run. Another process may publish one at the same
         moment: the compare and the rename happen under the folder's lock, so the newer commit is
         the one left in place whichever renames last (``commit_to_publish``). ``own``: the bytes of
         a fresh commit of this learn, noted once renamed (``published_own``: its next read, a
-        sync's, takes it without a parse)."""
+        sync's, takes it without a parse). ``folder``: ``final``'s folder (``Publisher.scope_dir``)."""
         pub = self._publisher
-        with pub.folder_lock(final.parent, run_id, staged.at):
+        folder = final.parent if folder is None else folder
+        with pub.folder_lock(folder, run_id, staged.at):
             newer = _newer_there(final, record, staged.at)
             if newer:
                 staged.discard()
             else:
                 pub.publish(staged, final, run_id, sync=False)
         if not newer:
-            pub.renamed_lazily(final, run_id, loose=loose)
+            pub.renamed_lazily(final, run_id, loose=loose, folder=folder)
             if own is not None:
                 published_own(final, own, record)
 

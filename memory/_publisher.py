@@ -555,14 +555,18 @@ class Publisher:
         self.publish(staged, final, run_id, sync=False)
         self.renamed_lazily(final, run_id, loose=loose)
 
-    def renamed_lazily(self, final: Path, run_id: str | None, *, loose: bool = False) -> None:
+    def renamed_lazily(
+        self, final: Path, run_id: str | None, *, loose: bool = False, folder: Path | None = None
+    ) -> None:
         """Note ``final`` as renamed and not yet durable (see ``publish_lazily``), flushing the names
-        that wait when enough do.
+        that wait when enough do. ``folder``: ``final``'s folder as ``scope_dir`` or ``retired_dir``
+        returned it (one object per folder, so the waiting names' folders are told apart by
+        identity, not by comparing paths part by part).
 
         Raises:
             Unwritable: the group's flush failed (the name is in place).
         """
-        if self.pending.renamed(final.parent, loose):
+        if self.pending.renamed(final.parent if folder is None else folder, loose):
             try:
                 self.flush_names(run_id)
             finally:

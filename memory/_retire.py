@@ -645,7 +645,7 @@ class Retirer:
         final = directory / f"{key}.json"
         if not self._publish_first(staged, record, final, lazy=True):
             return None
-        pub.renamed_lazily(final, record.run_id, loose=loose)
+        pub.renamed_lazily(final, record.run_id, loose=loose, folder=directory)
         if not keep_file:
             pub.remove_in(pub.scope_dir(scope), final.name, record.run_id)
         self.on_retired([key])

@@ -192,7 +192,7 @@ def _step5(w: str) -> str:
 @functools.lru_cache(maxsize=65536)
 def porter(word: str) -> str:
     """The Porter stem of a lower-case ``word`` (words of one or two letters are left as they are)."""
-    if len(word) <= 2:
+    if len(word) <= 2 or (word.isdigit() and word.isascii()):  # no rule ends in a digit
         return word
     w = _step1c(_step1ab(word))
     w = _replace(w, _STEP2, 0)
@@ -205,6 +205,8 @@ def terms(word: str) -> tuple[str, ...]:
     """The index terms of a lower-case ``word``: its Porter stem, and for a comparative or
     superlative of a one-syllable stem (``cheaper``, ``cheapest``) the stem of its base too."""
     stem = porter(word)
+    if stem is word and word[-1:].isdigit():  # a number: no comparative either
+        return (stem,)
     for ending in ("est", "er"):
         base = word[: -len(ending)]
         if word.endswith(ending) and len(base) >= 2 and measure(base) == 1:

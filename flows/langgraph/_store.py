@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import inspect
 import math
+import re
 import secrets
 import threading
 import time
@@ -90,6 +91,8 @@ VALUE_MAX_BYTES = 15 * 1024
 """The largest value with its key, as JSON: what fits a finding's metadata with the item's own
 fields."""
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+"""A control character, which no key of a value holds."""
 _INDEXED = "v."
 """A value's short top-level strings are also metadata keys ``v.<field>``, so an equality filter on
 them is answered by the memory's metadata index rather than by reading every item."""
@@ -195,17 +198,13 @@ def _plain(value: Any, path: str, depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if (
-                not isinstance(k, str)
-                or not k
-                or len(k) > 128
-                or any(ord(c) < 0x20 or c == "\x7f" for c in k)
-            ):
+            if not isinstance(k, str) or not k or len(k) > 128 or _CONTROL.search(k) is not None:
                 raise ValueUnserializable(
                     f"`{path}` has the key {k!r:.40}: keys are non-empty strings of at most 128 "
                     "characters without control characters"
                 )
-            out[k] = _plain(v, f"{path}.{k}", depth + 1)
+            # an ASCII string is taken as is, without the path named only in an error
+            out[k] = v if type(v) is str and v.isascii() else _plain(v, f"{path}.{k}", depth + 1)
         return out
     if isinstance(value, list | tuple):
         return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
