@@ -28,6 +28,7 @@ journal, not from this host's folders, and the memory's read is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -194,7 +195,11 @@ class WriteLookup:
             return None
         asked = [key for key in on_disk if key != own]
         db = self._memory.db
-        with db.snapshot():
+        # the item's rows and which listed versions the DB holds, from one state of the DB: one
+        # read transaction for the two statements; a lone statement (nothing listed to ask about,
+        # as for a new item, before its learn and after it) is one already, without a BEGIN and a
+        # ROLLBACK around it
+        with db.snapshot() if asked else contextlib.nullcontext():
             rows = db.recall(
                 scope=scope,
                 source=None,

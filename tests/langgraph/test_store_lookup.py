@@ -271,3 +271,37 @@ def test_a_creator_racing_a_new_item_is_seen_in_the_db_by_the_look_after_the_com
         mine.put(NS, "k", {"v": "mine"})
         mine.memory.learn = learn  # type: ignore[method-assign]
         assert [r.metadata["value"] for r in _live(mine, "k")] == [{"v": "mine"}]
+
+
+def test_a_new_items_looks_read_the_db_in_one_statement_each_without_a_transaction_around_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing of the item is listed before its learn, and only its own file after: each look asks
+    # the DB one thing (the item's rows), a statement that is one read by itself, with no BEGIN and
+    # ROLLBACK around it. A look that also asks which listed versions the DB holds (two statements)
+    # still reads both in one transaction.
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    with JournalStore(
+        db=str(tmp_path / "history.db"), journal=str(tmp_path / "journal"), sync_every=0
+    ) as store:
+        for i in range(4):
+            store.put(NS, f"k{i}", {"n": i})
+        store.memory.sync()  # the DB is there, so a look-up's DB part runs
+        store.put(NS, "k1", {"n": 10})  # k1's new version is an unsynced file, its old one a row
+        statements.clear()
+        store.put(NS, "new", {"n": 99})
+        assert [s for s in statements if "finding_meta" in s], statements  # the looks asked the DB
+        assert [s for s in statements if s in ("BEGIN", "ROLLBACK")] == [], statements
+        statements.clear()
+        store.put(NS, "k1", {"n": 11})  # its unsynced version listed: the DB is asked two things
+        assert [s for s in statements if s in ("BEGIN", "ROLLBACK")] == ["BEGIN", "ROLLBACK"], statements
+        assert [r.metadata["value"] for r in _live(store, "k1")] == [{"n": 11}]
+        assert len(_live(store, "new")) == 1
