@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -326,16 +327,43 @@ def refuse_odd_db(db_path: Path) -> os.stat_result | None:
     return st
 
 
+def looping_link(path: Path) -> Path:
+    """The first link on the way to ``path`` (``path`` itself included) that cannot be followed
+    because links lead back to one another (``ELOOP``); ``path`` when none is found (a link swapped
+    since the caller met the loop)."""
+    for step in (*reversed(path.parents[:-1]), path):
+        try:
+            os.stat(step)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return step
+    return path
+
+
+def _loop_words(folder: Path) -> str:
+    """What a link loop on the way to ``folder`` is, naming the link that loops."""
+    link = looping_link(folder)
+    where = "it is" if link == folder else f"{link} on its way is"
+    return f"{where} a symbolic link in (or into) a loop of links, which no path ever leaves"
+
+
 def refuse_odd_folder(folder: Path) -> None:
     """Refuse a store folder that is there and is no folder (a file, a FIFO, a socket, a device;
-    a link to a folder is the folder): no store can be in it, and what reads or writes it would
-    say is about the files it cannot make below it (``Unreachable``, naming the folder)."""
+    a link to a folder is the folder), or that no path reaches (a loop of links on its way): no
+    store can be in it, and what reads or writes it would say is about the files it cannot make
+    below it (``Unreachable``, naming the folder)."""
     try:
         mode = os.stat(folder).st_mode
     except FileNotFoundError:
         _refuse_dangling_link(folder)
         return  # missing (said by the caller)
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Unreachable(
+                f"the store's folder {folder} cannot be reached: {_loop_words(folder)}; fix or remove "
+                "that link, or give --db (or $FLOWS_DB) a path in a real folder",
+                path=folder,
+            ) from None
         return  # for the read or write itself to report
     if not stat.S_ISDIR(mode):
         raise Unreachable(
@@ -379,14 +407,41 @@ def refuse_odd_journal(db_path: Path, journal: str | os.PathLike[str] | None) ->
         if below is None:
             return
         where, folder, mode = f"{where} is below {below}, which", below, os.stat(below).st_mode
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        _refuse_dangling_journal(folder)
+        return  # missing: made by a write, or a store with no runs yet
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # no retry reaches it: said as what it is, not as a failed read
+            raise Unreachable(
+                f"cannot open the journal: {where} cannot be reached: {_loop_words(folder)}; fix or "
+                "remove that link, or give --journal (or $FLOWS_JOURNAL) a real folder or a "
+                "postgresql:// DSN",
+                path=folder,
+            ) from None
         return  # missing (made by a write, or said by the read), or for the open to report
+    except ValueError:
+        return  # for the open to report
     if not stat.S_ISDIR(mode):
         raise Unreachable(
             f"{where} is {kind_of(mode)}, not a folder: no journal can be in it; give --journal (or "
             "$FLOWS_JOURNAL) a folder or a postgresql:// DSN, or move it aside",
             path=folder,
         )
+
+
+def _refuse_dangling_journal(folder: Path) -> None:
+    """Refuse a journal folder that is a link to nothing: a read would answer as a journal with no
+    runs, and a write fail to make the folder with "File exists"."""
+    try:
+        target = os.readlink(folder)
+    except OSError:
+        return  # no link: the folder is missing
+    raise Unreachable(
+        f"cannot open the journal: its folder {folder} is a link to {target}, which does not exist; "
+        "make the folder it names, or give --journal (or $FLOWS_JOURNAL) a real folder or a "
+        "postgresql:// DSN",
+        path=folder,
+    )
 
 
 def _present(path: Path) -> bool:
@@ -442,10 +497,10 @@ def check_store_location(
     db_path = resolve_db(db)
     if creating:  # a write refuses what every read would (``HistoryDB``), before it makes anything
         refuse_odd_db(db_path)
+    refuse_odd_folder(db_path.parent)  # a loop of links on its way hides the DB from ``_present``
     refuse_odd_journal(db_path, journal)
     if _present(db_path):
         return
-    refuse_odd_folder(db_path.parent)
     others = _history_dbs_beside(db_path)
     if others:
         raise StoreMissing(

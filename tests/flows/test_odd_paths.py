@@ -122,3 +122,70 @@ def test_a_store_object_on_a_folder_that_is_no_folder_is_refused_at_once_naming_
     with pytest.raises(memory.Unreachable) as refused:
         memory.MemoryStore(folder / "history.db")
     assert refused.value.path == folder and str(folder) in str(refused.value)
+
+
+def _loop(at: Path) -> None:
+    """Two links at ``at`` and beside it that lead to each other: nothing is ever reached."""
+    other = at.parent / (at.name + "-other")
+    other.symlink_to(at.name)
+    at.symlink_to(other.name)
+
+
+FLOW = "import flows\n\n\n@flows.flow\nasync def body(f):\n    return 1\n"
+
+
+def _loop_refused(db: Path, args: list[str], named: Path, said: str) -> None:
+    done = flows(db, *args, timeout=60)
+    assert done.returncode == 1, (args, done.stdout, done.stderr)
+    # it said `journal_read_interrupted` (a read to retry) or named the DB as "a symbolic link"
+    assert done.stderr.startswith("flows: error[memory_unreachable]: "), (args, done.stderr)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert str(named) in done.stderr and "loop of links" in done.stderr and said in done.stderr, (
+        args,
+        done.stderr,
+    )
+
+
+@pytest.mark.parametrize("where", ["folder", "above"])
+def test_a_store_folder_in_a_loop_of_links_is_refused_by_every_command_naming_it(
+    tmp_path: Path, where: str
+) -> None:
+    loop = tmp_path / "store"
+    _loop(loop)
+    folder = loop if where == "folder" else loop / "deeper"
+    flow = tmp_path / "f.py"
+    flow.write_text(FLOW)
+    for args in [["recall"], ["check"], *WRITES, ["run", str(flow)], ["runs"], ["resume", "r1"]]:
+        _loop_refused(folder / "history.db", args, loop, "give --db")
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_journal_in_a_loop_of_links_is_refused_by_every_command_naming_it(
+    tmp_path: Path, given: bool
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    loop = tmp_path / "journal" if given else db.parent / "flows-journal"
+    _loop(loop)
+    flow = tmp_path / "f.py"
+    flow.write_text(FLOW)
+    journal = ["--journal", str(loop)] if given else []
+    for args in [["recall"], ["check"], *WRITES, ["run", str(flow)], ["runs"]]:
+        _loop_refused(db, [*args, *journal], loop, "cannot open the journal")
+    with pytest.raises(memory.Unreachable) as refused:
+        memory.MemoryStore(db, journal=str(loop) if given else None)
+    assert refused.value.path == loop and "loop of links" in str(refused.value)
+
+
+def test_a_journal_folder_that_is_a_link_to_nothing_is_refused_not_read_as_empty(tmp_path: Path) -> None:
+    # `flows runs` answered "no root runs yet" and `flows learn` failed with "File exists"
+    db = tmp_path / "store" / "history.db"
+    db.parent.mkdir()
+    (db.parent / "flows-journal").symlink_to(tmp_path / "gone")
+    for args in (["runs"], ["learn", "pressure falls", "--scope", "s"]):
+        done = flows(db, *args, timeout=60)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        said = "flows: error[memory_unreachable]: cannot open the journal"
+        assert done.stderr.startswith(said), done.stderr
+        assert str(tmp_path / "gone") in done.stderr and "does not exist" in done.stderr, done.stderr
+    assert not (tmp_path / "gone").exists()
