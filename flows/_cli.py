@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import orjson
 
-from flows._cli_common import add_embedder_option
+from flows._cli_common import add_embedder_option, filter_value
 from flows._cli_common import cell as _cell
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
@@ -56,7 +56,8 @@ def cmd_journal(args: argparse.Namespace) -> int:
     with _store(args) as store:
         backend = store.open_journal()
         backend.run(args.run_id)
-        streams = [args.stream] if args.stream else backend.streams(args.run_id)
+        # an empty --stream is a name the journal refuses, never no filter: it would show every stream
+        streams = [args.stream] if args.stream is not None else backend.streams(args.run_id)
         records = [r for s in streams for r in backend.read(args.run_id, s)]
     if args.json:
         _json_out(
@@ -397,7 +398,7 @@ def build_cli(only: str | None = None) -> CommandLine:
                 "embedder is configured, else keyword",
             )
             add_embedder_option(p)
-        p.add_argument("--source", metavar="S", help="only findings from this source")
+        p.add_argument("--source", metavar="S", type=filter_value, help="only findings from this source")
         p.add_argument(
             "--before",
             metavar="WHEN",
@@ -412,7 +413,9 @@ def build_cli(only: str | None = None) -> CommandLine:
             default=default,
             help=f"at most N (1 to {LIMIT_MAX}; default {default})",
         )
-        p.add_argument("--scope", metavar="SCOPE", help="only this scope (default: every scope)")
+        p.add_argument(
+            "--scope", metavar="SCOPE", type=filter_value, help="only this scope (default: every scope)"
+        )
     p = add("sync", cmd_sync, "ingest learned files into the history DB, then drop the disk copies")
     p.add_argument(
         "--no-materialize", action="store_true", help="do not write files for journal-only findings"

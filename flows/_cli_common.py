@@ -27,6 +27,18 @@ def cell(text: str) -> str:
     return _shown(text, one_line=True)
 
 
+def filter_value(text: str) -> str:
+    """A filter's name (``--scope``, ``--source``, ``--flow``): not empty. No finding or run has an
+    empty one, so an empty filter (an unset shell variable: ``--scope "$SCOPE"``) answered as if
+    nothing were learned, and a filtered ``forget`` as if nothing matched."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "is empty, which no finding or run has (an unset shell variable?): give a name, or leave "
+            "the option out to match every one"
+        )
+    return text
+
+
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str]) -> str:
     """``rows`` under ``headers`` as left-aligned columns two spaces apart (trailing blanks cut);
     each cell on one line (``cell``)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import memory
-from flows._cli_common import cell
+from flows._cli_common import cell, filter_value
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
@@ -458,10 +458,10 @@ def _detail(event: memory.HistoryEvent) -> str:
 
 def _add_filter_options(p: argparse.ArgumentParser, what: str) -> None:
     """The filter options of ``forget`` and ``erase`` (``what`` they reach)."""
-    p.add_argument("--scope", metavar="S", help=f"filter: {what} of this scope")
+    p.add_argument("--scope", metavar="S", type=filter_value, help=f"filter: {what} of this scope")
     p.add_argument("--tag", metavar="T", action="append", help="filter: carrying this tag (repeat: all)")
     p.add_argument("--meta", metavar="K=V", action="append", help="filter: this metadata value (repeat)")
-    p.add_argument("--source", metavar="S", help="filter: from this source")
+    p.add_argument("--source", metavar="S", type=filter_value, help="filter: from this source")
     p.add_argument(
         "--before",
         metavar="WHEN",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from flows import _langgraph_view as langgraph_view
-from flows._cli_common import diagnose
+from flows._cli_common import diagnose, filter_value
 from flows._cli_common import json_out as _json_out
 from flows._cli_common import open_store as _store
 from flows._cli_common import table as _table
@@ -103,6 +103,7 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
         if isinstance(result.error, CodedError):
             # the run failed: 1, whatever the body's error (a malformed argument given to the
             # command itself is 2: ``memory.cli``'s exit status for its code)
+            _say_resumable(result.error, result.run_id)
             diagnose(result.error, as_json=args.json, run_id=result.run_id)
             return EXIT_FAILED
         message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
@@ -114,6 +115,19 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
         if result.output is not None:
             print(_shown(f"output: {orjson.dumps(result.output).decode()}", one_line=True))
     return EXIT_OK
+
+
+def _say_resumable(error: CodedError, run_id: str) -> None:
+    """A run the storage failed (a full disk, a read-only one, a server gone) is resumable once that
+    is fixed: its message says so, naming the command, where it said only what to fix."""
+    from journal import JournalReadInterrupted, JournalUnavailable, JournalUnwritable
+    from memory import Unwritable
+
+    if isinstance(error, Unwritable | JournalUnwritable | JournalUnavailable | JournalReadInterrupted):
+        error.message += (
+            f"; root run {run_id} is resumable: once that is fixed, `flows resume {run_id}` goes on "
+            "from its recorded steps"
+        )
 
 
 def _interrupted(exc: RunInterrupted, args: argparse.Namespace) -> int:
@@ -395,7 +409,7 @@ def add_run_commands(add: Add) -> None:
     )
     p = add("runs", cmd_runs, "list root runs, newest first")
     p.add_argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
-    p.add_argument("--flow", metavar="NAME", help="only runs of this flow")
+    p.add_argument("--flow", metavar="NAME", type=filter_value, help="only runs of this flow")
     p.add_argument(
         "--since",
         metavar="WHEN",

@@ -124,6 +124,19 @@ def _import_failure(path: Path, exc: BaseException) -> str:
     return f"{path} failed to import: {type(exc).__name__}: {exc}"
 
 
+def _missing(given: Path, path: Path) -> str:
+    """What a flow file that is not there says: a link to nothing is named as one (its target is
+    what is missing), not as a missing file at a path the user never gave."""
+    try:
+        target = os.readlink(given)
+    except OSError:
+        return f"no flow file at {path}: check the path"
+    return (
+        f"the flow file {given} is a link to {target}, which does not exist: make it lead to the "
+        "flow's .py file"
+    )
+
+
 def load_flow(
     path: str | os.PathLike[str], name: str | None = None, *, check: Callable[[str], None] | None = None
 ) -> Flow:
@@ -157,11 +170,15 @@ def load_flow(
                 f"{path} is not a regular file (a FIFO, a socket or a device): name the flow's .py file",
                 path=path,
             )
-        raise FlowLoadFailed(f"no flow file at {path}", path=path)
+        raise FlowLoadFailed(_missing(given, path), path=path)
     module_name = f"_flows_user_{abs(hash(str(path)))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise FlowLoadFailed(f"{path} is not a Python file", path=path)
+        raise FlowLoadFailed(
+            f"{path} is not a Python file (its name does not end in .py): a flow is imported from a "
+            ".py file; give it such a name",
+            path=path,
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -180,7 +197,11 @@ def load_flow(
         raise FlowLoadFailed(_import_failure(path, exc), path=path) from exc
     found = [v for v in vars(module).values() if isinstance(v, Flow)]
     if name is not None:
-        found = [f for f in found if f.header.name == name]
+        named = [f for f in found if f.header.name == name]
+        # a flow without a name of its own is named after its file: the same flow in a renamed
+        # file (``flows resume --file moved.py``) has its new name, and is the one asked for
+        renamed = [f for f in found if f.header.name == path.stem]
+        found = named or (renamed if len(found) == 1 else [])
     if len(found) != 1:
         what = "no flow" if not found else f"{len(found)} flows"
         raise FlowLoadFailed(

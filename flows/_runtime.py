@@ -636,6 +636,12 @@ def _flow_of(
         flow = load_flow(path, header.get("name"), check=check)
     except FlowLoadFailed as exc:
         exc.run_id = run_id
+        if flow_file is None and not _exists(path):  # moved or deleted since the run began
+            exc.message = (
+                f"no flow file at {path}, where root run {run_id} recorded it"
+                if exc.message.startswith("no flow file at")
+                else exc.message
+            ) + f"; if it moved, name it: `flows resume {run_id} --file FILE` (flow_file=)"
         raise
     recorded_header = Header(
         name=header.get("name", flow.header.name),
@@ -643,6 +649,15 @@ def _flow_of(
         script=bool(script),
     )
     return Flow(recorded_header, flow.body, flow.source, flow.source_sha256)
+
+
+def _exists(path: Path) -> bool:
+    """Whether anything is at ``path`` (a link's target included); False also for a path the OS
+    cannot look at (a loop of links, a name too long): the run's recorded file is not there."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _digest_field(value: object, backend: JournalBackend, run_id: str, where: str, line: int) -> str | None:

@@ -25,6 +25,7 @@ unchanged. The tree::
 
 from __future__ import annotations
 
+import errno as _errno
 from pathlib import Path
 
 from staging import CodedError
@@ -114,10 +115,39 @@ class UnsupportedHeader(FlowsMemoryError):
     code = "unsupported_header"
 
 
+_WHAT_TO_DO = {
+    _errno.ENOSPC: "free space on that disk, then try again",
+    _errno.EDQUOT: "this user's disk quota is full: free some of it, then try again",
+    _errno.EROFS: "that file system is mounted read-only: remount it read-write, or use a store on a "
+    "writable disk",
+    _errno.EACCES: "this user may not write there: give it write access to the store's folders, or run "
+    "as their owner",
+    _errno.EPERM: "this user may not write there: give it write access to the store's folders, or run "
+    "as their owner",
+    _errno.EIO: "the disk reported an I/O error: check it (the kernel log says more) before trying again",
+}
+"""What to do about a write the OS refused, by its ``errno`` (``Unwritable`` adds it to its message)."""
+
+
 class Unwritable(FlowsMemoryError):
-    """The learned file could not be staged or published (space, permission, I/O)."""
+    """The learned file could not be staged or published (space, permission, I/O). When the OS
+    refused it with an ``errno`` it knows (no space, a read-only disk, no permission, an I/O error),
+    the message ends by saying what to do about it; a flow run that failed so resumes."""
 
     code = "memory_unwritable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        run_id: str | None = None,
+        errno: int | None = None,
+    ) -> None:
+        advice = _WHAT_TO_DO.get(errno) if errno is not None else None
+        if advice is not None and advice not in message:
+            message = f"{message}; {advice}"
+        super().__init__(message, path=path, run_id=run_id, errno=errno)
 
 
 class Unreachable(FlowsMemoryError):
