@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,16 +140,23 @@ def test_status_says_when_the_chains_clock_runs_ahead_of_this_machines(
             amount_in=25_000_000, interval_s=3600, min_balance=25_000_000,
         ),
     )  # fmt: skip
-    chain_now = int(time.time()) + 7380  # the demo moves the chain two hours and a bit forward
+    before = int(time.time())
+    chain_now = before + 7380  # the demo moves the chain two hours and a bit forward
     with Ledger(tmp_path / ".sail").writer() as w:
         w.append(confirmed(chain_now - 3660, 7))
         w.append(Skipped(ts=chain_now, block=9, chain_id=31337, reason=cadence_reason(60, 3600)))
     status, out, _ = run(capsys, "status", "--home", str(tmp_path), "--json")
     assert status == 0
     ahead = json.loads(out)["clockAheadS"]
-    assert 7380 - 60 <= ahead <= 7380  # however long the command took to start
+    between = int(time.time())
+    assert chain_now - between <= ahead <= chain_now - before  # read by the clock while it ran
     _, out, _ = run(capsys, "status", "--home", str(tmp_path))
+    after = int(time.time())
     (line,) = [line for line in out.splitlines() if line.startswith("clock: ")]
+    said = re.match(r"clock: the chain's clock is .* \((\d+)s\) ahead", line)
+    assert said is not None, line
+    ahead = int(said.group(1))  # the second command's lead: as many seconds less as passed since
+    assert chain_now - after <= ahead <= chain_now - between
     assert line.startswith(f"clock: the chain's clock is {span(ahead)} ({ahead}s) ahead of this machine's")
     assert "--now" in line
     # a chain clock a few seconds off this machine's is normal: no such line
