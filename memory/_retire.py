@@ -526,10 +526,15 @@ class Retirer:
         found = self.locate(key)
         if found is None:
             raise unknown(key)
-        if found.retired is None and lists_heads(self._open_journal()):
-            # hosts share the journal: looked at again in the scope's turn among them, so that no
-            # update on another host retires it between the look and this record (both would then
-            # stand in the journal, and which came first would be for the clocks to say)
+        if found.retired is None or found.retired.by is not None:
+            # Looked at again in the scope's turn, which an update holds from its look at the
+            # version it replaces until the new version is in place: a forget that finds the
+            # version superseded answers with a replacement every read finds (between the
+            # update's retirement of the old version and its rename of the new one, neither is
+            # live: a delete that read then would miss the new version). On a journal hosts
+            # share, the turn is theirs too: no update on another host retires the version
+            # between the look and this record (both would then stand in the journal, and which
+            # came first would be for the clocks to say).
             with self._publisher.update_turn(found.scope, root.run_id):
                 found = self.locate(key, found.scope) or found
                 return self._forget_found(key, root, reason, found)
