@@ -242,9 +242,11 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
 ) -> None:
     # One file journal and one DB, three stores (three processes' worth). B's put found no item;
     # before it learns, A creates the item (v1) and C replaces it (v2): C's supersede retires v1 and
-    # stops before v2 is in place. B learns vB and looks again in that moment: v1 retired, v2 not
-    # there, so it keeps vB. C then puts v2 in place. Before, C returned there and the key kept
-    # two live versions (vB and v2); now C looks again too and keeps the newest, vB.
+    # stops before v2 is in place. B learns vB and looks again in that moment. Its read meets v1's
+    # retired file, publishes v2 from C's commit and finds vB and v2: it keeps the newer, vB, and
+    # forgets v2 (waiting for C's turn). C then goes on and looks again too. Before either fix the
+    # look saw neither v1 nor v2, B kept vB, C returned without looking, and the key kept two live
+    # versions (vB and v2).
     import memory._learn
 
     ns, key = ("new",), "k"
@@ -259,7 +261,7 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
         real_failpoint(name)
         if name == "memory.after_retire_replaced" and threading.current_thread() is racer:
             in_between.set()
-            _waited(b_put)  # v1 retired, v2 committed and not yet in place, until B's put returned
+            _waited(b_put)  # v1 retired, v2 committed and not yet in place, until B looked
 
     b_learn = b.memory.learn
 
@@ -271,8 +273,17 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
             next_millisecond()  # vB learned a later millisecond than v2: the newer of the two
         return b_learn(*args, **kwargs)
 
+    b_forget = b.memory.forget
+
+    def b_forgets(*args: Any, **kwargs: Any) -> Any:
+        # B's look found another version to forget (the read that met v1's retired file published
+        # v2): a forget takes the scope's turn, which C holds until it goes on
+        b_put.set()
+        return b_forget(*args, **kwargs)
+
     monkeypatch.setattr(memory._learn, "failpoint", failpoint)
     monkeypatch.setattr(b.memory, "learn", b_learns)
+    monkeypatch.setattr(b.memory, "forget", b_forgets)
     try:
         b.put(ns, key, {"v": "b"})
         b_put.set()
