@@ -27,10 +27,11 @@ from typing import Any
 
 import orjson
 
-from flows._bounded import LIST_MAX_BYTES
+from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.web._errors import ServeBadRequest
 from flows.web._tail import TailReader
 from memory.ledger import (
+    MAX_DAYS,
     MAX_SKIP_SCAN,
     Acted,
     ActivityCodec,
@@ -41,6 +42,7 @@ from memory.ledger import (
     Ledger,
     LedgerCodec,
     Narrative,
+    Sentence,
     Skipped,
     agent_state,
     last_days,
@@ -56,7 +58,13 @@ CHART_SCAN = 20_000
 CHART_POINTS = 200
 #: the days the agent page's journal tells by default (the last entry's, and the one before)
 JOURNAL_DAYS = 2
+#: the most sentences of the journal the agent page shows (the newest of its window; ``jend`` pages back)
+JOURNAL_SHOWN = 100
+#: the sentences a page of ``/api/agents/N/journal`` holds by default, and the most ``limit`` asks for
+JOURNAL_PAGE = 1000
+JOURNAL_MAX_PAGE = 5000
 _CONFIG_MAX_BYTES = 1 << 20
+_DAY_S = 86_400
 #: the largest ``interval_s`` the agent's config takes (sail's own bound: what the logs' integers carry)
 MAX_INTERVAL_S = 2**63 - 1
 _ACTED = b'"kind":"acted"'
@@ -70,6 +78,62 @@ class Token:
     address: str
     symbol: str
     decimals: int
+
+
+@dataclass(frozen=True)
+class JournalPage:
+    """Sentences ``[start, end)`` of the narrative of a window, of ``total``: the narrative's JSON with
+    only those sentences (``sail journal --json``'s shape, a day without any of them left out) and
+    the sentences themselves with their day."""
+
+    narrative: Narrative
+    start: int
+    end: int
+    total: int
+    truncated: bool = False
+
+    def sentences(self) -> list[tuple[str, Sentence]]:
+        """The page's sentences, oldest first, each with its UTC date."""
+        return _numbered(self.narrative)[self.start : self.end]
+
+    def days(self) -> list[tuple[str, list[Sentence]]]:
+        """The page's sentences grouped by their UTC date, oldest first."""
+        grouped: dict[str, list[Sentence]] = {}
+        for date, sentence in self.sentences():
+            grouped.setdefault(date, []).append(sentence)
+        return list(grouped.items())
+
+    def as_json(self) -> dict[str, Any]:
+        """``sail journal --json`` with the page's sentences only."""
+        body = self.narrative.as_json()
+        body["days"] = [
+            {"date": date, "sentences": [s.as_json() for s in sentences]} for date, sentences in self.days()
+        ]
+        return body
+
+
+def _numbered(narrative: Narrative) -> list[tuple[str, Sentence]]:
+    return [(day.date, s) for day in narrative.days for s in day.sentences]
+
+
+def journal_page(
+    narrative: Narrative, offset: int, limit: int, max_bytes: int = LIST_MAX_BYTES
+) -> JournalPage:
+    """Up to ``limit`` sentences of ``narrative`` from the ``offset``-th (counted from its first, 0),
+    stopping before they pass ``max_bytes`` as JSON (the first is always given).
+
+    Raises:
+        ServeBadRequest: ``offset`` is past the narrative's sentences.
+    """
+    told = _numbered(narrative)
+    if offset > len(told):
+        raise ServeBadRequest(
+            f"offset {offset} is past the {len(told)} sentences of this journal; start from its first page"
+        )
+    wanted = told[offset : offset + limit]
+    cut = fitting((len(orjson.dumps(s.as_json())) for _, s in wanted), max_bytes)
+    end = offset + (len(wanted) if cut is None else cut)
+    return JournalPage(narrative, offset, end, len(told), truncated=cut is not None)
 
 
 @dataclass(frozen=True)
@@ -253,15 +317,26 @@ class Agent:
                     found[key] = record.reason
         return found
 
-    def journal(self, days: int = JOURNAL_DAYS) -> Narrative:
+    def journal(self, days: int = JOURNAL_DAYS, since: int | None = None) -> Narrative:
         """The narrative journal of the last ``days`` UTC days (up to the last entry's): what ``sail
         journal --days N --json`` prints, with the config's spent token and interval, writing nothing.
+        With ``since`` (a UTC midnight, from a page's link), the window starting there instead: the
+        pages of one window keep their places however many entries are appended meanwhile.
 
         Raises:
+            ServeBadRequest: ``since`` is not a UTC midnight within the last ``MAX_DAYS`` days.
             journal.JournalCorrupt: a damaged line among those read.
         """
         ledger = Ledger(self.sail_dir)
-        since = last_days(ledger, days)
+        if since is None:
+            since = last_days(ledger, days)
+        else:
+            oldest = last_days(ledger, MAX_DAYS)
+            if since % _DAY_S or (oldest is not None and since < oldest):
+                raise ServeBadRequest(
+                    f"since must be a UTC midnight (unix seconds) within the last {MAX_DAYS} days of the "
+                    f"ledger, got {since}; start from the journal's first page"
+                )
         return narrate(
             ledger,
             token_in=self.token_in(),

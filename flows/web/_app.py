@@ -64,7 +64,19 @@ from flows._bounded import LIST_MAX_BYTES, fitting
 from flows._runtime import error_fields
 from flows.web import _chart
 from flows.web import _runs as runs_data
-from flows.web._agent import CHART_SCAN, JOURNAL_DAYS, LEDGER_PAGE, Agent, Token, short_hash, tokens_of
+from flows.web._agent import (
+    CHART_SCAN,
+    JOURNAL_DAYS,
+    JOURNAL_MAX_PAGE,
+    JOURNAL_PAGE,
+    JOURNAL_SHOWN,
+    LEDGER_PAGE,
+    Agent,
+    Token,
+    journal_page,
+    short_hash,
+    tokens_of,
+)
 from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
 from flows.web._findings import (
     MAX_WHY,
@@ -851,10 +863,47 @@ class Dashboard:
         acted = agent.acted_window()
         return acted, tokens_of(acted), _chart.series(acted)
 
+    def _since(self, request: Request, name: str) -> int | None:
+        text = _param(request, name)
+        if text is None:
+            return None
+        if not (text.isascii() and text.isdigit()) or len(text) > 12:
+            raise ServeBadRequest(
+                f"{name} must be a UTC midnight in unix seconds, got {text!r:.80}; start from the journal's "
+                "first page"
+            )
+        return int(text)
+
+    def _journal_shown(self, request: Request, agent: Agent) -> dict[str, Any]:
+        """The agent page's journal: at most ``JOURNAL_SHOWN`` sentences, the newest of the window
+        before ``jend`` (a sentence's place in the window ``jsince`` starts), and the links on."""
+        since = self._since(request, "jsince")
+        told = agent.journal(JOURNAL_DAYS, since)
+        total = sum(len(day.sentences) for day in told.days)
+        end = _int_param(request, "jend", total, 0, 10**9)
+        if end > total:
+            raise ServeBadRequest(
+                f"jend {end} is past the {total} sentences of this journal; start from its newest page"
+            )
+        start = max(0, end - JOURNAL_SHOWN)
+        page = journal_page(told, start, end - start)
+        base = f"/agents/{agent.number}"
+        return {
+            "journal": page,
+            "journal_earlier": link(base, jsince=told.since, jend=start) + "#journal" if start else None,
+            "journal_later": None
+            if end == total
+            else link(base, jsince=told.since, jend=min(total, end + JOURNAL_SHOWN)) + "#journal",
+            "journal_json": link(
+                f"/api/agents/{agent.number}/journal", since=told.since, offset=start or None
+            ),
+        }
+
     def agent_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         started = time.perf_counter()
         agent = self._agent(request)
         before = self._before(request)
+        shown_journal = self._journal_shown(request, agent)
         rows, older, truncated = agent.page(before)
         acted, tokens, series = self._balances(agent)
         charts = [
@@ -879,8 +928,9 @@ class Dashboard:
             "skips": agent.recent_skips(),
             "say": agent.renderer(acted),
             "reverts": agent.revert_reasons(reverted),
-            "journal": agent.journal(JOURNAL_DAYS),
+            **shown_journal,
             "journal_days": JOURNAL_DAYS,
+            "journal_shown": JOURNAL_SHOWN,
             "acted_count": len(acted),
             "charts": charts,
             "chart_scan": CHART_SCAN,
@@ -910,9 +960,19 @@ class Dashboard:
             return Truncated(body, link(f"/api/agents/{agent.number}/why", before=older, limit=rest))
         return body, None
 
-    def journal_api(self, request: Request) -> tuple[object, str | None]:
+    def journal_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         days = _int_param(request, "days", JOURNAL_DAYS, 1, memory.ledger.MAX_DAYS)
-        return self._agent(request).journal(days).as_json(), None
+        offset = _int_param(request, "offset", 0, 0, 10**9)
+        limit = _int_param(request, "limit", JOURNAL_PAGE, 1, JOURNAL_MAX_PAGE)
+        agent = self._agent(request)
+        told = agent.journal(days, self._since(request, "since"))
+        page = journal_page(told, offset, limit)
+        if page.end == page.total:
+            return page.as_json(), None
+        # the same window (its first midnight pinned) from the first sentence not given
+        base = f"/api/agents/{agent.number}/journal"
+        next_url = link(base, since=told.since, offset=page.end, limit=limit)
+        return Truncated(page.as_json(), next_url) if page.truncated else (page.as_json(), next_url)
 
     def balances_api(self, request: Request) -> tuple[object, str | None]:
         _, tokens, series = self._balances(self._agent(request))
