@@ -903,8 +903,8 @@ class Dashboard:
         started = time.perf_counter()
         agent = self._agent(request)
         before = self._before(request)
+        rows, older, truncated = agent.page(before)  # (a ledger that cannot be read fails here first)
         shown_journal = self._journal_shown(request, agent)
-        rows, older, truncated = agent.page(before)
         acted, tokens, series = self._balances(agent)
         charts = [
             (address, tokens.get(address), _chart.chart(address, points, tokens))
