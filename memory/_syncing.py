@@ -32,7 +32,7 @@ from memory._paths import retired_dirs, scan_scopes, wrong_folder_message
 from memory._publisher import SYNC_BATCH, Publisher
 from memory._reaper import REAPER
 from memory._results import Recalled
-from memory._retire import Retirer
+from memory._retire import Retirer, lists_heads
 from memory._safe import Folder, describe, is_damage
 from staging import STAGE_PREFIX, failpoint
 
@@ -203,12 +203,16 @@ class Syncer:
         one committed with no file. Its root's resume, ``sync`` or ``check --repair`` would publish
         it; a read or a sync that meets the retired file publishes it first, from the commit the
         retired file cites (checked as every record read back), so the acknowledged memory never
-        goes missing in between. A live update in that very moment publishes the same bytes.
+        goes missing in between. A live update in that very moment publishes the same bytes. Not on
+        a journal hosts share: there ``catch_up`` publishes what this host lacks, and a read writes
+        nothing (``current`` reads another host's version from its commit).
 
         Raises:
             JournalError: the journal could not be read, or the commit is not of the exact shape.
             Unwritable: the file could not be published.
         """
+        if lists_heads(self._open_journal()):
+            return False
         record = self._citations.successor_commit(retired)
         if record is None or is_erased(record):
             return False
