@@ -690,15 +690,20 @@ class MemoryStore:
             if lists_heads(self.open_journal()):
                 # hosts share the journal: the matches are read again in the turns of their scopes,
                 # so no update on another host retires one between the look and the record (its
-                # retirement and this one would then both stand in the journal); what has gone
-                # meanwhile is left out, and what is new is left for the next forget
-                for held in sorted({e.scope for e in found}):
-                    turns.enter_context(self._publisher.update_turn(held, root.run_id))
+                # retirement and this one would then both stand in the journal). That look catches
+                # up too: a version another host's update wrote since the first look, whose
+                # retirement of the match this look honours, matches in its place (else neither
+                # would be forgotten, and the memory would stay live). What has gone meanwhile is
+                # left out; with ``only``, so is what was not listed.
+                held = sorted({e.scope for e in found})
+                for name in held:
+                    turns.enter_context(self._publisher.update_turn(name, root.run_id))
+                self.catch_up()
                 now = self.recall(
                     scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None
                 )
-                live = {(e.key, e.scope) for e in now}
-                ids = [pair for pair in ids if pair in live]
+                live = {(e.key, e.scope) for e in now if e.scope in held}
+                ids = sorted(live) if only is None else [pair for pair in ids if pair in live]
                 if not ids:
                     return ForgottenMany((), reason, chosen)
                 keys = tuple(sorted(key for key, _ in ids))

@@ -6,6 +6,7 @@ the finding was synced there or not; retired stays retired on every path (sync, 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,39 @@ def test_an_erase_on_b_leaves_nothing_on_a_after_a_sync_that_materializes_nothin
     assert [e.text for e in a.recall(scope="users")] == ["frank likes chess"]
     a.sync()  # a whole sync publishes B's retirements here too; then nothing is left to report
     assert memory.check_store(a) == []
+
+
+def test_a_forget_by_filter_takes_the_version_another_host_wrote_after_its_first_look(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """B's forget by filter looks (catch-up, then its matches), and host A updates a matching memory
+    before B holds the scope's turn: the look B takes again in the turn catches up as well, so it
+    forgets A's new version (committed before B's forget, and matching it) rather than leaving it
+    live behind the version A's update retired."""
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="users") as s:
+        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
+        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
+    b.catch_up()
+    turn = b._publisher.update_turn
+    newer: list[str] = []
+
+    def update_on_a_first(scope: str, run_id: str | None) -> Any:
+        if not newer:  # between B's first look and its turn
+            with a.session(scope="users") as s:
+                again = {"text": "carol likes green tea", "metadata": {"user": "carol"}}
+                newer.append(s.update(carol.memory_id, again).key)
+        return turn(scope, run_id)
+
+    b._publisher.update_turn = update_on_a_first  # type: ignore[method-assign]
+    with b.session(scope="users") as s:
+        done = s.forget_where(reason="carol asked", scope="users", meta={"user": "carol"})
+    assert done.keys == tuple(newer)
+    for store in (a, b):
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        store.sync()
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        assert store.current(carol.memory_id) is None
+        assert memory.check_store(store) == []
+    a.close()
+    b.close()
