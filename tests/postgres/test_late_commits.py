@@ -12,6 +12,7 @@ has read. Each test holds an append's transaction open on a connection of its ow
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,7 @@ import psycopg
 import pytest
 
 import memory
-from journal import Lease
-from journal._model import new_record_id, payload_json
+from journal import Lease, payload_json, record_id
 from journal.postgres import PostgresJournal
 from memory._finding import (
     ERASE_STREAM,
@@ -35,6 +35,11 @@ from memory._finding import (
 from tests.postgres.conftest import OpenPg
 
 _APPEND = "select o_status, o_seq from journal_append(%s, %s, %s, %s, %s, %s, %s)"
+
+
+def new_record_id(run_id: str, stream: str, key: str | None) -> str:
+    """A record's id as the journal draws it: derived from its key, else random."""
+    return record_id(run_id, stream, key) if key is not None else secrets.token_hex(16)
 
 
 def _held_append(
