@@ -82,6 +82,7 @@ from journal._model import (
     record_problem,
     releases,
     shown,
+    valid_label,
     whole,
 )
 from staging import StagingError, ensure_dir, have_syncfs, stage
@@ -98,6 +99,7 @@ _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name 
 _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
 _RUN_OPTIONAL = frozenset({"meta", "error"})
+_LABEL = "a string of at most 64 KiB without control characters (as a begin takes it)"
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
 _MAX_RUN_FILE = MAX_RUN_BYTES  # a run.json larger than this is not one the journal wrote
 _MAX_LINE = MAX_PAYLOAD_BYTES + MAX_LINE_FRAME  # nor is a stream line longer than this
@@ -257,8 +259,8 @@ def _run_problem(run_id: str, obj: object) -> str | None:
     state, epoch, meta, error = obj["state"], obj["epoch"], obj.get("meta"), obj.get("error")
     if (  # the common case, checked first and fast
         obj["runId"] == run_id
-        and isinstance(obj["flow"], str)
-        and isinstance(obj["scope"], str)
+        and valid_label(obj["flow"])
+        and valid_label(obj["scope"])
         and isinstance(state, str)
         and state in _STORED_STATES
         and whole(epoch, 1)
@@ -270,8 +272,8 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         return None
     checks = (
         (obj["runId"] == run_id, "not this run's record"),
-        (isinstance(obj["flow"], str), "flow is not a string"),
-        (isinstance(obj["scope"], str), "scope is not a string"),
+        (valid_label(obj["flow"]), f"flow is not {_LABEL}"),
+        (valid_label(obj["scope"]), f"scope is not {_LABEL}"),
         (isinstance(state, str) and state in _STORED_STATES, f"state {shown(state)} is not a stored state"),
         (whole(epoch, 1), f"epoch {shown(epoch)} is not a whole number from 1 within 64 bits"),
         (whole(obj["createdMs"], 0, _MAX_MS), f"createdMs {shown(obj['createdMs'])} is not a time"),
@@ -280,6 +282,23 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         (error is None or type(error) is dict, "error is not an object or null"),
     )
     return next((why for ok, why in checks if not ok), None)
+
+
+def _run_json_problem(data: bytes, obj: dict[str, Any]) -> str | None:
+    """What is wrong with ``data``, a ``run.json`` that parsed to ``obj`` (a run record's fields),
+    as JSON, or None. The journal writes a run record as canonical JSON (``payload_json``): one
+    encoding of ``obj`` again says whether ``data`` is exactly that, so JSON no journal writes (a
+    repeated key, an integer past 64 bits read back as a float, a float of more digits than it
+    holds, nesting orjson reads but never writes, spaces or a final newline of a hand edit) is
+    refused, as a stream line's is, before any reader meets it; an integer outside signed 64 bits
+    (orjson reads and writes up to 2**64 - 1) only where 19 digits stand in a row."""
+    try:
+        again = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # nesting orjson reads (up to 1024) but does not write (254)
+        return f"JSON nested deeper than the {_MAX_DEPTH} levels the journal writes"
+    if again != data or _LONG_DIGITS in data.translate(_SHAPE_MAP):
+        return json_problem(data, obj)
+    return None
 
 
 class _Stream:
@@ -761,6 +780,8 @@ class FileJournal:
                 problem = f"not JSON: {exc}"
             else:
                 found = _run_problem(run_id, obj)
+                if found is None:
+                    found = _run_json_problem(data, obj)
                 if found is None:
                     return obj  # type: ignore[no-any-return]
                 problem = found

@@ -518,3 +518,14 @@ def valid_key(key: object) -> bool:
     except JournalNameInvalid:
         return False
     return True
+
+
+def valid_label(value: object) -> bool:
+    """Whether ``value`` (read back) is a flow name or scope ``check_label`` takes."""
+    if type(value) is str and len(value) <= MAX_LABEL_BYTES // 4 and value.isascii() and value.isprintable():
+        return True  # the common case: short printable ASCII, told without the regex
+    try:
+        check_label("label", value)
+    except JournalNameInvalid:
+        return False
+    return True
