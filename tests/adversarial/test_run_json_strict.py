@@ -122,7 +122,7 @@ def test_what_the_journal_writes_reads_back_a_large_meta_and_edge_values_include
     meta = {
         "big": "x" * 10_000_000,
         "limits": [2**63 - 1, -(2**63), 0.1, 1e300, -0.0],
-        "text": "ünïcode \u2028 \"quoted\" \\",
+        "text": 'ünïcode \u2028 "quoted" \\',
         "nested": nested,
     }
     info, lease = jr.begin("flöw", "scope with spaces", meta)
