@@ -79,9 +79,11 @@ from journal._model import (
     padded_payload,
     payload_json,
     read_clock,
+    record_id,
     record_problem,
     releases,
     shown,
+    valid_key,
     valid_label,
     whole,
 )
@@ -163,6 +165,11 @@ class RecordCodec:
     def __init__(self, run_id: str, stream: str) -> None:
         self._run_id = run_id
         self._stream = stream
+        # A line's checksum covers the run and stream it was written for, as if they began the line
+        # (``crc32(body, seed)`` is ``crc32(run, stream, body)`` at no cost a line): the bytes hold
+        # neither, so a stream file copied or hard-linked into another run's folder (or under
+        # another stream's name) would otherwise read as that run's own records.
+        self._seed = zlib.crc32(_bound(run_id, stream))
 
     def encode(self, record: Record) -> bytes:
         """Encode ``record`` as ``{"id","key","payload","seq","ts","crc"}`` on one line.
@@ -183,7 +190,7 @@ class RecordCodec:
             },
             option=orjson.OPT_SORT_KEYS,
         )
-        return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
+        return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, self._seed)
 
     def decode(self, line: bytes) -> Record:
         """Decode and verify a line; raise ``LineDamaged`` (torn=False on a checksum mismatch, or a
@@ -198,8 +205,9 @@ class RecordCodec:
             crc = int(line[-10:-2], 16)
         except (orjson.JSONDecodeError, ValueError):
             raise LineDamaged("not valid JSON") from None
-        if zlib.crc32(body) != crc:
-            raise LineDamaged("checksum mismatch", torn=False)
+        unbound = zlib.crc32(body, self._seed) != crc
+        if unbound and zlib.crc32(body) != crc:
+            raise LineDamaged(self._mismatch(obj), torn=False)
         if type(obj) is not dict or obj.keys() != _RECORD_FIELDS:
             raise LineDamaged("checksummed line without exactly a record's fields", torn=False)
         seq, rid, key, ts, payload = obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"]
@@ -222,6 +230,9 @@ class RecordCodec:
             problem = record_problem(seq, rid, key, ts, payload)
             if problem is not None:
                 raise LineDamaged(f"checksummed record with {problem}", torn=False)
+        if unbound and key is not None and rid != record_id(self._run_id, self._stream, key):
+            # a line of a version that did not bind the checksum: only a keyed record's id tells
+            raise LineDamaged(self._foreign("its id is not the one its key gives here"), torn=False)
         # What the encoder refuses to write, the decoder refuses to read: one pass in C says when
         # a line may hold it (``SHAPE_MAP``), rarely; ``json_problem`` then decides.
         shape = line.translate(_SHAPE_MAP)
@@ -236,6 +247,30 @@ class RecordCodec:
         fields["run_id"], fields["stream"], fields["seq"] = self._run_id, self._stream, seq
         fields["id"], fields["key"], fields["ts_ms"], fields["payload"] = rid, key, ts, payload
         return record
+
+    def _foreign(self, why: str) -> str:
+        return (
+            f"a record written for another run or stream than run {self._run_id} stream "
+            f"{self._stream} ({why}): a stream file copied or linked from another run's folder, or "
+            "under another stream's name"
+        )
+
+    def _mismatch(self, obj: object) -> str:
+        """Why a line's checksum is neither this stream's nor an unbound one: a keyed record whose
+        id was made for another run or stream was written for one; anything else may be either
+        that or damage."""
+        key, rid = (obj.get("key"), obj.get("id")) if type(obj) is dict else (None, None)
+        if type(rid) is str and valid_key(key) and rid != record_id(self._run_id, self._stream, str(key)):
+            return self._foreign("its checksum and its id were made for another")
+        return (
+            f"checksum mismatch: damaged, or a line written for another run or stream than run "
+            f"{self._run_id} stream {self._stream} (a file copied or linked from another run's folder)"
+        )
+
+
+def _bound(run_id: str, stream: str) -> bytes:
+    """What a stream line's checksum covers before the line's own bytes (``RecordCodec``)."""
+    return f"{run_id}\0{stream}\0".encode()
 
 
 def _nonempty(entry: os.DirEntry[str]) -> bool:

@@ -18,9 +18,10 @@ from journal import LineDamaged, LineMarks, Record, RecordCodec
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    """A stream line holding ``obj``'s fields with a right checksum, as a writer would (or a forger)."""
+    """A stream line of run ``run``'s stream ``s`` holding ``obj``'s fields with a right checksum
+    (which covers the run and stream first), as a writer would (or a forger)."""
     body = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
+    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(b"run\0s\0" + body)
 
 
 def _fields(seq: object, rid: object, key: object, ts: object, payload: object) -> dict[str, Any]:
