@@ -23,7 +23,7 @@ from journal._errors import (
     JournalUnwritable,
     JournalUsageError,
 )
-from journal._file import FileJournal, RecordCodec
+from journal._file import FileJournal, KeptCut, RecordCodec
 from journal._linelog import LineCodec, LineDamaged, LineLog, LineMarks
 from journal._model import (
     MAX_PAYLOAD_BYTES,
@@ -65,6 +65,7 @@ __all__ = [
     "JournalUnavailable",
     "JournalUnwritable",
     "JournalUsageError",
+    "KeptCut",
     "Lease",
     "LineCodec",
     "LineDamaged",

@@ -28,7 +28,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,37 @@ class RecordCodec:
             f"checksum mismatch: damaged, or a line written for another run or stream than run "
             f"{self._run_id} stream {self._stream} (a file copied or linked from another run's folder)"
         )
+
+
+_KEPT_CUT = re.compile(r"\.([A-Za-z0-9][A-Za-z0-9._-]{0,127})\.jsonl\.cut-([0-9]{1,20})")
+
+
+@dataclass(frozen=True)
+class KeptCut:
+    """A file in which a cut of a stream kept the bytes it took (``FileJournal.kept_cuts``).
+
+    ``generation`` is the stream's generation the cut raised it to; ``size`` its bytes and
+    ``modified_ms`` its modification time (the cut's, or an erasure's that rewrote it since).
+    """
+
+    run_id: str
+    stream: str
+    path: Path
+    generation: int
+    size: int
+    modified_ms: int
+
+
+def _kept_cut(run_id: str, entry: os.DirEntry[str]) -> KeptCut | None:
+    """The kept cut ``entry`` of a streams folder is, or None when its name is no kept cut's."""
+    found = _KEPT_CUT.fullmatch(entry.name)
+    if found is None or ".." in found[1]:
+        return None
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return KeptCut(run_id, found[1], Path(entry.path), int(found[2]), st.st_size, st.st_mtime_ns // 1_000_000)
 
 
 def _bound(run_id: str, stream: str) -> bytes:
@@ -1304,21 +1335,47 @@ class FileJournal:
         A file in the streams folder that is not a regular file is listed too (whatever its size),
         so that reading it reports it rather than the listing hiding it.
         """
+        return self.stream_listing(run_id)[0]
+
+    def kept_cuts(self, run_id: str) -> list[KeptCut]:
+        """The files in which cuts of the run's streams kept the bytes they took, by stream and
+        generation: a locked open that cuts a poisoned end (a failed sync's, or one a crafted or
+        stale mark file claims) copies what it cuts to ``.<stream>.jsonl.cut-<generation>`` beside
+        the stream first (``LineLog.kept_cut_path``). Nothing reads them as records and nothing
+        removes them: they are evidence for a person (``flows check`` reports each). A thing of
+        that name that is no regular file is listed too (its own ``lstat`` size and time).
+
+        Raises:
+            JournalRunNotFound: no such run.
+            JournalReadInterrupted: the folder could not be listed.
+        """
+        return self.stream_listing(run_id)[1]
+
+    def stream_listing(self, run_id: str) -> tuple[list[str], list[KeptCut]]:
+        """``streams`` and ``kept_cuts`` of the run from one listing of its folder (what a check
+        of every run asks)."""
         self._check_open()
         directory = self._streams_dir(run_id)
         if not self._has_run(run_id):
             raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
         self._guard(run_id)
         try:
-            entries = list(os.scandir(directory))
+            with os.scandir(directory) as listing:
+                entries = list(listing)
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as exc:
             raise JournalReadInterrupted(
                 f"cannot list {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
             ) from exc
-        names = []
+        names: list[str] = []
+        kept: list[KeptCut] = []
         for entry in entries:
+            if entry.name.startswith("."):
+                cut = _kept_cut(run_id, entry)
+                if cut is not None:
+                    kept.append(cut)
+                continue
             name = entry.name[: -len(".jsonl")]
             if not entry.name.endswith(".jsonl") or not _STREAM_NAME.fullmatch(name) or ".." in name:
                 continue  # not a stream file (a lock, a watermark): nothing reads it as a stream
@@ -1328,7 +1385,8 @@ class FileJournal:
                 continue
             if st.st_size > 0 or not stat.S_ISREG(st.st_mode):
                 names.append(name)
-        return sorted(names)
+        kept.sort(key=lambda k: (k.stream, k.generation))
+        return sorted(names), kept
 
     def rewrite_payloads(
         self,

@@ -73,6 +73,7 @@ class Problem:
     message: str
     repair: str
     repairable: bool
+    detail: tuple[tuple[str, Any], ...] = ()  # further fields of its JSON, by name (a kind's own)
 
     def as_json(self) -> dict[str, Any]:
         """The problem as a JSON object."""
@@ -82,6 +83,7 @@ class Problem:
             "message": self.message,
             "repair": self.repair,
             "repairable": self.repairable,
+            **dict(self.detail),
         }
 
 
@@ -123,9 +125,14 @@ def _journal_problems(ctx: _Context) -> None:
             return
         for run in runs:
             ctx.runs.add(run.run_id)
+            if isinstance(backend, journal.FileJournal):  # one listing: its streams and kept cuts
+                listed, kept = backend.stream_listing(run.run_id)
+                ctx.problems += [_kept_cut(cut) for cut in kept]
+            else:
+                listed = backend.streams(run.run_id)
             # the memory's own streams are read even when not listed: an emptied stream file is
             # not listed, and only its read says that its durable mark held records
-            for stream in sorted({*backend.streams(run.run_id), STREAM, RETIRE_STREAM, ERASE_STREAM}):
+            for stream in sorted({*listed, STREAM, RETIRE_STREAM, ERASE_STREAM}):
                 try:
                     records = backend.read(run.run_id, stream)
                 except journal.JournalCorrupt as exc:
@@ -143,6 +150,29 @@ def _journal_problems(ctx: _Context) -> None:
                     ctx.erasures += [r for r in records if isinstance(r.payload, Mapping)]
     finally:
         backend.close()
+
+
+def _kept_cut(cut: journal.KeptCut) -> Problem:
+    """A file where a cut of a stream's poisoned end kept the bytes it took: evidence for a person,
+    never removed by ``--repair``."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cut.modified_ms // 1000))
+    return Problem(
+        "stream_cut_kept",
+        str(cut.path),
+        f"{cut.size:,} byte(s) cut from stream {cut.stream} of root run {cut.run_id} at {when} are kept "
+        f"here (generation {cut.generation}): a sync failed, or the stream's mark file said so, and "
+        "nothing past that point was acknowledged if it is true; read it, and delete it once no "
+        "record in it is one you need",
+        "nothing: the kept bytes are evidence, removed only by you",
+        False,
+        (
+            ("runId", cut.run_id),
+            ("stream", cut.stream),
+            ("size", cut.size),
+            ("modifiedMs", cut.modified_ms),
+            ("generation", cut.generation),
+        ),
+    )
 
 
 def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:

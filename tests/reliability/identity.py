@@ -336,7 +336,7 @@ def _settle(db: Path, journal: str, verdict: Verdict) -> list[list[Any]]:
         if problems:
             memory.repair_store(store, problems)
             store.sync()
-        verdict.leftover += [f"{db.parent.name}: {p.code} {p.path}" for p in memory.check_store(store)]
+        verdict.leftover += [f"{db.parent.name}: {p.kind} {p.path}" for p in memory.check_store(store)]
         return _items(store.recall(scope=None, limit=None))
 
 
