@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import flows
@@ -509,7 +510,7 @@ def _rewrite_meta(journal_location: str, run_id: str, change: Any) -> None:
         path = Path(journal_location) / "runs" / run_id / "run.json"
         record = json.loads(path.read_bytes())
         change(record["meta"])
-        path.write_text(json.dumps(record))
+        path.write_bytes(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))  # as the journal writes it
         return
     import psycopg
 
