@@ -365,6 +365,9 @@ def build_cli(only: str | None = None) -> CommandLine:
         epilog=_EPILOG,
         options=_OPTIONS,
         whole=None if only is None else build_cli,
+        # an update's commit comes before its old version's retirement: a Ctrl-C between them
+        interrupted="what was acknowledged is on record, and `flows check --repair` finishes a change "
+        "it stopped midway",
     )
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:

@@ -531,6 +531,8 @@ class CommandLine:
         description: one line under the usage.
         epilog: text after the option list (storage, exit statuses …).
         options: the CLI's own global options; ``--json`` and ``-v/--verbose`` are always there.
+        interrupted: what a Ctrl-C while a command runs leaves, after "interrupted (Ctrl-C); " in
+            its ``interrupted`` line (what this CLI's user must know to go on).
     """
 
     def __init__(
@@ -541,8 +543,10 @@ class CommandLine:
         epilog: str = "",
         options: Sequence[Option] = (),
         whole: Callable[[], CommandLine] | None = None,
+        interrupted: str = "what was acknowledged is on record",
     ) -> None:
         self.prog = prog
+        self._interrupted = interrupted
         self._whole = whole  # set when this CLI holds only some commands: builds the one with all
         self._options = (*options, _JSON)
         self.parser = _Parser(
@@ -648,10 +652,7 @@ class CommandLine:
             except CodedInterrupt as exc:  # a Ctrl-C that says what it stopped (a flow run)
                 return self.diagnose(exc, as_json=wants_json, run_id=_run_id_of(args))
             except KeyboardInterrupt:
-                said = "interrupted (Ctrl-C); what was acknowledged is on record"
-                if self.prog == "flows":  # an update's commit before its old version's retirement
-                    said += ", and `flows check --repair` finishes a change it stopped midway"
-                stopped = Interrupted(said)
+                stopped = Interrupted(f"interrupted (Ctrl-C); {self._interrupted}")
                 return self.diagnose(stopped, as_json=wants_json, run_id=_run_id_of(args))
             except Exception as exc:  # every failure becomes one classified line, never a traceback
                 if os.environ.get("FLOWS_DEBUG"):

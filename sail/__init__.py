@@ -5,28 +5,51 @@ implement ``decide(state) -> Skip | Swap``; ``DcaStrategy`` is the example. ``Ru
 sends, keeping ``.sail/activity.jsonl``; ``Chain`` reads the chain. The ledger itself lives in
 ``memory.ledger``.
 
-Names that need web3 are imported on first use, so ``import sail`` (and the ledger-reading CLI
-commands) stay light.
+Every name is imported on first use (those that need web3 through the ``chain`` extra), so ``import
+sail`` costs nothing and the ledger-reading CLI commands stay light.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sail._config import SailConfig, load_config, save_config
-from sail._errors import (
-    SailChainMismatch,
-    SailChainMissing,
-    SailConfigInvalid,
-    SailConfigMissing,
-    SailError,
-    SailKeyUnavailable,
-    SailNodeUnavailable,
-    SailSetupFailed,
-    SailSubmitFailed,
-    SailSubmitUncertain,
-    SailTickTimeout,
-)
+if TYPE_CHECKING:
+    from sail._config import SailConfig, load_config, save_config
+    from sail._errors import (
+        SailChainMismatch,
+        SailChainMissing,
+        SailConfigInvalid,
+        SailConfigMissing,
+        SailError,
+        SailKeyUnavailable,
+        SailNodeUnavailable,
+        SailSetupFailed,
+        SailSubmitFailed,
+        SailSubmitUncertain,
+        SailTickTimeout,
+    )
+
+# no web3, but the ledger and the journal (a second on a small machine): imported on first use too,
+# so that ``sail._entry`` (the console script) arms its Ctrl-C guard before any of it is loaded
+_LIGHT = {
+    **dict.fromkeys(("SailConfig", "load_config", "save_config"), "sail._config"),
+    **dict.fromkeys(
+        (
+            "SailChainMismatch",
+            "SailChainMissing",
+            "SailConfigInvalid",
+            "SailConfigMissing",
+            "SailError",
+            "SailKeyUnavailable",
+            "SailNodeUnavailable",
+            "SailSetupFailed",
+            "SailSubmitFailed",
+            "SailSubmitUncertain",
+            "SailTickTimeout",
+        ),
+        "sail._errors",
+    ),
+}
 
 _LAZY = {
     "Chain": "sail._chain",
@@ -89,6 +112,11 @@ def __getattr__(name: str) -> Any:
         except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
             globals()[name] = "0+unknown"
         return globals()[name]
+    if name in _LIGHT:
+        import importlib
+
+        value = globals()[name] = getattr(importlib.import_module(_LIGHT[name]), name)
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sail' has no attribute {name!r}")

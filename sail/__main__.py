@@ -1,7 +1,8 @@
-"""``python -m sail``: the sail command line."""
+"""``python -m sail`` is the ``sail`` command (``sail._entry``: Ctrl-C at any instant is one line
+and status 130)."""
 
 import sys
 
-from sail._cli import main
+from sail._entry import main
 
 sys.exit(main())

@@ -451,7 +451,15 @@ _OPTIONS = (
 
 def build_cli() -> CommandLine:
     """The ``sail`` command line (every command has help)."""
-    cli = CommandLine("sail", description="An agent that remembers what it did.", options=_OPTIONS)
+    cli = CommandLine(
+        "sail",
+        description="An agent that remembers what it did.",
+        options=_OPTIONS,
+        # the ledger and activity log are append-only, each line fsync'd: a tick stopped after it
+        # signed a swap left its write-ahead line, which the next tick resolves from the chain
+        interrupted="what the ledger and activity log recorded stays as written, and the next `sail tick` "
+        "resolves from the chain a swap this one signed",
+    )
 
     def command(name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
         return cli.command(name, handler, help_text)
