@@ -11,9 +11,10 @@ sail`` costs nothing and the ledger-reading CLI commands stay light.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from sail._config import SailConfig, load_config, save_config
     from sail._errors import (
         SailChainMismatch,
