@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,15 +75,22 @@ def test_an_update_forgotten_while_it_settles_is_still_refused(
         _, lease = jr.begin("other", "scope-a", {})
         other_root = memory.RootRun(jr, lease, "other", "scope-a")
         real_remove = store._publisher.remove_in
+        answers: list[memory.Forgotten] = []
+        forget = threading.Thread(
+            target=lambda: answers.append(other.forget(first.key, other_root, reason="closed for good"))
+        )
 
         def forget_first_then_remove(directory: Path, name: str, run_id: str | None) -> bool:
-            # the forget's look finds the version superseded already: it stands, and answers so
-            forgotten = other.forget(first.key, other_root, reason="closed for good")
-            assert forgotten.by is not None
+            # another process's forget, begun while the update settles: it waits for the update's
+            # turn of the scope, then finds the version superseded already, which stands
+            if not forget.is_alive() and not answers:
+                forget.start()
             return real_remove(directory, name, run_id)
 
         monkeypatch.setattr(store._publisher, "remove_in", forget_first_then_remove)
         updated = store.update(first.memory_id, {"text": "the desk closes at six", "tags": ["desk"]}, root)
+        forget.join(60)
+        assert [a.by for a in answers] == [updated.key]
     finally:
         other.close()
     assert store.current(first.memory_id).key == updated.key  # type: ignore[union-attr]
