@@ -211,7 +211,8 @@ class Syncer:
             JournalError: the journal could not be read, or the commit is not of the exact shape.
             Unwritable: the file could not be published.
         """
-        if lists_heads(self._open_journal()):
+        backend = self._open_journal()
+        if lists_heads(backend):
             return False
         record = self._citations.successor_commit(retired)
         if record is None or is_erased(record):
@@ -223,7 +224,7 @@ class Syncer:
             self._retirer.retired_path(scope, fid)
         ):
             return False
-        checked_commit(record, self._open_journal().location)
+        checked_commit(record, backend.location)
         return self.publish_commits({fid: record}, {}) > 0
 
     def publish_commits(self, latest: Mapping[str, Record], retired: Mapping[str, Record]) -> int:
