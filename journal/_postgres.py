@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -101,7 +101,10 @@ _NO_IDLE_TIMEOUTS = (
     " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
 )
 
-_TABLES = ("journal_schema", "journal_runs", "journal_records", "journal_heads")
+_TABLES = ("journal_schema", "journal_runs", "journal_records", "journal_heads", "journal_heads_deletes")
+# The derived tables, each with the schema version to set so that the next open makes it again (the
+# steps after that version run again, and every one that touches it may).
+_DERIVED = {"journal_heads": 3, "journal_heads_deletes": 4}
 
 # Each step brings the schema from version n-1 to n; applied in order, in one transaction.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
@@ -249,6 +252,41 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             $$""",
         ),
     ),
+    (
+        5,
+        # The id of the newest transaction that deleted rows of ``journal_heads`` (a delete or a
+        # truncate: an administrator, a partial restore, another tool; the journal itself never
+        # deletes there), kept by a statement trigger in the deleting transaction: a look from a
+        # mark at or below it is whole (``heads_changed``), since a deleted row may have been the
+        # only word of an append made since the mark. Every statement may run again: a journal
+        # restored without ``journal_heads`` is mended by running steps 4 and 5 again.
+        (
+            "create table if not exists journal_heads_deletes (deleted xid8 not null)",
+            """insert into journal_heads_deletes (deleted) select '0'::xid8
+                where not exists (select 1 from journal_heads_deletes)""",
+            # The table is named in the heads table's own schema: whoever deletes may have another
+            # search_path. ``greatest``: deleting transactions write the row in turn, and a later
+            # writer's id may be the smaller one; the row never goes back.
+            """create or replace function journal_heads_note_delete() returns trigger
+            language plpgsql as $$
+            declare
+                v_done integer;
+            begin
+                execute format('update %I.journal_heads_deletes'
+                    ' set deleted = greatest(deleted, pg_current_xact_id())', tg_table_schema);
+                get diagnostics v_done = row_count;
+                if v_done = 0 then
+                    execute format('insert into %I.journal_heads_deletes (deleted)'
+                        ' values (pg_current_xact_id())', tg_table_schema);
+                end if;
+                return null;
+            end
+            $$""",
+            "drop trigger if exists journal_heads_deleted on journal_heads",
+            """create trigger journal_heads_deleted after delete or truncate on journal_heads
+                for each statement execute function journal_heads_note_delete()""",
+        ),
+    ),
 )
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
@@ -278,6 +316,28 @@ _RUN_COLUMNS = (
 )
 _PAYLOAD_SIZE = "octet_length({0})::bigint"
 _PAYLOAD = f"case when octet_length({{0}}) <= {MAX_PAYLOAD_BYTES} then {{0}} end, {_PAYLOAD_SIZE}"
+
+
+# The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5), and
+# whether the trigger that keeps it fires for the sessions of a server left as it is: a trigger
+# dropped or disabled ("alter table ... disable trigger") notices no delete, and then no mark holds.
+_LAST_DELETE = "(select d.deleted::text from journal_heads_deletes d order by d.deleted desc limit 1)"
+_DELETES_NOTICED = (
+    "exists (select 1 from pg_trigger t where t.tgrelid = to_regclass('journal_heads')"
+    " and t.tgname = 'journal_heads_deleted' and t.tgenabled in ('O', 'A'))"
+)
+
+
+def _mark_holds(since: int, row: Sequence[Any]) -> bool:
+    """Whether a look from the mark whose transaction id is ``since`` may read only the heads
+    stamped since it, by the first row of ``_heads_rows`` (taken on the mark's own server, database
+    and heads table): not when the mark is ahead of the server's oldest running transaction (its ids
+    went back), nor when a transaction with an id at or above it deleted heads, which may have taken
+    the row of an append made since (a delete of that row runs after the append commits, so after the
+    look that made the mark: the deleting transaction was running then or began later, and its id is
+    at or above the mark), nor when deletes go unnoticed."""
+    _identity, mark, deleted, noticed = row[:4]
+    return since <= int(mark) and bool(noticed) and deleted is not None and int(deleted) < since
 
 
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
@@ -659,9 +719,7 @@ class PostgresJournal:
         if missing:  # a dump restored without them: every read of them would fail, appends too
             raise JournalUnavailable(
                 f"the PostgreSQL journal at {self._location} is at schema version {SCHEMA_VERSION} but "
-                f"has no table {', '.join(missing)}: restore it from the backup; journal_heads alone "
-                "is derived from the records, and is made again by the next open after "
-                "`update journal_schema set version = 3` in the journal's schema"
+                f"has no table {', '.join(missing)}: {self._remaking(missing)}"
             )
         if rows:
             found = ", ".join(f"{name} in schema {shown(schema)}" for name, schema in rows)
@@ -672,6 +730,22 @@ class PostgresJournal:
                 "(?options=-csearch_path%3D<schema>), and drop any table of the journal's names "
                 "shadowing it"
             )
+
+    @staticmethod
+    def _remaking(missing: Sequence[str]) -> str:
+        """What to do about the journal's tables ``missing``: the derived ones alone are made again
+        by the next open once the schema version is set back below the step that makes them."""
+        if any(table not in _DERIVED for table in missing):
+            return (
+                "restore it from the backup; journal_heads and journal_heads_deletes alone are "
+                "derived, and are made again by the next open after `update journal_schema set "
+                "version = 3` in the journal's schema"
+            )
+        return (
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} derived, and made again by the "
+            f"next open after `update journal_schema set version = {min(_DERIVED[t] for t in missing)}` in "
+            "the journal's schema"
+        )
 
     @staticmethod
     def _exists(cur: psycopg.Cursor[Any], table: str) -> bool:
@@ -1313,9 +1387,10 @@ class PostgresJournal:
         from a reader's first look. The mark names the server, database and heads table it was
         taken on; a mark from another one (another database, a dump restored, a server replaced),
         or one ahead of the server's oldest running transaction (a server restored from a backup or
-        failed over to a replica, whose transaction ids went back), does not hold: the look is whole
-        and says so, and the reader must take what it holds as unknown (``whole`` True although
-        ``since`` was given).
+        failed over to a replica, whose transaction ids went back), or one that a delete of rows of
+        ``journal_heads`` has followed (``journal_heads_deletes``: a deleted row may have been the
+        only word of an append since the mark), does not hold: the look is whole and says so, and
+        the reader must take what it holds as unknown (``whole`` True although ``since`` was given).
 
         Raises:
             JournalCorrupt: a row that is not a head this journal writes (a run id that is not one, a
@@ -1331,12 +1406,12 @@ class PostgresJournal:
         given = since is not None and since_xid.isdigit() and len(since_xid) <= 20
         rows = self._heads_rows(names, since_xid if given else None)
         mark_identity, mark_xid = str(rows[0][0]), str(rows[0][1])
-        holds = given and identity == mark_identity and int(since_xid) <= int(mark_xid)
-        if given and not holds:  # another journal's mark, or the server's ids went back: look again, whole
-            rows = self._heads_rows(names, None)
+        holds = given and identity == mark_identity and _mark_holds(int(since_xid), rows[0])
+        if given and not holds:  # another journal's mark, the server's ids went back, or heads deleted
+            rows = self._heads_rows(names, None)  # since it: look again, whole
             mark_identity, mark_xid = str(rows[0][0]), str(rows[0][1])
         found: dict[str, dict[str, int]] = {stream: {} for stream in streams}
-        for _identity, _mark, stream, run, head in rows:
+        for *_mark, stream, run, head in rows:
             if stream is None or head is None:
                 continue  # the mark's own row (no head moved), or a head whose records are gone
             if not valid_name(run):
@@ -1373,8 +1448,9 @@ class PostgresJournal:
             )
             params = (streams, since)
         query = (
-            f"select s.identity, s.mark::text, m.stream, m.run_id, m.head from"
-            f" (select {ident} as identity, pg_snapshot_xmin(pg_current_snapshot()) as mark) s"
+            f"select s.identity, s.mark::text, s.deleted, s.noticed, m.stream, m.run_id, m.head from"
+            f" (select {ident} as identity, pg_snapshot_xmin(pg_current_snapshot()) as mark,"
+            f" {_LAST_DELETE} as deleted, {_DELETES_NOTICED} as noticed) s"
             f" left join ({moved}) m on true"
         )
 

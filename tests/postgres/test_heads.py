@@ -138,3 +138,100 @@ def test_catch_up_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path,
         assert b.catch_up() == 1
         assert list((tmp_path / "b").rglob(f"{key}.json")) == [learned]
         b.close()
+
+
+def _admin(dsn: str, *statements: str) -> None:
+    """Run ``statements`` as an administrator would, on the journal's schema (``dsn``'s path)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+@pytest.mark.parametrize(
+    "deletion",
+    ["delete from journal_heads", "delete from journal_heads where stream = 's'", "truncate journal_heads"],
+)
+def test_a_head_row_deleted_after_an_append_does_not_hide_it_from_a_process_that_had_looked(
+    open_pg: OpenPg, postgres_dsn: str, deletion: str
+) -> None:
+    """Two processes on one schema: the reader has looked; the writer's run appends, and its heads
+    row is deleted before the reader looks again. The deletion is noticed: that look is whole, and
+    lists the append; the one after it holds again."""
+    reader, writer = open_pg(), open_pg()
+    info, lease = writer.begin("f", "s", {})
+    writer.append(lease, "s", {"n": 1})
+    assert reader.heads_changed(["s"], None)[0] == {"s": {info.run_id: 1}}
+    _, mark, _ = reader.heads_changed(["s"], None)
+    writer.append(lease, "s", {"n": 2})
+    _admin(postgres_dsn, deletion)
+    found, mark, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 2}}, True)
+    found, _, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {}}, False)
+
+
+def test_an_append_after_its_head_row_was_deleted_is_seen_by_a_process_that_had_looked(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    reader, writer = open_pg(), open_pg()
+    info, lease = writer.begin("f", "s", {})
+    writer.append(lease, "s", {"n": 1})
+    _, mark, _ = reader.heads_changed(["s"], None)
+    _admin(postgres_dsn, "delete from journal_heads")
+    writer.append(lease, "s", {"n": 2})
+    assert reader.heads_changed(["s"], mark)[0] == {"s": {info.run_id: 2}}
+
+
+def test_a_delete_rolled_back_or_of_no_row_leaves_the_mark_holding_only_as_it_should(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    pg = open_pg()
+    _, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    _, mark, _ = pg.heads_changed(["s"], None)
+    with psycopg.connect(postgres_dsn) as conn:  # a delete that rolls back deleted nothing
+        conn.execute("delete from journal_heads")
+        conn.rollback()
+    assert pg.heads_changed(["s"], mark)[2] is False
+    _admin(postgres_dsn, "delete from journal_heads where stream = 'no-such-stream'")
+    assert pg.heads_changed(["s"], mark)[2] is True  # a statement that deleted: counted, whatever it took
+
+
+def test_with_the_delete_trigger_disabled_or_dropped_every_look_is_whole(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    info, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    _, mark, _ = pg.heads_changed(["s"], None)
+    assert pg.heads_changed(["s"], mark)[2] is False
+    _admin(postgres_dsn, "alter table journal_heads disable trigger journal_heads_deleted")
+    found, mark, whole = pg.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 1}}, True)
+    _admin(postgres_dsn, "alter table journal_heads enable trigger journal_heads_deleted")
+    _, mark, _ = pg.heads_changed(["s"], mark)
+    assert pg.heads_changed(["s"], mark)[2] is False
+    _admin(postgres_dsn, "drop trigger journal_heads_deleted on journal_heads")
+    assert pg.heads_changed(["s"], mark)[2] is True
+
+
+def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Host A reads (its look at the heads); host B forgets a finding, and B's forget run's heads
+    row is deleted before A reads again: A's next read still leaves the finding out."""
+    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+        with a.session(scope="team") as s:
+            key = s.learn({"text": "the door code is 4711"}).key
+            other = s.learn({"text": "lunch is at noon"}).key
+        assert {e.key for e in a.recall(scope="team")} == {key, other}
+        with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn) as b:
+            b.materialize()
+            with b.session(scope="team", flow="forget") as s:
+                s.forget(key, reason="rotated")
+        _admin(
+            postgres_dsn,
+            "delete from journal_heads h using journal_runs r"
+            " where h.run_id = r.run_id and r.flow = 'forget'",
+        )
+        assert {e.key for e in a.recall(scope="team")} == {other}
+        assert a.get(key) is None

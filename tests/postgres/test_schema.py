@@ -41,7 +41,13 @@ def test_the_first_use_creates_the_versioned_schema_once_even_when_many_open_it_
 
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(first_use, journals)) == [0] * 8
-    assert _tables(schema) == ["journal_heads", "journal_records", "journal_runs", "journal_schema"]
+    assert _tables(schema) == [
+        "journal_heads",
+        "journal_heads_deletes",
+        "journal_records",
+        "journal_runs",
+        "journal_schema",
+    ]
     with admin_connection() as conn:
         versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
     assert versions == [(SCHEMA_VERSION,)]
@@ -171,3 +177,62 @@ def test_a_journal_restored_without_its_heads_table_is_refused_saying_how_to_mak
     with admin_connection() as conn:
         heads = conn.execute(f'select run_id, head from "{schema}".journal_heads').fetchall()
     assert heads == [(info.run_id, 1)]
+    # the table made again notices its rows deleted, as the one it replaces did (step 5 ran again)
+    reader = open_pg()
+    _, mark, _ = reader.heads_changed(["s"], None)
+    with admin_connection() as conn:
+        conn.execute(f'delete from "{schema}".journal_heads')
+    assert reader.heads_changed(["s"], mark)[2] is True
+
+
+def test_a_journal_at_version_4_is_migrated_to_notice_deleted_heads(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    schema = _schema_of(postgres_dsn)
+    with admin_connection() as conn:  # a journal written by version 4 of the schema, heads and all
+        conn.execute(f'set search_path to "{schema}"')
+        conn.execute("create table journal_schema (version integer not null)")
+        conn.execute("insert into journal_schema values (4)")
+        for version, statements in MIGRATIONS:
+            if version == 4:  # its heads filled from the records
+                conn.execute(
+                    "insert into journal_runs values ('20260101T000000-00000000aa', 'f', 's', 'failed',"
+                    " 1, 1, 1, '{}', null, null, null)"
+                )
+                conn.execute(
+                    "insert into journal_records values"
+                    " ('20260101T000000-00000000aa', 's', 1, 'abcd', 'k', 5, '{\"old\":true}')"
+                )
+            for statement in statements if version <= 4 else ():
+                conn.execute(statement)
+    jr = open_pg()
+    _, mark, _ = jr.heads_changed(["s"], None)
+    lease = jr.acquire("20260101T000000-00000000aa")
+    jr.append(lease, "s", {"new": True}, key="k2")
+    with admin_connection() as conn:
+        conn.execute(f'delete from "{schema}".journal_heads')
+        versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
+    assert versions == [(SCHEMA_VERSION,)]
+    assert jr.heads_changed(["s"], mark)[0::2] == ({"s": {"20260101T000000-00000000aa": 2}}, True)
+
+
+def test_a_journal_restored_without_its_deletes_table_is_refused_saying_how_to_make_it_again(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    jr = open_pg()
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"n": 1})
+    schema = _schema_of(postgres_dsn)
+    with admin_connection() as conn:
+        conn.execute(f'drop table "{schema}".journal_heads_deletes')
+    with pytest.raises(journal.JournalUnavailable) as err:
+        open_pg().heads_changed(["s"], None)
+    assert "no table journal_heads_deletes" in str(err.value) and "version = 4" in str(err.value)
+    with admin_connection() as conn:  # what the message says
+        conn.execute(f'update "{schema}".journal_schema set version = 4')
+    again = open_pg()
+    _, mark, _ = again.heads_changed(["s"], None)
+    jr.append(lease, "s", {"n": 2})
+    with admin_connection() as conn:
+        conn.execute(f'delete from "{schema}".journal_heads')
+    assert again.heads_changed(["s"], mark)[0::2] == ({"s": {info.run_id: 2}}, True)
