@@ -96,6 +96,7 @@ _TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
 # not (the lease connection), while its holder works; a server timeout on idle sessions would end
 # it and hand the lock to another host while the holder goes on. Both are switched off there (any
 # role may; the setting is skipped where the server has no such parameter). %s: is_local.
+_TURN_OF = "pg_advisory_xact_lock{0}(%s, hashtext(current_schema() || ':' || %s))"  # {0}: '' or '_shared'
 _NO_IDLE_TIMEOUTS = (
     "select set_config(name, '0', %s) from pg_settings"
     " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
@@ -1319,23 +1320,36 @@ class PostgresJournal:
             self._call("vacuuming the records", call)
 
     @contextlib.contextmanager
-    def turn(self, name: str) -> Iterator[None]:
+    def turn(self, name: str, *, under: str | None = None) -> Iterator[None]:
         """Hold the turn named ``name`` among every process on every host sharing this journal's
         schema: an advisory lock taken in a transaction of its own, held open until the block ends
         (a killed holder's session ends, and its turn with it). Callers take several turns in one
         order. Not re-entrant: a second ``turn`` of one name in one process waits for the first.
 
+        ``under`` names a wider turn that this one is part of, held shared (by many at once) and
+        taken first, in the same statement: whoever holds the wider turn itself (``turn(under)``)
+        waits until no turn under it is held, and holds every one of them at once; a turn under it
+        asked for meanwhile waits for that holder. A holder of the wider turn must not ask for a
+        turn under it: that one would wait for the holder.
+
         Raises:
+            ValueError: ``name`` or ``under`` is not a string of 1 to 1024 characters.
             JournalUnavailable, JournalUnwritable: the lock could not be taken.
         """
-        if not isinstance(name, str) or not 0 < len(name) <= 1024:
-            raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {name!r:.60}")
+        for value in (name,) if under is None else (name, under):
+            if not isinstance(value, str) or not 0 < len(value) <= 1024:
+                raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {value!r:.60}")
         with self._transaction(f"taking or holding the turn {name!r}") as cur:
             cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
-            cur.execute(
-                "select pg_advisory_xact_lock(%s, hashtext(current_schema() || ':' || %s))",
-                (_TURN_LOCK, name),
-            )
+            if under is None:
+                cur.execute(f"select {_TURN_OF.format('')}", (_TURN_LOCK, name))
+            else:
+                # ``offset 0`` keeps the subquery a step of its own, run first: every holder takes
+                # the wider turn before its own, so no two wait for each other
+                cur.execute(
+                    f"select {_TURN_OF.format('')} from (select {_TURN_OF.format('_shared')} offset 0) wider",
+                    (_TURN_LOCK, name, _TURN_LOCK, under),
+                )
             yield
 
     def stream_heads(self, stream: str) -> dict[str, int]:

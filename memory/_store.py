@@ -102,6 +102,10 @@ log = logging.getLogger(__name__)
 CAUGHT_UP_FILE = "caught-up.json"
 """Where ``catch_up`` keeps the heads it reached, in ``<db-dir>/flows-cache`` (derived state)."""
 
+EVERY_SCOPE_TURN = "memory-scopes"
+"""The turn, among the hosts sharing a journal, that every scope's turn is part of (``_hosts_turn``):
+a forget by filter holds it whole, so no update of any scope is between its look and its writes."""
+
 
 def _check_where(
     verb: str,
@@ -265,7 +269,20 @@ class MemoryStore:
         turn = getattr(backend, "turn", None)
         if turn is None or not lists_heads(backend):
             return contextlib.nullcontext()
-        return turn(f"memory-scope:{scope}")  # type: ignore[no-any-return]
+        return turn(f"memory-scope:{scope}", under=EVERY_SCOPE_TURN)  # type: ignore[no-any-return]
+
+    def _every_scope_turn(self) -> contextlib.AbstractContextManager[None]:
+        """The turn of every scope at once among the hosts sharing this store's journal: while it
+        is held, no update, forget or erase of any scope on any host (nor in another process of
+        this host) is between its look and its last write (each holds its scope's turn, which is
+        part of this one: ``_hosts_turn``), so a look then sees each memory whole: the version an
+        update retired and the one that replaced it are never both missed. A journal of one host
+        needs none. Whoever holds it must not take a scope's turn (``Publisher.update_turn``)."""
+        backend = self.open_journal()
+        turn = getattr(backend, "turn", None)
+        if turn is None or not lists_heads(backend):
+            return contextlib.nullcontext()
+        return turn(EVERY_SCOPE_TURN)  # type: ignore[no-any-return]
 
     @property
     def db(self) -> HistoryDB:
@@ -646,8 +663,11 @@ class MemoryStore:
         empty filter, which would forget everything, is refused. ``dry_run`` lists what it would
         forget and writes nothing. Findings forgotten already are not named again. On a journal
         hosts share, what other hosts learned and this one has not synced matches too
-        (``catch_up`` first). ``only``: of the matches, those keys alone (what a dry run listed and
-        a person confirmed: a finding learned since is not forgotten with them).
+        (``catch_up`` first), and the forget looks and writes holding every scope's turn among
+        the hosts (updates, forgets and erases of every scope wait for it, and it for them), so a
+        memory an update is replacing is forgotten in the version the update leaves live.
+        ``only``: of the matches, those keys alone (what a dry run listed and a person confirmed: a
+        finding learned since is not forgotten with them).
 
         Raises:
             ArgumentInvalid: no filter, a malformed one, a malformed reason, or more than
@@ -661,17 +681,6 @@ class MemoryStore:
         every_tag, _ = _check_where(
             "forget", scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms
         )
-        # hosts share the journal: what they learned that this host has not synced matches too
-        self.catch_up()
-        found = self.recall(scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None)
-        if only is not None:
-            allowed = set(only)
-            found = [e for e in found if e.key in allowed]
-        if len(found) > FORGET_MANY_MAX:
-            raise ArgumentInvalid(
-                f"the filter matches {len(found)} findings, more than one forget takes ({FORGET_MANY_MAX}): "
-                "narrow it (a scope, a tag, --before)"
-            )
         chosen: dict[str, Any] = {}
         for name, value in (("scope", scope), ("source", source), ("beforeMs", before_ms)):
             if value is not None:
@@ -682,34 +691,47 @@ class MemoryStore:
             chosen["tags"] = list(every_tag)
         if meta:
             chosen["meta"] = dict(meta)
-        keys = tuple(sorted(e.key for e in found))
-        if dry_run or not keys:
-            return ForgottenMany(keys, reason, chosen, dry_run=dry_run)
-        ids = sorted((e.key, e.scope) for e in found)
-        with contextlib.ExitStack() as turns:
-            if lists_heads(self.open_journal()):
-                # hosts share the journal: the matches are read again in the turns of their scopes,
-                # so no update on another host retires one between the look and the record (its
-                # retirement and this one would then both stand in the journal). That look catches
-                # up too: a version another host's update wrote since the first look, whose
-                # retirement of the match this look honours, matches in its place (else neither
-                # would be forgotten, and the memory would stay live). What has gone meanwhile is
-                # left out; with ``only``, so is what was not listed.
-                held = sorted({e.scope for e in found})
-                for name in held:
-                    turns.enter_context(self._publisher.update_turn(name, root.run_id))
-                self.catch_up()
-                now = self.recall(
-                    scope=scope, tags=tags, meta=meta, source=source, before_ms=before_ms, limit=None
-                )
-                live = {(e.key, e.scope) for e in now if e.scope in held}
-                ids = sorted(live) if only is None else [pair for pair in ids if pair in live]
-                if not ids:
-                    return ForgottenMany((), reason, chosen)
-                keys = tuple(sorted(key for key, _ in ids))
+        where = {"scope": scope, "tags": tags, "meta": meta, "source": source, "before_ms": before_ms}
+        # hosts share the journal: what they learned that this host has not synced matches too
+        self.catch_up()
+        if dry_run:
+            listed = self._forget_matches(where, only)
+            return ForgottenMany(tuple(sorted(e.key for e in listed)), reason, chosen, dry_run=True)
+        # On a journal hosts share, the look that chooses is taken in every scope's turn, which each
+        # update holds from its look at the version it replaces until the new one is in place: a
+        # look outside may fall between an update's commit (which retires the old version, as this
+        # host's read learns from the journal) and this host catching up with the new version, and
+        # see neither; and no update retires a match between the look and this record (both
+        # retirements would then stand in the journal). The catch-up above was outside it, so the
+        # one in it has little to read.
+        with self._every_scope_turn():
+            self.catch_up()
+            found = self._forget_matches(where, only)
+            keys = tuple(sorted(e.key for e in found))
+            if not keys:
+                return ForgottenMany((), reason, chosen)
+            ids = sorted((e.key, e.scope) for e in found)
             record = self._retirer.forget_many(root, ids, reason=reason, filter=chosen)
         citation = Citation(record.run_id, record.stream, record.id)
         return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
+
+    def _forget_matches(self, where: Mapping[str, Any], only: Collection[str] | None) -> list[Recalled]:
+        """The live findings a forget by filter retires: those ``where`` (``recall``'s filter)
+        matches, less those not in ``only`` when it is given.
+
+        Raises:
+            ArgumentInvalid: more than ``FORGET_MANY_MAX`` of them (narrow the filter).
+        """
+        found = self.recall(**where, limit=None)
+        if only is not None:
+            allowed = set(only)
+            found = [e for e in found if e.key in allowed]
+        if len(found) > FORGET_MANY_MAX:
+            raise ArgumentInvalid(
+                f"the filter matches {len(found)} findings, more than one forget takes ({FORGET_MANY_MAX}): "
+                "narrow it (a scope, a tag, --before)"
+            )
+        return found
 
     def retire_superseded(self, key: str, by: str, root: Root) -> bool:
         """Commit the retirement of ``key`` as superseded ``by`` its newer version, when nothing has

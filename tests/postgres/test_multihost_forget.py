@@ -183,29 +183,68 @@ def test_an_erase_on_b_leaves_nothing_on_a_after_a_sync_that_materializes_nothin
 def test_a_forget_by_filter_takes_the_version_another_host_wrote_after_its_first_look(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    """B's forget by filter looks (catch-up, then its matches), and host A updates a matching memory
-    before B holds the scope's turn: the look B takes again in the turn catches up as well, so it
-    forgets A's new version (committed before B's forget, and matching it) rather than leaving it
-    live behind the version A's update retired."""
+    """B's forget by filter catches up, and host A updates a matching memory before B holds the
+    scopes' turn: the look B takes in the turn catches up as well, so it forgets A's new version
+    (committed before B's forget, and matching it) rather than leaving it live behind the version
+    A's update retired."""
     a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
     with a.session(scope="users") as s:
         carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
         dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
     b.catch_up()
-    turn = b._publisher.update_turn
+    turn = b._every_scope_turn
     newer: list[str] = []
 
-    def update_on_a_first(scope: str, run_id: str | None) -> Any:
-        if not newer:  # between B's first look and its turn
+    def update_on_a_first() -> Any:
+        if not newer:  # between B's first catch-up and its turn
             with a.session(scope="users") as s:
                 again = {"text": "carol likes green tea", "metadata": {"user": "carol"}}
                 newer.append(s.update(carol.memory_id, again).key)
-        return turn(scope, run_id)
+        return turn()
 
-    b._publisher.update_turn = update_on_a_first  # type: ignore[method-assign]
+    b._every_scope_turn = update_on_a_first  # type: ignore[method-assign]
     with b.session(scope="users") as s:
         done = s.forget_where(reason="carol asked", scope="users", meta={"user": "carol"})
     assert done.keys == tuple(newer)
+    for store in (a, b):
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        store.sync()
+        assert [e.key for e in store.recall(scope="users")] == [dave]
+        assert store.current(carol.memory_id) is None
+        assert memory.check_store(store) == []
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["any-scope", "one-scope"])
+def test_a_forget_by_filter_whose_first_look_falls_inside_an_update_on_another_host_forgets_its_version(
+    tmp_path: Path, postgres_dsn: str, scoped: bool
+) -> None:
+    """B's forget by filter catches up, and host A's update of the one matching memory commits
+    before B reads: B's read learns from the journal that the version it holds is retired, and has
+    not caught up with the version that replaced it. Before, B's look saw neither, found nothing
+    to forget and returned, and A's new version stayed live on every host; now the forget looks in
+    the turn every update takes, and forgets the new version."""
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="users") as s:
+        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
+        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
+    b.catch_up()
+    catch_up = b.catch_up
+    newer: list[str] = []
+
+    def update_on_a_after_the_catch_up() -> int:
+        made = catch_up()
+        if not newer:  # between B's first catch-up and its read
+            with a.session(scope="users") as s:
+                again = {"text": "carol likes green tea", "metadata": {"user": "carol"}}
+                newer.append(s.update(carol.memory_id, again).key)
+        return made
+
+    b.catch_up = update_on_a_after_the_catch_up  # type: ignore[method-assign]
+    with b.session(scope="users") as s:
+        done = s.forget_where(reason="carol asked", meta={"user": "carol"}, scope="users" if scoped else None)
+    assert newer and done.keys == tuple(newer)
     for store in (a, b):
         assert [e.key for e in store.recall(scope="users")] == [dave]
         store.sync()

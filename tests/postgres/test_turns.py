@@ -1,0 +1,95 @@
+"""Turns under a wider turn: many are held at once, and the wider turn's holder holds them all.
+
+A forget by filter holds every scope's turn at once (``turn("memory-scopes")``) while updates each
+hold their scope's turn under it (``turn("memory-scope:<s>", under="memory-scopes")``). Whether a
+holder waits is read from the server's lock table (a request not granted), never from a clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import psycopg
+import pytest
+
+from journal.postgres import PostgresJournal
+from tests.postgres.conftest import OpenPg
+
+
+def _waiting(dsn: str, name: str) -> bool:
+    """Whether some session waits for the turn ``name`` of the journal at ``dsn``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select count(*) from pg_locks l where l.locktype = 'advisory' and not l.granted"
+            " and l.objsubid = 2 and l.classid = 1953854062"  # 'turn': the journal's turn namespace
+            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
+            (name,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def _until_waiting(dsn: str, name: str) -> None:
+    while not _waiting(dsn, name):  # bounded by the test's timeout
+        threading.Event().wait(0.01)
+
+
+class _Holder:
+    """A thread that takes a turn (``take()``), notes ``label`` in ``log`` once it holds it, and
+    lets go when ``let_go`` is called."""
+
+    def __init__(self, take: Callable[[], AbstractContextManager[None]], log: list[str], label: str) -> None:
+        self._release = threading.Event()
+
+        def hold() -> None:
+            with take():
+                log.append(label)
+                self._release.wait()
+
+        self._thread = threading.Thread(target=hold, daemon=True)
+        self._thread.start()
+
+    def let_go(self) -> None:
+        self._release.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive()
+
+
+def test_turns_under_one_wider_turn_are_held_at_once_and_its_holder_waits_for_them(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    one, two, whole = open_pg(), open_pg(), open_pg()
+    for jr in (one, two, whole):
+        jr.runs()  # migrated before any turn is taken
+    log: list[str] = []
+    with one.turn("a", under="w"):
+        with two.turn("b", under="w"):  # while the other is held: turns under one turn do not wait
+            holder = _Holder(lambda: whole.turn("w"), log, "whole")
+            _until_waiting(postgres_dsn, "w")
+            log.append("a and b held")
+        log.append("b done")
+        assert log == ["a and b held", "b done"]  # the wider turn waits for every turn under it
+    holder.let_go()
+    assert log == ["a and b held", "b done", "whole"]
+
+
+def test_a_turn_asked_for_while_the_wider_turn_is_held_waits_for_it(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    whole, late = open_pg(), open_pg()
+    for jr in (whole, late):
+        jr.runs()
+    log: list[str] = []
+    with whole.turn("w"):
+        holder = _Holder(lambda: late.turn("c", under="w"), log, "c")
+        _until_waiting(postgres_dsn, "w")
+        log.append("whole done")
+    holder.let_go()
+    assert log == ["whole done", "c"]
+
+
+def test_a_turn_name_or_wider_name_that_is_not_one_is_refused(pg: PostgresJournal) -> None:
+    for name, under in (("", None), ("a", ""), ("a", "x" * 1025), ("a", 7)):
+        with pytest.raises(ValueError, match="a turn's name"), pg.turn(name, under=under):  # type: ignore[arg-type]
+            pass
