@@ -5,9 +5,11 @@ the finding was synced there or not; retired stays retired on every path (sync, 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import memory
@@ -253,3 +255,55 @@ def test_a_forget_by_filter_whose_first_look_falls_inside_an_update_on_another_h
         assert memory.check_store(store) == []
     a.close()
     b.close()
+
+
+def test_an_update_on_another_host_waits_for_a_forget_by_filter_and_then_finds_the_memory_forgotten(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """While B's forget by filter holds every scope's turn (between its look and its record), A's
+    update of a matching memory waits for it (the server's lock table shows it waiting), and then
+    finds no live version to replace: the forget's look is never outdated by an update."""
+    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    with a.session(scope="users") as s:
+        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
+    b.catch_up()
+    outcome: list[object] = []
+
+    def update_on_a() -> None:
+        try:
+            with a.session(scope="users") as s:
+                outcome.append(s.update(carol.memory_id, {"text": "carol likes green tea"}))
+        except memory.FlowsMemoryError as exc:
+            outcome.append(exc)
+
+    racer = threading.Thread(target=update_on_a, daemon=True)
+    matches = b._forget_matches
+
+    def start_the_update_first(*args: Any) -> Any:
+        racer.start()
+        while racer.is_alive() and not _waiting_for_every_scope(postgres_dsn):
+            threading.Event().wait(0.01)
+        assert racer.is_alive(), f"A's update did not wait for the forget's turn: {outcome}"
+        return matches(*args)
+
+    b._forget_matches = start_the_update_first  # type: ignore[method-assign]
+    with b.session(scope="users") as s:
+        done = s.forget_where(reason="carol asked", meta={"user": "carol"})
+    racer.join(60)
+    assert done.keys == (carol.key,)
+    assert len(outcome) == 1 and isinstance(outcome[0], memory.FindingUnknown)
+    for store in (a, b):
+        assert store.current(carol.memory_id) is None and store.recall(scope="users") == []
+    a.close()
+    b.close()
+
+
+def _waiting_for_every_scope(dsn: str) -> bool:
+    """Whether a session waits on the server for a scope's turn or the turn of every scope."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select count(*) from pg_locks where locktype = 'advisory' and not granted"
+            " and objsubid = 2 and classid = 1953854062"  # 'turn': the journal's turns
+            " and objid::bigint = hashtext(current_schema() || ':memory-scopes')::bigint & 4294967295"
+        ).fetchone()
+    return bool(row and row[0])
