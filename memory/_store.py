@@ -16,7 +16,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -704,7 +704,9 @@ class MemoryStore:
         # see neither; and no update retires a match between the look and this record (both
         # retirements would then stand in the journal). The catch-up above was outside it, so the
         # one in it has little to read.
-        with self._every_scope_turn():
+        # On a journal of one host, the turns of the scopes it matches in (``_matched_scopes_turns``).
+        shared = self._shares_turns()
+        with self._every_scope_turn() if shared else self._matched_scopes_turns(root, where, only):
             self.catch_up()
             found = self._forget_matches(where, only)
             keys = tuple(sorted(e.key for e in found))
@@ -714,6 +716,38 @@ class MemoryStore:
             record = self._retirer.forget_many(root, ids, reason=reason, filter=chosen)
         citation = Citation(record.run_id, record.stream, record.id)
         return ForgottenMany(keys, reason, chosen, citation, int(record.payload["forgottenMs"]))
+
+    def _shares_turns(self) -> bool:
+        """Whether this store's journal is one hosts share (its turns are theirs: ``_every_scope_turn``)."""
+        backend = self.open_journal()
+        return getattr(backend, "turn", None) is not None and lists_heads(backend)
+
+    @contextlib.contextmanager
+    def _matched_scopes_turns(
+        self, root: Root, where: Mapping[str, Any], only: Collection[str] | None
+    ) -> Iterator[None]:
+        """On a journal of one host, the turn of every scope a forget by filter matches in, held
+        in sorted order (as an erase holds its scopes'), so no update in another process or thread
+        of this host is between its look at the version it replaces and that version's retired
+        file while the forget looks again and writes: a look outside may have chosen a version an
+        update retires before the forget's record, which would then retire that version a second
+        time and leave the update's new one, matching, live. The scopes come from a look outside
+        the turns, taken again until the looks inside find no scope not held (a new scope's match
+        since is a learn; after ``UPDATE_ATTEMPTS`` looks the forget goes on with the turns held)."""
+        held: set[str] = set()
+        with contextlib.ExitStack() as turns:
+            for _ in range(UPDATE_ATTEMPTS):
+                scopes = {e.scope for e in self._forget_matches(where, only)} - held
+                if not scopes:
+                    break
+                # a turn is taken in sorted order only among those not held yet; two forgets by
+                # filter whose scopes interleave would then wait on each other, so let go and
+                # take them all again in order
+                turns.close()
+                held |= scopes
+                for scope in sorted(held):
+                    turns.enter_context(self._publisher.update_turn(scope, root.run_id))
+            yield
 
     def _forget_matches(self, where: Mapping[str, Any], only: Collection[str] | None) -> list[Recalled]:
         """The live findings a forget by filter retires: those ``where`` (``recall``'s filter)

@@ -206,3 +206,39 @@ def test_the_record_keeps_each_tag_of_the_filter_once(store: memory.MemoryStore)
     assert record.payload["filter"] == {"scope": "alice", "tags": ["pref"]}
     streams = store.db_path.parent / "flows-journal" / "runs" / record.run_id / "streams"
     assert (streams / f"{memory.RETIRE_STREAM}.jsonl").stat().st_size < 4096
+
+
+def test_an_update_in_another_process_between_the_look_and_the_record_is_forgotten_in_its_new_version(
+    db: Path, store: memory.MemoryStore
+) -> None:
+    """On a journal of one host, another process (a second store on the same folder) updates a
+    matching memory after the forget by filter's first look and before its record. Before, the
+    record retired the version the update had retired already and the update's new version, which
+    matches, stayed live; now the forget looks again holding the turns of the scopes it matched in
+    (the turn every update holds), so it forgets the new version."""
+    with store.session(scope="users") as s:
+        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
+        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
+    other = memory.MemoryStore(db)
+    looks = store._forget_matches
+    newer: list[str] = []
+
+    def update_in_the_other_process_after_the_first_look(*args: object) -> list[memory.Recalled]:
+        found = looks(*args)  # type: ignore[arg-type]
+        if not newer:
+            with other.session(scope="users") as s:
+                again = {"text": "carol likes green tea", "metadata": {"user": "carol"}}
+                newer.append(s.update(carol.memory_id, again).key)
+        return found
+
+    store._forget_matches = update_in_the_other_process_after_the_first_look  # type: ignore[method-assign]
+    with store.session(scope="users") as s:
+        done = s.forget_where(reason="carol asked", meta={"user": "carol"})
+    assert newer and done.keys == tuple(newer)
+    for each in (store, other):
+        assert [e.key for e in each.recall(scope="users")] == [dave]
+        assert each.current(carol.memory_id) is None
+    store.sync()
+    assert [e.key for e in store.recall(scope="users")] == [dave]
+    assert memory.check_store(store) == []
+    other.close()
