@@ -5,6 +5,7 @@ before the erase's forget and commits after it, on either journal."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -245,26 +246,39 @@ def test_a_forget_by_filter_that_listed_before_an_erase_and_commits_after_it_kee
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A forget by filter names its filter in its record, and the filter's metadata is a value the
-    # erased finding held. One that listed the finding before the erase and commits after the erase
-    # returned must not keep that value in the journal next to the erased key. On a file journal:
-    # on one hosts share, the two take the scope's turn among the hosts, so the erase, after the
-    # forget by filter, finds its record (here the erase would wait for the turn this thread holds).
+    # erased finding held. An erase started (another store, another thread) after the forget listed
+    # the finding and before its record: the forget looks and writes holding the scope's turn,
+    # which the erase takes too, so the erase comes after the record, finds it and rewrites it
+    # without the value (before the forget held the turn on a file journal, the erase came first
+    # and the forget's own rewrite dropped the value). Either way the journal must not keep that
+    # value next to the erased key.
     journal_location = str(tmp_path / "journal")
     store = _store(tmp_path, journal_location)
     with store.session(scope="users", flow="first") as s:
         key = s.learn({"text": "hana's address", "metadata": {"user": f"{MARK}@example.com"}}).key
     other = memory.MemoryStore(store.db_path, journal=journal_location, clock=Clock(start=1_700_000_000_500))
     real = other._retirer.forget_many
+    erasing: list[threading.Thread] = []
+    failed: list[BaseException] = []
 
-    def erased_first(root: Any, ids: Any, **kwargs: Any) -> Any:
+    def erase() -> None:
+        try:
+            with store.session(scope="privacy") as s2:
+                s2.erase(key, reason="hana asked")
+        except BaseException as exc:  # reported by the test
+            failed.append(exc)
+
+    def erase_begins(root: Any, ids: Any, **kwargs: Any) -> Any:
         assert [k for k, _ in ids] == [key]
-        with store.session(scope="privacy") as s2:
-            s2.erase(key, reason="hana asked")
+        erasing.append(threading.Thread(target=erase))
+        erasing[0].start()
         return real(root, ids, **kwargs)
 
-    monkeypatch.setattr(other._retirer, "forget_many", erased_first)
+    monkeypatch.setattr(other._retirer, "forget_many", erase_begins)
     with other.session(scope="users", flow="racer") as s3:
         s3.forget_where(reason="hana left", meta={"user": f"{MARK}@example.com"})
+    erasing[0].join(120)
+    assert not erasing[0].is_alive() and failed == []
     assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
     assert memory.check_store(store) == []
     other.close()
