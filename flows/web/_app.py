@@ -383,9 +383,19 @@ def _param(request: Request, name: str) -> str | None:
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    given = _given_int(request, name, low, high)
+    return default if given is None else given
+
+
+def _given_int(request: Request, name: str, low: int, high: int) -> int | None:
+    """The query parameter ``name`` as a whole number from ``low`` to ``high``; None when absent.
+
+    Raises:
+        ServeBadRequest: it is not such a number.
+    """
     text = request.query_params.get(name)
     if not text:
-        return default
+        return None
     # int() refuses a string of thousands of digits: a number is checked short first
     if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > 18 or not low <= int(text) <= high:
         raise ServeBadRequest(f"{name} must be a whole number from {low} to {high}, got {text!r:.80}")
@@ -601,13 +611,14 @@ class Dashboard:
     # -- runs ----------------------------------------------------------------------------------
 
     def _runs(self, request: Request) -> runs_data.RunsPage:
+        limit = _int_param(request, "limit", runs_data.PAGE_SIZE, 1, runs_data.MAX_PAGE_SIZE)
         return runs_data.runs_page(
             self.reader.runs,
             self.reader.backend,
             state=_param(request, "state"),
             flow=_param(request, "flow"),
             cursor=_param(request, "cursor"),
-            limit=_int_param(request, "limit", runs_data.PAGE_SIZE, 1, runs_data.MAX_PAGE_SIZE),
+            limit=limit,
         )
 
     def _runs_next(self, request: Request, base: str, cursor: str | None) -> str | None:
@@ -638,15 +649,16 @@ class Dashboard:
         return Truncated(page.rows, next_url) if page.truncated and next_url else (page.rows, next_url)
 
     def run_page(self, request: Request) -> tuple[str, dict[str, Any]]:
-        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
-        record = _param(request, "record")
-        number, pages = runs_data.timeline_window(
-            run["timeline"], page=_int_param(request, "page", 1, 1, 10**9) - 1, record=record
-        )
         size = runs_data.TIMELINE_PAGE
+        # the parameters first: a malformed one is the same 400 whatever the run
+        record = _param(request, "record")
+        asked_page = _int_param(request, "page", 1, 1, 10**9) - 1
+        asked_skip = _int_param(request, "skip", 0, 0, size - 1)
+        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
+        number, pages = runs_data.timeline_window(run["timeline"], page=asked_page, record=record)
         window = run["timeline"][number * size : (number + 1) * size]
         # the rows of the window before this part of it (the link of a part cut at its bytes)
-        skip = min(_int_param(request, "skip", 0, 0, size - 1), max(len(window) - 1, 0))
+        skip = min(asked_skip, max(len(window) - 1, 0))
         rows, shown = self._timeline_rows(window, skip, record)
         rest = shown[1] if shown[1] < len(window) else None
         return "run.html", {
@@ -687,8 +699,8 @@ class Dashboard:
         return rows[: end - skip], (skip, end)
 
     def run_api(self, request: Request) -> tuple[object, str | None] | Truncated:
-        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
         offset = _int_param(request, "offset", 0, 0, 10**18)
+        run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
         entries = run["timeline"][offset:]
         cut = fitting(len(encode_json(e)) for e in entries)
         if cut is None:
@@ -781,9 +793,9 @@ class Dashboard:
 
     def finding_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         key = request.path_params["key"]
-        store = self.reader.memory()
-        check_key(key)  # a malformed key is a 400 before any run is read
+        check_key(key)  # a malformed key or parameter is a 400 before anything is read
         offset, limit = self._history_window(request)
+        store = self.reader.memory()
         detail = finding_detail(store, self.reader.backend, key, self.reader.runs_naming(key))
         if detail is None:
             raise ServeNotFound(f"no finding has key {key}: neither the store nor the journal knows it")
@@ -878,9 +890,10 @@ class Dashboard:
         """The agent page's journal: at most ``JOURNAL_SHOWN`` sentences, the newest of the window
         before ``jend`` (a sentence's place in the window ``jsince`` starts), and the links on."""
         since = self._since(request, "jsince")
+        asked_end = _given_int(request, "jend", 0, 10**9)
         told = agent.journal(JOURNAL_DAYS, since)
         total = sum(len(day.sentences) for day in told.days)
-        end = _int_param(request, "jend", total, 0, 10**9)
+        end = total if asked_end is None else asked_end
         if end > total:
             raise ServeBadRequest(
                 f"jend {end} is past the {total} sentences of this journal; start from its newest page"
@@ -901,8 +914,10 @@ class Dashboard:
 
     def agent_page(self, request: Request) -> tuple[str, dict[str, Any]]:
         started = time.perf_counter()
-        agent = self._agent(request)
         before = self._before(request)
+        self._since(request, "jsince")
+        _given_int(request, "jend", 0, 10**9)  # every parameter checked before the agent is looked up
+        agent = self._agent(request)
         rows, older, truncated = agent.page(before)  # (a ledger that cannot be read fails here first)
         shown_journal = self._journal_shown(request, agent)
         acted, tokens, series = self._balances(agent)
@@ -938,9 +953,10 @@ class Dashboard:
         }
 
     def ledger_api(self, request: Request) -> tuple[object, str | None] | Truncated:
-        agent = self._agent(request)
         limit = _int_param(request, "limit", LEDGER_PAGE, 1, 1000)
-        rows, older, truncated = agent.page(self._before(request), limit)
+        before = self._before(request)
+        agent = self._agent(request)
+        rows, older, truncated = agent.page(before, limit)
         next_url = (
             None if older is None else link(f"/api/agents/{agent.number}/ledger", before=older, limit=limit)
         )
@@ -951,9 +967,10 @@ class Dashboard:
         return self._agent(request).status(), None
 
     def why_api(self, request: Request) -> tuple[object, str | None] | Truncated:
-        agent = self._agent(request)
         limit = _int_param(request, "limit", 10, 1, 1000)
-        rows, older, truncated = agent.skips(self._before(request), limit)
+        before = self._before(request)
+        agent = self._agent(request)
+        rows, older, truncated = agent.skips(before, limit)
         body = [s.to_wire() for _, s in rows]
         if truncated and older is not None:  # the rest of the ``limit``, from where this one stopped
             rest = limit - len(rows)
@@ -964,8 +981,9 @@ class Dashboard:
         days = _int_param(request, "days", JOURNAL_DAYS, 1, memory.ledger.MAX_DAYS)
         offset = _int_param(request, "offset", 0, 0, 10**9)
         limit = _int_param(request, "limit", JOURNAL_PAGE, 1, JOURNAL_MAX_PAGE)
+        since = self._since(request, "since")
         agent = self._agent(request)
-        told = agent.journal(days, self._since(request, "since"))
+        told = agent.journal(days, since)
         page = journal_page(told, offset, limit)
         if page.end == page.total:
             return page.as_json(), None
