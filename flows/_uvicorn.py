@@ -13,8 +13,10 @@ uvicorn is imported when a server is made, never by ``import flows``.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,20 +32,64 @@ KEEP_ALIVE_S = 5
 """How long a connection may stay open, silent, after an answer (uvicorn's ``timeout_keep_alive``)."""
 
 MAX_HEAD_BYTES = 16 * 1024
-"""The largest request head read; a larger one is answered ``400`` and the connection closed (h11's
-``max_incomplete_event_size``)."""
+"""The largest request head (request line, headers and the blank line that ends them) a server
+takes; a larger one is answered ``431`` with the server's coded error (``Refusal``) and the
+connection closed, however many reads it came in (``BoundedHeads``)."""
+
+LINGER_S = 2.0
+"""How long a connection refused for its head is still read (and what it sends dropped) after the
+answer, before it is closed: closed at once, the bytes of the head still arriving would make the
+kernel reset the connection, and a client may then lose the answer it was sent."""
+
+#: where h11 ends a head: the first empty line, CRLF or bare LF
+_HEAD_END = re.compile(b"\n\r?\n")
 
 
-def bounded_http(*, max_connections: int | None = None, busy: ASGIApp | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Refusal:
+    """An answer the HTTP layer writes itself, before any app has a request to give it (a head over
+    ``MAX_HEAD_BYTES`` cannot be parsed into one): the server's coded error as its JSON ``body``,
+    with the ``headers`` that server puts on every answer."""
+
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def response(self, status: int, reason: str) -> bytes:
+        """The whole HTTP/1.1 answer with ``status``, closing the connection."""
+        lines = [
+            f"HTTP/1.1 {status} {reason}",
+            "content-type: application/json",
+            f"content-length: {len(self.body)}",
+            "connection: close",
+            *(f"{name}: {value}" for name, value in self.headers),
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
+
+
+def bounded_http(
+    *, head_too_large: Refusal, max_connections: int | None = None, busy: ASGIApp | None = None
+) -> dict[str, Any]:
     """The ``uvicorn.Config`` settings both servers (``flows serve``, ``flows mcp --http``) bound a
     client by: h11 always (its limits hold, httptools or not), the head deadline, keep-alive and
-    head size above, no WebSocket; with ``max_connections``, ``busy`` answers past them."""
+    head size above (a head past it answered ``431`` with ``head_too_large``), no WebSocket; with
+    ``max_connections``, ``busy`` answers past them."""
+    protocol = head_deadline_protocol(
+        HEAD_TIMEOUT_S, max_connections=max_connections, busy=busy, head_too_large=head_too_large
+    )
     return {
-        "http": head_deadline_protocol(HEAD_TIMEOUT_S, max_connections=max_connections, busy=busy),
+        "http": protocol,
         "ws": "none",
         "timeout_keep_alive": KEEP_ALIVE_S,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
     }
+
+
+def head_over_limit(buffered: bytes, limit: int = MAX_HEAD_BYTES) -> bool:
+    """Whether ``buffered`` (what a connection sent from the start of a request) begins with a head
+    over ``limit`` bytes: it holds more than ``limit`` bytes and no empty line ends a head within
+    them. (h11 bounds only a head still incomplete after a read; one that arrived whole in one read
+    was taken at any size.)"""
+    return len(buffered) > limit and _HEAD_END.search(buffered, 0, limit) is None
 
 
 def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> uvicorn.Server:
@@ -61,7 +107,11 @@ def announcing_server(config: uvicorn.Config, announce: Callable[[], None]) -> u
 
 
 def head_deadline_protocol(
-    timeout_s: float, *, max_connections: int | None = None, busy: ASGIApp | None = None
+    timeout_s: float,
+    *,
+    max_connections: int | None = None,
+    busy: ASGIApp | None = None,
+    head_too_large: Refusal | None = None,
 ) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol, closing a connection that has not sent a whole request head
     (request line and headers) within ``timeout_s`` seconds of opening, or of its last answer;
@@ -73,17 +123,69 @@ def head_deadline_protocol(
     any byte received stops that timer: a connection opened and left silent, or sent a header a
     byte at a time, was held for ever. A request under way (its head read, its answer not yet
     given: a long call, an event stream) is never cut by this deadline.
+
+    With ``head_too_large``, a request head over the server's ``h11_max_incomplete_event_size`` is
+    answered with it (``431``), whether it came in one read or many; the connection is read, and
+    what it sends dropped, for ``LINGER_S`` more, then closed.
     """
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+    if TYPE_CHECKING:
+        from uvicorn.server import ServerState
+
+    class _BoundedHeads(h11.Connection):
+        """h11's server side, refusing a head over ``limit`` however it arrived: h11 bounds only an
+        event still incomplete after a read, so a head sent whole in one was parsed at any size."""
+
+        def __init__(self, limit: int) -> None:
+            super().__init__(h11.SERVER, max_incomplete_event_size=limit)
+            self.limit = limit
+            self.head_refused = False
+
+        def next_event(self) -> Any:
+            # IDLE: the next event is a request head; its bytes are all that is buffered now (a
+            # paused pipelined request is looked at once the answer before it is done)
+            if self.their_state is h11.IDLE and head_over_limit(self.trailing_data[0], self.limit):
+                self.head_refused = True
+                raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+            return super().next_event()
 
     class _HeadDeadline(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _linger: asyncio.TimerHandle | None = None  # a refused connection's close
         _waiting: RequestResponseCycle | None = None  # the request answered when the timer started
         _served: ASGIApp | None = None  # the server's app, while ``app`` may be ``busy``
+
+        def __init__(
+            self,
+            config: uvicorn.Config,
+            server_state: ServerState,
+            app_state: dict[str, Any],
+            _loop: asyncio.AbstractEventLoop | None = None,
+        ) -> None:
+            super().__init__(config, server_state, app_state, _loop)
+            if head_too_large is not None:
+                self.conn = _BoundedHeads(config.h11_max_incomplete_event_size or MAX_HEAD_BYTES)
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
             self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._linger is None:  # after a refusal, what comes is dropped
+                super().data_received(data)
+
+        def send_400_response(self, msg: str) -> None:
+            refused = isinstance(self.conn, _BoundedHeads) and self.conn.head_refused
+            if head_too_large is None or not refused:
+                super().send_400_response(msg)
+                return
+            self._disarm()
+            self.transport.write(head_too_large.response(431, "Request Header Fields Too Large"))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._linger = self.loop.call_later(LINGER_S, self.transport.close)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -102,6 +204,8 @@ def head_deadline_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._linger is not None:
+                self._linger.cancel()
             super().connection_lost(exc)
 
         def _arm(self) -> None:

@@ -109,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from flows.web._app import create_app
+        from flows.web._app import create_app, head_refusal
         from flows.web._reader import ServeConfig
     except ImportError as exc:
         raise ServeExtraMissing(
@@ -141,7 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             proxy_headers=False,
             server_header=False,
             lifespan="off",
-            **bounded_http(),
+            **bounded_http(head_too_large=head_refusal()),
         ),
         announce,
     )

@@ -12,7 +12,8 @@ The tree (all under ``FlowsError``, so the CLI prints them as one line like ever
     ├── McpSessionEnded     mcp_session_ended: a write reached a session that had already ended
     ├── McpUnauthorized     mcp_unauthorized: an HTTP request without the right bearer token
     ├── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
-    └── McpBusy             mcp_busy: an HTTP server already has its most calls in progress
+    ├── McpBusy             mcp_busy: an HTTP server already has its most calls in progress
+    └── McpHeadTooLarge     mcp_head_too_large: an HTTP request head over 16 KiB (431)
 
 Memory and journal errors met by a tool keep their own codes; they reach the client as tool errors.
 """
@@ -96,3 +97,14 @@ class McpBusy(McpError):
         super().__init__(message)
         self.limit = limit
         self.retry_after_s = retry_after_s
+
+
+class McpHeadTooLarge(McpError):
+    """An HTTP request's head (its request line and headers) is over ``limit`` bytes, the most the
+    server reads; answered ``431`` before any MCP processing, and the connection closed."""
+
+    code = "mcp_head_too_large"
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit

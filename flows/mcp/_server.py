@@ -31,11 +31,12 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
-from flows._uvicorn import announcing_server, bounded_http
+from flows._uvicorn import MAX_HEAD_BYTES, Refusal, announcing_server, bounded_http
 from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
 from flows.mcp._errors import (
     McpArgumentsInvalid,
     McpBusy,
+    McpHeadTooLarge,
     McpListenFailed,
     McpResourceUnknown,
     McpToolFailed,
@@ -612,6 +613,18 @@ async def _connections_busy(scope: Scope, receive: Receive, send: Send) -> None:
     await _busy(send, request_id, err, close=True)
 
 
+def _head_refusal() -> Refusal:
+    """The answer to a request head over ``MAX_HEAD_BYTES``, written by the HTTP layer before any
+    request is parsed: ``mcp_head_too_large`` as a JSON-RPC error without an id (none was read), as
+    a body over its bound is answered."""
+    err = McpHeadTooLarge(
+        f"the request's head (its request line and headers) is over {MAX_HEAD_BYTES} bytes, the most "
+        "this server reads: send shorter headers",
+        limit=MAX_HEAD_BYTES,
+    )
+    return Refusal(error_line(None, types.INVALID_REQUEST, str(err), error_json(err)).encode())
+
+
 async def _refuse(send: Send) -> None:
     err = McpUnauthorized(
         "this server needs `Authorization: Bearer <token>` with the token in its $FLOWS_MCP_TOKEN"
@@ -693,7 +706,10 @@ async def serve_http(
         log_level="warning",
         access_log=False,
         lifespan="on",
-        **bounded_http(max_connections=MAX_CONNECTIONS, busy=_connections_busy),  # past them: mcp_busy
+        # past the connections: mcp_busy; a head past its bound: mcp_head_too_large
+        **bounded_http(
+            max_connections=MAX_CONNECTIONS, busy=_connections_busy, head_too_large=_head_refusal()
+        ),
     )
 
     def serving() -> None:

@@ -62,6 +62,7 @@ import memory.ledger
 from flows import _langgraph_view as langgraph_view
 from flows._bounded import LIST_MAX_BYTES, fitting
 from flows._runtime import error_fields
+from flows._uvicorn import MAX_HEAD_BYTES, Refusal
 from flows.web import _chart
 from flows.web import _runs as runs_data
 from flows.web._agent import (
@@ -77,7 +78,14 @@ from flows.web._agent import (
     short_hash,
     tokens_of,
 )
-from flows.web._errors import ServeBadRequest, ServeError, ServeInternal, ServeNotFound, ServeUnauthorized
+from flows.web._errors import (
+    ServeBadRequest,
+    ServeError,
+    ServeHeadTooLarge,
+    ServeInternal,
+    ServeNotFound,
+    ServeUnauthorized,
+)
 from flows.web._findings import (
     MAX_WHY,
     TEXT_SHOWN,
@@ -178,6 +186,19 @@ def encode_json(body: object) -> bytes:
             return json_text(body).encode()
         except (TypeError, ValueError):
             raise _Unencodable(str(exc)) from exc
+
+
+def head_refusal() -> Refusal:
+    """The answer to a request head over ``MAX_HEAD_BYTES``, written by the HTTP layer (no request
+    reaches the app): ``serve_head_too_large`` as the API's JSON error object, with the headers every
+    answer carries."""
+    err = ServeHeadTooLarge(
+        f"the request's head (its request line and headers) is over {MAX_HEAD_BYTES} bytes, the most "
+        "this dashboard reads: send shorter headers (a browser sends every cookie it holds for this "
+        "host, whatever the port: clear the ones other local servers set)",
+        limit=MAX_HEAD_BYTES,
+    )
+    return Refusal(encode_json(error_json(err)), tuple(HEADERS.items()))
 
 
 # -- formatting -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ The tree::
         ├── ServeUnauthorized     serve_unauthorized: a request without the right token (401)
         ├── ServeNotFound         serve_not_found: no such page, run, finding or agent (404)
         ├── ServeBadRequest       serve_bad_request: a query parameter is malformed (400)
+        ├── ServeHeadTooLarge     serve_head_too_large: a request head over 16 KiB (431)
         ├── ServeDbOutdated       serve_db_outdated: reading the history DB would migrate it (503)
         └── ServeInternal         serve_internal: an unexpected failure, logged, never shown (500)
 
@@ -66,6 +67,19 @@ class ServeBadRequest(ServeError):
 
     code = "serve_bad_request"
     status = 400
+
+
+class ServeHeadTooLarge(ServeError):
+    """A request's head (its request line and headers) is over ``limit`` bytes, the most the server
+    reads; answered by the HTTP layer before the dashboard sees the request, and the connection is
+    closed."""
+
+    code = "serve_head_too_large"
+    status = 431
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class ServeDbOutdated(ServeError):

@@ -2,9 +2,9 @@
 that sends no whole request head (silent, or a header a byte at a time) is closed after
 ``HEAD_TIMEOUT_S``; a body that does not arrive within ``BODY_TIMEOUT_S`` of its head is answered
 ``408``; a silent connection after an answer is closed after ``KEEP_ALIVE_S``; a head over
-``MAX_HEAD_BYTES`` is answered ``400``; and past ``MAX_CONNECTIONS`` connections a request is
-answered ``503`` at once, until the silent ones are closed. Before, a silent or trickling connection
-was held for ever, and nothing bounded how many."""
+``MAX_HEAD_BYTES`` is answered ``431`` (``mcp_head_too_large``); and past ``MAX_CONNECTIONS``
+connections a request is answered ``503`` at once, until the silent ones are closed. Before, a
+silent or trickling connection was held for ever, and nothing bounded how many."""
 
 from __future__ import annotations
 
@@ -137,4 +137,4 @@ def test_silent_trickling_and_slow_clients_are_cut_off_and_connections_are_bound
     got, took = out["kept_alive"]  # type: ignore[misc]
     assert isinstance(got, bytes) and got.startswith(b"HTTP/1.1 200 OK"), got
     assert KEEP_ALIVE_S - 1 <= took < KEEP_ALIVE_S + 10, took
-    assert too_big.startswith(b"HTTP/1.1 400 "), too_big[:200]
+    assert too_big.startswith(b"HTTP/1.1 431 ") and b"mcp_head_too_large" in too_big, too_big[:200]

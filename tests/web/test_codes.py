@@ -15,7 +15,7 @@ def test_every_serve_code_has_its_row_in_the_surface_table() -> None:
         for cls in vars(flows.web._errors).values()
         if inspect.isclass(cls) and issubclass(cls, flows.web.ServeError) and cls is not flows.web.ServeError
     }
-    assert len(codes) == 8
+    assert len(codes) == 9
     assert sorted(c for c in codes if f"`{c}`" not in table) == []
 
 
