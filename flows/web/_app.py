@@ -35,11 +35,13 @@ store, 503 unavailable).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
@@ -593,28 +595,38 @@ class Dashboard:
         """``error_page`` for the guard: nothing of the store is shown."""
         return self.error_page(request, exc, bare=True)
 
-    def page(self, fn: Callable[[Request], tuple[str, dict[str, Any]]]) -> Callable[[Request], Response]:
-        """An HTML endpoint: ``fn`` returns the template and its context, under the reader's lock."""
+    def _reading(self, store: bool) -> AbstractContextManager[object]:
+        """The store's lock for an endpoint that reads the store; nothing for one that does not (an
+        agent's pages read only its home's files, each read opening its own descriptor)."""
+        return self.reader.lock if store else contextlib.nullcontext()
+
+    def page(
+        self, fn: Callable[[Request], tuple[str, dict[str, Any]]], *, store: bool = True
+    ) -> Callable[[Request], Response]:
+        """An HTML endpoint: ``fn`` returns the template and its context, read under the store's lock
+        when ``store`` (else under no lock); the page is rendered once the lock is let go, so a large
+        page's rendering never holds up another client's read."""
 
         def endpoint(request: Request) -> Response:
             try:
-                with self.reader.lock:
+                with self._reading(store):
                     name, context = fn(request)
-                    return self.render(request, name, context)
+                return self.render(request, name, context)
             except Exception as exc:  # every failure becomes its coded error page
                 return self.error_page(request, _coded(exc))
 
         return endpoint
 
     def api(
-        self, fn: Callable[[Request], tuple[object, str | None] | Truncated]
+        self, fn: Callable[[Request], tuple[object, str | None] | Truncated], *, store: bool = True
     ) -> Callable[[Request], Response]:
         """A JSON endpoint: ``fn`` returns the body and the next page's URL (or None), or a
-        ``Truncated`` list (then the answer says ``Truncated: true``)."""
+        ``Truncated`` list (then the answer says ``Truncated: true``); read under the store's lock
+        when ``store``, encoded once it is let go."""
 
         def endpoint(request: Request) -> Response:
             try:  # encoding too: a value JSON cannot carry is answered like any other failure
-                with self.reader.lock:
+                with self._reading(store):
                     answer = fn(request)
                 body, next_url = (answer.body, answer.next_url) if isinstance(answer, Truncated) else answer
                 content = encode_json(body)
@@ -1050,19 +1062,20 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/runs/{run_id}", d.page(d.run_page)),
         Route("/findings", d.page(d.findings_page)),
         Route("/findings/{key}", d.page(d.finding_page)),
-        Route("/agents", d.page(d.agents_page)),
-        Route("/agents/{number}", d.page(d.agent_page)),
+        # an agent's pages read its home's files only: no store lock (a slow one holds up nobody)
+        Route("/agents", d.page(d.agents_page, store=False)),
+        Route("/agents/{number}", d.page(d.agent_page, store=False)),
         Route("/api/runs", d.api(d.runs_api)),
         Route("/api/runs/{run_id}", d.api(d.run_api)),
         Route("/api/findings", d.api(d.findings_api)),
         Route("/api/findings/{key}", d.api(d.finding_api)),
         Route("/api/findings/{key}/history", d.api(d.history_api)),
-        Route("/api/agents", d.api(d.agents_api)),
-        Route("/api/agents/{number}/ledger", d.api(d.ledger_api)),
-        Route("/api/agents/{number}/status", d.api(d.status_api)),
-        Route("/api/agents/{number}/why", d.api(d.why_api)),
-        Route("/api/agents/{number}/balances", d.api(d.balances_api)),
-        Route("/api/agents/{number}/journal", d.api(d.journal_api)),
+        Route("/api/agents", d.api(d.agents_api, store=False)),
+        Route("/api/agents/{number}/ledger", d.api(d.ledger_api, store=False)),
+        Route("/api/agents/{number}/status", d.api(d.status_api, store=False)),
+        Route("/api/agents/{number}/why", d.api(d.why_api, store=False)),
+        Route("/api/agents/{number}/balances", d.api(d.balances_api, store=False)),
+        Route("/api/agents/{number}/journal", d.api(d.journal_api, store=False)),
         Mount("/static", StaticFiles(packages=[("flows.web", "static")]), name="static"),
     ]
     app = Starlette(

@@ -1,4 +1,4 @@
-"""Everything the dashboard reads, behind one lock, opened for reading only.
+"""Everything the dashboard reads, opened for reading only; the store behind one lock.
 
 * The journal is opened by location; the dashboard only reads runs and streams (whether a run's
   holder lives is a shared, non-blocking probe of its lease lock, which is what a reader does).
@@ -37,10 +37,13 @@ class ServeConfig:
 
 
 class Reader:
-    """The store, its journal and the agent homes, read under one lock (``lock``).
+    """The store and its journal, read under one lock (``lock``), and the agent homes, read under none.
 
     The memory layer and the journal keep caches that are not meant for concurrent use from many
-    request threads; a dashboard's reads are short, so one at a time is simple and enough.
+    request threads (as do the runs listing and the key index kept here), so the store's reads go
+    one at a time. An agent's reads share nothing: each opens its own descriptors on the home's
+    files and keeps nothing between requests, so an agent's page (its journal narrates every line
+    of two days: seconds on a busy ledger) holds up no other client's page.
     """
 
     def __init__(self, config: ServeConfig) -> None:
