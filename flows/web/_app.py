@@ -6,6 +6,8 @@ Routes (all ``GET``; anything else is 405):
 ``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``,
                                        ``skip`` (the page); ``offset`` (the API's timeline)
+``/runs/{id}/input``, ``…/output``,    the whole of what the run page shows cut at ``PART_SHOWN``, as
+``/runs/{id}/traceback``               plain text (the value's JSON; the traceback's text)
 ``/findings``, ``/api/findings``       ``q`` (``why``; ``offset``) or newest first (``recall``); ``tag`` and
                                        ``meta`` (``KEY=VALUE``) repeated, ``scope``, ``source``, ``cursor``,
                                        ``limit``
@@ -241,6 +243,37 @@ def as_json_text(value: object) -> str:
 
 #: the bidirectional controls (embeddings, overrides, isolates, marks) as JSON escapes
 _BIDI_ESCAPES = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
+
+
+@dataclass(frozen=True)
+class ShownPart:
+    """A run's input, output or traceback as its page shows it: ``text``, at most
+    ``runs_data.PART_SHOWN`` bytes of it; ``cut`` when that is not the whole, which is ``size`` bytes
+    (as JSON for a value) and served whole at ``whole_url``."""
+
+    text: str
+    size: int
+    cut: bool
+    whole_url: str
+
+
+def json_part(value: object, whole_url: str, limit: int = runs_data.PART_SHOWN) -> ShownPart:
+    """A run's input or output as indented JSON text (``as_json_text``), cut at ``limit`` bytes: a
+    run's output is as large as its flow made it, and the page showed it whole."""
+    text = orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    if len(text) <= limit:
+        return ShownPart(as_json_text(value), len(orjson.dumps(value, default=_plain)), False, whole_url)
+    head = text[:limit].decode("utf-8", errors="ignore")  # no half of a character at the cut
+    head = head if head.isascii() else head.translate(_BIDI_ESCAPES)
+    return ShownPart(head, len(orjson.dumps(value, default=_plain)), True, whole_url)
+
+
+def text_part(value: str, whole_url: str, limit: int = runs_data.PART_SHOWN) -> ShownPart:
+    """A run's traceback, cut at ``limit`` bytes of UTF-8."""
+    data = value.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return ShownPart(value, len(data), False, whole_url)
+    return ShownPart(data[:limit].decode("utf-8", errors="ignore"), len(data), True, whole_url)
 
 
 def shown_text(value: object, limit: int = TEXT_SHOWN) -> Markup:
@@ -617,6 +650,21 @@ class Dashboard:
 
         return endpoint
 
+    def plain(self, fn: Callable[[Request], bytes]) -> Callable[[Request], Response]:
+        """A plain-text endpoint over the store: ``fn`` returns the bytes, read under the store's
+        lock (the answer holds the value read and one encoding of it, never a page of it). A failure
+        is its coded error page."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                with self.reader.lock:
+                    data = fn(request)
+            except Exception as exc:
+                return self.error_page(request, _coded(exc))
+            return Response(data, media_type="text/plain; charset=utf-8")
+
+        return endpoint
+
     def api(
         self, fn: Callable[[Request], tuple[object, str | None] | Truncated], *, store: bool = True
     ) -> Callable[[Request], Response]:
@@ -694,10 +742,16 @@ class Dashboard:
         skip = min(asked_skip, max(len(window) - 1, 0))
         rows, shown = self._timeline_rows(window, skip, record)
         rest = shown[1] if shown[1] < len(window) else None
+        base = f"/runs/{run['runId']}"
+        traceback = error_of(run["error"])["traceback"] if run["error"] else None
         return "run.html", {
             "title": f"Run {run['runId']}",
             "section": "runs",
             "run": run,
+            "input": json_part(run["input"], f"{base}/input"),
+            "output": json_part(run["output"], f"{base}/output"),
+            "traceback": None if traceback is None else text_part(traceback, f"{base}/traceback"),
+            "part_shown": runs_data.PART_SHOWN,
             "rows": rows,
             "page_number": number + 1,
             "pages": pages,
@@ -730,6 +784,23 @@ class Dashboard:
             cut = fitting(sizes(at))
             skip, end = at, len(window) if cut is None else at + cut
         return rows[: end - skip], (skip, end)
+
+    def run_part(self, request: Request) -> bytes:
+        """The whole of a run's input or output (JSON, as ``flows show --json`` holds it) or its
+        traceback (text), for the run page's link when the page shows it cut.
+
+        Raises:
+            ServeNotFound: the run recorded no traceback.
+            journal.JournalRunNotFound: no such run.
+        """
+        run_id, part = request.path_params["run_id"], request.url.path.rpartition("/")[2]
+        summary = runs_data.run_summary(self.reader.backend, run_id)
+        if part != "traceback":
+            return orjson.dumps(summary[part], default=_plain)
+        traceback = error_of(summary["error"])["traceback"] if summary["error"] else None
+        if traceback is None:
+            raise ServeNotFound(f"run {run_id} recorded no traceback: its page shows its error, if any")
+        return traceback.encode("utf-8", errors="replace")
 
     def run_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         offset = _int_param(request, "offset", 0, 0, 10**18)
@@ -1060,6 +1131,9 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", d.page(d.runs_page)),
         Route("/runs/{run_id}", d.page(d.run_page)),
+        Route("/runs/{run_id}/input", d.plain(d.run_part)),
+        Route("/runs/{run_id}/output", d.plain(d.run_part)),
+        Route("/runs/{run_id}/traceback", d.plain(d.run_part)),
         Route("/findings", d.page(d.findings_page)),
         Route("/findings/{key}", d.page(d.finding_page)),
         # an agent's pages read its home's files only: no store lock (a slow one holds up nobody)

@@ -35,6 +35,9 @@ from journal import JournalBackend, RunInfo, RunState
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 TIMELINE_PAGE = 200
+#: the most bytes of a run's input, of its output (as JSON) and of its traceback its page shows; the
+#: whole is a link away (``/runs/RUN/input``, ``/output``, ``/traceback``, plain text)
+PART_SHOWN = 64 * 1024
 
 _Stamp = tuple[int, int, int]
 
@@ -215,6 +218,18 @@ def run_timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
         journal.JournalError: its records are damaged or cannot be read (unchanged).
     """
     return timeline(backend, run_id)
+
+
+def run_summary(backend: JournalBackend, run_id: str) -> dict[str, Any]:
+    """The run as ``flows runs --json`` gives it (its input, output and error), reading only its
+    own record and its run stream, not the timeline.
+
+    Raises:
+        journal.JournalNameInvalid: ``run_id`` is not a run id.
+        journal.JournalRunNotFound: no such run.
+        journal.JournalError: its records are damaged or cannot be read (unchanged).
+    """
+    return run_json(backend.run(run_id), backend.read(run_id, RUN_STREAM))
 
 
 def timeline_window(entries: Sequence[dict[str, Any]], *, page: int, record: str | None) -> tuple[int, int]:

@@ -1,0 +1,104 @@
+"""A run's page shows at most ``PART_SHOWN`` (64 KiB) of its input, of its output and of its
+traceback, says where it cut and how big the whole is, and links to the whole as plain text
+(``/runs/RUN/input``, ``/output``, ``/traceback``). Before, the page rendered each whole: a run whose
+output was megabytes of ``<`` made a page six times that size (each one escaped)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+import flows
+from flows.web import ServeConfig
+from flows.web._app import text_part
+from flows.web._runs import PART_SHOWN
+from tests.web.conftest import client_for
+from tests.web.stores import DemoStore
+
+OUTPUT_CHARS = 6_000_000  # under the runtime's 8 MiB bound on an output, 90 times what a page shows
+
+_HUGE = f"""\
+import flows
+
+
+@flows.flow(name="huge-output", scope="big")
+async def body(f):
+    return {{"report": "<" * {OUTPUT_CHARS} + "\\u202e tail"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def huge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, str, object]]:
+    """A store holding one done run whose output is 6 MB of ``<``, its input 100 KB; a client on it."""
+    home = tmp_path_factory.mktemp("huge")
+    (home / "huge.py").write_text(_HUGE)
+    given = {"rows": ["&" * 100] * 1000}
+    done = flows.run(home / "huge.py", db=home / "history.db", input=given)
+    assert done.ok, done.error
+    with client_for(ServeConfig(db=str(home / "history.db"))) as client:
+        yield client, done.run_id, given
+    client.app.state.reader.close()  # type: ignore[attr-defined]
+
+
+def test_a_huge_output_is_cut_on_its_page_with_its_size_and_a_link_to_the_whole(
+    huge: tuple[TestClient, str, object],
+) -> None:
+    client, run_id, _ = huge
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    output = {"report": "<" * OUTPUT_CHARS + "\u202e tail"}
+    whole = len(orjson.dumps(output))
+    # the page holds at most PART_SHOWN bytes of the input and of the output, each escaped ("<" is 4
+    # bytes of HTML, "&" 5): about 24 MB before
+    assert len(page.content) < 2 * 5 * PART_SHOWN + 64 * 1024, len(page.content)
+    note = f"the output is cut here: {PART_SHOWN:,} bytes of it are shown; the whole is {whole:,} bytes"
+    assert note in page.text
+    assert f'<a href="/runs/{run_id}/output">' in page.text
+    assert f"flows show {run_id} --json" in page.text
+    assert "\u202e" not in page.text  # the cut text never holds the override raw (it is past the cut)
+
+
+def test_the_whole_output_is_served_as_plain_text(huge: tuple[TestClient, str, object]) -> None:
+    client, run_id, _ = huge
+    answer = client.get(f"/runs/{run_id}/output")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert orjson.loads(answer.content) == {"report": "<" * OUTPUT_CHARS + "\u202e tail"}
+
+
+def test_an_input_over_the_bound_is_cut_and_served_whole(huge: tuple[TestClient, str, object]) -> None:
+    client, run_id, given = huge
+    page = client.get(f"/runs/{run_id}")
+    assert "the input is cut here" in page.text and f'href="/runs/{run_id}/input"' in page.text
+    assert orjson.loads(client.get(f"/runs/{run_id}/input").content) == given
+
+
+def test_a_small_input_and_output_are_shown_whole_without_a_note(client: TestClient, demo: DemoStore) -> None:
+    page = client.get(f"/runs/{demo.done_run}")
+    assert "&#34;learned&#34;: 6" in page.text and "&#34;hPa&#34;: 1003" in page.text
+    assert "is cut here" not in page.text
+    assert orjson.loads(client.get(f"/runs/{demo.done_run}/output").content) == {"learned": 6, "hPa": 1003}
+
+
+def test_a_traceback_is_served_whole_and_a_run_without_one_is_a_404(
+    client: TestClient, demo: DemoStore
+) -> None:
+    recorded = client.get(f"/api/runs/{demo.failed_run}").json()["error"]["traceback"]
+    assert "the sensor did not answer" in recorded
+    answer = client.get(f"/runs/{demo.failed_run}/traceback")
+    assert (answer.status_code, answer.text) == (200, recorded)
+    missing = client.get(f"/runs/{demo.done_run}/traceback")
+    assert missing.status_code == 404 and "serve_not_found" in missing.text
+    unknown = client.get(f"/runs/{'0' * 26}/output")
+    assert unknown.status_code == 404 and "journal_run_not_found" in unknown.text
+
+
+def test_a_traceback_is_cut_at_its_bound_on_a_character() -> None:
+    text = "é" * 100  # two bytes each: a cut at an odd byte falls inside one
+    part = text_part(text, "/runs/R/traceback", limit=51)
+    assert (part.text, part.size, part.cut) == ("é" * 25, 200, True)
+    assert text_part(text, "/runs/R/traceback", limit=200).cut is False
