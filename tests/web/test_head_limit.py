@@ -6,6 +6,7 @@ object and the security headers every answer carries. A 15 KiB head is served.""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import orjson
@@ -58,3 +59,18 @@ def test_a_head_of_exactly_the_limit_is_served_and_one_byte_more_is_not(server: 
 def test_the_server_serves_on_after_a_refused_head(server: Served) -> None:
     assert send_head(server.port, _runs_head(server.port, OVER), trickle=False).status == 431
     assert send_head(server.port, _runs_head(server.port, 100), trickle=False).status == 200
+
+
+def test_a_head_over_the_limit_after_a_served_request_on_the_same_connection_is_refused(
+    server: Served,
+) -> None:
+    # the second head waits in the buffer while the first is answered: it is judged when its turn comes
+    first = head_of("GET /api/agents HTTP/1.1", 200, headers=(f"Host: 127.0.0.1:{server.port}",))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(first + _runs_head(server.port, OVER))
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+    second = got.index(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert b"serve_head_too_large" in got[second:]
