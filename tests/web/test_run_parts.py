@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 import flows
 from flows.web import ServeConfig
-from flows.web._app import text_part
+from flows.web._app import as_json_text, text_part
 from flows.web._runs import PART_SHOWN
 from tests.web.conftest import client_for
 from tests.web.stores import DemoStore
@@ -102,3 +102,13 @@ def test_a_traceback_is_cut_at_its_bound_on_a_character() -> None:
     part = text_part(text, "/runs/R/traceback", limit=51)
     assert (part.text, part.size, part.cut) == ("é" * 25, 200, True)
     assert text_part(text, "/runs/R/traceback", limit=200).cut is False
+
+
+def test_a_timeline_cell_formats_only_the_start_of_a_value() -> None:
+    # the run page's timeline shows the first 200 characters of an output event's JSON: it formats
+    # (and escapes the bidirectional controls of) its first 1000 bytes, never the whole 6 MB
+    value = {"report": "é" * 600 + "\u202e" + "x" * 6_000_000}
+    head = as_json_text(value, head=1000)
+    assert len(head.encode()) <= 1000 and head == as_json_text(value)[: len(head)]
+    small = {"a": "\u202e"}
+    assert as_json_text(small, head=1000) == as_json_text(small) == '{\n  "a": "\\u202e"\n}'
