@@ -250,8 +250,8 @@ _BIDI = re.compile("[" + "".join(chr(c) for c in BIDI_CONTROLS) + "]")
 
 def _bidi_escaped(text: str) -> str:
     """``text`` with each bidirectional control as its JSON escape: found by one scan in C, the
-    callback paid per control only (``str.translate`` looked each character up: 0.45 s for a run's
-    6 MB output, which the run page's timeline formats to show its first 200 characters)."""
+    callback paid per control only (``str.translate`` looks each character up: about half a second
+    for a 6 MB value)."""
     return text if text.isascii() else _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
