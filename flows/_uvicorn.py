@@ -34,7 +34,7 @@ KEEP_ALIVE_S = 5
 MAX_HEAD_BYTES = 16 * 1024
 """The largest request head (request line, headers and the blank line that ends them) a server
 takes; a larger one is answered ``431`` with the server's coded error (``Refusal``) and the
-connection closed, however many reads it came in (``BoundedHeads``)."""
+connection closed, however many reads it came in (``head_deadline_protocol``)."""
 
 LINGER_S = 2.0
 """How long a connection refused for its head is still read (and what it sends dropped) after the
@@ -144,8 +144,8 @@ def head_deadline_protocol(
             self.head_refused = False
 
         def next_event(self) -> Any:
-            # IDLE: the next event is a request head; its bytes are all that is buffered now (a
-            # paused pipelined request is looked at once the answer before it is done)
+            # IDLE: the next event is a request head, and the buffer starts with it (a pipelined
+            # request waits, PAUSED, until the answer before it is done, then is judged here)
             if self.their_state is h11.IDLE and head_over_limit(self.trailing_data[0], self.limit):
                 self.head_refused = True
                 raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
