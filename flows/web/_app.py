@@ -795,15 +795,19 @@ class Dashboard:
             skip, end = at, len(window) if cut is None else at + cut
         return rows[: end - skip], (skip, end)
 
-    def run_part(self, request: Request) -> bytes:
-        """The whole of a run's input or output (JSON, as ``flows show --json`` holds it) or its
-        traceback (text), for the run page's link when the page shows it cut.
+    def run_part(self, part: str) -> Callable[[Request], bytes]:
+        """The reader of the whole of a run's ``part``: its ``input`` or ``output`` (JSON, as ``flows
+        show --json`` holds it) or its ``traceback`` (text), for the run page's link when the page
+        shows it cut."""
+        return lambda request: self._run_part(request.path_params["run_id"], part)
+
+    def _run_part(self, run_id: str, part: str) -> bytes:
+        """``run_part``'s bytes.
 
         Raises:
             ServeNotFound: the run recorded no traceback.
             journal.JournalRunNotFound: no such run.
         """
-        run_id, part = request.path_params["run_id"], request.url.path.rpartition("/")[2]
         summary = runs_data.run_summary(self.reader.backend, run_id)
         if part != "traceback":
             return orjson.dumps(summary[part], default=_plain)
@@ -1141,9 +1145,7 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/", lambda request: RedirectResponse("/runs", status_code=303)),
         Route("/runs", d.page(d.runs_page)),
         Route("/runs/{run_id}", d.page(d.run_page)),
-        Route("/runs/{run_id}/input", d.plain(d.run_part)),
-        Route("/runs/{run_id}/output", d.plain(d.run_part)),
-        Route("/runs/{run_id}/traceback", d.plain(d.run_part)),
+        *(Route(f"/runs/{{run_id}}/{part}", d.plain(d.run_part(part))) for part in runs_data.RUN_PARTS),
         Route("/findings", d.page(d.findings_page)),
         Route("/findings/{key}", d.page(d.finding_page)),
         # an agent's pages read its home's files only: no store lock (a slow one holds up nobody)

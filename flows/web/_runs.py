@@ -38,6 +38,8 @@ TIMELINE_PAGE = 200
 #: the most bytes of a run's input, of its output (as JSON) and of its traceback its page shows; the
 #: whole is a link away (``/runs/RUN/input``, ``/output``, ``/traceback``, plain text)
 PART_SHOWN = 64 * 1024
+#: the parts of a run served whole at ``/runs/RUN/<part>``
+RUN_PARTS = ("input", "output", "traceback")
 
 _Stamp = tuple[int, int, int]
 
