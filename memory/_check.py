@@ -17,7 +17,8 @@ What is checked:
 * every history-DB row cites a record that exists;
 * the journal holds at least one of the root runs the store cites (else it is another store's);
 * no stage file is older than the sweep age;
-* each agent ledger and activity log given passes its line checks.
+* each agent ledger and activity log given passes its line checks, and no cut of either kept
+  bytes beside it (as a journal stream's kept cuts, ``stream_cut_kept``).
 
 What ``repair`` does: republish missing or wrong learned and retired files from their journal
 record; move a learned file that cites no record or belongs to a retired finding, and anything that
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +138,7 @@ def _journal_problems(ctx: _Context) -> None:
                 try:
                     records = backend.read(run.run_id, stream)
                 except journal.JournalCorrupt as exc:
-                    ctx.problems.append(_unrepairable("stream_corrupt", exc.path, str(exc)))
+                    ctx.problems.append(_damaged("stream_corrupt", exc, exc.path))
                     if stream == STREAM:
                         ctx.unread.add(run.run_id)
                     elif stream == RETIRE_STREAM:
@@ -226,6 +228,15 @@ def _unrepairable(kind: str, path: object, message: str) -> Problem:
         else "nothing: point the check at the store's own journal",
         False,
     )
+
+
+def _damaged(kind: str, exc: Exception, where: object) -> Problem:
+    """A damaged line of a journal stream or of an agent's log (``kind``): unrepairable, with the
+    error's context in its JSON too (``runId``, ``stream`` and ``line``, where the error has them)."""
+    problem = _unrepairable(kind, getattr(exc, "path", None) or where, str(exc))
+    detail = [(name, getattr(exc, attr, None)) for name, attr in (("runId", "run_id"), ("stream", "stream"))]
+    detail.append(("line", getattr(exc, "line", None)))
+    return replace(problem, detail=tuple((k, v) for k, v in detail if v is not None))
 
 
 def _file_problems(ctx: _Context) -> set[str]:
@@ -830,18 +841,74 @@ def _stage_folder(ctx: _Context, path: Path) -> Problem:
 
 
 def _sail_problems(ctx: _Context, sail_dirs: Iterable[Path]) -> None:
+    """Each agent's ledger and activity log: a damaged line (``ledger_corrupt``, ``activity_corrupt``)
+    and the bytes a cut of either kept beside it (``stream_cut_kept``, as a journal stream's)."""
     from memory.ledger import ActivityLog, Ledger, LedgerError
 
     for sail_dir in sail_dirs:
-        for label, read in (
-            ("ledger", lambda d: Ledger(d).entries()),
-            ("activity", lambda d: ActivityLog(d).read()),
+        ledger, activity = Ledger(sail_dir), ActivityLog(sail_dir)
+        for label, read, path in (
+            ("ledger", ledger.entries, ledger.path),
+            ("activity", activity.read, activity.path),
         ):
             try:
-                read(sail_dir)
+                read()
             except (journal.JournalCorrupt, LedgerError) as exc:
-                where = getattr(exc, "path", None) or sail_dir
-                ctx.problems.append(_unrepairable(f"{label}_corrupt", where, str(exc)))
+                ctx.problems.append(_damaged(f"{label}_corrupt", exc, sail_dir))
+            ctx.problems += _log_kept_cuts(label, path)
+
+
+_LOG_CUT = re.compile(r"\.(.+)\.cut-([0-9]{1,20})")
+
+
+def _log_kept_cuts(label: str, log: Path) -> list[Problem]:
+    """The files in which a cut of an agent's log (``label``: ``ledger`` or ``activity``) at
+    ``log`` kept the bytes it took: ``.<name>.cut-<generation>`` beside it, as a journal stream's
+    (``journal.LineLog.kept_cut_path``). Listed without following anything; a thing of that name
+    that is no regular file is listed too."""
+    try:
+        with os.scandir(log.parent) as listing:
+            entries = [e for e in listing if e.name.startswith(f".{log.name}.cut-")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        return [_unrepairable(f"{label}_corrupt", log.parent, f"cannot list {log.parent}: {describe(exc)}")]
+    found = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        match = _LOG_CUT.fullmatch(entry.name)
+        if match is None or match[1] != log.name:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        found.append(_log_cut(label, log, Path(entry.path), int(match[2]), st))
+    return found
+
+
+def _log_cut(label: str, log: Path, path: Path, generation: int, st: os.stat_result) -> Problem:
+    """A kept cut of an agent's log: evidence for a person, never removed by ``--repair``."""
+    modified_ms = st.st_mtime_ns // 1_000_000
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(modified_ms // 1000))
+    what = "agent ledger" if label == "ledger" else "agent activity log"
+    return Problem(
+        "stream_cut_kept",
+        str(path),
+        f"{st.st_size:,} byte(s) cut from the {what} {log} at {when} are kept here (generation "
+        f"{generation}): a sync failed, or the log's mark file said so, and nothing past that point "
+        "was acknowledged if it is true; read it, and delete it once no line in it is one you need",
+        "nothing: the kept bytes are evidence, removed only by you",
+        False,
+        (
+            ("runId", None),
+            ("stream", None),
+            ("log", label),
+            ("logPath", str(log)),
+            ("size", st.st_size),
+            ("modifiedMs", modified_ms),
+            ("generation", generation),
+        ),
+    )
 
 
 def check_store(
