@@ -24,7 +24,7 @@ from journal._errors import (
     JournalUsageError,
 )
 from journal._file import FileJournal, KeptCut, RecordCodec
-from journal._linelog import LineCodec, LineDamaged, LineLog, LineMarks
+from journal._linelog import LineCodec, LineDamaged, LineLog, LineMarks, LineOldFormat
 from journal._model import (
     MAX_PAYLOAD_BYTES,
     MAX_RUN_BYTES,
@@ -71,6 +71,7 @@ __all__ = [
     "LineDamaged",
     "LineLog",
     "LineMarks",
+    "LineOldFormat",
     "Record",
     "RecordCodec",
     "RunInfo",

@@ -45,7 +45,7 @@ from journal._errors import (
     JournalUnwritable,
 )
 from journal._fs import dir_stat, open_regular
-from journal._linelog import LineDamaged, LineLog
+from journal._linelog import LineDamaged, LineLog, LineOldFormat
 from journal._model import (
     LONG_DIGITS,
     MAX_DEPTH,
@@ -170,6 +170,10 @@ class RecordCodec:
         # neither, so a stream file copied or hard-linked into another run's folder (or under
         # another stream's name) would otherwise read as that run's own records.
         self._seed = zlib.crc32(_bound(run_id, stream))
+        self._old_format = (
+            f"a record whose checksum does not name run {run_id} stream {stream} (the format written "
+            "before checksums named their run and stream)"
+        )
 
     def encode(self, record: Record) -> bytes:
         """Encode ``record`` as ``{"id","key","payload","seq","ts","crc"}`` on one line.
@@ -177,6 +181,11 @@ class RecordCodec:
         Raises:
             ValueError: the record has a field ``decode`` would refuse (so it is never written).
         """
+        return self._encode(record, self._seed)
+
+    def _encode(self, record: Record, crc_start: int) -> bytes:
+        """``encode``, with the checksum's start value ``crc_start`` (0: the old format, whose checksum
+        is of the line alone; an erasure rewrites such a line in its own format)."""
         problem = record_problem(record.seq, record.id, record.key, record.ts_ms, record.payload)
         if problem is not None:
             raise ValueError(f"cannot encode a record with {problem}")
@@ -190,11 +199,16 @@ class RecordCodec:
             },
             option=orjson.OPT_SORT_KEYS,
         )
-        return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, self._seed)
+        return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, crc_start)
 
     def decode(self, line: bytes) -> Record:
         """Decode and verify a line; raise ``LineDamaged`` (torn=False on a checksum mismatch, or a
-        checksummed line that is not exactly a record)."""
+        checksummed line that is not exactly a record).
+
+        A valid record of the old format (its checksum of the line alone, as versions before the
+        checksum named its run and stream wrote it) raises ``LineOldFormat`` with the record: the
+        line log takes it only before the stream's first line in the current format, and a caller
+        of its own decides what it may stand for."""
         if len(line) <= _CRC_TAIL or not line.endswith(b'"}') or line[-_CRC_TAIL:-10] != b',"crc":"':
             raise LineDamaged("not a checksummed record")
         if len(line) > _MAX_LINE:  # an append refuses a payload that would make one (not parsed)
@@ -246,7 +260,36 @@ class RecordCodec:
         fields = record.__dict__
         fields["run_id"], fields["stream"], fields["seq"] = self._run_id, self._stream, seq
         fields["id"], fields["key"], fields["ts_ms"], fields["payload"] = rid, key, ts, payload
+        if unbound:
+            raise LineOldFormat(record, self._old_format)
         return record
+
+    def decode_either(self, line: bytes) -> tuple[Record, int]:
+        """``decode``, taking a record of the old format too (for a caller that has checked it
+        stands where one may); returns the record and its checksum's start value, for ``padded``.
+
+        Raises:
+            LineDamaged: the line is not a record (of either format).
+        """
+        try:
+            return self.decode(line), self._seed
+        except LineOldFormat as old:
+            return old.record, 0
+
+    def padded(
+        self, record: Record, crc_start: int, payload: Mapping[str, Any], *, pad: str, length: int
+    ) -> bytes:
+        """``record``'s line with ``payload`` instead of its own, padded under ``pad`` to ``length``
+        bytes (an erasure), in the format ``crc_start`` (from ``decode_either``) says it was in.
+
+        Raises:
+            ValueError: the payload encodes longer than ``length`` even with an empty pad.
+        """
+
+        def encoded(p: Mapping[str, Any]) -> bytes:
+            return self._encode(replace(record, payload=dict(p)), crc_start)
+
+        return encoded(padded_payload(encoded, payload, pad, length))
 
     def _foreign(self, why: str) -> str:
         return (
@@ -1458,8 +1501,8 @@ class FileJournal:
             lines = data.split(b"\n")
             erased: list[tuple[str, Mapping[str, Any]]] = []  # (record id, what a kept cut's copy becomes)
             for i, line in enumerate(lines[:-1]):  # the last piece: empty (the torn tail was cut)
-                try:
-                    rec = codec.decode(line)
+                try:  # an old-format line too: the recover above found it where one may stand
+                    rec, crc_start = codec.decode_either(line)
                 except LineDamaged as exc:
                     raise JournalCorrupt(
                         f"{path} line {i + 1} is damaged ({exc}): nothing rewritten",
@@ -1470,12 +1513,7 @@ class FileJournal:
                         stream=stream,
                     ) from None
                 if rec.seq in payloads:
-
-                    def encoded(p: Mapping[str, Any], rec: Record = rec) -> bytes:
-                        return codec.encode(replace(rec, payload=dict(p)))
-
-                    new = padded_payload(encoded, payloads[rec.seq], pad, len(line))
-                    lines[i] = codec.encode(replace(rec, payload=new))
+                    lines[i] = codec.padded(rec, crc_start, payloads[rec.seq], pad=pad, length=len(line))
                     erased.append((rec.id, payloads[rec.seq]))
             changed = len(erased)
             if changed:
@@ -1535,16 +1573,11 @@ class FileJournal:
             new_lines = []
             for line in old:
                 try:
-                    rec = codec.decode(line)
+                    rec, crc_start = codec.decode_either(line)
                 except LineDamaged:
                     continue
                 if rec.id in erased:
-
-                    def encoded(p: Mapping[str, Any], rec: Record = rec) -> bytes:
-                        return codec.encode(replace(rec, payload=dict(p)))
-
-                    payload = padded_payload(encoded, erased[rec.id], pad, len(line))
-                    line = codec.encode(replace(rec, payload=payload))  # noqa: PLW2901
+                    line = codec.padded(rec, crc_start, erased[rec.id], pad=pad, length=len(line))  # noqa: PLW2901
                 new_lines.append(line + b"\n")
             data = b"".join(new_lines)
             if data != b"\n".join(old):

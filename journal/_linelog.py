@@ -60,6 +60,14 @@ it, never obeyed, and what a poisoned end's cut takes is kept beside the log (``
 Every sync, cut and mark update of a log holds an exclusive ``flock`` on the log file, so they
 happen one at a time across processes.
 
+Formats. A codec may read lines of an older version's format (``LineOldFormat``, carrying the
+record): a version writes its own format from its first append on and never goes back, so such a
+line is taken only before the log's first line in the current format, and after one it is damage
+(never a tear) from every reader. A read that goes on from its cache knows the format of the last
+line it holds; a tail open whose last acknowledged line is old reads the line before it too; the
+reverse reader gives an old-format line only once the line before it is read; ``read_at`` never
+answers with one (the full read judges it).
+
 Lock-free readers (``read``, ``iter_reverse``) apply the same rules but never cut: a tail that may
 be an append in flight is simply not a record yet, nor is a line past a poisoned point.
 
@@ -80,7 +88,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
@@ -219,6 +227,34 @@ class LineDamaged(Exception):
         self.torn = torn
 
 
+class LineOldFormat(LineDamaged, Generic[T]):
+    """Raised by a codec's ``decode`` for a line that holds a valid record in the format of an
+    earlier version (``record``), which the line log reads only where that version could have
+    written it: before the log's first line in the current format.
+
+    A version writes lines in its own format from where it began to append, and never goes back:
+    so a log is old-format lines, then current-format ones. An old-format line after a current
+    one was written by no version there (copied or moved in from elsewhere); it is damage
+    (``torn=False``) wherever it is. ``reason`` says what such a line is, for that error.
+    """
+
+    def __init__(self, record: T, reason: str) -> None:
+        super().__init__(reason, torn=False)
+        self.record = record
+
+
+_Held = tuple[int, T, LineOldFormat[T]]  # an old-format line read backwards: offset, record, its word
+
+
+def _after_current(old: LineOldFormat[T]) -> LineDamaged:
+    """The damage an old-format line is where it follows a line in the current format."""
+    return LineDamaged(
+        f"{old.reason}, after a line in the current format, where no version writes one: a line "
+        "copied or moved in from elsewhere",
+        torn=False,
+    )
+
+
 class LineCodec(Protocol[T]):
     """How records become lines and back."""
 
@@ -237,6 +273,7 @@ class _Parsed(Generic[T]):
     ends: list[int]  # the file offset just past each record's newline
     consumed: int  # bytes of the parsed data that hold good lines
     tail: bytes  # what follows them: empty, or a torn tail
+    first_current: int | None = None  # the index of the first record in the current format, if any
 
 
 class _Kept:
@@ -325,6 +362,9 @@ class LineLog(Generic[T]):
         # open started at the watermark); valid while the inode and the generation are the same.
         self._cached: list[T] = []
         self._ends: list[int] = []
+        # The index in the cache of its first record in the codec's current format (None: none
+        # yet); every record after it must be in that format too (``LineOldFormat``).
+        self._first_current: int | None = None
         self._base = 0
         self._cached_end = 0
         self._cached_ino: int | None = None
@@ -683,6 +723,8 @@ class LineLog(Generic[T]):
         keep = bisect.bisect_right(self._ends, at)
         if keep < len(self._cached):
             self._cached, self._ends = self._cached[:keep], self._ends[:keep]  # new lists: see index()
+            if self._first_current is not None and self._first_current >= keep:
+                self._first_current = None
             self._cached_end = self._ends[-1] if self._ends else self._base
         self._cached_gen = generation
 
@@ -753,6 +795,8 @@ class LineLog(Generic[T]):
                 f"cannot append to {self._path}: {exc.strerror or exc}; check free space and the disk",
                 path=self._path,
             ) from exc
+        if self._first_current is None:  # a codec writes its current format
+            self._first_current = len(self._cached)
         self._cached.extend(records)
         self._ends.extend(ends)
         self._cached_end = end
@@ -1266,6 +1310,7 @@ class LineLog(Generic[T]):
         if ino != self._cached_ino:
             self._durable = self._durable_fs = 0
         self._cached, self._ends = [], []  # new lists: holders of the old ones see the change
+        self._first_current = None
         self._base = self._cached_end = 0
         self._cached_ino, self._cached_gen = ino, generation
 
@@ -1301,7 +1346,7 @@ class LineLog(Generic[T]):
             ) from exc
         mark = marks.durable
         upto = None if mark is None else min(mark, size if over is None else over)
-        parsed = self._parse(fd, data, start, upto, self._next_seq())
+        parsed = self._parse(fd, data, start, upto, self._next_seq(), current=self._first_current is not None)
         if mark is not None and mark > size:
             raise self._missing(fd, size, mark)
         if over is not None and start + parsed.consumed == over:
@@ -1310,6 +1355,8 @@ class LineLog(Generic[T]):
             if mark is None or over < mark:
                 raise self._corrupt(fd, over, self._over_long())
             parsed.tail = os.pread(fd, 1, over) or b"\0"
+        if self._first_current is None and parsed.first_current is not None:
+            self._first_current = len(self._cached) + parsed.first_current
         self._cached.extend(parsed.records)
         self._ends.extend(parsed.ends)
         self._cached_end = start + parsed.consumed
@@ -1367,7 +1414,7 @@ class LineLog(Generic[T]):
             # blocks, stopping at a line longer than a record's: a crafted mark past a sparse file's
             # end does not make the whole file be read into memory)
             region = self._acknowledged_lines(fd, 0, size, size)
-            self._parse(fd, region, 0, size, None if self._sequence is None else 1)
+            self._parse(fd, region, 0, size, None if self._sequence is None else 1, current=False)
             raise self._missing(fd, size, mark)
         return mark
 
@@ -1398,12 +1445,41 @@ class LineLog(Generic[T]):
             return
         start = self._line_start_before(fd, last_nl)
         line = os.pread(fd, last_nl - start, start)
+        record, old = self._decode_anchor(fd, start, line)
+        if old is not None and start > 0:
+            self._check_before_old(fd, start, old)
+        self._cached, self._ends = [record], [last_nl + 1]
+        self._first_current = 0 if old is None else None
+        self._base, self._cached_end = start, last_nl + 1
+
+    def _check_before_old(self, fd: int, start: int, old: LineOldFormat[T]) -> None:
+        """``JournalCorrupt`` when the line before the old-format one at ``start`` (acknowledged,
+        as it is) is in the current format, or does not decode: one line more, read only for an
+        old-format anchor, so a tail open refuses a line copied in as the last one as a full read
+        does."""
+        before = self._line_start_before(fd, start - 1)
         try:
-            record = self._codec.decode(line)
+            self._codec.decode(os.pread(fd, start - 1 - before, before))
+        except LineOldFormat:
+            return
+        except LineDamaged as damage:
+            raise self._corrupt(fd, before, damage) from None
+        raise self._corrupt(fd, start, _after_current(old))
+
+    def _decode_anchor(self, fd: int, start: int, line: bytes) -> tuple[T, LineOldFormat[T] | None]:
+        """The record of the acknowledged line ``line`` (at ``start``) a tail read begins from, and
+        what the codec said of it when it is in an old format (else None); ``JournalCorrupt`` when
+        it does not decode.
+
+        A tail open knows nothing of the lines before it: an old-format anchor is taken (whether
+        a line before it is in the current format is for a full read to find, as any damage below
+        the watermark), and the lines after it may be in either format, in order."""
+        try:
+            return self._codec.decode(line), None
+        except LineOldFormat as old:
+            return old.record, old
         except LineDamaged as damage:
             raise self._corrupt(fd, start, damage) from None
-        self._cached, self._ends = [record], [last_nl + 1]
-        self._base, self._cached_end = start, last_nl + 1
 
     @staticmethod
     def _last_newline_before(fd: int, limit: int) -> int:
@@ -1436,9 +1512,13 @@ class LineLog(Generic[T]):
             return 0
         raise self._corrupt(fd, floor, self._over_long())
 
-    def _parse(self, fd: int, data: bytes, start: int, mark: int | None, expected: int | None) -> _Parsed[T]:
-        """Decode complete lines of ``data`` (which begins at file offset ``start``)."""
-        out: _Parsed[T] = _Parsed([], [], 0, b"")
+    def _parse(
+        self, fd: int, data: bytes, start: int, mark: int | None, expected: int | None, *, current: bool
+    ) -> _Parsed[T]:
+        """Decode complete lines of ``data`` (which begins at file offset ``start``); ``current``
+        says whether the line before it is in the codec's current format (``LineOldFormat``)."""
+        out: _Parsed[T] = _Parsed([], [], 0, b"", 0 if current else None)
+        first = out.first_current
         pos = 0
         # bound once: every line another writer appended since the last read passes here
         decode, sequence, find = self._codec.decode, self._sequence, data.find
@@ -1452,7 +1532,15 @@ class LineLog(Generic[T]):
                 out.consumed, out.tail = pos, data[pos:]
                 return out
             try:
-                record = decode(data[pos:nl])
+                try:
+                    record = decode(data[pos:nl])
+                except LineOldFormat as old:
+                    if first is not None:
+                        raise _after_current(old) from None
+                    record = old.record
+                else:
+                    if first is None:
+                        first = out.first_current = len(records)
                 if expected is not None and sequence is not None and sequence(record) != expected:
                     got = sequence(record)
                     # A crash leaves part of a line, zeros or stale bytes, never a later record in
@@ -1525,6 +1613,8 @@ class LineLog(Generic[T]):
         """
         try:
             record = self._codec.decode(line)
+        except LineOldFormat as old:  # a record all the same: what comes before it is no torn tail
+            record = old.record
         except LineDamaged:
             return False
         return self._sequence is None or damaged_seq is None or self._sequence(record) > damaged_seq
@@ -1539,7 +1629,9 @@ class LineLog(Generic[T]):
         and fields). None says only "not here": the caller falls back to a full ``read``, which
         judges damage (a damaged line below the watermark fails that read closed). The line's
         place in the sequence is not checked (that needs the lines before it): a caller that needs
-        it compares the record's own sequence number with what it expects.
+        it compares the record's own sequence number with what it expects. Nor is an old-format
+        line's place (``LineOldFormat``: only the lines before it say whether one may stand there),
+        so such a line is None too, and the full read judges it.
 
         Raises:
             JournalCorrupt: the log or its lock is not a regular file.
@@ -1567,7 +1659,7 @@ class LineLog(Generic[T]):
             return None
         try:
             return self._codec.decode(found[0]), found[1]
-        except LineDamaged:
+        except LineDamaged:  # an old-format line too: only the lines before it say if it may be one
             return None
 
     def _acknowledged_line(self, fd: int, offset: int) -> tuple[bytes, int] | None:
@@ -1664,15 +1756,21 @@ class LineLog(Generic[T]):
         tail: list[tuple[int, T]] = []
         expected: int | None = 1 if self._sequence is not None else None
         skip = 0
+        # An old-format line is yielded only once the line before it is known to be no line in the
+        # current format (``LineOldFormat``): a reader that stops at it never takes a line copied in.
+        held: _Held[T] | None = None
+        below: int | None = None  # the number of the oldest record read (the next must be one less)
         if last_nl >= 0:  # the last acknowledged line: it must decode
-            try:
-                anchor = self._codec.decode(region[: last_nl - start])
-            except LineDamaged as damage:
-                raise self._corrupt(fd, start, damage) from None
-            tail.append((start, anchor))
+            anchor, old = self._decode_anchor(fd, start, region[: last_nl - start])
+            if old is not None:
+                held = (start, anchor, old)
+            else:
+                tail.append((start, anchor))
             expected = self._sequence(anchor) + 1 if self._sequence is not None else None
             skip = last_nl + 1 - start
-        parsed = self._parse(fd, region[skip:], start + skip, mark, expected)
+            below = self._sequence(anchor) if self._sequence is not None else None
+        current = last_nl >= 0 and held is None  # the format of the line before the parsed ones
+        parsed = self._parse(fd, region[skip:], start + skip, mark, expected, current=current)
         begin = start + skip
         for record, end in zip(parsed.records, parsed.ends, strict=True):
             tail.append((begin, record))
@@ -1681,10 +1779,18 @@ class LineLog(Generic[T]):
         for at, record in reversed(tail):
             if poison is None or at < poison:
                 yield at, record
-        below = self._sequence(tail[0][1]) if tail and self._sequence is not None else None
+        if last_nl >= 0:  # else the first line is the last acknowledged one: nothing lies before it
+            yield from self._reverse_below(fd, start, held, below)
+
+    def _reverse_below(
+        self, fd: int, start: int, held: _Held[T] | None, below: int | None
+    ) -> Iterator[tuple[int, T]]:
+        """The lines before ``start`` (all acknowledged), newest first: every one must decode, in
+        sequence (``below``: the number of the line at ``start``), and ``held`` (that line, when it
+        is in an old format) is yielded once the line before it allows it."""
         for at, raw in self._backward_lines(fd, start):  # all acknowledged: every line must decode
             try:
-                record = self._codec.decode(raw)
+                record, old = self._decode_any(raw)
                 if below is not None and self._sequence is not None:
                     # each line holds the number just below the one after it (none lost or moved)
                     got = self._sequence(record)
@@ -1693,22 +1799,50 @@ class LineLog(Generic[T]):
                     below -= 1
             except LineDamaged as damage:
                 raise self._corrupt(fd, at, damage) from None
-            yield at, record
+            held = yield from self._release(fd, held, at, record, old)
+        if held is not None:
+            yield held[0], held[1]
         if below is not None and below != 1:  # the first line is not record 1: lines were lost
             raise self._corrupt(fd, 0, LineDamaged(f"the log begins at sequence {below}, not 1", torn=False))
+
+    def _decode_any(self, raw: bytes) -> tuple[T, LineOldFormat[T] | None]:
+        """The record ``raw`` holds, in either format, and the codec's word when it is an old one."""
+        try:
+            return self._codec.decode(raw), None
+        except LineOldFormat as old:
+            return old.record, old
+
+    def _release(
+        self, fd: int, held: _Held[T] | None, at: int, record: T, old: LineOldFormat[T] | None
+    ) -> Generator[tuple[int, T], None, _Held[T] | None]:
+        """Going backwards, the line at ``at`` (``record``; ``old`` when in an old format) comes
+        just before ``held``: yield ``held`` unless this line, in the current format, shows it to
+        be an old-format line after a current one (``JournalCorrupt`` naming ``held``); then yield
+        this line, or hold it too when it is an old-format one. Returns what is held now."""
+        if held is not None:
+            if old is None:
+                raise self._corrupt(fd, held[0], _after_current(held[2]))
+            yield held[0], held[1]
+        if old is not None:
+            return (at, record, old)
+        yield at, record
+        return None
 
     def _reverse_guessing(self, fd: int, size: int) -> Iterator[tuple[int, T]]:
         """Without a watermark: skip undecodable lines at the end (a torn tail) until a good one."""
         in_tail = True
+        held: _Held[T] | None = None
         for at, raw in self._backward_lines(fd, size):
             try:
-                record = self._codec.decode(raw)
+                record, old = self._decode_any(raw)
             except LineDamaged as damage:
                 if in_tail and damage.torn:
                     continue
                 raise self._corrupt(fd, at, damage) from None
             in_tail = False
-            yield at, record
+            held = yield from self._release(fd, held, at, record, old)
+        if held is not None:
+            yield held[0], held[1]
 
     def _backward_lines(self, fd: int, limit: int) -> Iterator[tuple[int, bytes]]:
         """Yield (offset, line) for the newline-terminated lines before ``limit``, newest first

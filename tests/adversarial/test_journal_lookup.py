@@ -23,12 +23,15 @@ from journal import FileJournal, JournalCorrupt, Record
 STREAM = "memory-learn"
 
 
-def _line(rid: str, seq: int, payload: dict[str, Any], key: str | None = None) -> bytes:
+def _line(rid: str, seq: int, payload: dict[str, Any], key: str | None = None, *, run_id: str = "") -> bytes:
+    """A line as this version writes it for ``run_id``'s stream (its checksum names them); without
+    ``run_id``, as a version before that did (the checksum of the line alone)."""
     body = orjson.dumps(
         {"id": rid, "key": key, "payload": payload, "seq": seq, "ts": 1_700_000_000_000},
         option=orjson.OPT_SORT_KEYS,
     )
-    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
+    crc_start = zlib.crc32(f"{run_id}\0{STREAM}\0".encode()) if run_id else 0
+    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, crc_start)
 
 
 def _set_mark(path: Path, value: int) -> None:
@@ -77,7 +80,7 @@ def test_a_hint_mid_line_is_not_a_line_start(stream: Any) -> None:
     """A crafted line ``junk{record}``: from the hint on it decodes, but it begins mid-line. The
     full read finds the damaged line below the watermark and fails closed."""
     root, run_id, _, _, path = stream
-    forged = _line("forged-id", 4, {"n": 99})
+    forged = _line("forged-id", 4, {"n": 99}, run_id=run_id)
     start = path.stat().st_size
     with open(path, "ab") as f:
         f.write(b"junk" + forged + b"\n")
@@ -93,7 +96,7 @@ def test_a_line_past_the_watermark_is_never_taken_from_a_hint(stream: Any) -> No
     root, run_id, _, _, path = stream
     start = path.stat().st_size
     with open(path, "ab") as f:
-        f.write(_line("never-acknowledged", 1, {"n": 0}) + b"\n")
+        f.write(_line("never-acknowledged", 1, {"n": 0}, run_id=run_id) + b"\n")
     assert _mark(path) == start
     assert _lookup(root, run_id, "never-acknowledged", start) is None
 
@@ -133,7 +136,7 @@ def test_a_forged_line_with_its_checksum_recomputed_is_what_a_full_read_says(str
     at = hints[records[1].id]
     data = path.read_bytes()
     end = data.index(b"\n", at)
-    forged = _line(records[1].id, 2, {"n": 1000})
+    forged = _line(records[1].id, 2, {"n": 1000}, run_id=run_id)
     path.write_bytes(data[:at] + forged + data[end:])
     _set_mark(path, path.stat().st_size)
     by_hint = _lookup(root, run_id, records[1].id, at)
