@@ -33,6 +33,7 @@ from web3.exceptions import (
     TransactionNotFound,
     Web3Exception,
 )
+from web3.exceptions import BlockNotFound as NoSuchBlock
 
 from journal import scrubbed
 from memory.ledger import (
@@ -318,6 +319,19 @@ def quantity(value: object, field: str, bound: int = INT63) -> int:
     return value
 
 
+def _hash32(value: object, field: str) -> str | None:
+    """A 32-byte hash the node named, as lowercase 0x-hex; None when it named none.
+
+    Raises:
+        ValueError: anything else (another length, not hex).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str | bytes) or len(HexBytes(value)) != 32:
+        raise ValueError(f"the node's {field} is {str(value)[:80]!r}, not a 32-byte hash")
+    return Web3.to_hex(HexBytes(value)).lower()
+
+
 def _same_hash(value: object, tx_hash: str, what: str) -> None:
     """Refuse an answer about another transaction than the one asked for."""
     answered = Web3.to_hex(HexBytes(value)) if isinstance(value, str | bytes) else repr(value)
@@ -425,7 +439,29 @@ class Chain:
                 block=quantity(raw["blockNumber"], "receipt's block number"),
                 gas_used=quantity(raw["gasUsed"], "receipt's gasUsed", UINT256),
                 logs=logs,
+                block_hash=_hash32(raw.get("blockHash"), "receipt's block hash"),
             )
+
+    def block_hash(self, block: int) -> str | None:
+        """The hash of the block at number ``block``; None when the chain has no such block.
+
+        Raises:
+            ChainUnavailable: the node cannot be read.
+        """
+        with _reading(f"block {block}"):
+            try:
+                raw: Any = self.w3.eth.get_block(block)
+            except NoSuchBlock:
+                return None
+            if raw is None:
+                return None
+            number = quantity(raw["number"], f"block {block}'s number")
+            if number != block:
+                raise ValueError(f"the node answered with block {number}, not block {block}")
+            found = _hash32(raw["hash"], f"block {block}'s hash")
+            if found is None:
+                raise ValueError(f"the node's block {block} has no hash")
+            return found
 
     def transaction(self, tx_hash: str) -> ChainTransaction | None:
         """The transaction as the node holds it (``eth_getTransactionByHash``); None when unknown.

@@ -1,4 +1,4 @@
-"""The ``sail`` command line: init, tick, ledger, why, status, journal, demo.
+"""The ``sail`` command line: init, tick, ledger, why, status, ack-reorg, journal, demo.
 
 The conventions (global options before or after the command, diagnostics, exit statuses, Ctrl-C, a
 closed pipe, ``--version``, completion) are ``memory.cli``'s, shared with ``flows``. Listing commands'
@@ -42,8 +42,10 @@ from memory.ledger import (
     Entry,
     Ledger,
     Skipped,
+    acknowledge_reorg,
     fit_copy,
     fit_json,
+    held_reorg,
     last_days,
     learned_tokens,
     narrate,
@@ -254,10 +256,18 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    """Why did it skip: the most recent skips, newest first, with their reasons."""
+    """Why did it skip: the most recent skips, newest first, with their reasons (and, first, a
+    reorganisation that holds every tick until it is acknowledged)."""
     home, config = _agent(args)
     ledger = Ledger(sail_dir(home))
     skips = recent_skips(ledger, args.limit)
+    reorged = None if args.json else held_reorg(ledger, ledger.state())
+    if reorged is not None:
+        _say(
+            f"held: every tick fails with chain_reorged since {when(reorged.ts)}: the ledgered swap "
+            f"{reorged.tx_hash} (block {reorged.block}) is no longer there: {reorged.reason}; review, "
+            f"then `sail ack-reorg {reorged.tx_hash}`"
+        )
     if args.json:
         _dump([s.to_wire() for s in skips])
     elif not skips:
@@ -280,6 +290,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     tokens = {t: (v["decimals"], v["symbol"]) for t, v in status["tokens"].items()}
     for line in format_status(status, renderer(config.token_in, tokens)):
         _say(line)
+    return 0
+
+
+def cmd_ack_reorg(args: argparse.Namespace) -> int:
+    """Let the agent trade again after a person reviewed the reorganisation a tick found."""
+    home, config = _agent(args)
+    record = acknowledge_reorg(
+        sail_dir(home), args.tx_hash, clock=lambda: int(time.time()), lock_timeout=config.lock_timeout_s
+    )
+    if args.json:
+        _dump({"acknowledged": record.tx_hash, "block": record.block, "blockHash": record.block_hash})
+        return 0
+    _say(
+        f"acknowledged: the reorganisation under {record.tx_hash} (ledgered in block {record.block}); "
+        "the ledger keeps its line as written, and the next tick trades again"
+    )
     return 0
 
 
@@ -507,6 +533,13 @@ def build_cli() -> CommandLine:
     )
 
     command("status", "does it remember its last trade", cmd_status)
+
+    p = command(
+        "ack-reorg",
+        "after reviewing a chain reorganisation a tick found (chain_reorged), let the agent trade again",
+        cmd_ack_reorg,
+    )
+    p.add_argument("tx_hash", metavar="TXHASH", help="the swap the chain_reorged line names (sail status)")
 
     p = command("journal", "the narrative: what it did, per day, each sentence citing its lines", cmd_journal)
     p.add_argument(

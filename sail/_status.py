@@ -157,6 +157,9 @@ def _describe_tick(tick: dict[str, Any] | None, render: Render) -> str:
 def _describe_next(status: dict[str, Any], last: dict[str, Any] | None, render: Render) -> str:
     blocked = status["blockedBy"]
     if blocked is not None:
+        if blocked["kind"] == "reorg":
+            since = _at(blocked["sinceMs"])
+            return f"held, every tick fails with chain_reorged: {blocked['reason']} (since {since})"
         if blocked["kind"] == "dispatch":
             return f"blocked until it is resolved: {blocked['reason']} (signed at {_at(blocked['sinceMs'])})"
         return (

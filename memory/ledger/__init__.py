@@ -15,12 +15,15 @@ from memory.ledger._activity import (
     ActivityLog,
     ActivityRecord,
     DispatchDropped,
+    DispatchIncluded,
     DispatchMismatch,
     DispatchSettled,
     DispatchSigned,
     DispatchSubmitted,
     DispatchUnsent,
     OtherActivity,
+    ReorgAcknowledged,
+    ReorgDetected,
     TickFinished,
     TickOutcome,
     TickStarted,
@@ -53,6 +56,7 @@ from memory.ledger._entries import (
 )
 from memory.ledger._errors import (
     ActivityInvalidRecord,
+    ChainReorged,
     ChainUnavailable,
     DispatchNotOurs,
     DispatchUndecodable,
@@ -60,6 +64,7 @@ from memory.ledger._errors import (
     LedgerError,
     LedgerInvalidEntry,
     LedgerNotAFile,
+    ReorgNotHeld,
 )
 from memory.ledger._ledger import Ledger, LedgerWriter
 from memory.ledger._lines import require_regular
@@ -86,6 +91,7 @@ from memory.ledger._reconcile import (
     reconcile,
     transferred_to,
 )
+from memory.ledger._reorg import ReceiptReader, acknowledge_reorg, check_newest_act, held_reorg
 from memory.ledger._snapshot import MAX_SNAPSHOT_BYTES, LastAct, OpenDispatch, Snapshot
 from memory.ledger._status import CLOCK_SLACK_S, MAX_SKIP_SCAN, agent_state, dispatch_state, recent_skips
 from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
@@ -112,11 +118,13 @@ __all__ = [
     "ActivityRecord",
     "Amount",
     "ChainReader",
+    "ChainReorged",
     "ChainTransaction",
     "ChainUnavailable",
     "Cite",
     "Day",
     "DispatchDropped",
+    "DispatchIncluded",
     "DispatchMismatch",
     "DispatchNotOurs",
     "DispatchSettled",
@@ -139,6 +147,10 @@ __all__ = [
     "OtherActivity",
     "Outcome",
     "Receipt",
+    "ReceiptReader",
+    "ReorgAcknowledged",
+    "ReorgDetected",
+    "ReorgNotHeld",
     "Sentence",
     "Skipped",
     "Snapshot",
@@ -150,17 +162,20 @@ __all__ = [
     "TokenBook",
     "TokenInfo",
     "TokenMetadata",
+    "acknowledge_reorg",
     "agent_state",
     "allowance_reason",
     "amount_text",
     "balance_reason",
     "cadence_reason",
+    "check_newest_act",
     "dispatch_state",
     "entry_from_wire",
     "fit_copy",
     "fit_json",
     "fit_text",
     "format_human",
+    "held_reorg",
     "last_days",
     "learned_tokens",
     "narrate",

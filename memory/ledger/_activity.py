@@ -10,6 +10,9 @@ The runner's own account of what it did with each dispatch, and of every tick:
   nonce still unused past the timeout, or the node refused it); ``dispatch_dropped`` — its nonce
   was consumed by another transaction, so it never can. Neither is a trade;
 * ``dispatch_mismatch`` — the chain's copy of a dispatch differs from this log's: an error, kept;
+* ``dispatch_included`` — the block (number and hash) and status reconcile ledgered a mined dispatch
+  from, written just before its ``acted`` line; ``chain_reorged`` — a tick found the newest ledgered
+  act no longer there (gone, or in another block): no tick trades until ``reorg_acknowledged``;
 * ``token_metadata`` — a token's decimals and symbol, read once, so an entry written while the
   chain is unreachable can still say its amount in human units;
 * ``tick_started`` / ``tick_finished`` — every ``sail tick``: when, and its outcome (``skipped``,
@@ -266,6 +269,124 @@ class DispatchMismatch:
         }
 
 
+_BLOCK_HASH = _TX_HASH  # a block hash is 32 bytes of hex, as a transaction hash is
+
+
+@dataclass(frozen=True)
+class DispatchIncluded:
+    """Where the chain held a mined dispatch when reconcile ledgered it: its ``block`` number, that
+    block's hash and the receipt's ``status``. Written just before the ``acted`` line it backs, so a
+    later tick can check that the chain still holds the swap there (a reorganisation deeper than
+    ``confirmations`` would otherwise go unseen)."""
+
+    ts: int
+    tx_hash: str
+    block: int
+    block_hash: str
+    status: int
+
+    event: ClassVar[str] = "dispatch_included"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        _need(_uint(self.block), "block", "must be a block number")
+        _need(
+            isinstance(self.block_hash, str) and bool(_BLOCK_HASH.match(self.block_hash)),
+            "blockHash",
+            "not a block hash",
+        )
+        _need(type(self.status) is int and self.status in (0, 1), "status", "must be 0 or 1")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "block": self.block,
+            "blockHash": self.block_hash,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class ReorgDetected:
+    """The chain no longer holds the newest ledgered act where it was ledgered (``chain_reorged``).
+
+    ``block``/``block_hash`` are where it was ledgered; ``chain_block``, ``chain_block_hash`` and
+    ``chain_status`` what the chain's receipt says now (all null: the chain has no receipt for it).
+    Until a ``reorg_acknowledged`` line names the same transaction, no tick trades.
+    """
+
+    ts: int
+    tx_hash: str
+    block: int
+    block_hash: str
+    chain_block: int | None
+    chain_block_hash: str | None
+    chain_status: int | None
+    reason: str
+
+    event: ClassVar[str] = "chain_reorged"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+        _need(_uint(self.block), "block", "must be a block number")
+        _need(
+            isinstance(self.block_hash, str) and bool(_BLOCK_HASH.match(self.block_hash)),
+            "blockHash",
+            "not a block hash",
+        )
+        _need(self.chain_block is None or _uint(self.chain_block), "chainBlock", "a block number or null")
+        _need(
+            self.chain_block_hash is None
+            or (isinstance(self.chain_block_hash, str) and bool(_BLOCK_HASH.match(self.chain_block_hash))),
+            "chainBlockHash",
+            "a block hash or null",
+        )
+        _need(
+            self.chain_status is None or (type(self.chain_status) is int and self.chain_status in (0, 1)),
+            "chainStatus",
+            "0, 1 or null",
+        )
+        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {
+            "ts": self.ts,
+            "event": self.event,
+            "txHash": self.tx_hash,
+            "block": self.block,
+            "blockHash": self.block_hash,
+            "chainBlock": self.chain_block,
+            "chainBlockHash": self.chain_block_hash,
+            "chainStatus": self.chain_status,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ReorgAcknowledged:
+    """A person reviewed the ``chain_reorged`` line of ``tx_hash`` and let the agent trade again
+    (``sail ack-reorg``): the ledger keeps its line for that act as written."""
+
+    ts: int
+    tx_hash: str
+
+    event: ClassVar[str] = "reorg_acknowledged"
+
+    def __post_init__(self) -> None:
+        _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object the log stores."""
+        return {"ts": self.ts, "event": self.event, "txHash": self.tx_hash}
+
+
 @dataclass(frozen=True)
 class TokenMetadata:
     """A token's ``decimals`` and ``symbol``, as read from the chain once."""
@@ -382,6 +503,9 @@ ActivityRecord = (
     | DispatchUnsent
     | DispatchDropped
     | DispatchMismatch
+    | DispatchIncluded
+    | ReorgDetected
+    | ReorgAcknowledged
     | TokenMetadata
     | TickStarted
     | TickFinished
@@ -401,7 +525,7 @@ def check_writable_record(record: ActivityRecord) -> None:
     fields: dict[str, str | None]
     if isinstance(record, DispatchSigned | DispatchSubmitted):
         fields = {"action": record.action, "permission": record.permission}
-    elif isinstance(record, DispatchSettled | DispatchUnsent | DispatchDropped):
+    elif isinstance(record, DispatchSettled | DispatchUnsent | DispatchDropped | ReorgDetected):
         fields = {"reason": record.reason}
     elif isinstance(record, DispatchMismatch):
         fields = {"field": record.field, "local": record.local, "chain": record.chain}
@@ -507,6 +631,20 @@ _KNOWN: dict[str, Callable[[dict[str, Any]], ActivityRecord]] = {
     "token_metadata": lambda o: TokenMetadata(
         ts=o["ts"], token=o["token"], decimals=o["decimals"], symbol=o["symbol"]
     ),
+    "dispatch_included": lambda o: DispatchIncluded(
+        ts=o["ts"], tx_hash=o["txHash"], block=o["block"], block_hash=o["blockHash"], status=o["status"]
+    ),
+    "chain_reorged": lambda o: ReorgDetected(
+        ts=o["ts"],
+        tx_hash=o["txHash"],
+        block=o["block"],
+        block_hash=o["blockHash"],
+        chain_block=o["chainBlock"],
+        chain_block_hash=o["chainBlockHash"],
+        chain_status=o["chainStatus"],
+        reason=o["reason"],
+    ),
+    "reorg_acknowledged": lambda o: ReorgAcknowledged(ts=o["ts"], tx_hash=o["txHash"]),
     "tick_started": lambda o: TickStarted(ts=o["ts"], pid=o["pid"]),
     "tick_finished": _tick_finished,
 }

@@ -11,8 +11,11 @@ Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its contex
     │                             activity log's schema refuses
     ├── ChainUnavailable          chain_unavailable: the chain could not be read (node down, timeout)
     ├── DispatchUndecodable       dispatch_undecodable: a swap dispatch whose calldata is not a swap
-    └── DispatchNotOurs           dispatch_not_ours: the chain's transaction under a logged hash was
-                                  sent by another account (the activity log was altered)
+    ├── DispatchNotOurs           dispatch_not_ours: the chain's transaction under a logged hash was
+    │                             sent by another account (the activity log was altered)
+    ├── ChainReorged              chain_reorged: the chain no longer holds the newest ledgered act
+    │                             where it was ledgered; no tick trades until a person acknowledges
+    └── ReorgNotHeld              reorg_not_held: an acknowledgement names no reorganisation held
 
 A damaged line in the middle of ``ledger.jsonl`` or ``activity.jsonl`` is the line log's business:
 it raises ``journal.JournalCorrupt`` (code ``journal_corrupt``, with ``path`` and ``line``), which
@@ -111,3 +114,32 @@ class DispatchNotOurs(LedgerError):
     """The transaction the activity log names was sent by another account: the log was altered."""
 
     code = "dispatch_not_ours"
+
+
+class ChainReorged(LedgerError):
+    """The chain no longer holds the newest ledgered act where it was ledgered (gone, moved to
+    another block, or another status): a reorganisation deeper than ``confirmations``. The ledger
+    still counts the act, so the agent does not trade until a person has reviewed it and
+    acknowledged it (``sail ack-reorg``). ``tx_hash``, ``block`` and ``block_hash`` say where it
+    was ledgered."""
+
+    code = "chain_reorged"
+
+    def __init__(
+        self, message: str, *, tx_hash: str, block: int, block_hash: str, path: str | Path | None = None
+    ) -> None:
+        super().__init__(message, path=path)
+        self.tx_hash = tx_hash
+        self.block = block
+        self.block_hash = block_hash
+
+
+class ReorgNotHeld(LedgerError):
+    """An acknowledgement names a transaction no unacknowledged ``chain_reorged`` line names:
+    nothing was written (``tx_hash``)."""
+
+    code = "reorg_not_held"
+
+    def __init__(self, message: str, *, tx_hash: str, path: str | Path | None = None) -> None:
+        super().__init__(message, path=path)
+        self.tx_hash = tx_hash

@@ -15,15 +15,18 @@ from dataclasses import replace
 from memory.ledger._activity import (
     ActivityRecord,
     DispatchDropped,
+    DispatchIncluded,
     DispatchSettled,
     DispatchSigned,
     DispatchSubmitted,
     DispatchUnsent,
+    ReorgAcknowledged,
+    ReorgDetected,
     TokenMetadata,
 )
 from memory.ledger._entries import Acted, Entry, Outcome
 from memory.ledger._lines import Line, line_sha256
-from memory.ledger._snapshot import Coverage, LastAct, LineRef, OpenDispatch, Snapshot
+from memory.ledger._snapshot import Coverage, Included, LastAct, LineRef, Marked, OpenDispatch, Snapshot
 
 
 class StateBuilder:
@@ -42,6 +45,12 @@ class StateBuilder:
         self.dropped: dict[str, OpenDispatch] = (
             {} if start is None else {d.tx_hash.lower(): d for d in start.dropped}
         )
+        self.anchor: Included | None = None if start is None else start.anchor
+        self.included: dict[str, Included] = (
+            {} if start is None else {i.tx_hash.lower(): i for i in start.included}
+        )
+        self.reorged: Marked | None = None if start is None else start.reorged
+        self.acknowledged: Marked | None = None if start is None else start.acknowledged
 
     def fold_activity(self, line: Line[ActivityRecord]) -> None:
         """Fold one activity record: dispatches open, are accepted, or resolve as unsent/dropped."""
@@ -80,6 +89,26 @@ class StateBuilder:
                 self.dropped[key] = known
         elif isinstance(record, TokenMetadata):
             self.tokens[record.token.lower()] = (record.decimals, record.symbol)
+        else:
+            self._fold_reorg(line)
+
+    def _fold_reorg(self, line: Line[ActivityRecord]) -> None:
+        """Fold the lines of the reorganisation check: where a dispatch was ledgered, a detected
+        reorganisation (held until acknowledged), an acknowledgement (which also ends the checks of
+        the act it names: a person accepted the chain as it now is)."""
+        record = line.record
+        ref = LineRef(line.offset, line_sha256(line.raw))
+        if isinstance(record, DispatchIncluded):
+            self.included[record.tx_hash.lower()] = Included(
+                record.tx_hash, record.block, record.block_hash, ref
+            )
+        elif isinstance(record, ReorgDetected):
+            self.reorged = Marked(record.tx_hash, ref)
+        elif isinstance(record, ReorgAcknowledged):
+            key = record.tx_hash.lower()
+            self.acknowledged = Marked(record.tx_hash, ref)
+            if self.reorged is not None and self.reorged.tx_hash.lower() == key:
+                self.reorged = None
 
     def fold_ledger(self, line: Line[Entry]) -> None:
         """Fold one ledger entry: a final outcome resolves its dispatch; confirmed may be the last act.
@@ -100,13 +129,18 @@ class StateBuilder:
         self.open.pop(key, None)
         self.unsent.pop(key, None)
         self.dropped.pop(key, None)
+        included = self.included.pop(key, None)
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)
             self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
             self.last_line = LineRef(line.offset, line_sha256(line.raw))
+            # the block the chain held it in when it was ledgered (an older act has no such line)
+            self.anchor = included if included is not None and included.block == entry.block else None
 
     def freeze(self, ledger: Coverage, activity: Coverage) -> Snapshot:
-        """The snapshot of the folded state over these prefixes."""
+        """The snapshot of the folded state over these prefixes (``included`` lines are kept only
+        for dispatches still watched: one whose ledger line never came is forgotten)."""
+        watched = {*self.open, *self.unsent, *self.dropped}
         return Snapshot(
             ledger=ledger,
             activity=activity,
@@ -116,4 +150,8 @@ class StateBuilder:
             unsent=tuple(self.unsent.values()),
             tokens=dict(self.tokens),
             dropped=tuple(self.dropped.values()),
+            anchor=self.anchor,
+            included=tuple(i for key, i in self.included.items() if key in watched),
+            reorged=self.reorged,
+            acknowledged=self.acknowledged,
         )

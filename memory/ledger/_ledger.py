@@ -24,13 +24,21 @@ import portalocker
 
 from journal import LineLog
 from memory.ledger import _snapshot
-from memory.ledger._activity import ActivityCodec, ActivityRecord, DispatchSigned, DispatchSubmitted
+from memory.ledger._activity import (
+    ActivityCodec,
+    ActivityRecord,
+    DispatchIncluded,
+    DispatchSigned,
+    DispatchSubmitted,
+    ReorgAcknowledged,
+    ReorgDetected,
+)
 from memory.ledger._codec import LedgerCodec
 from memory.ledger._entries import Acted, Entry, Outcome, Skipped, check_writable
 from memory.ledger._errors import LedgerBusy, LedgerInvalidEntry
 from memory.ledger._index import StateBuilder
 from memory.ledger._lines import Line, LineFile, line_sha256, ready_to_append, require_regular
-from memory.ledger._snapshot import Coverage, LastAct, OpenDispatch, Snapshot
+from memory.ledger._snapshot import Coverage, Included, LastAct, LineRef, Marked, OpenDispatch, Snapshot
 
 #: how far a line's ``ts`` may run ahead of when it was written (chain clock vs. the tick's clock)
 CLOCK_SKEW_S = 3600
@@ -314,7 +322,57 @@ class Ledger:
             and self._last_holds(snap, files)
             and all(self._dispatch_holds(d, snap, files) for d in (*snap.open, *snap.unsent, *snap.dropped))
             and all(d.nonce is not None for d in (*snap.unsent, *snap.dropped))
+            and self._reorg_lines_hold(snap, files)
         )
+
+    def _reorg_lines_hold(self, snap: Snapshot, files: _Open) -> bool:
+        """Whether the activity lines the reorganisation check relies on are there and say the same:
+        the last act's ``dispatch_included`` line (for that act, in its block), the pending ones,
+        the held ``chain_reorged`` line and the newest ``reorg_acknowledged`` one."""
+        anchor, last = snap.anchor, snap.last_confirmed
+        if anchor is not None and (
+            last is None or (anchor.tx_hash.lower(), anchor.block) != (last.tx_hash.lower(), last.block)
+        ):
+            return False
+        included = [i for i in (anchor, *snap.included) if i is not None]
+        reorged, acked = snap.reorged, snap.acknowledged
+        return (
+            all(self._included_holds(i, snap, files) for i in included)
+            and (reorged is None or self._marked_holds(reorged, ReorgDetected, snap, files))
+            and (acked is None or self._marked_holds(acked, ReorgAcknowledged, snap, files))
+        )
+
+    def _activity_record(self, ref: LineRef, snap: Snapshot, files: _Open) -> ActivityRecord | None:
+        if files.activity_fd is None or ref.offset >= snap.activity.size:
+            return None
+        line = self._activity.line_at(files.activity_fd, ref.offset, ref.sha256)
+        return None if line is None else line.record
+
+    def _included_holds(self, included: Included, snap: Snapshot, files: _Open) -> bool:
+        record = self._activity_record(included.line, snap, files)
+        return isinstance(record, DispatchIncluded) and (
+            record.tx_hash,
+            record.block,
+            record.block_hash,
+        ) == (included.tx_hash, included.block, included.block_hash)
+
+    def _marked_holds(
+        self, marked: Marked, kind: type[ReorgDetected | ReorgAcknowledged], snap: Snapshot, files: _Open
+    ) -> bool:
+        record = self._activity_record(marked.line, snap, files)
+        return isinstance(record, kind) and record.tx_hash == marked.tx_hash
+
+    def activity_at(self, ref: LineRef) -> ActivityRecord | None:
+        """The activity record at ``ref`` (its offset, checked against its SHA-256), or None when
+        the line there is not that one (one small read)."""
+        fd = self._activity.open()
+        if fd is None:
+            return None
+        try:
+            line = self._activity.line_at(fd, ref.offset, ref.sha256)
+            return None if line is None else line.record
+        finally:
+            os.close(fd)
 
     def _last_holds(self, snap: Snapshot, files: _Open) -> bool:
         """Whether the ledger line ``lastConfirmed`` names is there and says the same."""

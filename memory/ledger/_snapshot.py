@@ -23,6 +23,10 @@ reader sees an old snapshot or a new one, never a part; a missing or malformed o
 
 Version 3 added ``lines``; version 4 ``dropped`` (a version 2 or 3 snapshot folded a ``dispatch_dropped``
 line by forgetting its dispatch, so it is stale: rebuilt once from the files, and written as version 4).
+Version 5 added what the reorganisation check needs: ``anchor`` (the ``dispatch_included`` line of the
+last confirmed act: the block hash it was ledgered in), ``included`` (such lines of dispatches not yet
+ledgered), ``reorged`` (the ``chain_reorged`` line not yet acknowledged) and ``acknowledged`` (the
+newest ``reorg_acknowledged`` line); a version 4 snapshot is stale, rebuilt once.
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 4
-#: the versions ``load`` reads (2 and 3 forgot dropped dispatches: stale, rebuilt)
-READABLE = frozenset({4})
+VERSION = 5
+#: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes: stale, rebuilt)
+READABLE = frozenset({5})
 _EDGE = 4096
 
 
@@ -118,6 +122,24 @@ class OpenDispatch:
 
 
 @dataclass(frozen=True)
+class Included:
+    """A ``dispatch_included`` line: where the chain held ``tx_hash`` when it was ledgered."""
+
+    tx_hash: str
+    block: int
+    block_hash: str
+    line: LineRef
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A ``chain_reorged`` or ``reorg_acknowledged`` line, and the transaction it names."""
+
+    tx_hash: str
+    line: LineRef
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What the snapshot file holds (see the module docstring)."""
 
@@ -129,6 +151,15 @@ class Snapshot:
     unsent: tuple[OpenDispatch, ...] = ()
     tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     dropped: tuple[OpenDispatch, ...] = ()
+    anchor: Included | None = None
+    """Where the last confirmed act was ledgered (its ``dispatch_included`` line); None for an act
+    ledgered before such lines were written, or none yet."""
+    included: tuple[Included, ...] = ()
+    """``dispatch_included`` lines of dispatches whose ledger line is not folded yet."""
+    reorged: Marked | None = None
+    """The ``chain_reorged`` line no ``reorg_acknowledged`` line has answered: trading is held."""
+    acknowledged: Marked | None = None
+    """The newest ``reorg_acknowledged`` line: its act's place on the chain is no longer checked."""
 
     def body(self) -> dict[str, Any]:
         """The JSON object, without its digest."""
@@ -150,6 +181,10 @@ class Snapshot:
             "unsent": [_dispatch_wire(d) for d in self.unsent],
             "dropped": [_dispatch_wire(d) for d in self.dropped],
             "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(self.tokens.items())},
+            "anchor": None if self.anchor is None else _included_wire(self.anchor),
+            "included": [_included_wire(i) for i in self.included],
+            "reorged": None if self.reorged is None else _marked_wire(self.reorged),
+            "acknowledged": None if self.acknowledged is None else _marked_wire(self.acknowledged),
         }
 
     def to_bytes(self) -> bytes:
@@ -177,6 +212,20 @@ def _dispatch_wire(d: OpenDispatch) -> dict[str, Any]:
         "unverified": d.unverified,
         "settled": d.settled,
     }
+
+
+def _included_wire(i: Included) -> dict[str, Any]:
+    return {
+        "txHash": i.tx_hash,
+        "block": i.block,
+        "blockHash": i.block_hash,
+        "offset": i.line.offset,
+        "lineSha256": i.line.sha256,
+    }
+
+
+def _marked_wire(m: Marked) -> dict[str, Any]:
+    return {"txHash": m.tx_hash, "offset": m.line.offset, "lineSha256": m.line.sha256}
 
 
 #: the largest snapshot file read; a larger one is stale (a real one holds a few dispatches and the
@@ -229,7 +278,24 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
         unsent=tuple(_dispatch(d) for d in obj["unsent"]),
         tokens=tokens,
         dropped=tuple(_dispatch(d) for d in obj["dropped"]),
+        anchor=None if obj["anchor"] is None else _included(obj["anchor"]),
+        included=tuple(_included(i) for i in obj["included"]),
+        reorged=None if obj["reorged"] is None else _marked(obj["reorged"]),
+        acknowledged=None if obj["acknowledged"] is None else _marked(obj["acknowledged"]),
     )
+
+
+def _included(obj: dict[str, Any]) -> Included:
+    return Included(
+        tx_hash=_str(obj["txHash"]),
+        block=_int(obj["block"]),
+        block_hash=_str(obj["blockHash"]),
+        line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])),
+    )
+
+
+def _marked(obj: dict[str, Any]) -> Marked:
+    return Marked(tx_hash=_str(obj["txHash"]), line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])))
 
 
 def _coverage(obj: dict[str, Any]) -> Coverage:

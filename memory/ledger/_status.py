@@ -31,9 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory.ledger._activity import ActivityLog
+from memory.ledger._activity import ActivityLog, ReorgDetected
 from memory.ledger._entries import DROPPED_UNBORNE, UNSENT_BUT_CONSUMED, Skipped
 from memory.ledger._ledger import Ledger
+from memory.ledger._reorg import held_reorg
 from memory.ledger._snapshot import OpenDispatch, Snapshot
 from memory.ledger._ticks import tick_history
 
@@ -126,7 +127,9 @@ def agent_state(
     * ``lastTick``, ``failedTicksSinceSuccess``, ``failedTicksCountedAll`` (``tick_history``);
     * ``tokens``: ``{address: {"decimals", "symbol"}}`` the activity log recorded;
     * ``ledger``: the ledger's path; ``clockAheadS``: seconds the newest time recorded (the last
-      act, the newest entry, the last tick) runs ahead of ``clock`` past ``CLOCK_SLACK_S``, else null.
+      act, the newest entry, the last tick) runs ahead of ``clock`` past ``CLOCK_SLACK_S``, else null;
+    * ``chainReorged``: the ``chain_reorged`` line that holds trading until it is acknowledged
+      (``reorg_json``), else null; while it is there ``blockedBy`` is of kind ``reorg``.
 
     Raises:
         journal.JournalCorrupt: the ledger or the activity log is damaged where it is read.
@@ -138,7 +141,8 @@ def agent_state(
     newest = next(ledger.iter_reverse(), None)
     history = tick_history(ActivityLog(directory).iter_reverse())
     last = snap.last_confirmed
-    blocked = blocked_by(snap, newest)
+    reorged = held_reorg(ledger, snap)
+    blocked = _reorg_block(reorged) if reorged is not None else blocked_by(snap, newest)
     next_ms = None
     if blocked is None and last is not None and interval_s is not None:
         next_ms = ms(last.ts + interval_s)
@@ -158,6 +162,31 @@ def agent_state(
         "tokens": {t: {"decimals": d, "symbol": s} for t, (d, s) in sorted(snap.tokens.items())},
         "ledger": str(ledger.path),
         "clockAheadS": ahead if ahead is not None and ahead > CLOCK_SLACK_S else None,
+        "chainReorged": None if reorged is None else reorg_json(reorged),
+    }
+
+
+def reorg_json(record: ReorgDetected) -> dict[str, Any]:
+    """A held ``chain_reorged`` line as ``status`` shows it (``sinceMs``: when it was found)."""
+    return {
+        "txHash": record.tx_hash,
+        "block": record.block,
+        "blockHash": record.block_hash,
+        "chainBlock": record.chain_block,
+        "chainBlockHash": record.chain_block_hash,
+        "chainStatus": record.chain_status,
+        "reason": record.reason,
+        "sinceMs": ms(record.ts),
+        "acknowledge": f"sail ack-reorg {record.tx_hash}",
+    }
+
+
+def _reorg_block(record: ReorgDetected) -> dict[str, Any]:
+    return {
+        "kind": "reorg",
+        "reason": f"chain reorganised: the ledgered swap {record.tx_hash} (block {record.block}) is no "
+        f"longer there: {record.reason}; review, then `sail ack-reorg {record.tx_hash}`",
+        "sinceMs": ms(record.ts),
     }
 
 

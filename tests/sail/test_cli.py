@@ -118,6 +118,7 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
         "tokens": {},
         "ledger": "",
         "clockAheadS": None,
+        "chainReorged": None,
     }
     _, out, _ = run(capsys, "status", "--home", str(home))
     assert "next eligible" not in out and "eligible at" not in out
