@@ -274,12 +274,13 @@ _BLOCK_HASH = _TX_HASH  # a block hash is 32 bytes of hex, as a transaction hash
 
 @dataclass(frozen=True)
 class DispatchIncluded:
-    """Where the chain held a mined dispatch when reconcile ledgered it: its ``block`` number, that
-    block's hash and the receipt's ``status``. Written just before the ``acted`` line it backs, so a
-    later tick can check that the chain still holds the swap there (a reorganisation deeper than
-    ``confirmations`` would otherwise go unseen)."""
+    """Where the chain (``chain_id``) held a mined dispatch when reconcile ledgered it: its
+    ``block`` number, that block's hash and the receipt's ``status``. Written just before the
+    ``acted`` line it backs, so a later tick can check that the chain still holds the swap there (a
+    reorganisation deeper than ``confirmations`` would otherwise go unseen)."""
 
     ts: int
+    chain_id: int
     tx_hash: str
     block: int
     block_hash: str
@@ -289,6 +290,7 @@ class DispatchIncluded:
 
     def __post_init__(self) -> None:
         _need(_uint(self.ts), "ts", "must be unix seconds")
+        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
         _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
         _need(_uint(self.block), "block", "must be a block number")
         _need(
@@ -303,6 +305,7 @@ class DispatchIncluded:
         return {
             "ts": self.ts,
             "event": self.event,
+            "chainId": self.chain_id,
             "txHash": self.tx_hash,
             "block": self.block,
             "blockHash": self.block_hash,
@@ -632,7 +635,12 @@ _KNOWN: dict[str, Callable[[dict[str, Any]], ActivityRecord]] = {
         ts=o["ts"], token=o["token"], decimals=o["decimals"], symbol=o["symbol"]
     ),
     "dispatch_included": lambda o: DispatchIncluded(
-        ts=o["ts"], tx_hash=o["txHash"], block=o["block"], block_hash=o["blockHash"], status=o["status"]
+        ts=o["ts"],
+        chain_id=o["chainId"],
+        tx_hash=o["txHash"],
+        block=o["block"],
+        block_hash=o["blockHash"],
+        status=o["status"],
     ),
     "chain_reorged": lambda o: ReorgDetected(
         ts=o["ts"],

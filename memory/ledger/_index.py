@@ -100,7 +100,7 @@ class StateBuilder:
         ref = LineRef(line.offset, line_sha256(line.raw))
         if isinstance(record, DispatchIncluded):
             self.included[record.tx_hash.lower()] = Included(
-                record.tx_hash, record.block, record.block_hash, ref
+                record.tx_hash, record.block, record.block_hash, ref, record.chain_id
             )
         elif isinstance(record, ReorgDetected):
             self.reorged = Marked(record.tx_hash, ref)

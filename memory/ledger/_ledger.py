@@ -354,7 +354,8 @@ class Ledger:
             record.tx_hash,
             record.block,
             record.block_hash,
-        ) == (included.tx_hash, included.block, included.block_hash)
+            record.chain_id,
+        ) == (included.tx_hash, included.block, included.block_hash, included.chain_id)
 
     def _marked_holds(
         self, marked: Marked, kind: type[ReorgDetected | ReorgAcknowledged], snap: Snapshot, files: _Open

@@ -45,6 +45,10 @@ class ReceiptReader(Protocol):
         """The hash of the block at number ``block`` (0x-hex), or None when the chain has none."""
         ...
 
+    def chain_id(self) -> int:
+        """The chain id the node serves."""
+        ...
+
 
 def check_newest_act(
     writer: LedgerWriter, activity: ActivityLog, reader: ReceiptReader, *, clock: Callable[[], int]
@@ -52,8 +56,9 @@ def check_newest_act(
     """Check that the chain still holds the newest ledgered act where it was ledgered.
 
     Costs one receipt request (and a block request when the node has no receipt), whatever the
-    ledger's length; nothing when no act is ledgered with its block hash, or when its
-    reorganisation was acknowledged.
+    ledger's length (and the chain id, which the tick reads anyway); nothing when no act is ledgered
+    with its block hash, when its reorganisation was acknowledged, or when the node serves another
+    chain than the act's.
 
     Raises:
         ChainReorged: it does not (``chain_reorged`` was logged now), or an earlier tick found so
@@ -68,6 +73,8 @@ def check_newest_act(
         return
     if acked is not None and acked.tx_hash.lower() == last.tx_hash.lower():
         return
+    if reader.chain_id() != anchor.chain_id:
+        return  # another chain's node knows nothing of the act (rpc_url moved on): nothing to say
     receipt = reader.receipt(anchor.tx_hash, 0)
     if receipt is not None and receipt.block_hash is None:
         raise ChainUnavailable(

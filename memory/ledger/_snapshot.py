@@ -129,6 +129,7 @@ class Included:
     block: int
     block_hash: str
     line: LineRef
+    chain_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ def _included_wire(i: Included) -> dict[str, Any]:
         "txHash": i.tx_hash,
         "block": i.block,
         "blockHash": i.block_hash,
+        "chainId": i.chain_id,
         "offset": i.line.offset,
         "lineSha256": i.line.sha256,
     }
@@ -291,6 +293,7 @@ def _included(obj: dict[str, Any]) -> Included:
         block=_int(obj["block"]),
         block_hash=_str(obj["blockHash"]),
         line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])),
+        chain_id=_int(obj["chainId"]),
     )
 
 

@@ -50,7 +50,7 @@ def _ledgered_with_its_block(sail_dir: Path) -> Ledger:
     ledger, activity = Ledger(sail_dir), ActivityLog(sail_dir)
     activity.append(DispatchSigned(1, 1, TX, 0, AGENT, ROUTER, "0x", "swap", None))
     ledger.state()
-    activity.append(DispatchIncluded(4, TX, 107, BLOCK_HASH, 1))
+    activity.append(DispatchIncluded(4, 1, TX, 107, BLOCK_HASH, 1))
     assert [i.tx_hash for i in ledger.state().included] == [TX]  # kept while its dispatch is open
     write(ledger, acted(5, 7), skipped(6))
     return ledger

@@ -177,8 +177,8 @@ def test_a_deep_reorganisation_under_a_ledgered_swap_holds_trading_until_acknowl
     entry = agent.swap_and_ledger(0)
     assert entry.block is not None
     ledgered_hash = Web3.to_hex(agent.w3.eth.get_block(entry.block)["hash"])
-    assert [(i.tx_hash, i.block, i.block_hash) for i in agent.records(DispatchIncluded)] == [
-        (entry.tx_hash, entry.block, ledgered_hash)
+    assert [(i.tx_hash, i.block, i.block_hash, i.chain_id) for i in agent.records(DispatchIncluded)] == [
+        (entry.tx_hash, entry.block, ledgered_hash, 31337)
     ]
     # the chain rolls back below the ledgered swap, and goes on: the block at its number is another
     assert anvil.rpc("evm_revert", before_swap) is True
@@ -264,6 +264,10 @@ def test_a_node_that_cannot_be_read_is_not_a_reorganisation(anvil: AnvilNode, tm
     with pytest.raises(ChainUnavailable) as failed:
         agent.tick(INTERVAL + 100, url="http://127.0.0.1:9")  # nothing listens there
     assert failed.value.code == "chain_unavailable"
+    assert agent.records(ReorgDetected) == []
+    with AnvilNode(chain_id=4242) as other:  # another chain's node: it knows nothing of the swap
+        skipped = agent.tick(100, url=other.url).skipped
+    assert skipped is not None and skipped.reason.startswith("cadence")
     assert agent.records(ReorgDetected) == []
     assert agent.tick(INTERVAL + 200).dispatched is not None  # the node back: it trades
 
