@@ -31,6 +31,8 @@ from memory.ledger import (
     DispatchUnsent,
     Entry,
     Outcome,
+    ReorgAcknowledged,
+    ReorgDetected,
     Skipped,
     TokenBook,
     agent_state,
@@ -203,7 +205,16 @@ class _Notes:
 
 
 #: the activity events ``sail ledger`` shows beside the entries
-NOTE_EVENTS = frozenset({"dispatch_reverted", "dispatch_unsent", "dispatch_dropped", "dispatch_mismatch"})
+NOTE_EVENTS = frozenset(
+    {
+        "dispatch_reverted",
+        "dispatch_unsent",
+        "dispatch_dropped",
+        "dispatch_mismatch",
+        "chain_reorged",
+        "reorg_acknowledged",
+    }
+)
 
 
 def _notes(records: Iterable[ActivityRecord]) -> _Notes:
@@ -217,6 +228,12 @@ def _notes(records: Iterable[ActivityRecord]) -> _Notes:
             notes.mismatches.setdefault(r.tx_hash.lower(), []).append(
                 f"chain's {r.field} differs from the local log's"
             )
+        elif isinstance(r, ReorgDetected):  # said beside the trade; the ledger line stays as written
+            notes.mismatches.setdefault(r.tx_hash.lower(), []).append(
+                f"chain_reorged: no longer in block {r.block} as ledgered"
+            )
+        elif isinstance(r, ReorgAcknowledged):
+            notes.mismatches.setdefault(r.tx_hash.lower(), []).append("reorganisation acknowledged")
     return notes
 
 

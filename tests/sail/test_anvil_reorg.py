@@ -223,6 +223,9 @@ def test_a_deep_reorganisation_under_a_ledgered_swap_holds_trading_until_acknowl
     assert acked.returncode == 0, acked.stderr
     assert agent.lines()[0] == ledger_before
     assert json.loads(agent.cli("status", "--json").stdout)["chainReorged"] is None
+    row = next(line for line in agent.cli("ledger").stdout.splitlines() if entry.tx_hash[-4:] in line)
+    note = f"chain_reorged: no longer in block {entry.block} as ledgered; reorganisation acknowledged"
+    assert row.endswith(note)  # said beside the trade, whose line stays as written
 
     resumed = agent.tick(2 * INTERVAL + 100)
     assert resumed.dispatched is not None  # trading resumes
