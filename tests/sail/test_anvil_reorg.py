@@ -329,6 +329,9 @@ def test_the_check_costs_one_receipt_request_and_reads_no_more_of_a_long_ledger(
     assert isinstance(result.skipped, Skipped) and result.skipped.reason.startswith("cadence")
     receipts = [p for m, p in chain.calls if m == "eth_getTransactionReceipt"]
     assert receipts == [[entry.tx_hash]]  # one request: the newest ledgered act's receipt
+    # a cadence skip: the head and chain id for its entry (as before), and that one request
+    methods = sorted(m for m, _ in chain.calls)
+    assert methods == ["eth_blockNumber", "eth_chainId", "eth_getTransactionReceipt"]
 
     def bytes_read_by_the_check() -> int:
         read = 0
