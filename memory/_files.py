@@ -128,11 +128,14 @@ def parse_learned(path: Path, data: bytes) -> Recalled:
     )
 
 
-def own_entry(record: Record) -> tuple[bytes, Recalled]:
+def own_entry(record: Record, path: str | None = None) -> tuple[bytes, Recalled]:
     """The bytes of the learned file of ``record``, a commit this process made (``render``), and
     what ``parse_learned`` reads from them, built from the record's fields without parsing any
-    bytes: a file found to hold exactly those bytes is read as this entry."""
-    return render(record), _entry_of(record)
+    bytes: a file found to hold exactly those bytes is read as this entry. ``path``: where this
+    process published that file (``published_own``): the bytes it noted there for ``record`` are
+    taken, not rendered again."""
+    data = None if path is None else _OWN_FILES.rendering(path, record)
+    return render(record) if data is None else data, _entry_of(record)
 
 
 def _entry_of(record: Record) -> Recalled:
@@ -564,6 +567,11 @@ class _OwnFiles:
     def commit(self, path: Path, data: bytes) -> Record | None:
         hit = self._files.get(str(path))
         return hit[1] if hit is not None and hit[0] == data else None
+
+    def rendering(self, path: str, record: Record) -> bytes | None:
+        """The bytes noted at ``path`` as the rendering of ``record`` itself (that very object)."""
+        hit = self._files.get(path)
+        return hit[0] if hit is not None and hit[1] is record else None
 
 
 _OWN_FILES = _OwnFiles()

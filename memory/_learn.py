@@ -199,8 +199,12 @@ class Learner:
             one = old is not None and old.retired is None
             settled: list[Record] = []
             kept: list[str] = []  # the replaced version, when this settle retired it (its file stays)
+            held: list[Any] = []  # the new version's folder, held open by its stage
+            # the update's two files (its new version's and the old one's retired file) take the
+            # mode the DB has as the update begins: one look, not one per file
+            mode = pub.file_mode() if one else None
 
-            def settle(commit: Record) -> None:
+            def settle(commit: Record, at: Any) -> None:
                 # The version replaced is retired before the new one is renamed into place, so that
                 # no reader (a process of this host that reads the retired files, not the journal)
                 # and no kill in between ever finds the two versions live at once. Its learned file
@@ -211,7 +215,8 @@ class Learner:
                 if old is None or supersedes is None or view is None or view.payload["id"] != supersedes:
                     return
                 settled.append(commit)
-                published = self._retirer.settle_supersede(view, root, keep_file=True)
+                held.append(at)
+                published = self._retirer.settle_supersede(view, root, keep_file=True, mode=mode)
                 if published is not None:
                     kept.append(supersedes)
                 self._refuse_if_retired(root, supersedes, old.scope, fid, published)
@@ -228,11 +233,15 @@ class Learner:
                 supersedes=supersedes if old is not None else None,
                 supersedes_scope=old.scope if one and old is not None else None,
                 settle=settle if one else None,
+                mode=mode,
             )
             if settled:
                 self.on_updated(record)
                 if kept and old is not None:  # the replaced version's file, kept by the settle until now
-                    pub.remove_in(pub.scope_dir(old.scope), f"{kept[0]}.json", root.run_id)
+                    # in the folder the new version was just renamed into (held open by its stage:
+                    # not looked at again), when it is that one
+                    at = held[0] if old.scope == root.scope else None
+                    pub.remove_in(pub.scope_dir(old.scope), f"{kept[0]}.json", root.run_id, at)
                 old = None  # settled before the publish, above
         if old is not None and supersedes is not None and old.retired is None:
             # a commit ``_learn`` returns is this attempt's own or one it checked; a replayed one
@@ -362,12 +371,14 @@ class Learner:
         memory: str | None = None,
         supersedes: str | None = None,
         supersedes_scope: str | None = None,
-        settle: Callable[[Record], None] | None = None,
+        settle: Callable[[Record, Any], None] | None = None,
+        mode: int | None = None,
     ) -> tuple[Learned, Record]:
         """Stage, commit and publish one version (see ``MemoryStore.learn``). ``settle``, for a
-        fresh commit, is called with it after the commit and before the rename: an update's
-        retirement of the version it replaces (an error there discards the stage, publishing
-        nothing)."""
+        fresh commit, is called with it and the folder its stage holds open (``OpenDir``) after the
+        commit and before the rename: an update's retirement of the version it replaces (an error
+        there discards the stage, publishing nothing). ``mode``: the file's mode, taken by the
+        caller (``Publisher.stage``)."""
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
@@ -409,7 +420,7 @@ class Learner:
         # elsewhere (another file system, PostgreSQL) the stage is synced first, as before: the
         # power-loss model proves the unsynced stage with a file journal on the store's own disk.
         loose = existing is None and self._publisher.shares_filesystem(root.journal, directory)
-        staged = pub.stage(directory, data, root.run_id, sync=not loose)
+        staged = pub.stage(directory, data, root.run_id, sync=not loose, mode=mode)
         try:
             if existing is not None:
                 record = existing
@@ -739,10 +750,11 @@ class Learner:
         return _learned(fid, rec, final)
 
 
-def _settle_or_discard(settle: Callable[[Record], None], record: Record, staged: Any) -> None:
-    """``settle(record)`` before ``staged`` is published; on an error the stage goes, unpublished."""
+def _settle_or_discard(settle: Callable[[Record, Any], None], record: Record, staged: Any) -> None:
+    """``settle(record, staged.at)`` before ``staged`` is published; on an error the stage goes,
+    unpublished."""
     try:
-        settle(record)
+        settle(record, staged.at)
     except BaseException:
         staged.discard()
         raise

@@ -289,19 +289,23 @@ class Publisher:
             by_folder.setdefault(final.parent, []).append(final.name)
         return sum(self._remove_in(directory, names, run_id, now) for directory, names in by_folder.items())
 
-    def remove_in(self, directory: Path, name: str, run_id: str | None) -> bool:
-        """``remove`` of the file ``name`` in ``directory`` (no path of it is built).
+    def remove_in(self, directory: Path, name: str, run_id: str | None, at: OpenDir | None = None) -> bool:
+        """``remove`` of the file ``name`` in ``directory`` (no path of it is built). ``at``: that
+        folder as the caller holds it open (a stage's ``at``, just published into), not looked at
+        again.
 
         Raises:
             Unwritable: as ``remove``.
         """
-        return self._remove_in(directory, [name], run_id, False) == 1
+        return self._remove_in(directory, [name], run_id, False, at) == 1
 
-    def _remove_in(self, directory: Path, names: list[str], run_id: str | None, now: bool) -> int:
+    def _remove_in(
+        self, directory: Path, names: list[str], run_id: str | None, now: bool, at: OpenDir | None = None
+    ) -> int:
         gone = 0
         name = None
         try:
-            held = self.held(directory)
+            held = self.held(directory) if at is None else at
             if held is None:
                 return 0
             fd = held.fd  # ``held`` is referenced below: the descriptor stays open
@@ -316,9 +320,9 @@ class Publisher:
             if hidden:
                 REAPER.put_held(held, hidden)  # which keeps ``held``, and so its descriptor, open
         except OSError as exc:
-            at = directory if name is None else directory / name
+            where = directory if name is None else directory / name
             raise Unwritable(
-                f"cannot remove {at}: {describe(exc)}", path=at, run_id=run_id, errno=exc.errno
+                f"cannot remove {where}: {describe(exc)}", path=where, run_id=run_id, errno=exc.errno
             ) from exc
         return gone
 
@@ -419,10 +423,22 @@ class Publisher:
             ) from exc
         self._ready_dirs.add(directory)
 
-    def stage(self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True) -> Any:
+    def file_mode(self) -> int:
+        """The mode learned and retired files take now: the history DB's (``db_mode``, a ``stat``).
+
+        Raises:
+            Unreachable: the DB's path cannot be looked at.
+        """
+        return db_mode(self.db_path)
+
+    def stage(
+        self, directory: Path, data: bytes, run_id: str | None, *, sync: bool = True, mode: int | None = None
+    ) -> Any:
         """Stage ``data`` in ``directory`` (created, and checked for links, once per store).
 
-        ``sync=False`` leaves the data unsynced for a caller whose next flush covers it.
+        ``sync=False`` leaves the data unsynced for a caller whose next flush covers it. ``mode``:
+        the file's mode as the caller's ``file_mode`` took it a moment ago for another file of the
+        same operation (an update's two files), not looked up again.
 
         Raises:
             Unwritable: a link in the path, or the folder or stage could not be created or written.
@@ -436,7 +452,8 @@ class Publisher:
                 ensure_dir(directory, folder_mode(db_mode(self.db_path)))
                 self._ready_dirs.add(directory)
             at = self.held_or_missing(directory)
-            return stage(directory, data, db_mode(self.db_path), hint="finding", sync=sync, at=at)
+            mode = db_mode(self.db_path) if mode is None else mode
+            return stage(directory, data, mode, hint="finding", sync=sync, at=at)
         except (StagingError, OSError) as exc:
             if ready and getattr(exc, "errno", None) == errno.ENOENT:  # removed since: check again
                 self._ready_dirs.discard(directory)

@@ -581,15 +581,18 @@ class Retirer:
             self.settle(record)
         return record
 
-    def settle_supersede(self, view: Record, root: Root, *, keep_file: bool = False) -> bytes | None:
+    def settle_supersede(
+        self, view: Record, root: Root, *, keep_file: bool = False, mode: int | None = None
+    ) -> bytes | None:
         """Publish (lazily, as ``retire`` with ``lazy``) the retired file of ``view``, the
         retirement an update's commit makes of the version it supersedes (``supersede_in``), and
         remove that version's learned file (``keep_file``: the caller removes it, once the new
         version is in place); unless a retired file of another retirement of it is there already:
-        that one stands (the caller sees it). The bytes published, or None."""
+        that one stands (the caller sees it). ``mode``: the file's mode, as the update took it for
+        its new version's file (``Publisher.file_mode``). The bytes published, or None."""
         self.noted(root, key=view.payload["id"])
         # which looks for another's under the folder's lock
-        return self._settle_lazily(view, root, keep_file=keep_file)
+        return self._settle_lazily(view, root, keep_file=keep_file, mode=mode)
 
     def lost(self, record: Record, chosen: Mapping[str, Record] | None = None) -> bool:
         """Whether ``record`` (a checked ``memory-learn`` commit) is an update that lost its race:
@@ -636,17 +639,20 @@ class Retirer:
         there = self.read_checked(path)
         return (there.citation.run_id, there.citation.id) != (record.run_id, record.id)
 
-    def _settle_lazily(self, record: Record, root: Root, *, keep_file: bool = False) -> bytes | None:
+    def _settle_lazily(
+        self, record: Record, root: Root, *, keep_file: bool = False, mode: int | None = None
+    ) -> bytes | None:
         """``settle``, with the retired file's name (and, on the journal's file system, its bytes)
         left for ``flush_names`` (see ``retire``); the retired file's bytes, or None when another
         retirement's file was there first (it stands; nothing is published). ``keep_file``: the
-        retired version's learned file stays (see ``settle_supersede``)."""
+        retired version's learned file stays (see ``settle_supersede``); ``mode``: the file's mode
+        (``Publisher.stage``)."""
         scope, key = record.payload["scope"], record.payload["id"]
         pub = self._publisher
         directory = pub.retired_dir(scope)
         loose = pub.shares_filesystem(root.journal, directory)
         data = render_retirement(record)
-        staged = pub.stage(directory, data, record.run_id, sync=not loose)
+        staged = pub.stage(directory, data, record.run_id, sync=not loose, mode=mode)
         final = directory / f"{key}.json"
         if not self._publish_first(staged, record, final, lazy=True):
             return None

@@ -727,7 +727,7 @@ class Search:
         if os.path.lexists(f"{folders[1]}/{key}.json") or key in self._shared():
             return None
         own = self._own.get(memory_id)
-        data, mine = own_entry(own) if own is not None and own.payload["id"] == key else (b"", None)
+        data, mine = own_entry(own, path) if own is not None and own.payload["id"] == key else (b"", None)
         if mine is not None and holds(path, data):
             entry = mine  # the bytes of this process's own commit: journaled, and parsed to ``mine``
         else:

@@ -80,12 +80,12 @@ def test_an_update_forgotten_while_it_settles_is_still_refused(
             target=lambda: answers.append(other.forget(first.key, other_root, reason="closed for good"))
         )
 
-        def forget_first_then_remove(directory: Path, name: str, run_id: str | None) -> bool:
+        def forget_first_then_remove(directory: Path, name: str, run_id: str | None, *held: Any) -> bool:
             # another process's forget, begun while the update settles: it waits for the update's
             # turn of the scope, then finds the version superseded already, which stands
             if not forget.is_alive() and not answers:
                 forget.start()
-            return real_remove(directory, name, run_id)
+            return real_remove(directory, name, run_id, *held)
 
         monkeypatch.setattr(store._publisher, "remove_in", forget_first_then_remove)
         updated = store.update(first.memory_id, {"text": "the desk closes at six", "tags": ["desk"]}, root)
@@ -192,3 +192,84 @@ def test_an_update_hashes_its_finding_once_and_takes_the_next_revision_past_a_re
     assert hashed == [0, 1]
     assert third.key not in (first.key, second.key)
     assert store.current(first.memory_id).key == third.key  # type: ignore[union-attr]
+
+
+def test_an_update_looks_at_the_dbs_mode_once_and_both_its_files_take_it(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the new version's file and the old version's retired file take the mode the DB has as the
+    # update begins: one ``stat`` of the DB, not one per file
+    db.parent.mkdir(parents=True)
+    db.touch()
+    os.chmod(db, 0o640)
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("probe", "scope-a", {})
+        root = memory.RootRun(jr, lease, "probe", "scope-a")
+        memory_id, _ = _versions(store, root, 1)
+        looks: list[str] = []
+        real_stat = os.stat
+
+        def counting_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            if str(path) == str(db):
+                looks.append(str(path))
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", counting_stat)
+        new = [{"text": f"the pool's fee is {i + 10} bps", "tags": ["fee"]} for i in range(4)]
+        keys = [store.update(memory_id, finding, root).key for finding in new]
+        monkeypatch.undo()
+        assert len(looks) == 4
+        retired = memory.retired_dir(db, "scope-a")
+        learned = memory.learned_dir(db, "scope-a")
+        files = [p for p in [*retired.iterdir(), *learned.iterdir()] if not p.name.startswith(".")]
+        assert {p.stat().st_mode & 0o777 for p in files} == {0o640}
+        assert {f"{k}.json" for k in keys} <= {p.name for p in files} and len(files) == 6
+        assert [e.key for e in store.recall(limit=None)] == [keys[-1]]
+
+
+def test_an_update_sets_the_old_file_aside_in_the_folder_its_stage_holds_without_looking_at_it_again(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory_id, _ = _versions(store, root, 1)
+    folder = str(memory.learned_dir(store.db_path, "scope-a"))
+    looks: list[str] = []
+    real_lstat = os.lstat
+
+    def counting_lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path) == folder:
+            looks.append(str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    new = [{"text": f"the pool's fee is {i + 10} bps", "tags": ["fee"]} for i in range(4)]
+    keys = [store.update(memory_id, finding, root).key for finding in new]
+    monkeypatch.undo()
+    # the one look is the stage's, which holds the folder the new version is renamed into
+    assert len(looks) == 4
+    left = [p.name for p in learned_files(store.db_path) if p.parent.name == "compacted"]
+    assert left == [f"{keys[-1]}.json"]
+    assert store.current(memory_id).key == keys[-1]  # type: ignore[union-attr]
+
+
+def test_the_next_update_takes_the_bytes_the_last_one_published_without_rendering_them_again(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory._files
+
+    memory_id, _ = _versions(store, root, 1)
+    rendered: list[str] = []
+    real_render = memory._files.render
+
+    def counting_render(record: Any) -> bytes:
+        rendered.append(record.payload["id"])
+        return real_render(record)
+
+    monkeypatch.setattr(memory._files, "render", counting_render)
+    new = [{"text": f"the pool's fee is {i + 10} bps", "tags": ["fee"]} for i in range(4)]
+    keys = [store.update(memory_id, finding, root).key for finding in new]
+    monkeypatch.undo()
+    # the look at each live version compared the file with the bytes published for its commit
+    assert rendered == []
+    assert store.current(memory_id).key == keys[-1]  # type: ignore[union-attr]
+    assert [e.key for e in store.recall(limit=None)] == [keys[-1]]
