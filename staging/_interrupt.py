@@ -14,13 +14,21 @@ command line reports itself.
 
 A SIGINT the process was started with ignored (``nohup``, a background job) stays ignored, and one
 the host owns (not the main thread) is left to it. This module imports only what the interpreter has
-already loaded at start-up, and the ``staging`` package imports its other modules lazily, so the
-guard is armed within a millisecond of the script's first line.
+already loaded at start-up (and ``gc``, built into it), and the ``staging`` package imports its other
+modules lazily, so the guard is armed within a millisecond of the script's first line.
+
+The command line's modules are loaded with the cyclic garbage collector paused, and what they made
+(functions, classes, tables: kept until the process ends) is then moved out of its reach
+(``gc.freeze``) before the command runs with the collector on again. A collection traverses every
+object of the generations it collects, and the interpreter collects once more as it exits: a
+``flows recall`` spent about a tenth of its instructions walking its own modules' objects, none of
+which is ever garbage. What the command itself makes is collected as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -71,6 +79,20 @@ def _failpoint(name: str) -> None:
         hit(name)
 
 
+def _load_frozen(load: Callable[[], Callable[[list[str]], int]]) -> Callable[[list[str]], int]:
+    """``load()`` with the collector paused, then every object alive frozen (see above); the
+    collector is on again afterwards, whether ``load`` returned or raised, unless it was off before."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        command_line = load()
+        gc.freeze()
+    finally:
+        if was_on:
+            gc.enable()
+    return command_line
+
+
 def guarded_main(
     prog: str,
     load: Callable[[], Callable[[list[str]], int]],
@@ -95,7 +117,7 @@ def guarded_main(
     flags = args[: args.index("--")] if "--" in args else args
     guard = _Guard(prog, any(arg in _JSON_FLAGS for arg in flags), before, after)
     guard.arm(after=False)
-    command_line = load()
+    command_line = _load_frozen(load)
     try:
         try:
             guard.disarm()

@@ -210,3 +210,61 @@ def test_text_and_locations_are_still_checked_with_the_patterns_made_on_first_ne
     assert check_key("café ✓") == "café ✓"
     assert is_keyword_dsn("host=db dbname=app") and is_keyword_dsn("  PassWord = x")
     assert not is_keyword_dsn("./host=db") and not is_keyword_dsn("/srv/journal")
+
+
+_GC_PROBE = """
+import gc, sys
+from staging import guarded_main
+
+made = []
+
+
+def load():
+    made.append(gc.isenabled())  # the collector, while the command line loads
+    made.append({"a": [1, 2]})  # an object the load makes and keeps
+    return command
+
+
+def command(args):
+    kept = made[1]
+    tracked = any(o is kept for o in gc.get_objects())  # the collected generations, not the frozen
+    print(made[0], gc.isenabled(), gc.get_freeze_count() > 0, tracked)
+    return 0
+
+
+if sys.argv[1] == "off":
+    gc.disable()
+sys.exit(guarded_main("probe", load, [], before="b", after="a"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("collector", "expected"), [("on", "False True True False"), ("off", "False False True False")]
+)
+def test_a_command_line_loads_with_the_collector_paused_and_its_objects_frozen(
+    collector: str, expected: str
+) -> None:
+    """Objects made while the command line loads live until the process ends: a collection that walks
+    them (each young one while modules load, and the last as the interpreter exits) is wasted work, so
+    ``guarded_main`` loads with the collector off, freezes what is alive, and runs the command with
+    the collector as it found it."""
+    result = run_python(_GC_PROBE, collector)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == expected
+
+
+def test_flows_recall_runs_with_the_collector_on_and_the_command_lines_modules_frozen(tmp_path: Path) -> None:
+    import memory
+
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="s", flow="f") as s:
+        s.learn({"text": "fog lifts by ten", "tags": ["fog"]})
+    result = run_python(
+        "import gc, sys\n"
+        "from flows._entry import main\n"
+        f"status = main(['--db', {str(db)!r}, 'recall', '--limit', '10'])\n"
+        "cli = vars(sys.modules['memory.cli'])\n"
+        "print(status, gc.isenabled(), gc.get_freeze_count() > 0, any(o is cli for o in gc.get_objects()))\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "0 True True False"
