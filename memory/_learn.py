@@ -33,13 +33,13 @@ from memory._finding import (
 from memory._publisher import Publisher, holds
 from memory._results import Citation
 from memory._retire import Located, Retirer, lists_heads, unknown
-from memory._root import Root
 from memory._safe import regular_prefix
 from memory._syncing import scan_journal
 from staging import CodedError, OpenDir, failpoint
 
 if TYPE_CHECKING:
     from memory._outcomes import Learned
+    from memory._root import Root
 
 RESTORED_KEPT_BYTES = 8 << 20
 """How many bytes of learned files the store open's walk may keep the commits of (``restore_missing``),

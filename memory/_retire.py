@@ -45,12 +45,12 @@ from memory._finding import (
 from memory._paths import scope_folders
 from memory._publisher import Publisher, holds
 from memory._results import HISTORY_KINDS, Citation, Recalled, frozen_metadata
-from memory._root import Root
 from memory._safe import regular_prefix
 from staging import failpoint
 
 if TYPE_CHECKING:
     from memory._outcomes import Forgotten, HistoryEvent
+    from memory._root import Root
 
 _KIND_ORDER = {kind: n for n, kind in enumerate(HISTORY_KINDS)}
 

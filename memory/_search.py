@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memory._citations import Citations
 from memory._db import HistoryDB
-from memory._embed import Embedder, alignment_weight, similarity_floor
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
 from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
 from memory._files import (
@@ -46,6 +45,7 @@ from memory._stem import terms
 
 if TYPE_CHECKING:
     from journal import Record
+    from memory._embed import Embedder
     from memory._outcomes import Explained
     from memory._vectors import VectorDiscards, VectorIndex
 
@@ -864,6 +864,7 @@ class Search:
         """``why`` by meaning (``semantic``) or by meaning and words (``hybrid``): the live findings
         the filters keep are listed by key, ranked by their vectors' similarity, and only the best
         are read in full (and, unsynced, checked against their files and records)."""
+        from memory._embed import similarity_floor  # not at import: only meaning reads use it
         from memory._outcomes import Explained  # not at import: a recall makes none of them
         from memory._vectors import top_indexes
 
@@ -944,6 +945,7 @@ class Search:
         question's vector, which weighs its words) times the embedder's ``word_alignment``; nothing
         when that is 0 (no word is embedded)."""
         from memory._align import alignments, content_words
+        from memory._embed import alignment_weight
         from memory._vectors import embed_text
 
         assert self._embedder is not None

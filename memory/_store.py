@@ -27,7 +27,6 @@ import journal
 from journal import JournalBackend, JournalError, JournalLeaseHeld, Record
 from memory._citations import Citations
 from memory._db import HistoryDB, db_mode
-from memory._embed import Embedder, checked_embedder
 from memory._errors import (
     ArgumentInvalid,
     FindingRetired,
@@ -55,7 +54,6 @@ from memory._finding import (
     validate,
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
-from memory._learn import Learner
 from memory._paths import (
     QUARANTINE_DIR,
     refuse_odd_db,
@@ -69,18 +67,18 @@ from memory._reaper import DRAIN_AT_EXIT_S, REAPER
 from memory._recovery import Recovery
 from memory._results import HISTORY_PAGE, Citation, Recalled
 from memory._retire import Located, Retirer, lists_heads
-from memory._root import Root
 from memory._safe import read_file
 from memory._search import Search, check_read
-from memory._syncing import Syncer, latest_commits
 from staging import StagingError, failpoint, stage
 
 if TYPE_CHECKING:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
+    from memory._embed import Embedder
     from memory._erase import Erased
     from memory._files import Retired
+    from memory._learn import Learner
     from memory._outcomes import (
         Explained,
         Forgotten,
@@ -90,7 +88,9 @@ if TYPE_CHECKING:
         Learned,
         SyncReport,
     )
+    from memory._root import Root
     from memory._session import MemorySession
+    from memory._syncing import Syncer
 
 T = TypeVar("T")
 
@@ -180,7 +180,12 @@ class MemoryStore:
         recover: bool | None = None,
         embedder: Embedder | None = None,
     ) -> None:
-        self.embedder = None if embedder is None else checked_embedder(embedder)
+        if embedder is None:
+            self.embedder: Embedder | None = None
+        else:
+            from memory._embed import checked_embedder  # not at import: a store without one never needs it
+
+            self.embedder = checked_embedder(embedder)
         self._clock = clock
         self.db_path = resolve_db(db)
         # a folder that is a file, a FIFO or a link to nothing holds no store: said here, naming it,
@@ -205,7 +210,10 @@ class MemoryStore:
         self._publisher = Publisher(self.db_path)
         self._citations = Citations(self.open_journal)
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock, self.journal_location)
-        self._learner = Learner(self._publisher, self._retirer, clock)
+        # the learner and the syncer (and their modules) are made when first used: a read needs neither
+        self._learner_made: Learner | None = None
+        self._syncer_made: Syncer | None = None
+        self._parts_lock = threading.Lock()
         self._search = Search(
             self._db,
             self._publisher,
@@ -220,24 +228,64 @@ class MemoryStore:
         self._journal_keys = JournalKeys(
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
-        self._learner.on_learned = self._search.noted_version
-        self._learner.on_updated = self._search.noted_update
-        self._learner.on_committed = self._citations.committed
         self._retirer.on_committed = self._citations.committed
         self._retirer.check_retired = self._citations.check_retired
-        self._syncer = Syncer(
-            self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
-        )
         if not read_only:
-            self._search.publish_successor = self._syncer.publish_successor
+            self._search.publish_successor = self._publish_successor
         if (file_index if recover is None else recover) and not read_only:
             Recovery(
                 self.db_path,
                 self.journal_location,
                 self.open_journal,
                 self._restore_missing,
-                walk=self._learner.one_scan,
+                walk=self._one_scan,
             ).check()
+
+    @property
+    def _learner(self) -> Learner:
+        """The store's ``Learner``, made (and its module imported) on first use."""
+        made = self._learner_made
+        if made is None:
+            from memory._learn import Learner
+
+            with self._parts_lock:
+                made = self._learner_made
+                if made is None:
+                    made = Learner(self._publisher, self._retirer, self._clock)
+                    made.on_learned = self._search.noted_version
+                    made.on_updated = self._search.noted_update
+                    made.on_committed = self._citations.committed
+                    self._learner_made = made
+        return made
+
+    @property
+    def _syncer(self) -> Syncer:
+        """The store's ``Syncer``, made (and its module imported) on first use."""
+        made = self._syncer_made
+        if made is None:
+            from memory._syncing import Syncer
+
+            with self._parts_lock:
+                made = self._syncer_made
+                if made is None:
+                    made = Syncer(
+                        self._db,
+                        self._publisher,
+                        self.open_journal,
+                        self._clock,
+                        self._retirer,
+                        citations=self._citations,
+                    )
+                    self._syncer_made = made
+        return made
+
+    def _one_scan(self) -> contextlib.AbstractContextManager[None]:
+        """``Learner.one_scan``, for the open's walk (the learner is made only if the walk runs)."""
+        return self._learner.one_scan()
+
+    def _publish_successor(self, retired: Retired) -> bool:
+        """``Syncer.publish_successor`` (see ``Search.publish_successor``)."""
+        return self._syncer.publish_successor(retired)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -1371,6 +1419,8 @@ class MemoryStore:
     def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
         """For each finding id in the journal, the ``memory-learn`` commit to publish (newest across runs)."""
         self._check_open()
+        from memory._syncing import latest_commits
+
         return latest_commits(self.open_journal(), progress)
 
     def catch_up(self) -> int:
