@@ -168,6 +168,9 @@ class MemoryStore:
             or is a link to nothing.
     """
 
+    _learner: Learner  # made on first use (``__getattr__``)
+    _syncer: Syncer  # likewise
+
     def __init__(
         self,
         db: str | os.PathLike[str] | None = None,
@@ -210,9 +213,8 @@ class MemoryStore:
         self._publisher = Publisher(self.db_path)
         self._citations = Citations(self.open_journal)
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock, self.journal_location)
-        # the learner and the syncer (and their modules) are made when first used: a read needs neither
-        self._learner_made: Learner | None = None
-        self._syncer_made: Syncer | None = None
+        # the learner and the syncer (and their modules) are made when first used (``__getattr__``):
+        # a read needs neither
         self._parts_lock = threading.Lock()
         self._search = Search(
             self._db,
@@ -241,42 +243,43 @@ class MemoryStore:
                 walk=self._one_scan,
             ).check()
 
-    @property
-    def _learner(self) -> Learner:
-        """The store's ``Learner``, made (and its module imported) on first use."""
-        made = self._learner_made
-        if made is None:
-            from memory._learn import Learner
+    def __getattr__(self, name: str) -> Any:
+        """``_learner`` and ``_syncer``, made (and their modules imported) on first use; from then
+        on plain attributes, so a learn pays no call to reach its learner."""
+        if name == "_learner":
+            return self._make_learner()
+        if name == "_syncer":
+            return self._make_syncer()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-            with self._parts_lock:
-                made = self._learner_made
-                if made is None:
-                    made = Learner(self._publisher, self._retirer, self._clock)
-                    made.on_learned = self._search.noted_version
-                    made.on_updated = self._search.noted_update
-                    made.on_committed = self._citations.committed
-                    self._learner_made = made
+    def _make_learner(self) -> Learner:
+        from memory._learn import Learner
+
+        with self._parts_lock:
+            made: Learner | None = self.__dict__.get("_learner")
+            if made is None:
+                made = Learner(self._publisher, self._retirer, self._clock)
+                made.on_learned = self._search.noted_version
+                made.on_updated = self._search.noted_update
+                made.on_committed = self._citations.committed
+                self._learner = made
         return made
 
-    @property
-    def _syncer(self) -> Syncer:
-        """The store's ``Syncer``, made (and its module imported) on first use."""
-        made = self._syncer_made
-        if made is None:
-            from memory._syncing import Syncer
+    def _make_syncer(self) -> Syncer:
+        from memory._syncing import Syncer
 
-            with self._parts_lock:
-                made = self._syncer_made
-                if made is None:
-                    made = Syncer(
-                        self._db,
-                        self._publisher,
-                        self.open_journal,
-                        self._clock,
-                        self._retirer,
-                        citations=self._citations,
-                    )
-                    self._syncer_made = made
+        with self._parts_lock:
+            made: Syncer | None = self.__dict__.get("_syncer")
+            if made is None:
+                made = Syncer(
+                    self._db,
+                    self._publisher,
+                    self.open_journal,
+                    self._clock,
+                    self._retirer,
+                    citations=self._citations,
+                )
+                self._syncer = made
         return made
 
     def _one_scan(self) -> contextlib.AbstractContextManager[None]:
