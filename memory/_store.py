@@ -54,6 +54,7 @@ from memory._finding import (
     validate,
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
+from memory._learn import Learner
 from memory._paths import (
     QUARANTINE_DIR,
     refuse_odd_db,
@@ -69,6 +70,7 @@ from memory._results import HISTORY_PAGE, Citation, Recalled
 from memory._retire import Located, Retirer, lists_heads
 from memory._safe import read_file
 from memory._search import Search, check_read
+from memory._syncing import Syncer, latest_commits
 from staging import StagingError, failpoint, stage
 
 if TYPE_CHECKING:
@@ -78,7 +80,6 @@ if TYPE_CHECKING:
     from memory._embed import Embedder
     from memory._erase import Erased
     from memory._files import Retired
-    from memory._learn import Learner
     from memory._outcomes import (
         Explained,
         Forgotten,
@@ -90,7 +91,6 @@ if TYPE_CHECKING:
     )
     from memory._root import Root
     from memory._session import MemorySession
-    from memory._syncing import Syncer
 
 T = TypeVar("T")
 
@@ -168,9 +168,6 @@ class MemoryStore:
             or is a link to nothing.
     """
 
-    _learner: Learner  # made on first use (``__getattr__``)
-    _syncer: Syncer  # likewise
-
     def __init__(
         self,
         db: str | os.PathLike[str] | None = None,
@@ -213,9 +210,7 @@ class MemoryStore:
         self._publisher = Publisher(self.db_path)
         self._citations = Citations(self.open_journal)
         self._retirer = Retirer(self._db, self._publisher, self.open_journal, clock, self.journal_location)
-        # the learner and the syncer (and their modules) are made when first used (``__getattr__``):
-        # a read needs neither
-        self._parts_lock = threading.Lock()
+        self._learner = Learner(self._publisher, self._retirer, clock)
         self._search = Search(
             self._db,
             self._publisher,
@@ -230,65 +225,24 @@ class MemoryStore:
         self._journal_keys = JournalKeys(
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
+        self._learner.on_learned = self._search.noted_version
+        self._learner.on_updated = self._search.noted_update
+        self._learner.on_committed = self._citations.committed
         self._retirer.on_committed = self._citations.committed
         self._retirer.check_retired = self._citations.check_retired
+        self._syncer = Syncer(
+            self._db, self._publisher, self.open_journal, clock, self._retirer, citations=self._citations
+        )
         if not read_only:
-            self._search.publish_successor = self._publish_successor
+            self._search.publish_successor = self._syncer.publish_successor
         if (file_index if recover is None else recover) and not read_only:
             Recovery(
                 self.db_path,
                 self.journal_location,
                 self.open_journal,
                 self._restore_missing,
-                walk=self._one_scan,
+                walk=self._learner.one_scan,
             ).check()
-
-    def __getattr__(self, name: str) -> Any:
-        """``_learner`` and ``_syncer``, made (and their modules imported) on first use; from then
-        on plain attributes, so a learn pays no call to reach its learner."""
-        if name == "_learner":
-            return self._make_learner()
-        if name == "_syncer":
-            return self._make_syncer()
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _make_learner(self) -> Learner:
-        from memory._learn import Learner
-
-        with self._parts_lock:
-            made: Learner | None = self.__dict__.get("_learner")
-            if made is None:
-                made = Learner(self._publisher, self._retirer, self._clock)
-                made.on_learned = self._search.noted_version
-                made.on_updated = self._search.noted_update
-                made.on_committed = self._citations.committed
-                self._learner = made
-        return made
-
-    def _make_syncer(self) -> Syncer:
-        from memory._syncing import Syncer
-
-        with self._parts_lock:
-            made: Syncer | None = self.__dict__.get("_syncer")
-            if made is None:
-                made = Syncer(
-                    self._db,
-                    self._publisher,
-                    self.open_journal,
-                    self._clock,
-                    self._retirer,
-                    citations=self._citations,
-                )
-                self._syncer = made
-        return made
-
-    def _one_scan(self) -> contextlib.AbstractContextManager[None]:
-        """``Learner.one_scan``, for the open's walk (the learner is made only if the walk runs)."""
-        return self._learner.one_scan()
-
-    def _publish_successor(self, retired: Retired) -> bool:
-        """``Syncer.publish_successor`` (see ``Search.publish_successor``)."""
-        return self._syncer.publish_successor(retired)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -1422,8 +1376,6 @@ class MemoryStore:
     def latest_commits(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Record]:
         """For each finding id in the journal, the ``memory-learn`` commit to publish (newest across runs)."""
         self._check_open()
-        from memory._syncing import latest_commits
-
         return latest_commits(self.open_journal(), progress)
 
     def catch_up(self) -> int:

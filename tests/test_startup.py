@@ -271,12 +271,10 @@ def test_flows_recall_runs_with_the_collector_on_and_the_command_lines_modules_f
 
 
 @pytest.mark.parametrize("command", [["why", "fog"], ["recall", "--limit", "10"]])
-def test_a_read_imports_neither_the_learner_the_syncer_the_root_run_nor_the_embedders(
-    tmp_path: Path, command: list[str]
-) -> None:
-    """A store is opened for reads as often as for writes: the modules only a write, a sync or a
-    meaning read uses (the learner, the syncer, the root run's classes, the embedders and their
-    ``numbers``) are imported when first used, not by the store's open."""
+def test_a_read_imports_neither_the_root_run_nor_the_embedders(tmp_path: Path, command: list[str]) -> None:
+    """A store is opened for reads as often as for writes: the modules only a write or a meaning
+    read uses (the root run's classes, the embedders and their ``numbers``) are imported when first
+    used, not by the store's open."""
     import memory
 
     db = tmp_path / "history.db"
@@ -287,6 +285,6 @@ def test_a_read_imports_neither_the_learner_the_syncer_the_root_run_nor_the_embe
     memory.MemoryStore(db).close()  # this open walks the runs (the store's first since), as it must
     argv = ["--db", str(db), *command]
     loaded = _modules_after(f"from flows._cli import main\nassert main({argv!r}) == 0")
-    unwanted = {"memory._learn", "memory._syncing", "memory._root", "memory._embed", "numbers"}
+    unwanted = {"memory._root", "memory._embed", "numbers"}
     assert sorted(unwanted & loaded) == []
     assert {"sqlite3", "memory._search", "memory._retire"} <= loaded  # the command did read the store
