@@ -8,6 +8,10 @@ every command, so the two behave alike:
   exits 0; no command prints help on stderr and exits 2.
 * The global options (each CLI's own: ``--db``, ``--journal``, ``--home``; and ``--json``,
   ``-v/--verbose`` on both) are accepted before or after the subcommand.
+* An option that takes one value, given twice (under any of its spellings; a global option before
+  and after the command) is a usage error naming it (``_Once``, argparse's ``store`` in every
+  parser built here), where argparse kept the last value without a word. ``append`` options and
+  flags may repeat.
 * A failure is one line on stderr, ``<prog>: error[<code>]: <message> (root run <id>)`` (the
   parenthesis only when a run is concerned), or with ``--json`` one JSON object
   (``CodedError.as_json()``, plus ``runId``) with stdout left empty. Usage errors too: code
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import errno
 import functools
 import io
@@ -513,7 +518,53 @@ USAGE_SHOWN = 400
 refuses whole (``invalid choice: '<a pasted page>'``)."""
 
 
+_GIVEN: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("_GIVEN", default=None)
+"""The options that take one value given so far in the parse under way (by destination, each with
+the spelling it was given as): the command's parser and its subcommand's share one."""
+
+
+class _Once(argparse.Action):
+    """``store`` (argparse's default action), for an option given at most once: a second value,
+    under any of its spellings, and before or after the command for a global option, is a usage
+    error naming it, where argparse kept the last one without a word (``--limit 5 --limit 50``).
+    Options meant to repeat (``append``, ``count``) and flags keep argparse's own actions."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = _GIVEN.get()
+        if option_string is not None and given is not None:  # a positional is taken once by argparse
+            earlier = given.get(self.dest)
+            if earlier is not None:
+                spelled = "" if earlier == option_string else f" (as {earlier}, then as {option_string})"
+                raise argparse.ArgumentError(
+                    self, f"given more than once{spelled}; it takes one value: give it once"
+                )
+            given[self.dest] = option_string
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in (None, "store"):  # the argument groups and subcommands share this registry
+            self.register("action", name, _Once)
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if _GIVEN.get() is not None:  # a subcommand's parse, inside its command line's
+            return super().parse_known_args(args, namespace)
+        token = _GIVEN.set({})
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:
+            _GIVEN.reset(token)
+
     def error(self, message: str) -> NoReturn:
         if len(message) > USAGE_SHOWN:
             message = f"{message[:USAGE_SHOWN]}… ({len(message):,} characters)"

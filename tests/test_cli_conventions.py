@@ -162,6 +162,27 @@ def test_version_comes_from_the_installed_distribution(prog: str) -> None:
 
 
 @BOTH
+def test_an_option_given_twice_is_a_usage_error_naming_it_in_text_and_in_json(
+    prog: str, tmp_path: Path
+) -> None:
+    """``--limit 5 --limit 50`` listed 50 without a word; every command's options are walked in
+    ``tests/test_cli_options_once.py``."""
+    where = _where(prog, tmp_path / "h.db", tmp_path)
+    command = LIMITED[prog][0]
+    result = cli(prog, command, "--limit", "5", *where, "--limit", "50")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"usage: {prog} {command} ")
+    message = (
+        "argument --limit: given more than once; it takes one value: give it once; "
+        f"see `{prog} {command} --help`"
+    )
+    assert result.stderr.splitlines()[-1] == f"{prog}: error[usage]: {message}"
+    as_json = cli(prog, command, "--limit", "5", *where, "--json", "--limit", "50")
+    assert (as_json.returncode, as_json.stdout) == (2, "")
+    assert orjson.loads(as_json.stderr) == {"code": "usage", "message": message, "runId": None}
+
+
+@BOTH
 @pytest.mark.parametrize("bad", ["0", "-3", "ten", str(2**64), "100001"])
 def test_a_bad_limit_is_a_usage_error_in_text_and_in_json(prog: str, bad: str, tmp_path: Path) -> None:
     where = _where(prog, tmp_path / "h.db", tmp_path)
