@@ -130,6 +130,13 @@ def _say_resumable(error: CodedError, run_id: str) -> None:
         )
 
 
+def _notice(line: str) -> None:
+    """A line on stderr while a run waits on something that may take long: a flow file still being
+    imported, or an interrupted run's writes in flight (``flows.run(notice=...)``). It is one line
+    whatever it quotes (a file's name), and comes with ``--json`` too: stdout stays the JSON."""
+    to_stderr(f"flows: {_shown(line, one_line=True)}\n")
+
+
 def _interrupted(exc: RunInterrupted, args: argparse.Namespace) -> int:
     diagnose(exc, as_json=args.json, run_id=exc.run_id)
     return EXIT_INTERRUPTED
@@ -164,7 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_store_location(args.db, args.journal, creating=True)
     return _drive(
-        args, "ran", lambda _: run(args.file, db=args.db, journal_location=args.journal, input=args.input)
+        args,
+        "ran",
+        lambda _: run(args.file, db=args.db, journal_location=args.journal, input=args.input, notice=_notice),
     )
 
 
@@ -184,6 +193,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             progress=show,
             allow_changed=args.allow_changed,
             flow_file=args.flow_file,
+            notice=_notice,
         ),
     )
 

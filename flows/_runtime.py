@@ -11,7 +11,9 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -48,9 +50,17 @@ from staging import CodedError, CodedInterrupt
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
+Notice = Callable[[str], None]
+"""Told a line for the user while a run waits on something that may take long (``notice=``)."""
 log = logging.getLogger(__name__)
 
 RUN_STREAM = "run"  # the run's own events: each resume, failure and interruption, the output
+
+IMPORT_NOTICE_S = 5.0
+"""How long a flow file may take to import before ``notice`` is told that it is still importing."""
+
+SETTLING_NOTICE_S = 5.0
+"""How often ``notice`` is told how many writes an interrupted run still waits for."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -311,6 +321,7 @@ class _Ending:
     output: Any = None
     interrupted: bool = False  # Ctrl-C, a KeyboardInterrupt, or a cancel from outside the body
     cancelled: bool = False  # the cancel came from outside: it goes on once the run is settled
+    abandoned: int = 0  # learns and steps a second Ctrl-C stopped waiting for
 
 
 def _aborted(exc: BaseException, run_id: str) -> FlowAborted:
@@ -324,18 +335,52 @@ def _aborted(exc: BaseException, run_id: str) -> FlowAborted:
     return aborted
 
 
-async def _drive(flow: Flow, f: FlowContext, steps: StepRunner) -> _Ending:
+def _tell(notice: Notice, line: str) -> None:
+    """``notice(line)``; what it raises is logged, never let through: a notice that fails must not
+    keep a run from settling or a flow file from loading."""
+    try:
+        notice(line)
+    except Exception:
+        log.warning("the run's notice failed", exc_info=True)
+
+
+def _settling(notice: Notice, run_id: str) -> Callable[[int], None]:
+    """What ``notice`` is told while an interrupted run waits for its writes in flight: at once,
+    what it waits for and what a second Ctrl-C does; then how many are left."""
+    told = False
+
+    def waiting(left: int) -> None:
+        nonlocal told
+        if told:
+            _tell(notice, f"root run {run_id}: still finishing {left:,} learn(s) and step(s) in flight")
+            return
+        told = True
+        _tell(
+            notice,
+            f"interrupted: finishing the {left:,} learn(s) and step(s) of root run {run_id} already in "
+            "flight (each is committed to the journal whole or not at all), then the run is marked "
+            "interrupted; Ctrl-C again to stop at once: what was committed stays, and `flows resume "
+            f"{run_id}` does the rest",
+        )
+
+    return waiting
+
+
+async def _drive(flow: Flow, f: FlowContext, steps: StepRunner, notice: Notice | None = None) -> _Ending:
     try:
         output = await flow.body(f)
     except BaseException as exc:  # the body failed: in-flight learns and steps settle first
-        await settle([*f.memory.steps, *steps.handles])
+        task = asyncio.current_task()
+        cancelled = isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+        interrupted = cancelled or isinstance(exc, KeyboardInterrupt)
+        waiting = _settling(notice, f.run_id) if interrupted and notice is not None else None
+        handles = [*f.memory.steps, *steps.handles]
+        await settle(handles, waiting=waiting, every_s=SETTLING_NOTICE_S)
         if isinstance(exc, Exception):
             return _Ending(exc)
-        if isinstance(exc, KeyboardInterrupt):
-            return _Ending(exc, interrupted=True)
-        task = asyncio.current_task()
-        if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
-            return _Ending(exc, interrupted=True, cancelled=True)
+        if interrupted:  # a second Ctrl-C cancels what was still awaited: it was not waited for
+            dropped = sum(1 for h in handles if h.task.cancelled())
+            return _Ending(exc, interrupted=True, cancelled=cancelled, abandoned=dropped)
         return _Ending(_aborted(exc, f.run_id))
     # Nothing more starts under the root now: a task the body left running gets flow_usage (or
     # step_invalid) rather than a write the run would not wait for before it reads done.
@@ -373,17 +418,29 @@ async def _finish_failed(backend: JournalBackend, lease: Lease, error: BaseExcep
     return RunResult(lease.run_id, RunState.FAILED, error)
 
 
-def _interrupted(run_id: str, how: str) -> RunInterrupted:
+def _interrupted(run_id: str, how: str, abandoned: int | None = 0) -> RunInterrupted:
+    """``abandoned``: how many learns and steps a second Ctrl-C stopped waiting for (None: some, how
+    many unknown, as when it came before the settling could count them)."""
+    count = "" if abandoned is None else f"{abandoned:,} "
+    when = (
+        "once its in-flight learns and steps had settled"
+        if abandoned == 0
+        else f"without waiting for {count}learn(s) and step(s) still in flight (each is committed whole "
+        "or not at all)"
+    )
     return RunInterrupted(
-        f"the run was {how} once its in-flight learns and steps had settled; it is left "
-        f"interrupted: `flows resume {run_id}` goes on from its recorded steps",
+        f"the run was {how} {when}; it is left interrupted: `flows resume {run_id}` goes on from its "
+        "recorded steps",
         run_id=run_id,
     )
 
 
-async def _interrupt(backend: JournalBackend, lease: Lease, ending: _Ending) -> RunInterrupted:
-    how = "cancelled" if ending.cancelled else "interrupted (Ctrl-C)"
-    stopped = _interrupted(lease.run_id, how)
+async def _interrupt(
+    backend: JournalBackend, lease: Lease, ending: _Ending, own_loop: bool
+) -> RunInterrupted:
+    # on a loop of ``run``'s own, only its Ctrl-C handler cancels the run
+    how = "cancelled" if ending.cancelled and not own_loop else "interrupted (Ctrl-C)"
+    stopped = _interrupted(lease.run_id, how, ending.abandoned)
     event = {"event": "interrupted", "epoch": lease.epoch, "error": error_fields(stopped)}
     try:
         await _blocking(backend.append, lease, RUN_STREAM, event, key=f"interrupted-{lease.epoch}")
@@ -423,6 +480,7 @@ async def _drive_root(
     input: Any,
     recorded: Sequence[Record] = (),
     progress: Progress | None = None,
+    started: _Started,
 ) -> RunResult:
     try:
         steps = StepRunner(backend, lease, recorded)
@@ -433,14 +491,16 @@ async def _drive_root(
     log.info("root run %s: driving flow %r (scope %r)", lease.run_id, flow.header.name, flow.header.scope)
     f = FlowContext(store, root, steps, input, progress)
     loop = asyncio.get_running_loop()
-    body = loop.create_task(_drive(flow, f, steps))
+    body = loop.create_task(_drive(flow, f, steps, started.notice))
     steps.enter(loop, body)
     try:
         ending = await body  # a cancel of this caller cancels the body, which settles and returns
     finally:
         steps.leave(loop)
+    started.settled = True
     if ending.interrupted:
-        stopped = await _interrupt(backend, lease, ending)
+        started.abandoned = ending.abandoned
+        stopped = await _interrupt(backend, lease, ending, started.own_loop)
         log.info("root run %s: stopped before the body ended; it reads interrupted", lease.run_id)
         if ending.cancelled:
             raise asyncio.CancelledError
@@ -458,7 +518,44 @@ async def _drive_root(
 
 @dataclass
 class _Started:
+    """One run or resume: its root run once begun, and how it tells its user what it waits on."""
+
     run_id: str | None = None
+    notice: Notice | None = None
+    own_loop: bool = False  # ``run``/``resume``: the loop and its Ctrl-C handler are this call's
+    settled: bool = False  # the body's task ended (its writes in flight settled, or were let go)
+    abandoned: int = 0
+
+
+@contextlib.contextmanager
+def _importing(path: str | os.PathLike[str], started: _Started) -> Iterator[None]:
+    """While the flow file ``path`` is imported (its top-level code runs): after ``IMPORT_NOTICE_S``
+    the notice names it, and on a loop of ``run``'s own a Ctrl-C stops it at once. The Ctrl-C
+    handler of ``asyncio.run`` only cancels the loop's task, which code blocked in an import (a
+    sleep, a read of a pipe, a lock) never sees: the process waited for it without a word."""
+    timer = None
+    if started.notice is not None:
+        line = (
+            f"the flow file {path} is still being imported after {IMPORT_NOTICE_S:g} s (its top-level "
+            "code has not finished); Ctrl-C stops it"
+        )
+        timer = threading.Timer(IMPORT_NOTICE_S, _tell, (started.notice, line))
+        timer.daemon = True
+        timer.start()
+    previous = None
+    if started.own_loop and threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)
+    # asyncio's handler, a callable: a SIGINT ignored from the start (nohup) stays ignored
+    swapped = callable(previous) and previous is not signal.default_int_handler
+    if swapped:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if swapped and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)  # unless the file set a handler of its own
 
 
 async def _close(store: MemoryStore) -> None:
@@ -474,7 +571,11 @@ async def _arun(
     input: Any,
     started: _Started,
 ) -> RunResult:
-    flow = target if isinstance(target, Flow) else load_flow(target)
+    if isinstance(target, Flow):
+        flow = target
+    else:
+        with _importing(target, started):
+            flow = load_flow(target)
     value = _checked_input(input)
     own = store is None
     store = store or MemoryStore(db, journal=journal_location)
@@ -490,7 +591,7 @@ async def _arun(
             backend.begin, flow.header.name, flow.header.scope, meta, undo=lambda r: backend.release(r[1])
         )
         started.run_id = lease.run_id
-        return await _drive_root(flow, store, backend, lease, input=value)
+        return await _drive_root(flow, store, backend, lease, input=value, started=started)
     finally:
         if own:
             await _close(store)
@@ -503,6 +604,7 @@ async def arun(
     journal_location: str | os.PathLike[str] | None = None,
     store: MemoryStore | None = None,
     input: Any = None,
+    notice: Notice | None = None,
 ) -> RunResult:
     """Run a flow under a new root run on the running event loop (``run`` for callers without one).
 
@@ -511,6 +613,11 @@ async def arun(
     its file and that file's SHA-256, so ``resume`` can re-run it and notice a change. Returns how
     the run ended: ``output`` is the body's return value, journaled in the ``run`` stream; a failed
     run's error is in ``RunResult.error`` (the root is marked failed, resumable).
+
+    ``notice``, when given, is called with a line for the user (from another thread, for the first)
+    while the run waits on what may take long: a flow file still importing after
+    ``IMPORT_NOTICE_S``; and once the body is interrupted, the learns and steps in flight it
+    finishes first, at once and then every ``SETTLING_NOTICE_S`` while any is left.
 
     Raises:
         FlowLoadFailed: the file cannot be loaded.
@@ -521,11 +628,16 @@ async def arun(
             root is left interrupted.
     """
     return await _arun(
-        target, db=db, journal_location=journal_location, store=store, input=input, started=_Started()
+        target,
+        db=db,
+        journal_location=journal_location,
+        store=store,
+        input=input,
+        started=_Started(notice=notice),
     )
 
 
-def _sync(make: Callable[[_Started], Any], verb: str) -> RunResult:
+def _sync(make: Callable[[_Started], Any], verb: str, notice: Notice | None) -> RunResult:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -534,7 +646,7 @@ def _sync(make: Callable[[_Started], Any], verb: str) -> RunResult:
         raise FlowUsage(
             f"flows.{verb}() cannot be called from a running event loop; use `await flows.a{verb}(...)`"
         )
-    started = _Started()
+    started = _Started(notice=notice, own_loop=True)
     try:
         result: RunResult = asyncio.run(make(started))
     except RunInterrupted:
@@ -542,7 +654,9 @@ def _sync(make: Callable[[_Started], Any], verb: str) -> RunResult:
     except KeyboardInterrupt as exc:  # Ctrl-C arrives as a cancel of the loop's main task
         if started.run_id is None:
             raise
-        raise _interrupted(started.run_id, "interrupted (Ctrl-C)") from exc
+        # a second Ctrl-C the body's task met itself ended it before it could count what it left
+        abandoned = started.abandoned if started.settled else None
+        raise _interrupted(started.run_id, "interrupted (Ctrl-C)", abandoned) from exc
     return result
 
 
@@ -553,17 +667,21 @@ def run(
     journal_location: str | os.PathLike[str] | None = None,
     store: MemoryStore | None = None,
     input: Any = None,
+    notice: Notice | None = None,
 ) -> RunResult:
     """Run a flow under a new root run, on an event loop of its own; see ``arun``.
 
     Raises what ``arun`` raises; ``FlowUsage`` when called from a running event loop, and
-    ``RunInterrupted`` (a ``KeyboardInterrupt``) on Ctrl-C, once the run has settled.
+    ``RunInterrupted`` (a ``KeyboardInterrupt``) on Ctrl-C, once the run has settled (a second
+    Ctrl-C stops waiting for the writes in flight; its message says how many). While the flow file
+    is imported, a Ctrl-C raises ``KeyboardInterrupt`` at once (nothing was begun).
     """
     return _sync(
         lambda started: _arun(
             target, db=db, journal_location=journal_location, store=store, input=input, started=started
         ),
         "run",
+        notice,
     )
 
 
@@ -574,6 +692,7 @@ def _flow_of(
     *,
     allow_changed: bool,
     flow_file: str | os.PathLike[str] | None,
+    started: _Started,
 ) -> Flow:
     """The flow a resume runs: from ``flow_file`` when given, else from the file the run's record
     names, its bytes checked against the digest the run ``recorded`` before any of them runs (a
@@ -633,7 +752,8 @@ def _flow_of(
         )
 
     try:
-        flow = load_flow(path, header.get("name"), check=check)
+        with _importing(path, started):
+            flow = load_flow(path, header.get("name"), check=check)
     except FlowLoadFailed as exc:
         exc.run_id = run_id
         if flow_file is None and not _exists(path):  # moved or deleted since the run began
@@ -726,7 +846,12 @@ async def _aresume(
             )
         recorded_digest = accepted_digest(backend, info, await _blocking(backend.read, run_id, RUN_STREAM))
         flow = _flow_of(
-            info.meta, run_id, recorded_digest, allow_changed=allow_changed, flow_file=flow_file
+            info.meta,
+            run_id,
+            recorded_digest,
+            allow_changed=allow_changed,
+            flow_file=flow_file,
+            started=started,
         )
         current = flow.digest()
         changed = recorded_digest is not None and current != recorded_digest
@@ -749,7 +874,14 @@ async def _aresume(
             await _blocking(backend.release, lease)
             raise
         return await _drive_root(
-            flow, store, backend, lease, input=info.meta.get("input"), recorded=recorded, progress=progress
+            flow,
+            store,
+            backend,
+            lease,
+            input=info.meta.get("input"),
+            recorded=recorded,
+            progress=progress,
+            started=started,
         )
     finally:
         if own:
@@ -765,6 +897,7 @@ async def aresume(
     progress: Progress | None = None,
     allow_changed: bool = False,
     flow_file: str | os.PathLike[str] | None = None,
+    notice: Notice | None = None,
 ) -> RunResult:
     """Take a new lease on a failed or interrupted root run and re-run its body on the running loop.
 
@@ -774,7 +907,7 @@ async def aresume(
     The flow file (the one the run recorded, or ``flow_file``: the same file moved, or named by you
     rather than by the journal) must hash as the run recorded it, checked before any of it runs,
     unless ``allow_changed`` (then recorded steps are still replayed by key, new ones run, and the
-    new digest is recorded).
+    new digest is recorded). ``notice`` is told what the resume waits on, as for ``arun``.
 
     Raises:
         JournalRunNotFound, JournalNotResumable (done), JournalLeaseHeld (a live holder).
@@ -791,7 +924,7 @@ async def aresume(
         progress=progress,
         allow_changed=allow_changed,
         flow_file=flow_file,
-        started=_Started(),
+        started=_Started(notice=notice),
     )
 
 
@@ -804,6 +937,7 @@ def resume(
     progress: Progress | None = None,
     allow_changed: bool = False,
     flow_file: str | os.PathLike[str] | None = None,
+    notice: Notice | None = None,
 ) -> RunResult:
     """Resume a failed or interrupted root run on an event loop of its own; see ``aresume``.
 
@@ -822,4 +956,5 @@ def resume(
             started=started,
         ),
         "resume",
+        notice,
     )

@@ -26,7 +26,6 @@ recorded runs again (at least once until recorded, never after).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import math
 import threading
@@ -169,13 +168,23 @@ class Step(Generic[T]):
         return f"<{self.name}>"
 
 
-async def settle(handles: Sequence[Step[Any]]) -> None:
+async def settle(
+    handles: Sequence[Step[Any]], *, waiting: Callable[[int], None] | None = None, every_s: float = 5.0
+) -> None:
     """Wait until every handle's work has finished, retrieving each outcome so none is left
-    unobserved; a cancel of the waiter does not stop the wait (the work goes on regardless)."""
+    unobserved; a cancel of the waiter does not stop the wait (the work goes on regardless).
+
+    ``waiting``, when given, is told how many are still unfinished: at once (when any is), then
+    every ``every_s`` seconds while some are."""
     pending = [h.task for h in handles if not h.task.done()]
+    tell = waiting is not None
     while pending:
-        with contextlib.suppress(asyncio.CancelledError):  # a second cancel: the work still settles
-            await asyncio.wait(pending)
+        if waiting is not None and tell:
+            waiting(len(pending))
+        try:
+            await asyncio.wait(pending, timeout=every_s if waiting is not None else None)
+        except asyncio.CancelledError:  # a second cancel: the work still settles
+            tell = False  # what is left is being cancelled, not worked on: nothing more to tell
         pending = [t for t in pending if not t.done()]
     for h in handles:
         if not h.task.cancelled():
