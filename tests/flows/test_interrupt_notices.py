@@ -197,3 +197,28 @@ def test_settle_tells_how_many_are_left_at_once_then_while_it_waits() -> None:
 
 async def _gated(gate: asyncio.Future[None]) -> None:
     await gate
+
+
+def test_a_resume_whose_flow_file_hangs_at_import_names_it_and_one_ctrl_c_leaves_the_run_as_it_was(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "h.db"
+    flow = write_flow(tmp_path / "fails.py", 'raise ValueError("not yet")')
+    assert flows(db, "run", str(flow)).returncode == 1
+    (run,) = _runs(db)
+    flow.write_text(HANGS + flow.read_text())
+    read_end, write_end = os.pipe()
+    argv = ["resume", run["runId"], "--allow-changed"]
+    with _popen(db, *argv, pass_fds=(read_end,), HANG_FD=str(read_end)) as proc:
+        os.close(read_end)
+        try:
+            seen = _read_until(proc, b"Ctrl-C stops it\n")
+            proc.send_signal(signal.SIGINT)
+            status, lines, _ = _finish(proc, seen)
+        finally:
+            os.close(write_end)
+    assert status == 130, lines
+    assert lines[0].startswith(f"flows: the flow file {flow} is still being imported after 5 s"), lines
+    assert lines[1].startswith("flows: error[interrupted]: interrupted (Ctrl-C)"), lines
+    assert len(lines) == 2, lines
+    assert [r["state"] for r in _runs(db)] == ["failed"]  # the lease is taken after the import: untouched
