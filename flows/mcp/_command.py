@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from flows.mcp._admission import DEFAULT_MAX_SESSIONS
 from flows.mcp._errors import McpTokenRequired, McpUnavailable
 
 TOKEN_ENV = "FLOWS_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
@@ -75,6 +76,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _sessions(text: str) -> int:
+    from flows.mcp._admission import MAX_SESSIONS_CEILING
+
+    value = int(text) if text.strip().isdigit() else 0
+    if not 1 <= value <= MAX_SESSIONS_CEILING:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_SESSIONS_CEILING:,}")
+    return value
+
+
 def _scope(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -103,6 +113,14 @@ def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="end an HTTP session idle this long, leaving its root runs interrupted (default: 1800)",
+    )
+    parser.add_argument(
+        "--max-sessions",
+        metavar="N",
+        type=_sessions,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"hold at most N HTTP sessions open at once; an initialize past them is answered 503 "
+        f"(mcp_sessions_full) until a session is deleted or expires idle (default: {DEFAULT_MAX_SESSIONS})",
     )
     from flows._cli_common import add_embedder_option
 
@@ -177,6 +195,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                         loopback=address.loopback,
                         token=token,
                         idle_timeout_s=args.idle_timeout,
+                        max_sessions=args.max_sessions,
                         announce=announce,
                     )
                 )

@@ -13,7 +13,8 @@ The tree (all under ``FlowsError``, so the CLI prints them as one line like ever
     ├── McpUnauthorized     mcp_unauthorized: an HTTP request without the right bearer token
     ├── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
     ├── McpBusy             mcp_busy: an HTTP server already has its most calls in progress
-    └── McpHeadTooLarge     mcp_head_too_large: an HTTP request head over 16 KiB (431)
+    ├── McpHeadTooLarge     mcp_head_too_large: an HTTP request head over 16 KiB (431)
+    └── McpSessionsFull     mcp_sessions_full: an HTTP server already holds its most sessions open
 
 Memory and journal errors met by a tool keep their own codes; they reach the client as tool errors.
 """
@@ -108,3 +109,16 @@ class McpHeadTooLarge(McpError):
     def __init__(self, message: str, *, limit: int) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class McpSessionsFull(McpError):
+    """An ``initialize`` that found the HTTP server with ``limit`` sessions open (``--max-sessions``):
+    no session was opened. Sessions idle for ``idle_timeout_s`` are ended, freeing their places."""
+
+    code = "mcp_sessions_full"
+
+    def __init__(self, message: str, *, limit: int, retry_after_s: int, idle_timeout_s: float) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.idle_timeout_s = idle_timeout_s

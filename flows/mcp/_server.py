@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
 
 from flows._uvicorn import MAX_HEAD_BYTES, Refusal, announcing_server, bounded_http
+from flows.mcp._admission import DEFAULT_MAX_SESSIONS, SESSIONS_FULL_CODE, Admission
 from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls, Slot
 from flows.mcp._errors import (
     McpArgumentsInvalid,
@@ -39,6 +40,7 @@ from flows.mcp._errors import (
     McpHeadTooLarge,
     McpListenFailed,
     McpResourceUnknown,
+    McpSessionsFull,
     McpToolFailed,
     McpUnauthorized,
 )
@@ -442,11 +444,12 @@ class BearerGate:
 
     In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
     server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``), its
-    shape (a request the SDK would answer under no id, or not at all), and for a call that reads or
-    writes the store a slot of ``calls`` (none free: ``503`` with ``Retry-After``, ``mcp_busy``); a
-    request refused by any of them changes nothing. Only then is the session told of the request;
-    a ``DELETE`` of a session ends its root runs once the endpoint has accepted it, before the answer
-    goes back.
+    shape (a request the SDK would answer under no id, or not at all), for a call that reads or
+    writes the store a slot of ``calls`` (none free: ``503`` with ``Retry-After``, ``mcp_busy``), and
+    for an ``initialize`` that opens a session a place among the sessions of ``admission`` (none
+    free: ``503`` with ``Retry-After``, ``mcp_sessions_full``); a request refused by any of them
+    changes nothing. Only then is the session told of the request; a ``DELETE`` of a session ends its
+    root runs once the endpoint has accepted it, before the answer goes back, and gives back its place.
     """
 
     def __init__(
@@ -459,8 +462,10 @@ class BearerGate:
         max_body: int = MAX_REQUEST_BYTES,
         calls: Calls | None = None,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        admission: Admission | None = None,
     ) -> None:
         self._app = app
+        self._admission = admission
         self._body_timeout_s = body_timeout_s
         self._calls = calls
         self._token = None if token is None else token.encode()
@@ -489,29 +494,31 @@ class BearerGate:
             if refused is not None:
                 await refused(scope, receive, send)
                 return
+        raw = headers.get(b"mcp-session-id")
+        key = raw.decode("latin-1") if raw else None
         slot: Slot | None = None
+        opening = False
         if scope["method"] == "POST":
-            admitted = await self._admit(scope, receive, send, headers.get(b"content-length"))
+            admitted = await self._admit(scope, receive, send, headers.get(b"content-length"), key is None)
             if admitted is None:
                 return
-            receive, slot = admitted
+            receive, slot, opening = admitted
         try:
-            raw = headers.get(b"mcp-session-id")
-            key = raw.decode("latin-1") if raw else None
             if key is not None and scope["method"] == "DELETE":
                 await self._app(scope, receive, self._ending(key, send))
                 return
             async with self._sessions.active(key):
-                await self._app(scope, receive, send)
+                await self._counted(scope, receive, send, key, opening)
         finally:
             if slot is not None:
                 slot.release()
 
     async def _admit(
-        self, scope: Scope, receive: Receive, send: Send, length: bytes | None
-    ) -> tuple[Receive, Slot | None] | None:
-        """A POST's body checked (its size, its shape, a slot for a call): what the endpoint reads
-        it from, and the slot the call holds; None when it was refused (and answered)."""
+        self, scope: Scope, receive: Receive, send: Send, length: bytes | None, sessionless: bool
+    ) -> tuple[Receive, Slot | None, bool] | None:
+        """A POST's body checked (its size, its shape, a slot for a call, a place for the session
+        an ``initialize`` naming none opens): what the endpoint reads it from, the slot the call
+        holds, and whether a session's place is reserved; None when it was refused (and answered)."""
         with anyio.move_on_after(self._body_timeout_s) as waited:
             body = await _bounded_body(receive, self._max_body, length)
         if waited.cancelled_caught:
@@ -532,17 +539,68 @@ class BearerGate:
                 await _busy(send, request[0], self._calls.busy())
                 return None
             scope[SCOPE_KEY] = slot  # the handler holds it too, while the call runs
-        return _replay(body, receive), slot
+        opening = False
+        if self._admission is not None and sessionless and request is not None and request[1] == "initialize":
+            if not self._admission.reserve():
+                await _sessions_full(send, request[0], self._admission.full())
+                return None
+            opening = True
+        return _replay(body, receive), slot, opening
+
+    async def _counted(
+        self, scope: Scope, receive: Receive, send: Send, key: str | None, opening: bool
+    ) -> None:
+        """The endpoint's answer to a request, with the session's place kept: the place reserved for
+        an ``initialize`` (``opening``) becomes the session its answer names, or is given back; a
+        request of an open session keeps it from counting as idle while it is in flight."""
+        admission = self._admission
+        if admission is None or (key is None and not opening):
+            await self._app(scope, receive, send)
+            return
+        status: int | None = None
+        if key is not None:
+            admission.begin(key)
+
+        async def watching(message: MutableMapping[str, Any]) -> None:
+            nonlocal status, key, opening
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                if opening:  # settled as the answer starts: the session is open from here
+                    opening = False
+                    key = _session_named(message) if status < 400 else None
+                    admission.opened(key)
+                    if key is not None:
+                        admission.begin(key)
+            await send(message)
+
+        try:
+            await self._app(scope, receive, watching)
+        finally:
+            if opening:  # no answer began
+                admission.opened(None)
+            elif key is not None:
+                admission.end(key, status)
 
     def _ending(self, key: str, send: Send) -> Send:
-        """``send``, ending session ``key`` (its root runs finish) before an accepting answer starts."""
+        """``send``, ending session ``key`` (its root runs finish, its place is given back) before an
+        accepting answer starts."""
 
         async def send_after_ending(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start" and 200 <= int(message["status"]) < 300:
+                if self._admission is not None:
+                    self._admission.closed(key)
                 await self._sessions.end(key)
             await send(message)
 
         return send_after_ending
+
+
+def _session_named(start: MutableMapping[str, Any]) -> str | None:
+    """The session an answer's start names (its ``Mcp-Session-Id`` header), if it names one."""
+    for name, value in start.get("headers", ()):
+        if bytes(name).lower() == b"mcp-session-id" and value:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 async def _bounded_body(receive: Receive, limit: int, length: bytes | None) -> bytes | None:
@@ -590,6 +648,13 @@ async def _busy(send: Send, request_id: str | int | None, err: McpBusy, *, close
     answer = error_line(request_id, BUSY_CODE, str(err), error_json(err))
     headers = [(b"retry-after", str(RETRY_AFTER_S).encode())] + ([(b"connection", b"close")] if close else [])
     await _send_json(send, 503, answer.encode(), headers)
+
+
+async def _sessions_full(send: Send, request_id: str | int | None, err: McpSessionsFull) -> None:
+    """``503`` with ``Retry-After``: ``err`` (``mcp_sessions_full``) as a JSON-RPC error under
+    ``request_id``."""
+    answer = error_line(request_id, SESSIONS_FULL_CODE, str(err), error_json(err))
+    await _send_json(send, 503, answer.encode(), [(b"retry-after", str(err.retry_after_s).encode())])
 
 
 async def _connections_busy(scope: Scope, receive: Receive, send: Send) -> None:
@@ -686,9 +751,11 @@ async def serve_http(
     loopback: bool,
     token: str | None,
     idle_timeout_s: float,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
     announce: Callable[[], None] = lambda: None,
 ) -> None:
     """Serve streamable HTTP at ``/mcp`` on ``sock`` until SIGINT/SIGTERM; every session ends then.
+    At most ``max_sessions`` sessions are open at once (past them: ``mcp_sessions_full``).
     ``announce`` is called once the server serves (``announcing_server``)."""
     calls = Calls()
     server = build_server(sessions, idle_timeout_s=idle_timeout_s, calls=calls)
@@ -700,7 +767,10 @@ async def serve_http(
         transport_security=security,
         max_request_body_size=MAX_REQUEST_BYTES,
     )
-    gate = BearerGate(app, token=token, sessions=sessions, security=security, calls=calls)
+    admission = Admission(max_sessions, idle_timeout_s)
+    gate = BearerGate(
+        app, token=token, sessions=sessions, security=security, calls=calls, admission=admission
+    )
     config = uvicorn.Config(
         gate,
         log_level="warning",

@@ -115,5 +115,7 @@ def test_the_help_names_every_option() -> None:
     argv = [*mcp_argv(Path("x"))[:4], "--help"]
     result = subprocess.run(argv, capture_output=True, text=True, env=server_env(), timeout=60, check=False)
     assert result.returncode == 0
-    for option in ("--db", "--journal", "--scope", "--http", "--idle-timeout", "$FLOWS_MCP_TOKEN"):
+    options = ("--db", "--journal", "--scope", "--http", "--idle-timeout", "--max-sessions")
+    options += ("$FLOWS_MCP_TOKEN",)
+    for option in options:
         assert option in result.stdout
