@@ -1013,15 +1013,24 @@ class HistoryDB:
             raise self._error(exc, "read", Unreachable) from exc
         return out
 
-    def scopes(self) -> list[str]:
-        """The scopes the DB holds findings not retired of, sorted."""
+    def scopes(self, after: str | None = None, limit: int | None = None) -> list[str]:
+        """The scopes the DB holds findings not retired of, sorted (by code point: SQLite compares
+        the UTF-8 bytes, which sort as their code points do); with ``after``, only those sorting after
+        it; with ``limit``, the first ``limit`` of them. Read from the scope index, never the rows."""
         conn = self._read_conn()
         if conn is None:
             return []
+        sql = "SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL"
+        params: list[object] = []
+        if after is not None:
+            sql += " AND scope > ?"
+            params.append(after)
+        sql += " ORDER BY scope"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
         try:
-            rows = conn.execute(
-                "SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL ORDER BY scope"
-            ).fetchall()
+            rows = conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._error(exc, "read", Unreachable) from exc
         return [r[0] for r in rows]

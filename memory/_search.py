@@ -157,6 +157,10 @@ def _optional(name: str, value: object, kind: type) -> None:
         raise ArgumentInvalid(f"{name} must be {kind.__name__} or None, not {value!r:.80}")
 
 
+SCOPES_BATCH = 64
+"""The fewest scopes a page of ``scopes`` asks the DB for at a time (more when the page is larger)."""
+
+
 READ_INT_MIN, READ_INT_MAX = -(2**63), 2**63 - 1
 """The range of a read's ``before_ms`` and ``limit`` (``limit`` from 0): a signed 64-bit integer, what
 the history DB can compare with, so a read answers the same before and after a sync."""
@@ -780,12 +784,43 @@ class Search:
             self._served([best])
         return best
 
-    def scopes(self) -> list[str]:
+    def scopes(self, after: str | None = None, limit: int | None = None) -> list[str]:
         """See ``MemoryStore.scopes``."""
-        candidates = set(self._db.scopes())
+        _optional("after", after, str)
+        check_read(scope=None, source=None, tag=None, before_ms=None, limit=limit)
+        on_disk: set[str] = set()
         for listing in self._again_if_stale(lambda: self._sources(None)[0]):
-            candidates.update(listing.scopes())
-        return sorted(s for s in candidates if self.recall(scope=s, limit=1))
+            on_disk.update(listing.scopes())
+        found: list[str] = []
+        if limit == 0:
+            return found
+        for scope in self._scope_candidates(after, on_disk, limit):
+            if self.recall(scope=scope, limit=1):  # a live finding, not only retired or expired ones
+                found.append(scope)
+                if limit is not None and len(found) == limit:
+                    break
+        return found
+
+    def _scope_candidates(self, after: str | None, on_disk: set[str], limit: int | None) -> Iterator[str]:
+        """Each scope that may hold a live finding (the DB's with a row not retired, and those with an
+        unsynced file), sorted after ``after``, each once: the DB's read a batch at a time, so a
+        page of scopes asks the DB for about a page, not for every scope."""
+        disk = sorted(s for s in on_disk if after is None or s > after)
+        batch = None if limit is None else max(limit + 1, SCOPES_BATCH)
+        i, last = 0, after
+        while True:
+            rows = self._db.scopes(after=last, limit=batch)
+            for scope in rows:
+                while i < len(disk) and disk[i] < scope:
+                    yield disk[i]
+                    i += 1
+                if i < len(disk) and disk[i] == scope:
+                    i += 1
+                yield scope
+            if batch is None or len(rows) < batch:
+                break
+            last = rows[-1]
+        yield from disk[i:]
 
     def why(
         self,

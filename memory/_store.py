@@ -1361,15 +1361,20 @@ class MemoryStore:
         found = self._read(self._retirer.locate, check_key(key))
         return None if found is None else found.scope
 
-    def scopes(self) -> list[str]:
+    def scopes(self, *, after: str | None = None, limit: int | None = None) -> list[str]:
         """The names of the scopes that hold at least one live finding (DB rows and unsynced
-        files), sorted.
+        files), sorted by code point.
+
+        ``after`` and ``limit`` page them: only the scopes sorting after ``after`` (the last of the
+        previous page), at most ``limit`` of them (None: all). A page looks only at as many scopes as
+        it needs (and those it passes for holding no live finding), not at every scope.
 
         Raises:
+            ArgumentInvalid: ``after`` is not a string, or ``limit`` not an integer from 0.
             Unreachable: a learned file is damaged (named), or the DB cannot be read.
         """
         self._check_open()
-        return self._read(self._search.scopes)
+        return self._read(self._search.scopes, after=after, limit=limit)
 
     # -- sync ----------------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import contextlib
 import hashlib
 import hmac
@@ -17,6 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote_to_bytes
 
@@ -297,19 +297,18 @@ class MemoryServer:
         except McpArgumentsInvalid as exc:
             raise _protocol_error(exc, types.INVALID_PARAMS) from exc
         slot = self._slot(ctx)
+        # a page of the scopes in order, from the first after the cursor's (and one more, to know
+        # whether another page follows): a scope learned or forgotten between pages moves no other
+        # scope to another page, and a page reads about a page of scopes, not every one
+        read = partial(self._sessions.store.scopes, after=after, limit=RESOURCES_PAGE + 1)
         try:
-            every = await anyio.to_thread.run_sync(self._sessions.store.scopes)
+            found = await anyio.to_thread.run_sync(read)
         except CodedError as exc:
             raise _protocol_error(exc) from exc
         finally:
             if slot is not None:
                 slot.release()
-        # a page of the scopes in order, from the first after the cursor's: a scope learned or
-        # forgotten between pages moves no other scope to another page
-        ordered = sorted(every)
-        start = 0 if after is None else bisect.bisect_right(ordered, after)
-        scopes = ordered[start : start + RESOURCES_PAGE]
-        more = start + RESOURCES_PAGE < len(ordered)
+        scopes, more = found[:RESOURCES_PAGE], len(found) > RESOURCES_PAGE
         return types.ListResourcesResult(
             next_cursor=self._cursors.make(scopes[-1]) if more else None,
             resources=[

@@ -14,7 +14,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, PaginatedRequestParams
 
 import memory
-from flows.mcp._server import RESOURCES_PAGE
+from flows.mcp._server import RESOURCES_PAGE, MemoryServer
+from flows.mcp._sessions import Sessions
 from tests.mcp.conftest import open_transport
 from tests.mcp.harness import CALL_TIMEOUT_S, run
 
@@ -98,3 +99,32 @@ def test_a_cursor_of_another_server_process_is_refused(store: Path) -> None:
         cursor = run(lambda: cursor_of(t.connect))
         error = run(lambda: refused(t.connect, cursor))  # a new stdio session is a new server process
     assert error.code == INVALID_PARAMS and error.data["argument"] == "cursor"
+
+
+def test_a_page_after_a_cursor_reads_only_the_scopes_it_lists(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scope a page lists is checked for a live finding by a read of that scope; the page after
+    the first used to read all 101 scopes again before it was cut to its one."""
+    read: list[object] = []
+
+    async def pages(opened: memory.MemoryStore) -> tuple[Any, Any]:
+        handlers = MemoryServer(Sessions(opened, None), None)
+        first = await handlers.list_resources(None, None)
+        read.clear()
+        second = await handlers.list_resources(None, PaginatedRequestParams(cursor=first.next_cursor))
+        return first, second
+
+    with memory.MemoryStore(store) as opened:
+        search = opened._search
+        recall = search.recall
+
+        def counted(**kwargs: Any) -> Any:
+            read.append(kwargs.get("scope"))
+            return recall(**kwargs)
+
+        monkeypatch.setattr(search, "recall", counted)
+        first, second = anyio.run(pages, opened)
+    assert len(first.resources) == RESOURCES_PAGE and second.next_cursor is None
+    assert [str(r.uri).rsplit("/", 1)[1] for r in second.resources] == SCOPES[RESOURCES_PAGE:]
+    assert read == SCOPES[RESOURCES_PAGE:]
