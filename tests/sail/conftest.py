@@ -5,6 +5,7 @@ Every ledger a test leaves is held to the entry schema, line by line.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from memory.ledger import ActivityLog, Ledger
 from sail._chain import Chain
 from sail._config import SailConfig, save_config
 from sail._deploy import Deployment, deploy_market, send
+from sail._node import AnvilNode, find_anvil
 from sail._runner import Runner
 from sail._strategy import DcaStrategy
 from sail._tick import TickResult, tick
@@ -168,3 +170,12 @@ def _ledgers_keep_the_entry_schema(tmp_path: Path) -> Iterator[None]:
 
 
 Ticker = Callable[..., TickResult]
+
+
+@pytest.fixture(scope="module")
+def anvil() -> Iterator[AnvilNode]:
+    """A fresh anvil on a free loopback port, stopped at teardown; ``npm ci`` first if needed."""
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    with AnvilNode() as node:
+        yield node

@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +24,6 @@ from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def anvil() -> Iterator[AnvilNode]:
-    """A fresh anvil on a free loopback port, stopped at teardown; ``npm ci`` first if needed."""
-    if find_anvil() is None and shutil.which("npm") is None:
-        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
-    with AnvilNode() as node:
-        yield node
 
 
 def sail(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from memory.ledger import (
 from sail._config import SailConfig, save_config
 from sail._contracts import abi
 from sail._deploy import Deployment, deploy_market
-from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
+from sail._node import ANVIL_KEYS, AnvilNode
 from tests.conftest import ROOT
 from tests.sail.http_servers import serving
 
@@ -44,15 +43,6 @@ pytestmark = pytest.mark.slow
 AMOUNT = 25 * 10**6
 INTERVAL = 3600
 UNSENT_AFTER = 600
-
-
-@pytest.fixture(scope="module")
-def anvil() -> Iterator[AnvilNode]:
-    """A fresh anvil on a free loopback port, stopped at teardown; ``npm ci`` first if needed."""
-    if find_anvil() is None and shutil.which("npm") is None:
-        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
-    with AnvilNode() as node:
-        yield node
 
 
 class Agent:

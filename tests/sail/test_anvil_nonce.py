@@ -28,7 +28,6 @@ from tests.sail.test_anvil_dispatch import (
     AMOUNT,
     UNSENT_AFTER,
     Agent,
-    anvil,  # noqa: F401 - the module's node fixture
 )
 
 pytestmark = pytest.mark.slow
@@ -65,7 +64,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def proxy(anvil: AnvilNode) -> Iterator[ThreadingHTTPServer]:  # noqa: F811 - the fixture imported above
+def proxy(anvil: AnvilNode) -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     server.upstream = anvil.url  # type: ignore[attr-defined]
     server.raw = []  # type: ignore[attr-defined]
@@ -109,7 +108,7 @@ def anvil_mine(agent: Agent) -> None:
 
 
 def test_a_dropped_dispatch_heard_again_after_it_was_resolved_unsent_is_never_mined_beside_the_next_swap(
-    anvil: AnvilNode,  # noqa: F811 - the fixture imported above
+    anvil: AnvilNode,
     tmp_path: Path,
     proxy: ThreadingHTTPServer,
 ) -> None:
@@ -131,7 +130,7 @@ def test_a_dropped_dispatch_heard_again_after_it_was_resolved_unsent_is_never_mi
 
 
 def test_a_send_the_node_answered_with_an_error_but_kept_is_never_mined_beside_the_next_swap(
-    anvil: AnvilNode,  # noqa: F811 - the fixture imported above
+    anvil: AnvilNode,
     tmp_path: Path,
     proxy: ThreadingHTTPServer,
 ) -> None:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -42,7 +40,7 @@ from memory.ledger import (
 from sail._chain import Chain
 from sail._config import SailConfig, save_config
 from sail._deploy import Deployment, deploy_market
-from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
+from sail._node import ANVIL_KEYS, AnvilNode
 from sail._runner import Runner
 from sail._strategy import DcaStrategy
 from sail._tick import TickResult, tick
@@ -53,15 +51,6 @@ pytestmark = pytest.mark.slow
 
 AMOUNT = 25 * 10**6
 INTERVAL = 3600
-
-
-@pytest.fixture(scope="module")
-def anvil() -> Iterator[AnvilNode]:
-    """A fresh anvil on a free loopback port, stopped at teardown; ``npm ci`` first if needed."""
-    if find_anvil() is None and shutil.which("npm") is None:
-        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
-    with AnvilNode() as node:
-        yield node
 
 
 class CountingChain(Chain):

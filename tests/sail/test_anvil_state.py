@@ -28,7 +28,7 @@ from flows.web import ServeConfig
 from memory.ledger import CLOCK_SLACK_S, DispatchDropped, DispatchUnsent
 from sail._node import AnvilNode
 from tests.conftest import ROOT
-from tests.sail.test_anvil_dispatch import INTERVAL, UNSENT_AFTER, Agent, anvil  # noqa: F401 - a fixture
+from tests.sail.test_anvil_dispatch import INTERVAL, UNSENT_AFTER, Agent
 from tests.web.conftest import client_for
 
 # each step runs fresh `sail` processes (web3 imported anew): minutes in all on a loaded machine
@@ -94,7 +94,7 @@ def states(status: dict[str, Any]) -> list[tuple[str, bool]]:
 
 
 def test_the_cli_and_the_dashboard_agree_through_every_dispatch_state(
-    anvil: AnvilNode,  # noqa: F811 - the fixture imported above
+    anvil: AnvilNode,
     tmp_path: Path,
 ) -> None:
     agent = Agent(anvil, tmp_path)

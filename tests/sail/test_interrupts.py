@@ -21,7 +21,6 @@ from memory.ledger import ActivityLog, DispatchSigned, TickFinished
 from sail._node import AnvilNode
 from tests.conftest import ROOT
 from tests.sail.test_anvil_dispatch import UNSENT_AFTER, Agent
-from tests.sail.test_anvil_dispatch import anvil as anvil  # noqa: PLC0414 - the module's anvil fixture
 
 SIGINT_ON_IMPORT = "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(30)\n"
 
