@@ -270,11 +270,11 @@ class MemoryStore:
         hosts share, two hosts retiring one version at once would each append a retirement, and
         which of them stands would be settled by the clocks of their records, after one of them
         had answered. A journal of one host needs none."""
-        backend = self.open_journal()
-        turn = getattr(backend, "turn", None)
-        if turn is None or not lists_heads(backend):
+        if not self._shares_turns():
             return contextlib.nullcontext()
-        return turn(f"memory-scope:{scope}", under=EVERY_SCOPE_TURN)  # type: ignore[no-any-return]
+        return self.open_journal().turn(  # type: ignore[attr-defined,no-any-return]
+            f"memory-scope:{scope}", under=EVERY_SCOPE_TURN
+        )
 
     def _every_scope_turn(self) -> contextlib.AbstractContextManager[None]:
         """The turn of every scope at once among the hosts sharing this store's journal: while it
@@ -283,11 +283,9 @@ class MemoryStore:
         part of this one: ``_hosts_turn``), so a look then sees each memory whole: the version an
         update retired and the one that replaced it are never both missed. A journal of one host
         needs none. Whoever holds it must not take a scope's turn (``Publisher.update_turn``)."""
-        backend = self.open_journal()
-        turn = getattr(backend, "turn", None)
-        if turn is None or not lists_heads(backend):
+        if not self._shares_turns():
             return contextlib.nullcontext()
-        return turn(EVERY_SCOPE_TURN)  # type: ignore[no-any-return]
+        return self.open_journal().turn(EVERY_SCOPE_TURN)  # type: ignore[attr-defined,no-any-return]
 
     @property
     def db(self) -> HistoryDB:
