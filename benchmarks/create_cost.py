@@ -1,5 +1,6 @@
-"""``python -m benchmarks.create_cost [--freed N ...] [--creates C] [--dir DIR]``: what one exclusive
-file create costs in a folder, against how many files were deleted in that folder a second before.
+"""``python -m benchmarks.create_cost [--freed N ...] [--creates C] [--touch MB] [--dir DIR]``: what one
+exclusive file create costs in a folder, against how many files were deleted in that folder a second
+before.
 
 For each N (default 0, 1,000, 4,000, 0 again) it makes a new folder under DIR, creates N empty files
 in it, unlinks them, waits 1.1 s, then times C (default 200) exclusive creates (``O_CREAT|O_EXCL``)
@@ -13,7 +14,9 @@ still dirty), and each create looks at every such free inode of the group, from 
 before taking another (the kernel's ``find_inode_bit`` and ``recently_deleted``). So a create's
 system time grows with the files deleted in its group within the last minutes, by anyone. A new
 folder lands in its parent's group: run it twice in a row under the same DIR and the second run
-pays for the first one's deletions. docs/PERFORMANCE.md has the figures.
+pays for the first one's deletions. ``--touch MB`` writes over a buffer of MB megabytes before each
+timed create, as a learn's own work does between two stages: the walk then runs on cold caches.
+docs/PERFORMANCE.md has the figures.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _INODES_PER_GROUP = 8192
 
 
-def _create(folder: str, names: list[str]) -> tuple[list[float], list[int]]:
-    """Create each of ``names`` in ``folder``: µs per create, and the inode numbers."""
+def _create(folder: str, names: list[str], touch: bytearray | None = None) -> tuple[list[float], list[int]]:
+    """Create each of ``names`` in ``folder`` (``touch`` written over before each): µs per create,
+    and the inode numbers."""
     took, inodes = [], []
     for name in names:
+        if touch is not None:
+            touch[:] = bytes(len(touch))
         t0 = time.perf_counter_ns()
         fd = os.open(os.path.join(folder, name), _FLAGS, 0o600)
         took.append((time.perf_counter_ns() - t0) / 1000)
@@ -46,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.create_cost", description=__doc__)
     ap.add_argument("--freed", type=int, nargs="+", default=[0, 1000, 4000, 0])
     ap.add_argument("--creates", type=int, default=200)
+    ap.add_argument("--touch", type=int, default=0, help="MB written over before each timed create")
     ap.add_argument("--dir", default=None, help="where the folders are made (default: temp)")
     args = ap.parse_args(argv)
     base = tempfile.mkdtemp(prefix="flows-create-cost-", dir=args.dir)
@@ -57,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(freed):
                 os.unlink(os.path.join(folder, f"gone-{i}"))
             time.sleep(1.1)  # a deletion is "recent" only once a second has turned
-            took, inodes = _create(folder, [f"new-{i}" for i in range(args.creates)])
+            touch = bytearray(args.touch << 20) if args.touch else None
+            took, inodes = _create(folder, [f"new-{i}" for i in range(args.creates)], touch)
             took.sort()
             again = len(set(gone) & set(inodes))
             groups = sorted({(ino - 1) // _INODES_PER_GROUP for ino in inodes})
