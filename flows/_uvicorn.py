@@ -13,8 +13,10 @@ uvicorn is imported when a server is made, never by ``import flows``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +43,11 @@ LINGER_S = 2.0
 answer, before it is closed: closed at once, the bytes of the head still arriving would make the
 kernel reset the connection, and a client may then lose the answer it was sent."""
 
+REFUSALS_LOG_S = 60.0
+"""How often at most a server logs the request heads it refused for their size (``431``): a line for
+the first, then at most one a window, saying how many it refused since the last line. uvicorn logged
+a line for each, so a client sending oversized heads in a loop could flood the server's log."""
+
 #: where h11 ends a head: the first empty line, CRLF or bare LF
 _HEAD_END = re.compile(b"\n\r?\n")
 
@@ -64,6 +71,48 @@ class Refusal:
             *(f"{name}: {value}" for name, value in self.headers),
         ]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
+
+
+class RefusalLog:
+    """The log lines of one server's refused request heads: the first is logged at once; those
+    that follow within ``every_s`` seconds of the last line are counted, and the first refusal after
+    the window logs one line with that count (``clock``: seconds, monotonic)."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        every_s: float = REFUSALS_LOG_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.every_s = every_s
+        self.clock = clock
+        self.unlogged = 0  # refusals since the last line, not yet in one
+        self.last: float | None = None  # when the last line was logged
+
+    def refused(self, limit: int) -> None:
+        """One head over ``limit`` bytes was refused: log it, or count it for the next line."""
+        now = self.clock()
+        self.unlogged += 1
+        if self.last is not None and now - self.last < self.every_s:
+            return
+        if self.last is None:
+            self.logger.warning(
+                "answered 431 to a request head over %d bytes and closed the connection; further "
+                "refusals are counted, one line every %g s at most",
+                limit,
+                self.every_s,
+            )
+        else:
+            self.logger.warning(
+                "answered 431 to %d request head(s) over %d bytes in the %.0f s since the last such line",
+                self.unlogged,
+                limit,
+                now - self.last,
+            )
+        self.last = now
+        self.unlogged = 0
 
 
 def bounded_http(
@@ -126,7 +175,8 @@ def head_deadline_protocol(
 
     With ``head_too_large``, a request head over the server's ``h11_max_incomplete_event_size`` is
     answered with it (``431``), whether it came in one read or many; the connection is read, and
-    what it sends dropped, for ``LINGER_S`` more, then closed.
+    what it sends dropped, for ``LINGER_S`` more, then closed. Such refusals are logged at most once
+    every ``REFUSALS_LOG_S`` seconds, with their count (``RefusalLog``), never a line each.
     """
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
@@ -143,13 +193,18 @@ def head_deadline_protocol(
             self.limit = limit
             self.head_refused = False
 
+        def head_too_large(self) -> bool:
+            """IDLE: the next event is a request head, and the buffer starts with it (a pipelined
+            request waits, PAUSED, until the answer before it is done, then is judged)."""
+            return self.their_state is h11.IDLE and head_over_limit(self.trailing_data[0], self.limit)
+
         def next_event(self) -> Any:
-            # IDLE: the next event is a request head, and the buffer starts with it (a pipelined
-            # request waits, PAUSED, until the answer before it is done, then is judged here)
-            if self.their_state is h11.IDLE and head_over_limit(self.trailing_data[0], self.limit):
+            if self.head_too_large():
                 self.head_refused = True
                 raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
             return super().next_event()
+
+    refusals = None if head_too_large is None else RefusalLog(logging.getLogger("uvicorn.error"))
 
     class _HeadDeadline(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
@@ -181,17 +236,29 @@ def head_deadline_protocol(
             if head_too_large is None or not refused:
                 super().send_400_response(msg)
                 return
+            self._refuse_head()
+
+        def _refuse_head(self) -> None:
+            """Answer ``head_too_large``, log it (or count it: ``refusals``), and linger."""
+            assert head_too_large is not None and refusals is not None
             self._disarm()
             self.transport.write(head_too_large.response(431, "Request Header Fields Too Large"))
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self._linger = self.loop.call_later(LINGER_S, self.transport.close)
+            refusals.refused(self.conn.limit if isinstance(self.conn, _BoundedHeads) else MAX_HEAD_BYTES)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm()
 
         def handle_events(self) -> None:
+            # a head over the limit is refused here, before uvicorn's own handling logs a warning
+            # for it ("Invalid HTTP request received.", a line per request)
+            if isinstance(self.conn, _BoundedHeads) and self._linger is None and self.conn.head_too_large():
+                self.conn.head_refused = True
+                self._refuse_head()
+                return
             if max_connections is not None and busy is not None:
                 # the app a request head arriving now is given (``handle_events`` reads ``app``)
                 if self._served is None:
