@@ -5,7 +5,8 @@ Routes (all ``GET``; anything else is 405):
 =====================================  ===========================================================
 ``/runs``, ``/api/runs``               root runs newest first; ``state``, ``flow``, ``cursor``, ``limit``
 ``/runs/{id}``, ``/api/runs/{id}``     a run and its timeline (``flows show --json``); ``record``, ``page``,
-                                       ``skip`` (the page); ``offset`` (the API's timeline)
+                                       ``skip`` (the page); ``offset`` (the API's timeline), ``full``
+                                       (``1``: its input, output, traceback whole, not cut)
 ``/runs/{id}/input``, ``…/output``,    the whole of what the run page shows cut at ``PART_SHOWN``, as
 ``/runs/{id}/traceback``               plain text (the value's JSON; the traceback's text)
 ``/findings``, ``/api/findings``       ``q`` (``why``; ``offset``) or newest first (``recall``); ``tag`` and
@@ -818,13 +819,17 @@ class Dashboard:
 
     def run_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         offset = _int_param(request, "offset", 0, 0, 10**18)
+        full = _given_int(request, "full", 0, 1) == 1
         run = runs_data.run_timeline(self.reader.backend, request.path_params["run_id"])
         entries = run["timeline"][offset:]
+        if not full:  # the input, output and traceback cut at PART_SHOWN, each marked (``cut``)
+            run, entries = runs_data.cut_parts(run, entries)
         cut = fitting(len(encode_json(e)) for e in entries)
+        more = {"full": 1} if full else {}
         if cut is None:
             return {**run, "timeline": entries}, None
         return Truncated(
-            {**run, "timeline": entries[:cut]}, link(f"/api/runs/{run['runId']}", offset=offset + cut)
+            {**run, "timeline": entries[:cut]}, link(f"/api/runs/{run['runId']}", offset=offset + cut, **more)
         )
 
     # -- findings --------------------------------------------------------------------------------

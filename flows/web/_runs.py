@@ -243,3 +243,59 @@ def timeline_window(entries: Sequence[dict[str, Any]], *, page: int, record: str
             if e["citation"]["id"] == record:
                 return i // TIMELINE_PAGE, pages
     return min(max(page, 0), pages - 1), pages
+
+
+def _cut(data: bytes, whole_url: str, limit: int) -> tuple[str, dict[str, Any]] | None:
+    """``data`` (UTF-8) cut at ``limit`` bytes, on a character, and its marker; None when it fits."""
+    if len(data) <= limit:
+        return None
+    head = data[:limit].decode("utf-8", errors="ignore")  # no half of a character at the cut
+    return head, {"shownBytes": len(head.encode()), "bytes": len(data), "url": whole_url}
+
+
+def cut_value(value: object, whole_url: str, limit: int = PART_SHOWN) -> tuple[object, dict[str, Any] | None]:
+    """A run's input or output as ``/api/runs/RUN`` gives it: the value itself when its JSON (compact,
+    as ``whole_url`` serves it) is at most ``limit`` bytes; else the first ``limit`` bytes of that
+    JSON, as a string, and the marker of the cut (``shownBytes``, the whole's ``bytes``, ``url``)."""
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # nothing the journal gives; the answer's encoding says what it is
+        return value, None
+    cut = _cut(data, whole_url, limit)
+    return (value, None) if cut is None else cut
+
+
+def cut_parts(
+    run: dict[str, Any], entries: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run`` (``run_timeline``'s) and ``entries`` (a page of its timeline) with the run's input,
+    output and error's traceback, and the output event's output, each cut at ``PART_SHOWN`` bytes
+    (``cut_value``): a run's output is as large as its flow made it (8 MiB), and the answer held it
+    twice. Each cut is named in a ``cut`` object beside it (on the run: ``input``, ``output``,
+    ``error.traceback``; on the output event: ``output``), which is there only when something was cut.
+    """
+    base = f"/runs/{run['runId']}"
+    cuts: dict[str, dict[str, Any]] = {}
+    shown = dict(run)
+    for part in ("input", "output"):
+        shown[part], marker = cut_value(run[part], f"{base}/{part}")
+        if marker is not None:
+            cuts[part] = marker
+    error = run.get("error")
+    traceback = error.get("traceback") if isinstance(error, dict) else None
+    if isinstance(error, dict) and isinstance(traceback, str):
+        cut = _cut(traceback.encode("utf-8", errors="replace"), f"{base}/traceback", PART_SHOWN)
+        if cut is not None:
+            shown["error"] = {**error, "traceback": cut[0]}
+            cuts["error.traceback"] = cut[1]
+    if cuts:
+        shown["cut"] = cuts
+    return shown, [_cut_entry(e, f"{base}/output") for e in entries]
+
+
+def _cut_entry(entry: dict[str, Any], whole_url: str) -> dict[str, Any]:
+    """A timeline entry, its output cut when it is the run's output event (``cut_parts``)."""
+    if entry.get("kind") != "output" or "output" not in entry:
+        return entry
+    value, marker = cut_value(entry["output"], whole_url)
+    return entry if marker is None else {**entry, "output": value, "cut": {"output": marker}}

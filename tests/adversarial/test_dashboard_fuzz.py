@@ -40,7 +40,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/runs": ("state", "flow", "cursor", "limit"),
     "/api/runs": ("state", "flow", "cursor", "limit"),
     "/runs/{}": ("record", "page"),
-    "/api/runs/{}": (),
+    "/api/runs/{}": ("offset", "full"),
     "/runs/{}/input": (),
     "/runs/{}/output": (),
     "/runs/{}/traceback": (),

@@ -19,6 +19,7 @@ MALFORMED = [
     (f"/runs/{UNKNOWN_RUN}", "page=0"),
     (f"/runs/{UNKNOWN_RUN}", "skip=-1"),
     (f"/api/runs/{UNKNOWN_RUN}", "offset=abc"),
+    (f"/api/runs/{UNKNOWN_RUN}", "full=2"),
     (f"/findings/{UNKNOWN_KEY}", "offset=abc"),
     (f"/findings/{UNKNOWN_KEY}", "limit=0"),
     (f"/api/findings/{UNKNOWN_KEY}/history", "limit=abc"),

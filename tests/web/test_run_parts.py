@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 import flows
 from flows.web import ServeConfig
 from flows.web._app import as_json_text, text_part
-from flows.web._runs import PART_SHOWN
+from flows.web._runs import PART_SHOWN, cut_parts
 from tests.web.conftest import client_for
 from tests.web.stores import DemoStore
 
@@ -112,3 +112,60 @@ def test_a_timeline_cell_formats_only_the_start_of_a_value() -> None:
     assert len(head.encode()) <= 1000 and head == as_json_text(value)[: len(head)]
     small = {"a": "\u202e"}
     assert as_json_text(small, head=1000) == as_json_text(small) == '{\n  "a": "\\u202e"\n}'
+
+
+def test_the_runs_json_cuts_a_huge_output_and_input_saying_where_how_big_and_where_the_whole_is(
+    huge: tuple[TestClient, str, object],
+) -> None:
+    # ``/api/runs/RUN`` gave the output whole, twice (the run's and its output event's): 12 MB
+    client, run_id, given = huge
+    answer = client.get(f"/api/runs/{run_id}")
+    assert answer.status_code == 200
+    assert len(answer.content) < 4 * PART_SHOWN + 64 * 1024, len(answer.content)
+    run = answer.json()
+    whole_output = client.get(f"/runs/{run_id}/output").content
+    whole_input = client.get(f"/runs/{run_id}/input").content
+    assert run["cut"] == {
+        "input": {"shownBytes": PART_SHOWN, "bytes": len(whole_input), "url": f"/runs/{run_id}/input"},
+        "output": {"shownBytes": PART_SHOWN, "bytes": len(whole_output), "url": f"/runs/{run_id}/output"},
+    }
+    assert run["output"] == whole_output[:PART_SHOWN].decode()  # the start of its JSON, as text
+    assert run["input"] == whole_input[:PART_SHOWN].decode() and whole_input == orjson.dumps(given)
+    (event,) = [e for e in run["timeline"] if e["kind"] == "output"]
+    assert event["output"] == run["output"] and event["cut"] == {"output": run["cut"]["output"]}
+    assert {k: v for k, v in run.items() if k not in ("input", "output", "cut", "timeline")} == {
+        k: v for k, v in client.get(f"/api/runs/{run_id}?full=1").json().items()
+        if k not in ("input", "output", "timeline")
+    }
+
+
+def test_the_runs_json_gives_the_whole_with_full_1(huge: tuple[TestClient, str, object]) -> None:
+    client, run_id, given = huge
+    run = client.get(f"/api/runs/{run_id}", params={"full": "1"}).json()
+    output = {"report": "<" * OUTPUT_CHARS + "\u202e tail"}
+    assert (run["input"], run["output"]) == (given, output) and "cut" not in run
+    (event,) = [e for e in run["timeline"] if e["kind"] == "output"]
+    assert event["output"] == output and "cut" not in event
+    for bad in ("2", "yes", "-1"):
+        refused = client.get(f"/api/runs/{run_id}", params={"full": bad})
+        assert refused.status_code == 400 and refused.json()["code"] == "serve_bad_request"
+
+
+def test_a_small_run_is_given_whole_without_a_cut(client: TestClient, demo: DemoStore) -> None:
+    run = client.get(f"/api/runs/{demo.done_run}").json()
+    assert run["output"] == {"learned": 6, "hPa": 1003} and "cut" not in run
+    assert run == client.get(f"/api/runs/{demo.done_run}?full=1").json()
+
+
+def test_a_traceback_over_the_bound_is_cut_on_a_character_and_marked() -> None:
+    # the runtime records at most 16K characters of a traceback; a journal written otherwise may hold more
+    error = {"code": "flow_failed", "message": "m", "traceback": "é" * PART_SHOWN}
+    run = {"runId": "R", "input": None, "output": None, "error": error}
+    shown, _ = cut_parts(run, [])
+    assert shown["error"] == {**error, "traceback": "é" * (PART_SHOWN // 2)}
+    assert shown["cut"] == {
+        "error.traceback": {"shownBytes": PART_SHOWN, "bytes": 2 * PART_SHOWN, "url": "/runs/R/traceback"}
+    }
+    assert run["error"]["traceback"] == "é" * PART_SHOWN  # the run given is left as it was
+    small, _ = cut_parts({**run, "error": {**error, "traceback": "é" * 100}}, [])
+    assert "cut" not in small
