@@ -17,6 +17,8 @@ Routes (all ``GET``; anything else is 405):
 ``/api/findings/{key}``                one live finding (``MemoryStore.get``)
 ``/api/findings/{key}/history``        ``flows history KEY --json`` (``MemoryStore.history_page``);
                                        ``offset``, ``limit``
+``/scopes``, ``/api/scopes``           the scopes holding a live finding, sorted, a page at a time
+                                       (``MemoryStore.scopes``); ``after``, ``limit``
 ``/agents``, ``/api/agents``           the agent homes
 ``/agents/{n}``                        the ledger newest first (``before``), cadence, chart, skips
 ``/api/agents/{n}/ledger``             the ledger's entries, newest first; ``before``, ``limit``
@@ -124,8 +126,14 @@ HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-#: the most scopes the findings form lists in a menu; with more it has a text box for the scope
+#: the most scopes the findings form lists in a menu; with more it has a text box for the scope,
+#: offers these first ones as its suggestions and links to the rest (``/scopes``); also the default
+#: page of ``/scopes``
 MAX_SCOPE_CHOICES = 100
+#: the most scopes a page of ``/scopes`` and ``/api/scopes`` lists (``limit``)
+SCOPES_MAX_PAGE = 1000
+#: the longest ``after`` of a scopes page (no scope is longer: a session's scope is at most 256)
+SCOPE_AFTER_MAX = 1024
 #: the most events a page of a finding's history holds (``limit``), as the MCP ``history`` tool
 HISTORY_MAX_PAGE = 500
 #: the most bytes of events, as JSON, a page of ``/api/findings/{key}/history`` holds (the first is
@@ -891,15 +899,57 @@ class Dashboard:
             "truncated": page.truncated,
             "max_mib": LIST_MAX_BYTES // (1024 * 1024),
             "next_url": self._findings_next(request, "/findings", page),
-            "scopes": self._scope_choices(),
+            **self._scope_choices(),
             "elapsed_ms": (time.perf_counter() - started) * 1000,
         }
 
-    def _scope_choices(self) -> list[str] | None:
-        """The scopes the search form offers to pick from; None (a text box instead) when there are
-        more than ``MAX_SCOPE_CHOICES``: a store of a scope per user would make every page huge."""
-        scopes = self.reader.memory().scopes()
-        return scopes if len(scopes) <= MAX_SCOPE_CHOICES else None
+    def _scope_choices(self) -> dict[str, Any]:
+        """The scopes the search form offers: every one in a menu when there are at most
+        ``MAX_SCOPE_CHOICES``; else the first of them as a text box's suggestions and a link to the
+        next page of ``/scopes`` (``scopes_more``). Only that page is asked of the store
+        (``MemoryStore.scopes(limit=)``), never every scope: a store of a scope per user looked at
+        each of them, its DB rows and its files, on every findings page."""
+        scopes = self.reader.memory().scopes(limit=MAX_SCOPE_CHOICES + 1)
+        if len(scopes) <= MAX_SCOPE_CHOICES:
+            return {"scopes": scopes, "scopes_more": None}
+        shown = scopes[:MAX_SCOPE_CHOICES]
+        return {"scopes": shown, "scopes_more": link("/scopes", after=shown[-1])}
+
+    def _scopes(self, request: Request) -> tuple[list[str], str | None, int, str | None]:
+        """A page of scope names sorting after ``after`` (at most ``limit``), whether more follow (the
+        last one shown, else None), the limit and ``after``.
+
+        Raises:
+            ServeBadRequest: ``limit`` is not 1 to ``SCOPES_MAX_PAGE``, or ``after`` is longer than
+                ``SCOPE_AFTER_MAX`` characters.
+        """
+        limit = _int_param(request, "limit", MAX_SCOPE_CHOICES, 1, SCOPES_MAX_PAGE)
+        after = _param(request, "after")
+        if after is not None and len(after) > SCOPE_AFTER_MAX:
+            raise ServeBadRequest(
+                f"after must be a scope's name (at most {SCOPE_AFTER_MAX} characters), got "
+                f"{len(after):,} characters; start from the first page of scopes"
+            )
+        found = self.reader.memory().scopes(after=after, limit=limit + 1)
+        page = found[:limit]
+        return page, page[-1] if len(found) > limit else None, limit, after
+
+    def scopes_page(self, request: Request) -> tuple[str, dict[str, Any]]:
+        page, last, limit, after = self._scopes(request)
+        given = request.query_params.get("limit")  # carried on as asked, the default left out
+        return "scopes.html", {
+            "title": "Scopes",
+            "section": "findings",
+            "scopes": page,
+            "after": after,
+            "next_url": None if last is None else link("/scopes", after=last, limit=given),
+            "first_url": link("/scopes", limit=given) if after is not None else None,
+            "json_url": link("/api/scopes", after=after, limit=limit),
+        }
+
+    def scopes_api(self, request: Request) -> tuple[object, str | None]:
+        page, last, limit, _ = self._scopes(request)
+        return page, None if last is None else link("/api/scopes", after=last, limit=limit)
 
     def findings_api(self, request: Request) -> tuple[object, str | None] | Truncated:
         _, page = self._findings(request)
@@ -1153,6 +1203,7 @@ def create_app(config: ServeConfig) -> Starlette:
         *(Route(f"/runs/{{run_id}}/{part}", d.plain(d.run_part(part))) for part in runs_data.RUN_PARTS),
         Route("/findings", d.page(d.findings_page)),
         Route("/findings/{key}", d.page(d.finding_page)),
+        Route("/scopes", d.page(d.scopes_page)),
         # an agent's pages read its home's files only: no store lock (a slow one holds up nobody)
         Route("/agents", d.page(d.agents_page, store=False)),
         Route("/agents/{number}", d.page(d.agent_page, store=False)),
@@ -1161,6 +1212,7 @@ def create_app(config: ServeConfig) -> Starlette:
         Route("/api/findings", d.api(d.findings_api)),
         Route("/api/findings/{key}", d.api(d.finding_api)),
         Route("/api/findings/{key}/history", d.api(d.history_api)),
+        Route("/api/scopes", d.api(d.scopes_api)),
         Route("/api/agents", d.api(d.agents_api, store=False)),
         Route("/api/agents/{number}/ledger", d.api(d.ledger_api, store=False)),
         Route("/api/agents/{number}/status", d.api(d.status_api, store=False)),

@@ -49,6 +49,8 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/findings/{}": ("offset", "limit"),
     "/api/findings/{}": (),
     "/api/findings/{}/history": ("offset", "limit"),
+    "/scopes": ("after", "limit"),
+    "/api/scopes": ("after", "limit"),
     "/agents": (),
     "/api/agents": (),
     "/agents/{}": ("before",),
