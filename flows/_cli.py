@@ -43,6 +43,12 @@ storage:
 times: printed in local time with the UTC offset; --before, --since and --expires take a duration (7d,
 12h: ago, or from now for --expires), epoch milliseconds or an ISO 8601
 date/time; every time in --json output is epoch milliseconds, in a key ending in Ms.
+
+--json: stdout holds the command's result as one JSON document and nothing else (a flow's own
+prints go to stderr; serve and mcp --http print one {"url": ...} line once they listen; mcp over
+stdio speaks MCP there). An error is one JSON object on one line, the last on stderr; the lines
+before it are text (a run's notices while it waits, -v logs, a flow's prints): read the last line.
+check finding problems and a demo step failing exit 1 with their report on stdout, not an error.
 """
 
 _ms = format_ms

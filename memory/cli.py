@@ -13,9 +13,11 @@ every command, so the two behave alike:
   parser built here), where argparse kept the last value without a word. ``append`` options and
   flags may repeat.
 * A failure is one line on stderr, ``<prog>: error[<code>]: <message> (root run <id>)`` (the
-  parenthesis only when a run is concerned), or with ``--json`` one JSON object
+  parenthesis only when a run is concerned), or with ``--json`` one JSON object on one line
   (``CodedError.as_json()``, plus ``runId``) with stdout left empty. Usage errors too: code
-  ``usage``, exit 2.
+  ``usage``, exit 2. It is the last line on stderr; with ``--json`` the lines before it are text
+  all the same (a command's notices while it waits, ``-v`` logs), so stderr as a whole is not JSON:
+  ``--json`` promises JSON on stdout, and one object on the last line of stderr.
 * Exit statuses: 0 done, 1 failed, 2 usage, 130 interrupted (Ctrl-C).
 * Human output writes data read back (a finding's text, a ledger's reason) with its control
   characters escaped (``shown``): never raw to a terminal.
@@ -571,7 +573,12 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`", usage=self.format_usage())
 
 
-_JSON = Option(("--json",), "print JSON (errors too, as one object on stderr)", switch=True)
+_JSON = Option(
+    ("--json",),
+    "print the result as JSON on stdout, and nothing else there; an error as one JSON object on one "
+    "line, the last on stderr (the lines before it are text: notices, logs)",
+    switch=True,
+)
 
 
 class CommandLine:

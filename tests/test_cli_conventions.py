@@ -379,6 +379,38 @@ def test_flows_run_json_keeps_stdout_pure_json(tmp_path: Path) -> None:
     assert "hello from the body" in result.stderr and "and from its fd" in result.stderr
 
 
+#: what ``--json``'s help promises, in every command's help (words as the help wraps them)
+JSON_PROMISE = (
+    "print the result as JSON on stdout, and nothing else there; an error as one JSON object on one "
+    "line, the last on stderr (the lines before it are text: notices, logs)"
+)
+
+
+@BOTH
+def test_the_json_help_says_stdout_is_json_and_an_error_is_the_last_line_of_stderr(prog: str) -> None:
+    # the help said "errors too, as one object on stderr": stderr also holds a run's notices (a flow
+    # file still importing after 5 s, a Ctrl-C's writes in flight), -v logs and a flow's own prints
+    for argv in (["--help"], *([command, "--help"] for command in COMMANDS[prog])):
+        shown = cli(prog, *argv).stdout
+        assert JSON_PROMISE in " ".join(shown.split()), argv
+        assert "errors too" not in shown
+
+
+def test_with_json_a_runs_error_is_the_last_line_of_stderr_after_its_text(tmp_path: Path) -> None:
+    body = 'print("the body talks")\nprint("and warns", file=sys.stderr)\nraise ValueError("no tea")'
+    failing = write_flow(tmp_path / "fails.py", body)
+    failing.write_text("import sys\n" + failing.read_text())
+    result = cli("flows", "run", str(failing), "--json", "-v", "--db", str(tmp_path / "h.db"))
+    assert (result.returncode, result.stdout) == (1, "")
+    *text, last = result.stderr.splitlines()
+    error = orjson.loads(last)
+    assert error["code"] == "flow_failed" and "no tea" in error["message"]
+    assert "the body talks" in text and "and warns" in text  # text, before it
+    assert any("Traceback" in line for line in text)  # -v: the failure's traceback, before it
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(result.stderr)  # stderr as a whole is not JSON: its last line is
+
+
 def _pure_json(result: subprocess.CompletedProcess[str], what: str) -> object:
     """The one JSON document a successful ``--json`` command printed: stdout holds nothing else."""
     assert result.returncode == 0, (what, result.stderr)
