@@ -290,12 +290,14 @@ def cut_parts(
             cuts["error.traceback"] = cut[1]
     if cuts:
         shown["cut"] = cuts
-    return shown, [_cut_entry(e, f"{base}/output") for e in entries]
+    return shown, [_cut_entry(e, run["output"], f"{base}/output") for e in entries]
 
 
-def _cut_entry(entry: dict[str, Any], whole_url: str) -> dict[str, Any]:
-    """A timeline entry, its output cut when it is the run's output event (``cut_parts``)."""
-    if entry.get("kind") != "output" or "output" not in entry:
+def _cut_entry(entry: dict[str, Any], output: object, whole_url: str) -> dict[str, Any]:
+    """A timeline entry, its output cut when it is the run's output event (``cut_parts``): an event
+    of that kind holding another value (a journal written otherwise) is left whole, since
+    ``whole_url`` serves the run's output."""
+    if entry.get("kind") != "output" or "output" not in entry or entry["output"] != output:
         return entry
     value, marker = cut_value(entry["output"], whole_url)
     return entry if marker is None else {**entry, "output": value, "cut": {"output": marker}}

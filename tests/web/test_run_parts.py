@@ -169,3 +169,13 @@ def test_a_traceback_over_the_bound_is_cut_on_a_character_and_marked() -> None:
     assert run["error"]["traceback"] == "é" * PART_SHOWN  # the run given is left as it was
     small, _ = cut_parts({**run, "error": {**error, "traceback": "é" * 100}}, [])
     assert "cut" not in small
+
+
+def test_only_the_runs_own_output_event_is_cut_and_pointed_at_its_output() -> None:
+    big = "x" * (PART_SHOWN + 10)
+    run = {"runId": "R", "input": None, "output": big, "error": None}
+    own = {"kind": "output", "output": big, "tsMs": 1}
+    other = {"kind": "output", "output": big + "y", "tsMs": 2}  # a journal written otherwise
+    shown, (first, second) = cut_parts(run, [own, other])
+    assert first["cut"] == {"output": shown["cut"]["output"]} and first["output"] == shown["output"]
+    assert second is other  # left whole: /runs/R/output serves another value
