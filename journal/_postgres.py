@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -260,7 +260,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # deletes there), kept by a statement trigger in the deleting transaction: a look from a
         # mark at or below it is whole (``heads_changed``), since a deleted row may have been the
         # only word of an append made since the mark. Every statement may run again: a journal
-        # restored without ``journal_heads`` is mended by running steps 4 and 5 again.
+        # restored without ``journal_heads`` is mended by running steps 4, 5 and 6 again.
         (
             "create table if not exists journal_heads_deletes (deleted xid8 not null)",
             """insert into journal_heads_deletes (deleted) select '0'::xid8
@@ -287,6 +287,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             """create trigger journal_heads_deleted after delete or truncate on journal_heads
                 for each statement execute function journal_heads_note_delete()""",
         ),
+    ),
+    (
+        6,
+        # The trigger fires for every session, those with ``session_replication_role = replica``
+        # too (a logical-replication apply worker, ``pg_restore --disable-triggers``), for which an
+        # enabled trigger (state 'O') does not fire: their deletes went unnoticed. May run again
+        # (after step 5 made the trigger again, in state 'O').
+        ("alter table journal_heads enable always trigger journal_heads_deleted",),
     ),
 )
 
@@ -320,12 +328,14 @@ _PAYLOAD = f"case when octet_length({{0}}) <= {MAX_PAYLOAD_BYTES} then {{0}} end
 
 
 # The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5), and
-# whether the trigger that keeps it fires for the sessions of a server left as it is: a trigger
-# dropped or disabled ("alter table ... disable trigger") notices no delete, and then no mark holds.
+# whether the trigger that keeps it fires for every session (state 'A', schema step 6): a trigger
+# dropped or disabled ("alter table ... disable trigger") notices no delete, one enabled only for
+# origin sessions ('O': "enable trigger") none of a replica-role session's, one enabled only for
+# replica sessions ('R') none of the others', and while it misses some no mark holds.
 _LAST_DELETE = "(select d.deleted::text from journal_heads_deletes d order by d.deleted desc limit 1)"
 _DELETES_NOTICED = (
     "exists (select 1 from pg_trigger t where t.tgrelid = to_regclass('journal_heads')"
-    " and t.tgname = 'journal_heads_deleted' and t.tgenabled in ('O', 'A'))"
+    " and t.tgname = 'journal_heads_deleted' and t.tgenabled = 'A')"
 )
 
 

@@ -207,18 +207,44 @@ def test_with_the_delete_trigger_disabled_or_dropped_every_look_is_whole(
     _admin(postgres_dsn, "alter table journal_heads disable trigger journal_heads_deleted")
     found, mark, whole = pg.heads_changed(["s"], mark)
     assert (found, whole) == ({"s": {info.run_id: 1}}, True)
-    _admin(postgres_dsn, "alter table journal_heads enable trigger journal_heads_deleted")
+    # enabled for some sessions only: "enable trigger" (origin sessions, not replica-role ones) and
+    # "enable replica trigger" (the other way round) miss some deletes, so every look is whole too
+    for enabling in ("enable trigger", "enable replica trigger"):
+        _admin(postgres_dsn, f"alter table journal_heads {enabling} journal_heads_deleted")
+        _, mark, _ = pg.heads_changed(["s"], mark)
+        assert pg.heads_changed(["s"], mark)[2] is True, enabling
+    _admin(postgres_dsn, "alter table journal_heads enable always trigger journal_heads_deleted")
     _, mark, _ = pg.heads_changed(["s"], mark)
     assert pg.heads_changed(["s"], mark)[2] is False
     _admin(postgres_dsn, "drop trigger journal_heads_deleted on journal_heads")
     assert pg.heads_changed(["s"], mark)[2] is True
 
 
+@pytest.mark.parametrize("deletion", ["delete from journal_heads", "truncate journal_heads"])
+def test_a_head_row_deleted_by_a_replica_role_session_is_noticed_by_the_next_look(
+    open_pg: OpenPg, postgres_dsn: str, deletion: str
+) -> None:
+    """A session with ``session_replication_role = replica`` (a logical-replication apply worker,
+    ``pg_restore --disable-triggers``) fires only the triggers enabled ``always``: its delete of the
+    row that was an append's only word is noticed all the same."""
+    reader, writer = open_pg(), open_pg()
+    info, lease = writer.begin("f", "s", {})
+    writer.append(lease, "s", {"n": 1})
+    _, mark, _ = reader.heads_changed(["s"], None)
+    writer.append(lease, "s", {"n": 2})
+    _admin(postgres_dsn, "set session_replication_role = replica", deletion)
+    found, mark, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 2}}, True)
+    assert reader.heads_changed(["s"], mark)[2] is False
+
+
+@pytest.mark.parametrize("role", ["origin", "replica"])
 def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
-    tmp_path: Path, postgres_dsn: str
+    tmp_path: Path, postgres_dsn: str, role: str
 ) -> None:
     """Host A reads (its look at the heads); host B forgets a finding, and B's forget run's heads
-    row is deleted before A reads again: A's next read still leaves the finding out."""
+    row is deleted before A reads again, by an administrator or by a replica-role session (a
+    logical-replication apply): A's next read still leaves the finding out."""
     with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
         with a.session(scope="team") as s:
             key = s.learn({"text": "the door code is 4711"}).key
@@ -230,6 +256,7 @@ def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
                 s.forget(key, reason="rotated")
         _admin(
             postgres_dsn,
+            f"set session_replication_role = {role}",
             "delete from journal_heads h using journal_runs r"
             " where h.run_id = r.run_id and r.flow = 'forget'",
         )

@@ -216,6 +216,35 @@ def test_a_journal_at_version_4_is_migrated_to_notice_deleted_heads(
     assert jr.heads_changed(["s"], mark)[0::2] == ({"s": {"20260101T000000-00000000aa": 2}}, True)
 
 
+def test_a_journal_at_version_5_is_migrated_to_notice_a_replica_role_sessions_deletes(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    schema = _schema_of(postgres_dsn)
+    with admin_connection() as conn:  # a journal at version 5: its trigger fires for origin sessions
+        conn.execute(f'set search_path to "{schema}"')
+        conn.execute("create table journal_schema (version integer not null)")
+        conn.execute("insert into journal_schema values (5)")
+        for version, statements in MIGRATIONS:
+            for statement in statements if version <= 5 else ():
+                conn.execute(statement)
+    jr = open_pg()
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"n": 1})
+    _, mark, _ = jr.heads_changed(["s"], None)
+    jr.append(lease, "s", {"n": 2})
+    with admin_connection() as conn:
+        versions = conn.execute(f'select version from "{schema}".journal_schema').fetchall()
+        state = conn.execute(
+            "select tgenabled from pg_trigger where tgname = 'journal_heads_deleted'"
+            " and tgrelid = %s::regclass",
+            (f'"{schema}".journal_heads',),
+        ).fetchall()
+        conn.execute("set session_replication_role = replica")
+        conn.execute(f'delete from "{schema}".journal_heads')
+    assert versions == [(SCHEMA_VERSION,)] and state == [("A",)]
+    assert jr.heads_changed(["s"], mark)[0::2] == ({"s": {info.run_id: 2}}, True)
+
+
 def test_a_journal_restored_without_its_deletes_table_is_refused_saying_how_to_make_it_again(
     open_pg: OpenPg, postgres_dsn: str
 ) -> None:
@@ -233,6 +262,7 @@ def test_a_journal_restored_without_its_deletes_table_is_refused_saying_how_to_m
     again = open_pg()
     _, mark, _ = again.heads_changed(["s"], None)
     jr.append(lease, "s", {"n": 2})
-    with admin_connection() as conn:
+    with admin_connection() as conn:  # the trigger made again fires for every session (step 6 ran again)
+        conn.execute("set session_replication_role = replica")
         conn.execute(f'delete from "{schema}".journal_heads')
     assert again.heads_changed(["s"], mark)[0::2] == ({"s": {info.run_id: 2}}, True)
