@@ -2,7 +2,8 @@
 
 Layout under the journal's root directory::
 
-    runs/<run-id>/run.json            the run (flow, scope, state, epoch, meta), replaced atomically
+    runs/<run-id>/run.json            the run (flow, scope, state, epoch, meta, which of its streams
+                                      began in the current line format), replaced atomically
     runs/<run-id>/run.lock            the run lock: held briefly around every append and state change
                                       (a journal keeps it open while it appends to the run)
     runs/<run-id>/lease.lock          held (flock) by the lease holder for as long as it drives the run
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import re
 import stat
@@ -85,6 +87,7 @@ from journal._model import (
     shown,
     valid_key,
     valid_label,
+    valid_name,
     whole,
 )
 from staging import StagingError, ensure_dir, have_syncfs, stage
@@ -100,10 +103,14 @@ _RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
 _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
-_RUN_OPTIONAL = frozenset({"meta", "error"})
+_RUN_OPTIONAL = frozenset({"meta", "error", "currentFormat"})
 _LABEL = "a string of at most 64 KiB without control characters (as a begin takes it)"
 _STORED_STATES = frozenset({RunState.RUNNING.value, RunState.DONE.value, RunState.FAILED.value})
-_MAX_RUN_FILE = MAX_RUN_BYTES  # a run.json larger than this is not one the journal wrote
+# What ``currentFormat`` adds to a run record as ``run.json`` holds it: not counted in the record's
+# size (``MAX_RUN_BYTES``, as the other backend measures it), and at most this many bytes.
+_MAX_CURRENT_BYTES = 256 * 1024
+_CURRENT_KEY_BYTES = len(b'"currentFormat":,')
+_MAX_RUN_FILE = MAX_RUN_BYTES + _MAX_CURRENT_BYTES  # a run.json larger than this is not one the journal wrote
 _MAX_LINE = MAX_PAYLOAD_BYTES + MAX_LINE_FRAME  # nor is a stream line longer than this
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
@@ -162,9 +169,12 @@ class RecordCodec:
     max_line = _MAX_LINE
     """The longest line a record may be: a log's read stops at a longer one, never holding it whole."""
 
-    def __init__(self, run_id: str, stream: str) -> None:
+    def __init__(self, run_id: str, stream: str, *, began_current: bool = False) -> None:
         self._run_id = run_id
         self._stream = stream
+        # Whether the stream began in the current format (``run.json`` says so): then no line of
+        # it can be of the old format, and one is damage wherever it stands, not a leading line.
+        self.began_current = began_current
         # A line's checksum covers the run and stream it was written for, as if they began the line
         # (``crc32(body, seed)`` is ``crc32(run, stream, body)`` at no cost a line): the bytes hold
         # neither, so a stream file copied or hard-linked into another run's folder (or under
@@ -173,6 +183,10 @@ class RecordCodec:
         self._old_format = (
             f"a record whose checksum does not name run {run_id} stream {stream} (the format written "
             "before checksums named their run and stream)"
+        )
+        self._in_current = (
+            f"{self._old_format}, in a stream begun in the current format, where no version writes "
+            "one: a line copied or moved in from elsewhere"
         )
 
     def encode(self, record: Record) -> bytes:
@@ -208,7 +222,8 @@ class RecordCodec:
         A valid record of the old format (its checksum of the line alone, as versions before the
         checksum named its run and stream wrote it) raises ``LineOldFormat`` with the record: the
         line log takes it only before the stream's first line in the current format, and a caller
-        of its own decides what it may stand for."""
+        of its own decides what it may stand for. In a stream that began in the current format
+        (``began_current``) it is ``LineDamaged`` (torn=False): no version wrote it there."""
         if len(line) <= _CRC_TAIL or not line.endswith(b'"}') or line[-_CRC_TAIL:-10] != b',"crc":"':
             raise LineDamaged("not a checksummed record")
         if len(line) > _MAX_LINE:  # an append refuses a payload that would make one (not parsed)
@@ -261,6 +276,8 @@ class RecordCodec:
         fields["run_id"], fields["stream"], fields["seq"] = self._run_id, self._stream, seq
         fields["id"], fields["key"], fields["ts_ms"], fields["payload"] = rid, key, ts, payload
         if unbound:
+            if self.began_current:
+                raise LineDamaged(self._in_current, torn=False)
             raise LineOldFormat(record, self._old_format)
         return record
 
@@ -377,6 +394,7 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         and whole(obj["updatedMs"], 0, _MAX_MS)
         and (meta is None or type(meta) is dict)
         and (error is None or type(error) is dict)
+        and ("currentFormat" not in obj or _current_format_ok(obj["currentFormat"]))
     ):
         return None
     checks = (
@@ -389,8 +407,39 @@ def _run_problem(run_id: str, obj: object) -> str | None:
         (whole(obj["updatedMs"], 0, _MAX_MS), f"updatedMs {shown(obj['updatedMs'])} is not a time"),
         (meta is None or type(meta) is dict, "meta is not an object"),
         (error is None or type(error) is dict, "error is not an object or null"),
+        (
+            "currentFormat" not in obj or _current_format_ok(obj["currentFormat"]),
+            f"currentFormat {shown(obj.get('currentFormat'))} is not true or a sorted list of stream names",
+        ),
     )
     return next((why for ok, why in checks if not ok), None)
+
+
+def _current_format_ok(value: object) -> bool:
+    """Whether ``value`` is what ``currentFormat`` of a ``run.json`` holds: true (every stream of the
+    run began in the current format: this version began the run), or the names, sorted and each
+    once, of the streams this version began in a run an older version began."""
+    if value is True:
+        return True
+    return (
+        type(value) is list
+        and all(valid_name(name) for name in value)
+        and all(a < b for a, b in itertools.pairwise(value))
+    )
+
+
+def _current_bytes(obj: Mapping[str, Any]) -> int:
+    """The bytes ``currentFormat`` takes in the canonical JSON of the run record ``obj`` (its key,
+    value and one comma: it is never the record's only field)."""
+    if "currentFormat" not in obj:
+        return 0
+    return _CURRENT_KEY_BYTES + len(orjson.dumps(obj["currentFormat"]))
+
+
+def _began_current(obj: Mapping[str, Any], stream: str) -> bool:
+    """Whether the run record ``obj`` says that ``stream`` began in the current format."""
+    value = obj.get("currentFormat")
+    return value is True or (type(value) is list and stream in value)
 
 
 def _run_json_problem(data: bytes, obj: dict[str, Any]) -> str | None:
@@ -414,9 +463,14 @@ class _Stream:
     """A stream's log and its key index, kept up to date incrementally."""
 
     def __init__(self, path: Path, run_id: str, stream: str, mode: int = 0o600) -> None:
+        # Until ``run.json`` says the stream began in the current format, the codec takes leading
+        # old-format lines (``FileJournal._know_format``).
+        self.codec = RecordCodec(run_id, stream)
         self.log: LineLog[Record] = LineLog(
-            path, RecordCodec(run_id, stream), sequence=lambda r: r.seq, keep_open=True, mode=mode
+            path, self.codec, sequence=lambda r: r.seq, keep_open=True, mode=mode
         )
+        # ``run.json`` as last read for the format (inode, size, mtime): read again once it changes
+        self.format_seen: tuple[int, int, int] | None = None
         self.keys: dict[str, Record] = {}
         self.indexed = 0
         self.source: Sequence[Record] | None = None  # the log's list the index was built from
@@ -557,6 +611,8 @@ class FileJournal:
         self._closed = False
         self._dev: int | None = None  # the root's file system, once seen
         self._pinned: dict[str, tuple[int, int, Mapping[str, Any]]] = {}  # run -> (fd, ino, run.json)
+        # runs whose run.json said that every stream began in the current format (it never stops)
+        self._all_current: set[str] = set()
         self._run_locks: dict[str, _RunLock] = {}  # run -> its run.lock, kept open (see _RunLock)
         # A journal dropped without close() still releases its leases, run locks and pinned files
         # when it is collected (its streams' logs close their own descriptors the same way).
@@ -891,6 +947,9 @@ class FileJournal:
                 found = _run_problem(run_id, obj)
                 if found is None:
                     found = _run_json_problem(data, obj)
+                marker = _current_bytes(obj) if found is None else 0
+                if found is None and (marker > _MAX_CURRENT_BYTES or len(data) - marker > MAX_RUN_BYTES):
+                    found = f"larger than {MAX_RUN_BYTES} bytes (its currentFormat {_MAX_CURRENT_BYTES} more)"
                 if found is None:
                     return obj  # type: ignore[no-any-return]
                 problem = found
@@ -948,7 +1007,7 @@ class FileJournal:
 
     def _store(self, run_id: str, obj: Mapping[str, Any]) -> None:
         data = payload_json(obj, what="run record (its flow, scope, metadata and error)", limit=None)
-        check_run_size(len(data), run_id=run_id)
+        check_run_size(len(data) - _current_bytes(obj), run_id=run_id)
         directory = self._run_dir(run_id)
         self._guard(run_id)
         try:
@@ -1037,9 +1096,11 @@ class FileJournal:
             "updatedMs": now,
             "meta": dict(meta) if isinstance(meta, Mapping) else meta,
             "error": None,
+            # every stream of the run begins in the current format: no old-format line is one of its
+            "currentFormat": True,
         }
         data = payload_json(obj, what="run record (its flow, scope and metadata)", limit=None)
-        check_run_size(len(data))
+        check_run_size(len(data) - _current_bytes(obj))
         obj = orjson.loads(data)
         problem = _run_problem(run_id, obj)
         if problem is not None:  # the checks above leave nothing for this to find: it fails closed
@@ -1259,6 +1320,7 @@ class FileJournal:
             lock = self._lock_run(run_id)
             try:
                 obj = self._load_pinned(run_id)
+                self._settle_format(run_id, stream, handle, obj, batch)
                 with handle.log.held():
                     records = handle.log.recover()
                     handle.index(records)
@@ -1289,6 +1351,81 @@ class FileJournal:
             for p in batch:
                 p.done = True
 
+    def _know_format(self, run_id: str, stream: str, handle: _Stream) -> None:
+        """Have ``handle``'s codec refuse every old-format line once ``run.json`` says the stream
+        began in the current format. Read once while it says so (it never stops saying so), else
+        again whenever the file was replaced since (one ``lstat``). A damaged ``run.json`` is
+        ``JournalCorrupt``: the stream is not read as if it could hold old lines."""
+        if handle.codec.began_current:
+            return
+        if run_id in self._all_current:
+            self._now_current(handle)
+            return
+        path = self._run_file(run_id, "run.json")
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return  # no run record (yet): the read says what is wrong, if anything
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen == handle.format_seen:
+            return
+        try:
+            obj = self._load(run_id)
+        except JournalRunNotFound:
+            return
+        if obj.get("currentFormat") is True:
+            self._all_current.add(run_id)
+        if _began_current(obj, stream):
+            self._now_current(handle)
+        handle.format_seen = seen
+
+    @staticmethod
+    def _now_current(handle: _Stream) -> None:
+        """``handle``'s stream began in the current format: its codec refuses old-format lines from
+        now on, and what its log read before is decoded again under that rule."""
+        if not handle.codec.began_current:
+            handle.codec.began_current = True
+            handle.log.reread()
+
+    def _codec_of(self, run_id: str, stream: str, handle: _Stream, obj: Mapping[str, Any]) -> RecordCodec:
+        """A codec of the stream for an erasure, under the run lock (``obj``: ``run.json``): in a
+        stream begun in the current format an old-format line is damage, and nothing is rewritten."""
+        if _began_current(obj, stream):
+            self._now_current(handle)
+        return RecordCodec(run_id, stream, began_current=handle.codec.began_current)
+
+    def _settle_format(
+        self, run_id: str, stream: str, handle: _Stream, obj: Mapping[str, Any], batch: list[_Pending]
+    ) -> None:
+        """Under the run lock, before an append opens the stream: when ``run.json`` (``obj``) says
+        the stream began in the current format, its codec says so too; when the run was begun by
+        an older version and this append begins the stream (no line yet), ``run.json`` first
+        records that it begins in the current format (durably: staged, fsync'd, renamed, its folder
+        fsync'd), so no old-format line is ever taken in it. A crash before the rename leaves the
+        stream unbegun and unmarked (the next append marks it); after it, a stream of no line or
+        of current ones, marked. A list that would pass ``_MAX_CURRENT_BYTES`` leaves the stream
+        under the rule for an older version's streams."""
+        if handle.codec.began_current:
+            return
+        if _began_current(obj, stream):
+            self._now_current(handle)
+            return
+        if not any(p.lease.epoch == obj["epoch"] for p in batch) or obj["state"] != RunState.RUNNING.value:
+            return  # nothing of the batch is appended (it is fenced): nothing to record
+        try:
+            if os.lstat(handle.log.path).st_size:
+                return  # begun by an older version: its leading lines may be of the old format
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # the open that follows says what is wrong
+        listed = obj.get("currentFormat") or []
+        marked = {**obj, "currentFormat": sorted({*listed, stream})}
+        if _current_bytes(marked) > _MAX_CURRENT_BYTES:
+            return
+        self._store(run_id, marked)
+        self._now_current(handle)
+
     def _settle_after_failure(self, run_id: str, handle: _Stream) -> None:
         """After a failed sync, cut the log's poisoned end now rather than at the next append, so
         lock-free readers stop seeing lines nobody was acknowledged for. Best effort: the next
@@ -1309,6 +1446,7 @@ class FileJournal:
             if not self._has_run(run_id):
                 raise JournalRunNotFound(f"no root run {run_id} in {self._root}", run_id=run_id)
             self._guard(run_id)
+            self._know_format(run_id, stream, handle)
             records = handle.log.read()
             handle.unique(records)
             return records
@@ -1467,7 +1605,6 @@ class FileJournal:
                 f"root run {run_id} is running: its records are rewritten once it has ended", run_id=run_id
             )
         handle = self._stream(run_id, stream)
-        codec = RecordCodec(run_id, stream)
         # Under the run lock, as an append: a resume (which raises the epoch under that lock) and
         # every append after it wait until the copy is in place, and the state is looked at again
         # under it, so no acknowledged line is written to the file being replaced.
@@ -1482,6 +1619,7 @@ class FileJournal:
                 assert lease is not None
                 if self._info(obj).state is RunState.RUNNING:
                     check_fence(lease, obj["epoch"], obj["state"])
+            codec = self._codec_of(run_id, stream, handle, obj)
             # What a locked open does first: a torn tail (which may hold stale bytes copying an
             # earlier line, an erased one among them) is cut, and damage fails closed.
             try:

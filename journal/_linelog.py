@@ -66,7 +66,9 @@ line is taken only before the log's first line in the current format, and after 
 (never a tear) from every reader. A read that goes on from its cache knows the format of the last
 line it holds; a tail open whose last acknowledged line is old reads the line before it too; the
 reverse reader gives an old-format line only once the line before it is read; ``read_at`` never
-answers with one (the full read judges it).
+answers with one (the full read judges it). A codec that knows its log began in the current format
+(the journal's, from ``run.json``) raises plain ``LineDamaged`` (torn=False) for such a line instead:
+damage wherever it stands, the first lines too.
 
 Lock-free readers (``read``, ``iter_reverse``) apply the same rules but never cut: a tail that may
 be an append in flight is simply not a record yet, nor is a line past a poisoned point.
@@ -1222,6 +1224,14 @@ class LineLog(Generic[T]):
             if poison is not None and self._ends and self._ends[-1] > poison:
                 return self._cached[: bisect.bisect_right(self._ends, poison)]
             return self._cached
+
+    def reread(self) -> None:
+        """Forget the records read so far: the next read decodes every line again (after the codec
+        changed what it takes). What this object knows durable is kept."""
+        with self._mutex:
+            self._read_stamp = None
+            self._scanned = None
+            self._reset_cache(self._cached_ino, self._cached_gen)
 
     def stamp(self) -> tuple[object, ...] | None:
         """A token naming what the last ``read`` returned, while the file is still exactly what

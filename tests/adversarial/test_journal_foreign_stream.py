@@ -21,6 +21,7 @@ import pytest
 
 import journal
 from journal import FileJournal, JournalCorrupt
+from tests.adversarial.test_journal_old_format import as_older_run
 
 STREAM = "steps"
 
@@ -158,6 +159,7 @@ def test_a_stream_written_before_checksums_named_their_run_reads_in_its_own_run(
     run_id, src, records = _source(root, finish=False)
     bound = src.read_bytes()
     _unbound(src)
+    as_older_run(root, run_id)  # and its run, begun by that version
     assert src.read_bytes() != bound and len(src.read_bytes()) == len(bound)
     assert FileJournal(root).read(run_id, STREAM) == records
     jr = FileJournal(root)  # and a locked open takes it as it is, cutting nothing

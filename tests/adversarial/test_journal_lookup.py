@@ -159,7 +159,7 @@ def test_a_stream_replaced_since_the_hint_was_given_answers_as_a_full_read(strea
     """Another file in the stream's place (a new inode) holding another record where the hint
     points: the cited record is not in the journal any more."""
     root, run_id, records, hints, path = stream
-    lines = [_line("other-0", 1, {"n": 0}), _line("other-1", 2, {"n": 1}), _line("other-2", 3, {"n": 2})]
+    lines = [_line(f"other-{n}", n + 1, {"n": n}, run_id=run_id) for n in range(3)]
     replacement = path.with_name("replacement")
     replacement.write_bytes(b"".join(x + b"\n" for x in lines))
     before = path.stat().st_ino

@@ -45,10 +45,21 @@ def _old_stream(path: Path) -> None:
     path.write_bytes(b"".join(_unbound(x) + b"\n" for x in path.read_bytes().splitlines()))
 
 
+def as_older_run(root: Path, run_id: str) -> None:
+    """Make run ``run_id`` and its streams look begun by a version before streams were marked as
+    begun in the current format: its ``run.json`` without ``currentFormat``, so its streams'
+    leading lines may be of the old format."""
+    path = root / "runs" / run_id / "run.json"
+    obj = orjson.loads(path.read_bytes())
+    obj.pop("currentFormat", None)
+    path.write_bytes(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
+
+
 def _run(
     root: Path, payloads: list[dict[str, object]], keys: list[str | None]
 ) -> tuple[str, journal.Lease, Path]:
-    """A run whose stream holds ``payloads`` (its holder gone, its lease kept for appends)."""
+    """A run an older version began, whose stream holds ``payloads`` (its holder gone, its lease
+    kept for appends)."""
     jr = FileJournal(root)
     info, lease = jr.begin("f", "s", {})
     for payload, key in zip(payloads, keys, strict=True):
@@ -56,6 +67,7 @@ def _run(
     path = jr.stream_path(info.run_id, STREAM)
     jr.release(lease)
     jr.close()
+    as_older_run(root, info.run_id)
     return info.run_id, lease, path
 
 
