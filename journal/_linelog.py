@@ -109,6 +109,7 @@ _LINE_BLOCK = 4096  # the first read of a one-line lookup (``read_at``): most li
 _NO_POISON = 2**64 - 1
 _MAX_MARK = 2**63  # no offset or count the marks hold reaches it (an ``off_t`` is signed 64 bits)
 _MARKS_LEN = 92  # plain mark (12), file-system mark (12), state (68): see _STATE
+_LEAD_ROUNDS = 8  # a sync's leader syncs for the threads waiting behind it at most this often
 
 
 _MARK = struct.Struct("<Q")
@@ -352,6 +353,11 @@ class LineLog(Generic[T]):
         self._sequence = sequence
         self._mutex = threading.RLock()  # the cache and the held descriptor
         self._syncing = threading.Lock()  # this object's syncs, cuts and mark updates, one at a time
+        # Group commit among this object's threads (``sync_to``): one leads, syncing for every thread
+        # that waits on ``_group``, round after round, and wakes them all after each round.
+        self._group = threading.Condition(threading.Lock())
+        self._leading = False
+        self._wants: dict[tuple[bool, int], int] = {}  # (filesystem, generation): the furthest end wanted
         self._durable = 0  # bytes this object knows durable (its own syncs), per inode and generation
         self._durable_fs = 0  # of those, covered by a file-system sync (never more than _durable)
         self._durable_ino: int | None = None
@@ -836,7 +842,9 @@ class LineLog(Generic[T]):
 
         Skips the sync when the watermark (the durable length recorded by whoever synced last, in
         this process or another) already covers ``end``; otherwise syncs and raises the watermark,
-        so concurrent appenders share syncs.
+        so concurrent appenders share syncs. Threads of this object have one leader at a time: the
+        others wait to be woken by its rounds (``_lead_on``), each returning once a sync this
+        object made and marked covers its own ``end``, or leading in turn when it steps down.
 
         With ``filesystem`` (where ``HAVE_SYNCFS``), the sync is a ``syncfs`` of the log's file
         system, and only such a sync counts: when this returns, every write made to any file on that
@@ -858,12 +866,26 @@ class LineLog(Generic[T]):
         gen = self._gen if generation is None else generation
         if self._known_durable(end, filesystem, gen):
             return
-        if self._covers(self._read_marks(strict=False), end, filesystem, gen):
+        if not self._leading and self._covers(self._read_marks(strict=False), end, filesystem, gen):
             return  # another process's sync covers it
-        with self._syncing:  # threads queue here; the sync ahead of them may already cover them
-            if self._known_durable(end, filesystem, gen):
+        with self._group:  # threads wait here for the leader's round that covers them
+            while not self._known_durable(end, filesystem, gen):
+                if not self._leading:
+                    self._leading = True
+                    break
+                key = (filesystem, gen)
+                self._wants[key] = max(self._wants.get(key, 0), end)
+                self._group.wait()
+            else:
                 return
-            self._sync_locked(end, filesystem, gen, force=False)
+        try:
+            with self._syncing:
+                self._sync_locked(end, filesystem, gen, force=False, lead=True)
+        finally:
+            with self._group:
+                self._leading = False
+                self._wants.clear()  # every waiter wakes and asks again (one of them leads next)
+                self._group.notify_all()
 
     def sync_now(
         self, *, filesystem: bool = False, end: int | None = None, generation: int | None = None
@@ -899,9 +921,12 @@ class LineLog(Generic[T]):
         mark = marks.filesystem if filesystem else marks.durable
         return mark is not None and mark >= end
 
-    def _sync_locked(self, end: int | None, filesystem: bool, generation: int, *, force: bool) -> None:
+    def _sync_locked(
+        self, end: int | None, filesystem: bool, generation: int, *, force: bool, lead: bool = False
+    ) -> None:
         """Sync unless (with ``end``, not ``force``) a sync that finished while this one queued
         covered it; then check that it covered the caller's own bytes. Call under ``_syncing``.
+        With ``lead`` (``sync_to``'s leader), then sync on for the threads waiting (``_lead_on``).
 
         One syncer of the log at a time, across processes: an exclusive ``flock`` on the log file
         itself is held from the check of the marks to the new mark, so processes that queue behind
@@ -928,6 +953,8 @@ class LineLog(Generic[T]):
                         f"{self._path} ends before byte {end}: this append's line is gone; retry it",
                         path=self._path,
                     )
+                if lead:
+                    self._lead_on(fd, filesystem, generation)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -939,6 +966,32 @@ class LineLog(Generic[T]):
             raise JournalUnwritable(
                 f"{self._path} was synced, then failed: {exc.strerror or exc}", path=self._path
             ) from exc
+
+    def _lead_on(self, fd: int, filesystem: bool, generation: int) -> None:
+        """The leader's rounds for the others: wake the threads its last sync covered, and while
+        threads of this object wait for bytes of the same kind and generation past it, sync again
+        (at most ``_LEAD_ROUNDS`` times; then a waiter leads). Call under ``_syncing`` and the flock,
+        once the leader's own sync returned: no thread hands the syncer's turn to another between
+        rounds, and the flock and the marks are not taken and read again.
+
+        A round that fails poisons the log (``_sync_and_mark``), as any sync does, and ends the
+        rounds without raising (the leader's own append was acknowledged): every waiter it covered
+        then finds the poison when it asks again (``_refuse_lost``) and fails as its own sync would
+        have, and no waiter returns without a mark that covers it."""
+        key = (filesystem, generation)
+        for _ in range(_LEAD_ROUNDS):
+            with self._group:
+                self._group.notify_all()
+                want = self._wants.pop(key, 0)
+            if want == 0 or self._known_durable(want, filesystem, generation):
+                return
+            try:
+                marks = self._read_marks(strict=True)
+                self._refuse_lost(want, generation, marks, filesystem=filesystem)
+                if self._sync_and_mark(fd, marks, filesystem) < want:
+                    return  # cut since: the waiters find out themselves
+            except JournalError:
+                return
 
     def _sync_and_mark(self, fd: int, marks: LineMarks, filesystem: bool) -> int:
         """Sync, record the new mark, and return how many bytes the sync covered."""

@@ -248,3 +248,91 @@ def test_unwrite_takes_back_unacknowledged_lines_only_and_their_sync_then_fails(
     assert path.read_bytes() == acked
     with pytest.raises(journal.JournalUnwritable):
         log.sync_to(end, generation=gen)
+
+
+def _eight_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_second: bool
+) -> tuple[list[Record | journal.JournalError], list[tuple[int, str]], list[int], Path, str]:
+    """Eight threads append one record each at once; the stream's first sync (after the one that
+    made it) is held until all eight lines are written. Returns each thread's result, the stream's
+    fsyncs and ``flock``s (thread, what), the thread that made the first sync, the stream and its
+    run. With ``fail_second`` the second sync fails (EIO)."""
+    import fcntl
+
+    jr = journal.FileJournal(tmp_path / "j")
+    info, lease = jr.begin("f", "s", {})
+    jr.append(lease, "s", {"w": -1}, key="made")
+    path = jr.stream_path(info.run_id, "s")
+    calls: list[tuple[int, str]] = []
+    first: list[int] = []
+    real_fsync, real_flock = os.fsync, fcntl.flock
+
+    def ours(fd: int) -> bool:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+
+    def fsync(fd: int) -> None:
+        if ours(fd):
+            calls.append((threading.get_ident(), "fsync"))
+            if not first:
+                first.append(threading.get_ident())
+                for _ in range(6000):  # until every thread's line is written
+                    if path.read_bytes().count(b"\n") >= 9:
+                        break
+                    time.sleep(0.01)
+            elif fail_second and sum(what == "fsync" for _, what in calls) == 2:
+                raise OSError(5, "injected write-back failure")
+        real_fsync(fd)
+
+    def flock(fd: int, op: int) -> None:
+        if op == fcntl.LOCK_EX and ours(fd):
+            calls.append((threading.get_ident(), "flock"))
+        real_flock(fd, op)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fcntl, "flock", flock)
+    results: list[Record | journal.JournalError] = [journal.JournalError("not run")] * 8
+
+    def writer(w: int) -> None:
+        try:
+            results[w] = jr.append(lease, "s", {"w": w}, key=f"w{w}")
+        except journal.JournalError as exc:
+            results[w] = exc
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    monkeypatch.undo()
+    return results, calls, first, path, info.run_id
+
+
+def test_the_thread_that_syncs_syncs_again_for_the_threads_waiting_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight appends at once cost two fsyncs (the first, held, covers one line; the next the other
+    seven), and both are made by the thread that made the first: the seven waiting behind it take
+    no turn as syncer (no fsync, no ``flock`` of the log) and each returns once a mark covers it."""
+    results, calls, first, path, run_id = _eight_at_once(tmp_path, monkeypatch, fail_second=False)
+    assert all(isinstance(r, Record) for r in results), results
+    assert [what for _, what in calls].count("fsync") == 2, calls
+    assert {who for who, _ in calls} == set(first), "a waiting thread took the syncer's turn"
+    log = LineLog(path, RecordCodec(run_id, "s"))
+    assert log.watermark() == path.stat().st_size
+
+
+def test_a_failed_sync_the_leader_makes_for_its_waiters_fails_every_one_of_them_and_not_the_leader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's second sync, for the threads waiting behind it, fails: each of them gets the
+    journal's ``journal_unwritable`` (none is acknowledged, and none of their records stays in the
+    stream); the appends its first sync acknowledged (its own, and any written with it) stand."""
+    results, calls, first, path, run_id = _eight_at_once(tmp_path, monkeypatch, fail_second=True)
+    fsyncs = [who for who, what in calls if what == "fsync"]
+    assert fsyncs[:2] == first * 2, "the failed sync was not the leader's round for its waiters"
+    acked = [r for r in results if isinstance(r, Record)]
+    failed = [r for r in results if not isinstance(r, Record)]
+    assert acked and failed and len(acked) + len(failed) == 8, results
+    assert all(isinstance(e, journal.JournalUnwritable) and e.code == "journal_unwritable" for e in failed)
+    jr = journal.FileJournal(path.parents[3])
+    assert [r.key for r in jr.read(run_id, "s")] == ["made"] + [r.key for r in acked]
