@@ -240,6 +240,49 @@ def test_eight_threads_learning_one_finding_leave_one_record_and_its_bytes(
     assert stages(results[0].path.parent) == []
 
 
+def test_eight_threads_learning_at_once_share_two_fsyncs_of_the_stream_made_by_one_thread(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight threads of one store learn eight findings at once, the stream's first fsync held until
+    every learn's line is written: the eight learns cost two fsyncs of the stream (a quarter of one
+    a learn), both made by the thread that made the first, which synced again for the seven that
+    waited behind it; every learn returns with its record durable and its file in place."""
+    store.learn({"text": "the stream is made", "tags": ["t"]}, root)
+    stream = str(root.journal.stream_path(root.run_id, memory.STREAM))
+    fsyncs: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == stream:
+            fsyncs.append(threading.get_ident())
+            for _ in range(6000 if len(fsyncs) == 1 else 0):  # the first: until all 8 lines are in
+                with open(stream, "rb") as fh:
+                    if fh.read().count(b"\n") >= 9:
+                        break
+                time.sleep(0.01)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    learned: list[memory.Learned] = []
+
+    def learn(i: int) -> None:
+        learned.append(store.learn({"text": f"finding {i}", "tags": ["t"]}, root))
+
+    threads = [threading.Thread(target=learn, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    monkeypatch.undo()
+    assert len(learned) == 8
+    assert len(fsyncs) == 2 and len(set(fsyncs)) == 1, fsyncs
+    log = journal.LineLog(stream, journal.RecordCodec(root.run_id, memory.STREAM))
+    assert log.watermark() == os.path.getsize(stream)
+    by_id = {r.id: r for r in _records(root)}
+    for one in learned:
+        assert one.path.read_bytes() == memory.render(by_id[one.citation.id])
+
+
 _LEARNER = """
 import json, os, sys, time
 import journal, memory
