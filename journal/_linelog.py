@@ -310,6 +310,18 @@ class _Kept:
                     pass
 
 
+class _Waiter:
+    """A thread waiting for a sync of a log (``LineLog.sync_to``): how far, of which kind and
+    generation, and the lock it sleeps on until a leader releases it."""
+
+    __slots__ = ("end", "filesystem", "generation", "lead", "wake")
+
+    def __init__(self, end: int, filesystem: bool, generation: int) -> None:
+        self.end, self.filesystem, self.generation = end, filesystem, generation
+        self.lead = False  # handed the lead (or took it), rather than covered
+        self.wake = threading.Lock()
+
+
 class LineLog(Generic[T]):
     """An append-only file of one-record lines.
 
@@ -353,11 +365,11 @@ class LineLog(Generic[T]):
         self._sequence = sequence
         self._mutex = threading.RLock()  # the cache and the held descriptor
         self._syncing = threading.Lock()  # this object's syncs, cuts and mark updates, one at a time
-        # Group commit among this object's threads (``sync_to``): one leads, syncing for every thread
-        # that waits on ``_group``, round after round, and wakes them all after each round.
-        self._group = threading.Condition(threading.Lock())
+        # Group commit among this object's threads (``sync_to``): one leads, syncing round after round
+        # for the threads waiting in ``_waiters``, and after each round wakes those it covered.
+        self._group = threading.Lock()  # ``_leading`` and ``_waiters``
         self._leading = False
-        self._wants: dict[tuple[bool, int], int] = {}  # (filesystem, generation): the furthest end wanted
+        self._waiters: list[_Waiter] = []
         self._durable = 0  # bytes this object knows durable (its own syncs), per inode and generation
         self._durable_fs = 0  # of those, covered by a file-system sync (never more than _durable)
         self._durable_ino: int | None = None
@@ -843,8 +855,8 @@ class LineLog(Generic[T]):
         Skips the sync when the watermark (the durable length recorded by whoever synced last, in
         this process or another) already covers ``end``; otherwise syncs and raises the watermark,
         so concurrent appenders share syncs. Threads of this object have one leader at a time: the
-        others wait to be woken by its rounds (``_lead_on``), each returning once a sync this
-        object made and marked covers its own ``end``, or leading in turn when it steps down.
+        others sleep until one of its rounds (``_lead_on``) made and marked a sync that covers their
+        ``end``, or until it steps down and hands the longest waiting the lead (``_step_down``).
 
         With ``filesystem`` (where ``HAVE_SYNCFS``), the sync is a ``syncfs`` of the log's file
         system, and only such a sync counts: when this returns, every write made to any file on that
@@ -868,24 +880,44 @@ class LineLog(Generic[T]):
             return
         if not self._leading and self._covers(self._read_marks(strict=False), end, filesystem, gen):
             return  # another process's sync covers it
-        with self._group:  # threads wait here for the leader's round that covers them
-            while not self._known_durable(end, filesystem, gen):
-                if not self._leading:
-                    self._leading = True
-                    break
-                key = (filesystem, gen)
-                self._wants[key] = max(self._wants.get(key, 0), end)
-                self._group.wait()
-            else:
+        me = _Waiter(end, filesystem, gen)
+        with self._group:  # threads wait for the leader's round that covers them
+            if self._known_durable(end, filesystem, gen):
                 return
+            if self._leading:
+                me.wake.acquire()  # released by the round that covers it, or to hand it the lead
+                self._waiters.append(me)
+            else:
+                self._leading = me.lead = True
+        if not me.lead:
+            try:
+                me.wake.acquire()
+            except BaseException:  # interrupted while waiting: never leave the lead with nobody
+                with self._group:
+                    if me in self._waiters:
+                        self._waiters.remove(me)
+                    elif me.lead:
+                        self._step_down()
+                raise
+            if not me.lead:
+                return  # a round covered it: the leader saw a mark of this object's own sync do so
         try:
             with self._syncing:
                 self._sync_locked(end, filesystem, gen, force=False, lead=True)
         finally:
             with self._group:
-                self._leading = False
-                self._wants.clear()  # every waiter wakes and asks again (one of them leads next)
-                self._group.notify_all()
+                self._step_down()
+
+    def _step_down(self) -> None:
+        """The leader is done: hand the lead to the thread that has waited longest (it syncs for
+        itself and the rest, or fails as its own sync would), or leave none. Call under ``_group``."""
+        self._wake_covered()
+        if self._waiters:
+            successor = self._waiters.pop(0)
+            successor.lead = True
+            successor.wake.release()
+        else:
+            self._leading = False
 
     def sync_now(
         self, *, filesystem: bool = False, end: int | None = None, generation: int | None = None
@@ -975,15 +1007,16 @@ class LineLog(Generic[T]):
         rounds, and the flock and the marks are not taken and read again.
 
         A round that fails poisons the log (``_sync_and_mark``), as any sync does, and ends the
-        rounds without raising (the leader's own append was acknowledged): every waiter it covered
-        then finds the poison when it asks again (``_refuse_lost``) and fails as its own sync would
-        have, and no waiter returns without a mark that covers it."""
-        key = (filesystem, generation)
+        rounds without raising (the leader's own append was acknowledged): no waiter it covered is
+        woken as covered; each is handed the lead in turn (``_step_down``), finds the poison
+        (``_refuse_lost``) and fails as its own sync would have. No waiter returns without a mark
+        of this object's own sync that covers it."""
+        kind = (filesystem, generation)
         for _ in range(_LEAD_ROUNDS):
             with self._group:
-                self._group.notify_all()
-                want = self._wants.pop(key, 0)
-            if want == 0 or self._known_durable(want, filesystem, generation):
+                self._wake_covered()
+                want = max((w.end for w in self._waiters if (w.filesystem, w.generation) == kind), default=0)
+            if want == 0:
                 return
             try:
                 marks = self._read_marks(strict=True)
@@ -992,6 +1025,16 @@ class LineLog(Generic[T]):
                     return  # cut since: the waiters find out themselves
             except JournalError:
                 return
+        with self._group:
+            self._wake_covered()
+
+    def _wake_covered(self) -> None:
+        """Wake, and take off the list, every waiter a mark of this object's own syncs covers (what
+        ``sync_to`` returns on). Call under ``_group``."""
+        covered = [w for w in self._waiters if self._known_durable(w.end, w.filesystem, w.generation)]
+        for w in covered:
+            self._waiters.remove(w)
+            w.wake.release()
 
     def _sync_and_mark(self, fd: int, marks: LineMarks, filesystem: bool) -> int:
         """Sync, record the new mark, and return how many bytes the sync covered."""
