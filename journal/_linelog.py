@@ -880,16 +880,17 @@ class LineLog(Generic[T]):
             return
         if not self._leading and self._covers(self._read_marks(strict=False), end, filesystem, gen):
             return  # another process's sync covers it
-        me = _Waiter(end, filesystem, gen)
+        me = None
         with self._group:  # threads wait for the leader's round that covers them
             if self._known_durable(end, filesystem, gen):
                 return
             if self._leading:
+                me = _Waiter(end, filesystem, gen)
                 me.wake.acquire()  # released by the round that covers it, or to hand it the lead
                 self._waiters.append(me)
             else:
-                self._leading = me.lead = True
-        if not me.lead:
+                self._leading = True
+        if me is not None:
             try:
                 me.wake.acquire()
             except BaseException:  # interrupted while waiting: never leave the lead with nobody
@@ -911,7 +912,8 @@ class LineLog(Generic[T]):
     def _step_down(self) -> None:
         """The leader is done: hand the lead to the thread that has waited longest (it syncs for
         itself and the rest, or fails as its own sync would), or leave none. Call under ``_group``."""
-        self._wake_covered()
+        if self._waiters:
+            self._wake_covered()
         if self._waiters:
             successor = self._waiters.pop(0)
             successor.lead = True
@@ -1013,6 +1015,8 @@ class LineLog(Generic[T]):
         of this object's own sync that covers it."""
         kind = (filesystem, generation)
         for _ in range(_LEAD_ROUNDS):
+            if not self._waiters:  # read without the lock: one that joins now is seen at ``_step_down``
+                return
             with self._group:
                 self._wake_covered()
                 want = max((w.end for w in self._waiters if (w.filesystem, w.generation) == kind), default=0)
@@ -1025,8 +1029,6 @@ class LineLog(Generic[T]):
                     return  # cut since: the waiters find out themselves
             except JournalError:
                 return
-        with self._group:
-            self._wake_covered()
 
     def _wake_covered(self) -> None:
         """Wake, and take off the list, every waiter a mark of this object's own syncs covers (what
