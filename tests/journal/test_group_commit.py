@@ -34,8 +34,9 @@ def test_threads_appending_at_once_share_fsyncs_and_every_record_is_durable(
 ) -> None:
     """Eight threads append at once: the first sync of the stream is held until every thread's first
     line is written (each then waits for a sync), so those eight lines cost two fsyncs (the one held,
-    which covers what was written before it began, and one after it for the rest) rather than one
-    each; and every append, first or later, returns only once the watermark covers its line."""
+    which covers what was written before it began, and one after it for the rest; one alone when the
+    machine let every line be written before the first sync began) rather than one each; and every
+    append, first or later, returns only once the watermark covers its line."""
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, "s", {"w": -1}, key="made")  # the stream is made (and its creation synced)
@@ -78,7 +79,8 @@ def test_threads_appending_at_once_share_fsyncs_and_every_record_is_durable(
         t.join()
     assert len(returned) == 80
     assert [r.seq for r in jr.read(info.run_id, "s")] == list(range(1, 82))
-    assert after_first_round == [2], f"{after_first_round} fsyncs for the first 8 appends: none shared"
+    # two, or one when every first line was written before the first sync began (a busy machine)
+    assert after_first_round in ([1], [2]), f"{after_first_round} fsyncs for the first 8 appends: none shared"
     log = LineLog(path, RecordCodec(info.run_id, "s"))
     assert log.watermark() == path.stat().st_size
 
