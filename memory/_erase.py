@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from journal import JournalBackend, Record, record_id
+from journal import JournalBackend, Lease, Record, record_id
 from memory._errors import Unwritable
 from memory._finding import (
     ERASE_STREAM,
@@ -190,15 +190,19 @@ def rewrite(
     backend: JournalBackend,
     targets: Sequence[Record],
     payload_of: Callable[[Mapping[str, Any]], dict[str, Any]] = tombstone,
+    lease: Lease | None = None,
 ) -> int:
     """Replace the payload of each of ``targets`` in the journal with ``payload_of`` it (default:
-    its tombstone; ``filter_erased`` for a forget by filter); how many were rewritten."""
+    its tombstone; ``filter_erased`` for a forget by filter); how many were rewritten. ``lease``:
+    the erase's own root run's, whose holder rewrites that run's records while it runs (a session
+    or a flow erasing what it learned itself); another running run's are ``JournalLeaseHeld``."""
     by_run: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for rec in targets:
         by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = payload_of(rec.payload)
     done = 0
     for (run_id, stream), payloads in sorted(by_run.items()):
-        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD)
+        own = lease if lease is not None and lease.run_id == run_id else None
+        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD, lease=own)
     return done
 
 

@@ -888,7 +888,7 @@ class MemoryStore:
         known = {(r.run_id, r.seq) for r in targets}
         targets += [r for r in commits_of(backend, set(keys), runs) if (r.run_id, r.seq) not in known]
         try:
-            rewritten = self.finish_erasure(keys, targets, runs)
+            rewritten = self.finish_erasure(keys, targets, runs, root=root)
         except JournalLeaseHeld as exc:
             raise _held_erasure(backend, memory, exc) from exc
         return Erased(memory, tuple(keys), citation, rewritten)
@@ -949,7 +949,12 @@ class MemoryStore:
         return memories
 
     def finish_erasure(
-        self, keys: Sequence[str], targets: Sequence[Record] | None = None, runs: Iterable[str] | None = None
+        self,
+        keys: Sequence[str],
+        targets: Sequence[Record] | None = None,
+        runs: Iterable[str] | None = None,
+        *,
+        root: Root | None = None,
     ) -> int:
         """Remove the content of the findings ``keys`` from every derived place, then rewrite
         their journal commits that still hold it (``targets``, else looked up) as tombstones, and
@@ -959,7 +964,8 @@ class MemoryStore:
         crash left unfinished.
 
         Raises:
-            JournalLeaseHeld: a commit is in a root run still running (the derived places are done).
+            JournalLeaseHeld: a commit is in a root run still running, other than ``root`` (the
+                erase's own, whose records its holder rewrites); the derived places are done.
             JournalError, Unwritable: as ``erase``.
         """
         self._check_open()
@@ -1007,10 +1013,13 @@ class MemoryStore:
         # removal a power loss undid then would leave the content on disk, unreported.
         sync_folders(gone)
         failpoint("memory.erase_before_rewrite")
-        done = rewrite(backend, targets)
+        # the erase's own root run (a session or a flow erasing what it learned) is rewritten by
+        # its holder while it runs; another running run's commits are JournalLeaseHeld
+        lease = root.lease if root is not None else None
+        done = rewrite(backend, targets, lease=lease)
         # last, each forget by filter that retired one of them: its filter named their tags,
         # metadata or source, and keeps only its scope and time bound
-        return done + rewrite(backend, batches_of(backend, wanted, runs), filter_erased)
+        return done + rewrite(backend, batches_of(backend, wanted, runs), filter_erased, lease=lease)
 
     def history(self, key: str, *, runs: Iterable[str] | None = None) -> list[HistoryEvent]:
         """Everything the journal says of the finding ``key``, oldest first: each commit of it
