@@ -339,6 +339,11 @@ class HistoryDB:
             self._seen = True
         return self._seen
 
+    @property
+    def seen(self) -> bool:
+        """Whether ``exists`` has found the DB (once there, a DB stays); no look of its own."""
+        return self._seen
+
     def _check_files(self) -> tuple[int, bool]:
         """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file; answer the log's
         size (0 when there is none) and whether the ``-shm`` index is there."""

@@ -145,7 +145,11 @@ class Learner:
             )
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         known = (item, root) if live is None or keyed is None else (item, root, keyed)
-        revision, fid, replayed = self._revision(*known)
+        if supersedes is None:
+            revision, fid, replayed = self._revision(*known)
+        else:  # a new version: a key another memory holds is not taken
+            target = None if live is None else live[1]
+            revision, fid, replayed = self._revision(*known, versioning=(supersedes, target))
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
         if old is None or replayed is not None or live is not None:
             # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
@@ -192,7 +196,7 @@ class Learner:
             learned = _learned(fid, replayed, final)
         else:
             retired = self._retirer.retired_path(root.scope, fid)
-            memory = (old.memory or supersedes) if old is not None else None
+            memory = (old.memory or supersedes) if old is not None else self._memory_of_live(fid, root.scope)
             # The commit retires the version it supersedes: one record and one flush, and no crash
             # leaves the new version committed with the old one live (on a journal hosts share,
             # they learn of it from the heads of the commits' stream, ``SharedRetirements``)
@@ -296,7 +300,12 @@ class Learner:
         )
 
     def _revision(
-        self, item: Finding, root: Root, keyed: tuple[int, str] | None = None
+        self,
+        item: Finding,
+        root: Root,
+        keyed: tuple[int, str] | None = None,
+        *,
+        versioning: tuple[str | None, Located | None] = (None, None),
     ) -> tuple[int, str, Record | None]:
         """The revision and key a learn of ``item`` takes, and the commit that answers it when it
         is a resumed body's replay of a learn made before its key was retired.
@@ -306,6 +315,11 @@ class Learner:
         body from bringing back what was forgotten: when this root run committed the retired key
         itself and the retirement was made before this attempt of the run began (and not by it),
         the learn is the replay of that commit and is answered with it, publishing nothing.
+
+        ``versioning``: the key a supersede (an update) replaces, and where it is when the caller
+        has read it. A new version whose key another memory's finding holds here (an update to
+        the content another memory's live version has) takes the next revision as well: a key is
+        one memory's, so the other memory keeps its identity, its history and its content.
         """
         revision = 0
         while True:
@@ -315,7 +329,17 @@ class Learner:
             path = self._retirer.retired_path(root.scope, fid)
             elsewhere = self._retirer.shared.current().get(fid)
             if not os.path.lexists(path) and elsewhere is None:
-                return revision, fid, None
+                if not self._of_another_memory(fid, root.scope, *versioning):
+                    return revision, fid, None
+                if revision == REVISION_MAX:
+                    raise FindingRetired(
+                        f"finding {fid} is held by {REVISION_MAX} other memories or retirements; learn "
+                        "it with other text, metadata or scope",
+                        key=fid,
+                        path=path,
+                    )
+                revision += 1
+                continue
             if not os.path.lexists(path) and elsewhere is not None:  # forgotten by another host
                 if revision == REVISION_MAX:
                     raise FindingRetired(
@@ -339,6 +363,35 @@ class Learner:
                     path=path,
                 )
             revision += 1
+
+    def _memory_of_live(self, fid: str, scope: str) -> str | None:
+        """The memory a plain learn of ``fid`` commits a version of: the memory of the finding this
+        host holds under that key (a version an update wrote) when it is not its own, else None.
+        Learning what a memory's live version holds is that version again: the commit keeps the
+        memory id, so the file it publishes over the version's (and the row a sync replaces)
+        reads as the same memory."""
+        holder = self._retirer.held_memory(fid, scope)
+        return holder if holder != fid else None
+
+    def _of_another_memory(
+        self, fid: str, scope: str, supersedes: str | None, target: Located | None
+    ) -> bool:
+        """Whether ``fid``, the key a new version of the memory ``supersedes`` is a version of would
+        take, is held here (a learned file in ``scope``, or a DB row) by a finding of another
+        memory. False for a plain learn (learning what is there answers with it), for the key
+        superseded itself (refused by ``_replaced``) and for a version of the same memory (a
+        resumed body's replay of its own update)."""
+        if supersedes is None or fid == supersedes:
+            return False
+        # an update (``target`` given) has just looked for the DB as it read that version
+        holder = self._retirer.held_memory(fid, scope, db_looked=target is not None)
+        if holder is None:
+            return False
+        if target is None:
+            target = self._retirer.locate(supersedes, scope)
+        if target is None or (target.retired is not None and target.retired.by == fid):
+            return False  # unknown (refused by ``_replaced``), or replaced by this very key: a replay
+        return holder != (target.memory or supersedes)
 
     def _replaced(
         self, fid: str, supersedes: str | None, scope: str, known: Located | None = None

@@ -448,6 +448,24 @@ class Retirer:
         path = self.retired_path(scope, key)
         return self.read_checked(path) if os.path.lexists(path) else None
 
+    def held_memory(self, key: str, scope: str, *, db_looked: bool = False) -> str | None:
+        """The memory id of the finding ``key`` this host holds in ``scope``: its learned file's,
+        else its DB row's (live or not); None when it holds neither (one ``lstat`` and one
+        indexed read when it holds none). ``db_looked``: the caller has just looked for the DB
+        (an update reading the version it replaces), so a DB not found then is not looked for
+        again.
+
+        Raises:
+            Unreachable: the file or the DB cannot be read.
+        """
+        if os.path.lexists(self._publisher.scope_dir(scope) / f"{key}.json"):
+            found = self._locate_in(key, scope)
+            if found is not None and found.retired is None:
+                return found.memory or key
+        if db_looked and not self._db.seen:
+            return None
+        return self._db.memory_of(key)
+
     def _locate_in(self, key: str, scope: str) -> Located | None:
         """``_locate`` in the files of ``scope`` alone (a key hashes its scope, so a file of it
         there is the one); None when neither file is there."""

@@ -174,6 +174,20 @@ def namespace_of(scope: str) -> tuple[str, ...] | None:
     return tuple(scope[len(SCOPE_PREFIX) :].split("."))
 
 
+def _check_value_key(k: object, path: str) -> None:
+    """Refuse an object's key ``k`` (at ``path`` of a value) that is no non-empty string of at most
+    128 characters of valid Unicode without control characters (``ValueUnserializable``)."""
+    if not isinstance(k, str) or not k or len(k) > 128 or _CONTROL.search(k) is not None:
+        raise ValueUnserializable(
+            f"`{path}` has the key {k!r:.40}: keys are non-empty strings of at most 128 "
+            "characters without control characters"
+        )
+    if not k.isascii() and not _utf8(k):
+        raise ValueUnserializable(
+            f"`{path}` has the key {k!r:.40}, which holds a lone surrogate, not valid UTF-8"
+        )
+
+
 def _plain(value: Any, path: str, depth: int = 0) -> Any:
     """``value`` as plain JSON, or ValueUnserializable naming the path of the first bad part."""
     if value is None or isinstance(value, bool | str):
@@ -198,11 +212,7 @@ def _plain(value: Any, path: str, depth: int = 0) -> Any:
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str) or not k or len(k) > 128 or _CONTROL.search(k) is not None:
-                raise ValueUnserializable(
-                    f"`{path}` has the key {k!r:.40}: keys are non-empty strings of at most 128 "
-                    "characters without control characters"
-                )
+            _check_value_key(k, path)
             # an ASCII string is taken as is, without the path named only in an error
             out[k] = v if type(v) is str and v.isascii() else _plain(v, f"{path}.{k}", depth + 1)
         return out

@@ -176,3 +176,21 @@ def test_a_put_or_delete_op_of_another_shape_is_coded_before_anything_runs(store
     assert _journaled(store) == before
     got = store.get(("ns",), "k")
     assert got is not None and got.value == {"v": 1}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"\ud800": "x"}, {"outer": {"in\udcffner": 1}}, {"list": [{"\ud83d": None}]}],
+    ids=["top", "nested", "in-a-list"],
+)
+def test_a_lone_surrogate_in_a_values_key_is_value_unserializable_and_nothing_is_written(
+    store: JournalStore, value: dict[str, Any]
+) -> None:
+    from flows.langgraph import ValueUnserializable
+
+    with pytest.raises(ValueUnserializable, match="lone surrogate") as caught:
+        store.put(("ns",), "k", value)
+    assert caught.value.code == "langgraph_value_unserializable"
+    with pytest.raises(ValueUnserializable):
+        asyncio.run(store.aput(("ns",), "k", value))
+    assert store.get(("ns",), "k") is None and _journaled(store) == 0

@@ -73,4 +73,3 @@ def test_an_erase_by_filter_in_the_run_that_learned_the_memories_finishes_them(t
         assert _files_holding(tmp_path, MARK) == [] and memory.check_store(store) == []
     assert [f.text for f in store.recall(scope="bob")] == ["kept"]
     store.close()
-
