@@ -1131,7 +1131,9 @@ class HistoryDB:
                     " learned_ms=excluded.learned_ms, run_id=excluded.run_id, stream=excluded.stream,"
                     " record_id=excluded.record_id, synced_ms=excluded.synced_ms,"
                     " metadata=excluded.metadata, expires_ms=excluded.expires_ms, revision=excluded.revision,"
-                    " memory=excluded.memory RETURNING id",
+                    # a key is one memory's: a newer commit of a version without the memory id (a
+                    # plain learn of what a synced version holds: a learn reads no DB) keeps the row's
+                    " memory=coalesce(excluded.memory, findings.memory) RETURNING id",
                     (
                         e.key,
                         e.scope,

@@ -365,12 +365,13 @@ class Learner:
             revision += 1
 
     def _memory_of_live(self, fid: str, scope: str) -> str | None:
-        """The memory a plain learn of ``fid`` commits a version of: the memory of the finding this
-        host holds under that key (a version an update wrote) when it is not its own, else None.
-        Learning what a memory's live version holds is that version again: the commit keeps the
-        memory id, so the file it publishes over the version's (and the row a sync replaces)
-        reads as the same memory."""
-        holder = self._retirer.held_memory(fid, scope)
+        """The memory a plain learn of ``fid`` commits a version of: the memory of the finding
+        whose learned file this host holds under that key (a version an update wrote) when it is
+        not its own, else None. Learning what a memory's live version holds is that version
+        again: the commit keeps the memory id, so the file it publishes over the version's reads
+        as the same memory. A learn never opens the DB: a version synced into it keeps its memory
+        in its row (``HistoryDB.upsert`` never replaces a row's memory id with none)."""
+        holder = self._retirer.held_memory(fid, scope, db=False)
         return holder if holder != fid else None
 
     def _of_another_memory(

@@ -448,21 +448,25 @@ class Retirer:
         path = self.retired_path(scope, key)
         return self.read_checked(path) if os.path.lexists(path) else None
 
-    def held_memory(self, key: str, scope: str, *, db_looked: bool = False) -> str | None:
+    def held_memory(self, key: str, scope: str, *, db: bool = True, db_looked: bool = False) -> str | None:
         """The memory id of the finding ``key`` this host holds in ``scope``: its learned file's,
-        else its DB row's (live or not); None when it holds neither (one ``lstat`` and one
-        indexed read when it holds none). ``db_looked``: the caller has just looked for the DB
+        else (with ``db``) its DB row's, live or not; None when it holds neither (one ``lstat``,
+        and one indexed read with ``db``, when it holds none), or when its file does not read (the
+        caller's own path judges that file). ``db_looked``: the caller has just looked for the DB
         (an update reading the version it replaces), so a DB not found then is not looked for
         again.
 
         Raises:
-            Unreachable: the file or the DB cannot be read.
+            Unreachable: the DB cannot be read.
         """
         if os.path.lexists(self._publisher.scope_dir(scope) / f"{key}.json"):
-            found = self._locate_in(key, scope)
+            try:
+                found = self._locate_in(key, scope)
+            except Unreachable:
+                found = None
             if found is not None and found.retired is None:
                 return found.memory or key
-        if db_looked and not self._db.seen:
+        if not db or (db_looked and not self._db.seen):
             return None
         return self._db.memory_of(key)
 
