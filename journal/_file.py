@@ -28,6 +28,7 @@ import re
 import stat
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -115,10 +116,20 @@ _MAX_LINE = MAX_PAYLOAD_BYTES + MAX_LINE_FRAME  # nor is a stream line longer th
 _LOCK_TIMEOUT_S = 30.0
 _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _load_pinned)
 _FORKS = [0]  # how many forks made this process: a run lock opened before the last is the parent's
+# Every journal of this process, so that a forked child starts each with locks of its own
+_JOURNALS: weakref.WeakSet[FileJournal] = weakref.WeakSet()
 
 
 def _forked() -> None:
+    """In a forked child: no thread of the parent runs here, so a lock one of them held at the fork
+    (a journal's, or a stream's: its batch, its sync and the sync's leader) would be held for
+    good, and the child's first append to that stream would wait for ever. Each journal gets a
+    fresh lock and forgets its streams: the child opens each again (the parent's descriptors stay
+    open in the child until collected; closing them leaves the parent's flocks as they are)."""
     _FORKS[0] += 1
+    for jr in list(_JOURNALS):
+        jr._mutex = threading.Lock()
+        jr._streams = {}
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -618,6 +629,7 @@ class FileJournal:
         # when it is collected (its streams' logs close their own descriptors the same way).
         self._closer = _Closer(self._held, self._pinned, self._run_locks)
         self._mode: int | None = None  # the files' mode, from the root folder's (``_file_mode``)
+        _JOURNALS.add(self)
 
     # -- paths and files -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ to the open file both would share: the child would take a lock its parent holds)
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -92,3 +93,52 @@ def test_a_forked_child_waits_for_the_run_lock_its_parent_holds(tmp_path: Path) 
     jr.append(lease, "s", {"who": "parent"})  # the parent's lock still works after the child's
     assert [r.seq for r in jr.read(info.run_id, "s")] == [1, 2, 3]
     jr.close()
+
+
+def test_a_child_forked_while_a_thread_of_its_parent_syncs_a_stream_appends_to_it(tmp_path: Path) -> None:
+    """A thread of the parent is inside a stream's sync (holding the stream's locks and the lead of
+    its sync) when the process forks: no such thread runs in the child, so the child's journal
+    must not wait on those locks. Its append through the journal it inherited ends, and both
+    records are read back."""
+    jr = FileJournal(tmp_path)
+    info, lease = jr.begin("flow", "scope", {})
+    jr.append(lease, "s", {"who": "first"})
+    path = jr.stream_path(info.run_id, "s")
+    real = os.fsync
+    entered, release = threading.Event(), threading.Event()
+
+    def held(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(path) and not entered.is_set():
+            entered.set()
+            release.wait(60)
+        real(fd)
+
+    os.fsync = held  # type: ignore[assignment]
+    try:
+        writer = threading.Thread(target=lambda: jr.append(lease, "s", {"who": "parent's thread"}))
+        writer.start()
+        assert entered.wait(60)
+        pid = os.fork()
+        if pid == 0:  # the child: no thread syncs here
+            code = 1
+            try:
+                os.fsync = real
+                jr.append(lease, "s", {"who": "child"})
+                code = 0
+            finally:
+                os._exit(code)
+        release.set()
+        writer.join(60)
+    finally:
+        os.fsync = real  # type: ignore[assignment]
+        release.set()
+    give_up = time.monotonic() + 60  # a bound for a hung child, not a measure of speed
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < give_up:
+        time.sleep(0.01)
+    if status[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert status[0] == pid, "the child waited for a lock a thread of its parent held at the fork"
+    assert os.waitstatus_to_exitcode(status[1]) == 0
+    whos = sorted(r.payload["who"] for r in jr.read(info.run_id, "s"))
+    assert whos == ["child", "first", "parent's thread"]
