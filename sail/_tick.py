@@ -1,7 +1,7 @@
 """The canonical tick: reconcile → read memory → decide → skip or submit.
 
-0. The newest ledgered act is still where the chain held it when it was ledgered (one receipt
-   read, ``memory.ledger.check_newest_act``); else ``chain_reorged``, and nothing more until a
+0. The recent ledgered acts are still where the chain held them when they were ledgered (one receipt
+   read each, ``memory.ledger.check_ledgered_acts``); else ``chain_reorged``, and nothing more until a
    person acknowledges it.
 1. Reconcile first: every dispatch the runner signed and nothing has resolved yet is resolved from
    the chain — ledgered from its transaction, receipt and balance reads, or logged as never sent
@@ -38,7 +38,7 @@ from memory.ledger import (
     Skipped,
     Snapshot,
     TokenMetadata,
-    check_newest_act,
+    check_ledgered_acts,
     reconcile,
     unresolved_reason,
 )
@@ -90,7 +90,7 @@ def tick(
         LedgerBusy: another tick held the ledger for ``lock_timeout`` seconds.
         SailChainMismatch: the node serves another chain than an unresolved dispatch was signed for.
         SailTickTimeout: ``deadline`` passed before the tick ledgered its skip or signed its swap.
-        ChainReorged: the chain no longer holds the newest ledgered act where it was ledgered (found
+        ChainReorged: the chain no longer holds a recent ledgered act where it was ledgered (found
             now, or by an earlier tick and not yet acknowledged): nothing reconciled, decided or sent.
     """
     chain.set_deadline(deadline)
@@ -143,9 +143,9 @@ def _tick(
         return int(clock())
 
     with ledger.writer(lock_timeout) as writer:
-        # before anything else: a reorganisation deeper than `confirmations` under the newest
+        # before anything else: a reorganisation deeper than `confirmations` under a recent
         # ledgered act holds the agent (nothing reconciled, decided or sent) until acknowledged
-        check_newest_act(writer, activity, chain, clock=now)
+        check_ledgered_acts(writer, activity, chain, clock=now)
         _same_chain(writer, activity, chain)
         dropped = writer.refresh().dropped  # watched on the chain each was signed for, only
         reconciled = reconcile(

@@ -91,8 +91,15 @@ from memory.ledger._reconcile import (
     reconcile,
     transferred_to,
 )
-from memory.ledger._reorg import ReceiptReader, acknowledge_reorg, check_newest_act, held_reorg
-from memory.ledger._snapshot import MAX_SNAPSHOT_BYTES, LastAct, OpenDispatch, Snapshot
+from memory.ledger._reorg import (
+    REORG_WINDOW_BLOCKS,
+    ReceiptReader,
+    acknowledge_reorg,
+    check_ledgered_acts,
+    check_newest_act,
+    held_reorg,
+)
+from memory.ledger._snapshot import MAX_SNAPSHOT_BYTES, RECENT_ACTS, LastAct, OpenDispatch, Snapshot
 from memory.ledger._status import CLOCK_SLACK_S, MAX_SKIP_SCAN, agent_state, dispatch_state, recent_skips
 from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, tick_json
 
@@ -109,6 +116,8 @@ __all__ = [
     "MAX_TICKS_SCANNED",
     "MAX_UNITS_DIGITS",
     "QUOTE_RETURNED_ZERO",
+    "RECENT_ACTS",
+    "REORG_WINDOW_BLOCKS",
     "SKIPPED_KEYS",
     "TRANSFER_TOPIC",
     "Acted",
@@ -168,6 +177,7 @@ __all__ = [
     "amount_text",
     "balance_reason",
     "cadence_reason",
+    "check_ledgered_acts",
     "check_newest_act",
     "dispatch_state",
     "entry_from_wire",

@@ -11,7 +11,7 @@ The runner's own account of what it did with each dispatch, and of every tick:
   was consumed by another transaction, so it never can. Neither is a trade;
 * ``dispatch_mismatch`` — the chain's copy of a dispatch differs from this log's: an error, kept;
 * ``dispatch_included`` — the block (number and hash) and status reconcile ledgered a mined dispatch
-  from, written just before its ``acted`` line; ``chain_reorged`` — a tick found the newest ledgered
+  from, written just before its ``acted`` line; ``chain_reorged`` — a tick found a recent ledgered
   act no longer there (gone, or in another block): no tick trades until ``reorg_acknowledged``;
 * ``token_metadata`` — a token's decimals and symbol, read once, so an entry written while the
   chain is unreachable can still say its amount in human units;
@@ -315,7 +315,7 @@ class DispatchIncluded:
 
 @dataclass(frozen=True)
 class ReorgDetected:
-    """The chain no longer holds the newest ledgered act where it was ledgered (``chain_reorged``).
+    """The chain no longer holds a recent ledgered act where it was ledgered (``chain_reorged``).
 
     ``block``/``block_hash`` are where it was ledgered; ``chain_block``, ``chain_block_hash`` and
     ``chain_status`` what the chain's receipt says now (all null: the chain has no receipt for it).

@@ -13,7 +13,7 @@ Every error carries a stable ``code`` (listed in docs/SURFACE.md) and its contex
     ├── DispatchUndecodable       dispatch_undecodable: a swap dispatch whose calldata is not a swap
     ├── DispatchNotOurs           dispatch_not_ours: the chain's transaction under a logged hash was
     │                             sent by another account (the activity log was altered)
-    ├── ChainReorged              chain_reorged: the chain no longer holds the newest ledgered act
+    ├── ChainReorged              chain_reorged: the chain no longer holds a recent ledgered act
     │                             where it was ledgered; no tick trades until a person acknowledges
     └── ReorgNotHeld              reorg_not_held: an acknowledgement names no reorganisation held
 
@@ -117,7 +117,7 @@ class DispatchNotOurs(LedgerError):
 
 
 class ChainReorged(LedgerError):
-    """The chain no longer holds the newest ledgered act where it was ledgered (gone, moved to
+    """The chain no longer holds a recent ledgered act where it was ledgered (gone, moved to
     another block, or another status): a reorganisation deeper than ``confirmations``. The ledger
     still counts the act, so the agent does not trade until a person has reviewed it and
     acknowledged it (``sail ack-reorg``). ``tx_hash``, ``block`` and ``block_hash`` say where it

@@ -26,7 +26,16 @@ from memory.ledger._activity import (
 )
 from memory.ledger._entries import Acted, Entry, Outcome
 from memory.ledger._lines import Line, line_sha256
-from memory.ledger._snapshot import Coverage, Included, LastAct, LineRef, Marked, OpenDispatch, Snapshot
+from memory.ledger._snapshot import (
+    RECENT_ACTS,
+    Coverage,
+    Included,
+    LastAct,
+    LineRef,
+    Marked,
+    OpenDispatch,
+    Snapshot,
+)
 
 
 class StateBuilder:
@@ -51,6 +60,10 @@ class StateBuilder:
         )
         self.reorged: Marked | None = None if start is None else start.reorged
         self.acknowledged: Marked | None = None if start is None else start.acknowledged
+        self.anchors: list[Included] = [] if start is None else list(start.anchors)
+        # every acknowledgement folded (a rebuild folds them before the acts they name), kept in
+        # the snapshot only for the acts still checked
+        self.acks: dict[str, Marked] = {} if start is None else {m.tx_hash.lower(): m for m in start.acked}
 
     def fold_activity(self, line: Line[ActivityRecord]) -> None:
         """Fold one activity record: dispatches open, are accepted, or resolve as unsent/dropped."""
@@ -107,6 +120,7 @@ class StateBuilder:
         elif isinstance(record, ReorgAcknowledged):
             key = record.tx_hash.lower()
             self.acknowledged = Marked(record.tx_hash, ref)
+            self.acks[key] = self.acknowledged
             if self.reorged is not None and self.reorged.tx_hash.lower() == key:
                 self.reorged = None
 
@@ -130,6 +144,8 @@ class StateBuilder:
         self.unsent.pop(key, None)
         self.dropped.pop(key, None)
         included = self.included.pop(key, None)
+        if entry.outcome is Outcome.CONFIRMED and included is not None and included.block == entry.block:
+            self.anchors = [*self.anchors[1 - RECENT_ACTS :], included]  # the newest RECENT_ACTS
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)
             self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
@@ -141,6 +157,8 @@ class StateBuilder:
         """The snapshot of the folded state over these prefixes (``included`` lines are kept only
         for dispatches still watched: one whose ledger line never came is forgotten)."""
         watched = {*self.open, *self.unsent, *self.dropped}
+        anchors = [*self.anchors, *([] if self.anchor is None else [self.anchor])]
+        checked = {i.tx_hash.lower() for i in anchors}
         return Snapshot(
             ledger=ledger,
             activity=activity,
@@ -154,4 +172,6 @@ class StateBuilder:
             included=tuple(i for key, i in self.included.items() if key in watched),
             reorged=self.reorged,
             acknowledged=self.acknowledged,
+            anchors=tuple(self.anchors),
+            acked=tuple(m for key, m in self.acks.items() if key in checked),
         )

@@ -4,8 +4,8 @@ A receipt is ledgered once its block is ``confirmations`` deep, and a ledger lin
 back. A reorganisation deeper than that after ledgering leaves the ledger claiming a swap the chain
 no longer holds, and the agent trading from a wrong position. So reconcile logs, just before each
 ``acted`` line it writes from a receipt, where the chain held it (``dispatch_included``: block number
-and hash), and every tick, before anything else, asks the chain for the receipt of the newest
-ledgered act (the snapshot's last confirmed act: one request, no ledger read):
+and hash), and every tick, before anything else, asks the chain for the receipt of each recent
+ledgered act (one request each, no ledger read: the snapshot names them), oldest first:
 
 * still in the same block (number and hash) with status 1 → nothing to say;
 * no receipt, while the block at that number still has that hash → the node keeps no index of old
@@ -14,11 +14,17 @@ ledgered act (the snapshot's last confirmed act: one request, no ledger read):
   another status) → ``chain_reorged`` in the activity log (where it was ledgered, what the chain
   says now) and ``ChainReorged``: nothing is reconciled, decided or sent.
 
+The recent acts are the newest confirmed act, whatever its depth, and those of the last
+``RECENT_ACTS`` confirmed acts whose block is fewer than ``REORG_WINDOW_BLOCKS`` below the chain's
+head. The newest alone would not do: an older act can be gone while the newest stands (mined again
+in another block, which a person may find harmless and acknowledge; or acknowledged earlier, and no
+longer checked), and the ledger would count a swap the chain no longer holds.
+
 A node that cannot be read is ``ChainUnavailable``, as ever: never taken for a reorganisation.
 Until a ``reorg_acknowledged`` line names the transaction (``acknowledge_reorg``, ``sail
 ack-reorg``), every tick fails the same way without asking the chain. The acknowledgement is a new
 line, the ledger is not edited: the act stays in it as written, and its place on the chain is not
-checked again (the next act ledgered is).
+checked again (the other recent acts still are).
 """
 
 from __future__ import annotations
@@ -49,32 +55,75 @@ class ReceiptReader(Protocol):
         """The chain id the node serves."""
         ...
 
+    def head(self) -> int:
+        """The number of the chain's latest block."""
+        ...
 
-def check_newest_act(
-    writer: LedgerWriter, activity: ActivityLog, reader: ReceiptReader, *, clock: Callable[[], int]
+
+#: how near the chain's head (in blocks) an act other than the newest must be for each tick to check
+#: it: 256 blocks is about 51 minutes of Ethereum mainnet, four times the depth past which its blocks
+#: are final (two epochs, 64 blocks); an older act's place is taken as settled
+REORG_WINDOW_BLOCKS = 256
+
+
+def check_ledgered_acts(
+    writer: LedgerWriter,
+    activity: ActivityLog,
+    reader: ReceiptReader,
+    *,
+    clock: Callable[[], int],
+    window_blocks: int = REORG_WINDOW_BLOCKS,
 ) -> None:
-    """Check that the chain still holds the newest ledgered act where it was ledgered.
+    """Check that the chain still holds the recent ledgered acts where they were ledgered.
 
-    Costs one receipt request (and a block request when the node has no receipt), whatever the
-    ledger's length (and the chain id, which the tick reads anyway); nothing when no act is ledgered
-    with its block hash, when its reorganisation was acknowledged, or when the node serves another
-    chain than the act's.
+    The acts checked: the newest confirmed act (whatever its depth), and each of the snapshot's
+    ``anchors`` (the last ``RECENT_ACTS`` confirmed acts) whose block is fewer than
+    ``window_blocks`` below the chain's head; none whose reorganisation was acknowledged, nor any
+    ledgered without its block hash or on another chain than the node serves. Oldest first: the
+    first found moved or gone is the one logged and held (its acknowledgement lets the next tick
+    check the others).
+
+    Costs one receipt request per act checked (and a block request for each the node has no
+    receipt of), at most ``RECENT_ACTS`` + 1, whatever the ledger's length; the chain id, which
+    the tick reads anyway; and the head's number when there is an act besides the newest to check.
+    Nothing is asked when no act is to be checked.
 
     Raises:
-        ChainReorged: it does not (``chain_reorged`` was logged now), or an earlier tick found so
+        ChainReorged: one does not (``chain_reorged`` was logged now), or an earlier tick found so
             and no one has acknowledged it yet (nothing is asked of the chain).
         ChainUnavailable: the node could not be read (not a reorganisation).
     """
     state = writer.refresh()
     if state.reorged is not None:
         raise _held(writer.ledger, state)
-    last, anchor, acked = state.last_confirmed, state.anchor, state.acknowledged
-    if last is None or anchor is None:
+    acked = {m.tx_hash.lower() for m in state.acked}
+    if state.acknowledged is not None:
+        acked.add(state.acknowledged.tx_hash.lower())
+    newest = None if state.last_confirmed is None else state.anchor
+    candidates = {a.tx_hash.lower(): a for a in (*state.anchors, *([] if newest is None else [newest]))}
+    for key in acked:
+        candidates.pop(key, None)
+    if not candidates:
         return
-    if acked is not None and acked.tx_hash.lower() == last.tx_hash.lower():
-        return
-    if reader.chain_id() != anchor.chain_id:
-        return  # another chain's node knows nothing of the act (rpc_url moved on): nothing to say
+    serving = reader.chain_id()  # another chain's node knows nothing of them (rpc_url moved on)
+    due = [a for a in candidates.values() if a.chain_id == serving]
+    if any(a is not newest for a in due):
+        head = reader.head()
+        due = [a for a in due if a is newest or head - a.block < window_blocks]
+    for anchor in sorted(due, key=lambda a: a.block):
+        record = _moved(anchor, reader, clock)
+        if record is not None:
+            activity.append(record)
+            writer.refresh()
+            raise _error(record, writer.ledger.activity_path, found_now=True, newest=anchor is newest)
+
+
+#: the former name, from when only the newest act was checked
+check_newest_act = check_ledgered_acts
+
+
+def _moved(anchor: Included, reader: ReceiptReader, clock: Callable[[], int]) -> ReorgDetected | None:
+    """The ``chain_reorged`` record of an act the chain no longer holds where it was ledgered, or None."""
     receipt = reader.receipt(anchor.tx_hash, 0)
     if receipt is not None and receipt.block_hash is None:
         raise ChainUnavailable(
@@ -82,10 +131,10 @@ def check_newest_act(
             "rpc_url is an Ethereum JSON-RPC node"
         )
     if receipt is not None and _same_place(receipt, anchor):
-        return
+        return None
     if receipt is None and reader.block_hash(anchor.block) == anchor.block_hash:
-        return  # the node has no index of the transaction, but its block is still there
-    record = ReorgDetected(
+        return None  # the node has no index of the transaction, but its block is still there
+    return ReorgDetected(
         ts=clock(),
         tx_hash=anchor.tx_hash,
         block=anchor.block,
@@ -95,9 +144,6 @@ def check_newest_act(
         chain_status=None if receipt is None else receipt.status,
         reason=_what_changed(anchor, receipt),
     )
-    activity.append(record)
-    writer.refresh()
-    raise _error(record, writer.ledger.activity_path, found_now=True)
 
 
 def _same_place(receipt: Receipt, anchor: Included) -> bool:
@@ -125,13 +171,16 @@ def _held(ledger: Ledger, state: Snapshot) -> ChainReorged:
     record = ledger.activity_at(state.reorged.line)
     if not isinstance(record, ReorgDetected):  # the verified snapshot named it a moment ago
         raise ChainUnavailable(f"{ledger.activity_path} changed while the ledger was locked; tick again")
-    return _error(record, ledger.activity_path, found_now=False)
+    last = state.last_confirmed
+    newest = last is not None and last.tx_hash.lower() == record.tx_hash.lower()
+    return _error(record, ledger.activity_path, found_now=False, newest=newest)
 
 
-def _error(record: ReorgDetected, path: Path, *, found_now: bool) -> ChainReorged:
+def _error(record: ReorgDetected, path: Path, *, found_now: bool, newest: bool) -> ChainReorged:
     when = "" if found_now else " (found by an earlier tick; trading is held until it is acknowledged)"
+    which = "the newest ledgered swap" if newest else "an earlier ledgered swap"
     return ChainReorged(
-        f"the chain no longer holds the newest ledgered swap {record.tx_hash} where it was ledgered "
+        f"the chain no longer holds {which} {record.tx_hash} where it was ledgered "
         f"(block {record.block}, {record.block_hash}): {record.reason}{when}. The ledger still counts "
         "it, so nothing was reconciled, decided or sent. Inspect the chain and the agent's balances "
         f"against `sail ledger` and `sail status`; once reviewed, run `sail ack-reorg {record.tx_hash}` "

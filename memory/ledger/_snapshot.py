@@ -26,7 +26,10 @@ line by forgetting its dispatch, so it is stale: rebuilt once from the files, an
 Version 5 added what the reorganisation check needs: ``anchor`` (the ``dispatch_included`` line of the
 last confirmed act: the block hash it was ledgered in), ``included`` (such lines of dispatches not yet
 ledgered), ``reorged`` (the ``chain_reorged`` line not yet acknowledged) and ``acknowledged`` (the
-newest ``reorg_acknowledged`` line); a version 4 snapshot is stale, rebuilt once.
+newest ``reorg_acknowledged`` line); a version 4 snapshot is stale, rebuilt once. Version 6 added
+``anchors`` (the ``dispatch_included`` lines of the last ``RECENT_ACTS`` confirmed acts, in ledger order:
+each tick checks those near the chain's head, not the newest alone) and ``acked`` (the
+``reorg_acknowledged`` lines naming one of them); a version 5 snapshot is stale, rebuilt once.
 """
 
 from __future__ import annotations
@@ -44,9 +47,13 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 5
-#: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes: stale, rebuilt)
-READABLE = frozenset({5})
+VERSION = 6
+#: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes, 5 kept the newest
+#: act's alone: stale, rebuilt)
+READABLE = frozenset({6})
+#: how many confirmed acts' ``dispatch_included`` lines the snapshot keeps (``anchors``): the most a
+#: tick checks against the chain (one receipt request each), whatever the ledger's length
+RECENT_ACTS = 16
 _EDGE = 4096
 
 
@@ -161,6 +168,12 @@ class Snapshot:
     """The ``chain_reorged`` line no ``reorg_acknowledged`` line has answered: trading is held."""
     acknowledged: Marked | None = None
     """The newest ``reorg_acknowledged`` line: its act's place on the chain is no longer checked."""
+    anchors: tuple[Included, ...] = ()
+    """Where the last ``RECENT_ACTS`` confirmed acts ledgered with a ``dispatch_included`` line were
+    ledgered, oldest first (in ledger order)."""
+    acked: tuple[Marked, ...] = ()
+    """The ``reorg_acknowledged`` lines that name an act of ``anchors`` (or ``anchor``): those acts'
+    places are no longer checked."""
 
     def body(self) -> dict[str, Any]:
         """The JSON object, without its digest."""
@@ -186,6 +199,8 @@ class Snapshot:
             "included": [_included_wire(i) for i in self.included],
             "reorged": None if self.reorged is None else _marked_wire(self.reorged),
             "acknowledged": None if self.acknowledged is None else _marked_wire(self.acknowledged),
+            "anchors": [_included_wire(i) for i in self.anchors],
+            "acked": [_marked_wire(m) for m in self.acked],
         }
 
     def to_bytes(self) -> bytes:
@@ -284,6 +299,8 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
         included=tuple(_included(i) for i in obj["included"]),
         reorged=None if obj["reorged"] is None else _marked(obj["reorged"]),
         acknowledged=None if obj["acknowledged"] is None else _marked(obj["acknowledged"]),
+        anchors=tuple(_included(i) for i in obj["anchors"]),
+        acked=tuple(_marked(m) for m in obj["acked"]),
     )
 
 

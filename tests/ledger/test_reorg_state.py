@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from memory.ledger import (
+    RECENT_ACTS,
     ActivityLog,
     ChainReorged,
     DispatchIncluded,
@@ -112,3 +113,39 @@ def test_an_act_ledgered_without_its_block_hash_is_not_checked(tmp_path: Path) -
     assert ledger.state().anchor is None
     with ledger.writer() as writer:
         check_newest_act(writer, ActivityLog(tmp_path), NeverAsked(), clock=lambda: 10)
+
+
+def _ledgered_acts(sail_dir: Path, count: int) -> Ledger:
+    """``count`` swaps, each signed, its ``dispatch_included`` line, then its confirmed entry."""
+    ledger, activity = Ledger(sail_dir), ActivityLog(sail_dir)
+    for n in range(1, count + 1):
+        tx = f"0x{n:064x}"
+        activity.append(DispatchSigned(10 * n, 1, tx, n, AGENT, ROUTER, "0x", "swap", None))
+        activity.append(DispatchIncluded(10 * n + 1, 1, tx, 100 + n, f"0x{n:064x}", 1))
+        write(ledger, acted(10 * n + 2, n))
+        ledger.state()  # caught up act by act
+    return ledger
+
+
+def test_the_last_acts_block_hashes_are_kept_alike_caught_up_or_rebuilt(tmp_path: Path) -> None:
+    ledger = _ledgered_acts(tmp_path, RECENT_ACTS + 2)
+    caught_up = ledger.state()
+    assert [(a.tx_hash, a.block) for a in caught_up.anchors] == [
+        (f"0x{n:064x}", 100 + n) for n in range(3, RECENT_ACTS + 3)
+    ]  # the newest RECENT_ACTS, oldest first: the snapshot stays small whatever the ledger's length
+    assert caught_up.anchor == caught_up.anchors[-1]
+    assert _rebuilt(tmp_path) == caught_up
+
+
+def test_an_acknowledged_earlier_act_is_not_checked_again_caught_up_or_rebuilt(tmp_path: Path) -> None:
+    ledger = _ledgered_acts(tmp_path, 2)
+    first = f"0x{1:064x}"
+    activity = ActivityLog(tmp_path)
+    activity.append(ReorgDetected(30, first, 101, f"0x{1:064x}", None, None, None, "gone"))
+    with ledger.writer() as writer, pytest.raises(ChainReorged) as held:
+        check_newest_act(writer, activity, NeverAsked(), clock=lambda: 31)
+    assert str(held.value).startswith(f"the chain no longer holds an earlier ledgered swap {first}")
+    acknowledge_reorg(tmp_path, first, clock=lambda: 32)
+    state = ledger.state()
+    assert [m.tx_hash for m in state.acked] == [first] and state.reorged is None
+    assert _rebuilt(tmp_path) == state  # the acknowledgement folded before the act's line: the same

@@ -4,7 +4,8 @@ The chain is rolled back under a ledgered swap with ``evm_snapshot``/``evm_rever
 mined on top: the next tick finds the newest ledgered act gone (``chain_reorged``), trades nothing,
 and every tick after holds until ``sail ack-reorg``; then the agent trades again. A shallow
 reorganisation before ledgering is still resolved from what the chain then says, and a node that
-cannot be read is never taken for a reorganisation. The check costs one receipt request per tick
+cannot be read is never taken for a reorganisation. An earlier swap gone while a newer one stands is
+found too. The check costs one receipt request per recent act per tick
 and reads no more of the files on a long ledger than on a short one.
 """
 
@@ -25,6 +26,7 @@ from web3 import Web3
 from web3.exceptions import TransactionNotFound
 
 from memory.ledger import (
+    REORG_WINDOW_BLOCKS,
     Acted,
     ActivityLog,
     ChainReorged,
@@ -350,3 +352,79 @@ def test_the_check_costs_one_receipt_request_and_reads_no_more_of_a_long_ledger(
     grow(2_000)
     assert (agent.sail_dir / "memory" / "ledger.jsonl").stat().st_size > 2_000_000
     assert bytes_read_by_the_check() == short
+
+
+def _two_swaps(agent: Agent, anvil: AnvilNode) -> tuple[Acted, Acted]:
+    """Two swaps ledgered confirmed, the second an interval after the first by the chain's clock too
+    (so the tick that ledgers it sends no third)."""
+    first = agent.swap_and_ledger(0)
+    anvil.rpc("evm_setNextBlockTimestamp", agent.t0 + INTERVAL + 100)
+    second = agent.swap_and_ledger(INTERVAL + 100)
+    assert [e.tx_hash for e in agent.confirmed()] == [first.tx_hash, second.tx_hash]
+    assert agent.records(DispatchSigned)[-1].tx_hash == second.tx_hash  # nothing else in flight
+    return first, second
+
+
+def test_an_earlier_swap_gone_while_a_newer_one_stands_is_found_and_holds_trading(
+    anvil: AnvilNode, tmp_path: Path
+) -> None:
+    agent = Agent(anvil, tmp_path)
+    before_first = anvil.rpc("evm_snapshot")
+    first, second = _two_swaps(agent, anvil)
+    assert first.block is not None and second.block is not None and first.block < second.block
+    first_hash = Web3.to_hex(agent.w3.eth.get_block(first.block)["hash"])
+    second_raw = anvil.rpc("eth_getRawTransactionByHash", second.tx_hash)
+    first_nonce = agent.w3.eth.get_transaction(first.tx_hash)["nonce"]
+
+    # the chain rolls back below the first swap; on the new branch another transaction takes its
+    # nonce, and the second swap is mined again: the first is gone, the second still on the chain
+    assert anvil.rpc("evm_revert", before_first) is True
+    other = {"from": agent.address, "to": agent.address, "value": 0, "nonce": first_nonce}
+    agent.w3.eth.send_transaction(other)  # type: ignore[arg-type]
+    anvil.rpc("eth_sendRawTransaction", second_raw)
+    anvil.rpc("anvil_mine", 3)
+    assert not _known(agent, first.tx_hash)
+    assert agent.w3.eth.get_transaction_receipt(second.tx_hash)["status"] == 1
+    ledger_before, _ = agent.lines()
+    signed_before = len(agent.records(DispatchSigned))
+
+    with pytest.raises(ChainReorged) as found:
+        agent.tick(2 * INTERVAL + 200)  # due to trade by the clock: only the check holds it
+    assert (found.value.code, found.value.tx_hash) == ("chain_reorged", first.tx_hash)
+    assert found.value.block == first.block
+    assert str(found.value).startswith(f"the chain no longer holds an earlier ledgered swap {first.tx_hash}")
+    [reorged] = agent.records(ReorgDetected)
+    assert (reorged.tx_hash, reorged.block, reorged.block_hash) == (first.tx_hash, first.block, first_hash)
+    assert (reorged.chain_block, reorged.chain_block_hash, reorged.chain_status) == (None, None, None)
+    with pytest.raises(ChainReorged) as again:  # held, without a second line
+        agent.tick(2 * INTERVAL + 300)
+    assert again.value.tx_hash == first.tx_hash and len(agent.records(ReorgDetected)) == 1
+    assert agent.lines()[0] == ledger_before and len(agent.records(DispatchSigned)) == signed_before
+
+    # acknowledged, the next tick checks the others: the second swap, mined again in another block,
+    # is not where it was ledgered either; acknowledged too, the agent trades again
+    assert agent.cli("ack-reorg", first.tx_hash).returncode == 0
+    with pytest.raises(ChainReorged) as moved:
+        agent.tick(2 * INTERVAL + 400)
+    assert moved.value.tx_hash == second.tx_hash
+    assert str(moved.value).startswith(f"the chain no longer holds the newest ledgered swap {second.tx_hash}")
+    assert agent.cli("ack-reorg", second.tx_hash).returncode == 0
+    assert agent.tick(2 * INTERVAL + 500).dispatched is not None
+    assert agent.lines()[0] == ledger_before
+
+
+def test_an_earlier_swap_far_below_the_head_is_no_longer_asked_about(
+    anvil: AnvilNode, tmp_path: Path
+) -> None:
+    agent = Agent(anvil, tmp_path)
+    first, second = _two_swaps(agent, anvil)
+    chain = CountingChain(anvil.url)
+    assert agent.tick_on(chain, INTERVAL + 200).skipped is not None  # by the cadence
+    receipts = [p for m, p in chain.calls if m == "eth_getTransactionReceipt"]
+    assert receipts == [[first.tx_hash], [second.tx_hash]]  # oldest first, one request each
+    assert second.block is not None
+    anvil.rpc("anvil_mine", REORG_WINDOW_BLOCKS + first.block - second.block)  # the first just out of reach
+    chain = CountingChain(anvil.url)
+    assert agent.tick_on(chain, INTERVAL + 300).skipped is not None
+    receipts = [p for m, p in chain.calls if m == "eth_getTransactionReceipt"]
+    assert receipts == [[second.tx_hash]]  # the newest is asked about, whatever its depth
