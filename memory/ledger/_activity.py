@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import orjson
 
@@ -42,6 +42,7 @@ from memory.ledger._snapshot import OpenDispatch
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}\Z")
 _TX_HASH = re.compile(r"0x[0-9a-fA-F]{64}\Z")
 _HEX = re.compile(r"0x([0-9a-fA-F]{2})*\Z")
+_BLOCK_HASH = _TX_HASH  # a block hash is 32 bytes of hex, as a transaction hash is
 
 
 #: the largest integer a JSON line carries exactly (orjson's 64-bit bound)
@@ -52,8 +53,86 @@ def _uint(value: object, *, bound: int = MAX_U64) -> bool:
     return type(value) is int and 0 <= value <= bound
 
 
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and _uint(value) and value > 0
+
+
+def _matching(pattern: re.Pattern[str]) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, str) and bool(pattern.match(value))
+
+
+def _or_null(ok: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: value is None or ok(value)
+
+
+def _one_of(*allowed: str) -> Callable[[object], bool]:
+    return lambda value: value in allowed
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _non_empty(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _status(value: object) -> bool:
+    return type(value) is int and value in (0, 1)
+
+
+def _symbol(value: object) -> bool:
+    return isinstance(value, str) and bool(value) and not any(c.isspace() for c in value)
+
+
 @dataclass(frozen=True)
-class DispatchSigned:
+class _Rule:
+    """One field's check: the record's attribute, the name an error gives it (its JSON key), the
+    test its value must pass and the reason given when it does not."""
+
+    attr: str
+    name: str
+    ok: Callable[[object], bool]
+    reason: str
+
+
+# the rules every record kind holding the field checks it by, so all of them refuse it alike
+_TS = _Rule("ts", "ts", _uint, "must be unix seconds")
+_CHAIN_ID = _Rule("chain_id", "chainId", _positive, "must be a positive int")
+_TX = _Rule("tx_hash", "txHash", _matching(_TX_HASH), "not a hash")
+_NONCE = _Rule("nonce", "nonce", _uint, "must be a non-negative int")
+_BLOCK = _Rule("block", "block", _uint, "must be a block number")
+_BLOCK_HASH_RULE = _Rule("block_hash", "blockHash", _matching(_BLOCK_HASH), "not a block hash")
+_PID = _Rule("pid", "pid", _uint, "must be a process id")
+_REASON = _Rule("reason", "reason", _non_empty, "must be non-empty")
+"""The reason of a resolution or a reorganisation: it is what the record says."""
+_CALL = (
+    _Rule("sender", "from", _matching(_ADDRESS), "not an address"),
+    _Rule("to", "to", _matching(_ADDRESS), "not an address"),
+    _Rule("data", "data", _matching(_HEX), "not 0x-hex calldata"),
+    _Rule("action", "action", _non_empty, "must be non-empty"),
+    _Rule("permission", "permission", _or_null(_text), "str or null"),
+)
+"""A dispatch's call: who sent what to whom, and under which action and permission."""
+
+
+def _optional_text(*names: str) -> tuple[_Rule, ...]:
+    return tuple(_Rule(name, name, _or_null(_text), "str or null") for name in names)
+
+
+class _Checked:
+    """A record whose fields are checked as it is made, in the order of its ``rules`` table."""
+
+    rules: ClassVar[tuple[_Rule, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for rule in self.rules:
+            if not rule.ok(getattr(self, rule.attr)):
+                raise ActivityInvalidRecord(rule.name, rule.reason)
+
+
+@dataclass(frozen=True)
+class DispatchSigned(_Checked):
     """Written ahead of sending: a transaction the runner signed (hash, nonce, sender, target, calldata).
 
     Its line is durable before the transaction leaves the process, so a crash at any later point
@@ -72,16 +151,7 @@ class DispatchSigned:
 
     event: ClassVar[str] = "dispatch_signed"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
-        _need(isinstance(self.sender, str) and bool(_ADDRESS.match(self.sender)), "from", "not an address")
-        _need(isinstance(self.to, str) and bool(_ADDRESS.match(self.to)), "to", "not an address")
-        _need(isinstance(self.data, str) and bool(_HEX.match(self.data)), "data", "not 0x-hex calldata")
-        _need(isinstance(self.action, str) and bool(self.action), "action", "must be non-empty")
-        _need(self.permission is None or isinstance(self.permission, str), "permission", "str or null")
+    rules = (_TS, _CHAIN_ID, _TX, _NONCE, *_CALL)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -100,7 +170,7 @@ class DispatchSigned:
 
 
 @dataclass(frozen=True)
-class DispatchSubmitted:
+class DispatchSubmitted(_Checked):
     """A transaction the runner signed and sent: its hash, sender, target and calldata."""
 
     ts: int
@@ -114,15 +184,7 @@ class DispatchSubmitted:
 
     event: ClassVar[str] = "dispatch_submitted"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(isinstance(self.sender, str) and bool(_ADDRESS.match(self.sender)), "from", "not an address")
-        _need(isinstance(self.to, str) and bool(_ADDRESS.match(self.to)), "to", "not an address")
-        _need(isinstance(self.data, str) and bool(_HEX.match(self.data)), "data", "not 0x-hex calldata")
-        _need(isinstance(self.action, str) and bool(self.action), "action", "must be non-empty")
-        _need(self.permission is None or isinstance(self.permission, str), "permission", "str or null")
+    rules = (_TS, _CHAIN_ID, _TX, *_CALL)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -140,7 +202,7 @@ class DispatchSubmitted:
 
 
 @dataclass(frozen=True)
-class DispatchSettled:
+class DispatchSettled(_Checked):
     """A receipt was read: ``dispatch_executed`` (status 1) or ``dispatch_reverted``.
 
     ``reason`` is a reverted dispatch's decoded revert reason (``Error(string)``), or None when the
@@ -154,13 +216,14 @@ class DispatchSettled:
     gas_used: int
     reason: str | None = None
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(self.event in ("dispatch_executed", "dispatch_reverted"), "event", "executed or reverted")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.block), "block", "must be a block number")
-        _need(_uint(self.gas_used), "gasUsed", "must be an int")
-        _need(self.reason is None or isinstance(self.reason, str), "reason", "str or null")
+    rules = (
+        _TS,
+        _Rule("event", "event", _one_of("dispatch_executed", "dispatch_reverted"), "executed or reverted"),
+        _TX,
+        _BLOCK,
+        _Rule("gas_used", "gasUsed", _uint, "must be an int"),
+        *_optional_text("reason"),  # a revert need not say why
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores (``gasUsed`` as a decimal string, as in the ledger)."""
@@ -177,7 +240,7 @@ class DispatchSettled:
 
 
 @dataclass(frozen=True)
-class DispatchUnsent:
+class DispatchUnsent(_Checked):
     """A signed dispatch resolved as never having reached a block: not a trade, never ledgered.
 
     Written by reconcile when the dispatch's nonce is still unused past the configured timeout and
@@ -191,11 +254,7 @@ class DispatchUnsent:
 
     event: ClassVar[str] = "dispatch_unsent"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
-        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+    rules = (_TS, _TX, _NONCE, _REASON)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -209,7 +268,7 @@ class DispatchUnsent:
 
 
 @dataclass(frozen=True)
-class DispatchDropped:
+class DispatchDropped(_Checked):
     """A signed dispatch whose nonce another transaction consumed: it can never be mined."""
 
     ts: int
@@ -219,11 +278,7 @@ class DispatchDropped:
 
     event: ClassVar[str] = "dispatch_dropped"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.nonce), "nonce", "must be a non-negative int")
-        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+    rules = (_TS, _TX, _NONCE, _REASON)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -237,7 +292,7 @@ class DispatchDropped:
 
 
 @dataclass(frozen=True)
-class DispatchMismatch:
+class DispatchMismatch(_Checked):
     """The chain's copy of a dispatch differs from this log's in ``field``: an error, kept.
 
     The ledger takes the chain's side; the log's copy was altered or damaged.
@@ -251,11 +306,11 @@ class DispatchMismatch:
 
     event: ClassVar[str] = "dispatch_mismatch"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        for name in ("field", "local", "chain"):
-            _need(isinstance(getattr(self, name), str), name, "must be a string")
+    rules = (
+        _TS,
+        _TX,
+        *(_Rule(name, name, _text, "must be a string") for name in ("field", "local", "chain")),
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -269,11 +324,8 @@ class DispatchMismatch:
         }
 
 
-_BLOCK_HASH = _TX_HASH  # a block hash is 32 bytes of hex, as a transaction hash is
-
-
 @dataclass(frozen=True)
-class DispatchIncluded:
+class DispatchIncluded(_Checked):
     """Where the chain (``chain_id``) held a mined dispatch when reconcile ledgered it: its
     ``block`` number, that block's hash and the receipt's ``status``. Written just before the
     ``acted`` line it backs, so a later tick can check that the chain still holds the swap there (a
@@ -288,17 +340,10 @@ class DispatchIncluded:
 
     event: ClassVar[str] = "dispatch_included"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(_uint(self.chain_id) and self.chain_id > 0, "chainId", "must be a positive int")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.block), "block", "must be a block number")
-        _need(
-            isinstance(self.block_hash, str) and bool(_BLOCK_HASH.match(self.block_hash)),
-            "blockHash",
-            "not a block hash",
-        )
-        _need(type(self.status) is int and self.status in (0, 1), "status", "must be 0 or 1")
+    rules = (
+        _TS, _CHAIN_ID, _TX, _BLOCK, _BLOCK_HASH_RULE,
+        _Rule("status", "status", _status, "must be 0 or 1"),
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -314,7 +359,7 @@ class DispatchIncluded:
 
 
 @dataclass(frozen=True)
-class ReorgDetected:
+class ReorgDetected(_Checked):
     """The chain no longer holds a recent ledgered act where it was ledgered (``chain_reorged``).
 
     ``block``/``block_hash`` are where it was ledgered; ``chain_block``, ``chain_block_hash`` and
@@ -333,28 +378,16 @@ class ReorgDetected:
 
     event: ClassVar[str] = "chain_reorged"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
-        _need(_uint(self.block), "block", "must be a block number")
-        _need(
-            isinstance(self.block_hash, str) and bool(_BLOCK_HASH.match(self.block_hash)),
-            "blockHash",
-            "not a block hash",
-        )
-        _need(self.chain_block is None or _uint(self.chain_block), "chainBlock", "a block number or null")
-        _need(
-            self.chain_block_hash is None
-            or (isinstance(self.chain_block_hash, str) and bool(_BLOCK_HASH.match(self.chain_block_hash))),
-            "chainBlockHash",
-            "a block hash or null",
-        )
-        _need(
-            self.chain_status is None or (type(self.chain_status) is int and self.chain_status in (0, 1)),
-            "chainStatus",
-            "0, 1 or null",
-        )
-        _need(isinstance(self.reason, str) and bool(self.reason), "reason", "must be non-empty")
+    rules = (
+        _TS,
+        _TX,
+        _BLOCK,
+        _BLOCK_HASH_RULE,
+        _Rule("chain_block", "chainBlock", _or_null(_uint), "a block number or null"),
+        _Rule("chain_block_hash", "chainBlockHash", _or_null(_matching(_BLOCK_HASH)), "a block hash or null"),
+        _Rule("chain_status", "chainStatus", _or_null(_status), "0, 1 or null"),
+        _REASON,
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -372,7 +405,7 @@ class ReorgDetected:
 
 
 @dataclass(frozen=True)
-class ReorgAcknowledged:
+class ReorgAcknowledged(_Checked):
     """A person reviewed the ``chain_reorged`` line of ``tx_hash`` and let the agent trade again
     (``sail ack-reorg``): the ledger keeps its line for that act as written."""
 
@@ -381,9 +414,7 @@ class ReorgAcknowledged:
 
     event: ClassVar[str] = "reorg_acknowledged"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.tx_hash, str) and bool(_TX_HASH.match(self.tx_hash)), "txHash", "not a hash")
+    rules = (_TS, _TX)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -391,7 +422,7 @@ class ReorgAcknowledged:
 
 
 @dataclass(frozen=True)
-class TokenMetadata:
+class TokenMetadata(_Checked):
     """A token's ``decimals`` and ``symbol``, as read from the chain once."""
 
     ts: int
@@ -401,15 +432,12 @@ class TokenMetadata:
 
     event: ClassVar[str] = "token_metadata"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(isinstance(self.token, str) and bool(_ADDRESS.match(self.token)), "token", "not an address")
-        _need(_uint(self.decimals, bound=255), "decimals", "must be an int in [0, 255]")
-        _need(
-            isinstance(self.symbol, str) and bool(self.symbol) and not any(c.isspace() for c in self.symbol),
-            "symbol",
-            "must be a non-empty string without spaces",
-        )
+    rules = (
+        _TS,
+        _Rule("token", "token", _matching(_ADDRESS), "not an address"),
+        _Rule("decimals", "decimals", lambda v: _uint(v, bound=255), "must be an int in [0, 255]"),
+        _Rule("symbol", "symbol", _symbol, "must be a non-empty string without spaces"),
+    )
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -423,7 +451,7 @@ class TokenMetadata:
 
 
 @dataclass(frozen=True)
-class TickStarted:
+class TickStarted(_Checked):
     """A ``sail tick`` began (``pid`` is its process)."""
 
     ts: int
@@ -431,9 +459,7 @@ class TickStarted:
 
     event: ClassVar[str] = "tick_started"
 
-    def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(_uint(self.pid), "pid", "must be a process id")
+    rules = (_TS, _PID)
 
     def to_wire(self) -> dict[str, Any]:
         """The JSON object the log stores."""
@@ -444,7 +470,7 @@ TickOutcome = Literal["skipped", "submitted", "failed"]
 
 
 @dataclass(frozen=True)
-class TickFinished:
+class TickFinished(_Checked):
     """A ``sail tick`` ended: ``skipped`` (with its reason), ``submitted`` (with the tx hash), or
     ``failed`` (with the error's ``code`` and message)."""
 
@@ -458,13 +484,15 @@ class TickFinished:
 
     event: ClassVar[str] = "tick_finished"
 
+    rules = (
+        _TS,
+        _PID,
+        _Rule("outcome", "outcome", _one_of(*get_args(TickOutcome)), "skipped, submitted or failed"),
+        *_optional_text("reason", "tx_hash", "code", "message"),
+    )
+
     def __post_init__(self) -> None:
-        _need(_uint(self.ts), "ts", "must be unix seconds")
-        _need(_uint(self.pid), "pid", "must be a process id")
-        _need(self.outcome in ("skipped", "submitted", "failed"), "outcome", "skipped, submitted or failed")
-        for name in ("reason", "tx_hash", "code", "message"):
-            value = getattr(self, name)
-            _need(value is None or isinstance(value, str), name, "str or null")
+        super().__post_init__()
         _need((self.code is not None) == (self.outcome == "failed"), "code", "set exactly when failed")
 
     @property
