@@ -240,19 +240,15 @@ class DispatchSettled(_Checked):
 
 
 @dataclass(frozen=True)
-class DispatchUnsent(_Checked):
-    """A signed dispatch resolved as never having reached a block: not a trade, never ledgered.
-
-    Written by reconcile when the dispatch's nonce is still unused past the configured timeout and
-    no node knows its hash, or by the runner when the node refused it.
-    """
+class _Resolved(_Checked):
+    """A signed dispatch resolved as never to be ledgered: the fields and line of both kinds."""
 
     ts: int
     tx_hash: str
     nonce: int
     reason: str
 
-    event: ClassVar[str] = "dispatch_unsent"
+    event: ClassVar[str]
 
     rules = (_TS, _TX, _NONCE, _REASON)
 
@@ -268,27 +264,21 @@ class DispatchUnsent(_Checked):
 
 
 @dataclass(frozen=True)
-class DispatchDropped(_Checked):
+class DispatchUnsent(_Resolved):
+    """A signed dispatch resolved as never having reached a block: not a trade, never ledgered.
+
+    Written by reconcile when the dispatch's nonce is still unused past the configured timeout and
+    no node knows its hash, or by the runner when the node refused it.
+    """
+
+    event: ClassVar[str] = "dispatch_unsent"
+
+
+@dataclass(frozen=True)
+class DispatchDropped(_Resolved):
     """A signed dispatch whose nonce another transaction consumed: it can never be mined."""
 
-    ts: int
-    tx_hash: str
-    nonce: int
-    reason: str
-
     event: ClassVar[str] = "dispatch_dropped"
-
-    rules = (_TS, _TX, _NONCE, _REASON)
-
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON object the log stores."""
-        return {
-            "ts": self.ts,
-            "event": self.event,
-            "txHash": self.tx_hash,
-            "nonce": self.nonce,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)
