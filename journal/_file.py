@@ -76,6 +76,7 @@ from journal._model import (
     check_sync,
     finish_state,
     json_problem,
+    new_record,
     new_record_id,
     new_run_id,
     now_ms,
@@ -99,8 +100,8 @@ _SHAPE_MAP, _LONG_DIGITS, _MAX_DEPTH = SHAPE_MAP, LONG_DIGITS, MAX_DEPTH
 _DEEP_LINE = 2 * MAX_DEPTH  # a line can nest that deep only with as many brackets to close
 _MAX_KEY_BYTES = MAX_KEY_BYTES
 _RECORD_ID_MATCH = RECORD_ID.fullmatch
+_MAX_ID = 64  # RECORD_ID's longest: ASCII letters and digits up to it match it (told without the regex)
 _new_record = object.__new__
-_RECORD_FIELDS = frozenset({"id", "key", "payload", "seq", "ts"})
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # as check_name allows
 _MAX_MS = MAX_MS  # the last millisecond of year 9999: every date a clock can show
 _RUN_FIELDS = frozenset({"runId", "flow", "scope", "state", "epoch", "createdMs", "updatedMs"})
@@ -211,18 +212,30 @@ class RecordCodec:
     def _encode(self, record: Record, crc_start: int) -> bytes:
         """``encode``, with the checksum's start value ``crc_start`` (0: the old format, whose checksum
         is of the line alone; an erasure rewrites such a line in its own format)."""
-        problem = record_problem(record.seq, record.id, record.key, record.ts_ms, record.payload)
-        if problem is not None:
-            raise ValueError(f"cannot encode a record with {problem}")
+        seq, rid, key, ts, payload = record.seq, record.id, record.key, record.ts_ms, record.payload
+        # The common record (as ``decode`` tells it: an int seq and ts in range, a printable ASCII
+        # key of at most MAX_KEY_BYTES, an id of the token alphabet, an object payload) passes at
+        # once; anything else goes through ``record_problem``, which names what is wrong.
+        if not (
+            type(seq) is int
+            and type(ts) is int
+            and 1 <= seq <= _MAX_INT
+            and 0 <= ts <= _MAX_INT
+            and type(payload) is dict
+            and (
+                key is None
+                or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
+            )
+            and type(rid) is str
+            and (
+                (len(rid) <= _MAX_ID and rid.isascii() and rid.isalnum()) or _RECORD_ID_MATCH(rid) is not None
+            )
+        ):
+            problem = record_problem(seq, rid, key, ts, payload)
+            if problem is not None:
+                raise ValueError(f"cannot encode a record with {problem}")
         body = orjson.dumps(
-            {
-                "id": record.id,
-                "key": record.key,
-                "payload": record.payload,
-                "seq": record.seq,
-                "ts": record.ts_ms,
-            },
-            option=orjson.OPT_SORT_KEYS,
+            {"id": rid, "key": key, "payload": payload, "seq": seq, "ts": ts}, option=orjson.OPT_SORT_KEYS
         )
         return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, crc_start)
 
@@ -248,9 +261,13 @@ class RecordCodec:
         unbound = zlib.crc32(body, self._seed) != crc
         if unbound and zlib.crc32(body) != crc:
             raise LineDamaged(self._mismatch(obj), torn=False)
-        if type(obj) is not dict or obj.keys() != _RECORD_FIELDS:
-            raise LineDamaged("checksummed line without exactly a record's fields", torn=False)
-        seq, rid, key, ts, payload = obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"]
+        shapeless = "checksummed line without exactly a record's fields"
+        if type(obj) is not dict or len(obj) != 5:
+            raise LineDamaged(shapeless, torn=False)
+        try:  # five fields, and these five: the lookups tell it (no set compare)
+            seq, rid, key, ts, payload = obj["seq"], obj["id"], obj["key"], obj["ts"], obj["payload"]
+        except KeyError:
+            raise LineDamaged(shapeless, torn=False) from None
         # The common record (an int seq and ts in range, a printable ASCII key of at most
         # MAX_KEY_BYTES, an id of the token alphabet, an object payload) is told at once; anything
         # else goes through ``record_problem``, which names what is wrong.
@@ -265,7 +282,9 @@ class RecordCodec:
                 or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
             )
             and type(rid) is str
-            and _RECORD_ID_MATCH(rid) is not None
+            and (
+                (len(rid) <= _MAX_ID and rid.isascii() and rid.isalnum()) or _RECORD_ID_MATCH(rid) is not None
+            )
         ):
             problem = record_problem(seq, rid, key, ts, payload)
             if problem is not None:
@@ -276,7 +295,9 @@ class RecordCodec:
         # What the encoder refuses to write, the decoder refuses to read: one pass in C says when
         # a line may hold it (``SHAPE_MAP``), rarely; ``json_problem`` then decides.
         shape = line.translate(_SHAPE_MAP)
-        if _LONG_DIGITS in shape or (len(line) > _DEEP_LINE and shape.count(b"2") > _MAX_DEPTH):
+        # (``find``, not ``in``: a bytes ``in`` first tries its operand as an int, and formats the
+        # error it drops)
+        if shape.find(_LONG_DIGITS) >= 0 or (len(line) > _DEEP_LINE and shape.count(b"2") > _MAX_DEPTH):
             problem = json_problem(body, obj)
             if problem is not None:
                 raise LineDamaged(f"checksummed record with {problem}", torn=False)
@@ -1308,14 +1329,10 @@ class FileJournal:
         if p.key is not None and p.key in handle.keys:
             p.record = handle.keys[p.key]  # maybe another appender's, not yet durable
             return
-        p.record = Record(
-            run_id=run_id,
-            stream=stream,
-            seq=seq,
-            id=new_record_id(run_id, stream, p.key),
-            key=p.key,
-            ts_ms=ts_ms,
-            payload=p.payload,
+        # every field made or checked here (the key and payload as the append began): an equal
+        # ``Record`` without the dataclass's ``__init__``
+        p.record = new_record(
+            run_id, stream, seq, new_record_id(run_id, stream, p.key), p.key, ts_ms, p.payload
         )
         p.written = True
         if p.key is not None:

@@ -188,7 +188,7 @@ class LineMarks:
         if state is None:
             return cls(plain, filesystem, None, None)
         poison, generation, *cuts, fs_poison, fs_poison_gen = state
-        return cls(plain, filesystem, poison, generation, tuple(cuts), fs_poison, fs_poison_gen)
+        return _new_marks(plain, filesystem, poison, generation, tuple(cuts), fs_poison, fs_poison_gen)
 
     def pack(self) -> bytes:
         empty = b"\0" * 12
@@ -212,6 +212,31 @@ class LineMarks:
         return 0 < since <= _CUTS and all(c is not None and end <= c for c in self.cuts[:since])
 
 
+def _new_marks(  # noqa: PLR0917 - every field of the dataclass, in its order
+    plain: int | None,
+    filesystem: int | None,
+    poison: int | None,
+    generation: int | None,
+    cuts: tuple[int | None, ...],
+    fs_poison: int | None,
+    fs_poison_gen: int | None,
+) -> LineMarks:
+    """``LineMarks(...)`` of every field, an equal value made without the frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field: a marks parse or a sync's new marks, which
+    other writers' syncs make at each append)."""
+    marks: LineMarks = _new_object(LineMarks)
+    fields = marks.__dict__
+    fields["plain"], fields["filesystem"], fields["poison"], fields["generation"] = (
+        plain,
+        filesystem,
+        poison,
+        generation,
+    )
+    fields["cuts"], fields["fs_poison"], fields["fs_poison_gen"] = cuts, fs_poison, fs_poison_gen
+    return marks
+
+
+_new_object = object.__new__
 _NO_MARKS = LineMarks(None, None, None, 0)
 _UNKNOWN_MARKS = LineMarks(None, None, None, None)
 
@@ -797,8 +822,9 @@ class LineLog(Generic[T]):
         if not self._settled:
             self._settle(fd, full=False)
         lines = [self._codec.encode(r) + b"\n" for r in records]
-        if any(b"\n" in line[:-1] for line in lines):
-            raise ValueError(f"{self._path}: an encoded record must be one line")
+        for line in lines:
+            if line.find(b"\n", 0, -1) >= 0:
+                raise ValueError(f"{self._path}: an encoded record must be one line")
         start = self._cached_end
         ends: list[int] = []
         end = start
@@ -1073,14 +1099,14 @@ class LineLog(Generic[T]):
             ) from exc
         # Acknowledge only what the mark records: a later failure poisons from the mark, so a
         # byte acknowledged above it could be cut.
-        after = LineMarks(
-            plain=covered,
-            filesystem=covered if filesystem else marks.filesystem,
-            poison=marks.poison,
-            generation=marks.generation,
-            cuts=marks.cuts,
-            fs_poison=marks.fs_poison,
-            fs_poison_gen=marks.fs_poison_gen,
+        after = _new_marks(
+            covered,
+            covered if filesystem else marks.filesystem,
+            marks.poison,
+            marks.generation,
+            marks.cuts,
+            marks.fs_poison,
+            marks.fs_poison_gen,
         )
         try:
             failpoint("linelog.before_mark")
@@ -1246,9 +1272,12 @@ class LineLog(Generic[T]):
             marks.fs_poison_gen,
         )
         reason = None
-        if any(v is not None and v >= _MAX_MARK for v in values):
-            reason = f"a value of {max(v for v in values if v is not None):,}, past any file or count"
-        elif marks.poison is not None and marks.durable is not None and marks.poison < marks.durable:
+        for v in values:  # a plain loop: a generator's frames cost more than these ten compares
+            if v is not None and v >= _MAX_MARK:
+                reason = f"a value of {max(v for v in values if v is not None):,}, past any file or count"
+                break
+        poison, durable = marks.poison, marks.durable
+        if reason is None and poison is not None and durable is not None and poison < durable:
             reason = (
                 f"a poisoned point at byte {marks.poison}, below its durable mark at byte "
                 f"{marks.durable} (lines a sync acknowledged)"

@@ -232,7 +232,16 @@ def validate(obj: object, default_source: str) -> Finding:
             _bounded(t, f"tags[{i}]", TAG_MAX_BYTES, "TAG_MAX_BYTES")
     metadata = check_metadata(obj["metadata"]) if "metadata" in obj else None
     expires = check_expires(obj["expiresMs"]) if "expiresMs" in obj else None
-    return Finding(text=text, source=source, tags=tuple(tags), metadata=metadata, expires_ms=expires)
+    # ``Finding(text=..., ...)``, without the frozen dataclass's ``__init__`` (keywords and one
+    # ``object.__setattr__`` per field): every field is checked above
+    finding: Finding = _new_object(Finding)
+    fields = finding.__dict__
+    fields["text"], fields["source"], fields["tags"] = text, source, tuple(tags)
+    fields["metadata"], fields["expires_ms"] = metadata, expires
+    return finding
+
+
+_new_object = object.__new__
 
 
 def canonical(finding: Finding) -> bytes:

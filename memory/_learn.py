@@ -33,7 +33,7 @@ from memory._finding import (
 from memory._publisher import Publisher, holds
 from memory._results import Citation
 from memory._retire import Located, Retirer, lists_heads, unknown
-from memory._safe import regular_prefix
+from memory._safe import named, regular_prefix
 from memory._syncing import scan_journal
 from staging import CodedError, OpenDir, failpoint
 
@@ -71,7 +71,11 @@ def _newer_there(final: Path, rec: Record, at: OpenDir | None = None) -> bool:
     run made later than ``rec`` (the one rule, ``commit_to_publish``: across runs the newest commit
     is the one published). A resume of an older root must leave such a file as it is. ``at``: its
     folder held open, which the file is read through."""
-    held = regular_prefix(final, 1 << 20) if at is None else regular_prefix(final.name, 1 << 20, dir_fd=at.fd)
+    if at is None:
+        held = regular_prefix(final, 1 << 20)
+    else:  # a learn's name is mostly not there yet: one look that raises nothing, then the read
+        name = final.name
+        held = regular_prefix(name, 1 << 20, dir_fd=at.fd) if named(name, dir_fd=at.fd) else None
     if held is None:
         return False
     try:
@@ -83,17 +87,31 @@ def _newer_there(final: Path, rec: Record, at: OpenDir | None = None) -> bool:
     return (there.learned_ms, there.citation.run_id) > (int(rec.payload["learnedMs"]), rec.run_id)
 
 
-def _learned(fid: str, record: Record, final: Path) -> Learned:
-    from memory._outcomes import Learned  # not at import: a recall makes none of them
+_new_object = object.__new__
+_LEARNED: list[type[Learned]] = []  # ``Learned``, imported by the first learn (a recall makes none)
 
-    memory = record.payload.get("memory")
-    return Learned(
-        id=fid,
-        citation=Citation(record.run_id, record.stream, record.id),
-        path=final,
-        learned_ms=int(record.payload["learnedMs"]),
-        memory=memory if isinstance(memory, str) else None,
-    )
+
+def _learned(fid: str, record: Record, final: Path) -> Learned:
+    """What ``learn`` returns for ``record``, the commit of ``fid`` published at ``final``.
+
+    Equal to ``Learned(id=fid, citation=Citation(...), ...)``, made without the frozen dataclasses'
+    ``__init__`` (keywords and one ``object.__setattr__`` per field) and without an ``import``
+    statement per learn (each about as costly as the checks of a journal line)."""
+    if not _LEARNED:
+        from memory._outcomes import Learned  # not at import: a recall makes none of them
+
+        _LEARNED.append(Learned)
+    payload = record.payload
+    memory = payload.get("memory")
+    citation: Citation = _new_object(Citation)
+    fields = citation.__dict__
+    fields["run_id"], fields["stream"], fields["id"] = record.run_id, record.stream, record.id
+    learned: Learned = _new_object(_LEARNED[0])
+    fields = learned.__dict__
+    fields["id"], fields["citation"], fields["path"] = fid, citation, final
+    fields["learned_ms"] = int(payload["learnedMs"])
+    fields["memory"] = memory if isinstance(memory, str) else None
+    return learned
 
 
 class Learner:
@@ -146,14 +164,14 @@ class Learner:
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         known = (item, root) if live is None or keyed is None else (item, root, keyed)
         if supersedes is None:
-            revision, fid, replayed = self._revision(*known)
+            revision, fid, replayed, retired = self._revision(*known)
         else:  # a new version: a key another memory holds is not taken
             target = None if live is None else live[1]
-            revision, fid, replayed = self._revision(*known, versioning=(supersedes, target))
+            revision, fid, replayed, retired = self._revision(*known, versioning=(supersedes, target))
         old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
         if old is None or replayed is not None or live is not None:
             # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
-            return self._learn_version(item, root, supersedes, (revision, fid, replayed), old)
+            return self._learn_version(item, root, supersedes, (revision, fid, replayed, retired), old)
         # Updates of one scope's versions take turns on this host, from the look at the version
         # they replace to its retired file (and, when another retirement came first, the new
         # version's own forget): no update reads, or builds on, a version that another has already
@@ -162,19 +180,20 @@ class Learner:
             # a retirement seen before stands; one published since is looked for again here
             now = old.retired or self._retirer.published_retirement(str(supersedes), old.scope)
             fresh = replace(old, retired=now)
-            return self._learn_version(item, root, supersedes, (revision, fid, replayed), fresh)
+            return self._learn_version(item, root, supersedes, (revision, fid, replayed, retired), fresh)
 
     def _learn_version(
         self,
         item: Finding,
         root: Root,
         supersedes: str | None,
-        keyed: tuple[int, str, Record | None],
+        keyed: tuple[int, str, Record | None, str],
         old: Located | None,
     ) -> Learned:
         """``learn`` once the version ``supersedes`` names is found (``old``), under its scope's lock
-        when it is an update of it; ``keyed``: the revision, key and replayed commit (``_revision``)."""
-        revision, fid, replayed = keyed
+        when it is an update of it; ``keyed``: the revision, key, replayed commit and the key's
+        retired name (``_revision``)."""
+        revision, fid, replayed, retired = keyed
         if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
             # the finding it replaces was forgotten or replaced by another meanwhile: learning this
             # one would bring back what that retirement took away
@@ -195,7 +214,6 @@ class Learner:
             record = replayed
             learned = _learned(fid, replayed, final)
         else:
-            retired = self._retirer.retired_path(root.scope, fid)
             memory = (old.memory or supersedes) if old is not None else self._memory_of_live(fid, root.scope)
             # The commit retires the version it supersedes: one record and one flush, and no crash
             # leaves the new version committed with the old one live (on a journal hosts share,
@@ -306,9 +324,10 @@ class Learner:
         keyed: tuple[int, str] | None = None,
         *,
         versioning: tuple[str | None, Located | None] = (None, None),
-    ) -> tuple[int, str, Record | None]:
-        """The revision and key a learn of ``item`` takes, and the commit that answers it when it
-        is a resumed body's replay of a learn made before its key was retired.
+    ) -> tuple[int, str, Record | None, str]:
+        """The revision and key a learn of ``item`` takes, the commit that answers it when it is a
+        resumed body's replay of a learn made before its key was retired, and the key's retired
+        name (``Retirer.retired_path``: looked at here, and again after the learn's publish).
 
         A finding's key is retired for good. Learning the finding again is a new memory: it takes
         the first revision whose key is not retired (``finding_id``). One exception keeps a resumed
@@ -328,9 +347,10 @@ class Learner:
             fid = keyed[1] if keyed is not None and known else finding_id(root.scope, item, revision)
             path = self._retirer.retired_path(root.scope, fid)
             elsewhere = self._retirer.shared.current().get(fid)
-            if not os.path.lexists(path) and elsewhere is None:
+            here = named(path)  # (``os.path.lexists``, without an exception for the missing name)
+            if not here and elsewhere is None:
                 if not self._of_another_memory(fid, root.scope, *versioning):
-                    return revision, fid, None
+                    return revision, fid, None, path
                 if revision == REVISION_MAX:
                     raise FindingRetired(
                         f"finding {fid} is held by {REVISION_MAX} other memories or retirements; learn "
@@ -340,7 +360,7 @@ class Learner:
                     )
                 revision += 1
                 continue
-            if not os.path.lexists(path) and elsewhere is not None:  # forgotten by another host
+            if not here and elsewhere is not None:  # forgotten by another host
                 if revision == REVISION_MAX:
                     raise FindingRetired(
                         f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, "
@@ -354,7 +374,7 @@ class Learner:
             if root.begun and self._retirer.before_attempt(root, retired):
                 existing = root.journal.find(root.run_id, STREAM, fid)
                 if existing is not None:
-                    return revision, fid, existing
+                    return revision, fid, existing, path
             if revision == REVISION_MAX:
                 raise FindingRetired(
                     f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, metadata "
@@ -437,9 +457,7 @@ class Learner:
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
         # commit that raced ahead of this one, and its bytes are what get published.
-        existing = (
-            root.journal.find(root.run_id, STREAM, fid) if root.begun and os.path.lexists(final) else None
-        )
+        existing = root.journal.find(root.run_id, STREAM, fid) if root.begun and named(final) else None
         if existing is not None:
             self._check(root, existing, fid)
         if existing is None:
@@ -454,9 +472,13 @@ class Learner:
                 supersedes=supersedes,
                 supersedes_scope=supersedes_scope,
             )
-            expected = Record(
-                root.run_id, STREAM, 0, journal.record_id(root.run_id, STREAM, fid), fid, 0, payload
-            )
+            # ``Record(run, STREAM, 0, id, fid, 0, payload)``, without the frozen dataclass's
+            # ``__init__``: the commit this learn expects, for its rendering and the compare
+            expected = _new_object(Record)
+            fields = expected.__dict__
+            fields["run_id"], fields["stream"], fields["seq"] = root.run_id, STREAM, 0
+            fields["id"] = journal.record_id(root.run_id, STREAM, fid)
+            fields["key"], fields["ts_ms"], fields["payload"] = fid, 0, payload
         else:
             expected = existing
         data = render(expected)
@@ -541,7 +563,7 @@ class Learner:
     ) -> None:
         """Remove ``final`` (when given) if ``fid`` has a retired file here now (a forget that raced
         the learn wins), after ``_unless_erased`` when this learn appended ``fresh`` itself."""
-        if not os.path.lexists(retired):
+        if not named(retired):
             return
         if fresh is not None and not is_erased(fresh):
             self._unless_erased(root, fresh, fid, None, final)

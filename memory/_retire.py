@@ -45,7 +45,7 @@ from memory._finding import (
 from memory._paths import scope_folders
 from memory._publisher import Publisher, holds
 from memory._results import HISTORY_KINDS, Citation, Recalled, frozen_metadata
-from memory._safe import regular_prefix
+from memory._safe import named, regular_prefix
 from staging import failpoint
 
 if TYPE_CHECKING:
@@ -459,7 +459,8 @@ class Retirer:
         Raises:
             Unreachable: the DB cannot be read.
         """
-        if os.path.lexists(self._publisher.scope_dir(scope) / f"{key}.json"):
+        # (``os.path.lexists`` without the exception a missing name raises: it mostly is missing)
+        if named(f"{self._publisher.scope_dir(scope)}/{key}.json"):
             try:
                 found = self._locate_in(key, scope)
             except Unreachable:

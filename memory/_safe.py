@@ -212,6 +212,16 @@ class Folder:
         self.close()
 
 
+def named(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bool:
+    """Whether anything is at ``path`` (relative to ``dir_fd`` when given): a file, a folder, a
+    link (not followed), anything. ``os.path.lexists``'s answer, and False wherever it is False (a
+    missing name, a folder on the way that cannot be searched), asked by ``faccessat(F_OK,
+    AT_SYMLINK_NOFOLLOW | AT_EACCESS)``: a missing name answers without the ``FileNotFoundError``
+    an ``lstat`` raises (with its message decoded) and without a ``stat_result``, several times
+    the look's own cost on a learn's path, which asks it of names that are mostly missing."""
+    return os.access(path, os.F_OK, dir_fd=dir_fd, effective_ids=True, follow_symlinks=False)
+
+
 def regular_prefix(path: str | os.PathLike[str], limit: int, *, dir_fd: int | None = None) -> bytes | None:
     """The first ``limit`` bytes of ``path`` (relative to ``dir_fd`` when given) if it is a regular
     file that can be read (never through a link, never blocking on a FIFO), else None."""

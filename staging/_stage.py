@@ -289,8 +289,10 @@ class Staged:
         final = final_path if isinstance(final_path, Path) else Path(final_path)
         if self._done:
             raise ValueError(f"stage {self.where} was already published or discarded")
-        directory = os.path.dirname(final_path)
-        if directory != os.path.dirname(self.where):
+        # the two folders by ``rpartition`` (equal heads are equal ``dirname``s); ``dirname``, which
+        # also drops repeated slashes, only when they differ
+        head, own = os.fspath(final_path).rpartition(os.sep)[0], self.where.rpartition(os.sep)
+        if head != own[0] and os.path.dirname(final_path) != os.path.dirname(self.where):
             raise ValueError(f"{final} is not in the stage's directory {os.path.dirname(self.where)}")
         self._done = True
         at = self.at
@@ -299,7 +301,7 @@ class Staged:
             if at is None:
                 os.replace(self.where, final_path)
             else:
-                os.replace(os.path.basename(self.where), final.name, src_dir_fd=at.fd, dst_dir_fd=at.fd)
+                os.replace(own[2], final.name, src_dir_fd=at.fd, dst_dir_fd=at.fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 self._unlink()
@@ -312,7 +314,7 @@ class Staged:
         try:
             hit("staging.after_rename")
             if sync_dir:
-                sync_dir_shared(directory, at)
+                sync_dir_shared(os.path.dirname(final_path), at)
         except OSError as exc:
             raise PublishFailed(
                 f"published {final} but could not fsync its directory: {exc.strerror or exc}",
@@ -369,7 +371,10 @@ def stage(
     try:
         for tries in range(3):
             name = f"{STAGE_PREFIX}{_NAMES.next()}.{safe_hint[:64]}"
-            path = os.path.join(directory, name)
+            # ``os.path.join(directory, name)`` (``name`` is relative), without its generic steps
+            path = (
+                f"{directory}{os.sep}{name}" if directory[-1:] not in ("", os.sep) else f"{directory}{name}"
+            )
             try:
                 fd = os.open(path, flags, mode) if at is None else os.open(name, flags, mode, dir_fd=at.fd)
                 break

@@ -249,3 +249,22 @@ def test_a_stage_takes_no_randomness_of_its_own_and_a_fork_or_a_taken_name_draws
     assert prefix(third) != prefix(second)
     for staged in (first, second, third):
         staged.discard()
+
+
+def test_publish_tells_its_own_folder_however_the_final_path_spells_it(tmp_path: Path) -> None:
+    # the folders are compared as strings first, and as ``dirname``s (which drop repeated and
+    # trailing slashes) only when those differ: a final path spelled with a doubled slash, or
+    # given as a string, is still in the stage's folder, and one folder down is still refused
+    for n, final in enumerate([f"{tmp_path}//a.txt", str(tmp_path / "b.txt"), tmp_path / "c.txt"]):
+        staged = staging.stage(tmp_path, b"%d" % n, hint="x")
+        assert staged.publish(final) == Path(final)
+        assert Path(final).read_bytes() == b"%d" % n
+    at = staging.OpenDir(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+    staged = staging.stage(tmp_path, b"held", hint="x", at=at)
+    staged.publish(f"{tmp_path}//d.txt", sync_dir=True)
+    assert (tmp_path / "d.txt").read_bytes() == b"held"
+    (tmp_path / "sub").mkdir()
+    staged = staging.stage(tmp_path, b"no", hint="x")
+    with pytest.raises(ValueError, match="not in the stage's directory"):
+        staged.publish(tmp_path / "sub" / "e.txt")
+    staged.discard()
