@@ -308,10 +308,15 @@ class RecordCodec:
         fields["run_id"], fields["stream"], fields["seq"] = self._run_id, self._stream, seq
         fields["id"], fields["key"], fields["ts_ms"], fields["payload"] = rid, key, ts, payload
         if unbound:
-            if self.began_current:
-                raise LineDamaged(self._in_current, torn=False)
-            raise LineOldFormat(record, self._old_format)
+            raise self._unbound(record)
         return record
+
+    def _unbound(self, record: Record) -> LineDamaged:
+        """What a valid record of the old format raises: ``LineDamaged`` in a stream that began in
+        the current format (no version wrote it there), else ``LineOldFormat`` with the record."""
+        if self.began_current:
+            return LineDamaged(self._in_current, torn=False)
+        return LineOldFormat(record, self._old_format)
 
     def decode_either(self, line: bytes) -> tuple[Record, int]:
         """``decode``, taking a record of the old format too (for a caller that has checked it
