@@ -9,30 +9,17 @@ deleted it.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
 import memory
-import staging._failpoints
 from journal import FileJournal, JournalUnwritable, RunState
+from tests._helpers.failpoints import armed
 from tests.flows.helpers import flows
 
 STREAM = "notes"
-
-
-@contextlib.contextmanager
-def _failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
 
 
 def _store_with_a_kept_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, Path]:
@@ -44,7 +31,7 @@ def _store_with_a_kept_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t
     jr = FileJournal(journal_root)
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, STREAM, {"text": "kept"}, key="a")
-    with _failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
         jr.append(lease, STREAM, {"text": "refused"}, key="b")
     jr.append(lease, STREAM, {"text": "retried"}, key="b")
     jr.finish(lease, RunState.DONE)

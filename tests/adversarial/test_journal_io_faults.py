@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +25,9 @@ import pytest
 
 import journal
 import staging
-import staging._failpoints
 from journal import JournalUnwritable, LineLog, Record, RecordCodec
+from tests._helpers.failpoints import armed
 from tests.conftest import ROOT
-
-
-@contextlib.contextmanager
-def failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    """``$FLOWS_FAILPOINTS`` = ``spec`` for the block, re-read before and after."""
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
 
 
 def _rec(seq: int, tag: str) -> Record:
@@ -103,7 +91,7 @@ def test_a_failed_sync_fails_every_writer_whose_line_it_covered_though_a_later_s
     with b.locked():
         b.recover()
         end_b = b.write([_rec(3, "b")])
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"):
         with pytest.raises(JournalUnwritable) as failed:
             a.sync_to(end_a)  # this fsync covered b's line too
         with pytest.raises(JournalUnwritable) as refused:
@@ -128,7 +116,7 @@ def test_a_caller_whose_line_was_cut_after_a_failed_sync_fails_though_later_byte
         writer.append(_rec(1, "acked"))
         end = writer.write([_rec(2, "lost")])
         gen = writer.generation
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
         _log(path).sync_to(os.path.getsize(path))  # another caller's sync fails over our line
     other = _log(path)
     with other.locked():
@@ -174,7 +162,7 @@ def test_every_thread_whose_line_a_failed_shared_sync_covered_raises_and_no_othe
 
         monkeypatch.setattr(os, "fsync", fsync)
         # The first writer is slow, so the others batch behind it; the second waits for its sync.
-        with failpoints(monkeypatch, "linelog.before_append=sleep40:nth1,linelog.before_append=sleep30:nth2"):
+        with armed(monkeypatch, "linelog.before_append=sleep40:nth1,linelog.before_append=sleep30:nth2"):
             results = _race(
                 [
                     lambda t=t, jr=jr, lease=lease: jr.append(lease, "s", {"tag": t})
@@ -218,7 +206,7 @@ def test_threads_batched_while_one_write_or_sync_fails_keep_exactly_the_acknowle
         return out
 
     plan = f"linelog.before_append=sleep5,{name}=EIO:nth3,{name}=EIO:nth6"
-    with failpoints(monkeypatch, plan):  # slow writes batch the threads; two passes fail
+    with armed(monkeypatch, plan):  # slow writes batch the threads; two passes fail
         results = [r for rs in _race([lambda w=w: writer(w) for w in range(6)]) for r in rs]
     outcome = dict(zip(tags, results, strict=True))
     returned = {t for t, r in outcome.items() if isinstance(r, Record)}
@@ -250,7 +238,7 @@ def test_a_failed_filesystem_sync_is_a_failed_sync_for_every_caller_it_covered(
     with b.locked():
         b.recover()
         end_b = b.write([_rec(3, "b")])
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"):
         with pytest.raises(JournalUnwritable):
             a.sync_to(end_a, filesystem=True)
         with pytest.raises(JournalUnwritable):
@@ -277,7 +265,7 @@ def test_a_failed_filesystem_sync_fails_every_filesystem_waiter_it_covered_thoug
         w2.recover()
         end_2 = w2.write([_rec(2, "w2")])
     plain.sync_to(end_2)  # a plain fsync covers both lines: the log's bytes are durable
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"):
         with pytest.raises(JournalUnwritable):
             w1.sync_to(end_1, filesystem=True)
         with pytest.raises(JournalUnwritable, match="file-system sync"):
@@ -358,7 +346,7 @@ def test_a_bad_payload_batched_with_good_ones_fails_only_its_own_call(
 ) -> None:
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
-    with failpoints(monkeypatch, "linelog.before_append=sleep50:nth1"):  # the others queue up
+    with armed(monkeypatch, "linelog.before_append=sleep50:nth1"):  # the others queue up
         results = _race(
             [
                 lambda: jr.append(lease, "s", {"tag": "first"}),
@@ -380,7 +368,7 @@ def test_a_key_with_a_lone_surrogate_fails_its_own_call_not_the_batch(
 ) -> None:
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
-    with failpoints(monkeypatch, "linelog.before_append=sleep50:nth1"):
+    with armed(monkeypatch, "linelog.before_append=sleep50:nth1"):
         results = _race(
             [
                 lambda: jr.append(lease, "s", {"tag": "first"}),
@@ -413,7 +401,7 @@ def test_a_fault_at_each_append_failpoint_is_journal_unwritable_and_the_next_app
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, "s", {"tag": "acked"})
-    with failpoints(monkeypatch, f"{name}={fault}:once"), pytest.raises(JournalUnwritable) as err:
+    with armed(monkeypatch, f"{name}={fault}:once"), pytest.raises(JournalUnwritable) as err:
         jr.append(lease, "s", {"tag": "faulted"}, key="faulted")
     assert (err.value.code, err.value.run_id, err.value.stream) == ("journal_unwritable", info.run_id, "s")
     assert err.value.path is not None
@@ -436,7 +424,7 @@ def test_a_fault_at_each_failpoint_of_a_locked_append_is_journal_unwritable(
     with _log(path).locked() as log:
         log.append(_rec(1, "acked"))
     with (
-        failpoints(monkeypatch, f"{name}={fault}"),
+        armed(monkeypatch, f"{name}={fault}"),
         pytest.raises(JournalUnwritable) as err,
         _log(path).locked() as log,
     ):
@@ -454,7 +442,7 @@ def test_a_fault_while_recording_a_run_is_journal_unwritable(
 ) -> None:
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
-    with failpoints(monkeypatch, f"{name}={fault}"):
+    with armed(monkeypatch, f"{name}={fault}"):
         with pytest.raises(JournalUnwritable) as begun:
             jr.begin("f", "s", {})
         with pytest.raises(JournalUnwritable) as finished:
@@ -474,7 +462,7 @@ def test_a_cut_that_fails_keeps_the_log_poisoned_until_one_succeeds(
     with log.locked():
         log.append(_rec(1, "acked"))
         end = log.write([_rec(2, "doubtful")])
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
         _log(path).sync_to(end)
     real_truncate = os.ftruncate
 

@@ -4,9 +4,7 @@ learned but unjournaled), and every learn that returned is recallable with its r
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +12,7 @@ import pytest
 
 import journal
 import memory
-import staging._failpoints
-
-
-@contextlib.contextmanager
-def failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
+from tests._helpers.failpoints import armed
 
 
 def test_concurrent_learns_across_a_failed_shared_sync_leave_no_finding_without_its_record(
@@ -50,7 +37,7 @@ def test_concurrent_learns_across_a_failed_shared_sync_leave_no_finding_without_
                     outcomes[text] = got
 
         plan = "linelog.before_append=sleep5,linelog.before_fsync=EIO:nth3,linelog.before_fsync=EIO:nth6"
-        with failpoints(monkeypatch, plan):
+        with armed(monkeypatch, plan):
             threads = [threading.Thread(target=learner, args=(w,)) for w in range(6)]
             for t in threads:
                 t.start()

@@ -9,31 +9,17 @@ the stream (``.<stream>.jsonl.cut-<generation>``), never destroyed, and an erasu
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import journal
-import staging
-import staging._failpoints
 from journal import FileJournal, JournalCorrupt, JournalUnwritable, LineMarks
+from tests._helpers.failpoints import armed
 
 STREAM = "memory-learn"
-
-
-@contextlib.contextmanager
-def _failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
 
 
 def _acknowledged(root: Path, count: int = 3) -> tuple[str, journal.Lease, Path, list[journal.Record]]:
@@ -146,7 +132,7 @@ def test_a_failed_sync_keeps_the_refused_line_aside_and_an_erasure_rewrites_its_
     jr = FileJournal(tmp_path)
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, STREAM, {"text": "kept finding"}, key="a")
-    with _failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
         jr.append(lease, STREAM, {"text": "secret finding"}, key="b")
     retried = jr.append(lease, STREAM, {"text": "secret finding"}, key="b")
     path = jr.stream_path(info.run_id, STREAM)

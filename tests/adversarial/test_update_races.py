@@ -6,7 +6,6 @@ lost to a forget never comes back (sync, check --repair)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import journal
 import memory
-from tests.conftest import ROOT
+from tests._helpers.failpoints import child_env, run_armed
 
 UPDATER = r"""
 import sys, memory
@@ -29,15 +28,11 @@ with memory.MemoryStore(db) as store, store.session(scope="s", flow=f"w{who}") a
 """
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
-
-
 def _updaters(db: Path, memory_id: str, procs: int, each: int) -> list[subprocess.Popen[str]]:
     return [
         subprocess.Popen(
             [sys.executable, "-c", UPDATER, str(db), memory_id, str(w), str(each)],
-            env=_env(),
+            env=child_env(),
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -116,10 +111,10 @@ def test_an_update_killed_after_it_lost_to_a_forget_never_comes_back(tmp_path: P
     db = tmp_path / "history.db"
     with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
         memory_id = session.learn({"text": "version one"}).key
-    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep3000,memory.after_append=kill"}
+    failpoints = "memory.before_stage=sleep3000,memory.after_append=kill"
     updater = subprocess.Popen(
         [sys.executable, "-c", KILLED_UPDATE, str(db), memory_id],
-        env=_env(failpoints),
+        env=child_env(failpoints),
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -148,15 +143,7 @@ def test_an_update_killed_after_its_commit_on_a_file_journal_leaves_one_live_ver
     db = tmp_path / "history.db"
     with memory.MemoryStore(db) as store, store.session(scope="s", flow="prep") as session:
         memory_id = session.learn({"text": "version one"}).key
-    argv = [sys.executable, "-c", KILLED_UPDATE, str(db), memory_id]
-    out = subprocess.run(
-        argv,
-        env=_env({"FLOWS_FAILPOINTS": "memory.after_append=kill"}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = run_armed("memory.after_append=kill", KILLED_UPDATE, str(db), memory_id)
     assert out.returncode == -9 and "ACK" not in out.stdout, out.stderr[-2000:]
     with memory.MemoryStore(db) as store:
         backend = store.open_journal()
@@ -191,9 +178,9 @@ def test_a_langgraph_read_killed_while_refreshing_a_deleted_item_never_brings_it
     ns, ttl = ("users", "u1"), {"refresh_on_read": True, "default_ttl": 60}
     with JournalStore(db=str(db), ttl=ttl) as store:
         store.put(ns, "k", {"name": "alice", "secret": "s1"}, ttl=60)
-    failpoints = {"FLOWS_FAILPOINTS": "memory.before_stage=sleep3000,memory.after_append=kill"}
+    failpoints = "memory.before_stage=sleep3000,memory.after_append=kill"
     argv = [sys.executable, "-c", REFRESHING_READER, str(db)]
-    reader = subprocess.Popen(argv, env=_env(failpoints), stdout=subprocess.PIPE, text=True)
+    reader = subprocess.Popen(argv, env=child_env(failpoints), stdout=subprocess.PIPE, text=True)
     assert reader.stdout is not None and reader.stdout.readline().strip() == "OPEN"
     time.sleep(1.0)  # it has read the item and waits before staging the refresh
     with JournalStore(db=str(db), ttl=ttl) as store:

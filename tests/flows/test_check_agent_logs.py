@@ -10,8 +10,6 @@ size, time, generation, and which log), and ``--repair`` never removes one nor c
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,23 +18,12 @@ import pytest
 
 import memory
 import memory.ledger as ml
-import staging._failpoints
 from journal import JournalUnwritable, LineMarks
 from memory.ledger import ActivityLog, Ledger, Skipped, TickStarted
+from tests._helpers.failpoints import armed
 from tests.flows.helpers import flows
 
 LOGS = ("ledger", "activity")
-
-
-@contextlib.contextmanager
-def _failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
 
 
 def _append(sail: Path, log: str, n: int) -> None:
@@ -76,7 +63,7 @@ def test_a_kept_cut_of_an_agents_log_is_listed_as_a_streams_is_and_repair_keeps_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log: str
 ) -> None:
     db, sail = _agent(tmp_path)
-    with _failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
         _append(sail, log, 9)
     path = _path(sail, log)
     (kept,) = path.parent.glob(f".{path.name}.cut-*")
@@ -102,7 +89,7 @@ def test_flows_check_lists_both_logs_kept_cuts_and_repair_leaves_them(
 ) -> None:
     db, sail = _agent(tmp_path)
     for log in LOGS:
-        with _failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
+        with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(JournalUnwritable):
             _append(sail, log, 9)
     kept = sorted(str(p) for log in LOGS for p in _path(sail, log).parent.glob(".*.cut-*"))
     assert len(kept) == 2

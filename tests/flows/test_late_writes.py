@@ -13,17 +13,14 @@ import pytest
 import flows
 import memory
 from journal import RunState
-from staging import _failpoints
+from tests._helpers.failpoints import armed
 
 
 @pytest.fixture
 def slow_flush(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every journal fsync takes a while: a late learn has time to commit before the run ends."""
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=sleep100")
-    _failpoints.reset()
-    yield
-    monkeypatch.delenv("FLOWS_FAILPOINTS")
-    _failpoints.reset()
+    with armed(monkeypatch, "linelog.before_fsync=sleep100"):
+        yield
 
 
 def test_a_learn_from_a_task_left_running_after_the_body_returned_is_refused(

@@ -9,9 +9,9 @@ import pytest
 import flows
 import journal
 import memory
-import staging._failpoints
 import staging._stage
 from journal import RunState
+from tests._helpers.failpoints import armed
 from tests.flows.helpers import check_invariants, journal_of, write_flow
 
 TWENTY = """
@@ -79,13 +79,8 @@ def test_a_run_is_marked_done_only_once_its_learned_names_are_durable(
     # fails the run is failed instead (a store open then restores any name a power loss took).
     db = tmp_path / "history.db"
     flow = write_flow(tmp_path / "twenty.py", TWENTY, 'scope="batch"')
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.before_flush_names=EIO")
-    staging._failpoints.reset()
-    try:
+    with armed(monkeypatch, "memory.before_flush_names=EIO"):
         result = flows.run(flow, db=db)
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
     assert result.state == RunState.FAILED
     assert isinstance(result.error, memory.Unwritable)
     assert journal_of(db).run(result.run_id).state is RunState.FAILED

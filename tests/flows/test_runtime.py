@@ -18,6 +18,7 @@ import flows
 import journal
 import memory
 from journal import RunState
+from tests._helpers.failpoints import armed
 from tests.conftest import ROOT
 from tests.flows.helpers import check_invariants, journal_of, json_of, write_flow
 from tests.flows.helpers import flows as flows_cli
@@ -80,23 +81,15 @@ def test_an_awaited_learn_whose_failure_the_body_handled_is_fine(tmp_path: Path)
 def test_a_failing_body_waits_for_its_in_flight_learn_before_the_root_is_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.after_append=sleep600")
-    import staging._failpoints
-
-    staging._failpoints.reset()
-
     async def body(f: flows.FlowContext) -> None:
         f.memory.learn({"text": "slow to publish"})
         await asyncio.sleep(0.05)
         raise RuntimeError("the body gave up")
 
-    try:
+    with armed(monkeypatch, "memory.after_append=sleep600"):
         started = time.monotonic()
         result = _run(body, tmp_path / "h.db", name="slow")
         elapsed = time.monotonic() - started
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
     assert result.state == RunState.FAILED
     assert elapsed >= 0.6  # the run waited for the learn to settle
     (found,) = memory.MemoryStore(tmp_path / "h.db").recall()

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import journal
 import staging
-import staging._failpoints
 from journal import LineLog, Record, RecordCodec
-
-
-@contextlib.contextmanager
-def failpoints(monkeypatch: pytest.MonkeyPatch, spec: str) -> Iterator[None]:
-    """``$FLOWS_FAILPOINTS`` = ``spec`` for the block, re-read before and after."""
-    monkeypatch.setenv("FLOWS_FAILPOINTS", spec)
-    staging._failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
+from tests._helpers.failpoints import armed
 
 
 def test_threads_appending_at_once_share_fsyncs_and_every_record_is_durable(
@@ -137,7 +123,7 @@ def test_a_failed_shared_fsync_takes_its_own_line_back_out(
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
     jr.append(lease, "s", {"n": 1})
-    with failpoints(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(journal.JournalUnwritable):
+    with armed(monkeypatch, "linelog.before_fsync=EIO:once"), pytest.raises(journal.JournalUnwritable):
         jr.append(lease, "s", {"n": 2}, key="two")
     assert [r.payload["n"] for r in jr.read(info.run_id, "s")] == [1]
     again = jr.append(lease, "s", {"n": 3}, key="two")
@@ -149,7 +135,7 @@ def test_a_failed_write_leaves_no_key_behind_for_a_record_never_written(
 ) -> None:
     jr = journal.FileJournal(tmp_path / "j")
     info, lease = jr.begin("f", "s", {})
-    no_space = failpoints(monkeypatch, "linelog.before_append=ENOSPC:once")
+    no_space = armed(monkeypatch, "linelog.before_append=ENOSPC:once")
     with no_space, pytest.raises(journal.JournalUnwritable):
         jr.append(lease, "s", {"n": 1}, key="k")
     assert list(jr.read(info.run_id, "s")) == []
@@ -172,7 +158,7 @@ def test_threads_queued_behind_a_writer_are_written_in_batches_with_one_lock_eac
         return real_write(self, records)
 
     monkeypatch.setattr(LineLog, "write_records", counted)
-    with failpoints(monkeypatch, "linelog.before_append=sleep5"):  # a slow writer: others queue
+    with armed(monkeypatch, "linelog.before_append=sleep5"):  # a slow writer: others queue
         threads = [
             threading.Thread(target=lambda w=w: [jr.append(lease, "s", {"w": w, "i": i}) for i in range(5)])
             for w in range(8)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import journal
-import staging
 from journal import JournalCorrupt, LineDamaged, LineLog, Record, RecordCodec
+from tests._helpers.failpoints import armed
 
 
 def _log(path: Path) -> LineLog[Record]:
@@ -187,13 +187,13 @@ def test_a_failed_append_leaves_no_part_of_its_line(tmp_path: Path, monkeypatch:
     _write(_log(path), 1)
     good = path.read_bytes()
     log = _log(path)
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "linelog.before_fsync=EIO")
-    staging.failpoint.__globals__["_plan"] = None  # re-read the variable
-    with pytest.raises(journal.JournalUnwritable), log.locked():
+    with (
+        armed(monkeypatch, "linelog.before_fsync=EIO"),
+        pytest.raises(journal.JournalUnwritable),
+        log.locked(),
+    ):
         log.recover()
         log.append(_rec(2))
-    monkeypatch.delenv("FLOWS_FAILPOINTS")
-    staging.failpoint.__globals__["_plan"] = None
     assert path.read_bytes() == good
     assert os.path.getsize(path) == len(good)
 

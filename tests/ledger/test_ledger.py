@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,8 @@ import journal
 import memory.ledger as ml
 from journal import JournalCorrupt
 from memory.ledger import Acted, Amount, LastAct, Ledger, LedgerInvalidEntry, Outcome, Skipped
-from tests.conftest import ROOT, run_python
+from tests._helpers.failpoints import child_env
+from tests.conftest import run_python
 from tests.ledger.test_entries import TOKEN_IN, TOKEN_OUT
 
 
@@ -113,7 +113,7 @@ while True:
 
 @pytest.mark.slow
 def test_appends_killed_mid_flight_leave_only_whole_lines_after_recovery(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "linelog.before_fsync=sleep2"}
+    env = child_env("linelog.before_fsync=sleep2")
     for _ in range(3):
         proc = subprocess.Popen([sys.executable, "-c", _APPENDER, str(tmp_path)], env=env)
         try:

@@ -10,7 +10,7 @@ import pytest
 
 import memory
 from memory._reaper import REAPER
-from staging import _failpoints
+from tests._helpers.failpoints import arm, disarm
 
 
 class Clock:
@@ -75,13 +75,11 @@ class Failpoints:
 
     def set(self, plan: str) -> None:
         """Arm ``plan`` (``name=ACTION[,...]``); an empty plan disarms every failpoint."""
-        self._monkeypatch.setenv("FLOWS_FAILPOINTS", plan)
-        _failpoints.reset()
+        arm(self._monkeypatch, plan)
 
 
 @pytest.fixture
 def failpoints(monkeypatch: pytest.MonkeyPatch) -> Iterator[Failpoints]:
     """Failpoints armed in-process for one test, disarmed afterwards."""
     yield Failpoints(monkeypatch)
-    monkeypatch.delenv("FLOWS_FAILPOINTS", raising=False)
-    _failpoints.reset()
+    disarm(monkeypatch)

@@ -17,6 +17,7 @@ import pytest
 
 import journal
 import memory
+from tests._helpers.failpoints import run_armed
 from tests.conftest import ROOT
 from tests.memory.conftest import Clock
 
@@ -77,15 +78,7 @@ def _erase_killed_at(store: memory.MemoryStore, location: str, key: str, point: 
         with store.session(scope="cli") as s:
             s.erase({key!r}, reason="killed")
         """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": f"{point}=kill"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_armed(f"{point}=kill", textwrap.dedent(code), cwd=ROOT)
     assert done.returncode == -9, done.stderr
 
 
@@ -456,15 +449,7 @@ def test_an_erase_finds_its_content_in_a_leftover_larger_than_any_bound(tmp_path
         with store.session(scope="alice") as s:
             s.forget({big.key!r}, reason="killed while its file was set aside")
         """
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.after_set_aside=kill"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_armed("memory.after_set_aside=kill", textwrap.dedent(code), cwd=ROOT)
     assert done.returncode == -9, done.stderr
     left = [Path(p) for p in _files_holding(tmp_path / "store", MARK)]
     assert any(p.name.startswith(".") and p.stat().st_size > 4 << 20 for p in left), left

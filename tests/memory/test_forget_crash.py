@@ -9,7 +9,6 @@ process, returns the finding, no learned file of it is left, and ``flows check``
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import signal
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import memory
-from tests.conftest import ROOT, run_python
+from tests._helpers.failpoints import child_env
+from tests.conftest import run_python
 from tests.pg_fixtures import _drop, admin_connection, server_dsn, with_schema
 from tests.reliability.failpoints import failpoint_names
 
@@ -187,7 +187,7 @@ def _race(db: Path, location: str) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _LEARN_OR_FORGET, str(db), location, role, key, start],
-            env={**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": ""},
+            env=child_env(""),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import journal
 import memory
-from staging import _failpoints
+from tests._helpers.failpoints import armed
 from tests.flows.helpers import flows, json_of
 
 
@@ -93,16 +92,9 @@ def test_an_empty_filter_is_refused(store: memory.MemoryStore) -> None:
     assert _retire_records(store) == []
 
 
-@contextlib.contextmanager
-def _crash_after_the_append(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _crash_after_the_append(monkeypatch: pytest.MonkeyPatch) -> contextlib.AbstractContextManager[None]:
     """The forget fails right after its record is durable, before any retired file is published."""
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.after_append=EIO")
-    _failpoints.reset()
-    try:
-        yield
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        _failpoints.reset()
+    return armed(monkeypatch, "memory.after_append=EIO")
 
 
 def test_a_crash_after_the_record_loses_nothing_of_it(

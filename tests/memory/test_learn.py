@@ -17,7 +17,7 @@ import pytest
 
 import journal
 import memory
-from tests.conftest import ROOT
+from tests._helpers.failpoints import child_env
 from tests.memory.conftest import Clock, Failpoints, learned_files, stages
 
 FINDING = {"text": "the cache is cold at dawn", "tags": ["cache", "ops"]}
@@ -302,8 +302,7 @@ def test_processes_learning_one_finding_converge_on_the_first_commit(
     root: memory.RootRun, db: Path, tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FLOWS_FAILPOINTS", None)
+    env = child_env(drop=("FLOWS_FAILPOINTS",))
     procs = [
         subprocess.Popen(
             [

@@ -10,17 +10,15 @@ from pathlib import Path
 import pytest
 
 import memory
-from staging import _failpoints
+from tests._helpers.failpoints import arm, disarm
 from tests.memory.conftest import Clock, stages
 
 
 @pytest.fixture
 def failing_after_the_commit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "memory.after_append=EIO")
-    _failpoints.reset()
+    arm(monkeypatch, "memory.after_append=EIO")
     yield
-    monkeypatch.delenv("FLOWS_FAILPOINTS", raising=False)
-    _failpoints.reset()
+    disarm(monkeypatch)
 
 
 def test_a_learn_failing_after_its_commit_leaves_no_stage_and_its_commit_is_published_later(
@@ -33,8 +31,7 @@ def test_a_learn_failing_after_its_commit_leaves_no_stage_and_its_commit_is_publ
     store.close()
     folders = memory.scope_dirs(db)
     assert folders and all(stages(folder) == [] for folder in folders)
-    monkeypatch.delenv("FLOWS_FAILPOINTS")
-    _failpoints.reset()
+    disarm(monkeypatch)
     with memory.MemoryStore(db, journal=journal_location, clock=Clock()) as again:
         again.sync()
         assert [e.text for e in again.recall(scope="team")] == ["the pump was replaced on Tuesday"]

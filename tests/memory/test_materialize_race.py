@@ -8,7 +8,6 @@ would publish them after its scan.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -16,8 +15,7 @@ from pathlib import Path
 
 import memory
 from memory._syncing import scan_journal
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._helpers.failpoints import child_env
 
 
 def _files(db: Path) -> set[str]:
@@ -78,12 +76,7 @@ def test_an_update_between_a_materializes_look_and_its_renames_leaves_no_stray_o
         first = s.learn({"text": "the first version"})
     [lost] = [p for p in db.parent.rglob(f"{first.key}.json") if "retired" not in p.parts]
     lost.unlink()  # a lost file: materialize's to publish again
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "FLOWS_FAILPOINTS": "memory.before_publish_batch=sleep4000",
-    }
-    env.pop("FLOWS_JOURNAL", None)
+    env = child_env("memory.before_publish_batch=sleep4000", drop=("FLOWS_JOURNAL",))
     proc = subprocess.Popen(
         [sys.executable, "-c", _MATERIALIZE, str(db)], env=env, stdout=subprocess.PIPE, text=True
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import memory
+from tests._helpers.failpoints import run_armed
 from tests.conftest import ROOT
 
 OLD = {"text": "the bridge closes at ten", "tags": ["bridge"]}
@@ -32,19 +33,7 @@ print("returned", flush=True)
 
 def _killed_update(db: Path, journal: str, memory_id: str) -> None:
     """The update of ``memory_id`` in a child SIGKILLed between the retirement and the rename."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "FLOWS_FAILPOINTS": "memory.after_retire_replaced=kill",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _UPDATE, str(db), journal, memory_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_armed("memory.after_retire_replaced=kill", _UPDATE, str(db), journal, memory_id)
     assert done.returncode == -9, (done.returncode, done.stderr[-2000:])
     assert "returned" not in done.stdout
 

@@ -10,16 +10,12 @@ update.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import memory
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._helpers.failpoints import run_armed
 
 _UPDATE = """
 import sys
@@ -41,16 +37,7 @@ def test_an_update_killed_after_any_rename_never_leaves_two_live_versions(tmp_pa
     store = memory.MemoryStore(db)  # a reader that stays open across the kill
     with store.session(scope="team") as s:
         mid = s.learn({"text": "the first version"}).memory_id
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": f"staging.after_rename=kill:nth{nth}"}
-    env.pop("FLOWS_JOURNAL", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _UPDATE, str(db), mid],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_armed(f"staging.after_rename=kill:nth{nth}", _UPDATE, str(db), mid, drop=("FLOWS_JOURNAL",))
     assert done.returncode in (0, -9), done.stderr[-2000:]
     killed = done.returncode == -9
     with memory.MemoryStore(db) as fresh:

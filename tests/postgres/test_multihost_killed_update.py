@@ -6,16 +6,12 @@ version, both hosts agree on it, and what was answered is never lost."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import memory
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests._helpers.failpoints import run_armed
 
 _KILLED = """
 import sys
@@ -43,9 +39,8 @@ def test_an_update_killed_after_its_commit_leaves_one_live_version_on_every_host
     with a.session(scope="team") as s:
         mid = s.learn({"text": "v1"}).memory_id
     a.close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.after_append=kill"}
-    argv = [sys.executable, "-c", _KILLED, postgres_dsn, str(tmp_path / "a" / "history.db"), mid]
-    killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    a_db = str(tmp_path / "a" / "history.db")
+    killed = run_armed("memory.after_append=kill", _KILLED, postgres_dsn, a_db, mid)
     assert killed.returncode == -9 and "ACK" not in killed.stdout, killed.stderr[-2000:]
 
     b = _host(tmp_path, "b", postgres_dsn)  # its open publishes the interrupted run's commit

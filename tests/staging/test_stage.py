@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import staging
+from tests._helpers.failpoints import armed
 
 
 def _visible(directory: Path) -> list[str]:
@@ -62,15 +63,10 @@ def test_a_destination_that_is_not_a_directory_raises_and_leaves_nothing(tmp_pat
 
 
 def test_a_failing_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLOWS_FAILPOINTS", "staging.before_fsync=ENOSPC")
-    staging._failpoints.reset()
-    try:
+    with armed(monkeypatch, "staging.before_fsync=ENOSPC"):
         with pytest.raises(staging.StageFailed) as err:
             staging.stage(tmp_path, b"x" * 10000)
         assert err.value.errno == 28
-    finally:
-        monkeypatch.delenv("FLOWS_FAILPOINTS")
-        staging._failpoints.reset()
     assert os.listdir(tmp_path) == []
 
 
