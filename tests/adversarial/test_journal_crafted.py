@@ -8,7 +8,6 @@ for every operation that reads them: never a ``KeyError``, ``TypeError`` or ``Va
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ import orjson
 import pytest
 
 import journal
-from journal import FileJournal, JournalCorrupt, RunState
+from journal import FileJournal, JournalCorrupt
+from tests._helpers.crafted import left_running, line, run_json_readers
 
 GOOD_RUN = {
     "runId": "RUN",
@@ -77,23 +77,7 @@ CRAFTED_RUNS: dict[str, Any] = {
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> tuple[Path, str, journal.Lease]:
-    jr = FileJournal(tmp_path / "j")
-    info, lease = jr.begin("f", "s", {})
-    jr.append(lease, "s", {"n": 1})
-    jr.release(lease)  # as a crashed holder would leave it
-    jr.close()
-    return tmp_path / "j", info.run_id, lease
-
-
-def _operations(root: Path, run_id: str, lease: journal.Lease) -> dict[str, Callable[[], object]]:
-    """Each reads ``run.json`` in a fresh journal object (another process's first look)."""
-    return {
-        "run": lambda: FileJournal(root).run(run_id),
-        "runs": lambda: FileJournal(root).runs(),
-        "acquire": lambda: FileJournal(root).acquire(run_id),
-        "append": lambda: FileJournal(root).append(lease, "s", {"n": 2}),
-        "finish": lambda: FileJournal(root).finish(lease, RunState.DONE),
-    }
+    return left_running(tmp_path / "j", {})
 
 
 @pytest.mark.parametrize("shape", sorted(CRAFTED_RUNS))
@@ -106,7 +90,7 @@ def test_a_run_json_of_the_wrong_shape_is_journal_corrupt_naming_the_run_and_the
         crafted = {**crafted, "runId": run_id}
     path = root / "runs" / run_id / "run.json"
     path.write_bytes(orjson.dumps(crafted))
-    for name, operation in _operations(root, run_id, lease).items():
+    for name, operation in run_json_readers(root, run_id, lease).items():
         with pytest.raises(JournalCorrupt) as err:
             operation()
         assert (err.value.code, err.value.path) == ("journal_corrupt", path), name
@@ -122,12 +106,6 @@ def test_a_huge_run_json_is_refused_without_reading_it_all(run_dir: tuple[Path, 
     path.write_bytes(b'{"meta": "' + b"x" * (17 * 1024 * 1024) + b'"}')
     with pytest.raises(JournalCorrupt, match="larger than"):
         FileJournal(root).run(run_id)
-
-
-def _line(body: dict[str, Any] | list[Any]) -> bytes:
-    """A line with a valid checksum around ``body`` (an object, or whatever the codec frames)."""
-    raw = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    return raw[:-1] + b',"crc":"%08x"}' % zlib.crc32(raw)
 
 
 GOOD_RECORD = {"id": "00112233aabbccdd", "key": None, "payload": {"n": 2}, "seq": 2, "ts": 1}
@@ -177,7 +155,7 @@ def test_a_checksummed_line_that_is_not_a_record_is_journal_corrupt_naming_its_l
     crafted = {**CRAFTED_LINES[shape]}
     if type(crafted.get("seq")) is int and crafted["seq"] == 2 and where == "last":
         crafted["seq"] = 3
-    lines[index] = _line(crafted) + b"\n"
+    lines[index] = line(crafted) + b"\n"
     path.write_bytes(b"".join(lines))
     operations: dict[str, Callable[[], object]] = {
         "read": lambda: FileJournal(jr.root).read(run_id, "s"),
@@ -209,7 +187,7 @@ def test_a_checksummed_line_over_the_cap_is_journal_corrupt_naming_its_line(
     jr, run_id, lease, path = stream
     lines = path.read_bytes().splitlines(keepends=True)
     huge = "x" * (journal.MAX_PAYLOAD_BYTES + 65536)  # past any line an append writes
-    lines[1] = _line({**GOOD_RECORD, "payload": {"a": huge}}) + b"\n"
+    lines[1] = line({**GOOD_RECORD, "payload": {"a": huge}}) + b"\n"
     path.write_bytes(b"".join(lines))
     operations: dict[str, Callable[[], object]] = {
         "read": lambda: FileJournal(jr.root).read(run_id, "s"),

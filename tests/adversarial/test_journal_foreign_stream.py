@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 import journal
 from journal import FileJournal, JournalCorrupt
+from tests._helpers.crafted import unbind_stream
 from tests.adversarial.test_journal_old_format import as_older_run
 
 STREAM = "steps"
@@ -144,21 +144,11 @@ def test_an_unkeyed_record_alone_is_refused_too(tmp_path: Path) -> None:
         FileJournal(root).read(run_id, STREAM)
 
 
-def _unbound(path: Path) -> None:
-    """Rewrite every line's checksum as a version that did not bind it to its run and stream wrote
-    it (the CRC-32 of the line alone), keeping each line's length."""
-    lines = []
-    for line in path.read_bytes().splitlines():
-        body = line[: -len(b',"crc":"00000000"}')] + b"}"
-        lines.append(body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body) + b"\n")
-    path.write_bytes(b"".join(lines))
-
-
 def test_a_stream_written_before_checksums_named_their_run_reads_in_its_own_run(tmp_path: Path) -> None:
     root = tmp_path / "j"
     run_id, src, records = _source(root, finish=False)
     bound = src.read_bytes()
-    _unbound(src)
+    unbind_stream(src)
     as_older_run(root, run_id)  # and its run, begun by that version
     assert src.read_bytes() != bound and len(src.read_bytes()) == len(bound)
     assert FileJournal(root).read(run_id, STREAM) == records
@@ -176,7 +166,7 @@ def test_a_keyed_record_of_such_a_stream_copied_into_another_run_is_refused_by_i
     its key gives there."""
     root = tmp_path / "j"
     _, src, _ = _source(root)
-    _unbound(src)
+    unbind_stream(src)
     run_id, _, dst = _target(root)
     _place(src, dst, "copied", "below")
     with pytest.raises(JournalCorrupt) as err:

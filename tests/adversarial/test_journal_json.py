@@ -10,7 +10,6 @@ PostgreSQL bigint holds, or a number silently other than the one on disk. Each i
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import orjson
 import pytest
 
 from journal import FileJournal, JournalCorrupt, JournalPayloadInvalid, LineLog, LineMarks, RecordCodec
+from tests._helpers.crafted import seal
 
 STREAM = "s"
 CRAFTED = {
@@ -38,7 +38,7 @@ def _nested(levels: int) -> object:
 
 def _line(payload: bytes) -> bytes:
     body = b'{"id":"abcdef0123456789","key":"k1","payload":{"x":' + payload + b'},"seq":2,"ts":1}'
-    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
+    return seal(body)
 
 
 def _stream_with(root: Path, line: bytes, *, acknowledged: bool) -> tuple[str, Path]:

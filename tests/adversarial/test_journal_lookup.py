@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from journal import FileJournal, JournalCorrupt, Record
+from tests._helpers.crafted import line, sealed_slot
 
 STREAM = "memory-learn"
 
@@ -26,19 +25,15 @@ STREAM = "memory-learn"
 def _line(rid: str, seq: int, payload: dict[str, Any], key: str | None = None, *, run_id: str = "") -> bytes:
     """A line as this version writes it for ``run_id``'s stream (its checksum names them); without
     ``run_id``, as a version before that did (the checksum of the line alone)."""
-    body = orjson.dumps(
-        {"id": rid, "key": key, "payload": payload, "seq": seq, "ts": 1_700_000_000_000},
-        option=orjson.OPT_SORT_KEYS,
-    )
-    crc_start = zlib.crc32(f"{run_id}\0{STREAM}\0".encode()) if run_id else 0
-    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body, crc_start)
+    record = {"id": rid, "key": key, "payload": payload, "seq": seq, "ts": 1_700_000_000_000}
+    return line(record, run_id, STREAM)
 
 
 def _set_mark(path: Path, value: int) -> None:
     """Write the log's plain watermark (what a sync covered) as the log itself does."""
     raw = struct.pack("<Q", value)
     with open(f"{path}.lock", "r+b") as f:
-        f.write(raw + zlib.crc32(raw).to_bytes(4, "little"))
+        f.write(sealed_slot(raw))
 
 
 def _mark(path: Path) -> int:

@@ -13,7 +13,6 @@ record), a lookup by hint, ``hints``, ``find`` and ``flows check`` (``--repair``
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -24,25 +23,14 @@ import pytest
 import journal
 import memory
 from journal import FileJournal, JournalCorrupt, LineLog, LineMarks, Record, RecordCodec
+from tests._helpers.crafted import unbind_stream, unbound
 from tests.flows.helpers import flows
 
 STREAM = "notes"
-_TAIL = len(b',"crc":"00000000"}')
-
-
-def _unbound(line: bytes) -> bytes:
-    """``line`` as a version before checksums named their run and stream wrote it (same length)."""
-    body = line[:-_TAIL] + b"}"
-    return body[:-1] + b',"crc":"%08x"}' % zlib.crc32(body)
 
 
 def _is_unbound(line: bytes) -> bool:
-    return _unbound(line) == line
-
-
-def _old_stream(path: Path) -> None:
-    """Rewrite every line of the stream at ``path`` in the old format."""
-    path.write_bytes(b"".join(_unbound(x) + b"\n" for x in path.read_bytes().splitlines()))
+    return unbound(line) == line
 
 
 def as_older_run(root: Path, run_id: str) -> None:
@@ -74,7 +62,7 @@ def _run(
 def _copied_old_line(root: Path, seq: int) -> bytes:
     """Line ``seq`` of another run's stream, unkeyed and written by an old version."""
     _, _, path = _run(root, [{"n": f"elsewhere {i}"} for i in range(1, seq + 1)], [None] * seq)
-    _old_stream(path)
+    unbind_stream(path)
     return path.read_bytes().splitlines()[seq - 1]
 
 
@@ -195,7 +183,7 @@ def _genuine_old_stream(root: Path) -> tuple[str, journal.Lease, Path, list[Reco
     payloads: list[dict[str, object]] = [{"n": n, "t": "a finding to erase"} for n in (1, 2, 3)]
     run_id, lease, path = _run(root, payloads, ["a", None, "b"])
     records = list(FileJournal(root).read(run_id, STREAM))
-    _old_stream(path)
+    unbind_stream(path)
     return run_id, lease, path, records
 
 

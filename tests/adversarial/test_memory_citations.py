@@ -14,6 +14,7 @@ import pytest
 
 import journal
 import memory
+from tests._helpers.crafted import sealed_slot
 from tests.adversarial.memory_support import Store, error_code, flows, populate, snapshot
 
 
@@ -123,7 +124,6 @@ def _poison_after_first(s: Store) -> None:
     whole and checksummed, but none of them counts as a record any more, while the kept hints
     still point at them."""
     import struct
-    import zlib
 
     from journal import FileJournal
 
@@ -138,9 +138,9 @@ def _poison_after_first(s: Store) -> None:
         none = 2**64 - 1
         packed = state.pack(first_end, generation, none, none, none, none, none, none)
         mark = struct.pack("<Q", first_end)  # the syncs' marks no higher than that point, as a
-        sealed = mark + zlib.crc32(mark).to_bytes(4, "little")  # failed first sync leaves them
+        sealed = sealed_slot(mark)  # failed first sync leaves them
         f.seek(0)
-        f.write(sealed + sealed + packed + zlib.crc32(packed).to_bytes(4, "little"))
+        f.write(sealed + sealed + sealed_slot(packed))
 
 
 def test_a_kept_hint_never_serves_a_file_whose_record_is_gone(tmp_path: Path) -> None:

@@ -18,16 +18,12 @@ import pytest
 
 import journal
 from journal import FileJournal, JournalCorrupt, RunState
+from tests._helpers.crafted import left_running, run_json_readers
 
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> tuple[Path, str, journal.Lease]:
-    jr = FileJournal(tmp_path / "j")
-    info, lease = jr.begin("f", "s", {"source": "flow.py"})
-    jr.append(lease, "s", {"n": 1})
-    jr.release(lease)  # as a crashed holder would leave it
-    jr.close()
-    return tmp_path / "j", info.run_id, lease
+    return left_running(tmp_path / "j", {"source": "flow.py"})
 
 
 def _good(run_id: str, **meta: object) -> bytes:
@@ -78,17 +74,6 @@ CRAFTED: dict[str, Callable[[str], bytes]] = {
 }
 
 
-def _operations(root: Path, run_id: str, lease: journal.Lease) -> dict[str, Callable[[], object]]:
-    """Each reads ``run.json`` in a fresh journal object (another process's first look)."""
-    return {
-        "run": lambda: FileJournal(root).run(run_id),
-        "runs": lambda: FileJournal(root).runs(),
-        "acquire": lambda: FileJournal(root).acquire(run_id),
-        "append": lambda: FileJournal(root).append(lease, "s", {"n": 2}),
-        "finish": lambda: FileJournal(root).finish(lease, RunState.DONE),
-    }
-
-
 @pytest.mark.parametrize("case", sorted(CRAFTED))
 def test_a_run_json_the_journal_never_writes_is_journal_corrupt_naming_the_run_and_the_file(
     run_dir: tuple[Path, str, journal.Lease], case: str
@@ -98,7 +83,7 @@ def test_a_run_json_the_journal_never_writes_is_journal_corrupt_naming_the_run_a
     crafted = CRAFTED[case](run_id)
     assert crafted != _good(run_id)
     path.write_bytes(crafted)
-    for name, operation in _operations(root, run_id, lease).items():
+    for name, operation in run_json_readers(root, run_id, lease).items():
         with pytest.raises(JournalCorrupt) as err:
             operation()
         assert (err.value.code, err.value.path) == ("journal_corrupt", path), name
@@ -147,7 +132,7 @@ def test_run_json_that_is_no_regular_file_is_journal_corrupt_never_followed_nor_
         os.mkfifo(path)
     else:
         path.mkdir()
-    for name, operation in _operations(root, run_id, lease).items():
+    for name, operation in run_json_readers(root, run_id, lease).items():
         with pytest.raises(JournalCorrupt) as err:
             operation()
         assert (err.value.code, err.value.path) == ("journal_corrupt", path), name
