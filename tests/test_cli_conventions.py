@@ -11,7 +11,6 @@ import os
 import pty
 import re
 import select
-import selectors
 import shlex
 import shutil
 import signal
@@ -31,6 +30,7 @@ from memory.cli import expiry_ms, instant_ms, limit, shown
 from memory.ledger import Ledger, Skipped
 from sail._cli import build_parser as sail_parser
 from sail._config import EMBEDDED, SailConfig, save_config
+from tests._helpers.interrupts import read_until
 from tests.conftest import ROOT
 from tests.flows.helpers import write_flow
 
@@ -563,20 +563,6 @@ def test_every_sail_command_with_json_prints_only_json_on_stdout(tmp_path: Path)
     assert seen["demo"]["ledger"] == seen["ledger"][:6]  # type: ignore[index]
 
 
-def _wait_for(stream: int, text: bytes, proc: subprocess.Popen[bytes]) -> bytes:
-    """Read ``stream`` until ``text`` shows up (bounded by the test timeout)."""
-    seen = b""
-    with selectors.DefaultSelector() as selector:  # not select(): a descriptor past 1023 is fine here
-        selector.register(stream, selectors.EVENT_READ)
-        while text not in seen:
-            assert proc.poll() is None, seen
-            if selector.select(1.0):
-                chunk = os.read(stream, 4096)
-                assert chunk, seen
-                seen += chunk
-    return seen
-
-
 def test_ctrl_c_stops_flows_run_with_130_and_the_run_reads_interrupted(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     slow = write_flow(tmp_path / "slow.py", 'print("ready", flush=True)\nawait asyncio.sleep(600)')
@@ -587,7 +573,7 @@ def test_ctrl_c_stops_flows_run_with_130_and_the_run_reads_interrupted(tmp_path:
         env=_env(),
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
-        _wait_for(proc.stdout.fileno(), b"ready", proc)
+        read_until(proc, b"ready", stream=proc.stdout.fileno())
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
         err = proc.stderr.read().decode()
@@ -611,7 +597,7 @@ def test_ctrl_c_stops_a_sail_tick_waiting_for_its_chain_with_130(tmp_path: Path)
         ) as proc,
     ):
         assert proc.stdout is not None and proc.stderr is not None
-        seen = _wait_for(proc.stderr.fileno(), b"taking the embedded chain's lock", proc)
+        seen = read_until(proc, b"taking the embedded chain's lock")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
         rest = seen + proc.stderr.read()

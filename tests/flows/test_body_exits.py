@@ -4,7 +4,6 @@ recorded error, and the command exits non-zero with one diagnostic line."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 import flows
 import memory
 from journal import RunState
-from tests.conftest import ROOT
+from tests._helpers.failpoints import child_env
 from tests.flows.helpers import flows as flows_cli
 from tests.flows.helpers import journal_of, json_of
 
@@ -140,11 +139,9 @@ def test_ctrl_c_settles_in_flight_steps_exits_130_and_resume_does_not_repeat_the
     flow.write_text(CTRL_C)
     counter = tmp_path / "counter.txt"
     started = Path(str(counter) + ".started")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FLOWS_JOURNAL", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows", "run", str(flow), "--input", f'"{counter}"', "--db", str(db)],
-        env=env,
+        env=child_env(drop=("FLOWS_JOURNAL",)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +20,10 @@ import orjson
 import pytest
 
 from flows._steps import Step, settle
-from tests.conftest import ROOT
+from tests._helpers.interrupts import cli_env, finish, read_until
 from tests.flows.helpers import flows, write_flow
 
 SLOW_LEARNS = "memory.before_stage=sleep1000"  # each learn waits a second before it stages a byte
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWS_", "_ARGCOMPLETE"))}
-    return {**env, "PYTHONPATH": str(ROOT), "TZ": "UTC", **extra}
 
 
 def _popen(db: Path, *args: str, pass_fds: tuple[int, ...] = (), **env: str) -> subprocess.Popen[bytes]:
@@ -38,40 +31,9 @@ def _popen(db: Path, *args: str, pass_fds: tuple[int, ...] = (), **env: str) -> 
         [sys.executable, "-m", "flows", *args, "--db", str(db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=_env(**env),
+        env=cli_env(TZ="UTC", **env),
         pass_fds=pass_fds,
     )
-
-
-def _read_until(proc: subprocess.Popen[bytes], text: bytes, seen: bytes = b"") -> bytes:
-    """stderr (after what was ``seen``) until ``text`` shows up, for at most a generous minute."""
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 60
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stderr.fileno(), selectors.EVENT_READ)
-        while text not in seen:
-            assert proc.poll() is None, seen
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError(f"{text!r} never came; stderr so far: {seen!r}")
-            if selector.select(1.0):
-                chunk = os.read(proc.stderr.fileno(), 4096)
-                assert chunk, seen
-                seen += chunk
-    return seen
-
-
-def _finish(proc: subprocess.Popen[bytes], seen: bytes = b"") -> tuple[int, list[str], bytes]:
-    assert proc.stderr is not None and proc.stdout is not None
-    try:
-        status = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:  # it did not stop: a failure, not a test left hanging
-        proc.kill()
-        proc.wait()
-        raise AssertionError(f"still running a minute after its Ctrl-C: {proc.args}") from None
-    err = (seen + proc.stderr.read()).decode()
-    assert "Traceback" not in err and "Exception ignored" not in err, err
-    return status, err.splitlines(), proc.stdout.read()
 
 
 def _runs(db: Path) -> list[dict[str, Any]]:
@@ -98,7 +60,7 @@ def test_a_ctrl_c_with_learns_in_flight_says_at_once_how_many_it_finishes_and_wh
     db = tmp_path / "h.db"
     flow = _learning_flow(tmp_path, 24, interrupt_itself=True)
     with _popen(db, "run", str(flow), FLOWS_FAILPOINTS=SLOW_LEARNS) as proc:
-        status, lines, out = _finish(proc)
+        status, lines, out = finish(proc)
     assert (status, out) == (130, b""), lines
     (run,) = _runs(db)
     run_id = run["runId"]
@@ -124,11 +86,11 @@ def test_a_second_ctrl_c_stops_waiting_the_run_reads_interrupted_and_resume_lear
     db = tmp_path / "h.db"
     flow = _learning_flow(tmp_path, 200, interrupt_itself=False)  # 25 s of learns on 8 threads
     with _popen(db, "run", str(flow), FLOWS_FAILPOINTS=SLOW_LEARNS) as proc:
-        seen = _read_until(proc, b"learning\n")
+        seen = read_until(proc, b"learning\n")
         proc.send_signal(signal.SIGINT)
-        seen = _read_until(proc, b"Ctrl-C again to stop at once", seen)
+        seen = read_until(proc, b"Ctrl-C again to stop at once", seen)
         proc.send_signal(signal.SIGINT)
-        status, lines, out = _finish(proc, seen)
+        status, lines, out = finish(proc, seen)
     assert (status, out) == (130, b""), lines
     (run,) = _runs(db)
     assert run["state"] == "interrupted"
@@ -156,9 +118,9 @@ def test_a_flow_file_that_hangs_at_import_is_named_and_one_ctrl_c_stops_it(
     with _popen(db, "run", str(flow), *json_flag, pass_fds=(read_end,), HANG_FD=str(read_end)) as proc:
         os.close(read_end)
         try:
-            seen = _read_until(proc, b"Ctrl-C stops it\n")
+            seen = read_until(proc, b"Ctrl-C stops it\n")
             proc.send_signal(signal.SIGINT)
-            status, lines, out = _finish(proc, seen)
+            status, lines, out = finish(proc, seen)
         finally:
             os.close(write_end)  # whatever happened, the file's read ends and so does the process
     assert (status, out) == (130, b""), lines
@@ -212,9 +174,9 @@ def test_a_resume_whose_flow_file_hangs_at_import_names_it_and_one_ctrl_c_leaves
     with _popen(db, *argv, pass_fds=(read_end,), HANG_FD=str(read_end)) as proc:
         os.close(read_end)
         try:
-            seen = _read_until(proc, b"Ctrl-C stops it\n")
+            seen = read_until(proc, b"Ctrl-C stops it\n")
             proc.send_signal(signal.SIGINT)
-            status, lines, _ = _finish(proc, seen)
+            status, lines, _ = finish(proc, seen)
         finally:
             os.close(write_end)
     assert status == 130, lines

@@ -8,9 +8,7 @@ the activity log recorded stays, and the next ticks resolve the swap from the ch
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,36 +17,13 @@ import pytest
 
 from memory.ledger import ActivityLog, DispatchSigned, TickFinished
 from sail._node import AnvilNode
-from tests.conftest import ROOT
+from tests._helpers.interrupts import one_line_130, run_cli, sigint_stubs
 from tests.sail.test_anvil_dispatch import UNSENT_AFTER, Agent
-
-SIGINT_ON_IMPORT = "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(30)\n"
 
 
 def _sail(home: Path, *args: str, stubs: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    path = os.pathsep.join([*([str(stubs)] if stubs else []), str(ROOT)])
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWS_", "SAIL_", "_ARGCOMPLETE"))}
-    return subprocess.run(
-        [sys.executable, "-m", "sail", *args, "--home", str(home)],
-        capture_output=True,
-        text=True,
-        env={**full, "PYTHONPATH": path, **env},
-        timeout=180,
-        check=False,
-    )
-
-
-def _one_line(result: subprocess.CompletedProcess[str], *, as_json: bool) -> dict[str, object]:
-    assert result.returncode == 130, result.stderr
-    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    if as_json:
-        shown: dict[str, object] = orjson.loads(lines[0])
-        assert shown["code"] == "interrupted", shown
-        return shown
-    assert lines[0].startswith("sail: error[interrupted]: interrupted (Ctrl-C)"), lines
-    return {"message": lines[0]}
+    strip = ("FLOWS_", "SAIL_", "_ARGCOMPLETE")
+    return run_cli("sail", *args, "--home", str(home), stubs=stubs, strip=strip, timeout=180, **env)
 
 
 @pytest.fixture
@@ -68,10 +43,7 @@ def home(tmp_path: Path) -> Path:
 def stubs(tmp_path: Path) -> Iterator[Path]:
     """A folder whose ``orjson`` interrupts its own process as it is imported (``sail._cli`` imports
     it through ``memory.cli``, before the command line is there to catch a Ctrl-C)."""
-    folder = tmp_path / "stubs"
-    folder.mkdir()
-    (folder / "orjson.py").write_text(SIGINT_ON_IMPORT)
-    yield folder
+    yield sigint_stubs(tmp_path / "stubs", "orjson")
 
 
 @pytest.mark.parametrize("as_json", [False, True])
@@ -81,7 +53,7 @@ def test_ctrl_c_while_sail_imports_its_command_line_is_one_line_and_130(
 ) -> None:
     """Before: a traceback of the import, then the interpreter's own exit for a KeyboardInterrupt."""
     result = _sail(tmp_path, command, *(["--json"] if as_json else []), stubs=stubs)
-    shown = _one_line(result, as_json=as_json)
+    shown = one_line_130(result, "sail", as_json=as_json)
     assert result.stdout == ""
     assert "before the command began; nothing was read or written" in str(shown["message"])
     assert not (tmp_path / ".sail").exists()
@@ -92,7 +64,7 @@ def test_ctrl_c_as_sail_returns_is_one_line_and_130_after_its_output(home: Path,
     result = _sail(
         home, "status", *(["--json"] if as_json else []), FLOWS_FAILPOINTS="sail.cli_returned=sigint"
     )
-    shown = _one_line(result, as_json=as_json)
+    shown = one_line_130(result, "sail", as_json=as_json)
     assert ("lastConfirmed" if as_json else "last confirmed") in result.stdout  # printed whole, before
     assert "as the command ended; what it recorded in the ledger and activity log stays" in str(
         shown["message"]
@@ -104,11 +76,9 @@ def test_ctrl_c_while_a_tick_imports_web3_is_recorded_as_the_ticks_outcome(
 ) -> None:
     """Inside the command (``sail tick`` imports web3 once it has read the config and the key): the
     command line reports it, with the agent's words, and the tick's outcome is on record."""
-    folder = tmp_path / "stubs"
-    folder.mkdir()
-    (folder / "web3.py").write_text(SIGINT_ON_IMPORT)
+    folder = sigint_stubs(tmp_path / "stubs", "web3")
     result = _sail(home, "tick", stubs=folder, SAIL_PRIVATE_KEY="0x" + "44" * 32)
-    shown = _one_line(result, as_json=False)
+    shown = one_line_130(result, "sail", as_json=False)
     assert "what the ledger and activity log recorded stays as written" in str(shown["message"])
     (finished,) = [r for r in ActivityLog(home / ".sail").read() if isinstance(r, TickFinished)]
     assert (finished.outcome, finished.code) == ("failed", "interrupted")
