@@ -105,7 +105,7 @@ def finish(proc: subprocess.Popen[bytes], seen: bytes = b"") -> tuple[int, list[
     except subprocess.TimeoutExpired:  # it did not stop: a failure, not a test left hanging
         proc.kill()
         proc.wait()
-        raise AssertionError(f"still running a minute after its Ctrl-C: {proc.args}") from None
+        raise AssertionError(f"still running a minute after its Ctrl-C: {proc.args!r}") from None
     err = (seen + proc.stderr.read()).decode()
     assert "Traceback" not in err and "Exception ignored" not in err, err
     return status, err.splitlines(), proc.stdout.read()
