@@ -19,6 +19,7 @@ import pytest
 import memory
 from journal import JournalCorrupt
 from journal.postgres import PostgresJournal
+from tests._helpers.hosts import host, host_db
 from tests.postgres.conftest import OpenPg
 from tests.postgres.test_caps import CountingProxy
 
@@ -43,12 +44,12 @@ def test_a_fresh_stores_first_read_is_sent_the_retiring_commits_not_every_commit
     tmp_path: Path, postgres_dsn: str, proxy_dsn: tuple[str, CountingProxy]
 ) -> None:
     dsn, proxy = proxy_dsn
-    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     ids = []
     for run in range(4):  # several runs, each with commits
         with a.session(scope="team", flow=f"writer-{run}") as s:
             ids += [s.learn({"text": f"{run}-{i} " + "x" * BIG}).memory_id for i in range(10)]
-    b_db = tmp_path / "b" / "history.db"
+    b_db = host_db(tmp_path, "b")
     with memory.MemoryStore(b_db, journal=postgres_dsn) as b0:
         b0.sync()  # host B holds every version in its history DB
     with a.session(scope="team") as s:
@@ -164,11 +165,11 @@ def test_catch_up_after_the_first_is_sent_what_moved_and_still_publishes_what_an
     tmp_path: Path, postgres_dsn: str, proxy_dsn: tuple[str, CountingProxy]
 ) -> None:
     dsn, proxy = proxy_dsn
-    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     for n in range(100):  # a hundred runs with commits
         with a.session(scope="team", flow=f"writer-{n}") as s:
             s.learn({"text": f"finding {n}"})
-    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=dsn) as b:
+    with host(tmp_path, "b", dsn) as b:
         assert b.catch_up() == 100  # the first: a whole materialize
         b.recall(limit=1)  # and the retirements' first look, which lists every head once
         proxy.reset()
@@ -192,10 +193,10 @@ def test_a_retiring_commit_stored_in_other_json_does_not_escape_the_first_looks_
     spelling of a supersede; a commit stored in other, equally valid JSON escaped it (the version
     it retires read as live on a host that holds it) while a sync parses and honours it. Such a
     commit is found by its key in any JSON spelling."""
-    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     with a.session(scope="team") as s:
         old = s.learn({"text": "the first version"})
-    b_db = tmp_path / "b" / "history.db"
+    b_db = host_db(tmp_path, "b")
     with memory.MemoryStore(b_db, journal=postgres_dsn) as b0:
         b0.sync()  # host B holds the first version
     with a.session(scope="team") as s:

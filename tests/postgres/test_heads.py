@@ -13,6 +13,7 @@ import pytest
 import journal
 import memory
 from journal.postgres import PostgresJournal
+from tests._helpers.hosts import host, host_db
 from tests.postgres.conftest import OpenPg
 
 
@@ -22,11 +23,11 @@ def _ahead(mark: str, by: int) -> str:
 
 
 def test_a_fresh_store_honours_a_forget_whose_head_rows_are_gone(tmp_path: Path, postgres_dsn: str) -> None:
-    a_db = tmp_path / "a" / "history.db"
+    a_db = host_db(tmp_path, "a")
     with memory.MemoryStore(a_db, journal=postgres_dsn) as a, a.session(scope="team") as s:
         key = s.learn({"text": "the door code is 4711"}).key
         other = s.learn({"text": "lunch is at noon"}).key
-    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn) as b:
+    with host(tmp_path, "b", postgres_dsn) as b:
         b.materialize()
         with b.session(scope="team") as s:
             s.forget(key, reason="rotated")
@@ -89,14 +90,14 @@ def test_a_store_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, 
     under a number the store has read, another forget than the one it read. Once its mark no longer
     holds (the ids went back below it), the store reads every run again rather than trust the
     numbers it holds."""
-    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+    with host(tmp_path, "a", postgres_dsn) as a:
         with a.session(scope="team") as s:
             first = s.learn({"text": "the old door code"}).key
             second = s.learn({"text": "the new door code"}).key
             kept = s.learn({"text": "lunch is at noon"}).key
         with a.session(scope="team", flow="forget-first") as s:
             s.forget(first, reason="rotated")
-        b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
+        b = host(tmp_path, "b", postgres_dsn)
         b.materialize()
         assert {e.key for e in b.recall(scope="team")} == {second, kept}
         with a.session(scope="team", flow="forget-second") as s:
@@ -125,10 +126,10 @@ def test_a_store_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, 
 def test_catch_up_whose_mark_stops_holding_reads_every_run_again(tmp_path: Path, postgres_dsn: str) -> None:
     """After its mark stops holding (ids gone back, as after a restore), ``catch_up`` no longer
     trusts the heads it reached: it reads every run again and publishes what this host lacks."""
-    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+    with host(tmp_path, "a", postgres_dsn) as a:
         with a.session(scope="team") as s:
             key = s.learn({"text": "learned on host a"}).key
-        b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
+        b = host(tmp_path, "b", postgres_dsn)
         assert b.catch_up() == 1
         assert b.catch_up() == 0
         (learned,) = (tmp_path / "b").rglob(f"{key}.json")
@@ -245,12 +246,12 @@ def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
     """Host A reads (its look at the heads); host B forgets a finding, and B's forget run's heads
     row is deleted before A reads again, by an administrator or by a replica-role session (a
     logical-replication apply): A's next read still leaves the finding out."""
-    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as a:
+    with host(tmp_path, "a", postgres_dsn) as a:
         with a.session(scope="team") as s:
             key = s.learn({"text": "the door code is 4711"}).key
             other = s.learn({"text": "lunch is at noon"}).key
         assert {e.key for e in a.recall(scope="team")} == {key, other}
-        with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn) as b:
+        with host(tmp_path, "b", postgres_dsn) as b:
             b.materialize()
             with b.session(scope="team", flow="forget") as s:
                 s.forget(key, reason="rotated")

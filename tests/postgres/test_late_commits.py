@@ -32,6 +32,7 @@ from memory._finding import (
     retire_payload,
     validate,
 )
+from tests._helpers.hosts import host
 from tests.postgres.conftest import OpenPg
 
 _APPEND = "select o_status, o_seq from journal_append(%s, %s, %s, %s, %s, %s, %s)"
@@ -118,9 +119,9 @@ def test_a_forget_committed_late_is_honoured_by_a_host_that_saw_a_later_one(
     """Host B reads after host C's forget (a higher id) committed and before host A's (a lower id,
     begun first) did: B's next read honours A's forget too, and catch_up on B publishes a learn
     committed late the same way."""
-    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
-    b = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn)
-    c = memory.MemoryStore(tmp_path / "c" / "history.db", journal=postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
+    b = host(tmp_path, "b", postgres_dsn)
+    c = host(tmp_path, "c", postgres_dsn)
     with a.session(scope="team") as s:
         first = s.learn({"text": "the door code is 4711"}).key
         second = s.learn({"text": "the gate code is 1234"}).key

@@ -18,6 +18,7 @@ import pytest
 
 import journal
 import memory
+from tests._helpers.hosts import host_db
 from tests.conftest import ROOT
 from tests.flows.helpers import flows, json_of, write_flow
 
@@ -142,7 +143,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], seconds: float = 60) -> N
 def test_a_root_crashed_on_one_host_is_listed_resumed_and_recalled_on_the_other(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
-    host_a, host_b = tmp_path / "a" / "history.db", tmp_path / "b" / "history.db"
+    host_a, host_b = host_db(tmp_path, "a"), host_db(tmp_path, "b")
     flow = write_flow(tmp_path / "greek.py", _CRASHY, 'name="greek", scope="letters"')
     marker = tmp_path / "marker"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_TEST_MARKER": str(marker)}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import memory
+from tests._helpers.hosts import host
 
 MARK = "zqmultihosterase"
 
@@ -41,20 +42,20 @@ def _rows_holding(dsn: str, needle: str) -> int:
 def test_an_erase_on_b_of_what_a_learned_unsynced_leaves_a_no_trace_at_its_next_read_and_sync(
     tmp_path: Path, postgres_dsn: str, versions: int, whole: bool
 ) -> None:
-    a = memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     with a.session(scope="team") as s:
         first = s.learn({"text": f"{MARK} one: ana lives in oslo"})
         if versions == 2:
             s.update(first.memory_id, {"text": f"{MARK} two: ana lives in bergen"})
     assert [r.memory_id for r in a.recall(scope="team")] == [first.key]
-    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn) as b:
+    with host(tmp_path, "b", postgres_dsn) as b:
         assert b.recall(scope="team") == []  # B never synced: it holds nothing of the memory
         with b.session(scope="privacy") as s:
             erased = s.erase(first.key, reason="ana asked")
         assert len(erased.keys) == versions
     assert a.recall(scope="team") == []  # the process that learned it
     assert a.why("ana oslo bergen", scope="team") == []
-    with memory.MemoryStore(tmp_path / "a" / "history.db", journal=postgres_dsn) as fresh:
+    with host(tmp_path, "a", postgres_dsn) as fresh:
         assert fresh.recall(scope="team") == []  # a fresh one: never fails closed on the file
         assert fresh.why("ana oslo bergen", scope=None) == []
         fresh.sync(materialize=whole)  # never fails closed on the copy: removes it

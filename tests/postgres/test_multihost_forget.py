@@ -13,17 +13,14 @@ import psycopg
 import pytest
 
 import memory
-
-
-def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
-    return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
+from tests._helpers.hosts import two_hosts
 
 
 @pytest.mark.parametrize("synced_on_a", [False, True], ids=["unsynced", "synced"])
 def test_a_forget_on_b_is_honoured_by_the_next_read_and_learn_on_a(
     tmp_path: Path, postgres_dsn: str, synced_on_a: bool
 ) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="team") as s:
         key = s.learn({"text": "the door code is 4711", "tags": ["secret"]}).key
         other = s.learn({"text": "lunch is at noon"}).key
@@ -52,7 +49,7 @@ def test_a_forget_on_b_is_honoured_by_the_next_read_and_learn_on_a(
 
 
 def test_a_forget_by_filter_on_b_reaches_a(tmp_path: Path, postgres_dsn: str) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="users") as s:
         keys = [s.learn({"text": f"carol fact {i}", "metadata": {"user": "carol"}}).key for i in range(4)]
         dave = s.learn({"text": "dave fact", "metadata": {"user": "dave"}}).key
@@ -68,7 +65,7 @@ def test_a_forget_by_filter_on_b_reaches_a(tmp_path: Path, postgres_dsn: str) ->
 
 
 def test_a_supersede_of_a_finding_forgotten_elsewhere_is_refused(tmp_path: Path, postgres_dsn: str) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="docs") as s:
         key = s.learn({"text": "draft one"}).key
     b.materialize()
@@ -82,7 +79,7 @@ def test_a_supersede_of_a_finding_forgotten_elsewhere_is_refused(tmp_path: Path,
 
 
 def test_an_erase_on_b_leaves_nothing_on_a_after_its_next_sync(tmp_path: Path, postgres_dsn: str) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     mark = "ZQXHOSTERASE"
     with a.session(scope="users") as s:
         key = s.learn({"text": f"erin's address {mark}", "tags": ["addr"]}).key
@@ -111,7 +108,7 @@ def test_an_erase_on_a_reaches_a_commit_another_host_made_after_a_built_its_key_
 ) -> None:
     # A's key index of the shared journal is brought up to date by each host's newest record per
     # stream: a commit of the same finding that B made after A built the index is found and erased
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     mark = "ZQXLATERHOST"
     finding = {"text": f"frank's phone {mark}", "source": "crm"}
     with a.session(scope="users", flow="first") as s:
@@ -138,7 +135,7 @@ def test_an_erase_on_a_reaches_a_commit_another_host_made_after_a_built_its_key_
 def test_a_forget_by_filter_on_b_reaches_what_a_learned_and_b_never_synced(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="users") as s:
         carol = [s.learn({"text": f"carol fact {i}", "metadata": {"user": "carol"}}).key for i in range(3)]
         dave = s.learn({"text": "dave fact", "metadata": {"user": "dave"}}).key
@@ -159,7 +156,7 @@ def test_an_erase_on_b_leaves_nothing_on_a_after_a_sync_that_materializes_nothin
 ) -> None:
     # the LangGraph store syncs with materialize=False after its writes: that sync too removes the
     # copies (DB rows, files, stages) of what another host erased, once, as the erase records come
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     marks = ["ZQXQUIETERASE1", "ZQXQUIETERASE2"]
     with a.session(scope="users") as s:
         keys = [s.learn({"text": f"frank's address {m}", "tags": ["addr"]}).key for m in marks]
@@ -182,6 +179,15 @@ def test_an_erase_on_b_leaves_nothing_on_a_after_a_sync_that_materializes_nothin
     assert memory.check_store(a) == []
 
 
+def _carol_and_dave(a: memory.MemoryStore, b: memory.MemoryStore) -> tuple[memory.Learned, str]:
+    """Host A learns a memory of carol's and one of dave's (his key returned); B catches up."""
+    with a.session(scope="users") as s:
+        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
+        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
+    b.catch_up()
+    return carol, dave
+
+
 def test_a_forget_by_filter_takes_the_version_another_host_wrote_after_its_first_look(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
@@ -189,11 +195,8 @@ def test_a_forget_by_filter_takes_the_version_another_host_wrote_after_its_first
     scopes' turn: the look B takes in the turn catches up as well, so it forgets A's new version
     (committed before B's forget, and matching it) rather than leaving it live behind the version
     A's update retired."""
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
-    with a.session(scope="users") as s:
-        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
-        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
-    b.catch_up()
+    a, b = two_hosts(tmp_path, postgres_dsn)
+    carol, dave = _carol_and_dave(a, b)
     turn = b._every_scope_turn
     newer: list[str] = []
 
@@ -227,11 +230,8 @@ def test_a_forget_by_filter_whose_first_look_falls_inside_an_update_on_another_h
     not caught up with the version that replaced it. Before, B's look saw neither, found nothing
     to forget and returned, and A's new version stayed live on every host; now the forget looks in
     the turn every update takes, and forgets the new version."""
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
-    with a.session(scope="users") as s:
-        carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
-        dave = s.learn({"text": "dave likes coffee", "metadata": {"user": "dave"}}).key
-    b.catch_up()
+    a, b = two_hosts(tmp_path, postgres_dsn)
+    carol, dave = _carol_and_dave(a, b)
     catch_up = b.catch_up
     newer: list[str] = []
 
@@ -263,7 +263,7 @@ def test_an_update_on_another_host_waits_for_a_forget_by_filter_and_then_finds_t
     """While B's forget by filter holds every scope's turn (between its look and its record), A's
     update of a matching memory waits for it (the server's lock table shows it waiting), and then
     finds no live version to replace: the forget's look is never outdated by an update."""
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="users") as s:
         carol = s.learn({"text": "carol likes tea", "metadata": {"user": "carol"}})
     b.catch_up()

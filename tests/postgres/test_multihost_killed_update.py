@@ -12,6 +12,7 @@ import pytest
 
 import memory
 from tests._helpers.failpoints import run_armed
+from tests._helpers.hosts import host, host_db
 
 _KILLED = """
 import sys
@@ -23,10 +24,6 @@ with store.session(scope="team") as s:
 """
 
 
-def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
-    return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
-
-
 def _live(store: memory.MemoryStore) -> list[str]:
     return sorted(e.text for e in store.recall(scope="team", limit=None))
 
@@ -35,15 +32,15 @@ def _live(store: memory.MemoryStore) -> list[str]:
 def test_an_update_killed_after_its_commit_leaves_one_live_version_on_every_host(
     tmp_path: Path, postgres_dsn: str, b_updates: bool
 ) -> None:
-    a = _host(tmp_path, "a", postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     with a.session(scope="team") as s:
         mid = s.learn({"text": "v1"}).memory_id
     a.close()
-    a_db = str(tmp_path / "a" / "history.db")
+    a_db = str(host_db(tmp_path, "a"))
     killed = run_armed("memory.after_append=kill", _KILLED, postgres_dsn, a_db, mid)
     assert killed.returncode == -9 and "ACK" not in killed.stdout, killed.stderr[-2000:]
 
-    b = _host(tmp_path, "b", postgres_dsn)  # its open publishes the interrupted run's commit
+    b = host(tmp_path, "b", postgres_dsn)  # its open publishes the interrupted run's commit
     if b_updates:
         with b.session(scope="team") as s:
             third = s.update(mid, {"text": "v3 by b"})
@@ -51,7 +48,7 @@ def test_an_update_killed_after_its_commit_leaves_one_live_version_on_every_host
         want = "v3 by b"
     else:
         want = "v2 by the killed one"  # committed (never answered): the memory's live version
-    a = _host(tmp_path, "a", postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     for store in (a, b):  # before any sync: the same live version on both hosts
         live = store.current(mid)
         assert live is not None and live.text == want
@@ -78,7 +75,7 @@ def test_check_reports_and_repair_settles_a_memory_left_with_two_live_lines(
     by the rule: one live version, the same on both hosts."""
     import psycopg
 
-    a = _host(tmp_path, "a", postgres_dsn)  # a host whose folder is then lost: b and c remain
+    a = host(tmp_path, "a", postgres_dsn)  # a host whose folder is then lost: b and c remain
     with a.session(scope="team") as s:
         mid = s.learn({"text": "v1"}).memory_id
         second = s.update(mid, {"text": "v2"}).key
@@ -93,7 +90,7 @@ def test_check_reports_and_repair_settles_a_memory_left_with_two_live_lines(
             "update journal_records set payload = %s where stream = 'memory-learn' and key = %s",
             (json.dumps(old), second),
         )
-    b, c = _host(tmp_path, "b", postgres_dsn), _host(tmp_path, "c", postgres_dsn)
+    b, c = host(tmp_path, "b", postgres_dsn), host(tmp_path, "c", postgres_dsn)
     c.sync()
     with c.session(scope="team") as s:
         third = s.update(second, {"text": "v3"}).key

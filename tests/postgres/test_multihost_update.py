@@ -16,18 +16,15 @@ from pathlib import Path
 import pytest
 
 import memory
+from tests._helpers.hosts import host, host_db, two_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _host(tmp_path: Path, name: str, dsn: str) -> memory.MemoryStore:
-    return memory.MemoryStore(tmp_path / name / "history.db", journal=dsn)
 
 
 def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="team") as s:
         mid = s.learn({"text": "the meeting is on monday"}).memory_id
     b.materialize()
@@ -39,7 +36,7 @@ def test_an_update_on_b_builds_on_the_version_a_wrote_without_a_sync(
     now = b.current(mid)
     assert now is not None and now.key == second.key and now.text == "the meeting is on tuesday"
     assert sorted(p.name for p in (tmp_path / "b").rglob("*.json")) == files
-    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, read_only=True) as ro:
+    with host(tmp_path, "b", postgres_dsn, read_only=True) as ro:
         seen = ro.current(mid)
         assert seen is not None and seen.key == second.key
     with b.session(scope="team") as s:
@@ -162,7 +159,7 @@ store.close()
 def test_a_forget_racing_updates_on_another_host_retires_a_version_at_most_once(
     tmp_path: Path, postgres_dsn: str, delay: float
 ) -> None:
-    a_db, b_db = tmp_path / "a" / "history.db", tmp_path / "b" / "history.db"
+    a_db, b_db = host_db(tmp_path, "a"), host_db(tmp_path, "b")
     with memory.MemoryStore(a_db, journal=postgres_dsn) as a, a.session(scope="race") as s:
         mid = s.learn({"text": "version zero"}).memory_id
     with memory.MemoryStore(b_db, journal=postgres_dsn) as b:
@@ -196,7 +193,7 @@ def test_a_forget_racing_updates_on_another_host_retires_a_version_at_most_once(
 def test_catch_up_publishes_what_other_hosts_committed_since_and_nothing_retired(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    a, b = _host(tmp_path, "a", postgres_dsn), _host(tmp_path, "b", postgres_dsn)
+    a, b = two_hosts(tmp_path, postgres_dsn)
     with a.session(scope="team") as s:
         kept = s.learn({"text": "the build runs at night"})
         gone = s.learn({"text": "the old wiki is at /wiki"})
@@ -214,9 +211,9 @@ def test_catch_up_publishes_what_other_hosts_committed_since_and_nothing_retired
         s.forget(forgotten.key, reason="wrong")
     assert b.catch_up() == 2  # only the records after the last look: the new version and one learn
     assert sorted(e.key for e in b.recall(scope="team")) == sorted([newer.key, fresh.key])
-    with memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, read_only=True) as ro:
+    with host(tmp_path, "b", postgres_dsn, read_only=True) as ro:
         assert ro.catch_up() == 0  # a read-only store writes nothing
-    with memory.MemoryStore(tmp_path / "c" / "history.db", journal=str(tmp_path / "j")) as one:
+    with host(tmp_path, "c", str(tmp_path / "j")) as one:
         assert one.catch_up() == 0  # a file journal is one host's
     b.sync()
     assert sorted(e.key for e in b.recall(scope="team")) == sorted([newer.key, fresh.key])
@@ -228,21 +225,21 @@ def test_catch_up_publishes_what_other_hosts_committed_since_and_nothing_retired
 def test_catch_up_starts_where_the_last_process_of_the_store_stopped(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    a = _host(tmp_path, "a", postgres_dsn)
+    a = host(tmp_path, "a", postgres_dsn)
     with a.session(scope="team") as s:
         first = s.learn({"text": "the office opens at eight"})
-    with _host(tmp_path, "b", postgres_dsn) as b:
+    with host(tmp_path, "b", postgres_dsn) as b:
         assert b.catch_up() == 1  # a whole materialize, once
     kept = tmp_path / "b" / "flows-cache" / "caught-up.json"
     assert kept.is_file()
     with a.session(scope="team") as s:
         second = s.learn({"text": "the office closes at six"})
     (tmp_path / "b" / "flows-memory").rename(tmp_path / "b" / "moved-aside")  # what it published
-    with _host(tmp_path, "b", postgres_dsn) as b:  # another process: only what is new is read
+    with host(tmp_path, "b", postgres_dsn) as b:  # another process: only what is new is read
         assert b.catch_up() == 1
         assert [e.key for e in b.recall(scope="team")] == [second.key]
     kept.write_bytes(b"{not json")  # damaged (or lost): derived, so the next one reads it all again
-    with _host(tmp_path, "b", postgres_dsn) as b:
+    with host(tmp_path, "b", postgres_dsn) as b:
         assert b.catch_up() == 1  # the first one's file was moved aside: it is published again
         assert sorted(e.key for e in b.recall(scope="team")) == sorted([first.key, second.key])
     a.close()

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 import journal
-import memory
 from journal.postgres import PostgresJournal
+from tests._helpers.hosts import host, host_db
 from tests.conftest import ROOT
 from tests.pg_fixtures import admin_connection, server_dsn
 
@@ -64,11 +64,11 @@ def test_a_read_only_database_is_read_and_refuses_every_write_clearly(private_da
 
 
 def test_a_store_learns_what_a_read_only_journal_holds(private_database: str, tmp_path: Path) -> None:
-    store = memory.MemoryStore(tmp_path / "a" / "history.db", journal=private_database)
+    store = host(tmp_path, "a", private_database)
     with store, store.session(scope="s") as s:
         s.learn({"text": "the fee is 0.3 percent"})
     _read_only(private_database)
-    db = tmp_path / "b" / "history.db"
+    db = host_db(tmp_path, "b")
     db.parent.mkdir()
     where = ["--db", str(db), "--journal", private_database, "--json"]
     for command in (["sync"], ["recall", "--scope", "s"]):
