@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 import journal
-from journal import FileJournal, RunState
+from journal import FileJournal, JournalCorrupt, RunState
 
 CRC_TAIL = len(b',"crc":"00000000"}')
 """How many bytes the checksum field adds at a line's end (its length never changes)."""
@@ -75,3 +76,21 @@ def run_json_readers(root: Path, run_id: str, lease: journal.Lease) -> dict[str,
         "append": lambda: FileJournal(root).append(lease, "s", {"n": 2}),
         "finish": lambda: FileJournal(root).finish(lease, RunState.DONE),
     }
+
+
+def refused_by_every_reader(
+    root: Path, run_id: str, lease: journal.Lease, path: Path
+) -> list[JournalCorrupt]:
+    """Assert that every operation reading ``run_id``'s ``run.json`` (at ``path``) fails closed:
+    ``journal_corrupt`` naming the file, and the run (but for ``runs``, which lists them all).
+    Returns the errors, in :func:`run_json_readers`' order."""
+    errors = []
+    for name, operation in run_json_readers(root, run_id, lease).items():
+        with pytest.raises(JournalCorrupt) as err:
+            operation()
+        assert (err.value.code, err.value.path) == ("journal_corrupt", path), name
+        if name != "runs":
+            assert err.value.run_id == run_id, name
+        assert str(path) in str(err.value)
+        errors.append(err.value)
+    return errors
