@@ -1708,21 +1708,8 @@ class FileJournal:
         """What an erasure does to the bytes a cut of a poisoned end kept beside the stream
         (``.<stream>.jsonl.cut-<n>``): a copy of a rewritten record (its id: a retried keyed
         append has the id of the line cut) is rewritten as it was, and a line that is not a
-        record (nothing can tell whose text it holds) is dropped; other records stay."""
-        try:
-            self._scrub_kept_cuts_of(log, codec, erased, pad, run_id)
-        except JournalError as exc:
-            exc.run_id, exc.stream = run_id, log.path.name[: -len(".jsonl")]
-            raise
-
-    def _scrub_kept_cuts_of(
-        self,
-        log: LineLog[Record],
-        codec: RecordCodec,
-        erased: Mapping[str, Mapping[str, Any]],
-        pad: str,
-        run_id: str,
-    ) -> None:
+        record (nothing can tell whose text it holds) is dropped; other records stay. (The caller
+        names the run and stream on an error raised here.)"""
         folder = log.path.parent
         prefix = f".{log.path.name}.cut-"
         try:
