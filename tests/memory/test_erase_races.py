@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import memory
+from tests._helpers.embedders import hashed_words
 from tests.memory.conftest import Clock
 from tests.memory.test_erase import MARK, _files_holding, _pg_rows_holding, _store
 
@@ -193,18 +194,10 @@ class _ForgetsWhileEmbedding:
         self.act = act
 
     def embed(self, texts: Any) -> list[list[float]]:
-        import zlib
-
         if self.act is not None and any("door" in t for t in texts):
             act, self.act = self.act, None
             act()
-        out = []
-        for t in texts:
-            v = [0.0] * self.dims
-            for w in t.lower().split():
-                v[zlib.crc32(w.encode()) % self.dims] += 1.0
-            out.append(v)
-        return out
+        return hashed_words(texts, self.dims)
 
 
 @pytest.mark.parametrize("hosts", [1, 2])

@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import memory
 from memory._embed import checked_vectors
 from memory._vectors import vectors_path
+from tests._helpers.embedders import hashed_words
 from tests.memory.conftest import Clock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +49,7 @@ class Toy:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.seen.extend(texts)
-        out = []
-        for t in texts:
-            v = [0.0] * self.dims
-            for w in t.lower().split():
-                v[zlib.crc32(w.encode()) % self.dims] += 1.0
-            out.append(v)
-        return out
+        return hashed_words(texts, self.dims)
 
 
 def _store(db: Path, embedder: Any, clock: Clock | None = None) -> memory.MemoryStore:

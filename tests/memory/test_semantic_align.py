@@ -5,7 +5,6 @@ finding's words is kept after the search."""
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -14,6 +13,7 @@ import pytest
 
 import memory
 from memory._embed import EMBED_TEXT_MAX
+from tests._helpers.embedders import hashed_words
 from tests.memory.conftest import Clock
 
 PRIYA = [
@@ -40,13 +40,7 @@ class Counting:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.seen.extend(texts)
-        out = []
-        for t in texts:
-            v = [0.0] * self.dims
-            for w in t.lower().split():
-                v[zlib.crc32(w.encode()) % self.dims] += 1.0
-            out.append(v)
-        return out
+        return hashed_words(texts, self.dims)
 
 
 def test_a_finding_that_answers_the_question_word_by_word_ranks_first(db: Path) -> None:
