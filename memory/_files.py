@@ -48,9 +48,10 @@ def disk_id(key: str) -> int:
     return -(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big") or 1)
 
 
-def _damaged(path: Path, what: str) -> Unreachable:
+def _damaged(path: Path, what: str, kind: str = "learned") -> Unreachable:
+    """A ``kind`` file (learned, or retired) that cannot be read as one: republished by a repair."""
     return Unreachable(
-        f"learned file {path} is damaged ({what}); run `flows check --repair` to republish it from "
+        f"{kind} file {path} is damaged ({what}); run `flows check --repair` to republish it from "
         "the journal, or move it aside",
         path=path,
     )
@@ -212,14 +213,6 @@ class Retired:
     citation: Citation
 
 
-def _retired_damaged(path: Path, what: str) -> Unreachable:
-    return Unreachable(
-        f"retired file {path} is damaged ({what}); run `flows check --repair` to republish it from "
-        "the journal, or move it aside",
-        path=path,
-    )
-
-
 def parse_retired(path: Path, data: bytes) -> Retired:
     """Return what a retired file says, checking its shape and that it matches its name and folder.
 
@@ -230,9 +223,9 @@ def parse_retired(path: Path, data: bytes) -> Retired:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise _retired_damaged(path, "not JSON") from None
+        raise _damaged(path, "not JSON", "retired") from None
     if not isinstance(obj, dict) or obj.keys() != _RETIRED_KEYS:
-        raise _retired_damaged(path, "not a retired finding's shape")
+        raise _damaged(path, "not a retired finding's shape", "retired")
     j = obj["journal"]
     reason, by = obj["reason"], obj["by"]
     ok = (
@@ -249,13 +242,13 @@ def parse_retired(path: Path, data: bytes) -> Retired:
         and (j["stream"] == RETIRE_STREAM or (j["stream"] == STREAM and by is not None))
     )
     if not ok:
-        raise _retired_damaged(path, "a field has the wrong type")
+        raise _damaged(path, "a field has the wrong type", "retired")
     if (
         path.name != f"{obj['id']}.json"
         or path.parent.name != "retired"
         or path.parent.parent.parent.name != scope_hash(obj["scope"])
     ):
-        raise _retired_damaged(path, "its key or scope does not match its name and folder")
+        raise _damaged(path, "its key or scope does not match its name and folder", "retired")
     return Retired(
         key=obj["id"],
         scope=obj["scope"],
