@@ -21,7 +21,8 @@ import pytest
 import journal
 import memory
 from journal import FileJournal, JournalCorrupt, LineLog, Record, RecordCodec
-from tests.adversarial.test_journal_old_format import _old_stream, _set_mark, as_older_run
+from tests._helpers.crafted import unbind_stream
+from tests.adversarial.test_journal_old_format import _set_mark, as_older_run
 from tests.conftest import ROOT
 from tests.flows.helpers import flows
 
@@ -54,7 +55,7 @@ def _copied_line_1(root: Path) -> bytes:
     stream of ``_new_run`` (a reader that read the file before sees no byte moved). The other run
     is in another journal beside ``root``: nothing of it is read there."""
     _, _, path = _new_run(root.with_name(f"{root.name}-elsewhere"), 1)
-    _old_stream(path)
+    unbind_stream(path)
     return path.read_bytes().splitlines()[0]
 
 
@@ -150,7 +151,7 @@ def test_a_whole_old_format_stream_copied_from_another_run_is_refused(tmp_path: 
     root = tmp_path / "j"
     other_id, _, other = _new_run(root, 3)
     as_older_run(root, other_id)
-    _old_stream(other)  # another run's stream, every line written by an old version
+    unbind_stream(other)  # another run's stream, every line written by an old version
     assert [r.payload for r in FileJournal(root).read(other_id, STREAM)] == [{"n": 1}, {"n": 2}, {"n": 3}]
     run_id, lease, path = _new_run(root, 0)  # a run this version began, no line in the stream yet
     path.write_bytes(other.read_bytes())
