@@ -170,6 +170,26 @@ def _replace_file(path: Path, data: bytes, mode: int, run_id: str) -> None:
         ) from exc
 
 
+def _common_record(seq: object, rid: object, key: object, ts: object, payload: object) -> bool:
+    """Whether a record's fields are of the common shape, told at once: an int seq and ts in range,
+    None or a printable ASCII key of at most MAX_KEY_BYTES, an id of the token alphabet, an object
+    payload. Anything else is for ``record_problem``, which names what is wrong (or finds nothing:
+    a rarer shape that is still a record)."""
+    return (
+        type(seq) is int
+        and type(ts) is int
+        and 1 <= seq <= _MAX_INT
+        and 0 <= ts <= _MAX_INT
+        and type(payload) is dict
+        and (
+            key is None
+            or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
+        )
+        and type(rid) is str
+        and ((len(rid) <= _MAX_ID and rid.isascii() and rid.isalnum()) or _RECORD_ID_MATCH(rid) is not None)
+    )
+
+
 class RecordCodec:
     """A stream line: canonical JSON of the record with a CRC-32 of the rest as its last key.
 
@@ -216,21 +236,7 @@ class RecordCodec:
         # The common record (as ``decode`` tells it: an int seq and ts in range, a printable ASCII
         # key of at most MAX_KEY_BYTES, an id of the token alphabet, an object payload) passes at
         # once; anything else goes through ``record_problem``, which names what is wrong.
-        if not (
-            type(seq) is int
-            and type(ts) is int
-            and 1 <= seq <= _MAX_INT
-            and 0 <= ts <= _MAX_INT
-            and type(payload) is dict
-            and (
-                key is None
-                or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
-            )
-            and type(rid) is str
-            and (
-                (len(rid) <= _MAX_ID and rid.isascii() and rid.isalnum()) or _RECORD_ID_MATCH(rid) is not None
-            )
-        ):
+        if not _common_record(seq, rid, key, ts, payload):
             problem = record_problem(seq, rid, key, ts, payload)
             if problem is not None:
                 raise ValueError(f"cannot encode a record with {problem}")
@@ -271,21 +277,7 @@ class RecordCodec:
         # The common record (an int seq and ts in range, a printable ASCII key of at most
         # MAX_KEY_BYTES, an id of the token alphabet, an object payload) is told at once; anything
         # else goes through ``record_problem``, which names what is wrong.
-        if not (
-            type(seq) is int
-            and type(ts) is int
-            and 1 <= seq <= _MAX_INT
-            and 0 <= ts <= _MAX_INT
-            and type(payload) is dict
-            and (
-                key is None
-                or (type(key) is str and len(key) <= _MAX_KEY_BYTES and key.isascii() and key.isprintable())
-            )
-            and type(rid) is str
-            and (
-                (len(rid) <= _MAX_ID and rid.isascii() and rid.isalnum()) or _RECORD_ID_MATCH(rid) is not None
-            )
-        ):
+        if not _common_record(seq, rid, key, ts, payload):
             problem = record_problem(seq, rid, key, ts, payload)
             if problem is not None:
                 raise LineDamaged(f"checksummed record with {problem}", torn=False)
