@@ -351,34 +351,20 @@ class Learner:
             if not here and elsewhere is None:
                 if not self._of_another_memory(fid, root.scope, *versioning):
                     return revision, fid, None, path
-                if revision == REVISION_MAX:
-                    raise FindingRetired(
-                        f"finding {fid} is held by {REVISION_MAX} other memories or retirements; learn "
-                        "it with other text, metadata or scope",
-                        key=fid,
-                        path=path,
-                    )
-                revision += 1
-                continue
-            if not here and elsewhere is not None:  # forgotten by another host
-                if revision == REVISION_MAX:
-                    raise FindingRetired(
-                        f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, "
-                        "metadata or scope",
-                        key=fid,
-                        path=path,
-                    )
-                revision += 1
-                continue
-            retired = self._retirer.read_checked(path)  # a forged one never moves a learn's key
-            if root.begun and self._retirer.before_attempt(root, retired):
-                existing = root.journal.find(root.run_id, STREAM, fid)
-                if existing is not None:
-                    return revision, fid, existing, path
+                held = True  # by another memory's finding
+            elif not here:  # forgotten by another host
+                held = False
+            else:
+                retired = self._retirer.read_checked(path)  # a forged one never moves a learn's key
+                if root.begun and self._retirer.before_attempt(root, retired):
+                    existing = root.journal.find(root.run_id, STREAM, fid)
+                    if existing is not None:
+                        return revision, fid, existing, path
+                held = False
             if revision == REVISION_MAX:
+                why = "is held by {} other memories or retirements" if held else "was retired {} times"
                 raise FindingRetired(
-                    f"finding {fid} was retired {REVISION_MAX} times; learn it with other text, metadata "
-                    "or scope",
+                    f"finding {fid} {why.format(REVISION_MAX)}; learn it with other text, metadata or scope",
                     key=fid,
                     path=path,
                 )
