@@ -58,6 +58,19 @@ def _waiting_on(pid: int, ino: int) -> bool:
     return False
 
 
+def _exits_cleanly(pid: int, hung: str) -> None:
+    """The child ``pid`` ends, with 0, within a minute (a bound for a hung child, not a measure of
+    speed); else it is killed and the test fails saying ``hung``."""
+    give_up = time.monotonic() + 60
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < give_up:
+        time.sleep(0.01)
+    if status[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert status[0] == pid, hung
+    assert os.waitstatus_to_exitcode(status[1]) == 0
+
+
 def test_a_forked_child_waits_for_the_run_lock_its_parent_holds(tmp_path: Path) -> None:
     jr = FileJournal(tmp_path)
     info, lease = jr.begin("flow", "scope", {})
@@ -81,14 +94,7 @@ def test_a_forked_child_waits_for_the_run_lock_its_parent_holds(tmp_path: Path) 
             os.kill(pid, 9)
             raise
     # and then gets it: its copy of its parent's descriptor does not keep the parent's flock held
-    give_up = time.monotonic() + 60
-    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < give_up:
-        time.sleep(0.01)
-    if status[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    assert status[0] == pid, "the child never got the run lock its parent let go"
-    assert os.waitstatus_to_exitcode(status[1]) == 0
+    _exits_cleanly(pid, "the child never got the run lock its parent let go")
     assert [r.payload["who"] for r in jr.read(info.run_id, "s")] == ["parent", "child"]
     jr.append(lease, "s", {"who": "parent"})  # the parent's lock still works after the child's
     assert [r.seq for r in jr.read(info.run_id, "s")] == [1, 2, 3]
@@ -132,13 +138,6 @@ def test_a_child_forked_while_a_thread_of_its_parent_syncs_a_stream_appends_to_i
     finally:
         os.fsync = real  # type: ignore[assignment]
         release.set()
-    give_up = time.monotonic() + 60  # a bound for a hung child, not a measure of speed
-    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < give_up:
-        time.sleep(0.01)
-    if status[0] == 0:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    assert status[0] == pid, "the child waited for a lock a thread of its parent held at the fork"
-    assert os.waitstatus_to_exitcode(status[1]) == 0
+    _exits_cleanly(pid, "the child waited for a lock a thread of its parent held at the fork")
     whos = sorted(r.payload["who"] for r in jr.read(info.run_id, "s"))
     assert whos == ["child", "first", "parent's thread"]

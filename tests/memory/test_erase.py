@@ -18,6 +18,7 @@ import pytest
 import journal
 import memory
 from tests._helpers.failpoints import run_armed
+from tests._helpers.grep import files_holding as _files_holding
 from tests.conftest import ROOT
 from tests.memory.conftest import Clock
 
@@ -39,18 +40,6 @@ def _learn_versions(store: memory.MemoryStore) -> tuple[str, str]:
     with store.session(scope="alice") as s:
         s.update(first.key, {"text": f"alice's secret {MARK}2"})
     return first.key, first.memory_id
-
-
-def _files_holding(base: Path, needle: str) -> list[str]:
-    found = []
-    for dirpath, _, names in os.walk(base):
-        for name in names:
-            path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            if needle.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
 
 
 def _pg_rows_holding(store: memory.MemoryStore, needle: str) -> int:

@@ -7,23 +7,13 @@ and the content stayed in the journal after the session ended, until someone era
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import memory
+from tests._helpers.grep import files_holding as _files_holding
 from tests.memory.conftest import Clock
 
 MARK = "ZQOWNRUNERASE"
-
-
-def _files_holding(base: Path, needle: str) -> list[str]:
-    found = []
-    for dirpath, _, names in os.walk(base):
-        for name in names:
-            path = Path(dirpath) / name
-            if not path.is_symlink() and path.is_file() and needle.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
 
 
 def _pg_rows_holding(location: str, needle: str) -> int:

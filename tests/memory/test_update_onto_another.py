@@ -6,22 +6,10 @@ the other's, and erasing the memory updated erased the other memory's content wi
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 import memory
-
-
-def _files_holding(base: Path, needle: str) -> list[str]:
-    found = []
-    for dirpath, _, names in os.walk(base):
-        for name in names:
-            path = Path(dirpath) / name
-            if not path.is_symlink() and path.is_file() and needle.encode() in path.read_bytes():
-                found.append(str(path))
-    return found
+from tests._helpers.grep import files_holding as _files_holding
 
 
 @pytest.mark.parametrize("synced", [False, True], ids=["unsynced", "synced"])
