@@ -307,5 +307,8 @@ def serve(setup: Callable[[str, dict[str, Any]], tuple[dict[str, Any], RoundFn]]
         cpu = {  # the worker's own CPU over the round, every thread of it: what a cut shows up in
             "cpuUserUs": round((after.ru_utime - before.ru_utime) * 1e6),
             "cpuSysUs": round((after.ru_stime - before.ru_stime) * 1e6),
+            # how often it slept (waiting on a lock, a flush, a pipe) and was preempted
+            "ctxVoluntary": after.ru_nvcsw - before.ru_nvcsw,
+            "ctxInvoluntary": after.ru_nivcsw - before.ru_nivcsw,
         }
         print(json.dumps({"start": start, "end": end, **cpu, **extra}), flush=True)

@@ -16,8 +16,11 @@ run in it and holds its lease, as ``benchmarks/writes.py`` does, then learns wit
 
 The workers are ``benchmarks/_worker.py``'s, started afresh for each mode, warmed with 3 learns each
 (untimed). Per mode it prints the user and system CPU per learn (``resource.getrusage`` of every
-worker over its timed part, summed, divided by the learns) and the learns per second (all learns over
-the span from the first start to the last end), as medians over the rounds.
+worker over its timed part, summed, divided by the learns), the learns per second (all learns over
+the span from the first start to the last end) and the context switches per learn, voluntary (a
+sleep: a lock, a flush, a pipe) and involuntary (preempted), as medians over the rounds. On this
+machine each sleep costs the learn after it CPU (docs/PERFORMANCE.md, "a learn pays CPU for every
+sleep"), so the switches explain much of what the CPU figures do.
 
 ``--ab CHECKOUT``: paired A/B. Every round runs each mode twice, once on CHECKOUT's code and once on
 this one's (the order alternating between rounds), and the medians of the per-round ratios
@@ -79,6 +82,9 @@ class _Proc:
         if self.proc.poll() is None:
             self.send({"op": "quit"})
             self.proc.wait(timeout=60)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def _root(base: Path) -> tuple[Any, dict[str, Any]]:
@@ -126,6 +132,8 @@ def _interleaved(params: dict[str, Any]) -> dict[str, float]:
         "end": end,
         "cpuUserUs": round((after.ru_utime - before.ru_utime) * 1e6),
         "cpuSysUs": round((after.ru_stime - before.ru_stime) * 1e6),
+        "ctxVoluntary": after.ru_nvcsw - before.ru_nvcsw,
+        "ctxInvoluntary": after.ru_nivcsw - before.ru_nivcsw,
     }
 
 
@@ -155,6 +163,8 @@ def _measure_interleaved(checkout: Path, base: Path, writers: int, learns: int) 
         "user": got["cpuUserUs"] / total,
         "sys": got["cpuSysUs"] / total,
         "rate": total / ((got["end"] - got["start"]) / 1e9),
+        "vcs": got.get("ctxVoluntary", 0) / total,
+        "ics": got.get("ctxInvoluntary", 0) / total,
     }
 
 
@@ -205,6 +215,10 @@ def _measure(checkout: Path, mode: str, base: Path, writers: int, learns: int) -
         "user": sum(r["cpuUserUs"] for r in replies) / total,
         "sys": sum(r["cpuSysUs"] for r in replies) / total,
         "rate": total / span,
+        # context switches per learn: sleeps (a lock, a flush) and preemptions (0 from a checkout
+        # whose workers do not report them)
+        "vcs": sum(r.get("ctxVoluntary", 0) for r in replies) / total,
+        "ics": sum(r.get("ctxInvoluntary", 0) for r in replies) / total,
     }
 
 
@@ -217,7 +231,12 @@ def _report(results: Results, modes: list[str], rounds: int, paired: bool) -> No
         user = statistics.median(x["user"] for x in runs)
         system = statistics.median(x["sys"] for x in runs)
         rate = statistics.median(x["rate"] for x in runs)
-        print(f"  {mode:>8} {side:>5}: {user:6.1f} + {system:6.1f} = {user + system:6.1f} µs   {rate:7.0f}/s")
+        vcs = statistics.median(x.get("vcs", 0) for x in runs)
+        ics = statistics.median(x.get("ics", 0) for x in runs)
+        print(
+            f"  {mode:>8} {side:>5}: {user:6.1f} + {system:6.1f} = {user + system:6.1f} µs   {rate:7.0f}/s"
+            f"   switches {vcs:.2f} slept + {ics:.2f} preempted"
+        )
     if paired:
         print("ratios this / other (medians of the per-round ratios):")
         for mode in modes:
@@ -272,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     results.setdefault((side, mode), []).append(got)
                     print(
                         f"round {r + 1} {mode:>8} {side:>5}: user {got['user']:6.1f} + sys {got['sys']:6.1f}"
-                        f" = {got['user'] + got['sys']:6.1f} µs/learn, {got['rate']:7.0f} learns/s",
+                        f" = {got['user'] + got['sys']:6.1f} µs/learn, {got['rate']:7.0f} learns/s,"
+                        f" switches {got.get('vcs', 0):.2f} + {got.get('ics', 0):.2f}",
                         file=sys.stderr,
                         flush=True,
                     )

@@ -170,3 +170,14 @@ def test_the_retrieval_score_counts_ranks_and_every_retired_key_returned(tmp_pat
         bad = tmp_path / "bad.txt"
         bad.write_text("== x\nU | new | q1 | q2\n", encoding="utf-8")
         retrieval.load(bad)
+
+
+def test_concurrent_cpu_reports_each_mode_s_sleeps_and_preemptions_per_learn(tmp_path: Path) -> None:
+    """``benchmarks.concurrent_cpu`` counts, beside CPU per learn, how often the workers slept (a lock,
+    a flush, a pipe) and were preempted (``getrusage``'s context switches): on this machine a sleep
+    costs a learn CPU after it (docs/PERFORMANCE.md), so the counts explain the CPU figures."""
+    from benchmarks import concurrent_cpu
+
+    got = concurrent_cpu._measure(REPO, "sqlite8p", tmp_path / "m", writers=2, learns=5)
+    assert got["vcs"] >= 0 and got["ics"] >= 0, got
+    assert got["vcs"] > 0, "a worker whose commits each wait for a flush never slept"
