@@ -1531,10 +1531,13 @@ class FileJournal:
         ``read`` returns it now (see ``JournalBackend``): where its line begins."""
         self._check_open()
         records = self.read(run_id, stream)
-        starts = self._stream(run_id, stream).log.starts(len(records))
+        # the log's own cache, which another thread's append extends in place: its first ``count``
+        # records are the ones the starts are asked for
+        count = len(records)
+        starts = self._stream(run_id, stream).log.starts(count)
         if starts is None:
             return {}
-        return {r.id: at for r, at in zip(records, starts, strict=True)}
+        return {r.id: at for r, at in zip(records[:count], starts, strict=True)}
 
     def streams(self, run_id: str) -> list[str]:
         """Return the run's non-empty stream names, sorted.
