@@ -13,6 +13,11 @@ of the per-round ratios new / old. ``--worker TREE`` is the child's own entry (o
 between the code before this round's put cuts (a sync parses and checks this process's own files
 again; a write's look-up filters every name of its folder in Python) and after, so both share one
 process's warm state and the same minutes; ``--rounds`` pairs of blocks.
+
+``--in-process-sync``: likewise, blocks of new keys taking turns between the sync every
+``sync_every`` writes run on the caller's thread (the code before) and on the store's sync thread
+(``BackgroundSync``); it also prints the caller's thread's own CPU a put (``time.thread_time``),
+and a block's CPU includes its last sync (waited for after the clock stops).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 
 def _cpu_s() -> float:
@@ -98,6 +104,49 @@ def _in_process(what: str, puts: int, rounds: int, base: str) -> dict[str, list[
     return got
 
 
+class _Inline:
+    """The store's sync run in the write that asks for it (the code before ``BackgroundSync``)."""
+
+    def __init__(self, sync: Any) -> None:
+        self.ask = sync
+
+    def raise_failure(self) -> None:
+        pass
+
+
+def _in_process_sync(puts: int, rounds: int, base: str) -> dict[str, list[dict[str, float]]]:
+    """Blocks of ``puts`` new keys in one store, the sync inline and on its thread taking turns."""
+    from flows.langgraph import JournalStore
+
+    ns = ("bench", "items")
+    got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    with JournalStore(db=f"{base}/history.db", journal=f"{base}/journal") as store:
+        background = store._background
+        inline = _Inline(lambda: store.memory.sync(materialize=False))
+        n = 0
+
+        def put(count: int) -> None:
+            nonlocal n
+            for _ in range(count):
+                store.put(ns, f"k{n}", {"tag": f"t{n % 10}", "text": f"finding {n} about fees and swaps"})
+                n += 1
+
+        put(500)
+        for r in range(rounds):
+            for kind in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                background.wait()  # the last block's sync done, outside the timing
+                store._background = inline if kind == "old" else background  # type: ignore[assignment]
+                c0, m0, t0 = _cpu_s(), time.thread_time(), time.perf_counter()
+                put(puts)
+                t1 = time.perf_counter()
+                background.wait()  # the process's CPU counts the block's syncs whole
+                c1, m1 = _cpu_s(), time.thread_time()
+                cpu, caller = (c1 - c0) / puts * 1e6, (m1 - m0) / puts * 1e6
+                got[kind].append({"cpu_us": cpu, "rate": puts / (t1 - t0), "caller_us": caller})
+        store._background = background
+    return got
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the rounds and print the figures (or, with ``--worker``, one measure)."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.store_put_ab", description=__doc__)
@@ -108,7 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=None, help="a directory on the disk to measure (default: temp)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--in-process", action="store_true", help="before and after in one process")
+    ap.add_argument("--in-process-sync", action="store_true", help="the sync inline, then on its thread")
     args = ap.parse_args(argv)
+    if args.in_process_sync:
+        base = tempfile.mkdtemp(prefix="flows-store-put-", dir=args.dir)
+        try:
+            _report(_in_process_sync(args.puts, args.rounds, base))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return 0
     if args.in_process:
         base = tempfile.mkdtemp(prefix="flows-store-put-", dir=args.dir)
         try:
@@ -144,11 +201,15 @@ def _report(got: dict[str, list[dict[str, float]]]) -> None:
         cpu = [x["cpu_us"] for x in runs]
         rate = [x["rate"] for x in runs]
         each = " ".join(f"{c:.0f}" for c in cpu)
+        caller = [x["caller_us"] for x in runs if "caller_us" in x]
+        mine = f"; the caller's thread {statistics.median(caller):.0f} µs" if caller else ""
         print(
-            f"{kind:>4}: CPU median {statistics.median(cpu):6.0f} µs a put ({each}); "
+            f"{kind:>4}: CPU median {statistics.median(cpu):6.0f} µs a put ({each}){mine}; "
             f"median {statistics.median(rate):5.0f} puts/s"
         )
-    for label, key in (("CPU", "cpu_us"), ("rate", "rate")):
+    for label, key in (("CPU", "cpu_us"), ("caller's CPU", "caller_us"), ("rate", "rate")):
+        if any(key not in x for x in got["old"]):
+            continue
         pairs = [b[key] / a[key] for a, b in zip(got["old"], got["new"], strict=True)]
         each = " ".join(f"{p:.2f}" for p in pairs)
         print(f"new / old {label}: median {statistics.median(pairs):.2f} ({each})")

@@ -53,6 +53,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import ensure_embeddings
 
+from flows.langgraph._background import BackgroundSync
 from flows.langgraph._conn import Opening
 from flows.langgraph._errors import (
     ConfigInvalid,
@@ -371,7 +372,10 @@ class JournalStore(BaseStore):
             ``dims``; give a new name when the model behind it changes). With ``embed``,
             ``search(query=…)`` is the memory's hybrid ``why`` (meaning and words); without, words.
         sync_every: after this many writes the store syncs the memory (learned files into the
-            history DB), which keeps reads from parsing ever more unsynced files; 0: never.
+            history DB), which keeps reads from parsing ever more unsynced files; 0: never. The
+            sync runs on a thread of the store's own while the writes go on (no durability step:
+            a put is durable when it returns); ``close`` waits for it, and a sync that failed is
+            raised, with its code, by the store's next call or by ``close``.
 
     Raises (every method): LangGraph's ``InvalidNamespaceError`` for a bad namespace;
     ``ValueUnserializable`` for a value that is not plain JSON; ``ValueTooLarge`` past
@@ -405,6 +409,10 @@ class JournalStore(BaseStore):
         self._sync_every = sync_every
         self._writes = 0
         self._life = Lifetime("JournalStore", max_workers, "langgraph-store")
+        # the sync every ``sync_every`` writes runs on a thread of its own (``_wrote``)
+        self._background = BackgroundSync(
+            partial(self._memory.sync, materialize=False), self._memory.db.close, "langgraph-store-sync"
+        )
 
     @property
     def memory(self) -> MemoryStore:
@@ -441,15 +449,23 @@ class JournalStore(BaseStore):
         self.setup()
 
     def close(self) -> None:
-        """End the store's root run (``done``) and close the memory; safe twice."""
+        """Wait for the background sync (``sync_every``), end the store's root run (``done``) and
+        close the memory; safe twice. A background sync's failure not yet raised is raised here,
+        once everything is closed."""
         if not self._life.close():
             return
+        background = self._background
         try:
+            background.stop()  # the sync under way, and one asked for, finish first
             if self._root is not None:
                 backend, lease = self._root
                 backend.finish(lease, RunState.DONE)
         finally:
-            self._memory.close()
+            try:
+                self._memory.close()
+            finally:
+                background.end()  # the thread ends, its DB connections closed on it
+        background.raise_failure()
 
     def __enter__(self) -> JournalStore:
         return self
@@ -464,7 +480,9 @@ class JournalStore(BaseStore):
         self.close()
 
     def _check_open(self) -> None:
+        """Raises JournalClosed once closed, and a background sync's failure not yet raised."""
         self._life.check_open()
+        self._background.raise_failure()
 
     def _root_for(self, scope: str) -> RootRun:
         """The store's root run (begun now if need be), seen as a root run of ``scope``."""
@@ -479,12 +497,13 @@ class JournalStore(BaseStore):
         return RootRun(journal=backend, lease=lease, flow=FLOW, scope=scope, source=SOURCE)
 
     def _wrote(self) -> None:
-        """Count a write; every ``sync_every`` writes, move the learned files into the DB."""
+        """Count a write; every ``sync_every`` writes, have the learned files moved into the DB, by
+        the store's sync thread (``BackgroundSync``), while this caller goes on."""
         with self._mutex:
             self._writes += 1
             due = self._sync_every > 0 and self._writes % self._sync_every == 0
         if due:
-            self._memory.sync(materialize=False)
+            self._background.ask()
 
     def _key_lock(self, scope: str, key: str) -> threading.Lock:
         with self._mutex:

@@ -211,13 +211,15 @@ def test_an_item_erased_on_another_host_leaves_no_copy_after_the_stores_own_writ
     tmp_path: Path, postgres_dsn: str
 ) -> None:
     # the store syncs after its writes (sync_every) without materializing: that sync removes its
-    # host's copies of what another host erased (the history DB's rows and WAL, files, stages)
+    # host's copies of what another host erased (the history DB's rows and WAL, files, stages).
+    # It runs on the store's sync thread; ``close`` waits for it.
     import journal
     import memory
 
     mark = "ZQXLGERASE"
     ns = ("users", "u1")
-    with JournalStore(db=str(tmp_path / "a" / "history.db"), journal=postgres_dsn, sync_every=1) as a:
+    db = str(tmp_path / "a" / "history.db")
+    with JournalStore(db=db, journal=postgres_dsn, sync_every=1) as a:
         a.put(ns, "addr", {"street": mark})
         a.put(ns, "other", {"x": "y"})
         key = a.finding(ns, "addr").key
@@ -233,8 +235,9 @@ def test_an_item_erased_on_another_host_leaves_no_copy_after_the_stores_own_writ
         b.close()
         assert a.get(ns, "addr") is None
         a.put(ns, "later", {"x": 1})  # a write, and the sync after it
-        assert held() == []
-        assert {i.key for i in a.search(ns)} == {"later", "other"}
+    assert held() == []
+    with JournalStore(db=db, journal=postgres_dsn, sync_every=0) as again:
+        assert {i.key for i in again.search(ns)} == {"later", "other"}
 
 
 def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled_on_one_host(
