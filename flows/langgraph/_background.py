@@ -9,9 +9,10 @@ running beside its reads and learns: other processes' syncs do).
 
 What it keeps of the inline sync's promises:
 
-* a failure is never lost: the first one is kept and raised by the store's next call (or by
-  ``close``), the memory's error itself with its code, a note added saying where it came from;
-  until then no other sync starts (it would most likely fail the same way);
+* a failure is never lost: it is logged at once (a warning of ``flows.langgraph._background``)
+  and kept, and raised by the store's next call (or by ``close``), the memory's error itself with
+  its code, a note added saying where it came from; until then no other sync starts (it would
+  most likely fail the same way);
 * ``close`` waits for the sync under way and runs one asked for and not yet begun, then stops the
   thread, which closes its own DB connections (the writer) on its way out: no sync runs after
   ``close``;
@@ -22,10 +23,13 @@ What it keeps of the inline sync's promises:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 _LIVE: weakref.WeakSet[BackgroundSync] = weakref.WeakSet()
 
@@ -111,6 +115,13 @@ class BackgroundSync:
                     self._sync()
                 except BaseException as exc:  # kept for the caller: never lost, never raised here
                     exc.add_note("raised by the store's sync run in the background after its writes")
+                    # said at once too, for a process that never calls the store again nor closes it
+                    log.warning(
+                        "the store's background sync failed (%s): %s; the store's next call or its "
+                        "close raises it",
+                        getattr(exc, "code", type(exc).__name__),
+                        exc,
+                    )
                     with cond:
                         self._failed = exc
                 finally:

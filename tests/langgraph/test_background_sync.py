@@ -123,13 +123,17 @@ def _damage_another_namespace(store: JournalStore) -> Path:
     return path
 
 
-def test_a_failed_sync_is_raised_by_the_next_call_once_with_its_code(paths: dict[str, str]) -> None:
+def test_a_failed_sync_is_logged_and_raised_by_the_next_call_once_with_its_code(
+    paths: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
     store = JournalStore(**paths, sync_every=4)
     try:
         damaged = _damage_another_namespace(store)
         for i in range(3):
             store.put(NS, f"k{i}", {"n": i})  # the 4th write: its sync fails, on the sync's thread
         store._background.wait()  # (for that sync)
+        [said] = [r for r in caplog.records if r.name == "flows.langgraph._background"]
+        assert said.levelname == "WARNING" and "memory_unreachable" in said.getMessage()
         with pytest.raises(Unreachable) as caught:
             store.get(NS, "k0")
         assert caught.value.code == "memory_unreachable" and str(damaged) in str(caught.value)
