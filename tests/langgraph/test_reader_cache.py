@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from flows.langgraph._catalog import SCOPE, THREAD_FLOW
 from journal import open_journal
 from tests.conftest import ROOT
 from tests.langgraph.helpers import config, put_chain
+
+UUID_VALUE = uuid.UUID(int=7)
 
 _PUT = """
 import sys
@@ -137,3 +140,36 @@ def test_a_checkpoint_read_again_is_decoded_again_and_its_fields_checked_once(
         latest = saver.get_tuple(config("t"))
         assert latest is not None and latest.checkpoint["channel_values"] == {"x": "c"}
     assert checked == [latest.config["configurable"]["checkpoint_id"]]
+
+
+def test_a_value_without_an_extension_is_decoded_in_one_pass_and_one_with_one_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A msgpack value that holds no extension is decoded once, with no hook (an extension, or
+    # damage, fails that decode and nothing is built); anything else takes the checking decode.
+    import ormsgpack
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from flows.langgraph._serde import Refused, StrictDecoder
+
+    checked: list[bytes] = []
+    real = StrictDecoder._unpack
+
+    def counted(self: StrictDecoder, data: bytes) -> Any:
+        checked.append(data)
+        return real(self, data)
+
+    monkeypatch.setattr(StrictDecoder, "_unpack", counted)
+    serde, decoder = JsonPlusSerializer(), StrictDecoder()
+    plain = serde.dumps_typed({"a": [1, "b", {"c": None}], 2: 3.5})
+    assert decoder.loads(plain) == {"a": [1, "b", {"c": None}], 2: 3.5}
+    assert checked == []
+    when = serde.dumps_typed(UUID_VALUE)
+    assert decoder.loads(when) == UUID_VALUE
+    assert checked == [when[1]]
+    crafted = ("msgpack", ormsgpack.packb([ormsgpack.Ext(2, ormsgpack.packb(["os", "system", ["true"]]))]))
+    with pytest.raises(Refused, match=r"os\.system"):
+        decoder.loads(crafted)
+    with pytest.raises(ValueError):
+        decoder.loads(("msgpack", plain[1][:-3]))  # cut short: damage, raised by the checking decode
+    assert len(checked) == 3
