@@ -1494,7 +1494,8 @@ class FileJournal:
         """A token for the stream as last read (see ``JournalBackend``): the log's own record of
         that read, while the file is still the one it read, of that size, with the same marks
         (``LineLog.stamp``: one ``lstat`` and one read of the marks)."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         handle = self._streams.get((run_id, stream))
         return None if handle is None else handle.log.stamp()
 

@@ -85,7 +85,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import stat
 import struct
 import threading
 import time
@@ -93,6 +92,7 @@ import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from stat import S_ISREG
 from typing import Generic, Protocol, TypeVar
 
 from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
@@ -1369,9 +1369,10 @@ class LineLog(Generic[T]):
         took a token, then read, and later gets an equal token knows its read is still the whole
         log, and need not read again. One ``lstat`` and one read of the marks."""
         with self._mutex:
-            if self._k.log is not None or self._unchanged() is None:
+            stamp = self._read_stamp
+            if stamp is None or self._k.log is not None or self._unchanged() is None:
                 return None
-            return self._read_stamp
+            return stamp
 
     def _read_again(self) -> LineMarks:
         """Bring the cache up to date from the file (``_read_once``), again while a cut in another
@@ -1406,8 +1407,19 @@ class LineLog(Generic[T]):
         marks = self._read_marks(strict=False)
         if (
             marks.generation is None
-            or not stat.S_ISREG(st.st_mode)
-            or stamp != (st.st_dev, st.st_ino, st.st_size, marks, *self._cache_state())
+            or not S_ISREG(st.st_mode)
+            or stamp
+            != (  # ``_cache_state``, spelled out: this is every read's hot path
+                st.st_dev,
+                st.st_ino,
+                st.st_size,
+                marks,
+                self._cached_end,
+                self._cached_gen,
+                self._cached_ino,
+                self._base,
+                len(self._cached),
+            )
         ):
             return None
         return marks

@@ -149,6 +149,12 @@ _THREAD_ID_TYPES = (str, int, UUID)
 
 
 def _thread_id(config: RunnableConfig | None, what: str = "config") -> str:
+    if type(config) is dict:  # what LangGraph passes: told without the Mapping ABC's checks
+        configurable = config.get("configurable")
+        if type(configurable) is dict:
+            value = configurable.get("thread_id")
+            if type(value) is str:
+                return value
     if config is not None and not isinstance(config, Mapping):
         raise ConfigInvalid(
             f"a {what} is a RunnableConfig (a dict), not {type(config).__name__} {config!r:.80}"
@@ -340,7 +346,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._life.check_open()
 
     def _thread(self, thread_id: str) -> _Thread:
-        self._check_open()
+        if self._life.closed:
+            self._check_open()
         with self._mutex:
             found = self._threads.get(thread_id)
             if found is None:
@@ -600,8 +607,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), or the thread's latest in its
         namespace; None when there is none. Pending writes come in LangGraph's replay order."""
-        thread_id, ns = _thread_id(config), _namespace(config)
-        checkpoint_id = get_checkpoint_id(config)
+        thread_id = _thread_id(config)
+        configurable = config["configurable"]  # a dict: ``_thread_id`` found its thread_id there
+        ns = configurable.get("checkpoint_ns", "")
+        if type(ns) is not str:
+            ns = _namespace(config)
+        checkpoint_id = configurable.get("checkpoint_id")
         t = self._thread(thread_id)
         with t.mutex:
             self._refresh(t)

@@ -86,6 +86,11 @@ class StrictDecoder:
     def loads(self, typed: tuple[str, bytes]) -> Any:
         """The value ``typed`` holds; ``Refused`` when its bytes name anything not allowed."""
         kind, data = typed
+        if kind == "msgpack" and self._serde is None:
+            try:  # no hook: an extension fails this decode (nothing is built), as damage does
+                return ormsgpack.unpackb(data, option=ormsgpack.OPT_NON_STR_KEYS)
+            except Exception:
+                return self._unpack(data)  # checks every extension, or raises what damage raises
         if self._serde is not None:
             if kind == "msgpack":
                 self._unpack(data)  # the check alone; the custom serde decodes
@@ -96,11 +101,6 @@ class StrictDecoder:
             return bytes(data)
         if kind == "bytearray":
             return bytearray(data)
-        if kind == "msgpack":
-            try:  # no hook: an extension fails this decode (nothing is built), as damage does
-                return ormsgpack.unpackb(data, option=ormsgpack.OPT_NON_STR_KEYS)
-            except Exception:
-                return self._unpack(data)  # checks every extension, or raises what damage raises
         raise Refused(f"the value kind {kind[:40]!r} is not one the saver writes ({', '.join(_KINDS)})")
 
     def _unpack(self, data: bytes) -> Any:
