@@ -275,6 +275,9 @@ class Catalog:
         catalogs = self._catalogs  # replaced whole, never changed in place: no lock to read it
         if not catalogs:
             return None
+        if len(catalogs) == 1:  # the usual journal: one catalog
+            token = self._backend.stamp(catalogs[0].run_id, THREADS_STREAM)
+            return None if token is None else (catalogs[0].run_id, token)
         out: list[object] = []
         for catalog in catalogs:
             token = self._backend.stamp(catalog.run_id, THREADS_STREAM)

@@ -146,6 +146,7 @@ class _Thread:
 
 
 _THREAD_ID_TYPES = (str, int, UUID)
+_new_tuple: Callable[[type[CheckpointTuple], tuple[Any, ...]], CheckpointTuple] = tuple.__new__
 
 
 def _thread_id(config: RunnableConfig | None, what: str = "config") -> str:
@@ -388,6 +389,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
         catalogs = self._catalog.stamp()
         if catalogs is None:
             return None
+        if len(gen.runs) == 1:  # the usual generation: one run
+            token = self._backend.stamp(gen.runs[0], STREAM)
+            return None if token is None else (gen, catalogs, token)
         out: list[object] = [gen, catalogs]
         for run in gen.runs:
             token = self._backend.stamp(run, STREAM)
@@ -705,13 +709,15 @@ class JournalSaver(BaseCheckpointSaver[str]):
         metadata = self._metadata(stored, checked)
         if not checked:
             self._checked_both(stored)
-        return CheckpointTuple(
+        # all five fields given: the tuple is made without the NamedTuple's ``__new__`` (Python)
+        fields = (
             _config(t.thread_id, stored.ns, stored.id),
             checkpoint,
             metadata,
             _config(t.thread_id, stored.ns, stored.parent) if stored.parent else None,
             pending,
         )
+        return _new_tuple(CheckpointTuple, fields)
 
     def citation(self, config: RunnableConfig) -> Citation | None:
         """The journal record of the checkpoint ``config`` names (or of the latest), or None."""
