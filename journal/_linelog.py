@@ -88,12 +88,13 @@ import os
 import struct
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from stat import S_ISREG
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
 from journal._fs import open_regular
@@ -347,6 +348,21 @@ class _Waiter:
         self.wake = threading.Lock()
 
 
+def _forked() -> None:
+    """In a forked child: only the thread that forked runs here, so a lock another thread of the
+    parent held at the fork (a log's, its sync's, the lead of its syncs) would be held for good,
+    and the child's next hold or sync of that log would wait for ever. Each log starts over
+    (``LineLog._after_fork``)."""
+    me = threading.get_ident()
+    for log in list(_LOGS):
+        log._after_fork(me)
+
+
+# Every line log of this process, so that a forked child starts each afresh (``_forked``)
+_LOGS: weakref.WeakSet[LineLog[Any]] = weakref.WeakSet()
+os.register_at_fork(after_in_child=_forked)
+
+
 class LineLog(Generic[T]):
     """An append-only file of one-record lines.
 
@@ -421,6 +437,8 @@ class LineLog(Generic[T]):
         self._fd: int | None = None
         self._owner: int | None = None
         self._settled = False  # a recovery ran under the current hold
+        self._lock_fds: dict[int, int] = {}  # the lock descriptors ``locked`` holds -> their thread
+        _LOGS.add(self)
 
     @property
     def path(self) -> Path:
@@ -456,12 +474,38 @@ class LineLog(Generic[T]):
             raise JournalUnwritable(
                 f"cannot open the lock {self._mark}: {exc.strerror or exc}", path=self._mark
             ) from exc
+        self._lock_fds[fd] = threading.get_ident()
         try:
             self._flock_within(fd, timeout)
             with self.held():
                 yield self
         finally:
+            self._lock_fds.pop(fd, None)
             os.close(fd)  # closing the file releases the flock
+
+    def _after_fork(self, me: int) -> None:
+        """In a forked child (``me``: the thread that forked, the only one here): fresh locks, no
+        lead and no waiter of syncs. A hold of another thread's is gone: its lock descriptors and
+        the kept ones are closed (the child's copies only: the parent's flocks stay as they are,
+        and the child's own holds and syncs take flocks on descriptors of their own, which a copy
+        of the parent's open file would share) and what it had read is read again. The forking
+        thread's own hold, if any, goes on."""
+        self._syncing, self._group = threading.Lock(), threading.Lock()
+        self._leading, self._waiters = False, []
+        self._mutex = threading.RLock()  # a hold of ``me`` lets go of the lock it took, as it began
+        for fd, thread in list(self._lock_fds.items()):
+            if thread != me:
+                del self._lock_fds[fd]
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self._owner == me:
+            return
+        kept, self._k = self._k, _Kept()
+        kept.close()
+        self._fd = self._owner = None
+        self._settled = False
+        self._read_stamp = self._scanned = None
+        self._reset_cache(None, None)
 
     def _flock_within(self, fd: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
