@@ -37,6 +37,10 @@ from memory.ledger._snapshot import (
     Snapshot,
 )
 
+# The acts whose place on the chain each tick checks (``anchors``), by the receipt status their
+# ``dispatch_included`` line recorded
+_CHECKED = {Outcome.CONFIRMED: 1, Outcome.REVERTED: 0}
+
 
 class StateBuilder:
     """The snapshot's state, being folded; start empty or from a verified snapshot."""
@@ -113,7 +117,7 @@ class StateBuilder:
         ref = LineRef(line.offset, line_sha256(line.raw))
         if isinstance(record, DispatchIncluded):
             self.included[record.tx_hash.lower()] = Included(
-                record.tx_hash, record.block, record.block_hash, ref, record.chain_id
+                record.tx_hash, record.block, record.block_hash, ref, record.chain_id, record.status
             )
         elif isinstance(record, ReorgDetected):
             self.reorged = Marked(record.tx_hash, ref)
@@ -144,7 +148,14 @@ class StateBuilder:
         self.unsent.pop(key, None)
         self.dropped.pop(key, None)
         included = self.included.pop(key, None)
-        if entry.outcome is Outcome.CONFIRMED and included is not None and included.block == entry.block:
+        # a reverted act too: a reorganisation may mine it again where it does not revert, and the
+        # agent, which swaps again after a revert, would then have swapped twice
+        if (
+            entry.outcome in _CHECKED
+            and included is not None
+            and included.block == entry.block
+            and included.status == _CHECKED[entry.outcome]
+        ):
             self.anchors = [*self.anchors[1 - RECENT_ACTS :], included]  # the newest RECENT_ACTS
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)

@@ -7,7 +7,8 @@ no longer holds, and the agent trading from a wrong position. So reconcile logs,
 and hash), and every tick, before anything else, asks the chain for the receipt of each recent
 ledgered act (one request each, no ledger read: the snapshot names them), oldest first:
 
-* still in the same block (number and hash) with status 1 → nothing to say;
+* still in the same block (number and hash) with the status ledgered (1 confirmed, 0 reverted) →
+  nothing to say;
 * no receipt, while the block at that number still has that hash → the node keeps no index of old
   transactions (a node may drop it after a year or so): the block, and so the swap, is still there;
 * otherwise (no receipt and another block there, or none; a receipt in another block, or with
@@ -15,10 +16,12 @@ ledgered act (one request each, no ledger read: the snapshot names them), oldest
   says now) and ``ChainReorged``: nothing is reconciled, decided or sent.
 
 The recent acts are the newest confirmed act, whatever its depth, and those of the last
-``RECENT_ACTS`` confirmed acts whose block is fewer than ``REORG_WINDOW_BLOCKS`` below the chain's
-head. The newest alone would not do: an older act can be gone while the newest stands (mined again
-in another block, which a person may find harmless and acknowledge; or acknowledged earlier, and no
-longer checked), and the ledger would count a swap the chain no longer holds.
+``RECENT_ACTS`` confirmed or reverted acts (a revert holds nothing, so a reverted swap mined again
+where it does not revert would make the agent's next swap a second one) whose block is fewer than
+``REORG_WINDOW_BLOCKS`` below the chain's head. The newest alone would not do: an older act can be
+gone while the newest stands (mined again in another block, which a person may find harmless and
+acknowledge; or acknowledged earlier, and no longer checked), and the ledger would count a swap the
+chain no longer holds.
 
 A node that cannot be read is ``ChainUnavailable``, as ever: never taken for a reorganisation.
 Until a ``reorg_acknowledged`` line names the transaction (``acknowledge_reorg``, ``sail
@@ -77,7 +80,7 @@ def check_ledgered_acts(
     """Check that the chain still holds the recent ledgered acts where they were ledgered.
 
     The acts checked: the newest confirmed act (whatever its depth), and each of the snapshot's
-    ``anchors`` (the last ``RECENT_ACTS`` confirmed acts) whose block is fewer than
+    ``anchors`` (the last ``RECENT_ACTS`` confirmed or reverted acts) whose block is fewer than
     ``window_blocks`` below the chain's head; none whose reorganisation was acknowledged, nor any
     ledgered without its block hash or on another chain than the node serves. Oldest first: the
     first found moved or gone is the one logged and held (its acknowledgement lets the next tick
@@ -148,7 +151,7 @@ def _moved(anchor: Included, reader: ReceiptReader, clock: Callable[[], int]) ->
 
 def _same_place(receipt: Receipt, anchor: Included) -> bool:
     return (
-        receipt.status == 1
+        receipt.status == anchor.status
         and receipt.block == anchor.block
         and (receipt.block_hash or "").lower() == anchor.block_hash.lower()
     )
@@ -160,8 +163,9 @@ def _what_changed(anchor: Included, receipt: Receipt | None) -> str:
             f"the chain has no receipt for it, and block {anchor.block} is no longer {anchor.block_hash}: "
             "the swap is gone from the chain (it may be pending again, or never be mined)"
         )
-    if receipt.status != 1:
-        return f"the chain's receipt now says it reverted (status {receipt.status}) in block {receipt.block}"
+    if receipt.status != anchor.status:
+        now = "reverted" if receipt.status != 1 else "was taken, not reverted as ledgered,"
+        return f"the chain's receipt now says it {now} (status {receipt.status}) in block {receipt.block}"
     return f"the chain now holds it in block {receipt.block} ({receipt.block_hash}), not where ledgered"
 
 

@@ -30,6 +30,9 @@ newest ``reorg_acknowledged`` line); a version 4 snapshot is stale, rebuilt once
 ``anchors`` (the ``dispatch_included`` lines of the last ``RECENT_ACTS`` confirmed acts, in ledger order:
 each tick checks those near the chain's head, not the newest alone) and ``acked`` (the
 ``reorg_acknowledged`` lines naming one of them); a version 5 snapshot is stale, rebuilt once.
+Version 7 keeps reverted acts among the ``anchors`` too, each with the receipt's ``status`` it was
+ledgered with (a reorganisation may mine a reverted swap again where it does not revert); a version
+6 snapshot is stale, rebuilt once.
 """
 
 from __future__ import annotations
@@ -47,12 +50,12 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 6
+VERSION = 7
 #: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes, 5 kept the newest
-#: act's alone: stale, rebuilt)
-READABLE = frozenset({6})
-#: how many confirmed acts' ``dispatch_included`` lines the snapshot keeps (``anchors``): the most a
-#: tick checks against the chain (one receipt request each), whatever the ledger's length
+#: act's alone, 6 confirmed acts' alone: stale, rebuilt)
+READABLE = frozenset({7})
+#: how many confirmed or reverted acts' ``dispatch_included`` lines the snapshot keeps (``anchors``):
+#: the most a tick checks against the chain (one receipt request each), whatever the ledger's length
 RECENT_ACTS = 16
 _EDGE = 4096
 
@@ -137,6 +140,7 @@ class Included:
     block_hash: str
     line: LineRef
     chain_id: int = 0
+    status: int = 1  # the receipt's: 1 for a confirmed act, 0 for a reverted one
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,8 @@ class Snapshot:
     acknowledged: Marked | None = None
     """The newest ``reorg_acknowledged`` line: its act's place on the chain is no longer checked."""
     anchors: tuple[Included, ...] = ()
-    """Where the last ``RECENT_ACTS`` confirmed acts ledgered with a ``dispatch_included`` line were
-    ledgered, oldest first (in ledger order)."""
+    """Where the last ``RECENT_ACTS`` confirmed or reverted acts ledgered with a ``dispatch_included``
+    line were ledgered, and with which status, oldest first (in ledger order)."""
     acked: tuple[Marked, ...] = ()
     """The ``reorg_acknowledged`` lines that name an act of ``anchors`` (or ``anchor``): those acts'
     places are no longer checked."""
@@ -236,6 +240,7 @@ def _included_wire(i: Included) -> dict[str, Any]:
         "block": i.block,
         "blockHash": i.block_hash,
         "chainId": i.chain_id,
+        "status": i.status,
         "offset": i.line.offset,
         "lineSha256": i.line.sha256,
     }
@@ -311,6 +316,7 @@ def _included(obj: dict[str, Any]) -> Included:
         block_hash=_str(obj["blockHash"]),
         line=LineRef(_int(obj["offset"]), _str(obj["lineSha256"])),
         chain_id=_int(obj["chainId"]),
+        status=_int(obj["status"]),
     )
 
 

@@ -28,6 +28,7 @@ from memory.ledger import (
     cadence_reason,
     narrate,
 )
+from memory.ledger._snapshot import VERSION as SNAPSHOT_VERSION
 from sail._cli import main
 from sail._config import SailConfig, save_config
 
@@ -345,7 +346,7 @@ def test_the_snapshot_counts_each_files_lines_and_an_old_snapshot_still_reads(
     ledger_lines = (home / ".sail" / "memory" / "ledger.jsonl").read_bytes().count(b"\n")
     activity_lines = (home / ".sail" / "activity.jsonl").read_bytes().count(b"\n")
     assert (snap["version"], snap["ledger"]["lines"], snap["activity"]["lines"]) == (
-        6, ledger_lines, activity_lines,
+        SNAPSHOT_VERSION, ledger_lines, activity_lines,
     )  # fmt: skip
     expected = journal(capsys, home, "--days", "1")
     # the same snapshot as version 2 wrote it: no line counts (nor dropped dispatches: stale, rebuilt)
@@ -365,7 +366,8 @@ def test_the_snapshot_counts_each_files_lines_and_an_old_snapshot_still_reads(
     assert json.loads(snap_path.read_bytes())["version"] == 2
     Ledger(home / ".sail").state()  # a reader that saves writes the current version
     again = json.loads(snap_path.read_bytes())
-    assert (again["version"], again["ledger"]["lines"], again["dropped"]) == (6, ledger_lines, [])
+    current = (SNAPSHOT_VERSION, ledger_lines, [])
+    assert (again["version"], again["ledger"]["lines"], again["dropped"]) == current
     assert journal(capsys, home, "--days", "1") == expected
 
 
