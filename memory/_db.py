@@ -1018,15 +1018,21 @@ class HistoryDB:
             raise self._error(exc, "read", Unreachable) from exc
         return out
 
-    def scopes(self, after: str | None = None, limit: int | None = None) -> list[str]:
-        """The scopes the DB holds findings not retired of, sorted (by code point: SQLite compares
-        the UTF-8 bytes, which sort as their code points do); with ``after``, only those sorting after
-        it; with ``limit``, the first ``limit`` of them. Read from the scope index, never the rows."""
+    def scopes(
+        self, after: str | None = None, limit: int | None = None, *, now_ms: int | None = None
+    ) -> list[str]:
+        """The scopes the DB holds findings not retired of (with ``now_ms``, nor expired by then),
+        sorted (by code point: SQLite compares the UTF-8 bytes, which sort as their code points do);
+        with ``after``, only those sorting after it; with ``limit``, the first ``limit`` of them.
+        Walked in the scope index's order."""
         conn = self._read_conn()
         if conn is None:
             return []
-        sql = "SELECT DISTINCT scope FROM findings WHERE retired_ms IS NULL"
+        sql = "SELECT DISTINCT scope FROM findings f WHERE retired_ms IS NULL"
         params: list[object] = []
+        if now_ms is not None:  # a scope whose rows all expired is no page's to look at
+            sql += f" AND {_NOT_EXPIRED}"
+            params.append(now_ms)
         if after is not None:
             sql += " AND scope > ?"
             params.append(after)

@@ -808,8 +808,9 @@ class Search:
         disk = sorted(s for s in on_disk if after is None or s > after)
         batch = None if limit is None else max(limit + 1, SCOPES_BATCH)
         i, last = 0, after
+        now = self._clock()
         while True:
-            rows = self._db.scopes(after=last, limit=batch)
+            rows = self._db.scopes(after=last, limit=batch, now_ms=now)
             for scope in rows:
                 while i < len(disk) and disk[i] < scope:
                     yield disk[i]
