@@ -33,6 +33,29 @@ def _rec(seq: int) -> Record:
     return Record("r", "s", seq, f"id{seq}", f"k{seq}", seq, {"n": seq})
 
 
+def _fork_appending(log: LineLog[Record], real_fsync: Callable[[int], None]) -> int:
+    """Fork; the child (where no other thread of the parent runs) appends record 3 to ``log``,
+    syncs it with the real ``fsync`` and exits 0 (1, its traceback printed, on any failure). The
+    parent gets the child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.fsync = real_fsync  # type: ignore[assignment]
+            with log.locked():
+                log.recover()
+                mine = log.write([_rec(3)])
+            log.sync_to(mine)
+            code = 0
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
 def _exits_cleanly(pid: int, hung: str) -> None:
     """The child ``pid`` ends, with 0, within a minute (a bound for a hung child, not a measure of
     speed); else it is killed and the test fails saying ``hung``."""
@@ -255,22 +278,7 @@ def test_a_child_forked_while_a_thread_leads_a_bare_logs_sync_appends_and_syncs(
         leader = threading.Thread(target=lambda: log.sync_to(end))
         leader.start()
         assert entered.wait(60)
-        pid = os.fork()
-        if pid == 0:  # the child: no thread leads here
-            code = 1
-            try:
-                os.fsync = real_fsync  # type: ignore[assignment]
-                with log.locked():
-                    log.recover()
-                    mine = log.write([_rec(3)])
-                log.sync_to(mine)
-                code = 0
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+        pid = _fork_appending(log, real_fsync)
         release.set()
         leader.join(60)
     finally:
@@ -305,22 +313,7 @@ def test_a_child_forked_while_a_thread_holds_a_bare_log_appends_to_it(
         thread = threading.Thread(target=holder)
         thread.start()
         assert entered.wait(60)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                os.fsync = real_fsync  # type: ignore[assignment]
-                with log.locked():
-                    log.recover()
-                    mine = log.write([_rec(3)])
-                log.sync_to(mine)
-                code = 0
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+        pid = _fork_appending(log, real_fsync)
         release.set()
         thread.join(60)
     finally:
