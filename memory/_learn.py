@@ -164,23 +164,37 @@ class Learner:
         item = validate(finding, default_source=root.source or root.flow) if live is None else live[0]
         known = (item, root) if live is None or keyed is None else (item, root, keyed)
         if supersedes is None:
-            revision, fid, replayed, retired = self._revision(*known)
-        else:  # a new version: a key another memory holds is not taken
-            target = None if live is None else live[1]
-            revision, fid, replayed, retired = self._revision(*known, versioning=(supersedes, target))
-        old = self._replaced(fid, supersedes, root.scope, None if live is None else live[1])
-        if old is None or replayed is not None or live is not None:
-            # (an update's ``live`` was read in the turn it holds: there is nothing newer to look for)
-            return self._learn_version(item, root, supersedes, (revision, fid, replayed, retired), old)
-        # Updates of one scope's versions take turns on this host, from the look at the version
-        # they replace to its retired file (and, when another retirement came first, the new
-        # version's own forget): no update reads, or builds on, a version that another has already
-        # replaced or that is about to lose its race, so one memory never splits into two lines.
-        with self._publisher.update_turn(old.scope, root.run_id):
-            # a retirement seen before stands; one published since is looked for again here
-            now = old.retired or self._retirer.published_retirement(str(supersedes), old.scope)
-            fresh = replace(old, retired=now)
-            return self._learn_version(item, root, supersedes, (revision, fid, replayed, retired), fresh)
+            # A plain learn holds a share of its scope's turn from its look at the key to its
+            # publish: no update of the scope is between its own look and its publish meanwhile,
+            # so the key this learn looks at is not taken by another memory's new version after
+            # the look (both would then be answered with one key, and one of them lost)
+            with self._publisher.learn_share(root.scope, root.run_id):
+                return self._learn_version(item, root, None, self._revision(*known), None)
+        if live is not None:  # an update, which read ``live`` in the turns it holds
+            keys = self._revision(*known, versioning=(supersedes, live[1]))
+            old = self._replaced(keys[1], supersedes, root.scope, live[1])
+            return self._learn_version(item, root, supersedes, keys, old)
+        # Updates of one scope's versions take turns, from the look at the version they replace
+        # to its retired file (and, when another retirement came first, the new version's own
+        # forget): no update reads, or builds on, a version that another has already replaced or
+        # that is about to lose its race, so one memory never splits into two lines. The new
+        # version's key is looked at in the turn of the scope it goes to as well, where no plain
+        # learn is between its look and its publish (turns taken in the order of their scopes).
+        # (refused before any turn is taken, as nothing is written: an unknown or malformed key,
+        # or the key this learn takes; both are looked at again in the turns)
+        ahead = self._revision(*known, versioning=(supersedes, None))
+        first = self._replaced(ahead[1], supersedes, root.scope)
+        with contextlib.ExitStack() as turns:
+            for scope in sorted({root.scope} if first is None else {root.scope, first.scope}):
+                turns.enter_context(self._publisher.update_turn(scope, root.run_id))
+            keys = self._revision(*known, versioning=(supersedes, None))
+            old = self._replaced(keys[1], supersedes, root.scope)
+            if keys[2] is not None or old is None:  # a resumed body's replay: nothing newer to look for
+                return self._learn_version(item, root, supersedes, keys, old)
+            with self._publisher.update_turn(old.scope, root.run_id):  # held, unless it moved
+                # a retirement seen before stands; one published since is looked for again here
+                now = old.retired or self._retirer.published_retirement(supersedes, old.scope)
+                return self._learn_version(item, root, supersedes, keys, replace(old, retired=now))
 
     def _learn_version(
         self,

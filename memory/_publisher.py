@@ -16,6 +16,7 @@ import secrets
 import stat
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,6 +210,75 @@ class _Turn:
     def __init__(self) -> None:
         self.mutex = threading.RLock()
         self.depth = 0
+        self.owner = 0  # the ident of the thread inside the mutex at depth 1 (0: none yet)
+
+
+class _ThreadFolders(threading.local):
+    """The folders whose ``flock`` this thread holds as a scope's turn or a share of it (through any
+    store object of this process), and how deep: a thread that holds one takes it again without
+    waiting (the lock is per open, so a second open of the same folder would wait for the first)."""
+
+    def __init__(self) -> None:
+        self.depth: dict[Path, int] = {}
+
+
+_THREAD = _ThreadFolders()
+
+
+class _OpenLocks:
+    """Every descriptor this process opened to ``flock`` a folder, with the thread that holds it.
+
+    A lock belongs to the open file, which a forked child shares: a child that kept its copy of a
+    lock another thread of its parent held would hold that lock for as long as it lives (every
+    update of the scope would wait for it, and a plain learn in the child of a parent's shared
+    lock). So a fork waits while a descriptor is being opened and registered, and the child closes
+    the copies of the locks other threads held (its own thread's stay: it goes on inside them)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.owners: dict[int, int] = {}  # descriptor -> the ident of the thread that holds it
+
+    def open(self, at: OpenDir) -> int:
+        """A new open of the folder ``at`` holds, registered to this thread (``O_CLOEXEC``).
+
+        Raises:
+            OSError: the folder could not be opened.
+        """
+        with self.mutex:
+            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at.fd)
+            self.owners[fd] = threading.get_ident()
+        return fd
+
+    def close(self, fd: int) -> None:
+        with self.mutex:
+            self.owners.pop(fd, None)
+            os.close(fd)
+
+    def before_fork(self) -> None:
+        self.mutex.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self.mutex.release()
+
+    def after_fork_in_child(self) -> None:
+        me = threading.get_ident()
+        for fd, owner in list(self.owners.items()):
+            if owner != me:
+                del self.owners[fd]
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.mutex = threading.Lock()
+        for publisher in list(_PUBLISHERS):
+            publisher.turns_after_fork(me)
+
+
+_LOCKS = _OpenLocks()
+_PUBLISHERS: weakref.WeakSet[Publisher] = weakref.WeakSet()
+os.register_at_fork(
+    before=_LOCKS.before_fork,
+    after_in_parent=_LOCKS.after_fork_in_parent,
+    after_in_child=_LOCKS.after_fork_in_child,
+)
 
 
 class Publisher:
@@ -238,6 +308,7 @@ class Publisher:
         # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
         # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
         self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
+        _PUBLISHERS.add(self)
 
     def scope_dir(self, scope: str) -> Path:
         """The scope's folder of learned files (its path computed once per store)."""
@@ -485,20 +556,13 @@ class Publisher:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
-    @contextlib.contextmanager
-    def update_turn(self, scope: str, run_id: str | None) -> Iterator[None]:
-        """Hold the turn of ``scope`` for updates: an exclusive lock on the scope's folder of folders
-        (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
-        so processes and threads updating versions of the scope take turns, from the look at the
-        version an update replaces to that version's retired file. Re-entrant within a thread (an
-        update holds it while it reads the memory's version and while its learn settles). On a
-        journal that hosts share, the scope's turn among them is taken too (``hosts_turn``), inside.
-
-        Raises:
-            Unwritable: the folder cannot be opened or locked.
-            JournalError: the turn among the hosts could not be taken.
-        """
-        self.ensure_folder(self.scope_dir(scope), run_id)  # a synced scope may have no folder left
+    def _turn_folder(self, scope: str, run_id: str | None, *, learned: bool = True) -> tuple[Path, _Turn]:
+        """The folder whose lock is ``scope``'s turn (the parent of its learned and retired
+        folders, created when missing: a synced scope may have no folder left) and this store's
+        turn of it. ``learned=False``: the scope's learned folder is not created here (a learn's
+        stage creates it, and a stage in a folder it created is synced, not left loose)."""
+        scope_dir = self.scope_dir(scope)
+        self.ensure_folder(scope_dir if learned else scope_dir.parent, run_id)
         found = self._scope_turns.get(scope)
         if found is None:
             directory = self.scope_dir(scope).parent
@@ -507,7 +571,24 @@ class Publisher:
                 if turn is None:
                     turn = self._turns[directory] = _Turn()
                 found = self._scope_turns[scope] = (directory, turn)
-        directory, turn = found
+        return found
+
+    @contextlib.contextmanager
+    def update_turn(self, scope: str, run_id: str | None) -> Iterator[None]:
+        """Hold the turn of ``scope`` for updates: an exclusive lock on the scope's folder of folders
+        (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
+        so processes and threads updating versions of the scope take turns, from the look at the
+        version an update replaces to that version's retired file, and wait for the plain learns
+        of the scope in flight (``learn_share``). Re-entrant within a thread (an update holds it
+        while it reads the memory's version and while its learn settles), through any store
+        object of the process. On a journal that hosts share, the scope's turn among them is
+        taken too (``hosts_turn``), inside.
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+            JournalError: the turn among the hosts could not be taken.
+        """
+        directory, turn = self._turn_folder(scope, run_id)
         with turn.mutex:
             if turn.depth:
                 turn.depth += 1
@@ -516,21 +597,73 @@ class Publisher:
                 finally:
                     turn.depth -= 1
                 return
-            with self.folder_lock(directory, run_id), self.hosts_turn(scope):
-                turn.depth = 1
-                try:
-                    yield
-                finally:
-                    turn.depth = 0
+            turn.owner = threading.get_ident()
+            try:
+                with self._locked(directory, run_id, fcntl.LOCK_EX), self.hosts_turn(scope):
+                    turn.depth = 1
+                    try:
+                        yield
+                    finally:
+                        turn.depth = 0
+            finally:
+                turn.owner = 0
 
     @contextlib.contextmanager
-    def folder_lock(self, directory: Path, run_id: str | None, at: OpenDir | None = None) -> Iterator[None]:
+    def learn_share(self, scope: str, run_id: str | None) -> Iterator[None]:
+        """Hold a share of the turn of ``scope`` (a shared lock on the folder ``update_turn`` locks)
+        from a plain learn's look at its key to its publish. Learns share it and never wait for
+        each other; an update, a forget or an erase of the scope waits for the learns in flight,
+        and a learn waits for one of them in flight. So a learn never looks at a key while an
+        update is between its own look and its publish: one key is never taken by two memories.
+        A thread that holds the turn, or a share, takes it again without waiting.
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
+        directory, _ = self._turn_folder(scope, run_id, learned=False)
+        with self._locked(directory, run_id, fcntl.LOCK_SH):
+            yield
+
+    def turns_after_fork(self, me: int) -> None:
+        """In a forked child: forget the turns other threads of the parent held or were taking
+        (their mutexes stay held by threads the child does not have); ``me``'s stay."""
+        for directory, turn in list(self._turns.items()):
+            if turn.owner != me:
+                fresh = self._turns[directory] = _Turn()
+                for scope, (folder, _) in list(self._scope_turns.items()):
+                    if folder == directory:
+                        self._scope_turns[scope] = (folder, fresh)
+        self._holding = threading.Lock()
+
+    @contextlib.contextmanager
+    def _locked(self, directory: Path, run_id: str | None, how: int) -> Iterator[None]:
+        """Hold ``flock(how)`` on ``directory`` for the block, unless this thread holds it already."""
+        depth = _THREAD.depth
+        if directory in depth:
+            depth[directory] += 1
+            try:
+                yield
+            finally:
+                depth[directory] -= 1
+            return
+        with self.folder_lock(directory, run_id, how=how):
+            depth[directory] = 1
+            try:
+                yield
+            finally:
+                del depth[directory]
+
+    @contextlib.contextmanager
+    def folder_lock(
+        self, directory: Path, run_id: str | None, at: OpenDir | None = None, *, how: int = fcntl.LOCK_EX
+    ) -> Iterator[None]:
         """Hold an exclusive lock on ``directory`` itself (``flock`` on its descriptor, no file added)
         while the caller compares what a name holds and renames over it, so two processes publishing
         commits of one finding cannot leave the older one in place. The lock is advisory and lives
-        with the descriptor: a killed holder releases it. ``at``: the folder held open (``held``),
-        which a stage made in it names; the lock is taken on that folder, opened anew from its
-        descriptor (a lock per open, so threads of this process exclude each other too).
+        with the descriptor: a killed holder releases it, and a forked child closes its copy
+        (``_OpenLocks``). ``at``: the folder held open (``held``), which a stage made in it names;
+        the lock is taken on that folder, opened anew from its descriptor (a lock per open, so
+        threads of this process exclude each other too). ``how``: ``LOCK_SH`` for a shared lock.
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
@@ -538,7 +671,7 @@ class Publisher:
         try:
             if at is None:
                 at = self.held_or_missing(directory)
-            fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at.fd)
+            fd = _LOCKS.open(at)
         except OSError as exc:
             raise Unwritable(
                 f"cannot open {directory} to publish into it: {describe(exc)}",
@@ -548,7 +681,7 @@ class Publisher:
             ) from exc
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, how)
             except OSError as exc:
                 raise Unwritable(
                     f"cannot lock {directory} to publish into it: {describe(exc)}",
@@ -558,7 +691,7 @@ class Publisher:
                 ) from exc
             yield
         finally:
-            os.close(fd)
+            _LOCKS.close(fd)
 
     def publish_lazily(self, staged: Any, final: Path, run_id: str | None, *, loose: bool = False) -> None:
         """Rename ``staged`` into place at ``final`` without fsyncing its folder: the name waits in

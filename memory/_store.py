@@ -443,7 +443,12 @@ class MemoryStore:
                 scope = seen.scope if seen is not None else None if located is None else located.scope
             if scope is None:
                 raise self._no_live_version(memory_id)
-            with self._publisher.update_turn(scope, None if root is None else root.run_id):
+            with contextlib.ExitStack() as turns:
+                # the turn of the scope the new version goes to as well, where no plain learn is
+                # between its look at a key and its publish (turns taken in the order of scopes)
+                run_id = None if root is None else root.run_id
+                for one in sorted({scope} if root is None else {scope, root.scope}):
+                    turns.enter_context(self._publisher.update_turn(one, run_id))
                 live = self._live_version(memory_id)
                 if live.scope != scope:
                     continue  # moved to another scope meanwhile: take that scope's turn

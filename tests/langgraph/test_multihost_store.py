@@ -244,12 +244,14 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One file journal and one DB, three stores (three processes' worth). B's put found no item;
-    # before it learns, A creates the item (v1) and C replaces it (v2): C's supersede retires v1 and
-    # stops before v2 is in place. B learns vB and looks again in that moment. Its read meets v1's
-    # retired file, publishes v2 from C's commit and finds vB and v2: it keeps the newer, vB, and
-    # forgets v2 (waiting for C's turn). C then goes on and looks again too. Before either fix the
-    # look saw neither v1 nor v2, B kept vB, C returned without looking, and the key kept two live
-    # versions (vB and v2).
+    # before it learns, A creates the item (v1); B learns vB; then C replaces v1 (v2, a later
+    # millisecond): C's supersede retires v1 and stops before v2 is in place, holding the scope's
+    # turn. B looks again in that moment. Its read meets v1's retired file, publishes v2 from C's
+    # commit and finds vB and v2: it keeps the newer, v2, and forgets vB (waiting for C's turn). C
+    # then goes on and looks again too. Before the look again, the look saw neither v1 nor v2, B
+    # kept vB, C returned without looking, and the key kept two live versions (vB and v2). (B's
+    # learn itself cannot fall in C's half-done replace: a plain learn holds a share of the
+    # scope's turn, so it waits for C to finish.)
     import memory._learn
 
     ns, key = ("new",), "k"
@@ -271,16 +273,20 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
     def b_learns(*args: Any, **kwargs: Any) -> Any:
         if not racer.is_alive() and not in_between.is_set():
             a.put(ns, key, {"v": "a"})  # v1, after B found no item
+            learned = b_learn(*args, **kwargs)  # vB
+            next_millisecond()  # v2 learned a later millisecond than vB: the newer of the two
             racer.start()
             _waited(in_between)
-            next_millisecond()  # vB learned a later millisecond than v2: the newer of the two
+            return learned
         return b_learn(*args, **kwargs)
 
     b_forget = b.memory.forget
+    b_forgot: list[bool] = []
 
     def b_forgets(*args: Any, **kwargs: Any) -> Any:
         # B's look found another version to forget (the read that met v1's retired file published
         # v2): a forget takes the scope's turn, which C holds until it goes on
+        b_forgot.append(threading.current_thread() is not racer)
         b_put.set()
         return b_forget(*args, **kwargs)
 
@@ -292,11 +298,12 @@ def test_a_creating_put_that_looks_while_a_replacing_put_is_half_done_is_settled
         b_put.set()
         racer.join(60)
         assert not racer.is_alive() and in_between.is_set(), "C's put never got between, or never returned"
+        assert b_forgot == [True], "B's look again did not meet C's half-done replace"
         for store in stores:
             live = store.memory.recall(scope="langgraph:new", meta={"key": key}, limit=None)
-            assert [r.metadata["value"] for r in live] == [{"v": "b"}]
+            assert [r.metadata["value"] for r in live] == [{"v": "c"}]
             item = store.get(ns, key)
-            assert item is not None and item.value == {"v": "b"}
+            assert item is not None and item.value == {"v": "c"}
     finally:
         b_put.set()
         for store in stores:

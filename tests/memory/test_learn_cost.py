@@ -37,10 +37,13 @@ def test_a_learn_asks_about_the_names_it_finds_missing_without_an_lstat(
     monkeypatch.setattr(os, "lstat", counted)
     learned = _learn(store, root, "a finding whose names are all new")
     assert [p for p in looked if p.endswith(f"{learned.key}.json")] == []
-    # what the learn still looks at by path every time: the learned folder it writes through,
-    # the run's folder, its streams folder, run.json and the stream file (the journal's guards)
+    # what the learn still looks at by path every time: the learned folder it writes through, the
+    # scope's turn folder it holds a share of, the run's folder, its streams folder, run.json and
+    # the stream file (the journal's guards)
     ends = sorted(Path(p).name for p in looked)
-    assert ends == sorted(["compacted", learned.citation.run_id, "streams", "run.json", "memory-learn.jsonl"])
+    assert ends == sorted(
+        ["compacted", ".trajectories", learned.citation.run_id, "streams", "run.json", "memory-learn.jsonl"]
+    )
 
 
 def test_a_name_is_there_as_lexists_says_for_every_kind_of_entry(tmp_path: Path) -> None:
