@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import memory
 
 SHARED = {"text": "the shared text ZQSHARED"}
@@ -63,7 +65,7 @@ class _Other:
 def _reads_as_told(db: Path, *told: memory.Learned) -> None:
     """Every answer is a live memory the store reads back: its key, its memory id, the text."""
     store = memory.MemoryStore(db)
-    live = {f.memory_id: (f.key, f.text) for f in store.recall(scope="s", limit=None)}
+    live = {f.memory_id: (f.key, f.text) for f in store.recall(scope=None, limit=None)}
     for got in told:
         assert live.get(got.memory_id) == (got.key, SHARED["text"]), ("an acknowledged memory is gone", got)
         read = store.get(got.key)
@@ -72,8 +74,23 @@ def _reads_as_told(db: Path, *told: memory.Learned) -> None:
     store.close()
 
 
+# the scope the new version goes to, and the learn's: alice's own, or another (the update moves the
+# memory there, and must hold that scope's turn as well as its own)
+_TO = pytest.mark.parametrize("to", ["s", "t"])
+# by memory id, or a supersede naming the version (``learn`` with ``supersedes=``)
+_HOW = pytest.mark.parametrize("how", ["update", "supersede"])
+
+
+def _update(session: memory.MemorySession, how: str, alice: memory.Learned) -> memory.Learned:
+    if how == "update":
+        return session.update(alice.memory_id, SHARED)
+    return session.learn(SHARED, supersedes=alice.key)
+
+
+@_TO
+@_HOW
 def test_a_learn_started_while_an_update_looked_does_not_lose_its_memory_to_the_update(
-    tmp_path: Path,
+    tmp_path: Path, to: str, how: str
 ) -> None:
     """The update of alice's memory to ``SHARED`` has looked (the key free) when another store
     learns ``SHARED``; the update then commits. The learn is either alice's new version (it came
@@ -82,7 +99,7 @@ def test_a_learn_started_while_an_update_looked_does_not_lose_its_memory_to_the_
     updater, learner = memory.MemoryStore(db), memory.MemoryStore(db)
 
     def learn() -> memory.Learned:
-        with learner.session(scope="s") as other:
+        with learner.session(scope=to) as other:
             return other.learn(SHARED)
 
     other = _Other(learn)
@@ -93,8 +110,8 @@ def test_a_learn_started_while_an_update_looked_does_not_lose_its_memory_to_the_
         return real(*args, **kwargs)
 
     updater._learner._learn_version = after_the_look  # type: ignore[method-assign]
-    with updater.session(scope="s") as s:
-        new = s.update(alice.key, SHARED)
+    with updater.session(scope=to) as s:
+        new = _update(s, how, alice)
     learned = other.answer()
     assert new.memory_id == alice.key
     _reads_as_told(db, new, learned)
@@ -102,7 +119,11 @@ def test_a_learn_started_while_an_update_looked_does_not_lose_its_memory_to_the_
     learner.close()
 
 
-def test_an_update_started_while_a_learn_looked_does_not_take_the_learns_key(tmp_path: Path) -> None:
+@_TO
+@_HOW
+def test_an_update_started_while_a_learn_looked_does_not_take_the_learns_key(
+    tmp_path: Path, to: str, how: str
+) -> None:
     """A plain learn of ``SHARED`` has looked (the key free, and no memory holding it) and is
     staging its file when another store's update of alice's memory to ``SHARED`` starts; the learn
     then commits. What the learn answers (its memory id) is what the store reads its key as, and
@@ -111,8 +132,8 @@ def test_an_update_started_while_a_learn_looked_does_not_take_the_learns_key(tmp
     updater, learner = memory.MemoryStore(db), memory.MemoryStore(db)
 
     def update() -> memory.Learned:
-        with updater.session(scope="s") as other:
-            return other.update(alice.key, SHARED)
+        with updater.session(scope=to) as other:
+            return _update(other, how, alice)
 
     other = _Other(update)
     real = learner._publisher.stage
@@ -122,7 +143,7 @@ def test_an_update_started_while_a_learn_looked_does_not_take_the_learns_key(tmp
         return real(*args, **kwargs)
 
     learner._publisher.stage = after_the_look  # type: ignore[method-assign]
-    with learner.session(scope="s") as s:
+    with learner.session(scope=to) as s:
         got = s.learn(SHARED)
     new = other.answer()
     assert new.memory_id == alice.key
