@@ -168,8 +168,11 @@ class Learner:
             # publish: no update of the scope is between its own look and its publish meanwhile,
             # so the key this learn looks at is not taken by another memory's new version after
             # the look (both would then be answered with one key, and one of them lost)
-            with self._publisher.learn_share(root.scope, root.run_id):
+            share = self._publisher.take_share(root.scope, root.run_id)
+            try:
                 return self._learn_version(item, root, None, self._revision(*known), None)
+            finally:
+                self._publisher.drop_share(share)
         if live is not None:  # an update, which read ``live`` in the turns it holds
             keys = self._revision(*known, versioning=(supersedes, live[1]))
             old = self._replaced(keys[1], supersedes, root.scope, live[1])

@@ -305,6 +305,7 @@ class Publisher:
         self._holding = threading.Lock()
         self._turns: dict[Path, _Turn] = {}  # a scope's turn for updates (``update_turn``)
         self._scope_turns: dict[str, tuple[Path, _Turn]] = {}  # by scope: its folder and turn
+        self._share_dirs: dict[str, Path] = {}  # by scope: its turn's folder (``take_share``)
         # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
         # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
         self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
@@ -579,7 +580,7 @@ class Publisher:
         (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
         so processes and threads updating versions of the scope take turns, from the look at the
         version an update replaces to that version's retired file, and wait for the plain learns
-        of the scope in flight (``learn_share``). Re-entrant within a thread (an update holds it
+        of the scope in flight (``take_share``). Re-entrant within a thread (an update holds it
         while it reads the memory's version and while its learn settles), through any store
         object of the process. On a journal that hosts share, the scope's turn among them is
         taken too (``hosts_turn``), inside.
@@ -608,21 +609,48 @@ class Publisher:
             finally:
                 turn.owner = 0
 
-    @contextlib.contextmanager
-    def learn_share(self, scope: str, run_id: str | None) -> Iterator[None]:
-        """Hold a share of the turn of ``scope`` (a shared lock on the folder ``update_turn`` locks)
-        from a plain learn's look at its key to its publish. Learns share it and never wait for
-        each other; an update, a forget or an erase of the scope waits for the learns in flight,
-        and a learn waits for one of them in flight. So a learn never looks at a key while an
-        update is between its own look and its publish: one key is never taken by two memories.
-        A thread that holds the turn, or a share, takes it again without waiting.
+    def take_share(self, scope: str, run_id: str | None) -> tuple[Path, int]:
+        """Take a share of the turn of ``scope`` (a shared lock on the folder ``update_turn``
+        locks), held by a plain learn from its look at its key to its publish, and let go with
+        ``drop_share`` (what this returns). Learns share it and never wait for each other; an
+        update, a forget or an erase of the scope waits for the learns in flight, and a learn
+        waits for one of them in flight. So a learn never looks at a key while an update is between
+        its own look and its publish: one key is never taken by two memories. A thread that holds
+        the turn, or a share, takes it again without waiting. (Two calls, not a context manager:
+        a learn pays for neither a generator nor its frames.)
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
         """
-        directory, _ = self._turn_folder(scope, run_id, learned=False)
-        with self._locked(directory, run_id, fcntl.LOCK_SH):
-            yield
+        directory = self._share_dirs.get(scope)
+        if directory is None:
+            directory = self._share_dirs[scope] = self._turn_folder(scope, run_id, learned=False)[0]
+        depth = _THREAD.depth
+        held = depth.get(directory)
+        if held is not None:
+            depth[directory] = held + 1
+            return directory, -1
+        try:
+            fd = self._lock_fd(directory, run_id, fcntl.LOCK_SH)
+        except Unwritable as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            self._ready_dirs.discard(directory)  # removed since: made again, as a stage would
+            self.ensure_folder(directory, run_id)
+            fd = self._lock_fd(directory, run_id, fcntl.LOCK_SH)
+        depth[directory] = 1
+        return directory, fd
+
+    @staticmethod
+    def drop_share(share: tuple[Path, int]) -> None:
+        """Let go of a share ``take_share`` took."""
+        directory, fd = share
+        depth = _THREAD.depth
+        if fd < 0:
+            depth[directory] -= 1
+            return
+        del depth[directory]
+        _LOCKS.close(fd)
 
     def turns_after_fork(self, me: int) -> None:
         """In a forked child: forget the turns other threads of the parent held or were taking
@@ -668,6 +696,18 @@ class Publisher:
         Raises:
             Unwritable: the folder cannot be opened or locked.
         """
+        fd = self._lock_fd(directory, run_id, how, at)
+        try:
+            yield
+        finally:
+            _LOCKS.close(fd)
+
+    def _lock_fd(self, directory: Path, run_id: str | None, how: int, at: OpenDir | None = None) -> int:
+        """A new open of ``directory`` (``at``, else held) holding ``flock(how)`` (see ``folder_lock``).
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
         try:
             if at is None:
                 at = self.held_or_missing(directory)
@@ -680,18 +720,16 @@ class Publisher:
                 errno=exc.errno,
             ) from exc
         try:
-            try:
-                fcntl.flock(fd, how)
-            except OSError as exc:
-                raise Unwritable(
-                    f"cannot lock {directory} to publish into it: {describe(exc)}",
-                    path=directory,
-                    run_id=run_id,
-                    errno=exc.errno,
-                ) from exc
-            yield
-        finally:
+            fcntl.flock(fd, how)
+        except OSError as exc:
             _LOCKS.close(fd)
+            raise Unwritable(
+                f"cannot lock {directory} to publish into it: {describe(exc)}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc
+        return fd
 
     def publish_lazily(self, staged: Any, final: Path, run_id: str | None, *, loose: bool = False) -> None:
         """Rename ``staged`` into place at ``final`` without fsyncing its folder: the name waits in

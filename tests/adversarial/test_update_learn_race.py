@@ -3,7 +3,7 @@
 "A key is one memory's": an update to content another memory's live version holds takes the next
 revision, and a plain learn of a live version is that version again (its memory id). A plain learn
 holds a share of its scope's turn from its look at its key to its publish
-(``Publisher.learn_share``); an update holds the turn itself from its look at the version it
+(``Publisher.take_share``); an update holds the turn itself from its look at the version it
 replaces to its publish. Each test starts the other side in a thread of its own at the racy point
 of this side (after its look) and gives it a moment to run in full; with the exclusion in place it
 waits instead, and runs once this side is done. Either way, what both sides were told must be what
