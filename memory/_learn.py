@@ -231,7 +231,14 @@ class Learner:
             record = replayed
             learned = _learned(fid, replayed, final)
         else:
-            memory = (old.memory or supersedes) if old is not None else self._memory_of_live(fid, root.scope)
+            # one look at the learned name serves a plain learn twice: here, and in ``_learn``
+            # (another learn of the key publishing it in between is answered the same either way:
+            # the keyed append hands back the commit that came first)
+            there = named(final)
+            if old is not None:
+                memory = old.memory or supersedes
+            else:
+                memory = self._memory_of_live(fid, root.scope) if there else None
             # The commit retires the version it supersedes: one record and one flush, and no crash
             # leaves the new version committed with the old one live (on a journal hosts share,
             # they learn of it from the heads of the commits' stream, ``SharedRetirements``)
@@ -273,6 +280,7 @@ class Learner:
                 supersedes_scope=old.scope if one and old is not None else None,
                 settle=settle if one else None,
                 mode=mode,
+                there=there,
             )
             if settled:
                 self.on_updated(record)
@@ -450,17 +458,20 @@ class Learner:
         supersedes_scope: str | None = None,
         settle: Callable[[Record, Any], None] | None = None,
         mode: int | None = None,
+        there: bool | None = None,
     ) -> tuple[Learned, Record]:
         """Stage, commit and publish one version (see ``MemoryStore.learn``). ``settle``, for a
         fresh commit, is called with it and the folder its stage holds open (``OpenDir``) after the
         commit and before the rename: an update's retirement of the version it replaces (an error
         there discards the stage, publishing nothing). ``mode``: the file's mode, taken by the
-        caller (``Publisher.stage``)."""
+        caller (``Publisher.stage``). ``there``: whether ``final`` was there when the caller looked
+        a moment ago (looked at here when not given)."""
         pub = self._publisher
         # Only a finding whose file is already there can have been committed and published (a
         # resumed body's re-learn): look it up then. Otherwise the keyed append below returns a
         # commit that raced ahead of this one, and its bytes are what get published.
-        existing = root.journal.find(root.run_id, STREAM, fid) if root.begun and named(final) else None
+        there = named(final) if there is None else there
+        existing = root.journal.find(root.run_id, STREAM, fid) if there and root.begun else None
         if existing is not None:
             self._check(root, existing, fid)
         if existing is None:
@@ -629,12 +640,15 @@ class Learner:
         sync's, takes it without a parse). ``folder``: ``final``'s folder (``Publisher.scope_dir``)."""
         pub = self._publisher
         folder = final.parent if folder is None else folder
-        with pub.folder_lock(folder, run_id, staged.at):
+        lock = pub.lock_folder(folder, run_id, staged.at)  # ``folder_lock``, without a generator
+        try:
             newer = _newer_there(final, record, staged.at)
             if newer:
                 staged.discard()
             else:
                 pub.publish(staged, final, run_id, sync=False)
+        finally:
+            pub.unlock_folder(lock)
         if not newer:
             pub.renamed_lazily(final, run_id, loose=loose, folder=folder)
             if own is not None:

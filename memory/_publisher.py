@@ -702,6 +702,19 @@ class Publisher:
         finally:
             _LOCKS.close(fd)
 
+    def lock_folder(self, directory: Path, run_id: str | None, at: OpenDir | None = None) -> int:
+        """``folder_lock`` taken with one call, let go with ``unlock_folder`` (what this returns).
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
+        return self._lock_fd(directory, run_id, fcntl.LOCK_EX, at)
+
+    @staticmethod
+    def unlock_folder(fd: int) -> None:
+        """Let go of a lock ``lock_folder`` took."""
+        _LOCKS.close(fd)
+
     def _lock_fd(self, directory: Path, run_id: str | None, how: int, at: OpenDir | None = None) -> int:
         """A new open of ``directory`` (``at``, else held) holding ``flock(how)`` (see ``folder_lock``).
 

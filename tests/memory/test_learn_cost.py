@@ -46,6 +46,27 @@ def test_a_learn_asks_about_the_names_it_finds_missing_without_an_lstat(
     )
 
 
+def test_a_plain_learn_of_new_content_looks_at_its_learned_name_once(
+    store: memory.MemoryStore, root: memory.RootRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # whether the learned name is there says both which memory the learn is a version of (none,
+    # for a name missing) and whether this run may have committed it already: one look serves both
+    _learn(store, root, "warm-up")
+    looked: list[str] = []
+    access = os.access
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> bool:
+        looked.append(os.fspath(path))
+        return access(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", counted)
+    learned = _learn(store, root, "a finding whose learned name is new")
+    assert looked.count(str(learned.path)) == 1, looked
+    monkeypatch.undo()
+    again = _learn(store, root, "a finding whose learned name is new")  # the same, in its run: answered
+    assert (again.key, again.citation) == (learned.key, learned.citation)
+
+
 def test_a_name_is_there_as_lexists_says_for_every_kind_of_entry(tmp_path: Path) -> None:
     (tmp_path / "file").write_bytes(b"x")
     (tmp_path / "folder").mkdir()
