@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import memory
 
 _WAIT_S = 30.0  # a bound on a wait that must end, not a timed assertion
@@ -87,52 +89,27 @@ def _held_in_a_thread(
     return release, thread
 
 
-def test_a_child_forked_while_a_thread_holds_a_learns_share_neither_keeps_it_nor_waits_on_it(
-    tmp_path: Path,
+@pytest.mark.parametrize("held", ["share", "turn"])
+def test_a_child_forked_while_a_thread_holds_a_share_or_a_turn_neither_keeps_it_nor_waits_on_it(
+    tmp_path: Path, held: str
 ) -> None:
+    """Another thread is inside a plain learn (holding a share of the scope's turn) or an update
+    (holding the turn) when the process forks. The child updates through the same store object,
+    which waits for the share or turn to go; the parent updates while the child still lives."""
     store, ids = _store(tmp_path)
+    in_thread = "learned while the parent forks" if held == "share" else "updated by the parent's thread"
 
-    def learn() -> None:
+    def write_in_thread() -> None:
         with store.session(scope="s") as s:
-            s.learn({"text": "learned while the parent forks"})
+            if held == "share":
+                s.learn({"text": in_thread})
+            else:
+                s.update(ids[0], {"text": in_thread})
 
-    release, thread = _held_in_a_thread(store._publisher, "stage", learn)
+    hook = (store._publisher, "stage") if held == "share" else (store._learner, "_learn_version")
+    release, thread = _held_in_a_thread(*hook, write_in_thread)
 
-    def update_in_child() -> None:  # the same store object: an update waits for the share to go
-        with store.session(scope="s") as s:
-            s.update(ids[0], {"text": "updated by the child"})
-
-    child = _Child(update_in_child)
-    try:
-        release.set()
-        thread.join(_WAIT_S)
-        assert child.status() == "ok"
-
-        def update() -> None:
-            with store.session(scope="s") as s:
-                s.update(ids[1], {"text": "updated by the parent while the child lives"})
-
-        assert _finishes(update), "the child kept the parent's thread's share of the scope's turn"
-    finally:
-        release.set()
-        child.let_go()
-    texts = {f.text for f in memory.MemoryStore(store.db_path).recall(scope="s", limit=None)}
-    assert {"updated by the child", "updated by the parent while the child lives"} <= texts
-    store.close()
-
-
-def test_a_child_forked_while_a_thread_holds_a_scopes_turn_neither_keeps_it_nor_waits_on_it(
-    tmp_path: Path,
-) -> None:
-    store, ids = _store(tmp_path)
-
-    def update_in_thread() -> None:
-        with store.session(scope="s") as s:
-            s.update(ids[0], {"text": "updated by the parent's thread"})
-
-    release, thread = _held_in_a_thread(store._learner, "_learn_version", update_in_thread)
-
-    def update_in_child() -> None:  # the same store object, whose turn the other thread held
+    def update_in_child() -> None:
         with store.session(scope="s") as s:
             s.update(ids[1], {"text": "updated by the child"})
 
@@ -146,14 +123,10 @@ def test_a_child_forked_while_a_thread_holds_a_scopes_turn_neither_keeps_it_nor_
             with store.session(scope="s") as s:
                 s.update(ids[2], {"text": "updated by the parent while the child lives"})
 
-        assert _finishes(update), "the child kept the parent's thread's turn of the scope"
+        assert _finishes(update), f"the child kept the parent's thread's {held} of the scope's turn"
     finally:
         release.set()
         child.let_go()
     texts = {f.text for f in memory.MemoryStore(store.db_path).recall(scope="s", limit=None)}
-    assert {
-        "updated by the parent's thread",
-        "updated by the child",
-        "updated by the parent while the child lives",
-    } <= texts
+    assert {in_thread, "updated by the child", "updated by the parent while the child lives"} <= texts
     store.close()
