@@ -304,8 +304,7 @@ class Publisher:
         self._held: dict[Path, OpenDir] = {}  # folders opened for writes and removals, kept open
         self._holding = threading.Lock()
         self._turns: dict[Path, _Turn] = {}  # a scope's turn for updates (``update_turn``)
-        self._scope_turns: dict[str, tuple[Path, _Turn]] = {}  # by scope: its folder and turn
-        self._share_dirs: dict[str, Path] = {}  # by scope: its turn's folder (``take_share``)
+        self._turn_dirs: dict[str, Path] = {}  # by scope: the folder whose lock is its turn
         # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
         # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
         self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
@@ -557,39 +556,38 @@ class Publisher:
                 f"cannot publish {final}: {exc}", path=final, run_id=run_id, errno=exc.errno
             ) from exc
 
-    def _turn_folder(self, scope: str, run_id: str | None, *, learned: bool = True) -> tuple[Path, _Turn]:
-        """The folder whose lock is ``scope``'s turn (the parent of its learned and retired
-        folders, created when missing: a synced scope may have no folder left) and this store's
-        turn of it. ``learned=False``: the scope's learned folder is not created here (a learn's
-        stage creates it, and a stage in a folder it created is synced, not left loose)."""
-        scope_dir = self.scope_dir(scope)
-        self.ensure_folder(scope_dir if learned else scope_dir.parent, run_id)
-        found = self._scope_turns.get(scope)
-        if found is None:
+    def _turn_dir(self, scope: str, run_id: str | None) -> Path:
+        """The folder whose lock is ``scope``'s turn: the parent of its learned and retired folders
+        (created here when missing, the learned folder not: a learn's stage creates that, and a
+        stage in a folder it created is synced, not left loose)."""
+        directory = self._turn_dirs.get(scope)
+        if directory is None:
             directory = self.scope_dir(scope).parent
-            with self._holding:
-                turn = self._turns.get(directory)
-                if turn is None:
-                    turn = self._turns[directory] = _Turn()
-                found = self._scope_turns[scope] = (directory, turn)
-        return found
+            self.ensure_folder(directory, run_id)
+            self._turn_dirs[scope] = directory
+        return directory
 
     @contextlib.contextmanager
     def update_turn(self, scope: str, run_id: str | None) -> Iterator[None]:
         """Hold the turn of ``scope`` for updates: an exclusive lock on the scope's folder of folders
-        (``folder_lock`` on the parent of its learned and retired folders, a lock no publish takes),
-        so processes and threads updating versions of the scope take turns, from the look at the
-        version an update replaces to that version's retired file, and wait for the plain learns
-        of the scope in flight (``take_share``). Re-entrant within a thread (an update holds it
-        while it reads the memory's version and while its learn settles), through any store
-        object of the process. On a journal that hosts share, the scope's turn among them is
-        taken too (``hosts_turn``), inside.
+        (the parent of its learned and retired folders, a lock no publish takes), so processes and
+        threads updating versions of the scope take turns, from the look at the version an update
+        replaces to that version's retired file, and wait for the plain learns of the scope in
+        flight (``take_share``). Re-entrant within a thread (an update holds it while it reads the
+        memory's version and while its learn settles), through any store object of the process.
+        On a journal that hosts share, the scope's turn among them is taken too (``hosts_turn``),
+        inside.
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
             JournalError: the turn among the hosts could not be taken.
         """
-        directory, turn = self._turn_folder(scope, run_id)
+        self.ensure_folder(self.scope_dir(scope), run_id)  # a synced scope may have no folder left
+        directory = self._turn_dir(scope, run_id)
+        turn = self._turns.get(directory)
+        if turn is None:
+            with self._holding:
+                turn = self._turns.setdefault(directory, _Turn())
         with turn.mutex:
             if turn.depth:
                 turn.depth += 1
@@ -600,12 +598,16 @@ class Publisher:
                 return
             turn.owner = threading.get_ident()
             try:
-                with self._locked(directory, run_id, fcntl.LOCK_EX), self.hosts_turn(scope):
-                    turn.depth = 1
-                    try:
-                        yield
-                    finally:
-                        turn.depth = 0
+                fd = self._hold(directory, run_id, fcntl.LOCK_EX)
+                try:
+                    with self.hosts_turn(scope):
+                        turn.depth = 1
+                        try:
+                            yield
+                        finally:
+                            turn.depth = 0
+                finally:
+                    self._let_go(directory, fd)
             finally:
                 turn.owner = 0
 
@@ -615,36 +617,47 @@ class Publisher:
         ``drop_share`` (what this returns). Learns share it and never wait for each other; an
         update, a forget or an erase of the scope waits for the learns in flight, and a learn
         waits for one of them in flight. So a learn never looks at a key while an update is between
-        its own look and its publish: one key is never taken by two memories. A thread that holds
-        the turn, or a share, takes it again without waiting. (Two calls, not a context manager:
-        a learn pays for neither a generator nor its frames.)
+        its own look and its publish: one key is never taken by two memories. (Two calls, not a
+        context manager: a learn pays for neither a generator nor its frames.)
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
         """
-        directory = self._share_dirs.get(scope)
-        if directory is None:
-            directory = self._share_dirs[scope] = self._turn_folder(scope, run_id, learned=False)[0]
+        directory = self._turn_dir(scope, run_id)
+        return directory, self._hold(directory, run_id, fcntl.LOCK_SH)
+
+    def drop_share(self, share: tuple[Path, int]) -> None:
+        """Let go of a share ``take_share`` took."""
+        self._let_go(*share)
+
+    def _hold(self, directory: Path, run_id: str | None, how: int) -> int:
+        """Take ``flock(how)`` on the turn folder ``directory`` and return its descriptor, or -1
+        when this thread holds it already (through any store object of this process: the lock is
+        per open, so a second open would wait for the first); made again when it was removed since
+        it was made, as a stage would.
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
         depth = _THREAD.depth
         held = depth.get(directory)
         if held is not None:
             depth[directory] = held + 1
-            return directory, -1
+            return -1
         try:
-            fd = self._lock_fd(directory, run_id, fcntl.LOCK_SH)
+            fd = self._lock_fd(directory, run_id, how)
         except Unwritable as exc:
             if exc.errno != errno.ENOENT:
                 raise
-            self._ready_dirs.discard(directory)  # removed since: made again, as a stage would
+            self._ready_dirs.discard(directory)
             self.ensure_folder(directory, run_id)
-            fd = self._lock_fd(directory, run_id, fcntl.LOCK_SH)
+            fd = self._lock_fd(directory, run_id, how)
         depth[directory] = 1
-        return directory, fd
+        return fd
 
     @staticmethod
-    def drop_share(share: tuple[Path, int]) -> None:
-        """Let go of a share ``take_share`` took."""
-        directory, fd = share
+    def _let_go(directory: Path, fd: int) -> None:
+        """Let go of what ``_hold`` returned."""
         depth = _THREAD.depth
         if fd < 0:
             depth[directory] -= 1
@@ -657,46 +670,23 @@ class Publisher:
         (their mutexes stay held by threads the child does not have); ``me``'s stay."""
         for directory, turn in list(self._turns.items()):
             if turn.owner != me:
-                fresh = self._turns[directory] = _Turn()
-                for scope, (folder, _) in list(self._scope_turns.items()):
-                    if folder == directory:
-                        self._scope_turns[scope] = (folder, fresh)
+                self._turns[directory] = _Turn()
         self._holding = threading.Lock()
 
     @contextlib.contextmanager
-    def _locked(self, directory: Path, run_id: str | None, how: int) -> Iterator[None]:
-        """Hold ``flock(how)`` on ``directory`` for the block, unless this thread holds it already."""
-        depth = _THREAD.depth
-        if directory in depth:
-            depth[directory] += 1
-            try:
-                yield
-            finally:
-                depth[directory] -= 1
-            return
-        with self.folder_lock(directory, run_id, how=how):
-            depth[directory] = 1
-            try:
-                yield
-            finally:
-                del depth[directory]
-
-    @contextlib.contextmanager
-    def folder_lock(
-        self, directory: Path, run_id: str | None, at: OpenDir | None = None, *, how: int = fcntl.LOCK_EX
-    ) -> Iterator[None]:
+    def folder_lock(self, directory: Path, run_id: str | None, at: OpenDir | None = None) -> Iterator[None]:
         """Hold an exclusive lock on ``directory`` itself (``flock`` on its descriptor, no file added)
         while the caller compares what a name holds and renames over it, so two processes publishing
         commits of one finding cannot leave the older one in place. The lock is advisory and lives
         with the descriptor: a killed holder releases it, and a forked child closes its copy
         (``_OpenLocks``). ``at``: the folder held open (``held``), which a stage made in it names;
         the lock is taken on that folder, opened anew from its descriptor (a lock per open, so
-        threads of this process exclude each other too). ``how``: ``LOCK_SH`` for a shared lock.
+        threads of this process exclude each other too).
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
         """
-        fd = self._lock_fd(directory, run_id, how, at)
+        fd = self._lock_fd(directory, run_id, fcntl.LOCK_EX, at)
         try:
             yield
         finally:
