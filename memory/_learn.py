@@ -182,14 +182,13 @@ class Learner:
         # forget): no update reads, or builds on, a version that another has already replaced or
         # that is about to lose its race, so one memory never splits into two lines. The new
         # version's key is looked at in the turn of the scope it goes to as well, where no plain
-        # learn is between its look and its publish (turns taken in the order of their scopes).
+        # learn is between its look and its publish (``update_turns``).
         # (refused before any turn is taken, as nothing is written: an unknown or malformed key,
         # or the key this learn takes; both are looked at again in the turns)
         ahead = self._revision(*known, versioning=(supersedes, None))
         first = self._replaced(ahead[1], supersedes, root.scope)
-        with contextlib.ExitStack() as turns:
-            for scope in sorted({root.scope} if first is None else {root.scope, first.scope}):
-                turns.enter_context(self._publisher.update_turn(scope, root.run_id))
+        scopes = {root.scope} if first is None else {root.scope, first.scope}
+        with self._publisher.update_turns(scopes, root.run_id):
             keys = self._revision(*known, versioning=(supersedes, None))
             old = self._replaced(keys[1], supersedes, root.scope)
             if keys[2] is not None or old is None:  # a resumed body's replay: nothing newer to look for

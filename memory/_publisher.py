@@ -611,6 +611,15 @@ class Publisher:
             finally:
                 turn.owner = 0
 
+    @contextlib.contextmanager
+    def update_turns(self, scopes: set[str], run_id: str | None) -> Iterator[None]:
+        """Hold the turn of each of ``scopes`` (``update_turn``), taken in the order of their names,
+        so two callers holding several never wait on each other in a ring."""
+        with contextlib.ExitStack() as turns:
+            for scope in sorted(scopes):
+                turns.enter_context(self.update_turn(scope, run_id))
+            yield
+
     def take_share(self, scope: str, run_id: str | None) -> tuple[Path, int]:
         """Take a share of the turn of ``scope`` (a shared lock on the folder ``update_turn``
         locks), held by a plain learn from its look at its key to its publish, and let go with

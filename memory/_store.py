@@ -443,12 +443,10 @@ class MemoryStore:
                 scope = seen.scope if seen is not None else None if located is None else located.scope
             if scope is None:
                 raise self._no_live_version(memory_id)
-            with contextlib.ExitStack() as turns:
-                # the turn of the scope the new version goes to as well, where no plain learn is
-                # between its look at a key and its publish (turns taken in the order of scopes)
-                run_id = None if root is None else root.run_id
-                for one in sorted({scope} if root is None else {scope, root.scope}):
-                    turns.enter_context(self._publisher.update_turn(one, run_id))
+            # the turn of the scope the new version goes to as well, where no plain learn is
+            # between its look at a key and its publish
+            to = {scope} if root is None else {scope, root.scope}
+            with self._publisher.update_turns(to, None if root is None else root.run_id):
                 live = self._live_version(memory_id)
                 if live.scope != scope:
                     continue  # moved to another scope meanwhile: take that scope's turn
@@ -820,9 +818,7 @@ class MemoryStore:
         for _ in range(UPDATE_ATTEMPTS):
             # in the turn of each scope a live version of the memory is in, so no update of this host
             # is between reading one of its versions and writing the next: every version is seen
-            with contextlib.ExitStack() as turns:
-                for scope in sorted(held):
-                    turns.enter_context(self._publisher.update_turn(scope, root.run_id))
+            with self._publisher.update_turns(held, root.run_id):
                 (events, _), runs = self._history_narrowed(key)
                 keys = sorted({e.key for e in events if e.kind != "erased"})
                 now = self.current(events[0].memory or key)
