@@ -225,6 +225,25 @@ class _ThreadFolders(threading.local):
 _THREAD = _ThreadFolders()
 
 
+class _Share:
+    """This process's share of one scope's turn (``Publisher.take_share``): one shared ``flock``
+    held by the process while any of its threads is between a plain learn's look and its publish,
+    taken by the first of them and let go by the last. The threads of one process never exclude each
+    other here, so they need no lock of their own each: one held for them all spares every learn
+    but the first of an overlap its open, its ``flock`` and its close, each a system call that
+    hands the interpreter's lock to another thread. ``mutex`` is held by the thread taking the lock
+    until the kernel grants it (the others wait for it there as they would for the lock), never
+    while it is let go."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.count = 0  # the threads of this process holding the share
+        self.fd = -1  # the descriptor holding the shared lock while ``count`` is above 0
+
+
+_SHARES: dict[Path, _Share] = {}  # by turn folder, for every store object of this process
+
+
 class _OpenLocks:
     """Every descriptor this process opened to ``flock`` a folder, with the thread that holds it.
 
@@ -238,15 +257,16 @@ class _OpenLocks:
         self.mutex = threading.Lock()
         self.owners: dict[int, int] = {}  # descriptor -> the ident of the thread that holds it
 
-    def open(self, at: OpenDir) -> int:
-        """A new open of the folder ``at`` holds, registered to this thread (``O_CLOEXEC``).
+    def open(self, at: OpenDir, owner: int | None = None) -> int:
+        """A new open of the folder ``at`` holds, registered to ``owner`` (a thread's ident; this
+        thread when None; 0 for none, which a forked child always closes) (``O_CLOEXEC``).
 
         Raises:
             OSError: the folder could not be opened.
         """
         with self.mutex:
             fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=at.fd)
-            self.owners[fd] = threading.get_ident()
+            self.owners[fd] = threading.get_ident() if owner is None else owner
         return fd
 
     def close(self, fd: int) -> None:
@@ -270,9 +290,11 @@ class _OpenLocks:
         self.mutex = threading.Lock()
         for publisher in list(_PUBLISHERS):
             publisher.turns_after_fork(me)
+        _SHARES.clear()  # their descriptors (registered to no thread) are closed above
 
 
 _LOCKS = _OpenLocks()
+_SHARED = -2  # what ``take_share`` hands back for a hold of the process's share
 _PUBLISHERS: weakref.WeakSet[Publisher] = weakref.WeakSet()
 os.register_at_fork(
     before=_LOCKS.before_fork,
@@ -633,11 +655,36 @@ class Publisher:
             Unwritable: the folder cannot be opened or locked.
         """
         directory = self._turn_dir(scope, run_id)
-        return directory, self._hold(directory, run_id, fcntl.LOCK_SH)
+        depth = _THREAD.depth
+        held = depth.get(directory)
+        if held is not None:  # this thread holds the turn, or a share, already
+            depth[directory] = held + 1
+            return directory, -1
+        share = _SHARES.get(directory)
+        if share is None:
+            share = _SHARES.setdefault(directory, _Share())
+        with share.mutex:
+            if not share.count:
+                share.fd = self._lock_remade(directory, run_id, fcntl.LOCK_SH, owner=0)
+            share.count += 1
+        depth[directory] = 1
+        return directory, _SHARED
 
     def drop_share(self, share: tuple[Path, int]) -> None:
-        """Let go of a share ``take_share`` took."""
-        self._let_go(*share)
+        """Let go of a share ``take_share`` took (the process's lock with the last of its threads)."""
+        directory, how = share
+        if how != _SHARED:
+            self._let_go(directory, how)
+            return
+        del _THREAD.depth[directory]
+        held = _SHARES[directory]
+        fd = -1
+        with held.mutex:
+            held.count -= 1
+            if not held.count:
+                fd, held.fd = held.fd, -1
+        if fd >= 0:
+            _LOCKS.close(fd)
 
     def _hold(self, directory: Path, run_id: str | None, how: int) -> int:
         """Take ``flock(how)`` on the turn folder ``directory`` and return its descriptor, or -1
@@ -653,16 +700,26 @@ class Publisher:
         if held is not None:
             depth[directory] = held + 1
             return -1
+        fd = self._lock_remade(directory, run_id, how)
+        depth[directory] = 1
+        return fd
+
+    def _lock_remade(self, directory: Path, run_id: str | None, how: int, owner: int | None = None) -> int:
+        """``_lock_fd`` on the turn folder ``directory``, made again first when it was removed since
+        it was made (as a stage would). ``owner``: the thread the descriptor is registered to
+        (``_OpenLocks``), this one unless given (0: none, the process's share).
+
+        Raises:
+            Unwritable: the folder cannot be opened or locked.
+        """
         try:
-            fd = self._lock_fd(directory, run_id, how)
+            return self._lock_fd(directory, run_id, how, owner=owner)
         except Unwritable as exc:
             if exc.errno != errno.ENOENT:
                 raise
             self._ready_dirs.discard(directory)
             self.ensure_folder(directory, run_id)
-            fd = self._lock_fd(directory, run_id, how)
-        depth[directory] = 1
-        return fd
+            return self._lock_fd(directory, run_id, how, owner=owner)
 
     @staticmethod
     def _let_go(directory: Path, fd: int) -> None:
@@ -714,8 +771,16 @@ class Publisher:
         """Let go of a lock ``lock_folder`` took."""
         _LOCKS.close(fd)
 
-    def _lock_fd(self, directory: Path, run_id: str | None, how: int, at: OpenDir | None = None) -> int:
-        """A new open of ``directory`` (``at``, else held) holding ``flock(how)`` (see ``folder_lock``).
+    def _lock_fd(
+        self,
+        directory: Path,
+        run_id: str | None,
+        how: int,
+        at: OpenDir | None = None,
+        owner: int | None = None,
+    ) -> int:
+        """A new open of ``directory`` (``at``, else held) holding ``flock(how)`` (see ``folder_lock``),
+        registered to ``owner`` (``_OpenLocks.open``).
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
@@ -723,7 +788,7 @@ class Publisher:
         try:
             if at is None:
                 at = self.held_or_missing(directory)
-            fd = _LOCKS.open(at)
+            fd = _LOCKS.open(at, owner)
         except OSError as exc:
             raise Unwritable(
                 f"cannot open {directory} to publish into it: {describe(exc)}",

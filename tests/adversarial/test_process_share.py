@@ -1,0 +1,188 @@
+"""The threads of one process share one lock of a scope's turn for their plain learns: the first to
+take a share opens the turn folder and locks it shared, the others count themselves in, and the
+last to let go unlocks it. What must hold: no learn of the process is without the lock while it is
+between its look and its publish (so an update in another process still waits for every one of
+them), and a forked child, which has none of the parent's threads, takes a lock of its own."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory
+from memory._publisher import Publisher
+
+_WAIT_S = 30.0  # a bound on a wait that must end, not a timed assertion
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[memory.MemoryStore]:
+    with memory.MemoryStore(tmp_path / "store" / "history.db") as store:
+        with store.session(scope="s") as s:
+            s.learn({"text": "the scope's folders made"})
+        yield store
+
+
+class _Holder:
+    """A thread that takes a share of ``scope``'s turn through ``publisher`` and holds it until
+    told to let go."""
+
+    def __init__(self, publisher: Publisher, scope: str) -> None:
+        self.taken, self.release, self.dropped = threading.Event(), threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(publisher, scope))
+        self.thread.start()
+        assert self.taken.wait(_WAIT_S)
+
+    def _run(self, publisher: Publisher, scope: str) -> None:
+        share = publisher.take_share(scope, None)
+        self.taken.set()
+        try:
+            assert self.release.wait(60)
+        finally:
+            publisher.drop_share(share)
+            self.dropped.set()
+
+    def let_go(self) -> None:
+        """Let go of the share (safe twice)."""
+        self.release.set()
+        self.thread.join(_WAIT_S)
+        assert self.dropped.is_set()
+
+
+def _locked_by_another(folder: Path) -> bool:
+    """Whether an exclusive lock of ``folder`` from an open of its own (as an update in another
+    process takes it) is refused now."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_a_learn_while_another_thread_holds_the_share_takes_no_lock_of_its_own(
+    store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = _Holder(store._publisher, "s")
+    shared: list[int] = []
+    flock = fcntl.flock
+
+    def counted(fd: int, how: int) -> None:
+        if how == fcntl.LOCK_SH:
+            shared.append(fd)
+        flock(fd, how)
+
+    try:
+        monkeypatch.setattr(fcntl, "flock", counted)
+        with store.session(scope="s") as s:
+            s.learn({"text": "learned while another thread holds the share"})
+        assert shared == []  # counted in to the process's lock: no open, no flock, no close
+        monkeypatch.setattr(fcntl, "flock", flock)
+    finally:
+        holder.let_go()
+    monkeypatch.setattr(fcntl, "flock", counted)
+    with store.session(scope="s") as s:
+        s.learn({"text": "learned alone"})
+    assert len(shared) == 1  # the only learn of the process takes the lock itself
+
+
+def test_the_process_keeps_its_lock_until_the_last_of_its_learns_lets_go(store: memory.MemoryStore) -> None:
+    folder = store._publisher._turn_dir("s", None)
+    assert not _locked_by_another(folder)
+    holders = [_Holder(store._publisher, "s"), _Holder(store._publisher, "s")]
+    try:
+        assert _locked_by_another(folder)
+        holders[0].let_go()  # the one that took the lock goes first: the other is between look and publish
+        assert _locked_by_another(folder), "the process let go of its lock while a learn of it held a share"
+        holders[1].let_go()
+        assert not _locked_by_another(folder)
+        holders.append(_Holder(store._publisher, "s"))  # the next learn takes the lock anew
+        assert _locked_by_another(folder)
+    finally:
+        for holder in holders:
+            holder.let_go()
+    assert not _locked_by_another(folder)
+
+
+def test_an_update_in_this_process_waits_for_the_last_share_and_then_goes(store: memory.MemoryStore) -> None:
+    with store.session(scope="s") as s:
+        mid = s.learn({"text": "to be updated"}).memory_id
+    first = _Holder(store._publisher, "s")
+    second = _Holder(store._publisher, "s")
+    done = threading.Event()
+
+    def update() -> None:
+        with store.session(scope="s") as s:
+            s.update(mid, {"text": "updated once every share is let go"})
+        done.set()
+
+    thread = threading.Thread(target=update)
+    thread.start()
+    try:
+        first.let_go()
+        assert not done.wait(0.3), "the update went while a learn of its process held a share"
+        second.let_go()
+        assert done.wait(_WAIT_S)
+    finally:
+        first.let_go()
+        second.let_go()
+        thread.join(_WAIT_S)
+    assert "updated once every share is let go" in {f.text for f in store.recall(scope="s", limit=None)}
+
+
+def _in_child(work: Callable[[], Any]) -> tuple[int, int, int]:
+    """Fork a child that runs ``work``, writes one byte when done (``b"!"`` if it raised) and lives
+    until killed: (pid, the pipe to read the byte from, the pipe to close to let it go)."""
+    status_r, status_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(status_r)
+            os.close(hold_w)
+            code = b"."
+            try:
+                work()
+            except BaseException:
+                code = b"!"
+            os.write(status_w, code)
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(status_w)
+    os.close(hold_r)
+    return pid, status_r, hold_w
+
+
+def test_a_child_forked_while_a_thread_holds_the_share_takes_a_lock_of_its_own(
+    store: memory.MemoryStore,
+) -> None:
+    """The child has none of the parent's threads: counting itself in to the parent's share would
+    leave its learn without a lock once the parent let go, and an update in a third process would
+    then be between its look and its publish."""
+    folder = store._publisher._turn_dir("s", None)
+    holder = _Holder(store._publisher, "s")
+    taken: list[object] = []
+    pid, status_r, hold_w = _in_child(lambda: taken.append(store._publisher.take_share("s", None)))
+    try:
+        ready, _, _ = select.select([status_r], [], [], _WAIT_S)
+        assert ready and os.read(status_r, 1) == b"."
+        holder.let_go()
+        assert _locked_by_another(folder), "the child's share holds no lock of its own"
+    finally:
+        holder.let_go()
+        os.close(hold_w)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(status_r)
+    assert not _locked_by_another(folder)  # the child's lock went with it
