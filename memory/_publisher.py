@@ -225,6 +225,11 @@ class _ThreadFolders(threading.local):
 _THREAD = _ThreadFolders()
 
 
+PROBE_EVERY = 8
+"""How many learns of a process count themselves in to its share of a scope's turn between two
+looks at the scope's gate (``_Share``): an update waiting there gets its turn within so many more."""
+
+
 class _Share:
     """This process's share of one scope's turn (``Publisher.take_share``): one shared ``flock``
     held by the process while any of its threads is between a plain learn's look and its publish,
@@ -233,15 +238,69 @@ class _Share:
     but the first of an overlap its open, its ``flock`` and its close, each a system call that
     hands the interpreter's lock to another thread. ``mutex`` is held by the thread taking the lock
     until the kernel grants it (the others wait for it there as they would for the lock), never
-    while it is let go."""
+    while it is let go.
+
+    **The gate.** A shared lock is granted whenever no exclusive one is held, however long an
+    exclusive one has waited, so learns that keep overlapping (several threads, or several
+    processes) would keep an update, a forget or an erase of the scope waiting for good. So an
+    update first locks the scope's gate (the turn folder's parent) exclusively, then waits for the
+    turn, and lets the gate go once it has the turn. The first learn of a process to take the turn
+    passes the gate first (a shared lock taken and let go at once: it waits while an update holds
+    the gate), and every ``PROBE_EVERY``-th learn counting itself in looks at the gate without
+    waiting: shut, no learn counts in any more (``closing``) until the learns in flight are done,
+    the process lets go of the turn, and the update gets it. The gate only orders who waits:
+    learns never hold it, and what keeps a key from being taken twice is the turn alone."""
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
+        self.drained = threading.Condition(self.mutex)  # notified when ``count`` falls to 0
         self.count = 0  # the threads of this process holding the share
         self.fd = -1  # the descriptor holding the shared lock while ``count`` is above 0
+        self.gate = -1  # this process's open of the scope's gate, kept once made
+        self.entries = 0  # learns counted in since the lock was taken
+        self.closing = False  # an update waits at the gate: no learn counts in until ``count`` is 0
 
 
 _SHARES: dict[Path, _Share] = {}  # by turn folder, for every store object of this process
+
+GATES_KEPT = 16
+"""How many scopes' gates a process keeps open (``_Share.gate``); past it, those of scopes with no
+learn in flight are let go (a process learning into thousands of scopes keeps no thousand
+descriptors)."""
+
+
+class _KeptGates:
+    """The shares whose gate this process keeps open, and the mutex that guards the set (taken
+    while a share's own mutex is held: other shares' mutexes are only tried, never waited for)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.shares: set[_Share] = set()
+
+    def make_room(self, share: _Share) -> None:
+        """Let go of the gates of shares with no learn in flight when ``GATES_KEPT`` are kept, and
+        count ``share``'s gate, about to be opened, in."""
+        with self.mutex:
+            if len(self.shares) >= GATES_KEPT:
+                for other in list(self.shares):
+                    if other is share or not other.mutex.acquire(blocking=False):
+                        continue
+                    try:
+                        if not other.count:
+                            self.shares.discard(other)
+                            if other.gate >= 0:
+                                fd, other.gate = other.gate, -1
+                                _LOCKS.close(fd)
+                    finally:
+                        other.mutex.release()
+            self.shares.add(share)
+
+    def after_fork_in_child(self) -> None:
+        self.mutex = threading.Lock()
+        self.shares = set()
+
+
+_GATES = _KeptGates()
 
 
 class _OpenLocks:
@@ -291,6 +350,7 @@ class _OpenLocks:
         for publisher in list(_PUBLISHERS):
             publisher.turns_after_fork(me)
         _SHARES.clear()  # their descriptors (registered to no thread) are closed above
+        _GATES.after_fork_in_child()
 
 
 _LOCKS = _OpenLocks()
@@ -664,11 +724,53 @@ class Publisher:
         if share is None:
             share = _SHARES.setdefault(directory, _Share())
         with share.mutex:
-            if not share.count:
-                share.fd = self._lock_remade(directory, run_id, fcntl.LOCK_SH, owner=0)
-            share.count += 1
+            while True:
+                if not share.count:
+                    self._pass_gate(share, directory, run_id)
+                    share.fd = self._lock_remade(directory, run_id, fcntl.LOCK_SH, owner=0)
+                    share.count, share.entries, share.closing = 1, 0, False
+                    break
+                if not share.closing:
+                    share.entries += 1
+                    if share.entries % PROBE_EVERY or not self._gate_shut(share):
+                        share.count += 1
+                        break
+                    share.closing = True
+                share.drained.wait()
         depth[directory] = 1
         return directory, _SHARED
+
+    def _pass_gate(self, share: _Share, directory: Path, run_id: str | None) -> None:
+        """Wait while an update holds the gate of the turn folder ``directory`` (``_Share``).
+
+        Raises:
+            Unwritable: the gate cannot be opened or locked.
+        """
+        gate = directory.parent
+        if share.gate < 0:
+            _GATES.make_room(share)
+            share.gate = self._lock_remade(gate, run_id, fcntl.LOCK_SH, owner=0)
+        else:
+            try:
+                fcntl.flock(share.gate, fcntl.LOCK_SH)
+            except OSError as exc:
+                raise Unwritable(
+                    f"cannot lock {gate} to learn into it: {describe(exc)}",
+                    path=gate,
+                    run_id=run_id,
+                    errno=exc.errno,
+                ) from exc
+        fcntl.flock(share.gate, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _gate_shut(share: _Share) -> bool:
+        """Whether an update holds the gate of ``share``'s scope now (a look that does not wait)."""
+        try:
+            fcntl.flock(share.gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(share.gate, fcntl.LOCK_UN)
+        return False
 
     def drop_share(self, share: tuple[Path, int]) -> None:
         """Let go of a share ``take_share`` took (the process's lock with the last of its threads)."""
@@ -683,6 +785,7 @@ class Publisher:
             held.count -= 1
             if not held.count:
                 fd, held.fd = held.fd, -1
+                held.drained.notify_all()
         if fd >= 0:
             _LOCKS.close(fd)
 
@@ -700,7 +803,14 @@ class Publisher:
         if held is not None:
             depth[directory] = held + 1
             return -1
-        fd = self._lock_remade(directory, run_id, how)
+        if how == fcntl.LOCK_EX:  # through the gate, which keeps new learns out while it waits
+            gate = self._lock_remade(directory.parent, run_id, fcntl.LOCK_EX)
+            try:
+                fd = self._lock_remade(directory, run_id, how)
+            finally:
+                _LOCKS.close(gate)
+        else:
+            fd = self._lock_remade(directory, run_id, how)
         depth[directory] = 1
         return fd
 

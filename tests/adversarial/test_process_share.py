@@ -6,6 +6,7 @@ them), and a forked child, which has none of the parent's threads, takes a lock 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -73,15 +74,17 @@ def _locked_by_another(folder: Path) -> bool:
 def test_a_learn_while_another_thread_holds_the_share_takes_no_lock_of_its_own(
     store: memory.MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    holder = _Holder(store._publisher, "s")
-    shared: list[int] = []
+    turn = store._publisher._turn_dir("s", None)
+    inodes = {turn.stat().st_ino: "turn", turn.parent.stat().st_ino: "gate"}
+    shared: list[str] = []
     flock = fcntl.flock
 
     def counted(fd: int, how: int) -> None:
-        if how == fcntl.LOCK_SH:
-            shared.append(fd)
+        if how & fcntl.LOCK_SH:
+            shared.append(inodes.get(os.fstat(fd).st_ino, "other"))
         flock(fd, how)
 
+    holder = _Holder(store._publisher, "s")
     try:
         monkeypatch.setattr(fcntl, "flock", counted)
         with store.session(scope="s") as s:
@@ -93,7 +96,8 @@ def test_a_learn_while_another_thread_holds_the_share_takes_no_lock_of_its_own(
     monkeypatch.setattr(fcntl, "flock", counted)
     with store.session(scope="s") as s:
         s.learn({"text": "learned alone"})
-    assert len(shared) == 1  # the only learn of the process takes the lock itself
+    # the only learn of the process passes the gate and takes the lock itself
+    assert sorted(shared) == ["gate", "turn"]
 
 
 def test_the_process_keeps_its_lock_until_the_last_of_its_learns_lets_go(store: memory.MemoryStore) -> None:
@@ -186,3 +190,99 @@ def test_a_child_forked_while_a_thread_holds_the_share_takes_a_lock_of_its_own(
         os.waitpid(pid, 0)
         os.close(status_r)
     assert not _locked_by_another(folder)  # the child's lock went with it
+
+
+def _keep_learning(db_path: Path, who: str, stop: Callable[[], bool]) -> None:
+    with memory.MemoryStore(db_path) as store, store.session(scope="s") as s:
+        n = 0
+        while not stop():
+            s.learn({"text": f"{who} learns {n}"})
+            n += 1
+
+
+def _change(store: memory.MemoryStore, what: str, mid: str, n: int) -> Callable[[], None]:
+    def change() -> None:
+        with store.session(scope="s") as s:
+            if what == "update":
+                s.update(mid, {"text": f"updated {n} while learns kept coming"})
+            else:
+                s.forget(mid, reason="forgotten while learns kept coming")
+
+    return change
+
+
+def _gets_its_turn(store: memory.MemoryStore, what: str) -> None:
+    """Three updates of one memory (or a forget of it) each finish while the learns go on."""
+    with store.session(scope="s") as s:
+        mid = s.learn({"text": "the memory changed while learns keep coming"}).memory_id
+    for n in range(1 if what == "forget" else 3):
+        thread = threading.Thread(target=_change(store, what, mid, n))
+        thread.start()
+        thread.join(_WAIT_S)
+        assert not thread.is_alive(), f"the {what} waited for good while learns kept overlapping"
+
+
+@pytest.mark.parametrize("what", ["update", "forget"])
+def test_an_update_or_forget_gets_its_turn_while_threads_of_its_process_keep_learning(
+    store: memory.MemoryStore, what: str
+) -> None:
+    """Shared locks are granted while an exclusive one waits: threads whose learns keep
+    overlapping held the process's share for good, and the update of the scope waited for ever."""
+    stop = threading.Event()
+    learners = [
+        threading.Thread(target=_keep_learning, args=(store.db_path, f"thread {i}", stop.is_set))
+        for i in range(4)
+    ]
+    for learner in learners:
+        learner.start()
+    try:
+        _gets_its_turn(store, what)
+    finally:
+        stop.set()
+        for learner in learners:
+            learner.join(_WAIT_S)
+
+
+@pytest.mark.parametrize("what", ["update", "forget"])
+def test_an_update_or_forget_gets_its_turn_while_other_processes_keep_learning(
+    store: memory.MemoryStore, what: str
+) -> None:
+    """Eight processes learning without pause: their shares overlap, each taken whenever no
+    exclusive lock is held, and the update of the scope waited for ever."""
+    children: list[tuple[int, int, int]] = []
+    try:
+        for i in range(8):
+            who = f"process {i}"
+            children.append(_in_child(lambda who=who: _keep_learning(store.db_path, who, lambda: False)))
+        _gets_its_turn(store, what)
+    finally:
+        for pid, status_r, hold_w in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(status_r)
+            os.close(hold_w)
+
+
+def _open_folders() -> list[Path]:
+    """What this process's descriptors name (``/proc/self/fd``)."""
+    named = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            named.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+    return named
+
+
+def test_a_process_learning_into_many_scopes_keeps_only_so_many_gates_open(tmp_path: Path) -> None:
+    """Each scope's gate is kept open for its next learn; a process learning into thousands of
+    scopes must not keep thousands of descriptors (the default limit is 1,024)."""
+    with memory.MemoryStore(tmp_path / "store" / "history.db") as store:
+        for n in range(3 * memory._publisher.GATES_KEPT):
+            with store.session(scope=f"user-{n}") as s:
+                s.learn({"text": f"a note of user {n}"})
+        scopes = range(3 * memory._publisher.GATES_KEPT)
+        gates = {store._publisher._turn_dir(f"user-{n}", None).parent for n in scopes}
+        open_gates = [p for p in _open_folders() if p in gates]
+        assert 0 < len(open_gates) <= memory._publisher.GATES_KEPT
+        with store.session(scope="user-0") as s:  # a scope whose gate was let go takes it anew
+            s.learn({"text": "user 0 again"})
+        assert "user 0 again" in {f.text for f in store.recall(scope="user-0", limit=None)}
