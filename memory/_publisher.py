@@ -353,6 +353,28 @@ class _OpenLocks:
         _GATES.after_fork_in_child()
 
 
+def _cannot(what: str, directory: Path, run_id: str | None, exc: OSError) -> Unwritable:
+    """The error of a folder that could not be opened or locked (``what``) for a publish."""
+    return Unwritable(
+        f"cannot {what} {directory} to publish into it: {describe(exc)}",
+        path=directory,
+        run_id=run_id,
+        errno=exc.errno,
+    )
+
+
+def _flock(fd: int, how: int, directory: Path, run_id: str | None) -> None:
+    """``flock(how)`` on ``fd``, an open of ``directory``.
+
+    Raises:
+        Unwritable: the lock could not be taken.
+    """
+    try:
+        fcntl.flock(fd, how)
+    except OSError as exc:
+        raise _cannot("lock", directory, run_id, exc) from exc
+
+
 _LOCKS = _OpenLocks()
 _SHARED = -2  # what ``take_share`` hands back for a hold of the process's share
 _PUBLISHERS: weakref.WeakSet[Publisher] = weakref.WeakSet()
@@ -751,15 +773,7 @@ class Publisher:
             _GATES.make_room(share)
             share.gate = self._lock_remade(gate, run_id, fcntl.LOCK_SH, owner=0)
         else:
-            try:
-                fcntl.flock(share.gate, fcntl.LOCK_SH)
-            except OSError as exc:
-                raise Unwritable(
-                    f"cannot lock {gate} to learn into it: {describe(exc)}",
-                    path=gate,
-                    run_id=run_id,
-                    errno=exc.errno,
-                ) from exc
+            _flock(share.gate, fcntl.LOCK_SH, gate, run_id)
         fcntl.flock(share.gate, fcntl.LOCK_UN)
 
     @staticmethod
@@ -900,22 +914,12 @@ class Publisher:
                 at = self.held_or_missing(directory)
             fd = _LOCKS.open(at, owner)
         except OSError as exc:
-            raise Unwritable(
-                f"cannot open {directory} to publish into it: {describe(exc)}",
-                path=directory,
-                run_id=run_id,
-                errno=exc.errno,
-            ) from exc
+            raise _cannot("open", directory, run_id, exc) from exc
         try:
-            fcntl.flock(fd, how)
-        except OSError as exc:
+            _flock(fd, how, directory, run_id)
+        except Unwritable:
             _LOCKS.close(fd)
-            raise Unwritable(
-                f"cannot lock {directory} to publish into it: {describe(exc)}",
-                path=directory,
-                run_id=run_id,
-                errno=exc.errno,
-            ) from exc
+            raise
         return fd
 
     def publish_lazily(self, staged: Any, final: Path, run_id: str | None, *, loose: bool = False) -> None:
