@@ -209,11 +209,14 @@ def _flow(params: dict[str, Any]) -> Run:
 
 
 def _sqlite(params: dict[str, Any]) -> Run:
-    conn = sqlite3.connect(params["path"], isolation_level=None, timeout=60)
-    conn.execute("PRAGMA busy_timeout = 60000")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE IF NOT EXISTS f (id INTEGER PRIMARY KEY, k TEXT UNIQUE, body TEXT)")
+    # Writers starting at once take turns to set the file up: SQLite answers a switch to WAL that
+    # meets another connection's switch with "database is locked" at once, whatever the busy timeout
+    with portalocker.Lock(params["path"] + ".setup-lock", timeout=60):
+        conn = sqlite3.connect(params["path"], isolation_level=None, timeout=60)
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS f (id INTEGER PRIMARY KEY, k TEXT UNIQUE, body TEXT)")
     who = params["who"]
     lock = threading.Lock()
 
