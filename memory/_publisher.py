@@ -702,7 +702,7 @@ class Publisher:
                 return
             turn.owner = threading.get_ident()
             try:
-                fd = self._hold(directory, run_id, fcntl.LOCK_EX)
+                fd = self._hold(directory, run_id)
                 try:
                     with self.hosts_turn(scope):
                         turn.depth = 1
@@ -803,11 +803,12 @@ class Publisher:
         if fd >= 0:
             _LOCKS.close(fd)
 
-    def _hold(self, directory: Path, run_id: str | None, how: int) -> int:
-        """Take ``flock(how)`` on the turn folder ``directory`` and return its descriptor, or -1
-        when this thread holds it already (through any store object of this process: the lock is
-        per open, so a second open would wait for the first); made again when it was removed since
-        it was made, as a stage would.
+    def _hold(self, directory: Path, run_id: str | None) -> int:
+        """Take an exclusive ``flock`` of the turn folder ``directory`` through its gate (which keeps
+        new learns out while it waits: ``_Share``) and return its descriptor, or -1 when this thread
+        holds it already (through any store object of this process: the lock is per open, so a
+        second open would wait for the first); made again when it was removed since it was made, as
+        a stage would.
 
         Raises:
             Unwritable: the folder cannot be opened or locked.
@@ -817,14 +818,11 @@ class Publisher:
         if held is not None:
             depth[directory] = held + 1
             return -1
-        if how == fcntl.LOCK_EX:  # through the gate, which keeps new learns out while it waits
-            gate = self._lock_remade(directory.parent, run_id, fcntl.LOCK_EX)
-            try:
-                fd = self._lock_remade(directory, run_id, how)
-            finally:
-                _LOCKS.close(gate)
-        else:
-            fd = self._lock_remade(directory, run_id, how)
+        gate = self._lock_remade(directory.parent, run_id, fcntl.LOCK_EX)
+        try:
+            fd = self._lock_remade(directory, run_id, fcntl.LOCK_EX)
+        finally:
+            _LOCKS.close(gate)
         depth[directory] = 1
         return fd
 
