@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -296,6 +296,33 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # (after step 5 made the trigger again, in state 'O').
         ("alter table journal_heads enable always trigger journal_heads_deleted",),
     ),
+    (
+        7,
+        # Every run's records of one key, in one index probe (``keyed_anywhere``): what an update on
+        # one host asks before it gives its new version a key, so that a key another host's learn
+        # took stays that memory's. And an append that holds a turn shared while it commits
+        # (``append(turn=)``): a host's learn is then either committed before another host's
+        # update looks at the key, or waits until that update has committed. Both may run again.
+        (
+            """create index if not exists journal_records_by_key on journal_records (key, stream)
+                where key is not null""",
+            f"""create or replace function journal_append_in_turn(
+                p_turn text, p_run text, p_epoch integer, p_stream text, p_key text, p_id text,
+                p_ts bigint, p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text
+            ) language plpgsql as $$
+            begin
+                -- the turn first, before the run row: a holder of the turn never waits for this run
+                perform pg_advisory_xact_lock_shared(
+                    {_TURN_LOCK}, hashtext(current_schema() || ':' || p_turn));
+                return query select * from journal_append(
+                    p_run, p_epoch, p_stream, p_key, p_id, p_ts, p_payload);
+            end
+            $$""",
+        ),
+    ),
 )
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
@@ -325,6 +352,12 @@ _RUN_COLUMNS = (
 )
 _PAYLOAD_SIZE = "octet_length({0})::bigint"
 _PAYLOAD = f"case when octet_length({{0}}) <= {MAX_PAYLOAD_BYTES} then {{0}} end, {_PAYLOAD_SIZE}"
+_APPEND = (
+    "select o_status, o_epoch, o_state, o_seq, o_id, o_key, o_ts, "
+    + _PAYLOAD.format("o_payload")
+    + " from journal_append(%s, %s, %s, %s, %s, %s, %s)"
+)
+_APPEND_IN_TURN = _APPEND.replace("journal_append(", "journal_append_in_turn(%s, ")
 
 
 # The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5), and
@@ -722,7 +755,9 @@ class PostgresJournal:
             " where n.nspname <> current_schema()"
             " union all select p.proname, n.nspname from pg_proc p"
             " join pg_namespace n on n.oid = p.pronamespace"
-            " where p.oid = to_regprocedure('journal_append(text, integer, text, text, text, bigint, text)')"
+            " where p.oid in ("
+            " to_regprocedure('journal_append(text, integer, text, text, text, bigint, text)'),"
+            " to_regprocedure('journal_append_in_turn(text, text, integer, text, text, text, bigint, text)'))"
             " and n.nspname <> current_schema()",
             (list(_TABLES),),
         ).fetchall()
@@ -1168,12 +1203,15 @@ class PostgresJournal:
         *,
         key: str | None = None,
         sync_filesystem: bool = False,
+        turn: str | None = None,
     ) -> Record:
         """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
         One statement (``journal_append``) locks the run row, checks the epoch and state, returns
         the record already holding ``key``, or inserts the next sequence number; it is committed
-        before this returns.
+        before this returns. ``turn``: the name of a turn (``turn``) that the statement holds
+        shared, taken first, until the record is committed: it waits while a holder of that turn
+        holds it, and that holder waits for it (``journal_append_in_turn``).
 
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalRunNotFound,
         JournalNameInvalid (a bad run id, stream name or key), JournalUnavailable, JournalUnwritable;
@@ -1187,8 +1225,10 @@ class PostgresJournal:
         check_name("stream name", stream)
         if key is not None:
             check_key(key)
+        if turn is not None and (not isinstance(turn, str) or not 0 < len(turn) <= 1024):
+            raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {turn!r:.60}")
         body = payload_json(payload).decode()
-        args = (
+        args: tuple[Any, ...] = (
             run_id,
             lease.epoch,
             stream,
@@ -1198,13 +1238,12 @@ class PostgresJournal:
             body,
         )
 
+        query = _APPEND if turn is None else _APPEND_IN_TURN
+        if turn is not None:
+            args = (turn, *args)
+
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
-            return cur.execute(
-                "select o_status, o_epoch, o_state, o_seq, o_id, o_key, o_ts, "
-                + _PAYLOAD.format("o_payload")
-                + " from journal_append(%s, %s, %s, %s, %s, %s, %s)",
-                args,
-            ).fetchone()
+            return cur.execute(query, args).fetchone()
 
         row = self._call("appending", call, run_id=run_id, stream=stream)
         assert row is not None  # the function always returns one row
@@ -1541,6 +1580,35 @@ class PostgresJournal:
         check_key(key)
         found = self._records("finding a record", run_id, stream, " and x.key = %s", (key,))
         return found[0] if found else None
+
+    def keyed_anywhere(self, stream: str, key: str, *, limit: int = 16) -> list[Record]:
+        """The records appended with ``key`` to ``stream`` by any run (at most ``limit`` of them,
+        the oldest runs' first): one probe of an index of keys (schema step 7), where ``find``
+        looks in one run. Each is checked as ``read`` checks one (a row whose run id is not one is
+        ``JournalCorrupt``).
+
+        Raises JournalNameInvalid (a bad stream name or key), JournalUnavailable, JournalCorrupt.
+        """
+        check_name("stream name", stream)
+        check_key(key)
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be an int of 1 or more, not {limit!r:.40}")
+        query = (
+            "select x.run_id, x.seq, x.id, x.key, x.ts_ms, "
+            + _PAYLOAD.format("x.payload")
+            + " from journal_records x where x.key = %s and x.stream = %s order by x.run_id, x.seq limit %s"
+        )
+
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
+            return cur.execute(query, (key, stream, limit)).fetchall()
+
+        rows = self._call("finding a key in every run", call, stream=stream, reading=True)
+        found = []
+        for row in rows:
+            if not valid_name(row[0]):
+                raise self._run_corrupt(row[0], "an id that is not a run id", stream=stream)
+            found.append(self._record(str(row[0]), stream, row[1:]))
+        return found
 
     def stamp(self, run_id: str, stream: str) -> object | None:
         """None: a table tells nothing cheaper than a query (see ``JournalBackend``)."""

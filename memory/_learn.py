@@ -114,6 +114,15 @@ def _learned(fid: str, record: Record, final: Path) -> Learned:
     return learned
 
 
+def _append(root: Root, payload: Mapping[str, Any], fid: str, turn: str | None) -> Record:
+    """Commit ``payload`` under ``fid`` to the root's ``memory-learn`` stream; with ``turn`` (a
+    journal hosts share), holding that turn among them shared while it commits."""
+    if turn is None:
+        return root.journal.append(root.lease, STREAM, payload, key=fid)
+    append: Callable[..., Record] = root.journal.append
+    return append(root.lease, STREAM, payload, key=fid, turn=turn)
+
+
 class Learner:
     """Learns findings through ``publisher``, stamping new commits with ``clock``.
 
@@ -138,6 +147,13 @@ class Learner:
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
         # told each commit a learn appended or found (``Citations.committed``)
         self.on_committed: Callable[[Record], None] = lambda record: None
+        # On a journal hosts share (set by the store): the turn among the hosts that a plain
+        # learn of a scope holds shared while its record commits, and the journal an update asks
+        # whether another host's learn holds the key it would take. A host's learn and another
+        # host's update to the same content are then never both answered with one key as two
+        # memories: the learn commits before the update looks, or waits until it has committed.
+        self.learn_turn: Callable[[str], str | None] = lambda scope: None
+        self.hosts_journal: Callable[[], JournalBackend | None] = lambda: None
         # told the commit of each new version an update (a supersede) made live
         self.on_updated: Callable[[Record], None] = lambda record: None
 
@@ -170,7 +186,10 @@ class Learner:
             # the look (both would then be answered with one key, and one of them lost)
             share = self._publisher.take_share(root.scope, root.run_id)
             try:
-                return self._learn_version(item, root, None, self._revision(*known), None)
+                # (not when this thread holds the scope's turn already: an update's, among the
+                # hosts too, which its own commit would wait for)
+                turn = self.learn_turn(root.scope) if share[1] != -1 else None
+                return self._learn_version(item, root, None, self._revision(*known), None, turn=turn)
             finally:
                 self._publisher.drop_share(share)
         if live is not None:  # an update, which read ``live`` in the turns it holds
@@ -205,10 +224,12 @@ class Learner:
         supersedes: str | None,
         keyed: tuple[int, str, Record | None, str],
         old: Located | None,
+        *,
+        turn: str | None = None,
     ) -> Learned:
         """``learn`` once the version ``supersedes`` names is found (``old``), under its scope's lock
         when it is an update of it; ``keyed``: the revision, key, replayed commit and the key's
-        retired name (``_revision``)."""
+        retired name (``_revision``); ``turn``: the turn among the hosts its commit holds shared."""
         revision, fid, replayed, retired = keyed
         if old is not None and old.retired is not None and old.retired.by != fid and replayed is None:
             # the finding it replaces was forgotten or replaced by another meanwhile: learning this
@@ -280,6 +301,7 @@ class Learner:
                 settle=settle if one else None,
                 mode=mode,
                 there=there,
+                turn=turn,
             )
             if settled:
                 self.on_updated(record)
@@ -411,18 +433,35 @@ class Learner:
         take, is held here (a learned file in ``scope``, or a DB row) by a finding of another
         memory. False for a plain learn (learning what is there answers with it), for the key
         superseded itself (refused by ``_replaced``) and for a version of the same memory (a
-        resumed body's replay of its own update)."""
+        resumed body's replay of its own update).
+
+        On a journal hosts share, a key this host holds no finding of is looked for in every run's
+        commits as well (``keyed_anywhere``: one indexed query): another host's learn that this host
+        has not synced yet holds it as much. The update holds the scope's turn among the hosts
+        here, which that learn's commit holds shared (``learn_turn``), so a learn committed after
+        this look commits after the update's own commit too, and finds the key taken."""
         if supersedes is None or fid == supersedes:
             return False
         # an update (``target`` given) has just looked for the DB as it read that version
         holder = self._retirer.held_memory(fid, scope, db_looked=target is not None)
-        if holder is None:
+        holders = {holder} if holder is not None else self._held_by_hosts(fid)
+        if not holders:
             return False
         if target is None:
             target = self._retirer.locate(supersedes, scope)
         if target is None or (target.retired is not None and target.retired.by == fid):
             return False  # unknown (refused by ``_replaced``), or replaced by this very key: a replay
-        return holder != (target.memory or supersedes)
+        return bool(holders - {target.memory or supersedes})
+
+    def _held_by_hosts(self, fid: str) -> set[str]:
+        """The memories whose commits of ``fid`` the journal hosts share holds, in any run (a
+        commit names its memory, or is its memory's first version); empty on a journal of one host.
+        A record is untrusted: a memory that is not a string is taken as the key's own."""
+        backend = self.hosts_journal()
+        if backend is None:
+            return set()
+        keyed = backend.keyed_anywhere(STREAM, fid)  # type: ignore[attr-defined]
+        return {m if isinstance(m := rec.payload.get("memory"), str) else fid for rec in keyed}
 
     def _replaced(
         self, fid: str, supersedes: str | None, scope: str, known: Located | None = None
@@ -458,6 +497,7 @@ class Learner:
         settle: Callable[[Record, Any], None] | None = None,
         mode: int | None = None,
         there: bool | None = None,
+        turn: str | None = None,
     ) -> tuple[Learned, Record]:
         """Stage, commit and publish one version (see ``MemoryStore.learn``). ``settle``, for a
         fresh commit, is called with it and the folder its stage holds open (``OpenDir``) after the
@@ -511,10 +551,7 @@ class Learner:
         loose = existing is None and self._publisher.shares_filesystem(root.journal, directory)
         staged = pub.stage(directory, data, root.run_id, sync=not loose, mode=mode)
         try:
-            if existing is not None:
-                record = existing
-            else:
-                record = root.journal.append(root.lease, STREAM, expected.payload, key=fid)
+            record = existing if existing is not None else _append(root, expected.payload, fid, turn)
         except BaseException:
             staged.discard()
             raise

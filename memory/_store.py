@@ -102,6 +102,11 @@ log = logging.getLogger(__name__)
 CAUGHT_UP_FILE = "caught-up.json"
 """Where ``catch_up`` keeps the heads it reached, in ``<db-dir>/flows-cache`` (derived state)."""
 
+def scope_turn(scope: str) -> str:
+    """The name of ``scope``'s turn among the hosts sharing a journal (``MemoryStore._hosts_turn``)."""
+    return f"memory-scope:{scope}"
+
+
 EVERY_SCOPE_TURN = "memory-scopes"
 """The turn, among the hosts sharing a journal, that every scope's turn is part of (``_hosts_turn``):
 a forget by filter holds it whole, so no update of any scope is between its look and its writes."""
@@ -222,6 +227,9 @@ class MemoryStore:
         )
         self._retirer.on_retired = self._search.discard_vectors
         self._publisher.hosts_turn = self._hosts_turn
+        self._shared_turns: bool | None = None  # ``_shares_turns``, once the journal is known
+        self._learner.learn_turn = self._learn_turn
+        self._learner.hosts_journal = self._hosts_journal
         self._journal_keys = JournalKeys(
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
         )
@@ -273,8 +281,18 @@ class MemoryStore:
         if not self._shares_turns():
             return contextlib.nullcontext()
         return self.open_journal().turn(  # type: ignore[attr-defined,no-any-return]
-            f"memory-scope:{scope}", under=EVERY_SCOPE_TURN
+            scope_turn(scope), under=EVERY_SCOPE_TURN
         )
+
+    def _learn_turn(self, scope: str) -> str | None:
+        """The turn among the hosts that a plain learn of ``scope`` holds shared while its record
+        is committed (``Learner``): None on a journal of one host."""
+        return scope_turn(scope) if self._shares_turns() else None
+
+    def _hosts_journal(self) -> JournalBackend | None:
+        """This store's journal when hosts share it (an update looks there for its new key, since
+        another host's learn may hold it: ``Learner``); None on a journal of one host."""
+        return self.open_journal() if self._shares_turns() else None
 
     def _every_scope_turn(self) -> contextlib.AbstractContextManager[None]:
         """The turn of every scope at once among the hosts sharing this store's journal: while it
@@ -725,8 +743,11 @@ class MemoryStore:
 
     def _shares_turns(self) -> bool:
         """Whether this store's journal is one hosts share (its turns are theirs: ``_every_scope_turn``)."""
-        backend = self.open_journal()
-        return getattr(backend, "turn", None) is not None and lists_heads(backend)
+        shared = self._shared_turns
+        if shared is None:
+            backend = self.open_journal()
+            shared = self._shared_turns = getattr(backend, "turn", None) is not None and lists_heads(backend)
+        return shared
 
     @contextlib.contextmanager
     def _matched_scopes_turns(

@@ -71,6 +71,7 @@ def test_a_crafted_record_row_is_journal_corrupt_for_every_record_reader(
         readers = {"read": lambda: jr.read(run_id, STREAM)}
         if "key" not in crafted:  # with its key crafted, the row is no longer found by "k1"
             readers["find"] = lambda: jr.find(run_id, STREAM, "k1")
+            readers["keyed_anywhere"] = lambda: jr.keyed_anywhere(STREAM, "k1")
         for name, read in readers.items():
             with pytest.raises(JournalCorrupt) as err:
                 read()
@@ -112,6 +113,22 @@ def test_a_run_row_whose_id_is_no_run_id_fails_every_listing_closed(postgres_dsn
     with PostgresJournal(postgres_dsn) as jr, pytest.raises(JournalCorrupt) as err:
         jr.runs()  # never a run whose id every later call refuses as the caller's mistake
     assert (err.value.code, err.value.run_id) == ("journal_corrupt", "../../etc")
+
+
+def test_a_record_row_whose_run_id_is_no_run_id_fails_a_look_at_a_key_in_every_run_closed(
+    postgres_dsn: str,
+) -> None:
+    from journal.postgres import PostgresJournal
+
+    _seed(postgres_dsn)
+    _craft(
+        postgres_dsn,
+        "alter table journal_records drop constraint journal_records_run_id_fkey;"
+        " update journal_records set run_id = '../../etc' where seq = 2",
+    )
+    with PostgresJournal(postgres_dsn) as jr, pytest.raises(JournalCorrupt) as err:
+        jr.keyed_anywhere(STREAM, "k1")  # never a record of a run no reader can name
+    assert (err.value.code, err.value.run_id, err.value.stream) == ("journal_corrupt", "../../etc", STREAM)
 
 
 @pytest.mark.parametrize("name", ["../evil", "a\nb", ".hidden"])

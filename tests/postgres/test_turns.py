@@ -93,3 +93,37 @@ def test_a_turn_name_or_wider_name_that_is_not_one_is_refused(pg: PostgresJourna
     for name, under in (("", None), ("a", ""), ("a", "x" * 1025), ("a", 7)):
         with pytest.raises(ValueError, match="a turn's name"), pg.turn(name, under=under):  # type: ignore[arg-type]
             pass
+
+
+def test_an_append_in_a_turn_waits_while_the_turn_is_held_and_its_holder_waits_for_it(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    # A learn's commit holds its scope's turn shared (``append(turn=)``); an update holds the turn
+    # itself: the commit waits while the update holds it, and the update waits for a commit in it.
+    holder, writer = open_pg(), open_pg()
+    info, lease = writer.begin("f", "s", {})
+    log: list[str] = []
+
+    def append() -> None:
+        writer.append(lease, "memory-learn", {"n": 1}, key="k1", turn="memory-scope:s")
+        log.append("appended")
+
+    with holder.turn("memory-scope:s", under="w"):
+        appender = threading.Thread(target=append, daemon=True)
+        appender.start()
+        _until_waiting(postgres_dsn, "memory-scope:s")
+        assert writer.find(info.run_id, "memory-learn", "k1") is None  # not committed meanwhile
+        log.append("turn let go")
+    appender.join(30)
+    assert log == ["turn let go", "appended"]
+    # another turn's holder does not hold this append up; nor does a turn held shared by another
+    with holder.turn("memory-scope:other"):
+        writer.append(lease, "memory-learn", {"n": 2}, key="k2", turn="memory-scope:s")
+    assert [r.key for r in writer.read(info.run_id, "memory-learn")] == ["k1", "k2"]
+    # an append in the turn is idempotent by key as any append is
+    again = writer.append(lease, "memory-learn", {"n": 3}, key="k1", turn="memory-scope:s")
+    assert again.seq == 1 and again.payload == {"n": 1}
+    for bad in ("", "x" * 1025, 7):
+        with pytest.raises(ValueError, match="a turn's name"):
+            writer.append(lease, "memory-learn", {"n": 4}, key="k4", turn=bad)  # type: ignore[arg-type]
+
