@@ -65,9 +65,10 @@ def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_b
 ) -> None:
     # The racer (host A) looked before the erase's forget (host B), and commits after the erase has
     # read the commits to erase but before its record: the racer finds no erase record to honour,
-    # so the erase must find the commit itself, after its record. (On one host a plain learn holds
-    # a share of its scope's turn from its look to its publish, which the erase's turn waits for:
-    # the race needs two hosts sharing a PostgreSQL journal, where a learn takes no turn.)
+    # so the erase must find the commit itself, after its record. A learn's commit holds the
+    # scope's turn among the hosts shared, which the erase holds (the next test): here the racer's
+    # commit takes no turn, the net under that rule (on one host a plain learn's share of its
+    # scope's turn keeps it out the same way).
     import memory._erase as erase_module
 
     store = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, clock=Clock())
@@ -86,6 +87,7 @@ def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_b
         return got
 
     monkeypatch.setattr(other._learner, "_revision", look_then_wait)
+    monkeypatch.setattr(other._learner, "learn_turn", lambda scope: None)
     learned: list[memory.Learned] = []
 
     def racer() -> None:
@@ -109,6 +111,70 @@ def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_b
     assert erased.rewritten == 2
     assert _pg_rows_holding(store, MARK) == 0 and _files_holding(tmp_path / "b", MARK) == []
     for host in (other, store):  # host A erases its derived copies on its next sync
+        host.sync()
+        assert host.recall(scope="users", limit=None) == []
+        assert memory.check_store(host) == []
+    assert _files_holding(tmp_path, MARK) == [] and _pg_rows_holding(store, MARK) == 0
+    other.close()
+    store.close()
+
+
+def test_a_learn_on_one_host_released_during_anothers_erase_commits_after_it_and_is_erased(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but the racer's commit holds the scope's turn among the hosts shared: released
+    # while the erase (host B) holds that turn, between its look at the commits and its record, it
+    # waits (read from the server's lock table) and commits after the erase's record, which it
+    # then honours: refused, its commit erased.
+    import memory._erase as erase_module
+    from tests.postgres.test_turns import _waiting
+
+    store = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, clock=Clock())
+    with store.session(scope="users", flow="first") as s:
+        key = s.learn(_finding()).key
+    other = memory.MemoryStore(
+        tmp_path / "a" / "history.db", journal=postgres_dsn, clock=Clock(start=1_700_000_000_500)
+    )
+    looked, go = threading.Event(), threading.Event()
+    real_revision = other._learner._revision
+
+    def look_then_wait(item: Any, root: Any) -> Any:
+        got = real_revision(item, root)
+        looked.set()
+        assert go.wait(60)
+        return got
+
+    monkeypatch.setattr(other._learner, "_revision", look_then_wait)
+    outcome: list[object] = []
+
+    def racer() -> None:
+        with other.session(scope="users", flow="racer") as s2:
+            try:
+                outcome.append(s2.learn(_finding()))
+            except memory.FindingRetired as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=racer)
+    real_payload = erase_module.audit_payload
+    waited: list[bool] = []
+
+    def racer_released_in_the_erase(*args: Any, **kwargs: Any) -> Any:
+        go.set()
+        while not _waiting(postgres_dsn, "memory-scope:users"):  # bounded by the join below
+            assert thread.is_alive() and not outcome, "the racer committed inside the erase's turn"
+            threading.Event().wait(0.01)
+        waited.append(True)
+        return real_payload(*args, **kwargs)
+
+    monkeypatch.setattr(erase_module, "audit_payload", racer_released_in_the_erase)
+    thread.start()
+    assert looked.wait(60)
+    with store.session(scope="privacy") as s3:
+        erased = s3.erase(key, reason="hana asked")
+    thread.join(60)
+    assert not thread.is_alive() and waited and erased.rewritten == 1
+    assert len(outcome) == 1 and isinstance(outcome[0], memory.FindingRetired)
+    for host in (other, store):
         host.sync()
         assert host.recall(scope="users", limit=None) == []
         assert memory.check_store(host) == []
