@@ -6,6 +6,9 @@ Two workloads, each into one root run, every writer its own process holding the 
   (durable: fsync'd, or committed, before it returns);
 * ``learn``: ``MemoryStore.learn(finding, root)`` (stage, append, publish) with distinct findings,
   every writer on its own ``<db-dir>`` (as if on its own host).
+* ``update``: ``MemoryStore.update(memory_id, finding, root=root)`` of the writer's 20 memories
+  (learned before the clock starts) in turn, every writer on its own ``<db-dir>``: on PostgreSQL
+  it holds its scope's turn among the hosts and looks for its new key in every run's commits.
 
 Writers import and connect first, then start together; the figure is all operations over the wall
 time from the first start to the last finish. Latency percentiles are per operation.
@@ -40,13 +43,16 @@ import json, sys, time
 import journal
 from journal import Lease
 workload, location, run_id, epoch, who, ops, db = sys.argv[1:8]
+PRELEARNED = int(sys.argv[8])
 jr = journal.open_journal(location)
 lease = Lease(run_id, int(epoch))
 jr.read(run_id, "memory-learn")  # connect (and import) before the clock starts
-if workload == "learn":
+if workload in ("learn", "update"):
     import memory
     store = memory.MemoryStore(db, journal=location)
     root = memory.RootRun(jr, lease, "bench", "bench")
+if workload == "update":
+    mids = [store.learn({"text": f"memory {who}-{m}"}, root).memory_id for m in range(PRELEARNED)]
 print("ready", flush=True)
 sys.stdin.readline()
 lat = []
@@ -55,12 +61,17 @@ for i in range(int(ops)):
     t = time.perf_counter_ns()
     if workload == "append":
         jr.append(lease, "memory-learn", {"text": f"finding {who}-{i}", "n": i}, key=f"{who}-{i}")
-    else:
+    elif workload == "learn":
         store.learn({"text": f"finding {who}-{i}", "tags": ["bench"]}, root)
+    else:
+        store.update(mids[i % PRELEARNED], {"text": f"memory {who}-{i % PRELEARNED} at {i}"}, root)
     lat.append(time.perf_counter_ns() - t)
 end = time.perf_counter_ns()
 print(json.dumps({"start": start, "end": end, "lat": lat}), flush=True)
 """
+
+
+PRELEARNED = 20  # the memories each writer of ``update`` learns before the clock starts
 
 
 def _postgres_location(dsn: str) -> tuple[str, str]:
@@ -104,6 +115,7 @@ def measure(backend: str, workload: str, writers: int, ops: int, dsn: str) -> di
                         str(w),
                         str(ops),
                         str(Path(tmp) / f"host-{w}" / "history.db"),
+                        str(PRELEARNED),
                     ],
                     env=env,
                     stdin=subprocess.PIPE,
@@ -123,7 +135,8 @@ def measure(backend: str, workload: str, writers: int, ops: int, dsn: str) -> di
                 out, _ = p.communicate(timeout=600)
                 assert p.returncode == 0, f"a {backend} writer failed"
                 results.append(json.loads(out.strip().splitlines()[-1]))
-            assert len(jr.read(info.run_id, "memory-learn")) == writers * ops
+            first = PRELEARNED if workload == "update" else 0
+            assert len(jr.read(info.run_id, "memory-learn")) == writers * (first + ops)
             jr.finish(lease, journal.RunState.DONE)
         finally:
             jr.close()
@@ -146,7 +159,9 @@ def main() -> None:
     parser.add_argument("--pg", default=None, help="PostgreSQL server DSN")
     parser.add_argument("--ops", type=int, default=200, help="operations per writer")
     parser.add_argument("--writers", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--workload", choices=["append", "learn"], nargs="+", default=["append", "learn"])
+    parser.add_argument(
+        "--workload", choices=["append", "learn", "update"], nargs="+", default=["append", "learn"]
+    )
     parser.add_argument("--backend", choices=["file", "postgres"], nargs="+", default=["file", "postgres"])
     parser.add_argument("--repeat", type=int, default=1, help="measure N times, report the median run")
     args = parser.parse_args()
