@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -323,6 +323,23 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             $$""",
         ),
     ),
+    (
+        8,
+        # An update of a head row that is not an append's move (which stamps the row with its own
+        # transaction's id, for the same stream and run) is noted as a deletion: a row whose stamp
+        # was set back below a reader's mark, or made another stream's or run's, was the only word
+        # of an append as much as a deleted one. The condition is the trigger's own ``when``, so an
+        # append's move calls no function. Enabled ``always``, as step 6 made the delete trigger.
+        # Every statement may run again.
+        (
+            "drop trigger if exists journal_heads_rewritten on journal_heads",
+            """create trigger journal_heads_rewritten after update on journal_heads for each row
+                when (new.changed is distinct from pg_current_xact_id()
+                    or new.stream is distinct from old.stream or new.run_id is distinct from old.run_id)
+                execute function journal_heads_note_delete()""",
+            "alter table journal_heads enable always trigger journal_heads_rewritten",
+        ),
+    ),
 )
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
@@ -360,15 +377,16 @@ _APPEND = (
 _APPEND_IN_TURN = _APPEND.replace("journal_append(", "journal_append_in_turn(%s, ")
 
 
-# The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5), and
-# whether the trigger that keeps it fires for every session (state 'A', schema step 6): a trigger
+# The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5; or
+# rewrote one otherwise than an append moves it, step 8), and whether both triggers that keep it
+# fire for every session (state 'A', schema steps 6 and 8): a trigger
 # dropped or disabled ("alter table ... disable trigger") notices no delete, one enabled only for
 # origin sessions ('O': "enable trigger") none of a replica-role session's, one enabled only for
 # replica sessions ('R') none of the others', and while it misses some no mark holds.
 _LAST_DELETE = "(select d.deleted::text from journal_heads_deletes d order by d.deleted desc limit 1)"
 _DELETES_NOTICED = (
-    "exists (select 1 from pg_trigger t where t.tgrelid = to_regclass('journal_heads')"
-    " and t.tgname = 'journal_heads_deleted' and t.tgenabled = 'A')"
+    "(select count(*) from pg_trigger t where t.tgrelid = to_regclass('journal_heads')"
+    " and t.tgname in ('journal_heads_deleted', 'journal_heads_rewritten') and t.tgenabled = 'A') = 2"
 )
 
 

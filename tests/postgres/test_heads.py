@@ -239,13 +239,16 @@ def test_a_head_row_deleted_by_a_replica_role_session_is_noticed_by_the_next_loo
     assert reader.heads_changed(["s"], mark)[2] is False
 
 
-@pytest.mark.parametrize("role", ["origin", "replica"])
+@pytest.mark.parametrize(
+    ("role", "change"),
+    [(role, change) for role in ("origin", "replica") for change in ("delete from", "set back in")],
+)
 def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
-    tmp_path: Path, postgres_dsn: str, role: str
+    tmp_path: Path, postgres_dsn: str, role: str, change: str
 ) -> None:
     """Host A reads (its look at the heads); host B forgets a finding, and B's forget run's heads
-    row is deleted before A reads again, by an administrator or by a replica-role session (a
-    logical-replication apply): A's next read still leaves the finding out."""
+    row is deleted (or its stamp set back) before A reads again, by an administrator or by a
+    replica-role session (a logical-replication apply): A's next read still leaves the finding out."""
     with host(tmp_path, "a", postgres_dsn) as a:
         with a.session(scope="team") as s:
             key = s.learn({"text": "the door code is 4711"}).key
@@ -255,11 +258,62 @@ def test_a_running_store_honours_a_forget_whose_head_row_was_deleted(
             b.materialize()
             with b.session(scope="team", flow="forget") as s:
                 s.forget(key, reason="rotated")
+        statement = (
+            "delete from journal_heads h using journal_runs r"
+            if change == "delete from"
+            else "update journal_heads h set changed = '1' from journal_runs r"
+        )
         _admin(
             postgres_dsn,
             f"set session_replication_role = {role}",
-            "delete from journal_heads h using journal_runs r"
-            " where h.run_id = r.run_id and r.flow = 'forget'",
+            statement + " where h.run_id = r.run_id and r.flow = 'forget'",
         )
         assert {e.key for e in a.recall(scope="team")} == {other}
         assert a.get(key) is None
+
+
+@pytest.mark.parametrize(
+    "moved",
+    [
+        "update journal_heads set changed = '1'",  # the stamp set back below the reader's mark
+        "update journal_heads set changed = changed",  # rewritten as it was: not an append's stamp
+        "update journal_heads set stream = 'elsewhere'",  # the row made another stream's
+    ],
+)
+def test_a_head_row_rewritten_after_an_append_does_not_hide_it_from_a_process_that_had_looked(
+    open_pg: OpenPg, postgres_dsn: str, moved: str
+) -> None:
+    """An update of a head row other than an append's (which stamps it with its own transaction's
+    id) is taken as a deletion: the next look is whole, and lists the append the row was the only
+    word of; the one after it holds again."""
+    reader, writer = open_pg(), open_pg()
+    info, lease = writer.begin("f", "s", {})
+    writer.append(lease, "s", {"n": 1})
+    _, mark, _ = reader.heads_changed(["s"], None)
+    writer.append(lease, "s", {"n": 2})
+    _admin(postgres_dsn, moved)
+    found, mark, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 2}}, True)
+    found, _, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {}}, False)
+    writer.append(lease, "s", {"n": 3})  # an append's own update of its row leaves the marks holding
+    found, _, whole = reader.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 3}}, False)
+
+
+def test_with_the_rewrite_trigger_disabled_or_dropped_every_look_is_whole(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    info, lease = pg.begin("f", "s", {})
+    pg.append(lease, "s", {"n": 1})
+    _, mark, _ = pg.heads_changed(["s"], None)
+    for change in ("disable trigger", "enable trigger", "enable replica trigger"):
+        _admin(postgres_dsn, f"alter table journal_heads {change} journal_heads_rewritten")
+        _, mark, _ = pg.heads_changed(["s"], mark)
+        assert pg.heads_changed(["s"], mark)[2] is True, change
+    _admin(postgres_dsn, "alter table journal_heads enable always trigger journal_heads_rewritten")
+    _, mark, _ = pg.heads_changed(["s"], mark)
+    assert pg.heads_changed(["s"], mark)[2] is False
+    _admin(postgres_dsn, "drop trigger journal_heads_rewritten on journal_heads")
+    found, _, whole = pg.heads_changed(["s"], mark)
+    assert (found, whole) == ({"s": {info.run_id: 1}}, True)
