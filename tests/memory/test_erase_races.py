@@ -60,17 +60,11 @@ def test_a_learn_that_looked_before_the_erase_and_commits_after_it_is_refused_an
     store.close()
 
 
-def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_by_the_erase(
+def _two_hosts_one_paused_after_its_look(
     tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The racer (host A) looked before the erase's forget (host B), and commits after the erase has
-    # read the commits to erase but before its record: the racer finds no erase record to honour,
-    # so the erase must find the commit itself, after its record. A learn's commit holds the
-    # scope's turn among the hosts shared, which the erase holds (the next test): here the racer's
-    # commit takes no turn, the net under that rule (on one host a plain learn's share of its
-    # scope's turn keeps it out the same way).
-    import memory._erase as erase_module
-
+) -> tuple[memory.MemoryStore, str, memory.MemoryStore, threading.Event, threading.Event]:
+    """Host B's store, which has learned the finding (its key), and host A's, whose next learn
+    sets ``looked`` once it has looked at its key and waits for ``go`` before it goes on."""
     store = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, clock=Clock())
     with store.session(scope="users", flow="first") as s:
         key = s.learn(_finding()).key
@@ -87,6 +81,21 @@ def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_b
         return got
 
     monkeypatch.setattr(other._learner, "_revision", look_then_wait)
+    return store, key, other, looked, go
+
+
+def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_by_the_erase(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The racer (host A) looked before the erase's forget (host B), and commits after the erase has
+    # read the commits to erase but before its record: the racer finds no erase record to honour,
+    # so the erase must find the commit itself, after its record. A learn's commit holds the
+    # scope's turn among the hosts shared, which the erase holds (the next test): here the racer's
+    # commit takes no turn, the net under that rule (on one host a plain learn's share of its
+    # scope's turn keeps it out the same way).
+    import memory._erase as erase_module
+
+    store, key, other, looked, go = _two_hosts_one_paused_after_its_look(tmp_path, postgres_dsn, monkeypatch)
     monkeypatch.setattr(other._learner, "learn_turn", lambda scope: None)
     learned: list[memory.Learned] = []
 
@@ -129,22 +138,7 @@ def test_a_learn_on_one_host_released_during_anothers_erase_commits_after_it_and
     import memory._erase as erase_module
     from tests.postgres.test_turns import _waiting
 
-    store = memory.MemoryStore(tmp_path / "b" / "history.db", journal=postgres_dsn, clock=Clock())
-    with store.session(scope="users", flow="first") as s:
-        key = s.learn(_finding()).key
-    other = memory.MemoryStore(
-        tmp_path / "a" / "history.db", journal=postgres_dsn, clock=Clock(start=1_700_000_000_500)
-    )
-    looked, go = threading.Event(), threading.Event()
-    real_revision = other._learner._revision
-
-    def look_then_wait(item: Any, root: Any) -> Any:
-        got = real_revision(item, root)
-        looked.set()
-        assert go.wait(60)
-        return got
-
-    monkeypatch.setattr(other._learner, "_revision", look_then_wait)
+    store, key, other, looked, go = _two_hosts_one_paused_after_its_look(tmp_path, postgres_dsn, monkeypatch)
     outcome: list[object] = []
 
     def racer() -> None:
