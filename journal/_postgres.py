@@ -85,7 +85,7 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
@@ -340,6 +340,42 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "alter table journal_heads enable always trigger journal_heads_rewritten",
         ),
     ),
+    (
+        9,
+        # ``append(turn=, unless_elsewhere=)``: the append in its turn, unless another run holds a
+        # record of the key that holds a token (or a ``\u`` escape, which may spell it otherwise),
+        # which it returns instead, with its run: a learn on one host then commits as a version of
+        # the memory another host's update made of that key, as it does on one host. An own record
+        # of the key is answered as ``journal_append`` answers it. May run again.
+        (
+            f"""create or replace function journal_append_in_turn_unless(
+                p_turn text, p_unless text, p_run text, p_epoch integer, p_stream text, p_key text,
+                p_id text, p_ts bigint, p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text, o_run text
+            ) language plpgsql as $$
+            begin
+                perform pg_advisory_xact_lock_shared(
+                    {_TURN_LOCK}, hashtext(current_schema() || ':' || p_turn));
+                if not exists (select 1 from journal_records y
+                        where y.run_id = p_run and y.stream = p_stream and y.key = p_key) then
+                    return query select 'elsewhere', null::integer, null::text, x.seq, x.id, x.key,
+                            x.ts_ms, x.payload, x.run_id
+                        from journal_records x
+                        where x.key = p_key and x.stream = p_stream and x.run_id <> p_run
+                          and (strpos(x.payload, p_unless) > 0 or strpos(x.payload, '\\u') > 0)
+                        order by x.run_id, x.seq limit 1;
+                    if found then
+                        return;
+                    end if;
+                end if;
+                return query select a.*, p_run from journal_append(
+                    p_run, p_epoch, p_stream, p_key, p_id, p_ts, p_payload) a;
+            end
+            $$""",
+        ),
+    ),
 )
 
 # A run's holder is live while the advisory lock on its lease key is granted to some session and
@@ -375,6 +411,9 @@ _APPEND = (
     + " from journal_append(%s, %s, %s, %s, %s, %s, %s)"
 )
 _APPEND_IN_TURN = _APPEND.replace("journal_append(", "journal_append_in_turn(%s, ")
+_APPEND_UNLESS = _APPEND.replace(
+    " from journal_append(", ", o_run from journal_append_in_turn_unless(%s, %s, "
+)
 
 
 # The id of the newest transaction that deleted heads (``journal_heads_deletes``, schema step 5; or
@@ -775,7 +814,9 @@ class PostgresJournal:
             " join pg_namespace n on n.oid = p.pronamespace"
             " where p.oid in ("
             " to_regprocedure('journal_append(text, integer, text, text, text, bigint, text)'),"
-            " to_regprocedure('journal_append_in_turn(text, text, integer, text, text, text, bigint, text)'))"
+            " to_regprocedure('journal_append_in_turn(text, text, integer, text, text, text, bigint, text)'),"
+            " to_regprocedure("
+            "'journal_append_in_turn_unless(text, text, text, integer, text, text, text, bigint, text)'))"
             " and n.nspname <> current_schema()",
             (list(_TABLES),),
         ).fetchall()
@@ -1222,6 +1263,7 @@ class PostgresJournal:
         key: str | None = None,
         sync_filesystem: bool = False,
         turn: str | None = None,
+        unless_elsewhere: str | None = None,
     ) -> Record:
         """Append in one transaction under the run lock, idempotent by ``key`` (see ``JournalBackend``).
 
@@ -1229,7 +1271,12 @@ class PostgresJournal:
         the record already holding ``key``, or inserts the next sequence number; it is committed
         before this returns. ``turn``: the name of a turn (``turn``) that the statement holds
         shared, taken first, until the record is committed: it waits while a holder of that turn
-        holds it, and that holder waits for it (``journal_append_in_turn``).
+        holds it, and that holder waits for it (``journal_append_in_turn``). ``unless_elsewhere``
+        (with ``key`` and ``turn``; a JSON string token, its quotes included): when this run holds
+        no record of ``key`` in ``stream`` and another run holds one whose stored payload holds the
+        token (or a ``\\u`` escape, which may spell it otherwise), nothing is appended and the first
+        such record is returned (its ``run_id`` is not the lease's): the caller decides what to
+        append instead (``journal_append_in_turn_unless``).
 
         Raises JournalLeaseLost (stale epoch, or the run has ended), JournalRunNotFound,
         JournalNameInvalid (a bad run id, stream name or key), JournalUnavailable, JournalUnwritable;
@@ -1245,6 +1292,10 @@ class PostgresJournal:
             check_key(key)
         if turn is not None and (not isinstance(turn, str) or not 0 < len(turn) <= 1024):
             raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {turn!r:.60}")
+        if unless_elsewhere is not None and (
+            type(unless_elsewhere) is not str or not unless_elsewhere or key is None or turn is None
+        ):
+            raise ValueError("unless_elsewhere must be a non-empty str, given with a key and a turn")
         body = payload_json(payload).decode()
         args: tuple[Any, ...] = (
             run_id,
@@ -1256,15 +1307,24 @@ class PostgresJournal:
             body,
         )
 
-        query = _APPEND if turn is None else _APPEND_IN_TURN
-        if turn is not None:
-            args = (turn, *args)
+        if unless_elsewhere is not None:
+            query, args = _APPEND_UNLESS, (turn, unless_elsewhere, *args)
+        elif turn is not None:
+            query, args = _APPEND_IN_TURN, (turn, *args)
+        else:
+            query = _APPEND
 
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
             return cur.execute(query, args).fetchone()
 
         row = self._call("appending", call, run_id=run_id, stream=stream)
         assert row is not None  # the function always returns one row
+        if unless_elsewhere is not None:
+            *row, holder = row
+            if row[0] == "elsewhere":  # another run's record of the key, read back untrusted
+                if not valid_name(holder):
+                    raise self._run_corrupt(holder, "an id that is not a run id", stream=stream)
+                return self._record(str(holder), stream, row[3:])
         status, epoch, state, *record = row
         if status == "missing":
             raise self._not_found(run_id)

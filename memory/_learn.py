@@ -6,6 +6,7 @@ import contextlib
 import os
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,13 +115,72 @@ def _learned(fid: str, record: Record, final: Path) -> Learned:
     return learned
 
 
+_NAMES_MEMORY = '"memory"'
+"""The token of a commit that names its memory (``learn_payload``): what a plain learn on a journal
+hosts share asks the append to look for in other runs' commits of its key (``_append``)."""
+
+
 def _append(root: Root, payload: Mapping[str, Any], fid: str, turn: str | None) -> Record:
     """Commit ``payload`` under ``fid`` to the root's ``memory-learn`` stream; with ``turn`` (a
-    journal hosts share), holding that turn among them shared while it commits."""
+    journal hosts share), holding that turn among them shared while it commits. A plain learn's
+    commit there (one that names no memory) is made unless another run's commit of the key names
+    one: that commit is returned instead (its ``run_id`` is not the root's), and nothing appended
+    (``_version_elsewhere``)."""
     if turn is None:
         return root.journal.append(root.lease, STREAM, payload, key=fid)
     append: Callable[..., Record] = root.journal.append
-    return append(root.lease, STREAM, payload, key=fid, turn=turn)
+    if "memory" in payload or "supersedes" in payload:
+        return append(root.lease, STREAM, payload, key=fid, turn=turn)
+    return append(root.lease, STREAM, payload, key=fid, turn=turn, unless_elsewhere=_NAMES_MEMORY)
+
+
+def _commit(
+    root: Root,
+    expected: Record,
+    fid: str,
+    turn: str | None,
+    *,
+    stage: tuple[Any, bytes],
+    restage: Callable[[bytes], Any],
+) -> tuple[Record, Record, Any, bytes]:
+    """Append ``expected``, its file staged already (``stage``: the stage and its bytes), as
+    ``_append`` does; when another host's commit of the key names the key's memory, the file is
+    staged again (``restage``) and the commit made naming it (``_version_elsewhere``). The commit,
+    what it was meant to be, its stage and the stage's bytes (the caller discards that stage on an
+    error)."""
+    staged, data = stage
+    record = _append(root, expected.payload, fid, turn)
+    if record.run_id == root.run_id:
+        return record, expected, staged, data
+    staged.discard()
+    expected = _version_elsewhere(record, root, expected, fid)
+    data = render(expected)
+    staged = restage(data)
+    try:
+        append: Callable[..., Record] = root.journal.append
+        return append(root.lease, STREAM, expected.payload, key=fid, turn=turn), expected, staged, data
+    except BaseException:
+        staged.discard()
+        raise
+
+
+def _version_elsewhere(record: Record, root: Root, expected: Record, fid: str) -> Record:
+    """What a plain learn commits when ``record``, another run's commit of its key (another host's
+    update, say), may name the key's memory: ``expected`` naming that memory (learning what a
+    memory's version holds is that version again, as ``Learner._memory_of_live`` keeps it on one
+    host), or ``expected`` itself when it names none (matched by an escape alone).
+
+    Raises:
+        JournalCorrupt: ``record`` is not a commit of the exact shape.
+    """
+    checked_commit(record, root.journal.location)
+    named = record.payload.get("memory")
+    if not isinstance(named, str) or named == fid:
+        return expected
+    again = _new_object(Record)
+    again.__dict__.update(expected.__dict__)
+    again.__dict__["payload"] = {**expected.payload, "memory": named}
+    return again
 
 
 class Learner:
@@ -551,7 +611,13 @@ class Learner:
         loose = existing is None and self._publisher.shares_filesystem(root.journal, directory)
         staged = pub.stage(directory, data, root.run_id, sync=not loose, mode=mode)
         try:
-            record = existing if existing is not None else _append(root, expected.payload, fid, turn)
+            if existing is not None:
+                record = existing
+            else:
+                again = partial(pub.stage, directory, run_id=root.run_id, sync=not loose, mode=mode)
+                record, expected, staged, data = _commit(
+                    root, expected, fid, turn, stage=(staged, data), restage=again
+                )
         except BaseException:
             staged.discard()
             raise

@@ -5,6 +5,11 @@ A holds (a finding of another memory) takes the next revision's key, whether or 
 A's learn: B looks for the key in every run's commits, in the scope's turn among the hosts, and
 A's commit holds that turn shared, so it lands before B's look or after B's commit. Before, B took
 A's key while it had not synced: A's memory then read as B's, and B's next update retired it.
+
+The other way round, a plain learn on A of what B's update made the live version of B's memory is
+that version again, as on one host: A's commit names B's memory (the append finds B's commit of the
+key), whether or not A has synced it. Before, A's commit named none, it was the newest commit of the
+key, and after a sync both hosts listed the version as a memory of its own: B's memory had lost it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import pytest
 
 import memory
+from journal import JournalCorrupt
 from tests._helpers.hosts import two_hosts
 from tests.postgres.test_turns import _waiting
 
@@ -97,11 +103,62 @@ def test_a_learn_on_a_waits_while_an_update_on_b_is_between_its_look_and_its_com
         thread.join(60)
         assert not thread.is_alive()
     # B committed first: A's learn, after it, learned what B's memory holds (as on one host: the
-    # same version again), and is answered with that key
+    # same version again), and is answered with that key and that memory
     assert answers["b"].memory_id == m2 and answers["a"].key == answers["b"].key
+    assert answers["a"].memory_id == m2
     seen = [_live(store) for store in (a, b)]
     assert seen[0] == seen[1] == [(m2, answers["b"].key, TUESDAY)]
     for store in (a, b):
         assert memory.check_store(store) == []
+    a.close()
+    b.close()
+
+
+def test_a_learn_on_a_of_what_an_update_on_b_made_live_is_that_memorys_version_synced_or_not(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    a, b = two_hosts(tmp_path, postgres_dsn)
+    with b.session(scope="team") as s:
+        m2 = s.learn({"text": MONDAY}).memory_id
+    with b.session(scope="team") as s:
+        mine = s.update(m2, {"text": TUESDAY})
+    with a.session(scope="team") as s:  # A has not synced B's update
+        theirs = s.learn({"text": TUESDAY})
+    assert (theirs.key, theirs.memory_id) == (mine.key, m2)  # the same version of B's memory
+    for store in (a, b):  # before a sync and after it, on both hosts
+        assert [(e.memory, e.key) for e in store.recall(scope="team")] == [(m2, mine.key)]
+        assert _live(store) == [(m2, mine.key, TUESDAY)]
+    with a.session(scope="team") as s:  # an update by the memory id A was answered with
+        later = s.update(theirs.memory_id, {"text": WEDNESDAY})
+    assert later.memory_id == m2
+    for store in (a, b):
+        assert _live(store) == [(m2, later.key, WEDNESDAY)]
+        assert {e.memory or e.key for e in store.history(m2)} == {m2}
+        assert memory.check_store(store) == []
+    a.close()
+    b.close()
+
+
+def test_a_learn_whose_key_another_hosts_crafted_commit_names_fails_closed(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    # The commit another run holds of the key is read back untrusted: one whose payload is not a
+    # commit's (crafted, or damaged) fails the learn with journal_corrupt naming its run, and
+    # nothing is committed for it here.
+    import psycopg
+
+    a, b = two_hosts(tmp_path, postgres_dsn)
+    with b.session(scope="team") as s:
+        m2 = s.learn({"text": MONDAY}).memory_id
+    with b.session(scope="team") as s:
+        mine = s.update(m2, {"text": TUESDAY})
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "update journal_records set payload = %s where key = %s", ('{"memory":"nobody"}', mine.key)
+        )
+    with a.session(scope="team") as s, pytest.raises(JournalCorrupt) as err:
+        s.learn({"text": TUESDAY})
+    assert err.value.code == "journal_corrupt" and err.value.run_id == mine.citation.run_id
+    assert not list((tmp_path / "a").rglob(f"{mine.key}.json"))
     a.close()
     b.close()

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 import psycopg
 import pytest
 
+from journal import Record
 from journal.postgres import PostgresJournal
 from tests.postgres.conftest import OpenPg
 
@@ -127,3 +128,42 @@ def test_an_append_in_a_turn_waits_while_the_turn_is_held_and_its_holder_waits_f
         with pytest.raises(ValueError, match="a turn's name"):
             writer.append(lease, "memory-learn", {"n": 4}, key="k4", turn=bad)  # type: ignore[arg-type]
 
+
+
+def test_an_append_unless_another_run_holds_the_key_with_a_token_returns_that_record_instead(
+    pg: PostgresJournal, postgres_dsn: str
+) -> None:
+    # A learn on one host asks its append to hand back another run's commit of its key that names
+    # a memory (another host's update), and appends nothing then: the learn commits as that
+    # memory's version instead.
+    other, other_lease = pg.begin("f", "s", {})
+    pg.append(other_lease, "memory-learn", {"memory": "m", "n": 1}, key="named")
+    pg.append(other_lease, "memory-learn", {"n": 2}, key="plain")
+    pg.append(other_lease, "memory-learn", {"n": 0}, key="escaped")  # its stored text crafted below
+    info, lease = pg.begin("f", "s", {})
+
+    def append(key: str, payload: dict[str, object]) -> Record:
+        turn = "memory-scope:s"
+        return pg.append(lease, "memory-learn", payload, key=key, turn=turn, unless_elsewhere='"memory"')
+
+    found = append("named", {"n": 3})
+    assert (found.run_id, found.key, found.payload) == (other.run_id, "named", {"memory": "m", "n": 1})
+    assert pg.find(info.run_id, "memory-learn", "named") is None  # nothing appended
+    mine = append("plain", {"n": 4})  # the other run's commit names no memory: appended here
+    assert (mine.run_id, mine.payload) == (info.run_id, {"n": 4})
+    # a record stored with a \u escape in its text is handed back too (it may spell the token)
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "update journal_records set payload = %s where key = 'escaped'", ('{"\\u006demory":"spelt"}',)
+        )
+    assert append("escaped", {"n": 5}).run_id == other.run_id
+    # this run's own record of the key answers as a keyed append answers, whatever another run holds
+    pg.append(lease, "memory-learn", {"n": 6}, key="named", turn="memory-scope:s")
+    again = append("named", {"n": 7})
+    assert (again.run_id, again.payload) == (info.run_id, {"n": 6})
+    for bad in ({"turn": None}, {"key": None}, {"unless_elsewhere": ""}):
+        options: dict[str, object] = {"key": "k9", "turn": "memory-scope:s", "unless_elsewhere": '"memory"'}
+        with pytest.raises(ValueError, match="unless_elsewhere"):
+            pg.append(lease, "memory-learn", {"n": 8}, **{**options, **bad})  # type: ignore[arg-type]
