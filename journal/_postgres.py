@@ -358,17 +358,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             begin
                 perform pg_advisory_xact_lock_shared(
                     {_TURN_LOCK}, hashtext(current_schema() || ':' || p_turn));
-                if not exists (select 1 from journal_records y
-                        where y.run_id = p_run and y.stream = p_stream and y.key = p_key) then
-                    return query select 'elsewhere', null::integer, null::text, x.seq, x.id, x.key,
-                            x.ts_ms, x.payload, x.run_id
-                        from journal_records x
-                        where x.key = p_key and x.stream = p_stream and x.run_id <> p_run
-                          and (strpos(x.payload, p_unless) > 0 or strpos(x.payload, '\\u') > 0)
-                        order by x.run_id, x.seq limit 1;
-                    if found then
-                        return;
-                    end if;
+                -- one probe of the index of keys when no other run holds the key (the usual case)
+                return query select 'elsewhere', null::integer, null::text, x.seq, x.id, x.key,
+                        x.ts_ms, x.payload, x.run_id
+                    from journal_records x
+                    where x.key = p_key and x.stream = p_stream and x.run_id <> p_run
+                      and (strpos(x.payload, p_unless) > 0 or strpos(x.payload, '\\u') > 0)
+                      and not exists (select 1 from journal_records y
+                          where y.run_id = p_run and y.stream = p_stream and y.key = p_key)
+                    order by x.run_id, x.seq limit 1;
+                if found then
+                    return;
                 end if;
                 return query select a.*, p_run from journal_append(
                     p_run, p_epoch, p_stream, p_key, p_id, p_ts, p_payload) a;
