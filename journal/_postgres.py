@@ -85,13 +85,14 @@ from journal._model import (
     whole,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 DEFAULT_LEASE_TTL_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 T = TypeVar("T")
 _MAX_IDLE = 8  # pooled connections kept open between calls
 _MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
 _TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
+_ELSEWHERE_READ = 8  # other runs' records of a key an append unless elsewhere reads, at most
 # A session that holds a lease's or a turn's advisory lock sits idle, in a transaction (a turn) or
 # not (the lease connection), while its holder works; a server timeout on idle sessions would end
 # it and hand the lock to another host while the holder goes on. Both are switched off there (any
@@ -367,6 +368,41 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                       and not exists (select 1 from journal_records y
                           where y.run_id = p_run and y.stream = p_stream and y.key = p_key)
                     order by x.run_id, x.seq limit 1;
+                if found then
+                    return;
+                end if;
+                return query select a.*, p_run from journal_append(
+                    p_run, p_epoch, p_stream, p_key, p_id, p_ts, p_payload) a;
+            end
+            $$""",
+        ),
+    ),
+    (
+        10,
+        # Step 9's look, bounded: at most 8 other runs' records of the key are read (one probe of
+        # the index of keys), in no set order, and no look at this run's own (``journal_append``
+        # answers that). A key committed by many runs (a finding an agent learns again on every
+        # tick, each tick a root run of its own) no longer makes each learn of it read every one.
+        # Every other run's commit of a key names the same memory, or none does, so any of them
+        # answers. May run again.
+        (
+            f"""create or replace function journal_append_in_turn_unless(
+                p_turn text, p_unless text, p_run text, p_epoch integer, p_stream text, p_key text,
+                p_id text, p_ts bigint, p_payload text
+            ) returns table (
+                o_status text, o_epoch integer, o_state text, o_seq bigint, o_id text, o_key text,
+                o_ts bigint, o_payload text, o_run text
+            ) language plpgsql as $$
+            begin
+                perform pg_advisory_xact_lock_shared(
+                    {_TURN_LOCK}, hashtext(current_schema() || ':' || p_turn));
+                return query select 'elsewhere', null::integer, null::text, x.seq, x.id, x.key,
+                        x.ts_ms, x.payload, x.run_id
+                    from (select * from journal_records z
+                        where z.key = p_key and z.stream = p_stream and z.run_id <> p_run
+                        limit {_ELSEWHERE_READ}) x
+                    where strpos(x.payload, p_unless) > 0 or strpos(x.payload, '\\u') > 0
+                    limit 1;
                 if found then
                     return;
                 end if;
@@ -1660,10 +1696,10 @@ class PostgresJournal:
         return found[0] if found else None
 
     def keyed_anywhere(self, stream: str, key: str, *, limit: int = 16) -> list[Record]:
-        """The records appended with ``key`` to ``stream`` by any run (at most ``limit`` of them,
-        the oldest runs' first): one probe of an index of keys (schema step 7), where ``find``
-        looks in one run. Each is checked as ``read`` checks one (a row whose run id is not one is
-        ``JournalCorrupt``).
+        """The records appended with ``key`` to ``stream`` by any run (at most ``limit`` of them, in
+        no set order: a key many runs committed costs no more than ``limit`` reads): one probe of an
+        index of keys (schema step 7), where ``find`` looks in one run. Each is checked as ``read``
+        checks one (a row whose run id is not one is ``JournalCorrupt``).
 
         Raises JournalNameInvalid (a bad stream name or key), JournalUnavailable, JournalCorrupt.
         """
@@ -1674,7 +1710,7 @@ class PostgresJournal:
         query = (
             "select x.run_id, x.seq, x.id, x.key, x.ts_ms, "
             + _PAYLOAD.format("x.payload")
-            + " from journal_records x where x.key = %s and x.stream = %s order by x.run_id, x.seq limit %s"
+            + " from journal_records x where x.key = %s and x.stream = %s limit %s"
         )
 
         def call(cur: psycopg.Cursor[Any]) -> list[Any]:

@@ -159,10 +159,21 @@ def test_an_append_unless_another_run_holds_the_key_with_a_token_returns_that_re
             "update journal_records set payload = %s where key = 'escaped'", ('{"\\u006demory":"spelt"}',)
         )
     assert append("escaped", {"n": 5}).run_id == other.run_id
-    # this run's own record of the key answers as a keyed append answers, whatever another run holds
+    # this run's own record of the key is not looked at: the other run's is handed back, and the
+    # caller's next append of the key answers with its own, as any keyed append does
     pg.append(lease, "memory-learn", {"n": 6}, key="named", turn="memory-scope:s")
-    again = append("named", {"n": 7})
+    assert append("named", {"n": 7}).run_id == other.run_id
+    again = pg.append(lease, "memory-learn", {"n": 7}, key="named", turn="memory-scope:s")
     assert (again.run_id, again.payload) == (info.run_id, {"n": 6})
+    # a key many runs committed: at most 8 of their records are read, and any that names the token
+    # answers (every other run's commit of a key names the same memory, or none does)
+    for n in range(20):
+        _, each = pg.begin("f", f"s{n}", {})
+        pg.append(each, "memory-learn", {"memory": "m", "n": n}, key="many")
+        pg.append(each, "memory-learn", {"n": n}, key="many-plain")
+    assert append("many", {"n": 9}).payload["memory"] == "m"
+    mine = append("many-plain", {"n": 9})
+    assert (mine.run_id, mine.payload) == (info.run_id, {"n": 9})
     for bad in ({"turn": None}, {"key": None}, {"unless_elsewhere": ""}):
         options: dict[str, object] = {"key": "k9", "turn": "memory-scope:s", "unless_elsewhere": '"memory"'}
         with pytest.raises(ValueError, match="unless_elsewhere"):
