@@ -34,6 +34,14 @@ def _live(store: memory.MemoryStore) -> list[tuple[str, str, str]]:
     return sorted((e.memory or e.key, e.key, e.text) for e in store.recall(scope="team"))
 
 
+def _updated_on_b(b: memory.MemoryStore) -> tuple[str, memory.Learned]:
+    """Host B's memory learned on monday, then updated to tuesday: its id and the update's answer."""
+    with b.session(scope="team") as s:
+        m2 = s.learn({"text": MONDAY}).memory_id
+    with b.session(scope="team") as s:
+        return m2, s.update(m2, {"text": TUESDAY})
+
+
 def test_an_update_on_b_never_takes_the_key_of_what_a_learned_unsynced(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
@@ -118,10 +126,7 @@ def test_a_learn_on_a_of_what_an_update_on_b_made_live_is_that_memorys_version_s
     tmp_path: Path, postgres_dsn: str
 ) -> None:
     a, b = two_hosts(tmp_path, postgres_dsn)
-    with b.session(scope="team") as s:
-        m2 = s.learn({"text": MONDAY}).memory_id
-    with b.session(scope="team") as s:
-        mine = s.update(m2, {"text": TUESDAY})
+    m2, mine = _updated_on_b(b)
     with a.session(scope="team") as s:  # A has not synced B's update
         theirs = s.learn({"text": TUESDAY})
     assert (theirs.key, theirs.memory_id) == (mine.key, m2)  # the same version of B's memory
@@ -148,10 +153,7 @@ def test_a_learn_whose_key_another_hosts_crafted_commit_names_fails_closed(
     import psycopg
 
     a, b = two_hosts(tmp_path, postgres_dsn)
-    with b.session(scope="team") as s:
-        m2 = s.learn({"text": MONDAY}).memory_id
-    with b.session(scope="team") as s:
-        mine = s.update(m2, {"text": TUESDAY})
+    _, mine = _updated_on_b(b)
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(
             "update journal_records set payload = %s where key = %s", ('{"memory":"nobody"}', mine.key)
