@@ -115,6 +115,12 @@ def _learned(fid: str, record: Record, final: Path) -> Learned:
     return learned
 
 
+def scope_turn(scope: str) -> str:
+    """The name of ``scope``'s turn among the hosts sharing a journal (``MemoryStore._hosts_turn``):
+    an update holds it, a plain learn's commit holds it shared (``Learner.learn``)."""
+    return f"memory-scope:{scope}"
+
+
 _NAMES_MEMORY = '"memory"'
 """The token of a commit that names its memory (``learn_payload``): what a plain learn on a journal
 hosts share asks the append to look for in other runs' commits of its key (``_append``)."""
@@ -207,12 +213,11 @@ class Learner:
         self.on_learned: Callable[[tuple[str, str, str]], None] = lambda version: None
         # told each commit a learn appended or found (``Citations.committed``)
         self.on_committed: Callable[[Record], None] = lambda record: None
-        # On a journal hosts share (set by the store): the turn among the hosts that a plain
-        # learn of a scope holds shared while its record commits, and the journal an update asks
-        # whether another host's learn holds the key it would take. A host's learn and another
-        # host's update to the same content are then never both answered with one key as two
-        # memories: the learn commits before the update looks, or waits until it has committed.
-        self.learn_turn: Callable[[str], str | None] = lambda scope: None
+        # The journal, when hosts share it (set by the store; None on a journal of one host): a
+        # plain learn's commit holds its scope's turn among them shared (``scope_turn``), and an
+        # update asks it whether another host's learn holds the key it would take. A host's learn
+        # and another host's update to the same content are then never both answered with one key
+        # as two memories: the learn commits before the update looks, or waits until it has.
         self.hosts_journal: Callable[[], JournalBackend | None] = lambda: None
         # told the commit of each new version an update (a supersede) made live
         self.on_updated: Callable[[Record], None] = lambda record: None
@@ -248,7 +253,8 @@ class Learner:
             try:
                 # (not when this thread holds the scope's turn already: an update's, among the
                 # hosts too, which its own commit would wait for)
-                turn = self.learn_turn(root.scope) if share[1] != -1 else None
+                shared = share[1] != -1 and self.hosts_journal() is not None
+                turn = scope_turn(root.scope) if shared else None
                 return self._learn_version(item, root, None, self._revision(*known), None, turn=turn)
             finally:
                 self._publisher.drop_share(share)
@@ -498,7 +504,7 @@ class Learner:
         On a journal hosts share, a key this host holds no finding of is looked for in every run's
         commits as well (``keyed_anywhere``: one indexed query): another host's learn that this host
         has not synced yet holds it as much. The update holds the scope's turn among the hosts
-        here, which that learn's commit holds shared (``learn_turn``), so a learn committed after
+        here, which that learn's commit holds shared (``scope_turn``), so a learn committed after
         this look commits after the update's own commit too, and finds the key taken."""
         if supersedes is None or fid == supersedes:
             return False

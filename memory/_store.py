@@ -54,7 +54,7 @@ from memory._finding import (
     validate,
 )
 from memory._keyindex import KEYS_FILE, JournalKeys
-from memory._learn import Learner
+from memory._learn import Learner, scope_turn
 from memory._paths import (
     QUARANTINE_DIR,
     refuse_odd_db,
@@ -101,11 +101,6 @@ log = logging.getLogger(__name__)
 
 CAUGHT_UP_FILE = "caught-up.json"
 """Where ``catch_up`` keeps the heads it reached, in ``<db-dir>/flows-cache`` (derived state)."""
-
-def scope_turn(scope: str) -> str:
-    """The name of ``scope``'s turn among the hosts sharing a journal (``MemoryStore._hosts_turn``)."""
-    return f"memory-scope:{scope}"
-
 
 EVERY_SCOPE_TURN = "memory-scopes"
 """The turn, among the hosts sharing a journal, that every scope's turn is part of (``_hosts_turn``):
@@ -228,7 +223,6 @@ class MemoryStore:
         self._retirer.on_retired = self._search.discard_vectors
         self._publisher.hosts_turn = self._hosts_turn
         self._shared_turns: bool | None = None  # ``_shares_turns``, once the journal is known
-        self._learner.learn_turn = self._learn_turn
         self._learner.hosts_journal = self._hosts_journal
         self._journal_keys = JournalKeys(
             self.db_path, (STREAM, RETIRE_STREAM, ERASE_STREAM), enabled=file_index
@@ -283,11 +277,6 @@ class MemoryStore:
         return self.open_journal().turn(  # type: ignore[attr-defined,no-any-return]
             scope_turn(scope), under=EVERY_SCOPE_TURN
         )
-
-    def _learn_turn(self, scope: str) -> str | None:
-        """The turn among the hosts that a plain learn of ``scope`` holds shared while its record
-        is committed (``Learner``): None on a journal of one host."""
-        return scope_turn(scope) if self._shares_turns() else None
 
     def _hosts_journal(self) -> JournalBackend | None:
         """This store's journal when hosts share it (an update looks there for its new key, since

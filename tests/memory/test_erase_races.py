@@ -96,7 +96,7 @@ def test_a_learn_that_commits_between_the_erases_look_and_its_record_is_erased_b
     import memory._erase as erase_module
 
     store, key, other, looked, go = _two_hosts_one_paused_after_its_look(tmp_path, postgres_dsn, monkeypatch)
-    monkeypatch.setattr(other._learner, "learn_turn", lambda scope: None)
+    monkeypatch.setattr(other._learner, "hosts_journal", lambda: None)
     learned: list[memory.Learned] = []
 
     def racer() -> None:
