@@ -288,7 +288,9 @@ def test_a_process_learning_into_many_scopes_keeps_only_so_many_gates_open(tmp_p
                 s.learn({"text": f"a note of user {n}"})
         scopes = range(3 * memory._publisher.GATES_KEPT)
         gates = {store._publisher._turn_dir(f"user-{n}", None).parent for n in scopes}
-        open_gates = [p for p in _open_folders() if p in gates]
+        # (each gate counted once: a folder the publisher holds open for its writes may name the
+        # same path, bounded by its own cache, as it did when earlier tests had run in the process)
+        open_gates = {p for p in _open_folders() if p in gates}
         assert 0 < len(open_gates) <= memory._publisher.GATES_KEPT
         with store.session(scope="user-0") as s:  # a scope whose gate was let go takes it anew
             s.learn({"text": "user 0 again"})
