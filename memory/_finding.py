@@ -50,6 +50,9 @@ METADATA_KEY_MAX = 128
 EXPIRES_MAX = 2**53 - 1
 """The largest ``expiresMs`` (the largest integer every JSON reader keeps exact)."""
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+TIME_MAX_MS = 253_402_300_799_999
+"""The latest time a record may carry (9999-12-31 23:59:59.999 UTC, the last a date can show): a
+record read back with a later ``learnedMs`` or ``forgottenMs`` is not one this store wrote."""
 _PAYLOAD = frozenset({"id", "scope", "flow", "finding", "learnedMs"})
 
 
@@ -353,6 +356,7 @@ def is_erased(record: Record) -> bool:
         and _KEY.fullmatch(p["id"]) is not None
         and isinstance(p["flow"], str)
         and type(p["learnedMs"]) is int
+        and 0 <= p["learnedMs"] <= TIME_MAX_MS
         and _version_problem(p) is None
         and isinstance(p["erased"], str)
         and _HEX16.fullmatch(p["erased"]) is not None
@@ -433,7 +437,7 @@ def _commit_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return
         return "its id is not 32 lowercase hex digits"
     if not isinstance(scope, str) or not isinstance(flow, str):
         return "its scope or flow is not a string"
-    if type(ms) is not int or not 0 <= ms <= _INT_MAX:
+    if type(ms) is not int or not 0 <= ms <= TIME_MAX_MS:
         return "its learnedMs is not a time in milliseconds"
     if not isinstance(finding, Mapping) or not {"text", "source", "tags"} <= set(finding) <= _FIELDS:
         return "its finding is not {text, source, tags} with optional metadata and expiresMs"
@@ -481,7 +485,7 @@ def _retirement_problem(record: Record) -> str | None:  # noqa: PLR0911 - one re
     supersede = reason is None and isinstance(by, str) and _KEY.fullmatch(by) is not None
     if not (forget or supersede):
         return "it has neither a reason alone nor a `by` key alone"
-    if type(ms) is not int or not 0 <= ms <= _INT_MAX:
+    if type(ms) is not int or not 0 <= ms <= TIME_MAX_MS:
         return "its forgottenMs is not a time in milliseconds"
     if record.key != key or record.id != record_id(record.run_id, record.stream, key):
         return "its key or record id is not the one its id gives"
@@ -632,7 +636,7 @@ def _batch_problem(record: Record) -> str | None:  # noqa: PLR0911 - one return 
         return "its flow or reason is not a string"
     if not isinstance(p["filter"], Mapping):
         return "its filter is not an object"
-    if type(ms) is not int or not 0 <= ms <= _INT_MAX:
+    if type(ms) is not int or not 0 <= ms <= TIME_MAX_MS:
         return "its forgottenMs is not a time in milliseconds"
     want = batch_key([(k, "") for k in keys])
     if record.key != want or record.id != record_id(record.run_id, record.stream, want):

@@ -877,7 +877,11 @@ class Retirer:
         expiring: dict[str, tuple[int, Citation, int]] = {}  # key -> expiresMs, the first commit, its time
         lost: set[tuple[str, str]] = set()
         for rec, checked in learns:
-            p = rec.payload
+            # a record not of a commit's shape is left for ``flows check`` to report: nothing of
+            # it is read here (its time, content or expiry could be anything)
+            if checked is None:
+                continue
+            p = checked.payload
             fid = p.get("id")
             if fid not in versions or not isinstance(fid, str):
                 continue

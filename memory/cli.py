@@ -306,7 +306,10 @@ def format_ms(ms: int | None, *, precise: bool = False) -> str:
     ``precise``, milliseconds too: ``08:00:00.250+00:00``); ``-`` for None."""
     if ms is None:
         return "-"
-    moment = datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
+    try:
+        moment = datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
+    except (OverflowError, OSError, ValueError):  # past what a date shows: the number itself
+        return f"{ms} ms since 1970"
     return moment.isoformat(sep=" ", timespec="milliseconds" if precise else "seconds")
 
 

@@ -184,3 +184,21 @@ def test_a_file_where_the_stores_folder_should_be_is_a_coded_error(tmp_path: Pat
     said = err.getvalue()
     assert code in (1, 2) and "error[" in said and "internal_error" not in said, said[:500]
     assert a_file.read_text() == "not a folder"
+
+
+def test_a_time_past_what_a_local_date_shows_prints_as_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last time a record may carry is 9999-12-31 UTC; fourteen hours east of UTC that is year
+    10,000, which no date shows: the table prints the number, not a traceback."""
+    import time
+
+    from memory._finding import TIME_MAX_MS
+    from memory.cli import format_ms
+
+    monkeypatch.setenv("TZ", "Etc/GMT-14")
+    time.tzset()
+    try:
+        assert format_ms(TIME_MAX_MS) == f"{TIME_MAX_MS} ms since 1970"
+        assert format_ms(0).startswith("1970-01-01 14:00:00")
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -49,6 +49,7 @@ CRAFTED: dict[str, dict[str, Any]] = {
     # learnedMs past signed 64 bits is refused by the journal at append (test_journal_integers.py)
     "learnedMs before the epoch": _payload(learnedMs=-1),
     "learnedMs is text": _payload(learnedMs="1"),
+    "learnedMs past the last date": _payload(learnedMs=253_402_300_799_999 + 1),
     "payload is a list": {"not": "a finding"},
 }
 
@@ -62,7 +63,9 @@ def _crafted_run(tmp_path: Path, payload: dict[str, Any], *, key: str | None = N
         jr = store.open_journal()
         _, lease = jr.begin("adv", "adv", {})
         store.learn({"text": "an ordinary commit on line 1"}, memory.RootRun(jr, lease, "adv", "adv"))
-        rec = jr.append(lease, memory.STREAM, payload, key=key or "a" * 32)
+        # keyed by its own id where that is a key, so only what the case changed is wrong
+        own = payload.get("id") if isinstance(payload.get("id"), str) and len(payload["id"]) == 32 else None
+        rec = jr.append(lease, memory.STREAM, payload, key=key or own or "a" * 32)
         jr.finish(lease, journal.RunState.FAILED, {"code": "x", "message": "x"})
     return db, lease.run_id, rec.seq
 
@@ -273,3 +276,44 @@ def test_a_commit_rewritten_after_the_open_restored_its_file_is_checked_again_on
             store.republish_run(store.open_journal(), lease.run_id)
         _assert_corrupt(caught.value, lease.run_id, 1)
         assert not final.exists()
+
+
+# A record keyed by a real finding's key but not of a commit's shape: a history of that finding
+# reads nothing from it (its time, content and expiry could be anything) and shows the good commit;
+# ``flows check`` reports it.
+HISTORY_CRAFTED: dict[str, dict[str, Any]] = {
+    "no learnedMs": {"id": FID},
+    "learnedMs is text": {"id": FID, "learnedMs": "soon"},
+    "learnedMs is a list": {"id": FID, "learnedMs": [1]},
+    "finding is a list": {"id": FID, "learnedMs": 1, "finding": [1]},
+    "finding is text": {"id": FID, "learnedMs": 1, "finding": "x"},
+    "learnedMs a float past any date": {"id": FID, "learnedMs": 1e300, "finding": {"expiresMs": 1}},
+    "a tombstone's shape with a time past any date": {
+        "id": FID, "scope": "adv", "flow": "adv", "learnedMs": 2**63 - 1, "erased": "0" * 16,
+    },
+}
+
+
+@pytest.mark.parametrize("payload", HISTORY_CRAFTED.values(), ids=list(HISTORY_CRAFTED))
+def test_a_history_reads_nothing_from_a_crafted_record_of_its_key_and_check_reports_it(
+    tmp_path: Path, payload: dict[str, Any]
+) -> None:
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        jr = store.open_journal()
+        _, lease = jr.begin("adv", "adv", {})
+        assert store.learn(FINDING, memory.RootRun(jr, lease, "adv", "adv")).id == FID
+        jr.finish(lease, journal.RunState.DONE)
+        _, lease = jr.begin("adv", "adv", {})
+        crafted = jr.append(lease, memory.STREAM, payload, key=FID)
+        jr.finish(lease, journal.RunState.DONE)
+        events = store.history(FID)
+    assert [(e.kind, e.key, e.citation.run_id != crafted.run_id) for e in events] == [("learned", FID, True)]
+    assert events[0].content is not None and events[0].content["text"] == FINDING["text"]
+    shown = flows(db, "history", FID)
+    assert shown.returncode == 0, shown.stderr
+    assert "the crafted one" in shown.stdout and crafted.id not in shown.stdout
+    checked = flows(db, "check", "--json")
+    assert checked.returncode == 1, checked.stderr
+    corrupt = [p for p in orjson.loads(checked.stdout)["problems"] if p["kind"] == "record_corrupt"]
+    assert len(corrupt) == 1 and crafted.run_id in corrupt[0]["message"]
