@@ -39,6 +39,7 @@ import orjson
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
+from psycopg import sql
 
 from journal._backend import JournalBackend
 from journal._dsn import POSTGRES_SCHEMES, location_secrets, scrubbed, shown_location
@@ -1504,15 +1505,26 @@ class PostgresJournal:
                 raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {value!r:.60}")
         with self._transaction(f"taking or holding the turn {name!r}") as cur:
             cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
+            # The lock is taken by a statement with no parameters (its values written in as
+            # literals). A statement with parameters leaves its portal, and the snapshot that portal
+            # took, open until the session's next statement: a turn held idle would then hold the
+            # server's cleanup horizon (``backend_xmin``) back for as long as it is held, and the
+            # vacuum after an erase's rewrite, made while this or another host holds a turn, would
+            # leave the rewritten rows' old versions (the erased content) in the table's pages. A
+            # statement without parameters takes the simple protocol, whose portal ends with it.
             if under is None:
-                cur.execute(f"select {_TURN_OF.format('')}", (_TURN_LOCK, name))
+                query = sql.SQL(f"select {_TURN_OF.format('')}" % ("{}", "{}")).format(
+                    sql.Literal(_TURN_LOCK), sql.Literal(name)
+                )
             else:
                 # ``offset 0`` keeps the subquery a step of its own, run first: every holder takes
                 # the wider turn before its own, so no two wait for each other
-                cur.execute(
-                    f"select {_TURN_OF.format('')} from (select {_TURN_OF.format('_shared')} offset 0) wider",
-                    (_TURN_LOCK, name, _TURN_LOCK, under),
+                inner = _TURN_OF.format("_shared")
+                wider = f"select {_TURN_OF.format('')} from (select {inner} offset 0) wider"
+                query = sql.SQL(wider % ("{}", "{}", "{}", "{}")).format(
+                    sql.Literal(_TURN_LOCK), sql.Literal(name), sql.Literal(_TURN_LOCK), sql.Literal(under)
                 )
+            cur.execute(query)
             yield
 
     def stream_heads(self, stream: str) -> dict[str, int]:

@@ -1,0 +1,119 @@
+"""An erase on PostgreSQL leaves no old version of a rewritten row in the table's pages.
+
+A rewrite is an update: the row's old version, holding the erased content, stays in its page until a
+vacuum prunes it, and a vacuum prunes only versions no open snapshot may still see. The erase
+vacuums after its rewrite, while it holds its scope's turn. A turn is an advisory lock held in an
+open transaction; it was taken by a statement with parameters, whose portal kept its snapshot open
+for as long as the turn was held, so the erase's own turn (and any other host's) kept the server from
+pruning: ``SELECT`` found nothing, but the table's pages (and its file on disk, after a checkpoint)
+still held the text, tags, metadata and source. These tests read every page of the table and its
+TOAST table with ``pageinspect``, dead row versions included.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory
+from journal.postgres import PostgresJournal
+from tests._helpers.hosts import host
+from tests.pg_fixtures import admin_connection
+
+MARK = "zqerasepages"
+EXTENSION_SCHEMA = "flows_test_pageinspect"
+
+
+@pytest.fixture
+def pages(postgres_dsn: str) -> Iterator[Any]:
+    """A function that counts the pages of ``journal_records`` and its TOAST table holding bytes."""
+    with admin_connection() as admin:
+        try:
+            admin.execute(f"create schema if not exists {EXTENSION_SCHEMA}")
+            admin.execute(f"create extension if not exists pageinspect schema {EXTENSION_SCHEMA}")
+        except Exception as exc:  # the server's contrib modules are its own
+            if os.environ.get("CI"):
+                raise
+            pytest.skip(f"pageinspect is not available on the test server: {exc}")
+        # an extension lives in one schema per database: wherever it was first created
+        row = admin.execute(
+            "select extnamespace::regnamespace::text from pg_extension where extname = 'pageinspect'"
+        ).fetchone()
+        where = str(row[0])
+
+    def holding(needle: bytes) -> int:
+        import psycopg
+
+        found = 0
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute("checkpoint")
+            toast = conn.execute(
+                "select reltoastrelid::regclass::text from pg_class where oid = 'journal_records'::regclass"
+            ).fetchone()
+            for relation in ["journal_records", *([toast[0]] if toast and toast[0] != "-" else [])]:
+                count = conn.execute("select pg_relation_size(%s::regclass) / 8192", (relation,)).fetchone()
+                for page in range(int(count[0]) if count else 0):
+                    raw = conn.execute(
+                        f"select {where}.get_raw_page(%s::text, %s::int)", (relation, page)
+                    ).fetchone()
+                    found += bytes(raw[0]).count(needle) if raw else 0
+        return found
+
+    yield holding
+
+
+def _learned(store: memory.MemoryStore, text: str) -> memory.Learned:
+    with store.session(scope="team") as s:
+        kept = s.learn({"text": "a finding that stays", "tags": ["kept"]})
+        finding = {"text": text, "tags": [f"{MARK}tag"], "source": f"{MARK}source"}
+        learned = s.learn({**finding, "metadata": {"who": f"{MARK}meta"}})
+    assert kept.key != learned.key
+    store.sync()
+    return learned
+
+
+@pytest.mark.parametrize("size", ["small", "toasted"])
+def test_an_erase_leaves_no_old_row_version_in_the_tables_pages(
+    tmp_path: Path, postgres_dsn: str, pages: Any, size: str
+) -> None:
+    # "toasted": a text past PostgreSQL's inline limit that does not compress, so it is stored
+    # out of line in the TOAST table, in chunks the vacuum must prune too
+    text = f"{MARK} ana lives in oslo" if size == "small" else f"{MARK} " + os.urandom(6000).hex()
+    with host(tmp_path, "b", postgres_dsn) as b:
+        learned = _learned(b, text)
+        assert pages(MARK.encode()) > 0
+        with b.session(scope="privacy") as s:
+            s.erase(learned.key, reason="ana asked")
+        assert pages(MARK.encode()) == 0
+        assert [r.text for r in b.recall(scope="team")] == ["a finding that stays"]
+
+
+def test_another_host_holding_a_turn_while_the_erase_runs_keeps_nothing_in_the_pages(
+    tmp_path: Path, postgres_dsn: str, pages: Any
+) -> None:
+    with host(tmp_path, "b", postgres_dsn) as b:
+        learned = _learned(b, f"{MARK} ana lives in oslo")
+        other = PostgresJournal(postgres_dsn)  # another host, holding a turn of its own throughout
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with other.turn("another host's scope"):
+                held.set()
+                release.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(30)
+            with b.session(scope="privacy") as s:
+                s.erase(learned.key, reason="ana asked")
+            assert pages(MARK.encode()) == 0  # while the other turn is still held
+        finally:
+            release.set()
+            holder.join(30)
+            other.close()
