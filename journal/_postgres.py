@@ -99,6 +99,20 @@ _ELSEWHERE_READ = 8  # other runs' records of a key an append unless elsewhere r
 # it and hand the lock to another host while the holder goes on. Both are switched off there (any
 # role may; the setting is skipped where the server has no such parameter). %s: is_local.
 _TURN_OF = "pg_advisory_xact_lock{0}(%s, hashtext(current_schema() || ':' || %s))"  # {0}: '' or '_shared'
+# What may still see a row version that the transaction numbered %s (32 bits) replaced: a session
+# of this database whose snapshot or own transaction is that old, a prepared transaction or a
+# replication slot; each described for a person.
+_OLDER_SNAPSHOTS = (
+    "select 'session ' || pid || ' of ' || coalesce(usename, '?') || ' from '"
+    " || coalesce(client_addr::text, 'a local socket') || ', in a transaction since '"
+    " || coalesce(xact_start::text, '?') from pg_stat_activity"
+    " where pid <> pg_backend_pid() and datname = current_database()"
+    " and (age(backend_xmin) >= age(%s::xid) or age(backend_xid) >= age(%s::xid))"
+    " union all select 'prepared transaction ' || gid from pg_prepared_xacts"
+    " where age(transaction) >= age(%s::xid)"
+    " union all select 'replication slot ' || slot_name from pg_replication_slots"
+    " where age(xmin) >= age(%s::xid)"
+)
 _NO_IDLE_TIMEOUTS = (
     "select set_config(name, '0', %s) from pg_settings"
     " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
@@ -716,6 +730,9 @@ class PostgresJournal:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._closed = False
+        # the newest transaction whose rewrite's old row versions no vacuum is known to have pruned
+        self._unpruned: int | None = None
+        self._prune_mutex = threading.Lock()
 
     # -- connections and errors --------------------------------------------------------------
 
@@ -1471,17 +1488,50 @@ class PostgresJournal:
                 if stored == RunState.RUNNING.value:
                     check_fence(lease, epoch, stored)
             done = call(cur)
-        self._vacuum()
+            row = cur.execute("select pg_current_xact_id()::text").fetchone() if done else None
+        if row is not None:
+            with self._prune_mutex:
+                self._unpruned = max(self._unpruned or 0, int(row[0]))
+        self.prune()
         return done
 
-    def _vacuum(self) -> None:
-        """Prune the old versions of rewritten rows (best effort: a vacuum needs the table's owner)."""
+    def prune(self, *, every: bool = False) -> str | None:
+        """Vacuum ``journal_records`` so the old versions of the rows this object rewrote (whose
+        payloads held what an erasure took) leave the table's pages, and say whether they did: None
+        when no rewrite is left unpruned, else who keeps them. A vacuum removes only the versions no
+        open snapshot may still see: a session of the server whose transaction (or snapshot) began
+        before a rewrite committed, a prepared transaction or a replication slot that old keeps them
+        until it ends, and the next ``prune`` (an erase's, ``flows check --repair``'s) takes them.
+        A vacuum needs the table's owner: without it the versions stay for the server's autovacuum,
+        and this says so. ``every``: every rewrite committed so far, by any process or host (what
+        finishes an erasure another process left pending; any snapshot open now may count)."""
+        if every:
+            now = self._call(
+                "reading the server's transaction ids",
+                lambda cur: cur.execute("select pg_snapshot_xmax(pg_current_snapshot())::text").fetchone(),
+            )
+            with self._prune_mutex:  # every transaction numbered below the next to begin
+                self._unpruned = max(self._unpruned or 0, int(now[0]) - 1 if now else 0)
+        with self._prune_mutex:
+            xid = self._unpruned
+        if xid is None:
+            return None
+        short = str(xid % 2**32)  # the 32-bit id the server's views show, compared by age
 
-        def call(cur: psycopg.Cursor[Any]) -> None:
+        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
             cur.execute("vacuum journal_records")
+            return cur.execute(_OLDER_SNAPSHOTS, (short, short, short, short)).fetchall()
 
-        with contextlib.suppress(JournalError):
-            self._call("vacuuming the records", call)
+        try:
+            held = self._call("vacuuming the records", call)
+        except JournalError as exc:
+            return f"the vacuum failed ({exc}); the server's autovacuum prunes them later"
+        if held:
+            return "; ".join(str(what) for (what,) in held[:5])
+        with self._prune_mutex:
+            if self._unpruned == xid:
+                self._unpruned = None
+        return None
 
     @contextlib.contextmanager
     def turn(self, name: str, *, under: str | None = None) -> Iterator[None]:

@@ -734,11 +734,50 @@ def _quarantined_keys(ctx: _Context) -> set[str]:
     return found
 
 
+def _pending_problems(ctx: _Context) -> None:
+    """Each marker of an erasure whose old copies a reader kept (``ErasePending``): the history
+    DB's old pages, or on PostgreSQL the old versions of its rewritten rows, may still hold it."""
+    from memory._erase import read_marker
+
+    for path in _markers(ctx):
+        marker = read_marker(path)
+        memories: list[Any] = m if isinstance(m := marker.get("memories"), list) else []
+        held: list[Any] = h if isinstance(h := marker.get("held"), list) else []
+        named = ", ".join(str(m)[:40] for m in memories[:3]) + (", …" if len(memories) > 3 else "")
+        ctx.problems.append(
+            Problem(
+                "erase_pending",
+                str(path),
+                f"an erasure of {len(memories)} memor{'y' if len(memories) == 1 else 'ies'} ({named}) "
+                f"left old copies that a reader kept: "
+                f"{'; '.join(str(h)[:300] for h in held[:3]) or 'unknown'}",
+                "checkpoint the history DB's log and vacuum the PostgreSQL journal's records, then "
+                "remove the marker (once no reader keeps them)",
+                True,
+            )
+        )
+
+
+def _markers(ctx: _Context) -> list[Path]:
+    from memory._erase import pending_markers
+
+    try:
+        return pending_markers(ctx.store.db_path)
+    except FlowsMemoryError:
+        return []
+
+
 def _finish_records(ctx: _Context, kinds: set[str]) -> list[str]:
     """Finish what a crash left half recorded: supersedes first (a memory with two live versions),
-    then erasures."""
+    then erasures, then what readers kept of erasures (the markers, this repair's own included)."""
     actions = _finish_supersedes(ctx) if "supersede_unfinished" in kinds else []
-    return actions + (_finish_erasures(ctx) if "erase_incomplete" in kinds else [])
+    actions += _finish_erasures(ctx) if "erase_incomplete" in kinds else []
+    if "erase_pending" in kinds or "erase_incomplete" in kinds:
+        held = ctx.store.finish_pending()
+        actions.append(
+            "finished the pending erasures" if not held else f"erasures still pending: {'; '.join(held)}"
+        )
+    return actions
 
 
 def _finish_supersedes(ctx: _Context) -> list[str]:
@@ -758,6 +797,7 @@ def _finish_erasures(ctx: _Context) -> list[str]:
             done = ctx.store.finish_erasure(keys)
             memory = rec.payload.get("memory")
             actions.append(f"finished the erasure of memory {memory} ({done} journal record(s) rewritten)")
+            ctx.store.note_erasure_held([str(memory)])
     return actions
 
 
@@ -944,6 +984,7 @@ def check_store(
     _vector_problems(ctx)
     _supersede_problems(ctx)
     _erase_problems(ctx)
+    _pending_problems(ctx)
     tick()
     return ctx.problems
 
@@ -996,7 +1037,8 @@ def repair_store(
 
     problems = list(problems)
     actions += _finish_records(ctx, {p.kind for p in problems})
-    problems = [p for p in problems if p.kind not in ("erase_incomplete", "supersede_unfinished")]
+    finished = ("erase_incomplete", "supersede_unfinished", "erase_pending")
+    problems = [p for p in problems if p.kind not in finished]
     vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
     if vectors:
         actions += _repair_vectors(ctx)

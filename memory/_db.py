@@ -295,6 +295,23 @@ def _metadata_text(entry: Recalled) -> str | None:
     return orjson.dumps(dict(entry.metadata), option=orjson.OPT_SORT_KEYS).decode()
 
 
+ERASE_LOG_WAIT_MS = 30_000
+"""How long an erase waits for another process's read of the history DB to end, so that the log
+can be checkpointed whole and the erased content's old pages overwritten."""
+
+
+def _truncate_log(conn: sqlite3.Connection, wait_ms: int) -> bool:
+    """``PRAGMA wal_checkpoint(TRUNCATE)`` on ``conn``, waiting up to ``wait_ms`` for readers:
+    whether every frame of the log reached the DB and the log was emptied (SQLite answers busy,
+    and copies what it may, while a reader still needs an older page)."""
+    conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+    try:
+        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute("PRAGMA busy_timeout = 30000")
+    return row is None or row[0] == 0
+
+
 class HistoryDB:
     """The SQLite history DB at ``path``; opened lazily, one connection per thread.
 
@@ -317,6 +334,8 @@ class HistoryDB:
         self._local = _PerThread()
         self._writes = 0
         self._seen = False
+        #: whether the last erase (or ``truncate_log``) left old pages a reader kept
+        self.pages_held = False
         # Rows already turned into results, by their stamp (``_STAMP``: row id, commit time and
         # citation). A row's finding never changes (its key is the finding's hash); a newer commit
         # changes its citation and time, so a row committed again has a stamp not seen before.
@@ -1288,7 +1307,9 @@ class HistoryDB:
                 conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
             conn.execute("COMMIT")
             self._writes += 1
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # the old pages (in the DB and earlier frames of its log) go only once the log is
+            # checkpointed whole: another process's open read keeps them, and is waited for
+            self.pages_held = not _truncate_log(conn, ERASE_LOG_WAIT_MS)
         except sqlite3.Error as exc:
             _rollback(conn)
             raise self._error(exc, "write", Unwritable) from exc
@@ -1298,6 +1319,22 @@ class HistoryDB:
         self._rows.clear()  # rows read earlier by this process
         self._reads.clear()
         return gone
+
+    def truncate_log(self, wait_ms: int = ERASE_LOG_WAIT_MS) -> bool:
+        """Checkpoint the write-ahead log into the DB whole and truncate it, waiting up to
+        ``wait_ms`` for readers: whether it was (False while another process's read, older than
+        the log's last commit, is still open). What finishes an erasure whose old pages a reader
+        kept (``pages_held``)."""
+        if not self.exists():
+            self.pages_held = False
+            return True
+        conn = self._connect()
+        try:
+            done = _truncate_log(conn, wait_ms)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "write", Unwritable) from exc
+        self.pages_held = not done
+        return done
 
     def retirement(self, key: str) -> Retired | None:
         """The retirement the DB records for ``key``, or None."""

@@ -43,7 +43,7 @@ from memory._finding import (
     is_erased,
     meta_value_key,
 )
-from memory._safe import describe
+from memory._safe import describe, regular_prefix
 from staging import fsync_dir
 
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -318,6 +318,92 @@ def sync_folders(folders: Iterable[Path]) -> None:
                 path=folder,
                 errno=exc.errno,
             ) from exc
+
+
+PENDING_DIR = "flows-erase-pending"
+"""The folder, beside the history DB, of markers of erasures whose old copies someone still keeps."""
+
+
+def pending_dir(db_path: Path) -> Path:
+    """``<db-dir>/flows-erase-pending``: one marker per erasure whose old copies a reader kept."""
+    return db_path.parent / PENDING_DIR
+
+
+def mark_pending(db_path: Path, memories: Sequence[str], held: Sequence[str], now_ms: int) -> Path:
+    """Write a marker (``<ms>-<pid>-<random>.json``: the memories, what keeps their old copies,
+    when; no content) into ``pending_dir``, durably (the file and its folder fsync'd): the erasure's
+    last duty outlives this process, for ``flows check`` to report and ``--repair`` or a later erase
+    to finish. A new name each time, created exclusively and never through a link, so one
+    process's marker is never taken for another's.
+
+    Raises:
+        Unwritable: the folder or the marker could not be written.
+    """
+    folder = pending_dir(db_path)
+    path = folder / f"{now_ms}-{os.getpid()}-{os.urandom(4).hex()}.json"
+    body = orjson.dumps({"memories": list(memories), "held": list(held), "markedMs": now_ms})
+    try:
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise NotADirectoryError(f"{folder} is not a folder") from None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(folder)
+        fsync_dir(folder.parent)
+    except OSError as exc:
+        raise Unwritable(
+            f"cannot record that an erasure is pending in {folder}: {describe(exc)}",
+            path=folder,
+            errno=exc.errno,
+        ) from exc
+    return path
+
+
+def pending_markers(db_path: Path) -> list[Path]:
+    """The markers in ``pending_dir`` (regular files named ``*.json``; anything else there is not
+    one), oldest first. None when there is no such folder, or it is not a folder."""
+    folder = pending_dir(db_path)
+    try:
+        with os.scandir(folder) as entries:
+            found = [
+                Path(e.path) for e in entries if e.name.endswith(".json") and e.is_file(follow_symlinks=False)
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise Unwritable(f"cannot list {folder}: {describe(exc)}", path=folder, errno=exc.errno) from exc
+    return sorted(found)
+
+
+def clear_pending(markers: Iterable[Path]) -> None:
+    """Remove ``markers`` (their erasures are finished), durably."""
+    folders = set()
+    for path in markers:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise Unwritable(f"cannot remove {path}: {describe(exc)}", path=path, errno=exc.errno) from exc
+        folders.add(path.parent)
+    sync_folders(folders)
+
+
+def read_marker(path: Path) -> dict[str, Any]:
+    """A marker's memories and what held them, as far as it can be read (a damaged marker is still
+    a duty: what it names is then unknown)."""
+    try:
+        raw = regular_prefix(path, 1 << 20)  # never through a link, never waiting on a FIFO
+        data = orjson.loads(raw) if raw is not None else None
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ unchanged. The tree::
     │                             embedder can be loaded (the ``semantic`` extra is not installed)
     ├── EmbedderFailed            memory_embedder_failed: the embedder raised, or returned what is not
     │                             one finite vector of its ``dims`` per text
-    └── WrongJournal              memory_wrong_journal: repair refused: the journal holds none of the
-                                  runs the store cites
+    ├── WrongJournal              memory_wrong_journal: repair refused: the journal holds none of the
+    │                             runs the store cites
+    └── ErasePending              memory_erase_pending: an erase did all it could, but a reader still
+                                  keeps old copies of the erased pages or rows (erase again later)
 """
 
 from __future__ import annotations
@@ -185,3 +187,20 @@ class WrongJournal(FlowsMemoryError):
     store's files and rows cite, so it is not this store's journal; nothing was changed."""
 
     code = "memory_wrong_journal"
+
+
+class ErasePending(FlowsMemoryError):
+    """An erase did everything it can, but old copies of the erased content are still kept by
+    someone else: a process with a read of the history DB open (its old pages stay until that read
+    ends, and SQLite then overwrites them) or, on PostgreSQL, a session, prepared transaction or
+    replication slot whose snapshot began before the rewrite (the table's old row versions stay
+    until it ends). The memory is forgotten, its journal commits are tombstones and every file is
+    gone; a marker in ``<db-dir>/flows-erase-pending/`` keeps the duty: ``flows check`` reports it
+    (``erase_pending``) and ``--repair``, or erasing again (idempotent), finishes it once the reader
+    has ended. ``held`` says what keeps them."""
+
+    code = "memory_erase_pending"
+
+    def __init__(self, message: str, *, path: str | Path | None = None, held: tuple[str, ...] = ()) -> None:
+        super().__init__(message, path=path)
+        self.held = held

@@ -26,9 +26,10 @@ import orjson
 import journal
 from journal import JournalBackend, JournalError, JournalLeaseHeld, Record
 from memory._citations import Citations
-from memory._db import HistoryDB, db_mode
+from memory._db import ERASE_LOG_WAIT_MS, HistoryDB, db_mode
 from memory._errors import (
     ArgumentInvalid,
+    ErasePending,
     FindingRetired,
     FindingUnknown,
     StoreClosed,
@@ -804,13 +805,16 @@ class MemoryStore:
         self._retirer.retire(root, key, located.scope, reason=None, by=by)
         return True
 
-    def erase(self, key: str, root: Root, *, reason: str) -> Erased:
+    def erase(self, key: str, root: Root, *, reason: str, settle: bool = True) -> Erased:
         """Erase the memory ``key`` names (every version of it): forgotten first, then one
         ``memory-erase`` record (memory id, keys, when, by which flow, why, and a digest of each
         erased commit), then its content removed from the history DB (rows, index and log, bytes
         overwritten), the learned files, stages, the files' index and the vectors, and last each of
         its journal commits rewritten as a tombstone (``memory._erase``). Idempotent: erasing
-        again writes no second record and finishes what a crash left.
+        again writes no second record and finishes what a crash left. Old copies that another reader
+        keeps (a read of the history DB open in another process, waited for up to 30 s; on
+        PostgreSQL a snapshot older than the rewrite) are ``ErasePending`` (``settle``: said here;
+        ``erase_where`` says it once for all its memories).
 
         Raises:
             ArgumentInvalid: ``key`` or ``reason`` is malformed.
@@ -819,6 +823,8 @@ class MemoryStore:
                 has ended); the memory is forgotten and the record committed, the rest is left for
                 the next erase or ``flows check --repair``.
             JournalError, Unwritable: the journal or a file could not be written; as above.
+            ErasePending: everything is erased but the old copies a reader keeps (``held``), which
+                a marker keeps as a duty for ``flows check --repair`` or the next erase.
         """
         self._check_open()
         check_key(key)
@@ -842,13 +848,91 @@ class MemoryStore:
                     located.scope for located in map(self._retirer.locate, keys) if located is not None
                 }
                 if scopes <= held:
-                    return self._erase_seen(backend, root, reason, (events, runs, keys), live)
+                    erased = self._erase_seen(backend, root, reason, (events, runs, keys), live)
+                    break
                 held |= scopes
-        raise FindingRetired(
-            f"memory {key} kept gaining versions in new scopes while it was being erased; nothing "
-            "more was done: erase it again",
-            key=key,
+        else:
+            raise FindingRetired(
+                f"memory {key} kept gaining versions in new scopes while it was being erased; nothing "
+                "more was done: erase it again",
+                key=key,
+            )
+        if settle:
+            self._settle_erasure(backend, [erased.memory])
+        return erased
+
+    def _erasure_held(self, backend: JournalBackend) -> list[str]:
+        """What still keeps old copies of what this process erased last: a reader of the history
+        DB (its checkpoint was busy: tried once more, without waiting) and, on PostgreSQL, an open
+        snapshot older than the rewrite (``prune``); each said for a person. Empty when nothing."""
+        held = []
+        if self._db.pages_held and not self._db.truncate_log(0):
+            held.append(
+                f"another process has a read of the history DB {self.db_path} open, which keeps its "
+                "old pages (SQLite overwrites them once that read ends)"
+            )
+        prune = getattr(backend, "prune", None)
+        who = prune() if prune is not None else None
+        if who is not None:
+            held.append(f"on the PostgreSQL journal {backend.location}, {who} keeps the old row versions")
+        return held
+
+    def note_erasure_held(self, memories: Sequence[str]) -> list[str]:
+        """After ``finish_erasure`` outside an erase (a sync removing what another host erased,
+        ``flows check --repair``): what still keeps old copies of ``memories``, written down as a
+        marker for ``flows check`` to report, without raising."""
+        from memory._erase import mark_pending
+
+        held = self._erasure_held(self.open_journal())
+        if held:
+            mark_pending(self.db_path, memories, held, self._clock())
+        return held
+
+    def _settle_erasure(self, backend: JournalBackend, memories: Sequence[str]) -> None:
+        """After an erase of ``memories``: when old copies of what it erased are still kept by a
+        reader, a marker says so durably and ``ErasePending`` is raised; otherwise the markers of
+        erasures left pending earlier are finished too, where nothing keeps theirs now.
+
+        Raises:
+            ErasePending: someone keeps old copies (``held``); the marker is written.
+            Unwritable: the marker could not be written.
+        """
+        from memory._erase import mark_pending, pending_dir
+
+        held = self._erasure_held(backend)
+        if not held:
+            self.finish_pending(wait_ms=0)
+            return
+        mark_pending(self.db_path, memories, held, self._clock())
+        raise ErasePending(
+            f"erased {len(memories)} memor{'y' if len(memories) == 1 else 'ies'} from the journal, the "
+            f"files, the rows and the indexes, but {'; and '.join(held)}. A marker in "
+            f"{pending_dir(self.db_path)} keeps this: once that reader has ended, erase again or run "
+            "`flows check --repair`",
+            path=self.db_path,
+            held=tuple(held),
         )
+
+    def finish_pending(self, *, wait_ms: int = ERASE_LOG_WAIT_MS) -> list[str]:
+        """Finish the erasures left pending (markers in ``<db-dir>/flows-erase-pending``): the
+        history DB's log checkpointed whole and truncated (waiting up to ``wait_ms`` for readers),
+        on PostgreSQL the records' table vacuumed; the markers removed once nothing keeps old
+        copies any more. Returns what still keeps them (empty: every marker was removed)."""
+        from memory._erase import clear_pending, pending_markers
+
+        markers = pending_markers(self.db_path)
+        if not markers:
+            return []
+        held = []
+        if not self._db.truncate_log(wait_ms):
+            held.append(f"another process has a read of the history DB {self.db_path} open")
+        prune = getattr(self.open_journal(), "prune", None)
+        who = prune(every=True) if prune is not None else None
+        if who is not None:
+            held.append(f"on the PostgreSQL journal, {who}")
+        if not held:
+            clear_pending(markers)
+        return held
 
     def _erase_seen(
         self,
@@ -956,7 +1040,9 @@ class MemoryStore:
                 memories.append(memory)
         if not dry_run:
             for memory in memories:
-                self.erase(memory, root, reason=reason)
+                self.erase(memory, root, reason=reason, settle=False)
+            if memories:  # what a reader kept of any of them, said once
+                self._settle_erasure(self.open_journal(), memories)
         return memories
 
     def finish_erasure(
@@ -1554,6 +1640,8 @@ class MemoryStore:
             # rows before this sync wrote them (its retired files were published after the look)
             wanted = set(late)
             self._purge_erased([r for r in audits(backend) if wanted & set(r.payload["keys"])])
+        if self._db.pages_held:  # a reader kept the old pages of rows this sync erased: said by a marker
+            self.note_erasure_held(sorted({entry.key for _, entry in erased}) or ["(erased on another host)"])
         return report
 
     def _purge_erased(self, erasures: list[Record]) -> None:

@@ -117,3 +117,36 @@ def test_another_host_holding_a_turn_while_the_erase_runs_keeps_nothing_in_the_p
             release.set()
             holder.join(30)
             other.close()
+
+
+def test_an_older_snapshot_elsewhere_makes_the_erase_pending_until_repair_after_it_ends(
+    tmp_path: Path, postgres_dsn: str, pages: Any
+) -> None:
+    """A session of the server whose snapshot began before the rewrite (an analyst's open
+    transaction, a dump) may still see the old row versions, so no vacuum may prune them: the erase
+    says so (``memory_erase_pending`` naming the session), and ``flows check --repair`` finishes it
+    once that session has ended."""
+    import psycopg
+
+    from memory._erase import pending_markers
+    from tests.adversarial.memory_support import flows
+
+    db = tmp_path / "b" / "history.db"
+    with host(tmp_path, "b", postgres_dsn) as b:
+        learned = _learned(b, f"{MARK} ana lives in oslo")
+        analyst = psycopg.connect(postgres_dsn)
+        try:
+            analyst.execute("set transaction isolation level repeatable read")
+            analyst.execute("select count(*) from journal_records").fetchone()  # its snapshot, kept
+            with b.session(scope="privacy") as s, pytest.raises(memory.ErasePending) as caught:
+                s.erase(learned.key, reason="ana asked")
+            assert f"session {analyst.info.backend_pid} " in str(caught.value)
+            assert pages(MARK.encode()) > 0  # what the analyst's snapshot may still read
+            assert [p.kind for p in memory.check_store(b)] == ["erase_pending"]
+        finally:
+            analyst.close()
+    env = {"FLOWS_JOURNAL": postgres_dsn}
+    assert flows(db, "check", "--repair", env=env).returncode == 0
+    assert pending_markers(db) == []
+    assert pages(MARK.encode()) == 0
+    assert flows(db, "check", env=env).returncode == 0
