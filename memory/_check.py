@@ -38,7 +38,7 @@ import re
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,7 @@ def _journal_problems(ctx: _Context) -> None:
                 elif stream == RETIRE_STREAM:
                     _retire_records(ctx, records)
                 elif stream == ERASE_STREAM:
-                    ctx.erasures += [r for r in records if isinstance(r.payload, Mapping)]
+                    _erase_records(ctx, records)
     finally:
         backend.close()
 
@@ -195,6 +195,18 @@ def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
             ctx.supersedes.append(rec)
         fid = rec.payload["id"]
         ctx.latest[fid] = commit_to_publish(ctx.latest.get(fid), rec)
+
+
+def _erase_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
+    """Keep the erase records among ``records``; report any record that is not one (every read
+    ignores it, so a repair must not act on it either)."""
+    from memory._erase import checked_audit
+
+    for rec in records:
+        try:
+            ctx.erasures.append(checked_audit(rec, ctx.location))
+        except journal.JournalCorrupt as exc:
+            ctx.problems.append(_unrepairable("record_corrupt", exc.path, str(exc)))
 
 
 def _retire_records(ctx: _Context, records: Iterable[journal.Record]) -> None:

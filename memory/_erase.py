@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from journal import JournalBackend, Lease, Record, record_id
+from journal import JournalBackend, JournalCorrupt, Lease, Record, record_id
 from memory._errors import Unwritable
 from memory._finding import (
     ERASE_STREAM,
@@ -103,7 +103,44 @@ def _is_audit(rec: Record) -> bool:
         and isinstance(p["memory"], str)
         and isinstance(p["keys"], list)
         and all(isinstance(k, str) and _KEY.fullmatch(k) for k in p["keys"])
+        and isinstance(p["reason"], str)
+        and isinstance(p["flow"], str)
+        and type(p["erasedMs"]) is int
+        and isinstance(p["records"], list)
+        and all(_is_erased_record(r) for r in p["records"])
         and rec.id == record_id(rec.run_id, rec.stream, str(rec.key))
+    )
+
+
+def _is_erased_record(entry: object) -> bool:
+    """Whether ``entry`` is an erase record's ``[run, seq, digest]`` of one erased commit."""
+    return (
+        isinstance(entry, list)
+        and len(entry) == 3
+        and isinstance(entry[0], str)
+        and type(entry[1]) is int
+        and isinstance(entry[2], str)
+    )
+
+
+def checked_audit(rec: Record, location: str) -> Record:
+    """``rec`` when it is an erase record of the shape ``audit_payload`` gives (``_is_audit``).
+
+    Raises:
+        JournalCorrupt: it is anything else; names the run, the stream and the line. Nothing is
+            done from it: every read ignores it, and ``flows check`` reports it.
+    """
+    if _is_audit(rec):
+        return rec
+    raise JournalCorrupt(
+        f"record {rec.id!r} (line {rec.seq}) of stream {rec.stream} of root run {rec.run_id} in the journal "
+        f"{location} is not an erase record ({{memory, keys, reason, flow, erasedMs, records}}); nothing "
+        "is done from it. Restore the journal from a backup; `flows check` lists every such record",
+        path=location,
+        line=rec.seq,
+        run_id=rec.run_id,
+        stream=rec.stream,
+        reason="not an erase record",
     )
 
 

@@ -7,6 +7,9 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+import journal
 import memory
 
 
@@ -87,3 +90,45 @@ def test_erased_content_left_in_the_quarantine_is_reported_and_removed(store: me
     assert _files_holding(store.db_path.parent, b"to be erased") == []
     assert memory.check_store(store) == []
     assert [e.key for e in store.recall(limit=None)] == [second.key]
+
+
+def _crafted_erase_record(store: memory.MemoryStore, payload: dict[str, object]) -> None:
+    jr = store.open_journal()
+    _, lease = jr.begin("crafted", "crafted", {})
+    jr.append(lease, memory.ERASE_STREAM, payload, key="b" * 32)
+    jr.finish(lease, journal.RunState.DONE)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["garbage", "an extra field", "records not a list", "erasedMs text"],
+)
+def test_an_erase_record_not_of_an_erase_records_shape_is_reported_and_never_acted_on(
+    store: memory.MemoryStore, shape: str
+) -> None:
+    """Every read ignores a record of the erase stream that is not an erase record; ``flows check``
+    kept any object there as one, so it neither reported a garbage one nor refused to act on one
+    naming a live finding: two passes of ``--repair`` erased a finding nobody had forgotten."""
+    live, _ = _two_scopes(store)
+    good = {
+        "memory": live.memory_id,
+        "keys": [live.key],
+        "reason": "r",
+        "flow": "crafted",
+        "erasedMs": 1,
+        "records": [],
+    }
+    payload: dict[str, object] = {
+        "garbage": {"memory": 5, "keys": "notalist", "hello": 1},
+        "an extra field": {**good, "extra": 1},
+        "records not a list": {**good, "records": "junk"},
+        "erasedMs text": {**good, "erasedMs": "1"},
+    }[shape]
+    _crafted_erase_record(store, payload)
+    problems = memory.check_store(store)
+    assert [p.kind for p in problems] == ["record_corrupt"]
+    assert "memory-erase" in problems[0].message and "line 1" in problems[0].message
+    for _ in range(2):
+        memory.repair_store(store, memory.check_store(store))
+    assert [r.key for r in store.recall(scope="a")] == [live.key]
+    assert _files_holding(store.db_path.parent, b"the first finding, to be erased")
