@@ -231,6 +231,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _code(error: Mapping[str, Any] | None) -> str:
+    """A run's error code for a table cell: its ``run.json`` is read back untrusted, and only says
+    the error is an object, so a code that is not a string is shown as its JSON."""
+    code = (error or {}).get("code", "")
+    return code if isinstance(code, str) else orjson.dumps(code, default=str).decode()
+
+
 def _runs_table(runs: Sequence[RunInfo]) -> str:
     """The runs as a table; a THREAD column when any is a LangGraph run, whose STATE is then the
     one a reader wants (``open`` for a thread that can take more checkpoints)."""
@@ -242,7 +249,7 @@ def _runs_table(runs: Sequence[RunInfo]) -> str:
             r.scope,
             d["state"] if d else r.state.value,
             _when(r.created_ms),
-            (r.error or {}).get("code", ""),
+            _code(r.error),
         ]
         for r, d in zip(runs, described, strict=True)
     ]

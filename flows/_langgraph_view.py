@@ -152,6 +152,12 @@ def _user_channel(channel: Any) -> bool:
     return isinstance(channel, str) and not channel.startswith(("branch:", "__"))
 
 
+def _name(value: Any) -> str | None:
+    """A checkpoint's id, its parent's or its namespace as the record gives it: a string, else None
+    (a record read back is untrusted: a crafted list there made the entries unlinkable)."""
+    return value if isinstance(value, str) else None
+
+
 def _writes_entry(p: Mapping[str, Any]) -> dict[str, Any]:
     writes = p.get("writes")
     writes = writes if isinstance(writes, list) else []
@@ -163,8 +169,8 @@ def _writes_entry(p: Mapping[str, Any]) -> dict[str, Any]:
         "kind": "writes",
         "node": node_of(p.get("path")),
         "task": p.get("task"),
-        "checkpoint": p.get("checkpoint"),
-        "namespace": p.get("ns"),
+        "checkpoint": _name(p.get("checkpoint")),
+        "namespace": _name(p.get("ns")),
         "writes": values,
     }
 
@@ -175,9 +181,9 @@ def _checkpoint_entry(p: Mapping[str, Any]) -> dict[str, Any]:
     step = metadata.get("step")
     return {
         "kind": "checkpoint",
-        "checkpoint": p.get("id"),
-        "parent": p.get("parent"),
-        "namespace": p.get("ns"),
+        "checkpoint": _name(p.get("id")),
+        "parent": _name(p.get("parent")),
+        "namespace": _name(p.get("ns")),
         "step": step if type(step) is int else None,
         "source": metadata.get("source") if isinstance(metadata.get("source"), str) else None,
         "nodes": [],

@@ -76,9 +76,19 @@ def _forget_entry(rec: Record) -> dict[str, Any]:
     return {"kind": "forget", "key": p.get("id"), "reason": p.get("reason"), "by": p.get("by")}
 
 
+RUN_EVENTS = frozenset({"failed", "interrupted", "output", "resumed"})
+"""The events a runtime writes to a run's own stream: the kinds its entries may take."""
+
+
 def _event_entry(rec: Record) -> dict[str, Any]:
+    """A run-stream event. Its kind is its ``event`` when that is one the runtime writes; any other
+    (a record read back is untrusted) is an ``event`` entry keeping the name, never the kind of
+    another stream's entry (a step, a learn), whose fields it need not have."""
     p = dict(rec.payload)
-    return {"kind": str(p.pop("event", "event")), **p}
+    name = p.pop("event", "event")
+    if isinstance(name, str) and name in RUN_EVENTS:
+        return {**p, "kind": name}
+    return {**p, "kind": "event", "name": name if isinstance(name, str) else None}
 
 
 def timeline(backend: JournalBackend, run_id: str) -> dict[str, Any]:
