@@ -306,11 +306,19 @@ def format_ms(ms: int | None, *, precise: bool = False) -> str:
     ``precise``, milliseconds too: ``08:00:00.250+00:00``); ``-`` for None."""
     if ms is None:
         return "-"
-    try:
-        moment = datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
-    except (OverflowError, OSError, ValueError):  # past what a date shows: the number itself
+    moment = local_moment(ms)
+    if moment is None:  # past what a date shows: the number itself
         return f"{ms} ms since 1970"
     return moment.isoformat(sep=" ", timespec="milliseconds" if precise else "seconds")
+
+
+def local_moment(ms: int) -> datetime | None:
+    """``ms`` (milliseconds since 1970) as a local time with its offset, or None past what a
+    calendar shows (year 10,000; and near it, a zone ahead of UTC)."""
+    try:
+        return datetime.fromtimestamp(ms // 1000).astimezone().replace(microsecond=ms % 1000 * 1000)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 # -- output ------------------------------------------------------------------------------------

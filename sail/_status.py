@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory.cli import format_ms
+from memory.cli import format_ms, local_moment
 from memory.ledger import CLOCK_SLACK_S as LEDGER_CLOCK_SLACK_S
 from memory.ledger import (
     Acted,
@@ -68,10 +68,7 @@ def chain_ahead_line(seconds: int, of: str) -> str:
 
 def when(ts: int) -> str:
     """``ts`` for people: local time with its UTC offset, or ``ts <n>`` when no calendar can show it."""
-    try:
-        return format_ms(ts * 1000)
-    except (OverflowError, OSError, ValueError):
-        return f"ts {ts}"
+    return format_ms(ts * 1000) if local_moment(ts * 1000) is not None else f"ts {ts}"
 
 
 def short(tx_hash: str) -> str:
