@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from journal import JournalBackend
+from journal import JournalBackend, JournalNameInvalid, check_name
 from memory._db import db_mode, folder_mode
 from memory._errors import Unwritable
 from memory._paths import learned_dir, retired_dir
@@ -201,6 +201,27 @@ class PendingNames:
 
 def _no_turn(scope: str) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
+
+
+HOLDER_FILE = "turn-holder"
+"""The file in a scope's turn folder naming the root run holding the turn (empty when none does)."""
+
+
+def _holder_died(fd: int) -> bool:
+    """Whether the ``turn-holder`` file of the turn folder ``fd`` names a root run, with a share of
+    the turn just taken: no holder is alive then, so one died holding it (one ``fstatat``)."""
+    try:
+        return os.stat(HOLDER_FILE, dir_fd=fd, follow_symlinks=False).st_size > 0
+    except OSError:
+        return False
+
+
+def _clear_holder(holder: int) -> None:
+    """Empty the ``turn-holder`` file (its descriptor ``holder``) as its turn is let go, and close it."""
+    try:
+        os.ftruncate(holder, 0)
+    finally:
+        os.close(holder)
 
 
 class _Turn:
@@ -412,6 +433,9 @@ class Publisher:
         # the scope's turn among the hosts sharing the journal, taken inside this host's (the store
         # sets it: a journal that hosts share hands out turns; one host's flock is enough otherwise)
         self.hosts_turn: Callable[[str], contextlib.AbstractContextManager[None]] = _no_turn
+        # what a holder of a scope's turn that died left half done, finished from its root run's
+        # records (the store sets it; ``update_turn``)
+        self.recover: Callable[[str], None] | None = None
         _PUBLISHERS.add(self)
 
     def scope_dir(self, scope: str) -> Path:
@@ -704,16 +728,70 @@ class Publisher:
             try:
                 fd = self._hold(directory, run_id)
                 try:
-                    with self.hosts_turn(scope):
-                        turn.depth = 1
-                        try:
-                            yield
-                        finally:
-                            turn.depth = 0
+                    holder = self._mark_holder(fd, directory, run_id) if fd >= 0 else -1
+                    try:
+                        with self.hosts_turn(scope):
+                            turn.depth = 1
+                            try:
+                                yield
+                            finally:
+                                turn.depth = 0
+                    finally:
+                        if holder >= 0:
+                            _clear_holder(holder)
                 finally:
                     self._let_go(directory, fd)
             finally:
                 turn.owner = 0
+
+    def _mark_holder(self, fd: int, directory: Path, run_id: str | None) -> int:
+        """In a scope's turn just taken (``fd``, the turn folder's descriptor): finish what the
+        turn's last holder left half done when it died holding it (its root run named in the
+        folder's ``turn-holder`` file: ``recover``), then name this holder's root run there; the
+        file's descriptor, to empty as the turn is let go (-1: no root run, nothing named).
+
+        A retirement (a forget, a forget by filter, an update's supersede) is committed in the
+        scope's turn and its retired file published after: a holder killed in between leaves a
+        durable retirement that no retired file says, and a learn, which looks for retired files
+        only, would take the retired key again, its acknowledged finding retired by the next sync.
+        A plain learn's share looks at the file as it is taken (``take_share``).
+
+        Raises:
+            Unwritable: the file cannot be opened or written.
+            JournalError: the dead holder's run could not be read (``recover``).
+        """
+        if run_id is None or self.recover is None:
+            return -1
+        try:
+            holder = os.open(
+                HOLDER_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
+            )
+        except OSError as exc:
+            raise Unwritable(
+                f"cannot open {directory / HOLDER_FILE}: {describe(exc)}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc
+        try:
+            dead = os.pread(holder, 256, 0)
+            if dead:
+                with contextlib.suppress(JournalNameInvalid):  # untrusted bytes: only a run id is looked up
+                    self.recover(check_name("run id", dead.decode("ascii", "replace").strip()))
+                os.ftruncate(holder, 0)
+            os.pwrite(holder, run_id.encode(), 0)
+        except OSError as exc:
+            os.close(holder)
+            raise Unwritable(
+                f"cannot write {directory / HOLDER_FILE}: {describe(exc)}",
+                path=directory,
+                run_id=run_id,
+                errno=exc.errno,
+            ) from exc
+        except BaseException:
+            os.close(holder)
+            raise
+        return holder
 
     @contextlib.contextmanager
     def update_turns(self, scopes: set[str], run_id: str | None) -> Iterator[None]:
@@ -749,7 +827,15 @@ class Publisher:
             while True:
                 if not share.count:
                     self._pass_gate(share, directory, run_id)
-                    share.fd = self._lock_remade(directory, run_id, fcntl.LOCK_SH, owner=0)
+                    fd = self._lock_remade(directory, run_id, fcntl.LOCK_SH, owner=0)
+                    if self.recover is not None and _holder_died(fd):
+                        # a turn's holder died in it: its turn finishes what it left (in the turn:
+                        # no learn is between a look and a publish then), and the share is taken again
+                        _LOCKS.close(fd)
+                        with self.update_turn(scope, run_id):
+                            pass
+                        continue
+                    share.fd = fd
                     share.count, share.entries, share.closing = 1, 0, False
                     break
                 if not share.closing:

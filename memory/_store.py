@@ -223,6 +223,7 @@ class MemoryStore:
         )
         self._retirer.on_retired = self._search.discard_vectors
         self._publisher.hosts_turn = self._hosts_turn
+        self._publisher.recover = self._recover_turn
         self._shared_turns: bool | None = None  # ``_shares_turns``, once the journal is known
         self._learner.hosts_journal = self._hosts_journal
         self._journal_keys = JournalKeys(
@@ -278,6 +279,17 @@ class MemoryStore:
         return self.open_journal().turn(  # type: ignore[attr-defined,no-any-return]
             scope_turn(scope), under=EVERY_SCOPE_TURN
         )
+
+    def _recover_turn(self, run_id: str) -> None:
+        """Finish what a holder of a scope's turn left when it died in it, from the records of its
+        root run ``run_id``: the retired files of what it retired (a forget, a forget by filter, an
+        update's supersede) and the files of what it committed (``restore_missing``, which the
+        store's open makes after a power loss). On a journal hosts share, every read and learn
+        consults the journal's retirements already: nothing to do."""
+        if self._shares_turns():
+            return
+        with contextlib.suppress(journal.JournalRunNotFound):  # a run deleted since: nothing of it to finish
+            self._restore_missing(self.open_journal(), run_id)
 
     def _hosts_journal(self) -> JournalBackend | None:
         """This store's journal when hosts share it (an update looks there for its new key, since
