@@ -216,6 +216,23 @@ def _holder_died(fd: int) -> bool:
         return False
 
 
+def _open_holder(fd: int, mode: Callable[[], int]) -> int:
+    """The ``turn-holder`` file of the turn folder ``fd``, opened to read and write (never through
+    a link); made when missing, with the mode the store's files take (``mode()``, looked up then
+    only), so every user that may write the store may hold its turns."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(HOLDER_FILE, flags, dir_fd=fd)
+    except FileNotFoundError:
+        holder = os.open(HOLDER_FILE, flags | os.O_CREAT, 0o600, dir_fd=fd)
+        try:
+            os.fchmod(holder, mode())
+        except BaseException:
+            os.close(holder)
+            raise
+        return holder
+
+
 def _clear_holder(holder: int) -> None:
     """Empty the ``turn-holder`` file (its descriptor ``holder``) as its turn is let go, and close it."""
     try:
@@ -762,18 +779,9 @@ class Publisher:
         """
         if run_id is None or self.recover is None:
             return -1
+        holder = -1
         try:
-            holder = os.open(
-                HOLDER_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd
-            )
-        except OSError as exc:
-            raise Unwritable(
-                f"cannot open {directory / HOLDER_FILE}: {describe(exc)}",
-                path=directory,
-                run_id=run_id,
-                errno=exc.errno,
-            ) from exc
-        try:
+            holder = _open_holder(fd, self.file_mode)
             dead = os.pread(holder, 256, 0)
             if dead:
                 with contextlib.suppress(JournalNameInvalid):  # untrusted bytes: only a run id is looked up
@@ -781,7 +789,8 @@ class Publisher:
                 os.ftruncate(holder, 0)
             os.pwrite(holder, run_id.encode(), 0)
         except OSError as exc:
-            os.close(holder)
+            if holder >= 0:
+                os.close(holder)
             raise Unwritable(
                 f"cannot write {directory / HOLDER_FILE}: {describe(exc)}",
                 path=directory,
@@ -789,7 +798,8 @@ class Publisher:
                 errno=exc.errno,
             ) from exc
         except BaseException:
-            os.close(holder)
+            if holder >= 0:
+                os.close(holder)
             raise
         return holder
 

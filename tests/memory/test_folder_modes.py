@@ -3,6 +3,7 @@ read bit is set, so whoever may read the learned files may also list and enter t
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -23,7 +24,11 @@ def test_learned_folders_take_the_dbs_mode_with_search_bits_where_it_has_read_bi
     db.parent.mkdir()
     db.touch()
     os.chmod(db, db_mode)
-    result = flows(db, "learn", "a finding the DB's group may read", "--scope", "s")
+    result = flows(db, "--json", "learn", "a finding the DB's group may read", "--scope", "s")
+    assert result.returncode == 0, result.stderr
+    # an update holds the scope's turn, which names its holder in a file of the turn folder
+    memory_id = json.loads(result.stdout)["memoryId"]
+    result = flows(db, "update", memory_id, "a new version the DB's group may read")
     assert result.returncode == 0, result.stderr
     root = tmp_path / "store" / "flows-memory"
     modes = {
