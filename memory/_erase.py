@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from journal import JournalBackend, JournalCorrupt, Lease, Record, record_id
+from memory._db import db_mode, folder_mode
 from memory._errors import Unwritable
 from memory._finding import (
     ERASE_STREAM,
@@ -379,14 +380,17 @@ def mark_pending(db_path: Path, memories: Sequence[str], held: Sequence[str], no
     folder = pending_dir(db_path)
     path = folder / f"{now_ms}-{os.getpid()}-{os.urandom(4).hex()}.json"
     body = orjson.dumps({"memories": list(memories), "held": list(held), "markedMs": now_ms})
+    mode = db_mode(db_path)  # as the store's files: whoever may write the store may finish it
     try:
         try:
             os.mkdir(folder, 0o700)
+            os.chmod(folder, folder_mode(mode))
         except FileExistsError:
             if not stat.S_ISDIR(os.lstat(folder).st_mode):
                 raise NotADirectoryError(f"{folder} is not a folder") from None
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
+            os.fchmod(fd, mode)
             os.write(fd, body)
             os.fsync(fd)
         finally:

@@ -12,6 +12,7 @@ them, a marker in ``<db-dir>/flows-erase-pending`` keeps the duty, ``flows check
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -96,6 +97,7 @@ def test_an_erase_a_reader_keeps_old_pages_of_is_pending_reported_and_finished_b
 ) -> None:
     db = tmp_path / "store" / "history.db"
     key = _synced(db)
+    db.chmod(0o640)  # a store its group may read: the marker is the store's file like any other
     readers.append(_Reader(db, "idle"))  # a long-lived connection: no reader's close is the last one
     reading = _Reader(db, "read")
     readers.append(reading)
@@ -111,6 +113,7 @@ def test_an_erase_a_reader_keeps_old_pages_of_is_pending_reported_and_finished_b
         assert held_in and all(Path(p).name.startswith("history.db") for p in held_in)
         (marker,) = pending_markers(db)
         assert orjson.loads(marker.read_bytes())["memories"] == [key]
+        assert (stat.S_IMODE(marker.stat().st_mode), stat.S_IMODE(marker.parent.stat().st_mode)) == (0o640, 0o750)
         problems = memory.check_store(store)
         assert [p.kind for p in problems] == ["erase_pending"] and key in problems[0].message
         # while the reader reads, a repair cannot finish it, and says so
