@@ -113,7 +113,8 @@ def test_an_erase_a_reader_keeps_old_pages_of_is_pending_reported_and_finished_b
         assert held_in and all(Path(p).name.startswith("history.db") for p in held_in)
         (marker,) = pending_markers(db)
         assert orjson.loads(marker.read_bytes())["memories"] == [key]
-        assert (stat.S_IMODE(marker.stat().st_mode), stat.S_IMODE(marker.parent.stat().st_mode)) == (0o640, 0o750)
+        modes = (stat.S_IMODE(marker.stat().st_mode), stat.S_IMODE(marker.parent.stat().st_mode))
+        assert modes == (0o640, 0o750)
         problems = memory.check_store(store)
         assert [p.kind for p in problems] == ["erase_pending"] and key in problems[0].message
         # while the reader reads, a repair cannot finish it, and says so
