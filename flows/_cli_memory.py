@@ -381,7 +381,7 @@ def _erase_each(session: Any, memories: Sequence[str], reason: str, *, show_prog
     with progress("erase: memories erased", enabled=show_progress) as show:
         for memory_id in memories:
             try:
-                session.erase(memory_id, reason=reason)
+                session.erase(memory_id, reason=reason, settle=False)  # said once, after all
             except KeyboardInterrupt as exc:
                 left = len(memories) - len(erased) - 1
                 stopped = Interrupted(
@@ -397,6 +397,7 @@ def _erase_each(session: Any, memories: Sequence[str], reason: str, *, show_prog
             erased.append(memory_id)
             if show is not None:
                 show(len(erased), len(memories))
+    session.settle_erasures(erased)  # what a reader kept of any of them: memory_erase_pending
     return erased
 
 

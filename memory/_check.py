@@ -749,8 +749,21 @@ def _quarantined_keys(ctx: _Context) -> set[str]:
 def _pending_problems(ctx: _Context) -> None:
     """Each marker of an erasure whose old copies a reader kept (``ErasePending``): the history
     DB's old pages, or on PostgreSQL the old versions of its rewritten rows, may still hold it."""
-    from memory._erase import read_marker
+    from memory._erase import pending_dir, pending_folder_wrong, read_marker
 
+    wrong = pending_folder_wrong(ctx.store.db_path)
+    if wrong is not None:
+        folder = pending_dir(ctx.store.db_path)
+        ctx.problems.append(
+            Problem(
+                "folder_wrong",
+                str(folder),
+                f"{folder} is {wrong}, where the folder of pending erasures' markers belongs: nothing "
+                "is read or removed through it",
+                "nothing: move it away yourself (an erase makes the folder when it needs one)",
+                False,
+            )
+        )
     for path in _markers(ctx):
         marker = read_marker(path)
         memories: list[Any] = m if isinstance(m := marker.get("memories"), list) else []

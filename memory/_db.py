@@ -1309,7 +1309,9 @@ class HistoryDB:
             self._writes += 1
             # the old pages (in the DB and earlier frames of its log) go only once the log is
             # checkpointed whole: another process's open read keeps them, and is waited for
-            self.pages_held = not _truncate_log(conn, ERASE_LOG_WAIT_MS)
+            # (a reader found by an earlier erase of this store is not waited for again: an
+            # erase by filter of many memories waited once per memory)
+            self.pages_held = not _truncate_log(conn, 0 if self.pages_held else ERASE_LOG_WAIT_MS)
         except sqlite3.Error as exc:
             _rollback(conn)
             raise self._error(exc, "write", Unwritable) from exc

@@ -19,6 +19,8 @@ appends no second record.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -44,7 +46,7 @@ from memory._finding import (
     is_erased,
     meta_value_key,
 )
-from memory._safe import describe, regular_prefix
+from memory._safe import describe, kind_of, regular_prefix
 from staging import fsync_dir
 
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -371,31 +373,37 @@ def mark_pending(db_path: Path, memories: Sequence[str], held: Sequence[str], no
     """Write a marker (``<ms>-<pid>-<random>.json``: the memories, what keeps their old copies,
     when; no content) into ``pending_dir``, durably (the file and its folder fsync'd): the erasure's
     last duty outlives this process, for ``flows check`` to report and ``--repair`` or a later erase
-    to finish. A new name each time, created exclusively and never through a link, so one
-    process's marker is never taken for another's.
+    to finish. A new name each time, created exclusively in the folder held open (never through a
+    link), so one process's marker is never taken for another's.
 
     Raises:
-        Unwritable: the folder or the marker could not be written.
+        Unwritable: the folder or the marker could not be written (a link or a file where the
+            folder belongs included).
     """
     folder = pending_dir(db_path)
-    path = folder / f"{now_ms}-{os.getpid()}-{os.urandom(4).hex()}.json"
+    name = f"{now_ms}-{os.getpid()}-{os.urandom(4).hex()}.json"
     body = orjson.dumps({"memories": list(memories), "held": list(held), "markedMs": now_ms})
     mode = db_mode(db_path)  # as the store's files: whoever may write the store may finish it
     try:
-        try:
+        made = False
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
-            os.chmod(folder, folder_mode(mode))
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                raise NotADirectoryError(f"{folder} is not a folder") from None
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            made = True
+        dir_fd = _open_pending(folder)
         try:
-            os.fchmod(fd, mode)
-            os.write(fd, body)
-            os.fsync(fd)
+            if made:
+                os.fchmod(dir_fd, folder_mode(mode))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            try:
+                os.fchmod(fd, mode)
+                os.write(fd, body)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.fsync(dir_fd)
         finally:
-            os.close(fd)
-        fsync_dir(folder)
+            os.close(dir_fd)
         fsync_dir(folder.parent)
     except OSError as exc:
         raise Unwritable(
@@ -403,37 +411,80 @@ def mark_pending(db_path: Path, memories: Sequence[str], held: Sequence[str], no
             path=folder,
             errno=exc.errno,
         ) from exc
-    return path
+    return folder / name
+
+
+def _open_pending(folder: Path) -> int:
+    """The markers' folder, opened as a folder and never through a link (``OSError`` otherwise)."""
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
 def pending_markers(db_path: Path) -> list[Path]:
     """The markers in ``pending_dir`` (regular files named ``*.json``; anything else there is not
-    one), oldest first. None when there is no such folder, or it is not a folder."""
+    one), oldest first. None when there is no such folder, or something else (a link, a file) is
+    where it belongs: nothing is ever read or removed through a link (``flows check`` reports it).
+
+    Raises:
+        Unwritable: the folder cannot be listed.
+    """
     folder = pending_dir(db_path)
     try:
-        with os.scandir(folder) as entries:
-            found = [
-                Path(e.path) for e in entries if e.name.endswith(".json") and e.is_file(follow_symlinks=False)
-            ]
+        dir_fd = _open_pending(folder)
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link where the folder belongs
+            return []
         raise Unwritable(f"cannot list {folder}: {describe(exc)}", path=folder, errno=exc.errno) from exc
-    return sorted(found)
+    try:
+        with os.scandir(dir_fd) as entries:
+            names = [e.name for e in entries if e.name.endswith(".json") and e.is_file(follow_symlinks=False)]
+    except OSError as exc:
+        raise Unwritable(f"cannot list {folder}: {describe(exc)}", path=folder, errno=exc.errno) from exc
+    finally:
+        os.close(dir_fd)
+    return [folder / n for n in sorted(names)]
 
 
 def clear_pending(markers: Iterable[Path]) -> None:
-    """Remove ``markers`` (their erasures are finished), durably."""
-    folders = set()
+    """Remove ``markers`` (their erasures are finished), durably, each by its name in its folder
+    opened anew (never through a link: a folder swapped for one since the listing removes nothing).
+
+    Raises:
+        Unwritable: a marker could not be removed.
+    """
+    by_folder: dict[Path, list[str]] = {}
     for path in markers:
+        by_folder.setdefault(path.parent, []).append(path.name)
+    for folder, names in by_folder.items():
         try:
-            path.unlink()
-        except FileNotFoundError:
-            continue
+            dir_fd = _open_pending(folder)
         except OSError as exc:
-            raise Unwritable(f"cannot remove {path}: {describe(exc)}", path=path, errno=exc.errno) from exc
-        folders.add(path.parent)
-    sync_folders(folders)
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                continue
+            raise Unwritable(f"cannot open {folder}: {describe(exc)}", path=folder, errno=exc.errno) from exc
+        try:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+        except OSError as exc:
+            what = f"cannot remove a marker in {folder}: {describe(exc)}"
+            raise Unwritable(what, path=folder, errno=exc.errno) from exc
+        finally:
+            os.close(dir_fd)
+
+
+def pending_folder_wrong(db_path: Path) -> str | None:
+    """What stands where the markers' folder belongs when it is not a folder (a link, a file), or
+    None (a folder, or nothing)."""
+    try:
+        st = os.lstat(pending_dir(db_path))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return describe(exc)
+    return None if stat.S_ISDIR(st.st_mode) else kind_of(st.st_mode)
 
 
 def read_marker(path: Path) -> dict[str, Any]:

@@ -42,7 +42,9 @@ class SessionStore(Protocol):
 
     def update(self, memory_id: str, finding: object, root: Root | None) -> Learned: ...
 
-    def erase(self, key: str, root: Root, *, reason: str) -> Erased: ...
+    def erase(self, key: str, root: Root, *, reason: str, settle: bool = True) -> Erased: ...
+
+    def settle_erasures(self, memories: Sequence[str]) -> None: ...
 
     def retire_superseded(self, key: str, by: str, root: Root) -> bool: ...
 
@@ -386,18 +388,32 @@ class MemorySession:
         finally:
             self._leave_op()
 
-    def erase(self, key: str, *, reason: str) -> Erased:
+    def erase(self, key: str, *, reason: str, settle: bool = True) -> Erased:
         """Erase the memory ``key`` names, every version (``MemoryStore.erase``), under this
-        session's root run, which holds the erase record.
+        session's root run, which holds the erase record. ``settle=False``: a caller erasing several
+        in a loop says once, after it, what a reader kept (``settle_erasures``).
 
         Raises:
             SessionClosed: after ``close()``.
-            ArgumentInvalid, FindingUnknown, JournalLeaseHeld, JournalError, Unwritable: as
-                ``MemoryStore.erase``.
+            ArgumentInvalid, FindingUnknown, JournalLeaseHeld, JournalError, Unwritable,
+                ErasePending: as ``MemoryStore.erase``.
         """
         self._enter_op()
         try:
-            return self._store.erase(key, self._root, reason=reason)
+            return self._store.erase(key, self._root, reason=reason, settle=settle)
+        finally:
+            self._leave_op()
+
+    def settle_erasures(self, memories: Sequence[str]) -> None:
+        """``MemoryStore.settle_erasures``: after a loop of ``erase(..., settle=False)``.
+
+        Raises:
+            SessionClosed: after ``close()``.
+            ErasePending: a reader keeps old copies of any of ``memories``.
+        """
+        self._enter_op()
+        try:
+            self._store.settle_erasures(memories)
         finally:
             self._leave_op()
 

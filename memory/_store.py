@@ -900,6 +900,17 @@ class MemoryStore:
             mark_pending(self.db_path, memories, held, self._clock())
         return held
 
+    def settle_erasures(self, memories: Sequence[str]) -> None:
+        """After erasing ``memories`` one by one with ``erase(..., settle=False)`` (a caller's own
+        loop, as ``erase_where``'s): say once whether a reader keeps old copies of any of them.
+
+        Raises:
+            ErasePending: as ``erase``; the marker names every memory in ``memories``.
+        """
+        self._check_open()
+        if memories:
+            self._settle_erasure(self.open_journal(), memories)
+
     def _settle_erasure(self, backend: JournalBackend, memories: Sequence[str]) -> None:
         """After an erase of ``memories``: when old copies of what it erased are still kept by a
         reader, a marker says so durably and ``ErasePending`` is raised; otherwise the markers of

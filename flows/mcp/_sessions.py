@@ -112,10 +112,16 @@ class _Root:
             forgotten = await anyio.to_thread.run_sync(partial(self.session.forget_where, **where))
         return forgotten
 
-    async def erase(self, key: str, reason: str) -> Erased:
+    async def erase(self, key: str, reason: str, *, settle: bool = True) -> Erased:
         with anyio.CancelScope(shield=True):
-            erased = await anyio.to_thread.run_sync(partial(self.session.erase, key, reason=reason))
+            erased = await anyio.to_thread.run_sync(
+                partial(self.session.erase, key, reason=reason, settle=settle)
+            )
         return erased
+
+    async def settle_erasures(self, memories: list[str]) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.session.settle_erasures, memories)
 
     @property
     def run_id(self) -> str | None:
@@ -500,7 +506,9 @@ class SessionMemory:
         scope = await anyio.to_thread.run_sync(self._store.scope_of, keys[0]) if keys else None
         root = _Root(self._store, scope or self.default_scope or DEFAULT_SCOPE)
         try:
-            return [(await root.erase(key, reason)).as_json() for key in keys]
+            done = [(await root.erase(key, reason, settle=False)).as_json() for key in keys]
+            await root.settle_erasures([str(d["memoryId"]) for d in done])  # once, for all of them
+            return done
         finally:
             with anyio.CancelScope(shield=True):
                 await self._sessions.end_root(self._key, root)

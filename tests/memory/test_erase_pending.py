@@ -160,3 +160,63 @@ def test_an_erase_with_only_an_idle_connection_open_elsewhere_is_not_pending(
             s.erase(key, reason="alice asked")
         assert pending_markers(db) == []
         assert files_holding(tmp_path, MARK) == []
+
+
+def _people(db: Path, n: int) -> list[str]:
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="alice") as s:
+            keys = [s.learn({"text": f"{MARK} {i}", "metadata": {"user": "alice"}}).key for i in range(n)]
+            s.learn({"text": "bob's note", "metadata": {"user": "bob"}})
+        store.sync()
+    return keys
+
+
+def test_an_erase_by_filter_with_a_reader_erases_every_memory_waits_once_and_says_so_once(
+    tmp_path: Path, readers: list[_Reader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's erase by filter erased the first memory and stopped on its ``memory_erase_pending``
+    (the rest left live, their text in the journal), and each erase waited for the reader again."""
+    from flows._cli import main
+
+    db = tmp_path / "store" / "history.db"
+    keys = _people(db, 4)
+    readers.append(_Reader(db, "idle"))
+    reading = _Reader(db, "read")
+    readers.append(reading)
+    waits: list[int] = []
+    real = memory._db._truncate_log
+
+    def counted(conn: object, wait_ms: int) -> bool:
+        waits.append(wait_ms)
+        return real(conn, wait_ms)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(memory._db, "_truncate_log", counted)
+    code = main(["erase", "--meta", "user=alice", "--reason", "alice asked", "--yes", "--db", str(db)])
+    assert code == 1
+    assert [w for w in waits if w > 0] == [300]  # the reader is waited for once, not once a memory
+    (marker,) = pending_markers(db)
+    assert sorted(orjson.loads(marker.read_bytes())["memories"]) == sorted(keys)
+    with memory.MemoryStore(db) as store:
+        assert [r.text for r in store.recall(scope="alice")] == ["bob's note"]
+    reading.end_read()
+    assert flows(db, "check", "--repair").returncode == 0
+    assert files_holding(tmp_path, MARK) == []
+
+
+def test_a_link_where_the_markers_folder_belongs_is_never_read_or_cleared_through(tmp_path: Path) -> None:
+    """The markers' folder was listed through a link, and every erase that settled removed each
+    ``*.json`` file wherever the link pointed."""
+    db = tmp_path / "store" / "history.db"
+    key = _synced(db)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "package.json").write_text("{}")
+    (db.parent / "flows-erase-pending").symlink_to(elsewhere)
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="privacy") as s:
+            s.erase(key, reason="alice asked")
+        assert (elsewhere / "package.json").exists()
+        problems = memory.check_store(store)
+        assert [(p.kind, p.repairable) for p in problems] == [("folder_wrong", False)]
+        memory.repair_store(store, problems)
+    assert (elsewhere / "package.json").exists()
