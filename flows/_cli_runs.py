@@ -293,7 +293,7 @@ def _timeline_row(e: Mapping[str, Any]) -> list[str]:
         return [when, kind, str(e["step"]), str(e["attempt"]), duration, outcome, record]
     if kind in ("learn", "forget"):
         if kind == "learn":
-            detail = _short(e["text"])
+            detail = _short(e.get("text"))  # (a LangGraph store's record that is not an item has none)
         else:
             detail = f"superseded by {e['by']}" if e.get("by") else _short(e.get("reason"))
         what = f"{len(e['keys'])} keys" if "keys" in e else str(e["key"])[:12]  # "keys": by filter

@@ -288,8 +288,14 @@ class MemoryStore:
         consults the journal's retirements already: nothing to do."""
         if self._shares_turns():
             return
-        with contextlib.suppress(journal.JournalRunNotFound):  # a run deleted since: nothing of it to finish
+        try:
             self._restore_missing(self.open_journal(), run_id)
+        except journal.JournalRunNotFound:  # a run deleted since: nothing of it to finish
+            return
+        except journal.JournalCorrupt as exc:
+            # as the open's walk: damage in that run is for `flows check` to report (record_corrupt)
+            # and a person to mend; it does not keep every write of the scope out meanwhile
+            log.warning("what root run %s left in a scope's turn could not be finished: %s", run_id, exc)
 
     def _hosts_journal(self) -> JournalBackend | None:
         """This store's journal when hosts share it (an update looks there for its new key, since

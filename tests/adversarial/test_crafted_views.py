@@ -77,3 +77,18 @@ def test_a_runs_error_code_that_is_not_text_does_not_fail_the_listing(tmp_path: 
     listed = flows(db, "runs")
     assert listed.returncode == 0, listed.stderr
     assert ok.run_id in listed.stdout and bad.run_id in listed.stdout and '["c"]' in listed.stdout
+
+
+@pytest.mark.parametrize(
+    "finding",
+    [{"text": "not a store item"}, {"metadata": {"key": 5, "value": "x"}}, "a string", None],
+)
+def test_a_langgraph_store_runs_record_that_is_not_an_item_is_shown(tmp_path: Path, finding: object) -> None:
+    db, jr = _journal(tmp_path)
+    info, lease = jr.begin("langgraph-store", "langgraph:x", {})
+    jr.append(lease, "memory-learn", {"finding": finding})
+    jr.finish(lease, journal.RunState.DONE)
+    jr.close()
+    shown = flows(db, "show", info.run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert [e["kind"] for e in json_of(flows(db, "--json", "show", info.run_id))["timeline"]] == ["learn"]

@@ -112,3 +112,30 @@ def test_a_turn_let_go_leaves_its_holder_file_empty_and_a_crafted_one_is_never_f
             "alice likes coffee now",
             "another finding",
         ]
+
+
+def test_a_holder_naming_a_run_with_a_damaged_record_does_not_keep_the_scopes_writes_out(
+    tmp_path: Path,
+) -> None:
+    """What a dead holder's run left is finished best effort, as the store's open does: a record of
+    the wrong shape there is for ``flows check`` to report, not a reason to fail every learn,
+    update and forget of the scope for good."""
+    import journal
+
+    db = tmp_path / "store" / "history.db"
+    with memory.MemoryStore(db) as store:
+        with store.session(scope="a") as s:
+            learned = s.learn(FINDING)
+            s.update(learned.memory_id, {"text": "alice likes coffee now", "source": "me"})
+        (holder,) = list((tmp_path / "store").rglob(HOLDER_FILE))
+        jr = store.open_journal()
+        info, lease = jr.begin("crafted", "a", {})
+        jr.append(lease, memory.STREAM, {"id": 5, "scope": ["x"], "supersedes": {"a": 1}}, key="c" * 32)
+        jr.finish(lease, journal.RunState.FAILED, {"code": "x", "message": "x"})
+        holder.write_bytes(info.run_id.encode())
+        with store.session(scope="a") as s:
+            s.learn({"text": "another finding", "source": "me"})
+        assert holder.read_bytes() == b""
+        texts = sorted(r.text for r in store.recall(scope="a"))
+        assert texts == ["alice likes coffee now", "another finding"]
+        assert [p.kind for p in memory.check_store(store)] == ["record_corrupt"]
