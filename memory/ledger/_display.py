@@ -21,8 +21,10 @@ from memory.ledger._errors import LedgerInvalidEntry
 #: a token's ``(decimals, symbol)`` by its address in lower case (the snapshot's ``tokens``)
 TokenBook = Mapping[str, tuple[int, str]]
 
-_BALANCE = re.compile(r"balance (\d+) < min (\d+)")
-_ALLOWANCE = re.compile(r"allowance (\d+) < (\d+) for (\S+)( — owner top-up needed)")
+# a uint256 has at most 78 digits; ASCII digits only (`\d` takes every script's, and int() refuses
+# more than 4,300 digits: a crafted reason must show as written, never fail the display)
+_BALANCE = re.compile(r"balance ([0-9]{1,78}) < min ([0-9]{1,78})")
+_ALLOWANCE = re.compile(r"allowance ([0-9]{1,78}) < ([0-9]{1,78}) for (\S+)( — owner top-up needed)")
 
 
 def amount_text(units: int, token: str | None, tokens: TokenBook, *, raw: bool = True) -> str:

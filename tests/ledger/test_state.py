@@ -324,3 +324,19 @@ def test_a_snapshot_read_races_no_appender_into_a_wrong_answer(tmp_path: Path) -
     allowed = {LastAct(n, 100 + n, f"0x{n:064x}") for n in range(1, 30)}
     assert set(seen) <= allowed and Ledger(tmp_path).last_confirmed() == LastAct(29, 129, f"0x{29:064x}")
     assert os.path.exists(ledger.snapshot_path)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        f"balance {'9' * 4400} < min 1",  # past what int() converts: it failed every view of the ledger
+        f"allowance 1 < {'9' * 4400} for 0x{'ab' * 20} — owner top-up needed",
+        "balance \u0661\u0662\u0663 < min 5",  # digits of another script are not the figure 123
+    ],
+)
+def test_a_skip_reason_past_any_amount_is_shown_as_written(reason: str) -> None:
+    usdc = "0x" + "a0" * 20
+    assert ml.reason_text(reason, usdc, {usdc: (6, "USDC")}) == reason
+    assert ml.reason_text("balance 1500000 < min 2000000", usdc, {usdc: (6, "USDC")}) == (
+        "balance 1.5 USDC (1500000) < min 2.0 USDC"
+    )
