@@ -67,8 +67,6 @@ _CONFIG_MAX_BYTES = 1 << 20
 _DAY_S = 86_400
 #: the largest ``interval_s`` the agent's config takes (sail's own bound: what the logs' integers carry)
 MAX_INTERVAL_S = 2**63 - 1
-_ACTED = b'"kind":"acted"'
-_SKIPPED = b'"kind":"skipped"'
 
 
 @dataclass(frozen=True)
@@ -216,9 +214,9 @@ class Agent:
         rows: list[tuple[int, Skipped]] = []
         total = 0
         try:
-            for offset, entry in self._ledger.backwards(
-                before, keep=lambda raw: _SKIPPED in raw, lines=MAX_SKIP_SCAN
-            ):
+            # every line is decoded, as `sail why` decodes it: a filter on the raw bytes left out
+            # a skip written with other spacing, and never checked a damaged line it passed over
+            for offset, entry in self._ledger.backwards(before, lines=MAX_SKIP_SCAN):
                 if not isinstance(entry, Skipped):
                     continue
                 total += len(orjson.dumps(entry.to_wire()))
@@ -240,7 +238,7 @@ class Agent:
         """The acted entries among the last ``CHART_SCAN`` lines, at most ``CHART_POINTS``, oldest first."""
         found: list[Acted] = []
         # the window is counted in lines read, skips included: a long run of skips ends the read
-        for _, entry in self._ledger.backwards(keep=lambda raw: _ACTED in raw, lines=CHART_SCAN):
+        for _, entry in self._ledger.backwards(lines=CHART_SCAN):
             if isinstance(entry, Acted):
                 found.append(entry)
             if len(found) >= CHART_POINTS:

@@ -57,15 +57,13 @@ class TailReader(Generic[T]):
         self,
         before: int | None = None,
         *,
-        keep: Callable[[bytes], bool] | None = None,
         lines: int | None = None,
     ) -> Iterator[tuple[int, T]]:
         """Yield ``(offset, record)`` newest first, from the end (``before`` None) or from the line
         boundary ``before`` (the offset of a line already read; the lines before it come next).
 
-        ``keep`` sees each raw line first: lines it refuses are neither decoded nor yielded (a
-        cheap filter for a reader that wants one kind of line). ``lines`` stops the read after that
-        many lines, kept or not (a window of the newest lines, whatever they hold).
+        Every line is decoded (and so checked) before the next is read. ``lines`` stops the read
+        after that many lines (a window of the newest lines, whatever they hold).
 
         Raises:
             ValueError: ``before`` is not the start of a line within the readable end.
@@ -88,7 +86,7 @@ class TailReader(Generic[T]):
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise self._not_a_file("not a regular file")
-            yield from self._backwards(fd, before, keep, lines)
+            yield from self._backwards(fd, before, lines)
         finally:
             os.close(fd)
 
@@ -102,7 +100,7 @@ class TailReader(Generic[T]):
         )
 
     def _backwards(
-        self, fd: int, before: int | None, keep: Callable[[bytes], bool] | None, lines: int | None
+        self, fd: int, before: int | None, lines: int | None
     ) -> Iterator[tuple[int, T]]:
         readable = self._readable_end(fd)
         end = readable if before is None else before
@@ -138,8 +136,6 @@ class TailReader(Generic[T]):
                     if left <= 0:
                         return
                     left -= 1
-                if keep is not None and not keep(raw):
-                    continue
                 try:
                     record = self._decode(raw)
                 except LineDamaged as damage:
