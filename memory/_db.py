@@ -364,11 +364,13 @@ class HistoryDB:
         return self._seen
 
     def _check_files(self) -> tuple[int, bool]:
-        """Refuse a DB, ``-wal`` or ``-shm`` that is anything but a regular file; answer the log's
-        size (0 when there is none) and whether the ``-shm`` index is there."""
+        """Refuse a DB, ``-wal``, ``-shm`` or ``-journal`` that is anything but a regular file;
+        answer the log's size (0 when there is none) and whether the ``-shm`` index is there.
+        (SQLite opens a ``-journal`` it finds, a rollback journal a crash may have left, as it
+        opens the DB: a FIFO there hung every read.)"""
         db = str(self.path)
         found: list[os.stat_result | None] = []
-        for name in (db, f"{db}-wal", f"{db}-shm"):
+        for name in (db, f"{db}-wal", f"{db}-shm", f"{db}-journal"):
             try:
                 st = os.lstat(name)
             except FileNotFoundError:
@@ -386,7 +388,7 @@ class HistoryDB:
                     "links or opens anything else: move it aside",
                     path=path,
                 )
-        _, wal, shm = found
+        _, wal, shm, _ = found
         return (0 if wal is None else wal.st_size), shm is not None
 
     def _create_private(self) -> None:

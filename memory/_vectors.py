@@ -145,6 +145,17 @@ def _fit_rows(np: Any, block: Any) -> Any:
     return good
 
 
+def _no_odd_journal(path: Path) -> bool:
+    """Whether ``path``'s rollback journal (``-journal``, which SQLite opens when it finds one, as it
+    opens the file: a FIFO there hung every search) is a regular file or not there."""
+    try:
+        return stat.S_ISREG(os.lstat(f"{path}-journal").st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
     """The vectors file, opened (and made, with its private folder, when ``create``); None when it
     is not there to read, is not a regular file in a real folder (a link is never followed), or
@@ -162,7 +173,7 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
     except OSError:
         return None
     else:
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or not _no_odd_journal(path):
             return None
     try:
         if create:

@@ -95,7 +95,7 @@ def test_a_non_regular_file_nobody_journaled_is_quarantined(tmp_path: Path) -> N
     assert not os.path.lexists(stray)
 
 
-@pytest.mark.parametrize("part", ["", "-wal", "-shm"])
+@pytest.mark.parametrize("part", ["", "-wal", "-shm", "-journal"])  # -journal: a FIFO hung every read
 @pytest.mark.parametrize("kind", ["FIFO", "folder", "link"])
 def test_a_history_db_that_is_not_a_regular_file_is_refused_naming_it(
     tmp_path: Path, kind: str, part: str

@@ -346,3 +346,42 @@ def test_a_value_longer_than_any_vector_is_reported_and_never_read_whole(db: Pat
     found, searched, checked, problems = json.loads(done.stdout)
     assert found == ["lion"] and problems == ["vector_stale"]
     assert searched < 32_000_000 and checked < 32_000_000, done.stdout  # the blob is 64 MB
+
+
+_SEARCH = """
+import sys
+import memory
+from tests.memory.test_semantic import Toy
+with memory.MemoryStore(sys.argv[1], embedder=Toy()) as s:
+    print(len(s.why("zebras", mode="semantic", limit=3)))
+"""
+
+
+def test_a_fifo_where_the_vectors_files_rollback_journal_goes_never_hangs_a_search(db: Path) -> None:
+    """SQLite opens a ``-journal`` it finds beside a database (a rollback journal a crash left) as it
+    opens the file: a FIFO there hung every search by meaning (in ``open``, which no signal ends: the
+    search runs in a child process here, bounded). The vectors file is then left alone, as a damaged
+    one is, and the search goes on."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    with memory.MemoryStore(db) as s, s.session(scope="u") as session:
+        for i in range(5):
+            session.learn({"text": f"finding {i} about zebras"})
+    with _store(db, Toy()) as s:
+        s.derive_vectors()
+    for snap in snapshots(vectors_path(db).parent):
+        snap.unlink()  # the search opens the vectors file itself
+    os.mkfifo(f"{vectors_path(db)}-journal")
+    done = subprocess.run(
+        [sys.executable, "-c", _SEARCH, str(db)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "3"), done.stderr
