@@ -31,6 +31,7 @@ import contextlib
 import re
 import secrets
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -113,6 +114,7 @@ _OLDER_SNAPSHOTS = (
     " union all select 'replication slot ' || slot_name from pg_replication_slots"
     " where age(xmin) >= age(%s::xid)"
 )
+_REWRITE_PRUNE_WAIT_S = 2.0  # a rewrite's own prune waits this long for older snapshots to end
 _NO_IDLE_TIMEOUTS = (
     "select set_config(name, '0', %s) from pg_settings"
     " where name in ('idle_in_transaction_session_timeout', 'idle_session_timeout')"
@@ -1492,10 +1494,10 @@ class PostgresJournal:
         if row is not None:
             with self._prune_mutex:
                 self._unpruned = max(self._unpruned or 0, int(row[0]))
-        self.prune()
+        self.prune(wait_s=_REWRITE_PRUNE_WAIT_S)
         return done
 
-    def prune(self, *, every: bool = False) -> str | None:
+    def prune(self, *, every: bool = False, wait_s: float = 0.0) -> str | None:
         """Vacuum ``journal_records`` so the old versions of the rows this object rewrote (whose
         payloads held what an erasure took) leave the table's pages, and say whether they did: None
         when no rewrite is left unpruned, else who keeps them. A vacuum removes only the versions no
@@ -1504,7 +1506,13 @@ class PostgresJournal:
         until it ends, and the next ``prune`` (an erase's, ``flows check --repair``'s) takes them.
         A vacuum needs the table's owner: without it the versions stay for the server's autovacuum,
         and this says so. ``every``: every rewrite committed so far, by any process or host (what
-        finishes an erasure another process left pending; any snapshot open now may count)."""
+        finishes an erasure another process left pending; any snapshot open now may count).
+        ``wait_s``: how long to wait for such snapshots to end (most are a moment's: another host's
+        statement in flight).
+
+        The look comes first and the vacuum after it: no snapshot older than the rewrite can begin
+        once none is open, so a vacuum begun after a look that found none prunes them (a vacuum
+        first and a look after would miss a snapshot that ended in between, and say pruned)."""
         if every:
             now = self._call(
                 "reading the server's transaction ids",
@@ -1518,12 +1526,20 @@ class PostgresJournal:
             return None
         short = str(xid % 2**32)  # the 32-bit id the server's views show, compared by age
 
-        def call(cur: psycopg.Cursor[Any]) -> list[Any]:
-            cur.execute("vacuum journal_records")
+        def look(cur: psycopg.Cursor[Any]) -> list[Any]:
             return cur.execute(_OLDER_SNAPSHOTS, (short, short, short, short)).fetchall()
 
+        def vacuum(cur: psycopg.Cursor[Any]) -> None:
+            cur.execute("vacuum journal_records")
+
+        deadline, pause = time.monotonic() + wait_s, 0.01
         try:
-            held = self._call("vacuuming the records", call)
+            held = self._call("looking for older snapshots", look)
+            while held and time.monotonic() < deadline:
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 0.5)
+                held = self._call("looking for older snapshots", look)
+            self._call("vacuuming the records", vacuum)  # what it may prune, even while held
         except JournalError as exc:
             return f"the vacuum failed ({exc}); the server's autovacuum prunes them later"
         if held:

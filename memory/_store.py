@@ -25,6 +25,7 @@ import orjson
 
 import journal
 from journal import JournalBackend, JournalError, JournalLeaseHeld, Record
+from memory import _db as memory_db
 from memory._citations import Citations
 from memory._db import ERASE_LOG_WAIT_MS, HistoryDB, db_mode
 from memory._errors import (
@@ -890,7 +891,7 @@ class MemoryStore:
                 "old pages (SQLite overwrites them once that read ends)"
             )
         prune = getattr(backend, "prune", None)
-        who = prune() if prune is not None else None
+        who = prune(wait_s=memory_db.ERASE_LOG_WAIT_MS / 1000) if prune is not None else None
         if who is not None:
             held.append(f"on the PostgreSQL journal {backend.location}, {who} keeps the old row versions")
         return held
@@ -956,7 +957,7 @@ class MemoryStore:
         if not self._db.truncate_log(wait_ms):
             held.append(f"another process has a read of the history DB {self.db_path} open")
         prune = getattr(self.open_journal(), "prune", None)
-        who = prune(every=True) if prune is not None else None
+        who = prune(every=True, wait_s=wait_ms / 1000) if prune is not None else None
         if who is not None:
             held.append(f"on the PostgreSQL journal, {who}")
         if not held:

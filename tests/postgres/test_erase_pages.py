@@ -120,7 +120,7 @@ def test_another_host_holding_a_turn_while_the_erase_runs_keeps_nothing_in_the_p
 
 
 def test_an_older_snapshot_elsewhere_makes_the_erase_pending_until_repair_after_it_ends(
-    tmp_path: Path, postgres_dsn: str, pages: Any
+    tmp_path: Path, postgres_dsn: str, pages: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A session of the server whose snapshot began before the rewrite (an analyst's open
     transaction, a dump) may still see the old row versions, so no vacuum may prune them: the erase
@@ -128,9 +128,11 @@ def test_an_older_snapshot_elsewhere_makes_the_erase_pending_until_repair_after_
     once that session has ended."""
     import psycopg
 
+    import memory._db
     from memory._erase import pending_markers
     from tests.adversarial.memory_support import flows
 
+    monkeypatch.setattr(memory._db, "ERASE_LOG_WAIT_MS", 300)  # how long the erase waits for it
     db = tmp_path / "b" / "history.db"
     with host(tmp_path, "b", postgres_dsn) as b:
         learned = _learned(b, f"{MARK} ana lives in oslo")
@@ -150,3 +152,27 @@ def test_an_older_snapshot_elsewhere_makes_the_erase_pending_until_repair_after_
     assert pending_markers(db) == []
     assert pages(MARK.encode()) == 0
     assert flows(db, "check", env=env).returncode == 0
+
+
+def test_a_snapshot_that_ends_while_the_erase_waits_is_waited_for_not_reported(
+    tmp_path: Path, postgres_dsn: str, pages: Any
+) -> None:
+    """Most snapshots older than a rewrite are a moment's (another host's statement in flight): the
+    erase waits for them, as it waits for the history DB's readers. Three hosts racing reported
+    their reads as keeping the erased rows."""
+    import psycopg
+
+    with host(tmp_path, "b", postgres_dsn) as b:
+        learned = _learned(b, f"{MARK} ana lives in oslo")
+        reader = psycopg.connect(postgres_dsn)
+        reader.execute("set transaction isolation level repeatable read")
+        reader.execute("select count(*) from journal_records").fetchone()
+        ends = threading.Timer(1.0, reader.rollback)
+        ends.start()
+        try:
+            with b.session(scope="privacy") as s:
+                s.erase(learned.key, reason="ana asked")  # no memory_erase_pending
+        finally:
+            ends.join()
+            reader.close()
+        assert pages(MARK.encode()) == 0
