@@ -370,12 +370,13 @@ def test_a_long_ledger_line_costs_its_length_not_its_length_squared(tmp_path: Pa
     ledger.write_bytes(first + b"\n" + long_line + b"\n" + rest)
     with serving("--db", str(tmp_path / "h.db"), "--sail-home", str(home)) as served:
         started = time.monotonic()
-        balances = request(served.port, "/api/agents/0/balances", ["127.0.0.1"])  # reads past it
-        entries = request(served.port, "/api/agents/0/ledger", ["127.0.0.1"])  # decodes it
+        # both decode it (the chart passed over lines of other kinds undecoded, and so over damage)
+        balances = request(served.port, "/api/agents/0/balances", ["127.0.0.1"])
+        entries = request(served.port, "/api/agents/0/ledger", ["127.0.0.1"])
         elapsed = time.monotonic() - started
-    assert balances.status == 200 and balances.json()
-    assert entries.status == 500 and entries.json()["code"] == "journal_corrupt"
-    assert entries.json()["line"] == 2
+    for answer in (balances, entries):
+        assert answer.status == 500 and answer.json()["code"] == "journal_corrupt"
+        assert answer.json()["line"] == 2
     assert elapsed < 10, f"two reads across a 48 MB line took {elapsed:.1f} s"
 
 
