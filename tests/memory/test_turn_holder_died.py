@@ -89,15 +89,22 @@ def test_a_learn_after_an_update_killed_past_its_commit_leaves_one_live_version(
         assert memory.check_store(store) == []
 
 
+def _updated(store: memory.MemoryStore) -> Path:
+    """FINDING learned and updated in scope ``a`` (the update held the scope's turn); the turn
+    folder's holder file."""
+    with store.session(scope="a") as s:
+        learned = s.learn(FINDING)
+        s.update(learned.memory_id, {"text": "alice likes coffee now", "source": "me"})
+    (holder,) = list(store.db_path.parent.rglob(HOLDER_FILE))
+    return holder
+
+
 def test_a_turn_let_go_leaves_its_holder_file_empty_and_a_crafted_one_is_never_followed(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "store" / "history.db"
     with memory.MemoryStore(db) as store:
-        with store.session(scope="a") as s:
-            learned = s.learn(FINDING)
-            s.update(learned.memory_id, {"text": "alice likes coffee now", "source": "me"})
-        (holder,) = list((tmp_path / "store").rglob(HOLDER_FILE))
+        holder = _updated(store)
         assert holder.read_bytes() == b""
         holder.write_bytes(b"../../etc/passwd\n")  # not a run id: read, never looked up
         with store.session(scope="a") as s:
@@ -124,10 +131,7 @@ def test_a_holder_naming_a_run_with_a_damaged_record_does_not_keep_the_scopes_wr
 
     db = tmp_path / "store" / "history.db"
     with memory.MemoryStore(db) as store:
-        with store.session(scope="a") as s:
-            learned = s.learn(FINDING)
-            s.update(learned.memory_id, {"text": "alice likes coffee now", "source": "me"})
-        (holder,) = list((tmp_path / "store").rglob(HOLDER_FILE))
+        holder = _updated(store)
         jr = store.open_journal()
         info, lease = jr.begin("crafted", "a", {})
         jr.append(lease, memory.STREAM, {"id": 5, "scope": ["x"], "supersedes": {"a": 1}}, key="c" * 32)
