@@ -144,10 +144,25 @@ class StateBuilder:
                 if known is not None:
                     table[key] = replace(known, unverified=True)
             return
-        self.open.pop(key, None)
-        self.unsent.pop(key, None)
-        self.dropped.pop(key, None)
-        included = self.included.pop(key, None)
+        included = self.included.get(key)
+        watched = self.open.get(key) or self.unsent.get(key) or self.dropped.get(key)
+        receipt = None if included is None else (included.block, included.status)
+        from_receipt = receipt == (entry.block, _CHECKED[entry.outcome]) or (
+            watched is not None and watched.settled
+        )
+        if watched is None or from_receipt:
+            self.open.pop(key, None)
+            self.unsent.pop(key, None)
+            self.dropped.pop(key, None)
+            self.included.pop(key, None)
+        # else: a dispatch this agent signed leaves the watch only through a line reconcile wrote
+        # from its receipt: just after the ``dispatch_included`` line of that block and status (an
+        # older agent's ``dispatch_executed``/``dispatch_reverted``, ``settled``). Without one, a
+        # final line is a claim (a line added by hand, a forged one): the dispatch stays watched and
+        # the trade held, and reconcile ledgers it from the chain. Before, a crafted ``reverted``
+        # line for a pending swap let the next tick swap beside it: on a node both were mined for
+        # one decision, and the ledger said the first reverted. (The inclusion stays for the line
+        # reconcile writes from the receipt: a rebuild folds every activity line first.)
         # a reverted act too: a reorganisation may mine it again where it does not revert, and the
         # agent, which swaps again after a revert, would then have swapped twice
         if (

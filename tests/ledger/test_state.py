@@ -107,15 +107,25 @@ def test_the_unresolved_dispatches_follow_the_logs_through_catch_up_and_rebuild(
     for n in (1, 2, 3):
         activity.append(_signed(n))
     activity.append(DispatchUnsent(10, _signed(2).tx_hash, 2, "never broadcast"))
+    # reconcile's lines: where the chain holds it, then its final entry (see the test below)
+    activity.append(_included(acted(20, 1)))
     write(ledger, acted(20, 1))  # dispatch 1 is final
     caught = ledger.state()
     assert [d.tx_hash for d in caught.open] == [_signed(3).tx_hash]
     assert [d.tx_hash for d in caught.unsent] == [_signed(2).tx_hash]
+    activity.append(_included(acted(30, 2)))
     write(ledger, acted(30, 2))  # the unsent one was mined after all: no longer watched
     ledger.snapshot_path.unlink()
     rebuilt = Ledger(sail).state()
     assert ([d.tx_hash for d in rebuilt.open], rebuilt.unsent) == ([_signed(3).tx_hash], ())
     assert rebuilt.last_confirmed == LastAct(30, 102, f"0x{2:064x}")
+
+
+def _included(entry: ml.Acted) -> ml.DispatchIncluded:
+    """The ``dispatch_included`` line reconcile logs just before ``entry`` (its block and status)."""
+    assert entry.block is not None
+    status = 1 if entry.outcome is Outcome.CONFIRMED else 0
+    return ml.DispatchIncluded(entry.ts, entry.chain_id, entry.tx_hash, entry.block, "0x" + "ab" * 32, status)
 
 
 def _signed(n: int) -> DispatchSigned:
@@ -340,3 +350,27 @@ def test_a_skip_reason_past_any_amount_is_shown_as_written(reason: str) -> None:
     assert ml.reason_text("balance 1500000 < min 2000000", usdc, {usdc: (6, "USDC")}) == (
         "balance 1.5 USDC (1500000) < min 2.0 USDC"
     )
+
+
+def test_a_final_line_without_its_receipts_inclusion_leaves_the_dispatch_watched(tmp_path: Path) -> None:
+    """A dispatch the agent signed leaves the watch only through a line reconcile wrote from its
+    receipt, just after the ``dispatch_included`` line of that block and status. A ``reverted`` line
+    added by hand for a swap still pending resolved it, and the next tick swapped beside it: on a
+    real node both swaps were mined for one decision, and the ledger said the first reverted."""
+    sail = tmp_path / ".sail"
+    ledger = Ledger(sail)
+    ActivityLog(sail).append(_signed(1))
+    with ledger.writer() as w:
+        w.append(acted(2, 1, Outcome.REVERTED))  # no receipt said so
+    assert [d.tx_hash for d in ledger.state().open] == [_signed(1).tx_hash]
+    ledger.snapshot_path.unlink()
+    assert [d.tx_hash for d in Ledger(sail).state().open] == [_signed(1).tx_hash]  # rebuilt
+    # reconcile's own: the inclusion, then the line from the receipt
+    mined = acted(3, 1, Outcome.CONFIRMED)
+    ActivityLog(sail).append(_included(mined))
+    with ledger.writer() as w:
+        w.append(mined)
+    assert ledger.state().open == ()
+    ledger.snapshot_path.unlink()
+    assert Ledger(sail).state(save=False).open == ()  # rebuilt: the claim before it consumes nothing
+    assert ledger.state().last_confirmed == LastAct(3, 101, _signed(1).tx_hash)
