@@ -86,10 +86,7 @@ class StateBuilder:
             broadcast = isinstance(record, DispatchSubmitted)
             self.open[key] = OpenDispatch(record.tx_hash, nonce, record.ts, ref, broadcast=broadcast)
         elif isinstance(record, DispatchSettled):
-            key = record.tx_hash.lower()
-            known = self.open.get(key)
-            if known is not None:
-                self.open[key] = replace(known, broadcast=True, settled=True)
+            self._settled(record.tx_hash.lower())
         elif isinstance(record, DispatchUnsent):
             key = record.tx_hash.lower()
             dispatch = self.open.pop(key, None) or self.dropped.pop(key, None)
@@ -108,6 +105,16 @@ class StateBuilder:
             self.tokens[record.token.lower()] = (record.decimals, record.symbol)
         else:
             self._fold_reorg(line)
+
+    def _settled(self, key: str) -> None:
+        """A receipt of the dispatch ``key`` was read: a final line beside it resolves the dispatch
+        (an open one is accepted too; an unsent or dropped one was mined after all)."""
+        known = self.open.get(key)
+        if known is not None:
+            self.open[key] = replace(known, broadcast=True, settled=True)
+        for table in (self.unsent, self.dropped):
+            if key in table:
+                table[key] = replace(table[key], settled=True)
 
     def _fold_reorg(self, line: Line[ActivityRecord]) -> None:
         """Fold the lines of the reorganisation check: where a dispatch was ledgered, a detected

@@ -446,7 +446,7 @@ def _ledger_mined(
     if receipt.status != 1:
         if not settled:  # the runner did not live to log the revert and its reason: log them now
             _log_revert(run, record.tx_hash, receipt)
-        _log_included(run, record, receipt)
+        _log_included(run, record, receipt, settled=True)  # (its revert was logged above, or before)
         run.ledger(Acted(outcome=Outcome.REVERTED, amount_out=None, balances_after=None, **common))  # type: ignore[arg-type]
         return
     received = transferred_to(receipt.logs, token=call.token_out, recipient=record.sender)
@@ -456,21 +456,27 @@ def _ledger_mined(
     balances = {
         token: run.reader.balance_of(token, record.sender) for token in (call.token_in, call.token_out)
     }
-    _log_included(run, record, receipt)
+    _log_included(run, record, receipt, settled=settled)
     run.ledger(
         Acted(outcome=Outcome.CONFIRMED, amount_out=amount_out, balances_after=balances, **common)  # type: ignore[arg-type]
     )
 
 
-def _log_included(run: _Pass, record: Dispatch, receipt: Receipt) -> None:
+def _log_included(run: _Pass, record: Dispatch, receipt: Receipt, *, settled: bool) -> None:
     """Log where the chain holds the dispatch (``dispatch_included``), just before its ledger line:
-    what a later tick checks the newest ledgered act against (see ``check_newest_act``)."""
-    if receipt.block_hash is not None:  # a reader that gives no block hash leaves the act unchecked
+    what a later tick checks the newest ledgered act against (see ``check_newest_act``), and the
+    line beside which that ledger line resolves the dispatch (a final line without one is a claim:
+    ``StateBuilder.fold_ledger``). A reader that gives no block hash leaves the act unchecked; its
+    receipt's outcome (``dispatch_executed``, unless ``settled``: logged already) is that line."""
+    if receipt.block_hash is not None:
         run.activity.append(
             DispatchIncluded(
                 run.now, record.chain_id, record.tx_hash, receipt.block, receipt.block_hash, receipt.status
             )
         )
+    elif not settled:
+        tx_hash, block, gas = record.tx_hash, receipt.block, receipt.gas_used
+        run.log(DispatchSettled(run.now, "dispatch_executed", tx_hash, block, gas))
 
 
 def _log_revert(run: _Pass, tx_hash: str, receipt: Receipt) -> None:
