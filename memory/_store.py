@@ -27,7 +27,7 @@ import journal
 from journal import JournalBackend, JournalError, JournalLeaseHeld, Record
 from memory import _db as memory_db
 from memory._citations import Citations
-from memory._db import ERASE_LOG_WAIT_MS, HistoryDB, db_mode
+from memory._db import HistoryDB, db_mode
 from memory._errors import (
     ArgumentInvalid,
     ErasePending,
@@ -943,7 +943,7 @@ class MemoryStore:
             held=tuple(held),
         )
 
-    def finish_pending(self, *, wait_ms: int = ERASE_LOG_WAIT_MS) -> list[str]:
+    def finish_pending(self, *, wait_ms: int | None = None) -> list[str]:
         """Finish the erasures left pending (markers in ``<db-dir>/flows-erase-pending``): the
         history DB's log checkpointed whole and truncated (waiting up to ``wait_ms`` for readers),
         on PostgreSQL the records' table vacuumed; the markers removed once nothing keeps old
@@ -953,6 +953,8 @@ class MemoryStore:
         markers = pending_markers(self.db_path)
         if not markers:
             return []
+        if wait_ms is None:  # the erase's own wait (``memory._db.ERASE_LOG_WAIT_MS``), read now
+            wait_ms = memory_db.ERASE_LOG_WAIT_MS
         held = []
         if not self._db.truncate_log(wait_ms):
             held.append(f"another process has a read of the history DB {self.db_path} open")
