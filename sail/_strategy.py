@@ -108,9 +108,11 @@ class DcaStrategy:
             memory.ledger.ChainUnavailable: a balance or allowance read failed.
         """
         last = state.last_confirmed
-        if last is not None and state.now - last.ts < self.interval_s:
+        # from the later of the act's block time and its signing: a chain whose clock runs behind
+        # the agent's must not make the act look an interval old at every tick
+        if last is not None and state.now - last.since < self.interval_s:
             # negative when the chain that stamped the last act runs ahead of this clock
-            return Skip(cadence_reason(state.now - last.ts, self.interval_s))
+            return Skip(cadence_reason(state.now - last.since, self.interval_s))
         balance = state.chain.balance_of(self.token_in, state.agent)
         needed = max(self.min_balance, self.amount_in)
         if balance < needed:

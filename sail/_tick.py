@@ -271,10 +271,15 @@ def _same_chain(writer: LedgerWriter, activity: ActivityLog, chain: Chain) -> No
 
 
 def _snapshot_understates(writer: LedgerWriter, since: int) -> bool:
-    """Whether the ledger's tail holds a confirmed act since ``since`` later than the snapshot's."""
+    """Whether the ledger's tail holds a confirmed act since ``since`` later than the snapshot's, or
+    the activity log's tail a mined swap signed since then later than the snapshot's act counts
+    from (a snapshot forged to drop the signing time of an act a chain behind this clock stamped)."""
     found, conclusive = writer.ledger.recent_confirmed(since)
     last = writer.state.last_confirmed
-    return not conclusive or (found is not None and (last is None or found.ts > last.ts))
+    if not conclusive or (found is not None and (last is None or found.ts > last.ts)):
+        return True
+    signed, conclusive = writer.ledger.recent_signing(since)
+    return not conclusive or (signed is not None and (last is None or signed > last.since))
 
 
 def _remember_token(writer: LedgerWriter, activity: ActivityLog, chain: Chain, token: str, now: int) -> None:

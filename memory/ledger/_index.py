@@ -48,6 +48,7 @@ class StateBuilder:
     def __init__(self, start: Snapshot | None = None) -> None:
         self.last: LastAct | None = None if start is None else start.last_confirmed
         self.last_line: LineRef | None = None if start is None else start.last_line
+        self.last_signed: LineRef | None = None if start is None else start.last_signed
         self.open: dict[str, OpenDispatch] = (
             {} if start is None else {d.tx_hash.lower(): d for d in start.open}
         )
@@ -181,8 +182,17 @@ class StateBuilder:
             self.anchors = [*self.anchors[1 - RECENT_ACTS :], included]  # the newest RECENT_ACTS
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)
-            self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
+            # when its tick signed it, by the agent's clock (the cadence counts from the later of
+            # that and the block's time); unknown for a dispatch no longer watched (none is: a
+            # second final line of one dispatch) or never logged
+            self.last = LastAct(
+                ts=entry.ts,
+                block=entry.block,
+                tx_hash=entry.tx_hash,
+                signed_ts=None if watched is None else watched.ts,
+            )
             self.last_line = LineRef(line.offset, line_sha256(line.raw))
+            self.last_signed = None if watched is None else watched.line
             # the block the chain held it in when it was ledgered (an older act has no such line)
             self.anchor = included if included is not None and included.block == entry.block else None
 
@@ -197,6 +207,7 @@ class StateBuilder:
             activity=activity,
             last_confirmed=self.last,
             last_line=self.last_line,
+            last_signed=self.last_signed,
             open=tuple(self.open.values()),
             unsent=tuple(self.unsent.values()),
             tokens=dict(self.tokens),

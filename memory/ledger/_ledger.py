@@ -28,6 +28,7 @@ from memory.ledger._activity import (
     ActivityCodec,
     ActivityRecord,
     DispatchIncluded,
+    DispatchSettled,
     DispatchSigned,
     DispatchSubmitted,
     ReorgAcknowledged,
@@ -201,6 +202,52 @@ class Ledger:
             elif _stamped_when_written(entry) and entry.ts + CLOCK_SKEW_S < since:
                 return best, True
         return best, True
+
+    def recent_signing(self, since: int) -> tuple[int | None, bool]:
+        """The latest time at or after ``since`` at which the agent signed a swap that a receipt
+        says was mined without reverting, read from the activity log's tail: its ``dispatch_signed``
+        (or ``dispatch_submitted``) line, with a ``dispatch_included`` line of status 1 (or an older
+        agent's ``dispatch_executed``) for it after.
+
+        Every activity line is stamped by its tick's clock when written, so the backward read stops
+        at the first line older than ``since`` by more than ``CLOCK_SKEW_S``. It answers what the
+        snapshot's ``signed_ts`` of the last act says, from the files, for a snapshot that
+        under-states it (a chain whose clock runs behind stamps the act itself too far back for
+        ``recent_confirmed`` to see). Returns the time (or None) and whether the read was conclusive
+        (False after ``MAX_TAIL_LINES`` lines).
+
+        Raises:
+            journal.JournalCorrupt: a damaged line among those read.
+            LedgerNotAFile: the activity log or its lock is not a regular file.
+        """
+        mined: set[str] = set()
+        best: int | None = None
+        fd = self._activity.open()
+        if fd is None:
+            return None, True
+        try:
+            end = self._activity.readable_end(fd)
+            for count, line in enumerate(self._activity.iter_reverse(fd, end)):
+                record = line.record
+                if count >= MAX_TAIL_LINES:
+                    return best, False
+                if record.ts + CLOCK_SKEW_S < since:
+                    return best, True
+                if (isinstance(record, DispatchIncluded) and record.status == 1) or (
+                    isinstance(record, DispatchSettled) and record.event == "dispatch_executed"
+                ):
+                    mined.add(record.tx_hash.lower())
+                elif (
+                    isinstance(record, DispatchSigned | DispatchSubmitted)
+                    and record.action == "swap"
+                    and record.tx_hash.lower() in mined
+                    and record.ts >= since
+                    and (best is None or record.ts > best)
+                ):
+                    best = record.ts
+            return best, True
+        finally:
+            os.close(fd)
 
     def holds_outcome(self, tx_hash: str, since: int) -> bool | None:
         """Whether the ledger's tail holds a final entry (confirmed or reverted) for ``tx_hash``
@@ -386,7 +433,17 @@ class Ledger:
         entry = None if line is None else line.record
         if not isinstance(entry, Acted) or entry.outcome is not Outcome.CONFIRMED:
             return False
-        return LastAct(entry.ts, entry.block or 0, entry.tx_hash) == snap.last_confirmed
+        last = snap.last_confirmed
+        if (entry.ts, entry.block or 0, entry.tx_hash) != (last.ts, last.block, last.tx_hash):
+            return False
+        if snap.last_signed is None or last.signed_ts is None:
+            return snap.last_signed is None and last.signed_ts is None
+        record = self._activity_record(snap.last_signed, snap, files)
+        return (
+            isinstance(record, DispatchSigned | DispatchSubmitted)
+            and record.tx_hash.lower() == last.tx_hash.lower()
+            and record.ts == last.signed_ts
+        )
 
     def _dispatch_holds(self, dispatch: OpenDispatch, snap: Snapshot, files: _Open) -> bool:
         if files.activity_fd is None or dispatch.line.offset >= snap.activity.size:

@@ -32,7 +32,11 @@ each tick checks those near the chain's head, not the newest alone) and ``acked`
 ``reorg_acknowledged`` lines naming one of them); a version 5 snapshot is stale, rebuilt once.
 Version 7 keeps reverted acts among the ``anchors`` too, each with the receipt's ``status`` it was
 ledgered with (a reorganisation may mine a reverted swap again where it does not revert); a version
-6 snapshot is stale, rebuilt once.
+6 snapshot is stale, rebuilt once. Version 8 adds, to ``lastConfirmed``, when the tick that signed the
+act signed it (``signedTs``, by that tick's clock) and where its ``dispatch_signed`` line is: the
+cadence counts from the later of that and the act's block time, so a chain whose clock runs behind
+the agent's cannot make every tick look an interval past its last act; a version 7 snapshot is
+stale, rebuilt once.
 """
 
 from __future__ import annotations
@@ -50,10 +54,10 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 7
+VERSION = 8
 #: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes, 5 kept the newest
-#: act's alone, 6 confirmed acts' alone: stale, rebuilt)
-READABLE = frozenset({7})
+#: act's alone, 6 confirmed acts' alone, 7 its signing time: stale, rebuilt)
+READABLE = frozenset({8})
 #: how many confirmed or reverted acts' ``dispatch_included`` lines the snapshot keeps (``anchors``):
 #: the most a tick checks against the chain (one receipt request each), whatever the ledger's length
 RECENT_ACTS = 16
@@ -62,11 +66,23 @@ _EDGE = 4096
 
 @dataclass(frozen=True)
 class LastAct:
-    """The agent's last confirmed act: when (``ts``), at which ``block``, by which ``tx_hash``."""
+    """The agent's last confirmed act: when (``ts``, its block's time), at which ``block``, by which
+    ``tx_hash``; ``signed_ts`` is when the tick that signed it did so (that tick's clock), None when
+    the activity log holds no line of its signing (an act ledgered before such lines, or a line
+    found in the ledger's tail alone)."""
 
     ts: int
     block: int
     tx_hash: str
+    signed_ts: int | None = None
+
+    @property
+    def since(self) -> int:
+        """The time the cadence counts from: the later of the block's time and the signing time.
+
+        The block's time alone let a chain whose clock runs behind the agent's (a dev chain started
+        in the past) make every tick look an interval past the last act, and swap every tick."""
+        return self.ts if self.signed_ts is None else max(self.ts, self.signed_ts)
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,9 @@ class Snapshot:
     activity: Coverage
     last_confirmed: LastAct | None = None
     last_line: LineRef | None = None
+    last_signed: LineRef | None = None
+    """The ``dispatch_signed`` (or ``dispatch_submitted``) line of the last confirmed act, whose
+    ``ts`` is ``last_confirmed.signed_ts``; None when ``signed_ts`` is."""
     open: tuple[OpenDispatch, ...] = ()
     unsent: tuple[OpenDispatch, ...] = ()
     tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)
@@ -194,6 +213,13 @@ class Snapshot:
                 "txHash": last.tx_hash,
                 "offset": self.last_line.offset,
                 "lineSha256": self.last_line.sha256,
+                "signed": None
+                if self.last_signed is None or last.signed_ts is None
+                else {
+                    "ts": last.signed_ts,
+                    "offset": self.last_signed.offset,
+                    "lineSha256": self.last_signed.sha256,
+                },
             },
             "open": [_dispatch_wire(d) for d in self.open],
             "unsent": [_dispatch_wire(d) for d in self.unsent],
@@ -288,14 +314,21 @@ def load(path: Path) -> Snapshot | None:
 
 def _from_wire(obj: dict[str, Any]) -> Snapshot:
     last = obj["lastConfirmed"]
+    signed = None if last is None else last["signed"]
     tokens = {str(t): _token(v) for t, v in dict(obj["tokens"]).items()}
     return Snapshot(
         ledger=_coverage(obj["ledger"]),
         activity=_coverage(obj["activity"]),
         last_confirmed=None
         if last is None
-        else LastAct(ts=_int(last["ts"]), block=_int(last["block"]), tx_hash=_str(last["txHash"])),
+        else LastAct(
+            ts=_int(last["ts"]),
+            block=_int(last["block"]),
+            tx_hash=_str(last["txHash"]),
+            signed_ts=None if signed is None else _int(signed["ts"]),
+        ),
         last_line=None if last is None else LineRef(_int(last["offset"]), _str(last["lineSha256"])),
+        last_signed=None if signed is None else LineRef(_int(signed["offset"]), _str(signed["lineSha256"])),
         open=tuple(_dispatch(d) for d in obj["open"]),
         unsent=tuple(_dispatch(d) for d in obj["unsent"]),
         tokens=tokens,

@@ -115,10 +115,11 @@ def agent_state(
     """The agent's state as a JSON-ready object: what ``sail status --json`` prints and the
     dashboard's ``/api/agents/N/status`` serves, field by field.
 
-    * ``lastConfirmed``: ``{"tsMs", "block", "txHash"}`` of the last confirmed act, or null;
+    * ``lastConfirmed``: ``{"tsMs", "block", "txHash", "signedMs"}`` of the last confirmed act (its
+      block's time; ``signedMs``: when its tick signed it, null when no line says), or null;
     * ``intervalS``, ``intervalProblem`` (why the interval is unknown, else null);
-    * ``nextEligibleMs``: the last act plus the interval, null while something else holds the next
-      trade, with no act yet, or with the interval unknown;
+    * ``nextEligibleMs``: the later of the last act's block time and its signing, plus the interval;
+      null while something else holds the next trade, with no act yet, or with the interval unknown;
     * ``blockedBy``: ``{"kind", "reason", "sinceMs"}`` — ``dispatch`` (the oldest dispatch that
       holds the trade), or ``balance``/``allowance``/``quote`` when the newest ledger entry is such
       a skip (its reason as stored) — or null;
@@ -145,13 +146,18 @@ def agent_state(
     blocked = _reorg_block(reorged) if reorged is not None else blocked_by(snap, newest)
     next_ms = None
     if blocked is None and last is not None and interval_s is not None:
-        next_ms = ms(last.ts + interval_s)
+        next_ms = ms(last.since + interval_s)
     stamps = [t.ts for t in (last, newest, history.last) if t is not None]
     ahead = max(stamps) - int(clock()) if stamps else None
     return {
         "lastConfirmed": None
         if last is None
-        else {"tsMs": ms(last.ts), "block": last.block, "txHash": last.tx_hash},
+        else {
+            "tsMs": ms(last.ts),
+            "block": last.block,
+            "txHash": last.tx_hash,
+            "signedMs": None if last.signed_ts is None else ms(last.signed_ts),
+        },
         "intervalS": interval_s,
         "intervalProblem": interval_problem,
         "nextEligibleMs": next_ms,

@@ -194,6 +194,7 @@ def test_appending_keeps_the_snapshot_current(tmp_path: Path) -> None:
         "txHash": f"0x{7:064x}",
         "offset": ledger.path.read_bytes().index(line),
         "lineSha256": hashlib.sha256(line).hexdigest(),
+        "signed": None,  # no dispatch_signed line for it in the activity log
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -118,7 +119,7 @@ def test_the_unresolved_dispatches_follow_the_logs_through_catch_up_and_rebuild(
     ledger.snapshot_path.unlink()
     rebuilt = Ledger(sail).state()
     assert ([d.tx_hash for d in rebuilt.open], rebuilt.unsent) == ([_signed(3).tx_hash], ())
-    assert rebuilt.last_confirmed == LastAct(30, 102, f"0x{2:064x}")
+    assert rebuilt.last_confirmed == LastAct(30, 102, f"0x{2:064x}", signed_ts=2)  # its signing line's ts
 
 
 def _included(entry: ml.Acted) -> ml.DispatchIncluded:
@@ -373,4 +374,78 @@ def test_a_final_line_without_its_receipts_inclusion_leaves_the_dispatch_watched
     assert ledger.state().open == ()
     ledger.snapshot_path.unlink()
     assert Ledger(sail).state(save=False).open == ()  # rebuilt: the claim before it consumes nothing
-    assert ledger.state().last_confirmed == LastAct(3, 101, _signed(1).tx_hash)
+    assert ledger.state().last_confirmed == LastAct(3, 101, _signed(1).tx_hash, signed_ts=1)
+
+
+def _signed_and_mined(sail: Path, signed_at: int, block_ts: int) -> Ledger:
+    """An act signed at ``signed_at`` by the agent's clock, mined in a block stamped ``block_ts``,
+    ledgered as reconcile ledgers it (its inclusion, then the line)."""
+    ledger = Ledger(sail)
+    dispatch = DispatchSigned(
+        ts=signed_at, chain_id=1, tx_hash=f"0x{1:064x}", nonce=1, sender=AGENT, to=ROUTER, data="0x",
+        action="swap", permission=None,
+    )  # fmt: skip
+    ActivityLog(sail).append(dispatch)
+    mined = acted(block_ts, 1, Outcome.CONFIRMED)
+    ActivityLog(sail).append(replace(_included(mined), ts=signed_at + 60))  # the reconciling tick's clock
+    with ledger.writer() as w:
+        w.append(mined)
+    return ledger
+
+
+def test_the_last_act_keeps_its_signing_time_through_catch_up_and_rebuild(tmp_path: Path) -> None:
+    """A chain behind the agent's clock stamps the act long before it was signed; the cadence counts
+    from the later of the two, so the snapshot keeps the signing line's time, checked at its offset."""
+    sail = tmp_path / ".sail"
+    ledger = _signed_and_mined(sail, signed_at=10_000, block_ts=2_000)
+    caught_up = ledger.state().last_confirmed
+    assert caught_up == LastAct(2_000, 101, f"0x{1:064x}", signed_ts=10_000)
+    assert caught_up is not None and caught_up.since == 10_000
+    ledger.snapshot_path.unlink()
+    assert Ledger(sail).state().last_confirmed == caught_up  # rebuilt from the files alike
+    # a chain ahead of the clock: the block's time is the later
+    other = _signed_and_mined(tmp_path / "ahead", signed_at=2_000, block_ts=10_000).last_confirmed()
+    assert other is not None and other.since == 10_000
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"ts": 10**9},  # holds the agent for decades
+        {"ts": 1},  # lets it trade at once
+        {"offset": 0},  # another line's place
+    ],
+    ids=["later", "earlier", "elsewhere"],
+)
+def test_a_signing_time_forged_in_the_snapshot_is_caught_and_rebuilt(tmp_path: Path, edit: dict) -> None:
+    sail = tmp_path / ".sail"
+    ledger = _signed_and_mined(sail, signed_at=10_000, block_ts=2_000)
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    signed = snap["lastConfirmed"]["signed"]
+    if "offset" in edit:  # the inclusion line's place, digest and all: a line, but not the signing
+        included = (sail / "activity.jsonl").read_bytes().split(b"\n")[1]
+        edit = {"offset": len((sail / "activity.jsonl").read_bytes().split(b"\n")[0]) + 1,
+                "lineSha256": hashlib.sha256(included).hexdigest()}  # fmt: skip
+    _forge(ledger, {"lastConfirmed": {**snap["lastConfirmed"], "signed": {**signed, **edit}}})
+    assert Ledger(sail).last_confirmed() == LastAct(2_000, 101, f"0x{1:064x}", signed_ts=10_000)
+    assert orjson.loads(ledger.snapshot_path.read_bytes())["lastConfirmed"]["signed"] == signed
+
+
+def test_the_activity_tail_gives_the_latest_mined_swap_signed_within_the_span(tmp_path: Path) -> None:
+    """``recent_signing``: what a snapshot forged to drop the signing time cannot hide. A reverted
+    swap, or one with no receipt read, is not counted; the read stops at lines older than the span."""
+    sail = tmp_path / ".sail"
+    ledger = _signed_and_mined(sail, signed_at=10_000, block_ts=2_000)
+    assert ledger.recent_signing(9_000) == (10_000, True)
+    assert ledger.recent_signing(10_001) == (None, True)
+    log = ActivityLog(sail)
+    reverted = acted(2_100, 2, Outcome.REVERTED)
+    log.append(replace(_signed(2), ts=10_500))
+    log.append(replace(_included(reverted), ts=10_560))
+    log.append(replace(_signed(3), ts=10_600))  # no receipt read yet
+    assert ledger.recent_signing(9_000) == (10_000, True)
+    assert ledger.recent_signing(10_001) == (None, True)
+    log.append(replace(_included(acted(2_200, 3, Outcome.CONFIRMED)), ts=10_660))
+    assert ledger.recent_signing(9_000) == (10_600, True)
+    # a span that begins more than an hour after every line: the read stops at the newest line
+    assert ledger.recent_signing(10_660 + 3_601) == (None, True)

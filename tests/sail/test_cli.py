@@ -105,7 +105,7 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
     assert status == 0
     # the newest entry is a balance skip: that, not the clock, holds the next trade
     assert json.loads(out) | {"ledger": ""} == {
-        "lastConfirmed": {"tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}"},
+        "lastConfirmed": {"tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}", "signedMs": None},
         "intervalS": 3600,
         "nextEligibleMs": None,
         "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "sinceMs": 9_000_000},

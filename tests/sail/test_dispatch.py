@@ -429,13 +429,15 @@ def test_a_last_confirmed_edited_to_null_never_causes_a_swap_inside_the_interval
     nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
     world.tick()
     world.clock.now += 60
-    (entry,) = world.tick().reconciled
+    world.tick()
+    last = world.ledger().last_confirmed()  # counted from its signing (the world's clock runs ahead)
+    assert last is not None
     if forged:
         _forge_last_confirmed(world, None)
     else:
         path = world.ledger().snapshot_path
         path.write_bytes(path.read_bytes().replace(b'"lastConfirmed": {', b'"lastConfirmed": null, "x": {'))
-    world.clock.now = entry.ts + INTERVAL - 60
+    world.clock.now = last.since + INTERVAL - 60
     result = world.tick()
     assert result.dispatched is None and swaps_mined(world, nonce) == 1
     assert (
@@ -451,6 +453,8 @@ def test_a_last_confirmed_edited_to_a_later_time_never_causes_a_false_skip(
     world.tick()
     world.clock.now += 60
     (entry,) = world.tick().reconciled
+    last = world.ledger().last_confirmed()
+    assert last is not None
     snap = orjson.loads(world.ledger().snapshot_path.read_bytes())
     later = {**snap["lastConfirmed"], "ts": entry.ts + 10 * INTERVAL}
     if forged:
@@ -458,7 +462,7 @@ def test_a_last_confirmed_edited_to_a_later_time_never_causes_a_false_skip(
     else:
         snap["lastConfirmed"] = later
         world.ledger().snapshot_path.write_bytes(orjson.dumps(snap))
-    world.clock.now = entry.ts + INTERVAL
+    world.clock.now = last.since + INTERVAL
     assert world.tick().dispatched is not None  # one interval after the real act: it trades
 
 

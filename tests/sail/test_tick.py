@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 
@@ -19,6 +20,7 @@ from memory.ledger import (
     Outcome,
     Skipped,
     TokenMetadata,
+    agent_state,
     cadence_reason,
     reconcile,
 )
@@ -299,12 +301,14 @@ def test_a_transfer_from_a_look_alike_contract_is_not_counted(world: World) -> N
 
 
 def test_cadence_is_honoured_from_the_last_confirmed_act_in_the_ledger(world: World) -> None:
-    entry = act_and_reconcile(world)
+    act_and_reconcile(world)
+    last = world.ledger().last_confirmed()
+    assert last is not None and last.signed_ts is not None  # the world's clock: a little ahead
     skips = [e for e in world.ledger().entries() if isinstance(e, Skipped)]
-    assert [s.reason for s in skips] == [cadence_reason(world.clock.now - entry.ts, INTERVAL)]
-    world.clock.now = entry.ts + INTERVAL - 1
+    assert [s.reason for s in skips] == [cadence_reason(world.clock.now - last.since, INTERVAL)]
+    world.clock.now = last.since + INTERVAL - 1
     assert world.tick().skipped is not None
-    world.clock.now = entry.ts + INTERVAL
+    world.clock.now = last.since + INTERVAL
     assert world.tick().dispatched is not None
 
 
@@ -312,7 +316,9 @@ def test_a_last_act_stamped_ahead_of_the_ticks_clock_is_said_to_be_ahead_not_0s_
     """The chain stamps an act with its block's time; when that runs ahead of the tick's clock (a
     dev chain moved forward, as after ``sail demo``), the cadence skip says how far ahead it is."""
     entry = act_and_reconcile(world)
-    world.clock.now = entry.ts - 7200  # this machine's clock: two hours behind the chain's
+    last = world.ledger().last_confirmed()
+    assert last is not None and last.since >= entry.ts
+    world.clock.now = last.since - 7200  # this machine's clock: two hours behind the act's time
     skipped = world.tick().skipped
     assert skipped is not None
     assert skipped.reason == (
@@ -320,6 +326,58 @@ def test_a_last_act_stamped_ahead_of_the_ticks_clock_is_said_to_be_ahead_not_0s_
         f"interval {INTERVAL}s"
     )
     assert "0s ago" not in skipped.reason
+
+
+def test_a_chain_clock_behind_the_ticks_counts_the_cadence_from_the_signing_not_every_tick(
+    world: World,
+) -> None:
+    """A chain whose clock runs two hours behind this machine's stamps the act two hours back.
+    Counted from that stamp, every tick found the interval long past and swapped: one swap a tick.
+    The cadence counts from the later of the block's time and the signing."""
+    world.clock.now += 7200  # this machine's clock: two hours ahead of the chain's
+    signed_at = world.clock.now
+    first = world.tick()
+    assert first.dispatched is not None
+    world.clock.now += 60
+    second = world.tick()
+    [entry] = second.reconciled
+    assert entry.outcome is Outcome.CONFIRMED and entry.ts < signed_at - 3600  # the chain's stamp
+    assert second.dispatched is None and second.skipped is not None
+    assert second.skipped.reason == cadence_reason(60, INTERVAL)
+    last = world.ledger().last_confirmed()
+    assert last is not None and (last.ts, last.signed_ts, last.since) == (entry.ts, signed_at, signed_at)
+    status = agent_state(world.sail_dir, interval_s=INTERVAL, clock=world.clock)
+    assert status["nextEligibleMs"] == (signed_at + INTERVAL) * 1000  # what `sail status` says
+    assert status["lastConfirmed"]["signedMs"] == signed_at * 1000
+    world.clock.now = signed_at + INTERVAL - 1
+    assert world.tick().skipped is not None
+    world.clock.now = signed_at + INTERVAL
+    assert world.tick().dispatched is not None
+
+
+def test_a_snapshot_forged_to_drop_the_signing_time_does_not_let_a_chain_behind_swap_again(
+    world: World,
+) -> None:
+    """The O(1) checks cannot see a signing time removed (with the digest recomputed): null is what
+    an act with no signing line has. Before a swap the tick reads the activity log's tail over the
+    interval, finds the mined swap it signed there, rebuilds, and skips."""
+    world.clock.now += 7200
+    signed_at = world.clock.now
+    assert world.tick().dispatched is not None
+    world.clock.now += 60
+    assert world.tick().skipped is not None  # reconciled, then the cadence
+    ledger = world.ledger()
+    snap = orjson.loads(ledger.snapshot_path.read_bytes())
+    assert snap["lastConfirmed"]["signed"]["ts"] == signed_at
+    forged = {**snap, "lastConfirmed": {**snap["lastConfirmed"], "signed": None}}
+    forged.pop("digest")
+    digest = hashlib.sha256(orjson.dumps(forged, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    ledger.snapshot_path.write_bytes(orjson.dumps({**forged, "digest": digest}))
+    world.clock.now += 60
+    third = world.tick()
+    assert third.dispatched is None and third.skipped is not None
+    assert third.skipped.reason == cadence_reason(120, INTERVAL)
+    assert orjson.loads(ledger.snapshot_path.read_bytes())["lastConfirmed"]["signed"]["ts"] == signed_at
 
 
 def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
