@@ -94,6 +94,15 @@ T = TypeVar("T")
 _MAX_IDLE = 8  # pooled connections kept open between calls
 _MIGRATE_LOCK = 0x666C6F77  # 'flow': advisory-lock namespace that serialises schema migrations
 _TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
+# 'tgat': the gate of a turn, held shared by each commit its holder makes (in the commit's own
+# transaction) and passed (taken and let go at once) by whoever takes the turn next
+_TURN_GATE = 0x74676174
+# In a commit made in a turn, after the gate is held: whether the turn's session holds it still
+_TURN_HELD = (
+    "select exists(select 1 from pg_locks where locktype = 'advisory' and granted and pid = %s"
+    " and objsubid = 2 and mode = 'ExclusiveLock' and classid = %s::oid"
+    " and objid = (hashtext(current_schema() || ':' || %s))::oid)"
+)
 _ELSEWHERE_READ = 8  # other runs' records of a key an append unless elsewhere reads, at most
 # A session that holds a lease's or a turn's advisory lock sits idle, in a transaction (a turn) or
 # not (the lease connection), while its holder works; a server timeout on idle sessions would end
@@ -735,6 +744,8 @@ class PostgresJournal:
         # the newest transaction whose rewrite's old row versions no vacuum is known to have pruned
         self._unpruned: int | None = None
         self._prune_mutex = threading.Lock()
+        # the turns each thread holds (``turn``): (name, the backend pid of the session holding it)
+        self._turns_held = threading.local()
 
     # -- connections and errors --------------------------------------------------------------
 
@@ -1370,8 +1381,14 @@ class PostgresJournal:
         else:
             query = _APPEND
 
+        held = tuple(self._held_turns())
+
         def call(cur: psycopg.Cursor[Any]) -> Sequence[Any] | None:
-            return cur.execute(query, args).fetchone()
+            if not held:
+                return cur.execute(query, args).fetchone()
+            with cur.connection.transaction():  # the check and the append, one transaction
+                self._in_turns(cur, held)
+                return cur.execute(query, args).fetchone()
 
         row = self._call("appending", call, run_id=run_id, stream=stream)
         assert row is not None  # the function always returns one row
@@ -1483,7 +1500,9 @@ class PostgresJournal:
                 done += cur.rowcount
             return done
 
+        held = tuple(self._held_turns())
         with self._transaction("rewriting records", run_id=run_id, stream=stream) as cur:
+            self._in_turns(cur, held)
             if own:
                 assert lease is not None
                 epoch, stored, _ = self._lock_run(cur, run_id)
@@ -1532,6 +1551,18 @@ class PostgresJournal:
         def vacuum(cur: psycopg.Cursor[Any]) -> None:
             cur.execute("vacuum journal_records")
 
+        def rewrite(cur: psycopg.Cursor[Any]) -> bool:
+            # waits at most a second for the table's lock: every other session's statement on the
+            # table queues behind the request meanwhile
+            cur.execute("set lock_timeout = '1s'")
+            try:
+                cur.execute("vacuum full journal_records")
+                return True
+            except psycopg.errors.LockNotAvailable:
+                return False
+            finally:
+                cur.execute("reset lock_timeout")
+
         deadline, pause = time.monotonic() + wait_s, 0.01
         try:
             held = self._call("looking for older snapshots", look)
@@ -1539,11 +1570,22 @@ class PostgresJournal:
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 0.5)
                 held = self._call("looking for older snapshots", look)
-            self._call("vacuuming the records", vacuum)  # what it may prune, even while held
+            if held:
+                self._call("vacuuming the records", vacuum)  # what it may prune, even while held
+                return "; ".join(str(what) for (what,) in held[:5])
+            # A plain vacuum prunes the old versions, but leaves their bytes in the free space of
+            # the pages it compacts (it moves the live rows, and zeroes nothing): an erased
+            # commit's text stayed there, on disk after a checkpoint. A full vacuum writes the
+            # table's live rows (and its TOAST table's) to new files, and the old ones are removed.
+            while not self._call("rewriting the records' table", rewrite):
+                if time.monotonic() >= deadline:
+                    return (
+                        "a session holding a lock on journal_records (the table could not be rewritten "
+                        "within the wait)"
+                    )
+                time.sleep(0.2)
         except JournalError as exc:
             return f"the vacuum failed ({exc}); the server's autovacuum prunes them later"
-        if held:
-            return "; ".join(str(what) for (what,) in held[:5])
         with self._prune_mutex:
             if self._unpruned == xid:
                 self._unpruned = None
@@ -1591,7 +1633,50 @@ class PostgresJournal:
                     sql.Literal(_TURN_LOCK), sql.Literal(name), sql.Literal(_TURN_LOCK), sql.Literal(under)
                 )
             cur.execute(query)
-            yield
+            # Pass the turn's gate: wait for every commit still being made in the turn by its last
+            # holder, whose session may have ended (killed, its connection lost) while that holder
+            # went on (``_in_turns``); what it commits is then there for this holder to read.
+            for verb in ("lock", "unlock"):
+                gate = sql.SQL("select pg_advisory_{}({}, hashtext(current_schema() || ':' || {}))")
+                cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(name)))
+            held = self._held_turns()
+            held.append((name, cur.connection.info.backend_pid))
+            try:
+                yield
+            finally:
+                held.pop()
+
+    def _held_turns(self) -> list[tuple[str, int]]:
+        held: list[tuple[str, int]] | None = getattr(self._turns_held, "turns", None)
+        if held is None:
+            held = self._turns_held.turns = []
+        return held
+
+    def _in_turns(self, cur: psycopg.Cursor[Any], held: Sequence[tuple[str, int]]) -> None:
+        """In a commit's transaction, made by a thread holding ``held`` turns: hold each turn's gate
+        shared until the commit ends, then check that the turn's session holds the turn still.
+
+        A turn is an advisory lock of another session than the commit's. When that session ends
+        (killed by an administrator, its connection lost), the lock goes with it and another host
+        may take the turn while this holder goes on, unaware: before, its commit then went in beside
+        the other host's, and an update or a forget the other host had acknowledged was overridden,
+        one memory left with two live versions. Now such a commit is refused, and nothing is
+        committed; and a session ending after the check is harmless, as the next holder passes the
+        gate only once this commit has ended (``turn``), and reads what it committed.
+
+        Raises:
+            JournalUnavailable: a turn is no longer held.
+        """
+        for name, pid in held:
+            gate = "select pg_advisory_xact_lock_shared(%s, hashtext(current_schema() || ':' || %s))"
+            cur.execute(gate, (_TURN_GATE, name))
+            row = cur.execute(_TURN_HELD, (pid, _TURN_LOCK, name)).fetchone()
+            if row is None or not row[0]:
+                raise JournalUnavailable(
+                    f"the PostgreSQL journal at {self._location} no longer holds the turn {name!r} for "
+                    "this process (the session that held it ended: killed, or its connection lost), "
+                    "so another host may have taken it: nothing was committed; retry"
+                )
 
     def stream_heads(self, stream: str) -> dict[str, int]:
         """For every run with records in ``stream``: the sequence number of its last one (one

@@ -176,3 +176,56 @@ def test_a_snapshot_that_ends_while_the_erase_waits_is_waited_for_not_reported(
             ends.join()
             reader.close()
         assert pages(MARK.encode()) == 0
+
+
+def test_an_erased_commit_lowest_on_its_page_leaves_no_byte_in_the_pages_free_space(
+    tmp_path: Path, postgres_dsn: str, pages: Any
+) -> None:
+    """A vacuum prunes a rewritten row's old version and compacts its page: it moves the live rows
+    and zeroes nothing, so the bytes of an old version that lay below every live row stay in the
+    page's free space. The erased commit here is the last row its page holds (filled so that
+    nothing after it fits there). The erase now rewrites the table whole (``vacuum full``)."""
+    import psycopg
+
+    with admin_connection() as admin:
+        where = admin.execute(
+            "select extnamespace::regnamespace::text from pg_extension where extname = 'pageinspect'"
+        ).fetchone()
+    assert where is not None
+
+    def last_page_free(conn: Any) -> tuple[int, int]:
+        (size,) = conn.execute("select pg_relation_size('journal_records') / 8192").fetchone()
+        lower, upper = conn.execute(
+            f"select lower, upper from {where[0]}.page_header("
+            f"{where[0]}.get_raw_page('journal_records', %s))",
+            (int(size) - 1,),
+        ).fetchone()
+        return int(size) - 1, int(upper) - int(lower)
+
+    text = (f"{MARK} " + os.urandom(700).hex())[:1400]  # inline: compressible by neither
+    with host(tmp_path, "b", postgres_dsn) as b, psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        with b.session(scope="team") as s:
+            probe = s.learn({"text": "probe " + os.urandom(700).hex()[: len(text) - 6]})
+        (tuple_len,) = conn.execute(
+            "select pg_column_size(r.*) from journal_records r where key = %s", (probe.key,)
+        ).fetchone()
+        with b.session(scope="team") as s:
+            for _ in range(40):  # fill the last page until just the target fits in it
+                _, free = last_page_free(conn)
+                if tuple_len + 4 <= free < tuple_len + 4 + 150:
+                    break
+                room = free - (tuple_len + 4 + 60) - 4 - (tuple_len - len(text))
+                filler = min(1400, room) if room > 20 and free >= tuple_len + 4 else 1400
+                s.learn({"text": "filler " + os.urandom(filler).hex()[: max(1, filler - 7)]})
+            else:
+                pytest.fail("could not fill the page")
+            page, _ = last_page_free(conn)
+            target = s.learn({"text": text, "tags": [f"{MARK}tag"]})
+        where_key = "select ctid::text from journal_records where key = %s"
+        (ctid,) = conn.execute(where_key, (target.key,)).fetchone()
+        assert ctid.startswith(f"({page},")  # on that page, the last row it has room for
+        b.sync()
+        assert pages(MARK.encode()) > 0
+        with b.session(scope="privacy") as s:
+            s.erase(target.key, reason="asked")
+        assert pages(MARK.encode()) == 0

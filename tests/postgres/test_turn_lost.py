@@ -1,0 +1,115 @@
+"""A turn whose session ended while its holder went on: the holder's commits in it are refused.
+
+A turn is an advisory lock held by a session of its own; a commit goes out on another. When the
+turn's session ends (an administrator's ``pg_terminate_backend``, a lost connection), the lock goes
+with it and another host may take the turn. Before, the first holder, unaware, committed beside the
+second: an update or a forget the second host had acknowledged was overridden, and one memory was
+left with two live versions. Who holds what is read from the server's lock table, never a clock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from journal import JournalUnavailable
+from tests.postgres.conftest import OpenPg
+
+
+def _turn_session(dsn: str, name: str) -> int:
+    """The backend pid holding the turn ``name`` (exclusively)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select pid from pg_locks l where l.locktype = 'advisory' and l.granted and l.objsubid = 2"
+            " and l.classid = 1953854062 and l.mode = 'ExclusiveLock'"
+            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
+            (name,),
+        ).fetchone()
+    assert row is not None, f"nobody holds the turn {name!r}"
+    return int(row[0])
+
+
+def _terminate(dsn: str, pid: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.mark.parametrize("write", ["append", "rewrite"])
+def test_a_commit_in_a_turn_whose_session_ended_is_refused_and_the_next_holders_stands(
+    open_pg: OpenPg, postgres_dsn: str, write: str
+) -> None:
+    a, b = open_pg(), open_pg()
+    info, lease = a.begin("f", "s", {})
+    a.append(lease, "memory-learn", {"text": "version zero"}, key="k0")
+    _, lease_b = b.begin("f", "s", {})
+    with pytest.raises(JournalUnavailable), a.turn("memory-scope:s", under="w"):
+        _terminate(postgres_dsn, _turn_session(postgres_dsn, "memory-scope:s"))
+        with b.turn("memory-scope:s", under="w"):  # another host takes the turn now free
+            b.append(lease_b, "memory-learn", {"text": "version B"}, key="kb")
+        with pytest.raises(JournalUnavailable, match="no longer holds the turn 'memory-scope:s'"):
+            if write == "append":
+                a.append(lease, "memory-learn", {"text": "version A"}, key="ka")
+            else:
+                a.rewrite_payloads(info.run_id, "memory-learn", {1: {"text": ""}}, pad="pad", lease=lease)
+    # nothing of the refused commit went in; the turn's end says so too (JournalUnavailable above)
+    assert [r.key for r in a.read(info.run_id, "memory-learn")] == ["k0"]
+    assert a.read(info.run_id, "memory-learn")[0].payload == {"text": "version zero"}
+    # the journal goes on: a new turn, a commit in it
+    with a.turn("memory-scope:s", under="w"):
+        assert a.append(lease, "memory-learn", {"text": "version A"}, key="ka").seq == 2
+
+
+def test_the_next_holder_of_a_turn_waits_for_a_commit_its_last_holder_is_making_in_it(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    """A turn's session may end just after the commit's check that it holds the turn: the commit
+    then holds the turn's gate, and the next holder passes the gate only once the commit has ended,
+    so it reads what the commit made."""
+    a, b = open_pg(), open_pg()
+    for jr in (a, b):
+        jr.runs()  # migrated
+    log: list[str] = []
+    with psycopg.connect(postgres_dsn) as committing:  # a commit in the turn, in flight
+        committing.execute(
+            "select pg_advisory_xact_lock_shared(%s, hashtext(current_schema() || ':' || %s))",
+            (0x74676174, "memory-scope:s"),
+        )
+
+        def take() -> None:
+            with b.turn("memory-scope:s"):
+                log.append("taken")
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        _until_gate_waited(postgres_dsn)
+        assert log == []
+        log.append("committed")
+        committing.commit()
+    taker.join(30)
+    assert log == ["committed", "taken"]
+
+
+def _until_gate_waited(dsn: str) -> None:
+    while True:  # bounded by the test's timeout
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pg_locks where locktype = 'advisory' and not granted"
+                " and objsubid = 2 and classid = %s",
+                (0x74676174,),
+            ).fetchone()
+        if row and row[0]:
+            return
+        threading.Event().wait(0.01)
+
+
+def test_a_commit_in_a_turn_held_throughout_goes_in_as_before(open_pg: OpenPg, postgres_dsn: str) -> None:
+    a = open_pg()
+    info, lease = a.begin("f", "s", {})
+    with a.turn("memory-scope:s", under="w"), a.turn("memory-scope:t", under="w"):
+        a.append(lease, "memory-learn", {"n": 1}, key="k1")
+    with a.turn("w"):  # the wider turn alone
+        a.append(lease, "memory-learn", {"n": 2}, key="k2")
+    a.append(lease, "memory-learn", {"n": 3}, key="k3")  # in no turn
+    assert [r.key for r in a.read(info.run_id, "memory-learn")] == ["k1", "k2", "k3"]
