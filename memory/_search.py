@@ -968,13 +968,32 @@ class Search:
                 )
             )
         out.sort(key=_best_first, reverse=True)
+        checked = set() if aligned else set(by_words)  # what the words' read checked, before any embedding
+        if aligned:  # its words were embedded meanwhile, which may take seconds: look again
+            out = self._still_live(out, scope, now)
         answers = out[:limit]
-        fresh = [x.finding for x in answers if x.finding.id < 0 and x.finding.key not in by_words]
+        fresh = [x.finding for x in answers if x.finding.id < 0 and x.finding.key not in checked]
         if fresh:
             for listing in listings:
                 listing.check(fresh)  # the files of what the read returns, unchanged since indexed
             self._served(fresh)
         return answers
+
+    def _still_live(self, answers: list[Explained], scope: str | None, now: int) -> list[Explained]:
+        """The ``answers`` still live: none retired since (its retired file looked at again), an
+        unsynced one's file still there or its row synced since, a row read again and not retired
+        or expired. A hybrid ``why`` embeds the answers' words after reading them; a forget, an
+        update or an erase that returned meanwhile was still answered before."""
+        _, retired = self._sources(scope)
+        keys = [x.finding.key for x in answers]
+        kept = {k for k in keys if k not in retired or not self._hides(retired, k)}
+        files = {
+            x.finding.key
+            for x in answers
+            if x.finding.id < 0 and x.finding.key in kept and os.path.lexists(self._path_of(x.finding))
+        }
+        rows = {r.key for r in self._db.live_rows([k for k in keys if k in kept and k not in files], now)}
+        return [x for x in answers if x.finding.key in files or x.finding.key in rows]
 
     def _aligned(self, subject: str, asked: Any, findings: Mapping[str, Recalled]) -> dict[str, float]:
         """Each finding's word alignment with ``subject`` (``memory._align``; ``asked``: the

@@ -93,6 +93,11 @@ def _schema_is_ours(conn: sqlite3.Connection) -> bool:
     )
 
 
+#: how long a statement on the vectors file waits for another connection's lock, or a checkpoint
+#: for another connection's read, before it is answered busy (read when a connection is made)
+BUSY_WAIT_S = 30.0
+
+
 def vectors_path(db_path: Path) -> Path:
     """Where a store's vectors live: ``<db-dir>/flows-cache/vectors.sqlite3``."""
     return cache_dir(db_path) / VECTORS_FILE
@@ -179,7 +184,7 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection | None:
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)
-        conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(str(path), timeout=BUSY_WAIT_S, check_same_thread=False, isolation_level=None)
     except (OSError, sqlite3.Error):
         return None
     try:
@@ -490,11 +495,20 @@ class VectorIndex:
         return gone
 
     def _unstore(self, keys: list[str]) -> None:
-        """Delete the stored vectors of ``keys`` again, and every snapshot (one may have taken them)."""
-        conn = self._db()
-        if conn is not None:
-            _delete(conn, keys)
-        _unlink_snapshots(self._path.parent)
+        """Delete the stored vectors of ``keys`` again, for good, and every snapshot (one may have
+        taken them): their finding was retired or erased while they were derived, and an erase that
+        has returned must leave no vector of it. As the erase's own delete (``erase_vectors``): the
+        rows deleted and the write-ahead log truncated, checked, or else the vectors file removed
+        whole. Before, a delete whose checkpoint another reader kept waiting left the vector's bytes
+        in the log after the erase had returned.
+
+        Raises:
+            Unwritable: the vectors file had to be removed and could not be.
+        """
+        if self._conn is not None:  # this process's connection: the file may have to go whole
+            self._give_up()
+            self._opened = False  # opened again (made anew if it went) when next used
+        _erase_at(self._path, keys)
 
     def vectors(self, findings: Sequence[Recalled], held: Callable[[list[str]], set[str]]) -> np.ndarray:
         """One unit vector per finding (float32, shape (n, dims)), derived where none is kept
@@ -588,7 +602,18 @@ def _snapshot_rows(fh: BinaryIO, want: Any) -> tuple[int, int] | None:
     (count,) = shape
     if type(count) is not int or count < 0 or offset + count * want.itemsize != size.st_size:
         return None
+    if size.st_blocks * 512 + _SPARSE_SLACK < size.st_size:
+        # a file with holes: what a snapshot's writer never makes (every byte is written), and what
+        # makes a header's count of billions of rows cost 4 KiB of disk; a search would copy every
+        # row it claims into memory, gigabytes, and be killed or fail (a file system that compresses
+        # may count fewer blocks too: its snapshot is passed over, and the vectors file read instead)
+        return None
     return count, offset
+
+
+#: the bytes a snapshot's allocated blocks may fall short of its size (a tail the file system
+#: keeps inline, or a block of zeros it did not allocate)
+_SPARSE_SLACK = 1 << 16
 
 
 def _texts_of(findings: Sequence[Recalled]) -> Callable[[list[str]], Mapping[str, str]]:
@@ -648,7 +673,11 @@ def erase_vectors(db_path: Path, keys: Sequence[str]) -> None:
     Raises:
         Unwritable: the file could not be removed (the erase fails, to be finished by the next).
     """
-    path = vectors_path(db_path)
+    _erase_at(vectors_path(db_path), keys)
+
+
+def _erase_at(path: Path, keys: Sequence[str]) -> None:
+    """``erase_vectors`` of the vectors file at ``path``."""
     _unlink_snapshots(path.parent)
     if not keys or not any(os.path.lexists(f"{path}{suffix}") for suffix in ("", "-wal")):
         return

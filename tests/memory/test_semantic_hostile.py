@@ -129,6 +129,32 @@ def test_a_snapshot_whose_header_claims_another_count_is_passed_over(db: Path) -
         assert len(toy.seen) == len(keys) + 1, count  # every vector derived again, and the question
 
 
+def test_a_sparse_snapshot_whose_header_claims_millions_of_rows_is_passed_over(db: Path) -> None:
+    """A snapshot with a well-formed header claiming 2**24 rows, made exactly that long with a hole
+    (a few KiB of disk): its size agrees with its header, and a search mapped it and copied every
+    row it claimed into memory (a file claiming tens of gigabytes: the process killed, or a
+    MemoryError). A file with holes is no snapshot a store wrote: it is passed over, every vector
+    read from the vectors file, and the search answers."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    from memory._vectors import VectorIndex
+
+    _, toy, snap = _snapshotted(db)
+    dtype = np.load(snap, allow_pickle=False).dtype
+    count = 2**24
+    with snap.open("wb") as fh:
+        header = {"descr": npy.dtype_to_descr(dtype), "fortran_order": False, "shape": (count,)}
+        npy.write_array_header_1_0(fh, header)
+        fh.truncate(fh.tell() + count * dtype.itemsize)
+    assert snap.stat().st_blocks * 512 < 1 << 20 < snap.stat().st_size
+    assert VectorIndex(db, toy)._mapped_snapshot() is None  # never mapped
+    toy.seen.clear()
+    with _store(db, toy) as s:
+        assert len(s.why("zebras", mode="semantic", limit=5)) == 5
+    assert toy.seen == ["zebras"]  # every finding's vector read from the vectors file
+
+
 def _erasable(db: Path) -> tuple[str, bytes, Toy]:
     """A secret and another finding, their vectors derived; the secret's key and stored vector."""
     toy = Toy()
