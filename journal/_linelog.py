@@ -1158,7 +1158,9 @@ class LineLog(Generic[T]):
         except OSError as exc:
             raise JournalUnwritable(
                 f"synced {self._path} but could not record it in {self._mark}: {exc.strerror or exc}; "
-                "check the disk, then retry",
+                "the appends it held are not acknowledged, but they are on disk and stand as records "
+                "(the run's resume, or flows check --repair, publishes them): check the disk, then "
+                "resume the run rather than append them again",
                 path=self._mark,
             ) from exc
         if ino == self._cached_ino:

@@ -215,6 +215,7 @@ class StdinLines:
                 await self._wire.write(oversized_answer(line[1], self._limit))
                 continue
             if not line:
+                self._wire.ended()
                 await self._asked.answered()  # the requests read before the end are answered first
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")  # as the SDK's own stdio transport reads
@@ -233,6 +234,8 @@ class StdoutWire:
         self._loop = asyncio.get_running_loop()
         self.asked = Asked()
         self._fd = _claim(1, 2)
+        self._ended_at: float | None = None  # when stdin ended (the loop's clock)
+        self._moved_at = self._loop.time()  # when a write last finished
         self._out: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]]] = queue.SimpleQueue()
         threading.Thread(target=self._drain, name="flows-mcp-stdout", daemon=True).start()
 
@@ -250,6 +253,7 @@ class StdoutWire:
 
     def _settle(self, done: asyncio.Future[None], error: OSError | None) -> None:
         def settle() -> None:
+            self._moved_at = self._loop.time()
             if done.done():
                 return
             if error is None:
@@ -260,12 +264,29 @@ class StdoutWire:
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             self._loop.call_soon_threadsafe(settle)
 
+    def ended(self) -> None:
+        """Note that stdin has ended: from now on a write that has not finished after ``END_WAIT_S``
+        seconds with no write finishing is given up (``write``)."""
+        if self._ended_at is None:
+            self._ended_at = self._loop.time()
+
     async def write(self, text: str) -> None:
-        """Write ``text`` whole; raises ``anyio.ClosedResourceError`` once the client is gone."""
+        """Write ``text`` whole; raises ``anyio.ClosedResourceError`` once the client is gone.
+
+        Once stdin has ended, a client that does not read stdout (its pipe full, the write blocked)
+        counts as gone after ``END_WAIT_S`` seconds in which no write finished: the write is given
+        up, and the session ends. Before, the server never exited: the SDK's writer waited on the
+        blocked write for good, after the session's root run had ended."""
         done = self._loop.create_future()
         self._out.put((text.encode("utf-8"), done))
         try:
-            await done
+            while not done.done():
+                await asyncio.wait({done}, timeout=1.0)
+                ended = self._ended_at
+                quiet = None if ended is None else self._loop.time() - max(ended, self._moved_at)
+                if not done.done() and quiet is not None and quiet > END_WAIT_S:
+                    raise BrokenPipeError("the client reads no answer since stdin ended")
+            done.result()
         except OSError as exc:
             self.asked.wrote(text, delivered=False)
             raise anyio.ClosedResourceError from exc
