@@ -60,7 +60,7 @@ from memory._finding import (
     retirements_in,
 )
 from memory._paths import QUARANTINE_DIR, learned_dir, retired_dir, scan_scopes
-from memory._publisher import refuse_links
+from memory._publisher import HOLDER_FILE, refuse_links
 from memory._safe import Folder, describe
 from memory._store import MemoryStore
 from staging import DEFAULT_SWEEP_AGE_S, stale_stages, sweep
@@ -277,6 +277,7 @@ def _file_problems(ctx: _Context) -> set[str]:
                 True,
             )
         )
+    _holder_problems(ctx, [p.parent for p in (*folders, *ctx.retired_folders)])
     for directory in folders:
         try:
             folder = Folder.open(ctx.store.db_path.parent, directory)
@@ -422,6 +423,33 @@ def _stale(path: Path, cited: journal.Record, newest: journal.Record | None) -> 
         "republish it from the newest commit",
         True,
     )
+
+
+def _holder_problems(ctx: _Context, turn_dirs: Iterable[Path]) -> None:
+    """A scope's ``turn-holder`` file that is not a regular file (a link, a folder, a FIFO): every
+    update, forget and erase of the scope fails with ``memory_unwritable`` naming it, as the file
+    is never opened through a link or as anything but a file; reported, and moved aside by repair."""
+    for directory in dict.fromkeys(turn_dirs):
+        holder = directory / HOLDER_FILE
+        try:
+            st = os.lstat(holder)
+        except OSError:  # none yet (no turn taken), or unreadable: the turn says so when taken
+            continue
+        if stat.S_ISREG(st.st_mode):
+            continue
+        link, folder = stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode)
+        what = "a link" if link else "a folder" if folder else "not a regular file"
+        ctx.problems.append(
+            Problem(
+                "holder_wrong",
+                str(holder),
+                f"{holder} is {what} where the scope's turn-holder file belongs: every update, forget "
+                "and erase of the scope fails (memory_unwritable) while it is there",
+                f"move it to {QUARANTINE_DIR}/ (the link itself, never what it points to); the next "
+                "turn makes the file anew",
+                True,
+            )
+        )
 
 
 def _retired_problems(ctx: _Context) -> set[str]:
@@ -1078,7 +1106,7 @@ def repair_store(
         path = Path(problem.path)
         if problem.kind == "stage_stale":
             actions += _repair_stage(path, sweep_age_s, now, move_aside)
-        elif problem.kind == "folder_wrong":
+        elif problem.kind in ("folder_wrong", "holder_wrong"):
             if os.path.lexists(path):
                 move_aside(path)
         else:

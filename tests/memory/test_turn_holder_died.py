@@ -13,6 +13,7 @@ from the journal first.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,35 @@ def test_a_holder_naming_a_run_with_a_damaged_record_does_not_keep_the_scopes_wr
         texts = sorted(r.text for r in store.recall(scope="a"))
         assert texts == ["alice likes coffee now", "another finding"]
         assert [p.kind for p in memory.check_store(store)] == ["record_corrupt"]
+
+
+@pytest.mark.parametrize("planted", ["folder", "link", "fifo"])
+def test_a_holder_file_that_is_not_a_file_is_reported_by_check_and_moved_aside_by_repair(
+    tmp_path: Path, planted: str
+) -> None:
+    """Every update, forget and erase of the scope fails while a link, a folder or a FIFO stands
+    where its turn-holder file belongs (the file is never opened through one): ``flows check``
+    reports it (``holder_wrong``) and ``--repair`` moves it aside, after which they work again."""
+    db = tmp_path / "store" / "history.db"
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"untouched")
+    with memory.MemoryStore(db) as store:
+        holder = _updated(store)
+        holder.unlink()
+        if planted == "folder":
+            holder.mkdir()
+        elif planted == "link":
+            holder.symlink_to(outside)
+        else:
+            os.mkfifo(holder)
+        (current,) = store.recall(scope="a")
+        with pytest.raises(memory.Unwritable), store.session(scope="a") as s:
+            s.update(current.memory_id, {"text": "alice likes water", "source": "me"})
+        problems = memory.check_store(store)
+        assert [(p.kind, p.path, p.repairable) for p in problems] == [("holder_wrong", str(holder), True)]
+        memory.repair_store(store, problems)
+        assert memory.check_store(store) == []
+        assert outside.read_bytes() == b"untouched"
+        with store.session(scope="a") as s:
+            s.update(current.memory_id, {"text": "alice likes water", "source": "me"})
+        assert [r.text for r in store.recall(scope="a")] == ["alice likes water"]
