@@ -1531,7 +1531,11 @@ class PostgresJournal:
 
         The look comes first and the vacuum after it: no snapshot older than the rewrite can begin
         once none is open, so a vacuum begun after a look that found none prunes them (a vacuum
-        first and a look after would miss a snapshot that ended in between, and say pruned)."""
+        first and a look after would miss a snapshot that ended in between, and say pruned). With
+        none open, the vacuum is a full one (the table written anew, its old files removed): a
+        plain vacuum leaves a pruned version's bytes in its page's free space. Its lock is asked
+        for a second at a time until ``wait_s`` ends; a session keeping a lock on the table past it
+        is reported as keeping them."""
         if every:
             now = self._call(
                 "reading the server's transaction ids",
