@@ -97,10 +97,19 @@ _TURN_LOCK = 0x7475726E  # 'turn': advisory-lock namespace of ``turn``
 # 'tgat': the gate of a turn, held shared by each commit its holder makes (in the commit's own
 # transaction) and passed (taken and let go at once) by whoever takes the turn next
 _TURN_GATE = 0x74676174
+# Whether this session's role may vacuum ``journal_records`` (the server skips, with a warning
+# only, a table whose owner it is not), and the role's name; ``_MAY_VACUUM_OF`` closes it
+_MAY_VACUUM = (
+    "select (select rolsuper from pg_roles where rolname = current_user)"
+    " or pg_has_role(current_user, c.relowner, 'USAGE')"
+    " or pg_has_role(current_user,"
+    " (select datdba from pg_database where datname = current_database()), 'USAGE')"
+)
+_MAY_VACUUM_OF = ", current_user::text from pg_class c where c.oid = 'journal_records'::regclass"
 # In a commit made in a turn, after the gate is held: whether the turn's session holds it still
 _TURN_HELD = (
     "select exists(select 1 from pg_locks where locktype = 'advisory' and granted and pid = %s"
-    " and objsubid = 2 and mode = 'ExclusiveLock' and classid = %s::oid"
+    " and objsubid = 2 and mode = %s and classid = %s::oid"
     " and objid = (hashtext(current_schema() || ':' || %s))::oid)"
 )
 _ELSEWHERE_READ = 8  # other runs' records of a key an append unless elsewhere reads, at most
@@ -1567,8 +1576,23 @@ class PostgresJournal:
             finally:
                 cur.execute("reset lock_timeout")
 
+        def may_vacuum(cur: psycopg.Cursor[Any]) -> Any:
+            recent = cur.connection.info.server_version >= 170000  # a privilege of its own there
+            maintain = " or has_table_privilege(c.oid, 'MAINTAIN')" if recent else ""
+            return cur.execute(_MAY_VACUUM + maintain + _MAY_VACUUM_OF).fetchone()
+
         deadline, pause = time.monotonic() + wait_s, 0.01
         try:
+            allowed = self._call("looking at who may vacuum the records", may_vacuum)
+            if allowed is None or not allowed[0]:
+                # the server skips the vacuum of a table whose owner it is not, with a warning and
+                # no error: the erase answered as done with the old versions in the pages
+                who = "this role" if allowed is None else f"role {allowed[1]!r:.80}"
+                return (
+                    f"{who}, which may not vacuum journal_records (its owner, the database's owner or "
+                    "a superuser may): its old row versions stay in the table's pages until `flows "
+                    "check --repair` is run as one of them"
+                )
             held = self._call("looking for older snapshots", look)
             while held and time.monotonic() < deadline:
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
@@ -1640,23 +1664,28 @@ class PostgresJournal:
             # Pass the turn's gate: wait for every commit still being made in the turn by its last
             # holder, whose session may have ended (killed, its connection lost) while that holder
             # went on (``_in_turns``); what it commits is then there for this holder to read.
-            for verb in ("lock", "unlock"):
-                gate = sql.SQL("select pg_advisory_{}({}, hashtext(current_schema() || ':' || {}))")
-                cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(name)))
+            # (the wider turn's gate too: a commit made in a turn under it holds that gate as well,
+            # so one who takes the wider turn itself waits for it, as for a commit in the turn)
+            pid = cur.connection.info.backend_pid
+            mine = [(name, pid, "ExclusiveLock")] + ([] if under is None else [(under, pid, "ShareLock")])
+            for gated, _, _ in reversed(mine):
+                for verb in ("lock", "unlock"):
+                    gate = sql.SQL("select pg_advisory_{}({}, hashtext(current_schema() || ':' || {}))")
+                    cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(gated)))
             held = self._held_turns()
-            held.append((name, cur.connection.info.backend_pid))
+            held.extend(mine)
             try:
                 yield
             finally:
-                held.pop()
+                del held[-len(mine) :]
 
-    def _held_turns(self) -> list[tuple[str, int]]:
-        held: list[tuple[str, int]] | None = getattr(self._turns_held, "turns", None)
+    def _held_turns(self) -> list[tuple[str, int, str]]:
+        held: list[tuple[str, int, str]] | None = getattr(self._turns_held, "turns", None)
         if held is None:
             held = self._turns_held.turns = []
         return held
 
-    def _in_turns(self, cur: psycopg.Cursor[Any], held: Sequence[tuple[str, int]]) -> None:
+    def _in_turns(self, cur: psycopg.Cursor[Any], held: Sequence[tuple[str, int, str]]) -> None:
         """In a commit's transaction, made by a thread holding ``held`` turns: hold each turn's gate
         shared until the commit ends, then check that the turn's session holds the turn still.
 
@@ -1671,10 +1700,10 @@ class PostgresJournal:
         Raises:
             JournalUnavailable: a turn is no longer held.
         """
-        for name, pid in held:
+        for name, pid, mode in held:  # a turn held, or a wider one held shared under which it is
             gate = "select pg_advisory_xact_lock_shared(%s, hashtext(current_schema() || ':' || %s))"
             cur.execute(gate, (_TURN_GATE, name))
-            row = cur.execute(_TURN_HELD, (pid, _TURN_LOCK, name)).fetchone()
+            row = cur.execute(_TURN_HELD, (pid, mode, _TURN_LOCK, name)).fetchone()
             if row is None or not row[0]:
                 raise JournalUnavailable(
                     f"the PostgreSQL journal at {self._location} no longer holds the turn {name!r} for "

@@ -31,6 +31,7 @@ import json
 import os
 import queue
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -41,6 +42,7 @@ from flows.mcp._sessions import END_WAIT_S
 from flows.mcp._wire import MAX_REQUEST_BYTES, oversized_answer, unreadable_answer
 
 CHUNK = 65536
+_PIECE = 16384  # the most one write to stdout hands the pipe
 
 MAX_IN_FLIGHT = 32
 """The most requests handed to the SDK and not yet answered: past it stdin is not read until one is
@@ -234,8 +236,8 @@ class StdoutWire:
         self._loop = asyncio.get_running_loop()
         self.asked = Asked()
         self._fd = _claim(1, 2)
-        self._ended_at: float | None = None  # when stdin ended (the loop's clock)
-        self._moved_at = self._loop.time()  # when a write last finished
+        self._ended_at: float | None = None  # when stdin ended (``time.monotonic``)
+        self._moved_at = time.monotonic()  # when a byte was last written (by the writing thread)
         self._out: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]]] = queue.SimpleQueue()
         threading.Thread(target=self._drain, name="flows-mcp-stdout", daemon=True).start()
 
@@ -245,7 +247,10 @@ class StdoutWire:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(self._fd, view) :]
+                    # in pieces, so that a client reading slowly is seen reading (a blocking write
+                    # to a pipe returns once all of it is in)
+                    view = view[os.write(self._fd, view[:_PIECE]) :]
+                    self._moved_at = time.monotonic()
             except OSError as exc:  # the client closed its end
                 self._settle(done, exc)
             else:
@@ -253,7 +258,6 @@ class StdoutWire:
 
     def _settle(self, done: asyncio.Future[None], error: OSError | None) -> None:
         def settle() -> None:
-            self._moved_at = self._loop.time()
             if done.done():
                 return
             if error is None:
@@ -266,24 +270,25 @@ class StdoutWire:
 
     def ended(self) -> None:
         """Note that stdin has ended: from now on a write that has not finished after ``END_WAIT_S``
-        seconds with no write finishing is given up (``write``)."""
+        seconds in which no byte could be written is given up (``write``)."""
         if self._ended_at is None:
-            self._ended_at = self._loop.time()
+            self._ended_at = time.monotonic()
 
     async def write(self, text: str) -> None:
         """Write ``text`` whole; raises ``anyio.ClosedResourceError`` once the client is gone.
 
         Once stdin has ended, a client that does not read stdout (its pipe full, the write blocked)
-        counts as gone after ``END_WAIT_S`` seconds in which no write finished: the write is given
-        up, and the session ends. Before, the server never exited: the SDK's writer waited on the
-        blocked write for good, after the session's root run had ended."""
+        counts as gone after ``END_WAIT_S`` seconds in which no byte could be written: the write is
+        given up, and the session ends. A client that reads, however slowly, gets every answer.
+        Before, the server never exited: the SDK's writer waited on the blocked write for good,
+        after the session's root run had ended."""
         done = self._loop.create_future()
         self._out.put((text.encode("utf-8"), done))
         try:
             while not done.done():
                 await asyncio.wait({done}, timeout=1.0)
                 ended = self._ended_at
-                quiet = None if ended is None else self._loop.time() - max(ended, self._moved_at)
+                quiet = None if ended is None else time.monotonic() - max(ended, self._moved_at)
                 if not done.done() and quiet is not None and quiet > END_WAIT_S:
                     raise BrokenPipeError("the client reads no answer since stdin ended")
             done.result()

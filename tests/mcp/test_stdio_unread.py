@@ -9,6 +9,7 @@ write, and the process never exited. Once stdin has ended, a write that has not 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -76,3 +77,54 @@ def test_a_client_that_reads_no_answer_and_closes_stdin_lets_the_server_exit(tmp
     assert waited < 30  # bounded by the wait, not by the client
     [run] = mcp_runs(db)
     assert run.state is RunState.DONE
+
+
+def test_a_client_reading_slowly_after_stdin_ends_gets_every_answer_whole(tmp_path: Path) -> None:
+    """Answers larger than the pipe (three findings of 40,000 characters each, recalled) take a
+    client reading 64 KiB a second longer than the server's wait to take in: bytes move the whole
+    time, so the client is reading, and every answer reaches it whole. (Counted by whole writes,
+    the server gave the first answer up part-written and exited.)"""
+    db = tmp_path / "history.db"
+    argv = [sys.executable, "-c", _SERVER, "1", "mcp", "--db", str(db)]
+    big = "x" * 40_000
+    learns = [{"name": "learn", "arguments": {"text": f"finding {i} {big}"}} for i in range(3)]
+    first = b"".join(
+        [_requests()[: _requests().index(b'{"jsonrpc": "2.0", "id": "learn"')]]
+        + [
+            _line({"jsonrpc": "2.0", "id": f"l{i}", "method": "tools/call", "params": p})
+            for i, p in enumerate(learns)
+        ]
+    )
+    recalls = [{"name": "recall", "arguments": {"limit": 3}}] * 2
+    then = b"".join(
+        _line({"jsonrpc": "2.0", "id": f"r{i}", "method": "tools/call", "params": p})
+        for i, p in enumerate(recalls)
+    )
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(),
+        cwd=ROOT,
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+        out = server.stdout.fileno()
+        server.stdin.write(first)
+        server.stdin.flush()
+        got = b""
+        while got.count(b'"id":"l') < 3:  # the learns answered, read at once
+            got += os.read(out, 65536)
+        server.stdin.write(then)
+        server.stdin.close()  # then read 6,400 bytes every 0.1 s: 64 KiB a second, never stalled
+        while data := os.read(out, 6400):
+            got += data
+            time.sleep(0.1)
+        rc = server.wait(timeout=60)
+        stderr = server.stderr.read().decode()
+    assert rc == 0, stderr[-2000:]
+    answers = [json.loads(line) for line in got.splitlines()]  # every line whole: one answer each
+    assert sorted(a["id"] for a in answers if a["id"].startswith("r")) == ["r0", "r1"]
+    for answer in answers:
+        if answer["id"].startswith("r"):
+            assert big in json.dumps(answer["result"])

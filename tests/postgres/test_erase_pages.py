@@ -12,6 +12,7 @@ TOAST table with ``pageinspect``, dead row versions included.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -229,3 +230,54 @@ def test_an_erased_commit_lowest_on_its_page_leaves_no_byte_in_the_pages_free_sp
         with b.session(scope="privacy") as s:
             s.erase(target.key, reason="asked")
         assert pages(MARK.encode()) == 0
+
+
+def test_an_erase_by_a_role_that_may_not_vacuum_the_records_is_pending_until_its_owner_repairs(
+    tmp_path: Path, postgres_dsn: str, pages: Any
+) -> None:
+    """A host whose role may write every table of the journal but does not own ``journal_records``:
+    the server skips its vacuum with a warning and no error, and the erase answered as done with
+    the old row versions (the erased text) in the table's pages. It is pending, saying why, and
+    ``flows check --repair`` run as the owner finishes it."""
+    import secrets
+
+    import psycopg
+    from psycopg import sql
+
+    from memory._erase import pending_markers
+    from tests.adversarial.memory_support import flows
+
+    role = f"flows_test_writer_{secrets.token_hex(4)}"
+    schema = postgres_dsn.rsplit("search_path%3D", 1)[1]
+    with admin_connection() as admin:
+        admin.execute(sql.SQL("create role {} login").format(sql.Identifier(role)))
+    try:
+        with host(tmp_path, "a", postgres_dsn) as a:  # the owner makes the schema and the secret
+            learned = _learned(a, f"{MARK} ana lives in oslo")
+        with admin_connection() as admin:
+            for grant in (
+                "grant usage on schema {} to {}",
+                "grant all on all tables in schema {} to {}",
+                "grant all on all sequences in schema {} to {}",
+                "grant execute on all functions in schema {} to {}",
+            ):
+                admin.execute(sql.SQL(grant).format(sql.Identifier(schema), sql.Identifier(role)))
+        writer_dsn = postgres_dsn.replace("://postgres@", f"://{role}@", 1)
+        assert writer_dsn != postgres_dsn
+        db = tmp_path / "b" / "history.db"
+        with host(tmp_path, "b", writer_dsn) as b:
+            b.sync()
+            with b.session(scope="privacy") as s, pytest.raises(memory.ErasePending) as caught:
+                s.erase(learned.key, reason="ana asked")
+            assert f"role '{role}', which may not vacuum journal_records" in str(caught.value)
+            assert [r.text for r in b.recall(scope="team")] == ["a finding that stays"]
+            assert [p.kind for p in memory.check_store(b)] == ["erase_pending"]
+        assert pages(MARK.encode()) > 0  # the old row version, which only the owner may prune
+        owner = {"FLOWS_JOURNAL": postgres_dsn}
+        assert flows(db, "check", "--repair", env=owner).returncode == 0
+        assert pending_markers(db) == []
+        assert pages(MARK.encode()) == 0
+    finally:
+        with admin_connection() as admin, contextlib.suppress(psycopg.Error):
+            admin.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))

@@ -9,6 +9,7 @@ left with two live versions. Who holds what is read from the server's lock table
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import psycopg
@@ -113,3 +114,54 @@ def test_a_commit_in_a_turn_held_throughout_goes_in_as_before(open_pg: OpenPg, p
         a.append(lease, "memory-learn", {"n": 2}, key="k2")
     a.append(lease, "memory-learn", {"n": 3}, key="k3")  # in no turn
     assert [r.key for r in a.read(info.run_id, "memory-learn")] == ["k1", "k2", "k3"]
+
+
+def test_one_who_takes_the_wider_turn_waits_for_a_commit_made_in_a_turn_under_it(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    """A commit made in a scope's turn (held under the wider turn of every scope) holds the wider
+    turn's gate too. Its turn's session ends after the commit's check, while the commit waits (here
+    on a lock of the table): the wider turn is free, and a forget by filter takes it; it must wait
+    for the commit before it reads. Before, it passed its gate at once and forgot the version the
+    commit then replaced: an acknowledged forget overridden."""
+    a, b = open_pg(), open_pg()
+    _, lease = a.begin("f", "s", {})
+    b.runs()
+    log: list[str] = []
+    with psycopg.connect(postgres_dsn) as admin:  # holds every insert into the records back
+        admin.execute("lock table journal_records in share mode")
+
+        def commit_in_scope_turn() -> None:
+            with contextlib.suppress(JournalUnavailable), a.turn("memory-scope:s", under="memory-scopes"):
+                a.append(lease, "memory-learn", {"text": "version A"}, key="ka")
+                log.append("a committed")
+
+        committer = threading.Thread(target=commit_in_scope_turn, daemon=True)
+        committer.start()
+        _until_insert_waits(postgres_dsn)  # past its check, held back by the table's lock
+        _terminate(postgres_dsn, _turn_session(postgres_dsn, "memory-scope:s"))
+
+        def take_wider() -> None:
+            with b.turn("memory-scopes"):
+                log.append("b took the wider turn")
+
+        taker = threading.Thread(target=take_wider, daemon=True)
+        taker.start()
+        _until_gate_waited(postgres_dsn)
+        assert log == []
+        admin.commit()  # the commit goes in; then the wider turn's holder goes on
+    committer.join(30)
+    taker.join(30)
+    assert log == ["a committed", "b took the wider turn"]
+
+
+def _until_insert_waits(dsn: str) -> None:
+    while True:  # bounded by the test's timeout
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pg_locks where locktype = 'relation' and not granted"
+                " and relation = 'journal_records'::regclass"
+            ).fetchone()
+        if row and row[0]:
+            return
+        threading.Event().wait(0.01)
