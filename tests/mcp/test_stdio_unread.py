@@ -26,6 +26,12 @@ _SERVER = (
 )
 
 
+def _server(argv: list[str]) -> subprocess.Popen[bytes]:
+    """The server process, every stream a pipe."""
+    pipe = subprocess.PIPE
+    return subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, env=server_env(), cwd=ROOT)
+
+
 def _line(obj: object) -> bytes:
     return (json.dumps(obj) + "\n").encode()
 
@@ -53,14 +59,7 @@ def _requests() -> bytes:
 def test_a_client_that_reads_no_answer_and_closes_stdin_lets_the_server_exit(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     argv = [sys.executable, "-c", _SERVER, str(WAIT_S), "mcp", "--db", str(db)]
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=server_env(),
-        cwd=ROOT,
-    ) as server:
+    with _server(argv) as server:
         assert server.stdin is not None and server.stderr is not None
         try:
             server.stdin.write(_requests())
@@ -100,14 +99,7 @@ def test_a_client_reading_slowly_after_stdin_ends_gets_every_answer_whole(tmp_pa
         _line({"jsonrpc": "2.0", "id": f"r{i}", "method": "tools/call", "params": p})
         for i, p in enumerate(recalls)
     )
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=server_env(),
-        cwd=ROOT,
-    ) as server:
+    with _server(argv) as server:
         assert server.stdin is not None and server.stdout is not None and server.stderr is not None
         out = server.stdout.fileno()
         server.stdin.write(first)

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from journal import JournalUnavailable
+from journal.postgres import PostgresJournal
 from tests.postgres.conftest import OpenPg
 
 
@@ -78,12 +79,7 @@ def test_the_next_holder_of_a_turn_waits_for_a_commit_its_last_holder_is_making_
             (0x74676174, "memory-scope:s"),
         )
 
-        def take() -> None:
-            with b.turn("memory-scope:s"):
-                log.append("taken")
-
-        taker = threading.Thread(target=take, daemon=True)
-        taker.start()
+        taker = _taking(b, "memory-scope:s", log, "taken")
         _until_gate_waited(postgres_dsn)
         assert log == []
         log.append("committed")
@@ -92,13 +88,29 @@ def test_the_next_holder_of_a_turn_waits_for_a_commit_its_last_holder_is_making_
     assert log == ["committed", "taken"]
 
 
+def _taking(jr: PostgresJournal, name: str, log: list[str], label: str) -> threading.Thread:
+    """A thread, started, that takes the turn ``name`` and notes ``label`` in ``log`` once it holds it."""
+
+    def take() -> None:
+        with jr.turn(name):
+            log.append(label)
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    return taker
+
+
 def _until_gate_waited(dsn: str) -> None:
+    """Until some session waits for a turn's gate."""
+    _until_waiting(dsn, "locktype = 'advisory' and objsubid = 2 and classid = %s", (0x74676174,))
+
+
+def _until_waiting(dsn: str, which: str, params: tuple[object, ...]) -> None:
+    """Until some session waits for a lock ``which`` (a condition on ``pg_locks``) names."""
     while True:  # bounded by the test's timeout
         with psycopg.connect(dsn, autocommit=True) as conn:
             row = conn.execute(
-                "select count(*) from pg_locks where locktype = 'advisory' and not granted"
-                " and objsubid = 2 and classid = %s",
-                (0x74676174,),
+                f"select count(*) from pg_locks where not granted and {which}", params
             ).fetchone()
         if row and row[0]:
             return
@@ -141,12 +153,7 @@ def test_one_who_takes_the_wider_turn_waits_for_a_commit_made_in_a_turn_under_it
         _until_insert_waits(postgres_dsn)  # past its check, held back by the table's lock
         _terminate(postgres_dsn, _turn_session(postgres_dsn, "memory-scope:s"))
 
-        def take_wider() -> None:
-            with b.turn("memory-scopes"):
-                log.append("b took the wider turn")
-
-        taker = threading.Thread(target=take_wider, daemon=True)
-        taker.start()
+        taker = _taking(b, "memory-scopes", log, "b took the wider turn")
         _until_gate_waited(postgres_dsn)
         assert log == []
         admin.commit()  # the commit goes in; then the wider turn's holder goes on
@@ -156,12 +163,5 @@ def test_one_who_takes_the_wider_turn_waits_for_a_commit_made_in_a_turn_under_it
 
 
 def _until_insert_waits(dsn: str) -> None:
-    while True:  # bounded by the test's timeout
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute(
-                "select count(*) from pg_locks where locktype = 'relation' and not granted"
-                " and relation = 'journal_records'::regclass"
-            ).fetchone()
-        if row and row[0]:
-            return
-        threading.Event().wait(0.01)
+    """Until some session waits for a lock of the records' table."""
+    _until_waiting(dsn, "locktype = 'relation' and relation = 'journal_records'::regclass", ())
