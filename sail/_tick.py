@@ -163,7 +163,7 @@ def _tick(
             TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
         )
         if isinstance(decision, Swap) and _snapshot_understates(writer, now() - strategy.interval_s):
-            state = writer.rebuild()  # the ledger's tail knows a later act: it wins, and we decide again
+            state = writer.rebuild()  # the logs' tails know a later act: they win, and we decide again
             decision = strategy.decide(
                 TickState(now=now(), agent=runner.agent, last_confirmed=state.last_confirmed, chain=chain)
             )

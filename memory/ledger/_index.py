@@ -48,7 +48,12 @@ class StateBuilder:
     def __init__(self, start: Snapshot | None = None) -> None:
         self.last: LastAct | None = None if start is None else start.last_confirmed
         self.last_line: LineRef | None = None if start is None else start.last_line
+        # the latest signing of any confirmed act folded (its ``dispatch_signed`` line's time and
+        # place): what the cadence counts from when it is later than the last act's block time
         self.last_signed: LineRef | None = None if start is None else start.last_signed
+        self.signed_ts: int | None = (
+            None if start is None or start.last_confirmed is None else start.last_confirmed.signed_ts
+        )
         self.open: dict[str, OpenDispatch] = (
             {} if start is None else {d.tx_hash.lower(): d for d in start.open}
         )
@@ -180,19 +185,20 @@ class StateBuilder:
             and included.status == _CHECKED[entry.outcome]
         ):
             self.anchors = [*self.anchors[1 - RECENT_ACTS :], included]  # the newest RECENT_ACTS
+        if (
+            entry.outcome is Outcome.CONFIRMED
+            and watched is not None
+            and (self.signed_ts is None or watched.ts >= self.signed_ts)
+        ):
+            # when its tick signed it, by the agent's clock: the latest of every confirmed act's,
+            # not the last act's alone (an act mined with an earlier block time than the last one,
+            # on a chain whose clock went back, was signed later; a second final line of one
+            # dispatch, no longer watched, knows no signing and must not take it away)
+            self.signed_ts, self.last_signed = watched.ts, watched.line
         if entry.outcome is Outcome.CONFIRMED and (self.last is None or entry.ts >= self.last.ts):
             assert entry.block is not None  # a confirmed entry always has its block (schema)
-            # when its tick signed it, by the agent's clock (the cadence counts from the later of
-            # that and the block's time); unknown for a dispatch no longer watched (none is: a
-            # second final line of one dispatch) or never logged
-            self.last = LastAct(
-                ts=entry.ts,
-                block=entry.block,
-                tx_hash=entry.tx_hash,
-                signed_ts=None if watched is None else watched.ts,
-            )
+            self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
             self.last_line = LineRef(line.offset, line_sha256(line.raw))
-            self.last_signed = None if watched is None else watched.line
             # the block the chain held it in when it was ledgered (an older act has no such line)
             self.anchor = included if included is not None and included.block == entry.block else None
 
@@ -205,9 +211,9 @@ class StateBuilder:
         return Snapshot(
             ledger=ledger,
             activity=activity,
-            last_confirmed=self.last,
+            last_confirmed=None if self.last is None else replace(self.last, signed_ts=self.signed_ts),
             last_line=self.last_line,
-            last_signed=self.last_signed,
+            last_signed=None if self.last is None else self.last_signed,
             open=tuple(self.open.values()),
             unsent=tuple(self.unsent.values()),
             tokens=dict(self.tokens),

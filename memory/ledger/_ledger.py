@@ -441,7 +441,7 @@ class Ledger:
         record = self._activity_record(snap.last_signed, snap, files)
         return (
             isinstance(record, DispatchSigned | DispatchSubmitted)
-            and record.tx_hash.lower() == last.tx_hash.lower()
+            and record.action == "swap"
             and record.ts == last.signed_ts
         )
 

@@ -32,9 +32,9 @@ each tick checks those near the chain's head, not the newest alone) and ``acked`
 ``reorg_acknowledged`` lines naming one of them); a version 5 snapshot is stale, rebuilt once.
 Version 7 keeps reverted acts among the ``anchors`` too, each with the receipt's ``status`` it was
 ledgered with (a reorganisation may mine a reverted swap again where it does not revert); a version
-6 snapshot is stale, rebuilt once. Version 8 adds, to ``lastConfirmed``, when the tick that signed the
-act signed it (``signedTs``, by that tick's clock) and where its ``dispatch_signed`` line is: the
-cadence counts from the later of that and the act's block time, so a chain whose clock runs behind
+6 snapshot is stale, rebuilt once. Version 8 adds, to ``lastConfirmed``, the latest time a tick signed
+a confirmed act (``signed``: that tick's clock) and where its ``dispatch_signed`` line is: the
+cadence counts from the later of that and the last act's block time, so a chain whose clock runs behind
 the agent's cannot make every tick look an interval past its last act; a version 7 snapshot is
 stale, rebuilt once.
 """
@@ -66,10 +66,11 @@ _EDGE = 4096
 
 @dataclass(frozen=True)
 class LastAct:
-    """The agent's last confirmed act: when (``ts``, its block's time), at which ``block``, by which
-    ``tx_hash``; ``signed_ts`` is when the tick that signed it did so (that tick's clock), None when
-    the activity log holds no line of its signing (an act ledgered before such lines, or a line
-    found in the ledger's tail alone)."""
+    """The agent's last confirmed act (the latest by block time): when (``ts``, its block's time),
+    at which ``block``, by which ``tx_hash``; ``signed_ts`` is the latest time a tick signed any
+    confirmed act (that tick's clock: its ``dispatch_signed`` line), None when the activity log
+    holds no line of such a signing (acts ledgered before such lines, or a line found in the
+    ledger's tail alone)."""
 
     ts: int
     block: int
@@ -176,8 +177,8 @@ class Snapshot:
     last_confirmed: LastAct | None = None
     last_line: LineRef | None = None
     last_signed: LineRef | None = None
-    """The ``dispatch_signed`` (or ``dispatch_submitted``) line of the last confirmed act, whose
-    ``ts`` is ``last_confirmed.signed_ts``; None when ``signed_ts`` is."""
+    """The ``dispatch_signed`` (or ``dispatch_submitted``) line of the latest signing of a confirmed
+    act, whose ``ts`` is ``last_confirmed.signed_ts``; None when ``signed_ts`` is."""
     open: tuple[OpenDispatch, ...] = ()
     unsent: tuple[OpenDispatch, ...] = ()
     tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)

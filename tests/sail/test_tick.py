@@ -13,6 +13,7 @@ from memory.ledger import (
     Acted,
     ActivityInvalidRecord,
     ActivityLog,
+    ChainReorged,
     DispatchSettled,
     DispatchSigned,
     DispatchSubmitted,
@@ -20,6 +21,7 @@ from memory.ledger import (
     Outcome,
     Skipped,
     TokenMetadata,
+    acknowledge_reorg,
     agent_state,
     cadence_reason,
     reconcile,
@@ -378,6 +380,65 @@ def test_a_snapshot_forged_to_drop_the_signing_time_does_not_let_a_chain_behind_
     assert third.dispatched is None and third.skipped is not None
     assert third.skipped.reason == cadence_reason(120, INTERVAL)
     assert orjson.loads(ledger.snapshot_path.read_bytes())["lastConfirmed"]["signed"]["ts"] == signed_at
+
+
+def test_a_copy_of_the_last_confirmed_line_takes_no_signing_time_away(world: World) -> None:
+    """A second final line of one dispatch (a line copied, replayed) knows no signing: its dispatch
+    is no longer watched. Taken as the last act, it dropped the signing time, and with a chain
+    behind this clock the next tick swapped 120 s after the last. The latest signing of every
+    confirmed act counts, and a mined swap the activity log shows signed within the interval holds
+    the trade whatever the ledger says."""
+    world.clock.now += 7200
+    signed_at = world.clock.now
+    assert world.tick().dispatched is not None
+    world.clock.now += 60
+    assert world.tick().skipped is not None  # reconciled, then the cadence
+    path = world.ledger().path
+    confirmed = [line for line in path.read_bytes().splitlines() if b'"confirmed"' in line][-1]
+    with path.open("ab") as fh:
+        fh.write(confirmed + b"\n")
+    last = world.ledger().last_confirmed()
+    assert last is not None and last.signed_ts == signed_at
+    world.clock.now += 60
+    third = world.tick()
+    assert third.dispatched is None and third.skipped is not None
+    assert third.skipped.reason == cadence_reason(120, INTERVAL)
+    world.ledger().snapshot_path.unlink()  # rebuilt from the files alike
+    last = world.ledger().last_confirmed()
+    assert last is not None and last.signed_ts == signed_at
+
+
+def test_an_act_mined_with_an_earlier_block_time_than_the_last_still_counts_from_its_signing(
+    world: World,
+) -> None:
+    """The chain's clock goes back (the agent's node moved forward, then reorganised onto a branch
+    whose clock runs ten hours behind, acknowledged): the next act is stamped before the last one,
+    which stays the last by block time. Its signing was never counted, and every tick swapped."""
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    branch = tester.take_snapshot()
+    world.clock.now += 10 * 3600
+    tester.time_travel(world.clock.now)  # the chain in step with this clock
+    start = world.clock.now
+    first = world.tick().dispatched
+    assert first is not None
+    world.clock.now += 60
+    assert world.tick().skipped is not None
+    tester.revert_to_snapshot(branch)  # a branch ten hours behind
+    tester.mine_blocks(3)
+    world.clock.now += 60
+    with pytest.raises(ChainReorged):
+        world.tick()
+    acknowledge_reorg(world.sail_dir, first.tx_hash, clock=lambda: world.clock.now)
+    world.clock.now = start + INTERVAL + 100
+    assert world.tick().dispatched is not None  # the next act, due
+    signed_at = world.clock.now
+    for _ in range(3):
+        world.clock.now += 60
+        held = world.tick()
+        assert held.dispatched is None and held.skipped is not None
+    last = world.ledger().last_confirmed()
+    assert last is not None and last.tx_hash == first.tx_hash  # the latest by block time
+    assert last.signed_ts == signed_at and last.since == signed_at
 
 
 def test_a_reverted_act_does_not_count_for_cadence(world: World) -> None:
