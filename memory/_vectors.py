@@ -220,6 +220,7 @@ class VectorIndex:
         self._last: tuple[Sequence[str], np.ndarray] | None = None  # the last keys asked and their rows
         self._conn: sqlite3.Connection | None = None
         self._opened = False
+        self._file: tuple[int, int] | None = None  # the device and inode of the file ``_conn`` has open
         self._lock = threading.RLock()
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -245,7 +246,32 @@ class VectorIndex:
         if not self._opened:
             self._opened = True
             self._conn = _connect(self._path, create=True)
+            if self._conn is not None:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(self._path)
+                    self._file = (st.st_dev, st.st_ino)
         return self._conn
+
+    def _same_file(self) -> bool:
+        """Whether the vectors file this process has open is still the one at its path; when it is
+        not (another process's erase, or a repair, removed it whole), everything read from it and
+        derived since is forgotten, and the path opened afresh when next needed. Before, a process
+        that went on with the removed file wrote a snapshot of vectors of findings another process
+        had erased since, from its own memory and the removed file's keys."""
+        if self._file is None:
+            return True
+        try:
+            st = os.lstat(self._path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        if now == self._file:
+            return True
+        self._give_up()
+        self._opened, self._file = False, None
+        self._rows, self._used, self._scanned, self._last = {}, 0, False, None
+        self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
+        return False
 
     def _keep(self, keys: Sequence[str], block: np.ndarray) -> None:
         """Hold ``block`` (float16, a row per key) in the matrix; a key held already is replaced."""
@@ -371,7 +397,7 @@ class VectorIndex:
         own transaction has committed, so one written before it commits is gone too."""
         np = self._np
         conn = self._conn
-        if conn is None or len(self._rows) < 2_000:
+        if conn is None or len(self._rows) < 2_000 or not self._same_file():
             return
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -432,6 +458,7 @@ class VectorIndex:
         is asked: an erase (here or in another process) removes the finding's row and file before it
         deletes its vectors, so a vector stored after that delete is seen here and deleted again,
         and one stored before it is deleted by the erase. No vector of erased text outlives it."""
+        self._same_file()  # (it forgets what it read from a file removed since)
         last = self._last
         if last is not None and last[0] == keys:  # the same live findings as the last search
             return last[1]

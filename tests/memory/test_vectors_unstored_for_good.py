@@ -73,3 +73,54 @@ def test_a_vector_derived_while_its_finding_was_erased_leaves_no_byte_with_a_rea
         # the search goes on: the vectors file is made anew and kept
         again = store.why("clinic opens nine", mode="semantic")
         assert [a.text for a in again] == ["the clinic opens at nine on weekdays"]
+
+
+class _Hashed:
+    name = "hashed@1"
+    dims = 64
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return hashed_words(texts, self.dims)
+
+
+def test_a_process_whose_vectors_file_was_removed_forgets_what_it_read_and_writes_no_snapshot_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erase whose checkpoint a reader kept busy removes the vectors file whole. A process that
+    had it open went on with the removed file: after a later erase, its next search (many findings
+    to derive) wrote a snapshot from its memory and the removed file's keys, the erased finding's
+    vector among them. It now sees the file at the path is another, forgets what it read, and
+    opens the path afresh."""
+    import numpy as np
+
+    monkeypatch.setattr(vectors, "BUSY_WAIT_S", 0.2)
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db, clock=Clock()) as store, store.session(scope="clinic") as s:
+        secret = s.learn({"text": SECRET})
+        other = s.learn({"text": "the clinic wifi password is on the fridge"})
+        store.sync()
+    searcher = memory.MemoryStore(db, embedder=_Hashed(), clock=Clock())
+    try:
+        searcher.why("patient Ingrid allergic peanuts", mode="semantic")  # its file open, vectors read
+        reader = sqlite3.connect(vectors.vectors_path(db), isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM vectors").fetchone()
+        with memory.MemoryStore(db, clock=Clock()) as eraser, eraser.session(scope="clinic") as s:
+            s.erase(other.key, reason="asked to")  # the checkpoint kept busy: the file goes whole
+        reader.close()
+        assert not vectors.vectors_path(db).exists()
+        with memory.MemoryStore(db, clock=Clock()) as eraser, eraser.session(scope="clinic") as s:
+            s.erase(secret.key, reason="asked to")
+        with memory.MemoryStore(db, clock=Clock()) as store, store.session(scope="clinic") as s:
+            for i in range(2_100):  # enough that the next search keeps a snapshot
+                s.learn({"text": f"bulk finding {i} of the clinic archive"})
+            store.sync()
+        answers = searcher.why("patient Ingrid allergic peanuts", mode="semantic")
+        assert SECRET not in [a.text for a in answers]
+    finally:
+        searcher.close()
+    vec = np.asarray(hashed_words([SECRET], 64), dtype=np.float32)[0]
+    needle = (vec / np.linalg.norm(vec)).astype("<f2").tobytes()
+    cache = vectors.vectors_path(db).parent
+    assert vectors.snapshots(cache)  # a snapshot was written, of the file at the path
+    assert [p.name for p in cache.iterdir() if p.is_file() and needle in p.read_bytes()] == []
