@@ -753,7 +753,8 @@ class PostgresJournal:
         # the newest transaction whose rewrite's old row versions no vacuum is known to have pruned
         self._unpruned: int | None = None
         self._prune_mutex = threading.Lock()
-        # the turns each thread holds (``turn``): (name, the backend pid of the session holding it)
+        # per thread: the turns it holds (``turn``: name, the pid of the session holding it, the
+        # lock's mode) and whether its rewrites leave their pruning to the caller (``deferred_prune``)
         self._turns_held = threading.local()
 
     # -- connections and errors --------------------------------------------------------------
@@ -1522,8 +1523,21 @@ class PostgresJournal:
         if row is not None:
             with self._prune_mutex:
                 self._unpruned = max(self._unpruned or 0, int(row[0]))
-        self.prune(wait_s=_REWRITE_PRUNE_WAIT_S)
+        if not getattr(self._turns_held, "deferring", False):
+            self.prune(wait_s=_REWRITE_PRUNE_WAIT_S)
         return done
+
+    @contextlib.contextmanager
+    def deferred_prune(self) -> Iterator[None]:
+        """Within the block, this thread's ``rewrite_payloads`` leave their pruning to the caller's
+        one ``prune()`` after it: the vacuum is a full one, the table written anew, and an erase
+        rewrites records of several runs (each was a rewrite of the whole table)."""
+        before = getattr(self._turns_held, "deferring", False)
+        self._turns_held.deferring = True
+        try:
+            yield
+        finally:
+            self._turns_held.deferring = before
 
     def prune(self, *, every: bool = False, wait_s: float = 0.0) -> str | None:
         """Vacuum ``journal_records`` so the old versions of the rows this object rewrote (whose

@@ -240,9 +240,13 @@ def rewrite(
     for rec in targets:
         by_run.setdefault((rec.run_id, rec.stream), {})[rec.seq] = payload_of(rec.payload)
     done = 0
-    for (run_id, stream), payloads in sorted(by_run.items()):
-        own = lease if lease is not None and lease.run_id == run_id else None
-        done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD, lease=own)
+    # on PostgreSQL the erase prunes once, as it settles (``MemoryStore._erasure_held``): each
+    # rewrite pruning for itself rewrote the whole table once per run
+    deferred = getattr(backend, "deferred_prune", None)
+    with contextlib.nullcontext() if deferred is None else deferred():
+        for (run_id, stream), payloads in sorted(by_run.items()):
+            own = lease if lease is not None and lease.run_id == run_id else None
+            done += backend.rewrite_payloads(run_id, stream, payloads, pad=PAD, lease=own)
     return done
 
 

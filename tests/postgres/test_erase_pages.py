@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import journal
 import memory
 from journal.postgres import PostgresJournal
 from tests._helpers.hosts import host
@@ -281,3 +282,42 @@ def test_an_erase_by_a_role_that_may_not_vacuum_the_records_is_pending_until_its
         with admin_connection() as admin, contextlib.suppress(psycopg.Error):
             admin.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
             admin.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+def test_rewrites_in_a_deferred_prune_leave_one_full_vacuum_to_the_callers_prune(postgres_dsn: str) -> None:
+    """A full vacuum writes the whole table anew: an erase rewrites commits of several runs, and
+    each rewrite pruning for itself rewrote the table once per run. Within ``deferred_prune`` a
+    rewrite leaves the table as it is, and the caller's one ``prune`` rewrites it (a new file)."""
+    import psycopg
+
+    jr = PostgresJournal(postgres_dsn)
+    try:
+        runs = []
+        for n in range(3):
+            info, lease = jr.begin("f", "s", {})
+            jr.append(lease, "memory-learn", {"text": f"{MARK} {n}"}, key=f"k{n}")
+            jr.finish(lease, journal.RunState.DONE)
+            runs.append(info.run_id)
+
+        def table_file() -> int:
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                row = conn.execute("select pg_relation_filenode('journal_records')").fetchone()
+            assert row is not None
+            return int(row[0])
+
+        before = table_file()
+        with jr.deferred_prune():
+            for run_id in runs:
+                jr.rewrite_payloads(run_id, "memory-learn", {1: {"text": ""}}, pad="pad")
+        assert table_file() == before  # no vacuum yet
+        assert jr.prune() is None
+        after = table_file()
+        assert after != before  # one full vacuum: the table written anew
+        assert jr.prune() is None and table_file() == after  # nothing left to prune
+        info, lease = jr.begin("f", "s", {})
+        jr.append(lease, "memory-learn", {"text": f"{MARK} again"}, key="k")
+        jr.finish(lease, journal.RunState.DONE)
+        jr.rewrite_payloads(info.run_id, "memory-learn", {1: {"text": ""}}, pad="pad")
+        assert table_file() != after  # a rewrite on its own prunes for itself
+    finally:
+        jr.close()
