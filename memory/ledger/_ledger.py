@@ -210,10 +210,11 @@ class Ledger:
         agent's ``dispatch_executed``) for it after.
 
         Every activity line is stamped by its tick's clock when written, so the backward read stops
-        at the first line older than ``since`` by more than ``CLOCK_SKEW_S``. It answers what the
-        snapshot's ``signed_ts`` of the last act says, from the files, for a snapshot that
-        under-states it (a chain whose clock runs behind stamps the act itself too far back for
-        ``recent_confirmed`` to see). Returns the time (or None) and whether the read was conclusive
+        at the first line older than ``since`` by more than ``CLOCK_SKEW_S`` (it trusts those times
+        to run forward, as ``recent_confirmed`` trusts a skip's). It answers what the snapshot's
+        ``signed_ts`` (the latest signing of a confirmed act) says, from the files, for a snapshot
+        that under-states it (a chain whose clock runs behind stamps the act itself too far back
+        for ``recent_confirmed`` to see). Returns the time (or None) and whether the read was conclusive
         (False after ``MAX_TAIL_LINES`` lines).
 
         Raises:
