@@ -80,11 +80,11 @@ def test_a_client_that_reads_no_answer_and_closes_stdin_lets_the_server_exit(tmp
 
 def test_a_client_reading_slowly_after_stdin_ends_gets_every_answer_whole(tmp_path: Path) -> None:
     """Answers larger than the pipe (three findings of 40,000 characters each, recalled) take a
-    client reading 64 KiB a second longer than the server's wait to take in: bytes move the whole
-    time, so the client is reading, and every answer reaches it whole. (Counted by whole writes,
-    the server gave the first answer up part-written and exited.)"""
+    client reading 32 KB a second longer than the server's wait (3 s here) to take in: bytes move
+    the whole time, so the client is reading, and every answer reaches it whole. (Counted by whole
+    writes, the server gave the first answer up part-written and exited.)"""
     db = tmp_path / "history.db"
-    argv = [sys.executable, "-c", _SERVER, "1", "mcp", "--db", str(db)]
+    argv = [sys.executable, "-c", _SERVER, "3", "mcp", "--db", str(db)]
     big = "x" * 40_000
     learns = [{"name": "learn", "arguments": {"text": f"finding {i} {big}"}} for i in range(3)]
     first = b"".join(
@@ -108,8 +108,8 @@ def test_a_client_reading_slowly_after_stdin_ends_gets_every_answer_whole(tmp_pa
         while got.count(b'"id":"l') < 3:  # the learns answered, read at once
             got += os.read(out, 65536)
         server.stdin.write(then)
-        server.stdin.close()  # then read 6,400 bytes every 0.1 s: 64 KiB a second, never stalled
-        while data := os.read(out, 6400):
+        server.stdin.close()  # then read 3,200 bytes every 0.1 s: 32 KB a second, never stalled
+        while data := os.read(out, 3200):
             got += data
             time.sleep(0.1)
         rc = server.wait(timeout=60)
