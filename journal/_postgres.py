@@ -755,7 +755,7 @@ class PostgresJournal:
         self._prune_mutex = threading.Lock()
         # per thread: the turns it holds (``turn``: name, the pid of the session holding it, the
         # lock's mode) and whether its rewrites leave their pruning to the caller (``deferred_prune``)
-        self._turns_held = threading.local()
+        self._per_thread = threading.local()
 
     # -- connections and errors --------------------------------------------------------------
 
@@ -1523,7 +1523,7 @@ class PostgresJournal:
         if row is not None:
             with self._prune_mutex:
                 self._unpruned = max(self._unpruned or 0, int(row[0]))
-        if not getattr(self._turns_held, "deferring", False):
+        if not getattr(self._per_thread, "deferring", False):
             self.prune(wait_s=_REWRITE_PRUNE_WAIT_S)
         return done
 
@@ -1532,12 +1532,12 @@ class PostgresJournal:
         """Within the block, this thread's ``rewrite_payloads`` leave their pruning to the caller's
         one ``prune()`` after it: the vacuum is a full one, the table written anew, and an erase
         rewrites records of several runs (each was a rewrite of the whole table)."""
-        before = getattr(self._turns_held, "deferring", False)
-        self._turns_held.deferring = True
+        before = getattr(self._per_thread, "deferring", False)
+        self._per_thread.deferring = True
         try:
             yield
         finally:
-            self._turns_held.deferring = before
+            self._per_thread.deferring = before
 
     def prune(self, *, every: bool = False, wait_s: float = 0.0) -> str | None:
         """Vacuum ``journal_records`` so the old versions of the rows this object rewrote (whose
@@ -1694,9 +1694,9 @@ class PostgresJournal:
                 del held[-len(mine) :]
 
     def _held_turns(self) -> list[tuple[str, int, str]]:
-        held: list[tuple[str, int, str]] | None = getattr(self._turns_held, "turns", None)
+        held: list[tuple[str, int, str]] | None = getattr(self._per_thread, "turns", None)
         if held is None:
-            held = self._turns_held.turns = []
+            held = self._per_thread.turns = []
         return held
 
     def _in_turns(self, cur: psycopg.Cursor[Any], held: Sequence[tuple[str, int, str]]) -> None:

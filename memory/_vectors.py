@@ -267,8 +267,7 @@ class VectorIndex:
             now = None
         if now == self._file:
             return True
-        self._give_up()
-        self._opened, self._file = False, None
+        self._reopen_later()
         self._rows, self._used, self._scanned, self._last = {}, 0, False, None
         self._matrix = self._np.zeros((0, self._dims), dtype=self._np.float16)
         return False
@@ -532,10 +531,13 @@ class VectorIndex:
         Raises:
             Unwritable: the vectors file had to be removed and could not be.
         """
-        if self._conn is not None:  # this process's connection: the file may have to go whole
-            self._give_up()
-            self._opened = False  # opened again (made anew if it went) when next used
+        self._reopen_later()  # this process's connection first: the file may have to go whole
         _erase_at(self._path, keys)
+
+    def _reopen_later(self) -> None:
+        """Close the vectors file; the next use opens the path again (made anew if it went)."""
+        self._give_up()
+        self._opened, self._file = False, None
 
     def vectors(self, findings: Sequence[Recalled], held: Callable[[list[str]], set[str]]) -> np.ndarray:
         """One unit vector per finding (float32, shape (n, dims)), derived where none is kept

@@ -108,8 +108,9 @@ class DcaStrategy:
             memory.ledger.ChainUnavailable: a balance or allowance read failed.
         """
         last = state.last_confirmed
-        # from the later of the act's block time and its signing: a chain whose clock runs behind
-        # the agent's must not make the act look an interval old at every tick
+        # from the later of the last act's block time and the latest signing of a confirmed act
+        # (``LastAct.since``): a chain whose clock runs behind the agent's must not make the act
+        # look an interval old at every tick
         if last is not None and state.now - last.since < self.interval_s:
             # negative when the chain that stamped the last act runs ahead of this clock
             return Skip(cadence_reason(state.now - last.since, self.interval_s))

@@ -116,9 +116,10 @@ def agent_state(
     dashboard's ``/api/agents/N/status`` serves, field by field.
 
     * ``lastConfirmed``: ``{"tsMs", "block", "txHash", "signedMs"}`` of the last confirmed act (its
-      block's time; ``signedMs``: when its tick signed it, null when no line says), or null;
+      block's time; ``signedMs``: the latest time a tick signed a confirmed act, null when no line
+      says), or null;
     * ``intervalS``, ``intervalProblem`` (why the interval is unknown, else null);
-    * ``nextEligibleMs``: the later of the last act's block time and its signing, plus the interval;
+    * ``nextEligibleMs``: the later of the last act's block time and ``signedMs``, plus the interval;
       null while something else holds the next trade, with no act yet, or with the interval unknown;
     * ``blockedBy``: ``{"kind", "reason", "sinceMs"}`` — ``dispatch`` (the oldest dispatch that
       holds the trade), or ``balance``/``allowance``/``quote`` when the newest ledger entry is such
