@@ -1653,6 +1653,22 @@ class PostgresJournal:
         for value in (name,) if under is None else (name, under):
             if not isinstance(value, str) or not 0 < len(value) <= 1024:
                 raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {value!r:.60}")
+        failed: list[BaseException] = []  # what the block raised, if it raised
+        try:
+            with self._turn_held(name, under, failed):
+                yield
+        except JournalError as exc:
+            # A turn whose session ended fails at its end too (its transaction cannot finish). The
+            # block's own error, say a commit refused because the turn was lost, is the one that
+            # says what happened: it stands, not the end's.
+            if failed and failed[0] is not exc and isinstance(failed[0], JournalError):
+                failed[0].add_note(f"(and the turn's end failed: {exc})")
+                raise failed[0] from None
+            raise
+
+    @contextlib.contextmanager
+    def _turn_held(self, name: str, under: str | None, failed: list[BaseException]) -> Iterator[None]:
+        """The turn itself (see ``turn``); what the block raises is put in ``failed``."""
         with self._transaction(f"taking or holding the turn {name!r}") as cur:
             cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
             # The lock is taken by a statement with no parameters (its values written in as
@@ -1690,6 +1706,9 @@ class PostgresJournal:
             held.extend(mine)
             try:
                 yield
+            except BaseException as exc:
+                failed.append(exc)
+                raise
             finally:
                 del held[-len(mine) :]
 

@@ -63,6 +63,22 @@ def test_a_commit_in_a_turn_whose_session_ended_is_refused_and_the_next_holders_
         assert a.append(lease, "memory-learn", {"text": "version A"}, key="ka").seq == 2
 
 
+def test_a_refused_commit_is_the_error_a_lost_turn_raises_not_the_turns_failed_end(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    a, b = open_pg(), open_pg()
+    info, lease = a.begin("f", "s", {})
+    _, lease_b = b.begin("f", "s", {})
+    refused = "no longer holds the turn 'memory-scope:s'"
+    with pytest.raises(JournalUnavailable, match=refused) as raised, a.turn("memory-scope:s", under="w"):
+        _terminate(postgres_dsn, _turn_session(postgres_dsn, "memory-scope:s"))
+        with b.turn("memory-scope:s", under="w"):
+            b.append(lease_b, "memory-learn", {"text": "version B"}, key="kb")
+        a.append(lease, "memory-learn", {"text": "version A"}, key="ka")
+    assert any("the turn's end failed" in note for note in raised.value.__notes__)
+    assert a.read(info.run_id, "memory-learn") == []
+
+
 def test_the_next_holder_of_a_turn_waits_for_a_commit_its_last_holder_is_making_in_it(
     open_pg: OpenPg, postgres_dsn: str
 ) -> None:
@@ -137,29 +153,33 @@ def test_one_who_takes_the_wider_turn_waits_for_a_commit_made_in_a_turn_under_it
     for the commit before it reads. Before, it passed its gate at once and forgot the version the
     commit then replaced: an acknowledged forget overridden."""
     a, b = open_pg(), open_pg()
-    _, lease = a.begin("f", "s", {})
+    info, lease = a.begin("f", "s", {})
     b.runs()
-    log: list[str] = []
+    seen: list[list[str | None]] = []  # what the wider turn's holder reads once it holds it
     with psycopg.connect(postgres_dsn) as admin:  # holds every insert into the records back
         admin.execute("lock table journal_records in share mode")
 
         def commit_in_scope_turn() -> None:
             with contextlib.suppress(JournalUnavailable), a.turn("memory-scope:s", under="memory-scopes"):
                 a.append(lease, "memory-learn", {"text": "version A"}, key="ka")
-                log.append("a committed")
+
+        def take_the_wider_turn() -> None:
+            with b.turn("memory-scopes"):
+                seen.append([r.key for r in b.read(info.run_id, "memory-learn")])
 
         committer = threading.Thread(target=commit_in_scope_turn, daemon=True)
         committer.start()
         _until_insert_waits(postgres_dsn)  # past its check, held back by the table's lock
         _terminate(postgres_dsn, _turn_session(postgres_dsn, "memory-scope:s"))
 
-        taker = _taking(b, "memory-scopes", log, "b took the wider turn")
+        taker = threading.Thread(target=take_the_wider_turn, daemon=True)
+        taker.start()
         _until_gate_waited(postgres_dsn)
-        assert log == []
+        assert seen == []
         admin.commit()  # the commit goes in; then the wider turn's holder goes on
     committer.join(30)
     taker.join(30)
-    assert log == ["a committed", "b took the wider turn"]
+    assert seen == [["ka"]]  # it read the commit it waited for
 
 
 def _until_insert_waits(dsn: str) -> None:
