@@ -27,12 +27,11 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any, Literal, TypeVar
+from functools import partial, wraps
+from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from langgraph.store.base import (
-    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
@@ -40,7 +39,6 @@ from langgraph.store.base import (
     Item,
     ListNamespacesOp,
     MatchCondition,
-    NotProvided,
     Op,
     PutOp,
     Result,
@@ -355,6 +353,31 @@ def _namespace_coded() -> Iterator[None]:
         raise NamespaceInvalid(str(exc)) from None
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _coded(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """One of LangGraph's ``BaseStore`` methods whose own look at the namespace (before ``batch``)
+    raises its ``InvalidNamespaceError``: raised here as ``NamespaceInvalid`` (a subclass, with a
+    code), as every error this store raises has one."""
+    if inspect.iscoroutinefunction(method):
+
+        @wraps(method)
+        async def coded_async(*args: _P.args, **kwargs: _P.kwargs) -> Any:
+            with _namespace_coded():
+                return await method(*args, **kwargs)
+
+        return coded_async  # type: ignore[return-value]
+
+    @wraps(method)
+    def coded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _namespace_coded():
+            return method(*args, **kwargs)
+
+    return coded
+
+
 class JournalStore(BaseStore):
     """LangGraph's ``BaseStore`` on the findings memory, every write journal-first.
 
@@ -511,32 +534,16 @@ class JournalStore(BaseStore):
 
     # -- LangGraph's own checks, coded ----------------------------------------------------------
 
-    def put(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Mapping[str, Any],
-        index: Literal[False] | list[str] | None = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """LangGraph's ``put``, whose own look at the namespace (before ``batch``) raises its
-        ``InvalidNamespaceError``: raised here as ``NamespaceInvalid`` (a subclass, with a code)."""
-        with _namespace_coded():
-            super().put(namespace, key, value, index, ttl=ttl)
-
-    async def aput(
-        self,
-        namespace: tuple[str, ...],
-        key: str,
-        value: Mapping[str, Any],
-        index: Literal[False] | list[str] | None = None,
-        *,
-        ttl: float | NotProvided | None = NOT_PROVIDED,
-    ) -> None:
-        """``put``'s async form, its namespace refusal coded as ``put``'s."""
-        with _namespace_coded():
-            await super().aput(namespace, key, value, index, ttl=ttl)
+    get = _coded(BaseStore.get)
+    aget = _coded(BaseStore.aget)
+    search = _coded(BaseStore.search)
+    asearch = _coded(BaseStore.asearch)
+    put = _coded(BaseStore.put)
+    aput = _coded(BaseStore.aput)
+    delete = _coded(BaseStore.delete)
+    adelete = _coded(BaseStore.adelete)
+    list_namespaces = _coded(BaseStore.list_namespaces)
+    alist_namespaces = _coded(BaseStore.alist_namespaces)
 
     # -- batch ---------------------------------------------------------------------------------
 

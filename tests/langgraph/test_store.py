@@ -12,7 +12,14 @@ import pytest
 from langgraph.store.base import InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
-from flows.langgraph import ConfigInvalid, FilterInvalid, JournalStore, ValueTooLarge, ValueUnserializable
+from flows.langgraph import (
+    ConfigInvalid,
+    FilterInvalid,
+    JournalStore,
+    NamespaceInvalid,
+    ValueTooLarge,
+    ValueUnserializable,
+)
 from flows.langgraph._store import SCOPE_PREFIX, scope_of
 from memory import STREAM as LEARN_STREAM
 from tests.langgraph.helpers import next_millisecond
@@ -284,6 +291,33 @@ def test_a_namespace_langgraph_refuses_raises_its_own_error_and_writes_nothing(
         store.put(namespace, "k", {"v": 1})
     with pytest.raises(InvalidNamespaceError):
         store.batch([PutOp(namespace, "k", {"v": 1})])
+    assert _written(store) == before
+
+
+@pytest.mark.parametrize("label", ["a.b", "nul\x00", ""])
+def test_every_method_that_looks_at_a_namespace_refuses_a_label_langgraph_refuses_with_a_code(
+    store: JournalStore, label: str
+) -> None:
+    """LangGraph's own methods look at the labels before ``batch``: each refusal carries the code."""
+    calls: list[Any] = [
+        lambda: store.get((label,), "k"),
+        lambda: store.search((label,)),
+        lambda: store.delete((label,), "k"),
+        lambda: store.list_namespaces(prefix=(label,)),
+        lambda: store.list_namespaces(suffix=(label,)),
+        lambda: store.put((label,), "k", {"v": 1}),
+        lambda: asyncio.run(store.aget((label,), "k")),
+        lambda: asyncio.run(store.asearch((label,))),
+        lambda: asyncio.run(store.adelete((label,), "k")),
+        lambda: asyncio.run(store.alist_namespaces(prefix=(label,))),
+        lambda: asyncio.run(store.aput((label,), "k", {"v": 1})),
+    ]
+    before = _written(store)
+    for call in calls:
+        with pytest.raises(NamespaceInvalid) as raised:
+            call()
+        assert raised.value.code == "langgraph_namespace_invalid"
+        assert isinstance(raised.value, InvalidNamespaceError)  # LangGraph's own error still
     assert _written(store) == before
 
 
