@@ -985,6 +985,11 @@ class JournalSaver(BaseCheckpointSaver[str]):
             for channel, version in versions.items():
                 typed = t.index.blobs.get((stored.ns, channel, version))
                 if typed is not None and (stored.ns, channel, version) not in carried:
+                    # carried as bytes, but checked as a read checks them: a value naming a type
+                    # outside the allow-list is refused here, not written again under this saver's
+                    # lease to be refused later in a run it made
+                    if typed[0] != "empty":  # a channel stored empty has no value to decode
+                        self._load(typed, stored, "channel", name=channel)
                     carried.add((stored.ns, channel, version))
                     blobs.append([channel, version, *pack(typed)])
             payload: Payload = {
@@ -1000,6 +1005,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             out.append((payload, self._encode(payload, thread_id, f"checkpoint {stored.id}")))
             by_task: dict[tuple[str, str], list[list[Any]]] = {}
             for w in t.index.pending(stored.ns, stored.id):
+                self._load(w.value, stored, "a write to", rec=w.record, name=w.channel)
                 by_task.setdefault((w.task_id, w.task_path), []).append([w.idx, w.channel, *pack(w.value)])
             for (task, path), writes in by_task.items():
                 wp: Payload = {
