@@ -422,7 +422,7 @@ class Listing:
         With ``best``, only the ``best`` entries that match the most words (newest first among
         equals), plus every entry tied with the last of them: what ``why`` can rank in its top.
         """
-        with self._mutex:
+        with self._mutex:  # built once; ``keep`` is asked outside it (it may read this listing)
             if self._postings is None:
                 postings: dict[str, list[int]] = {}
                 every = [terms_of(e) for e in self.entries]
@@ -430,30 +430,31 @@ class Listing:
                     for w in found.every:
                         postings.setdefault(w, []).append(i)
                 self._terms, self._postings = every, postings
-            counts: dict[int, int] = {}
-            for word_terms in wanted.values():
-                hit: set[int] = set()
-                for term in word_terms:
-                    hit.update(self._postings.get(term, ()))
-                for i in hit:
-                    counts[i] = counts.get(i, 0) + 1
-            hits = sorted(counts)  # entries are newest first, so index order is
-            if best is not None and len(hits) > best:
-                # Best first (stable: newest first among equals); ``keep`` is asked only of the
-                # entries that can still make the cut, not of every entry sharing a word.
-                kept: list[int] = []
-                floor = 0
-                for i in sorted(hits, key=lambda i: -counts[i]):
-                    if counts[i] < floor:
-                        break
-                    if keep is None or keep(self.entries[i]):
-                        kept.append(i)
-                        if len(kept) == best:
-                            floor = counts[i]
-                hits = sorted(kept)
-            elif keep is not None:
-                hits = [i for i in hits if keep(self.entries[i])]
-            return [(self.entries[i], self._terms[i]) for i in hits]
+            built, terms = self._postings, self._terms
+        counts: dict[int, int] = {}
+        for word_terms in wanted.values():
+            hit: set[int] = set()
+            for term in word_terms:
+                hit.update(built.get(term, ()))
+            for i in hit:
+                counts[i] = counts.get(i, 0) + 1
+        hits = sorted(counts)  # entries are newest first, so index order is
+        if best is not None and len(hits) > best:
+            # Best first (stable: newest first among equals); ``keep`` is asked only of the
+            # entries that can still make the cut, not of every entry sharing a word.
+            kept: list[int] = []
+            floor = 0
+            for i in sorted(hits, key=lambda i: -counts[i]):
+                if counts[i] < floor:
+                    break
+                if keep is None or keep(self.entries[i]):
+                    kept.append(i)
+                    if len(kept) == best:
+                        floor = counts[i]
+            hits = sorted(kept)
+        elif keep is not None:
+            hits = [i for i in hits if keep(self.entries[i])]
+        return [(self.entries[i], terms[i]) for i in hits]
 
 
 def read_retired_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, dict[str, Retired]]:

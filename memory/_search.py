@@ -334,6 +334,7 @@ class Search:
         self._citations = citations
         citations.use_hints(files)
         self._checked_retired: dict[str, Retired] = {}  # what ``_hides`` checked, by key
+        self._reading = threading.local()  # per thread: the listings of its read (``_sources``)
         # publishes the version that superseded a retired one when this host lacks it (an update
         # killed before its rename; the store's ``Syncer.publish_successor``; never when read-only)
         self.publish_successor: Callable[[Retired], bool] = _published_none
@@ -364,6 +365,13 @@ class Search:
         read may return), from one look at ``<db-dir>/flows-memory``. A listing comes from the
         files' index while it lists the folder as it is (the files of the entries a read returns
         checked before it returns them), unless ``whole`` asks for every entry parsed."""
+        listings, retired = self._sources_now(scope, whole=whole)
+        self._reading.listings = listings  # for ``_hides``: what this read listed
+        return listings, retired
+
+    def _sources_now(
+        self, scope: str | None, *, whole: bool
+    ) -> tuple[list[Listing | IndexedListing], Mapping[str, Retired]]:
         shared = self._shared()  # other hosts' forgets, on a journal they share (see SharedRetirements)
         if scope is not None:
             listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
@@ -1240,9 +1248,33 @@ class Search:
             # retirement and the rename; on a journal hosts share, committed since the last catch
             # up): that version is published now, and the read starts again and finds it, rather
             # than answer with neither version.
-            if found.by is not None and self.publish_successor(found):
+            if found.by is not None and (
+                self.publish_successor(found) or self._renamed_since_listed(found, retired)
+            ):
                 raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
         return True
+
+    def _renamed_since_listed(self, found: Retired, retired: Mapping[str, Retired]) -> bool:
+        """Whether the live version that superseded ``found`` (the end of its chain of supersedes,
+        each retired in ``retired``) has its learned file now, in its scope's folder, though this
+        read's listing of that folder did not have it. An update retires the version it replaces,
+        then renames the new one into place: a read that listed the folder before the rename and
+        read the retired files after the retirement (of one update, or of several in a row) would
+        answer with none of the versions, though one of them was live at every instant. Such a
+        read starts again (once per retirement a process meets: ``_checked_retired``) and finds
+        the live version."""
+        listings = getattr(self._reading, "listings", None)
+        successor, scope = found.by, found.scope
+        seen: set[str] = set()
+        while successor is not None and successor in retired and successor not in seen:
+            seen.add(successor)
+            later = retired[successor]
+            successor, scope = later.by, later.scope
+        if not listings or successor is None:
+            return False
+        if not os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json"):
+            return False
+        return all(listing.by_key(successor) is None for listing in listings)
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a
