@@ -1248,21 +1248,25 @@ class Search:
             # retirement and the rename; on a journal hosts share, committed since the last catch
             # up): that version is published now, and the read starts again and finds it, rather
             # than answer with neither version.
-            if found.by is not None and (
-                self.publish_successor(found) or self._renamed_since_listed(found, retired)
-            ):
+            if found.by is not None and self.publish_successor(found):
                 raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
+        if found.by is not None and self._renamed_since_listed(found, retired):
+            raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
         return True
 
     def _renamed_since_listed(self, found: Retired, retired: Mapping[str, Retired]) -> bool:
-        """Whether the live version that superseded ``found`` (the end of its chain of supersedes,
-        each retired in ``retired``) has its learned file now, in its scope's folder, though this
-        read's listing of that folder did not have it. An update retires the version it replaces,
-        then renames the new one into place: a read that listed the folder before the rename and
-        read the retired files after the retirement (of one update, or of several in a row) would
-        answer with none of the versions, though one of them was live at every instant. Such a
-        read starts again (once per retirement a process meets: ``_checked_retired``) and finds
-        the live version."""
+        """Whether the version that superseded ``found`` (the end of its chain of supersedes, each
+        retired in ``retired``) changed since this read looked: it has its learned file now, in
+        its scope's folder, though this read's listing of that folder did not have it; or it has a
+        retired file now, though ``retired`` did not have one (another update, or a forget, since).
+
+        An update retires the version it replaces, then renames the new one into place: a read
+        that listed the folder before the rename and read the retired files after the retirement
+        (of one update, or of several in a row) would answer with none of the versions, though
+        one of them was live at every instant. Such a read starts again, and finds the live
+        version, or that none is: each time it does, another process has changed the memory.
+        Asked of every version a read meets that a retirement hides (a file kept for the moment of
+        an update, a row retired since the last sync): a look at a listing, else two ``lstat``s."""
         listings = getattr(self._reading, "listings", None)
         successor, scope = found.by, found.scope
         seen: set[str] = set()
@@ -1272,9 +1276,11 @@ class Search:
             successor, scope = later.by, later.scope
         if not listings or successor is None:
             return False
-        if not os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json"):
-            return False
-        return all(listing.by_key(successor) is None for listing in listings)
+        if any(listing.by_key(successor) is not None for listing in listings):
+            return False  # this read has it
+        if os.path.lexists(self._publisher.retired_dir(scope) / f"{successor}.json"):
+            return True  # retired since this read looked at the retired files
+        return os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json")
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a

@@ -676,6 +676,26 @@ class MemoryStore:
         """``aforget``, begun on the store's executor before this returns (see ``start_learn``)."""
         return self._submit(self._retirer.forget, key, root, reason)
 
+    @contextlib.contextmanager
+    def turn(self, scope: str) -> Iterator[None]:
+        """Hold the turn of ``scope`` that every update, forget and erase of the scope holds from
+        its look at a version to its last write (in every process of this host, and on a journal
+        hosts share, on every host): while it is held none of them is half done, so a read made in
+        it sees each memory of the scope whole (an update's old version retired and its new one
+        not yet in place is never met). Updates, forgets and erases made in it by this thread go
+        on (the turn is re-entrant within a thread); other threads' and processes' wait.
+
+        Raises:
+            ArgumentInvalid, JournalNameInvalid: ``scope`` is not a scope a session can have.
+            Unwritable: the scope's folder cannot be made, opened or locked.
+            JournalError: the turn among the hosts could not be taken.
+        """
+        from memory._session import check_name  # the check a session's scope gets
+
+        self._check_open()
+        with self._publisher.update_turn(check_name("scope", scope), None):
+            yield
+
     def forget_where(
         self,
         root: Root,

@@ -98,6 +98,14 @@ class RecordInvalid(LangGraphAdapterError):
         self.seq = seq
 
 
+class ItemContended(LangGraphAdapterError):
+    """A store ``delete`` found its item written again by another process (a put, a read that
+    refreshed its TTL) under every one of its attempts: the item may be live still. Nothing this
+    delete forgot comes back; the delete did not end with the item gone."""
+
+    code = "langgraph_item_contended"
+
+
 # Both bases declare ``path`` (a file for ImportError, a store path for FlowsError); neither is set
 # here, so the two never disagree at run time.
 class ExtraMissing(LangGraphAdapterError, ImportError):  # type: ignore[misc]

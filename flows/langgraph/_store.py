@@ -55,6 +55,7 @@ from flows.langgraph._background import BackgroundSync
 from flows.langgraph._conn import Opening
 from flows.langgraph._errors import (
     ConfigInvalid,
+    ItemContended,
     LangGraphAdapterError,
     ValueTooLarge,
     ValueUnserializable,
@@ -352,6 +353,11 @@ def _namespace_coded() -> Iterator[None]:
     except InvalidNamespaceError as exc:
         raise NamespaceInvalid(str(exc)) from None
 
+
+_DELETE_ROUNDS = 8
+"""Looks a delete makes at its item's live versions (each followed by forgets) before it gives up."""
+_DELETE_FOLLOWS = 64
+"""Supersedes a delete's forget follows, one after another, within one round."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -931,18 +937,34 @@ class JournalStore(BaseStore):
         scope = _scope_if_any(op.namespace)
         if scope is None:
             return
-        with self._key_lock(scope, op.key):
-            # Again while a version is live: one another process wrote as this delete ran (a put, a
-            # read that refreshed the TTL) answers a forget of the version it replaced with that
-            # supersede, and must go too. Each round forgets what it saw; the next finds only
-            # versions written after it, so a few rounds settle any race.
-            for _ in range(8):
+        reason = "deleted through the LangGraph store"
+        # In the scope's turn, which every update (a put over the item, a read refreshing its TTL)
+        # holds from its look to its last write, in every process: the look sees the item whole.
+        # (A look made while another process's update had retired the old version and not yet
+        # renamed the new one into place found neither, and the delete returned, the item live.)
+        with self._key_lock(scope, op.key), self._memory.turn(scope):
+            # Again while a version is live: an update of this thread made meanwhile (the turn is
+            # this thread's own) answers a forget of the version it replaced with that supersede,
+            # which is followed to the version that replaced it; a round's look finds what is
+            # live after the last.
+            for _ in range(_DELETE_ROUNDS):
                 live = self._live_for_write(scope, op.key)
                 if not live:
                     return
                 root = self._root_for(scope)
                 for found in live:
-                    self._forget(found.key, root, "deleted through the LangGraph store")
+                    forgotten = self._forget(found.key, root, reason)
+                    for _ in range(_DELETE_FOLLOWS):
+                        if forgotten.by is None:
+                            break
+                        forgotten = self._forget(forgotten.by, root, reason)
+            if self._live_for_write(scope, op.key):
+                raise ItemContended(
+                    f"item {op.key[:80]!r} of namespace {op.namespace!r:.120} was written again by "
+                    f"another process (a put, or a read refreshing its TTL) under every one of "
+                    f"{_DELETE_ROUNDS} attempts to delete it, and is live still: retry the delete, or "
+                    "stop the process that keeps writing it first"
+                )
 
     @staticmethod
     def _same(found: Recalled, finding: Mapping[str, Any]) -> bool:

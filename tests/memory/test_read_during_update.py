@@ -19,7 +19,11 @@ import pytest
 import memory
 
 OLD = {"text": "the ferry leaves at seven", "tags": ["ferry"], "metadata": {"item": "ferry"}}
-NEW = {"text": "the ferry leaves at eight from the north pier", "tags": ["ferry"], "metadata": {"item": "ferry"}}
+NEW = {
+    "text": "the ferry leaves at eight from the north pier",
+    "tags": ["ferry"],
+    "metadata": {"item": "ferry"},
+}
 
 
 @pytest.mark.parametrize("read", ["recall", "recall by metadata", "recall of every scope", "why", "current"])
