@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import importlib.resources
 import logging
 import re
 import time
@@ -480,11 +481,25 @@ def _given_int(request: Request, name: str, low: int, high: int) -> int | None:
 # -- the guard --------------------------------------------------------------------------------
 
 
+def static_paths() -> frozenset[str]:
+    """The paths of the files the package's ``static`` folder holds (``/static/style.css``): the
+    only paths the guard lets through unchecked."""
+    folder = importlib.resources.files("flows.web") / "static"
+    return frozenset(f"/static/{entry.name}" for entry in folder.iterdir() if entry.is_file())
+
+
 class Guard:
     """Every request: only ``GET``/``HEAD``; the token when the server has one (the
     ``Authorization: Bearer`` header, or the cookie a ``?token=`` visit sets); without a token, a
     loopback ``Host`` only (a page elsewhere cannot reach the dashboard through a DNS name it
-    points at 127.0.0.1); and the security headers on every answer."""
+    points at 127.0.0.1); and the security headers on every answer.
+
+    ``public`` are the paths answered without the token or host check: the package's static files
+    (the stylesheet, which the refusal page itself links to), each by its exact path. Any other path
+    under ``/static/`` is checked like a page: a file that is not there is answered by the full
+    ``not_found`` page, whose menu and footer name the agents, the DB and the journal, so it may
+    only be rendered for a request that passed the guard.
+    """
 
     def __init__(
         self,
@@ -493,11 +508,13 @@ class Guard:
         token: str | None,
         render: Callable[[Request, Exception], Response],
         moving: Callable[[Request, str], Response] | None = None,
+        public: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.token = token
         self.render = render
         self.moving = moving
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -528,7 +545,7 @@ class Guard:
             response.status_code = 405
             response.headers["allow"] = "GET, HEAD"
             return response
-        if request.url.path.startswith("/static/"):
+        if request.url.path in self.public:
             return None  # the stylesheet holds nothing of the store; the refusal page needs it
         if self.token is None:
             # the raw header, parsed whole: the URL Starlette builds falls back to the server's own
@@ -1223,7 +1240,15 @@ def create_app(config: ServeConfig) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=config.token, render=d.bare_error_page, moving=d.moving_on_page)],
+        middleware=[
+            Middleware(
+                Guard,
+                token=config.token,
+                render=d.bare_error_page,
+                moving=d.moving_on_page,
+                public=static_paths(),
+            )
+        ],
         exception_handlers={404: d.not_found},
     )
     app.router.redirect_slashes = False  # ``not_found`` sends ``/runs/`` to ``/runs`` by a relative address

@@ -95,6 +95,40 @@ def test_without_a_token_only_a_loopback_host_name_is_answered(client: TestClien
     assert refused.status_code == 400 and "loopback" in refused.json()["message"]
 
 
+def _names_nothing_of_the_store(client: TestClient, text: str, demo: DemoStore, agent: Path) -> bool:
+    reader = client.app.state.reader  # type: ignore[attr-defined]
+    names = (str(demo.db), reader.journal_label(), f"<bdi>{agent.name}</bdi>")
+    return not any(name in text for name in names)
+
+
+MISSING_STATIC = ("/static/x", "/static/style.css.map", "/static/", "/static//style.css", "/static/a/../x")
+
+
+def test_a_missing_static_file_without_the_token_is_the_refusal_not_a_404_naming_the_store(
+    guarded: TestClient, demo: DemoStore, agent: Path
+) -> None:
+    for url in MISSING_STATIC:
+        response = guarded.get(url)
+        assert (response.status_code, url) == (401, url)
+        assert "serve_unauthorized" in response.text
+        assert _names_nothing_of_the_store(guarded, response.text, demo, agent), url
+    # with the token, the request passed the guard: the page may name the store
+    opened = guarded.get("/static/x", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert opened.status_code == 404 and str(demo.db) in opened.text
+
+
+def test_a_missing_static_file_for_a_foreign_host_is_the_refusal_not_a_404_naming_the_store(
+    client: TestClient, demo: DemoStore, agent: Path
+) -> None:
+    for url in MISSING_STATIC:
+        response = client.get(url, headers={"host": "evil.example"})
+        assert (response.status_code, url) == (400, url)
+        assert "loopback" in response.text
+        assert _names_nothing_of_the_store(client, response.text, demo, agent), url
+    assert client.get("/static/style.css", headers={"host": "evil.example"}).status_code == 200
+    assert client.get("/static/x").status_code == 404  # a loopback Host passed the guard
+
+
 def _serve(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     code = "import sys; from flows._cli import main; sys.exit(main(sys.argv[1:]))"
     result = run_python(code, "serve", *args, env=env, timeout=60)
