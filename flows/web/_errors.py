@@ -19,6 +19,8 @@ Journal, memory and ledger errors keep their own codes on the page and in the JS
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flows._errors import FlowsError
 
 
@@ -83,11 +85,18 @@ class ServeHeadTooLarge(ServeError):
 
 
 class ServeDbOutdated(ServeError):
-    """The history DB's schema is older than this flows-memory: reading it would migrate it, and the
-    dashboard never writes the store."""
+    """The history DB's schema (``version``) is older than this flows-memory: reading it would migrate
+    it, and the dashboard never writes the store. ``upgrading``: a ``flows sync`` was migrating it
+    and had not finished within the dashboard's wait (reload in a moment); otherwise the DB held
+    still (run ``flows sync`` once)."""
 
     code = "serve_db_outdated"
     status = 503
+
+    def __init__(self, message: str, *, path: str | Path, version: int, upgrading: bool) -> None:
+        super().__init__(message, path=path)
+        self.version = version
+        self.upgrading = upgrading
 
 
 class ServeInternal(ServeError):

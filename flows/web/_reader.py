@@ -6,7 +6,9 @@
   and creates no file beside it (SQLite would make a ``-shm`` and a ``-wal`` for a plain ``mode=ro``
   reader of a WAL database; see ``HistoryDB._open_without_creating``). Before the first read the
   DB's schema version is read the same way, and an older one is refused (``serve_db_outdated``: run
-  ``flows sync`` once to upgrade it).
+  ``flows sync`` once to upgrade it) once it has held still: ``flows sync`` creates the DB and
+  migrates it a schema version per transaction, so a read in the middle sees an older schema that
+  is moments from this one (``Reader.memory``).
 * Agent homes are read with plain read-only opens (``Agent``); the ledger's snapshot is never
   written.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,14 @@ from flows.web._errors import ServeDbOutdated, ServeNotFound
 from flows.web._findings import KeyIndex
 from flows.web._runs import RunIndex
 from journal import JournalBackend, shown_location
+
+#: how long an older schema and the DB's files must hold still before the DB is called outdated: a
+#: ``flows sync`` creating or migrating it writes its log at each version's commit, far more often
+DB_QUIET_S = 1.0
+#: the longest a read waits for a DB that is being migrated to reach this flows-memory's schema
+DB_WAIT_S = 5.0
+#: how often the DB is looked at meanwhile
+DB_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class Reader:
         self._backend: JournalBackend | None = None
         self._index: RunIndex | None = None
         self._db_checked: tuple[int, int] | None = None
+        self._db_still: tuple[int, object] | None = None  # an older DB's version and files, found still
         self._keys = KeyIndex()
 
     @property
@@ -83,8 +95,14 @@ class Reader:
     def memory(self) -> memory.MemoryStore:
         """The findings memory, after checking that reading its DB will not migrate it.
 
+        A DB whose schema is older than this flows-memory's is looked at again until it reaches it
+        (a ``flows sync`` was creating or migrating it: the read answers from the synced DB), or until
+        neither its version nor its files changed for ``DB_QUIET_S`` (nobody is migrating it: it is
+        outdated), for at most ``DB_WAIT_S`` (a migration still running: said so, to reload).
+
         Raises:
-            ServeDbOutdated: the DB's schema is older than this flows-memory.
+            ServeDbOutdated: the DB's schema is older than this flows-memory, and held still; or a
+                migration was still writing it after ``DB_WAIT_S`` (``upgrading``).
             memory.Unreachable: the DB cannot be opened or is damaged.
         """
         path = self.store.db_path
@@ -97,16 +115,52 @@ class Reader:
                 f"cannot read the history DB {path}: {exc.strerror or exc}", path=path
             ) from exc
         if self._db_checked != (st.st_dev, st.st_ino):
-            version = self.store.db.schema_version()
+            version, upgrading = self._settled_schema(path)
+            if upgrading:
+                raise ServeDbOutdated(
+                    f"the history DB {path} is being upgraded right now (schema {version} of "
+                    f"{memory.SCHEMA_VERSION}: a `flows sync` is migrating it, and was still writing it "
+                    f"after {DB_WAIT_S:g} s); reload in a moment",
+                    path=path,
+                    version=version,
+                    upgrading=True,
+                )
             if version < memory.SCHEMA_VERSION:
                 raise ServeDbOutdated(
                     f"the history DB {path} has schema {version}, older than this flows-memory "
                     f"({memory.SCHEMA_VERSION}); the dashboard never writes the store: run `flows sync` "
                     "once to upgrade it, then reload",
                     path=path,
+                    version=version,
+                    upgrading=False,
                 )
             self._db_checked = (st.st_dev, st.st_ino)
         return self.store
+
+    def _settled_schema(self, path: Path) -> tuple[int, bool]:
+        """The DB's schema version, and whether it was still changing below this flows-memory's
+        when ``DB_WAIT_S`` ran out (see ``memory``). An older DB found still is remembered with its
+        files' stamps, so the next request over the same files answers at once."""
+        version = self.store.db.schema_version()
+        if version >= memory.SCHEMA_VERSION:
+            return version, False
+        seen = (version, _files_stamp(path))
+        if seen == self._db_still:
+            return version, False
+        started = changed = time.monotonic()
+        while True:
+            time.sleep(DB_POLL_S)
+            version = self.store.db.schema_version()
+            if version >= memory.SCHEMA_VERSION:
+                return version, False
+            now, looked = time.monotonic(), (version, _files_stamp(path))
+            if looked != seen:
+                seen, changed = looked, now
+            elif now - changed >= DB_QUIET_S:
+                self._db_still = seen
+                return version, False
+            if now - started >= DB_WAIT_S:
+                return version, True
 
     def agent(self, number: int) -> Agent:
         """The agent at ``/agents/<number>``.
@@ -134,3 +188,17 @@ class Reader:
             self._backend = None
             self._index = None
             self._keys = KeyIndex()
+
+
+def _files_stamp(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """The inode, size and mtime of the DB and of its write-ahead log (None for one not there): a
+    migration commits to the log, so they move while one runs."""
+    stamps: list[tuple[int, int, int] | None] = []
+    for name in (str(path), f"{path}-wal"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
