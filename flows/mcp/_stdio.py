@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import queue
+import select
 import threading
 import time
 from collections import Counter
@@ -42,7 +43,14 @@ from flows.mcp._sessions import END_WAIT_S
 from flows.mcp._wire import MAX_REQUEST_BYTES, oversized_answer, unreadable_answer
 
 CHUNK = 65536
-_PIECE = 16384  # the most one write to stdout hands the pipe
+_PIECE = select.PIPE_BUF
+"""The most one write to stdout hands the pipe. A blocking write to a pipe returns only once all of
+it is in, though a full pipe takes it a page (4 KiB on Linux) at a time as the client reads: writes
+of 16 KiB left a client reading slowly, page after page, seen reading nothing until a whole one was in
+(one reading under 16 KiB per ``END_WAIT_S`` was cut off mid-answer). One of at most ``PIPE_BUF``
+bytes goes in whole as soon as there is room for it, so each return is a page the client read. Blocking
+writes, rather than non-blocking ones: the O_NONBLOCK flag belongs to the open file, which stdout may
+share with other processes (a terminal, a file the parent opened)."""
 
 MAX_IN_FLIGHT = 32
 """The most requests handed to the SDK and not yet answered: past it stdin is not read until one is
@@ -246,9 +254,7 @@ class StdoutWire:
             data, done = self._out.get()
             try:
                 view = memoryview(data)
-                while view:
-                    # in pieces, so that a client reading slowly is seen reading (a blocking write
-                    # to a pipe returns once all of it is in)
+                while view:  # in pieces, so that a client reading slowly is seen reading (``_PIECE``)
                     view = view[os.write(self._fd, view[:_PIECE]) :]
                     self._moved_at = time.monotonic()
             except OSError as exc:  # the client closed its end
@@ -279,9 +285,19 @@ class StdoutWire:
 
         Once stdin has ended, a client that does not read stdout (its pipe full, the write blocked)
         counts as gone after ``END_WAIT_S`` seconds in which no byte could be written: the write is
-        given up, and the session ends. A client that reads, however slowly, gets every answer.
+        given up, and the session ends. A client that reads, however slowly, gets every answer, as
+        long as the pipe can take a byte within the wait: a full pipe takes bytes again once the
+        client has read a whole page of it (Linux), so that is 4 KiB each ``END_WAIT_S`` (about 140
+        bytes a second at 30 s).
         Before, the server never exited: the SDK's writer waited on the blocked write for good,
-        after the session's root run had ended."""
+        after the session's root run had ended.
+
+        An answer given up part-written stays so: its bytes cannot be taken back, and the pipe will
+        take no more (not even a newline to close the line). It is the last thing on stdout, cut off
+        with no newline, which under the newline-delimited framing is no message: a client's reader
+        sees the wire end inside a line (the SDK's own client drops such a tail), never a line that
+        reads as a different answer, nor a later answer glued onto it: answers go out one after
+        another, each whole before the next begins, and the server exits."""
         done = self._loop.create_future()
         self._out.put((text.encode("utf-8"), done))
         try:

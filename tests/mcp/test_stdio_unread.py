@@ -3,17 +3,21 @@
 A client that fills the server's stdout pipe (answers it never reads) and then closes stdin held
 the server for good: its session's root run had ended, but the SDK's writer waited on the blocked
 write, and the process never exited. Once stdin has ended, a write that has not finished after
-``END_WAIT_S`` seconds in which no write finished is given up, and the server exits.
+``END_WAIT_S`` seconds in which the pipe took no byte is given up, and the server exits; a client that
+goes on reading, even a page at a time, is not given up.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from journal import RunState
 from tests.conftest import ROOT
@@ -120,3 +124,47 @@ def test_a_client_reading_slowly_after_stdin_ends_gets_every_answer_whole(tmp_pa
     for answer in answers:
         if answer["id"].startswith("r"):
             assert big in json.dumps(answer["result"])
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="sizing a pipe is Linux's")
+def test_a_client_reading_below_a_piece_a_wait_after_stdin_ends_gets_every_answer_whole(
+    tmp_path: Path,
+) -> None:
+    """A client reading 2,560 bytes a second takes in a page of the pipe (4 KiB) every 1.6 s, well
+    within the server's wait (3 s here), but 16 KiB only every 6.4 s: progress counted by whole
+    16 KiB writes saw it read nothing, and the server gave the recall's answer up part-written (the
+    client was left a torn line) and exited. Counted by what the pipe accepts, it gets every answer.
+    The pipe is shrunk to one page so the test need not first read the 64 KiB a pipe holds."""
+    db = tmp_path / "history.db"
+    argv = [sys.executable, "-c", _SERVER, "3", "mcp", "--db", str(db)]
+    big = "z" * 12_000  # the recall's answer holds it twice: ~25 KB, more than one 16 KiB write
+    learn = {"name": "learn", "arguments": {"text": f"slow {big}"}}
+    first = _requests()[: _requests().index(b'{"jsonrpc": "2.0", "id": "learn"')]
+    first += _line({"jsonrpc": "2.0", "id": "l", "method": "tools/call", "params": learn})
+    recall = {"name": "recall", "arguments": {"limit": 1}}
+    then = _line({"jsonrpc": "2.0", "id": "r", "method": "tools/call", "params": recall})
+    then += _line({"jsonrpc": "2.0", "id": "p", "method": "ping"})
+    with _server(argv) as server:
+        assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+        out = server.stdout.fileno()
+        assert fcntl.fcntl(out, fcntl.F_SETPIPE_SZ, 4096) == 4096
+        server.stdin.write(first)
+        server.stdin.flush()
+        got = b""
+        while b'"id":"l"' not in got:  # the learn answered, read at once
+            got += os.read(out, 65536)
+        server.stdin.write(then)
+        server.stdin.close()  # then read 256 bytes every 0.1 s, never stalled
+        began = time.monotonic()
+        while data := os.read(out, 256):
+            got += data
+            time.sleep(0.1)
+        took = time.monotonic() - began
+        rc = server.wait(timeout=60)
+        stderr = server.stderr.read().decode()
+    assert rc == 0, stderr[-2000:]
+    assert got.endswith(b"\n"), got[-200:]  # no torn last line
+    answers = {a["id"]: a for a in map(json.loads, got.splitlines())}  # every line whole
+    assert {"r", "p"} <= answers.keys(), (took, stderr[-2000:])
+    assert big in json.dumps(answers["r"]["result"])
+    assert took > 6  # the answer took longer than two waits to read: the client was slow throughout
