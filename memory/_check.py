@@ -13,7 +13,9 @@ What is checked:
 * every retired file is a regular file, parses, cites a ``memory-forget`` record (or, for a version
   an update replaced, the update's ``memory-learn`` commit) that exists and retires it, and is
   exactly its rendering; every finding the journal retires has its retired file;
-* every finding the journal records, and does not retire, has its learned file or its history-DB row;
+* every finding the journal records, and does not retire or erase, has its learned file or its
+  history-DB row;
+* every tombstone (an erased commit) is of a key an erase record names;
 * every history-DB row cites a record that exists;
 * the journal holds at least one of the root runs the store cites (else it is another store's);
 * no stage file is older than the sweep age;
@@ -24,7 +26,8 @@ What ``repair`` does: republish missing or wrong learned and retired files from 
 record; move a learned file that cites no record or belongs to a retired finding, and anything that
 is not what the store expects at its place (a link, a FIFO, a folder), into
 ``<db-dir>/flows-quarantine/`` (never delete it, never follow it); sweep stale stages. It never
-republishes the learned file of a retired finding. It never adds, changes or removes a journal
+republishes the learned file of a retired or erased finding, and after finishing an erasure or a
+supersede it surveys the store again before mending anything else. It never adds, changes or removes a journal
 record, and reports what it cannot repair. It refuses to change anything (``WrongJournal``) when
 the journal holds none of the runs the store cites: a wrong ``--journal`` or a forgotten
 ``$FLOWS_JOURNAL`` would otherwise quarantine every file.
@@ -112,6 +115,9 @@ class _Context:
     erased: set[str] = field(default_factory=set)  # every key an erase record names
     supersedes: list[journal.Record] = field(default_factory=list)  # commits naming the version they replace
     lost: dict[str, journal.Record] = field(default_factory=dict)  # updates that lost their race, by key
+    tombstones: list[journal.Record] = field(default_factory=list)  # erased memory-learn commits
+    # (run id, record id) -> a tombstone whose key no erase record names (``_tombstone_problems``)
+    unbacked: dict[tuple[str, str], journal.Record] = field(default_factory=dict)
 
 
 def _journal_problems(ctx: _Context) -> None:
@@ -189,7 +195,10 @@ def _learn_records(ctx: _Context, records: Iterable[journal.Record]) -> None:
             ctx.batches[(rec.run_id, rec.id)] = rec  # its retired file is published from the commit
             _retirement(ctx, view)
         if is_erased(rec):
-            continue  # an erased commit: nothing to publish, nothing to check against
+            # an erased commit: nothing to publish, nothing to check against; kept to be matched
+            # with the erase records once all are read (``_tombstone_problems``)
+            ctx.tombstones.append(rec)
+            continue
         ctx.records[(rec.run_id, rec.id)] = rec
         if "supersedes" in rec.payload:
             ctx.supersedes.append(rec)
@@ -254,13 +263,7 @@ def _damaged(kind: str, exc: Exception, where: object) -> Problem:
 def _file_problems(ctx: _Context) -> set[str]:
     """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
-    erased = ctx.erased = {
-        k
-        for rec in ctx.erasures
-        if isinstance(rec.payload.get("keys"), list)
-        for k in rec.payload["keys"]
-        if isinstance(k, str)
-    }
+    erased = ctx.erased
     try:
         folders, wrong = scan_scopes(ctx.store.db_path)
         ctx.retired_folders, wrong_retired = scan_scopes(ctx.store.db_path, leaf="retired")
@@ -305,6 +308,47 @@ def _file_problems(ctx: _Context) -> set[str]:
         if erased:  # a removed file's hidden name a power loss brought back, holding erased content
             ctx.erased_files.update(keys_in_stages([directory], erased))
     return good
+
+
+def _erased_keys(ctx: _Context) -> set[str]:
+    """Every key an erase record names."""
+    return {
+        k
+        for rec in ctx.erasures
+        if isinstance(rec.payload.get("keys"), list)
+        for k in rec.payload["keys"]
+        if isinstance(k, str)
+    }
+
+
+def _tombstone_problems(ctx: _Context) -> None:
+    """A commit of the tombstone's shape whose key no erase record names. Only an erase makes
+    tombstones, and it commits its record first, so this is damage: the erase record was lost, or
+    the commit was rewritten by something that is no erase (a CRC is no signature). Its content is
+    gone from the journal either way, but nothing says it was meant to go: the finding's learned
+    file and row are left where they are (never moved or deleted on the strength of this commit),
+    and the store is never called clean over it."""
+    for rec in ctx.tombstones:
+        key = rec.payload["id"]
+        if key in ctx.erased:
+            continue
+        ctx.unbacked[(rec.run_id, rec.id)] = rec
+        ctx.problems.append(
+            Problem(
+                "tombstone_unbacked",
+                ctx.location,
+                f"record {rec.id} (line {rec.seq}) of stream {rec.stream} of root run {rec.run_id} in the "
+                f"journal {ctx.location} is an erasure's tombstone of finding {key}, but no memory-erase "
+                "record names that finding: the erase record was lost, or the commit was rewritten by "
+                "something that is no erase. The finding's learned file and history-DB row, if any, "
+                "are not served and are left in place",
+                "nothing: --repair never changes the journal, nor removes a finding for a commit no "
+                "erase backs; restore the run's memory-learn stream (or the run that erased the "
+                "finding) from a backup. Until then its learned file and row stay, unserved",
+                False,
+                (("runId", rec.run_id), ("stream", rec.stream), ("line", rec.seq), ("key", key)),
+            )
+        )
 
 
 def _lost_updates(ctx: _Context) -> None:
@@ -377,20 +421,8 @@ def _check_file(ctx: _Context, folder: Folder, name: str, good: set[str]) -> Non
         return
     ctx.cited.add(entry.citation.run_id)
     cited = ctx.records.get((entry.citation.run_id, entry.citation.id))
-    if cited is None and (ctx.unlisted is not None or entry.citation.run_id in ctx.unread):
-        ctx.problems.append(_unverified(path, entry.citation.run_id))
-        return
     if cited is None:
-        ctx.problems.append(
-            Problem(
-                "learned_unjournaled",
-                str(path),
-                f"{path} cites record {entry.citation.id} of root run {entry.citation.run_id}, which "
-                f"the journal {ctx.location} does not hold",
-                f"move it to {QUARANTINE_DIR}/" if rec is None else "republish it from its journal record",
-                True,
-            )
-        )
+        ctx.problems.append(_uncited(ctx, path, entry.citation, rec))
         return
     if data != render(cited):
         ctx.problems.append(
@@ -549,6 +581,32 @@ def _unverified(path: Path, run_id: str) -> Problem:
     )
 
 
+def _uncited(ctx: _Context, path: Path, citation: Any, rec: journal.Record | None) -> Problem:
+    """The problem of the learned file ``path`` whose cited commit is not among the journal's live
+    commits: unverified while its run cannot be read or the commit is a tombstone no erase backs
+    (never moved for want of its record), else unjournaled."""
+    if ctx.unlisted is not None or citation.run_id in ctx.unread:
+        return _unverified(path, citation.run_id)
+    if (citation.run_id, citation.id) in ctx.unbacked:
+        return Problem(
+            "learned_unverified",
+            str(path),
+            f"{path} cites record {citation.id} of root run {citation.run_id}, which the journal holds "
+            "only as a tombstone that no erase record names (see tombstone_unbacked): it is not served, "
+            "and never moved or deleted on the strength of that commit",
+            "nothing until the journal is settled (see tombstone_unbacked)",
+            False,
+        )
+    return Problem(
+        "learned_unjournaled",
+        str(path),
+        f"{path} cites record {citation.id} of root run {citation.run_id}, which the journal "
+        f"{ctx.location} does not hold",
+        f"move it to {QUARANTINE_DIR}/" if rec is None else "republish it from its journal record",
+        True,
+    )
+
+
 def _record_problems(ctx: _Context, good: set[str]) -> None:
     try:
         held = ctx.store.db.held(ctx.latest)
@@ -561,6 +619,10 @@ def _record_problems(ctx: _Context, good: set[str]) -> None:
     unread = sorted(ctx.unread | ctx.unread_retired)
     for fid, rec in ctx.latest.items():
         if fid in held or fid in good or fid in ctx.retired or fid in ctx.lost:
+            continue
+        if fid in ctx.erased:
+            # an erase record names it: its content is to go (``erase_incomplete``), never to be
+            # published again, whether or not its learned file is still there
             continue
         path = learned_dir(ctx.store.db_path, rec.payload["scope"]) / f"{fid}.json"
         if any(p.path == str(path) for p in ctx.problems):
@@ -609,12 +671,18 @@ def _db_problems(ctx: _Context) -> None:
     for row in rows:
         ctx.cited.add(row.citation.run_id)
         if (row.citation.run_id, row.citation.id) not in ctx.records:
+            unbacked = (row.citation.run_id, row.citation.id) in ctx.unbacked
             ctx.problems.append(
                 _unrepairable(
                     "row_unjournaled",
                     ctx.store.db_path,
                     f"history-DB row {row.id} cites record {row.citation.id} of root run "
-                    f"{row.citation.run_id}, which the journal does not hold",
+                    f"{row.citation.run_id}, which the journal "
+                    + (
+                        "holds only as a tombstone that no erase record names (see tombstone_unbacked)"
+                        if unbacked
+                        else "does not hold"
+                    ),
                 )
             )
 
@@ -672,6 +740,8 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     (``tick`` after each of the five)."""
     ctx = _Context(store, {}, {}, [])
     _journal_problems(ctx)
+    ctx.erased = _erased_keys(ctx)
+    _tombstone_problems(ctx)
     _lost_updates(ctx)
     tick()
     good = _file_problems(ctx)
@@ -1088,10 +1158,8 @@ def repair_store(
             ) from exc
         actions.append(f"quarantined {path} to {target}")
 
-    problems = list(problems)
-    actions += _finish_records(ctx, {p.kind for p in problems})
-    finished = ("erase_incomplete", "supersede_unfinished", "erase_pending")
-    problems = [p for p in problems if p.kind not in finished]
+    ctx, problems, finished = _finish_first(ctx, list(problems), sweep_age_s, now)
+    actions += finished
     vectors = [p for p in problems if p.kind in ("vector_stale", "vectors_damaged")]
     if vectors:
         actions += _repair_vectors(ctx)
@@ -1117,6 +1185,60 @@ def repair_store(
             elif os.path.lexists(path):
                 move_aside(path)
     return actions
+
+
+def _finish_first(
+    ctx: _Context, problems: list[Problem], sweep_age_s: float, now: float | None
+) -> tuple[_Context, list[Problem], list[str]]:
+    """Finish what a crash left half recorded (``_finish_records``), then answer the survey and the
+    problems to mend next, with the actions taken. Finishing retires or erases findings and
+    rewrites commits as tombstones, and the survey read the store before that: acting on its
+    records would publish again what was just retired or erased (an erased finding's text written
+    back by the same repair). So after any of it the store is surveyed afresh, and the problems to
+    mend are the fresh survey's and stale stages' as they are now, with the given ones of the kinds
+    a survey does not make (an agent's logs, vectors: judged afresh when mended, or not
+    repairable)."""
+    actions = _finish_records(ctx, {p.kind for p in problems})
+    problems = [p for p in problems if p.kind not in _FINISHED]
+    if not actions:
+        return ctx, problems, actions
+    ctx = _survey(ctx.store)
+    _stage_problems(ctx, sweep_age_s, time.time() if now is None else now)
+    kept = [p for p in problems if p.kind not in _SURVEYED and p.kind != "stage_stale"]
+    return ctx, [p for p in ctx.problems if p.kind not in _FINISHED] + kept, actions
+
+
+# The kinds ``_finish_records`` mends (before any other, and never again in the same repair).
+_FINISHED = ("erase_incomplete", "supersede_unfinished", "erase_pending")
+
+# The kinds ``_survey`` reports (a fresh survey's list replaces the given problems of these kinds).
+_SURVEYED = frozenset(
+    {
+        "run_corrupt",
+        "stream_corrupt",
+        "stream_cut_kept",
+        "record_corrupt",
+        "folder_wrong",
+        "holder_wrong",
+        "learned_damaged",
+        "learned_unjournaled",
+        "learned_mismatch",
+        "learned_stale",
+        "learned_unverified",
+        "learned_forgotten",
+        "retired_damaged",
+        "retired_unjournaled",
+        "retired_mismatch",
+        "retired_unverified",
+        "retirement_unpublished",
+        "record_unpublished",
+        "row_unjournaled",
+        "retirement_unjournaled",
+        "db_unreadable",
+        "journal_mismatch",
+        "tombstone_unbacked",
+    }
+)
 
 
 def _repair_stage(
@@ -1180,6 +1302,8 @@ def _home_record(ctx: _Context, path: Path) -> journal.Record | None:
         retirement = ctx.retired.get(key)
         home = None if retirement is None else retired_dir(ctx.store.db_path, retirement.payload["scope"])
         return retirement if home == path.parent else None
-    if key in ctx.retired or key in ctx.lost:
-        return None  # never republish a retired finding, nor an update that lost its race
+    if key in ctx.retired or key in ctx.lost or key in ctx.erased:
+        # never republish a retired finding, an update that lost its race, or a finding an erase
+        # record names (its file, if any, is deleted: ``move_aside``)
+        return None
     return _fits(ctx, path)

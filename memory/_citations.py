@@ -198,6 +198,8 @@ class Citations:
             if is_erased(record) and erased is not None:
                 erased.append(path)
                 continue
+            if is_erased(record):
+                raise self.tombstoned(path, entry, named=None)
             # the record is untrusted too: one of the wrong shape is journal_corrupt, never rendered
             if is_erased(record) or render(checked_commit(record, self._open_journal().location)) != data:
                 raise self._mismatch(path, entry)
@@ -279,6 +281,27 @@ class Citations:
     def mismatch(path: Path, entry: Recalled) -> Unreachable:
         """The error of a learned file that is not its cited record's rendering."""
         return Citations._mismatch(path, entry)
+
+    @staticmethod
+    def tombstoned(path: Path, entry: Recalled, *, named: bool | None) -> Unreachable:
+        """The error of a learned file whose cited commit is an erasure's tombstone: a copy an
+        unfinished erasure left (``named``: an erase record names its key), or, when none does,
+        a sign of a damaged journal (``named`` None: not looked up)."""
+        c = entry.citation
+        said = f"learned file {path} cites record {c.id} of root run {c.run_id}, which the journal holds as "
+        if named is False:
+            said += (
+                "an erasure's tombstone that no erase record names, so it is not served: the journal is "
+                "damaged (an erase record lost, or a commit rewritten by something that is no erase), "
+                "and `flows check` reports it as tombstone_unbacked; restore the journal from a backup"
+            )
+        else:
+            said += (
+                "an erasure's tombstone, so it is not served: `flows check --repair` deletes it and "
+                f"finishes the erasure when an erase record names finding {entry.key}, and when none "
+                "does the journal is damaged (`flows check` reports tombstone_unbacked)"
+            )
+        return Unreachable(said, path=path, run_id=c.run_id)
 
     @staticmethod
     def _mismatch(path: Path, entry: Recalled) -> Unreachable:

@@ -1681,7 +1681,7 @@ class MemoryStore:
             named = {k for r in audits(backend) for k in r.payload["keys"] if isinstance(k, str)}
             for path, entry in erased:
                 if entry.key not in named:
-                    raise Citations.mismatch(path, entry)
+                    raise Citations.tombstoned(path, entry, named=False)
             self.finish_erasure(sorted({entry.key for _, entry in erased}), targets=[])
         if materialize:
             self._purge_erased(audits(backend))

@@ -11,6 +11,8 @@ import pytest
 
 import journal
 import memory
+from memory._erase import commits_of, rewrite
+from memory._reaper import REAPER
 
 
 def _two_scopes(store: memory.MemoryStore) -> tuple[memory.Learned, memory.Learned]:
@@ -132,3 +134,69 @@ def test_an_erase_record_not_of_an_erase_records_shape_is_reported_and_never_act
         memory.repair_store(store, memory.check_store(store))
     assert [r.key for r in store.recall(scope="a")] == [live.key]
     assert _files_holding(store.db_path.parent, b"the first finding, to be erased")
+
+
+def test_one_repair_finishes_an_erasure_of_a_live_finding_and_publishes_none_of_it_again(
+    store: memory.MemoryStore,
+) -> None:
+    """An erase record naming a finding whose commit and learned file are still there (a crash
+    before the erase's forget, or a record put there by hand): check called the file missing
+    (``record_unpublished``, "neither its learned file nor a history-DB row"), and one repair
+    finished the erasure, then wrote the learned file back from the commit it had read before
+    rewriting it: the erased text was on disk again and every read failed on it."""
+    live, second = _two_scopes(store)
+    path = memory.learned_dir(store.db_path, "a") / f"{live.key}.json"
+    assert path.exists()
+    _crafted_erase_record(
+        store,
+        {
+            "memory": live.memory_id,
+            "keys": [live.key],
+            "reason": "r",
+            "flow": "crafted",
+            "erasedMs": 1,
+            "records": [],
+        },
+    )
+    problems = memory.check_store(store)
+    assert [p.kind for p in problems] == ["erase_incomplete"], problems
+    actions = memory.repair_store(store, problems)
+    assert not [a for a in actions if a.startswith("republished")], actions
+    REAPER.drain(10)
+    assert _files_holding(store.db_path.parent, b"the first finding, to be erased") == []
+    assert memory.check_store(store) == []
+    assert [e.key for e in store.recall(limit=None)] == [second.key]
+
+
+def test_a_tombstone_no_erase_record_names_is_reported_and_its_finding_never_removed_by_repair(
+    store: memory.MemoryStore, db: Path
+) -> None:
+    """A live commit rewritten as a tombstone (valid CRC) with no erase record naming its key: check
+    said only that the journal "does not hold" the record its learned file cites, repair moved the
+    live finding's file into the quarantine, and every later check called the store clean with the
+    finding silently gone. It is damage: reported as such, never repaired away, and reads fail
+    closed saying what it is."""
+    live, _ = _two_scopes(store)
+    path = memory.learned_dir(store.db_path, "a") / f"{live.key}.json"
+    data = path.read_bytes()
+    backend = store.open_journal()
+    assert rewrite(backend, commits_of(backend, {live.key})) == 1
+    problems = memory.check_store(store)
+    assert sorted((p.kind, p.repairable) for p in problems) == [
+        ("learned_unverified", False),
+        ("tombstone_unbacked", False),
+    ], problems
+    unbacked = next(p for p in problems if p.kind == "tombstone_unbacked")
+    assert live.key in unbacked.message and "no memory-erase record" in unbacked.message
+    assert unbacked.as_json()["key"] == live.key and unbacked.as_json()["stream"] == "memory-learn"
+    assert next(p for p in problems if p.kind == "learned_unverified").path == str(path)
+    memory.repair_store(store, problems)
+    assert path.read_bytes() == data
+    assert not (store.db_path.parent / "flows-quarantine").exists()
+    assert sorted(p.kind for p in memory.check_store(store)) == ["learned_unverified", "tombstone_unbacked"]
+    with memory.MemoryStore(db, recover=False) as fresh:
+        with pytest.raises(memory.Unreachable, match="tombstone"):
+            fresh.recall(limit=None)
+        with pytest.raises(memory.Unreachable, match="no erase record names"):
+            fresh.sync()
+    assert path.read_bytes() == data
