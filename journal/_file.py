@@ -47,7 +47,7 @@ from journal._errors import (
     JournalRunNotFound,
     JournalUnwritable,
 )
-from journal._fs import dir_stat, open_regular
+from journal._fs import dir_stat, open_regular, read_failed
 from journal._linelog import LineDamaged, LineLog, LineOldFormat
 from journal._model import (
     LONG_DIGITS,
@@ -673,9 +673,7 @@ class FileJournal:
             exc.run_id = run_id
             raise
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot look at {path}: {exc.strerror or exc}", run_id=run_id, path=path
-            ) from exc
+            raise read_failed(f"look at {path}", path, exc, run_id=run_id) from exc
 
     def _runs_dir(self) -> Path:
         path = self._runs_path
@@ -716,9 +714,7 @@ class FileJournal:
             except FileNotFoundError:
                 return
             except OSError as exc:
-                raise JournalReadInterrupted(
-                    f"cannot look at {path}: {exc.strerror or exc}", run_id=run_id, path=path
-                ) from exc
+                raise read_failed(f"look at {path}", path, exc, run_id=run_id) from exc
             if st.st_ino != held[2] or st.st_dev != held[1] or not stat.S_ISDIR(st.st_mode):
                 what = (
                     "a symbolic link"
@@ -920,9 +916,7 @@ class FileJournal:
         try:
             data = self._read_all(fd)
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {path}: {exc.strerror or exc}", run_id=run_id, path=path
-            ) from exc
+            raise read_failed(f"read {path}", path, exc, run_id=run_id) from exc
         finally:
             os.close(fd)
         return self._parse_run(run_id, path, data)
@@ -940,9 +934,7 @@ class FileJournal:
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot look at run {run_id}: {exc.strerror or exc}", run_id=run_id, path=directory
-            ) from exc
+            raise read_failed(f"look at run {run_id} ({directory})", directory, exc, run_id=run_id) from exc
         if held:
             raise JournalCorrupt(
                 f"run {run_id} has records ({sorted(held)[0]}) but no run.json: its run record was "
@@ -1017,9 +1009,7 @@ class FileJournal:
             obj = self._parse_run(run_id, path, self._read_all(fd))
         except OSError as exc:
             os.close(fd)
-            raise JournalReadInterrupted(
-                f"cannot read {path}: {exc.strerror or exc}", run_id=run_id, path=path
-            ) from exc
+            raise read_failed(f"read {path}", path, exc, run_id=run_id) from exc
         except BaseException:
             os.close(fd)
             raise
@@ -1576,9 +1566,7 @@ class FileJournal:
         except FileNotFoundError:
             return [], []
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot list {directory}: {exc.strerror or exc}", run_id=run_id, path=directory
-            ) from exc
+            raise read_failed(f"list {directory}", directory, exc, run_id=run_id) from exc
         names: list[str] = []
         kept: list[KeptCut] = []
         for entry in entries:
@@ -1772,9 +1760,7 @@ class FileJournal:
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot list {directory}: {exc.strerror or exc}", path=directory
-            ) from exc
+            raise read_failed(f"list {directory}", directory, exc) from exc
         out = []
         for name in names:
             if name.startswith("."):
@@ -1792,9 +1778,7 @@ class FileJournal:
                 self._refuse_headless(name)
                 continue  # begin never finished
             except OSError as exc:
-                raise JournalReadInterrupted(
-                    f"cannot look at run {name}: {exc.strerror or exc}", run_id=name, path=directory / name
-                ) from exc
+                raise read_failed(f"look at run {name}", directory / name, exc, run_id=name) from exc
             out.append(name)
         return out
 

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from journal._errors import JournalCorrupt
+from journal._errors import JournalCorrupt, JournalReadInterrupted
 
 # What an errno of an O_NOFOLLOW | O_NONBLOCK open says about the thing at the path.
 _REFUSED = {
@@ -35,16 +35,21 @@ def describe(mode: int) -> str:
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
+        (stat.S_ISREG, "a regular file"),  # where a folder belongs (a stray file in runs/)
     )
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+    return next((name for test, name in kinds if test(mode)), "of an unknown kind")
 
 
 def refused(path: str | os.PathLike[str], what: str, *, expected: str = "a regular file") -> JournalCorrupt:
     """The error for ``path`` being ``what`` where the journal expects ``expected``."""
     said = f"lies {what}" if what.startswith("below ") else f"is {what}, not {expected}"
+    why = (
+        "the journal keeps only its own folders there"
+        if what == "a regular file"
+        else "the journal never follows links or opens special files"
+    )
     return JournalCorrupt(
-        f"{os.fspath(path)} {said}; the journal never follows links or opens "
-        "special files: move it aside, then retry",
+        f"{os.fspath(path)} {said}; {why}: move it aside, then retry",
         path=Path(path),
         line=0,
         reason=f"{what}, not {expected}",
@@ -111,3 +116,42 @@ def dir_stat(path: str | os.PathLike[str]) -> os.stat_result | None:
     if stat.S_ISDIR(st.st_mode):
         return st
     raise refused(path, describe(st.st_mode), expected="a directory")
+
+
+def read_failed(
+    what: str, path: str | os.PathLike[str], exc: OSError, *, run_id: str | None = None
+) -> JournalReadInterrupted:
+    """The error of a failed read of the journal (``what``: "read X", "list X", "look at X") at
+    ``path``. A permission error says what to do, and names the folder that refused it when that is
+    a folder on the way (an unreadable ``streams/`` refuses the open of every stream in it, and the
+    stream it was asked for may not even exist): the user running this cannot fix it by retrying."""
+    said = f"cannot {what}: {exc.strerror or exc}"
+    where = Path(path)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        user = f"the user running this (uid {os.geteuid()})"
+        blocked = _unsearchable(where)
+        if blocked is not None:
+            where = blocked
+            said = (
+                f"cannot {what}: {exc.strerror or exc} on the folder {blocked}, which {user} may not "
+                "search; grant it read and search access to that folder (and to the folders above "
+                "it), or run as the journal's owner"
+            )
+        else:
+            said += (
+                f"; grant {user} read access to {where} (a folder needs search access too), or run "
+                "as the journal's owner"
+            )
+    return JournalReadInterrupted(said, run_id=run_id, path=where)
+
+
+def _unsearchable(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` (from the top) that this process may not search,
+    or None."""
+    for folder in reversed(path.parents):
+        try:
+            if stat.S_ISDIR(os.stat(folder).st_mode) and not os.access(folder, os.X_OK):
+                return folder
+        except OSError:
+            return None  # a folder above it refused the stat: reported at that one's turn
+    return None

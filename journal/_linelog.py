@@ -96,8 +96,8 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any, Generic, Protocol, TypeVar
 
-from journal._errors import JournalCorrupt, JournalError, JournalReadInterrupted, JournalUnwritable
-from journal._fs import open_regular
+from journal._errors import JournalCorrupt, JournalError, JournalUnwritable
+from journal._fs import open_regular, read_failed
 from staging import ensure_dir, failpoint, fsync_dir, have_syncfs, syncfs, write_all
 
 T = TypeVar("T")
@@ -1486,9 +1486,7 @@ class LineLog(Generic[T]):
                 self._reset_cache(None, None)
                 return _NO_MARKS, False
             except OSError as exc:
-                raise JournalReadInterrupted(
-                    f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-                ) from exc
+                raise read_failed(f"read {self._path}", self._path, exc) from exc
         try:
             marks = self._read_marks(strict=False)
             before = (self._cached_end, self._cached_gen)
@@ -1536,9 +1534,7 @@ class LineLog(Generic[T]):
             start = self._cached_end
             data, over = self._read_lines(fd, start, size)
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-            ) from exc
+            raise read_failed(f"read {self._path}", self._path, exc) from exc
         mark = marks.durable
         upto = None if mark is None else min(mark, size if over is None else over)
         parsed = self._parse(fd, data, start, upto, self._next_seq(), current=self._first_current is not None)
@@ -1839,15 +1835,11 @@ class LineLog(Generic[T]):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-            ) from exc
+            raise read_failed(f"read {self._path}", self._path, exc) from exc
         try:
             found = self._acknowledged_line(fd, offset)
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-            ) from exc
+            raise read_failed(f"read {self._path}", self._path, exc) from exc
         finally:
             os.close(fd)
         if found is None:
@@ -1923,15 +1915,11 @@ class LineLog(Generic[T]):
                 raise self._missing(None, 0, mark) from None
             return
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-            ) from exc
+            raise read_failed(f"read {self._path}", self._path, exc) from exc
         try:
             yield from self._reverse(fd)
         except OSError as exc:
-            raise JournalReadInterrupted(
-                f"cannot read {self._path}: {exc.strerror or exc}", path=self._path
-            ) from exc
+            raise read_failed(f"read {self._path}", self._path, exc) from exc
         finally:
             os.close(fd)
 
