@@ -129,35 +129,71 @@ def _journal_problems(ctx: _Context) -> None:
             runs = backend.runs()
         except journal.JournalCorrupt as exc:
             ctx.problems.append(_unrepairable("run_corrupt", exc.path, str(exc)))
+            if exc.line == 0:  # a thing that is no run where a run's folder or record belongs
+                ctx.problems[-1] = replace(
+                    ctx.problems[-1],
+                    repair="nothing: --repair never changes the journal; do what the message says (a "
+                    "stray entry moved out of the journal), or restore the run from a backup",
+                )
             ctx.unlisted = exc
             return
         for run in runs:
             ctx.runs.add(run.run_id)
-            if isinstance(backend, journal.FileJournal):  # one listing: its streams and kept cuts
-                listed, kept = backend.stream_listing(run.run_id)
-                ctx.problems += [_kept_cut(cut) for cut in kept]
-            else:
-                listed = backend.streams(run.run_id)
+            try:
+                if isinstance(backend, journal.FileJournal):  # one listing: its streams and kept cuts
+                    listed, kept = backend.stream_listing(run.run_id)
+                    ctx.problems += [_kept_cut(cut) for cut in kept]
+                else:
+                    listed = backend.streams(run.run_id)
+            except journal.JournalReadInterrupted as exc:
+                # reported like a damaged stream, and the run's records judged unread: the rest of
+                # the store is still checked (a permission the user lacks is no reason to stop)
+                ctx.problems.append(_unreadable(exc))
+                ctx.unread.add(run.run_id)
+                ctx.unread_retired.add(run.run_id)
+                continue
             # the memory's own streams are read even when not listed: an emptied stream file is
             # not listed, and only its read says that its durable mark held records
             for stream in sorted({*listed, STREAM, RETIRE_STREAM, ERASE_STREAM}):
-                try:
-                    records = backend.read(run.run_id, stream)
-                except journal.JournalCorrupt as exc:
-                    ctx.problems.append(_damaged("stream_corrupt", exc, exc.path))
-                    if stream == STREAM:
-                        ctx.unread.add(run.run_id)
-                    elif stream == RETIRE_STREAM:
-                        ctx.unread_retired.add(run.run_id)
-                    continue
-                if stream == STREAM:
-                    _learn_records(ctx, records)
-                elif stream == RETIRE_STREAM:
-                    _retire_records(ctx, records)
-                elif stream == ERASE_STREAM:
-                    _erase_records(ctx, records)
+                _read_stream(ctx, backend, run.run_id, stream)
     finally:
         backend.close()
+
+
+def _read_stream(ctx: _Context, backend: journal.JournalBackend, run_id: str, stream: str) -> None:
+    """Read one stream of a run, keeping the memory's records; a stream that is damaged or cannot
+    be read is reported, and its run's records of that kind judged unread."""
+    try:
+        records = backend.read(run_id, stream)
+    except (journal.JournalCorrupt, journal.JournalReadInterrupted) as exc:
+        corrupt = isinstance(exc, journal.JournalCorrupt)
+        ctx.problems.append(_damaged("stream_corrupt", exc, exc.path) if corrupt else _unreadable(exc))
+        if stream == STREAM:
+            ctx.unread.add(run_id)
+        elif stream == RETIRE_STREAM:
+            ctx.unread_retired.add(run_id)
+        return
+    if stream == STREAM:
+        _learn_records(ctx, records)
+    elif stream == RETIRE_STREAM:
+        _retire_records(ctx, records)
+    elif stream == ERASE_STREAM:
+        _erase_records(ctx, records)
+
+
+def _unreadable(exc: journal.JournalError) -> Problem:
+    """A run's folder or stream that cannot be read (a permission, an I/O error): not damage, and
+    nothing ``--repair`` can mend; the error says what to do."""
+    detail = [(name, getattr(exc, attr, None)) for name, attr in (("runId", "run_id"), ("stream", "stream"))]
+    return Problem(
+        "journal_unreadable",
+        str(exc.path or ""),
+        str(exc),
+        "nothing: --repair never changes the journal; make it readable (the message says how), then "
+        "check again",
+        False,
+        tuple((k, v) for k, v in detail if v is not None),
+    )
 
 
 def _kept_cut(cut: journal.KeptCut) -> Problem:
@@ -1237,6 +1273,7 @@ _SURVEYED = frozenset(
         "db_unreadable",
         "journal_mismatch",
         "tombstone_unbacked",
+        "journal_unreadable",
     }
 )
 

@@ -200,3 +200,16 @@ def test_a_tombstone_no_erase_record_names_is_reported_and_its_finding_never_rem
         with pytest.raises(memory.Unreachable, match="no erase record names"):
             fresh.sync()
     assert path.read_bytes() == data
+
+
+def test_a_stray_file_in_the_journals_runs_folder_is_called_a_regular_file(store: memory.MemoryStore) -> None:
+    """A regular file where a run's folder belongs was "not a regular file, not a directory", and
+    check advised restoring it from a backup. It says what it is, and to move it aside."""
+    _two_scopes(store)
+    stray = Path(store.journal_location) / "runs" / "notarun"
+    stray.write_bytes(b"x")
+    [problem] = [p for p in memory.check_store(store) if p.kind == "run_corrupt"]
+    assert problem.path == str(stray)
+    assert f"{stray} is a regular file, not a directory" in problem.message, problem
+    assert "not a regular file" not in problem.message
+    assert "move it aside" in problem.message and "restore the file" not in problem.repair, problem

@@ -155,3 +155,36 @@ def test_a_store_whose_folder_the_account_cannot_search_gets_a_coded_refusal(sha
         assert result["exit"] == 1, result
         error = json.loads(str(result["err"]).strip().splitlines()[-1])
         assert error["code"] in {"memory_unreachable", "journal_read_interrupted"}, result
+
+
+def test_a_stream_the_account_cannot_read_is_a_problem_check_reports_with_what_to_do(
+    shared_dir: Path,
+) -> None:
+    """A run's memory-learn stream the account may not read: `flows check` stopped at it with a
+    bare "Permission denied" and reported nothing else. It is reported (``journal_unreadable``),
+    saying to grant read access, and the rest of the store is still checked."""
+    db, run_id = _store(shared_dir, 0o640)
+    stream = db.parent / "flows-journal" / "runs" / run_id / "streams" / "memory-learn.jsonl"
+    stream.chmod(0o600)
+    [result] = _as_member(db, [["check", "--db", str(db), "--json"]])
+    assert result["exit"] == 1, result
+    report = json.loads(str(result["out"]))
+    unreadable = [p for p in report["problems"] if p["kind"] == "journal_unreadable"]
+    assert [p["path"] for p in unreadable] == [str(stream)], report
+    assert "grant the user running this" in unreadable[0]["message"], unreadable
+    assert unreadable[0]["runId"] == run_id and not unreadable[0]["repairable"]
+
+
+def test_a_streams_folder_the_account_cannot_search_is_named_as_the_cause(shared_dir: Path) -> None:
+    """A run's streams/ folder of mode 0700: `flows runs` said "cannot read .../streams/run.jsonl:
+    Permission denied", naming a file that may not exist and no way out. It names the folder that
+    refused, and says what to do."""
+    db, run_id = _store(shared_dir, 0o640)
+    streams = db.parent / "flows-journal" / "runs" / run_id / "streams"
+    streams.chmod(0o700)
+    [result] = _as_member(db, [["runs", "--db", str(db), "--json"]])
+    assert result["exit"] == 1, result
+    error = json.loads(str(result["err"]).strip().splitlines()[-1])
+    assert error["code"] == "journal_read_interrupted", error
+    assert f"on the folder {streams}, which the user running this" in error["message"], error
+    assert "grant it read and search access" in error["message"], error
