@@ -1643,8 +1643,9 @@ class PostgresJournal:
         ``under`` names a wider turn that this one is part of, held shared (by many at once) and
         taken first, in the same statement: whoever holds the wider turn itself (``turn(under)``)
         waits until no turn under it is held, and holds every one of them at once; a turn under it
-        asked for meanwhile waits for that holder. A holder of the wider turn must not ask for a
-        turn under it: that one would wait for the holder.
+        asked for meanwhile waits for that holder. A thread that holds the wider turn already (a
+        turn under it, or the wider turn itself) takes a further turn under it without asking for
+        the wider turn again.
 
         Raises:
             ValueError: ``name`` or ``under`` is not a string of 1 to 1024 characters.
@@ -1653,6 +1654,13 @@ class PostgresJournal:
         for value in (name,) if under is None else (name, under):
             if not isinstance(value, str) or not 0 < len(value) <= 1024:
                 raise ValueError(f"a turn's name must be a string of 1 to 1024 characters, not {value!r:.60}")
+        if under is not None and any(held == under for held, _, _ in self._held_turns()):
+            # This thread holds the wider turn already, through an earlier turn under it (or the
+            # wider turn itself): asking for it again, shared, on this turn's own session would
+            # queue behind a waiting request for the whole wider turn, which waits for this
+            # thread's first hold of it: two hosts waiting on each other for good, in a ring the
+            # server cannot see (its links are two sessions of one client). Not asked again.
+            under = None
         failed: list[BaseException] = []  # what the block raised, if it raised
         try:
             with self._turn_held(name, under, failed):

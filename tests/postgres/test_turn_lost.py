@@ -185,3 +185,51 @@ def test_one_who_takes_the_wider_turn_waits_for_a_commit_made_in_a_turn_under_it
 def _until_insert_waits(dsn: str) -> None:
     """Until some session waits for a lock of the records' table."""
     _until_waiting(dsn, "locktype = 'relation' and relation = 'journal_records'::regclass", ())
+
+
+def test_two_turns_under_one_wider_turn_and_a_taker_of_the_wider_turn_never_wait_in_a_ring(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    """An update across two scopes holds both scopes' turns, taken one after the other, each under
+    the wider turn of every scope; a forget by filter takes the wider turn itself. Before, the
+    second scope's turn asked again for the wider turn (shared, on a session of its own) and queued
+    behind the forget's request, which waited for the first scope's hold of it: both hosts waited
+    for good, and the server saw no deadlock (the ring ran through two sessions of one client)."""
+    a, b = open_pg(), open_pg()
+    for jr in (a, b):
+        jr.runs()
+    order: list[str] = []
+    first_held, go_on = threading.Event(), threading.Event()
+
+    def update_two_scopes() -> None:
+        with a.turn("memory-scope:s1", under="memory-scopes"):
+            first_held.set()
+            go_on.wait(30)
+            with a.turn("memory-scope:s2", under="memory-scopes"):
+                order.append("both scopes held")
+
+    def forget_by_filter() -> None:
+        with b.turn("memory-scopes"):
+            order.append("every scope held")
+
+    updater = threading.Thread(target=update_two_scopes, daemon=True)
+    updater.start()
+    assert first_held.wait(30)
+    taker = threading.Thread(target=forget_by_filter, daemon=True)
+    taker.start()
+    try:
+        _until_waiting(
+            postgres_dsn, "locktype = 'advisory' and objsubid = 2 and classid = %s", (0x7475726E,)
+        )  # the wider turn asked for, waiting for the first scope's hold
+        go_on.set()
+        updater.join(20)
+        taker.join(20)
+        assert order == ["both scopes held", "every scope held"]
+    finally:
+        if updater.is_alive() or taker.is_alive():  # the ring: end it so the suite goes on
+            with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+                admin.execute(
+                    "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory'"
+                    " and classid = %s and pid <> pg_backend_pid()",
+                    (0x7475726E,),
+                )
