@@ -911,7 +911,11 @@ class MemoryStore:
                 "old pages (SQLite overwrites them once that read ends)"
             )
         prune = getattr(backend, "prune", None)
-        who = prune(wait_s=memory_db.ERASE_LOG_WAIT_MS / 1000) if prune is not None else None
+        # every rewrite committed so far, not only this process's: an erase that found its commits
+        # tombstones already (another host's erase, or this host's before a restart, left their
+        # old versions to a reader's snapshot) rewrote nothing, and must not say done while those
+        # versions are in the table's pages
+        who = prune(every=True, wait_s=memory_db.ERASE_LOG_WAIT_MS / 1000) if prune is not None else None
         if who is not None:
             held.append(f"on the PostgreSQL journal {backend.location}, {who} keeps the old row versions")
         return held

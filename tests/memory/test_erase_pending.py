@@ -149,6 +149,34 @@ def test_erasing_again_once_the_reader_has_ended_finishes_it(tmp_path: Path, rea
         assert memory.check_store(store) == []
 
 
+def test_erasing_again_in_a_new_process_while_the_reader_still_reads_is_pending_too(
+    tmp_path: Path, readers: list[_Reader]
+) -> None:
+    """The erase again rewrites nothing (its first did it all): it still says pending while the
+    reader keeps the old pages, and done once the reader has ended."""
+    db = tmp_path / "store" / "history.db"
+    key = _synced(db)
+    readers.append(_Reader(db, "idle"))
+    reading = _Reader(db, "read")
+    readers.append(reading)
+    with (
+        memory.MemoryStore(db) as store,
+        store.session(scope="privacy") as s,
+        pytest.raises(memory.ErasePending),
+    ):
+        s.erase(key, reason="alice asked")
+    with memory.MemoryStore(db) as store:  # a process of its own, as a restart
+        with store.session(scope="privacy") as s, pytest.raises(memory.ErasePending) as caught:
+            s.erase(key, reason="alice asked again")
+        assert "read of the history DB" in caught.value.held[0]
+        assert files_holding(tmp_path, MARK) and pending_markers(db)
+        reading.end_read()
+        with store.session(scope="privacy") as s:
+            s.erase(key, reason="alice asked once more")
+        assert pending_markers(db) == []
+        assert files_holding(tmp_path, MARK) == []
+
+
 def test_an_erase_with_only_an_idle_connection_open_elsewhere_is_not_pending(
     tmp_path: Path, readers: list[_Reader]
 ) -> None:

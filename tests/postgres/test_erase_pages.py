@@ -156,6 +156,39 @@ def test_an_older_snapshot_elsewhere_makes_the_erase_pending_until_repair_after_
     assert flows(db, "check", env=env).returncode == 0
 
 
+@pytest.mark.parametrize("again", ["on another host", "after a restart"])
+def test_erasing_again_while_that_snapshot_is_open_is_pending_too_and_done_once_it_ends(
+    tmp_path: Path, postgres_dsn: str, pages: Any, monkeypatch: pytest.MonkeyPatch, again: str
+) -> None:
+    """The first erase rewrote the commits as tombstones and is pending on an older snapshot. An
+    erase of the same memory again (on another host, or by this host after a restart) rewrites
+    nothing; before, it then looked only at rewrites of its own, found none, and said done while
+    the old row versions, the text in them, were in the table's pages."""
+    import psycopg
+
+    import memory._db
+
+    monkeypatch.setattr(memory._db, "ERASE_LOG_WAIT_MS", 300)
+    with host(tmp_path, "a", postgres_dsn) as a:
+        learned = _learned(a, f"{MARK} ana lives in oslo")
+        analyst = psycopg.connect(postgres_dsn)
+        try:
+            analyst.execute("set transaction isolation level repeatable read")
+            analyst.execute("select count(*) from journal_records").fetchone()
+            with a.session(scope="privacy") as s, pytest.raises(memory.ErasePending):
+                s.erase(learned.key, reason="ana asked")
+            assert pages(MARK.encode()) > 0
+            with host(tmp_path, "b" if again == "on another host" else "a", postgres_dsn) as other:
+                with other.session(scope="privacy") as s, pytest.raises(memory.ErasePending) as caught:
+                    s.erase(learned.key, reason="ana asked again")
+                assert f"session {analyst.info.backend_pid} " in str(caught.value)
+        finally:
+            analyst.close()
+        with host(tmp_path, "b", postgres_dsn) as other, other.session(scope="privacy") as s:
+            s.erase(learned.key, reason="once more, the snapshot ended")  # done now
+        assert pages(MARK.encode()) == 0
+
+
 def test_a_snapshot_that_ends_while_the_erase_waits_is_waited_for_not_reported(
     tmp_path: Path, postgres_dsn: str, pages: Any
 ) -> None:
