@@ -900,7 +900,7 @@ class MemoryStore:
             self._settle_erasure(backend, [erased.memory])
         return erased
 
-    def _erasure_held(self, backend: JournalBackend) -> list[str]:
+    def _erasure_held(self, backend: JournalBackend, *, every: bool = False) -> list[str]:
         """What still keeps old copies of what this process erased last: a reader of the history
         DB (its checkpoint was busy: tried once more, without waiting) and, on PostgreSQL, an open
         snapshot older than the rewrite (``prune``); each said for a person. Empty when nothing."""
@@ -911,11 +911,13 @@ class MemoryStore:
                 "old pages (SQLite overwrites them once that read ends)"
             )
         prune = getattr(backend, "prune", None)
-        # every rewrite committed so far, not only this process's: an erase that found its commits
-        # tombstones already (another host's erase, or this host's before a restart, left their
-        # old versions to a reader's snapshot) rewrote nothing, and must not say done while those
-        # versions are in the table's pages
-        who = prune(every=True, wait_s=memory_db.ERASE_LOG_WAIT_MS / 1000) if prune is not None else None
+        # ``every`` (an erase): every rewrite committed so far, not only this process's: an erase
+        # that found its commits tombstones already (another host's erase, or this host's before a
+        # restart, left their old versions to a reader's snapshot) rewrote nothing, and must not say
+        # done while those versions are in the table's pages. (Not for a sync that removed what
+        # another host erased: that host's erase vacuums, not every host's sync.)
+        wait_s = memory_db.ERASE_LOG_WAIT_MS / 1000
+        who = prune(every=every, wait_s=wait_s) if prune is not None else None
         if who is not None:
             held.append(f"on the PostgreSQL journal {backend.location}, {who} keeps the old row versions")
         return held
@@ -953,7 +955,7 @@ class MemoryStore:
         """
         from memory._erase import mark_pending, pending_dir
 
-        held = self._erasure_held(backend)
+        held = self._erasure_held(backend, every=True)
         if not held:
             self.finish_pending(wait_ms=0)
             return
