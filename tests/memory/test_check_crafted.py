@@ -94,6 +94,18 @@ def test_erased_content_left_in_the_quarantine_is_reported_and_removed(store: me
     assert [e.key for e in store.recall(limit=None)] == [second.key]
 
 
+def _erase_record_of(live: memory.Learned) -> dict[str, object]:
+    """A well-formed erase record naming ``live`` (its memory and its one key)."""
+    return {
+        "memory": live.memory_id,
+        "keys": [live.key],
+        "reason": "r",
+        "flow": "crafted",
+        "erasedMs": 1,
+        "records": [],
+    }
+
+
 def _crafted_erase_record(store: memory.MemoryStore, payload: dict[str, object]) -> None:
     jr = store.open_journal()
     _, lease = jr.begin("crafted", "crafted", {})
@@ -112,14 +124,7 @@ def test_an_erase_record_not_of_an_erase_records_shape_is_reported_and_never_act
     kept any object there as one, so it neither reported a garbage one nor refused to act on one
     naming a live finding: two passes of ``--repair`` erased a finding nobody had forgotten."""
     live, _ = _two_scopes(store)
-    good = {
-        "memory": live.memory_id,
-        "keys": [live.key],
-        "reason": "r",
-        "flow": "crafted",
-        "erasedMs": 1,
-        "records": [],
-    }
+    good = _erase_record_of(live)
     payload: dict[str, object] = {
         "garbage": {"memory": 5, "keys": "notalist", "hello": 1},
         "an extra field": {**good, "extra": 1},
@@ -147,17 +152,7 @@ def test_one_repair_finishes_an_erasure_of_a_live_finding_and_publishes_none_of_
     live, second = _two_scopes(store)
     path = memory.learned_dir(store.db_path, "a") / f"{live.key}.json"
     assert path.exists()
-    _crafted_erase_record(
-        store,
-        {
-            "memory": live.memory_id,
-            "keys": [live.key],
-            "reason": "r",
-            "flow": "crafted",
-            "erasedMs": 1,
-            "records": [],
-        },
-    )
+    _crafted_erase_record(store, _erase_record_of(live))
     problems = memory.check_store(store)
     assert [p.kind for p in problems] == ["erase_incomplete"], problems
     actions = memory.repair_store(store, problems)
