@@ -101,6 +101,10 @@ class Asked:
         self._open: Counter[object] = Counter()
         self._changed = asyncio.Event()
         self._broken = False
+        # a wait for room ran out with no answer written: until one is, stdin is read without
+        # waiting (a client that reads no answer would otherwise hold each further line, and the
+        # end of stdin behind them, for a whole wait each)
+        self._stalled = False
 
     def read(self, text: str) -> None:
         """Note what the client's line ``text`` (one the SDK takes) asks for."""
@@ -119,6 +123,8 @@ class Asked:
         """Note the server's line ``text``, written when ``delivered`` (else the wire is gone)."""
         if not delivered:
             self._broken = True
+        else:
+            self._stalled = False
         message = _message(text)
         if message is not None and "method" not in message and ("result" in message or "error" in message):
             self._settle(message.get("id"))
@@ -134,22 +140,25 @@ class Asked:
             self._open.pop(key, None)
         self._changed.set()
 
-    async def room(self, limit: int, quiet_s: float = END_WAIT_S) -> None:
+    async def room(self, limit: int, quiet_s: float | None = None) -> None:
         """Return once fewer than ``limit`` requests noted await their answers, the wire is gone, or
-        no answer has come for ``quiet_s`` seconds (a call that never ends must not stop the wire)."""
-        while sum(self._open.values()) >= limit and not self._broken:
+        no answer has come for ``quiet_s`` seconds (``END_WAIT_S``; a call that never ends must not
+        stop the wire); at once while the last such wait ran out and no answer has been written
+        since (``_stalled``)."""
+        while sum(self._open.values()) >= limit and not self._broken and not self._stalled:
             self._changed.clear()
-            with anyio.move_on_after(quiet_s) as waited:
+            with anyio.move_on_after(END_WAIT_S if quiet_s is None else quiet_s) as waited:
                 await self._changed.wait()
             if waited.cancelled_caught:
+                self._stalled = True
                 return
 
-    async def answered(self, quiet_s: float = END_WAIT_S) -> None:
+    async def answered(self, quiet_s: float | None = None) -> None:
         """Return once every request noted is answered (or cancelled), the wire is gone, or no
-        answer has come for ``quiet_s`` seconds."""
+        answer has come for ``quiet_s`` seconds (``END_WAIT_S``)."""
         while self._open and not self._broken:
             self._changed.clear()
-            with anyio.move_on_after(quiet_s) as waited:
+            with anyio.move_on_after(END_WAIT_S if quiet_s is None else quiet_s) as waited:
                 await self._changed.wait()
             if waited.cancelled_caught:
                 return
