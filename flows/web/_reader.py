@@ -67,6 +67,7 @@ class Reader:
         self._index: RunIndex | None = None
         self._db_checked: tuple[int, int] | None = None
         self._db_still: tuple[int, object] | None = None  # an older DB's version and files, found still
+        self._db_busy_until = 0.0  # until then, an older DB found still being written is said so at once
         self._keys = KeyIndex()
 
     @property
@@ -118,9 +119,10 @@ class Reader:
             version, upgrading = self._settled_schema(path)
             if upgrading:
                 raise ServeDbOutdated(
-                    f"the history DB {path} is being upgraded right now (schema {version} of "
-                    f"{memory.SCHEMA_VERSION}: a `flows sync` is migrating it, and was still writing it "
-                    f"after {DB_WAIT_S:g} s); reload in a moment",
+                    f"the history DB {path} is being upgraded right now, or written by an older "
+                    f"flows-memory (schema {version} of {memory.SCHEMA_VERSION}, still being written "
+                    f"after {DB_WAIT_S:g} s): reload in a moment; if it stays so, stop the older "
+                    "flows-memory writing it",
                     path=path,
                     version=version,
                     upgrading=True,
@@ -148,6 +150,11 @@ class Reader:
         if seen == self._db_still:
             return version, False
         started = changed = time.monotonic()
+        if started < self._db_busy_until:
+            # a request waited the whole wait on it just now: each request after it within a wait
+            # is answered at once (they queue on the store's lock behind whoever waits, so waiting
+            # again would hold each a wait more than the last)
+            return version, True
         while True:
             time.sleep(DB_POLL_S)
             version = self.store.db.schema_version()
@@ -160,6 +167,7 @@ class Reader:
                 self._db_still = seen
                 return version, False
             if now - started >= DB_WAIT_S:
+                self._db_busy_until = time.monotonic() + DB_WAIT_S
                 return version, True
 
     def agent(self, number: int) -> Agent:
