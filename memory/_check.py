@@ -104,6 +104,7 @@ class _Context:
     unlisted: journal.JournalError | None = None  # why the journal's runs could not be listed
     unread: set[str] = field(default_factory=set)  # runs whose memory-learn stream is damaged
     unread_retired: set[str] = field(default_factory=set)  # runs whose memory-forget stream is damaged
+    unread_erase: set[str] = field(default_factory=set)  # runs whose memory-erase stream is damaged
     folders: list[Path] = field(default_factory=list)  # the scopes' learned-file folders, no links
     retired_folders: list[Path] = field(default_factory=list)  # their retired-file folders, no links
     # (run id, record id, key) -> the retirement of that key a record makes
@@ -151,6 +152,7 @@ def _journal_problems(ctx: _Context) -> None:
                 ctx.problems.append(_unreadable(exc))
                 ctx.unread.add(run.run_id)
                 ctx.unread_retired.add(run.run_id)
+                ctx.unread_erase.add(run.run_id)
                 continue
             # the memory's own streams are read even when not listed: an emptied stream file is
             # not listed, and only its read says that its durable mark held records
@@ -172,6 +174,8 @@ def _read_stream(ctx: _Context, backend: journal.JournalBackend, run_id: str, st
             ctx.unread.add(run_id)
         elif stream == RETIRE_STREAM:
             ctx.unread_retired.add(run_id)
+        elif stream == ERASE_STREAM:
+            ctx.unread_erase.add(run_id)
         return
     if stream == STREAM:
         _learn_records(ctx, records)
@@ -300,6 +304,7 @@ def _file_problems(ctx: _Context) -> set[str]:
     """Check the store's folders and every learned file; return the finding ids that have a good file."""
     good: set[str] = set()
     erased = ctx.erased
+    tombstoned = {rec.payload["id"] for rec in ctx.tombstones}
     try:
         folders, wrong = scan_scopes(ctx.store.db_path)
         ctx.retired_folders, wrong_retired = scan_scopes(ctx.store.db_path, leaf="retired")
@@ -331,16 +336,7 @@ def _file_problems(ctx: _Context) -> set[str]:
             except OSError as exc:
                 raise Unreachable(f"cannot list {directory}: {describe(exc)}", path=directory) from exc
             for name in names:
-                if name[: -len(".json")] in erased:
-                    # never quarantined (which keeps the text): an unfinished erasure, whose
-                    # repair deletes it (`_erase_problems`)
-                    ctx.erased_files.add(name[: -len(".json")])
-                elif name[: -len(".json")] in ctx.retired:
-                    ctx.problems.append(_forgotten(ctx, folder.path / name))
-                elif name[: -len(".json")] in ctx.lost:
-                    ctx.problems.append(_lost_file(ctx, folder.path / name))
-                else:
-                    _check_file(ctx, folder, name, good)
+                _check_name(ctx, folder, name, good, tombstoned)
         if erased:  # a removed file's hidden name a power loss brought back, holding erased content
             ctx.erased_files.update(keys_in_stages([directory], erased))
     return good
@@ -375,12 +371,25 @@ def _tombstone_problems(ctx: _Context) -> None:
                 ctx.location,
                 f"record {rec.id} (line {rec.seq}) of stream {rec.stream} of root run {rec.run_id} in the "
                 f"journal {ctx.location} is an erasure's tombstone of finding {key}, but no memory-erase "
-                "record names that finding: the erase record was lost, or the commit was rewritten by "
-                "something that is no erase. The finding's learned file and history-DB row, if any, "
-                "are not served and are left in place",
+                "record read here names that finding: "
+                + (
+                    f"the memory-erase stream of run(s) {', '.join(sorted(ctx.unread_erase))} cannot "
+                    "be read (see the problem above), and may hold it"
+                    if ctx.unread_erase
+                    else "the erase record was lost, or the commit was rewritten by something that is "
+                    "no erase"
+                )
+                + ". The finding's learned file and history-DB row, if any, are not served and are left "
+                "in place",
                 "nothing: --repair never changes the journal, nor removes a finding for a commit no "
-                "erase backs; restore the run's memory-learn stream (or the run that erased the "
-                "finding) from a backup. Until then its learned file and row stay, unserved",
+                "erase backs; "
+                + (
+                    "make those streams readable, then check again"
+                    if ctx.unread_erase
+                    else "restore the run's memory-learn stream (or the run that erased the finding) "
+                    "from a backup"
+                )
+                + ". Until then its learned file and row stay, unserved",
                 False,
                 (("runId", rec.run_id), ("stream", rec.stream), ("line", rec.seq), ("key", key)),
             )
@@ -425,6 +434,39 @@ def _fits(ctx: _Context, path: Path) -> journal.Record | None:
 def _misplaced(path: Path, what: str, rec: journal.Record | None) -> Problem:
     repair = f"move it to {QUARANTINE_DIR}/" + (", then republish it from its journal record" if rec else "")
     return Problem("learned_damaged", str(path), f"learned file {path} cannot be read: {what}", repair, True)
+
+
+def _check_name(ctx: _Context, folder: Folder, name: str, good: set[str], tombstoned: set[str]) -> None:
+    """Check the learned file ``name`` of ``folder`` by what the journal says of its key."""
+    key = name[: -len(".json")]
+    if key in ctx.erased:
+        # never quarantined (which keeps the text): an unfinished erasure, whose repair deletes it
+        # (``_erase_problems``)
+        ctx.erased_files.add(key)
+    elif key in tombstoned:
+        # its commit is a tombstone no erase record read here names: quarantining it would keep
+        # what may be erased content; left where it is (``_tombstone_problems``)
+        ctx.problems.append(_tombstoned_file(ctx, folder.path / name))
+    elif key in ctx.retired:
+        ctx.problems.append(_forgotten(ctx, folder.path / name))
+    elif key in ctx.lost:
+        ctx.problems.append(_lost_file(ctx, folder.path / name))
+    else:
+        _check_file(ctx, folder, name, good)
+
+
+def _tombstoned_file(ctx: _Context, path: Path) -> Problem:
+    """The learned file of a finding whose commit is a tombstone no erase record read here names."""
+    return Problem(
+        "learned_unverified",
+        str(path),
+        f"{path} is the learned file of finding {path.name[: -len('.json')]}, whose commit the journal "
+        f"{ctx.location} holds only as a tombstone that no erase record read here names (see "
+        "tombstone_unbacked): it is not served, and neither moved (a copy in the quarantine would "
+        "keep what may be erased content) nor deleted on the strength of that commit",
+        "nothing until the journal is settled (see tombstone_unbacked)",
+        False,
+    )
 
 
 def _forgotten(ctx: _Context, path: Path) -> Problem:

@@ -188,3 +188,33 @@ def test_a_streams_folder_the_account_cannot_search_is_named_as_the_cause(shared
     assert error["code"] == "journal_read_interrupted", error
     assert f"on the folder {streams}, which the user running this" in error["message"], error
     assert "grant it read and search access" in error["message"], error
+
+
+def test_an_erased_findings_file_is_never_offered_to_the_quarantine_while_its_erase_record_is_unread(
+    shared_dir: Path,
+) -> None:
+    """A finding erased, its learned file back (from a backup), and the erase's memory-erase stream
+    unreadable by the account: check called the file ``learned_forgotten``, and ``--repair`` moved
+    the erased text into the quarantine. The file is now ``learned_unverified`` (left in place, not
+    repairable), and the unbacked tombstone says the unreadable stream may hold its erase record."""
+    db, _ = _store(shared_dir, 0o640)
+    out = _owner(db, "learn", "the vault code is 4417", "--scope", "desk", "--json")
+    key = json.loads(out)["key"]
+    (learned,) = (db.parent / "flows-memory").rglob(f"{key}.json")
+    backup = learned.read_bytes()
+    _owner(db, "erase", key, "--yes", "--reason", "asked")
+    learned.write_bytes(backup)  # restored from a backup
+    for path in [db.parent, *db.parent.rglob("*")]:
+        os.chown(path, -1, GID, follow_symlinks=False)
+    (erase_stream,) = [
+        p for p in (db.parent / "flows-journal").rglob("memory-erase.jsonl") if p.stat().st_size
+    ]
+    erase_stream.chmod(0o600)
+    [result] = _as_member(db, [["check", "--db", str(db), "--json"]])
+    assert result["exit"] == 1, result
+    problems = json.loads(str(result["out"]))["problems"]
+    by_kind = {p["kind"]: p for p in problems}
+    assert by_kind["learned_unverified"]["path"] == str(learned), problems
+    assert not by_kind["learned_unverified"]["repairable"]
+    assert "learned_forgotten" not in by_kind, problems
+    assert "cannot be read" in by_kind["tombstone_unbacked"]["message"], problems
