@@ -365,22 +365,27 @@ class Search:
         read may return), from one look at ``<db-dir>/flows-memory``. A listing comes from the
         files' index while it lists the folder as it is (the files of the entries a read returns
         checked before it returns them), unless ``whole`` asks for every entry parsed."""
-        listings, retired = self._sources_now(scope, whole=whole)
-        self._reading.listings = listings  # for ``_hides``: what this read listed
+        listings, retired, dirs = self._sources_now(scope, whole=whole)
+        # for ``_hides``: what this read listed (and where: None for held folders, unchanged since
+        # they were listed and read as one look), and whether those folders are as it listed them
+        # (found once, when first asked: ``_quiet``)
+        reading = self._reading
+        reading.listings, reading.dirs, reading.quiet = listings, dirs, None
         return listings, retired
 
     def _sources_now(
         self, scope: str | None, *, whole: bool
-    ) -> tuple[list[Listing | IndexedListing], Mapping[str, Retired]]:
+    ) -> tuple[list[Listing | IndexedListing], Mapping[str, Retired], list[Path] | None]:
         shared = self._shared()  # other hosts' forgets, on a journal they share (see SharedRetirements)
         if scope is not None:
-            listing = self._disk.listing(self._publisher.scope_dir(scope), whole=whole)
+            directory = self._publisher.scope_dir(scope)
+            listing = self._disk.listing(directory, whole=whole)
             mine = self._disk.retired(self._publisher.retired_dir(scope)).by_key
-            return [listing], _Union(mine, shared) if shared else mine
+            return [listing], _Union(mine, shared) if shared else mine, [directory]
         held = None if whole else self._held
         if held is not None:
             if held.unchanged():  # every folder as it was: what was read there still holds
-                return held.listings, _Union(held.retired, shared) if shared else held.retired
+                return held.listings, _Union(held.retired, shared) if shared else held.retired, None
             self._held = None
         learned, retired_dirs, stats = self._scope_tree()
         if stats is None:
@@ -400,7 +405,7 @@ class Search:
                 local.update(by_key)
         if not whole and learned:
             self._hold(learned, retired_dirs, listings, retired_listings, local)
-        return listings, _Union(local, shared) if shared else local
+        return listings, _Union(local, shared) if shared else local, learned
 
     def _hold(
         self,
@@ -1250,8 +1255,12 @@ class Search:
             # than answer with neither version.
             if found.by is not None and self.publish_successor(found):
                 raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
-        if found.by is not None and self._renamed_since_listed(found, retired):
-            raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
+        if found.by is not None:
+            quiet = getattr(self._reading, "quiet", None)
+            if quiet is None:
+                quiet = self._reading.quiet = self._quiet()
+            if not quiet and self._renamed_since_listed(found, retired):
+                raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
         return True
 
     def _renamed_since_listed(self, found: Retired, retired: Mapping[str, Retired]) -> bool:
@@ -1281,6 +1290,31 @@ class Search:
         if os.path.lexists(self._publisher.retired_dir(scope) / f"{successor}.json"):
             return True  # retired since this read looked at the retired files
         return os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json")
+
+    def _quiet(self) -> bool:
+        """Whether every scope folder this read listed is as it listed it (so no update renamed a
+        version into one since): held folders are (one look); else each folder's (mtime, inode) now
+        is its listing's, and old enough to vouch for that (``RACY_S``: directory times are coarse).
+        One ``stat`` per folder, once per read, and only for a read that meets a version a
+        supersede hides."""
+        reading = self._reading
+        dirs: list[Path] | None = getattr(reading, "dirs", None)
+        listings = getattr(reading, "listings", None)
+        if dirs is None or listings is None:
+            return listings is not None  # held: unchanged; no read: nothing to say
+        settled = time.time_ns() - int(RACY_S * 1e9)
+        for directory, listing in zip(dirs, listings, strict=False):
+            try:
+                st = os.stat(directory)
+            except FileNotFoundError:
+                if listing.mtime_ns or listing.ino:
+                    return False
+                continue  # not there when listed either
+            except OSError:
+                return False
+            if (st.st_mtime_ns, st.st_ino) != (listing.mtime_ns, listing.ino) or st.st_mtime_ns > settled:
+                return False
+        return True
 
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a
