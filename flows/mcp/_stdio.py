@@ -34,6 +34,7 @@ import select
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -105,6 +106,9 @@ class Asked:
         # waiting (a client that reads no answer would otherwise hold each further line, and the
         # end of stdin behind them, for a whole wait each)
         self._stalled = False
+        # when the wire last took a byte (``StdoutWire`` sets it): a wait for answers runs out only
+        # once nothing has moved for the wait, so a client reading a long answer slowly keeps it
+        self.moved_at: Callable[[], float] = time.monotonic
 
     def read(self, text: str) -> None:
         """Note what the client's line ``text`` (one the SDK takes) asks for."""
@@ -146,10 +150,7 @@ class Asked:
         stop the wire); at once while the last such wait ran out and no answer has been written
         since (``_stalled``)."""
         while sum(self._open.values()) >= limit and not self._broken and not self._stalled:
-            self._changed.clear()
-            with anyio.move_on_after(END_WAIT_S if quiet_s is None else quiet_s) as waited:
-                await self._changed.wait()
-            if waited.cancelled_caught:
+            if not await self._changed_within(END_WAIT_S if quiet_s is None else quiet_s):
                 self._stalled = True
                 return
 
@@ -157,11 +158,22 @@ class Asked:
         """Return once every request noted is answered (or cancelled), the wire is gone, or no
         answer has come for ``quiet_s`` seconds (``END_WAIT_S``)."""
         while self._open and not self._broken:
-            self._changed.clear()
-            with anyio.move_on_after(END_WAIT_S if quiet_s is None else quiet_s) as waited:
-                await self._changed.wait()
-            if waited.cancelled_caught:
+            if not await self._changed_within(END_WAIT_S if quiet_s is None else quiet_s):
                 return
+
+    async def _changed_within(self, quiet_s: float) -> bool:
+        """Wait for an answer (or a cancel) to be noted; False once none has been for ``quiet_s``
+        seconds in which the wire took no byte either (an answer being written to a client that
+        reads slowly is progress: one that took longer than the wait to go out would otherwise end
+        the session, and the answers after it would never be written)."""
+        while True:
+            self._changed.clear()
+            with anyio.move_on_after(quiet_s) as waited:
+                await self._changed.wait()
+            if not waited.cancelled_caught:
+                return True
+            if time.monotonic() - self.moved_at() >= quiet_s:
+                return False
 
 
 class StdinLines:
@@ -255,6 +267,7 @@ class StdoutWire:
         self._fd = _claim(1, 2)
         self._ended_at: float | None = None  # when stdin ended (``time.monotonic``)
         self._moved_at = time.monotonic()  # when a byte was last written (by the writing thread)
+        self.asked.moved_at = lambda: self._moved_at
         self._out: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]]] = queue.SimpleQueue()
         threading.Thread(target=self._drain, name="flows-mcp-stdout", daemon=True).start()
 
