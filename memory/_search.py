@@ -334,7 +334,7 @@ class Search:
         self._citations = citations
         citations.use_hints(files)
         self._checked_retired: dict[str, Retired] = {}  # what ``_hides`` checked, by key
-        self._reading = threading.local()  # per thread: the listings of its read (``_sources``)
+        self._reading = threading.local()  # per thread: what its read listed, and where (``_sources``)
         # publishes the version that superseded a retired one when this host lacks it (an update
         # killed before its rename; the store's ``Syncer.publish_successor``; never when read-only)
         self.publish_successor: Callable[[Retired], bool] = _published_none
@@ -1274,8 +1274,8 @@ class Search:
         (of one update, or of several in a row) would answer with none of the versions, though
         one of them was live at every instant. Such a read starts again, and finds the live
         version, or that none is: each time it does, another process has changed the memory.
-        Asked of every version a read meets that a retirement hides (a file kept for the moment of
-        an update, a row retired since the last sync): a look at a listing, else two ``lstat``s."""
+        Asked only in a read whose listed folders changed since it listed them (``_quiet``), of
+        each version a retirement hides there: a look at a listing, else two ``lstat``s."""
         listings = getattr(self._reading, "listings", None)
         successor, scope = found.by, found.scope
         seen: set[str] = set()
