@@ -354,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         commit=_commit(),
     )
-    base = Path(tempfile.mkdtemp(prefix="flows-bench-", dir=args.dir))
+    try:
+        base = Path(tempfile.mkdtemp(prefix="flows-bench-", dir=args.dir))
+    except OSError as exc:
+        parser.error(
+            f"--dir {args.dir}: cannot make a directory there ({exc.strerror or exc}); "
+            "name an existing, writable directory on the disk to measure"
+        )
     sheet.meta["dir"] = str(base)
     t0 = time.perf_counter()
     try:

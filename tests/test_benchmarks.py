@@ -181,3 +181,21 @@ def test_concurrent_cpu_reports_each_mode_s_sleeps_and_preemptions_per_learn(tmp
     got = concurrent_cpu._measure(REPO, "sqlite8p", tmp_path / "m", writers=2, learns=5)
     assert got["vcs"] >= 0 and got["ics"] >= 0, got
     assert got["vcs"] > 0, "a worker whose commits each wait for a flush never slept"
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_dir_that_cannot_hold_the_run_is_a_usage_error_not_a_traceback(tmp_path: Path, where: str) -> None:
+    target = tmp_path / where
+    if where == "a-file":
+        target.write_text("not a directory\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--dir", str(target)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"--dir {target}" in proc.stderr and "existing, writable directory" in proc.stderr
