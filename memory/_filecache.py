@@ -96,6 +96,14 @@ class StaleIndex(Exception):
         self.directory = directory
 
 
+class LeftMeanwhile(StaleIndex):
+    """A finding a read listed left while the read ran: its file was gone, and its commit erased,
+    by the time the read checked it against that commit (an erase ran meanwhile); or its file was
+    gone when the read opened it and its retired file is there now (an update or a forget ran
+    meanwhile, and the listing may lack the version that replaced it). The read starts again, and
+    the folder's files' index stays trusted."""
+
+
 def cache_dir(db_path: Path) -> Path:
     """``<db-dir>/flows-cache``: where the derived indexes of a store live."""
     return db_path.parent / CACHE_DIR

@@ -17,7 +17,7 @@ import orjson
 
 from journal import Record
 from memory._errors import FindingInvalid, Unreachable
-from memory._filecache import FileCache, IndexedListing
+from memory._filecache import FileCache, IndexedListing, LeftMeanwhile
 from memory._finding import (
     RETIRE_STREAM,
     STREAM,
@@ -30,8 +30,9 @@ from memory._finding import (
     render,
     scope_hash,
 )
+from memory._paths import RETIRED_LEAF
 from memory._results import Citation, Recalled, frozen_metadata
-from memory._safe import Folder, describe, is_damage, read_file
+from memory._safe import Folder, describe, is_damage, named, read_file
 from memory._stem import terms
 
 _KEYS = {"id", "scope", "flow", "text", "source", "tags", "learnedMs", "journal"}
@@ -290,12 +291,15 @@ FileRead = tuple[Path, bytes, Recalled]
 """A learned file as read: its path, its bytes, and the entry they parse to."""
 
 
-def read_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, list[FileRead]]:
+def read_folder(
+    base: Path, directory: Path, *, reading: bool = False
+) -> tuple[os.stat_result | None, list[FileRead]]:
     """Every learned file of ``directory`` (a folder below ``base``, opened without following a link):
     the folder's own ``stat`` (None when it does not exist) and each file's path, bytes and entry.
 
     A file listed but gone when it is opened was removed meanwhile (``sync`` drops a file only once
-    the history DB holds it) and is left out.
+    the history DB holds it) and is left out; for a read (``reading``), unless an update or a forget
+    retired it meanwhile (``left_meanwhile``).
 
     Raises:
         Unreachable: a folder on the way or a learned file is a link or not what it should be, a
@@ -322,7 +326,20 @@ def read_folder(base: Path, directory: Path) -> tuple[os.stat_result | None, lis
                 raise unreadable(path, exc) from exc
             if data is not None:
                 out.append((path, data, _PARSED_LEARNED(path, data)))
+            elif reading:
+                left_meanwhile(directory, name)
     return st, out
+
+
+def left_meanwhile(directory: Path, name: str) -> None:
+    """For a read that listed the learned file ``name`` of ``directory`` and found it gone when it
+    opened it: when the finding's retired file is there now, an update or a forget retired it since
+    the listing (an update retires the old version, then renames the new one in: a listing taken
+    before that rename lacks the new version), and the read must start again (``LeftMeanwhile``).
+    Without one, a sync moved the file into the history DB, which the read looks at after its
+    files (one ``lstat``, only for a file gone under a read)."""
+    if named(directory.parent / RETIRED_LEAF / name):
+        raise LeftMeanwhile(directory)
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -817,7 +834,7 @@ class DiskIndex:
         """Every entry of ``directory`` (opened without following a link) and its ``stat``: through
         the files' index when there is one, else by reading every file."""
         if self._files is None:
-            seen, files = read_folder(self._base, directory)
+            seen, files = read_folder(self._base, directory, reading=True)
             return seen, tuple(entry for _, _, entry in files)
         try:
             folder = Folder.open(self._base, directory)
@@ -838,6 +855,7 @@ class DiskIndex:
                 except OSError as exc:
                     raise unreadable(path, exc) from exc
                 if got is None:
+                    left_meanwhile(directory, path.name)
                     return None, None  # sync dropped it
                 return _PARSED_LEARNED(path, got[0]), got[1]
 

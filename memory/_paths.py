@@ -15,6 +15,7 @@ from memory._safe import describe, kind_of, regular_prefix
 
 LEARNED_ROOT = "flows-memory"
 JOURNAL_DIR = "flows-journal"
+RETIRED_LEAF = "retired"  # beside a scope's folder of learned files: its retired files
 
 
 QUARANTINE_DIR = "flows-quarantine"
@@ -129,7 +130,7 @@ def learned_dir(db_path: Path, scope: str) -> Path:
 def retired_dir(db_path: Path, scope: str) -> Path:
     """The directory of one scope's retired files: one per forgotten or superseded finding, named
     after its key, kept for good (it is what keeps the finding out of every read)."""
-    return learned_root(db_path) / scope_hash(scope) / ".trajectories" / "retired"
+    return learned_root(db_path) / scope_hash(scope) / ".trajectories" / RETIRED_LEAF
 
 
 def scope_folders(db_path: Path) -> list[Path]:
@@ -145,7 +146,7 @@ def scope_folders(db_path: Path) -> list[Path]:
 
 def retired_dirs(db_path: Path) -> list[Path]:
     """Every scope's retired-file directory that exists (see ``scope_dirs``)."""
-    return _raising(lambda: scan_scopes(db_path, leaf="retired"))
+    return _raising(lambda: scan_scopes(db_path, leaf=RETIRED_LEAF))
 
 
 def scan_scopes(db_path: Path, leaf: str | None = "compacted") -> tuple[list[Path], list[tuple[Path, str]]]:

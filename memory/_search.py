@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from memory._citations import Citations
 from memory._db import HistoryDB
 from memory._errors import ArgumentInvalid, EmbedderUnavailable, Unreachable
-from memory._filecache import CACHE_DIR, FileCache, IndexedListing, StaleIndex
+from memory._filecache import CACHE_DIR, FileCache, IndexedListing, LeftMeanwhile, StaleIndex
 from memory._files import (
     RACY_S,
     DiskIndex,
@@ -275,12 +275,6 @@ def _no_shared() -> Mapping[str, Retired]:
 
 def _published_none(retired: Retired) -> bool:
     return False
-
-
-class LeftMeanwhile(StaleIndex):
-    """A read listed an unsynced finding whose file was gone, and its commit erased, by the time the
-    read checked it against that commit (an erase ran meanwhile): the read starts again, and the
-    folder's files' index stays trusted."""
 
 
 class _Union(Mapping[str, Retired]):

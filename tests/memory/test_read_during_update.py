@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import memory
+from memory._safe import Folder
 
 OLD = {"text": "the ferry leaves at seven", "tags": ["ferry"], "metadata": {"item": "ferry"}}
 NEW = {
@@ -61,3 +62,85 @@ def test_a_read_between_an_updates_retirement_and_its_rename_finds_the_new_versi
             found = [] if current is None else [current.text]
         assert updated, "the update did not run inside the read"
         assert found == [NEW["text"]]
+
+
+def _read(reader: memory.MemoryStore, read: str, memory_id: str) -> list[str]:
+    if read == "recall":
+        return [e.text for e in reader.recall(scope="harbour")]
+    if read == "why":
+        return [x.finding.text for x in reader.why("ferry leaves", scope="harbour")]
+    current = reader.current(memory_id)
+    return [] if current is None else [current.text]
+
+
+@pytest.mark.parametrize("file_index", [True, False], ids=["files' index", "every file"])
+@pytest.mark.parametrize("read", ["recall", "why", "current"])
+@pytest.mark.parametrize("change", ["update", "forget"])
+def test_a_listed_file_an_update_removes_before_the_read_opens_it_is_not_taken_for_a_synced_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: str, file_index: bool, change: str
+) -> None:
+    """A read lists the folder, then opens each file: an update that runs wholly between the two
+    removes the old version's file (the read takes a file gone for one a sync moved into the history
+    DB) and renames the new one in (the listing lacks it). The read starts again when the gone
+    file's retired file is there."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as writer, writer.session(scope="harbour") as s:
+        old = s.learn(OLD)
+    with memory.MemoryStore(db, file_index=file_index) as reader, memory.MemoryStore(db) as writer:
+        changed: list[Any] = []
+        real_read, real_read_stat = Folder.read, Folder.read_stat
+
+        def change_first(name: str) -> None:
+            if not changed and name == f"{old.key}.json":
+                changed.append(change)
+                with writer.session(scope="harbour") as w:
+                    if change == "update":
+                        w.update(old.memory_id, NEW)
+                    else:
+                        w.forget(old.key, reason="the timetable changed")
+
+        def read_then(self: Folder, name: str, shown: str | None = None) -> Any:
+            change_first(name)
+            return real_read(self, name, shown)
+
+        def read_stat_then(self: Folder, name: str, shown: str | None = None) -> Any:
+            change_first(name)
+            return real_read_stat(self, name, shown)
+
+        monkeypatch.setattr(Folder, "read", read_then)
+        monkeypatch.setattr(Folder, "read_stat", read_stat_then)
+        found = _read(reader, read, old.memory_id)
+        assert changed, "the change did not run between the listing and the opening"
+        assert found == ([NEW["text"]] if change == "update" else [])
+
+
+@pytest.mark.parametrize("file_index", [True, False], ids=["files' index", "every file"])
+def test_a_listed_file_a_sync_moves_before_the_read_opens_it_is_read_from_the_history_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_index: bool
+) -> None:
+    """The other way a listed file goes: a sync moves it into the history DB, and no retired file
+    is left. The read goes on (it looks at the DB after the files) and answers with it."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as writer, writer.session(scope="harbour") as s:
+        old = s.learn(OLD)
+    with memory.MemoryStore(db, file_index=file_index) as reader, memory.MemoryStore(db) as writer:
+        synced: list[int] = []
+        real_read, real_read_stat = Folder.read, Folder.read_stat
+
+        def sync_first(name: str) -> None:
+            if not synced and name == f"{old.key}.json":
+                synced.append(-1)
+                synced[0] = writer.sync()
+
+        def read_then(self: Folder, name: str, shown: str | None = None) -> Any:
+            sync_first(name)
+            return real_read(self, name, shown)
+
+        def read_stat_then(self: Folder, name: str, shown: str | None = None) -> Any:
+            sync_first(name)
+            return real_read_stat(self, name, shown)
+
+        monkeypatch.setattr(Folder, "read", read_then)
+        monkeypatch.setattr(Folder, "read_stat", read_stat_then)
+        assert [e.text for e in reader.recall(scope="harbour")] == [OLD["text"]]
+        assert [(r.ingested, r.dropped) for r in synced] == [(1, 1)], "the sync did not move the file"
