@@ -790,6 +790,15 @@ class PostgresJournal:
                 run_id=run_id,
                 stream=stream,
             ) from exc
+        except psycopg.errors.DeadlockDetected as exc:
+            raise JournalUnavailable(
+                f"the PostgreSQL journal at {self._location} ended a deadlock while {doing}: two "
+                "holders (on this host or others) each waited for a lock the other held, and the "
+                "server failed this one; its turn is let go, and nothing it had not committed before "
+                "is committed: retry",
+                run_id=run_id,
+                stream=stream,
+            ) from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise JournalUnavailable(
                 f"the PostgreSQL journal at {self._location} is unavailable while {doing}: "
@@ -1676,49 +1685,84 @@ class PostgresJournal:
 
     @contextlib.contextmanager
     def _turn_held(self, name: str, under: str | None, failed: list[BaseException]) -> Iterator[None]:
-        """The turn itself (see ``turn``); what the block raises is put in ``failed``."""
+        """The turn itself (see ``turn``); what the block raises is put in ``failed``.
+
+        A thread takes every turn it holds at once on one session: its first turn's, in that turn's
+        transaction. A turn taken inside another (a forget by filter's wider turn inside a scope's
+        turn, an update's second scope) is then the same session's lock again, which never waits for
+        the session itself: before, it was asked on a session of its own, and waited for good for
+        the thread's first turn (whose name it was, or whose lock number its name shared), and every
+        host asking for either turn behind it. And the server sees each wait of the thread's turns
+        as one session's: two holders that each wait for a turn the other holds are a deadlock it
+        breaks (one of them fails, ``JournalUnavailable``), not a ring it cannot see. A turn taken
+        inside another is held until the outer one ends (its transaction's end lets go of both)."""
+        outer: psycopg.Cursor[Any] | None = getattr(self._per_thread, "turn_cursor", None)
+        if outer is not None:
+            with self._translated(f"taking the turn {name!r} inside another"):
+                mine = self._take_turn(outer, name, under)
+            with self._holding(mine, failed):
+                yield
+            return
         with self._transaction(f"taking or holding the turn {name!r}") as cur:
             cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
-            # The lock is taken by a statement with no parameters (its values written in as
-            # literals). A statement with parameters leaves its portal, and the snapshot that portal
-            # took, open until the session's next statement: a turn held idle would then hold the
-            # server's cleanup horizon (``backend_xmin``) back for as long as it is held, and the
-            # vacuum after an erase's rewrite, made while this or another host holds a turn, would
-            # leave the rewritten rows' old versions (the erased content) in the table's pages. A
-            # statement without parameters takes the simple protocol, whose portal ends with it.
-            if under is None:
-                query = sql.SQL(f"select {_TURN_OF.format('')}" % ("{}", "{}")).format(
-                    sql.Literal(_TURN_LOCK), sql.Literal(name)
-                )
-            else:
-                # ``offset 0`` keeps the subquery a step of its own, run first: every holder takes
-                # the wider turn before its own, so no two wait for each other
-                inner = _TURN_OF.format("_shared")
-                wider = f"select {_TURN_OF.format('')} from (select {inner} offset 0) wider"
-                query = sql.SQL(wider % ("{}", "{}", "{}", "{}")).format(
-                    sql.Literal(_TURN_LOCK), sql.Literal(name), sql.Literal(_TURN_LOCK), sql.Literal(under)
-                )
-            cur.execute(query)
-            # Pass the turn's gate: wait for every commit still being made in the turn by its last
-            # holder, whose session may have ended (killed, its connection lost) while that holder
-            # went on (``_in_turns``); what it commits is then there for this holder to read.
-            # (the wider turn's gate too: a commit made in a turn under it holds that gate as well,
-            # so one who takes the wider turn itself waits for it, as for a commit in the turn)
-            pid = cur.connection.info.backend_pid
-            mine = [(name, pid, "ExclusiveLock")] + ([] if under is None else [(under, pid, "ShareLock")])
-            for gated, _, _ in reversed(mine):
-                for verb in ("lock", "unlock"):
-                    gate = sql.SQL("select pg_advisory_{}({}, hashtext(current_schema() || ':' || {}))")
-                    cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(gated)))
-            held = self._held_turns()
-            held.extend(mine)
+            mine = self._take_turn(cur, name, under)
+            self._per_thread.turn_cursor = cur
             try:
-                yield
-            except BaseException as exc:
-                failed.append(exc)
-                raise
+                with self._holding(mine, failed):
+                    yield
             finally:
-                del held[-len(mine) :]
+                self._per_thread.turn_cursor = None
+
+    @contextlib.contextmanager
+    def _holding(self, mine: list[tuple[str, int, str]], failed: list[BaseException]) -> Iterator[None]:
+        """``mine`` listed among this thread's held turns while the block runs (``_in_turns``)."""
+        held = self._held_turns()
+        held.extend(mine)
+        try:
+            yield
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+        finally:
+            del held[-len(mine) :]
+
+    def _take_turn(
+        self, cur: psycopg.Cursor[Any], name: str, under: str | None
+    ) -> list[tuple[str, int, str]]:
+        """Take the turn ``name`` (under ``under``, shared, first) on ``cur``'s session and pass its
+        gate; what ``_in_turns`` checks of it."""
+        # The lock is taken by a statement with no parameters (its values written in as
+        # literals). A statement with parameters leaves its portal, and the snapshot that portal
+        # took, open until the session's next statement: a turn held idle would then hold the
+        # server's cleanup horizon (``backend_xmin``) back for as long as it is held, and the
+        # vacuum after an erase's rewrite, made while this or another host holds a turn, would
+        # leave the rewritten rows' old versions (the erased content) in the table's pages. A
+        # statement without parameters takes the simple protocol, whose portal ends with it.
+        if under is None:
+            query = sql.SQL(f"select {_TURN_OF.format('')}" % ("{}", "{}")).format(
+                sql.Literal(_TURN_LOCK), sql.Literal(name)
+            )
+        else:
+            # ``offset 0`` keeps the subquery a step of its own, run first: every holder takes
+            # the wider turn before its own, so no two wait for each other
+            inner = _TURN_OF.format("_shared")
+            wider = f"select {_TURN_OF.format('')} from (select {inner} offset 0) wider"
+            query = sql.SQL(wider % ("{}", "{}", "{}", "{}")).format(
+                sql.Literal(_TURN_LOCK), sql.Literal(name), sql.Literal(_TURN_LOCK), sql.Literal(under)
+            )
+        cur.execute(query)
+        # Pass the turn's gate: wait for every commit still being made in the turn by its last
+        # holder, whose session may have ended (killed, its connection lost) while that holder
+        # went on (``_in_turns``); what it commits is then there for this holder to read.
+        # (the wider turn's gate too: a commit made in a turn under it holds that gate as well,
+        # so one who takes the wider turn itself waits for it, as for a commit in the turn)
+        pid = cur.connection.info.backend_pid
+        mine = [(name, pid, "ExclusiveLock")] + ([] if under is None else [(under, pid, "ShareLock")])
+        for gated, _, _ in reversed(mine):
+            for verb in ("lock", "unlock"):
+                gate = sql.SQL("select pg_advisory_{}({}, hashtext(current_schema() || ':' || {}))")
+                cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(gated)))
+        return mine
 
     def _held_turns(self) -> list[tuple[str, int, str]]:
         held: list[tuple[str, int, str]] | None = getattr(self._per_thread, "turns", None)
