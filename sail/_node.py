@@ -9,11 +9,15 @@ current directory or the repo this package sits in, then ``anvil`` on PATH. ``en
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +38,20 @@ ANVIL_KEYS = (
     "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
     "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
 )
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent (the forking thread) ends
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _ended_with_parent(parent: int) -> None:
+    """In the child, before anvil runs: SIGTERM when the process that started it ends, however it
+    ends (SIGKILL included), so anvil dumps its chain and exits rather than run on unseen; and an
+    exit at once when that process has ended already (before the ``prctl``)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def find_anvil() -> Path | None:
@@ -92,6 +110,13 @@ class AnvilNode:
             there at the machine's pace (ignored by a chain loaded from ``state``).
         prune_history: keep only this many recent blocks' states (``--prune-history``), as most
             hosted nodes do: a read at an older block fails.
+        keep_fds: descriptors the node inherits and holds until it exits (the embedded chain's
+            lock: held by the node as well, so another process cannot load the chain while this
+            node, its starter gone, is still dumping it).
+
+    On Linux the node is sent SIGTERM when the process (the thread) that started it ends, however
+    it ends: a starter killed with SIGKILL, or ended by SIGTERM with no handler, leaves no node
+    running on its own, and a node given ``state`` dumps the chain on its way out.
     """
 
     def __init__(
@@ -103,8 +128,10 @@ class AnvilNode:
         state: Path | None = None,
         genesis_ts: int | None = None,
         prune_history: int | None = None,
+        keep_fds: tuple[int, ...] = (),
     ) -> None:
         self.binary = binary
+        self.keep_fds = keep_fds
         self.state = state
         self.genesis_ts = genesis_ts
         self.prune_history = prune_history
@@ -145,7 +172,12 @@ class AnvilNode:
             argv += ["--state", str(self.state), "--preserve-historical-states"]
         try:
             self._proc = subprocess.Popen(
-                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+                argv,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # a Ctrl-C at the terminal stops the tick first, then the node
+                pass_fds=self.keep_fds,
+                preexec_fn=functools.partial(_ended_with_parent, os.getpid()),  # noqa: PLW1509
             )
         except OSError as exc:
             raise SailNodeUnavailable(f"cannot run {binary}: {exc}") from exc
@@ -223,11 +255,19 @@ def embedded_chain(sail_dir: Path, *, genesis_ts: int | None = None) -> Iterator
     log.info("taking the embedded chain's lock %s (one sail process at a time)", directory / "anvil.lock")
     try:
         lock = portalocker.Lock(str(directory / "anvil.lock"), mode="a", timeout=120)
-        lock.acquire()
+        held = lock.acquire()
     except (portalocker.exceptions.LockException, OSError) as exc:
         raise SailNodeUnavailable(f"the embedded chain in {directory} is busy or unusable: {exc}") from exc
     try:
-        with AnvilNode(state=directory / "anvil-state.json", genesis_ts=genesis_ts) as node:
+        # the node holds the lock too (one ``flock`` of one open file, shared by both): when this
+        # process is killed, its node, sent SIGTERM, dumps the chain, and only its exit lets the
+        # next process load it; before, the next tick loaded the chain as it was before the killed
+        # one's blocks (a mined swap gone), and the node, left running, dumped its chain over the
+        # file whenever it was stopped
+        node = AnvilNode(
+            state=directory / "anvil-state.json", genesis_ts=genesis_ts, keep_fds=(held.fileno(),)
+        )
+        with node:
             yield node
     finally:
         lock.release()

@@ -11,8 +11,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,65 @@ def test_an_embedded_agent_keeps_its_chain_and_its_memory_across_fresh_processes
     assert entry["balancesAfter"][entry["tokenIn"]] == str(475 * 10**6)
     assert second["skipped"].startswith("cadence: last acted ")
     assert (tmp_path / ".sail" / "chain" / "anvil-state.json").exists()
+
+
+def _nodes_of(home: Path) -> list[int]:
+    """The pids of anvil processes serving ``home``'s embedded chain (zombies left out)."""
+    out = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
+    return [
+        int(pid)
+        for pid, state, *args in (line.split(maxsplit=2) for line in out.stdout.splitlines())
+        if not state.startswith("Z") and "anvil" in " ".join(args) and str(home) in " ".join(args)
+    ]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_an_embedded_tick_killed_after_its_swap_was_mined_leaves_no_node_and_loses_no_block(
+    tmp_path: Path, how: str
+) -> None:
+    """The embedded chain lives in a node the tick starts and dumps to disk when it stops it. A tick
+    killed (cron's ``timeout``: SIGTERM, or SIGKILL) after its swap was mined left the node running
+    on its own, its chain not dumped: the next tick loaded the chain without the swap (whose receipt
+    the killed tick had seen), and the node, stopped later, dumped its older chain over the file."""
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    finish(sail(tmp_path, "init", "--embedded", "--interval", "3600", "--permission", "perm-k"))
+    try:
+        _kill_a_tick_after_its_swap_was_mined(tmp_path, how)
+    finally:
+        for pid in _nodes_of(tmp_path):  # a node left running fails the test, and is stopped here
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_a_tick_after_its_swap_was_mined(tmp_path: Path, how: str) -> None:
+    if how == "SIGKILL":
+        killed = sail(tmp_path, "tick", failpoints="sail.settled=kill")
+        killed.communicate(timeout=120)
+    else:  # stopped from outside, as ``timeout`` does, once the receipt is logged
+        killed = sail(tmp_path, "tick", failpoints="sail.settled=sleep60000")
+        log = tmp_path / ".sail" / "activity.jsonl"
+        deadline = time.monotonic() + 100
+        while "dispatch_executed" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and killed.poll() is None, "the tick never logged its receipt"
+            time.sleep(0.1)
+        killed.send_signal(signal.SIGTERM)
+        killed.communicate(timeout=60)
+    assert killed.returncode == -getattr(signal, how)
+    executed = [
+        json.loads(line)
+        for line in (tmp_path / ".sail" / "activity.jsonl").read_text().splitlines()
+        if '"dispatch_executed"' in line
+    ]
+    assert len(executed) == 1
+    deadline = time.monotonic() + 60  # the node, told by the kernel, dumps its chain and exits
+    while _nodes_of(tmp_path):
+        assert time.monotonic() < deadline, f"the killed tick's node runs on: {_nodes_of(tmp_path)}"
+        time.sleep(0.1)
+    after = json.loads(finish(sail(tmp_path, "tick", "--json")))
+    (entry,) = after["reconciled"]  # from the chain the next tick loaded: the swap is in it
+    assert (entry["txHash"], entry["outcome"]) == (executed[0]["txHash"], "confirmed")
+    assert after["submitted"] is None and after["skipped"].startswith("cadence: last acted ")
+    assert _nodes_of(tmp_path) == []
 
 
 def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
