@@ -317,8 +317,10 @@ class Search:
         file_index: bool = True,
         embedder: Embedder | None = None,
         shared: Callable[[], Mapping[str, Retired]] | None = None,
+        read_only: bool = False,
     ) -> None:
         self._db = db
+        self._read_only = read_only
         self._publisher = publisher
         self._clock = clock
         base = publisher.db_path.parent
@@ -834,7 +836,7 @@ class Search:
         self,
         subject: str,
         *,
-        limit: int = 10,
+        limit: int | None = 10,
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
@@ -854,7 +856,8 @@ class Search:
                 f"{TEXT_MAX_BYTES} (TEXT_MAX_BYTES, a finding's longest text): ask with fewer words"
             )
         check_read(scope=scope, source=source, tag=None, before_ms=before_ms, limit=limit)
-        limit = min(limit, WHY_LIMIT_MAX)  # as many answers: no store holds more findings
+        # as many answers: no store holds more findings (None: every match, as ``recall``'s None)
+        limit = WHY_LIMIT_MAX if limit is None else min(limit, WHY_LIMIT_MAX)
         mode = self._mode(mode)
         every_tag, wanted_meta = check_filters(tags, meta)
         if not _storable(scope, source, *every_tag):
@@ -1108,7 +1111,9 @@ class Search:
                 from memory._vectors import VectorIndex
 
                 assert self._embedder is not None
-                self._vectors = VectorIndex(self._publisher.db_path, self._embedder)
+                self._vectors = VectorIndex(
+                    self._publisher.db_path, self._embedder, read_only=self._read_only
+                )
             return self._vectors
 
     def discard_vectors(self, keys: Iterable[str]) -> None:

@@ -221,6 +221,7 @@ class MemoryStore:
             file_index=file_index,
             embedder=self.embedder,
             shared=self._retirer.shared.current,
+            read_only=read_only,
         )
         self._retirer.on_retired = self._search.discard_vectors
         self._publisher.hosts_turn = self._hosts_turn
@@ -1421,7 +1422,7 @@ class MemoryStore:
         self,
         subject: str,
         *,
-        limit: int = 10,
+        limit: int | None = 10,
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
@@ -1439,8 +1440,9 @@ class MemoryStore:
         docs/MEMORY.md, "Ranking"). The default is ``hybrid`` when the store has an embedder,
         ``keyword`` otherwise.
         ``scope``, ``tags``, ``meta``, ``source`` and ``before_ms`` filter as in ``recall``, before
-        anything is ranked. Each answer carries the finding's citation, flow and commit time, and
-        says whether it matched by words, by meaning or both.
+        anything is ranked; ``limit`` answers at most (None: every match). Each answer carries the
+        finding's citation, flow and commit time, and says whether it matched by words, by meaning
+        or both.
 
         Raises:
             ArgumentInvalid: a filter or the mode is malformed.
@@ -1465,7 +1467,7 @@ class MemoryStore:
         self,
         subject: str,
         *,
-        limit: int = 10,
+        limit: int | None = 10,
         scope: str | None = None,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from memory._embed import DIMS_MAX, Embedder, checked_vectors, embedder_shape
+from memory._embed import DIMS_MAX, USER_RAISES, Embedder, checked_vectors, embedder_shape
 from memory._errors import EmbedderFailed, Unwritable
 from memory._filecache import cache_dir
 from memory._files import RACY_S
@@ -203,12 +203,18 @@ class VectorIndex:
     """The vectors of one store for one embedder: held in-process as one float16 matrix (a row per
     key), kept in the vectors file when it can be written (a reader without write access derives
     them in memory only). The first search of a process reads the model's stored vectors in one
-    scan when it needs many of them, else by key."""
+    scan when it needs many of them, else by key.
 
-    def __init__(self, db_path: Path, embedder: Embedder) -> None:
+    ``read_only`` (a read-only store's): the vectors file is never opened (SQLite's write-ahead log
+    makes even a reader write beside it) and nothing is written or removed, a snapshot neither;
+    the model's snapshot, if a writer left one, is read (mapped read-only), and every other vector
+    is derived in memory."""
+
+    def __init__(self, db_path: Path, embedder: Embedder, *, read_only: bool = False) -> None:
         import numpy
 
         self._np = numpy
+        self._read_only = read_only
         self.embedder = embedder
         self._name, self._dims = embedder_shape(embedder)  # read once: every vector is checked against them
         self.model = model_of(self._name)
@@ -229,7 +235,7 @@ class VectorIndex:
         file its vectors under the old name, to be trusted as the old model's."""
         try:
             now = (self.embedder.name, self.embedder.dims)
-        except Exception as exc:
+        except USER_RAISES as exc:
             raise EmbedderFailed(
                 f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
             ) from exc
@@ -243,7 +249,7 @@ class VectorIndex:
         return out
 
     def _db(self) -> sqlite3.Connection | None:
-        if not self._opened:
+        if not self._opened and not self._read_only:
             self._opened = True
             self._conn = _connect(self._path, create=True)
             if self._conn is not None:
@@ -531,6 +537,8 @@ class VectorIndex:
         Raises:
             Unwritable: the vectors file had to be removed and could not be.
         """
+        if self._read_only:
+            return  # nothing was stored
         self._reopen_later()  # this process's connection first: the file may have to go whole
         _erase_at(self._path, keys)
 
@@ -592,6 +600,8 @@ class VectorIndex:
                 row = self._rows.pop(k, None)
                 if row is not None and self._matrix.flags.writeable:
                     self._matrix[row] = 0  # the row is never read again; its bytes go too
+            if self._read_only:
+                return 0  # what is stored is the writers' to drop
             _unlink_snapshots(self._path.parent)  # they may hold these keys' vectors
             conn = self._db()
         gone = _delete(conn, keys) if conn is not None else 0
