@@ -35,6 +35,12 @@ offline default), ``none`` (keyword only), or ``module:attribute`` (an embedder,
 returns one)."""
 
 
+USER_RAISES: tuple[type[BaseException], ...] = (Exception, SystemExit, GeneratorExit)
+"""What the caller's embedder code may raise that is its failure, not the caller's: any error, and
+an exit (``sys.exit`` in a model library on a fatal error), which would otherwise end a command
+silently, as if it had answered. A Ctrl-C (``KeyboardInterrupt``) is the person's, and goes on up."""
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What ``MemoryStore(embedder=...)`` takes.
@@ -91,7 +97,7 @@ def similarity_floor(embedder: Embedder) -> float:
     """
     try:  # a property of the user's may raise
         floor = getattr(embedder, "min_similarity", 0.0)
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise ArgumentInvalid(
             f"reading the embedder's min_similarity raised {type(exc).__name__}: {exc!s:.200}"
         ) from exc
@@ -112,7 +118,7 @@ def alignment_weight(embedder: Embedder) -> float:
     """
     try:  # a property of the user's may raise
         weight = getattr(embedder, "word_alignment", 0.0)
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise ArgumentInvalid(
             f"reading the embedder's word_alignment raised {type(exc).__name__}: {exc!s:.200}"
         ) from exc
@@ -137,7 +143,7 @@ def checked_embedder(embedder: object) -> Embedder:
     try:  # name and dims may be properties of the user's, which raise
         shaped = isinstance(embedder, Embedder)
         name, dims = (embedder.name, embedder.dims) if shaped else (None, None)  # type: ignore[attr-defined]
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise ArgumentInvalid(
             f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
         ) from exc
@@ -281,7 +287,7 @@ def embedder_named(spec: str | None) -> Embedder | None:
             found = getattr(found, part)
         if not isinstance(found, Embedder) and callable(found):
             found = found()
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise EmbedderUnavailable(
             f"cannot load the embedder {spec!r:.200}: {type(exc).__name__}: {exc!s:.300}"
         ) from exc
@@ -301,7 +307,7 @@ def embedder_shape(embedder: Embedder) -> tuple[str, int]:
     try:  # a property of the user's may raise
         name, dims = embedder.name, embedder.dims
         check_shape(name, dims)
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise EmbedderFailed(
             f"reading the embedder's name and dims raised {type(exc).__name__}: {exc!s:.200}"
         ) from exc
@@ -322,11 +328,11 @@ def checked_vectors(embedder: Embedder, texts: Sequence[str], shape: tuple[str, 
         raw = embedder.embed(list(texts))
     except EmbedderFailed:
         raise
-    except Exception as exc:
+    except USER_RAISES as exc:
         raise EmbedderFailed(f"the embedder {name!r} raised {type(exc).__name__}: {exc}") from exc
     try:
         got = np.asarray(raw)
-    except Exception as exc:  # the user's object may raise anything while it is read
+    except USER_RAISES as exc:  # the user's object may raise anything while it is read
         raise EmbedderFailed(
             f"the embedder {name!r} returned what is not numbers: {type(exc).__name__}: {exc}"
         ) from exc

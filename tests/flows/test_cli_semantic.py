@@ -90,6 +90,43 @@ def test_a_named_embedder_whose_own_code_raises_is_unavailable_not_a_bug(
     assert not vectors_path(db).exists()
 
 
+_EXITING = """
+import sys
+
+class Exiting:
+    name = "exiting@1"
+    dims = 4
+
+    def embed(self, texts):
+        sys.exit(0)  # as a model library may, on a fatal error
+
+def make():
+    sys.exit(0)
+
+exiting = Exiting()
+"""
+
+
+@pytest.mark.parametrize(
+    ("spec", "code"),
+    [
+        ("exiting_embedders:exiting", "memory_embedder_failed"),
+        ("exiting_embedders:make", "memory_embedder_unavailable"),
+    ],
+)
+def test_an_embedder_that_exits_is_a_coded_failure_never_a_silent_exit_0(
+    db: Path, tmp_path: Path, spec: str, code: str
+) -> None:
+    """An embedder whose code calls ``sys.exit(0)`` made ``flows why`` print nothing and exit 0, as
+    if it had answered."""
+    (tmp_path / "exiting_embedders.py").write_text(_EXITING)
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+    done = flows(db, "why", "nuts", "--mode", "semantic", "--embedder", spec, "--json", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    error = orjson.loads(done.stderr)
+    assert error["code"] == code and "SystemExit" in error["message"], done.stderr
+
+
 def test_check_repair_derives_the_vectors_again(db: Path) -> None:
     assert flows(db, "why", "nuts", "--mode", "semantic").returncode == 0
     vectors_path(db).write_bytes(b"garbage" * 500)
