@@ -174,7 +174,7 @@ class FlowMemory:
         self,
         subject: str,
         *,
-        limit: int = 10,
+        limit: int | None = 10,
         tags: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> list[Explained]:

@@ -202,6 +202,21 @@ def test_a_why_subject_over_the_finding_text_limit_is_refused_before_any_work(
         assert caught.value.code == "memory_argument_invalid"
 
 
+def test_a_why_with_no_limit_answers_every_match_from_rows_and_files(store: memory.MemoryStore) -> None:
+    """``limit=None`` is "no limit", as for ``recall`` (the error for a negative limit says so): it
+    raised a bare TypeError."""
+    with store.session(scope="desk") as s:
+        for i in range(12):
+            s.learn({"text": f"the kettle is descaled on day {i}"})
+        store.sync()
+        for i in range(12, 15):
+            s.learn({"text": f"the kettle is descaled on day {i}"})
+        s.learn({"text": "the printer is out of toner"})
+        texts = {a.finding.text for a in s.why("kettle descaled", limit=None)}
+    assert texts == {f"the kettle is descaled on day {i}" for i in range(15)}
+    assert len(store.why("kettle descaled", limit=None, scope="desk")) == 15
+
+
 def test_a_history_db_of_schema_3_gains_metadata_filters_for_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     # a row's key must hash its finding (rows are checked when read)
