@@ -11,6 +11,7 @@ stayed.) Such a read now starts again and finds the new version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,23 @@ def test_a_read_between_an_updates_retirement_and_its_rename_finds_the_new_versi
         assert found == [NEW["text"]]
 
 
+def _before_each_open(monkeypatch: pytest.MonkeyPatch, before: Callable[[str], None]) -> None:
+    """Run ``before(name)`` as any store of this process opens a file of a folder, by name (a read
+    lists a folder, then opens each file it listed: this runs between the two)."""
+    real_read, real_read_stat = Folder.read, Folder.read_stat
+
+    def read_then(self: Folder, name: str, shown: str | None = None) -> Any:
+        before(name)
+        return real_read(self, name, shown)
+
+    def read_stat_then(self: Folder, name: str, shown: str | None = None) -> Any:
+        before(name)
+        return real_read_stat(self, name, shown)
+
+    monkeypatch.setattr(Folder, "read", read_then)
+    monkeypatch.setattr(Folder, "read_stat", read_stat_then)
+
+
 def _read(reader: memory.MemoryStore, read: str, memory_id: str) -> list[str]:
     if read == "recall":
         return [e.text for e in reader.recall(scope="harbour")]
@@ -88,7 +106,6 @@ def test_a_listed_file_an_update_removes_before_the_read_opens_it_is_not_taken_f
         old = s.learn(OLD)
     with memory.MemoryStore(db, file_index=file_index) as reader, memory.MemoryStore(db) as writer:
         changed: list[Any] = []
-        real_read, real_read_stat = Folder.read, Folder.read_stat
 
         def change_first(name: str) -> None:
             if not changed and name == f"{old.key}.json":
@@ -99,16 +116,7 @@ def test_a_listed_file_an_update_removes_before_the_read_opens_it_is_not_taken_f
                     else:
                         w.forget(old.key, reason="the timetable changed")
 
-        def read_then(self: Folder, name: str, shown: str | None = None) -> Any:
-            change_first(name)
-            return real_read(self, name, shown)
-
-        def read_stat_then(self: Folder, name: str, shown: str | None = None) -> Any:
-            change_first(name)
-            return real_read_stat(self, name, shown)
-
-        monkeypatch.setattr(Folder, "read", read_then)
-        monkeypatch.setattr(Folder, "read_stat", read_stat_then)
+        _before_each_open(monkeypatch, change_first)
         found = _read(reader, read, old.memory_id)
         assert changed, "the change did not run between the listing and the opening"
         assert found == ([NEW["text"]] if change == "update" else [])
@@ -124,23 +132,13 @@ def test_a_listed_file_a_sync_moves_before_the_read_opens_it_is_read_from_the_hi
     with memory.MemoryStore(db) as writer, writer.session(scope="harbour") as s:
         old = s.learn(OLD)
     with memory.MemoryStore(db, file_index=file_index) as reader, memory.MemoryStore(db) as writer:
-        synced: list[int] = []
-        real_read, real_read_stat = Folder.read, Folder.read_stat
+        synced: list[Any] = []
 
         def sync_first(name: str) -> None:
             if not synced and name == f"{old.key}.json":
                 synced.append(-1)
                 synced[0] = writer.sync()
 
-        def read_then(self: Folder, name: str, shown: str | None = None) -> Any:
-            sync_first(name)
-            return real_read(self, name, shown)
-
-        def read_stat_then(self: Folder, name: str, shown: str | None = None) -> Any:
-            sync_first(name)
-            return real_read_stat(self, name, shown)
-
-        monkeypatch.setattr(Folder, "read", read_then)
-        monkeypatch.setattr(Folder, "read_stat", read_stat_then)
+        _before_each_open(monkeypatch, sync_first)
         assert [e.text for e in reader.recall(scope="harbour")] == [OLD["text"]]
         assert [(r.ingested, r.dropped) for r in synced] == [(1, 1)], "the sync did not move the file"

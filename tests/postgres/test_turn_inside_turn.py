@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.parse
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 _INSIDE = """
 import sys
@@ -92,14 +91,7 @@ for store in stores:
 
 def _child(script: str, *args: str, timeout: float = 60) -> str:
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", script, *args],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=timeout,
-            check=False,
-        )
+        done = run_python(script, *args, timeout=timeout)
     except subprocess.TimeoutExpired:  # the child is killed, and its sessions end with it
         pytest.fail(f"the child still waited after {timeout} s: a turn waited for its own thread")
     assert done.returncode == 0, done.stderr[-3000:]
