@@ -1288,7 +1288,21 @@ class Search:
             return False  # this read has it
         if os.path.lexists(self._publisher.retired_dir(scope) / f"{successor}.json"):
             return True  # retired since this read looked at the retired files
-        return os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json")
+        if os.path.lexists(self._publisher.scope_dir(scope) / f"{successor}.json"):
+            return True
+        return self._moved_since_listed(successor, self._publisher.scope_dir(scope))
+
+    def _moved_since_listed(self, successor: str, own: Path) -> bool:
+        """Whether ``successor``, a version of another scope than the one it replaced (an update may
+        move a memory: a retired file names its successor's key, not its scope), has its learned
+        file now in another folder this read listed. Asked only when the history DB does not hold
+        it (where a sync put it, and where the read finds it): then one ``lstat`` per other folder
+        the read listed, for a read of several scopes whose folders changed while it ran."""
+        dirs: list[Path] | None = getattr(self._reading, "dirs", None)
+        others = [d for d in dirs or () if d != own]
+        if not others or self._held_keys([successor]):
+            return False
+        return any(os.path.lexists(d / f"{successor}.json") for d in others)
 
     def _quiet(self) -> bool:
         """Whether every scope folder this read listed is as it listed it (so no update renamed a

@@ -142,3 +142,42 @@ def test_a_listed_file_a_sync_moves_before_the_read_opens_it_is_read_from_the_hi
         _before_each_open(monkeypatch, sync_first)
         assert [e.text for e in reader.recall(scope="harbour")] == [OLD["text"]]
         assert [(r.ingested, r.dropped) for r in synced] == [(1, 1)], "the sync did not move the file"
+
+
+@pytest.mark.parametrize("read", ["recall of every scope", "why of every scope", "current"])
+def test_a_read_of_every_scope_during_an_update_that_moves_the_memory_finds_it_in_its_new_scope(
+    tmp_path: Path, read: str
+) -> None:
+    """An update may move a memory to another scope. Its retired file names the new version's key,
+    not its scope: a read that listed the new scope's folder before the rename and read the retired
+    files after the retirement looked for the new version in the old scope alone, found it nowhere,
+    and answered with neither. It now looks in the other folders it listed too."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as writer:
+        with writer.session(scope="harbour") as s:
+            old = s.learn(OLD)
+        with writer.session(scope="pier") as s:
+            s.learn({"text": "the pier lamp is broken"})
+    with memory.MemoryStore(db) as reader, memory.MemoryStore(db) as writer:
+        reader.recall(limit=None)  # warm: every folder listed and indexed
+        disk = reader._search._disk
+        real = disk.retired
+        updated: list[Any] = []
+
+        def retired_after_the_move(directory: Path) -> Any:
+            if not updated:
+                with writer.session(scope="pier") as w:
+                    updated.append(w.update(old.memory_id, NEW))
+            return real(directory)
+
+        disk.retired = retired_after_the_move  # type: ignore[method-assign]
+        if read == "recall of every scope":
+            found = [e.text for e in reader.recall(limit=None) if "ferry" in e.text]
+        elif read == "why of every scope":
+            found = [x.finding.text for x in reader.why("ferry leaves")]
+        else:
+            current = reader.current(old.memory_id)
+            found = [] if current is None else [current.text]
+        assert updated, "the update did not run inside the read"
+        assert found == [NEW["text"]]
+        assert reader.current(old.memory_id).scope == "pier"  # type: ignore[union-attr]
