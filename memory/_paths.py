@@ -34,7 +34,8 @@ def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
     (``~/.local/share/flows/history.db`` when ``$XDG_DATA_HOME`` is unset).
 
     Raises:
-        ArgumentInvalid: ``db`` is empty (it would name the current folder), or the path holds NUL,
+        ArgumentInvalid: ``db`` or a set ``$FLOWS_DB`` is empty (it would name the current folder, or
+            leave the writes to the default store), or the path holds NUL,
             a name over 255 bytes (the DB's own over ``DB_NAME_MAX``) or a folder path over
             ``DB_FOLDER_MAX`` bytes: no file could be made there; or it holds bytes that are not
             UTF-8 (lone surrogates), which the store could not write in its URIs and records.
@@ -46,7 +47,13 @@ def resolve_db(db: str | os.PathLike[str] | None = None) -> Path:
             )
         return _usable(Path(db).expanduser().absolute())
     env = os.environ.get("FLOWS_DB")
-    if env:
+    if env is not None:
+        if not env:  # set but empty (``FLOWS_DB=$STORE`` with $STORE unset): never the default store
+            raise ArgumentInvalid(
+                "$FLOWS_DB is set but empty: set it to the DB's file (e.g. ./store/history.db), or "
+                "unset it to use the default store",
+                path="$FLOWS_DB",
+            )
         return _usable(Path(env).expanduser().absolute())
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return _usable(Path(data_home).expanduser().absolute() / "flows" / "history.db")

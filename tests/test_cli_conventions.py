@@ -282,20 +282,26 @@ STORE_COMMANDS = {
 }
 
 
+@pytest.mark.parametrize("bad", ["a name too long", "empty"])
 @pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
-def test_a_bad_flows_db_is_a_bad_argument_exiting_2_from_every_command(command: str, tmp_path: Path) -> None:
+def test_a_bad_flows_db_is_a_bad_argument_exiting_2_from_every_command(
+    command: str, bad: str, tmp_path: Path
+) -> None:
     """A ``$FLOWS_DB`` no file could have (a file name over 247 bytes) is ``memory_argument_invalid``,
     which docs/SURFACE.md's table says exits 2: so it does, from every command that opens the store
-    (``check``, ``sync`` and ``runs`` exited 1)."""
+    (``check``, ``sync`` and ``runs`` exited 1). So is one set but empty (``FLOWS_DB=$STORE`` with
+    ``$STORE`` unset), which was taken for unset: the writes went to the default store."""
     assert sorted(STORE_COMMANDS) == sorted(set(COMMANDS["flows"]) - {"demo"})  # demo keeps its own store
     flow = write_flow(tmp_path / "f.py", "return 1")
     argv = [str(flow) if a == "FLOW" else a for a in STORE_COMMANDS[command]]
-    bad = str(tmp_path / ("a" * 300 + ".db"))
-    result = cli("flows", *argv, "--json", FLOWS_DB=bad)
+    value = "" if bad == "empty" else str(tmp_path / ("a" * 300 + ".db"))
+    home = tmp_path / "data-home"  # where the default store would be
+    result = cli("flows", *argv, "--json", FLOWS_DB=value, XDG_DATA_HOME=str(home))
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert orjson.loads(result.stderr.splitlines()[-1])["code"] == "memory_argument_invalid"
-    text = cli("flows", *argv, FLOWS_DB=bad)
+    text = cli("flows", *argv, FLOWS_DB=value, XDG_DATA_HOME=str(home))
     assert text.returncode == 2 and "error[memory_argument_invalid]" in text.stderr
+    assert not home.exists(), "the default store was made"
 
 
 def test_a_flow_body_meeting_a_bad_argument_fails_its_run_with_1(tmp_path: Path) -> None:
