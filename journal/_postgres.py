@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -611,6 +612,18 @@ def _committed(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
     conn.execute("commit")
 
 
+class _TurnSession:
+    """The session a thread takes its turns on (``PostgresJournal._turn_held``): a pooled connection
+    in one transaction, which holds every turn taken on it until the last of them ends (``count``);
+    ``lost`` says why its transaction failed while turns were held on it (they were let go)."""
+
+    def __init__(self, cur: psycopg.Cursor[Any], stack: contextlib.ExitStack) -> None:
+        self.cur = cur
+        self.stack = stack
+        self.count = 0
+        self.lost: str | None = None
+
+
 class _Pool:
     """A small, lock-protected pool of autocommit connections; a broken one is never reused.
 
@@ -756,6 +769,9 @@ class PostgresJournal:
         # per thread: the turns it holds (``turn``: name, the pid of the session holding it, the
         # lock's mode) and whether its rewrites leave their pruning to the caller (``deferred_prune``)
         self._per_thread = threading.local()
+        # each thread's session for its turns (``_turn_held``), by thread id, with the thread
+        self._turn_sessions: dict[int, tuple[threading.Thread, _TurnSession]] = {}
+        self._turn_sessions_mutex = threading.Lock()
 
     # -- connections and errors --------------------------------------------------------------
 
@@ -794,8 +810,7 @@ class PostgresJournal:
             raise JournalUnavailable(
                 f"the PostgreSQL journal at {self._location} ended a deadlock while {doing}: two "
                 "holders (on this host or others) each waited for a lock the other held, and the "
-                "server failed this one; its turn is let go, and nothing it had not committed before "
-                "is committed: retry",
+                "server failed this one: do it again",
                 run_id=run_id,
                 stream=stream,
             ) from exc
@@ -1687,31 +1702,77 @@ class PostgresJournal:
     def _turn_held(self, name: str, under: str | None, failed: list[BaseException]) -> Iterator[None]:
         """The turn itself (see ``turn``); what the block raises is put in ``failed``.
 
-        A thread takes every turn it holds at once on one session: its first turn's, in that turn's
-        transaction. A turn taken inside another (a forget by filter's wider turn inside a scope's
-        turn, an update's second scope) is then the same session's lock again, which never waits for
-        the session itself: before, it was asked on a session of its own, and waited for good for
-        the thread's first turn (whose name it was, or whose lock number its name shared), and every
-        host asking for either turn behind it. And the server sees each wait of the thread's turns
-        as one session's: two holders that each wait for a turn the other holds are a deadlock it
-        breaks (one of them fails, ``JournalUnavailable``), not a ring it cannot see. A turn taken
-        inside another is held until the outer one ends (its transaction's end lets go of both)."""
-        outer: psycopg.Cursor[Any] | None = getattr(self._per_thread, "turn_cursor", None)
-        if outer is not None:
-            with self._translated(f"taking the turn {name!r} inside another"):
-                mine = self._take_turn(outer, name, under)
+        A thread takes every turn it holds at once on one session (``_TurnSession``): its first
+        turn's, in one transaction. A turn taken inside another (a forget by filter's wider turn
+        inside a scope's turn, an update's second scope) is then the same session's lock again,
+        which never waits for the session itself: before, it was asked on a session of its own, and
+        waited for good for the thread's first turn (whose name it was, or whose lock number its
+        name shared), and every host asking for either turn behind it. And the server sees each wait
+        of the thread's turns as one session's: two holders that each wait for a turn the other
+        holds are a deadlock it breaks (one of them fails, ``JournalUnavailable``), not a ring it
+        cannot see. The session's transaction ends when the last of its turns ends, in whatever
+        order and thread they end (two coroutines of one thread interleaving their turns, a turn
+        entered in one thread and left in another): until then every turn taken on it is held."""
+        thread = threading.current_thread()
+        session: _TurnSession | None = None
+        with self._turn_sessions_mutex:
+            found = self._turn_sessions.get(thread.ident or 0)
+            if found is not None and found[0] is thread and found[1].count:
+                session = found[1]
+                if session.lost is not None:
+                    raise JournalUnavailable(session.lost)
+                session.count += 1  # joined: held until its last turn ends, this one included
+        joined = session is not None
+        if session is None:
+            session = self._turn_session(name)
+            with self._turn_sessions_mutex:
+                self._turn_sessions[thread.ident or 0] = (thread, session)
+        try:
+            try:
+                with self._translated(f"taking the turn {name!r}"):
+                    mine = self._take_turn(session.cur, name, under)
+            except JournalError as exc:
+                # the session's transaction failed: every turn held on it is let go
+                session.lost = (
+                    f"{exc} (the turns this thread held on the PostgreSQL journal at {self._location} "
+                    "were let go with it: leave every turn block and do the work again from its start)"
+                )
+                if joined:
+                    raise JournalUnavailable(session.lost, run_id=exc.run_id, stream=exc.stream) from exc
+                raise
             with self._holding(mine, failed):
                 yield
-            return
-        with self._transaction(f"taking or holding the turn {name!r}") as cur:
+        finally:
+            self._leave_turn(thread, session)
+
+    def _turn_session(self, name: str) -> _TurnSession:
+        """A new session for this thread's turns: a pooled connection, in a transaction."""
+        stack = contextlib.ExitStack()
+        cur = stack.enter_context(self._transaction(f"taking or holding the turn {name!r}"))
+        try:
             cur.execute(_NO_IDLE_TIMEOUTS, (True,))  # for this transaction only
-            mine = self._take_turn(cur, name, under)
-            self._per_thread.turn_cursor = cur
-            try:
-                with self._holding(mine, failed):
-                    yield
-            finally:
-                self._per_thread.turn_cursor = None
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+        session = _TurnSession(cur, stack)
+        session.count = 1
+        return session
+
+    def _leave_turn(self, thread: threading.Thread, session: _TurnSession) -> None:
+        """One of ``session``'s turns ended: when it was the last, end its transaction (its turns'
+        locks go with it; a session that ended meanwhile raises here, as a turn's end), and forget
+        it as the thread's."""
+        with self._turn_sessions_mutex:
+            session.count -= 1
+            if session.count:
+                return
+            if self._turn_sessions.get(thread.ident or 0, (None, None))[1] is session:
+                del self._turn_sessions[thread.ident or 0]
+        if session.lost is not None:
+            with contextlib.suppress(JournalError):  # its transaction failed: only a rollback is left
+                session.stack.__exit__(JournalUnavailable, JournalUnavailable(session.lost), None)
+            return
+        session.stack.close()
 
     @contextlib.contextmanager
     def _holding(self, mine: list[tuple[str, int, str]], failed: list[BaseException]) -> Iterator[None]:
@@ -1724,7 +1785,9 @@ class PostgresJournal:
             failed.append(exc)
             raise
         finally:
-            del held[-len(mine) :]
+            for item in mine:  # each by its value: turns of interleaved coroutines end in any order
+                with contextlib.suppress(ValueError):
+                    held.remove(item)
 
     def _take_turn(
         self, cur: psycopg.Cursor[Any], name: str, under: str | None
@@ -1764,6 +1827,14 @@ class PostgresJournal:
                 cur.execute(gate.format(sql.SQL(verb), sql.Literal(_TURN_GATE), sql.Literal(gated)))
         return mine
 
+    def _lost_turns(self) -> str | None:
+        """Why this thread's turns were let go while it held them (its turn session's transaction
+        failed: a deadlock the server broke), or None."""
+        thread = threading.current_thread()
+        with self._turn_sessions_mutex:
+            found = self._turn_sessions.get(thread.ident or 0)
+        return found[1].lost if found is not None and found[0] is thread else None
+
     def _held_turns(self) -> list[tuple[str, int, str]]:
         held: list[tuple[str, int, str]] | None = getattr(self._per_thread, "turns", None)
         if held is None:
@@ -1790,6 +1861,9 @@ class PostgresJournal:
             cur.execute(gate, (_TURN_GATE, name))
             row = cur.execute(_TURN_HELD, (pid, mode, _TURN_LOCK, name)).fetchone()
             if row is None or not row[0]:
+                lost = self._lost_turns()
+                if lost is not None:
+                    raise JournalUnavailable(f"nothing was committed: {lost}")
                 raise JournalUnavailable(
                     f"the PostgreSQL journal at {self._location} no longer holds the turn {name!r} for "
                     "this process (the session that held it ended: killed, or its connection lost), "

@@ -684,7 +684,9 @@ class MemoryStore:
         hosts share, on every host): while it is held none of them is half done, so a read made in
         it sees each memory of the scope whole (an update's old version retired and its new one
         not yet in place is never met). Updates, forgets and erases made in it by this thread go
-        on (the turn is re-entrant within a thread); other threads' and processes' wait.
+        on (the turn is re-entrant within a thread); other threads' and processes' wait. The turn
+        belongs to the thread that takes it: leave the block in that thread (coroutines that share
+        a thread share its turns too: an async caller holds it in a thread of its own).
 
         Raises:
             ArgumentInvalid, JournalNameInvalid: ``scope`` is not a scope a session can have.

@@ -14,15 +14,20 @@ of it, and a failed test.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
+import threading
 import urllib.parse
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from journal import JournalUnavailable
+from journal.postgres import PostgresJournal
 from tests.conftest import run_python
+from tests.postgres.conftest import OpenPg
 
 _INSIDE = """
 import sys
@@ -142,5 +147,111 @@ def test_two_holders_each_waiting_for_the_others_turn_is_a_deadlock_the_server_b
     said = json.loads(_child(_DEADLOCK, postgres_dsn, str(tmp_path)))
     failed = [v for v in said.values() if isinstance(v, str)]
     assert len(failed) == 1 and failed[0].startswith("journal_unavailable: "), said
-    assert "ended a deadlock" in failed[0] and "retry" in failed[0]
+    assert "ended a deadlock" in failed[0] and "do the work again" in failed[0]
     assert sorted(v for v in said.values() if isinstance(v, int)) == [1]
+
+
+def _holder_of(dsn: str, name: str) -> int | None:
+    """The backend pid holding the turn ``name`` exclusively, or None."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select pid from pg_locks l where l.locktype = 'advisory' and l.granted and l.objsubid = 2"
+            " and l.classid = 1953854062 and l.mode = 'ExclusiveLock'"
+            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
+            (name,),
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def test_a_turn_left_in_another_thread_leaves_the_first_thread_free_to_take_turns(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    """A generator that enters a turn in one thread and is run to its end in another (as a thread
+    pool does): the first thread kept the ended turn's closed cursor as its own, and every turn it
+    asked for afterwards failed for good."""
+    jr = open_pg()
+    held = jr.turn("memory-scope:a")
+    pool = concurrent.futures.ThreadPoolExecutor
+    with pool(1) as first, pool(1) as second:
+        first.submit(held.__enter__).result()
+        assert _holder_of(postgres_dsn, "memory-scope:a") is not None
+        second.submit(held.__exit__, None, None, None).result()
+        assert _holder_of(postgres_dsn, "memory-scope:a") is None
+
+        def another_turn() -> bool:
+            with jr.turn("memory-scope:b"):
+                return _holder_of(postgres_dsn, "memory-scope:b") is not None
+
+        assert first.submit(another_turn).result() and first.submit(another_turn).result()
+
+
+def test_turns_of_one_thread_ending_out_of_order_are_each_held_until_they_end(
+    open_pg: OpenPg, postgres_dsn: str
+) -> None:
+    """Two coroutines of one thread each hold a turn across an ``await``: the second is taken on the
+    first's session, and the first ending ended the session's transaction, letting go of the
+    second's turn while its holder was still in it (another host then took it: two holders)."""
+    jr, other = open_pg(), open_pg()
+    first, second = jr.turn("memory-scope:a"), jr.turn("memory-scope:b")
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert _holder_of(postgres_dsn, "memory-scope:b") is not None  # still held for the second
+    taken = threading.Event()
+
+    def another_host() -> None:
+        with other.turn("memory-scope:b"):
+            taken.set()
+
+    thread = threading.Thread(target=another_host)
+    thread.start()
+    assert not taken.wait(1.0), "another host took a turn its holder is still in"
+    second.__exit__(None, None, None)
+    thread.join(10)
+    assert taken.is_set() and _holder_of(postgres_dsn, "memory-scope:b") is None
+
+
+def test_after_a_deadlock_the_threads_let_go_turns_refuse_commits_saying_so_until_it_leaves_them(
+    open_pg: OpenPg,
+) -> None:
+    """The server breaks a deadlock by failing one holder's lock request, and its transaction with
+    it: every turn that thread held on its session is let go. A further turn, or a commit, inside
+    its blocks said the server was unreachable or the session killed, and "retry" could never
+    succeed there; now each says the turns were let go, and to leave the blocks and start over."""
+    a, b = open_pg(), open_pg()
+    leases = {"x": a.begin("f", "s", {})[1], "y": b.begin("f", "s", {})[1]}
+    both = threading.Barrier(2)
+    said: dict[str, str] = {}
+
+    def holder(jr: PostgresJournal, mine: str) -> None:
+        with jr.turn(f"memory-scope:{mine}", under="memory-scopes"):
+            both.wait()
+            try:
+                with jr.turn("memory-scopes"):  # the wider turn whole: each waits for the other's share
+                    said[mine] = "took it"
+            except JournalUnavailable as exc:
+                said[mine] = str(exc)
+                for what, attempt in (
+                    ("turn", lambda: jr.turn("memory-scope:c").__enter__()),
+                    ("commit", lambda: jr.append(leases[mine], "memory-learn", {"text": "lost"}, key="k1")),
+                ):
+                    try:
+                        attempt()
+                        said[f"{mine} {what}"] = "went on"
+                    except JournalUnavailable as later:
+                        said[f"{mine} {what}"] = str(later)
+
+    threads = [threading.Thread(target=holder, args=(a, "x")), threading.Thread(target=holder, args=(b, "y"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    (loser,) = [m for m in ("x", "y") if said.get(m, "took it") != "took it"]
+    winner = "y" if loser == "x" else "x"
+    assert said[winner] == "took it" and f"{winner} turn" not in said, said
+    assert "ended a deadlock" in said[loser] and "leave every turn block" in said[loser]
+    assert "let go" in said[f"{loser} turn"], said
+    assert said[f"{loser} commit"].startswith("nothing was committed") and "let go" in said[f"{loser} commit"]
+    jr = a if loser == "x" else b
+    with jr.turn(f"memory-scope:{loser}", under="memory-scopes"):  # out of the blocks: turns again
+        assert jr.append(leases[loser], "memory-learn", {"text": "after"}, key="k2").seq == 1
