@@ -170,6 +170,13 @@ def _tick(
         if isinstance(decision, Swap) and state.open:
             oldest = min(state.open, key=lambda d: d.ts)
             decision = Skip(unresolved_reason(oldest.tx_hash, now() - oldest.ts))
+        claimed_cap: int | None = None
+        if isinstance(decision, Swap) and state.resolved:
+            claimed = _resolution_unborne(state, activity, chain, runner.agent, now())
+            if isinstance(claimed, Skip):
+                decision = claimed
+            else:
+                claimed_cap = claimed
         nonce_cap: int | None = None
         if isinstance(decision, Swap) and (state.unsent or state.dropped):
             held = _behind_unsent(state, activity, chain, runner.agent, now())
@@ -177,6 +184,8 @@ def _tick(
                 decision = held
             else:
                 nonce_cap = held
+        if claimed_cap is not None:
+            nonce_cap = claimed_cap if nonce_cap is None else min(nonce_cap, claimed_cap)
         if isinstance(decision, Skip):
             if decision.token is not None:  # its figures are that token's units: say which, once
                 with contextlib.suppress(ChainUnavailable):
@@ -240,6 +249,47 @@ def _behind_unsent(
         return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts, unsent=True, dropped=dropped))
     free = [nonce for _, nonce, kind in mine if kind == "unsent" and nonce >= mined]
     return min(free) if free else None
+
+
+def _resolution_unborne(
+    state: Snapshot, activity: ActivityLog, chain: Chain, agent: str, now: int
+) -> Skip | int | None:
+    """The skip that holds the next trade while a dispatch of this agent's that a final ledger line
+    resolved was never mined (the chain has not used its nonce, so it may still be: pending in a
+    pool, or held by a peer); or, for one a person acknowledged after a reorganisation took it away,
+    the nonce the next swap must not exceed; or None.
+
+    A final line resolves a dispatch in the files only beside a line that says where the chain held
+    it; both can be appended by anyone who can write the files (the head block's number and hash
+    are public). A transaction whose nonce the account has not used has no receipt anywhere, so
+    such a resolution is a claim, and a swap signed beside it could be mined with it: two swaps for
+    one decision. One nonce read, before a swap only, against the dispatches of the highest nonces
+    the snapshot keeps (``resolved``): a resolution buried under later ones has a lower nonce, so
+    the newest decides. A used nonce proves no receipt either, but nothing of that nonce can be
+    mined again: where the chain holds the act is the reorganisation check's to say.
+
+    A reorganisation that a person acknowledged (``sail ack-reorg``) may leave a ledgered swap whose
+    nonce the chain no longer used: the agent trades again, as documented, but takes that nonce, so
+    at most one of the two is ever mined (a forged acknowledgement frees nothing more than that).
+    """
+    serving = chain.chain_id()
+    mined = chain.nonce(agent)
+    unborne = [
+        d
+        for d in state.resolved
+        if d.nonce is not None
+        and d.nonce >= mined
+        and activity.dispatch_at(d).sender.lower() == agent.lower()
+        and activity.dispatch_at(d).chain_id == serving
+    ]
+    acked = {m.tx_hash.lower() for m in state.acked}
+    if state.acknowledged is not None:
+        acked.add(state.acknowledged.tx_hash.lower())
+    holding = [d for d in unborne if d.tx_hash.lower() not in acked]
+    if holding:
+        oldest = min(holding, key=lambda d: (d.ts, d.line.offset))
+        return Skip(unresolved_reason(oldest.tx_hash, now - oldest.ts, claimed=True))
+    return min((d.nonce for d in unborne if d.nonce is not None), default=None)
 
 
 def _maybe_mined(chain: Chain, dropped: OpenDispatch) -> bool:

@@ -510,15 +510,28 @@ UNSENT_BUT_CONSUMED: Final = " (resolved as never sent; its nonce was consumed s
 #: what ends the reason when a dispatch the activity log says was dropped holds the trade
 DROPPED_UNBORNE: Final = " (logged as dropped; the chain does not bear it out yet)"
 
+#: what ends the reason when a dispatch a final ledger line resolved was never mined: the chain has
+#: not used its nonce, so no receipt can back that line (a claim: a crafted or restored line)
+RESOLUTION_UNBORNE: Final = (
+    " (ledgered with a final outcome, yet the chain has not used its nonce: no receipt backs that "
+    "line, a claim; it is watched until the chain settles it)"
+)
 
-def unresolved_reason(tx_hash: str, signed_s_ago: int, *, unsent: bool = False, dropped: bool = False) -> str:
+
+def unresolved_reason(
+    tx_hash: str, signed_s_ago: int, *, unsent: bool = False, dropped: bool = False, claimed: bool = False
+) -> str:
     """``unresolved dispatch <txHash>, signed <n>s ago``: an earlier dispatch holds the next trade.
 
     Added beside the standard forms: a tick never submits while a dispatch it signed earlier is neither
     ledgered with a final outcome nor resolved as never sent — nor while one resolved as never sent
     has had its nonce consumed and is not ledgered yet (``unsent``: the reason then ends with
     ``UNSENT_BUT_CONSUMED``, so the displays know which kind of dispatch holds it) — nor while one
-    the activity log says was dropped is not borne out by the chain (``dropped``: ``DROPPED_UNBORNE``).
+    the activity log says was dropped is not borne out by the chain (``dropped``: ``DROPPED_UNBORNE``) —
+    nor while one a final ledger line resolved has a nonce the chain has not used (``claimed``:
+    ``RESOLUTION_UNBORNE``; the line is a claim, the transaction may still be mined).
     """
+    if claimed:
+        return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago" + RESOLUTION_UNBORNE
     suffix = DROPPED_UNBORNE if dropped else UNSENT_BUT_CONSUMED if unsent else ""
     return f"unresolved dispatch {tx_hash}, signed {max(0, signed_s_ago)}s ago" + suffix

@@ -10,6 +10,7 @@ the activity log's, and a resolution is never folded before the dispatch it reso
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from memory.ledger._activity import (
@@ -28,6 +29,7 @@ from memory.ledger._entries import Acted, Entry, Outcome
 from memory.ledger._lines import Line, line_sha256
 from memory.ledger._snapshot import (
     RECENT_ACTS,
+    RESOLVED_KEPT,
     Coverage,
     Included,
     LastAct,
@@ -74,6 +76,11 @@ class StateBuilder:
         # every acknowledgement folded (a rebuild folds them before the acts they name), kept in
         # the snapshot only for the acts still checked
         self.acks: dict[str, Marked] = {} if start is None else {m.tx_hash.lower(): m for m in start.acked}
+        # the dispatches a final line resolved, by the highest nonces (``RESOLVED_KEPT``): the tick
+        # holds its next trade while the chain has not used one's nonce (the line is then a claim)
+        self.resolved: dict[str, OpenDispatch] = (
+            {} if start is None else {d.tx_hash.lower(): d for d in start.resolved}
+        )
 
     def fold_activity(self, line: Line[ActivityRecord]) -> None:
         """Fold one activity record: dispatches open, are accepted, or resolve as unsent/dropped."""
@@ -168,6 +175,8 @@ class StateBuilder:
             self.unsent.pop(key, None)
             self.dropped.pop(key, None)
             self.included.pop(key, None)
+            if watched is not None and watched.nonce is not None:
+                self._resolved(key, watched)
         # else: a dispatch this agent signed leaves the watch only through a line reconcile wrote
         # from its receipt: just after the ``dispatch_included`` line of that block and status (an
         # older agent's ``dispatch_executed``/``dispatch_reverted``, ``settled``). Without one, a
@@ -202,6 +211,12 @@ class StateBuilder:
             # the block the chain held it in when it was ledgered (an older act has no such line)
             self.anchor = included if included is not None and included.block == entry.block else None
 
+    def _resolved(self, key: str, dispatch: OpenDispatch) -> None:
+        """Keep ``dispatch`` among the resolved ones with the highest nonces (the newest signed)."""
+        self.resolved[key] = dispatch
+        if len(self.resolved) > 2 * RESOLVED_KEPT:
+            self.resolved = {d.tx_hash.lower(): d for d in _highest_nonces(self.resolved.values())}
+
     def freeze(self, ledger: Coverage, activity: Coverage) -> Snapshot:
         """The snapshot of the folded state over these prefixes (``included`` lines are kept only
         for dispatches still watched: one whose ledger line never came is forgotten)."""
@@ -224,4 +239,11 @@ class StateBuilder:
             acknowledged=self.acknowledged,
             anchors=tuple(self.anchors),
             acked=tuple(m for key, m in self.acks.items() if key in checked),
+            resolved=_highest_nonces(self.resolved.values()),
         )
+
+
+def _highest_nonces(dispatches: Iterable[OpenDispatch]) -> tuple[OpenDispatch, ...]:
+    """The ``RESOLVED_KEPT`` dispatches of the highest nonces, in nonce order (ties: in signing order)."""
+    ranked = sorted(dispatches, key=lambda d: (d.nonce or 0, d.ts, d.line.offset))
+    return tuple(ranked[-RESOLVED_KEPT:])

@@ -368,8 +368,11 @@ class Ledger:
             snap.ledger.holds(files.ledger_fd, files.ledger_end, self.path)
             and snap.activity.holds(files.activity_fd, files.activity_end, self.activity_path)
             and self._last_holds(snap, files)
-            and all(self._dispatch_holds(d, snap, files) for d in (*snap.open, *snap.unsent, *snap.dropped))
-            and all(d.nonce is not None for d in (*snap.unsent, *snap.dropped))
+            and all(
+                self._dispatch_holds(d, snap, files)
+                for d in (*snap.open, *snap.unsent, *snap.dropped, *snap.resolved)
+            )
+            and all(d.nonce is not None for d in (*snap.unsent, *snap.dropped, *snap.resolved))
             and self._reorg_lines_hold(snap, files)
         )
 

@@ -36,7 +36,9 @@ ledgered with (a reorganisation may mine a reverted swap again where it does not
 a confirmed act (``signed``: that tick's clock) and where its ``dispatch_signed`` line is: the
 cadence counts from the later of that and the last act's block time, so a chain whose clock runs behind
 the agent's cannot make every tick look an interval past its last act; a version 7 snapshot is
-stale, rebuilt once.
+stale, rebuilt once. Version 9 adds ``resolved``: the dispatches a final ledger line resolved, those
+of the highest nonces (a tick about to swap holds while the chain has not used one's nonce: its final
+line is then a claim, however the files back it); a version 8 snapshot is stale, rebuilt once.
 """
 
 from __future__ import annotations
@@ -54,13 +56,16 @@ import orjson
 from memory.ledger._lines import open_regular, pread
 from staging import StagingError, ensure_dir, stage
 
-VERSION = 8
+VERSION = 9
 #: the versions ``load`` reads (2 and 3 forgot dropped dispatches, 4 block hashes, 5 kept the newest
-#: act's alone, 6 confirmed acts' alone, 7 its signing time: stale, rebuilt)
-READABLE = frozenset({8})
+#: act's alone, 6 confirmed acts' alone, 7 its signing time, 8 the resolved dispatches: stale, rebuilt)
+READABLE = frozenset({9})
 #: how many confirmed or reverted acts' ``dispatch_included`` lines the snapshot keeps (``anchors``):
 #: the most a tick checks against the chain (one receipt request each), whatever the ledger's length
 RECENT_ACTS = 16
+#: how many dispatches resolved by a final ledger line the snapshot keeps (``resolved``), those of the
+#: highest nonces: a tick about to swap checks them against the account's nonce on the chain
+RESOLVED_KEPT = 16
 _EDGE = 4096
 
 
@@ -198,6 +203,9 @@ class Snapshot:
     acked: tuple[Marked, ...] = ()
     """The ``reorg_acknowledged`` lines that name an act of ``anchors`` (or ``anchor``): those acts'
     places are no longer checked."""
+    resolved: tuple[OpenDispatch, ...] = ()
+    """The dispatches a final ledger line resolved, the ``RESOLVED_KEPT`` of the highest nonces, in
+    nonce order: one whose nonce the chain has not used was never mined, so that line is a claim."""
 
     def body(self) -> dict[str, Any]:
         """The JSON object, without its digest."""
@@ -232,6 +240,7 @@ class Snapshot:
             "acknowledged": None if self.acknowledged is None else _marked_wire(self.acknowledged),
             "anchors": [_included_wire(i) for i in self.anchors],
             "acked": [_marked_wire(m) for m in self.acked],
+            "resolved": [_dispatch_wire(d) for d in self.resolved],
         }
 
     def to_bytes(self) -> bytes:
@@ -340,6 +349,7 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
         acknowledged=None if obj["acknowledged"] is None else _marked(obj["acknowledged"]),
         anchors=tuple(_included(i) for i in obj["anchors"]),
         acked=tuple(_marked(m) for m in obj["acked"]),
+        resolved=tuple(_dispatch(d) for d in obj["resolved"]),
     )
 
 

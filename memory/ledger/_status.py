@@ -18,10 +18,12 @@ settled       its receipt was read (``dispatch_executed``/``_reverted``); no lin
 unverified    the ledger holds it ``unverified`` (the chain could not be read)      yes
 unsent        resolved as never sent (``dispatch_unsent``); its nonce still free    no
 dropped       logged ``dispatch_dropped``, its nonce consumed, its receipt unread   yes
+claimed       a final ledger line resolved it, yet the chain has not used its nonce  yes
 ============  ===================================================================  ===========
 
 A dispatch ledgered with a final outcome is no longer listed; nor is one logged ``dispatch_dropped``
-(still watched: the line is a claim the chain must bear out) unless it holds the next trade.
+(still watched: the line is a claim the chain must bear out) unless it holds the next trade; nor
+one a final ledger line resolved unless the newest tick found that line a claim (``claimed``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.ledger._activity import ActivityLog, ReorgDetected
-from memory.ledger._entries import DROPPED_UNBORNE, UNSENT_BUT_CONSUMED, Skipped
+from memory.ledger._entries import DROPPED_UNBORNE, RESOLUTION_UNBORNE, UNSENT_BUT_CONSUMED, Skipped
 from memory.ledger._ledger import Ledger
 from memory.ledger._reorg import held_reorg
 from memory.ledger._snapshot import OpenDispatch, Snapshot
@@ -52,6 +54,8 @@ _PHRASES = {
     "unverified": "ledgered unverified, the chain could not be read; the next tick resolves it",
     "dropped": "logged as dropped, yet the node cannot say another transaction took its nonce (its "
     "receipt unreadable, or not deep enough); the next tick ledgers it once its receipt can be read",
+    "claimed": "a final ledger line resolves it, yet the chain has not used its nonce: no receipt backs "
+    "that line (a claim); the next trade waits until the chain settles it",
     "unsent": "resolved as never sent, yet its nonce has been consumed since; the next tick ledgers "
     "it once its receipt can be read",
 }
@@ -78,7 +82,7 @@ def _dispatch_json(dispatch: OpenDispatch, state: str, holding: str | None) -> d
         "state": state,
         "nonce": dispatch.nonce,
         "sinceMs": ms(dispatch.ts),
-        "holdsTrade": state not in ("unsent", "dropped") or dispatch.tx_hash.lower() == holding,
+        "holdsTrade": state not in ("unsent", "dropped", "claimed") or dispatch.tx_hash.lower() == holding,
     }
 
 
@@ -89,6 +93,7 @@ def dispatches_json(snap: Snapshot, newest: object = None) -> list[dict[str, Any
     held = _holding_unsent(snap, newest)
     holding = None if held is None else held.tx_hash.lower()
     listed += [(d, "dropped") for d in snap.dropped if d.tx_hash.lower() == holding]  # else: not listed
+    listed += [(d, "claimed") for d in snap.resolved if d.tx_hash.lower() == holding]
     listed.sort(key=lambda pair: (pair[0].ts, pair[0].line.offset))
     return [_dispatch_json(d, state, holding) for d, state in listed]
 
@@ -98,10 +103,12 @@ def _holding_unsent(snap: Snapshot, newest: object) -> OpenDispatch | None:
     since and reconcile could not ledger it yet (the tick skipped ``unresolved dispatch <it>``)."""
     if not isinstance(newest, Skipped) or not newest.reason.startswith("unresolved dispatch "):
         return None
-    if not newest.reason.endswith((UNSENT_BUT_CONSUMED, DROPPED_UNBORNE)):  # an open one's, resolved since
-        return None
+    if not newest.reason.endswith((UNSENT_BUT_CONSUMED, DROPPED_UNBORNE, RESOLUTION_UNBORNE)):
+        return None  # an open one's, resolved since
     named = newest.reason.removeprefix("unresolved dispatch ").split(",", 1)[0].lower()
-    return next((d for d in (*snap.unsent, *snap.dropped) if d.tx_hash.lower() == named), None)
+    claimed = snap.resolved if newest.reason.endswith(RESOLUTION_UNBORNE) else ()
+    watched = (*snap.unsent, *snap.dropped, *claimed)
+    return next((d for d in watched if d.tx_hash.lower() == named), None)
 
 
 def agent_state(
@@ -223,7 +230,7 @@ def blocked_by(snap: Snapshot, newest: object) -> dict[str, Any] | None:
 
 
 def _unsent_or_dropped(snap: Snapshot, held: OpenDispatch) -> str:
-    state = "unsent" if held in snap.unsent else "dropped"
+    state = "unsent" if held in snap.unsent else "dropped" if held in snap.dropped else "claimed"
     return f"{state}: {_PHRASES[state]}"
 
 

@@ -18,9 +18,13 @@ from web3 import Web3
 
 from memory.ledger import (
     MAX_TEXT_CHARS,
+    RESOLUTION_UNBORNE,
     Acted,
     ActivityLog,
+    Amount,
+    ChainReorged,
     DispatchDropped,
+    DispatchIncluded,
     DispatchMismatch,
     DispatchSettled,
     DispatchSigned,
@@ -551,3 +555,51 @@ def test_a_swap_mined_after_a_dropped_line_is_ledgered_from_the_chain_not_writte
     assert world.tick().reconciled == ()  # ledgered once: off the watch list for good
     state = world.ledger().state()
     assert (state.open, state.unsent, state.dropped) == ((), (), ())
+
+
+def test_a_crafted_resolution_of_a_pending_swap_holds_the_next_trade_and_no_second_swap_is_mined(
+    world: World,
+) -> None:
+    """Two appended lines, made without the key from public chain data, resolved a swap still in the
+    node's pool: a ``dispatch_included`` naming the real head block (number and hash) with status 0,
+    and a ``reverted`` ledger line there. The reorganisation check believed the block's hash (no
+    receipt, the block unchanged), a revert holds no cadence, and the next tick signed a second swap
+    beside the first: both mined for one decision. The chain has not used the first one's nonce, so
+    no receipt backs the pair: it holds the next trade, and says why."""
+    tester = world.w3.provider.ethereum_tester  # type: ignore[attr-defined]
+    tester.disable_auto_mine_transactions()
+    nonce = int(world.w3.eth.get_transaction_count(world.agent.address))
+    sent = world.tick(receipt_timeout=0.1).dispatched
+    assert sent is not None
+    (signed,) = records(world, DispatchSigned)
+    head = world.w3.eth.get_block("latest")
+    block_hash = head["hash"].to_0x_hex()
+    ActivityLog(world.sail_dir).append(
+        DispatchIncluded(world.clock.now, signed.chain_id, sent.tx_hash, head["number"], block_hash, 0)
+    )
+    forged = Acted(
+        ts=int(head["timestamp"]), block=head["number"], chain_id=signed.chain_id, action="swap",
+        permission=signed.permission, outcome=Outcome.REVERTED, tx_hash=sent.tx_hash, gas_used=51400,
+        token_in=world.market.usdc, token_out=world.market.weth, amount_in=Amount(AMOUNT_IN, "25.0 USDC"),
+        amount_out=None, balances_after=None,
+    )  # fmt: skip
+    with world.ledger().writer() as writer:
+        writer.append(forged)
+    assert world.ledger().state().open == ()  # the files alone resolve it
+    for _ in range(2):  # past the interval: only the pending swap may hold the trade
+        world.clock.now += INTERVAL + 1
+        held = world.tick(reconcile_wait_s=0.1, receipt_timeout=0.1)
+        assert held.dispatched is None, "a second swap was signed beside the pending one"
+        assert held.skipped is not None
+        assert held.skipped.reason.startswith(f"unresolved dispatch {sent.tx_hash}")
+        assert held.skipped.reason.endswith(RESOLUTION_UNBORNE)
+    status = agent_state(world.sail_dir, interval_s=INTERVAL, clock=world.clock)
+    assert status["blockedBy"]["kind"] == "dispatch" and sent.tx_hash in status["blockedBy"]["reason"]
+    assert [d["state"] for d in status["dispatches"] if d["txHash"] == sent.tx_hash] == ["claimed"]
+    tester.enable_auto_mine_transactions()
+    tester.mine_blocks(1)
+    assert swaps_mined(world, nonce) == 1
+    world.clock.now += 60
+    with pytest.raises(ChainReorged):  # mined after all, not where the crafted pair said: a person looks
+        world.tick()
+    assert swaps_mined(world, nonce) == 1
