@@ -1088,6 +1088,7 @@ def _sail_problems(ctx: _Context, sail_dirs: Iterable[Path]) -> None:
 
     for sail_dir in sail_dirs:
         ledger, activity = Ledger(sail_dir), ActivityLog(sail_dir)
+        damaged = False
         for label, read, path in (
             ("ledger", ledger.entries, ledger.path),
             ("activity", activity.read, activity.path),
@@ -1096,7 +1097,39 @@ def _sail_problems(ctx: _Context, sail_dirs: Iterable[Path]) -> None:
                 read()
             except (journal.JournalCorrupt, LedgerError) as exc:
                 ctx.problems.append(_damaged(f"{label}_corrupt", exc, sail_dir))
+                damaged = True
             ctx.problems += _log_kept_cuts(label, path)
+        if not damaged:
+            # (a line damaged since the read above is for the next check to report)
+            with contextlib.suppress(journal.JournalCorrupt, LedgerError):
+                ctx.problems += _ledger_claims(ledger, activity)
+
+
+def _ledger_claims(ledger: Any, activity: Any) -> list[Problem]:
+    """Each final ``acted`` line of the agent's ledger that its activity log does not back: no
+    ``dispatch_included`` of that transaction, block and status, nor the runner's receipt line
+    (``memory.ledger.Backing``). A claim: a line added by hand, forged or restored; the ledger keeps
+    it as written, so it is evidence, never repaired."""
+    from memory.ledger import BACKING_EVENTS, CLAIM_NOTE, Backing, is_claim
+
+    backing = Backing(activity.scan(BACKING_EVENTS))
+    found = []
+    for number, _, entry in ledger.numbered():
+        if is_claim(entry, backing):
+            found.append(
+                Problem(
+                    "ledger_claim",
+                    str(ledger.path),
+                    f"line {number} of the agent ledger {ledger.path} says {entry.tx_hash} was "
+                    f"{entry.outcome} in block {entry.block}, {CLAIM_NOTE} (no dispatch_included of that "
+                    "block and status, nor a receipt line of its dispatch): check it against the chain "
+                    "(`sail ledger` shows it beside the trade's other lines)",
+                    "nothing: the ledger keeps every line as written",
+                    False,
+                    (("log", "ledger"), ("line", number), ("txHash", entry.tx_hash), ("block", entry.block)),
+                )
+            )
+    return found
 
 
 _LOG_CUT = re.compile(r"\.(.+)\.cut-([0-9]{1,20})")

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from memory.cli import format_ms, local_moment
-from memory.ledger import CLOCK_SLACK_S as LEDGER_CLOCK_SLACK_S
 from memory.ledger import (
+    BACKING_EVENTS,
+    CLAIM_NOTE,
     Acted,
     ActivityRecord,
+    Backing,
     DispatchDropped,
     DispatchMismatch,
     DispatchSettled,
@@ -38,6 +40,7 @@ from memory.ledger import (
     agent_state,
     reason_text,
 )
+from memory.ledger import CLOCK_SLACK_S as LEDGER_CLOCK_SLACK_S
 from sail._config import SailConfig, sail_dir
 
 #: how far the chain's clock may run ahead of this machine's before ``tick`` says so (as ``status``)
@@ -121,6 +124,12 @@ def format_status(status: dict[str, Any], render: Render = as_stored) -> list[st
         lines.append("last confirmed act: none")
     else:
         lines.append(f"last confirmed act: {_at(last['tsMs'])}, block {last['block']}, tx {last['txHash']}")
+        if last["claim"]:
+            lines[-1] += (
+                f" — {CLAIM_NOTE}: no dispatch_included of that block and status, nor a receipt line of "
+                "its dispatch; the tick counts its cadence from it all the same (`sail ledger` shows "
+                "every line, `flows check --sail` lists the claims)"
+            )
     lines.append(f"next trade: {_describe_next(status, last, render)}")
     lines.append(f"dispatches awaiting reconcile: {_describe_dispatches(status['dispatches'])}")
     lines.append(f"ledger: {status['ledger']}")
@@ -169,7 +178,8 @@ def _describe_next(status: dict[str, Any], last: dict[str, Any] | None, render: 
         return "eligible now (subject to balance, allowance and quote)"
     if status["nextEligibleMs"] is None:
         return f"not within any calendar (last act {_at(last['tsMs'])}, interval {status['intervalS']}s)"
-    return f"eligible at {_at(status['nextEligibleMs'])} (interval {status['intervalS']}s)"
+    counted = ", counted from the claimed act above" if last["claim"] else ""
+    return f"eligible at {_at(status['nextEligibleMs'])} (interval {status['intervalS']}s{counted})"
 
 
 def _at(epoch_ms: int | None) -> str:
@@ -199,6 +209,7 @@ class _Notes:
     reverts: dict[str, str]
     resolved: dict[str, str]
     mismatches: dict[str, list[str]]
+    backing: Backing
 
 
 #: the activity events ``sail ledger`` shows beside the entries
@@ -210,13 +221,15 @@ NOTE_EVENTS = frozenset(
         "dispatch_mismatch",
         "chain_reorged",
         "reorg_acknowledged",
+        *BACKING_EVENTS,
     }
 )
 
 
 def _notes(records: Iterable[ActivityRecord]) -> _Notes:
-    notes = _Notes({}, {}, {})
+    notes = _Notes({}, {}, {}, Backing())
     for r in records:
+        notes.backing.add(r)
         if isinstance(r, DispatchSettled) and r.event == "dispatch_reverted" and r.reason:
             notes.reverts[r.tx_hash.lower()] = r.reason
         elif isinstance(r, DispatchUnsent | DispatchDropped):
@@ -250,11 +263,22 @@ def ledger_rows(
             continue
         key = entry.tx_hash.lower()
         row = by_hash.get(key)
+        claim = not notes.backing.backs(entry)
+        if row is not None and (claim or row.outcome in _FINAL):
+            # a second final line, or a claim, never takes the place of what the row shows: both
+            # are shown, each as the ledger holds it
+            note = CLAIM_NOTE if claim else "another final line for this transaction (see above)"
+            second = _Row("", "", "", "", short(entry.tx_hash), note)
+            _fill(second, entry, notes, stamp)
+            rows.append(second)
+            continue
         if row is None:
             row = by_hash[key] = _Row("", "", "", "", short(entry.tx_hash), "")
             rows.append(row)
             if entry.outcome is Outcome.UNVERIFIED:
                 row.note = f"unverified at {stamp(entry.ts)}"
+            elif claim:
+                row.note = CLAIM_NOTE
         elif row.note:
             row.note += f"; resolved {entry.outcome}"
         _fill(row, entry, notes, stamp)
@@ -265,6 +289,9 @@ def ledger_rows(
         if extra:
             row.note = "; ".join(filter(None, [row.note, *extra]))
     return _table(rows, _zone_name(zone))
+
+
+_FINAL = (str(Outcome.CONFIRMED), str(Outcome.REVERTED))
 
 
 def _stamper(zone: Any) -> Any:

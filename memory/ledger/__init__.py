@@ -29,6 +29,7 @@ from memory.ledger._activity import (
     TickStarted,
     TokenMetadata,
 )
+from memory.ledger._backing import BACKING_EVENTS, CLAIM_NOTE, Backing, is_claim
 from memory.ledger._codec import LedgerCodec
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text, solve_decimals
 from memory.ledger._entries import (
@@ -106,6 +107,8 @@ from memory.ledger._ticks import MAX_TICKS_SCANNED, TickHistory, tick_history, t
 
 __all__ = [
     "ACTED_KEYS",
+    "BACKING_EVENTS",
+    "CLAIM_NOTE",
     "CLOCK_SLACK_S",
     "DEFAULT_GAP_S",
     "DEFAULT_UNSENT_AFTER_S",
@@ -128,6 +131,7 @@ __all__ = [
     "ActivityLog",
     "ActivityRecord",
     "Amount",
+    "Backing",
     "ChainReader",
     "ChainReorged",
     "ChainTransaction",
@@ -188,6 +192,7 @@ __all__ = [
     "fit_text",
     "format_human",
     "held_reorg",
+    "is_claim",
     "last_days",
     "learned_tokens",
     "narrate",

@@ -53,6 +53,7 @@ class StateBuilder:
         # the latest signing of any confirmed act folded (its ``dispatch_signed`` line's time and
         # place): what the cadence counts from when it is later than the last act's block time
         self.last_signed: LineRef | None = None if start is None else start.last_signed
+        self.last_backed: bool = True if start is None else start.last_backed
         self.signed_ts: int | None = (
             None if start is None or start.last_confirmed is None else start.last_confirmed.signed_ts
         )
@@ -208,6 +209,9 @@ class StateBuilder:
             assert entry.block is not None  # a confirmed entry always has its block (schema)
             self.last = LastAct(ts=entry.ts, block=entry.block, tx_hash=entry.tx_hash)
             self.last_line = LineRef(line.offset, line_sha256(line.raw))
+            # backed: a ``dispatch_included`` of its block and status, or its dispatch's receipt line
+            # (the readers' rule, ``memory.ledger.Backing``); else the line is a claim, and said so
+            self.last_backed = receipt == (entry.block, 1) or (watched is not None and watched.settled)
             # the block the chain held it in when it was ledgered (an older act has no such line)
             self.anchor = included if included is not None and included.block == entry.block else None
 
@@ -228,6 +232,7 @@ class StateBuilder:
             activity=activity,
             last_confirmed=None if self.last is None else replace(self.last, signed_ts=self.signed_ts),
             last_line=self.last_line,
+            last_backed=self.last_backed,
             last_signed=None if self.last is None else self.last_signed,
             open=tuple(self.open.values()),
             unsent=tuple(self.unsent.values()),

@@ -30,12 +30,13 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from memory.ledger._activity import ActivityRecord, DispatchSettled
+from memory.ledger._backing import BACKING_EVENTS, CLAIM_NOTE, Backing, is_claim
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text
 from memory.ledger._entries import MAX_TEXT_CHARS, Acted, Amount, Entry, Outcome, Skipped, fit_text
 from memory.ledger._ledger import CLOCK_SKEW_S, Ledger
@@ -160,6 +161,7 @@ class _Line:
     number: int
     sha256: str
     entry: Entry
+    claim: bool = False  # a final line the activity log does not back
 
     @property
     def cite(self) -> Cite:
@@ -232,11 +234,19 @@ def narrate_days(
 def _read(
     ledger: Ledger, since: int | None, until: int | None
 ) -> tuple[list[_Line], dict[str, tuple[str | None, Cite]], TokenBook]:
+    """The window's lines, the revert reasons, the token book; each final line the activity log
+    does not back (``Backing``) marked a claim. The activity log is read back to the window's bound:
+    a line that backs an act is written after its block, by a tick's clock."""
     with ledger.tail() as tail:
         lines = _window(tail.ledger(), since, until)
         wanted = {_hash(ln) for ln in lines if _reverted(ln)}
+        finals = any(_final(ln) for ln in lines)
         back_to = None if since is None else since - _MARGIN_S
-        reverts = _revert_reasons(tail.activity(_REVERTED, back_to=back_to), wanted) if wanted else {}
+        events = _REVERTED | BACKING_EVENTS
+        records = list(tail.activity(events, back_to=back_to)) if finals else []
+        reverts = _revert_reasons(records, wanted) if wanted else {}
+        backing = Backing(record for _, _, record in records)
+        lines = [replace(ln, claim=is_claim(ln.entry, backing)) if _final(ln) else ln for ln in lines]
         return lines, reverts, tail.snapshot.tokens
 
 
@@ -280,6 +290,10 @@ def last_days(ledger: Ledger, days: int = 1) -> int | None:
 
 
 # -- trades -----------------------------------------------------------------------------------------
+
+
+def _final(line: _Line) -> bool:
+    return isinstance(line.entry, Acted) and line.entry.outcome is not Outcome.UNVERIFIED
 
 
 def _reverted(line: _Line) -> bool:
@@ -341,6 +355,18 @@ def _trade(line: _Line, reverts: dict[str, tuple[str | None, Cite]], book: Token
     known = None if entry.token_out is None else book.get(entry.token_out.lower())
     wanted = _symbol(entry.amount_out) or (known[1] if known else _short_address(entry.token_out))
     tx = f"tx {_short(entry.tx_hash)}"
+    if line.claim:  # told as the line says, and said to be unbacked: never as a swap that happened
+        said = (
+            f"a confirmed swap of {given} to {_amount(entry.amount_out)}"
+            if entry.outcome is Outcome.CONFIRMED
+            else f"a reverted swap of {given} to {wanted}"
+        )
+        text = (
+            f"A ledger line claims {said} in block {entry.block} ({tx}), {CLAIM_NOTE} (no "
+            "dispatch_included of that block and status, nor a receipt line of its dispatch): it may "
+            "never have happened."
+        )
+        return Sentence("trade", entry.ts, text, (line.cite,))
     if entry.outcome is Outcome.CONFIRMED:
         got = _amount(entry.amount_out)
         price = _price(entry.amount_in, entry.amount_out)

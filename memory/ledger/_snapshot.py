@@ -38,7 +38,9 @@ cadence counts from the later of that and the last act's block time, so a chain 
 the agent's cannot make every tick look an interval past its last act; a version 7 snapshot is
 stale, rebuilt once. Version 9 adds ``resolved``: the dispatches a final ledger line resolved, those
 of the highest nonces (a tick about to swap holds while the chain has not used one's nonce: its final
-line is then a claim, however the files back it); a version 8 snapshot is stale, rebuilt once.
+line is then a claim, however the files back it), and ``lastConfirmed.backed`` (whether the activity
+log backs that act's line: else ``sail status`` says it is a claim); a version 8 snapshot is stale,
+rebuilt once.
 """
 
 from __future__ import annotations
@@ -184,6 +186,9 @@ class Snapshot:
     last_signed: LineRef | None = None
     """The ``dispatch_signed`` (or ``dispatch_submitted``) line of the latest signing of a confirmed
     act, whose ``ts`` is ``last_confirmed.signed_ts``; None when ``signed_ts`` is."""
+    last_backed: bool = True
+    """Whether the activity log backs ``last_confirmed``'s line (a ``dispatch_included`` of its block
+    and status 1, or the runner's receipt line of its dispatch); False: that line is a claim."""
     open: tuple[OpenDispatch, ...] = ()
     unsent: tuple[OpenDispatch, ...] = ()
     tokens: Mapping[str, tuple[int, str]] = field(default_factory=dict)
@@ -222,6 +227,7 @@ class Snapshot:
                 "txHash": last.tx_hash,
                 "offset": self.last_line.offset,
                 "lineSha256": self.last_line.sha256,
+                "backed": self.last_backed,
                 "signed": None
                 if self.last_signed is None or last.signed_ts is None
                 else {
@@ -339,6 +345,7 @@ def _from_wire(obj: dict[str, Any]) -> Snapshot:
         ),
         last_line=None if last is None else LineRef(_int(last["offset"]), _str(last["lineSha256"])),
         last_signed=None if signed is None else LineRef(_int(signed["offset"]), _str(signed["lineSha256"])),
+        last_backed=True if last is None else _bool(last["backed"]),
         open=tuple(_dispatch(d) for d in obj["open"]),
         unsent=tuple(_dispatch(d) for d in obj["unsent"]),
         tokens=tokens,

@@ -122,9 +122,10 @@ def agent_state(
     """The agent's state as a JSON-ready object: what ``sail status --json`` prints and the
     dashboard's ``/api/agents/N/status`` serves, field by field.
 
-    * ``lastConfirmed``: ``{"tsMs", "block", "txHash", "signedMs"}`` of the last confirmed act (its
-      block's time; ``signedMs``: the latest time a tick signed a confirmed act, null when no line
-      says), or null;
+    * ``lastConfirmed``: ``{"tsMs", "block", "txHash", "signedMs", "claim"}`` of the last confirmed
+      act (its block's time; ``signedMs``: the latest time a tick signed a confirmed act, null when
+      no line says; ``claim``: true when the activity log does not back its line, ``Backing``: the
+      tick counts its cadence from it all the same), or null;
     * ``intervalS``, ``intervalProblem`` (why the interval is unknown, else null);
     * ``nextEligibleMs``: the later of the last act's block time and ``signedMs``, plus the interval;
       null while something else holds the next trade, with no act yet, or with the interval unknown;
@@ -165,6 +166,7 @@ def agent_state(
             "block": last.block,
             "txHash": last.tx_hash,
             "signedMs": None if last.signed_ts is None else ms(last.signed_ts),
+            "claim": not snap.last_backed,
         },
         "intervalS": interval_s,
         "intervalProblem": interval_problem,

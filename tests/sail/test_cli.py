@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -105,7 +106,10 @@ def test_status_remembers_the_last_trade_and_the_next_eligible_time(
     assert status == 0
     # the newest entry is a balance skip: that, not the clock, holds the next trade
     assert json.loads(out) | {"ledger": ""} == {
-        "lastConfirmed": {"tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}", "signedMs": None},
+        "lastConfirmed": {
+            "tsMs": 1_000_000, "block": 7, "txHash": f"0x{7:064x}", "signedMs": None,
+            "claim": True,  # written by hand here: no activity line backs it
+        },
         "intervalS": 3600,
         "nextEligibleMs": None,
         "blockedBy": {"kind": "balance", "reason": "balance 1 < min 25000000", "sinceMs": 9_000_000},
@@ -556,8 +560,10 @@ def zone_plus_2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_ledger_shows_a_trade_and_its_later_resolution_as_one_aligned_row_in_one_zone(
     home: Path, capsys: pytest.CaptureFixture[str], zone_plus_2: None
 ) -> None:
-    from memory.ledger import DispatchSettled
+    from memory.ledger import DispatchIncluded, DispatchSettled
 
+    # where the chain held the dispatch, as reconcile logs it just before the final line
+    ActivityLog(home / ".sail").append(DispatchIncluded(9095, 31337, f"0x{21:064x}", 21, "0x" + "cd" * 32, 1))
     with Ledger(home / ".sail").writer() as w:
         w.append(unverified(9100, 21))
         w.append(Skipped(ts=9160, block=12, chain_id=31337, reason=cadence_reason(60, 3600)))
@@ -730,3 +736,66 @@ def test_a_config_text_past_the_bound_or_a_huge_number_is_refused_naming_it_not_
     path.write_text(kept.replace('amount_in = "25000000"', 'amount_in = "' + "9" * 4000 + '"'))
     status, out, err = run(capsys, "status", "--home", str(home))
     assert (status, out) == (1, "") and "'amount_in' must be an integer" in err and len(err) < 1000
+
+
+def _forged_home(home: Path) -> tuple[str, str]:
+    """The home's ledger with the activity log a real agent leaves (a confirmed act at block 7 and
+    a reverted one at block 22, each with its ``dispatch_included`` line), then two appended final
+    lines nothing backs: a ``confirmed`` one for a transaction never signed, and a ``confirmed`` one
+    for the reverted transaction. Returns the forged hash and the reverted one."""
+    from memory.ledger import DispatchIncluded, DispatchSettled
+
+    activity = ActivityLog(home / ".sail")
+    seven, reverted_tx, forged = f"0x{7:064x}", f"0x{22:064x}", "0x" + "ab" * 32
+    activity.append(DispatchIncluded(1001, 31337, seven, 7, "0x" + "cd" * 32, 1))  # the fixture's act
+    activity.append(DispatchSettled(12001, "dispatch_reverted", reverted_tx, 22, 1, "EXPIRED"))
+    activity.append(DispatchIncluded(12001, 31337, reverted_tx, 22, "0x" + "ef" * 32, 0))
+    with Ledger(home / ".sail").writer() as w:
+        w.append(reverted(12000, 22))
+        w.append(dataclasses.replace(confirmed(15000, 19), tx_hash=forged))
+        w.append(dataclasses.replace(confirmed(15800, 22), block=23))
+    return forged, reverted_tx
+
+
+def test_a_final_line_the_activity_log_does_not_back_is_shown_as_a_claim_and_hides_nothing(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``confirmed`` line appended for a transaction the agent never signed was given as the last
+    confirmed act, listed confirmed with no note and told as a swap; one appended for a swap the
+    chain reverted turned its reverted row into a confirmed one. Each is a claim, said so, and the
+    reverted row stays."""
+    forged, reverted_tx = _forged_home(home)
+    _, out, _ = run(capsys, "ledger", "--home", str(home))
+    rows = out.splitlines()[1:]
+    (forged_row,) = [r for r in rows if short(forged) in r]
+    assert "confirmed" in forged_row and forged_row.endswith("not backed by the activity log: a claim")
+    both = [r for r in rows if short(reverted_tx) in r]
+    assert len(both) == 2, both  # the revert and the claim beside it, each as the ledger holds it
+    assert "reverted" in both[0] and "(reverted: EXPIRED)" in both[0] and "claim" not in both[0]
+    assert "confirmed" in both[1] and both[1].endswith("not backed by the activity log: a claim")
+    (seven,) = [r for r in rows if short(f"0x{7:064x}") in r]
+    assert "claim" not in seven  # backed by its dispatch_included line
+    _, out, _ = run(capsys, "status", "--home", str(home), "--json")
+    last = json.loads(out)["lastConfirmed"]
+    assert (last["txHash"], last["claim"]) == (reverted_tx, True)  # the newest by time, said a claim
+    _, out, _ = run(capsys, "status", "--home", str(home))
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("last confirmed act:")]
+    assert "not backed by the activity log: a claim" in line
+    _, out, _ = run(capsys, "journal", "--home", str(home))
+    told = [ln for ln in out.splitlines() if short(forged) in ln]
+    assert told and all("not backed by the activity log" in ln for ln in told), told
+    assert not any(ln.lstrip().startswith("Swapped") for ln in told)
+    import memory
+
+    (home / "store").mkdir()
+    with memory.MemoryStore(home / "store" / "history.db") as store:
+        found = [p.as_json() for p in memory.check_store(store, sail_dirs=[home / ".sail"])]
+    claims = [(p["kind"], p["line"], p["txHash"], p["block"], p["repairable"]) for p in found]
+    assert claims == [
+        ("ledger_claim", 5, forged, 19, False),
+        ("ledger_claim", 6, reverted_tx, 23, False),
+    ]  # the backed act (line 1) and the revert (line 4) are no finding
+
+
+def short(tx_hash: str) -> str:
+    return f"{tx_hash[:6]}…{tx_hash[-4:]}"

@@ -18,6 +18,7 @@ from memory.ledger import (
     Acted,
     ActivityLog,
     Amount,
+    DispatchIncluded,
     DispatchSettled,
     Ledger,
     Outcome,
@@ -56,6 +57,12 @@ def swap(ts: int, n: int, outcome: Outcome, out_units: int = 9_821_340_000_000_0
     )
 
 
+def included(entry: Acted) -> DispatchIncluded:
+    """Where the chain held a confirmed swap, as reconcile logs it just before its line: what backs it."""
+    assert entry.block is not None
+    return DispatchIncluded(entry.ts + 1, 31337, entry.tx_hash, entry.block, "0x" + "cd" * 32, 1)
+
+
 def skip(ts: int, reason: str) -> Skipped:
     return Skipped(ts=ts, block=1, chain_id=31337, reason=reason)
 
@@ -89,6 +96,9 @@ def home(tmp_path: Path) -> Path:
     activity.append(
         DispatchSettled(DAY + HOUR + 13, "dispatch_reverted", f"0x{2:064x}", 6, 1, "NO_LIQUIDITY")
     )
+    for e in entries:
+        if isinstance(e, Acted) and e.outcome is Outcome.CONFIRMED:
+            activity.append(included(e))
     with Ledger(sail).writer() as w:
         for e in entries:
             w.append(e)
@@ -283,9 +293,12 @@ def long_home(tmp_path: Path, days: int = 3) -> Path:
                 outcome = Outcome.REVERTED if i % 100 == 99 else Outcome.CONFIRMED
                 if outcome is Outcome.REVERTED:
                     activity.append(
-                        DispatchSettled(ts + 1, "dispatch_reverted", f"0x{i:064x}", i, 1, f"R{i}")
+                        DispatchSettled(ts + 1, "dispatch_reverted", f"0x{i:064x}", i + 4, 1, f"R{i}")
                     )
-                w.append(swap(ts - 60 * (i % 20), i, outcome))
+                act = swap(ts - 60 * (i % 20), i, outcome)
+                if outcome is Outcome.CONFIRMED:
+                    activity.append(included(act))
+                w.append(act)
             else:
                 w.append(skip(ts, cadence_reason(300, HOUR)))
     return tmp_path
