@@ -195,6 +195,7 @@ def test_appending_keeps_the_snapshot_current(tmp_path: Path) -> None:
         "offset": ledger.path.read_bytes().index(line),
         "lineSha256": hashlib.sha256(line).hexdigest(),
         "signed": None,  # no dispatch_signed line for it in the activity log
+        "backed": False,  # nor a dispatch_included line: written by hand, a claim
     }
 
 
