@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,6 @@ from flows._steps import (
 )
 from journal import JournalBackend, JournalCorrupt, Lease, Record, RunState
 from memory import Explained, Forgotten, Learned, MemoryStore, Recalled, RootRun, Unwritable
-from staging import CodedError, CodedInterrupt
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
@@ -259,18 +259,20 @@ TRACEBACK_MAX = 16 * 1024
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
-    """The code and message that describe ``exc`` (``flow_failed`` when it has no code)."""
-    if isinstance(exc, CodedError | CodedInterrupt):
-        return {"code": exc.code, "message": exc.message}
-    return {"code": FlowFailed.code, "message": f"{type(exc).__name__}: {exc}"}
+    """The code and message that describe ``exc`` (``flow_failed`` and ``<Type>: <text>`` when it
+    is not a coded error), always recordable: see ``journal.error_record`` (a lone surrogate
+    escaped, a message over ``journal.MESSAGE_MAX`` characters cut with the digest of the whole, a
+    ``__str__`` that raises named in its place)."""
+    return journal.error_record(exc, FlowFailed.code, own_code=False)
 
 
 def traceback_text(exc: BaseException, limit: int = TRACEBACK_MAX) -> str:
     """``exc``'s traceback as Python prints it, at most ``limit`` characters: when longer, its first
-    line, a note of how much was cut, and the last frames (where the failure happened)."""
+    line, a note of how much was cut, and the last frames (where the failure happened). A lone
+    surrogate in it (a message's) is written as its escape, so it can be recorded."""
     import traceback
 
-    text = "".join(traceback.format_exception(exc)).rstrip("\n")
+    text = journal.recordable_text("".join(traceback.format_exception(exc)).rstrip("\n"), sys.maxsize)
     if len(text) <= limit:
         return text
     head, _, rest = text.partition("\n")

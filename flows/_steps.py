@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import sys
 import threading
 import time
 import weakref
@@ -38,6 +39,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+import journal
 from flows._errors import StepFailed, StepInvalid, StepResultInvalid
 from journal import JournalBackend, JournalCorrupt, Lease, Record
 
@@ -83,6 +85,14 @@ def _check_scalar(value: Any, where: str) -> bool:
     return True
 
 
+_KEY_SHOWN = 256  # the most characters of a key a path quotes
+
+
+def _shown_key(key: str) -> str:
+    escaped = journal.recordable_text(key, sys.maxsize)
+    return escaped if len(escaped) <= _KEY_SHOWN else f"{escaped[:_KEY_SHOWN]}…"
+
+
 def _check(value: Any, where: str, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise NotJson(where, f"nested deeper than {_MAX_DEPTH} levels")
@@ -95,8 +105,11 @@ def _check(value: Any, where: str, depth: int) -> None:
         for k, item in value.items():
             if not isinstance(k, str):
                 raise NotJson(where, f"an object key {k!r} that is not a string")
-            _check_scalar(k, f"{where}.{k}")
-            _check(item, f"{where}.{k}", depth + 1)
+            # the path quotes the key recordable (a lone surrogate escaped, a long key cut): the
+            # error that names it is recorded as the run's failure
+            path = f"{where}.{k}" if k.isascii() and len(k) <= _KEY_SHOWN else f"{where}.{_shown_key(k)}"
+            _check_scalar(k, path)
+            _check(item, path, depth + 1)
     else:
         raise NotJson(where, f"a {type(value).__name__}, which is not a JSON value")
 
@@ -392,12 +405,10 @@ class _Call:
 
 
 def _error_fields(exc: BaseException) -> dict[str, Any]:
-    code = getattr(exc, "code", None)
-    if isinstance(code, str):
-        fields = {"code": code, "message": str(exc)}
-    else:
-        fields = {"code": "flow_failed", "message": f"{type(exc).__name__}: {exc}"}
-    fields["type"] = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    """A failed attempt's ``error``: always recordable, whatever the exception's text (see
+    ``journal.error_record``), so the attempt is recorded and its retries and ``StepFailed`` hold."""
+    fields: dict[str, Any] = journal.error_record(exc, "flow_failed")
+    fields["type"] = journal.recordable_text(f"{type(exc).__module__}.{type(exc).__qualname__}")
     return fields
 
 

@@ -40,10 +40,13 @@ from journal._model import (
     record_id,
 )
 from journal._open import file_location, hosts_share, open_journal
+from journal._recordable import CODE_MAX, MESSAGE_MAX, error_record, error_text, is_code, recordable_text
 
 __all__ = [
+    "CODE_MAX",
     "MAX_PAYLOAD_BYTES",
     "MAX_RUN_BYTES",
+    "MESSAGE_MAX",
     "FileJournal",
     "JournalBackend",
     "JournalClockInvalid",
@@ -79,13 +82,17 @@ __all__ = [
     "check_key",
     "check_label",
     "check_name",
+    "error_record",
+    "error_text",
     "file_location",
     "hosts_share",
+    "is_code",
     "is_keyword_dsn",
     "now_ms",
     "open_journal",
     "payload_json",
     "record_id",
+    "recordable_text",
     "scrubbed",
     "shown_location",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from journal import JournalBackend, Lease, RunState, check_label
+from journal import JournalBackend, Lease, RunState, check_label, error_record
 from memory._errors import ArgumentInvalid, SessionClosed
 from memory._outcomes import Explained, Forgotten, ForgottenMany, Learned
 from memory._results import Recalled
@@ -196,10 +196,9 @@ class SessionRoot:
 
 
 def _error_fields(exc: BaseException) -> dict[str, Any]:
-    code = getattr(exc, "code", None)
-    if isinstance(code, str):
-        return {"code": code, "message": str(exc)}
-    return {"code": SESSION_FAILED, "message": f"{type(exc).__name__}: {exc}"}
+    """The ``{code, message}`` a failed session records: always recordable, whatever the error's
+    text (see ``journal.error_record``), so the root run is ended whatever the block raised."""
+    return error_record(exc, SESSION_FAILED)
 
 
 class MemorySession:
@@ -541,16 +540,17 @@ class MemorySession:
         if not self._root.begun:
             return
         backend, lease = self._root.journal, self._root.lease
-        if error is None:
-            try:  # a run is marked done only once every name it published is durable
-                self._store.flush()
-            except Exception as exc:
-                backend.finish(lease, RunState.FAILED, _error_fields(exc))
-                raise
-            backend.finish(lease, RunState.DONE)
-        elif isinstance(error, Exception):
-            backend.finish(lease, RunState.FAILED, _error_fields(error))
-        else:  # KeyboardInterrupt and the like: let go, and the run reads interrupted
+        try:
+            if error is None:
+                try:  # a run is marked done only once every name it published is durable
+                    self._store.flush()
+                except Exception as exc:
+                    backend.finish(lease, RunState.FAILED, _error_fields(exc))
+                    raise
+                backend.finish(lease, RunState.DONE)
+            elif isinstance(error, Exception):
+                backend.finish(lease, RunState.FAILED, _error_fields(error))
+        finally:  # ended, or not endable (the journal refused): let go, so it never reads running
             backend.release(lease)
 
     def __enter__(self) -> MemorySession:

@@ -277,3 +277,41 @@ def test_a_session_recalls_and_asks_why_from_async_code(store: memory.MemoryStor
             return recalled, explained
 
     asyncio.run(main())
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        return self.detail  # type: ignore[attr-defined,no-any-return]
+
+
+_NAME = b"note-\xff.txt".decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(
+    ("make", "start"),
+    [
+        (lambda: ValueError(f"cannot import {_NAME}"), "ValueError: cannot import note-\\udcff.txt"),
+        (lambda: ValueError("x" * 17_000_000), "ValueError: xxx"),
+        (_Unprintable, "_Unprintable: <str() of the exception failed with AttributeError"),
+    ],
+    ids=["surrogate", "huge", "unprintable"],
+)
+def test_a_block_error_whose_text_cannot_be_stored_as_is_still_ends_the_root_failed(
+    store: memory.MemoryStore, journal_location: str, make: object, start: str
+) -> None:
+    """The block's own error comes out of the ``with``, and every other reader sees the run failed
+    with its message escaped and bounded (``journal.MESSAGE_MAX``), never running for good."""
+    error = make()  # type: ignore[operator]
+    with pytest.raises(type(error)) as raised, store.session(scope="notes") as s:
+        s.learn({"text": "a note"})
+        raise error
+    assert raised.value is error
+    other = journal.open_journal(journal_location)
+    try:
+        run = other.run(s.run_id)
+    finally:
+        other.close()
+    assert run.state is RunState.FAILED
+    assert run.error is not None and run.error["code"] == "session_failed"
+    assert run.error["message"].startswith(start)
+    assert len(run.error["message"]) <= journal.MESSAGE_MAX
