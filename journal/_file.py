@@ -125,12 +125,25 @@ def _forked() -> None:
     """In a forked child: no thread of the parent runs here, so a lock one of them held at the fork
     (a journal's, or a stream's: its batch, its sync and the sync's leader) would be held for
     good, and the child's first append to that stream would wait for ever. Each journal gets a
-    fresh lock and forgets its streams: the child opens each again (the parent's descriptors stay
-    open in the child until collected; closing them leaves the parent's flocks as they are)."""
+    fresh lock and forgets its streams: the child opens each again (the parent's stream
+    descriptors stay open in the child until collected; closing them leaves the parent's flocks as
+    they are).
+
+    The leases are the parent's, not the child's: the child closes its copies of their lock
+    descriptors at once and forgets them. A copy kept open would keep the lease's ``flock`` (it
+    belongs to the open file, which the copy shares) for as long as the child lives, so a run whose
+    process was killed would read ``running``, and refuse a resume, while a helper it forked (a
+    ``multiprocessing`` worker) lived on. Closing a copy does not let go of the parent's lock (its
+    own descriptor still holds it), and a child may still append with the parent's lease: the
+    fence is the run's epoch, not the descriptor."""
     _FORKS[0] += 1
     for jr in list(_JOURNALS):
         jr._mutex = threading.Lock()
         jr._streams = {}
+        for _, fd in jr._held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        jr._held.clear()
 
 
 os.register_at_fork(after_in_child=_forked)

@@ -141,3 +141,54 @@ def test_a_child_forked_while_a_thread_of_its_parent_syncs_a_stream_appends_to_i
     _exits_cleanly(pid, "the child waited for a lock a thread of its parent held at the fork")
     whos = sorted(r.payload["who"] for r in jr.read(info.run_id, "s"))
     assert whos == ["child", "first", "parent's thread"]
+
+
+_HOLDER_THAT_FORKS = """
+import os, signal, sys, time
+from journal import FileJournal
+jr = FileJournal(sys.argv[1])
+info, lease = jr.begin("flow", "scope", {})
+jr.append(lease, "s", {"n": 1})
+pid = os.fork()
+if pid == 0:  # a helper the holder forked (a multiprocessing worker): it outlives the holder
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # so the test's pipes end with the holder
+        os.dup2(null, fd)
+    time.sleep(60)
+    os._exit(0)
+print(info.run_id, pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the holder dies; its forked helper lives on
+"""
+
+
+def test_a_holder_killed_while_a_child_it_forked_lives_leaves_its_run_interrupted_and_resumable(
+    tmp_path: Path,
+) -> None:
+    """The child's copy of the lease lock's descriptor would keep the lease's flock (it belongs to
+    the open file both share) for as long as the child lives: the run read running and refused a
+    resume. A forked child closes its copies of its parent's lease descriptors."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HOLDER_THAT_FORKS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+    run_id, child = done.stdout.split()
+    try:
+        assert done.returncode == -9, done.stderr
+        os.kill(int(child), 0)  # the helper is alive
+        jr = FileJournal(tmp_path)
+        assert jr.run(run_id).state is journal.RunState.INTERRUPTED
+        lease = jr.acquire(run_id)
+        assert lease.epoch == 2
+        jr.append(lease, "s", {"n": 2})
+        jr.close()
+    finally:
+        os.kill(int(child), 9)
