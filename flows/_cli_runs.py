@@ -104,6 +104,7 @@ def _report_run(result: RunResult, args: argparse.Namespace, verb: str) -> int:
             # the run failed: 1, whatever the body's error (a malformed argument given to the
             # command itself is 2: ``memory.cli``'s exit status for its code)
             _say_resumable(result.error, result.run_id)
+            _say_whose(result.error, result.run_id)
             diagnose(result.error, as_json=args.json, run_id=result.run_id)
             return EXIT_FAILED
         message = error_fields(result.error)["message"]  # a body's own exception: flow_failed
@@ -128,6 +129,15 @@ def _say_resumable(error: CodedError, run_id: str) -> None:
             f"; root run {run_id} is resumable: once that is fixed, `flows resume {run_id}` goes on "
             "from its recorded steps"
         )
+
+
+def _say_whose(error: CodedError, run_id: str) -> None:
+    """An error about another run (the body resumed a run a live process drives) failed this one:
+    the line names this run, the one that failed, where it named only the other."""
+    other = getattr(error, "run_id", None)
+    if other is not None and other != run_id:
+        error.message += f" (an error about root run {other}, raised by the body of the run it failed)"
+        error.run_id = run_id  # type: ignore[attr-defined]
 
 
 def _notice(line: str) -> None:

@@ -402,17 +402,19 @@ async def _drive(flow: Flow, f: FlowContext, steps: StepRunner, notice: Notice |
 
 
 async def _finish_failed(backend: JournalBackend, lease: Lease, error: BaseException) -> RunResult:
-    if not isinstance(error, journal.JournalContention):
-        # recorded with its traceback (bounded), which `flows run -v`, `flows show` and the
-        # dashboard's run page show
-        fields = error_fields(error)
-        if error.__traceback__ is not None:  # raised somewhere (not an ending the runtime judged)
-            fields["traceback"] = traceback_text(error)
-        event = {"event": "failed", "epoch": lease.epoch, "error": fields}
-        with contextlib.suppress(journal.JournalError):  # the state change below still records it
-            await _blocking(backend.append, lease, RUN_STREAM, event, key=f"failed-{lease.epoch}")
+    # recorded with its traceback (bounded), which `flows run -v`, `flows show` and the dashboard's
+    # run page show. Whatever the error: one of the contention family out of the body may be about
+    # another run (a resume it made of a run a live process drives), so only the journal tells
+    # whether this run was taken over: its fence refuses the state change then.
+    fields = error_fields(error)
+    if error.__traceback__ is not None:  # raised somewhere (not an ending the runtime judged)
+        fields["traceback"] = traceback_text(error)
+    event = {"event": "failed", "epoch": lease.epoch, "error": fields}
+    with contextlib.suppress(journal.JournalError):  # the state change below still records it
+        await _blocking(backend.append, lease, RUN_STREAM, event, key=f"failed-{lease.epoch}")
+    try:
         await _blocking(backend.finish, lease, RunState.FAILED, fields)
-    else:  # the run was taken over: it is no longer ours to mark
+    except journal.JournalContention:  # the run was taken over: it is no longer ours to mark
         await _blocking(backend.release, lease)
     if getattr(error, "run_id", None) is None:
         with contextlib.suppress(AttributeError):  # an exception type that refuses attributes
