@@ -70,7 +70,7 @@ def _check_scalar(value: Any, where: str) -> bool:
     if value is None or isinstance(value, bool):
         return True
     if isinstance(value, int):
-        if not _INT_MIN <= value <= _INT_MAX:
+        if not _INT_MIN <= int.__int__(value) <= _INT_MAX:  # its own number, as orjson writes it
             raise NotJson(where, "an integer outside the signed 64-bit range")
     elif isinstance(value, float):
         if not math.isfinite(value):
@@ -98,11 +98,15 @@ def _check(value: Any, where: str, depth: int) -> None:
         raise NotJson(where, f"nested deeper than {_MAX_DEPTH} levels")
     if _check_scalar(value, where):
         return
+    # A container is read as orjson reads it, from its own storage, not through methods a subclass
+    # may override (an ``items`` or ``__iter__`` that leaves a part out would hide a NaN that orjson
+    # then writes as null, or an integer past 64 bits)
     if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+        for i, item in enumerate(items):
             _check(item, f"{where}[{i}]", depth + 1)
     elif isinstance(value, dict):
-        for k, item in value.items():
+        for k, item in dict.items(value):
             if not isinstance(k, str):
                 raise NotJson(where, f"an object key {k!r} that is not a string")
             # the path quotes the key recordable (a lone surrogate escaped, a long key cut): the

@@ -5,6 +5,7 @@ check is refused with the coded error, never a bare ``TypeError`` that leaves th
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,50 @@ def test_a_container_hiding_a_value_is_refused_with_its_code_and_the_root_is_fai
             flows.run(flows.flow(name="hiding")(body), db=db, input=Hiding(z=object()))
     finally:
         store.close()
+
+
+class Visible(dict):  # type: ignore[type-arg]
+    """A dict whose ``items`` lists only the keys meant to be shown (a filtered view)."""
+
+    def items(self) -> Any:
+        return iter([(k, v) for k, v in dict.items(self) if not k.startswith("_")])
+
+
+class Head(list):  # type: ignore[type-arg]
+    """A list whose iteration shows only its first item."""
+
+    def __iter__(self) -> Any:
+        return iter(list.__getitem__(self, slice(0, 1)))
+
+
+def test_a_hidden_nan_infinity_or_wide_integer_is_refused_naming_it_never_written_as_null(
+    tmp_path: Path,
+) -> None:
+    """orjson reads a container's own storage, not the methods a subclass overrides: a NaN it hides
+    from the check was written as null (the value silently changed), a hidden integer past 64 bits
+    was the journal's payload error. The check reads what orjson reads."""
+    caught: dict[str, str] = {}
+    cases = {
+        "nan": (lambda: Visible(ok=1, _raw=math.nan), "$._raw"),
+        "inf": (lambda: Head([1.0, math.inf]), "$[1]"),
+        "wide": (lambda: Visible(ok=1, _id=2**63), "$._id"),
+    }
+
+    async def body(f: flows.FlowContext) -> Any:
+        for name, (make, _) in cases.items():
+            try:
+                await f.step(name, make)
+            except flows.StepResultInvalid as exc:
+                caught[name] = str(exc)
+        return Visible(ok=1, _raw=-math.inf)
+
+    db = tmp_path / "h.db"
+    result = flows.run(flows.flow(name="hidden")(body), db=db)
+    assert isinstance(result.error, flows.FlowOutputInvalid), result.error
+    assert "$._raw" in str(result.error)
+    assert sorted(caught) == ["inf", "nan", "wide"]
+    for name, (_, path) in cases.items():
+        assert f"returned a value that cannot be journaled: {path}: " in caught[name], caught[name]
+    jr = journal.FileJournal(db.parent / "flows-journal")
+    assert jr.read(result.run_id, flows.STEPS_STREAM) == []
+    assert jr.run(result.run_id).state is RunState.FAILED
