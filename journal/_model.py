@@ -424,9 +424,20 @@ def lease_lost(lease: Lease, epoch: int, state: str) -> JournalLeaseLost:
     A backend whose storage fenced an append itself raises this as it is, so the storage's verdict
     stands (fails closed) with the fence's code and words even should the two ever disagree.
     """
+    lost = f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost"
+    if state == RunState.DONE.value:
+        what = f"another holder finished it (it is done at epoch {epoch}): nothing is left to resume"
+    elif state == RunState.FAILED.value:
+        what = f"another holder ended it failed at epoch {epoch}: resume it to run it again"
+    elif state == RunState.RUNNING.value and epoch != lease.epoch:
+        what = (
+            f"another holder took it over (it runs at epoch {epoch}); this holder must not write to "
+            "it again: wait for that holder to end it (should that holder have died, resume it)"
+        )
+    else:  # the storage fenced it at the lease's own epoch: its verdict stands
+        what = f"the run is now {state} at epoch {epoch}; resume it to continue"
     return JournalLeaseLost(
-        f"the lease on root run {lease.run_id} (epoch {lease.epoch}) was lost: the run is now "
-        f"{state} at epoch {epoch}; resume it to continue",
+        f"{lost}: {what}",
         expected=epoch,
         got=lease.epoch,
         run_id=lease.run_id,

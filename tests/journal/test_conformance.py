@@ -760,3 +760,34 @@ def test_a_runs_holder_rewrites_its_own_records_while_it_runs_and_appends_after_
     jr.finish(lease, RunState.DONE)
     with pytest.raises(journal.JournalLeaseLost):  # an ended run's lease writes nothing more
         jr.append(lease, "a", {"n": 4})
+
+
+def test_a_lost_lease_says_what_is_true_of_the_run_now(jr: JournalBackend, journal_location: str) -> None:
+    """``journal_lease_lost`` advised "resume it to continue" whatever the run had become, though a
+    resume refuses a done run, and one another holder drives: its advice follows the run's state."""
+    info, lease = jr.begin("f", "s", {})
+    jr.release(lease)
+    other = journal.open_journal(journal_location)
+    try:
+        new = other.acquire(info.run_id)
+        with pytest.raises(journal.JournalLeaseLost) as running:
+            jr.append(lease, "a", {})
+        assert "another holder took it over (it runs at epoch 2)" in running.value.message
+        assert "resume it to continue" not in running.value.message
+        other.finish(new, RunState.DONE)
+        with pytest.raises(journal.JournalLeaseLost) as done:
+            jr.append(lease, "a", {})
+        assert "it is done at epoch 2): nothing is left to resume" in done.value.message
+        assert "resume it" not in done.value.message
+        with pytest.raises(journal.JournalNotResumable):  # what the advice no longer says to do
+            other.acquire(info.run_id)
+
+        failed, lease2 = jr.begin("f", "s", {})
+        jr.release(lease2)
+        other.finish(other.acquire(failed.run_id), RunState.FAILED, {"code": "x", "message": "y"})
+        with pytest.raises(journal.JournalLeaseLost) as ended:
+            jr.append(lease2, "a", {})
+        assert "ended it failed at epoch 2: resume it to run it again" in ended.value.message
+        assert other.acquire(failed.run_id).epoch == 3  # the advice holds
+    finally:
+        other.close()
