@@ -422,12 +422,15 @@ async def _finish_failed(backend: JournalBackend, lease: Lease, error: BaseExcep
     return RunResult(lease.run_id, RunState.FAILED, error)
 
 
-def _interrupted(run_id: str, how: str, abandoned: int | None = 0) -> RunInterrupted:
+def _interrupted(run_id: str, how: str, abandoned: int | None = 0, *, began: bool = True) -> RunInterrupted:
     """``abandoned``: how many learns and steps a second Ctrl-C stopped waiting for (None: some, how
-    many unknown, as when it came before the settling could count them)."""
+    many unknown, as when it came before the settling could count them); ``began``: False when the
+    body never began (a resume stopped while republishing), so nothing was in flight."""
     count = "" if abandoned is None else f"{abandoned:,} "
     when = (
-        "once its in-flight learns and steps had settled"
+        "before its body began, with nothing in flight"
+        if not began
+        else "once its in-flight learns and steps had settled"
         if abandoned == 0
         else f"without waiting for {count}learn(s) and step(s) still in flight (each is committed whole "
         "or not at all)"
@@ -496,6 +499,7 @@ async def _drive_root(
     f = FlowContext(store, root, steps, input, progress)
     loop = asyncio.get_running_loop()
     body = loop.create_task(_drive(flow, f, steps, started.notice))
+    started.began = True
     steps.enter(loop, body)
     try:
         ending = await body  # a cancel of this caller cancels the body, which settles and returns
@@ -527,6 +531,7 @@ class _Started:
     run_id: str | None = None
     notice: Notice | None = None
     own_loop: bool = False  # ``run``/``resume``: the loop and its Ctrl-C handler are this call's
+    began: bool = False  # the body's task was created (before it, a resume republishes)
     settled: bool = False  # the body's task ended (its writes in flight settled, or were let go)
     abandoned: int = 0
 
@@ -658,9 +663,10 @@ def _sync(make: Callable[[_Started], Any], verb: str, notice: Notice | None) -> 
     except KeyboardInterrupt as exc:  # Ctrl-C arrives as a cancel of the loop's main task
         if started.run_id is None:
             raise
-        # a second Ctrl-C the body's task met itself ended it before it could count what it left
+        # a second Ctrl-C the body's task met itself ended it before it could count what it left;
+        # before the body began (a resume republishing), nothing was in flight to leave
         abandoned = started.abandoned if started.settled else None
-        raise _interrupted(started.run_id, "interrupted (Ctrl-C)", abandoned) from exc
+        raise _interrupted(started.run_id, "interrupted (Ctrl-C)", abandoned, began=started.began) from exc
     return result
 
 

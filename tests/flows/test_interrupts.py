@@ -72,3 +72,63 @@ def test_a_sigint_ignored_from_the_start_stays_ignored(store: Path) -> None:
     )
     result = run_armed("flows.cli_returned=sigint", code, str(store), timeout=60)
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
+
+
+_DIES_AFTER_LEARNING = """\
+import os
+import flows
+
+
+@flows.flow(scope="int")
+async def body(f):
+    steps = [f.memory.learn({"text": f"fact number {i}"}) for i in range(300)]
+    for s in steps:
+        await s
+    if os.environ.get("DIE"):
+        os.kill(os.getpid(), 9)
+    return len(steps)
+"""
+
+
+def test_one_ctrl_c_while_a_resume_republishes_says_nothing_was_in_flight(tmp_path: Path) -> None:
+    """A Ctrl-C before the body began (the resume still republishing the run's committed learns)
+    said the second Ctrl-C's words, "without waiting for learn(s) and step(s) still in flight",
+    though nothing was in flight and nothing was let go."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    db = tmp_path / "m.db"
+    src = tmp_path / "flow.py"
+    src.write_text(_DIES_AFTER_LEARNING)
+    flows(db, "run", str(src), env={"DIE": "1"})
+    (row,) = orjson.loads(flows(db, "runs", "--json").stdout)
+    for folder, _, names in os.walk(tmp_path / "flows-memory"):  # lost: the resume republishes them
+        for name in names:
+            if name.endswith(".json"):
+                os.unlink(os.path.join(folder, name))
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOWS_EMBEDDER", "FLOWS_JOURNAL")}
+    env |= {"PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "staging.before_rename=sleep20"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows", "-v", "resume", row["runId"], "--db", str(db)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # the resume waits in its first republish's rename for 20 s
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "driving flow" not in err  # the body never began
+    last = err.strip().splitlines()[-1]
+    assert "before its body began, with nothing in flight" in last, last
+    assert "without waiting" not in err
