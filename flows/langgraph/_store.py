@@ -355,6 +355,7 @@ def _namespace_coded() -> Iterator[None]:
 
 
 _DELETE_ROUNDS = 8
+_READ_ROUNDS = 8  # a batch's reads, made again while a catch up after them publishes (``_read_all``)
 """Looks a delete makes at its item's live versions (each followed by forgets) before it gives up."""
 _DELETE_FOLLOWS = 64
 """Supersedes a delete's forget follows, one after another, within one round."""
@@ -566,14 +567,11 @@ class JournalStore(BaseStore):
                 validate_op_namespace(op)  # LangGraph's own check of every label
         # on a journal hosts share, what other hosts put since the last batch is read first
         self._memory.catch_up()
-        for i, op in enumerate(ops):
-            if isinstance(op, GetOp):
-                results[i] = self._get(op)
-            elif isinstance(op, SearchOp):
-                results[i] = self._search(op)
-            elif isinstance(op, ListNamespacesOp):
-                results[i] = self._list_namespaces(op)
-            elif isinstance(op, PutOp):
+        self._read_all(ops, results)
+        for op in ops:
+            if isinstance(op, GetOp | SearchOp | ListNamespacesOp):
+                continue
+            if isinstance(op, PutOp):
                 prepared = None
                 if op.value is not None:
                     scope_of(op.namespace)
@@ -586,6 +584,24 @@ class JournalStore(BaseStore):
             self._put(op, prepared)
             self._wrote()
         return results
+
+    def _read_all(self, ops: list[Op], results: list[Result]) -> None:
+        """Answer the batch's reads into ``results``. A read learns of another host's update from
+        its retirement, read as the read runs, and of the version it put only by catching up: an
+        update committed between the batch's catch up and a read answered with neither version (a
+        live item read as None). Catching up again publishes what it put; when that published
+        anything, the reads are made again (at most ``_READ_ROUNDS`` times)."""
+        reads = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp | SearchOp | ListNamespacesOp)]
+        for _ in range(_READ_ROUNDS):
+            for i, op in reads:
+                if isinstance(op, GetOp):
+                    results[i] = self._get(op)
+                elif isinstance(op, SearchOp):
+                    results[i] = self._search(op)
+                else:
+                    results[i] = self._list_namespaces(op)
+            if not reads or not self._memory.catch_up():
+                return
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """``batch`` on the store's executor."""
