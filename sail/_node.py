@@ -1,9 +1,12 @@
 """A local anvil node on loopback: found (or installed with npm), started, waited for, stopped.
 
-anvil comes from the npm registry as ``@foundry-rs/anvil`` (the package carries the binary), pinned
-in the repo's ``package.json``. Lookup order: ``$SAIL_ANVIL``, ``node_modules/.bin/anvil`` in the
-current directory or the repo this package sits in, then ``anvil`` on PATH. ``ensure_anvil`` runs
-``npm ci`` in the repo when none is found and npm is there.
+anvil comes from the npm registry as ``@foundry-rs/anvil``, pinned in the repo's ``package.json``:
+that package's command (``node_modules/.bin/anvil``) is a Node.js wrapper that runs the binary its
+platform package carries (``@foundry-rs/anvil-linux-amd64/bin/anvil``, …). Lookup order:
+``$SAIL_ANVIL``, ``node_modules/.bin/anvil`` in the current directory or the repo this package sits
+in, then ``anvil`` on PATH; whichever is found, npm's wrapper is followed to that binary, and any
+other script is refused (``find_anvil``). ``ensure_anvil`` runs ``npm ci`` in the repo when none is
+found and npm is there.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import logging
 import os
+import platform as platform_module
 import shutil
 import signal
 import socket
@@ -55,16 +60,75 @@ def _ended_with_parent(parent: int) -> None:
 
 
 def find_anvil() -> Path | None:
-    """The anvil binary to run, or None when none is installed."""
+    """The anvil binary to run, or None when none is installed.
+
+    The binary itself, never a script that starts it: sail sends the process it starts SIGTERM and
+    waits for it to exit (the node dumps the chain's state then), has the kernel send it SIGTERM
+    when its starter ends, and hands it the embedded chain's lock; a wrapper receives all three, and
+    npm's (``@foundry-rs/anvil``'s ``bin.mjs``) forwards SIGTERM and exits at once, while the anvil
+    it spawned is still dumping and holds no lock. So npm's wrapper is followed to the binary its
+    platform package carries, beside it.
+
+    Raises:
+        SailNodeUnavailable: what was found is a script other than npm's wrapper, or npm's wrapper
+            whose platform package holds no binary.
+    """
     env = os.environ.get("SAIL_ANVIL")
     if env:
-        return Path(env)
+        return _the_binary(Path(env))
     for root in (Path.cwd(), REPO_ROOT):
         candidate = root / "node_modules" / ".bin" / "anvil"
         if candidate.exists():
-            return candidate
+            return _the_binary(candidate)
     found = shutil.which("anvil")
-    return None if found is None else Path(found)
+    return None if found is None else _the_binary(Path(found))
+
+
+_NPM_PLATFORMS = {"linux": "linux", "darwin": "darwin", "win32": "win32"}
+_NPM_ARCHS = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def _the_binary(found: Path) -> Path:
+    """``found`` when it is a program; the binary npm's wrapper runs when it is that wrapper."""
+    try:
+        with found.open("rb") as file:
+            head = file.read(2)
+    except OSError:
+        return found  # starting it says what is wrong (a missing file, no permission)
+    if head != b"#!":
+        return found
+    script = found.resolve()
+    package = script.parent
+    try:
+        name = json.loads((package / "package.json").read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    if name == "@foundry-rs/anvil":
+        platform = _NPM_PLATFORMS.get(sys.platform)
+        arch = _NPM_ARCHS.get(platform_module.machine().lower())
+        binary = "anvil.exe" if sys.platform == "win32" else "anvil"
+        candidates = []
+        if platform is not None and arch is not None:
+            # where the wrapper finds ``@foundry-rs/anvil-<platform>-<arch>/bin/anvil``: nested, or beside it
+            own = f"anvil-{platform}-{arch}"
+            candidates += [
+                package / "node_modules" / "@foundry-rs" / own / "bin" / binary,
+                package.parent / own / "bin" / binary,
+            ]
+        candidates.append(package.parent / "dist" / binary)  # the wrapper's fallback: postinstall's download
+        for candidate in candidates:
+            if candidate.is_file():
+                return candidate
+        raise SailNodeUnavailable(
+            f"{found} is npm's anvil wrapper, and its platform package holds no anvil binary "
+            f"(looked for {', '.join(str(c) for c in candidates)}); run `npm ci` again, or set "
+            "SAIL_ANVIL to the anvil binary"
+        )
+    raise SailNodeUnavailable(
+        f"{found} is a script, not the anvil binary: sail stops the node it starts with SIGTERM and "
+        "waits for it to dump the chain, which a script that runs anvil as its child does not pass on; "
+        "set SAIL_ANVIL to the anvil binary itself"
+    )
 
 
 def ensure_anvil() -> Path:

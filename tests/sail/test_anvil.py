@@ -22,7 +22,8 @@ from web3 import Web3
 
 from memory.ledger import Acted, Ledger, Outcome, Skipped
 from sail._deploy import Deployment, deploy_market
-from sail._node import ANVIL_KEYS, AnvilNode, find_anvil
+from sail._errors import SailNodeUnavailable
+from sail._node import ANVIL_KEYS, AnvilNode, embedded_chain, find_anvil
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -188,6 +189,80 @@ def _kill_a_tick_after_its_swap_was_mined(tmp_path: Path, how: str) -> None:
     assert (entry["txHash"], entry["outcome"]) == (executed[0]["txHash"], "confirmed")
     assert after["submitted"] is None and after["skipped"].startswith("cadence: last acted ")
     assert _nodes_of(tmp_path) == []
+
+
+def _need_anvil() -> Path:
+    if find_anvil() is None and shutil.which("npm") is None:
+        pytest.skip("anvil is not installed and npm is not on PATH, so it cannot be (npm ci installs it)")
+    from sail._node import ensure_anvil
+
+    return ensure_anvil()
+
+
+def test_the_embedded_chain_starts_the_anvil_binary_itself_which_holds_the_lock(tmp_path: Path) -> None:
+    """npm's ``node_modules/.bin/anvil`` is a Node.js script that spawns the binary: run through it,
+    the process sail sent SIGTERM, waited for and handed the lock to was the script, not anvil."""
+    binary = _need_anvil()
+    with embedded_chain(tmp_path) as node:
+        assert node._proc is not None
+        pid = node._proc.pid
+        assert os.readlink(f"/proc/{pid}/exe") == str(binary.resolve())
+        assert binary.read_bytes()[:2] != b"#!"
+        held = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        assert str(tmp_path / "chain" / "anvil.lock") in held
+        # the node's own children: none (a wrapper's child would be the real node)
+        ps = ["ps", "-o", "pid=", "--ppid", str(pid)]
+        assert subprocess.run(ps, capture_output=True, text=True, check=False).stdout.split() == []
+    assert _nodes_of(tmp_path) == []
+
+
+def test_the_next_holder_of_the_embedded_chain_loads_every_block_the_last_one_mined(tmp_path: Path) -> None:
+    """The lock is let go only once the node has dumped the chain. Through npm's wrapper the wait
+    ended when the wrapper exited, at once, while anvil was still dumping (about a second for 1,000
+    blocks with their states): the next holder loaded the chain as it was before, and its blocks were
+    lost for good when the first node's dump landed over the file."""
+    _need_anvil()
+    try:
+        with embedded_chain(tmp_path) as node:
+            node.rpc("anvil_mine", hex(1000))
+            first = int(str(node.rpc("eth_blockNumber")), 16)
+            first_hash = _block_hash(node, first)
+        with embedded_chain(tmp_path) as node:  # at once, as the next tick would
+            loaded = int(str(node.rpc("eth_blockNumber")), 16)
+            node.rpc("anvil_mine", hex(3))
+            second_hash = _block_hash(node, loaded + 3)
+        assert loaded == first == 1000
+        with embedded_chain(tmp_path) as node:
+            assert int(str(node.rpc("eth_blockNumber")), 16) == first + 3
+            assert (_block_hash(node, first), _block_hash(node, first + 3)) == (first_hash, second_hash)
+        assert _nodes_of(tmp_path) == []
+    finally:
+        for pid in _nodes_of(tmp_path):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _block_hash(node: AnvilNode, number: int) -> str:
+    block = node.rpc("eth_getBlockByNumber", hex(number), False)
+    assert isinstance(block, dict)
+    return str(block["hash"])
+
+
+def test_find_anvil_follows_npms_wrapper_and_refuses_any_other_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binary = _need_anvil()
+    wrapper = ROOT / "node_modules" / ".bin" / "anvil"
+    if wrapper.exists():
+        monkeypatch.setenv("SAIL_ANVIL", str(wrapper))
+        assert find_anvil() == binary
+    script = tmp_path / "anvil"
+    script.write_text(f'#!/bin/sh\n{binary} "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("SAIL_ANVIL", str(script))
+    with pytest.raises(SailNodeUnavailable, match="is a script, not the anvil binary"):
+        find_anvil()
+    monkeypatch.setenv("SAIL_ANVIL", str(binary))
+    assert find_anvil() == binary
 
 
 def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
