@@ -12,6 +12,8 @@ The tree::
     ├── FlowOutputInvalid   flow_output_invalid: the body returned a value that is not JSON
     ├── FlowChanged         flow_changed: resume found the flow file changed since the run recorded it
     ├── SessionNotResumable flow_session_not_resumable: resume was asked for a session's root run
+    ├── LangGraphRunNotResumable  flow_langgraph_not_resumable: resume was asked for a LangGraph
+    │                       adapter's run (a thread's, the catalog's, the store's)
     └── FlowUsage           flow_usage: the runtime was called the wrong way
         ├── StepInvalid     step_invalid: a bad ``f.step`` call
         └── FlowInputInvalid  flow_input_invalid: the input is not a JSON value
@@ -52,6 +54,17 @@ class SessionNotResumable(FlowsError):
     ``flows sync`` or ``flows check --repair`` publish any file it left unpublished."""
 
     code = "flow_session_not_resumable"
+
+
+class LangGraphRunNotResumable(FlowsError):
+    """``resume`` was asked for a run the LangGraph adapters keep (a thread's, flow
+    ``langgraph-thread``; the threads' catalog, ``langgraph-catalog``; ``JournalStore``'s,
+    ``langgraph-store``): no flow file ran it, so there is no body to run again, and a flow run in
+    it would finish the run its adapter writes to. LangGraph resumes a thread by invoking the graph
+    on the thread's id; the catalog and the store's run are written on by the next process that uses
+    them. Refused whatever ``flow_file`` and ``allow_changed`` say."""
+
+    code = "flow_langgraph_not_resumable"
 
 
 class UnawaitedStep(FlowsError):

@@ -29,6 +29,7 @@ from flows._errors import (
     FlowLoadFailed,
     FlowOutputInvalid,
     FlowUsage,
+    LangGraphRunNotResumable,
     RunInterrupted,
     SessionNotResumable,
     UnawaitedStep,
@@ -820,6 +821,36 @@ def accepted_digest(backend: JournalBackend, info: journal.RunInfo, events: Sequ
     return digest
 
 
+def _langgraph_refusal(info: journal.RunInfo) -> str:
+    """Why ``flows resume`` refuses a run the LangGraph adapters keep, and what to do instead. Such
+    a run records no flow file, but ``--file FILE --allow-changed`` would have run any flow in it
+    and finished it, and the thread (or the store) could then never be written again."""
+    role = info.meta.get("langgraph")
+    head = (
+        f"root run {info.run_id} (flow {info.flow!r}) is kept by flows' LangGraph adapter, not run by "
+        "a flow file"
+    )
+    why = (
+        "it has no body for `flows resume` to run, and a flow run in it would end the run the adapter "
+        "writes to; nothing was written"
+    )
+    if isinstance(role, Mapping) and "thread" in role:
+        thread = repr(role.get("thread"))
+        thread = thread if len(thread) <= 200 else thread[:200] + "…"
+        return (
+            f"{head}: it holds the checkpoints of LangGraph thread {thread}; {why}. LangGraph resumes a "
+            "thread by invoking the graph on its thread id: graph.invoke(None, {'configurable': "
+            f"{{'thread_id': {thread}}}}}), the graph compiled with a JournalSaver over this journal"
+        )
+    what = {"catalog": "the LangGraph threads' catalog", "store": "a JournalStore's items"}
+    which = what.get(role, "LangGraph's records") if isinstance(role, str) else "LangGraph's records"
+    return (
+        f"{head}: it holds {which}; {why}. It needs no resume: a JournalSaver or JournalStore over this "
+        "journal goes on writing where it left off, and a thread resumes by invoking the graph on its "
+        "thread id"
+    )
+
+
 async def _aresume(
     run_id: str,
     *,
@@ -847,6 +878,8 @@ async def _aresume(
                 "publish any file it left unpublished)",
                 run_id=run_id,
             )
+        if "langgraph" in info.meta:
+            raise LangGraphRunNotResumable(_langgraph_refusal(info), run_id=run_id)
         if info.state is RunState.RUNNING:
             # a live process drives it: refused before the flow file is imported, so none of the
             # file's code runs here (``acquire`` below refuses it too, should one start meanwhile)
