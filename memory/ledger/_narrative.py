@@ -40,6 +40,7 @@ from memory.ledger._backing import BACKING_EVENTS, CLAIM_NOTE, Backing, is_claim
 from memory.ledger._display import TokenBook, amount_text, learned_tokens, reason_text
 from memory.ledger._entries import MAX_TEXT_CHARS, Acted, Amount, Entry, Outcome, Skipped, fit_text
 from memory.ledger._ledger import CLOCK_SKEW_S, Ledger
+from memory.ledger._status import ms
 
 #: a span with no ledgered decision longer than this is a gap, when the interval is not known
 DEFAULT_GAP_S = 7200
@@ -98,10 +99,11 @@ class Sentence:
         object.__setattr__(self, "text", fit_text(self.text, SENTENCE_MAX_CHARS))
 
     def as_json(self) -> dict[str, Any]:
-        """``{"kind", "ts", "text", "cites"}``."""
+        """``{"kind", "tsMs", "text", "cites"}`` (``tsMs``: ``ts`` in epoch milliseconds, null beyond
+        what 64 bits hold)."""
         return {
             "kind": self.kind,
-            "ts": self.ts,
+            "tsMs": ms(self.ts),
             "text": self.text,
             "cites": [c.as_json() for c in self.cites],
         }
@@ -130,12 +132,14 @@ class Narrative:
     days: tuple[Day, ...] = field(default=())
 
     def as_json(self) -> dict[str, Any]:
-        """What ``sail journal --json`` prints: the window, the gap bound and the days."""
+        """What ``sail journal --json`` prints: the window (``sinceMs``, ``untilMs``: epoch
+        milliseconds, as ``--since``/``--until`` take them; null when unbounded), the gap bound and
+        the days."""
         return {
             "ledger": self.ledger,
             "timezone": "UTC",
-            "since": self.since,
-            "until": self.until,
+            "sinceMs": None if self.since is None else ms(self.since),
+            "untilMs": None if self.until is None else ms(self.until),
             "gapS": self.gap_s,
             "days": [d.as_json() for d in self.days],
         }

@@ -186,11 +186,16 @@ def test_schema_valid_but_enormous_times_and_intervals_print_no_traceback(tmp_pa
         expected = "a time beyond the calendar" if command == "status" else f"ts {MAX_U64}"
         assert expected in out, (command, out)
     assert "next trade: not within any calendar" in results["status"][2]
-    done = run_python(DRIVER.replace('"--home"', '"--json", "--home"'), str(home), "status", "ledger", "why")
+    done = run_python(
+        DRIVER.replace('"--home"', '"--json", "--home"'), str(home), "status", "ledger", "why", "journal"
+    )
     assert done.returncode == 0, done.stderr
     as_json = {command: json.loads(out) for command, (_, _, out) in json.loads(done.stdout).items()}
     assert as_json["status"]["nextEligibleMs"] is None
     assert as_json["status"]["lastConfirmed"]["tsMs"] is None and as_json["why"][0]["ts"] == MAX_U64
+    told = [s for day in as_json["journal"]["days"] for s in day["sentences"]]
+    # the sentences stamped beyond what 64-bit milliseconds hold: null, as status's times
+    assert [s["tsMs"] for s in told if s["kind"] == "trade"] == [None] and told[-1]["tsMs"] is None
 
 
 def test_numbers_beyond_what_the_files_hold_are_usage_or_config_errors(tmp_path: Path) -> None:

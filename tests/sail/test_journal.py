@@ -204,7 +204,7 @@ def test_the_journal_is_rebuilt_the_same_and_writes_nothing(
 def test_since_and_until_bound_the_window(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     day_two = journal(capsys, home, "--since", "2026-01-02T00:00:00+00:00")
     assert [d["date"] for d in day_two["days"]] == ["2026-01-02"]
-    assert day_two["since"] == DAY + 24 * HOUR
+    assert (day_two["sinceMs"], day_two["untilMs"]) == ((DAY + 24 * HOUR) * 1000, None)
     morning = journal(capsys, home, "--since", str(DAY * 1000), "--until", "2026-01-01T02:30:00Z")
     assert texts(morning)["2026-01-01"][-2].startswith(
         "Blocked on balance from 02:00:00: balance 10.0 USDC (10000000) < min 25.0 USDC; it trades again "
@@ -235,12 +235,32 @@ def test_since_and_until_bound_the_window(home: Path, capsys: pytest.CaptureFixt
     )
 
 
+def test_the_json_gives_its_times_in_epoch_ms_and_its_window_fed_back_is_the_same_window(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Times in ``--json`` are epoch milliseconds in keys ending in ``Ms``, as ``--since`` and
+    ``--until`` read a bare number: the window printed, fed back, is the same window (printed in
+    unix seconds, ``since`` fed back was read as milliseconds: a window in 1970)."""
+    told = journal(capsys, home, "--days", "1")
+    assert set(told) == {"ledger", "timezone", "sinceMs", "untilMs", "gapS", "days"}
+    sentences = [s for d in told["days"] for s in d["sentences"]]
+    assert sentences and all(set(s) == {"kind", "tsMs", "text", "cites"} for s in sentences)
+    assert all(s["tsMs"] >= told["sinceMs"] == (DAY + 24 * HOUR) * 1000 for s in sentences)
+    assert journal(capsys, home, "--since", str(told["sinceMs"])) == told
+    bounded = journal(capsys, home, "--since", "2026-01-01T01:00:00Z", "--until", "2026-01-01T03:00:00Z")
+    assert (bounded["sinceMs"], bounded["untilMs"]) == ((DAY + HOUR) * 1000, (DAY + 3 * HOUR) * 1000)
+    again = ["--since", str(bounded["sinceMs"]), "--until", str(bounded["untilMs"])]
+    assert journal(capsys, home, *again) == bounded
+    stamped = [s["tsMs"] for d in bounded["days"] for s in d["sentences"]]
+    assert stamped and all(bounded["sinceMs"] <= ts < bounded["untilMs"] and ts % 1000 == 0 for ts in stamped)
+
+
 def test_days_tells_the_last_days_up_to_the_last_entry(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     last = journal(capsys, home, "--days", "1")
     assert last == journal(capsys, home, "--since", "2026-01-02")
-    assert last["since"] == DAY + 24 * HOUR and [d["date"] for d in last["days"]] == ["2026-01-02"]
+    assert last["sinceMs"] == (DAY + 24 * HOUR) * 1000 and [d["date"] for d in last["days"]] == ["2026-01-02"]
     assert journal(capsys, home, "--days", "2") == journal(capsys, home, "--since", "2026-01-01")
     assert journal(capsys, home, "--days", "2")["days"] == journal(capsys, home)["days"]
     for bad in ("0", "367", "x"):

@@ -562,13 +562,14 @@ def test_the_journal_api_is_what_sail_journal_days_json_prints(
 ) -> None:
     told = client.get("/api/agents/0/journal").json()
     assert told == cli_json(capsys, sail_main, "journal", "--home", str(agent), "--days", "2", "--json")
-    assert told["since"] == T0 - 86_400 and [d["date"] for d in told["days"]] == ["2025-12-31", "2026-01-01"]
+    assert told["sinceMs"] == (T0 - 86_400) * 1000
+    assert [d["date"] for d in told["days"]] == ["2025-12-31", "2026-01-01"]
     assert [s["kind"] for s in told["days"][0]["sentences"]] == ["gap"]  # no tick the day before
     assert told == cli_json(
         capsys, sail_main, "journal", "--home", str(agent), "--since", "2025-12-31T00:00:00Z", "--json"
     )
     one = client.get("/api/agents/0/journal", params={"days": "1"}).json()
-    assert one["since"] == T0 and one["days"] == told["days"][1:]
+    assert one["sinceMs"] == T0 * 1000 and one["days"] == told["days"][1:]
     for bad in ("0", "367", "x"):
         response = client.get("/api/agents/0/journal", params={"days": bad})
         assert response.status_code == 400 and response.json()["code"] == "serve_bad_request"

@@ -123,7 +123,7 @@ def test_the_journal_api_pages_every_sentence_once_and_keeps_its_window_while_th
     assert first.status_code == 200 and "truncated" not in first.headers
     assert len(_api_sentences(first.json())) == 100
     url = _next(first.headers)
-    assert url is not None and f"since={told['since']}" in url
+    assert url is not None and f"since={told['sinceMs'] // 1000}" in url
     # the agent goes on meanwhile, past midnight: the next pages keep the first one's window
     _append(home, 3, T0 + 86_400 + 60, 5000)
     listed = _api_sentences(first.json())
@@ -134,7 +134,7 @@ def test_the_journal_api_pages_every_sentence_once_and_keeps_its_window_while_th
         url = _next(answer.headers)
     before = _api_sentences(told)
     # each sentence in its place; only the last may have grown (a span still open, now ended)
-    assert listed[: len(before) - 1] == before[:-1] and listed[len(before) - 1]["ts"] == before[-1]["ts"]
+    assert listed[: len(before) - 1] == before[:-1] and listed[len(before) - 1]["tsMs"] == before[-1]["tsMs"]
     assert len(listed) > len(before)  # the appended ones at the end of the same window
 
 
@@ -142,7 +142,7 @@ def test_a_page_of_the_journal_stops_at_its_bytes(home: Path) -> None:
     told = Agent(0, home).journal(2)
     page = journal_page(told, 10, 1000, max_bytes=3000)
     assert page.truncated and page.start == 10 and 10 < page.end < 30
-    assert page.as_json()["days"] and page.as_json()["since"] == told.since
+    assert page.as_json()["days"] and page.as_json()["sinceMs"] == told.since * 1000
 
 
 @pytest.mark.parametrize(
