@@ -166,7 +166,8 @@ class AnvilNode:
     """An anvil process serving JSON-RPC on ``127.0.0.1``; a context manager that always stops it.
 
     Args:
-        binary: the anvil binary (default: ``ensure_anvil()``).
+        binary: the anvil binary (default: ``ensure_anvil()``); npm's script is followed to it, and
+            any other script refused, as ``find_anvil`` does.
         chain_id: the chain id to serve.
         startup_timeout: seconds to wait for the node to answer.
         state: a file to load the chain from and dump it to when the node stops (SIGTERM).
@@ -215,7 +216,7 @@ class AnvilNode:
         Raises:
             SailNodeUnavailable: it could not be installed, started, or did not answer in time.
         """
-        binary = self.binary or ensure_anvil()
+        binary = ensure_anvil() if self.binary is None else _the_binary(self.binary)
         self.port = free_port()
         argv = [
             str(binary),

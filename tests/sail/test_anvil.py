@@ -263,6 +263,8 @@ def test_find_anvil_follows_npms_wrapper_and_refuses_any_other_script(
         find_anvil()
     monkeypatch.setenv("SAIL_ANVIL", str(binary))
     assert find_anvil() == binary
+    with pytest.raises(SailNodeUnavailable, match="is a script, not the anvil binary"):
+        AnvilNode(script).start()  # a binary given to the node is checked alike
 
 
 def test_the_demo_produces_confirmed_reverted_cadence_and_balance_entries(tmp_path: Path) -> None:
