@@ -46,3 +46,18 @@ def other_dsn(postgres_dsn: str) -> Iterator[str]:
     finally:
         with admin_connection() as conn:
             conn.execute(f'drop schema if exists "{schema}" cascade')
+
+
+def turn_holder(dsn: str, name: str) -> int | None:
+    """The backend pid holding the turn ``name`` exclusively (read from the server's lock table), or
+    None."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select pid from pg_locks l where l.locktype = 'advisory' and l.granted and l.objsubid = 2"
+            " and l.classid = 1953854062 and l.mode = 'ExclusiveLock'"
+            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
+            (name,),
+        ).fetchone()
+    return None if row is None else int(row[0])

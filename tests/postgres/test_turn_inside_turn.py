@@ -27,7 +27,7 @@ import pytest
 from journal import JournalUnavailable
 from journal.postgres import PostgresJournal
 from tests.conftest import run_python
-from tests.postgres.conftest import OpenPg
+from tests.postgres.conftest import OpenPg, turn_holder
 
 _INSIDE = """
 import sys
@@ -151,18 +151,6 @@ def test_two_holders_each_waiting_for_the_others_turn_is_a_deadlock_the_server_b
     assert sorted(v for v in said.values() if isinstance(v, int)) == [1]
 
 
-def _holder_of(dsn: str, name: str) -> int | None:
-    """The backend pid holding the turn ``name`` exclusively, or None."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "select pid from pg_locks l where l.locktype = 'advisory' and l.granted and l.objsubid = 2"
-            " and l.classid = 1953854062 and l.mode = 'ExclusiveLock'"
-            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
-            (name,),
-        ).fetchone()
-    return None if row is None else int(row[0])
-
-
 def test_a_turn_left_in_another_thread_leaves_the_first_thread_free_to_take_turns(
     open_pg: OpenPg, postgres_dsn: str
 ) -> None:
@@ -174,13 +162,13 @@ def test_a_turn_left_in_another_thread_leaves_the_first_thread_free_to_take_turn
     pool = concurrent.futures.ThreadPoolExecutor
     with pool(1) as first, pool(1) as second:
         first.submit(held.__enter__).result()
-        assert _holder_of(postgres_dsn, "memory-scope:a") is not None
+        assert turn_holder(postgres_dsn, "memory-scope:a") is not None
         second.submit(held.__exit__, None, None, None).result()
-        assert _holder_of(postgres_dsn, "memory-scope:a") is None
+        assert turn_holder(postgres_dsn, "memory-scope:a") is None
 
         def another_turn() -> bool:
             with jr.turn("memory-scope:b"):
-                return _holder_of(postgres_dsn, "memory-scope:b") is not None
+                return turn_holder(postgres_dsn, "memory-scope:b") is not None
 
         assert first.submit(another_turn).result() and first.submit(another_turn).result()
 
@@ -196,7 +184,7 @@ def test_turns_of_one_thread_ending_out_of_order_are_each_held_until_they_end(
     first.__enter__()
     second.__enter__()
     first.__exit__(None, None, None)
-    assert _holder_of(postgres_dsn, "memory-scope:b") is not None  # still held for the second
+    assert turn_holder(postgres_dsn, "memory-scope:b") is not None  # still held for the second
     taken = threading.Event()
 
     def another_host() -> None:
@@ -208,7 +196,7 @@ def test_turns_of_one_thread_ending_out_of_order_are_each_held_until_they_end(
     assert not taken.wait(1.0), "another host took a turn its holder is still in"
     second.__exit__(None, None, None)
     thread.join(10)
-    assert taken.is_set() and _holder_of(postgres_dsn, "memory-scope:b") is None
+    assert taken.is_set() and turn_holder(postgres_dsn, "memory-scope:b") is None
 
 
 def test_after_a_deadlock_the_threads_let_go_turns_refuse_commits_saying_so_until_it_leaves_them(

@@ -17,20 +17,14 @@ import pytest
 
 from journal import JournalUnavailable
 from journal.postgres import PostgresJournal
-from tests.postgres.conftest import OpenPg
+from tests.postgres.conftest import OpenPg, turn_holder
 
 
 def _turn_session(dsn: str, name: str) -> int:
     """The backend pid holding the turn ``name`` (exclusively)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "select pid from pg_locks l where l.locktype = 'advisory' and l.granted and l.objsubid = 2"
-            " and l.classid = 1953854062 and l.mode = 'ExclusiveLock'"
-            " and l.objid::bigint = hashtext(current_schema() || ':' || %s)::bigint & 4294967295",
-            (name,),
-        ).fetchone()
-    assert row is not None, f"nobody holds the turn {name!r}"
-    return int(row[0])
+    pid = turn_holder(dsn, name)
+    assert pid is not None, f"nobody holds the turn {name!r}"
+    return pid
 
 
 def _terminate(dsn: str, pid: int) -> None:
