@@ -1172,7 +1172,9 @@ def _judge_ledger(acked: list[Event], attempted: list[Event], state: Path, v: Ve
         v.unexpected += 1
         v.notes.append(f"the snapshot says the last act is {last}, the ledger {confirmed[-1:]}")
     with memory.MemoryStore(db) as store:
-        problems = memory.check_store(store, sail_dirs=[sail])
+        # the workload appends acts alone, with no activity log beside them: each is a claim by
+        # construction (``ledger_claim``, tested on its own), not damage a crash left
+        problems = [p for p in memory.check_store(store, sail_dirs=[sail]) if p.kind != "ledger_claim"]
     if problems:
         v.unexpected += len(problems)
         v.notes += [f"{p.kind} {p.message}" for p in problems]
