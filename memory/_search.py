@@ -36,7 +36,7 @@ from memory._files import (
     terms_of,
     words,
 )
-from memory._finding import TEXT_MAX_BYTES, check_filters, meta_value_key
+from memory._finding import TEXT_MAX_BYTES, check_filters, is_erased, meta_value_key
 from memory._held import MAX_SCOPES, HeldTree, hold
 from memory._paths import LEARNED_ROOT, scope_tree
 from memory._publisher import Publisher, holds
@@ -1332,16 +1332,24 @@ class Search:
     def _served(self, unsynced: Iterable[Recalled]) -> None:
         """Check each unsynced entry about to be returned against the journal record it cites: a
         file nobody journaled is never served (``Unreachable`` naming it). An entry whose check
-        fails and whose file is gone now left while the read ran (an erase removes the file, then
-        makes the commit a tombstone): ``LeftMeanwhile``, and the read starts again without it."""
+        fails left while the read ran when its file is gone now (an erase on this host removes the
+        file, then makes the commit a tombstone), or when its commit is a tombstone and its key is
+        retired now (an erase on another host forgets, then rewrites the commits, and leaves this
+        host's file to its next sync): ``LeftMeanwhile``, and the read starts again without it (its
+        retirements, read again, hide it). A tombstone whose key nothing retires is damage: said."""
         for e in unsynced:
             try:
                 self._citations.check(e, self._path_of)
             except Unreachable:
                 path = self._path_of(e)
-                if os.path.lexists(path):
+                if not os.path.lexists(path):
+                    raise LeftMeanwhile(path.parent) from None
+                record = self._citations.cited(e)
+                if record is None or not is_erased(record):
                     raise
-                raise LeftMeanwhile(path.parent) from None
+                if e.key in self._shared():
+                    raise LeftMeanwhile(path.parent) from None
+                raise Citations.tombstoned(path, e, named=None) from None
 
     def _path_of(self, e: Recalled) -> Path:
         return self._publisher.scope_dir(e.scope) / f"{e.key}.json"
