@@ -277,6 +277,10 @@ def _published_none(retired: Retired) -> bool:
     return False
 
 
+def _no_entry(retired: Retired) -> Recalled | None:
+    return None
+
+
 class _Union(Mapping[str, Retired]):
     """This store's retired files and the journal's other retirements, as one mapping by key
     (this store's file first), without copying either."""
@@ -334,6 +338,15 @@ class Search:
         # publishes the version that superseded a retired one when this host lacks it (an update
         # killed before its rename; the store's ``Syncer.publish_successor``; never when read-only)
         self.publish_successor: Callable[[Retired], bool] = _published_none
+        # on a journal hosts share, where a read writes nothing: the entry of the version that
+        # superseded a retired one, read from its commit (the store's ``successor_entry``)
+        self.successor_entry: Callable[[Retired], Recalled | None] = _no_entry
+        # versions another host committed that this host has neither as a file nor as a row yet,
+        # served from their commits until it has (``_serve_successor``), by key
+        self._from_commits: dict[str, Recalled] = {}
+        # a superseded key -> the last successor seen of it, the retirement that names that one, and
+        # whether this host had that one as a file or a row (``_serve_successor``)
+        self._chain_ends: dict[str, tuple[str, Retired, bool]] = {}
         self._scope_listing: tuple[tuple[int, int], list[Path], list[Path], int] | None = None
         self._held: HeldTree | None = None  # the folders of a read of every scope, held open
         self._hold_after_ns = 0  # no try to hold them before then
@@ -362,12 +375,34 @@ class Search:
         files' index while it lists the folder as it is (the files of the entries a read returns
         checked before it returns them), unless ``whole`` asks for every entry parsed."""
         listings, retired, dirs = self._sources_now(scope, whole=whole)
+        if self._from_commits and isinstance(retired, _Union):
+            listings = self._with_commits(scope, listings, retired)
         # for ``_hides``: what this read listed (and where: None for held folders, unchanged since
         # they were listed and read as one look), and whether those folders are as it listed them
         # (found once, when first asked: ``_quiet``)
         reading = self._reading
         reading.listings, reading.dirs, reading.quiet = listings, dirs, None
         return listings, retired
+
+    def _with_commits(
+        self, scope: str | None, listings: list[Listing | IndexedListing], retired: Mapping[str, Retired]
+    ) -> list[Listing | IndexedListing]:
+        """``listings`` and one more: of the versions served from their commits
+        (``_serve_successor``) of ``scope`` (or every scope) that are still live and that this host
+        still lacks; those it has now (a catch up or a sync published them) or that are retired
+        now are let go."""
+        served: list[Recalled] = []
+        for key, entry in list(self._from_commits.items()):
+            if key in retired or any(listing.by_key(key) is not None for listing in listings):
+                self._from_commits.pop(key, None)
+            elif scope is None or entry.scope == scope:
+                served.append(entry)
+        if not served:
+            return listings
+        held = self._held_keys([e.key for e in served])
+        for key in held:
+            self._from_commits.pop(key, None)
+        return [*listings, Listing(0, 0, tuple(e for e in served if e.key not in held))]
 
     def _sources_now(
         self, scope: str | None, *, whole: bool
@@ -1254,6 +1289,8 @@ class Search:
             # than answer with neither version.
             if found.by is not None and self.publish_successor(found):
                 raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
+        if found.by is not None and isinstance(retired, _Union):
+            self._serve_successor(key, found, retired)
         if found.by is not None:
             quiet = getattr(self._reading, "quiet", None)
             if quiet is None:
@@ -1261,6 +1298,42 @@ class Search:
             if not quiet and self._renamed_since_listed(found, retired):
                 raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
         return True
+
+    def _serve_successor(self, key: str, found: Retired, retired: Mapping[str, Retired]) -> None:
+        """On a journal hosts share, where a read writes nothing: when the version that superseded
+        ``key`` (the end of its chain of supersedes, each retired in ``retired``) is live and this
+        host has it neither as a file nor as a row (another host's update, committed since this
+        host last caught up), it is served from its commit (checked like every record read back;
+        an erased commit, or an update that lost its race, serves nothing) until this host has it,
+        and the read starts again with it (``LeftMeanwhile``). Before, such a read answered with
+        neither version of a memory live at every instant until a catch up published the new one,
+        and a LangGraph store's read, which catches up before and after, could lose that race to
+        a busy writer on another host every time. The chain's end is remembered per key, so a
+        read walks each chain once, not once per version it lists."""
+        end, last, here = self._chain_ends.get(key, (found.by, found, False))
+        if here and end not in retired:
+            return  # this host had the line's last version when last asked, and it is still the last
+        seen: set[str] = set()
+        while end is not None and end in retired and end not in seen and len(seen) < 10_000:
+            seen.add(end)
+            last = retired[end]
+            end = last.by
+        if end is None or end in retired:
+            return  # forgotten at the end of the line (or a loop): nothing live to serve
+        if len(self._chain_ends) >= 200_000:
+            self._chain_ends.clear()
+        listings = getattr(self._reading, "listings", None) or ()
+        here = any(listing.by_key(end) is not None for listing in listings) or bool(self._held_keys([end]))
+        self._chain_ends[key] = (end, last, here)
+        if here or end in self._from_commits:
+            return
+        entry = self.successor_entry(last)
+        if entry is None or entry.key != end:
+            return
+        if len(self._from_commits) >= 10_000:
+            self._from_commits.clear()
+        self._from_commits[end] = entry
+        raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
 
     def _renamed_since_listed(self, found: Retired, retired: Mapping[str, Retired]) -> bool:
         """Whether the version that superseded ``found`` (the end of its chain of supersedes, each
@@ -1341,6 +1414,8 @@ class Search:
             try:
                 self._citations.check(e, self._path_of)
             except Unreachable:
+                if self._from_commits.pop(e.key, None) is e:
+                    raise LeftMeanwhile(self._publisher.scope_dir(e.scope)) from None  # its commit changed
                 path = self._path_of(e)
                 if not os.path.lexists(path):
                     raise LeftMeanwhile(path.parent) from None

@@ -38,7 +38,7 @@ from memory._errors import (
     Unwritable,
 )
 from memory._filecache import cache_dir
-from memory._files import parse_learned
+from memory._files import own_entry, parse_learned
 from memory._finding import (
     ERASE_STREAM,
     FORGET_MANY_MAX,
@@ -241,6 +241,7 @@ class MemoryStore:
         )
         if not read_only:
             self._search.publish_successor = self._syncer.publish_successor
+        self._search.successor_entry = self._successor_entry
         if (file_index if recover is None else recover) and not read_only:
             Recovery(
                 self.db_path,
@@ -510,6 +511,18 @@ class MemoryStore:
         the standing retired file is damaged (reads fail closed on it; check mends it)."""
         self._check_open()
         return self._retirer.lost(record, chosen)
+
+    def _successor_entry(self, retired: Retired) -> Recalled | None:
+        """The entry of the version that superseded ``retired`` (its retirement's citation is that
+        version's commit), read from that commit, checked like every record read back; None when
+        the journal does not hold it as such, it is erased, or it is an update that lost its race."""
+        record = self._citations.successor_commit(retired)
+        if record is None or is_erased(record):
+            return None
+        checked_commit(record, self.journal_location)
+        if record.payload["id"] != retired.by or self._retirer.lost(record):
+            return None
+        return own_entry(record)[1]
 
     def _live_version(self, memory_id: str) -> Recalled:
         """``current(memory_id)`` (a version another host wrote published here first), or

@@ -205,7 +205,7 @@ class Syncer:
         retired file cites (checked as every record read back), so the acknowledged memory never
         goes missing in between. A live update in that very moment publishes the same bytes. Not on
         a journal hosts share: there ``catch_up`` publishes what this host lacks, and a read writes
-        nothing (``current`` reads another host's version from its commit).
+        nothing (it serves another host's version from its commit: ``Search._serve_successor``).
 
         Raises:
             JournalError: the journal could not be read, or the commit is not of the exact shape.

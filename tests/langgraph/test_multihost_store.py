@@ -77,6 +77,48 @@ def test_a_read_meeting_another_hosts_update_made_after_the_batchs_catch_up_find
         assert updated and found == [{"drink": "coffee"}]
 
 
+@pytest.mark.parametrize("read", ["get", "search"])
+def test_a_read_meeting_an_update_by_another_host_in_every_round_still_finds_the_item(
+    tmp_path: Path, postgres_dsn: str, read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy writer on another host: an update lands inside each of the read's looks at the
+    retirements. A read that caught up and read again lost that race in every round (8), and a
+    search answered without a live item about one time in ten while another process kept putting
+    it. The read serves the newest version from its commit, so it never answers with neither."""
+    from memory._retire import SharedRetirements
+
+    ns = ("users", "u1")
+    with (
+        JournalStore(db=str(tmp_path / "a" / "history.db"), journal=postgres_dsn) as a,
+        JournalStore(db=str(tmp_path / "b" / "history.db"), journal=postgres_dsn) as b,
+    ):
+        a.put(ns, "prefs", {"drink": 0})
+        a.put(ns, "other", {"drink": "none"})
+        assert b.get(ns, "prefs") is not None  # B has caught up with the items
+        real = SharedRetirements.current
+        puts: list[int] = []
+        reading = threading.local()
+
+        def current_after_an_update(self: SharedRetirements) -> Any:
+            if getattr(reading, "b", False) and len(puts) < 12:
+                puts.append(len(puts) + 1)
+                reading.b = False  # (A's own looks, in its put, run no update)
+                a.put(ns, "prefs", {"drink": len(puts)})  # another host's update, committed now
+                reading.b = True
+            return real(self)
+
+        monkeypatch.setattr(SharedRetirements, "current", current_after_an_update)
+        reading.b = True
+        if read == "get":
+            item = b.get(ns, "prefs")
+            found = [] if item is None else [item.value]
+        else:
+            found = [i.value for i in b.search(ns) if i.key == "prefs"]
+        reading.b = False
+        assert len(puts) == 12, "the updates did not run inside the read"
+        assert len(found) == 1 and found[0]["drink"] in range(1, 13), found
+
+
 def _run_at_once(script: str, journal: str, dbs: list[Path]) -> None:
     """``script`` in one process per db (argv: the journal, the db, a name), all started, then let
     go at once (each prints ``ready`` and waits for a line); each must exit 0."""
