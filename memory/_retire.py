@@ -841,7 +841,12 @@ class Retirer:
             # the supersede a lost update committed never took effect: the first retirement stands
             if rec.payload.get("id") in versions and (rec.payload["id"], rec.payload["by"]) not in lost:
                 events.append(retirement_event(retired_of(rec), memory))
-        events += _erased_events(erasures, memory)
+        erased = _erased_events(erasures, memory)
+        if erased:
+            # an erase record names the memory: no content of it is ever copied out, though an
+            # erase refused part-way (a commit in a run still running) left some commits whole
+            contents = {}
+        events += erased
         if not events:
             for k in sorted(versions):
                 events += self._history_from_store(k, memory)

@@ -426,7 +426,9 @@ def finding_detail(
             return None
         history = []
     learned = None
-    if live is None:
+    # an erased memory shows no content, though an erase refused part-way (a commit in a run still
+    # running) left some of its commits whole: the erase record is what says it is gone
+    if live is None and not any(e.kind == "erased" for e in history):
         first = next((e for e in history if e.kind == "learned" and e.key == key), None)
         if first is not None:
             learned = _learned_record(backend, first)

@@ -141,11 +141,30 @@ def test_a_running_run_refuses_the_erase_of_its_commits(tmp_path: Path) -> None:
         key = writer.learn({"text": f"still being written {MARK}"}).key
         with store.session(scope="cli") as s, pytest.raises(journal.JournalLeaseHeld):
             s.erase(key, reason="too early")
-    assert store.get(key) is None  # forgotten at once; the content waits for the run to end
+        assert store.get(key) is None  # forgotten at once; the content waits for the run to end
+        # the erase record says it is gone: no history shows what it said, though its commit is
+        # whole until the run ends (the history, a page of it, and the dashboard's page of it)
+        events = store.history(key)
+        assert [e.kind for e in events] == ["learned", "forgotten", "erased"]
+        assert [e.content for e in events] == [None, None, None]
+        assert all(e.content is None for e in store.history_page(key).events)
+        _dashboard_shows_no_content(store, key)
     problems = memory.check_store(store)
     assert [p.kind for p in problems] == ["erase_incomplete"]
     memory.repair_store(store, problems)
     assert _files_holding(tmp_path, MARK) == [] and memory.check_store(store) == []
+
+
+def _dashboard_shows_no_content(store: memory.MemoryStore, key: str) -> None:
+    """The dashboard's page of the finding ``key`` shows nothing it said (when the web extra is here)."""
+    try:
+        from flows.web._findings import finding_detail
+    except ImportError:  # pragma: no cover - the web extra is part of the test install
+        return
+    backend = store.open_journal()
+    detail = finding_detail(store, backend, key, [r.run_id for r in backend.runs()])
+    assert detail is not None and detail.live is None and detail.learned is None
+    assert MARK not in repr(detail)
 
 
 def test_the_cli_asks_for_yes_and_erases(tmp_path: Path) -> None:
