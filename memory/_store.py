@@ -1723,14 +1723,39 @@ class MemoryStore:
         """Remove this host's copies of what any host erased (``erasures``, the journal's erase
         records): its rows, files, caches and vectors; the journal itself was rewritten by the
         erase."""
+        left = self._erased_copies_aside(
+            {k for record in erasures for k in record.payload["keys"] if isinstance(k, str)}
+        )
         for record in erasures:
             keys = [k for k in record.payload["keys"] if isinstance(k, str)]
-            if self._db.rows_of(keys) or any(self.get(k) is not None for k in keys):
+            if (
+                left.intersection(keys)
+                or self._db.rows_of(keys)
+                or any(self.get(k) is not None for k in keys)
+            ):
                 self.finish_erasure(keys, targets=[])
         if erasures:
             # the files this sync removed wait for the background unlink: one may hold what an
             # erase took (a retirement of it published here just now), so none outlives the sync
             REAPER.drain(DRAIN_AT_EXIT_S)
+
+    def _erased_copies_aside(self, keys: set[str]) -> set[str]:
+        """Which of ``keys`` this host still has a copy of where no read looks: a hidden stage file
+        (a learn, publish or forget killed part-way) or a file ``flows check --repair`` moved into
+        ``flows-quarantine/``. A host with no row and no live file of an erased memory still removes
+        those at its sync (``finish_erasure``), as the erasure's own host does."""
+        from memory._erase import keys_in_file, keys_in_stages, quarantined_holding
+        from memory._paths import scope_folders
+
+        if not keys:
+            return set()
+        folders = [
+            f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
+        ]
+        found = keys_in_stages(folders, keys)
+        for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, keys):
+            found |= ({path.name[: -len(".json")]} & keys) | keys_in_file(path, keys)
+        return found
 
     async def async_sync(self) -> SyncReport:
         """``sync`` off the event loop."""

@@ -13,6 +13,9 @@ published again by a materialize racing the update that retired it).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ import memory
 from tests._helpers.hosts import host
 
 MARK = "zqmultihosterase"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _files_holding(base: Path, needle: str) -> list[str]:
@@ -66,3 +70,48 @@ def test_an_erase_on_b_of_what_a_learned_unsynced_leaves_a_no_trace_at_its_next_
     a.close()
     assert _files_holding(tmp_path, MARK) == []
     assert _rows_holding(postgres_dsn, MARK) == 0
+
+
+@pytest.mark.parametrize("aside", ["quarantined by a repair", "staged by a killed forget"])
+def test_bs_erase_removes_at_as_sync_the_copies_a_holds_aside_with_no_row_or_live_file(
+    tmp_path: Path, postgres_dsn: str, aside: str
+) -> None:
+    """A host that holds an erased memory neither as a row nor as a live file may still hold a copy
+    of it aside: a file ``flows check --repair`` moved into ``flows-quarantine/`` (a finding another
+    host forgot), or the hidden stage a forget killed part-way left. Its sync skipped the erasure (it
+    only looked for rows and live versions), so the erased text stayed on its disk and its check
+    said ``erase_incomplete`` right after; the sync now removes those copies too."""
+    text = f"{MARK} aside: ana lives in oslo"
+    with host(tmp_path, "a", postgres_dsn) as a, a.session(scope="team") as s:
+        learned = s.learn({"text": text})
+    with host(tmp_path, "b", postgres_dsn) as b:
+        b.sync()
+    if aside == "quarantined by a repair":
+        with host(tmp_path, "b", postgres_dsn) as b, b.session(scope="team") as s:
+            s.forget(learned.memory_id, reason="stale")
+        with host(tmp_path, "a", postgres_dsn) as a:
+            problems = memory.check_store(a)
+            assert "learned_forgotten" in {p.kind for p in problems}
+            memory.repair_store(a, problems)
+    else:
+        child = (
+            "import sys, memory\n"
+            "with memory.MemoryStore(sys.argv[1], journal=sys.argv[2]) as a, a.session(scope='team') as s:\n"
+            "    s.forget(sys.argv[3], reason='stale')\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "FLOWS_FAILPOINTS": "memory.after_set_aside=kill"}
+        db = str(tmp_path / "a" / "history.db")
+        killed = subprocess.run(
+            [sys.executable, "-c", child, db, postgres_dsn, learned.memory_id],
+            check=False,
+            env=env,
+            timeout=120,
+        )
+        assert killed.returncode == -9
+    assert _files_holding(tmp_path / "a", MARK) != []  # a copy aside, on A
+    with host(tmp_path, "b", postgres_dsn) as b, b.session(scope="privacy") as s:
+        s.erase(learned.memory_id, reason="ana asked")
+    with host(tmp_path, "a", postgres_dsn) as a:
+        a.sync()
+        assert _files_holding(tmp_path / "a", MARK) == []
+        assert memory.check_store(a) == []
