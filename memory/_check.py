@@ -353,6 +353,28 @@ def _erased_keys(ctx: _Context) -> set[str]:
     }
 
 
+def _erasures_since(ctx: _Context) -> None:
+    """When a tombstone's key is named by no erase record the survey read: read every run's erase
+    records again. The survey reads the journal run by run, so an erase made meanwhile (on another
+    host, or by another process) may have its record in a run listed too late, or read before it was
+    appended, and its tombstones read after they were made: that is an erasure, not damage."""
+    if all(rec.payload["id"] in ctx.erased for rec in ctx.tombstones):
+        return
+    from memory._erase import audits, checked_audit
+
+    backend = journal.open_journal(ctx.store.journal_location)
+    try:
+        known = {(rec.run_id, rec.id) for rec in ctx.erasures}
+        for rec in audits(backend):
+            if (rec.run_id, rec.id) not in known:
+                ctx.erasures.append(checked_audit(rec, ctx.location))
+    except journal.JournalError:
+        return  # read as the survey read it: what it could not read is said where it was met
+    finally:
+        backend.close()
+    ctx.erased = _erased_keys(ctx)
+
+
 def _tombstone_problems(ctx: _Context) -> None:
     """A commit of the tombstone's shape whose key no erase record names. Only an erase makes
     tombstones, and it commits its record first, so this is damage: the erase record was lost, or
@@ -819,6 +841,7 @@ def _survey(store: MemoryStore, tick: Callable[[], None] = lambda: None) -> _Con
     ctx = _Context(store, {}, {}, [])
     _journal_problems(ctx)
     ctx.erased = _erased_keys(ctx)
+    _erasures_since(ctx)
     _tombstone_problems(ctx)
     _lost_updates(ctx)
     tick()

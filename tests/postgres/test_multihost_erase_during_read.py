@@ -81,3 +81,37 @@ def test_a_tombstone_that_nothing_retires_still_fails_the_read_closed_and_says_s
                 reader.recall(scope="team")
             with pytest.raises(memory.Unreachable, match="erasure's tombstone"):
                 reader.current(learned.memory_id)
+
+
+def test_a_check_on_a_during_bs_erase_reports_no_damage(
+    tmp_path: Path, postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flows check`` reads the journal run by run: B's erase, made after A's check listed the runs
+    (its record in a run the check never lists) and before it read the commit, left the check a
+    tombstone no erase record it read names, which it called damage (``tombstone_unbacked``,
+    "restore the journal from a backup", and ``learned_unverified`` for A's file). It reads the erase
+    records again before it says so: what it reports is the erasure A has not finished yet."""
+    from journal._postgres import PostgresJournal
+
+    with host(tmp_path, "a", postgres_dsn) as a:
+        with a.session(scope="team") as s:
+            learned = s.learn({"text": TEXT})
+        real = PostgresJournal.read
+        fired: list[bool] = []
+        erased: list[Any] = []
+
+        def read_after_the_erase(self: PostgresJournal, *args: Any, **kwargs: Any) -> Any:
+            if not fired:  # once: the erase's own reads read as they are
+                fired.append(True)
+                with host(tmp_path, "b", postgres_dsn) as b, b.session(scope="privacy") as s:
+                    erased.append(s.erase(learned.memory_id, reason="ana asked"))
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(PostgresJournal, "read", read_after_the_erase)
+        kinds = {p.kind for p in memory.check_store(a)}
+        monkeypatch.undo()
+        assert erased, "the erase did not run inside the check"
+        assert kinds & {"tombstone_unbacked", "learned_unverified"} == set(), kinds
+        assert "erase_incomplete" in kinds  # A's copy, until A's sync (or the repair) removes it
+        a.sync()
+        assert memory.check_store(a) == []
