@@ -31,6 +31,12 @@ _MAX_DIGITS = 4000
 ones only on request, and in time quadratic in their length)."""
 
 
+JSON_WHITESPACE = " \t\r\n"
+"""The only characters JSON allows around a value (RFC 8259): ``str.strip()`` with no argument strips
+many more."""
+_JSON_SPACE = JSON_WHITESPACE.encode()
+
+
 def _valid_id(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
@@ -48,8 +54,10 @@ def error_line(request_id: str | int | None, code: int, message: str, data: Any 
 
 def unreadable_answer(text: str) -> str | None:
     """The error line that answers ``text`` when the SDK would drop it; None when the SDK takes it
-    (a well-formed message, or a blank line, which asks nothing)."""
-    if not text.strip():
+    (a well-formed message, or a blank line, which asks nothing). A line is blank when it holds only
+    JSON's whitespace (space, tab, CR, LF): any other character, even one Python counts as space (a
+    form feed, U+001C, U+2028, a no-break space), is not JSON and gets a parse error."""
+    if not text.strip(JSON_WHITESPACE):
         return None
     try:  # exactly as the SDK reads the line (its JSON reader also bounds nesting)
         read: Any = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
@@ -226,9 +234,9 @@ def top_level_id(start: bytes) -> str | int | None:
             if end is None:
                 return None
             if depth == 1 and start[i:end] == b'"id"':
-                rest = start[end:].lstrip()
+                rest = start[end:].lstrip(_JSON_SPACE)
                 if rest[:1] == b":":
-                    return _scalar(rest[1:].lstrip())
+                    return _scalar(rest[1:].lstrip(_JSON_SPACE))
             i = end
             continue
         if c in (b"{", b"["):

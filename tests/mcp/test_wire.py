@@ -129,6 +129,12 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
     (b"7", None, INVALID_REQUEST),
     (_call(14, "X").replace(b'"X"', b"[" * 199 + b"]" * 199), 14, INVALID_PARAMS),  # past the SDK's depth
     (b"[" * 5000 + b"]" * 5000, None, PARSE_ERROR),
+    # a line of characters Python counts as space but JSON does not is no blank line: it is not JSON
+    *(
+        (text.encode(), None, PARSE_ERROR)
+        for text in ("\x0c", "\x0b", "\x1c", "\x1f", "\x85", "\u2028", "\xa0")
+    ),
+    (" \u3000 ".encode(), None, PARSE_ERROR),
     # a number JSON has not, where the SDK cannot read the message either: under its id, named
     (b'{"jsonrpc": "2.0", "id": 15, "method": "tools/call", "params": NaN}', 15, INVALID_PARAMS),
     (b'{"jsonrpc": "2.0", "id": 16, "method": "ping", "params": ' + b"9" * 5000 + b"}", 16, INVALID_PARAMS),
@@ -161,7 +167,21 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
         # a notification of the wrong shape and a blank line ask nothing, and get nothing
         wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
         wire.send(b"")
+        wire.send(b" \t\r")  # JSON's whitespace only: blank too
         wire.ping(2000)
+        # U+2028, U+0085 and U+001C end a line for Python's `splitlines`, not for the wire: a request
+        # holding them (raw within a string, or escaped) is one request, its text kept whole
+        for n, text in enumerate(["a\u2028b\x85c", "d\x1ce"]):
+            wire.send(_call(2100 + n, text))
+            learned = wire.answer()
+            assert learned["id"] == 2100 + n, learned
+            key = learned["result"]["structuredContent"]["key"]
+            arguments = {"name": "get", "arguments": {"key": key}}
+            wire.send_json({"jsonrpc": "2.0", "id": 2200 + n, "method": "tools/call", "params": arguments})
+            got = wire.answer()
+            assert got["id"] == 2200 + n and got["result"]["structuredContent"]["finding"]["text"] == text, (
+                got
+            )
         # numbers JSON has not, in a message the SDK reads: the tool's own checks answer, as over HTTP
         for n, number in enumerate([b"NaN", b"-Infinity", b"1e400", b"9" * 400]):
             wire.send(_call(3000 + n, "X").replace(b'"X"', number))
@@ -172,7 +192,7 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
         wire.send(_call(13, "caf\xe9").replace(b"caf\\u00e9", b"caf\xe9"))
         answer = wire.answer()
         assert answer["id"] == 13 and "result" in answer
-    assert len(mcp_runs(tmp_path / "history.db")) == 1  # only the last call learned
+    assert len(mcp_runs(tmp_path / "history.db")) == 1  # only well-formed calls learned, in one root run
 
 
 def test_a_stdio_request_over_the_limit_is_answered_under_its_id_without_being_read_whole(
@@ -189,6 +209,9 @@ def test_a_stdio_request_over_the_limit_is_answered_under_its_id_without_being_r
         # an id longer than twenty digits is answered whole, never cut to its first twenty
         wire.send(big.replace(b'"id":21', b'"id":123456789012345678901234'))
         assert wire.answer()["id"] == 123456789012345678901234
+        # a form feed is no JSON whitespace: the line's start is not JSON, and names no id
+        wire.send(big.replace(b'"id":21', b'"id"\x0c:24'))
+        assert wire.answer()["id"] is None
         # one byte under the limit is read and answered by the tool (here: a text over its own limit)
         wire.send(_call(23, "y" * (MAX_REQUEST_BYTES - len(_call(23, "")) - 1)))
         assert wire.answer()["id"] == 23
