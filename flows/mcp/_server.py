@@ -320,7 +320,7 @@ class MemoryServer:
                     mime_type="application/json",
                 )
                 for scope in scopes
-            ]
+            ],
         )
 
     async def list_templates(
@@ -443,8 +443,10 @@ class BearerGate:
 
     In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
     server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``), its
-    shape (a request the SDK would answer under no id, or not at all), for a call that reads or
-    writes the store a slot of ``calls`` (none free: ``503`` with ``Retry-After``, ``mcp_busy``), and
+    shape (a request the SDK would answer under no id, or not at all; a notification of the wrong
+    shape, which it would answer though it asks nothing, is accepted ``202`` and goes no further),
+    for a call that reads or writes the store a slot of ``calls`` (none free: ``503`` with
+    ``Retry-After``, ``mcp_busy``), and
     for an ``initialize`` that opens a session a place among the sessions of ``admission`` (none
     free: ``503`` with ``Retry-After``, ``mcp_sessions_full``); a request refused by any of them
     changes nothing. Only then is the session told of the request; a ``DELETE`` of a session ends its
@@ -527,8 +529,17 @@ class BearerGate:
             await _too_large(send, self._max_body)
             return None
         answer = body_answer(body)
-        if answer is not None:  # the SDK would answer it under no id, or not at all
-            await _send_json(send, 400, answer.encode(), [])
+        if (
+            answer is not None
+        ):  # the SDK would answer it under no id or not at all, or answer what asks nothing
+            status, error = answer
+            if error:
+                await _send_json(send, status, error.encode(), [])
+            else:  # it asks nothing: accepted, and nothing else is done with it
+                await send(
+                    {"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]}
+                )
+                await send({"type": "http.response.body", "body": b""})
             return None
         slot = None
         request = request_of(body)

@@ -93,24 +93,28 @@ def _dropped_request(raw: dict[str, Any], read: Any) -> bool:
     return "method" in raw and isinstance(read, (types.JSONRPCResponse, types.JSONRPCError))
 
 
-def body_answer(body: bytes) -> str | None:
-    """The error that answers an HTTP request's ``body`` when the SDK would answer it wrongly or not
-    at all: JSON that is not one object, a request whose id is not a string or an integer (which the
-    SDK accepts as a notification, answering nothing), a request of the wrong shape (which it answers
-    with no id). None when the SDK answers the body rightly, parse errors included."""
+def body_answer(body: bytes) -> tuple[int, str] | None:
+    """The HTTP status and the error that answer an HTTP request's ``body`` when the SDK would answer
+    it wrongly or not at all: JSON that is not one object, a request whose id is not a string or an
+    integer (which the SDK accepts as a notification, answering nothing), a request of the wrong shape
+    (which it answers with no id): ``400``. A message of the wrong shape that asks for no answer (a
+    notification, which has no id, or a response) is ``202`` with no error, as the SDK accepts a
+    notification: it asks nothing and gets nothing, as over stdio (the SDK would answer it ``400``
+    with its validation error). None when the SDK answers the body rightly, parse errors included."""
     try:
         raw = pydantic_core.from_json(body)  # as the SDK's HTTP transport reads the body
     except ValueError:
         return None
     if not isinstance(raw, dict):
-        return error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
+        return 400, error_line(None, types.INVALID_REQUEST, "Invalid request: a message is one JSON object")
     try:
         read: Any = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
     except ValidationError:
         read = None
     if read is not None and not _dropped_request(raw, read):
         return None
-    return _shape_answer(raw)
+    answer = _shape_answer(raw)
+    return (202, "") if answer is None else (400, answer)
 
 
 def request_of(body: bytes) -> tuple[str | int, str] | None:

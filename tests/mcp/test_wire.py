@@ -148,6 +148,17 @@ UNANSWERED_BY_THE_SDK: list[tuple[bytes, object, int]] = [
 ]
 
 
+MISSHAPEN_ASKING_NOTHING: list[bytes] = [
+    b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}',
+    b'{"jsonrpc": "2.0", "method": 7}',
+    b'{"method": "notifications/initialized"}',
+    b'{"jsonrpc": "1.0", "method": "ping"}',
+    b"{}",
+    b'{"jsonrpc": "2.0", "id": 5, "result": 5}',  # an answer to nothing, of the wrong shape
+    b'{"jsonrpc": "2.0", "id": 6, "error": "no"}',
+]
+
+
 def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_path: Path) -> None:
     with raw_stdio(tmp_path / "history.db") as wire:
         for n, (line, request_id, code) in enumerate(UNANSWERED_BY_THE_SDK):
@@ -164,8 +175,9 @@ def test_every_stdio_request_with_an_id_is_answered_and_the_server_goes_on(tmp_p
             elif b'"error": {' in line:
                 assert "holds no `error`" in answer["error"]["message"], answer
             wire.ping(1000 + n)
-        # a notification of the wrong shape and a blank line ask nothing, and get nothing
-        wire.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized", "params": 5}')
+        # a notification (or an answer) of the wrong shape and a blank line ask nothing, and get nothing
+        for line in MISSHAPEN_ASKING_NOTHING:
+            wire.send(line)
         wire.send(b"")
         wire.send(b" \t\r")  # JSON's whitespace only: blank too
         wire.ping(2000)
@@ -352,6 +364,12 @@ def test_every_http_request_with_an_id_is_answered_as_over_stdio(tmp_path: Path)
         # a notification asks nothing: accepted, as before
         notification = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
         assert client.post(server.url, content=notification, headers={**ACCEPT, **ids}).status_code == 202
+        # of the wrong shape, it asks nothing all the same: accepted with no answer, as over stdio
+        for n, body in enumerate(MISSHAPEN_ASKING_NOTHING):
+            accepted = client.post(server.url, content=body, headers={**ACCEPT, **ids})
+            assert (accepted.status_code, accepted.content) == (202, b""), (body, accepted.text)
+            ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 90 + n, "method": "ping"}, **ids)
+            assert _messages(ping) == [{"jsonrpc": "2.0", "id": 90 + n, "result": {}}]
     assert "Traceback" not in server.stderr()
     assert mcp_runs(db) == []  # no call was run
 
