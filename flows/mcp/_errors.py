@@ -14,6 +14,7 @@ The tree (all under ``FlowsError``, so the CLI prints them as one line like ever
     ├── McpResourceUnknown  mcp_resource_unknown: a resource URI this server does not serve
     ├── McpBusy             mcp_busy: an HTTP server already has its most calls in progress
     ├── McpHeadTooLarge     mcp_head_too_large: an HTTP request head over 16 KiB (431)
+    ├── McpHeaderRepeated   mcp_header_repeated: an HTTP request names a header the server reads twice
     └── McpSessionsFull     mcp_sessions_full: an HTTP server already holds its most sessions open
 
 Memory and journal errors met by a tool keep their own codes; they reach the client as tool errors.
@@ -109,6 +110,19 @@ class McpHeadTooLarge(McpError):
     def __init__(self, message: str, *, limit: int) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class McpHeaderRepeated(McpError):
+    """An HTTP request carries ``header`` (one the server reads: the token, the session, the host, the
+    origin, the length) ``count`` times: which one counts is ambiguous (the SDK reads the first, a
+    dictionary of them the last), so the request is refused ``400`` before anything acts on it."""
+
+    code = "mcp_header_repeated"
+
+    def __init__(self, message: str, *, header: str, count: int) -> None:
+        super().__init__(message)
+        self.header = header
+        self.count = count
 
 
 class McpSessionsFull(McpError):

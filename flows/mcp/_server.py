@@ -37,6 +37,7 @@ from flows.mcp._calls import BUSY_CODE, COUNTED, RETRY_AFTER_S, SCOPE_KEY, Calls
 from flows.mcp._errors import (
     McpArgumentsInvalid,
     McpBusy,
+    McpHeaderRepeated,
     McpHeadTooLarge,
     McpListenFailed,
     McpResourceUnknown,
@@ -441,14 +442,15 @@ def _loopback_security(host: str) -> TransportSecuritySettings:
 class BearerGate:
     """ASGI middleware in front of the MCP endpoint: every check comes before anything acts.
 
-    In order: the bearer token (when one is set), the ``Host`` and ``Origin`` headers (on a loopback
-    server, against DNS rebinding), the size of a request's body (at most ``MAX_REQUEST_BYTES``), its
-    shape (a request the SDK would answer under no id, or not at all; a notification of the wrong
-    shape, which it would answer though it asks nothing, is accepted ``202`` and goes no further),
-    for a call that reads or writes the store a slot of ``calls`` (none free: ``503`` with
-    ``Retry-After``, ``mcp_busy``), and
-    for an ``initialize`` that opens a session a place among the sessions of ``admission`` (none
-    free: ``503`` with ``Retry-After``, ``mcp_sessions_full``); a request refused by any of them
+    In order: no header it reads given twice (``SINGLE_HEADERS``; else ``400``,
+    ``mcp_header_repeated``), the bearer token (when one is set), the ``Host`` and ``Origin`` headers
+    (on a loopback server, against DNS rebinding), the size of a request's body (at most
+    ``MAX_REQUEST_BYTES``), its shape (a request the SDK would answer under no id, or not at all; a
+    notification of the wrong shape, which it would answer though it asks nothing, is accepted
+    ``202`` and goes no further), for a call that reads or writes the store a slot of ``calls``
+    (none free: ``503`` with ``Retry-After``, ``mcp_busy``), and for an ``initialize`` that opens a
+    session a place among the sessions of ``admission`` (none free: ``503`` with ``Retry-After``,
+    ``mcp_sessions_full``); a request refused by any of them
     changes nothing. Only then is the session told of the request; a ``DELETE`` of a session ends its
     root runs once the endpoint has accepted it, before the answer goes back, and gives back its place.
     """
@@ -484,6 +486,10 @@ class BearerGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
+            return
+        repeated = _repeated(scope["headers"])
+        if repeated is not None:  # which one counts would be ambiguous: this gate and the SDK differ
+            await _header_repeated(send, repeated)
             return
         headers = {k.lower(): v for k, v in scope["headers"]}
         if not self._authorized(headers.get(b"authorization")):
@@ -603,6 +609,35 @@ class BearerGate:
             await send(message)
 
         return send_after_ending
+
+
+SINGLE_HEADERS = (b"authorization", b"mcp-session-id", b"host", b"origin", b"content-length")
+"""The headers the gate reads, each of which a request may carry once. Given twice, the gate (a
+dictionary of the headers: the last counts) and the SDK (the first counts) would read two different
+values: a ``DELETE`` naming session A then B was accepted by the SDK for A while the gate ended B's
+root runs."""
+
+
+def _repeated(headers: Any) -> McpHeaderRepeated | None:
+    """The refusal of a request whose ``headers`` name one of ``SINGLE_HEADERS`` more than once."""
+    names = [bytes(name).lower() for name, _ in headers]
+    for single in SINGLE_HEADERS:
+        count = names.count(single)
+        if count > 1:
+            name = single.decode("ascii")
+            return McpHeaderRepeated(
+                f"the request carries the `{name}` header {count} times; this server reads it once, so "
+                "which one counts would be ambiguous: nothing was done; send it once",
+                header=name,
+                count=count,
+            )
+    return None
+
+
+async def _header_repeated(send: Send, err: McpHeaderRepeated) -> None:
+    """``400``: ``err`` (``mcp_header_repeated``) as a JSON-RPC error without an id (none was read)."""
+    answer = error_line(None, types.INVALID_REQUEST, str(err), error_json(err))
+    await _send_json(send, 400, answer.encode(), [])
 
 
 def _session_named(start: MutableMapping[str, Any]) -> str | None:

@@ -107,7 +107,7 @@ def test_every_code_of_the_mcp_server_has_its_row_in_the_surface_table() -> None
         for cls in vars(mcp_errors).values()
         if isinstance(cls, type) and issubclass(cls, mcp_errors.McpError) and cls is not mcp_errors.McpError
     }
-    assert len(codes) == 12
+    assert len(codes) == 13
     assert sorted(c for c in codes if f"| `{c}` |" not in table) == []
 
 

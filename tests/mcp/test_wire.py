@@ -394,6 +394,63 @@ def test_a_delete_with_a_foreign_host_is_refused_before_it_ends_anything(tmp_pat
         assert [r.state for r in mcp_runs(db)] == [RunState.DONE]  # ended before the answer came
 
 
+def test_a_request_naming_a_header_the_gate_reads_twice_is_refused_before_it_ends_anything(
+    tmp_path: Path,
+) -> None:
+    """A DELETE naming session A then session B: the SDK would delete A (the first header) while the
+    gate ended B's root run (the last) and gave back B's place; refused, it ends nothing."""
+    db = tmp_path / "history.db"
+    with (
+        http_server(db, "--max-sessions", "2") as server,
+        _session(server.url) as (client, a),
+        _session(server.url) as (_, b),
+    ):
+        for n, ids in enumerate((a, b)):
+            learn = orjson.loads(_call(81 + n, f"a finding of session {n}"))
+            assert "result" in _messages(_post(client, server.url, learn, **ids))[0]
+        runs = {r.run_id: r.state for r in mcp_runs(db)}
+        assert list(runs.values()) == [RunState.RUNNING, RunState.RUNNING]
+        both = [("mcp-session-id", a["mcp-session-id"]), ("mcp-session-id", b["mcp-session-id"])]
+        version = ("mcp-protocol-version", "2025-06-18")
+        twice: list[tuple[list[tuple[str, str]], str]] = [
+            ([*both, version], "mcp-session-id"),
+            ([*both[::-1], version], "mcp-session-id"),
+            (
+                [both[0], version, ("authorization", "Bearer x"), ("Authorization", "Bearer y")],
+                "authorization",
+            ),
+            ([both[0], version, ("origin", "http://127.0.0.1"), ("origin", "http://localhost")], "origin"),
+        ]
+        for headers, name in twice:
+            refused = client.delete(server.url, headers=headers)
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == INVALID_REQUEST and error["data"]["code"] == "mcp_header_repeated"
+            assert (error["data"]["header"], error["data"]["count"]) == (name, 2)
+            assert "send it once" in error["message"]
+            assert {r.run_id: r.state for r in mcp_runs(db)} == runs  # nothing ended
+        learn = orjson.loads(_call(83, "named twice"))
+        posted = client.post(
+            server.url, content=orjson.dumps(learn), headers=[*ACCEPT.items(), *both, version]
+        )
+        assert posted.status_code == 400 and posted.json()["error"]["data"]["code"] == "mcp_header_repeated"
+        # both sessions still open and served; no place was given back
+        for n, ids in enumerate((a, b)):
+            ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 84 + n, "method": "ping"}, **ids)
+            assert _messages(ping) == [{"jsonrpc": "2.0", "id": 84 + n, "result": {}}]
+        full = _post(client, server.url, INITIALIZE)
+        assert full.status_code == 503 and full.json()["error"]["data"]["code"] == "mcp_sessions_full"
+        # sent again with the header once: A's session, and only A's, ends
+        assert client.delete(server.url, headers=a).status_code == 200
+        [run_a, run_b] = mcp_runs(db)
+        assert (run_a.state, run_b.state) == (RunState.DONE, RunState.RUNNING)
+        ping = _post(client, server.url, {"jsonrpc": "2.0", "id": 86, "method": "ping"}, **b)
+        assert _messages(ping) == [{"jsonrpc": "2.0", "id": 86, "result": {}}]
+        assert _post(client, server.url, INITIALIZE).status_code == 200  # A's place, given back
+    assert len(mcp_runs(db)) == 2  # the call naming two sessions ran in neither
+    assert "Traceback" not in server.stderr()
+
+
 def _piped(
     db: Path, lines: list[bytes], *, close_stdout: bool = False
 ) -> tuple[int, list[dict[str, Any]], float]:
