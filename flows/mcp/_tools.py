@@ -19,7 +19,6 @@ from flows._bounded import LIST_MAX_BYTES, fitting
 from flows.mcp._errors import McpArgumentsInvalid, McpToolUnknown
 from flows.mcp._sessions import DEFAULT_SCOPE
 from memory import (
-    FORGET_MANY_MAX,
     HISTORY_KINDS,
     METADATA_MAX_BYTES,
     REASON_MAX,
@@ -37,8 +36,9 @@ CONFIRM_PATTERN = "^[0-9a-f]{16}$"
 """A filter forget's or erase's confirmation: 16 hex digits of a digest of what its dry run listed."""
 
 LISTED_MAX = 1000
-"""The most keys (or memory ids) a result of ``forget_where`` or ``erase_where`` lists; ``count``
-says how many there are, and the confirmation covers them all."""
+"""The most keys (or memory ids) one ``forget_where`` or ``erase_where`` call reaches. Its dry run
+lists every one, and its confirmation is a digest of exactly what was listed, so it acts only on what
+the caller was shown: a filter that matches more is refused, dry run or not, to be narrowed."""
 
 ERASE_MANY_MAX = 1000
 """The most memories one ``erase_where`` call erases (each erasure rewrites the journal streams that
@@ -63,6 +63,7 @@ def bounded(
     left out."""
     n = fitting((len(orjson.dumps(item)) for item in items), max_bytes)
     return (items, False) if n is None else (items[:n], True)
+
 
 TEXT_MAX = 65536
 """The longest text a finding takes through ``learn`` (characters), stated as the schema's
@@ -375,10 +376,22 @@ def _confirmed(tool: str, args: dict[str, Any], ids: list[str], expected: str) -
 
 
 def _listed(name: str, ids: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"count": len(ids), name: ids[:LISTED_MAX]}
-    if len(ids) > LISTED_MAX:
-        out["truncated"] = True
-    return out
+    return {"count": len(ids), name: ids}
+
+
+def _at_most(limit: int, ids: list[str], what: str, tool: str, scope: str) -> None:
+    """Refuse a filter forget or erase whose filter matches more than ``limit`` of ``what`` (``ids``):
+    more than one call reaches, or than its dry run lists for the caller to confirm.
+
+    Raises:
+        ArgumentInvalid: saying how many it matches and to narrow the filter; nothing is written.
+    """
+    if len(ids) > limit:
+        raise ArgumentInvalid(
+            f"the filter matches {len(ids)} {what} in scope {scope!r}, more than one {tool} call "
+            f"reaches ({limit}, every one listed by its dry run for you to confirm): narrow it (a tag, "
+            "metadata, a source, `before`); nothing was written"
+        )
 
 
 async def _forget_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
@@ -387,6 +400,7 @@ async def _forget_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     reason = str(args["reason"])
     plan = await memory.forget_where(scope=scope, reason=reason, dry_run=True, **where)
     keys = list(plan["keys"])
+    _at_most(LISTED_MAX, keys, "findings", "forget_where", scope)  # a key never listed is never forgotten
     expected = confirmation("forget_where", scope, where, keys)
     head = {"scope": scope, "filter": plan["filter"], "reason": reason}
     if args.get("dry_run"):
@@ -413,12 +427,7 @@ async def _erase_where(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
     where = _where("erase_where", args)
     reason = str(args["reason"])
     memories = await memory.erase_plan(scope=scope, reason=reason, **where)
-    if len(memories) > ERASE_MANY_MAX:
-        raise ArgumentInvalid(
-            f"the filter matches {len(memories)} memories in scope {scope!r}, more than one erase_where "
-            f"call erases ({ERASE_MANY_MAX}): narrow it (a tag, metadata, a source, `before`); nothing "
-            "was written"
-        )
+    _at_most(min(ERASE_MANY_MAX, LISTED_MAX), memories, "memories", "erase_where", scope)
     expected = confirmation("erase_where", scope, where, memories)
     head = {"scope": scope, "reason": reason}
     if args.get("dry_run"):
@@ -520,11 +529,7 @@ def _plan_output(name: str, item: str, extra: dict[str, Any]) -> dict[str, Any]:
             name: {
                 "type": "array",
                 "items": _KEY,
-                "description": f"the {item}, sorted (at most {LISTED_MAX})",
-            },
-            "truncated": {
-                "type": "boolean",
-                "description": f"Present (true) when there are more than {LISTED_MAX}: `count` has them all.",
+                "description": f"the {item}, sorted: every one (at most {LISTED_MAX})",
             },
             "scope": {"type": "string"},
             "reason": {"type": "string"},
@@ -697,7 +702,9 @@ _READ_AND_WRITE: tuple[ToolSpec, ...] = (
             "tool. Each finding carries its `key` and `citation`. Repeats: it only reads, so the same "
             "call returns the same findings until something is learned or forgotten. Forgotten, "
             "superseded and expired findings are never listed (the `history` tool shows them). "
-            "Errors: " + _ARGUMENT_ERRORS + "; a filter the memory refuses is `memory_argument_invalid`."
+            "Errors: "
+            + _ARGUMENT_ERRORS
+            + "; a filter the memory refuses is `memory_argument_invalid`."
             + _BOUNDED
         ),
         input_schema=_object(
@@ -896,10 +903,11 @@ _READ_AND_WRITE: tuple[ToolSpec, ...] = (
 
 _TWO_STEPS = (
     "Two steps, so that nothing goes by accident: call it first with `dry_run: true`, which writes "
-    "nothing and returns the `count`, the {ids} (sorted; at most " + str(LISTED_MAX) + " listed, "
-    "`truncated` past them) and `confirm` (16 hex digits: a digest of the scope, the filter and every "
-    "one it lists); then call it again with the same scope and filter, your reason and that "
-    "`confirm`. It acts only when the filter still matches exactly what the dry run listed. It "
+    "nothing and returns the `count`, the {ids} (sorted, every one) and `confirm` (16 hex digits: a "
+    "digest of the scope, the filter and every one it lists); then call it again with the same scope "
+    "and filter, your reason and that `confirm`. It acts only when the filter still matches exactly "
+    "what the dry run listed. A filter matching more than " + str(LISTED_MAX) + " is refused, dry "
+    "run or not, so that nothing goes unlisted: narrow it. It "
     "reaches one scope: `scope`, else the server's --scope (a server started without one needs "
     "`scope`); `tags` (every one), `metadata` (equality on each key), `source` and `before` narrow "
     "it, and `scope` alone reaches {whole}. "
@@ -935,7 +943,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             + _ARGUMENT_ERRORS
             + f" (a reason is at most {REASON_MAX} characters); "
             + _CONFIRM_ERRORS
-            + f"; a filter the memory refuses, one matching more than {FORGET_MANY_MAX} findings, and a "
+            + f"; a filter the memory refuses, one matching more than {LISTED_MAX} findings, and a "
             "blank reason are `memory_argument_invalid`; a `scope` no finding can have is "
             "`memory_argument_invalid` or `journal_name_invalid`."
         ),

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import memory
+from flows.mcp._tools import LISTED_MAX, confirmation
 from journal import RunState
 from tests.mcp.conftest import Transport, open_transport
 from tests.mcp.harness import (
@@ -20,6 +22,8 @@ from tests.mcp.harness import (
     server_env,
     stdio_session,
 )
+
+_NO_FILTER = {"tags": [], "meta": None, "source": None, "before_ms": None}
 
 
 def _bytes_anywhere(root: Path, needle: bytes) -> list[Path]:
@@ -77,6 +81,41 @@ def test_forget_where_forgets_one_scope_only_after_a_dry_run_whose_confirm_still
     assert [f["text"] for f in out["other"]["findings"]] == ["alice elsewhere"]  # another scope: untouched
     forgotten = [e for e in out["history"]["events"] if e["kind"] == "forgotten"]
     assert [e["reason"] for e in forgotten] == ["she asked"]
+
+
+def test_forget_where_past_what_a_dry_run_lists_is_refused_and_forgets_no_key_the_caller_was_not_shown(
+    tmp_path: Path,
+) -> None:
+    """A dry run over more matches than it lists had a confirmation that forgot them all, keys never
+    shown among them: a filter matching more than one call lists is refused, the dry run too."""
+    db = tmp_path / "history.db"
+    with memory.MemoryStore(db) as store, store.session(scope="bulk", flow="test") as seeding:
+        keys = sorted(seeding.learn({"text": f"bulk finding {i}", "tags": ["bulk"]}).id for i in range(1001))
+    where = {"scope": "bulk", "tags": ["bulk"], "reason": "cleanup"}
+    # a confirmation of the first 1,000 alone, all a truncated dry run could show
+    shown = confirmation("forget_where", "bulk", {**_NO_FILTER, "tags": ["bulk"]}, keys[:LISTED_MAX])
+
+    async def main(t: Transport) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with t.connect() as s:
+            out["dry"] = await call_error(s, "forget_where", **where, dry_run=True)
+            out["shown"] = await call_error(s, "forget_where", **where, confirm=shown)
+            out["live"] = [(await call(s, "get", key=key))["finding"]["key"] for key in keys[-2:]]
+            await call(s, "forget", key=keys[-1], reason="one fewer")  # narrowed to what a dry run lists
+            out["plan"] = await call(s, "forget_where", **where, dry_run=True)
+            out["done"] = await call(s, "forget_where", **where, confirm=out["plan"]["confirm"])
+        return out
+
+    with open_transport("stdio", db) as t:
+        out = run(lambda: main(t))
+    for refused in (out["dry"], out["shown"]):
+        assert refused["code"] == "memory_argument_invalid", refused
+        assert "matches 1001 findings" in refused["message"] and "narrow it" in refused["message"]
+        assert "nothing was written" in refused["message"]
+    assert out["live"] == keys[-2:]  # the keys past the first 1,000 were not forgotten
+    plan = out["plan"]
+    assert (plan["count"], plan["keys"], "truncated" in plan) == (LISTED_MAX, keys[:LISTED_MAX], False)
+    assert (out["done"]["count"], out["done"]["keys"]) == (LISTED_MAX, keys[:LISTED_MAX])
 
 
 def test_a_server_with_a_scope_forgets_by_filter_in_it_without_naming_it(tmp_path: Path) -> None:
