@@ -91,7 +91,7 @@ def test_a_check_on_a_during_bs_erase_reports_no_damage(
     tombstone no erase record it read names, which it called damage (``tombstone_unbacked``,
     "restore the journal from a backup", and ``learned_unverified`` for A's file). It reads the erase
     records again before it says so: what it reports is the erasure A has not finished yet."""
-    from journal._postgres import PostgresJournal
+    from journal.postgres import PostgresJournal
 
     with host(tmp_path, "a", postgres_dsn) as a:
         with a.session(scope="team") as s:
