@@ -585,9 +585,11 @@ class Search:
     ) -> list[Recalled]:
         """See ``MemoryStore.recall``."""
         check_read(scope=scope, source=source, tag=tag, before_ms=before_ms, limit=limit)
+        reading = self._reading
         while True:  # ``_again_if_stale``, without a closure per read
+            served = getattr(reading, "served", 0)
             try:
-                return self._recall(
+                found = self._recall(
                     source=source,
                     tag=tag,
                     before_ms=before_ms,
@@ -598,16 +600,26 @@ class Search:
                 )
             except StaleIndex as exc:
                 self._stale(exc)
+                continue
+            if getattr(reading, "served", 0) == served:
+                return found
 
     def _again_if_stale(self, read: Callable[[], E]) -> E:
         """``read()``, made again while a files' index turns out to list a file that changed or
         went away (that folder is then read from every file, which sees the change or fails on
-        the damage); a folder distrusted once is never read from its index again."""
+        the damage); a folder distrusted once is never read from its index again. Made again too,
+        once, when it met versions another host wrote that this host lacks (``_serve_successor``):
+        the read again serves them, all gathered by the first."""
+        reading = self._reading
         while True:
+            served = getattr(reading, "served", 0)
             try:
-                return read()
+                found = read()
             except StaleIndex as exc:
                 self._stale(exc)
+                continue
+            if getattr(reading, "served", 0) == served:
+                return found
 
     def _stale(self, exc: StaleIndex) -> None:
         """What a read that found a files' index stale does before it reads again: let go of the
@@ -832,17 +844,23 @@ class Search:
         """See ``MemoryStore.scopes``."""
         _optional("after", after, str)
         check_read(scope=None, source=None, tag=None, before_ms=None, limit=limit)
-        on_disk: set[str] = set()
-        for listing in self._again_if_stale(lambda: self._sources(None)[0]):
-            on_disk.update(listing.scopes())
-        found: list[str] = []
         if limit == 0:
-            return found
-        for scope in self._scope_candidates(after, on_disk, limit):
-            if self.recall(scope=scope, limit=1):  # a live finding, not only retired or expired ones
-                found.append(scope)
-                if limit is not None and len(found) == limit:
-                    break
+            return []
+        found: list[str] = []
+        for _ in range(3):  # (more is another host moving memories as fast as this reads)
+            on_disk: set[str] = set()
+            for listing in self._again_if_stale(lambda: self._sources(None)[0]):
+                on_disk.update(listing.scopes())  # with the versions served from commits
+            found = []
+            for scope in self._scope_candidates(after, on_disk, limit):
+                if self.recall(scope=scope, limit=1):  # a live finding, not only retired or expired ones
+                    found.append(scope)
+                    if limit is not None and len(found) == limit:
+                        break
+            # a version another host moved to a scope this look did not list, met by the recalls
+            # (``_serve_successor``): looked at again with it, or the memory would be in no scope
+            if {e.scope for e in list(self._from_commits.values())} <= on_disk:
+                break
         return found
 
     def _scope_candidates(self, after: str | None, on_disk: set[str], limit: int | None) -> Iterator[str]:
@@ -1035,7 +1053,7 @@ class Search:
         files = {
             x.finding.key
             for x in answers
-            if x.finding.id < 0 and x.finding.key in kept and os.path.lexists(self._path_of(x.finding))
+            if x.finding.id < 0 and x.finding.key in kept and self._still_there(x.finding)
         }
         rows = {r.key for r in self._db.live_rows([k for k in keys if k in kept and k not in files], now)}
         return [x for x in answers if x.finding.key in files or x.finding.key in rows]
@@ -1111,7 +1129,7 @@ class Search:
         file first). The file is looked at before the DB: a sync writes the row, then drops it."""
 
         def held(keys: list[str]) -> set[str]:
-            out = {k for k in keys if k in unsynced and os.path.lexists(self._path_of(unsynced[k]))}
+            out = {k for k in keys if k in unsynced and self._still_there(unsynced[k])}
             return out | self._db.live_held([k for k in keys if k not in out])
 
         return held
@@ -1123,7 +1141,7 @@ class Search:
         their file is there (an erase since the listing removed it; the search may have taken
         seconds), rows read again (one retired or expired since it was listed is left out). A file
         is looked at before the DB: a sync writes the row, then drops the file."""
-        listed = {k for k in keys if k in unsynced and os.path.lexists(self._path_of(unsynced[k]))}
+        listed = {k for k in keys if k in unsynced and self._still_there(unsynced[k])}
         rows = {r.key: r for r in self._db.live_rows([k for k in keys if k not in listed], now)}
         return {k: unsynced[k] if k in listed else rows[k] for k in keys if k in listed or k in rows}
 
@@ -1304,8 +1322,9 @@ class Search:
         ``key`` (the end of its chain of supersedes, each retired in ``retired``) is live and this
         host has it neither as a file nor as a row (another host's update, committed since this
         host last caught up), it is served from its commit (checked like every record read back;
-        an erased commit, or an update that lost its race, serves nothing) until this host has it,
-        and the read starts again with it (``LeftMeanwhile``). Before, such a read answered with
+        an erased commit, or an update that lost its race, serves nothing) until this host has it:
+        the read goes on, and once it has met every such version it is made again, once, with them
+        (``_again_if_stale``). Before, such a read answered with
         neither version of a memory live at every instant until a catch up published the new one,
         and a LangGraph store's read, which catches up before and after, could lose that race to
         a busy writer on another host every time. The chain's end is remembered per key, so a
@@ -1314,12 +1333,12 @@ class Search:
         if here and end not in retired:
             return  # this host had the line's last version when last asked, and it is still the last
         seen: set[str] = set()
-        while end is not None and end in retired and end not in seen and len(seen) < 10_000:
+        while end is not None and end in retired and end not in seen:
             seen.add(end)
             last = retired[end]
             end = last.by
         if end is None or end in retired:
-            return  # forgotten at the end of the line (or a loop): nothing live to serve
+            return  # forgotten at the end of the line (or a loop, which is damage): nothing to serve
         if len(self._chain_ends) >= 200_000:
             self._chain_ends.clear()
         listings = getattr(self._reading, "listings", None) or ()
@@ -1330,10 +1349,10 @@ class Search:
         entry = self.successor_entry(last)
         if entry is None or entry.key != end:
             return
-        if len(self._from_commits) >= 10_000:
-            self._from_commits.clear()
         self._from_commits[end] = entry
-        raise LeftMeanwhile(self._publisher.retired_dir(found.scope))
+        # the read goes on, gathering every such version it meets, and is then made again once
+        # (``_again_if_stale``): one restart per version made a read of N of them cost N² steps
+        self._reading.served = getattr(self._reading, "served", 0) + 1
 
     def _renamed_since_listed(self, found: Retired, retired: Mapping[str, Retired]) -> bool:
         """Whether the version that superseded ``found`` (the end of its chain of supersedes, each
@@ -1425,6 +1444,11 @@ class Search:
                 if e.key in self._shared():
                     raise LeftMeanwhile(path.parent) from None
                 raise Citations.tombstoned(path, e, named=None) from None
+
+    def _still_there(self, e: Recalled) -> bool:
+        """Whether the unsynced entry ``e`` is still this host's to answer with: its file is there,
+        or it is a version served from its commit (``_serve_successor``), which has none."""
+        return self._from_commits.get(e.key) is e or os.path.lexists(self._path_of(e))
 
     def _path_of(self, e: Recalled) -> Path:
         return self._publisher.scope_dir(e.scope) / f"{e.key}.json"

@@ -603,7 +603,7 @@ class MemoryStore:
         shared = self._retirer.shared.current()
         standing: Retired | None = None
         at, seen = key, set[str]()
-        while at not in seen and len(seen) < 10_000:
+        while at not in seen:  # (a loop is damage: it ends there, and nothing is adopted)
             seen.add(at)
             retired = shared.get(at)
             if retired is None:
