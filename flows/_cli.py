@@ -351,7 +351,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "demo": ("flows demo", "flows demo --keep /tmp/flows-demo"),
     "serve": (
         "flows serve --port 8080",
-        "flows serve --host 0.0.0.0 --port 8080 --token s3cret --sail-home ./agent",
+        "flows serve --host 0.0.0.0 --port 8080 --token 9pQ2-vX7mK4tR8wZ --sail-home ./agent",
     ),
     "mcp": ("flows mcp --scope notes", "flows mcp --http 127.0.0.1:8765 --idle-timeout 600"),
 }

@@ -26,6 +26,7 @@ import pytest
 
 import memory
 from flows._cli import build_parser as flows_parser
+from flows._web_cli import check_address
 from memory.cli import expiry_ms, instant_ms, limit, shown
 from memory.ledger import Ledger, Skipped
 from sail._cli import build_parser as sail_parser
@@ -894,7 +895,8 @@ def test_every_flows_command_help_ends_with_examples_that_parse(
 ) -> None:
     """``flows COMMAND --help`` ends with an "examples:" list; each example is a whole command line
     the real parser takes, as that command (shell redirections aside; a file an ``@FILE`` names is
-    made, holding ``{}``; ``./agent`` is an agent's home)."""
+    made, holding ``{}``; ``./agent`` is an agent's home); a ``serve`` example's address and token
+    are ones serve accepts."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "agent" / ".sail").mkdir(parents=True)
     parser = flows_parser()
@@ -915,6 +917,8 @@ def test_every_flows_command_help_ends_with_examples_that_parse(
             except Exception as exc:  # a UsageError, or a type's refusal
                 raise AssertionError(f"{example!r} does not parse: {exc}") from exc
             assert args.command == name, example
+            if name == "serve":  # an example serves as printed: its address and token pass serve's rule
+                check_address(args.host, args.token)
 
 
 @pytest.mark.parametrize("spelled", ["--json", "--jso", "--js"])
