@@ -378,6 +378,11 @@ def parse_step_record(backend: JournalBackend, rec: Record) -> tuple[str, Outcom
         raise _corrupt(backend, rec, "missing step, position or final")
     if not isinstance(ok, bool) or isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise _corrupt(backend, rec, "missing ok or a positive attempt")
+    # a step retries at most MAX_RETRIES times: an attempt to be retried is at most MAX_RETRIES, the
+    # last one at most one more; the runtime never wrote a larger count
+    top = MAX_RETRIES + 1 if final else MAX_RETRIES
+    if attempt > top:
+        raise _corrupt(backend, rec, f"attempt {attempt} is past the {top} a step can reach")
     key = f"{step}#{position}"
     if rec.key != (key if final else f"{key}~{attempt}"):
         raise _corrupt(backend, rec, f"its key {rec.key!r} does not match step {key!r}")

@@ -14,6 +14,7 @@ import pytest
 
 import flows
 import journal
+from flows._steps import MAX_RETRIES
 from journal import RunState
 from tests.flows.helpers import flows as flows_cli
 from tests.flows.helpers import json_of
@@ -590,6 +591,52 @@ def test_a_damaged_step_record_fails_resume_as_journal_corrupt_and_leaves_the_ru
         flows.resume(first.run_id, db=db)
     assert (err.value.code, err.value.stream, err.value.line) == ("journal_corrupt", "steps", 3)
     assert journal.FileJournal(db.parent / "flows-journal").run(first.run_id).state == RunState.INTERRUPTED
+
+
+@pytest.mark.parametrize("attempt", [MAX_RETRIES + 1, 2**63 - 1])
+def test_a_step_record_counting_more_attempts_than_a_step_can_make_fails_resume_as_journal_corrupt(
+    tmp_path: Path, attempt: int
+) -> None:
+    """A step retries at most ``MAX_RETRIES`` times: a record counting more attempts (checksummed,
+    so read back whole) was not written by the runtime; it is that record's damage, named, not an
+    error about the runtime's own next attempt."""
+    counter, fail = tmp_path / "counter.txt", tmp_path / "fail"
+    fail.touch()
+    db = tmp_path / "h.db"
+    later = STEPS_FLOW.replace(
+        "    return got\n", "    return await f.step('later', broken, f.input['counter'], 8)\n"
+    )
+    first = flows.run(
+        _flow_file(tmp_path, later), db=db, input={"steps": 0, "counter": str(counter), "fail": str(fail)}
+    )
+    jr = journal.FileJournal(db.parent / "flows-journal")
+    lease = jr.acquire(first.run_id)
+    error = {"code": "flow_failed", "message": "ValueError: no luck"}
+    payload = {"step": "later", "position": "1", "attempt": attempt, "final": False, "ok": False}
+    jr.append(lease, flows.STEPS_STREAM, {**payload, "error": error}, key=f"later#1~{attempt}")
+    jr.release(lease)
+    jr.close()
+    fail.unlink()  # the resumed body goes on to the step the record names
+    with pytest.raises(journal.JournalCorrupt) as err:
+        flows.resume(first.run_id, db=db)
+    assert (err.value.code, err.value.run_id, err.value.stream) == ("journal_corrupt", first.run_id, "steps")
+    assert err.value.line == 2 and f"attempt {attempt} is past" in str(err.value)
+
+
+def test_the_largest_attempt_counts_a_step_can_record_read_back(tmp_path: Path) -> None:
+    """The runtime's own extremes: attempt ``MAX_RETRIES`` retried, then ``MAX_RETRIES + 1`` final."""
+    jr = journal.FileJournal(tmp_path / "flows-journal")
+    info, lease = jr.begin("f", "s", {})
+    error = {"code": "flow_failed", "message": "ValueError: no luck"}
+    top = MAX_RETRIES
+    for attempt, final, key in ((top, False, f"a#1~{top}"), (top + 1, True, "a#1")):
+        payload = {"step": "a", "position": "1", "attempt": attempt, "final": final, "ok": False}
+        jr.append(lease, flows.STEPS_STREAM, {**payload, "error": error}, key=key)
+    outcomes = [
+        flows.parse_step_record(jr, rec)[1].attempt for rec in jr.read(info.run_id, flows.STEPS_STREAM)
+    ]
+    jr.close()
+    assert outcomes == [top, top + 1]
 
 
 def test_a_body_ending_by_system_exit_settles_and_fails_the_root_in_process(tmp_path: Path) -> None:
