@@ -31,11 +31,13 @@ from flows.langgraph._errors import RecordInvalid
 from journal import (
     JournalBackend,
     JournalLeaseLost,
+    JournalNameInvalid,
     JournalRunNotFound,
     Lease,
     Record,
     RunInfo,
     RunState,
+    check_name,
 )
 
 CATALOG_FLOW = "langgraph-catalog"
@@ -95,6 +97,27 @@ def _age(info: RunInfo) -> tuple[int, str]:
     return (info.created_ms, info.run_id)
 
 
+def _run_id(value: object) -> bool:
+    """Whether ``value`` is a name the journal takes for a run id (what a registration holds)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        check_name("run id", value)
+    except JournalNameInvalid:
+        return False
+    return True
+
+
+def _invalid(rec: Record, what: str) -> RecordInvalid:
+    return RecordInvalid(
+        f"record {rec.seq} of stream {rec.stream} in catalog run {rec.run_id} {what}; inspect it with "
+        f"`flows journal {rec.run_id} --stream {rec.stream}`",
+        run_id=rec.run_id,
+        stream=rec.stream,
+        seq=rec.seq,
+    )
+
+
 def parse_registration(rec: Record) -> Registration:
     """The registration a ``threads`` record holds; RecordInvalid for any other shape."""
     p = rec.payload
@@ -104,16 +127,10 @@ def parse_registration(rec: Record) -> Registration:
         or isinstance(gen, bool)
         or not isinstance(gen, int)
         or gen < 1
-        or not (run is None or isinstance(run, str))
+        or not (run is None or _run_id(run))
         or (rec.key is not None and rec.key != registration_key(thread, gen))
     ):
-        raise RecordInvalid(
-            f"record {rec.seq} of stream {rec.stream} in catalog run {rec.run_id} is not a thread "
-            f"registration; inspect it with `flows journal {rec.run_id} --stream {rec.stream}`",
-            run_id=rec.run_id,
-            stream=rec.stream,
-            seq=rec.seq,
-        )
+        raise _invalid(rec, "is not a thread registration")
     return Registration(thread, gen, run, rec.run_id, rec)
 
 
@@ -240,7 +257,9 @@ class Catalog:
         writes land among them. Checked once per run and process.
 
         Raises:
-            RecordInvalid: a registered run is another thread's, or no thread run at all.
+            RecordInvalid: a registered run is another thread's, no thread run at all, or missing
+                (the journal never removes a run: it was never begun, so that registration is not
+                one this adapter made); a missing one names the registration's record.
         """
         for run in found.runs:
             if self._owners.get(run) == found.thread_id:
@@ -248,7 +267,10 @@ class Catalog:
             try:
                 info = self._backend.run(run)
             except JournalRunNotFound:
-                continue  # nothing to read there: the reads that follow say so
+                regs = self._known.get(found.thread_id, {}).get(found.gen, [])
+                (rec, *_) = [r.record for r in regs if r.run_id == run]  # what ``runs`` was made of
+                what = f"registers run {run} for thread {found.thread_id!r}, and the journal has no such run"
+                raise _invalid(rec, what) from None
             meta = info.meta.get("langgraph")
             owner = meta.get("thread") if isinstance(meta, Mapping) else None
             if info.flow != THREAD_FLOW or owner != found.thread_id:

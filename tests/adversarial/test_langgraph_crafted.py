@@ -282,6 +282,7 @@ CRAFTED_REGISTRATIONS: dict[str, dict[str, Any]] = {
     "gen a string": {"thread": "t", "gen": "1", "run": None},
     "gen a boolean": {"thread": "t", "gen": True, "run": None},
     "run a list": {"thread": "t", "gen": 1, "run": ["x"]},
+    "run a path": {"thread": "t", "gen": 1, "run": "../../../../tmp/x"},
     "empty": {},
 }
 
@@ -410,6 +411,39 @@ def test_a_registration_naming_another_threads_run_serves_and_takes_nothing(
         assert [r.payload for r in backend.read(target, STREAM)] == before  # nothing landed there
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("run", ["../../../../tmp/x", "20991231T000000-0000000000"])
+def test_a_registration_naming_no_run_of_the_journal_is_that_records_error(
+    journal_location: str, run: str
+) -> None:
+    """A keyed, checksummed registration whose run is not a run id (a path), or one the journal does
+    not hold (a run is never removed, so the adapter never registered it), is that catalog record's
+    ``langgraph_record_invalid``, for reads and writes alike: not a journal error about a name."""
+    from flows.langgraph._catalog import registration_key
+
+    with JournalSaver(journal=journal_location) as saver:
+        put_chain(saver, "alice", [{"v": "alice's"}])
+    backend = journal.open_journal(journal_location)
+    try:
+        (catalog,) = catalog_runs(backend)
+        crafted = {"thread": "alice", "gen": 2, "run": run, "reason": "put"}
+        rec = backend.append(
+            journal.Lease(catalog.run_id, catalog.epoch), THREADS_STREAM, crafted,
+            key=registration_key("alice", 2),
+        )  # fmt: skip
+    finally:
+        backend.close()
+    with JournalSaver(journal=journal_location) as fresh:
+        for act in (
+            lambda: fresh.get_tuple(config("alice")),
+            lambda: list(fresh.list(config("alice"))),
+            lambda: put_chain(fresh, "alice", [{"v": "more"}]),
+        ):
+            with pytest.raises(RecordInvalid) as caught:
+                act()
+            got = (caught.value.code, caught.value.run_id, caught.value.stream, caught.value.seq)
+            assert got == ("langgraph_record_invalid", catalog.run_id, THREADS_STREAM, rec.seq)
 
 
 class _Steps(TypedDict):

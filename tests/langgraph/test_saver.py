@@ -17,6 +17,7 @@ from flows.langgraph import JournalSaver, RecordInvalid
 from flows.langgraph._catalog import (
     CATALOG_FLOW,
     SCOPE,
+    THREAD_FLOW,
     THREADS_STREAM,
     Catalog,
     registration_key,
@@ -415,16 +416,18 @@ def test_a_generation_registered_in_a_catalog_about_to_be_retired_is_not_registe
     journal_location: str,
 ) -> None:
     with open_journal(journal_location) as jr:
-        payload = {"thread": "t", "gen": 1, "run": "run-of-the-other", "reason": "put"}
+        other, lease = jr.begin(THREAD_FLOW, SCOPE, {"langgraph": {"thread": "t", "generation": 1}})
+        jr.release(lease)  # the other process's thread run: a registration names a run that exists
+        payload = {"thread": "t", "gen": 1, "run": other.run_id, "reason": "put"}
         older, younger, cat = _registered_late(jr, payload)
 
         won = cat.register("t", 1, "run-of-this-one", "put")
 
-        assert (won.run_id, won.catalog) == ("run-of-the-other", younger.run_id)
+        assert (won.run_id, won.catalog) == (other.run_id, younger.run_id)
         assert jr.find(older.run_id, THREADS_STREAM, registration_key("t", 1)) is None
         assert jr.run(younger.run_id).state is RunState.FAILED  # retired before it was looked in
         gen = Catalog(jr).current("t")
-        assert gen is not None and gen.runs == ("run-of-the-other",)
+        assert gen is not None and gen.runs == (other.run_id,)
 
 
 @pytest.mark.parametrize(
