@@ -48,7 +48,7 @@ from journal._errors import (
     JournalUnwritable,
 )
 from journal._fs import dir_stat, open_regular, read_failed
-from journal._linelog import LineDamaged, LineLog, LineOldFormat
+from journal._linelog import LineDamaged, LineLog, LineOldFormat, marks_claim_bytes
 from journal._model import (
     LONG_DIGITS,
     MAX_DEPTH,
@@ -119,6 +119,11 @@ _PINNED_RUNS = 64  # run.json files an append keeps open to fence cheaply (see _
 _FORKS = [0]  # how many forks made this process: a run lock opened before the last is the parent's
 # Every journal of this process, so that a forked child starts each with locks of its own
 _JOURNALS: weakref.WeakSet[FileJournal] = weakref.WeakSet()
+
+
+def _stream_named(name: str) -> bool:
+    """Whether ``name`` is a stream name ``check_name`` takes."""
+    return _STREAM_NAME.fullmatch(name) is not None and ".." not in name
 
 
 def _forked() -> None:
@@ -1547,7 +1552,9 @@ class FileJournal:
         """Return the run's non-empty stream names, sorted.
 
         A file in the streams folder that is not a regular file is listed too (whatever its size),
-        so that reading it reports it rather than the listing hiding it.
+        and so is a stream whose file is empty or missing while its mark file says bytes of it were
+        acknowledged (or is no regular file), so that reading it reports it rather than the listing
+        hiding it.
         """
         return self.stream_listing(run_id)[0]
 
@@ -1580,7 +1587,8 @@ class FileJournal:
             return [], []
         except OSError as exc:
             raise read_failed(f"list {directory}", directory, exc, run_id=run_id) from exc
-        names: list[str] = []
+        names: set[str] = set()
+        marked: list[str] = []  # streams with a mark file, which may claim bytes the file lacks
         kept: list[KeptCut] = []
         for entry in entries:
             if entry.name.startswith("."):
@@ -1588,15 +1596,23 @@ class FileJournal:
                 if cut is not None:
                     kept.append(cut)
                 continue
+            if entry.name.endswith(".jsonl.lock"):
+                if _stream_named(name := entry.name[: -len(".jsonl.lock")]):
+                    marked.append(name)
+                continue
             name = entry.name[: -len(".jsonl")]
-            if not entry.name.endswith(".jsonl") or not _STREAM_NAME.fullmatch(name) or ".." in name:
-                continue  # not a stream file (a lock, a watermark): nothing reads it as a stream
+            if not entry.name.endswith(".jsonl") or not _stream_named(name):
+                continue  # not a stream file: nothing reads it as a stream
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if st.st_size > 0 or not stat.S_ISREG(st.st_mode):
-                names.append(name)
+                names.add(name)
+        # a stream file emptied or deleted while its durable mark counts acknowledged bytes lost
+        # them: listed, so that reading it reports the damage rather than the listing hiding it
+        lost = [n for n in marked if n not in names and marks_claim_bytes(f"{directory}/{n}.jsonl.lock")]
+        names.update(lost)
         kept.sort(key=lambda k: (k.stream, k.generation))
         return sorted(names), kept
 

@@ -242,6 +242,26 @@ _NO_MARKS = LineMarks(None, None, None, 0)
 _UNKNOWN_MARKS = LineMarks(None, None, None, None)
 
 
+def marks_claim_bytes(mark_path: str) -> bool:
+    """Whether the mark file at ``mark_path`` says some bytes of its log were acknowledged (a
+    durable mark above 0), or is a thing no reader takes (not a regular file): then a reader of the
+    log must look at it even when the log is empty or missing, as that is damage. A missing, torn
+    or unreadable mark file claims nothing (its log reads as one without marks)."""
+    try:
+        fd = open_regular(mark_path, os.O_RDONLY)
+    except JournalCorrupt:
+        return True
+    except OSError:
+        return False
+    try:
+        raw = os.pread(fd, _MARKS_LEN, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(LineMarks.parse(raw).durable)
+
+
 class LineDamaged(Exception):
     """Raised by a codec's ``decode`` when a line is not a valid record.
 

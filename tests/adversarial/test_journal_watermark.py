@@ -169,6 +169,47 @@ def test_a_stream_file_removed_under_its_watermark_is_journal_corrupt_not_empty(
     assert (err.value.stream, err.value.line) == (STREAM, 1)
 
 
+@pytest.mark.parametrize("how", ["emptied", "removed"])
+def test_a_stream_file_emptied_or_removed_under_its_watermark_is_listed_and_fails_closed(
+    tmp_path: Path, how: str
+) -> None:
+    """Its streams are what a check of the run reads, and what ``flows journal`` shows: a stream
+    that lost its acknowledged lines stays among them, so reading it reports the damage."""
+    path, run_id, _ = _stream(tmp_path, 2, 0)
+    if how == "emptied":
+        path.write_bytes(b"")
+    else:
+        os.unlink(path)
+    jr = FileJournal(tmp_path)
+    assert jr.streams(run_id) == [STREAM]
+    assert jr.stream_listing(run_id) == ([STREAM], [])
+    with pytest.raises(JournalCorrupt) as err:
+        jr.read(run_id, STREAM)
+    assert (err.value.run_id, err.value.stream, err.value.line) == (run_id, STREAM, 1)
+
+
+def test_an_empty_stream_no_sync_acknowledged_is_not_listed(tmp_path: Path) -> None:
+    """An empty stream file whose mark file is missing, torn or at 0 never held an acknowledged
+    line: nothing to list, nothing damaged."""
+    jr = FileJournal(tmp_path)
+    info, lease = jr.begin("f", "s", {})
+    jr.release(lease)
+    folder = jr.stream_path(info.run_id, STREAM).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, mark in (("no-mark", None), ("torn-mark", b"\x01" * 30), ("zero-mark", "zero")):
+        (folder / f"{name}.jsonl").write_bytes(b"")
+        if mark == "zero":  # a log synced while empty writes its marks at 0
+            log = journal.LineLog(folder / f"{name}.jsonl", RecordCodec(info.run_id, name))
+            log.sync_now()
+            assert log.watermark() == 0
+        elif isinstance(mark, bytes):
+            (folder / f"{name}.jsonl.lock").write_bytes(mark)
+    assert jr.streams(info.run_id) == []
+    for name in ("no-mark", "torn-mark", "zero-mark"):
+        assert jr.read(info.run_id, name) == []
+    jr.close()
+
+
 def test_a_sync_records_only_whole_lines_in_the_watermark(tmp_path: Path) -> None:
     # A write seen in part by another appender's sync (a large line, or one in flight) must not
     # put the mark inside a line: a reader holds every line below the mark to be whole.
