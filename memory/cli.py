@@ -395,7 +395,9 @@ def json_text(obj: Any, *, indent: bool = False) -> str:
     """
     try:
         return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0).decode()
-    except TypeError:
+    except TypeError as exc:
+        if str(exc) == _TOO_DEEP:  # a value read back, nested as deep as a record holds it, wrapped
+            return json_text(fit_depth(obj), indent=indent)
         if not _holds_surrogate(obj):
             raise
     text = json.dumps(obj, ensure_ascii=False, indent=2 if indent else None, separators=_SEPARATORS[indent])
@@ -403,6 +405,24 @@ def json_text(obj: Any, *, indent: bool = False) -> str:
 
 
 _SEPARATORS = {True: (",", ": "), False: (",", ":")}
+_TOO_DEEP = "Recursion limit reached"  # orjson's refusal of nesting past JSON_DEPTH
+
+JSON_DEPTH = 254
+"""The deepest nesting of lists and objects a JSON output holds (orjson writes no deeper)."""
+
+
+def fit_depth(value: Any, room: int = JSON_DEPTH) -> Any:
+    """``value`` (JSON-ready) with each list or object nested more than ``room`` levels deep (the
+    outermost is level 1) replaced by a string saying so: what an output prints of a value read
+    back (a journal record may nest its payload as deep as a record holds, and an output wraps it
+    in more levels)."""
+    if isinstance(value, dict | list | tuple) and room < 1:
+        return f"(not shown: nested more than {JSON_DEPTH} levels deep, past what JSON output holds)"
+    if isinstance(value, dict):
+        return {k: fit_depth(v, room - 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [fit_depth(v, room - 1) for v in value]
+    return value
 
 
 def _holds_surrogate(value: Any) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.adversarial.memory_support import error_code
 from tests.flows.helpers import flows, write_flow
@@ -113,3 +114,44 @@ def test_an_empty_filter_is_refused_not_answered_as_nothing_learned(tmp_path: Pa
         said = orjson.loads(refused.stderr)
         assert said["code"] == "usage" and "is empty" in said["message"], (args, said)
     assert "pressure falls" in flows(db, "recall").stdout  # nothing was forgotten
+
+
+def _nested(levels: int, bottom: object = "bottom") -> object:
+    value = bottom
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_a_record_nested_as_deep_as_the_journal_takes_is_shown_as_json_saying_what_is_cut(
+    tmp_path: Path,
+) -> None:
+    """The journal takes a payload nested to its cap; a JSON output wraps it in more levels than
+    JSON output holds (254): each part past them is a string saying so, the rest as recorded."""
+    import journal
+
+    db = tmp_path / "store" / "history.db"
+    jr = journal.open_journal(str(db.parent / "flows-journal"))
+    info, lease = jr.begin("deep", "s", {})
+    with pytest.raises(journal.JournalPayloadInvalid):  # one level more is refused: this is the cap
+        jr.append(lease, "run", {"event": "output", "output": _nested(253)}, key="output")
+    jr.append(lease, "run", {"event": "output", "output": _nested(252)}, key="output")
+    jr.finish(lease, journal.RunState.DONE)
+    jr.close()
+    said = "(not shown: nested more than 254 levels deep, past what JSON output holds)"
+    # the list of records, a record and its payload hold the output: its innermost list is level 255
+    listed = flows(db, "--json", "journal", info.run_id)
+    assert listed.returncode == 0, listed.stderr
+    (record,) = orjson.loads(listed.stdout)
+    assert record["payload"]["output"] == _nested(251, said)
+    assert (record["runId"], record["stream"], record["seq"]) == (info.run_id, "run", 1)
+    # the run's output two levels down is whole; its timeline entry is three levels down, cut
+    shown = flows(db, "--json", "show", info.run_id)
+    assert shown.returncode == 0, shown.stderr
+    found = orjson.loads(shown.stdout)
+    assert found["output"] == _nested(252)
+    (entry,) = found["timeline"]
+    assert (entry["kind"], entry["output"]) == ("output", _nested(251, said))
+    runs = flows(db, "--json", "runs")
+    assert runs.returncode == 0, runs.stderr
+    assert orjson.loads(runs.stdout)[0]["output"] == _nested(252)

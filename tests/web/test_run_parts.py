@@ -6,6 +6,7 @@ output was megabytes of ``<`` made a page six times that size (each one escaped)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -134,7 +135,8 @@ def test_the_runs_json_cuts_a_huge_output_and_input_saying_where_how_big_and_whe
     (event,) = [e for e in run["timeline"] if e["kind"] == "output"]
     assert event["output"] == run["output"] and event["cut"] == {"output": run["cut"]["output"]}
     assert {k: v for k, v in run.items() if k not in ("input", "output", "cut", "timeline")} == {
-        k: v for k, v in client.get(f"/api/runs/{run_id}?full=1").json().items()
+        k: v
+        for k, v in client.get(f"/api/runs/{run_id}?full=1").json().items()
         if k not in ("input", "output", "timeline")
     }
 
@@ -179,3 +181,30 @@ def test_only_the_runs_own_output_event_is_cut_and_pointed_at_its_output() -> No
     shown, (first, second) = cut_parts(run, [own, other])
     assert first["cut"] == {"output": shown["cut"]["output"]} and first["output"] == shown["output"]
     assert second is other  # left whole: /runs/R/output serves another value
+
+
+def test_a_run_whose_records_nest_as_deep_as_the_journal_takes_is_served(tmp_path: Path) -> None:
+    """The run's API answer wraps its output's record in more levels than JSON output holds: the
+    part past them is a string saying so (as ``flows show --json`` writes it), never an error."""
+    import journal
+
+    value: object = 1
+    for _ in range(252):  # the deepest output a run record takes
+        value = [value]
+    jr = journal.open_journal(str(tmp_path / "flows-journal"))
+    info, lease = jr.begin("deep", "s", {})
+    jr.append(lease, "run", {"event": "output", "output": value}, key="output")
+    jr.finish(lease, journal.RunState.DONE)
+    jr.close()
+    with client_for(ServeConfig(db=str(tmp_path / "history.db"))) as client:
+        page = client.get(f"/runs/{info.run_id}")
+        answer = client.get(f"/api/runs/{info.run_id}")
+    client.app.state.reader.close()  # type: ignore[attr-defined]
+    assert page.status_code == 200 and answer.status_code == 200, answer.text
+    found = answer.json()
+    assert found["output"] == value
+    (entry,) = found["timeline"]
+    inner = entry["output"]
+    for _ in range(251):
+        (inner,) = inner
+    assert inner == "(not shown: nested more than 254 levels deep, past what JSON output holds)"
