@@ -397,14 +397,8 @@ def test_a_registration_naming_another_threads_run_serves_and_takes_nothing(
     finally:
         backend.close()
     with JournalSaver(journal=journal_location) as fresh:
-        for act in (
-            lambda: fresh.get_tuple(config("alice")),
-            lambda: list(fresh.list(config("alice"))),
-            lambda: put_chain(fresh, "alice", [{"v": "written into bob's run?"}]),
-        ):
-            with pytest.raises(RecordInvalid) as caught:
-                act()
-            assert target in str(caught.value) and "'alice'" in str(caught.value)
+        for refused in _alices_reads_and_writes_refused(fresh, {"v": "written into bob's run?"}):
+            assert target in str(refused) and "'alice'" in str(refused)
         assert fresh.get_tuple(config("bob")).checkpoint["channel_values"] == {"v": "bob's secret"}
     backend = journal.open_journal(journal_location)
     try:
@@ -435,15 +429,24 @@ def test_a_registration_naming_no_run_of_the_journal_is_that_records_error(
     finally:
         backend.close()
     with JournalSaver(journal=journal_location) as fresh:
-        for act in (
-            lambda: fresh.get_tuple(config("alice")),
-            lambda: list(fresh.list(config("alice"))),
-            lambda: put_chain(fresh, "alice", [{"v": "more"}]),
-        ):
-            with pytest.raises(RecordInvalid) as caught:
-                act()
-            got = (caught.value.code, caught.value.run_id, caught.value.stream, caught.value.seq)
+        for refused in _alices_reads_and_writes_refused(fresh, {"v": "more"}):
+            got = (refused.code, refused.run_id, refused.stream, refused.seq)
             assert got == ("langgraph_record_invalid", catalog.run_id, THREADS_STREAM, rec.seq)
+
+
+def _alices_reads_and_writes_refused(saver: JournalSaver, value: dict[str, Any]) -> list[RecordInvalid]:
+    """What ``get_tuple``, ``list`` and a put of ``value`` on thread alice each raise (each must raise
+    ``RecordInvalid``)."""
+    out = []
+    for act in (
+        lambda: saver.get_tuple(config("alice")),
+        lambda: list(saver.list(config("alice"))),
+        lambda: put_chain(saver, "alice", [value]),
+    ):
+        with pytest.raises(RecordInvalid) as caught:
+            act()
+        out.append(caught.value)
+    return out
 
 
 class _Steps(TypedDict):
