@@ -151,6 +151,12 @@ def scope_folders(db_path: Path) -> list[Path]:
     return _raising(lambda: scan_scopes(db_path, leaf=None))
 
 
+def stage_folders(scope_dirs: list[Path]) -> list[Path]:
+    """The folders of ``scope_dirs`` (``scope_folders``) where hidden stage files may be: each scope's
+    learned-file and retired-file folders."""
+    return [f / ".trajectories" / sub for f in scope_dirs for sub in ("compacted", RETIRED_LEAF)]
+
+
 def retired_dirs(db_path: Path) -> list[Path]:
     """Every scope's retired-file directory that exists (see ``scope_dirs``)."""
     return _raising(lambda: scan_scopes(db_path, leaf=RETIRED_LEAF))

@@ -1150,7 +1150,7 @@ class MemoryStore:
             sync_folders,
         )
         from memory._filecache import cache_dir
-        from memory._paths import scope_folders
+        from memory._paths import scope_folders, stage_folders
         from memory._vectors import VECTORS_FILE
 
         wanted = set(keys)
@@ -1167,8 +1167,7 @@ class MemoryStore:
         learned = [f / ".trajectories" / "compacted" for f in scope_dirs]
         pub.remove_many([d / f"{k}.json" for d in learned for k in sorted(wanted)], None, now=True)
         gone.update(learned)
-        folders = [f / ".trajectories" / sub for f in scope_dirs for sub in ("compacted", "retired")]
-        for path in stages_holding(folders, wanted):
+        for path in stages_holding(stage_folders(scope_dirs), wanted):
             path.unlink(missing_ok=True)
             gone.add(path.parent)
         for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, wanted):
@@ -1745,14 +1744,11 @@ class MemoryStore:
         ``flows-quarantine/``. A host with no row and no live file of an erased memory still removes
         those at its sync (``finish_erasure``), as the erasure's own host does."""
         from memory._erase import keys_in_file, keys_in_stages, quarantined_holding
-        from memory._paths import scope_folders
+        from memory._paths import scope_folders, stage_folders
 
         if not keys:
             return set()
-        folders = [
-            f / ".trajectories" / sub for f in scope_folders(self.db_path) for sub in ("compacted", "retired")
-        ]
-        found = keys_in_stages(folders, keys)
+        found = keys_in_stages(stage_folders(scope_folders(self.db_path)), keys)
         for path in quarantined_holding(self.db_path.parent / QUARANTINE_DIR, keys):
             found |= ({path.name[: -len(".json")]} & keys) | keys_in_file(path, keys)
         return found
